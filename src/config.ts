@@ -1,0 +1,127 @@
+/**
+ * Configuration: environment variables with the KAOS names, overridden by
+ * command-line flags. Every value is checked; a bad one is a ConfigError
+ * that main() prints before exiting with status 2.
+ */
+import { parseArgs } from "node:util";
+
+/** The storage engines. */
+export type MemoryType = "local" | "redis" | "postgres";
+
+/** Effective configuration. */
+export interface Config {
+  host: string;
+  port: number;
+  /** Name reported as "agent" by the KAOS REST endpoints. */
+  agentName: string;
+  /** false: the null store (every call succeeds, nothing is kept). */
+  memoryEnabled: boolean;
+  memoryType: MemoryType;
+  /** Default max_events of BuildConversationContext. */
+  contextLimit: number;
+  maxSessions: number;
+  maxSessionEvents: number;
+  maxEventBytes: number;
+  maxBatchEvents: number;
+  /** Largest request or response message on any protocol. */
+  maxMessageBytes: number;
+  heartbeatMs: number;
+  shutdownGraceMs: number;
+  redisUrl?: string;
+  postgresUrl?: string;
+  /** Redis key prefix / PostgreSQL schema, so deployments can share a server. */
+  keyPrefix: string;
+}
+
+/** A configuration mistake, reported to the operator as is. */
+export class ConfigError extends Error {
+  override readonly name = "ConfigError";
+}
+
+interface Setting {
+  env: string;
+  flag: string;
+  key: keyof Config;
+  kind: "string" | "int" | "bool";
+  default?: string;
+  min?: number;
+  doc: string;
+}
+
+/** Every setting, its env name, flag, default and meaning (the README's table mirrors this). */
+export const SETTINGS: Setting[] = [
+  { env: "HOST", flag: "host", key: "host", kind: "string", default: "127.0.0.1", doc: "Address to listen on (0.0.0.0 for all interfaces)." },
+  { env: "PORT", flag: "port", key: "port", kind: "int", default: "8000", min: 0, doc: "Port for gRPC, Connect, gRPC-Web and REST (0 picks a free one)." },
+  { env: "AGENT_NAME", flag: "agent-name", key: "agentName", kind: "string", default: "engram", doc: "Name reported as `agent` by the KAOS REST endpoints." },
+  { env: "MEMORY_ENABLED", flag: "memory-enabled", key: "memoryEnabled", kind: "bool", default: "true", doc: "false selects the null store: every call succeeds, nothing is kept." },
+  { env: "MEMORY_TYPE", flag: "memory-type", key: "memoryType", kind: "string", default: "local", doc: "local, redis or postgres." },
+  { env: "MEMORY_CONTEXT_LIMIT", flag: "context-limit", key: "contextLimit", kind: "int", default: "6", min: 1, doc: "Default max_events of BuildConversationContext." },
+  { env: "MEMORY_MAX_SESSIONS", flag: "max-sessions", key: "maxSessions", kind: "int", default: "1000", min: 1, doc: "Sessions kept; past it the least recently updated 10% are evicted." },
+  { env: "MEMORY_MAX_SESSION_EVENTS", flag: "max-session-events", key: "maxSessionEvents", kind: "int", default: "500", min: 1, doc: "Events kept per session; older ones are evicted." },
+  { env: "MEMORY_MAX_EVENT_BYTES", flag: "max-event-bytes", key: "maxEventBytes", kind: "int", default: String(256 * 1024), min: 1, doc: "Bytes of JSON for one event's content + metadata." },
+  { env: "MEMORY_MAX_BATCH_EVENTS", flag: "max-batch-events", key: "maxBatchEvents", kind: "int", default: "500", min: 1, doc: "Events in one AddEvents call." },
+  { env: "MEMORY_MAX_MESSAGE_BYTES", flag: "max-message-bytes", key: "maxMessageBytes", kind: "int", default: String(8 * 1024 * 1024), min: 1024, doc: "Largest request/response message on any protocol." },
+  { env: "MEMORY_STREAM_HEARTBEAT_MS", flag: "stream-heartbeat-ms", key: "heartbeatMs", kind: "int", default: "15000", min: 10, doc: "Idle time between stream heartbeats (and safety re-reads)." },
+  { env: "MEMORY_SHUTDOWN_GRACE_MS", flag: "shutdown-grace-ms", key: "shutdownGraceMs", kind: "int", default: "10000", min: 0, doc: "How long SIGTERM waits for in-flight calls." },
+  { env: "MEMORY_REDIS_URL", flag: "redis-url", key: "redisUrl", kind: "string", doc: "Redis URL; required with MEMORY_TYPE=redis." },
+  { env: "MEMORY_POSTGRES_URL", flag: "postgres-url", key: "postgresUrl", kind: "string", doc: "PostgreSQL URL; required with MEMORY_TYPE=postgres." },
+  { env: "MEMORY_KEY_PREFIX", flag: "key-prefix", key: "keyPrefix", kind: "string", default: "engram", doc: "Redis key prefix / PostgreSQL schema name." },
+];
+
+const MEMORY_TYPES: readonly string[] = ["local", "redis", "postgres"];
+
+/** Reads the configuration from flags (first) and the environment. */
+export function loadConfig(argv: string[] = process.argv.slice(2), env: NodeJS.ProcessEnv = process.env): Config {
+  let flags: Record<string, string | boolean | undefined>;
+  try {
+    flags = parseArgs({
+      args: argv,
+      options: Object.fromEntries(SETTINGS.map((s) => [s.flag, { type: "string" as const }])),
+      strict: true,
+      allowPositionals: false,
+    }).values;
+  } catch (err) {
+    throw new ConfigError(err instanceof Error ? err.message : String(err));
+  }
+  const config: Record<string, unknown> = {};
+  for (const s of SETTINGS) {
+    const raw = (flags[s.flag] as string | undefined) ?? env[s.env] ?? s.default;
+    if (raw === undefined || raw === "") continue;
+    const source = flags[s.flag] !== undefined ? `--${s.flag}` : env[s.env] !== undefined ? s.env : `default of ${s.env}`;
+    if (s.kind === "int") {
+      if (!/^\d+$/.test(raw)) throw new ConfigError(`${source}: expected a whole number, got ${JSON.stringify(raw)}`);
+      const n = Number(raw);
+      if (s.min !== undefined && n < s.min) throw new ConfigError(`${source}: must be at least ${s.min}, got ${n}`);
+      if (s.key === "port" && n > 65535) throw new ConfigError(`${source}: must be at most 65535, got ${n}`);
+      config[s.key] = n;
+    } else if (s.kind === "bool") {
+      const v = raw.toLowerCase();
+      if (!["true", "false", "1", "0", "yes", "no"].includes(v)) {
+        throw new ConfigError(`${source}: expected true or false, got ${JSON.stringify(raw)}`);
+      }
+      config[s.key] = v === "true" || v === "1" || v === "yes";
+    } else {
+      config[s.key] = raw;
+    }
+  }
+  const result = config as unknown as Config;
+  if (!MEMORY_TYPES.includes(result.memoryType)) {
+    throw new ConfigError(`MEMORY_TYPE: unknown memory type ${JSON.stringify(result.memoryType)}; expected one of ${MEMORY_TYPES.join(", ")}`);
+  }
+  if (result.memoryEnabled && result.memoryType === "redis" && !result.redisUrl) {
+    throw new ConfigError("MEMORY_TYPE=redis needs MEMORY_REDIS_URL (e.g. redis://127.0.0.1:6379/0)");
+  }
+  if (result.memoryEnabled && result.memoryType === "postgres" && !result.postgresUrl) {
+    throw new ConfigError("MEMORY_TYPE=postgres needs MEMORY_POSTGRES_URL (e.g. postgres://user@127.0.0.1:5432/engram)");
+  }
+  if (!/^[A-Za-z_][A-Za-z0-9_]{0,62}$/.test(result.keyPrefix)) {
+    throw new ConfigError("MEMORY_KEY_PREFIX: must match ^[A-Za-z_][A-Za-z0-9_]{0,62}$ (it names a Redis prefix and a PostgreSQL schema)");
+  }
+  return result;
+}
+
+/** The configuration as printed at start, with credentials in URLs masked. */
+export function describeConfig(config: Config): Record<string, unknown> {
+  const mask = (url?: string) => url?.replace(/\/\/([^:@/]*):[^@/]*@/, "//$1:***@");
+  return { ...config, redisUrl: mask(config.redisUrl), postgresUrl: mask(config.postgresUrl) };
+}

@@ -1,0 +1,12 @@
+/** Structured JSON logs on stdout (one object a line), via pino. */
+import { pino } from "pino";
+
+/** The process logger. `level` is a label ("info"), `msg` the message. */
+export const log = pino({
+  base: { service: "engram" },
+  formatters: { level: (label) => ({ level: label }) },
+  timestamp: pino.stdTimeFunctions.isoTime,
+});
+
+/** A logger's shape, for code that takes one. */
+export type Logger = typeof log;

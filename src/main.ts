@@ -1,0 +1,46 @@
+/**
+ * Start-up: read the configuration, open the store, serve, and stop
+ * gracefully on SIGTERM/SIGINT.
+ */
+import { ConfigError, describeConfig, loadConfig } from "./config.js";
+import { log } from "./log.js";
+import { MemoryService } from "./service/memory-service.js";
+import { DEFAULT_SERVICE_LIMITS } from "./service/limits.js";
+import { startServer } from "./server/server.js";
+import { openStore } from "./store/index.js";
+
+async function main(): Promise<void> {
+  const config = loadConfig();
+  log.info({ config: describeConfig(config) }, "effective configuration");
+  const store = await openStore(config);
+  const service = new MemoryService(store, {
+    limits: { ...DEFAULT_SERVICE_LIMITS, maxEventBytes: config.maxEventBytes, maxBatchEvents: config.maxBatchEvents },
+    contextLimit: config.contextLimit,
+    heartbeatMs: config.heartbeatMs,
+  });
+  const server = await startServer(service, config, log);
+  log.info({ host: config.host, port: server.port, backend: store.backend }, "listening");
+
+  let stopping = false;
+  const stop = async (signal: string) => {
+    if (stopping) return;
+    stopping = true;
+    log.info({ signal, graceMs: config.shutdownGraceMs }, "shutting down");
+    await server.close();
+    await store.close();
+    log.info("stopped");
+    process.exit(0);
+  };
+  process.on("SIGTERM", () => void stop("SIGTERM"));
+  process.on("SIGINT", () => void stop("SIGINT"));
+}
+
+main().catch((err) => {
+  if (err instanceof ConfigError) {
+    log.fatal(`configuration error: ${err.message}`);
+    process.stderr.write(`engram: configuration error: ${err.message}\n`);
+    process.exit(2);
+  }
+  log.fatal({ err }, "failed to start");
+  process.exit(1);
+});

@@ -1,0 +1,86 @@
+/**
+ * Serves MemoryService through @grpc/grpc-js (gRPC over HTTP/2), the fast
+ * path for generated clients. Requests are parsed here rather than by
+ * grpc-js, so a malformed message answers INVALID_ARGUMENT instead of
+ * INTERNAL; writes wait for 'drain', so a slow reader never grows our buffers.
+ */
+import { once } from "node:events";
+import type * as grpc from "@grpc/grpc-js";
+import { fromBinary, toBinary, type DescMessage, type DescMethod } from "@bufbuild/protobuf";
+import { MemoryService as MemoryServiceDesc } from "../gen/engram/v1/memory_pb.js";
+import { invalidArgument } from "../errors.js";
+import type { MemoryService } from "../service/memory-service.js";
+import { toGrpcStatus, type InternalErrorReporter } from "./status.js";
+
+type Handler = (req: unknown, ctx: { signal: AbortSignal }) => Promise<unknown> | AsyncIterable<unknown>;
+
+function parse(desc: DescMessage, bytes: Buffer): unknown {
+  try {
+    return fromBinary(desc, bytes);
+  } catch (err) {
+    throw invalidArgument("request", `is not a valid ${desc.typeName} message (${err instanceof Error ? err.message : String(err)})`);
+  }
+}
+
+function serializer(desc: DescMessage) {
+  return (msg: unknown) => Buffer.from(toBinary(desc, msg as never));
+}
+
+/** Aborts when the call is cancelled by the client or its deadline passes. */
+function callSignal(call: grpc.ServerUnaryCall<unknown, unknown> | grpc.ServerWritableStream<unknown, unknown>): AbortController {
+  const controller = new AbortController();
+  call.on("cancelled", () => controller.abort());
+  return controller;
+}
+
+/** Builds the grpc-js service definition and implementation for MemoryService. */
+export function grpcMemoryService(
+  service: MemoryService,
+  report: InternalErrorReporter,
+): { definition: grpc.ServiceDefinition; implementation: grpc.UntypedServiceImplementation } {
+  const definition: Record<string, grpc.MethodDefinition<Buffer, unknown>> = {};
+  const implementation: grpc.UntypedServiceImplementation = {};
+  for (const method of MemoryServiceDesc.methods as DescMethod[]) {
+    const handler = (service as unknown as Record<string, Handler>)[method.localName].bind(service);
+    const streaming = method.methodKind === "server_streaming";
+    definition[method.name] = {
+      path: `/${MemoryServiceDesc.typeName}/${method.name}`,
+      requestStream: false,
+      responseStream: streaming,
+      requestSerialize: (b: Buffer) => b,
+      requestDeserialize: (b: Buffer) => b,
+      responseSerialize: serializer(method.output),
+      responseDeserialize: (b: Buffer) => b,
+      originalName: method.localName,
+    };
+    implementation[method.name] = streaming
+      ? async (call: grpc.ServerWritableStream<Buffer, unknown>) => {
+          const controller = callSignal(call);
+          try {
+            const req = parse(method.input, call.request);
+            for await (const frame of handler(req, { signal: controller.signal }) as AsyncIterable<unknown>) {
+              if (controller.signal.aborted) break;
+              if (!call.write(frame)) {
+                await Promise.race([once(call, "drain"), once(controller.signal, "abort")]);
+              }
+            }
+            if (!controller.signal.aborted) call.end();
+          } catch (err) {
+            if (!controller.signal.aborted) call.emit("error", toGrpcStatus(err, report));
+          } finally {
+            controller.abort();
+          }
+        }
+      : (call: grpc.ServerUnaryCall<Buffer, unknown>, callback: grpc.sendUnaryData<unknown>) => {
+          const controller = callSignal(call);
+          Promise.resolve()
+            .then(() => handler(parse(method.input, call.request), { signal: controller.signal }) as Promise<unknown>)
+            .then(
+              (res) => callback(null, res),
+              (err) => callback(toGrpcStatus(err, report) as grpc.ServiceError),
+            );
+        };
+  }
+  return { definition, implementation };
+}
+

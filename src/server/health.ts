@@ -1,0 +1,64 @@
+/**
+ * Health: the standard grpc.health.v1 service and the /readyz probe share one
+ * status, set from periodic pings of the store and from shutdown.
+ */
+import { HealthImplementation, type ServingStatus } from "grpc-health-check";
+import type { MemoryStore } from "../store/types.js";
+import type { Logger } from "../log.js";
+
+const SERVICE_NAMES = ["", "engram.v1.MemoryService"];
+
+/** Tracks whether this replica can serve. */
+export class HealthMonitor {
+  readonly grpc = new HealthImplementation(Object.fromEntries(SERVICE_NAMES.map((n) => [n, "SERVING" as ServingStatus])));
+  private current: ServingStatus = "SERVING";
+  private timer?: NodeJS.Timeout;
+  private stopping = false;
+
+  constructor(
+    private readonly store: MemoryStore,
+    private readonly log: Logger,
+    private readonly intervalMs = 2000,
+  ) {}
+
+  /** SERVING or NOT_SERVING. */
+  get status(): ServingStatus {
+    return this.current;
+  }
+
+  /** Starts pinging the store. */
+  start(): void {
+    const tick = async () => {
+      await this.check();
+      if (!this.stopping) this.timer = setTimeout(tick, this.intervalMs).unref();
+    };
+    this.timer = setTimeout(tick, this.intervalMs).unref();
+  }
+
+  /** Pings the store once and updates the status. */
+  async check(): Promise<void> {
+    let ok = true;
+    try {
+      await this.store.ping();
+    } catch (err) {
+      ok = false;
+      if (this.current === "SERVING") this.log.warn({ err }, "store unreachable; reporting NOT_SERVING");
+    }
+    if (this.stopping) return;
+    if (ok && this.current !== "SERVING") this.log.info("store reachable again; reporting SERVING");
+    this.set(ok ? "SERVING" : "NOT_SERVING");
+  }
+
+  /** Reports NOT_SERVING for good (graceful shutdown). */
+  shutdown(): void {
+    this.stopping = true;
+    clearTimeout(this.timer);
+    this.set("NOT_SERVING");
+  }
+
+  private set(status: ServingStatus): void {
+    if (status === this.current) return;
+    this.current = status;
+    for (const name of SERVICE_NAMES) this.grpc.setStatus(name, status);
+  }
+}

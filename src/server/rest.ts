@@ -1,0 +1,107 @@
+/**
+ * The small REST surface over HTTP/1.1: KAOS-compatible memory endpoints and
+ * liveness/readiness probes. It calls the same MemoryService as the RPC paths.
+ */
+import type { IncomingMessage, ServerResponse } from "node:http";
+import { create } from "@bufbuild/protobuf";
+import { timestampMs } from "@bufbuild/protobuf/wkt";
+import { ListEventsRequestSchema, ListSessionsRequestSchema, type Event } from "../gen/engram/v1/memory_pb.js";
+import { invalidArgument } from "../errors.js";
+import type { MemoryService } from "../service/memory-service.js";
+import type { HealthMonitor } from "./health.js";
+import { statusOf, type InternalErrorReporter } from "./status.js";
+import { valueToJson } from "../service/convert.js";
+
+/** HTTP status for each gRPC code the REST paths can meet. */
+const HTTP_STATUS: Record<number, number> = { 3: 400, 5: 404, 8: 429, 11: 400, 14: 503, 13: 500 };
+/** KAOS caps listing limits at 1000 rather than refusing them. */
+const MAX_LIMIT = 1000;
+
+function sendJson(res: ServerResponse, status: number, body: unknown): void {
+  const bytes = Buffer.from(JSON.stringify(body));
+  res.writeHead(status, { "content-type": "application/json", "content-length": bytes.length });
+  res.end(bytes);
+}
+
+function limitParam(params: URLSearchParams): number {
+  const raw = params.get("limit");
+  if (raw === null || raw === "") return 100;
+  if (!/^\d+$/.test(raw) || Number(raw) < 1) throw invalidArgument("limit", "must be a positive whole number");
+  return Math.min(Number(raw), MAX_LIMIT);
+}
+
+function optionalParam(params: URLSearchParams, name: string): string | undefined {
+  const v = params.get(name);
+  return v === null || v === "" ? undefined : v;
+}
+
+/** The KAOS MemoryEvent.to_dict() shape. */
+function kaosEvent(e: Event) {
+  return {
+    event_id: e.eventId,
+    timestamp: new Date(timestampMs(e.timestamp!)).toISOString(),
+    event_type: e.eventType,
+    content: valueToJson("content", e.content, Number.MAX_SAFE_INTEGER),
+    metadata: e.metadata ?? {},
+    seq: Number(e.seq),
+    session_id: e.sessionId,
+  };
+}
+
+/** Handles REST requests; returns false when the path is not a REST one. */
+export function createRestHandler(opts: {
+  service: MemoryService;
+  health: HealthMonitor;
+  agentName: string;
+  report: InternalErrorReporter;
+}) {
+  const { service, health, agentName, report } = opts;
+  return async (req: IncomingMessage, res: ServerResponse): Promise<boolean> => {
+    const url = new URL(req.url ?? "/", "http://localhost");
+    const route = url.pathname;
+    if (!["/healthz", "/readyz", "/memory/events", "/memory/sessions"].includes(route)) return false;
+    if (req.method !== "GET" && req.method !== "HEAD") {
+      res.setHeader("allow", "GET, HEAD");
+      sendJson(res, 405, { error: `${req.method} is not allowed on ${route}`, code: "method_not_allowed" });
+      return true;
+    }
+    try {
+      switch (route) {
+        case "/healthz":
+          sendJson(res, 200, { status: "ok" });
+          break;
+        case "/readyz": {
+          const status = health.status;
+          sendJson(res, status === "SERVING" ? 200 : 503, { status, backend: service.store.backend });
+          break;
+        }
+        case "/memory/events": {
+          const sessionId = optionalParam(url.searchParams, "session_id");
+          const limit = limitParam(url.searchParams);
+          const out = await service.listEvents(create(ListEventsRequestSchema, { sessionId, limit }));
+          const events = out.events.map(kaosEvent);
+          sendJson(res, 200, { agent: agentName, events, total: events.length });
+          break;
+        }
+        case "/memory/sessions": {
+          const limit = limitParam(url.searchParams);
+          const out = await service.listSessions(
+            create(ListSessionsRequestSchema, {
+              appName: optionalParam(url.searchParams, "app_name"),
+              userId: optionalParam(url.searchParams, "user_id"),
+              pageSize: limit,
+              pageToken: url.searchParams.get("page_token") ?? "",
+            }),
+          );
+          const sessions = out.sessions.map((s) => s.sessionId);
+          sendJson(res, 200, { agent: agentName, sessions, total: sessions.length, next_page_token: out.nextPageToken });
+          break;
+        }
+      }
+    } catch (err) {
+      const s = statusOf(err, report);
+      sendJson(res, HTTP_STATUS[s.code] ?? 500, { error: s.message, code: s.code });
+    }
+    return true;
+  };
+}

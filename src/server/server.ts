@@ -1,0 +1,157 @@
+/**
+ * One listening port for every protocol. Each new TCP connection is sniffed:
+ * the HTTP/2 client preface ("PRI * HTTP/2.0") goes to grpc-js (gRPC over
+ * h2c, the fast path), anything else to a node:http server carrying Connect,
+ * gRPC-Web and REST over HTTP/1.1.
+ */
+import http from "node:http";
+import net from "node:net";
+import * as grpc from "@grpc/grpc-js";
+import { connectNodeAdapter } from "@connectrpc/connect-node";
+import type { Logger } from "../log.js";
+import type { MemoryService } from "../service/memory-service.js";
+import { connectMemoryRoutes } from "./connect-adapter.js";
+import { grpcMemoryService } from "./grpc-adapter.js";
+import { HealthMonitor } from "./health.js";
+import { addReflection } from "./reflection.js";
+import { createRestHandler } from "./rest.js";
+
+/** Settings of the listener. */
+export interface ServerOptions {
+  host: string;
+  port: number;
+  agentName: string;
+  maxMessageBytes: number;
+  shutdownGraceMs: number;
+}
+
+/** A running server. */
+export interface RunningServer {
+  readonly port: number;
+  readonly health: HealthMonitor;
+  /** Graceful stop: NOT_SERVING, streams end UNAVAILABLE, in-flight calls finish within the grace period. */
+  close(): Promise<void>;
+}
+
+const RPC_PATH_PREFIX = "/engram.v1.MemoryService/";
+
+/** Starts serving `service` on one port. */
+export async function startServer(service: MemoryService, options: ServerOptions, log: Logger): Promise<RunningServer> {
+  const report = (err: unknown) => log.error({ err }, "internal error");
+  const health = new HealthMonitor(service.store, log);
+
+  // gRPC over h2c.
+  const grpcServer = new grpc.Server({
+    "grpc.max_receive_message_length": options.maxMessageBytes,
+    "grpc.max_send_message_length": options.maxMessageBytes,
+    "grpc.keepalive_time_ms": 60_000,
+    "grpc.keepalive_timeout_ms": 20_000,
+    "grpc.keepalive_permit_without_calls": 1,
+  });
+  const { definition, implementation } = grpcMemoryService(service, report);
+  grpcServer.addService(definition, implementation);
+  health.grpc.addToServer(grpcServer);
+  addReflection(grpcServer);
+  const injector = grpcServer.createConnectionInjector(grpc.ServerCredentials.createInsecure());
+
+  // Connect, gRPC-Web and REST over HTTP/1.1.
+  const rest = createRestHandler({ service, health, agentName: options.agentName, report });
+  const connectHandler = connectNodeAdapter({
+    routes: connectMemoryRoutes(service, report),
+    readMaxBytes: options.maxMessageBytes,
+    writeMaxBytes: options.maxMessageBytes,
+    connect: true,
+    grpcWeb: true,
+    grpc: false,
+    // snake_case field names, as in the proto and the KAOS API; zero values shown, so curl output is complete.
+    jsonOptions: { useProtoFieldName: true, alwaysEmitImplicit: true },
+    fallback: (_req, res) => {
+      res.writeHead(404, { "content-type": "application/json" });
+      res.end(JSON.stringify({ error: "not found", code: "not_found" }));
+    },
+  });
+  const httpServer = http.createServer({ keepAliveTimeout: 65_000 }, (req, res) => {
+    // `curl -d '{...}'` sends a form content type; on RPC paths treat it as Connect JSON.
+    const type = req.headers["content-type"];
+    if (req.method === "POST" && req.url?.startsWith(RPC_PATH_PREFIX) && (!type || type.startsWith("application/x-www-form-urlencoded"))) {
+      req.headers["content-type"] = "application/json";
+    }
+    rest(req, res).then(
+      (handled) => {
+        if (!handled) connectHandler(req, res);
+      },
+      (err) => {
+        report(err);
+        if (!res.headersSent) res.writeHead(500);
+        res.end();
+      },
+    );
+  });
+
+  const sockets = new Set<net.Socket>();
+  const listener = net.createServer((socket) => {
+    sockets.add(socket);
+    socket.once("close", () => sockets.delete(socket));
+    socket.on("error", () => socket.destroy());
+    routeConnection(socket, (isHttp2) => {
+      if (isHttp2) {
+        // node:http2 drains bytes already buffered on the socket itself.
+        injector.injectConnection(socket);
+      } else {
+        httpServer.emit("connection", socket);
+        // node:http reads the handle directly; the put-back bytes flow once resumed.
+        socket.resume();
+      }
+    });
+  });
+  await new Promise<void>((resolve, reject) => {
+    listener.once("error", reject);
+    listener.listen(options.port, options.host, () => resolve());
+  });
+  const port = (listener.address() as net.AddressInfo).port;
+  health.start();
+
+  let closing: Promise<void> | undefined;
+  return {
+    port,
+    health,
+    close: () =>
+      (closing ??= (async () => {
+        health.shutdown();
+        service.hub.shutdown();
+        listener.close();
+        injector.drain(options.shutdownGraceMs);
+        httpServer.closeIdleConnections();
+        const grpcDone = new Promise<void>((resolve) => grpcServer.tryShutdown(() => resolve()));
+        const httpDone = new Promise<void>((resolve) => httpServer.close(() => resolve()));
+        let timer: NodeJS.Timeout | undefined;
+        const graceOver = new Promise<"timeout">((resolve) => {
+          timer = setTimeout(() => resolve("timeout"), options.shutdownGraceMs);
+        });
+        const outcome = await Promise.race([Promise.all([grpcDone, httpDone]), graceOver]);
+        clearTimeout(timer);
+        if (outcome === "timeout") log.warn("shutdown grace period over; closing remaining connections");
+        grpcServer.forceShutdown();
+        injector.destroy();
+        httpServer.closeAllConnections();
+        for (const socket of sockets) socket.destroy();
+      })()),
+  };
+}
+
+/** Reads just enough of a new connection to tell HTTP/2 from HTTP/1.x, then puts the bytes back. */
+function routeConnection(socket: net.Socket, route: (isHttp2: boolean) => void): void {
+  const preface = Buffer.from("PRI * HTTP/2.0");
+  let seen = Buffer.alloc(0);
+  const onData = (chunk: Buffer) => {
+    seen = Buffer.concat([seen, chunk]);
+    const n = Math.min(seen.length, preface.length);
+    const matches = seen.subarray(0, n).equals(preface.subarray(0, n));
+    if (matches && n < preface.length) return; // need more bytes to decide
+    socket.off("data", onData);
+    socket.pause();
+    socket.unshift(seen);
+    route(matches);
+  };
+  socket.on("data", onData);
+}

@@ -1,0 +1,111 @@
+/**
+ * Conversions between the wire types (protobuf-es messages) and the stores'
+ * plain records. google.protobuf.Value is converted by hand, depth-checked
+ * on the way in, so hostile nesting is refused before anything recurses deep.
+ */
+import { create } from "@bufbuild/protobuf";
+import {
+  ListValueSchema,
+  NullValue,
+  StructSchema,
+  timestampFromMs,
+  ValueSchema,
+  type Timestamp,
+  type Value,
+} from "@bufbuild/protobuf/wkt";
+import { EventSchema, SessionSchema, type Event, type Session } from "../gen/engram/v1/memory_pb.js";
+import { invalidArgument } from "../errors.js";
+import type { JsonObject, JsonValue, SessionRecord, StoredEvent } from "../store/types.js";
+import { checkText } from "./validation.js";
+
+/** google.protobuf.Value -> JSON, refusing depth > maxDepth, NUL, lone surrogates and non-finite numbers. */
+export function valueToJson(field: string, value: Value | undefined, maxDepth: number, depth = 1): JsonValue {
+  if (value === undefined) return null;
+  const kind = value.kind;
+  switch (kind.case) {
+    case "stringValue":
+      checkText(field, kind.value);
+      return kind.value;
+    case "numberValue":
+      if (!Number.isFinite(kind.value)) throw invalidArgument(field, "numbers must be finite");
+      return kind.value;
+    case "boolValue":
+      return kind.value;
+    case "structValue": {
+      if (depth > maxDepth) throw invalidArgument(field, `is nested deeper than ${maxDepth} levels`);
+      const out: JsonObject = {};
+      for (const [key, v] of Object.entries(kind.value.fields)) {
+        checkText(field, key);
+        out[key] = valueToJson(field, v, maxDepth, depth + 1);
+      }
+      return out;
+    }
+    case "listValue": {
+      if (depth > maxDepth) throw invalidArgument(field, `is nested deeper than ${maxDepth} levels`);
+      return kind.value.values.map((v) => valueToJson(field, v, maxDepth, depth + 1));
+    }
+    default:
+      return null;
+  }
+}
+
+/** JSON -> google.protobuf.Value. */
+export function jsonToValue(json: JsonValue): Value {
+  if (json === null) return create(ValueSchema, { kind: { case: "nullValue", value: NullValue.NULL_VALUE } });
+  switch (typeof json) {
+    case "string":
+      return create(ValueSchema, { kind: { case: "stringValue", value: json } });
+    case "number":
+      return create(ValueSchema, { kind: { case: "numberValue", value: json } });
+    case "boolean":
+      return create(ValueSchema, { kind: { case: "boolValue", value: json } });
+  }
+  if (Array.isArray(json)) {
+    return create(ValueSchema, {
+      kind: { case: "listValue", value: create(ListValueSchema, { values: json.map(jsonToValue) }) },
+    });
+  }
+  const fields: Record<string, Value> = {};
+  for (const [k, v] of Object.entries(json)) fields[k] = jsonToValue(v);
+  return create(ValueSchema, { kind: { case: "structValue", value: create(StructSchema, { fields }) } });
+}
+
+/** Smallest and largest valid google.protobuf.Timestamp seconds (years 1..9999). */
+const MIN_SECONDS = -62135596800n;
+const MAX_SECONDS = 253402300799n;
+
+/** Timestamp -> epoch ms, refusing values outside the valid range. */
+export function timestampToMs(field: string, ts: Timestamp): number {
+  if (ts.seconds < MIN_SECONDS || ts.seconds > MAX_SECONDS || ts.nanos < 0 || ts.nanos > 999_999_999) {
+    throw invalidArgument(field, "is not a valid timestamp");
+  }
+  return Number(ts.seconds) * 1000 + Math.floor(ts.nanos / 1_000_000);
+}
+
+/** Store record -> wire Session. */
+export function toWireSession(r: SessionRecord): Session {
+  return create(SessionSchema, {
+    sessionId: r.sessionId,
+    appName: r.appName,
+    userId: r.userId,
+    metadata: r.metadata,
+    createdAt: timestampFromMs(r.createdAt),
+    updatedAt: timestampFromMs(r.updatedAt),
+    headSeq: BigInt(r.headSeq),
+    firstSeq: BigInt(r.firstSeq),
+    eventCount: BigInt(r.headSeq - r.firstSeq + 1),
+  });
+}
+
+/** Stored event -> wire Event. */
+export function toWireEvent(e: StoredEvent): Event {
+  return create(EventSchema, {
+    eventId: e.eventId,
+    eventType: e.eventType,
+    content: jsonToValue(e.content),
+    metadata: e.metadata,
+    timestamp: timestampFromMs(e.timestamp),
+    seq: BigInt(e.seq),
+    sessionId: e.sessionId,
+  });
+}

@@ -1,0 +1,301 @@
+/**
+ * The memory service: validation, semantics and context assembly, written
+ * once against the generated protobuf-es types and free of any protocol. The
+ * gRPC (grpc-js) and Connect (connect-node) adapters in src/server both call
+ * these methods, so both protocols behave identically.
+ */
+import { randomUUID } from "node:crypto";
+import { create } from "@bufbuild/protobuf";
+import {
+  AddEventResponseSchema,
+  AddEventsResponseSchema,
+  BuildConversationContextResponseSchema,
+  CaughtUpSchema,
+  ChatMessageSchema,
+  CleanupResponseSchema,
+  CreateSessionResponseSchema,
+  DeleteSessionResponseSchema,
+  GetOrCreateSessionResponseSchema,
+  GetSessionEventsResponseSchema,
+  GetSessionResponseSchema,
+  GetStatsResponseSchema,
+  HeartbeatSchema,
+  ListEventsResponseSchema,
+  ListSessionsResponseSchema,
+  StreamSessionEventsResponseSchema,
+  type AddEventRequest,
+  type AddEventResponse,
+  type AddEventsRequest,
+  type AddEventsResponse,
+  type BuildConversationContextRequest,
+  type BuildConversationContextResponse,
+  type CleanupRequest,
+  type CleanupResponse,
+  type CreateSessionRequest,
+  type CreateSessionResponse,
+  type DeleteSessionRequest,
+  type DeleteSessionResponse,
+  type Event,
+  type EventInput,
+  type GetOrCreateSessionRequest,
+  type GetOrCreateSessionResponse,
+  type GetSessionEventsRequest,
+  type GetSessionEventsResponse,
+  type GetSessionRequest,
+  type GetSessionResponse,
+  type GetStatsRequest,
+  type GetStatsResponse,
+  type ListEventsRequest,
+  type ListEventsResponse,
+  type ListSessionsRequest,
+  type ListSessionsResponse,
+  type StreamSessionEventsRequest,
+  type StreamSessionEventsResponse,
+} from "../gen/engram/v1/memory_pb.js";
+import { invalidArgument, sessionNotFound } from "../errors.js";
+import { eventFingerprint } from "../store/fingerprint.js";
+import type { JsonObject, MemoryStore, NewEvent, StoredEvent } from "../store/types.js";
+import { buildConversationContext } from "./context.js";
+import { timestampToMs, toWireEvent, toWireSession, valueToJson } from "./convert.js";
+import type { ServiceLimits } from "./limits.js";
+import { decodePageToken, encodePageToken } from "./page-token.js";
+import { StreamHub } from "./stream-hub.js";
+import {
+  checkEventSize,
+  checkJson,
+  pageSize,
+  requireEventType,
+  requireId,
+  requireName,
+  seqNumber,
+} from "./validation.js";
+
+/** What a handler knows of its call, whatever the protocol. */
+export interface CallContext {
+  /** Aborted when the client cancels, the deadline passes or the server stops. */
+  signal: AbortSignal;
+}
+
+/** Settings of the service. */
+export interface MemoryServiceOptions {
+  limits: ServiceLimits;
+  /** Default max_events of BuildConversationContext (MEMORY_CONTEXT_LIMIT). */
+  contextLimit: number;
+  /** Idle time between stream heartbeats. */
+  heartbeatMs: number;
+}
+
+/** The memory service; one instance per process. */
+export class MemoryService {
+  readonly hub: StreamHub;
+  /** Wire form of stored events, built once per stored object and shared by readers and streams. */
+  private readonly wireEvents = new WeakMap<StoredEvent, Event>();
+
+  constructor(
+    readonly store: MemoryStore,
+    private readonly options: MemoryServiceOptions,
+  ) {
+    this.hub = new StreamHub(store, { heartbeatMs: options.heartbeatMs, pageSize: options.limits.maxPageSize });
+  }
+
+  async createSession(req: CreateSessionRequest): Promise<CreateSessionResponse> {
+    const sessionId = req.sessionId === undefined ? randomUUID() : requireId("session_id", req.sessionId);
+    const session = await this.store.createSession({
+      sessionId,
+      appName: requireName("app_name", req.appName),
+      userId: requireName("user_id", req.userId),
+      metadata: this.metadata("metadata", req.metadata),
+      now: Date.now(),
+    });
+    return create(CreateSessionResponseSchema, { session: toWireSession(session) });
+  }
+
+  async getOrCreateSession(req: GetOrCreateSessionRequest): Promise<GetOrCreateSessionResponse> {
+    const result = await this.store.getOrCreateSession({
+      sessionId: requireId("session_id", req.sessionId),
+      appName: requireName("app_name", req.appName || "agent"),
+      userId: requireName("user_id", req.userId || "user"),
+      metadata: this.metadata("metadata", req.metadata),
+      now: Date.now(),
+    });
+    return create(GetOrCreateSessionResponseSchema, { session: toWireSession(result.session), created: result.created });
+  }
+
+  async getSession(req: GetSessionRequest): Promise<GetSessionResponse> {
+    const sessionId = requireId("session_id", req.sessionId);
+    const session = await this.store.getSession(sessionId);
+    if (!session) throw sessionNotFound(sessionId);
+    return create(GetSessionResponseSchema, { session: toWireSession(session) });
+  }
+
+  async listSessions(req: ListSessionsRequest): Promise<ListSessionsResponse> {
+    const appName = req.appName === undefined ? undefined : requireName("app_name", req.appName);
+    const userId = req.userId === undefined ? undefined : requireName("user_id", req.userId);
+    const limit = pageSize("page_size", req.pageSize, this.options.limits);
+    const filters = ["sessions", appName ?? null, userId ?? null];
+    const after = req.pageToken ? decodePageToken<string>(req.pageToken, "string", filters) : undefined;
+    // One extra row tells whether another page exists.
+    const rows = await this.store.listSessions({ appName, userId, afterSessionId: after, limit: limit + 1 });
+    const page = rows.slice(0, limit);
+    const nextPageToken = rows.length > limit ? encodePageToken(page[page.length - 1].sessionId, filters) : "";
+    return create(ListSessionsResponseSchema, { sessions: page.map(toWireSession), nextPageToken });
+  }
+
+  async deleteSession(req: DeleteSessionRequest): Promise<DeleteSessionResponse> {
+    const deleted = await this.store.deleteSession(requireId("session_id", req.sessionId));
+    return create(DeleteSessionResponseSchema, { deleted });
+  }
+
+  async addEvent(req: AddEventRequest): Promise<AddEventResponse> {
+    const sessionId = requireId("session_id", req.sessionId);
+    if (!req.event) throw invalidArgument("event", "is required");
+    const event = this.newEvent("event", req.event);
+    const expectedSeq = req.expectedSeq === undefined ? undefined : seqNumber("expected_seq", req.expectedSeq);
+    const result = await this.store.appendEvents(sessionId, [event], expectedSeq);
+    return create(AddEventResponseSchema, { event: this.wire(result.events[0]) });
+  }
+
+  async addEvents(req: AddEventsRequest): Promise<AddEventsResponse> {
+    const sessionId = requireId("session_id", req.sessionId);
+    const { maxBatchEvents } = this.options.limits;
+    if (req.events.length === 0) throw invalidArgument("events", "must hold at least one event");
+    if (req.events.length > maxBatchEvents) throw invalidArgument("events", `must hold at most ${maxBatchEvents} events`);
+    const events = req.events.map((e, i) => this.newEvent(`events[${i}]`, e));
+    const seen = new Set<string>();
+    events.forEach((e, i) => {
+      if (seen.has(e.eventId)) throw invalidArgument(`events[${i}].event_id`, "repeats an event_id of the same batch");
+      seen.add(e.eventId);
+    });
+    const expectedSeq = req.expectedSeq === undefined ? undefined : seqNumber("expected_seq", req.expectedSeq);
+    const result = await this.store.appendEvents(sessionId, events, expectedSeq);
+    return create(AddEventsResponseSchema, { events: result.events.map((e) => this.wire(e)) });
+  }
+
+  async getSessionEvents(req: GetSessionEventsRequest): Promise<GetSessionEventsResponse> {
+    const sessionId = requireId("session_id", req.sessionId);
+    const eventTypes = req.eventTypes.map((t, i) => requireEventType(`event_types[${i}]`, t));
+    const limit = pageSize("limit", req.limit, this.options.limits);
+    if (req.tail > 0) {
+      if (req.tail > this.options.limits.maxPageSize) throw invalidArgument("tail", `must be at most ${this.options.limits.maxPageSize}`);
+      if (req.afterSeq !== undefined || req.pageToken) throw invalidArgument("tail", "cannot be combined with after_seq or page_token");
+      const page = await this.store.readTail(sessionId, req.tail, eventTypes);
+      return create(GetSessionEventsResponseSchema, { events: page.events.map((e) => this.wire(e)), headSeq: BigInt(page.headSeq) });
+    }
+    const filters = ["events", sessionId, [...eventTypes].sort()];
+    const afterSeq = req.pageToken
+      ? decodePageToken<number>(req.pageToken, "number", filters)
+      : req.afterSeq === undefined
+        ? undefined
+        : seqNumber("after_seq", req.afterSeq);
+    const page = await this.store.readEvents(sessionId, { afterSeq, eventTypes, limit });
+    const last = page.events[page.events.length - 1];
+    const nextPageToken = page.events.length === limit && last.seq < page.headSeq ? encodePageToken(last.seq, filters) : "";
+    return create(GetSessionEventsResponseSchema, {
+      events: page.events.map((e) => this.wire(e)),
+      nextPageToken,
+      headSeq: BigInt(page.headSeq),
+    });
+  }
+
+  async listEvents(req: ListEventsRequest): Promise<ListEventsResponse> {
+    const sessionId = req.sessionId === undefined ? undefined : requireId("session_id", req.sessionId);
+    const limit = pageSize("limit", req.limit, this.options.limits);
+    const events = await this.store.listRecentEvents(limit, sessionId);
+    return create(ListEventsResponseSchema, { events: events.map((e) => this.wire(e)) });
+  }
+
+  async *streamSessionEvents(req: StreamSessionEventsRequest, ctx: CallContext): AsyncGenerator<StreamSessionEventsResponse> {
+    const sessionId = requireId("session_id", req.sessionId);
+    const eventTypes = req.eventTypes.map((t, i) => requireEventType(`event_types[${i}]`, t));
+    const afterSeq = req.afterSeq === undefined ? undefined : seqNumber("after_seq", req.afterSeq);
+    for await (const frame of this.hub.subscribe(sessionId, afterSeq, eventTypes, ctx.signal)) {
+      switch (frame.kind) {
+        case "event":
+          yield create(StreamSessionEventsResponseSchema, { frame: { case: "event", value: this.wire(frame.event) } });
+          break;
+        case "caughtUp":
+          yield create(StreamSessionEventsResponseSchema, {
+            frame: { case: "caughtUp", value: create(CaughtUpSchema, { headSeq: BigInt(frame.headSeq) }) },
+          });
+          break;
+        case "heartbeat":
+          yield create(StreamSessionEventsResponseSchema, {
+            frame: { case: "heartbeat", value: create(HeartbeatSchema, { headSeq: BigInt(frame.headSeq) }) },
+          });
+          break;
+      }
+    }
+  }
+
+  async buildConversationContext(req: BuildConversationContextRequest): Promise<BuildConversationContextResponse> {
+    const sessionId = requireId("session_id", req.sessionId);
+    if (req.maxEvents > this.options.limits.maxPageSize) {
+      throw invalidArgument("max_events", `must be at most ${this.options.limits.maxPageSize}`);
+    }
+    const page = await this.store.readTail(sessionId, req.maxEvents || this.options.contextLimit);
+    const context = buildConversationContext(page.events);
+    return create(BuildConversationContextResponseSchema, {
+      text: context.text,
+      messages: context.messages.map((m) =>
+        create(ChatMessageSchema, {
+          role: m.role,
+          content: m.content,
+          name: m.name,
+          toolCalls: m.toolCalls,
+          toolCallId: m.toolCallId,
+        }),
+      ),
+      eventsIncluded: context.eventsIncluded,
+      eventsDropped: context.eventsDropped,
+    });
+  }
+
+  async getStats(_req: GetStatsRequest): Promise<GetStatsResponse> {
+    const stats = await this.store.stats();
+    return create(GetStatsResponseSchema, {
+      totalSessions: BigInt(stats.totalSessions),
+      totalEvents: BigInt(stats.totalEvents),
+      avgEventsPerSession: stats.totalSessions === 0 ? 0 : stats.totalEvents / stats.totalSessions,
+      backend: this.store.backend,
+    });
+  }
+
+  async cleanup(req: CleanupRequest): Promise<CleanupResponse> {
+    const maxAge = req.maxAge;
+    if (!maxAge) throw invalidArgument("max_age", "is required");
+    const ms = Number(maxAge.seconds) * 1000 + Math.floor(maxAge.nanos / 1_000_000);
+    if (!(ms > 0)) throw invalidArgument("max_age", "must be positive");
+    const removed = await this.store.cleanup(Date.now() - ms);
+    return create(CleanupResponseSchema, { removedSessions: BigInt(removed) });
+  }
+
+  private metadata(field: string, value: JsonObject | undefined): JsonObject {
+    if (!value) return {};
+    checkJson(field, value, this.options.limits.maxJsonDepth);
+    return value;
+  }
+
+  private newEvent(field: string, input: EventInput): NewEvent {
+    const clientId = input.eventId !== "";
+    const eventId = clientId ? requireId(`${field}.event_id`, input.eventId) : randomUUID();
+    const eventType = requireEventType(`${field}.event_type`, input.eventType);
+    const content = valueToJson(`${field}.content`, input.content, this.options.limits.maxJsonDepth);
+    const metadata = this.metadata(`${field}.metadata`, input.metadata);
+    checkEventSize(field, content, metadata, this.options.limits);
+    return {
+      eventId,
+      eventType,
+      content,
+      metadata,
+      timestamp: input.timestamp ? timestampToMs(`${field}.timestamp`, input.timestamp) : Date.now(),
+      // Only a client-chosen id can be retried; a generated one never collides.
+      fingerprint: clientId ? eventFingerprint(eventType, content, metadata) : "",
+    };
+  }
+
+  private wire(e: StoredEvent): Event {
+    let wire = this.wireEvents.get(e);
+    if (!wire) this.wireEvents.set(e, (wire = toWireEvent(e)));
+    return wire;
+  }
+}

@@ -1,0 +1,268 @@
+/**
+ * The in-process store: the embedded default. Each session keeps its events in
+ * a ring buffer (denque) capped at maxSessionEvents, so append and eviction
+ * are O(1); sessions sit in a B+tree by id (cursor paging) and in a Map kept in
+ * update order (least recently updated first) for eviction and cleanup.
+ * Nothing survives a restart.
+ */
+import Denque from "denque";
+import sortedBtree from "sorted-btree";
+import { seqConflict, sessionNotFound } from "../errors.js";
+import { eventFingerprint } from "./fingerprint.js";
+import { checkCursor, compareRecent, duplicateEventId, sessionExists } from "./rules.js";
+import type {
+  AppendResult,
+  EventPage,
+  EventQuery,
+  MemoryStore,
+  NewEvent,
+  NewSession,
+  NoticeListener,
+  SessionNotice,
+  SessionQuery,
+  SessionRecord,
+  StoreLimits,
+  StoreStats,
+  StoredEvent,
+} from "./types.js";
+
+// sorted-btree is CommonJS; its class is the `default` property of module.exports.
+const BTree = sortedBtree.default;
+
+interface LocalSession {
+  record: SessionRecord;
+  events: Denque<StoredEvent>;
+  /** Retained events by event_id, for idempotent retries. */
+  byEventId: Map<string, StoredEvent>;
+}
+
+/** The in-process MemoryStore. */
+export class LocalStore implements MemoryStore {
+  readonly backend = "local";
+  readonly capabilities = { persistent: false, shared: false, retains: true };
+
+  private readonly byId = new BTree<string, LocalSession>();
+  /** Insertion order = update order: the first entry is the least recently updated. */
+  private readonly byRecency = new Map<string, LocalSession>();
+  private readonly listeners = new Map<string, Set<NoticeListener>>();
+  private totalEvents = 0;
+
+  constructor(private readonly limits: StoreLimits) {}
+
+  async createSession(input: NewSession): Promise<SessionRecord> {
+    if (this.byId.has(input.sessionId)) {
+      throw sessionExists(input.sessionId);
+    }
+    return { ...this.insert(input).record };
+  }
+
+  async getOrCreateSession(input: NewSession): Promise<{ session: SessionRecord; created: boolean }> {
+    const existing = this.byId.get(input.sessionId);
+    if (existing) return { session: { ...existing.record }, created: false };
+    return { session: { ...this.insert(input).record }, created: true };
+  }
+
+  async getSession(sessionId: string): Promise<SessionRecord | undefined> {
+    const s = this.byId.get(sessionId);
+    return s && { ...s.record };
+  }
+
+  async listSessions(query: SessionQuery): Promise<SessionRecord[]> {
+    const out: SessionRecord[] = [];
+    for (const [id, s] of this.byId.entries(query.afterSessionId)) {
+      if (id === query.afterSessionId) continue;
+      if (query.appName !== undefined && s.record.appName !== query.appName) continue;
+      if (query.userId !== undefined && s.record.userId !== query.userId) continue;
+      out.push({ ...s.record });
+      if (out.length >= query.limit) break;
+    }
+    return out;
+  }
+
+  async deleteSession(sessionId: string): Promise<boolean> {
+    const s = this.byId.get(sessionId);
+    if (!s) return false;
+    this.remove(s);
+    return true;
+  }
+
+  async appendEvents(sessionId: string, events: readonly NewEvent[], expectedSeq?: number): Promise<AppendResult> {
+    const s = this.byId.get(sessionId);
+    if (!s) throw sessionNotFound(sessionId);
+    const { fresh, originals } = this.splitRetries(s, events);
+    if (fresh.size === 0) return { events: originals, replayed: true };
+    if (expectedSeq !== undefined && expectedSeq !== s.record.headSeq) {
+      throw seqConflict(expectedSeq, s.record.headSeq);
+    }
+    const stored: StoredEvent[] = [];
+    const record = s.record;
+    for (const e of events) {
+      const original = fresh.has(e) ? undefined : s.byEventId.get(e.eventId);
+      if (original) {
+        stored.push(original);
+        continue;
+      }
+      const event: StoredEvent = {
+        sessionId,
+        seq: ++record.headSeq,
+        eventId: e.eventId,
+        eventType: e.eventType,
+        content: e.content,
+        metadata: e.metadata,
+        timestamp: e.timestamp,
+      };
+      s.events.push(event);
+      s.byEventId.set(event.eventId, event);
+      stored.push(event);
+      this.totalEvents++;
+    }
+    while (s.events.length > this.limits.maxSessionEvents) {
+      const evicted = s.events.shift()!;
+      s.byEventId.delete(evicted.eventId);
+      this.totalEvents--;
+    }
+    record.firstSeq = s.events.length > 0 ? s.events.peekAt(0)!.seq : record.headSeq + 1;
+    record.updatedAt = Date.now();
+    this.touch(s);
+    this.notify({ sessionId, headSeq: record.headSeq });
+    return { events: stored, replayed: false };
+  }
+
+  async readEvents(sessionId: string, query: EventQuery): Promise<EventPage> {
+    const s = this.byId.get(sessionId);
+    if (!s) throw sessionNotFound(sessionId);
+    const { headSeq, firstSeq } = s.record;
+    const afterSeq = query.afterSeq ?? firstSeq - 1;
+    checkCursor(afterSeq, firstSeq, headSeq);
+    const types = query.eventTypes && query.eventTypes.length > 0 ? new Set(query.eventTypes) : undefined;
+    const events: StoredEvent[] = [];
+    for (let i = afterSeq + 1 - firstSeq; i < s.events.length && events.length < query.limit; i++) {
+      const e = s.events.peekAt(i)!;
+      if (!types || types.has(e.eventType)) events.push(e);
+    }
+    return { events, headSeq, firstSeq };
+  }
+
+  async readTail(sessionId: string, limit: number, eventTypes?: readonly string[]): Promise<EventPage> {
+    const s = this.byId.get(sessionId);
+    if (!s) throw sessionNotFound(sessionId);
+    const types = eventTypes && eventTypes.length > 0 ? new Set(eventTypes) : undefined;
+    const events: StoredEvent[] = [];
+    for (let i = s.events.length - 1; i >= 0 && events.length < limit; i--) {
+      const e = s.events.peekAt(i)!;
+      if (!types || types.has(e.eventType)) events.push(e);
+    }
+    events.reverse();
+    return { events, headSeq: s.record.headSeq, firstSeq: s.record.firstSeq };
+  }
+
+  async listRecentEvents(limit: number, sessionId?: string): Promise<StoredEvent[]> {
+    if (sessionId !== undefined) {
+      const s = this.byId.get(sessionId);
+      if (!s) throw sessionNotFound(sessionId);
+      return (await this.readTail(sessionId, limit)).events;
+    }
+    // Each session's newest `limit` events are the only candidates.
+    const candidates: StoredEvent[] = [];
+    for (const s of this.byRecency.values()) {
+      for (let i = Math.max(0, s.events.length - limit); i < s.events.length; i++) candidates.push(s.events.peekAt(i)!);
+    }
+    candidates.sort(compareRecent);
+    return candidates.slice(-limit);
+  }
+
+  async stats(): Promise<StoreStats> {
+    return { totalSessions: this.byId.size, totalEvents: this.totalEvents };
+  }
+
+  async cleanup(cutoff: number): Promise<number> {
+    const stale: LocalSession[] = [];
+    for (const s of this.byRecency.values()) if (s.record.updatedAt < cutoff) stale.push(s);
+    for (const s of stale) this.remove(s);
+    return stale.length;
+  }
+
+  subscribe(sessionId: string, listener: NoticeListener): () => void {
+    let set = this.listeners.get(sessionId);
+    if (!set) this.listeners.set(sessionId, (set = new Set()));
+    set.add(listener);
+    return () => {
+      set!.delete(listener);
+      if (set!.size === 0 && this.listeners.get(sessionId) === set) this.listeners.delete(sessionId);
+    };
+  }
+
+  async ping(): Promise<void> {}
+
+  async close(): Promise<void> {
+    this.listeners.clear();
+  }
+
+  private insert(input: NewSession): LocalSession {
+    const s: LocalSession = {
+      record: {
+        sessionId: input.sessionId,
+        appName: input.appName,
+        userId: input.userId,
+        metadata: input.metadata,
+        createdAt: input.now,
+        updatedAt: input.now,
+        headSeq: 0,
+        firstSeq: 1,
+      },
+      events: new Denque<StoredEvent>(),
+      byEventId: new Map(),
+    };
+    this.byId.set(input.sessionId, s);
+    this.byRecency.set(input.sessionId, s);
+    this.evictSessionsOverLimit();
+    return s;
+  }
+
+  /** Past maxSessions, evict the least recently updated 10% (at least one). */
+  private evictSessionsOverLimit(): void {
+    if (this.byId.size <= this.limits.maxSessions) return;
+    let toEvict = Math.max(1, Math.ceil(this.limits.maxSessions * 0.1));
+    for (const s of this.byRecency.values()) {
+      if (toEvict-- <= 0) break;
+      this.remove(s);
+    }
+  }
+
+  private remove(s: LocalSession): void {
+    const id = s.record.sessionId;
+    this.byId.delete(id);
+    this.byRecency.delete(id);
+    this.totalEvents -= s.events.length;
+    this.notify({ sessionId: id, deleted: true });
+  }
+
+  private touch(s: LocalSession): void {
+    this.byRecency.delete(s.record.sessionId);
+    this.byRecency.set(s.record.sessionId, s);
+  }
+
+  /** Splits a batch into new events and retries of retained ones (checked by fingerprint). */
+  private splitRetries(s: LocalSession, events: readonly NewEvent[]) {
+    const fresh = new Set<NewEvent>();
+    const originals: StoredEvent[] = [];
+    for (const e of events) {
+      const original = s.byEventId.get(e.eventId);
+      if (!original) {
+        fresh.add(e);
+        continue;
+      }
+      if (eventFingerprint(original.eventType, original.content, original.metadata) !== e.fingerprint) {
+        throw duplicateEventId(e.eventId);
+      }
+      originals.push(original);
+    }
+    return { fresh, originals };
+  }
+
+  private notify(notice: SessionNotice): void {
+    const set = this.listeners.get(notice.sessionId);
+    if (!set) return;
+    for (const listener of [...set]) listener(notice);
+  }
+}

@@ -1,0 +1,86 @@
+/**
+ * The null store (MEMORY_ENABLED=false): every call succeeds and nothing is
+ * kept, like KAOS's NullMemory. Appends are acknowledged with seqs counted from
+ * 1 within the call; reads find empty sessions.
+ */
+import type {
+  AppendResult,
+  EventPage,
+  MemoryStore,
+  NewEvent,
+  NewSession,
+  SessionRecord,
+  StoreStats,
+  StoredEvent,
+} from "./types.js";
+
+function emptySession(sessionId: string, now = Date.now()): SessionRecord {
+  return { sessionId, appName: "", userId: "", metadata: {}, createdAt: now, updatedAt: now, headSeq: 0, firstSeq: 1 };
+}
+
+/** The MemoryStore that keeps nothing. */
+export class NullStore implements MemoryStore {
+  readonly backend = "null";
+  readonly capabilities = { persistent: false, shared: false, retains: false };
+
+  async createSession(input: NewSession): Promise<SessionRecord> {
+    return { ...emptySession(input.sessionId, input.now), appName: input.appName, userId: input.userId, metadata: input.metadata };
+  }
+
+  async getOrCreateSession(input: NewSession): Promise<{ session: SessionRecord; created: boolean }> {
+    return { session: await this.createSession(input), created: true };
+  }
+
+  async getSession(sessionId: string): Promise<SessionRecord | undefined> {
+    return emptySession(sessionId);
+  }
+
+  async listSessions(): Promise<SessionRecord[]> {
+    return [];
+  }
+
+  async deleteSession(): Promise<boolean> {
+    return true;
+  }
+
+  async appendEvents(sessionId: string, events: readonly NewEvent[]): Promise<AppendResult> {
+    const stored: StoredEvent[] = events.map((e, i) => ({
+      sessionId,
+      seq: i + 1,
+      eventId: e.eventId,
+      eventType: e.eventType,
+      content: e.content,
+      metadata: e.metadata,
+      timestamp: e.timestamp,
+    }));
+    return { events: stored, replayed: false };
+  }
+
+  async readEvents(): Promise<EventPage> {
+    return { events: [], headSeq: 0, firstSeq: 1 };
+  }
+
+  async readTail(): Promise<EventPage> {
+    return { events: [], headSeq: 0, firstSeq: 1 };
+  }
+
+  async listRecentEvents(): Promise<StoredEvent[]> {
+    return [];
+  }
+
+  async stats(): Promise<StoreStats> {
+    return { totalSessions: 0, totalEvents: 0 };
+  }
+
+  async cleanup(): Promise<number> {
+    return 0;
+  }
+
+  subscribe(): () => void {
+    return () => {};
+  }
+
+  async ping(): Promise<void> {}
+
+  async close(): Promise<void> {}
+}

@@ -1,0 +1,33 @@
+/**
+ * Semantics every store driver shares, written once so that local, Redis and
+ * PostgreSQL answer the same codes and messages.
+ */
+import { cursorEvicted, MemoryError } from "../errors.js";
+import type { StoredEvent } from "./types.js";
+
+/** Shared cursor rule: OUT_OF_RANGE for a cursor before the retained window or past the head. */
+export function checkCursor(afterSeq: number, firstSeq: number, headSeq: number): void {
+  if (afterSeq < firstSeq - 1) throw cursorEvicted(afterSeq, firstSeq);
+  if (afterSeq > headSeq) {
+    throw new MemoryError("OUT_OF_RANGE", `after_seq: ${afterSeq} is ahead of the session's head seq ${headSeq}`);
+  }
+}
+
+/** Order of "most recent events": by timestamp, then session, then seq. */
+export function compareRecent(a: StoredEvent, b: StoredEvent): number {
+  return a.timestamp - b.timestamp || (a.sessionId < b.sessionId ? -1 : a.sessionId > b.sessionId ? 1 : a.seq - b.seq);
+}
+
+
+/** ALREADY_EXISTS for an event_id retained with a different payload. */
+export function duplicateEventId(eventId: string): MemoryError {
+  return new MemoryError(
+    "ALREADY_EXISTS",
+    `event.event_id: event ${JSON.stringify(eventId)} already exists in this session with different content`,
+  );
+}
+
+/** ALREADY_EXISTS for a session id that is taken. */
+export function sessionExists(sessionId: string): MemoryError {
+  return new MemoryError("ALREADY_EXISTS", `session_id: session ${JSON.stringify(sessionId)} already exists`);
+}

@@ -1,0 +1,182 @@
+/**
+ * The MemoryStore contract: what every storage driver (local, null, redis,
+ * postgres) implements. Drivers speak plain records, never protobuf, and
+ * throw MemoryError (src/errors.ts). The same conformance suite
+ * (test/store/conformance.ts) runs against every driver.
+ */
+
+/** Any JSON value, as stored. */
+export type JsonValue = null | boolean | number | string | JsonValue[] | { [key: string]: JsonValue };
+/** A JSON object, as stored. */
+export type JsonObject = { [key: string]: JsonValue };
+
+/** A session as stores keep it. Times are epoch milliseconds. */
+export interface SessionRecord {
+  sessionId: string;
+  appName: string;
+  userId: string;
+  metadata: JsonObject;
+  createdAt: number;
+  updatedAt: number;
+  /** Seq of the newest event; 0 when none was ever appended. */
+  headSeq: number;
+  /** Seq of the oldest retained event; headSeq + 1 when none is retained. */
+  firstSeq: number;
+}
+
+/** An event as a client submits it, validated and with ids and time filled in. */
+export interface NewEvent {
+  eventId: string;
+  eventType: string;
+  content: JsonValue;
+  metadata: JsonObject;
+  /** Epoch milliseconds. */
+  timestamp: number;
+  /**
+   * Canonical JSON of (event_type, content, metadata): two submissions with
+   * the same event_id are the same event exactly when fingerprints match.
+   */
+  fingerprint: string;
+}
+
+/** An event as stored, with its position in the session. */
+export interface StoredEvent {
+  sessionId: string;
+  seq: number;
+  eventId: string;
+  eventType: string;
+  content: JsonValue;
+  metadata: JsonObject;
+  /** Epoch milliseconds. */
+  timestamp: number;
+}
+
+/** Input of createSession / getOrCreateSession. */
+export interface NewSession {
+  sessionId: string;
+  appName: string;
+  userId: string;
+  metadata: JsonObject;
+  /** Epoch milliseconds; becomes createdAt and updatedAt. */
+  now: number;
+}
+
+/** Filter and cursor of listSessions; sessions come in session_id order. */
+export interface SessionQuery {
+  appName?: string;
+  userId?: string;
+  /** Only sessions whose id sorts after this one (code-point order). */
+  afterSessionId?: string;
+  limit: number;
+}
+
+/** A range read of one session. */
+export interface EventQuery {
+  /** Only events with seq > afterSeq; events after it must all be retained. */
+  afterSeq?: number;
+  /** Only these event types when non-empty. */
+  eventTypes?: readonly string[];
+  limit: number;
+}
+
+/** What a range read returns, with the session's bounds at read time. */
+export interface EventPage {
+  events: StoredEvent[];
+  headSeq: number;
+  firstSeq: number;
+}
+
+/** Result of an append: the stored events, or the originals of a retry. */
+export interface AppendResult {
+  events: StoredEvent[];
+  /** True when every event was already stored (an idempotent retry). */
+  replayed: boolean;
+}
+
+/** Totals over the whole store. */
+export interface StoreStats {
+  totalSessions: number;
+  totalEvents: number;
+}
+
+/** A change notification: carries positions only, never event data. */
+export interface SessionNotice {
+  sessionId: string;
+  /** Head seq after the change, when known. */
+  headSeq?: number;
+  /** The session was deleted (or evicted, or cleaned up). */
+  deleted?: boolean;
+}
+
+/** Receives notices for one session. */
+export type NoticeListener = (notice: SessionNotice) => void;
+
+/** What a driver can do beyond the required contract. */
+export interface StoreCapabilities {
+  /** Data survives a restart of the server process. */
+  persistent: boolean;
+  /** Several server replicas can share the store and see each other's writes. */
+  shared: boolean;
+  /** The store keeps data at all (false for the null store). */
+  retains: boolean;
+}
+
+/** Limits a store enforces on its own data. */
+export interface StoreLimits {
+  /** Events retained per session; older ones are evicted (ring buffer). */
+  maxSessionEvents: number;
+  /** Sessions retained; past it the least recently updated 10% are evicted. */
+  maxSessions: number;
+}
+
+/** The storage contract every driver implements. */
+export interface MemoryStore {
+  /** "local", "null", "redis" or "postgres". */
+  readonly backend: string;
+  readonly capabilities: StoreCapabilities;
+
+  /** Creates a session; ALREADY_EXISTS when the id is taken. */
+  createSession(input: NewSession): Promise<SessionRecord>;
+  /** Returns the session, creating it atomically when absent. */
+  getOrCreateSession(input: NewSession): Promise<{ session: SessionRecord; created: boolean }>;
+  /** Returns the session or undefined. */
+  getSession(sessionId: string): Promise<SessionRecord | undefined>;
+  /** Sessions in session_id order after the cursor, filtered; at most `limit`. */
+  listSessions(query: SessionQuery): Promise<SessionRecord[]>;
+  /** Removes the session and every event of it; false when absent. */
+  deleteSession(sessionId: string): Promise<boolean>;
+
+  /**
+   * Appends events atomically (all or none) and assigns consecutive seqs.
+   * Events whose eventId is already retained with the same fingerprint are not
+   * appended again: their stored originals are returned in place. A retained
+   * eventId with another fingerprint: ALREADY_EXISTS. When every event is such a
+   * retry the call succeeds whatever expectedSeq says; otherwise an
+   * expectedSeq other than the head: FAILED_PRECONDITION. Unknown session:
+   * NOT_FOUND.
+   */
+  appendEvents(sessionId: string, events: readonly NewEvent[], expectedSeq?: number): Promise<AppendResult>;
+  /** Reads in seq order; OUT_OF_RANGE when afterSeq < firstSeq - 1; NOT_FOUND. */
+  readEvents(sessionId: string, query: EventQuery): Promise<EventPage>;
+  /** The newest `limit` events matching the filter, in seq order; NOT_FOUND. */
+  readTail(sessionId: string, limit: number, eventTypes?: readonly string[]): Promise<EventPage>;
+  /** The newest `limit` events over all sessions (or one), oldest first. */
+  listRecentEvents(limit: number, sessionId?: string): Promise<StoredEvent[]>;
+
+  /** Totals over the store. */
+  stats(): Promise<StoreStats>;
+  /** Removes sessions with updatedAt < cutoff (epoch ms); returns how many. */
+  cleanup(cutoff: number): Promise<number>;
+
+  /**
+   * Calls `listener` when the session changes, on this replica or any other
+   * sharing the store. Notices may be lost or merged: readers must re-read the
+   * durable log from their cursor. Returns the unsubscribe function.
+   */
+  subscribe(sessionId: string, listener: NoticeListener): () => void;
+
+  /** Resolves when the backend answers; rejects UNAVAILABLE otherwise. */
+  ping(): Promise<void>;
+  /** Releases connections and timers. */
+  close(): Promise<void>;
+}
