@@ -6,7 +6,8 @@
  * Nothing survives a restart.
  */
 import Denque from "denque";
-import sortedBtree from "sorted-btree";
+import { createRequire } from "node:module";
+import type SortedBTree from "sorted-btree";
 import { seqConflict, sessionNotFound } from "../errors.js";
 import { eventFingerprint } from "./fingerprint.js";
 import { checkCursor, compareRecent, duplicateEventId, sessionExists } from "./rules.js";
@@ -26,8 +27,9 @@ import type {
   StoredEvent,
 } from "./types.js";
 
-// sorted-btree is CommonJS; its class is the `default` property of module.exports.
-const BTree = sortedBtree.default;
+// sorted-btree is CommonJS with `exports.default`; loaders disagree on what an ESM
+// default import of it yields, so take the class from require() explicitly.
+const BTree: typeof SortedBTree.default = createRequire(import.meta.url)("sorted-btree").default;
 
 interface LocalSession {
   record: SessionRecord;

@@ -1,0 +1,425 @@
+/**
+ * The store conformance suite: one set of cases every MemoryStore driver must
+ * pass (keyv/unstorage style). A driver's test file calls
+ * describeStoreConformance(name, factory, capabilities) and adds only its own
+ * specific cases.
+ */
+import { setTimeout as sleep } from "node:timers/promises";
+import { afterEach, describe, expect, it } from "vitest";
+import { MemoryError } from "../../src/errors.js";
+import { eventFingerprint } from "../../src/store/fingerprint.js";
+import type { JsonObject, JsonValue, MemoryStore, NewEvent, SessionNotice, StoreCapabilities, StoreLimits } from "../../src/store/types.js";
+
+/** Makes a fresh, empty store with the given limits. */
+export type StoreFactory = (limits: StoreLimits) => Promise<MemoryStore>;
+
+const DEFAULT_LIMITS: StoreLimits = { maxSessions: 1000, maxSessionEvents: 500 };
+let counter = 0;
+
+/** A NewEvent as the service would build it; a client-chosen id when `eventId` is given. */
+export function newEvent(eventType: string, content: JsonValue, opts: { eventId?: string; metadata?: JsonObject; timestamp?: number } = {}): NewEvent {
+  const metadata = opts.metadata ?? {};
+  return {
+    eventId: opts.eventId ?? `gen-${process.pid}-${++counter}-${Math.random().toString(36).slice(2)}`,
+    eventType,
+    content,
+    metadata,
+    timestamp: opts.timestamp ?? Date.now(),
+    fingerprint: opts.eventId ? eventFingerprint(eventType, content, metadata) : "",
+  };
+}
+
+/** Creates a session with defaults. */
+export async function makeSession(store: MemoryStore, sessionId: string, appName = "app", userId = "user") {
+  return store.createSession({ sessionId, appName, userId, metadata: {}, now: Date.now() });
+}
+
+async function rejection(p: Promise<unknown>): Promise<MemoryError> {
+  try {
+    await p;
+  } catch (err) {
+    expect(err).toBeInstanceOf(MemoryError);
+    return err as MemoryError;
+  }
+  throw new Error("expected a MemoryError, but the call succeeded");
+}
+
+/** Registers the whole conformance suite for one driver. */
+export function describeStoreConformance(name: string, factory: StoreFactory, capabilities: StoreCapabilities): void {
+  describe(`MemoryStore conformance: ${name}`, () => {
+    const open: MemoryStore[] = [];
+    const fresh = async (limits: Partial<StoreLimits> = {}) => {
+      const store = await factory({ ...DEFAULT_LIMITS, ...limits });
+      open.push(store);
+      return store;
+    };
+    afterEach(async () => {
+      for (const store of open.splice(0)) await store.close();
+    });
+
+    it("declares its capabilities", async () => {
+      const store = await fresh();
+      expect(store.capabilities).toEqual(capabilities);
+    });
+
+    describe("1. sessions", () => {
+      it("creates a session and reads it back", async () => {
+        const store = await fresh();
+        const now = Date.now();
+        const created = await store.createSession({ sessionId: "s1", appName: "app", userId: "u", metadata: { a: [1, "x"] }, now });
+        expect(created).toMatchObject({ sessionId: "s1", appName: "app", userId: "u", metadata: { a: [1, "x"] }, headSeq: 0, firstSeq: 1 });
+        expect(created.createdAt).toBe(now);
+        expect(await store.getSession("s1")).toEqual(created);
+        expect(await store.getSession("missing")).toBeUndefined();
+      });
+
+      it("answers ALREADY_EXISTS for a taken session id and keeps the events", async () => {
+        const store = await fresh();
+        await makeSession(store, "s1");
+        await store.appendEvents("s1", [newEvent("user_message", "hi")]);
+        const err = await rejection(makeSession(store, "s1", "other", "other"));
+        expect(err.code).toBe("ALREADY_EXISTS");
+        expect((await store.readEvents("s1", { limit: 10 })).events).toHaveLength(1);
+        expect((await store.getSession("s1"))!.appName).toBe("app");
+      });
+
+      it("getOrCreateSession creates once under concurrent calls", async () => {
+        const store = await fresh();
+        const input = { sessionId: "race", appName: "app", userId: "u", metadata: {}, now: Date.now() };
+        const results = await Promise.all(Array.from({ length: 20 }, () => store.getOrCreateSession(input)));
+        expect(results.filter((r) => r.created)).toHaveLength(1);
+        expect(new Set(results.map((r) => r.session.createdAt)).size).toBe(1);
+        const again = await store.getOrCreateSession(input);
+        expect(again.created).toBe(false);
+      });
+
+      it("lists sessions in session_id order with a cursor and filters", async () => {
+        const store = await fresh();
+        for (const id of ["c", "a", "e", "b", "d"]) await makeSession(store, id, id < "c" ? "app1" : "app2", id === "e" ? "u2" : "u1");
+        const all = await store.listSessions({ limit: 10 });
+        expect(all.map((s) => s.sessionId)).toEqual(["a", "b", "c", "d", "e"]);
+        const page1 = await store.listSessions({ limit: 2 });
+        const page2 = await store.listSessions({ limit: 2, afterSessionId: page1[1].sessionId });
+        expect([...page1, ...page2].map((s) => s.sessionId)).toEqual(["a", "b", "c", "d"]);
+        expect((await store.listSessions({ limit: 10, appName: "app2" })).map((s) => s.sessionId)).toEqual(["c", "d", "e"]);
+        expect((await store.listSessions({ limit: 10, appName: "app2", userId: "u1" })).map((s) => s.sessionId)).toEqual(["c", "d"]);
+        expect((await store.listSessions({ limit: 10, userId: "u2" })).map((s) => s.sessionId)).toEqual(["e"]);
+        expect(await store.listSessions({ limit: 10, afterSessionId: "e" })).toEqual([]);
+      });
+
+      it("deletes a session with every event; a second delete is false", async () => {
+        const store = await fresh();
+        await makeSession(store, "s1");
+        await store.appendEvents("s1", [newEvent("user_message", "a", { eventId: "e1" }), newEvent("agent_response", "b")]);
+        expect(await store.deleteSession("s1")).toBe(true);
+        expect(await store.getSession("s1")).toBeUndefined();
+        expect((await rejection(store.readEvents("s1", { limit: 10 }))).code).toBe("NOT_FOUND");
+        expect(await store.deleteSession("s1")).toBe(false);
+        expect(await store.stats()).toEqual({ totalSessions: 0, totalEvents: 0 });
+        // A session re-created under the same id starts from scratch, event ids included.
+        await makeSession(store, "s1");
+        const again = await store.appendEvents("s1", [newEvent("user_message", "other", { eventId: "e1" })]);
+        expect(again.events[0]).toMatchObject({ seq: 1, content: "other" });
+      });
+    });
+
+    describe("2. appends", () => {
+      it("assigns seq 1, 2, 3 ... and moves the head", async () => {
+        const store = await fresh();
+        await makeSession(store, "s1");
+        const a = await store.appendEvents("s1", [newEvent("user_message", "one")]);
+        const b = await store.appendEvents("s1", [newEvent("agent_response", "two"), newEvent("tool_call", { tool: "x" })]);
+        expect([...a.events, ...b.events].map((e) => e.seq)).toEqual([1, 2, 3]);
+        expect(b.replayed).toBe(false);
+        const s = await store.getSession("s1");
+        expect(s).toMatchObject({ headSeq: 3, firstSeq: 1 });
+        expect(s!.updatedAt).toBeGreaterThanOrEqual(s!.createdAt);
+      });
+
+      it("answers NOT_FOUND for an unknown session", async () => {
+        const store = await fresh();
+        const err = await rejection(store.appendEvents("nope", [newEvent("user_message", "x")]));
+        expect(err.code).toBe("NOT_FOUND");
+        expect(err.message).toContain("session_id");
+      });
+
+      it("round-trips every JSON shape, metadata and timestamps exactly", async () => {
+        const store = await fresh();
+        await makeSession(store, "s1");
+        const contents: JsonValue[] = [
+          null, true, false, 0, -1.5, 1e21, "", "text with ünïcödé, emoji 🧠 and \"quotes\"\n",
+          [], {}, [1, [2, [3, { deep: [null, "x"] }]]], { nested: { a: 1, b: [true, null], "key with spaces": "v" } },
+        ];
+        const input = contents.map((c, i) => newEvent("custom.type", c, { metadata: { i, trace_id: "abc" }, timestamp: 1_700_000_000_123 + i }));
+        await store.appendEvents("s1", input);
+        const page = await store.readEvents("s1", { limit: 100 });
+        expect(page.events.map((e) => e.content)).toEqual(contents);
+        expect(page.events.map((e) => e.metadata)).toEqual(input.map((e) => e.metadata));
+        expect(page.events.map((e) => e.timestamp)).toEqual(input.map((e) => e.timestamp));
+        expect(page.events.every((e) => e.sessionId === "s1" && e.eventType === "custom.type")).toBe(true);
+      });
+
+      it("50 concurrent appends to one session get seq 1..50 exactly", async () => {
+        const store = await fresh();
+        await makeSession(store, "s1");
+        const results = await Promise.all(Array.from({ length: 50 }, (_, i) => store.appendEvents("s1", [newEvent("user_message", i)])));
+        expect(results.map((r) => r.events[0].seq).sort((a, b) => a - b)).toEqual(Array.from({ length: 50 }, (_, i) => i + 1));
+        const page = await store.readEvents("s1", { limit: 100 });
+        expect(page.events.map((e) => e.seq)).toEqual(Array.from({ length: 50 }, (_, i) => i + 1));
+        expect(new Set(page.events.map((e) => e.content)).size).toBe(50);
+      });
+
+      it("a retried event_id with the same payload returns the original event", async () => {
+        const store = await fresh();
+        await makeSession(store, "s1");
+        const first = await store.appendEvents("s1", [newEvent("user_message", { text: "hi", n: [1, 2] }, { eventId: "e1", metadata: { a: 1, b: 2 } })]);
+        await store.appendEvents("s1", [newEvent("agent_response", "between")]);
+        // Same payload, keys in another order, another timestamp: still the same event.
+        const retry = await store.appendEvents("s1", [newEvent("user_message", { n: [1, 2], text: "hi" }, { eventId: "e1", metadata: { b: 2, a: 1 }, timestamp: 1 })]);
+        expect(retry.replayed).toBe(true);
+        expect(retry.events).toEqual(first.events);
+        expect((await store.getSession("s1"))!.headSeq).toBe(2);
+      });
+
+      it("a retried event_id with another payload is ALREADY_EXISTS", async () => {
+        const store = await fresh();
+        await makeSession(store, "s1");
+        await store.appendEvents("s1", [newEvent("user_message", "hi", { eventId: "e1" })]);
+        const err = await rejection(store.appendEvents("s1", [newEvent("user_message", "changed", { eventId: "e1" })]));
+        expect(err.code).toBe("ALREADY_EXISTS");
+        expect(err.message).toContain("event_id");
+        expect((await store.getSession("s1"))!.headSeq).toBe(1);
+      });
+
+      it("a batch is atomic: one conflicting event_id appends nothing", async () => {
+        const store = await fresh();
+        await makeSession(store, "s1");
+        await store.appendEvents("s1", [newEvent("user_message", "hi", { eventId: "e1" })]);
+        const err = await rejection(
+          store.appendEvents("s1", [newEvent("agent_response", "new"), newEvent("user_message", "different", { eventId: "e1" })]),
+        );
+        expect(err.code).toBe("ALREADY_EXISTS");
+        expect((await store.readEvents("s1", { limit: 10 })).events.map((e) => e.content)).toEqual(["hi"]);
+      });
+
+      it("a batch mixing a retry and new events appends only the new ones", async () => {
+        const store = await fresh();
+        await makeSession(store, "s1");
+        const first = await store.appendEvents("s1", [newEvent("user_message", "hi", { eventId: "e1" })]);
+        const mixed = await store.appendEvents("s1", [newEvent("user_message", "hi", { eventId: "e1" }), newEvent("agent_response", "new", { eventId: "e2" })]);
+        expect(mixed.replayed).toBe(false);
+        expect(mixed.events.map((e) => e.seq)).toEqual([first.events[0].seq, 2]);
+        expect((await store.getSession("s1"))!.headSeq).toBe(2);
+      });
+
+      it("expected_seq: a match appends, a mismatch is FAILED_PRECONDITION with the current seq", async () => {
+        const store = await fresh();
+        await makeSession(store, "s1");
+        await store.appendEvents("s1", [newEvent("user_message", "a")], 0);
+        await store.appendEvents("s1", [newEvent("user_message", "b")], 1);
+        const err = await rejection(store.appendEvents("s1", [newEvent("user_message", "c")], 1));
+        expect(err.code).toBe("FAILED_PRECONDITION");
+        expect(err.metadata["engram-current-seq"]).toBe("2");
+        expect((await store.getSession("s1"))!.headSeq).toBe(2);
+      });
+
+      it("a retry whose expected_seq is stale still returns the original (the first try succeeded)", async () => {
+        const store = await fresh();
+        await makeSession(store, "s1");
+        const first = await store.appendEvents("s1", [newEvent("user_message", "a", { eventId: "e1" })], 0);
+        const retry = await store.appendEvents("s1", [newEvent("user_message", "a", { eventId: "e1" })], 0);
+        expect(retry).toEqual({ events: first.events, replayed: true });
+      });
+
+      it("under concurrent expected_seq appends exactly one writer wins each seq", async () => {
+        const store = await fresh();
+        await makeSession(store, "s1");
+        const outcomes = await Promise.allSettled(Array.from({ length: 10 }, (_, i) => store.appendEvents("s1", [newEvent("user_message", i)], 0)));
+        expect(outcomes.filter((o) => o.status === "fulfilled")).toHaveLength(1);
+        for (const o of outcomes) if (o.status === "rejected") expect((o.reason as MemoryError).code).toBe("FAILED_PRECONDITION");
+      });
+    });
+
+    describe("3. reads", () => {
+      it("reads after a cursor, with a limit and an event type filter", async () => {
+        const store = await fresh();
+        await makeSession(store, "s1");
+        await store.appendEvents("s1", ["user_message", "agent_response", "tool_call", "tool_result", "user_message", "agent_response"].map((t, i) => newEvent(t, i)));
+        const page = await store.readEvents("s1", { afterSeq: 2, limit: 2 });
+        expect(page.events.map((e) => e.seq)).toEqual([3, 4]);
+        expect(page).toMatchObject({ headSeq: 6, firstSeq: 1 });
+        const filtered = await store.readEvents("s1", { eventTypes: ["user_message", "tool_result"], limit: 10 });
+        expect(filtered.events.map((e) => e.seq)).toEqual([1, 4, 5]);
+        const filteredAfter = await store.readEvents("s1", { afterSeq: 1, eventTypes: ["user_message"], limit: 10 });
+        expect(filteredAfter.events.map((e) => e.seq)).toEqual([5]);
+        expect((await store.readEvents("s1", { afterSeq: 6, limit: 10 })).events).toEqual([]);
+      });
+
+      it("reads the newest events with readTail, filtered or not", async () => {
+        const store = await fresh();
+        await makeSession(store, "s1");
+        await store.appendEvents("s1", ["user_message", "agent_response", "user_message", "agent_response"].map((t, i) => newEvent(t, i)));
+        expect((await store.readTail("s1", 3)).events.map((e) => e.seq)).toEqual([2, 3, 4]);
+        expect((await store.readTail("s1", 10, ["user_message"])).events.map((e) => e.seq)).toEqual([1, 3]);
+        expect((await rejection(store.readTail("nope", 3))).code).toBe("NOT_FOUND");
+      });
+
+      it("evicts the oldest events past maxSessionEvents and refuses cursors into them", async () => {
+        const store = await fresh({ maxSessionEvents: 5 });
+        await makeSession(store, "s1");
+        for (let i = 0; i < 8; i++) await store.appendEvents("s1", [newEvent("user_message", i, { eventId: `e${i + 1}` })]);
+        const page = await store.readEvents("s1", { limit: 100 });
+        expect(page.events.map((e) => e.seq)).toEqual([4, 5, 6, 7, 8]);
+        expect(page).toMatchObject({ firstSeq: 4, headSeq: 8 });
+        expect(await store.getSession("s1")).toMatchObject({ firstSeq: 4, headSeq: 8 });
+        expect((await store.readEvents("s1", { afterSeq: 3, limit: 10 })).events[0].seq).toBe(4);
+        const err = await rejection(store.readEvents("s1", { afterSeq: 2, limit: 10 }));
+        expect(err.code).toBe("OUT_OF_RANGE");
+        expect(err.message).toContain("after_seq");
+        expect((await store.stats()).totalEvents).toBe(5);
+        // An evicted event_id is no longer known: its id may be used again.
+        const reused = await store.appendEvents("s1", [newEvent("user_message", "new", { eventId: "e1" })]);
+        expect(reused.events[0].seq).toBe(9);
+      });
+
+      it("a batch larger than the cap keeps only the newest events", async () => {
+        const store = await fresh({ maxSessionEvents: 3 });
+        await makeSession(store, "s1");
+        const res = await store.appendEvents("s1", Array.from({ length: 5 }, (_, i) => newEvent("user_message", i)));
+        expect(res.events.map((e) => e.seq)).toEqual([1, 2, 3, 4, 5]);
+        expect((await store.readEvents("s1", { limit: 10 })).events.map((e) => e.seq)).toEqual([3, 4, 5]);
+      });
+
+      it("refuses a cursor ahead of the head with OUT_OF_RANGE", async () => {
+        const store = await fresh();
+        await makeSession(store, "s1");
+        await store.appendEvents("s1", [newEvent("user_message", 1)]);
+        expect((await rejection(store.readEvents("s1", { afterSeq: 5, limit: 10 }))).code).toBe("OUT_OF_RANGE");
+      });
+
+      it("lists the most recent events over all sessions, oldest first", async () => {
+        const store = await fresh();
+        await makeSession(store, "a");
+        await makeSession(store, "b");
+        const t = 1_700_000_000_000;
+        await store.appendEvents("a", [newEvent("user_message", "a1", { timestamp: t + 1 }), newEvent("user_message", "a2", { timestamp: t + 4 })]);
+        await store.appendEvents("b", [newEvent("user_message", "b1", { timestamp: t + 2 }), newEvent("user_message", "b2", { timestamp: t + 3 })]);
+        expect((await store.listRecentEvents(3)).map((e) => e.content)).toEqual(["b1", "b2", "a2"]);
+        expect((await store.listRecentEvents(10, "b")).map((e) => e.content)).toEqual(["b1", "b2"]);
+        expect((await store.listRecentEvents(1, "a")).map((e) => e.content)).toEqual(["a2"]);
+        expect((await rejection(store.listRecentEvents(10, "nope"))).code).toBe("NOT_FOUND");
+      });
+    });
+
+    describe("4. stats, cleanup and eviction", () => {
+      it("counts sessions and retained events", async () => {
+        const store = await fresh();
+        expect(await store.stats()).toEqual({ totalSessions: 0, totalEvents: 0 });
+        await makeSession(store, "a");
+        await makeSession(store, "b");
+        await store.appendEvents("a", [newEvent("user_message", 1), newEvent("user_message", 2)]);
+        await store.appendEvents("b", [newEvent("user_message", 3)]);
+        expect(await store.stats()).toEqual({ totalSessions: 2, totalEvents: 3 });
+      });
+
+      it("cleanup removes sessions last updated before the cutoff", async () => {
+        const store = await fresh();
+        await makeSession(store, "old");
+        await makeSession(store, "touched");
+        await sleep(20);
+        const cutoff = Date.now();
+        await sleep(5);
+        await store.appendEvents("touched", [newEvent("user_message", "x")]);
+        await makeSession(store, "new");
+        expect(await store.cleanup(cutoff)).toBe(1);
+        expect(await store.getSession("old")).toBeUndefined();
+        expect((await store.listSessions({ limit: 10 })).map((s) => s.sessionId)).toEqual(["new", "touched"]);
+        expect(await store.cleanup(cutoff)).toBe(0);
+      });
+
+      it("past maxSessions evicts the least recently updated 10%", async () => {
+        const store = await fresh({ maxSessions: 10 });
+        for (let i = 0; i < 10; i++) {
+          await makeSession(store, `s${i}`);
+          await sleep(2);
+        }
+        await store.appendEvents("s0", [newEvent("user_message", "keep me")]);
+        await sleep(2);
+        await makeSession(store, "s10");
+        const ids = (await store.listSessions({ limit: 100 })).map((s) => s.sessionId);
+        expect(ids).toHaveLength(10);
+        expect(ids).not.toContain("s1");
+        expect(ids).toContain("s0");
+        expect(ids).toContain("s10");
+        expect((await store.stats()).totalSessions).toBe(10);
+      });
+    });
+
+    describe("5. notifications", () => {
+      it("notifies subscribers of appends and deletion, and stops after unsubscribe", async () => {
+        const store = await fresh();
+        await makeSession(store, "s1");
+        const notices: SessionNotice[] = [];
+        const unsubscribe = store.subscribe("s1", (n) => notices.push(n));
+        await sleep(capabilities.shared ? 200 : 0); // a network subscription needs a moment to be established
+        await store.appendEvents("s1", [newEvent("user_message", 1)]);
+        await store.appendEvents("s1", [newEvent("user_message", 2), newEvent("user_message", 3)]);
+        await waitFor(() => notices.some((n) => n.headSeq === 3));
+        await store.deleteSession("s1");
+        await waitFor(() => notices.some((n) => n.deleted));
+        unsubscribe();
+        const count = notices.length;
+        await makeSession(store, "s1");
+        await store.appendEvents("s1", [newEvent("user_message", 4)]);
+        await sleep(capabilities.shared ? 200 : 10);
+        expect(notices.length).toBe(count);
+      });
+    });
+
+    describe("6. tenancy and hostile ids", () => {
+      it("keeps (app a, user b:c) and (app a:b, user c) apart", async () => {
+        const store = await fresh();
+        await makeSession(store, "one", "a", "b:c");
+        await makeSession(store, "two", "a:b", "c");
+        expect((await store.listSessions({ limit: 10, appName: "a" })).map((s) => s.sessionId)).toEqual(["one"]);
+        expect((await store.listSessions({ limit: 10, appName: "a:b" })).map((s) => s.sessionId)).toEqual(["two"]);
+        expect((await store.listSessions({ limit: 10, appName: "a", userId: "c" }))).toEqual([]);
+        expect((await store.listSessions({ limit: 10, appName: "a", userId: "b:c" })).map((s) => s.sessionId)).toEqual(["one"]);
+      });
+
+      it("treats pattern characters and newlines in ids literally", async () => {
+        const store = await fresh();
+        const hostile = ["*", "?", "%", "_", "'", "a*", "a%", "a_b", "[ab]", "x'; DROP TABLE y; --", "line\nbreak", "\\"];
+        await makeSession(store, "plain", "ab", "user");
+        await makeSession(store, "aXb", "aXb", "user");
+        for (const [i, name] of hostile.entries()) await makeSession(store, `h${i}`, name, name);
+        for (const [i, name] of hostile.entries()) {
+          const byApp = await store.listSessions({ limit: 100, appName: name });
+          expect(byApp.map((s) => s.sessionId), `app ${JSON.stringify(name)}`).toEqual([`h${i}`]);
+          const byUser = await store.listSessions({ limit: 100, userId: name });
+          expect(byUser.map((s) => s.sessionId), `user ${JSON.stringify(name)}`).toEqual([`h${i}`]);
+        }
+        const ids = ["*", "a?b", "50%", "a_b", "it's", "[x]", "s:1:*"];
+        for (const id of ids) {
+          await makeSession(store, id);
+          await store.appendEvents(id, [newEvent("user_message", id, { eventId: `${id}*%_` })]);
+        }
+        for (const id of ids) {
+          const page = await store.readEvents(id, { limit: 10 });
+          expect(page.events.map((e) => e.content)).toEqual([id]);
+        }
+        expect(await store.deleteSession("*")).toBe(true);
+        for (const id of ids.slice(1)) expect(await store.getSession(id)).toBeDefined();
+      });
+    });
+  });
+}
+
+/** Polls `check` every 10 ms for up to 5 s. */
+export async function waitFor(check: () => boolean, timeoutMs = 5000): Promise<void> {
+  const deadline = Date.now() + timeoutMs;
+  while (!check()) {
+    if (Date.now() > deadline) throw new Error("condition not met in time");
+    await sleep(10);
+  }
+}

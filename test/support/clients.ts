@@ -1,0 +1,104 @@
+/**
+ * Two clients with one shape (connect-es's promise client): a Connect client
+ * over HTTP/1.1 and a real @grpc/grpc-js client over h2c. grpc-js errors are
+ * turned into ConnectError (code, raw message, trailers) so that one suite
+ * asserts identical behaviour on both protocols.
+ */
+import * as grpc from "@grpc/grpc-js";
+import { create, fromBinary, toBinary, type DescMethod } from "@bufbuild/protobuf";
+import { Code, ConnectError, createClient, type Client } from "@connectrpc/connect";
+import { createConnectTransport, createGrpcWebTransport } from "@connectrpc/connect-node";
+import { MemoryService } from "../../src/gen/engram/v1/memory_pb.js";
+
+/** The typed MemoryService client used by tests. */
+export type MemoryClient = Client<typeof MemoryService> & { close(): void };
+
+/** Connect protocol over HTTP/1.1 (JSON unless binary is asked for). */
+export function connectClient(baseUrl: string, opts: { binary?: boolean } = {}): MemoryClient {
+  const transport = createConnectTransport({ baseUrl, httpVersion: "1.1", useBinaryFormat: opts.binary ?? false });
+  return Object.assign(createClient(MemoryService, transport), { close: () => {} });
+}
+
+/** gRPC-Web over HTTP/1.1 (binary). */
+export function grpcWebClient(baseUrl: string): MemoryClient {
+  const transport = createGrpcWebTransport({ baseUrl, httpVersion: "1.1" });
+  return Object.assign(createClient(MemoryService, transport), { close: () => {} });
+}
+
+function fromGrpcError(err: grpc.ServiceError): ConnectError {
+  const headers = new Headers();
+  for (const [k, v] of Object.entries(err.metadata?.getMap() ?? {})) headers.set(k, String(v));
+  return new ConnectError(err.details, err.code as number as Code, headers);
+}
+
+interface CallOptions {
+  signal?: AbortSignal;
+  timeoutMs?: number;
+}
+
+/** gRPC over h2c through @grpc/grpc-js. */
+export function grpcJsClient(address: string): MemoryClient {
+  const client = new grpc.Client(address, grpc.credentials.createInsecure());
+  const api: Record<string, unknown> = {
+    close: () => client.close(),
+  };
+  for (const method of MemoryService.methods as DescMethod[]) {
+    const path = `/engram.v1.MemoryService/${method.name}`;
+    const serialize = (msg: object) => Buffer.from(toBinary(method.input, create(method.input, msg as never)));
+    const deserialize = (bytes: Buffer) => fromBinary(method.output, bytes);
+    const callOptions = (o?: CallOptions): grpc.CallOptions =>
+      o?.timeoutMs ? { deadline: new Date(Date.now() + o.timeoutMs) } : {};
+    if (method.methodKind === "unary") {
+      api[method.localName] = (req: object, o?: CallOptions) =>
+        new Promise((resolve, reject) => {
+          const call = client.makeUnaryRequest(path, serialize, deserialize, req ?? {}, new grpc.Metadata(), callOptions(o), (err, res) =>
+            err ? reject(fromGrpcError(err)) : resolve(res),
+          );
+          o?.signal?.addEventListener("abort", () => call.cancel(), { once: true });
+        });
+    } else {
+      api[method.localName] = (req: object, o?: CallOptions) =>
+        (async function* () {
+          const call = client.makeServerStreamRequest(path, serialize, deserialize, req ?? {}, new grpc.Metadata(), callOptions(o));
+          const onAbort = () => call.cancel();
+          o?.signal?.addEventListener("abort", onAbort, { once: true });
+          try {
+            for await (const msg of call) yield msg;
+          } catch (err) {
+            if ((err as grpc.ServiceError).code !== undefined) throw fromGrpcError(err as grpc.ServiceError);
+            throw err;
+          } finally {
+            o?.signal?.removeEventListener("abort", onAbort);
+            call.cancel();
+          }
+        })();
+    }
+  }
+  return api as unknown as MemoryClient;
+}
+
+/** The code of a rejected call, for `expect(await codeOf(...)).toBe(Code.X)`. */
+export async function codeOf(p: Promise<unknown>): Promise<Code | "ok"> {
+  try {
+    await p;
+    return "ok";
+  } catch (err) {
+    return ConnectError.from(err).code;
+  }
+}
+
+/** The ConnectError of a rejected call; fails when the call succeeds. */
+export async function errorOf(p: Promise<unknown>): Promise<ConnectError> {
+  try {
+    await p;
+  } catch (err) {
+    return ConnectError.from(err);
+  }
+  throw new Error("expected the call to fail, but it succeeded");
+}
+
+/** Both protocols, for describe.each. */
+export const PROTOCOLS = [
+  ["gRPC (grpc-js, h2c)", (s: { address: string }) => grpcJsClient(s.address)],
+  ["Connect JSON (HTTP/1.1)", (s: { baseUrl: string }) => connectClient(s.baseUrl)],
+] as const;
