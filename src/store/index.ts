@@ -11,8 +11,13 @@ export async function openStore(config: Config): Promise<MemoryStore> {
   switch (config.memoryType) {
     case "local":
       return new LocalStore(limits);
+    // BEGIN redis
     case "redis":
+      throw new ConfigError("MEMORY_TYPE=redis is not supported by this build yet");
+    // END redis
+    // BEGIN postgres
     case "postgres":
-      throw new ConfigError(`MEMORY_TYPE=${config.memoryType} is not supported by this build yet`);
+      throw new ConfigError("MEMORY_TYPE=postgres is not supported by this build yet");
+    // END postgres
   }
 }
