@@ -6,21 +6,13 @@
  */
 import { once } from "node:events";
 import type * as grpc from "@grpc/grpc-js";
-import { fromBinary, toBinary, type DescMessage, type DescMethod } from "@bufbuild/protobuf";
+import { toBinary, type DescMessage, type DescMethod } from "@bufbuild/protobuf";
 import { MemoryService as MemoryServiceDesc } from "../gen/engram/v1/memory_pb.js";
-import { invalidArgument } from "../errors.js";
 import type { MemoryService } from "../service/memory-service.js";
+import { parseRequest } from "./parse-request.js";
 import { toGrpcStatus, type InternalErrorReporter } from "./status.js";
 
 type Handler = (req: unknown, ctx: { signal: AbortSignal }) => Promise<unknown> | AsyncIterable<unknown>;
-
-function parse(desc: DescMessage, bytes: Buffer): unknown {
-  try {
-    return fromBinary(desc, bytes);
-  } catch (err) {
-    throw invalidArgument("request", `is not a valid ${desc.typeName} message (${err instanceof Error ? err.message : String(err)})`);
-  }
-}
 
 function serializer(desc: DescMessage) {
   return (msg: unknown) => Buffer.from(toBinary(desc, msg as never));
@@ -57,7 +49,7 @@ export function grpcMemoryService(
       ? async (call: grpc.ServerWritableStream<Buffer, unknown>) => {
           const controller = callSignal(call);
           try {
-            const req = parse(method.input, call.request);
+            const req = parseRequest(method.input, call.request);
             for await (const frame of handler(req, { signal: controller.signal }) as AsyncIterable<unknown>) {
               if (controller.signal.aborted) break;
               if (!call.write(frame)) {
@@ -74,7 +66,7 @@ export function grpcMemoryService(
       : (call: grpc.ServerUnaryCall<Buffer, unknown>, callback: grpc.sendUnaryData<unknown>) => {
           const controller = callSignal(call);
           Promise.resolve()
-            .then(() => handler(parse(method.input, call.request), { signal: controller.signal }) as Promise<unknown>)
+            .then(() => handler(parseRequest(method.input, call.request), { signal: controller.signal }) as Promise<unknown>)
             .then(
               (res) => callback(null, res),
               (err) => callback(toGrpcStatus(err, report) as grpc.ServiceError),

@@ -7,10 +7,10 @@
 import http from "node:http";
 import net from "node:net";
 import * as grpc from "@grpc/grpc-js";
-import { connectNodeAdapter } from "@connectrpc/connect-node";
 import type { Logger } from "../log.js";
 import type { MemoryService } from "../service/memory-service.js";
 import { connectMemoryRoutes } from "./connect-adapter.js";
+import { createConnectHandler } from "./connect-handler.js";
 import { grpcMemoryService } from "./grpc-adapter.js";
 import { HealthMonitor } from "./health.js";
 import { addReflection } from "./reflection.js";
@@ -56,15 +56,10 @@ export async function startServer(service: MemoryService, options: ServerOptions
 
   // Connect, gRPC-Web and REST over HTTP/1.1.
   const rest = createRestHandler({ service, health, agentName: options.agentName, report });
-  const connectHandler = connectNodeAdapter({
+  const connectHandler = createConnectHandler({
     routes: connectMemoryRoutes(service, report),
-    readMaxBytes: options.maxMessageBytes,
-    writeMaxBytes: options.maxMessageBytes,
-    connect: true,
-    grpcWeb: true,
-    grpc: false,
-    // snake_case field names, as in the proto and the KAOS API; zero values shown, so curl output is complete.
-    jsonOptions: { useProtoFieldName: true, alwaysEmitImplicit: true },
+    maxMessageBytes: options.maxMessageBytes,
+    onError: report,
     fallback: (_req, res) => {
       res.writeHead(404, { "content-type": "application/json" });
       res.end(JSON.stringify({ error: "not found", code: "not_found" }));
@@ -76,6 +71,11 @@ export async function startServer(service: MemoryService, options: ServerOptions
     if (req.method === "POST" && req.url?.startsWith(RPC_PATH_PREFIX) && (!type || type.startsWith("application/x-www-form-urlencoded"))) {
       req.headers["content-type"] = "application/json";
     }
+    // A refused oversized body is never read, so the connection cannot carry another request.
+    if (Number(req.headers["content-length"] ?? 0) > options.maxMessageBytes) res.setHeader("connection", "close");
+    res.once("finish", () => {
+      if (!req.complete) req.socket.end();
+    });
     rest(req, res).then(
       (handled) => {
         if (!handled) connectHandler(req, res);

@@ -1,0 +1,21 @@
+/** Request parsing shared by both protocol adapters, so a malformed message is refused the same way. */
+import { fromBinary, type DescMessage } from "@bufbuild/protobuf";
+import { invalidArgument } from "../errors.js";
+import { DEFAULT_SERVICE_LIMITS } from "../service/limits.js";
+
+/**
+ * Decoder nesting limit. Each level of JSON in a google.protobuf.Value or
+ * Struct takes two protobuf levels, so this lets the documented 64 levels of
+ * JSON through to validation (which names the field) and stops anything
+ * deeper while decoding.
+ */
+export const PROTO_RECURSION_LIMIT = 2 * DEFAULT_SERVICE_LIMITS.maxJsonDepth + 16;
+
+/** Parses a binary request; INVALID_ARGUMENT (never INTERNAL) when the bytes are not a valid message. */
+export function parseRequest(desc: DescMessage, bytes: Uint8Array): unknown {
+  try {
+    return fromBinary(desc, bytes, { recursionLimit: PROTO_RECURSION_LIMIT });
+  } catch (err) {
+    throw invalidArgument("request", `is not a valid ${desc.typeName} message (${err instanceof Error ? err.message : String(err)})`);
+  }
+}

@@ -1,0 +1,3 @@
+import { describeRpcSuite } from "./suite.js";
+
+describeRpcSuite("local");
