@@ -118,16 +118,19 @@ export async function startServer(service: MemoryService, options: ServerOptions
     close: () =>
       (closing ??= (async () => {
         health.shutdown();
-        service.hub.shutdown();
         listener.close();
-        injector.drain(options.shutdownGraceMs);
-        httpServer.closeIdleConnections();
-        const grpcDone = new Promise<void>((resolve) => grpcServer.tryShutdown(() => resolve()));
-        const httpDone = new Promise<void>((resolve) => httpServer.close(() => resolve()));
+        // Streams end first, each with UNAVAILABLE and its last seq, while their connections are still open.
+        service.hub.shutdown();
         let timer: NodeJS.Timeout | undefined;
         const graceOver = new Promise<"timeout">((resolve) => {
           timer = setTimeout(() => resolve("timeout"), options.shutdownGraceMs);
         });
+        await Promise.race([service.hub.whenIdle(), graceOver]);
+        await new Promise((resolve) => setTimeout(resolve, 50)); // let the final statuses reach the sockets
+        injector.drain(options.shutdownGraceMs);
+        httpServer.closeIdleConnections();
+        const grpcDone = new Promise<void>((resolve) => grpcServer.tryShutdown(() => resolve()));
+        const httpDone = new Promise<void>((resolve) => httpServer.close(() => resolve()));
         const outcome = await Promise.race([Promise.all([grpcDone, httpDone]), graceOver]);
         clearTimeout(timer);
         if (outcome === "timeout") log.warn("shutdown grace period over; closing remaining connections");

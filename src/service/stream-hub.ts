@@ -38,6 +38,8 @@ interface SessionChannel {
 export class StreamHub {
   private readonly channels = new Map<string, SessionChannel>();
   private readonly shutdownWakers = new Set<() => void>();
+  private readonly idleWaiters = new Set<() => void>();
+  private subscribers = 0;
   private closing = false;
 
   constructor(
@@ -64,6 +66,7 @@ export class StreamHub {
     if (this.closing) throw new MemoryError("UNAVAILABLE", "server is shutting down");
     const types = eventTypes.length > 0 ? new Set(eventTypes) : undefined;
     const channel = this.acquire(sessionId);
+    this.subscribers++;
     try {
       // The first read validates the session and the cursor.
       const first = await this.store.readEvents(sessionId, { afterSeq, limit: this.options.pageSize });
@@ -111,7 +114,20 @@ export class StreamHub {
       }
     } finally {
       this.release(sessionId, channel);
+      if (--this.subscribers === 0) for (const resolve of this.idleWaiters) resolve();
     }
+  }
+
+  /** Resolves once no subscriber is left (their final status is being sent). */
+  whenIdle(): Promise<void> {
+    if (this.subscribers === 0) return Promise.resolve();
+    return new Promise((resolve) => {
+      const done = () => {
+        this.idleWaiters.delete(done);
+        resolve();
+      };
+      this.idleWaiters.add(done);
+    });
   }
 
   /** Ends every stream with UNAVAILABLE and refuses new ones. */

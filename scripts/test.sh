@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# The test command (`npm test`): static checks, then every suite against real
+# servers. Backing servers (Redis, PostgreSQL) are started by the test setup;
+# client toolchains (Python venv, Go modules) by each client's own script.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+mkdir -p .tmp
+failed=()
+step() {
+  local name=$1
+  shift
+  echo
+  echo "=== $name"
+  if "$@"; then echo "=== $name: ok"; else echo "=== $name: FAILED"; failed+=("$name"); fi
+}
+
+step "typecheck" npx tsc -p tsconfig.json --noEmit
+step "buf lint" npx buf lint
+step "buf breaking" scripts/buf-breaking.sh
+step "generated code" scripts/check-generated.sh
+step "server suites (vitest)" npx vitest run --reporter=default --reporter=json --outputFile.json=.tmp/vitest.json
+for client in clients/*/; do
+  if [ -x "${client}scripts/test.sh" ]; then
+    step "client ${client}" "${client}scripts/test.sh"
+  fi
+done
+
+passed=$(node -e 'try{const r=require("./.tmp/vitest.json");console.log(r.numPassedTests)}catch{console.log(0)}')
+failing=$(node -e 'try{const r=require("./.tmp/vitest.json");console.log(r.numFailedTests)}catch{console.log(0)}')
+echo
+if [ ${#failed[@]} -gt 0 ]; then
+  echo "FAILED steps: ${failed[*]}"
+fi
+echo "server: $passed passed, $failing failed"
+[ ${#failed[@]} -eq 0 ]

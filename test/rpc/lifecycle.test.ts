@@ -1,0 +1,108 @@
+/**
+ * Process lifecycle: graceful SIGTERM drain, configuration errors and the
+ * null store (MEMORY_ENABLED=false), against real server processes.
+ */
+import { createRequire } from "node:module";
+import * as grpc from "@grpc/grpc-js";
+import * as protoLoader from "@grpc/proto-loader";
+import { Code } from "@connectrpc/connect";
+import { describe, expect, it } from "vitest";
+import { ConfigError, loadConfig } from "../../src/config.js";
+import { spawnServer } from "../support/engram.js";
+import { connectClient, errorOf, grpcJsClient } from "../support/clients.js";
+import { collect, seqsOf, sid } from "./suite.js";
+
+describe("SIGTERM", () => {
+  it("reports NOT_SERVING, ends streams UNAVAILABLE with their last seq, and exits 0 within the grace period", async () => {
+    const proc = await spawnServer({ MEMORY_SHUTDOWN_GRACE_MS: "3000" });
+    const grpcClient = grpcJsClient(proc.address);
+    const connect = connectClient(proc.baseUrl);
+    const id = sid();
+    await grpcClient.createSession({ appName: "app", userId: "u", sessionId: id });
+    await grpcClient.addEvents({ sessionId: id, events: Array.from({ length: 3 }, () => ({ eventType: "user_message" })) });
+
+    // Watch health over gRPC.
+    const require = createRequire(import.meta.url);
+    const healthDef = grpc.loadPackageDefinition(protoLoader.loadSync(require("grpc-health-check").protoPath, { enums: String })) as unknown as {
+      grpc: { health: { v1: { Health: grpc.ServiceClientConstructor } } };
+    };
+    const health = new healthDef.grpc.health.v1.Health(proc.address, grpc.credentials.createInsecure());
+    const statuses: string[] = [];
+    const watch = (health as unknown as { watch: (r: object) => grpc.ClientReadableStream<{ status: string }> }).watch({ service: "" });
+    watch.on("data", (d) => statuses.push(d.status));
+    watch.on("error", () => {});
+
+    const streams = [grpcClient, connect].map(async (client) => {
+      const controller = new AbortController();
+      const frames: Awaited<ReturnType<typeof collect>> = [];
+      const err = await errorOf(collect(client.streamSessionEvents({ sessionId: id }, { signal: controller.signal }), (f) => (frames.push(...f.slice(frames.length)), false), controller, 20_000));
+      return { err, frames };
+    });
+    const deadline = Date.now() + 5000;
+    while (statuses.length === 0 && Date.now() < deadline) await new Promise((r) => setTimeout(r, 20));
+    await new Promise((r) => setTimeout(r, 300));
+
+    const started = Date.now();
+    const exit = proc.kill("SIGTERM");
+    const results = await Promise.all(streams);
+    for (const { err, frames } of results) {
+      expect(err.code).toBe(Code.Unavailable);
+      expect(seqsOf(frames)).toEqual([1, 2, 3]);
+      expect(err.metadata.get("engram-last-seq")).toBe("3");
+    }
+    expect(await exit).toEqual({ code: 0, signal: null });
+    expect(Date.now() - started).toBeLessThan(3000 + 2000);
+    expect(statuses[0]).toBe("SERVING");
+    expect(statuses).toContain("NOT_SERVING");
+    expect(proc.lines.some((l) => l.includes('"msg":"stopped"'))).toBe(true);
+    health.close();
+    grpcClient.close();
+  });
+});
+
+describe("configuration", () => {
+  it("reads KAOS env names with flags overriding them", () => {
+    const config = loadConfig(["--max-session-events", "7"], { MEMORY_MAX_SESSION_EVENTS: "5", MEMORY_CONTEXT_LIMIT: "9", PORT: "9001" });
+    expect(config).toMatchObject({ maxSessionEvents: 7, contextLimit: 9, port: 9001, memoryType: "local", memoryEnabled: true, maxSessions: 1000 });
+  });
+
+  it.each([
+    [{ MEMORY_TYPE: "mongo" }, /MEMORY_TYPE: unknown memory type "mongo"/],
+    [{ MEMORY_TYPE: "redis" }, /MEMORY_REDIS_URL/],
+    [{ MEMORY_TYPE: "postgres" }, /MEMORY_POSTGRES_URL/],
+    [{ PORT: "eighty" }, /PORT: expected a whole number/],
+    [{ PORT: "70000" }, /PORT: must be at most 65535/],
+    [{ MEMORY_ENABLED: "maybe" }, /MEMORY_ENABLED: expected true or false/],
+    [{ MEMORY_MAX_SESSIONS: "0" }, /MEMORY_MAX_SESSIONS: must be at least 1/],
+    [{ MEMORY_KEY_PREFIX: "bad-prefix" }, /MEMORY_KEY_PREFIX/],
+  ])("refuses %o", (env, message) => {
+    expect(() => loadConfig([], env)).toThrow(ConfigError);
+    expect(() => loadConfig([], env)).toThrow(message);
+  });
+
+  it("refuses unknown flags", () => {
+    expect(() => loadConfig(["--prot", "1"], {})).toThrow(ConfigError);
+  });
+
+  it("a server with an unknown MEMORY_TYPE exits 2 with a clear message", async () => {
+    await expect(spawnServer({ MEMORY_TYPE: "mongo" })).rejects.toThrow(/exited with 2.*unknown memory type "mongo"/s);
+  });
+});
+
+describe("MEMORY_ENABLED=false (the null store)", () => {
+  it("accepts every call and keeps nothing", async () => {
+    const proc = await spawnServer({ MEMORY_ENABLED: "false" });
+    try {
+      const client = connectClient(proc.baseUrl);
+      const id = sid();
+      await client.createSession({ appName: "app", userId: "u", sessionId: id });
+      const res = await client.addEvent({ sessionId: id, event: { eventType: "user_message" } });
+      expect(res.event!.seq).toBe(1n);
+      expect((await client.getSessionEvents({ sessionId: id })).events).toEqual([]);
+      expect(await client.getStats({})).toMatchObject({ backend: "null", totalSessions: 0n, totalEvents: 0n });
+      expect((await client.listSessions({})).sessions).toEqual([]);
+    } finally {
+      await proc.kill();
+    }
+  });
+});

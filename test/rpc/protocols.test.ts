@@ -1,0 +1,212 @@
+/**
+ * The edge: every protocol on the one port (Connect binary, gRPC-Web, raw
+ * malformed bytes on each), the KAOS REST endpoints, health (grpc.health.v1,
+ * /healthz, /readyz) and server reflection.
+ */
+import { createRequire } from "node:module";
+import path from "node:path";
+import * as grpc from "@grpc/grpc-js";
+import * as protoLoader from "@grpc/proto-loader";
+import { Code } from "@connectrpc/connect";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { startTestServer, type TestServer } from "../support/engram.js";
+import { connectClient, errorOf, grpcWebClient, type MemoryClient } from "../support/clients.js";
+import { sid } from "./suite.js";
+
+// eslint-disable-next-line @typescript-eslint/no-explicit-any
+const jsonOf = async (res: Response): Promise<any> => res.json();
+
+let server: TestServer;
+beforeAll(async () => {
+  server = await startTestServer({ config: { agentName: "test-agent" } });
+});
+afterAll(async () => server?.stop());
+
+describe.each([
+  ["Connect binary", (s: TestServer) => connectClient(s.baseUrl, { binary: true })],
+  ["gRPC-Web", (s: TestServer) => grpcWebClient(s.baseUrl)],
+])("%s over HTTP/1.1", (_name, make) => {
+  let client: MemoryClient;
+  beforeAll(() => {
+    client = make(server);
+  });
+
+  it("creates, appends, reads and streams", async () => {
+    const id = sid();
+    await client.createSession({ appName: "app", userId: "u", sessionId: id });
+    const res = await client.addEvent({ sessionId: id, event: { eventType: "user_message", content: { kind: { case: "stringValue", value: "hi" } } } });
+    expect(res.event!.seq).toBe(1n);
+    const { events } = await client.getSessionEvents({ sessionId: id });
+    expect(events[0].content!.kind).toEqual({ case: "stringValue", value: "hi" });
+    const controller = new AbortController();
+    const frames = [];
+    for await (const frame of client.streamSessionEvents({ sessionId: id }, { signal: controller.signal })) {
+      frames.push(frame.frame.case);
+      if (frame.frame.case === "caughtUp") break;
+    }
+    expect(frames).toEqual(["event", "caughtUp"]);
+  });
+
+  it("answers NOT_FOUND and INVALID_ARGUMENT with the field name", async () => {
+    const missing = await errorOf(client.getSession({ sessionId: sid("missing") }));
+    expect(missing.code).toBe(Code.NotFound);
+    const bad = await errorOf(client.createSession({ appName: "", userId: "u" }));
+    expect(bad.code).toBe(Code.InvalidArgument);
+    expect(bad.rawMessage).toMatch(/^app_name/);
+  });
+});
+
+describe("malformed bytes never answer INTERNAL", () => {
+  const garbage = [Buffer.from([0xff, 0xff, 0xff, 0xff]), Buffer.from([0x0a, 0x10, 0x41]), Buffer.from("not protobuf at all")];
+
+  it.each(garbage.map((g) => [g.toString("hex"), g]))("Connect binary body %s -> invalid_argument", async (_hex, body) => {
+    const res = await fetch(`${server.baseUrl}/engram.v1.MemoryService/AddEvent`, { method: "POST", headers: { "content-type": "application/proto" }, body });
+    expect(res.status).toBe(400);
+    expect(await jsonOf(res)).toMatchObject({ code: "invalid_argument", message: expect.stringMatching(/^request/) });
+  });
+
+  it.each(garbage.map((g) => [g.toString("hex"), g]))("gRPC-Web body %s -> grpc-status 3", async (_hex, payload) => {
+    const body = Buffer.concat([Buffer.from([0, 0, 0, 0, payload.length]), payload]);
+    const res = await fetch(`${server.baseUrl}/engram.v1.MemoryService/AddEvent`, { method: "POST", headers: { "content-type": "application/grpc-web+proto" }, body });
+    expect(res.headers.get("grpc-status")).toBe("3");
+  });
+
+  it("Connect streaming body that does not decode -> end-stream invalid_argument", async () => {
+    const payload = Buffer.from([0xff, 0xff, 0xff]);
+    const body = Buffer.concat([Buffer.from([0, 0, 0, 0, payload.length]), payload]);
+    const res = await fetch(`${server.baseUrl}/engram.v1.MemoryService/StreamSessionEvents`, { method: "POST", headers: { "content-type": "application/connect+proto" }, body });
+    const bytes = Buffer.from(await res.arrayBuffer());
+    expect(bytes[0]).toBe(0b10);
+    expect(JSON.parse(bytes.subarray(5).toString())).toMatchObject({ error: { code: "invalid_argument" } });
+  });
+
+  it("gRPC over h2c with garbage bytes -> INVALID_ARGUMENT", async () => {
+    const client = new grpc.Client(server.address, grpc.credentials.createInsecure());
+    const err = await new Promise<grpc.ServiceError>((resolve) =>
+      client.makeUnaryRequest("/engram.v1.MemoryService/AddEvent", (b: Buffer) => b, (b: Buffer) => b, Buffer.from([0xff, 0xff, 0xff]), (e) => resolve(e!)),
+    );
+    client.close();
+    expect(err.code).toBe(grpc.status.INVALID_ARGUMENT);
+    expect(err.details).toMatch(/^request/);
+  });
+
+  it("Connect JSON that is not JSON -> invalid_argument", async () => {
+    const res = await fetch(`${server.baseUrl}/engram.v1.MemoryService/AddEvent`, { method: "POST", headers: { "content-type": "application/json" }, body: "{not json" });
+    expect(res.status).toBe(400);
+    expect((await jsonOf(res)).code).toBe("invalid_argument");
+  });
+});
+
+describe("curl-friendly Connect JSON", () => {
+  it("accepts curl's default form content type and answers snake_case JSON", async () => {
+    const id = sid();
+    const res = await fetch(`${server.baseUrl}/engram.v1.MemoryService/CreateSession`, {
+      method: "POST",
+      headers: { "content-type": "application/x-www-form-urlencoded" },
+      body: JSON.stringify({ app_name: "app", user_id: "u", session_id: id }),
+    });
+    expect(res.status).toBe(200);
+    const body = await jsonOf(res);
+    expect(body.session).toMatchObject({ session_id: id, app_name: "app", user_id: "u", head_seq: "0" });
+  });
+
+  it("serves side-effect-free methods over GET", async () => {
+    const res = await fetch(`${server.baseUrl}/engram.v1.MemoryService/GetStats?encoding=json&message=${encodeURIComponent("{}")}`);
+    expect(res.status).toBe(200);
+    expect(await jsonOf(res)).toMatchObject({ backend: "local" });
+  });
+});
+
+describe("KAOS REST endpoints", () => {
+  it("GET /memory/events and /memory/sessions return the KAOS shapes", async () => {
+    const client = connectClient(server.baseUrl);
+    const id = sid();
+    await client.createSession({ appName: "app", userId: "u", sessionId: id });
+    await client.addEvents({
+      sessionId: id,
+      events: [
+        { eventType: "user_message", eventId: "e1", content: { kind: { case: "stringValue", value: "hi" } }, metadata: { k: "v" } },
+        { eventType: "agent_response", eventId: "e2", content: { kind: { case: "stringValue", value: "hello" } } },
+      ],
+    });
+    const events = await jsonOf(await fetch(`${server.baseUrl}/memory/events?session_id=${id}&limit=10`));
+    expect(events).toEqual({
+      agent: "test-agent",
+      total: 2,
+      events: [
+        { event_id: "e1", timestamp: expect.stringMatching(/^\d{4}-\d\d-\d\dT/), event_type: "user_message", content: "hi", metadata: { k: "v" }, seq: 1, session_id: id },
+        { event_id: "e2", timestamp: expect.any(String), event_type: "agent_response", content: "hello", metadata: {}, seq: 2, session_id: id },
+      ],
+    });
+    const limited = await jsonOf(await fetch(`${server.baseUrl}/memory/events?session_id=${id}&limit=1`));
+    expect(limited.events.map((e: { event_id: string }) => e.event_id)).toEqual(["e2"]);
+    const capped = await fetch(`${server.baseUrl}/memory/events?limit=5000`);
+    expect(capped.status).toBe(200);
+    const sessions = await jsonOf(await fetch(`${server.baseUrl}/memory/sessions?app_name=app`));
+    expect(sessions.agent).toBe("test-agent");
+    expect(sessions.sessions).toContain(id);
+    expect(sessions.total).toBe(sessions.sessions.length);
+  });
+
+  it("answers 400 naming the parameter, 404 for an unknown session, 405 for writes", async () => {
+    const bad = await fetch(`${server.baseUrl}/memory/events?limit=-1`);
+    expect(bad.status).toBe(400);
+    expect((await jsonOf(bad)).error).toMatch(/^limit/);
+    const missing = await fetch(`${server.baseUrl}/memory/events?session_id=${sid("missing")}`);
+    expect(missing.status).toBe(404);
+    expect((await fetch(`${server.baseUrl}/memory/events`, { method: "POST" })).status).toBe(405);
+  });
+});
+
+describe("health and reflection", () => {
+  it("/healthz and /readyz report SERVING", async () => {
+    expect((await fetch(`${server.baseUrl}/healthz`)).status).toBe(200);
+    const ready = await fetch(`${server.baseUrl}/readyz`);
+    expect(ready.status).toBe(200);
+    expect(await jsonOf(ready)).toMatchObject({ status: "SERVING", backend: "local" });
+  });
+
+  it("grpc.health.v1.Health/Check answers SERVING for the server and MemoryService", async () => {
+    const require = createRequire(import.meta.url);
+    const healthProto = require("grpc-health-check").protoPath as string;
+    const def = grpc.loadPackageDefinition(protoLoader.loadSync(healthProto, { enums: String })) as unknown as {
+      grpc: { health: { v1: { Health: grpc.ServiceClientConstructor } } };
+    };
+    const client = new def.grpc.health.v1.Health(server.address, grpc.credentials.createInsecure());
+    for (const service of ["", "engram.v1.MemoryService"]) {
+      const res = await new Promise<{ status: string }>((resolve, reject) =>
+        (client as unknown as { check: (r: object, cb: (e: Error | null, r: { status: string }) => void) => void }).check({ service }, (e, r) => (e ? reject(e) : resolve(r))),
+      );
+      expect(res.status).toBe("SERVING");
+    }
+    client.close();
+  });
+
+  it("server reflection lists MemoryService and health, and describes the contract", async () => {
+    const require = createRequire(import.meta.url);
+    const reflectionDir = path.join(path.dirname(require.resolve("@grpc/reflection/package.json")), "build/proto");
+    const def = grpc.loadPackageDefinition(
+      protoLoader.loadSync("grpc/reflection/v1/reflection.proto", { includeDirs: [reflectionDir], keepCase: true }),
+    ) as unknown as { grpc: { reflection: { v1: { ServerReflection: grpc.ServiceClientConstructor } } } };
+    const client = new def.grpc.reflection.v1.ServerReflection(server.address, grpc.credentials.createInsecure());
+    const call = (client as unknown as { ServerReflectionInfo: () => grpc.ClientDuplexStream<object, Record<string, unknown>> }).ServerReflectionInfo();
+    const responses: Record<string, unknown>[] = [];
+    const done = new Promise<void>((resolve, reject) => {
+      call.on("data", (d) => {
+        responses.push(d);
+        if (responses.length === 2) call.end();
+      });
+      call.on("end", resolve);
+      call.on("error", reject);
+    });
+    call.write({ list_services: "" });
+    call.write({ file_containing_symbol: "engram.v1.MemoryService" });
+    await done;
+    client.close();
+    const services = (responses[0].list_services_response as { service: { name: string }[] }).service.map((s) => s.name);
+    expect(services).toEqual(expect.arrayContaining(["engram.v1.MemoryService", "grpc.health.v1.Health"]));
+    const files = (responses[1].file_descriptor_response as { file_descriptor_proto: Buffer[] }).file_descriptor_proto;
+    expect(files.length).toBeGreaterThan(0);
+    expect(Buffer.concat(files).toString("latin1")).toContain("StreamSessionEvents");
+  });
+});
