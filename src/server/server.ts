@@ -71,11 +71,14 @@ export async function startServer(service: MemoryService, options: ServerOptions
     if (req.method === "POST" && req.url?.startsWith(RPC_PATH_PREFIX) && (!type || type.startsWith("application/x-www-form-urlencoded"))) {
       req.headers["content-type"] = "application/json";
     }
-    // A refused oversized body is never read, so the connection cannot carry another request.
-    if (Number(req.headers["content-length"] ?? 0) > options.maxMessageBytes) res.setHeader("connection", "close");
-    res.once("finish", () => {
-      if (!req.complete) req.socket.end();
-    });
+    // A response sent before the request body was read in full (an oversized message refused
+    // early) must close the connection: otherwise node would read and discard the remaining
+    // body before the connection could carry another request.
+    const writeHead = res.writeHead;
+    res.writeHead = function (this: http.ServerResponse, ...args: Parameters<typeof writeHead>) {
+      if (!req.complete && !this.headersSent) this.setHeader("connection", "close");
+      return writeHead.apply(this, args);
+    } as typeof writeHead;
     rest(req, res).then(
       (handled) => {
         if (!handled) connectHandler(req, res);
