@@ -13,6 +13,7 @@ async function main(): Promise<void> {
   const config = loadConfig();
   log.info({ config: describeConfig(config) }, "effective configuration");
   const store = await openStore(config);
+  log.info({ backend: store.backend, durability: await store.describeDurability() }, "store durability");
   const service = new MemoryService(store, {
     limits: { ...DEFAULT_SERVICE_LIMITS, maxEventBytes: config.maxEventBytes, maxBatchEvents: config.maxBatchEvents },
     contextLimit: config.contextLimit,

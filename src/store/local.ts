@@ -25,6 +25,7 @@ import type {
   StoreLimits,
   StoreStats,
   StoredEvent,
+  StoreDurability,
 } from "./types.js";
 
 // sorted-btree is CommonJS with `exports.default`; loaders disagree on what an ESM
@@ -195,6 +196,10 @@ export class LocalStore implements MemoryStore {
   }
 
   async ping(): Promise<void> {}
+
+  async describeDurability(): Promise<StoreDurability> {
+    return { summary: "in process memory only: an acknowledged append is lost when the process exits", settings: {} };
+  }
 
   async close(): Promise<void> {
     this.listeners.clear();

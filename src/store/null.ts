@@ -12,6 +12,7 @@ import type {
   SessionRecord,
   StoreStats,
   StoredEvent,
+  StoreDurability,
 } from "./types.js";
 
 function emptySession(sessionId: string, now = Date.now()): SessionRecord {
@@ -81,6 +82,10 @@ export class NullStore implements MemoryStore {
   }
 
   async ping(): Promise<void> {}
+
+  async describeDurability(): Promise<StoreDurability> {
+    return { summary: "nothing is kept (MEMORY_ENABLED=false)", settings: {} };
+  }
 
   async close(): Promise<void> {}
 }

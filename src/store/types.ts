@@ -121,6 +121,14 @@ export interface StoreCapabilities {
   retains: boolean;
 }
 
+/** The effective durability of acknowledged writes, as read from the backend. */
+export interface StoreDurability {
+  /** One line an operator can act on, e.g. "fsync once per second (appendonly yes, appendfsync everysec)". */
+  summary: string;
+  /** The raw settings it was derived from. */
+  settings: Record<string, string>;
+}
+
 /** Limits a store enforces on its own data. */
 export interface StoreLimits {
   /** Events retained per session; older ones are evicted (ring buffer). */
@@ -177,6 +185,12 @@ export interface MemoryStore {
 
   /** Resolves when the backend answers; rejects UNAVAILABLE otherwise. */
   ping(): Promise<void>;
+  /**
+   * What an acknowledged append survives with the backend's current settings
+   * (e.g. Redis appendonly/appendfsync, PostgreSQL synchronous_commit), logged
+   * at start-up.
+   */
+  describeDurability(): Promise<StoreDurability>;
   /** Releases connections and timers. */
   close(): Promise<void>;
 }
