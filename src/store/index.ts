@@ -12,12 +12,25 @@ export async function openStore(config: Config): Promise<MemoryStore> {
     case "local":
       return new LocalStore(limits);
     // BEGIN redis
-    case "redis":
-      throw new ConfigError("MEMORY_TYPE=redis is not supported by this build yet");
+    case "redis": {
+      // Loaded on demand: local deployments never load ioredis.
+      const { RedisStore } = await import("./redis.js");
+      // open() connects, subscribes and fails with UNAVAILABLE naming the (masked) URL when Redis is unreachable.
+      return RedisStore.open({ url: config.redisUrl!, keyPrefix: config.keyPrefix, limits });
+    }
     // END redis
     // BEGIN postgres
-    case "postgres":
-      throw new ConfigError("MEMORY_TYPE=postgres is not supported by this build yet");
+    case "postgres": {
+      // Loaded on demand so other backends never load pg.
+      const { PostgresStore } = await import("./postgres.js");
+      try {
+        return await PostgresStore.open({ url: config.postgresUrl!, schema: config.keyPrefix, limits });
+      } catch (err) {
+        // No `cause`: the logger would print the same reason once more per level.
+        const reason = err instanceof Error ? err.message : String(err);
+        throw new Error(`MEMORY_TYPE=postgres: cannot open schema ${JSON.stringify(config.keyPrefix)} at MEMORY_POSTGRES_URL: ${reason}`);
+      }
+    }
     // END postgres
   }
 }

@@ -7,8 +7,22 @@
 export default async function setup(): Promise<() => Promise<void>> {
   const teardowns: Array<() => Promise<void>> = [];
   // BEGIN redis (owned by the Redis driver)
+  if (!process.env.MEMORY_TEST_REDIS_URL) {
+    // Imported here so that runs given a URL never look for redis-server.
+    const { startRedisServer } = await import("./redis-server.js");
+    const redis = await startRedisServer({ appendonly: true });
+    // Forked workers (and the servers they spawn) inherit this environment.
+    process.env.MEMORY_TEST_REDIS_URL = redis.url;
+    teardowns.push(() => redis.destroy());
+  }
   // END redis
   // BEGIN postgres (owned by the PostgreSQL driver)
+  if (!process.env.MEMORY_TEST_POSTGRES_URL) {
+    const { startPostgresServer } = await import("./postgres-server.js");
+    const postgres = await startPostgresServer();
+    process.env.MEMORY_TEST_POSTGRES_URL = postgres.url;
+    teardowns.push(() => postgres.stop());
+  }
   // END postgres
   return async () => {
     for (const teardown of teardowns.reverse()) await teardown();

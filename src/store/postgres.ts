@@ -1,0 +1,728 @@
+/**
+ * The PostgreSQL store: several replicas share one database, each deployment
+ * in its own schema (MEMORY_KEY_PREFIX). Numbered migrations
+ * (postgres/migrations/NNNN_*.sql) run at start under an advisory lock
+ * (graphile-worker style). An append locks its session row, so commit order is
+ * seq order, and touches only the rows it adds or trims: O(1) in session
+ * length. Live notices travel by NOTIFY inside the writing transaction and
+ * reach every replica through one LISTEN connection per store.
+ */
+import { createHash, randomInt } from "node:crypto";
+import { readdirSync, readFileSync } from "node:fs";
+import path from "node:path";
+import { fileURLToPath } from "node:url";
+import pg from "pg";
+import { asMemoryError, MemoryError, seqConflict, sessionNotFound } from "../errors.js";
+import { eventFingerprint } from "./fingerprint.js";
+import { checkCursor, duplicateEventId, sessionExists } from "./rules.js";
+import type {
+  AppendResult,
+  EventPage,
+  EventQuery,
+  JsonObject,
+  JsonValue,
+  MemoryStore,
+  NewEvent,
+  NewSession,
+  NoticeListener,
+  SessionNotice,
+  SessionQuery,
+  SessionRecord,
+  StoreDurability,
+  StoreLimits,
+  StoreStats,
+  StoredEvent,
+} from "./types.js";
+
+const { Client, Pool, escapeIdentifier } = pg;
+
+/** Where the numbered migrations live, next to this file. */
+export const MIGRATIONS_DIR = path.join(path.dirname(fileURLToPath(import.meta.url)), "postgres", "migrations");
+
+/** How to reach PostgreSQL and what to keep there. */
+export interface PostgresStoreOptions {
+  /** Connection URL (MEMORY_POSTGRES_URL). */
+  url: string;
+  /** Schema holding every table (MEMORY_KEY_PREFIX). */
+  schema: string;
+  limits: StoreLimits;
+  /** Bound on opening a connection (or waiting for a pooled one); default 5 s. */
+  connectTimeoutMs?: number;
+  /** Bound on one statement, client- and server-side; default 15 s. */
+  queryTimeoutMs?: number;
+  /** Pooled connections; default 10. */
+  poolSize?: number;
+}
+
+/** Slots of the counters table (see 0001_init.sql). */
+const COUNTER_SLOTS = 16;
+/** Sessions deleted per cleanup statement, so no transaction grows unbounded. */
+const CLEANUP_BATCH = 500;
+/** NOTIFY payloads must stay under 8000 bytes. */
+const MAX_NOTIFY_BYTES = 7900;
+const LISTEN_BACKOFF_MIN_MS = 100;
+const LISTEN_BACKOFF_MAX_MS = 5000;
+
+/** Epoch milliseconds of a timestamptz column, exact (extract returns numeric). */
+const ms = (column: string) => `(extract(epoch from ${column}) * 1000)::bigint`;
+const SESSION_COLUMNS = `session_id, app_name, user_id, metadata, ${ms("created_at")} AS created_ms, ${ms("updated_at")} AS updated_ms, head_seq, first_seq`;
+const EVENT_COLUMNS = `seq, event_id, event_type, content, metadata, ${ms('"timestamp"')} AS ts_ms`;
+
+/** ISO 8601 in UTC: PostgreSQL parses it exactly, whatever the session's TimeZone. */
+const iso = (epochMs: number) => new Date(epochMs).toISOString();
+
+interface SessionRow {
+  session_id: string;
+  app_name: string;
+  user_id: string;
+  metadata: JsonObject;
+  created_ms: string;
+  updated_ms: string;
+  head_seq: string;
+  first_seq: string;
+}
+
+interface EventRow {
+  seq: string;
+  event_id: string;
+  event_type: string;
+  content: JsonValue;
+  metadata: JsonObject;
+  ts_ms: string;
+  fingerprint?: string;
+}
+
+function toSession(row: SessionRow): SessionRecord {
+  return {
+    sessionId: row.session_id,
+    appName: row.app_name,
+    userId: row.user_id,
+    metadata: row.metadata,
+    createdAt: Number(row.created_ms),
+    updatedAt: Number(row.updated_ms),
+    headSeq: Number(row.head_seq),
+    firstSeq: Number(row.first_seq),
+  };
+}
+
+function toEvent(sessionId: string, row: EventRow): StoredEvent {
+  return {
+    sessionId,
+    seq: Number(row.seq),
+    eventId: row.event_id,
+    eventType: row.event_type,
+    content: row.content,
+    metadata: row.metadata,
+    timestamp: Number(row.ts_ms),
+  };
+}
+
+/** Payload identity of a submitted event; generated ids carry none, so compute it. */
+const fingerprintOf = (e: NewEvent) => e.fingerprint || eventFingerprint(e.eventType, e.content, e.metadata);
+
+const CONNECTION_CODES = new Set(["ECONNREFUSED", "ECONNRESET", "ETIMEDOUT", "EPIPE", "ENOTFOUND", "EHOSTUNREACH", "ENETUNREACH", "EAI_AGAIN", "ECONNABORTED"]);
+/** SQLSTATEs meaning the server went away or cannot serve now (class 08, 57P0x, too many connections, statement timeout). */
+const UNAVAILABLE_STATES = /^(08...|57P0[1-4]|53300|57014)$/;
+const CONNECTION_MESSAGES = /timeout|connection terminated|terminated unexpectedly|connection error|client was closed|not queryable|Cannot use a pool after calling end/i;
+
+function errorCode(err: unknown): string | undefined {
+  const code = (err as { code?: unknown } | null)?.code;
+  return typeof code === "string" ? code : undefined;
+}
+
+/** True when the error says the backend is unreachable or went away, not that the query was wrong. */
+function isUnavailable(err: unknown): boolean {
+  if (err instanceof MemoryError) return err.code === "UNAVAILABLE";
+  const code = errorCode(err);
+  if (code && (CONNECTION_CODES.has(code) || UNAVAILABLE_STATES.test(code))) return true;
+  if (err instanceof AggregateError && err.errors.some(isUnavailable)) return true;
+  return err instanceof Error && CONNECTION_MESSAGES.test(err.message);
+}
+
+/**
+ * True when an established connection broke, so a statement may or may not
+ * have run: the one case worth a retry on a fresh connection (a refused or
+ * timed-out connect would only fail again and double the wait).
+ */
+function isConnectionLost(err: unknown): boolean {
+  const code = errorCode(err);
+  if (code === "ECONNRESET" || code === "EPIPE" || code === "57P01" || code === "57P02" || (code?.startsWith("08") && code !== "08001" && code !== "08004")) return true;
+  return err instanceof Error && /connection terminated unexpectedly|connection error/i.test(err.message) && !/timeout/i.test(err.message);
+}
+
+/** Every driver error as a MemoryError: connection trouble is UNAVAILABLE, the rest INTERNAL. */
+function toMemoryError(err: unknown): MemoryError {
+  if (err instanceof MemoryError) return err;
+  if (isUnavailable(err)) {
+    const detail = (err instanceof Error && err.message) || errorCode(err) || String(err);
+    return new MemoryError("UNAVAILABLE", `PostgreSQL is unavailable: ${detail}`, {}, { cause: err });
+  }
+  return asMemoryError(err);
+}
+
+/** The LISTEN/NOTIFY channel of a schema: readable when it fits in an identifier, hashed when not. */
+function channelName(schema: string): string {
+  const plain = `${schema}_events`;
+  if (Buffer.byteLength(plain) <= 63) return plain;
+  return `engram_events_${createHash("sha256").update(schema).digest("hex").slice(0, 32)}`;
+}
+
+/** What one append changes, worked out under the session lock. */
+interface AppendPlan {
+  stored: StoredEvent[];
+  kept: { event: NewEvent; seq: number }[];
+  headSeq: number;
+  firstSeq: number;
+}
+
+/** The PostgreSQL MemoryStore. Create it with PostgresStore.open(). */
+export class PostgresStore implements MemoryStore {
+  readonly backend = "postgres";
+  readonly capabilities = { persistent: true, shared: true, retains: true };
+
+  private readonly pool: pg.Pool;
+  private readonly limits: StoreLimits;
+  /** The quoted schema, prefixed to every table name. */
+  private readonly s: string;
+  private readonly channel: string;
+  private readonly listeners = new Map<string, Set<NoticeListener>>();
+  private listenClient?: pg.Client;
+  private reconnectTimer?: NodeJS.Timeout;
+  private reconnectAttempt = 0;
+  private closed = false;
+
+  /** Opens the pool, applies pending migrations and starts listening; rejects UNAVAILABLE when unreachable. */
+  static async open(options: PostgresStoreOptions): Promise<PostgresStore> {
+    const store = new PostgresStore(options);
+    try {
+      await store.migrate();
+      await store.listen();
+    } catch (err) {
+      await store.close();
+      throw toMemoryError(err);
+    }
+    return store;
+  }
+
+  /** Creates the store without touching the database; open() is the usual way in. */
+  constructor(private readonly options: PostgresStoreOptions) {
+    this.limits = options.limits;
+    this.s = escapeIdentifier(options.schema);
+    this.channel = channelName(options.schema);
+    const queryTimeout = options.queryTimeoutMs ?? 15_000;
+    this.pool = new Pool({
+      connectionString: options.url,
+      max: options.poolSize ?? 10,
+      connectionTimeoutMillis: options.connectTimeoutMs ?? 5000,
+      // The server gives up first (and releases locks); the client bound catches a silent network.
+      statement_timeout: queryTimeout,
+      query_timeout: queryTimeout + 1000,
+      idle_in_transaction_session_timeout: queryTimeout * 2,
+      keepAlive: true,
+      application_name: `engram:${options.schema}`.slice(0, 63),
+    });
+    // An idle pooled connection that dies (restart, pg_terminate_backend) is
+    // dropped by the pool; without a listener the event would crash the process.
+    this.pool.on("error", () => {});
+  }
+
+  async createSession(input: NewSession): Promise<SessionRecord> {
+    return this.attempt(async (retried) => {
+      const row = await this.insertSession(input);
+      if (row) {
+        await this.evictSessionsOverLimit(Number(row.total_sessions));
+        return toSession(row);
+      }
+      const existing = await this.selectSession(input.sessionId);
+      // The first try may have committed before its connection broke: our own row is success.
+      if (retried && existing && existing.createdAt === input.now && existing.appName === input.appName && existing.userId === input.userId) {
+        return existing;
+      }
+      throw sessionExists(input.sessionId);
+    });
+  }
+
+  async getOrCreateSession(input: NewSession): Promise<{ session: SessionRecord; created: boolean }> {
+    return this.attempt(async () => {
+      // A concurrent delete can remove the row between the two statements; try again then.
+      for (;;) {
+        const row = await this.insertSession(input);
+        if (row) {
+          await this.evictSessionsOverLimit(Number(row.total_sessions));
+          return { session: toSession(row), created: true };
+        }
+        const existing = await this.selectSession(input.sessionId);
+        if (existing) return { session: existing, created: false };
+      }
+    });
+  }
+
+  async getSession(sessionId: string): Promise<SessionRecord | undefined> {
+    return this.attempt(() => this.selectSession(sessionId));
+  }
+
+  async listSessions(query: SessionQuery): Promise<SessionRecord[]> {
+    // Equality only, never LIKE: app and user names are data, not patterns.
+    const where: string[] = [];
+    const params: unknown[] = [];
+    const add = (sql: string, value: unknown) => {
+      params.push(value);
+      where.push(sql.replace("?", `$${params.length}`));
+    };
+    if (query.appName !== undefined) add("app_name = ?", query.appName);
+    if (query.userId !== undefined) add("user_id = ?", query.userId);
+    if (query.afterSessionId !== undefined) add("session_id > ?", query.afterSessionId);
+    params.push(query.limit);
+    const sql =
+      `SELECT ${SESSION_COLUMNS} FROM ${this.s}.sessions` +
+      (where.length > 0 ? ` WHERE ${where.join(" AND ")}` : "") +
+      ` ORDER BY session_id LIMIT $${params.length}`;
+    const { rows } = await this.query<SessionRow>(sql, params);
+    return rows.map(toSession);
+  }
+
+  async deleteSession(sessionId: string): Promise<boolean> {
+    const { rows } = await this.query(this.deleteSessionsSql("session_id = $3", ""), [this.channel, this.slot(), sessionId]);
+    return rows.length > 0;
+  }
+
+  async appendEvents(sessionId: string, events: readonly NewEvent[], expectedSeq?: number): Promise<AppendResult> {
+    // Every event carries a unique id (clients' or a generated UUID) and goes
+    // through the id lookup, so re-running after an unknown commit outcome
+    // returns what the first try stored instead of appending twice.
+    return this.attempt(() => this.transaction((client) => this.appendIn(client, sessionId, events, expectedSeq)));
+  }
+
+  async readEvents(sessionId: string, query: EventQuery): Promise<EventPage> {
+    const types = query.eventTypes && query.eventTypes.length > 0 ? [...query.eventTypes] : null;
+    const { headSeq, firstSeq, events } = await this.readRange(sessionId, "ASC", query.afterSeq ?? -1, types, query.limit);
+    checkCursor(query.afterSeq ?? firstSeq - 1, firstSeq, headSeq);
+    return { events, headSeq, firstSeq };
+  }
+
+  async readTail(sessionId: string, limit: number, eventTypes?: readonly string[]): Promise<EventPage> {
+    const types = eventTypes && eventTypes.length > 0 ? [...eventTypes] : null;
+    const page = await this.readRange(sessionId, "DESC", -1, types, limit);
+    page.events.reverse();
+    return page;
+  }
+
+  async listRecentEvents(limit: number, sessionId?: string): Promise<StoredEvent[]> {
+    if (sessionId !== undefined) return (await this.readTail(sessionId, limit)).events;
+    const { rows } = await this.query<EventRow & { session_id: string }>(
+      `SELECT session_id, ${EVENT_COLUMNS} FROM ${this.s}.events ORDER BY "timestamp" DESC, session_id DESC, seq DESC LIMIT $1`,
+      [limit],
+    );
+    return rows.reverse().map((row) => toEvent(row.session_id, row));
+  }
+
+  async stats(): Promise<StoreStats> {
+    const { rows } = await this.query<{ sessions: string; events: string }>(
+      `SELECT coalesce(sum(sessions), 0) AS sessions, coalesce(sum(events), 0) AS events FROM ${this.s}.counters`,
+    );
+    return { totalSessions: Number(rows[0].sessions), totalEvents: Number(rows[0].events) };
+  }
+
+  async cleanup(cutoff: number): Promise<number> {
+    let total = 0;
+    for (;;) {
+      // SKIP LOCKED: a session locked by an append is being updated right now, so it is not stale.
+      const { rows } = await this.query(this.deleteSessionsSql("updated_at < $3", `ORDER BY updated_at, session_id LIMIT ${CLEANUP_BATCH} FOR UPDATE SKIP LOCKED`), [
+        this.channel,
+        this.slot(),
+        iso(cutoff),
+      ]);
+      total += rows.length;
+      if (rows.length < CLEANUP_BATCH) return total;
+    }
+  }
+
+  subscribe(sessionId: string, listener: NoticeListener): () => void {
+    let set = this.listeners.get(sessionId);
+    if (!set) this.listeners.set(sessionId, (set = new Set()));
+    set.add(listener);
+    return () => {
+      set!.delete(listener);
+      if (set!.size === 0 && this.listeners.get(sessionId) === set) this.listeners.delete(sessionId);
+    };
+  }
+
+  async ping(): Promise<void> {
+    await this.query("SELECT 1");
+  }
+
+  async describeDurability(): Promise<StoreDurability> {
+    const { rows } = await this.query<Record<string, string>>(
+      `SELECT current_setting('synchronous_commit') AS synchronous_commit, current_setting('fsync') AS fsync,
+              current_setting('wal_level') AS wal_level, current_setting('synchronous_standby_names') AS synchronous_standby_names`,
+    );
+    const settings = rows[0];
+    const sc = settings.synchronous_commit;
+    const fsync = settings.fsync;
+    const head = `synchronous_commit=${sc}, fsync=${fsync}`;
+    let summary: string;
+    if (fsync !== "on") {
+      summary = `${head}: an acknowledged append survives a crash of PostgreSQL but may be lost (or the database corrupted) if the host crashes`;
+    } else if (sc === "off") {
+      summary = `${head}: the last acknowledged appends (up to about 3 x wal_writer_delay) may be lost if PostgreSQL or the host crashes`;
+    } else {
+      const standby = settings.synchronous_standby_names && sc !== "local" ? `, and is on a synchronous standby (${settings.synchronous_standby_names})` : "";
+      summary = `${head}: an acknowledged append survives a crash of PostgreSQL or the host${standby}`;
+    }
+    return { summary, settings };
+  }
+
+  async close(): Promise<void> {
+    if (this.closed) return;
+    this.closed = true;
+    clearTimeout(this.reconnectTimer);
+    this.listeners.clear();
+    const client = this.listenClient;
+    this.listenClient = undefined;
+    await Promise.allSettled([client?.end(), this.pool.end()]);
+  }
+
+  /** Applies pending migrations in one transaction under the schema's advisory lock. */
+  async migrate(): Promise<void> {
+    const files = readdirSync(MIGRATIONS_DIR)
+      .filter((f) => /^\d{4}_.*\.sql$/.test(f))
+      .sort();
+    await this.transaction(async (client) => {
+      // Replicas starting together queue here; the first applies, the rest find nothing pending.
+      await client.query("SELECT pg_advisory_xact_lock(hashtextextended($1, 0))", [`engram:migrate:${this.options.schema}`]);
+      await client.query(`CREATE SCHEMA IF NOT EXISTS ${this.s}`);
+      await client.query(`SET LOCAL search_path TO ${this.s}`);
+      await client.query(
+        "CREATE TABLE IF NOT EXISTS schema_migrations (version integer PRIMARY KEY, name text NOT NULL, applied_at timestamptz NOT NULL DEFAULT now())",
+      );
+      const { rows } = await client.query<{ version: number }>("SELECT version FROM schema_migrations");
+      const applied = new Set(rows.map((r) => r.version));
+      for (const file of files) {
+        const version = Number(file.slice(0, 4));
+        if (applied.has(version)) continue;
+        await client.query(readFileSync(path.join(MIGRATIONS_DIR, file), "utf8"));
+        await client.query("INSERT INTO schema_migrations (version, name) VALUES ($1, $2)", [version, file]);
+      }
+    });
+  }
+
+  private async appendIn(client: pg.PoolClient, sessionId: string, events: readonly NewEvent[], expectedSeq?: number): Promise<AppendResult> {
+    // The row lock serializes appends to one session: seqs are assigned and committed in order.
+    const locked = await client.query<{ head_seq: string; first_seq: string }>(
+      `SELECT head_seq, first_seq FROM ${this.s}.sessions WHERE session_id = $1 FOR UPDATE`,
+      [sessionId],
+    );
+    if (locked.rows.length === 0) throw sessionNotFound(sessionId);
+    const headSeq = Number(locked.rows[0].head_seq);
+    const firstSeq = Number(locked.rows[0].first_seq);
+
+    // A statement after the lock: its snapshot sees what the previous holder committed.
+    const found = await client.query<EventRow>(
+      `SELECT ${EVENT_COLUMNS}, fingerprint FROM ${this.s}.events WHERE session_id = $1 AND event_id = ANY($2::text[])`,
+      [sessionId, events.map((e) => e.eventId)],
+    );
+    const originals = new Map(found.rows.map((row) => [row.event_id, row]));
+    for (const e of events) {
+      const original = originals.get(e.eventId);
+      if (original && original.fingerprint !== fingerprintOf(e)) throw duplicateEventId(e.eventId);
+    }
+    if (events.every((e) => originals.has(e.eventId))) {
+      return { events: events.map((e) => toEvent(sessionId, originals.get(e.eventId)!)), replayed: true };
+    }
+    if (expectedSeq !== undefined && expectedSeq !== headSeq) throw seqConflict(expectedSeq, headSeq);
+
+    const plan = this.planAppend(sessionId, events, originals, headSeq, firstSeq);
+    const payload = JSON.stringify({ s: sessionId, h: plan.headSeq });
+    const kept = plan.kept;
+    await client.query(
+      `WITH inserted AS (
+         INSERT INTO ${this.s}.events (session_id, seq, event_id, event_type, content, metadata, "timestamp", fingerprint)
+         SELECT $1, $2::bigint + t.ord, t.event_id, t.event_type, t.content::jsonb, t.metadata::jsonb, t.ts::timestamptz, t.fp
+         FROM unnest($3::text[], $4::text[], $5::text[], $6::text[], $7::text[], $8::text[])
+              WITH ORDINALITY AS t(event_id, event_type, content, metadata, ts, fp, ord)
+         RETURNING 1
+       ), trimmed AS (
+         DELETE FROM ${this.s}.events WHERE session_id = $1 AND seq < $9 RETURNING 1
+       ), moved AS (
+         UPDATE ${this.s}.sessions SET head_seq = $10, first_seq = $9, updated_at = $11::timestamptz WHERE session_id = $1
+       ), counted AS (
+         UPDATE ${this.s}.counters SET events = events + (SELECT count(*) FROM inserted) - (SELECT count(*) FROM trimmed) WHERE slot = $12
+       )
+       SELECT pg_notify($13, $14) WHERE $14::text IS NOT NULL`,
+      [
+        sessionId,
+        kept[0].seq - 1,
+        kept.map((k) => k.event.eventId),
+        kept.map((k) => k.event.eventType),
+        kept.map((k) => JSON.stringify(k.event.content)),
+        kept.map((k) => JSON.stringify(k.event.metadata)),
+        kept.map((k) => iso(k.event.timestamp)),
+        kept.map((k) => fingerprintOf(k.event)),
+        plan.firstSeq,
+        plan.headSeq,
+        iso(Date.now()),
+        this.slot(),
+        this.channel,
+        // Too long to NOTIFY (only hostile store-level ids): readers' heartbeat re-read covers it.
+        Buffer.byteLength(payload) <= MAX_NOTIFY_BYTES ? payload : null,
+      ],
+    );
+    return { events: plan.stored, replayed: false };
+  }
+
+  /** Seqs for the new events, the window retained afterwards, and the rows to insert. */
+  private planAppend(sessionId: string, events: readonly NewEvent[], originals: Map<string, EventRow>, headSeq: number, firstSeq: number): AppendPlan {
+    const stored: StoredEvent[] = [];
+    const fresh: { event: NewEvent; seq: number }[] = [];
+    let head = headSeq;
+    for (const e of events) {
+      const original = originals.get(e.eventId);
+      if (original) {
+        stored.push(toEvent(sessionId, original));
+        continue;
+      }
+      const seq = ++head;
+      fresh.push({ event: e, seq });
+      stored.push({ sessionId, seq, eventId: e.eventId, eventType: e.eventType, content: e.content, metadata: e.metadata, timestamp: e.timestamp });
+    }
+    const first = Math.max(firstSeq, head - this.limits.maxSessionEvents + 1);
+    // Events of this batch already past the cap are acknowledged but never written.
+    return { stored, kept: fresh.filter((f) => f.seq >= first), headSeq: head, firstSeq: first };
+  }
+
+  /** One statement, so the session's bounds and its events come from the same snapshot. */
+  private async readRange(sessionId: string, order: "ASC" | "DESC", afterSeq: number, types: string[] | null, limit: number): Promise<EventPage> {
+    const { rows } = await this.query<{ head_seq: string; first_seq: string } & Partial<EventRow>>(
+      `SELECT s.head_seq, s.first_seq, e.* FROM ${this.s}.sessions s
+       LEFT JOIN LATERAL (
+         SELECT ${EVENT_COLUMNS} FROM ${this.s}.events
+         WHERE session_id = s.session_id AND seq > $2 AND ($3::text[] IS NULL OR event_type = ANY($3::text[]))
+         ORDER BY seq ${order} LIMIT $4
+       ) e ON true
+       WHERE s.session_id = $1`,
+      [sessionId, afterSeq, types, limit],
+    );
+    if (rows.length === 0) throw sessionNotFound(sessionId);
+    const events = rows.filter((row) => row.seq != null).map((row) => toEvent(sessionId, row as EventRow));
+    return { events, headSeq: Number(rows[0].head_seq), firstSeq: Number(rows[0].first_seq) };
+  }
+
+  private async selectSession(sessionId: string): Promise<SessionRecord | undefined> {
+    const { rows } = await this.pool.query<SessionRow>(`SELECT ${SESSION_COLUMNS} FROM ${this.s}.sessions WHERE session_id = $1`, [sessionId]);
+    return rows[0] && toSession(rows[0]);
+  }
+
+  /**
+   * Inserts the session and counts it in one statement; undefined when the id
+   * is taken. Not retried on its own: the caller's attempt() decides what a
+   * conflict after a broken connection means.
+   */
+  private async insertSession(input: NewSession): Promise<(SessionRow & { total_sessions: string }) | undefined> {
+    const { rows } = await this.pool.query<SessionRow & { total_sessions: string }>(
+      `WITH created AS (
+         INSERT INTO ${this.s}.sessions (session_id, app_name, user_id, metadata, created_at, updated_at)
+         VALUES ($1, $2, $3, $4::jsonb, $5::timestamptz, $5::timestamptz)
+         ON CONFLICT (session_id) DO NOTHING
+         RETURNING ${SESSION_COLUMNS}
+       ), counted AS (
+         UPDATE ${this.s}.counters SET sessions = sessions + 1 WHERE slot = $6 AND EXISTS (SELECT 1 FROM created)
+       )
+       -- The snapshot predates this statement's own count: add it back.
+       SELECT created.*, (SELECT coalesce(sum(sessions), 0) FROM ${this.s}.counters) + 1 AS total_sessions FROM created`,
+      [input.sessionId, input.appName, input.userId, JSON.stringify(input.metadata), iso(input.now), this.slot()],
+    );
+    return rows[0];
+  }
+
+  /** Past maxSessions, deletes the least recently updated 10% (at least one), like the local store. */
+  private async evictSessionsOverLimit(totalSessions: number): Promise<void> {
+    // The common case costs nothing: the insert statement already read the counters.
+    if (totalSessions <= this.limits.maxSessions) return;
+    await this.transaction(async (client) => {
+      // One evictor at a time, re-counting under the lock: concurrent creators must not each evict 10%.
+      await client.query("SELECT pg_advisory_xact_lock(hashtextextended($1, 0))", [`engram:evict:${this.options.schema}`]);
+      const { rows } = await client.query<{ n: string }>(`SELECT coalesce(sum(sessions), 0) AS n FROM ${this.s}.counters`);
+      if (Number(rows[0].n) <= this.limits.maxSessions) return;
+      const count = Math.max(1, Math.ceil(this.limits.maxSessions * 0.1));
+      await client.query(this.deleteSessionsSql("true", `ORDER BY updated_at, session_id LIMIT ${count} FOR UPDATE SKIP LOCKED`), [
+        this.channel,
+        this.slot(),
+      ]);
+    });
+  }
+
+  /**
+   * One statement deleting the chosen sessions (events go by cascade),
+   * uncounting them and sending each a deleted notice at commit. Parameters:
+   * $1 channel, $2 counter slot, then whatever `filter` uses.
+   */
+  private deleteSessionsSql(filter: string, pick: string): string {
+    return `WITH victims AS (
+        SELECT session_id FROM ${this.s}.sessions WHERE ${filter} ${pick}
+      ), gone AS (
+        DELETE FROM ${this.s}.sessions s USING victims v WHERE s.session_id = v.session_id
+        RETURNING s.session_id, s.head_seq - s.first_seq + 1 AS events
+      ), counted AS (
+        UPDATE ${this.s}.counters
+        SET sessions = sessions - (SELECT count(*) FROM gone), events = events - (SELECT coalesce(sum(events), 0) FROM gone)
+        WHERE slot = $2 AND EXISTS (SELECT 1 FROM gone)
+      )
+      SELECT session_id,
+             CASE WHEN octet_length(session_id) < ${MAX_NOTIFY_BYTES - 20}
+                  THEN pg_notify($1, json_build_object('s', session_id, 'd', 1)::text) END AS notified
+      FROM gone`;
+  }
+
+  /** A random counters slot: spreads concurrent writers over rows, and any slot keeps the sum exact. */
+  private slot(): number {
+    return randomInt(COUNTER_SLOTS);
+  }
+
+  /** One pooled statement, retried once if its connection broke, errors as MemoryError. */
+  private async query<R extends pg.QueryResultRow = pg.QueryResultRow>(sql: string, params: unknown[] = []): Promise<pg.QueryResult<R>> {
+    return this.attempt(() => this.pool.query<R>(sql, params));
+  }
+
+  /**
+   * Runs `fn`, again when an established connection broke under it (the
+   * outcome of a commit is then unknown; every operation here is safe to
+   * repeat), and maps the final error to a MemoryError. A backend restart or
+   * pg_terminate_backend kills every idle pooled connection at once, and the
+   * pool learns of each death only when its socket is read, so one retry could
+   * land on another dead connection: retry at most once per pooled connection
+   * (each dead one fails at once), yielding first so pending socket errors
+   * evict the dead ones. A refused or timed-out connect is not retried.
+   */
+  private async attempt<T>(fn: (retried: boolean) => Promise<T>): Promise<T> {
+    const maxRetries = this.pool.options.max ?? 10;
+    for (let retries = 0; ; retries++) {
+      try {
+        return await fn(retries > 0);
+      } catch (err) {
+        if (this.closed || retries >= maxRetries || !isConnectionLost(err)) throw toMemoryError(err);
+      }
+      await new Promise((resolve) => setImmediate(resolve));
+    }
+  }
+
+  /** BEGIN … COMMIT on one pooled connection; ROLLBACK on error; a broken connection is discarded. */
+  private async transaction<T>(fn: (client: pg.PoolClient) => Promise<T>): Promise<T> {
+    const client = await this.pool.connect();
+    // While checked out the pool does not listen: an error between statements must not crash the process.
+    let broken: unknown;
+    const onError = (err: unknown) => (broken ??= err);
+    client.on("error", onError);
+    try {
+      await client.query("BEGIN");
+      const result = await fn(client);
+      await client.query("COMMIT");
+      return result;
+    } catch (err) {
+      if (!broken && !isUnavailable(err)) {
+        await client.query("ROLLBACK").catch((rollbackErr: unknown) => (broken = rollbackErr));
+      } else {
+        broken ??= err;
+      }
+      throw err;
+    } finally {
+      client.removeListener("error", onError);
+      client.release(broken instanceof Error ? broken : broken ? true : undefined);
+    }
+  }
+
+  /** Opens the LISTEN connection; notices from every replica arrive on it. */
+  private async listen(): Promise<void> {
+    const client = new Client({
+      connectionString: this.options.url,
+      connectionTimeoutMillis: this.options.connectTimeoutMs ?? 5000,
+      keepAlive: true,
+      application_name: `engram:${this.options.schema}:listen`.slice(0, 63),
+    });
+    client.on("error", () => this.listenerLost(client));
+    client.on("end", () => this.listenerLost(client));
+    client.on("notification", (msg) => this.onNotification(msg.payload));
+    try {
+      await client.connect();
+      await client.query(`LISTEN ${escapeIdentifier(this.channel)}`);
+    } catch (err) {
+      void client.end().catch(() => {});
+      throw toMemoryError(err);
+    }
+    if (this.closed) {
+      void client.end().catch(() => {});
+      return;
+    }
+    this.listenClient = client;
+  }
+
+  private listenerLost(client: pg.Client): void {
+    if (this.closed || client !== this.listenClient) return;
+    this.listenClient = undefined;
+    void client.end().catch(() => {});
+    this.scheduleListen();
+  }
+
+  /** Reconnects with capped exponential backoff and jitter, forever, until close(). */
+  private scheduleListen(): void {
+    if (this.closed || this.reconnectTimer) return;
+    const delay = Math.min(LISTEN_BACKOFF_MAX_MS, LISTEN_BACKOFF_MIN_MS * 2 ** this.reconnectAttempt++) * (0.5 + Math.random() / 2);
+    this.reconnectTimer = setTimeout(() => {
+      this.reconnectTimer = undefined;
+      this.listen().then(
+        () => {
+          this.reconnectAttempt = 0;
+          return this.resync();
+        },
+        () => this.scheduleListen(),
+      );
+    }, delay);
+    this.reconnectTimer.unref();
+  }
+
+  /**
+   * After a LISTEN gap, tells every subscribed session where its head is now
+   * (or that it is gone): notices sent during the gap were lost.
+   */
+  private async resync(): Promise<void> {
+    const ids = [...this.listeners.keys()];
+    if (ids.length === 0) return;
+    let rows: { session_id: string; head_seq: string }[];
+    try {
+      rows = (await this.query<{ session_id: string; head_seq: string }>(
+        `SELECT session_id, head_seq FROM ${this.s}.sessions WHERE session_id = ANY($1::text[])`,
+        [ids],
+      )).rows;
+    } catch {
+      return; // readers' heartbeat re-read still catches up
+    }
+    const heads = new Map(rows.map((r) => [r.session_id, Number(r.head_seq)]));
+    for (const sessionId of ids) {
+      const headSeq = heads.get(sessionId);
+      this.emit(headSeq === undefined ? { sessionId, deleted: true } : { sessionId, headSeq });
+    }
+  }
+
+  private onNotification(payload: string | undefined): void {
+    let parsed: { s?: unknown; h?: unknown; d?: unknown };
+    try {
+      parsed = JSON.parse(payload ?? "");
+    } catch {
+      return;
+    }
+    if (typeof parsed.s !== "string") return;
+    if (parsed.d) this.emit({ sessionId: parsed.s, deleted: true });
+    else if (typeof parsed.h === "number") this.emit({ sessionId: parsed.s, headSeq: parsed.h });
+  }
+
+  private emit(notice: SessionNotice): void {
+    const set = this.listeners.get(notice.sessionId);
+    if (!set) return;
+    for (const listener of [...set]) {
+      try {
+        listener(notice);
+      } catch {
+        // one faulty listener must not starve the others
+      }
+    }
+  }
+}

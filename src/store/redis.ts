@@ -1,0 +1,614 @@
+/**
+ * The Redis store: several replicas share one Redis (MEMORY_TYPE=redis).
+ *
+ * Every write is one atomic Lua script (src/store/redis/scripts/<name>-<keys>.lua,
+ * bullmq style) that receives all its keys in KEYS, so a session is never
+ * read-modified-written as a whole. Layout under `<prefix>:` (ids are
+ * hex-encoded in key names so that no id, whatever bytes it holds, can
+ * collide with another or act as a pattern):
+ *
+ *   s:<hex id>           hash: app, user, meta, created, updated, head, first
+ *   s:<hex id>:ev        hash: seq -> encoded event (seqs first..head, consecutive)
+ *   s:<hex id>:id        hash: event id -> "seq:fingerprint" (idempotency)
+ *   updated              zset: session id by updatedAt (eviction, cleanup)
+ *   ix:all, ix:a:<hex app>, ix:u:<hex user>, ix:au:<hex app>:<hex user>
+ *                        zsets, score 0: session ids in byte (= code-point) order
+ *   recent               zset: "<hex id>!<seq>" by event timestamp, capped
+ *   stats                hash: sessions, events (kept by the scripts: O(1) stats)
+ *   notices              pub/sub channel: {"s": id, "h": head} or {"s": id, "d": 1}
+ *
+ * Outages: the command connection has no offline queue and a command timeout,
+ * so calls fail UNAVAILABLE quickly instead of hanging. Commands in flight
+ * when the connection drops are re-sent by ioredis after reconnecting; an
+ * append is harmless to re-send because every event id (generated ones too)
+ * goes through the idempotency index.
+ */
+import { readdirSync, readFileSync } from "node:fs";
+import path from "node:path";
+import { fileURLToPath } from "node:url";
+import { Redis, type RedisOptions } from "ioredis";
+import { MemoryError, seqConflict, sessionNotFound } from "../errors.js";
+import { eventFingerprint } from "./fingerprint.js";
+import { checkCursor, duplicateEventId, sessionExists } from "./rules.js";
+import type {
+  AppendResult,
+  EventPage,
+  EventQuery,
+  JsonObject,
+  JsonValue,
+  MemoryStore,
+  NewEvent,
+  NewSession,
+  NoticeListener,
+  SessionNotice,
+  SessionQuery,
+  SessionRecord,
+  StoreDurability,
+  StoreLimits,
+  StoreStats,
+  StoredEvent,
+} from "./types.js";
+
+/** How to open a RedisStore. */
+export interface RedisStoreOptions {
+  /** redis:// or rediss:// URL. */
+  url: string;
+  /** Namespace of every key and the notice channel (MEMORY_KEY_PREFIX). */
+  keyPrefix: string;
+  limits: StoreLimits;
+  /** A command not answered within this many ms fails UNAVAILABLE (default 4000). */
+  commandTimeoutMs?: number;
+}
+
+/** Entries kept in the global recent-events index: twice the REST cap of 1000, as slack for removals. */
+const RECENT_CAP = 2000;
+/** Sessions looked at per cleanup batch. */
+const CLEANUP_BATCH = 100;
+/** Seqs a filtered read looks at per script call (bounds the script's run time). */
+const FILTER_SCAN = 500;
+/** Redis errors that mean "try again later" rather than "bug". */
+const TRANSIENT_REPLY = /^(LOADING|BUSY|MASTERDOWN|READONLY|TRYAGAIN|CLUSTERDOWN|NOREPLICAS|NOSCRIPT)/;
+
+const SCRIPTS_DIR = path.join(path.dirname(fileURLToPath(import.meta.url)), "redis", "scripts");
+
+type ScriptName = "append" | "create" | "delete" | "read";
+type Reply = Array<string | number | null | Reply>;
+type ScriptRunner = (...keysAndArgs: Array<string | number>) => Promise<Reply>;
+
+const hex = (s: string) => Buffer.from(s, "utf8").toString("hex");
+const unhex = (s: string) => Buffer.from(s, "hex").toString("utf8");
+const maskUrl = (url: string) => url.replace(/\/\/([^:@/]*):[^@/]*@/, "//$1:***@");
+
+/** "<byte length>:<text>", so Lua can cut fields out of a value without a JSON decoder. */
+function lengthPrefixed(text: string): string {
+  return `${Buffer.byteLength(text, "utf8")}:${text}`;
+}
+
+/** Encodes an event for the events hash: type and id length-prefixed, then JSON of the rest. */
+function encodeEvent(e: NewEvent): string {
+  return lengthPrefixed(e.eventType) + lengthPrefixed(e.eventId) + JSON.stringify([e.timestamp, e.content, e.metadata]);
+}
+
+function decodeEvent(sessionId: string, seq: number, encoded: string): StoredEvent {
+  const buf = Buffer.from(encoded, "utf8");
+  let pos = 0;
+  const field = () => {
+    const colon = buf.indexOf(0x3a, pos);
+    const len = Number(buf.toString("latin1", pos, colon));
+    const text = buf.toString("utf8", colon + 1, colon + 1 + len);
+    pos = colon + 1 + len;
+    return text;
+  };
+  const eventType = field();
+  const eventId = field();
+  const [timestamp, content, metadata] = JSON.parse(buf.toString("utf8", pos)) as [number, JsonValue, JsonObject];
+  return { sessionId, seq, eventId, eventType, content, metadata, timestamp };
+}
+
+/** Maps anything a Redis call throws to a MemoryError: connection trouble is UNAVAILABLE. */
+function storeError(err: unknown): MemoryError {
+  if (err instanceof MemoryError) return err;
+  const e = err instanceof Error ? err : new Error(String(err));
+  if (e.name === "ReplyError") {
+    if (TRANSIENT_REPLY.test(e.message)) return new MemoryError("UNAVAILABLE", `redis unavailable: ${e.message}`, {}, { cause: e });
+    if (e.message.startsWith("OOM")) return new MemoryError("RESOURCE_EXHAUSTED", `redis is out of memory: ${e.message}`, {}, { cause: e });
+    return new MemoryError("INTERNAL", "internal error", {}, { cause: e });
+  }
+  if (e instanceof TypeError || e instanceof RangeError || e instanceof SyntaxError) {
+    return new MemoryError("INTERNAL", "internal error", {}, { cause: e });
+  }
+  // Connection closed, not writeable (no offline queue), command timed out, retries exhausted.
+  return new MemoryError("UNAVAILABLE", `redis unavailable: ${e.message}`, {}, { cause: e });
+}
+
+/** The Redis-backed MemoryStore; open it with RedisStore.open(). */
+export class RedisStore implements MemoryStore {
+  readonly backend = "redis";
+  readonly capabilities = { persistent: true, shared: true, retains: true };
+
+  private readonly listeners = new Map<string, Set<NoticeListener>>();
+  private readonly channel: string;
+  private readonly scripts: Record<ScriptName, ScriptRunner>;
+  private closed = false;
+
+  private constructor(
+    private readonly redis: Redis,
+    private readonly subscriber: Redis,
+    private readonly prefix: string,
+    private readonly limits: StoreLimits,
+  ) {
+    this.channel = `${prefix}:notices`;
+    this.scripts = {} as Record<ScriptName, ScriptRunner>;
+    for (const file of readdirSync(SCRIPTS_DIR)) {
+      const match = /^([a-z]+)-(\d+)\.lua$/.exec(file);
+      if (!match) continue;
+      const name = match[1] as ScriptName;
+      redis.defineCommand(`engram_${name}`, { numberOfKeys: Number(match[2]), lua: readFileSync(path.join(SCRIPTS_DIR, file), "utf8") });
+      const command = (redis as unknown as Record<string, ScriptRunner>)[`engram_${name}`].bind(redis);
+      this.scripts[name] = command;
+    }
+  }
+
+  /** Connects both connections (commands, notices) and subscribes; UNAVAILABLE when Redis cannot be reached. */
+  static async open(options: RedisStoreOptions): Promise<RedisStore> {
+    const common: RedisOptions = {
+      lazyConnect: true,
+      // Fail fast while disconnected instead of queueing: callers see UNAVAILABLE, not a hang.
+      enableOfflineQueue: false,
+      maxRetriesPerRequest: 2,
+      commandTimeout: options.commandTimeoutMs ?? 4000,
+      connectTimeout: 3000,
+      retryStrategy: (attempt) => Math.min(50 * 2 ** attempt, 1000),
+    };
+    const redis = new Redis(options.url, { ...common, connectionName: `${options.keyPrefix}:commands` });
+    // The subscriber's only commands are (re)subscriptions; no command timeout needed beyond connecting.
+    const subscriber = new Redis(options.url, { ...common, commandTimeout: undefined, connectionName: `${options.keyPrefix}:notices` });
+    // Without listeners ioredis reports every failed reconnect as an unhandled error event.
+    let lastError: Error | undefined;
+    redis.on("error", (err: Error) => (lastError = err));
+    subscriber.on("error", () => {});
+    try {
+      await Promise.all([redis.connect(), subscriber.connect()]);
+      const store = new RedisStore(redis, subscriber, options.keyPrefix, options.limits);
+      await store.listen();
+      return store;
+    } catch (err) {
+      redis.disconnect();
+      subscriber.disconnect();
+      // connect() only says "Connection is closed."; the error event has the reason (ECONNREFUSED, auth...).
+      const cause = lastError?.message ?? (err instanceof Error ? err.message : String(err));
+      throw new MemoryError("UNAVAILABLE", `cannot connect to Redis at ${maskUrl(options.url)}: ${cause}`, {}, { cause: err });
+    }
+  }
+
+  async createSession(input: NewSession): Promise<SessionRecord> {
+    const reply = await this.create(input, "create");
+    if (reply[0] === "EXISTS") throw sessionExists(input.sessionId);
+    await this.evictAfterCreate(reply[1] as number);
+    return this.newRecord(input);
+  }
+
+  async getOrCreateSession(input: NewSession): Promise<{ session: SessionRecord; created: boolean }> {
+    const reply = await this.create(input, "get");
+    if (reply[0] === "FOUND") return { session: this.toRecord(input.sessionId, reply[1] as string[])!, created: false };
+    await this.evictAfterCreate(reply[1] as number);
+    return { session: this.newRecord(input), created: true };
+  }
+
+  async getSession(sessionId: string): Promise<SessionRecord | undefined> {
+    const fields = await this.call(() => this.redis.hgetall(this.sessionKey(sessionId)));
+    return this.toRecord(sessionId, Object.entries(fields).flat());
+  }
+
+  async listSessions(query: SessionQuery): Promise<SessionRecord[]> {
+    const index = this.indexKey(query.appName, query.userId);
+    const out: SessionRecord[] = [];
+    let after = query.afterSessionId;
+    // A session deleted between the index read and the fetch is skipped; read on to fill the page.
+    for (let rounds = 0; rounds < 10 && out.length < query.limit; rounds++) {
+      const want = query.limit - out.length;
+      const ids = await this.call(() =>
+        this.redis.zrangebylex(index, after === undefined ? "-" : `(${after}`, "+", "LIMIT", 0, want),
+      );
+      if (ids.length === 0) break;
+      const pipeline = this.redis.pipeline();
+      for (const id of ids) pipeline.hgetall(this.sessionKey(id));
+      const results = await this.call(() => pipeline.exec());
+      for (const [i, id] of ids.entries()) {
+        const [err, fields] = results![i];
+        if (err) throw storeError(err);
+        const record = this.toRecord(id, Object.entries(fields as Record<string, string>).flat());
+        if (record) out.push(record);
+      }
+      if (ids.length < want) break;
+      after = ids[ids.length - 1];
+    }
+    return out;
+  }
+
+  async deleteSession(sessionId: string): Promise<boolean> {
+    return (await this.deleteWhere(sessionId, {})) === "DELETED";
+  }
+
+  async appendEvents(sessionId: string, events: readonly NewEvent[], expectedSeq?: number): Promise<AppendResult> {
+    const args: Array<string | number> = [
+      sessionId,
+      JSON.stringify(sessionId),
+      expectedSeq === undefined ? "" : expectedSeq,
+      Date.now(),
+      this.limits.maxSessionEvents,
+      RECENT_CAP,
+      this.recentPrefix(sessionId),
+      this.channel,
+      events.length,
+    ];
+    for (const e of events) {
+      // Generated ids come with fingerprint "": fingerprint them anyway, so a
+      // retry naming such an id (or a re-sent command) is recognised as the same event.
+      const fingerprint = e.fingerprint || eventFingerprint(e.eventType, e.content, e.metadata);
+      args.push(e.eventId, fingerprint, e.timestamp, encodeEvent(e));
+    }
+    const reply = await this.call(() => this.scripts.append(...this.sessionKeys(sessionId), this.key("updated"), this.key("stats"), this.key("recent"), ...args));
+    switch (reply[0]) {
+      case "NOT_FOUND":
+        throw sessionNotFound(sessionId);
+      case "DUPLICATE":
+        throw duplicateEventId(reply[1] as string);
+      case "CONFLICT":
+        throw seqConflict(expectedSeq!, reply[1] as number);
+    }
+    const stored: StoredEvent[] = events.map((e, i) => {
+      const seq = reply[4 + 2 * i] as number;
+      const original = reply[5 + 2 * i] as string | null;
+      if (original) return decodeEvent(sessionId, seq, original);
+      return { sessionId, seq, eventId: e.eventId, eventType: e.eventType, content: e.content, metadata: e.metadata, timestamp: e.timestamp };
+    });
+    return { events: stored, replayed: reply[1] === 1 };
+  }
+
+  async readEvents(sessionId: string, query: EventQuery): Promise<EventPage> {
+    const types = query.eventTypes ?? [];
+    const events: StoredEvent[] = [];
+    let cursor = query.afterSeq;
+    for (;;) {
+      const page = await this.readRun(sessionId, "asc", cursor, query.limit - events.length, types);
+      // Continuation reads re-check the cursor too: a trim racing a filtered
+      // read surfaces as OUT_OF_RANGE, never as a silent gap.
+      checkCursor(cursor ?? page.firstSeq - 1, page.firstSeq, page.headSeq);
+      events.push(...page.events);
+      if (events.length >= query.limit || page.lastSeq >= page.headSeq) {
+        return { events, headSeq: page.headSeq, firstSeq: page.firstSeq };
+      }
+      cursor = page.lastSeq;
+    }
+  }
+
+  async readTail(sessionId: string, limit: number, eventTypes?: readonly string[]): Promise<EventPage> {
+    const types = eventTypes ?? [];
+    const events: StoredEvent[] = [];
+    let before: number | undefined;
+    let bounds = { headSeq: 0, firstSeq: 1 };
+    for (;;) {
+      const page = await this.readRun(sessionId, "desc", before, limit - events.length, types);
+      if (before === undefined) bounds = { headSeq: page.headSeq, firstSeq: page.firstSeq };
+      events.push(...page.events);
+      // Older events trimmed meanwhile were evicted anyway: the tail just ends there.
+      if (events.length >= limit || page.lastSeq <= page.firstSeq || (before !== undefined && page.lastSeq >= before)) break;
+      before = page.lastSeq;
+    }
+    events.reverse();
+    return { events, ...bounds };
+  }
+
+  async listRecentEvents(limit: number, sessionId?: string): Promise<StoredEvent[]> {
+    if (sessionId !== undefined) return (await this.readTail(sessionId, limit)).events;
+    const members = await this.call(() => this.redis.zrevrange(this.key("recent"), 0, limit - 1));
+    if (members.length === 0) return [];
+    const pipeline = this.redis.pipeline();
+    const refs = members.map((m) => {
+      const bang = m.indexOf("!");
+      const ref = { sessionId: unhex(m.slice(0, bang)), seq: Number(m.slice(bang + 1)) };
+      pipeline.hget(this.sessionKeys(ref.sessionId)[1], String(ref.seq));
+      return ref;
+    });
+    const results = await this.call(() => pipeline.exec());
+    const out: StoredEvent[] = [];
+    for (const [i, ref] of refs.entries()) {
+      const [err, value] = results![i];
+      if (err) throw storeError(err);
+      // Gone between the two reads (trimmed or deleted): skip it.
+      if (typeof value === "string") out.push(decodeEvent(ref.sessionId, ref.seq, value));
+    }
+    return out.reverse();
+  }
+
+  async stats(): Promise<StoreStats> {
+    const [sessions, events] = await this.call(() => this.redis.hmget(this.key("stats"), "sessions", "events"));
+    return { totalSessions: Number(sessions ?? 0), totalEvents: Number(events ?? 0) };
+  }
+
+  async cleanup(cutoff: number): Promise<number> {
+    let removed = 0;
+    for (;;) {
+      const ids = await this.call(() =>
+        this.redis.zrangebyscore(this.key("updated"), "-inf", `(${cutoff}`, "LIMIT", 0, CLEANUP_BATCH),
+      );
+      let removedNow = 0;
+      for (const id of ids) if ((await this.deleteWhere(id, { updatedBelow: cutoff })) === "DELETED") removedNow++;
+      removed += removedNow;
+      // Stop when the batch was short, or nothing in it could be removed (no endless loop on a stale entry).
+      if (ids.length < CLEANUP_BATCH || removedNow === 0) return removed;
+    }
+  }
+
+  subscribe(sessionId: string, listener: NoticeListener): () => void {
+    let set = this.listeners.get(sessionId);
+    if (!set) this.listeners.set(sessionId, (set = new Set()));
+    set.add(listener);
+    return () => {
+      set!.delete(listener);
+      if (set!.size === 0 && this.listeners.get(sessionId) === set) this.listeners.delete(sessionId);
+    };
+  }
+
+  async ping(): Promise<void> {
+    await this.call(() => this.redis.ping());
+    // Without the notice connection live streams fall back to heartbeat re-reads: report it.
+    if (this.subscriber.status !== "ready") throw new MemoryError("UNAVAILABLE", `redis unavailable: notice connection is ${this.subscriber.status}`);
+  }
+
+  async describeDurability(): Promise<StoreDurability> {
+    let settings: Record<string, string>;
+    try {
+      settings = {};
+      for (const name of ["appendonly", "appendfsync", "save"]) {
+        const pair = (await this.redis.config("GET", name)) as string[];
+        if (pair.length >= 2) settings[pair[0]] = pair[1];
+      }
+    } catch (err) {
+      const mapped = storeError(err);
+      if (mapped.code === "UNAVAILABLE") throw mapped;
+      // CONFIG is often disabled or renamed on managed Redis.
+      return {
+        summary: "unknown: CONFIG GET is not allowed on this Redis; ask its operator whether appendonly (AOF) is on and how often it fsyncs",
+        settings: { appendonly: "unknown", appendfsync: "unknown" },
+      };
+    }
+    return { summary: durabilitySummary(settings), settings };
+  }
+
+  async close(): Promise<void> {
+    if (this.closed) return;
+    this.closed = true;
+    this.listeners.clear();
+    await Promise.allSettled([this.redis.quit(), this.subscriber.quit()]);
+    // quit() fails while disconnected; disconnect() also stops the reconnect loop.
+    this.redis.disconnect();
+    this.subscriber.disconnect();
+  }
+
+  /** Subscribes the notice connection; after every reconnect, tells every listener to re-read. */
+  private async listen(): Promise<void> {
+    this.subscriber.on("message", (channel: string, message: string) => {
+      if (channel !== this.channel) return;
+      let parsed: { s: string; h?: number; d?: number };
+      try {
+        parsed = JSON.parse(message);
+      } catch {
+        return;
+      }
+      this.notify(parsed.d ? { sessionId: parsed.s, deleted: true } : { sessionId: parsed.s, headSeq: parsed.h });
+    });
+    await this.subscriber.subscribe(this.channel);
+    this.subscriber.on("ready", () => {
+      if (this.closed) return;
+      // ioredis re-subscribes by itself; subscribing again makes the ack tell us when notices flow again.
+      this.subscriber.subscribe(this.channel).then(
+        () => this.renotify(),
+        () => {},
+      );
+    });
+  }
+
+  /**
+   * Notices published while the notice connection was down are lost: tell
+   * every subscribed session's listeners its current head (or that it is
+   * gone), read now. The head is sent on purpose: a notice without one makes
+   * readers treat the head as unknown for good (StreamHub).
+   */
+  private async renotify(): Promise<void> {
+    const ids = [...this.listeners.keys()];
+    if (ids.length === 0) return;
+    try {
+      const pipeline = this.redis.pipeline();
+      for (const id of ids) pipeline.hget(this.sessionKey(id), "head");
+      const results = (await pipeline.exec()) ?? [];
+      for (const [i, id] of ids.entries()) {
+        const [err, head] = results[i] ?? [new Error("no reply")];
+        if (err) continue;
+        this.notify(head === null ? { sessionId: id, deleted: true } : { sessionId: id, headSeq: Number(head) });
+      }
+    } catch {
+      // The heartbeat re-reads of the streams catch up instead.
+    }
+  }
+
+  private notify(notice: SessionNotice): void {
+    const set = this.listeners.get(notice.sessionId);
+    if (!set) return;
+    for (const listener of [...set]) {
+      try {
+        listener(notice);
+      } catch {
+        // A listener's failure must not stop the others or the connection.
+      }
+    }
+  }
+
+  private async create(input: NewSession, mode: "create" | "get"): Promise<Reply> {
+    const { sessionId, appName, userId } = input;
+    return this.call(() =>
+      this.scripts.create(
+        this.sessionKey(sessionId),
+        this.key("updated"),
+        this.key("stats"),
+        ...this.indexKeys(appName, userId),
+        sessionId,
+        appName,
+        userId,
+        JSON.stringify(input.metadata),
+        input.now,
+        mode,
+      ),
+    );
+  }
+
+  /** Past maxSessions, evicts the least recently updated 10% (at least one), as LocalStore does. */
+  private async evictAfterCreate(totalSessions: number): Promise<void> {
+    const { maxSessions } = this.limits;
+    if (totalSessions <= maxSessions) return;
+    const count = Math.max(1, Math.ceil(maxSessions * 0.1));
+    const oldest = await this.call(() => this.redis.zrange(this.key("updated"), 0, count - 1, "WITHSCORES"));
+    for (let i = 0; i < oldest.length; i += 2) {
+      // Re-checked in the script: a session updated since is kept, and
+      // concurrent evictions (other replicas) stop at the same floor.
+      await this.deleteWhere(oldest[i], { updatedBelow: Number(oldest[i + 1]) + 1, keepAtLeast: maxSessions + 1 - count });
+    }
+  }
+
+  /** Runs delete-10.lua for one session, re-reading its tenancy when it moved. */
+  private async deleteWhere(sessionId: string, cond: { updatedBelow?: number; keepAtLeast?: number }): Promise<string> {
+    for (let attempt = 0; attempt < 3; attempt++) {
+      const [appName, userId] = await this.call(() => this.redis.hmget(this.sessionKey(sessionId), "app", "user"));
+      if (appName === null || userId === null) return "GONE";
+      const reply = await this.call(() =>
+        this.scripts.delete(
+          ...this.sessionKeys(sessionId),
+          this.key("updated"),
+          this.key("stats"),
+          this.key("recent"),
+          ...this.indexKeys(appName, userId),
+          sessionId,
+          appName,
+          userId,
+          JSON.stringify(sessionId),
+          this.channel,
+          this.recentPrefix(sessionId),
+          cond.updatedBelow ?? "",
+          cond.keepAtLeast ?? "",
+        ),
+      );
+      if (reply[0] !== "MOVED") return reply[0] as string;
+    }
+    return "GONE";
+  }
+
+  /** One read-2.lua call: a run of seqs with the session's bounds. */
+  private async readRun(
+    sessionId: string,
+    direction: "asc" | "desc",
+    cursor: number | undefined,
+    limit: number,
+    types: readonly string[],
+  ): Promise<EventPage & { lastSeq: number }> {
+    const budget = types.length > 0 ? Math.max(limit, FILTER_SCAN) : limit;
+    const [sessionKey, eventsKey] = this.sessionKeys(sessionId);
+    const reply = await this.call(() =>
+      this.scripts.read(sessionKey, eventsKey, direction, cursor ?? "", limit, budget, types.length, ...types),
+    );
+    if (reply[0] === "NOT_FOUND") throw sessionNotFound(sessionId);
+    const events: StoredEvent[] = [];
+    for (let i = 4; i < reply.length; i += 2) events.push(decodeEvent(sessionId, reply[i] as number, reply[i + 1] as string));
+    return { headSeq: reply[1] as number, firstSeq: reply[2] as number, lastSeq: reply[3] as number, events };
+  }
+
+  private async call<T>(run: () => Promise<T>): Promise<T> {
+    if (this.closed) throw new MemoryError("UNAVAILABLE", "redis store is closed");
+    try {
+      return await run();
+    } catch (err) {
+      throw storeError(err);
+    }
+  }
+
+  private newRecord(input: NewSession): SessionRecord {
+    return {
+      sessionId: input.sessionId,
+      appName: input.appName,
+      userId: input.userId,
+      metadata: input.metadata,
+      createdAt: input.now,
+      updatedAt: input.now,
+      headSeq: 0,
+      firstSeq: 1,
+    };
+  }
+
+  /** A record from a flat [field, value, ...] list; undefined when empty (no such session). */
+  private toRecord(sessionId: string, flat: string[]): SessionRecord | undefined {
+    if (flat.length === 0) return undefined;
+    const f: Record<string, string> = {};
+    for (let i = 0; i < flat.length; i += 2) f[flat[i]] = flat[i + 1];
+    return {
+      sessionId,
+      appName: f.app,
+      userId: f.user,
+      metadata: JSON.parse(f.meta) as JsonObject,
+      createdAt: Number(f.created),
+      updatedAt: Number(f.updated),
+      headSeq: Number(f.head),
+      firstSeq: Number(f.first),
+    };
+  }
+
+  private key(name: string): string {
+    return `${this.prefix}:${name}`;
+  }
+
+  private sessionKey(sessionId: string): string {
+    return this.key(`s:${hex(sessionId)}`);
+  }
+
+  /** Session hash, events hash, event ids hash. */
+  private sessionKeys(sessionId: string): [string, string, string] {
+    const base = this.sessionKey(sessionId);
+    return [base, `${base}:ev`, `${base}:id`];
+  }
+
+  /** Member prefix of the session's entries in the recent index; "!" sorts below every hex digit. */
+  private recentPrefix(sessionId: string): string {
+    return `${hex(sessionId)}!`;
+  }
+
+  /** The four index keys a session belongs to: all, app, user, app + user. */
+  private indexKeys(appName: string, userId: string): [string, string, string, string] {
+    return [this.key("ix:all"), this.key(`ix:a:${hex(appName)}`), this.key(`ix:u:${hex(userId)}`), this.key(`ix:au:${hex(appName)}:${hex(userId)}`)];
+  }
+
+  /** The one index answering a listSessions filter. */
+  private indexKey(appName?: string, userId?: string): string {
+    if (appName !== undefined && userId !== undefined) return this.key(`ix:au:${hex(appName)}:${hex(userId)}`);
+    if (appName !== undefined) return this.key(`ix:a:${hex(appName)}`);
+    if (userId !== undefined) return this.key(`ix:u:${hex(userId)}`);
+    return this.key("ix:all");
+  }
+}
+
+/** One line an operator can act on, from appendonly / appendfsync / save. */
+export function durabilitySummary(settings: Record<string, string>): string {
+  const raw = `(appendonly ${settings.appendonly ?? "?"}, appendfsync ${settings.appendfsync ?? "?"})`;
+  if (settings.appendonly === "yes") {
+    switch (settings.appendfsync) {
+      case "always":
+        return `AOF, fsync on every write: an acknowledged append survives a Redis restart and a power failure ${raw}`;
+      case "everysec":
+        return `AOF, fsync every second: an acknowledged append survives a Redis restart; up to ~1 s may be lost on power failure ${raw}`;
+      default:
+        return `AOF, fsync left to the OS: an acknowledged append survives a Redis restart; up to ~30 s may be lost on power failure ${raw}`;
+    }
+  }
+  if (!settings.save) {
+    return `no AOF and no RDB snapshots: every append is lost when Redis restarts ${raw}`;
+  }
+  return `no AOF: only RDB snapshots (save "${settings.save}"); appends since the last snapshot are lost when Redis restarts ${raw}`;
+}

@@ -1,0 +1,121 @@
+--[[
+  Appends a batch of events to one session, atomically and in O(batch):
+  session check, event_id idempotency, expected_seq, consecutive seqs,
+  ring-buffer trim, session/indexes/counters update and the notice.
+
+  A resent command (ioredis re-sends unfulfilled commands after a reconnect)
+  carries the same event ids and fingerprints, so it replays the originals
+  instead of appending twice.
+
+  KEYS[1] session hash                KEYS[2] events hash (seq -> encoded event)
+  KEYS[3] event ids hash (id -> "seq:fingerprint")
+  KEYS[4] sessions by updatedAt       KEYS[5] stats hash
+  KEYS[6] recent events (zset, score = event timestamp)
+
+  ARGV[1] session id                  ARGV[2] session id as JSON (for the notice)
+  ARGV[3] expected seq, "" for none   ARGV[4] now (epoch ms)
+  ARGV[5] max events per session      ARGV[6] max entries of the recent index
+  ARGV[7] recent member prefix        ARGV[8] notice channel
+  ARGV[9] number of events, then 4 per event: event id, fingerprint, timestamp, encoded event
+
+  Encoded event: "<len>:<event type><len>:<event id><json>" (byte lengths), so
+  the type and id can be read here without decoding the JSON.
+
+  Replies {"NOT_FOUND"} | {"DUPLICATE", event id} | {"CONFLICT", head}
+        | {"OK", replayed 0/1, head, first, then per event: seq, stored encoding or ""}
+]]
+local function field(v, pos)
+  local colon = string.find(v, ":", pos, true)
+  local len = tonumber(string.sub(v, pos, colon - 1))
+  return string.sub(v, colon + 1, colon + len), colon + len + 1
+end
+
+local function member(seq)
+  return ARGV[7] .. string.format("%016d", seq)
+end
+
+local session = redis.call("HMGET", KEYS[1], "head", "first")
+if not session[1] then
+  return {"NOT_FOUND"}
+end
+local head, first = tonumber(session[1]), tonumber(session[2])
+
+local n = tonumber(ARGV[9])
+local known = {}
+local fresh = 0
+for i = 1, n do
+  local base = 9 + (i - 1) * 4
+  local stored = redis.call("HGET", KEYS[3], ARGV[base + 1])
+  if stored then
+    local sep = string.find(stored, ":", 1, true)
+    if string.sub(stored, sep + 1) ~= ARGV[base + 2] then
+      return {"DUPLICATE", ARGV[base + 1]}
+    end
+    known[i] = tonumber(string.sub(stored, 1, sep - 1))
+  else
+    fresh = fresh + 1
+  end
+end
+
+local reply = {"OK", 0, head, first}
+if fresh == 0 then
+  reply[2] = 1
+  for i = 1, n do
+    reply[#reply + 1] = known[i]
+    reply[#reply + 1] = redis.call("HGET", KEYS[2], known[i])
+  end
+  return reply
+end
+
+if ARGV[3] ~= "" and tonumber(ARGV[3]) ~= head then
+  return {"CONFLICT", head}
+end
+
+for i = 1, n do
+  local base = 9 + (i - 1) * 4
+  if known[i] then
+    reply[#reply + 1] = known[i]
+    reply[#reply + 1] = redis.call("HGET", KEYS[2], known[i])
+  else
+    head = head + 1
+    redis.call("HSET", KEYS[2], head, ARGV[base + 4])
+    redis.call("HSET", KEYS[3], ARGV[base + 1], head .. ":" .. ARGV[base + 2])
+    redis.call("ZADD", KEYS[6], ARGV[base + 3], member(head))
+    reply[#reply + 1] = head
+    reply[#reply + 1] = ""
+  end
+end
+
+-- Ring buffer: drop the oldest events, their ids and their recent entries.
+local max = tonumber(ARGV[5])
+local trimmed = 0
+while head - first + 1 > max do
+  local stored = redis.call("HGET", KEYS[2], first)
+  if stored then
+    local _, pos = field(stored, 1)
+    local id = field(stored, pos)
+    local indexed = redis.call("HGET", KEYS[3], id)
+    -- Only when the id still points here (a batch may repeat an id).
+    if indexed and string.sub(indexed, 1, string.find(indexed, ":", 1, true) - 1) == tostring(first) then
+      redis.call("HDEL", KEYS[3], id)
+    end
+    redis.call("HDEL", KEYS[2], first)
+    trimmed = trimmed + 1
+  end
+  redis.call("ZREM", KEYS[6], member(first))
+  first = first + 1
+end
+
+redis.call("HSET", KEYS[1], "head", head, "first", first, "updated", ARGV[4])
+redis.call("ZADD", KEYS[4], ARGV[4], ARGV[1])
+redis.call("HINCRBY", KEYS[5], "events", fresh - trimmed)
+
+local cap = tonumber(ARGV[6])
+if redis.call("ZCARD", KEYS[6]) > cap then
+  redis.call("ZREMRANGEBYRANK", KEYS[6], 0, -(cap + 1))
+end
+
+redis.call("PUBLISH", ARGV[8], '{"s":' .. ARGV[2] .. ',"h":' .. string.format("%d", head) .. '}')
+reply[3] = head
+reply[4] = first
+return reply

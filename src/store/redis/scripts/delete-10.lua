@@ -1,0 +1,59 @@
+--[[
+  Deletes a session with every key of it, its index entries and its recent
+  entries, adjusts the counters and publishes a deleted notice. Used by
+  deleteSession, eviction and cleanup; the last two pass conditions that are
+  re-checked here so that a session updated meanwhile (on any replica) is kept.
+
+  The caller names the per-app/per-user index keys from the app and user it
+  read; they are checked against the session so a session re-created under
+  the same id with another tenancy is never half-removed ({"MOVED"}: re-read).
+
+  KEYS[1] session hash   KEYS[2] events hash   KEYS[3] event ids hash
+  KEYS[4] sessions by updatedAt   KEYS[5] stats hash   KEYS[6] recent events
+  KEYS[7] index: all   KEYS[8] index: app   KEYS[9] index: user   KEYS[10] index: app + user
+
+  ARGV[1] session id   ARGV[2] app name   ARGV[3] user id
+  ARGV[4] session id as JSON (for the notice)   ARGV[5] notice channel
+  ARGV[6] recent member prefix
+  ARGV[7] delete only when updatedAt < this ("" for always)
+  ARGV[8] delete only when more than this many sessions exist ("" for always)
+
+  Replies {"DELETED"} | {"GONE"} | {"MOVED"} | {"KEPT"}
+]]
+local s = redis.call("HMGET", KEYS[1], "app", "user", "updated", "head", "first")
+if not s[1] then
+  return {"GONE"}
+end
+if s[1] ~= ARGV[2] or s[2] ~= ARGV[3] then
+  return {"MOVED"}
+end
+if ARGV[7] ~= "" and tonumber(s[3]) >= tonumber(ARGV[7]) then
+  return {"KEPT"}
+end
+if ARGV[8] ~= "" and tonumber(redis.call("HGET", KEYS[5], "sessions") or "0") <= tonumber(ARGV[8]) then
+  return {"KEPT"}
+end
+
+local head, first = tonumber(s[4]), tonumber(s[5])
+local batch = {}
+for seq = first, head do
+  batch[#batch + 1] = ARGV[6] .. string.format("%016d", seq)
+  if #batch == 500 then
+    redis.call("ZREM", KEYS[6], unpack(batch))
+    batch = {}
+  end
+end
+if #batch > 0 then
+  redis.call("ZREM", KEYS[6], unpack(batch))
+end
+
+redis.call("DEL", KEYS[1], KEYS[2], KEYS[3])
+redis.call("ZREM", KEYS[4], ARGV[1])
+for i = 7, 10 do
+  redis.call("ZREM", KEYS[i], ARGV[1])
+end
+redis.call("HINCRBY", KEYS[5], "sessions", -1)
+-- first - head - 1, not -(head - first + 1): Lua would send "-0", which HINCRBY refuses.
+redis.call("HINCRBY", KEYS[5], "events", first - head - 1)
+redis.call("PUBLISH", ARGV[5], '{"s":' .. ARGV[4] .. ',"d":1}')
+return {"DELETED"}

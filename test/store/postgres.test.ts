@@ -1,0 +1,250 @@
+/**
+ * The PostgreSQL store: the shared conformance suite (one fresh schema per
+ * store, dropped after) plus what only a SQL backend can get wrong:
+ * migrations under concurrency, seqs across pools, rows left behind,
+ * collation, durability settings and outages.
+ */
+import { createServer, type Server, type Socket } from "node:net";
+import { setTimeout as sleep } from "node:timers/promises";
+import pg from "pg";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { MemoryError } from "../../src/errors.js";
+import { PostgresStore, type PostgresStoreOptions } from "../../src/store/postgres.js";
+import type { SessionNotice, StoreLimits } from "../../src/store/types.js";
+import { freePort } from "../support/postgres-server.js";
+import { describeStoreConformance, makeSession, newEvent, waitFor } from "./conformance.js";
+
+const url = process.env.MEMORY_TEST_POSTGRES_URL!;
+const LIMITS: StoreLimits = { maxSessions: 1000, maxSessionEvents: 500 };
+let schemas = 0;
+/** A schema no other store, test or test file uses. */
+const freshSchema = () => `t_${process.pid}_${++schemas}_${Math.random().toString(36).slice(2, 8)}`;
+
+const admin = new pg.Pool({ connectionString: url, max: 2 });
+admin.on("error", () => {});
+afterAll(() => admin.end());
+
+/** Opens a store on a schema that is dropped when the store closes. */
+async function openStore(limits: StoreLimits = LIMITS, schema = freshSchema(), extra: Partial<PostgresStoreOptions> = {}): Promise<PostgresStore> {
+  const store = await PostgresStore.open({ url, schema, limits, ...extra });
+  const close = store.close.bind(store);
+  store.close = async () => {
+    await close();
+    await admin.query(`DROP SCHEMA IF EXISTS ${pg.escapeIdentifier(schema)} CASCADE`);
+  };
+  return store;
+}
+
+async function rejection(p: Promise<unknown>): Promise<MemoryError> {
+  try {
+    await p;
+  } catch (err) {
+    expect(err).toBeInstanceOf(MemoryError);
+    return err as MemoryError;
+  }
+  throw new Error("expected a MemoryError, but the call succeeded");
+}
+
+describeStoreConformance("postgres", (limits) => openStore(limits), { persistent: true, shared: true, retains: true });
+
+describe("PostgresStore specifics", () => {
+  const count = async (schema: string, table: string, sessionId?: string) => {
+    const where = sessionId === undefined ? "" : " WHERE session_id = $1";
+    const { rows } = await admin.query(`SELECT count(*)::int AS n FROM ${pg.escapeIdentifier(schema)}.${table}${where}`, sessionId === undefined ? [] : [sessionId]);
+    return rows[0].n as number;
+  };
+
+  it("applies migrations once, even when several replicas start on a fresh schema at once", async () => {
+    const schema = freshSchema();
+    const stores = await Promise.all(Array.from({ length: 4 }, () => PostgresStore.open({ url, schema, limits: LIMITS })));
+    try {
+      const again = await PostgresStore.open({ url, schema, limits: LIMITS });
+      stores.push(again);
+      const { rows } = await admin.query(`SELECT version, name FROM ${pg.escapeIdentifier(schema)}.schema_migrations ORDER BY version`);
+      expect(rows).toEqual([{ version: 1, name: "0001_init.sql" }]);
+      await makeSession(stores[0], "s1");
+      expect((await stores[3].getSession("s1"))?.sessionId).toBe("s1");
+    } finally {
+      for (const store of stores) await store.close();
+      await admin.query(`DROP SCHEMA ${pg.escapeIdentifier(schema)} CASCADE`);
+    }
+  });
+
+  it("gives gapless seqs to concurrent appends from two replicas", async () => {
+    const schema = freshSchema();
+    const a = await openStore(LIMITS, schema);
+    const b = await PostgresStore.open({ url, schema, limits: LIMITS });
+    try {
+      await makeSession(a, "s1");
+      const results = await Promise.all(Array.from({ length: 40 }, (_, i) => (i % 2 ? a : b).appendEvents("s1", [newEvent("user_message", i), newEvent("agent_response", i)])));
+      const seqs = results.flatMap((r) => r.events.map((e) => e.seq)).sort((x, y) => x - y);
+      expect(seqs).toEqual(Array.from({ length: 80 }, (_, i) => i + 1));
+      // Each batch got consecutive seqs: commit order is seq order.
+      for (const r of results) expect(r.events[1].seq).toBe(r.events[0].seq + 1);
+      expect(await b.stats()).toEqual({ totalSessions: 1, totalEvents: 80 });
+    } finally {
+      await b.close();
+      await a.close();
+    }
+  });
+
+  it("trims in SQL: only the retained rows remain and older cursors are OUT_OF_RANGE", async () => {
+    const schema = freshSchema();
+    const store = await openStore({ ...LIMITS, maxSessionEvents: 4 }, schema);
+    try {
+      await makeSession(store, "s1");
+      for (let i = 0; i < 3; i++) await store.appendEvents("s1", [newEvent("user_message", i), newEvent("user_message", i)]);
+      expect(await count(schema, "events", "s1")).toBe(4);
+      expect(await store.getSession("s1")).toMatchObject({ firstSeq: 3, headSeq: 6 });
+      expect((await store.stats()).totalEvents).toBe(4);
+      const err = await rejection(store.readEvents("s1", { afterSeq: 1, limit: 10 }));
+      expect(err.code).toBe("OUT_OF_RANGE");
+      expect(err.message).toContain("oldest retained seq is 3");
+    } finally {
+      await store.close();
+    }
+  });
+
+  it("leaves no rows behind when a session is deleted, evicted or cleaned up", async () => {
+    const schema = freshSchema();
+    const store = await openStore({ ...LIMITS, maxSessions: 3 }, schema);
+    try {
+      for (const id of ["a", "b", "c"]) {
+        await makeSession(store, id);
+        await store.appendEvents(id, [newEvent("user_message", id), newEvent("agent_response", id)]);
+        await sleep(2);
+      }
+      expect(await store.deleteSession("b")).toBe(true);
+      expect(await count(schema, "events", "b")).toBe(0);
+      await makeSession(store, "d");
+      await makeSession(store, "e"); // 4 > 3: "a", least recently updated, goes
+      expect(await count(schema, "sessions", "a")).toBe(0);
+      expect(await count(schema, "events", "a")).toBe(0);
+      expect(await store.cleanup(Date.now() + 1000)).toBe(3);
+      expect(await count(schema, "sessions")).toBe(0);
+      expect(await count(schema, "events")).toBe(0);
+      expect(await store.stats()).toEqual({ totalSessions: 0, totalEvents: 0 });
+    } finally {
+      await store.close();
+    }
+  });
+
+  it("takes ids with %_'*?: and newlines literally and lists them in code-point order", async () => {
+    const store = await openStore();
+    try {
+      const ids = ["a%", "a_", "a'b", "a*", "a?", "a:b", "a\nb", "B", "é", "😀", "z"];
+      for (const id of ids) {
+        await store.createSession({ sessionId: id, appName: `app ${id}`, userId: `u%_'\n${id}`, metadata: {}, now: Date.now() });
+        await store.appendEvents(id, [newEvent("user_message", id, { eventId: `${id}%_'*?:\n` })]);
+      }
+      const listed = (await store.listSessions({ limit: 100 })).map((s) => s.sessionId);
+      const codePoints = (s: string) => [...s].map((c) => c.codePointAt(0)!);
+      const expected = [...ids].sort((x, y) => {
+        const [p, q] = [codePoints(x), codePoints(y)];
+        for (let i = 0; i < Math.min(p.length, q.length); i++) if (p[i] !== q[i]) return p[i] - q[i];
+        return p.length - q.length;
+      });
+      expect(listed).toEqual(expected);
+      for (const id of ids) {
+        expect((await store.listSessions({ limit: 100, appName: `app ${id}`, userId: `u%_'\n${id}` })).map((s) => s.sessionId)).toEqual([id]);
+        const retry = await store.appendEvents(id, [newEvent("user_message", id, { eventId: `${id}%_'*?:\n` })]);
+        expect(retry.replayed).toBe(true);
+      }
+      expect(await store.listSessions({ limit: 100, appName: "app a_" })).toHaveLength(1);
+      expect(await store.listSessions({ limit: 100, appName: "app a%" })).toHaveLength(1);
+    } finally {
+      await store.close();
+    }
+  });
+
+  it("describes durability from synchronous_commit and fsync", async () => {
+    const store = await openStore();
+    try {
+      const durability = await store.describeDurability();
+      expect(durability.settings).toMatchObject({ synchronous_commit: expect.any(String), fsync: expect.any(String), wal_level: expect.any(String) });
+      expect(durability.summary).toContain(`synchronous_commit=${durability.settings.synchronous_commit}, fsync=${durability.settings.fsync}`);
+      if (durability.settings.fsync === "off") expect(durability.summary).toContain("host crashes");
+    } finally {
+      await store.close();
+    }
+  });
+
+  it("re-listens after its LISTEN connection is terminated and reports the head it missed", async () => {
+    const schema = freshSchema();
+    const store = await openStore(LIMITS, schema);
+    const writer = await PostgresStore.open({ url, schema, limits: LIMITS });
+    const listening = async () =>
+      (await admin.query("SELECT count(*)::int AS n FROM pg_stat_activity WHERE application_name = $1", [`engram:${schema}:listen`])).rows[0].n as number;
+    try {
+      await makeSession(store, "s1");
+      const notices: SessionNotice[] = [];
+      store.subscribe("s1", (n) => notices.push(n));
+      await writer.appendEvents("s1", [newEvent("user_message", 1)]);
+      await waitFor(() => notices.some((n) => n.headSeq === 1));
+      await admin.query("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = $1", [`engram:${schema}:listen`]);
+      // Most likely inside the reconnect back-off, so its NOTIFY is lost: the resync must report it.
+      await writer.appendEvents("s1", [newEvent("user_message", 2)]);
+      await waitFor(() => notices.some((n) => n.headSeq === 2));
+      const deadline = Date.now() + 5000;
+      while ((await listening()) < 2 && Date.now() < deadline) await sleep(20);
+      await writer.appendEvents("s1", [newEvent("user_message", 3)]);
+      await waitFor(() => notices.some((n) => n.headSeq === 3));
+    } finally {
+      await writer.close();
+      await store.close();
+    }
+  });
+
+  it("retries a call until a live connection answers when its pooled connections were terminated", async () => {
+    const schema = freshSchema();
+    const store = await openStore(LIMITS, schema);
+    try {
+      await makeSession(store, "s1");
+      await Promise.all([store.getSession("s1"), store.getSession("s1"), store.stats()]); // several pooled connections
+      const { rows } = await admin.query("SELECT count(pg_terminate_backend(pid))::int AS n FROM pg_stat_activity WHERE application_name = $1", [`engram:${schema}`]);
+      expect(rows[0].n).toBeGreaterThan(0);
+      const appended = await store.appendEvents("s1", [newEvent("user_message", 1, { eventId: "e1" })]);
+      expect(appended).toMatchObject({ replayed: false, events: [{ seq: 1 }] });
+      expect((await store.readEvents("s1", { limit: 10 })).events.map((e) => e.seq)).toEqual([1]);
+    } finally {
+      await store.close();
+    }
+  });
+
+  describe("when PostgreSQL is unreachable", () => {
+    let silent: Server;
+    let silentPort: number;
+    const sockets = new Set<Socket>();
+    beforeAll(async () => {
+      // Accepts TCP and never answers: only the connect timeout can end the wait.
+      silent = createServer((socket) => sockets.add(socket));
+      await new Promise<void>((resolve) => silent.listen(0, "127.0.0.1", resolve));
+      silentPort = (silent.address() as { port: number }).port;
+    });
+    afterAll(async () => {
+      for (const socket of sockets) socket.destroy();
+      await new Promise<void>((resolve) => silent.close(() => resolve()));
+    });
+
+    it("fails to open with UNAVAILABLE on a closed port, at once", async () => {
+      const port = await freePort();
+      const started = Date.now();
+      const err = await rejection(PostgresStore.open({ url: `postgres://postgres@127.0.0.1:${port}/postgres`, schema: "engram", limits: LIMITS }));
+      expect(err.code).toBe("UNAVAILABLE");
+      expect(err.message).toContain("ECONNREFUSED");
+      expect(Date.now() - started).toBeLessThan(3000);
+    });
+
+    it("answers UNAVAILABLE within the connect timeout when the server never responds", async () => {
+      const store = new PostgresStore({ url: `postgres://postgres@127.0.0.1:${silentPort}/postgres`, schema: "engram", limits: LIMITS, connectTimeoutMs: 300 });
+      try {
+        const started = Date.now();
+        expect((await rejection(store.ping())).code).toBe("UNAVAILABLE");
+        expect((await rejection(store.getSession("s1"))).code).toBe("UNAVAILABLE");
+        expect(Date.now() - started).toBeLessThan(3000);
+      } finally {
+        await store.close();
+      }
+    });
+  });
+});

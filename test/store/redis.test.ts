@@ -1,0 +1,242 @@
+/**
+ * The Redis driver: the shared conformance suite, then what only Redis has
+ * (re-sent scripts, key layout, durability settings, outages). Every store
+ * gets its own key prefix, removed after the file.
+ */
+import { setTimeout as sleep } from "node:timers/promises";
+import { Redis } from "ioredis";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { MemoryError } from "../../src/errors.js";
+import { eventFingerprint } from "../../src/store/fingerprint.js";
+import { durabilitySummary, RedisStore } from "../../src/store/redis.js";
+import type { StoreLimits } from "../../src/store/types.js";
+import { freePort, startRedisServer } from "../support/redis-server.js";
+import { describeStoreConformance, makeSession, newEvent } from "./conformance.js";
+
+const url = process.env.MEMORY_TEST_REDIS_URL!;
+const prefixes: string[] = [];
+let counter = 0;
+const DEFAULT_LIMITS: StoreLimits = { maxSessions: 1000, maxSessionEvents: 500 };
+
+/** A store on the shared test Redis under a prefix of its own. */
+async function openStore(limits: StoreLimits = DEFAULT_LIMITS, prefix = `t${process.pid}_${++counter}`) {
+  prefixes.push(prefix);
+  return RedisStore.open({ url, keyPrefix: prefix, limits });
+}
+
+let admin: Redis;
+beforeAll(() => {
+  if (!url) throw new Error("MEMORY_TEST_REDIS_URL is not set: the global setup did not start Redis");
+  admin = new Redis(url);
+});
+afterAll(async () => {
+  for (const prefix of prefixes) {
+    const keys = await keysOf(`${prefix}:*`);
+    if (keys.length > 0) await admin.del(...keys);
+  }
+  await admin.quit();
+});
+
+/** Every key matching a pattern made of test-chosen characters only. */
+async function keysOf(pattern: string): Promise<string[]> {
+  const out: string[] = [];
+  let cursor = "0";
+  do {
+    const [next, keys] = await admin.scan(cursor, "MATCH", pattern, "COUNT", 1000);
+    out.push(...keys);
+    cursor = next;
+  } while (cursor !== "0");
+  return out;
+}
+
+async function rejection(p: Promise<unknown>): Promise<MemoryError> {
+  try {
+    await p;
+  } catch (err) {
+    expect(err).toBeInstanceOf(MemoryError);
+    return err as MemoryError;
+  }
+  throw new Error("expected a MemoryError, but the call succeeded");
+}
+
+const hex = (s: string) => Buffer.from(s).toString("hex");
+
+describeStoreConformance("redis", (limits) => openStore(limits), { persistent: true, shared: true, retains: true });
+
+describe("RedisStore specifics", () => {
+  it("a re-sent append script (same arguments) returns the originals instead of appending twice", async () => {
+    const prefix = `t${process.pid}_${++counter}`;
+    const store = await openStore(DEFAULT_LIMITS, prefix);
+    try {
+      await makeSession(store, "s1");
+      await store.appendEvents("s1", [newEvent("user_message", "before")]);
+      // What ioredis re-sends after a reconnect: the identical EVALSHA, generated ids and all.
+      const batch = [newEvent("user_message", "a"), newEvent("agent_response", { b: 1 })];
+      const sendAppend = () => (store as unknown as { appendEvents: RedisStore["appendEvents"] }).appendEvents("s1", batch, 1);
+      const first = await sendAppend();
+      const resent = await sendAppend();
+      expect(first.replayed).toBe(false);
+      expect(resent).toEqual({ events: first.events, replayed: true });
+      expect((await store.getSession("s1"))!.headSeq).toBe(3);
+      expect((await store.stats()).totalEvents).toBe(3);
+
+      // The same at the wire level: run the script file twice with byte-identical arguments.
+      const direct = new Redis(url);
+      try {
+        const { readFileSync } = await import("node:fs");
+        const lua = readFileSync(new URL("../../src/store/redis/scripts/append-6.lua", import.meta.url), "utf8");
+        const base = `${prefix}:s:${hex("s1")}`;
+        const keys = [base, `${base}:ev`, `${base}:id`, `${prefix}:updated`, `${prefix}:stats`, `${prefix}:recent`];
+        const body = JSON.stringify([Date.now(), "x", {}]);
+        const value = `12:user_message${"gen-direct".length}:gen-direct${body}`;
+        const args = ["s1", '"s1"', "", Date.now(), 500, 2000, `${hex("s1")}!`, `${prefix}:notices`, 1, "gen-direct", eventFingerprint("user_message", "x", {}), Date.now(), value];
+        const once = (await direct.eval(lua, keys.length, ...keys, ...args)) as unknown[];
+        const twice = (await direct.eval(lua, keys.length, ...keys, ...args)) as unknown[];
+        expect(once.slice(0, 2)).toEqual(["OK", 0]);
+        expect(twice.slice(0, 2)).toEqual(["OK", 1]);
+        expect(twice[4]).toBe(4);
+        expect((await store.getSession("s1"))!.headSeq).toBe(4);
+        expect((await store.readEvents("s1", { afterSeq: 3, limit: 10 })).events.map((e) => e.eventId)).toEqual(["gen-direct"]);
+      } finally {
+        direct.disconnect();
+      }
+    } finally {
+      await store.close();
+    }
+  });
+
+  it("trimming past maxSessionEvents answers OUT_OF_RANGE for a cursor into trimmed events, never a gap", async () => {
+    const store = await openStore({ maxSessions: 100, maxSessionEvents: 3 });
+    try {
+      await makeSession(store, "s1");
+      for (let i = 0; i < 10; i++) await store.appendEvents("s1", [newEvent("user_message", i, { eventId: `e${i}` })]);
+      expect(await store.getSession("s1")).toMatchObject({ firstSeq: 8, headSeq: 10 });
+      for (const afterSeq of [0, 3, 6]) {
+        const err = await rejection(store.readEvents("s1", { afterSeq, limit: 10 }));
+        expect(err.code).toBe("OUT_OF_RANGE");
+        expect(err.message).toContain("oldest retained seq is 8");
+      }
+      expect((await store.readEvents("s1", { afterSeq: 7, limit: 10 })).events.map((e) => e.seq)).toEqual([8, 9, 10]);
+      // Trimmed ids left the idempotency index; retained ones did not.
+      const ids = await admin.hkeys(`${prefixes.at(-1)}:s:${hex("s1")}:id`);
+      expect(ids.sort()).toEqual(["e7", "e8", "e9"]);
+      expect(await admin.hlen(`${prefixes.at(-1)}:s:${hex("s1")}:ev`)).toBe(3);
+      expect((await store.stats()).totalEvents).toBe(3);
+    } finally {
+      await store.close();
+    }
+  });
+
+  it("deleteSession leaves no key and no index entry of the session", async () => {
+    const prefix = `t${process.pid}_${++counter}`;
+    const store = await openStore(DEFAULT_LIMITS, prefix);
+    try {
+      const id = "doomed:*?[x]";
+      await makeSession(store, id, "app:1", "user*");
+      await makeSession(store, "kept", "app:1", "user*");
+      await store.appendEvents(id, [newEvent("user_message", "a", { eventId: "e1" }), newEvent("agent_response", "b")]);
+      await store.appendEvents("kept", [newEvent("user_message", "c")]);
+      expect(await store.deleteSession(id)).toBe(true);
+      const keys = await keysOf(`${prefix}:*`);
+      expect(keys.filter((k) => k.includes(hex(id)) || k.includes(id))).toEqual([]);
+      for (const key of keys) {
+        const type = await admin.type(key);
+        if (type === "zset") {
+          const members = await admin.zrange(key, 0, -1);
+          expect(members.filter((m) => m === id || m.startsWith(`${hex(id)}!`)), key).toEqual([]);
+        }
+      }
+      expect(await store.stats()).toEqual({ totalSessions: 1, totalEvents: 1 });
+      expect((await store.listRecentEvents(10)).map((e) => e.content)).toEqual(["c"]);
+    } finally {
+      await store.close();
+    }
+  });
+
+  it("keeps tenants apart whose names only differ in where a separator falls", async () => {
+    const store = await openStore();
+    try {
+      await makeSession(store, "one", "a", "b:c");
+      await makeSession(store, "two", "a:b", "c");
+      await makeSession(store, "three", "a:b:c", "");
+      const ids = async (appName?: string, userId?: string) => (await store.listSessions({ limit: 10, appName, userId })).map((s) => s.sessionId);
+      expect(await ids("a", "b:c")).toEqual(["one"]);
+      expect(await ids("a:b", "c")).toEqual(["two"]);
+      expect(await ids("a:b:c", "")).toEqual(["three"]);
+      expect(await ids("a:b")).toEqual(["two"]);
+      expect(await ids(undefined, "c")).toEqual(["two"]);
+      expect(await ids("*")).toEqual([]);
+      // Ids that look like ZRANGEBYLEX syntax or glob patterns are literal cursors too.
+      for (const id of ["(", "[", "-", "+", "*", "a\nb", "\u00ff\u0000"]) await makeSession(store, id, "lex", "u");
+      const all = await ids("lex");
+      expect(all).toEqual([...all].sort((a, b) => Buffer.compare(Buffer.from(a), Buffer.from(b))));
+      expect(all).toHaveLength(7);
+      const afterParen = await store.listSessions({ limit: 10, appName: "lex", afterSessionId: "(" });
+      expect(afterParen.map((s) => s.sessionId)).toEqual(all.slice(all.indexOf("(") + 1));
+    } finally {
+      await store.close();
+    }
+  });
+
+  it("describes durability from the server's AOF settings", async () => {
+    const store = await openStore();
+    try {
+      const d = await store.describeDurability();
+      expect(d.settings).toMatchObject({ appendonly: expect.any(String), appendfsync: expect.any(String) });
+      if (d.settings.appendonly === "yes" && d.settings.appendfsync === "everysec") {
+        expect(d.summary).toContain("fsync every second");
+      }
+    } finally {
+      await store.close();
+    }
+    expect(durabilitySummary({ appendonly: "yes", appendfsync: "always" })).toContain("power failure");
+    expect(durabilitySummary({ appendonly: "no", appendfsync: "everysec", save: "3600 1" })).toMatch(/^no AOF: only RDB snapshots/);
+    expect(durabilitySummary({ appendonly: "no", appendfsync: "everysec", save: "" })).toMatch(/lost when Redis restarts/);
+  });
+
+  it("fails UNAVAILABLE quickly when Redis is unreachable, and recovers when it is back", async () => {
+    // Nothing listens on a freshly freed port.
+    const closedPort = await freePort();
+    const started = Date.now();
+    const err = await rejection(RedisStore.open({ url: `redis://127.0.0.1:${closedPort}`, keyPrefix: "never", limits: DEFAULT_LIMITS }));
+    expect(err.code).toBe("UNAVAILABLE");
+    expect(err.message).toContain(`127.0.0.1:${closedPort}`);
+    expect(Date.now() - started).toBeLessThan(5000);
+
+    // A dedicated server, so stopping it disturbs no other test file.
+    const server = await startRedisServer({ appendonly: true });
+    const store = await RedisStore.open({ url: server.url, keyPrefix: "outage", limits: DEFAULT_LIMITS });
+    try {
+      await makeSession(store, "s1");
+      await store.appendEvents("s1", [newEvent("user_message", "kept")]);
+      await sleep(1100); // let appendfsync everysec flush
+      await server.stop();
+      for (const call of [
+        () => store.appendEvents("s1", [newEvent("user_message", "lost")]),
+        () => store.readEvents("s1", { limit: 10 }),
+        () => store.getSession("s1"),
+        () => store.stats(),
+        () => store.ping(),
+      ]) {
+        const t0 = Date.now();
+        expect((await rejection(call())).code).toBe("UNAVAILABLE");
+        expect(Date.now() - t0).toBeLessThan(5000);
+      }
+      await server.restart();
+      const deadline = Date.now() + 10_000;
+      for (;;) {
+        try {
+          await store.ping();
+          break;
+        } catch (e) {
+          if (Date.now() > deadline) throw e;
+          await sleep(100);
+        }
+      }
+      expect((await store.readEvents("s1", { limit: 10 })).events.map((e) => e.content)).toEqual(["kept"]);
+    } finally {
+      await store.close();
+      await server.destroy();
+    }
+  });
+});

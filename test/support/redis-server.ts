@@ -1,0 +1,191 @@
+/**
+ * Starts a throw-away redis-server for tests: loopback only, a free port, a
+ * temp dir, AOF with fsync every second, no RDB snapshots. It can be
+ * stopped, restarted on the same port and dir (the AOF is kept) or killed,
+ * which is what the fault tests need.
+ */
+import { execFileSync, spawn, type ChildProcess } from "node:child_process";
+import { accessSync, constants, mkdtempSync, rmSync, writeFileSync, unlinkSync, existsSync } from "node:fs";
+import { createConnection, createServer } from "node:net";
+import { tmpdir } from "node:os";
+import path from "node:path";
+import { setTimeout as sleep } from "node:timers/promises";
+
+/** A running (or stopped) test redis-server. */
+export interface RedisServer {
+  url: string;
+  port: number;
+  /** Its working dir: AOF files live here. */
+  dir: string;
+  /** SIGTERM (Redis flushes the AOF), waits for exit. */
+  stop(): Promise<void>;
+  /** Stops it if running, then starts it again on the same port and dir, and waits until it answers. */
+  restart(): Promise<void>;
+  /** SIGKILL, waits for exit. */
+  kill(): Promise<void>;
+  /** Stops it and removes its dir. */
+  destroy(): Promise<void>;
+}
+
+const INSTALL_LOCK = path.join(tmpdir(), "engram-redis-server-install.lock");
+
+function findRedisServer(): string | undefined {
+  const dirs = [...(process.env.PATH ?? "").split(path.delimiter), "/usr/bin", "/usr/sbin", "/usr/local/bin"];
+  for (const dir of dirs) {
+    if (!dir) continue;
+    const candidate = path.join(dir, "redis-server");
+    try {
+      accessSync(candidate, constants.X_OK);
+      return candidate;
+    } catch {
+      // not here
+    }
+  }
+  return undefined;
+}
+
+/** Finds redis-server, installing the Debian package once when running as root. */
+async function redisServerBinary(): Promise<string> {
+  const found = findRedisServer();
+  if (found) return found;
+  if (process.getuid?.() !== 0) {
+    throw new Error("redis-server not found: install the Debian package `redis-server` (apt-get install redis-server) or set MEMORY_TEST_REDIS_URL");
+  }
+  let owner = false;
+  try {
+    writeFileSync(INSTALL_LOCK, String(process.pid), { flag: "wx" });
+    owner = true;
+  } catch {
+    // Another process is installing: wait for it.
+  }
+  if (owner) {
+    try {
+      execFileSync("sh", ["-c", "apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y redis-server"], { stdio: "ignore", timeout: 300_000 });
+    } finally {
+      unlinkSync(INSTALL_LOCK);
+    }
+  } else {
+    const deadline = Date.now() + 300_000;
+    while (existsSync(INSTALL_LOCK) && Date.now() < deadline) await sleep(500);
+  }
+  const installed = findRedisServer();
+  if (!installed) throw new Error("redis-server still not found after installing the Debian package `redis-server`");
+  return installed;
+}
+
+/** A free loopback port (the kernel picks it). */
+export async function freePort(): Promise<number> {
+  return new Promise((resolve, reject) => {
+    const server = createServer();
+    server.once("error", reject);
+    server.listen(0, "127.0.0.1", () => {
+      const { port } = server.address() as { port: number };
+      server.close(() => resolve(port));
+    });
+  });
+}
+
+/** True when a PING on the port gets +PONG. */
+function pingOnce(port: number): Promise<boolean> {
+  return new Promise((resolve) => {
+    const socket = createConnection({ host: "127.0.0.1", port });
+    let data = "";
+    const done = (ok: boolean) => {
+      socket.destroy();
+      resolve(ok);
+    };
+    socket.setTimeout(1000, () => done(false));
+    socket.once("error", () => done(false));
+    socket.once("connect", () => socket.write("PING\r\n"));
+    socket.on("data", (d) => {
+      data += d;
+      if (data.includes("\r\n")) done(data.startsWith("+PONG"));
+    });
+  });
+}
+
+/** Waits (bounded) until Redis on `port` answers PING. */
+export async function waitForRedis(port: number, timeoutMs = 15_000): Promise<void> {
+  const deadline = Date.now() + timeoutMs;
+  while (!(await pingOnce(port))) {
+    if (Date.now() > deadline) throw new Error(`redis-server on port ${port} did not answer PING within ${timeoutMs} ms`);
+    await sleep(50);
+  }
+}
+
+/** Starts a dedicated redis-server on a free loopback port in a temp dir. */
+export async function startRedisServer(opts: { appendonly?: boolean } = {}): Promise<RedisServer> {
+  const binary = await redisServerBinary();
+  const dir = mkdtempSync(path.join(tmpdir(), "engram-redis-"));
+  let port = 0;
+  let child: ChildProcess | undefined;
+  let exited: Promise<void> = Promise.resolve();
+  let log = "";
+
+  const launch = async () => {
+    const args = [
+      "--port", String(port),
+      "--bind", "127.0.0.1",
+      "--dir", dir,
+      "--appendonly", opts.appendonly === false ? "no" : "yes",
+      "--appendfsync", "everysec",
+      "--save", "",
+      "--daemonize", "no",
+      "--protected-mode", "yes",
+    ];
+    log = "";
+    const proc = spawn(binary, args, { stdio: ["ignore", "pipe", "pipe"] });
+    proc.stdout!.on("data", (d) => (log = (log + d).slice(-4000)));
+    proc.stderr!.on("data", (d) => (log = (log + d).slice(-4000)));
+    child = proc;
+    exited = new Promise((resolve) => proc.once("exit", () => resolve()));
+    const died = exited.then(() => {
+      throw new Error(`redis-server exited during start-up: ${log}`);
+    });
+    await Promise.race([waitForRedis(port), died]);
+    void died.catch(() => {});
+  };
+
+  const signal = async (sig: NodeJS.Signals) => {
+    const proc = child;
+    if (!proc || proc.exitCode !== null || proc.signalCode !== null) return;
+    proc.kill(sig);
+    await exited;
+  };
+
+  // A port the kernel just handed out may be taken by another process before we bind it: retry.
+  for (let attempt = 0; ; attempt++) {
+    port = await freePort();
+    try {
+      await launch();
+      break;
+    } catch (err) {
+      await signal("SIGKILL");
+      if (attempt >= 2) {
+        rmSync(dir, { recursive: true, force: true });
+        throw err;
+      }
+    }
+  }
+  // Never leave a server behind a crashed test process.
+  const onExit = () => child?.kill("SIGKILL");
+  process.once("exit", onExit);
+
+  const server: RedisServer = {
+    url: `redis://127.0.0.1:${port}`,
+    port,
+    dir,
+    stop: () => signal("SIGTERM"),
+    kill: () => signal("SIGKILL"),
+    restart: async () => {
+      await signal("SIGTERM");
+      await launch();
+    },
+    destroy: async () => {
+      await signal("SIGTERM");
+      process.removeListener("exit", onExit);
+      rmSync(dir, { recursive: true, force: true });
+    },
+  };
+  return server;
+}
