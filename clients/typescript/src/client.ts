@@ -1,0 +1,392 @@
+/**
+ * MemoryClient: Engram's MemoryService with the KAOS memory method names,
+ * plain objects in and out, on gRPC, Connect or gRPC-Web.
+ */
+import { durationFromMs } from "@bufbuild/protobuf/wkt";
+import { Code, ConnectError, createClient, type Client, type Interceptor, type Transport } from "@connectrpc/connect";
+import * as pb from "./gen/engram/v1/memory_pb.js";
+import { fromEventInput, toContext, toEvent, toNumber, toSeq, toSession } from "./convert.js";
+import { createTransport, type ClosableTransport, type Protocol } from "./transport.js";
+import type { CallOptions, ConversationContext, EventInput, JsonObject, JsonValue, MemoryEvent, MemoryStats, Session } from "./types.js";
+
+/** How a resumable stream reconnects. */
+export interface ReconnectOptions {
+  /** Consecutive failed (re)connections tolerated before the error is thrown (default 8). */
+  maxRetries?: number;
+  /** First backoff delay in ms (default 100); doubles on each consecutive failure. */
+  initialBackoffMs?: number;
+  /** Largest backoff delay in ms (default 2000). */
+  maxBackoffMs?: number;
+}
+
+/** Options of createMemoryClient. */
+export interface MemoryClientOptions {
+  /** Server address, e.g. "http://127.0.0.1:8000". */
+  baseUrl: string;
+  /** Wire protocol (default "grpc": gRPC over HTTP/2 cleartext). */
+  protocol?: Protocol;
+  /** Connect protocol only: binary protobuf instead of JSON. */
+  useBinaryFormat?: boolean;
+  /** Deadline for calls that do not set their own (ms). Not applied to streams. */
+  timeoutMs?: number;
+  interceptors?: Interceptor[];
+  /**
+   * Retries of calls that are safe to repeat (reads, getOrCreateSession, and
+   * appends without expectedSeq, which carry an event_id) after UNAVAILABLE or
+   * a broken connection (default 2; 0 disables).
+   */
+  retries?: number;
+  /** Reconnection of streamSessionEvents. */
+  reconnect?: ReconnectOptions;
+}
+
+/** Options of addEvent. */
+export interface AddEventOptions extends CallOptions {
+  /** Idempotency key (a UUID is generated when omitted). */
+  eventId?: string;
+  /** Append only if the session's head seq equals this (0: no events yet). */
+  expectedSeq?: number | bigint;
+  /** When the event happened (the server's clock when omitted). */
+  timestamp?: Date;
+}
+
+/** Options of streamSessionEvents. */
+export interface StreamOptions extends ReconnectOptions {
+  /** Start after this seq (default: from the oldest retained event). */
+  afterSeq?: number | bigint;
+  /** Only these event types. */
+  eventTypes?: string[];
+  /** Aborting ends the iteration (the loop simply finishes). */
+  signal?: AbortSignal;
+  /** Called with the head seq each time the replay has caught up (after every (re)connection). */
+  onCaughtUp?: (headSeq: number) => void;
+  /**
+   * Called before each reconnection with the error that ended the previous
+   * stream and the number of consecutive failures; a returned promise is
+   * awaited before reconnecting.
+   */
+  onReconnect?: (err: ConnectError, attempt: number) => void | Promise<void>;
+}
+
+const MAX_PAGE = 1000;
+/**
+ * Stream errors after which resuming from the last seq is worthwhile: the
+ * server going away (UNAVAILABLE), and what a cut connection looks like to
+ * connect-node (an HTTP/2 RST_STREAM CANCEL, a reset socket, a truncated body).
+ * CANCELED counts only when the caller did not cancel.
+ */
+const RESUMABLE = new Set<Code>([Code.Unavailable, Code.Canceled, Code.Internal, Code.Unknown, Code.Aborted]);
+
+/** Node error codes of a connection that broke or could not be made. */
+const CONNECTION_ERRORS = new Set([
+  "ECONNRESET",
+  "ECONNREFUSED",
+  "ECONNABORTED",
+  "EPIPE",
+  "ETIMEDOUT",
+  "EHOSTUNREACH",
+  "ENETUNREACH",
+  "ERR_HTTP2_GOAWAY_SESSION",
+  "ERR_HTTP2_SESSION_ERROR",
+  "ERR_HTTP2_STREAM_CANCEL",
+  "ERR_HTTP2_INVALID_SESSION",
+]);
+
+/** UNAVAILABLE, or a broken/refused connection (which connect-node may report as INTERNAL or ABORTED). */
+export function isTransient(err: ConnectError): boolean {
+  if (err.code === Code.Unavailable) return true;
+  let cause: unknown = err.cause;
+  for (let depth = 0; depth < 8 && cause instanceof Error; depth++) {
+    const code = (cause as { code?: unknown }).code;
+    if (typeof code === "string" && CONNECTION_ERRORS.has(code)) return true;
+    cause = cause.cause;
+  }
+  return false;
+}
+
+function sleep(ms: number, signal?: AbortSignal): Promise<void> {
+  return new Promise((resolve) => {
+    if (signal?.aborted) return resolve();
+    const timer = setTimeout(done, ms);
+    function done() {
+      clearTimeout(timer);
+      signal?.removeEventListener("abort", done);
+      resolve();
+    }
+    signal?.addEventListener("abort", done, { once: true });
+  });
+}
+
+function backoffMs(attempt: number, initial: number, max: number): number {
+  const base = Math.min(max, initial * 2 ** Math.min(attempt - 1, 20));
+  return base / 2 + Math.random() * (base / 2); // jitter in [base/2, base]
+}
+
+/** A client of Engram's MemoryService. Create with createMemoryClient; call close() when done. */
+export class MemoryClient {
+  /** The generated connect-es client, for anything this class does not cover. */
+  readonly rpc: Client<typeof pb.MemoryService>;
+  readonly protocol: Protocol;
+  private readonly retries: number;
+  private readonly reconnect: Required<ReconnectOptions>;
+  private closed = false;
+
+  constructor(
+    transport: Transport | ClosableTransport,
+    options: { protocol?: Protocol; retries?: number; reconnect?: ReconnectOptions } = {},
+  ) {
+    const closable = "transport" in transport ? transport : undefined;
+    this.rpc = createClient(pb.MemoryService, closable ? closable.transport : (transport as Transport));
+    this.closeTransport = closable ? () => closable.close() : () => {};
+    this.protocol = closable?.protocol ?? options.protocol ?? "grpc";
+    this.retries = options.retries ?? 2;
+    this.reconnect = {
+      maxRetries: options.reconnect?.maxRetries ?? 8,
+      initialBackoffMs: options.reconnect?.initialBackoffMs ?? 100,
+      maxBackoffMs: options.reconnect?.maxBackoffMs ?? 2000,
+    };
+  }
+
+  private readonly closeTransport: () => void;
+
+  /** Runs a call that is safe to repeat, retrying after UNAVAILABLE. */
+  private async retrying<T>(call: () => Promise<T>, opts?: CallOptions, retries = this.retries): Promise<T> {
+    for (let attempt = 0; ; attempt++) {
+      try {
+        return await call();
+      } catch (err) {
+        const ce = ConnectError.from(err);
+        if (!isTransient(ce) || attempt >= retries || opts?.signal?.aborted || this.closed) throw ce;
+        await sleep(backoffMs(attempt + 1, this.reconnect.initialBackoffMs, this.reconnect.maxBackoffMs), opts?.signal);
+      }
+    }
+  }
+
+  /** Creates a session and returns its id (generated by the server when omitted). ALREADY_EXISTS for a taken id. */
+  async createSession(appName: string, userId: string, sessionId?: string, metadata?: JsonObject, opts?: CallOptions): Promise<string> {
+    const res = await this.rpc.createSession({ appName, userId, sessionId, metadata }, opts);
+    return toSession(res.session).sessionId;
+  }
+
+  /** Returns the session, creating it when absent; `created` tells whether this call created it. */
+  async getOrCreateSession(
+    sessionId: string,
+    appName = "agent",
+    userId = "user",
+    metadata?: JsonObject,
+    opts?: CallOptions,
+  ): Promise<{ sessionId: string; created: boolean; session: Session }> {
+    const res = await this.retrying(() => this.rpc.getOrCreateSession({ sessionId, appName, userId, metadata }, opts), opts);
+    const session = toSession(res.session);
+    return { sessionId: session.sessionId, created: res.created, session };
+  }
+
+  /** One session; NOT_FOUND when there is none. */
+  async getSession(sessionId: string, opts?: CallOptions): Promise<Session> {
+    const res = await this.retrying(() => this.rpc.getSession({ sessionId }, opts), opts);
+    return toSession(res.session);
+  }
+
+  /** Sessions in session_id order (every page), optionally filtered by app and user. */
+  async listSessions(filter: { appName?: string; userId?: string; limit?: number; pageSize?: number } = {}, opts?: CallOptions): Promise<Session[]> {
+    const out: Session[] = [];
+    const limit = filter.limit ?? Infinity;
+    let pageToken = "";
+    // Each page advances the cursor; the bound only guards against a server that would not.
+    for (let pages = 0; pages < 1_000_000 && out.length < limit; pages++) {
+      const pageSize = Math.min(filter.pageSize ?? MAX_PAGE, MAX_PAGE, limit - out.length);
+      const res = await this.retrying(
+        () => this.rpc.listSessions({ appName: filter.appName, userId: filter.userId, pageSize, pageToken }, opts),
+        opts,
+      );
+      for (const s of res.sessions) out.push(toSession(s));
+      if (!res.nextPageToken || res.sessions.length === 0 || res.nextPageToken === pageToken) break;
+      pageToken = res.nextPageToken;
+    }
+    return out.slice(0, limit === Infinity ? undefined : limit);
+  }
+
+  /** Deletes a session and its events; false when there was none. */
+  async deleteSession(sessionId: string, opts?: CallOptions): Promise<boolean> {
+    const res = await this.rpc.deleteSession({ sessionId }, opts);
+    return res.deleted;
+  }
+
+  /**
+   * Appends one event and returns it as stored (with its seq). Call either as
+   * addEvent(id, "user_message", content, metadata, options) or
+   * addEvent(id, { eventType, content, metadata, eventId, timestamp }, options).
+   * Retrying with the same eventId returns the original event.
+   */
+  async addEvent(sessionId: string, event: EventInput, opts?: AddEventOptions): Promise<MemoryEvent>;
+  async addEvent(sessionId: string, eventType: string, content?: JsonValue, metadata?: JsonObject, opts?: AddEventOptions): Promise<MemoryEvent>;
+  async addEvent(
+    sessionId: string,
+    eventOrType: string | EventInput,
+    contentOrOpts?: JsonValue | AddEventOptions,
+    metadata?: JsonObject,
+    options?: AddEventOptions,
+  ): Promise<MemoryEvent> {
+    let input: EventInput;
+    let opts: AddEventOptions;
+    if (typeof eventOrType === "string") {
+      opts = options ?? {};
+      input = { eventType: eventOrType, content: contentOrOpts as JsonValue | undefined, metadata };
+    } else {
+      opts = (contentOrOpts as AddEventOptions | undefined) ?? {};
+      input = { ...eventOrType };
+    }
+    if (opts.eventId !== undefined) input.eventId = opts.eventId;
+    if (opts.timestamp !== undefined) input.timestamp = opts.timestamp;
+    const event = fromEventInput(input); // assigns an event_id, so a retry is idempotent
+    const expectedSeq = opts.expectedSeq === undefined ? undefined : toSeq(opts.expectedSeq, "expectedSeq");
+    const call = () => this.rpc.addEvent({ sessionId, event, expectedSeq }, opts);
+    const res = await this.retrying(call, opts, expectedSeq === undefined ? this.retries : 0);
+    return toEvent(res.event);
+  }
+
+  /** Appends a batch atomically (all or none) and returns the stored events in seq order. */
+  async addEvents(sessionId: string, events: EventInput[], opts: CallOptions & { expectedSeq?: number | bigint } = {}): Promise<MemoryEvent[]> {
+    const inputs = events.map(fromEventInput);
+    const expectedSeq = opts.expectedSeq === undefined ? undefined : toSeq(opts.expectedSeq, "expectedSeq");
+    const call = () => this.rpc.addEvents({ sessionId, events: inputs, expectedSeq }, opts);
+    const res = await this.retrying(call, opts, expectedSeq === undefined ? this.retries : 0);
+    return res.events.map(toEvent);
+  }
+
+  /**
+   * A session's events in seq order, following page tokens. `limit` caps the
+   * total (default: everything stored now); `tail` returns only the newest N.
+   * OUT_OF_RANGE when events after `afterSeq` were evicted.
+   */
+  async getSessionEvents(
+    sessionId: string,
+    query: { eventTypes?: string[]; afterSeq?: number | bigint; limit?: number; tail?: number; pageSize?: number } = {},
+    opts?: CallOptions,
+  ): Promise<MemoryEvent[]> {
+    const eventTypes = query.eventTypes ?? [];
+    if (query.tail !== undefined && query.tail > 0) {
+      const res = await this.retrying(() => this.rpc.getSessionEvents({ sessionId, eventTypes, tail: query.tail }, opts), opts);
+      return res.events.map(toEvent);
+    }
+    const limit = query.limit ?? Infinity;
+    const out: MemoryEvent[] = [];
+    let afterSeq = query.afterSeq === undefined ? undefined : toSeq(query.afterSeq, "afterSeq");
+    let pageToken = "";
+    for (let pages = 0; pages < 1_000_000 && out.length < limit; pages++) {
+      const pageLimit = Math.min(query.pageSize ?? MAX_PAGE, MAX_PAGE, limit - out.length);
+      const res = await this.retrying(
+        () => this.rpc.getSessionEvents({ sessionId, eventTypes, afterSeq: pageToken ? undefined : afterSeq, limit: pageLimit, pageToken }, opts),
+        opts,
+      );
+      for (const e of res.events) out.push(toEvent(e));
+      if (!res.nextPageToken || res.events.length === 0 || res.nextPageToken === pageToken) break;
+      pageToken = res.nextPageToken;
+    }
+    return out.slice(0, limit === Infinity ? undefined : limit);
+  }
+
+  /**
+   * Follows a session: replays the stored events after `afterSeq`, then yields
+   * new ones as they are appended. Heartbeats and caught-up markers are not
+   * yielded. When the connection is lost (UNAVAILABLE, e.g. a server restart)
+   * it reconnects with bounded exponential backoff and resumes after the last
+   * seq it yielded, so nothing is skipped or repeated. Other errors (NOT_FOUND,
+   * OUT_OF_RANGE, ...) and exhausted retries are thrown. Aborting `signal`
+   * (or breaking out of the loop) ends it.
+   */
+  async *streamSessionEvents(sessionId: string, options: StreamOptions = {}): AsyncGenerator<MemoryEvent, void, undefined> {
+    const maxRetries = options.maxRetries ?? this.reconnect.maxRetries;
+    const initial = options.initialBackoffMs ?? this.reconnect.initialBackoffMs;
+    const max = options.maxBackoffMs ?? this.reconnect.maxBackoffMs;
+    const signal = options.signal;
+    // Our own controller so that leaving the loop early cancels the call.
+    const controller = new AbortController();
+    const onAbort = () => controller.abort(signal?.reason);
+    if (signal?.aborted) return;
+    signal?.addEventListener("abort", onAbort, { once: true });
+    let cursor = options.afterSeq === undefined ? undefined : toSeq(options.afterSeq, "afterSeq");
+    let failures = 0;
+    try {
+      for (;;) {
+        let error: ConnectError;
+        try {
+          const frames = this.rpc.streamSessionEvents(
+            { sessionId, afterSeq: cursor, eventTypes: options.eventTypes ?? [] },
+            { signal: controller.signal },
+          );
+          for await (const res of frames) {
+            const frame = res.frame;
+            failures = 0; // a frame arrived: this connection works
+            if (frame.case === "event") {
+              const seq = frame.value.seq;
+              if (cursor !== undefined && seq <= cursor) continue; // never repeat
+              cursor = seq;
+              yield toEvent(frame.value);
+            } else if (frame.case === "caughtUp") {
+              options.onCaughtUp?.(toNumber(frame.value.headSeq, "head_seq"));
+            }
+          }
+          // The server ended the stream without a status error: resume as after a disconnect.
+          error = new ConnectError("stream ended by the server", Code.Unavailable);
+        } catch (err) {
+          if (controller.signal.aborted || this.closed) return;
+          error = ConnectError.from(err);
+          if (!RESUMABLE.has(error.code) && !isTransient(error)) throw error;
+        }
+        failures++;
+        if (failures > maxRetries) throw error;
+        await options.onReconnect?.(error, failures);
+        await sleep(backoffMs(failures, initial, max), controller.signal);
+        if (controller.signal.aborted || this.closed) return;
+      }
+    } finally {
+      signal?.removeEventListener("abort", onAbort);
+      controller.abort();
+    }
+  }
+
+  /** The recent turns of a session as KAOS text and as OpenAI-shaped chat messages. */
+  async buildConversationContext(sessionId: string, maxEvents = 0, opts?: CallOptions): Promise<ConversationContext> {
+    const res = await this.retrying(() => this.rpc.buildConversationContext({ sessionId, maxEvents }, opts), opts);
+    return toContext(res);
+  }
+
+  /** Totals over the store. */
+  async getMemoryStats(opts?: CallOptions): Promise<MemoryStats> {
+    const res = await this.retrying(() => this.rpc.getStats({}, opts), opts);
+    return {
+      totalSessions: toNumber(res.totalSessions, "total_sessions"),
+      totalEvents: toNumber(res.totalEvents, "total_events"),
+      avgEventsPerSession: res.avgEventsPerSession,
+      backend: res.backend,
+    };
+  }
+
+  /** Removes sessions not updated within `maxAgeHours` (fractions allowed) and returns how many went. */
+  async cleanupOldSessions(maxAgeHours: number, opts?: CallOptions): Promise<number> {
+    if (!(maxAgeHours > 0) || !Number.isFinite(maxAgeHours)) throw new RangeError("maxAgeHours must be a positive number");
+    const res = await this.rpc.cleanup({ maxAge: durationFromMs(Math.round(maxAgeHours * 3_600_000)) }, opts);
+    return toNumber(res.removedSessions, "removed_sessions");
+  }
+
+  /** Closes the client's connections; open streams end. */
+  close(): void {
+    if (this.closed) return;
+    this.closed = true;
+    this.closeTransport();
+  }
+}
+
+/** A MemoryClient over gRPC (default), Connect or gRPC-Web. */
+export function createMemoryClient(options: MemoryClientOptions): MemoryClient {
+  if (!options || typeof options.baseUrl !== "string") throw new TypeError("createMemoryClient: baseUrl is required");
+  const protocol = options.protocol ?? "grpc";
+  const transport = createTransport(protocol, {
+    baseUrl: options.baseUrl,
+    interceptors: options.interceptors,
+    defaultTimeoutMs: options.timeoutMs,
+    useBinaryFormat: options.useBinaryFormat,
+  });
+  return new MemoryClient(transport, { protocol, retries: options.retries, reconnect: options.reconnect });
+}
