@@ -47,7 +47,7 @@ function toolCallId(e: StoredEvent): string | undefined {
 
 function toolName(e: StoredEvent): string {
   const c = asObject(e.content);
-  return str(c?.tool) ?? str(c?.name) ?? str(c?.function) ?? str(e.metadata.tool) ?? "tool";
+  return str(c?.tool) ?? str(c?.tool_name) ?? str(c?.name) ?? str(c?.function) ?? str(e.metadata.tool) ?? "tool";
 }
 
 function agentName(e: StoredEvent): string | undefined {

@@ -1,0 +1,67 @@
+"""Engram memory client: KAOS-compatible async/sync APIs over gRPC.
+
+>>> from engram_memory import EngramMemory
+>>> async with EngramMemory("127.0.0.1:8000") as memory: ...
+"""
+from __future__ import annotations
+
+from ._retry import StreamRetry
+from .client import DEFAULT_TARGET, EngramClient
+from .errors import (
+    AlreadyExistsError,
+    CancelledError,
+    DeadlineExceededError,
+    EngramError,
+    FailedPreconditionError,
+    InternalError,
+    InvalidArgumentError,
+    NotFoundError,
+    OutOfRangeError,
+    ResourceExhaustedError,
+    UnavailableError,
+    from_rpc_error,
+)
+from .memory import EngramMemory
+from .models import (
+    ChatMessage,
+    ConversationContext,
+    EventPage,
+    MemoryEvent,
+    MemoryStats,
+    SessionInfo,
+    StreamFrame,
+    ToolCall,
+)
+from .sync import EngramClientSync, EngramMemorySync
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "DEFAULT_TARGET",
+    "AlreadyExistsError",
+    "CancelledError",
+    "ChatMessage",
+    "ConversationContext",
+    "DeadlineExceededError",
+    "EngramClient",
+    "EngramClientSync",
+    "EngramError",
+    "EngramMemory",
+    "EngramMemorySync",
+    "EventPage",
+    "FailedPreconditionError",
+    "InternalError",
+    "InvalidArgumentError",
+    "MemoryEvent",
+    "MemoryStats",
+    "NotFoundError",
+    "OutOfRangeError",
+    "ResourceExhaustedError",
+    "SessionInfo",
+    "StreamFrame",
+    "StreamRetry",
+    "ToolCall",
+    "UnavailableError",
+    "__version__",
+    "from_rpc_error",
+]

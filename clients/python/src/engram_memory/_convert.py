@@ -1,0 +1,341 @@
+"""Conversions between the generated protobuf messages and the client's types."""
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+from collections.abc import Iterable, Mapping
+from datetime import date, datetime, timedelta, timezone
+from typing import Any
+
+from google.protobuf import duration_pb2, struct_pb2, timestamp_pb2
+
+from ._gen.engram.v1 import memory_pb2 as pb
+from .models import (
+    ChatMessage,
+    ConversationContext,
+    EventPage,
+    MemoryEvent,
+    MemoryStats,
+    SessionInfo,
+    StreamFrame,
+    ToolCall,
+    parse_timestamp,
+)
+
+_MAX_SAFE_INT = 2**53
+
+
+def _json_default(obj: Any) -> Any:
+    if isinstance(obj, datetime):
+        return obj.isoformat()
+    if isinstance(obj, date):
+        return obj.isoformat()
+    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+        return dataclasses.asdict(obj)
+    dump = getattr(obj, "model_dump", None)
+    if callable(dump):
+        return dump(mode="json")
+    if isinstance(obj, (set, frozenset, tuple)):
+        return list(obj)
+    if isinstance(obj, bytes):
+        return obj.decode("utf-8", "replace")
+    return str(obj)
+
+
+def jsonable(value: Any) -> Any:
+    """Makes ``value`` plain JSON (dict/list/str/number/bool/None)."""
+    if value is None or isinstance(value, (str, bool, int)):
+        return value
+    if isinstance(value, float):
+        if not math.isfinite(value):
+            raise ValueError("content: NaN and infinities are not JSON")
+        return value
+    return json.loads(json.dumps(value, default=_json_default, allow_nan=False))
+
+
+def _fill_value(v: struct_pb2.Value, obj: Any) -> None:
+    if obj is None:
+        v.null_value = struct_pb2.NULL_VALUE
+    elif isinstance(obj, bool):
+        v.bool_value = obj
+    elif isinstance(obj, (int, float)):
+        v.number_value = float(obj)
+    elif isinstance(obj, str):
+        v.string_value = obj
+    elif isinstance(obj, Mapping):
+        _fill_struct(v.struct_value, obj)
+    elif isinstance(obj, list):
+        lv = v.list_value
+        lv.SetInParent()
+        for item in obj:
+            _fill_value(lv.values.add(), item)
+    else:  # pragma: no cover - jsonable() leaves nothing else
+        raise TypeError(f"not JSON: {type(obj).__name__}")
+
+
+def _fill_struct(s: struct_pb2.Struct, obj: Mapping[str, Any]) -> None:
+    s.SetInParent()
+    for key, item in obj.items():
+        _fill_value(s.fields[str(key)], item)
+
+
+def to_value(obj: Any) -> struct_pb2.Value:
+    v = struct_pb2.Value()
+    _fill_value(v, jsonable(obj))
+    return v
+
+
+def to_struct(obj: Mapping[str, Any] | None) -> struct_pb2.Struct | None:
+    if obj is None:
+        return None
+    plain = jsonable(dict(obj))
+    s = struct_pb2.Struct()
+    _fill_struct(s, plain)
+    return s
+
+
+def from_value(v: struct_pb2.Value) -> Any:
+    kind = v.WhichOneof("kind")
+    if kind is None or kind == "null_value":
+        return None
+    if kind == "bool_value":
+        return v.bool_value
+    if kind == "number_value":
+        n = v.number_value
+        # JSON has one number type; give back ints for integral values.
+        if n.is_integer() and abs(n) <= _MAX_SAFE_INT:
+            return int(n)
+        return n
+    if kind == "string_value":
+        return v.string_value
+    if kind == "struct_value":
+        return from_struct(v.struct_value)
+    return [from_value(item) for item in v.list_value.values]
+
+
+def from_struct(s: struct_pb2.Struct) -> dict[str, Any]:
+    return {key: from_value(item) for key, item in s.fields.items()}
+
+
+def to_timestamp(value: datetime | str) -> timestamp_pb2.Timestamp:
+    ts = timestamp_pb2.Timestamp()
+    ts.FromDatetime(parse_timestamp(value))
+    return ts
+
+
+def from_timestamp(ts: timestamp_pb2.Timestamp) -> datetime:
+    return ts.ToDatetime(tzinfo=timezone.utc)
+
+
+def to_duration(value: timedelta | float) -> duration_pb2.Duration:
+    d = duration_pb2.Duration()
+    if isinstance(value, timedelta):
+        d.FromTimedelta(value)
+    else:
+        d.FromTimedelta(timedelta(seconds=float(value)))
+    return d
+
+
+def event_from_pb(e: pb.Event) -> MemoryEvent:
+    return MemoryEvent(
+        event_id=e.event_id,
+        timestamp=from_timestamp(e.timestamp),
+        event_type=e.event_type,
+        content=from_value(e.content) if e.HasField("content") else None,
+        metadata=from_struct(e.metadata),
+        seq=e.seq,
+        session_id=e.session_id,
+    )
+
+
+def session_from_pb(s: pb.Session) -> SessionInfo:
+    return SessionInfo(
+        session_id=s.session_id,
+        app_name=s.app_name,
+        user_id=s.user_id,
+        metadata=from_struct(s.metadata),
+        created_at=from_timestamp(s.created_at),
+        updated_at=from_timestamp(s.updated_at),
+        head_seq=s.head_seq,
+        first_seq=s.first_seq,
+        event_count=s.event_count,
+    )
+
+
+#: What add_events accepts for one event.
+EventLike = MemoryEvent | Mapping[str, Any]
+
+
+def event_input(
+    event_type: str,
+    content: Any = None,
+    metadata: Mapping[str, Any] | None = None,
+    event_id: str | None = None,
+    timestamp: datetime | str | None = None,
+) -> pb.EventInput:
+    msg = pb.EventInput(event_type=event_type, event_id=event_id or "")
+    msg.content.CopyFrom(to_value(content))
+    if metadata:
+        s = to_struct(metadata)
+        assert s is not None
+        msg.metadata.CopyFrom(s)
+    if timestamp is not None:
+        msg.timestamp.CopyFrom(to_timestamp(timestamp))
+    return msg
+
+
+def event_input_of(event: EventLike) -> pb.EventInput:
+    if isinstance(event, MemoryEvent):
+        return event_input(event.event_type, event.content, event.metadata, event.event_id, event.timestamp)
+    if isinstance(event, Mapping):
+        if "event_type" not in event:
+            raise ValueError("event: event_type is required")
+        return event_input(
+            str(event["event_type"]),
+            event.get("content"),
+            event.get("metadata"),
+            event.get("event_id"),
+            event.get("timestamp"),
+        )
+    raise TypeError(f"event: expected a MemoryEvent or a mapping, got {type(event).__name__}")
+
+
+def event_inputs(events: Iterable[EventLike]) -> list[pb.EventInput]:
+    return [event_input_of(e) for e in events]
+
+
+def page_from_pb(r: pb.GetSessionEventsResponse) -> EventPage:
+    return EventPage([event_from_pb(e) for e in r.events], r.next_page_token, r.head_seq)
+
+
+def context_from_pb(r: pb.BuildConversationContextResponse) -> ConversationContext:
+    return ConversationContext(
+        text=r.text,
+        messages=[
+            ChatMessage(
+                role=m.role,
+                content=m.content,
+                name=m.name,
+                tool_calls=tuple(
+                    ToolCall(id=c.id, name=c.function.name, arguments=c.function.arguments, type=c.type or "function")
+                    for c in m.tool_calls
+                ),
+                tool_call_id=m.tool_call_id,
+            )
+            for m in r.messages
+        ],
+        events_included=r.events_included,
+        events_dropped=r.events_dropped,
+    )
+
+
+def stats_from_pb(r: pb.GetStatsResponse) -> MemoryStats:
+    return MemoryStats(r.total_sessions, r.total_events, r.avg_events_per_session, r.backend)
+
+
+def frame_from_pb(r: pb.StreamSessionEventsResponse) -> StreamFrame | None:
+    kind = r.WhichOneof("frame")
+    if kind == "event":
+        return StreamFrame("event", event_from_pb(r.event), r.event.seq)
+    if kind == "caught_up":
+        return StreamFrame("caught_up", None, r.caught_up.head_seq)
+    if kind == "heartbeat":
+        return StreamFrame("heartbeat", None, r.heartbeat.head_seq)
+    return None  # an unknown frame kind from a newer server
+
+
+# ---- request builders shared by the async and sync clients ----------------
+
+
+def create_session_request(
+    app_name: str, user_id: str, session_id: str | None, metadata: Mapping[str, Any] | None
+) -> pb.CreateSessionRequest:
+    req = pb.CreateSessionRequest(app_name=app_name, user_id=user_id)
+    if session_id is not None:
+        req.session_id = session_id
+    s = to_struct(metadata)
+    if s is not None:
+        req.metadata.CopyFrom(s)
+    return req
+
+
+def get_or_create_request(
+    session_id: str, app_name: str, user_id: str, metadata: Mapping[str, Any] | None
+) -> pb.GetOrCreateSessionRequest:
+    req = pb.GetOrCreateSessionRequest(session_id=session_id, app_name=app_name, user_id=user_id)
+    s = to_struct(metadata)
+    if s is not None:
+        req.metadata.CopyFrom(s)
+    return req
+
+
+def list_sessions_request(
+    app_name: str | None, user_id: str | None, page_size: int, page_token: str
+) -> pb.ListSessionsRequest:
+    req = pb.ListSessionsRequest(page_size=page_size, page_token=page_token)
+    if app_name is not None:
+        req.app_name = app_name
+    if user_id is not None:
+        req.user_id = user_id
+    return req
+
+
+def add_event_request(session_id: str, event: pb.EventInput, expected_seq: int | None) -> pb.AddEventRequest:
+    req = pb.AddEventRequest(session_id=session_id, event=event)
+    if expected_seq is not None:
+        req.expected_seq = expected_seq
+    return req
+
+
+def add_events_request(
+    session_id: str, events: Iterable[EventLike], expected_seq: int | None
+) -> pb.AddEventsRequest:
+    req = pb.AddEventsRequest(session_id=session_id, events=event_inputs(events))
+    if expected_seq is not None:
+        req.expected_seq = expected_seq
+    return req
+
+
+def get_session_events_request(
+    session_id: str,
+    event_types: Iterable[str] | None,
+    after_seq: int | None,
+    limit: int,
+    page_token: str,
+    tail: int,
+) -> pb.GetSessionEventsRequest:
+    req = pb.GetSessionEventsRequest(
+        session_id=session_id, event_types=list(event_types or ()), limit=limit, page_token=page_token, tail=tail
+    )
+    if after_seq is not None:
+        req.after_seq = after_seq
+    return req
+
+
+def list_events_request(session_id: str | None, limit: int) -> pb.ListEventsRequest:
+    req = pb.ListEventsRequest(limit=limit)
+    if session_id is not None:
+        req.session_id = session_id
+    return req
+
+
+def stream_request(
+    session_id: str, after_seq: int | None, event_types: Iterable[str] | None
+) -> pb.StreamSessionEventsRequest:
+    req = pb.StreamSessionEventsRequest(session_id=session_id, event_types=list(event_types or ()))
+    if after_seq is not None:
+        req.after_seq = after_seq
+    return req
+
+
+def cleanup_request(max_age: timedelta | float) -> pb.CleanupRequest:
+    return pb.CleanupRequest(max_age=to_duration(max_age))
+
+
+def normalize_target(target: str) -> str:
+    """Accepts host:port, or an http(s):// URL as KAOS configurations spell it."""
+    for scheme in ("http://", "https://", "grpc://"):
+        if target.startswith(scheme):
+            return target[len(scheme) :].rstrip("/")
+    return target

@@ -1,0 +1,382 @@
+"""EngramClient: every RPC of engram.v1.MemoryService over grpc.aio, with Pythonic arguments."""
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import AsyncGenerator, AsyncIterator, Iterable, Mapping, Sequence
+from datetime import datetime, timedelta
+from typing import Any
+
+import grpc
+import grpc.aio
+
+from . import _convert as cv
+from ._gen.engram.v1 import memory_pb2 as pb
+from ._gen.engram.v1 import memory_pb2_grpc as pb_grpc
+from ._retry import StreamRetry
+from .errors import EngramError, from_rpc_error
+from .models import (
+    ConversationContext,
+    EventPage,
+    MemoryEvent,
+    MemoryStats,
+    SessionInfo,
+    StreamFrame,
+)
+
+__all__ = ["DEFAULT_TARGET", "EngramClient"]
+
+#: Where `npm start` serves by default.
+DEFAULT_TARGET = "127.0.0.1:8000"
+#: Largest page the server accepts (limit / page_size / tail).
+MAX_PAGE_SIZE = 1000
+
+#: Methods without side effects, retried by gRPC itself on UNAVAILABLE.
+_READ_METHODS = ("GetSession", "ListSessions", "GetSessionEvents", "ListEvents", "BuildConversationContext", "GetStats")
+#: Default channel options: read-only calls retry transient failures, and the
+#: channel reconnects within seconds after a server restart.
+DEFAULT_CHANNEL_OPTIONS: tuple[tuple[str, Any], ...] = (
+    (
+        "grpc.service_config",
+        json.dumps(
+            {
+                "methodConfig": [
+                    {
+                        "name": [{"service": "engram.v1.MemoryService", "method": m} for m in _READ_METHODS],
+                        "retryPolicy": {
+                            "maxAttempts": 4,
+                            "initialBackoff": "0.1s",
+                            "maxBackoff": "1s",
+                            "backoffMultiplier": 2,
+                            "retryableStatusCodes": ["UNAVAILABLE"],
+                        },
+                    }
+                ]
+            },
+            separators=(",", ":"),
+        ),
+    ),
+    ("grpc.max_reconnect_backoff_ms", 5000),
+)
+
+
+def channel_options(options: Sequence[tuple[str, Any]] | None) -> list[tuple[str, Any]]:
+    """The default options overridden by ``options``."""
+    given = list(options or ())
+    names = {name for name, _ in given}
+    return [opt for opt in DEFAULT_CHANNEL_OPTIONS if opt[0] not in names] + given
+
+
+Metadata = Sequence[tuple[str, str]]
+
+
+class EngramClient:
+    """Async low-level client of the Engram memory service (grpc.aio).
+
+    The channel is opened lazily, on the first call, in the running event loop.
+    Failed calls raise :class:`engram_memory.EngramError` subclasses.
+
+    Args:
+        target: ``host:port`` (an ``http://`` prefix is accepted).
+        channel: an existing ``grpc.aio.Channel`` to use instead (not closed by :meth:`close`).
+        credentials: channel credentials for TLS; plaintext (h2c) when omitted.
+        options: gRPC channel options.
+        timeout: deadline in seconds of every unary call (None: no deadline).
+        metadata: request metadata sent with every call.
+        stream_retry: how streams resume after UNAVAILABLE.
+    """
+
+    def __init__(
+        self,
+        target: str = DEFAULT_TARGET,
+        *,
+        channel: grpc.aio.Channel | None = None,
+        credentials: grpc.ChannelCredentials | None = None,
+        options: Sequence[tuple[str, Any]] | None = None,
+        timeout: float | None = 30.0,
+        metadata: Metadata | None = None,
+        stream_retry: StreamRetry | None = None,
+    ) -> None:
+        self.target = cv.normalize_target(target)
+        self._credentials = credentials
+        self._options = channel_options(options)
+        self._channel: grpc.aio.Channel | None = channel
+        self._owns_channel = channel is None
+        self._stub: pb_grpc.MemoryServiceStub | None = pb_grpc.MemoryServiceStub(channel) if channel else None
+        self.timeout = timeout
+        self.metadata: tuple[tuple[str, str], ...] = tuple(metadata or ())
+        self.stream_retry = stream_retry or StreamRetry()
+
+    # ---- plumbing -----------------------------------------------------------
+
+    @property
+    def stub(self) -> pb_grpc.MemoryServiceStub:
+        """The generated stub (opens the channel when needed)."""
+        if self._stub is None:
+            if self._credentials is not None:
+                self._channel = grpc.aio.secure_channel(self.target, self._credentials, options=self._options)
+            else:
+                self._channel = grpc.aio.insecure_channel(self.target, options=self._options)
+            self._stub = pb_grpc.MemoryServiceStub(self._channel)
+        return self._stub
+
+    async def _call(self, method: Any, request: Any) -> Any:
+        try:
+            return await method(request, timeout=self.timeout, metadata=self.metadata)
+        except grpc.RpcError as err:
+            raise from_rpc_error(err) from err
+
+    async def close(self) -> None:
+        """Closes the channel (when this client opened it)."""
+        channel, self._channel, self._stub = self._channel, None, None
+        if channel is not None and self._owns_channel:
+            await channel.close(None)
+
+    async def __aenter__(self) -> EngramClient:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    async def wait_for_ready(self, timeout: float = 10.0) -> None:
+        """Waits until the channel is connected (raises UnavailableError on timeout)."""
+        _ = self.stub
+        assert self._channel is not None
+        try:
+            await asyncio.wait_for(self._channel.channel_ready(), timeout)
+        except asyncio.TimeoutError:
+            raise EngramError(grpc.StatusCode.UNAVAILABLE, f"{self.target}: not ready after {timeout}s") from None
+
+    # ---- sessions -------------------------------------------------------------
+
+    async def create_session(
+        self,
+        app_name: str,
+        user_id: str,
+        session_id: str | None = None,
+        metadata: Mapping[str, Any] | None = None,
+    ) -> SessionInfo:
+        """Creates a session (ALREADY_EXISTS for an existing session_id)."""
+        req = cv.create_session_request(app_name, user_id, session_id, metadata)
+        resp: pb.CreateSessionResponse = await self._call(self.stub.CreateSession, req)
+        return cv.session_from_pb(resp.session)
+
+    async def get_or_create_session(
+        self,
+        session_id: str,
+        app_name: str = "agent",
+        user_id: str = "user",
+        metadata: Mapping[str, Any] | None = None,
+    ) -> tuple[SessionInfo, bool]:
+        """Returns ``(session, created)``; race-free on the server."""
+        req = cv.get_or_create_request(session_id, app_name, user_id, metadata)
+        resp: pb.GetOrCreateSessionResponse = await self._call(self.stub.GetOrCreateSession, req)
+        return cv.session_from_pb(resp.session), resp.created
+
+    async def get_session(self, session_id: str) -> SessionInfo:
+        """One session (NotFoundError when absent)."""
+        resp: pb.GetSessionResponse = await self._call(self.stub.GetSession, pb.GetSessionRequest(session_id=session_id))
+        return cv.session_from_pb(resp.session)
+
+    async def list_sessions_page(
+        self,
+        *,
+        app_name: str | None = None,
+        user_id: str | None = None,
+        page_size: int = 0,
+        page_token: str = "",
+    ) -> tuple[list[SessionInfo], str]:
+        """One page of sessions in session_id order and the next page token ("" on the last)."""
+        req = cv.list_sessions_request(app_name, user_id, page_size, page_token)
+        resp: pb.ListSessionsResponse = await self._call(self.stub.ListSessions, req)
+        return [cv.session_from_pb(s) for s in resp.sessions], resp.next_page_token
+
+    async def list_sessions(
+        self, *, app_name: str | None = None, user_id: str | None = None, page_size: int = MAX_PAGE_SIZE
+    ) -> AsyncIterator[SessionInfo]:
+        """Every matching session, paging through the server's pages."""
+        token = ""
+        while True:
+            sessions, token = await self.list_sessions_page(
+                app_name=app_name, user_id=user_id, page_size=page_size, page_token=token
+            )
+            for s in sessions:
+                yield s
+            if not token or not sessions:
+                return
+
+    async def delete_session(self, session_id: str) -> bool:
+        """Removes a session and its events; False when it did not exist."""
+        resp: pb.DeleteSessionResponse = await self._call(
+            self.stub.DeleteSession, pb.DeleteSessionRequest(session_id=session_id)
+        )
+        return resp.deleted
+
+    # ---- events ---------------------------------------------------------------
+
+    async def add_event(
+        self,
+        session_id: str,
+        event_type: str,
+        content: Any = None,
+        *,
+        metadata: Mapping[str, Any] | None = None,
+        event_id: str | None = None,
+        timestamp: datetime | str | None = None,
+        expected_seq: int | None = None,
+    ) -> MemoryEvent:
+        """Appends one event and returns it as stored (with its seq).
+
+        ``event_id`` is an idempotency key: retrying with the same id and
+        content returns the original event. With ``expected_seq`` the append
+        only succeeds when the session's head seq equals it, else
+        FailedPreconditionError with ``current_seq``.
+        """
+        msg = cv.event_input(event_type, content, metadata, event_id, timestamp)
+        resp: pb.AddEventResponse = await self._call(
+            self.stub.AddEvent, cv.add_event_request(session_id, msg, expected_seq)
+        )
+        return cv.event_from_pb(resp.event)
+
+    async def append(
+        self, session_id: str, event: cv.EventLike, *, expected_seq: int | None = None
+    ) -> MemoryEvent:
+        """Appends a :class:`MemoryEvent` (or a mapping with its keys) as it is, event_id included."""
+        resp: pb.AddEventResponse = await self._call(
+            self.stub.AddEvent, cv.add_event_request(session_id, cv.event_input_of(event), expected_seq)
+        )
+        return cv.event_from_pb(resp.event)
+
+    async def add_events(
+        self, session_id: str, events: Iterable[cv.EventLike], *, expected_seq: int | None = None
+    ) -> list[MemoryEvent]:
+        """Appends a batch atomically (all or none); events are MemoryEvents or mappings."""
+        resp: pb.AddEventsResponse = await self._call(
+            self.stub.AddEvents, cv.add_events_request(session_id, events, expected_seq)
+        )
+        return [cv.event_from_pb(e) for e in resp.events]
+
+    async def get_session_events(
+        self,
+        session_id: str,
+        *,
+        event_types: Iterable[str] | None = None,
+        after_seq: int | None = None,
+        limit: int = 0,
+        page_token: str = "",
+        tail: int = 0,
+    ) -> EventPage:
+        """One page of a session's events in seq order (see GetSessionEventsRequest)."""
+        req = cv.get_session_events_request(session_id, event_types, after_seq, limit, page_token, tail)
+        resp: pb.GetSessionEventsResponse = await self._call(self.stub.GetSessionEvents, req)
+        return cv.page_from_pb(resp)
+
+    async def iter_session_events(
+        self,
+        session_id: str,
+        *,
+        event_types: Iterable[str] | None = None,
+        after_seq: int | None = None,
+        page_size: int = MAX_PAGE_SIZE,
+    ) -> AsyncIterator[MemoryEvent]:
+        """Every stored event after ``after_seq`` (all retained when None), paging as needed."""
+        types = list(event_types or ())
+        page = await self.get_session_events(session_id, event_types=types, after_seq=after_seq, limit=page_size)
+        while True:
+            for e in page.events:
+                yield e
+            if not page.next_page_token or not page.events:
+                return
+            page = await self.get_session_events(
+                session_id, event_types=types, limit=page_size, page_token=page.next_page_token
+            )
+
+    async def list_events(self, session_id: str | None = None, limit: int = 0) -> list[MemoryEvent]:
+        """The newest ``limit`` events (100 when 0) of one session or all, oldest first."""
+        resp: pb.ListEventsResponse = await self._call(
+            self.stub.ListEvents, cv.list_events_request(session_id, limit)
+        )
+        return [cv.event_from_pb(e) for e in resp.events]
+
+    async def stream_frames(
+        self,
+        session_id: str,
+        after_seq: int | None = 0,
+        event_types: Iterable[str] | None = None,
+        *,
+        resume: bool = True,
+        retry: StreamRetry | None = None,
+    ) -> AsyncGenerator[StreamFrame, None]:
+        """Every frame of StreamSessionEvents: events, caught_up and heartbeats.
+
+        With ``resume`` the stream reopens after UNAVAILABLE or a broken
+        connection from the last seq delivered, within ``retry``'s bounds; a
+        resumed stream sends ``caught_up`` again.
+        """
+        policy = retry or self.stream_retry
+        types = list(event_types or ())
+        cursor = after_seq
+        failures = 0
+        while True:
+            call: Any = self.stub.StreamSessionEvents(cv.stream_request(session_id, cursor, types), metadata=self.metadata)
+            try:
+                async for msg in call:
+                    frame = cv.frame_from_pb(msg)
+                    if frame is None:
+                        continue
+                    failures = 0
+                    if frame.event is not None:
+                        cursor = frame.event.seq
+                    yield frame
+                return
+            except grpc.RpcError as rpc_err:
+                err = from_rpc_error(rpc_err)
+                if not resume or failures >= policy.max_attempts or not policy.retryable(err):
+                    raise err from rpc_err
+                if err.last_seq is not None and (cursor is None or err.last_seq > cursor):
+                    cursor = err.last_seq
+                failures += 1
+            finally:
+                call.cancel()
+            await asyncio.sleep(policy.backoff(failures))
+
+    async def stream_session_events(
+        self,
+        session_id: str,
+        after_seq: int | None = 0,
+        event_types: Iterable[str] | None = None,
+        *,
+        resume: bool = True,
+        retry: StreamRetry | None = None,
+    ) -> AsyncGenerator[MemoryEvent, None]:
+        """The session's events after ``after_seq`` (None: from the oldest retained), then live ones.
+
+        Heartbeats and caught_up frames are skipped; see :meth:`stream_frames`.
+        """
+        frames = self.stream_frames(session_id, after_seq, event_types, resume=resume, retry=retry)
+        try:
+            async for frame in frames:
+                if frame.event is not None:
+                    yield frame.event
+        finally:
+            await frames.aclose()
+
+    # ---- context, stats, cleanup ----------------------------------------------
+
+    async def build_conversation_context(self, session_id: str, max_events: int = 0) -> ConversationContext:
+        """The newest ``max_events`` events (server default when 0) as KAOS text and chat messages."""
+        resp: pb.BuildConversationContextResponse = await self._call(
+            self.stub.BuildConversationContext,
+            pb.BuildConversationContextRequest(session_id=session_id, max_events=max_events),
+        )
+        return cv.context_from_pb(resp)
+
+    async def get_stats(self) -> MemoryStats:
+        """Totals over the whole store."""
+        resp: pb.GetStatsResponse = await self._call(self.stub.GetStats, pb.GetStatsRequest())
+        return cv.stats_from_pb(resp)
+
+    async def cleanup(self, max_age: timedelta | float) -> int:
+        """Removes sessions not updated within ``max_age`` (a timedelta or seconds); returns how many."""
+        resp: pb.CleanupResponse = await self._call(self.stub.Cleanup, cv.cleanup_request(max_age))
+        return resp.removed_sessions

@@ -1,0 +1,217 @@
+"""Plain Python types of the Engram client (no protobuf in sight)."""
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from typing import Any, Literal
+
+__all__ = [
+    "ChatMessage",
+    "ConversationContext",
+    "EventPage",
+    "MemoryEvent",
+    "MemoryStats",
+    "SessionInfo",
+    "StreamFrame",
+    "ToolCall",
+    "utc_now",
+]
+
+
+def utc_now() -> datetime:
+    """The current time, tz-aware UTC."""
+    return datetime.now(timezone.utc)
+
+
+def _as_utc(value: datetime) -> datetime:
+    # Naive datetimes are taken as UTC (KAOS used naive datetime.now()).
+    return value.replace(tzinfo=timezone.utc) if value.tzinfo is None else value.astimezone(timezone.utc)
+
+
+def parse_timestamp(value: str | datetime) -> datetime:
+    """Parses an ISO 8601 string (``Z`` accepted) into a tz-aware UTC datetime."""
+    if isinstance(value, datetime):
+        return _as_utc(value)
+    text = value.strip()
+    if text.endswith(("Z", "z")):
+        text = text[:-1] + "+00:00"
+    return _as_utc(datetime.fromisoformat(text))
+
+
+@dataclass
+class MemoryEvent:
+    """One event of a session's log (the KAOS ``MemoryEvent`` plus seq and session_id).
+
+    ``seq`` and ``session_id`` are 0 and "" until the server stored the event.
+    """
+
+    event_id: str
+    timestamp: datetime
+    event_type: str
+    content: Any
+    metadata: dict[str, Any] = field(default_factory=dict)
+    seq: int = 0
+    session_id: str = ""
+
+    def __post_init__(self) -> None:
+        if isinstance(self.timestamp, str):
+            self.timestamp = parse_timestamp(self.timestamp)
+        else:
+            self.timestamp = _as_utc(self.timestamp)
+        if self.metadata is None:
+            self.metadata = {}
+
+    @classmethod
+    def create(cls, event_type: str, content: Any, metadata: dict[str, Any] | None = None) -> MemoryEvent:
+        """A new event with a fresh UUID event_id (its idempotency key) and the current time."""
+        now = utc_now()
+        return cls(
+            event_id=str(uuid.uuid4()),
+            # Millisecond precision, as the server stores it.
+            timestamp=now.replace(microsecond=now.microsecond // 1000 * 1000),
+            event_type=event_type,
+            content=content,
+            metadata=dict(metadata or {}),
+        )
+
+    def to_dict(self, *, include_seq: bool = False) -> dict[str, Any]:
+        """The KAOS dict form: event_id, timestamp (ISO 8601), event_type, content, metadata.
+
+        With ``include_seq`` also seq and session_id.
+        """
+        out: dict[str, Any] = {
+            "event_id": self.event_id,
+            "timestamp": self.timestamp.isoformat(),
+            "event_type": self.event_type,
+            "content": self.content,
+            "metadata": dict(self.metadata),
+        }
+        if include_seq:
+            out["seq"] = self.seq
+            out["session_id"] = self.session_id
+        return out
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> MemoryEvent:
+        """Inverse of :meth:`to_dict` (seq and session_id are optional keys)."""
+        return cls(
+            event_id=str(data["event_id"]),
+            timestamp=parse_timestamp(data["timestamp"]),
+            event_type=str(data["event_type"]),
+            content=data.get("content"),
+            metadata=dict(data.get("metadata") or {}),
+            seq=int(data.get("seq") or 0),
+            session_id=str(data.get("session_id") or ""),
+        )
+
+
+@dataclass
+class SessionInfo:
+    """A session as the server reports it (``events`` only when asked for)."""
+
+    session_id: str
+    app_name: str
+    user_id: str
+    metadata: dict[str, Any]
+    created_at: datetime
+    updated_at: datetime
+    head_seq: int
+    first_seq: int
+    event_count: int
+    events: list[MemoryEvent] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "session_id": self.session_id,
+            "app_name": self.app_name,
+            "user_id": self.user_id,
+            "metadata": dict(self.metadata),
+            "created_at": self.created_at.isoformat(),
+            "updated_at": self.updated_at.isoformat(),
+            "head_seq": self.head_seq,
+            "first_seq": self.first_seq,
+            "event_count": self.event_count,
+            "events": [e.to_dict() for e in self.events],
+        }
+
+
+@dataclass(frozen=True)
+class EventPage:
+    """One page of GetSessionEvents."""
+
+    events: list[MemoryEvent]
+    next_page_token: str
+    head_seq: int
+
+
+@dataclass(frozen=True)
+class ToolCall:
+    """One tool invocation of an assistant message (OpenAI shape)."""
+
+    id: str
+    name: str
+    arguments: str
+    type: str = "function"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"id": self.id, "type": self.type, "function": {"name": self.name, "arguments": self.arguments}}
+
+
+@dataclass(frozen=True)
+class ChatMessage:
+    """A chat message in the OpenAI shape."""
+
+    role: str
+    content: str
+    name: str = ""
+    tool_calls: tuple[ToolCall, ...] = ()
+    tool_call_id: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        """The OpenAI chat dict; empty optional fields are left out."""
+        out: dict[str, Any] = {"role": self.role, "content": self.content}
+        if self.name:
+            out["name"] = self.name
+        if self.tool_calls:
+            out["tool_calls"] = [c.to_dict() for c in self.tool_calls]
+        if self.tool_call_id:
+            out["tool_call_id"] = self.tool_call_id
+        return out
+
+
+@dataclass(frozen=True)
+class ConversationContext:
+    """BuildConversationContext's answer: KAOS text and chat messages."""
+
+    text: str
+    messages: list[ChatMessage]
+    events_included: int
+    events_dropped: int
+
+
+@dataclass(frozen=True)
+class MemoryStats:
+    """Totals over the whole store."""
+
+    total_sessions: int
+    total_events: int
+    avg_events_per_session: float
+    backend: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "total_sessions": self.total_sessions,
+            "total_events": self.total_events,
+            "avg_events_per_session": self.avg_events_per_session,
+            "backend": self.backend,
+        }
+
+
+@dataclass(frozen=True)
+class StreamFrame:
+    """One frame of StreamSessionEvents: an event, the end of the replay, or a heartbeat."""
+
+    kind: Literal["event", "caught_up", "heartbeat"]
+    event: MemoryEvent | None = None
+    head_seq: int = 0
