@@ -1,0 +1,172 @@
+package memory
+
+import (
+	"encoding/json"
+	"fmt"
+	"time"
+
+	"google.golang.org/protobuf/types/known/structpb"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	engramv1 "github.com/engram-memory/engram/clients/go/gen/engram/v1"
+)
+
+// Session is one conversation of one user with one app.
+type Session struct {
+	SessionID  string
+	AppName    string
+	UserID     string
+	Metadata   map[string]any
+	CreatedAt  time.Time
+	UpdatedAt  time.Time
+	HeadSeq    uint64 // seq of the newest event (0 when none was ever appended)
+	FirstSeq   uint64 // seq of the oldest retained event (HeadSeq+1 when none is)
+	EventCount uint64 // events currently retained
+}
+
+// Event is one stored entry of a session's log.
+type Event struct {
+	Seq       uint64         `json:"seq"`
+	EventID   string         `json:"event_id"`
+	EventType string         `json:"event_type"`
+	Content   any            `json:"content"`  // any JSON value (numbers are float64)
+	Metadata  map[string]any `json:"metadata"` // never nil for events read from the server
+	Timestamp time.Time      `json:"timestamp"`
+	SessionID string         `json:"session_id"`
+}
+
+// EventInput is an event as a client submits it.
+type EventInput struct {
+	// EventID is the idempotency key: re-sending an event with the same id
+	// returns the stored original instead of appending it again. Optional;
+	// the server generates a UUID when empty.
+	EventID string
+	// EventType is required: user_message, agent_response, tool_call, ...
+	EventType string
+	// Content is any JSON-encodable value (json.RawMessage is decoded first).
+	Content any
+	// Metadata is optional free-form metadata (JSON-encodable values).
+	Metadata map[string]any
+	// Timestamp is optional; the server's clock when zero.
+	Timestamp time.Time
+}
+
+// toValue converts any JSON-encodable Go value to a protobuf Value.
+func toValue(v any) (*structpb.Value, error) {
+	switch x := v.(type) {
+	case nil:
+		return structpb.NewNullValue(), nil
+	case *structpb.Value:
+		return x, nil
+	case json.RawMessage:
+		var decoded any
+		if err := json.Unmarshal(x, &decoded); err != nil {
+			return nil, fmt.Errorf("content: %w", err)
+		}
+		return structpb.NewValue(decoded)
+	}
+	if pv, err := structpb.NewValue(v); err == nil {
+		return pv, nil
+	}
+	// Structs, typed maps and slices: go through encoding/json.
+	raw, err := json.Marshal(v)
+	if err != nil {
+		return nil, err
+	}
+	var decoded any
+	if err := json.Unmarshal(raw, &decoded); err != nil {
+		return nil, err
+	}
+	return structpb.NewValue(decoded)
+}
+
+// toStruct converts a metadata map to a protobuf Struct (nil for nil).
+func toStruct(m map[string]any) (*structpb.Struct, error) {
+	if m == nil {
+		return nil, nil
+	}
+	v, err := toValue(m)
+	if err != nil {
+		return nil, fmt.Errorf("metadata: %w", err)
+	}
+	return v.GetStructValue(), nil
+}
+
+func fromStruct(s *structpb.Struct) map[string]any {
+	if s == nil {
+		return map[string]any{}
+	}
+	return s.AsMap()
+}
+
+func fromValue(v *structpb.Value) any {
+	if v == nil {
+		return nil
+	}
+	return v.AsInterface()
+}
+
+func fromTimestamp(t *timestamppb.Timestamp) time.Time {
+	if t == nil {
+		return time.Time{}
+	}
+	return t.AsTime()
+}
+
+func toEventInput(in EventInput) (*engramv1.EventInput, error) {
+	content, err := toValue(in.Content)
+	if err != nil {
+		return nil, fmt.Errorf("content: %w", err)
+	}
+	md, err := toStruct(in.Metadata)
+	if err != nil {
+		return nil, err
+	}
+	out := &engramv1.EventInput{
+		EventId:   in.EventID,
+		EventType: in.EventType,
+		Content:   content,
+		Metadata:  md,
+	}
+	if !in.Timestamp.IsZero() {
+		out.Timestamp = timestamppb.New(in.Timestamp)
+	}
+	return out, nil
+}
+
+func fromEvent(e *engramv1.Event) Event {
+	return Event{
+		Seq:       e.GetSeq(),
+		EventID:   e.GetEventId(),
+		EventType: e.GetEventType(),
+		Content:   fromValue(e.GetContent()),
+		Metadata:  fromStruct(e.GetMetadata()),
+		Timestamp: fromTimestamp(e.GetTimestamp()),
+		SessionID: e.GetSessionId(),
+	}
+}
+
+func fromEvents(in []*engramv1.Event) []Event {
+	out := make([]Event, len(in))
+	for i, e := range in {
+		out[i] = fromEvent(e)
+	}
+	return out
+}
+
+func fromSession(s *engramv1.Session) *Session {
+	if s == nil {
+		return nil
+	}
+	return &Session{
+		SessionID:  s.GetSessionId(),
+		AppName:    s.GetAppName(),
+		UserID:     s.GetUserId(),
+		Metadata:   fromStruct(s.GetMetadata()),
+		CreatedAt:  fromTimestamp(s.GetCreatedAt()),
+		UpdatedAt:  fromTimestamp(s.GetUpdatedAt()),
+		HeadSeq:    s.GetHeadSeq(),
+		FirstSeq:   s.GetFirstSeq(),
+		EventCount: s.GetEventCount(),
+	}
+}
