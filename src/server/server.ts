@@ -14,6 +14,7 @@ import { createConnectHandler } from "./connect-handler.js";
 import { grpcMemoryService } from "./grpc-adapter.js";
 import { HealthMonitor } from "./health.js";
 import { addReflection } from "./reflection.js";
+import { createInspectorHandler } from "./inspector.js";
 import { createRestHandler } from "./rest.js";
 
 /** Settings of the listener. */
@@ -23,6 +24,8 @@ export interface ServerOptions {
   agentName: string;
   maxMessageBytes: number;
   shutdownGraceMs: number;
+  /** Serve the memory inspector at / (default true). */
+  inspector?: boolean;
 }
 
 /** A running server. */
@@ -56,11 +59,14 @@ export async function startServer(service: MemoryService, options: ServerOptions
 
   // Connect, gRPC-Web and REST over HTTP/1.1.
   const rest = createRestHandler({ service, health, agentName: options.agentName, report });
+  const inspector = options.inspector === false ? undefined : createInspectorHandler(log);
   const connectHandler = createConnectHandler({
     routes: connectMemoryRoutes(service, report),
     maxMessageBytes: options.maxMessageBytes,
     onError: report,
-    fallback: (_req, res) => {
+    fallback: (req, res) => {
+      // Last, so that the inspector's files can never shadow an RPC or REST path.
+      if (inspector?.(req, res)) return;
       res.writeHead(404, { "content-type": "application/json" });
       res.end(JSON.stringify({ error: "not found", code: "not_found" }));
     },
