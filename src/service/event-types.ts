@@ -12,4 +12,6 @@ export const EventType = {
   TASK_DELEGATION_RECEIVED: "task_delegation_received",
   ERROR: "error",
   SYSTEM: "system",
+  /** A client-written summary; metadata.covers = {from_seq, to_seq} names the seqs it replaces in contexts. */
+  SUMMARY: "summary",
 } as const;

@@ -12,6 +12,9 @@ import {
   BuildConversationContextResponseSchema,
   CaughtUpSchema,
   ChatMessageSchema,
+  ContentPartSchema,
+  ContextSectionSchema,
+  type ChatMessage,
   CleanupResponseSchema,
   CreateSessionResponseSchema,
   DeleteSessionResponseSchema,
@@ -55,7 +58,7 @@ import {
 import { invalidArgument, sessionNotFound } from "../errors.js";
 import { eventFingerprint } from "../store/fingerprint.js";
 import type { JsonObject, MemoryStore, NewEvent, StoredEvent } from "../store/types.js";
-import { buildConversationContext } from "./context.js";
+import { checkSummaryCovers, ContextAssembler, parseContextRequest, TokenizerRegistry, type ContextMessage } from "./context/index.js";
 import { timestampToMs, toWireEvent, toWireSession, valueToJson } from "./convert.js";
 import type { ServiceLimits } from "./limits.js";
 import { decodePageToken, encodePageToken } from "./page-token.js";
@@ -90,6 +93,12 @@ export class MemoryService {
   readonly hub: StreamHub;
   /** Wire form of stored events, built once per stored object and shared by readers and streams. */
   private readonly wireEvents = new WeakMap<StoredEvent, Event>();
+  /** Context assembly, with per-event renderings and token counts kept across calls. */
+  private readonly contexts = new ContextAssembler();
+  /** Tokenizers, loaded on first use. */
+  readonly tokenizers = new TokenizerRegistry();
+  /** Wire form of shared context messages (plain messages are rendered once per stored event). */
+  private readonly wireMessages = new WeakMap<ContextMessage, ChatMessage>();
 
   constructor(
     readonly store: MemoryStore,
@@ -229,24 +238,20 @@ export class MemoryService {
 
   async buildConversationContext(req: BuildConversationContextRequest): Promise<BuildConversationContextResponse> {
     const sessionId = requireId("session_id", req.sessionId);
-    if (req.maxEvents > this.options.limits.maxPageSize) {
-      throw invalidArgument("max_events", `must be at most ${this.options.limits.maxPageSize}`);
-    }
-    const page = await this.store.readTail(sessionId, req.maxEvents || this.options.contextLimit);
-    const context = buildConversationContext(page.events);
+    const request = parseContextRequest(req, this.options.limits, this.options.contextLimit);
+    const counter = await this.tokenizers.get(request.tokenizer);
+    const page = await this.store.readTail(sessionId, request.window);
+    const context = this.contexts.assemble(page.events, request, counter);
     return create(BuildConversationContextResponseSchema, {
       text: context.text,
-      messages: context.messages.map((m) =>
-        create(ChatMessageSchema, {
-          role: m.role,
-          content: m.content,
-          name: m.name,
-          toolCalls: m.toolCalls,
-          toolCallId: m.toolCallId,
-        }),
-      ),
+      messages: context.messages.map((m) => this.wireMessage(m)),
       eventsIncluded: context.eventsIncluded,
       eventsDropped: context.eventsDropped,
+      tokensUsed: context.tokensUsed,
+      retrievalUsed: context.retrievalUsed,
+      tokenizer: context.tokenizer,
+      eventsSummarized: context.eventsSummarized,
+      sections: context.sections.map((s) => create(ContextSectionSchema, s)),
     });
   }
 
@@ -282,6 +287,7 @@ export class MemoryService {
     const content = valueToJson(`${field}.content`, input.content, this.options.limits.maxJsonDepth);
     const metadata = this.metadata(`${field}.metadata`, input.metadata);
     checkEventSize(field, content, metadata, this.options.limits);
+    checkSummaryCovers(field, eventType, metadata);
     return {
       eventId,
       eventType,
@@ -291,6 +297,22 @@ export class MemoryService {
       // Only a client-chosen id can be retried; a generated one never collides.
       fingerprint: clientId ? eventFingerprint(eventType, content, metadata) : "",
     };
+  }
+
+  private wireMessage(m: ContextMessage): ChatMessage {
+    let wire = this.wireMessages.get(m);
+    if (!wire) {
+      wire = create(ChatMessageSchema, {
+        role: m.role,
+        content: m.content,
+        name: m.name,
+        toolCalls: m.toolCalls,
+        toolCallId: m.toolCallId,
+        contentParts: m.contentParts.map((p) => create(ContentPartSchema, p)),
+      });
+      this.wireMessages.set(m, wire);
+    }
+    return wire;
   }
 
   private wire(e: StoredEvent): Event {

@@ -15,7 +15,9 @@
 //                         well-known types: user_message, agent_response,
 //                         tool_call, tool_result, delegation_request,
 //                         delegation_response, task_delegation_received,
-//                         error, system.
+//                         error, system, summary (metadata.covers =
+//                         {from_seq, to_seq}: the seqs it replaces in a
+//                         context).
 //   content:              any JSON value, at most 256 KiB once serialised
 //                         (configurable), nested at most 64 levels deep.
 
@@ -1639,15 +1641,38 @@ func (*StreamSessionEventsResponse_CaughtUp) isStreamSessionEventsResponse_Frame
 
 func (*StreamSessionEventsResponse_Heartbeat) isStreamSessionEventsResponse_Frame() {}
 
-// BuildConversationContextRequest asks for the recent turns of a session.
+// BuildConversationContextRequest asks for the context window of a session's
+// next model call. With only session_id and max_events it answers as before:
+// the newest max_events events. A token budget, section budgets or a query
+// make the server choose what fits (see the README's "Context assembly").
 type BuildConversationContextRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Required.
 	SessionId string `protobuf:"bytes,1,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
-	// How many of the newest events to consider; MEMORY_CONTEXT_LIMIT when 0.
-	MaxEvents     uint32 `protobuf:"varint,2,opt,name=max_events,json=maxEvents,proto3" json:"max_events,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	// How many of the newest events to consider. When 0: MEMORY_CONTEXT_LIMIT,
+	// or, when token_budget, section_budgets or query is set, the newest 1000.
+	MaxEvents uint32 `protobuf:"varint,2,opt,name=max_events,json=maxEvents,proto3" json:"max_events,omitempty"`
+	// Most tokens the messages may take (0: no total budget); at most 2000000.
+	TokenBudget uint32 `protobuf:"varint,3,opt,name=token_budget,json=tokenBudget,proto3" json:"token_budget,omitempty"`
+	// Text to rank items by (BM25) in sections holding more than
+	// retrieval_threshold items; at most 4096 characters.
+	Query string `protobuf:"bytes,4,opt,name=query,proto3" json:"query,omitempty"`
+	// o200k_base (default), cl100k_base or chars4 (characters / 4, rounded up).
+	Tokenizer string `protobuf:"bytes,5,opt,name=tokenizer,proto3" json:"tokenizer,omitempty"`
+	// Keep the role section (system events) first, before any other section;
+	// true when unset.
+	PreserveSystem *bool `protobuf:"varint,6,opt,name=preserve_system,json=preserveSystem,proto3,oneof" json:"preserve_system,omitempty"`
+	// Most tokens per section (section name => tokens, at most 2000000 each).
+	SectionBudgets map[string]uint32 `protobuf:"bytes,7,rep,name=section_budgets,json=sectionBudgets,proto3" json:"section_budgets,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"varint,2,opt,name=value"`
+	// Sections from highest to lowest priority: the lowest are trimmed first.
+	// Unlisted sections follow in the default order (role, messages, actions,
+	// findings, documents), then by name.
+	SectionPriority []string `protobuf:"bytes,8,rep,name=section_priority,json=sectionPriority,proto3" json:"section_priority,omitempty"`
+	// A section is ranked by relevance to the query once it holds more than
+	// this many items; 20 when unset; at most 1000.
+	RetrievalThreshold *uint32 `protobuf:"varint,9,opt,name=retrieval_threshold,json=retrievalThreshold,proto3,oneof" json:"retrieval_threshold,omitempty"`
+	unknownFields      protoimpl.UnknownFields
+	sizeCache          protoimpl.SizeCache
 }
 
 func (x *BuildConversationContextRequest) Reset() {
@@ -1690,6 +1715,55 @@ func (x *BuildConversationContextRequest) GetSessionId() string {
 func (x *BuildConversationContextRequest) GetMaxEvents() uint32 {
 	if x != nil {
 		return x.MaxEvents
+	}
+	return 0
+}
+
+func (x *BuildConversationContextRequest) GetTokenBudget() uint32 {
+	if x != nil {
+		return x.TokenBudget
+	}
+	return 0
+}
+
+func (x *BuildConversationContextRequest) GetQuery() string {
+	if x != nil {
+		return x.Query
+	}
+	return ""
+}
+
+func (x *BuildConversationContextRequest) GetTokenizer() string {
+	if x != nil {
+		return x.Tokenizer
+	}
+	return ""
+}
+
+func (x *BuildConversationContextRequest) GetPreserveSystem() bool {
+	if x != nil && x.PreserveSystem != nil {
+		return *x.PreserveSystem
+	}
+	return false
+}
+
+func (x *BuildConversationContextRequest) GetSectionBudgets() map[string]uint32 {
+	if x != nil {
+		return x.SectionBudgets
+	}
+	return nil
+}
+
+func (x *BuildConversationContextRequest) GetSectionPriority() []string {
+	if x != nil {
+		return x.SectionPriority
+	}
+	return nil
+}
+
+func (x *BuildConversationContextRequest) GetRetrievalThreshold() uint32 {
+	if x != nil && x.RetrievalThreshold != nil {
+		return *x.RetrievalThreshold
 	}
 	return 0
 }
@@ -1825,7 +1899,10 @@ type ChatMessage struct {
 	// Tool calls of an assistant message.
 	ToolCalls []*ToolCall `protobuf:"bytes,4,rep,name=tool_calls,json=toolCalls,proto3" json:"tool_calls,omitempty"`
 	// The call a tool message answers.
-	ToolCallId    string `protobuf:"bytes,5,opt,name=tool_call_id,json=toolCallId,proto3" json:"tool_call_id,omitempty"`
+	ToolCallId string `protobuf:"bytes,5,opt,name=tool_call_id,json=toolCallId,proto3" json:"tool_call_id,omitempty"`
+	// The content as OpenAI content parts (text and image_url), set only when
+	// the message carries images; `content` still holds its text.
+	ContentParts  []*ContentPart `protobuf:"bytes,6,rep,name=content_parts,json=contentParts,proto3" json:"content_parts,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1895,6 +1972,214 @@ func (x *ChatMessage) GetToolCallId() string {
 	return ""
 }
 
+func (x *ChatMessage) GetContentParts() []*ContentPart {
+	if x != nil {
+		return x.ContentParts
+	}
+	return nil
+}
+
+// ContentPart is one part of a multi-part message (the OpenAI chat shape).
+type ContentPart struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// "text" or "image_url".
+	Type string `protobuf:"bytes,1,opt,name=type,proto3" json:"type,omitempty"`
+	// The text of a "text" part.
+	Text string `protobuf:"bytes,2,opt,name=text,proto3" json:"text,omitempty"`
+	// The image of an "image_url" part.
+	ImageUrl      *ImageUrl `protobuf:"bytes,3,opt,name=image_url,json=imageUrl,proto3" json:"image_url,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ContentPart) Reset() {
+	*x = ContentPart{}
+	mi := &file_engram_v1_memory_proto_msgTypes[29]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ContentPart) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ContentPart) ProtoMessage() {}
+
+func (x *ContentPart) ProtoReflect() protoreflect.Message {
+	mi := &file_engram_v1_memory_proto_msgTypes[29]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ContentPart.ProtoReflect.Descriptor instead.
+func (*ContentPart) Descriptor() ([]byte, []int) {
+	return file_engram_v1_memory_proto_rawDescGZIP(), []int{29}
+}
+
+func (x *ContentPart) GetType() string {
+	if x != nil {
+		return x.Type
+	}
+	return ""
+}
+
+func (x *ContentPart) GetText() string {
+	if x != nil {
+		return x.Text
+	}
+	return ""
+}
+
+func (x *ContentPart) GetImageUrl() *ImageUrl {
+	if x != nil {
+		return x.ImageUrl
+	}
+	return nil
+}
+
+// ImageUrl references an image by URL (https: or data:).
+type ImageUrl struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The image's URL.
+	Url string `protobuf:"bytes,1,opt,name=url,proto3" json:"url,omitempty"`
+	// auto, low or high; empty when the event gave none.
+	Detail        string `protobuf:"bytes,2,opt,name=detail,proto3" json:"detail,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ImageUrl) Reset() {
+	*x = ImageUrl{}
+	mi := &file_engram_v1_memory_proto_msgTypes[30]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ImageUrl) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ImageUrl) ProtoMessage() {}
+
+func (x *ImageUrl) ProtoReflect() protoreflect.Message {
+	mi := &file_engram_v1_memory_proto_msgTypes[30]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ImageUrl.ProtoReflect.Descriptor instead.
+func (*ImageUrl) Descriptor() ([]byte, []int) {
+	return file_engram_v1_memory_proto_rawDescGZIP(), []int{30}
+}
+
+func (x *ImageUrl) GetUrl() string {
+	if x != nil {
+		return x.Url
+	}
+	return ""
+}
+
+func (x *ImageUrl) GetDetail() string {
+	if x != nil {
+		return x.Detail
+	}
+	return ""
+}
+
+// ContextSection reports what one section contributed to a context.
+type ContextSection struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Section name (metadata.section of its events, or role / messages).
+	Name string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	// Tokens its messages take.
+	TokensUsed uint32 `protobuf:"varint,2,opt,name=tokens_used,json=tokensUsed,proto3" json:"tokens_used,omitempty"`
+	// Its events in the context.
+	EventsIncluded uint32 `protobuf:"varint,3,opt,name=events_included,json=eventsIncluded,proto3" json:"events_included,omitempty"`
+	// Its events left out (budget, unpaired tool call, unknown type).
+	EventsDropped uint32 `protobuf:"varint,4,opt,name=events_dropped,json=eventsDropped,proto3" json:"events_dropped,omitempty"`
+	// True when its items were chosen by relevance to the query.
+	RetrievalUsed bool `protobuf:"varint,5,opt,name=retrieval_used,json=retrievalUsed,proto3" json:"retrieval_used,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ContextSection) Reset() {
+	*x = ContextSection{}
+	mi := &file_engram_v1_memory_proto_msgTypes[31]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ContextSection) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ContextSection) ProtoMessage() {}
+
+func (x *ContextSection) ProtoReflect() protoreflect.Message {
+	mi := &file_engram_v1_memory_proto_msgTypes[31]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ContextSection.ProtoReflect.Descriptor instead.
+func (*ContextSection) Descriptor() ([]byte, []int) {
+	return file_engram_v1_memory_proto_rawDescGZIP(), []int{31}
+}
+
+func (x *ContextSection) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *ContextSection) GetTokensUsed() uint32 {
+	if x != nil {
+		return x.TokensUsed
+	}
+	return 0
+}
+
+func (x *ContextSection) GetEventsIncluded() uint32 {
+	if x != nil {
+		return x.EventsIncluded
+	}
+	return 0
+}
+
+func (x *ContextSection) GetEventsDropped() uint32 {
+	if x != nil {
+		return x.EventsDropped
+	}
+	return 0
+}
+
+func (x *ContextSection) GetRetrievalUsed() bool {
+	if x != nil {
+		return x.RetrievalUsed
+	}
+	return false
+}
+
 // BuildConversationContextResponse is the assembled context.
 type BuildConversationContextResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -1904,15 +2189,28 @@ type BuildConversationContextResponse struct {
 	Messages []*ChatMessage `protobuf:"bytes,2,rep,name=messages,proto3" json:"messages,omitempty"`
 	// Events that made it into the context.
 	EventsIncluded uint32 `protobuf:"varint,3,opt,name=events_included,json=eventsIncluded,proto3" json:"events_included,omitempty"`
-	// Events considered but left out (e.g. a tool call whose result is missing).
+	// Events considered but left out (e.g. a tool call whose result is missing,
+	// or over the budget).
 	EventsDropped uint32 `protobuf:"varint,4,opt,name=events_dropped,json=eventsDropped,proto3" json:"events_dropped,omitempty"`
+	// Tokens the messages take, as counted by `tokenizer` (never more than
+	// token_budget when one was given).
+	TokensUsed uint32 `protobuf:"varint,5,opt,name=tokens_used,json=tokensUsed,proto3" json:"tokens_used,omitempty"`
+	// True when any section was ranked by relevance to the query.
+	RetrievalUsed bool `protobuf:"varint,6,opt,name=retrieval_used,json=retrievalUsed,proto3" json:"retrieval_used,omitempty"`
+	// The tokenizer that counted: o200k_base, cl100k_base or chars4 (the
+	// fallback when a BPE tokenizer cannot be loaded).
+	Tokenizer string `protobuf:"bytes,7,opt,name=tokenizer,proto3" json:"tokenizer,omitempty"`
+	// Events left out because a summary in the context covers them.
+	EventsSummarized uint32 `protobuf:"varint,8,opt,name=events_summarized,json=eventsSummarized,proto3" json:"events_summarized,omitempty"`
+	// Per-section usage, in priority order.
+	Sections      []*ContextSection `protobuf:"bytes,9,rep,name=sections,proto3" json:"sections,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *BuildConversationContextResponse) Reset() {
 	*x = BuildConversationContextResponse{}
-	mi := &file_engram_v1_memory_proto_msgTypes[29]
+	mi := &file_engram_v1_memory_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1924,7 +2222,7 @@ func (x *BuildConversationContextResponse) String() string {
 func (*BuildConversationContextResponse) ProtoMessage() {}
 
 func (x *BuildConversationContextResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_engram_v1_memory_proto_msgTypes[29]
+	mi := &file_engram_v1_memory_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1937,7 +2235,7 @@ func (x *BuildConversationContextResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BuildConversationContextResponse.ProtoReflect.Descriptor instead.
 func (*BuildConversationContextResponse) Descriptor() ([]byte, []int) {
-	return file_engram_v1_memory_proto_rawDescGZIP(), []int{29}
+	return file_engram_v1_memory_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *BuildConversationContextResponse) GetText() string {
@@ -1968,6 +2266,41 @@ func (x *BuildConversationContextResponse) GetEventsDropped() uint32 {
 	return 0
 }
 
+func (x *BuildConversationContextResponse) GetTokensUsed() uint32 {
+	if x != nil {
+		return x.TokensUsed
+	}
+	return 0
+}
+
+func (x *BuildConversationContextResponse) GetRetrievalUsed() bool {
+	if x != nil {
+		return x.RetrievalUsed
+	}
+	return false
+}
+
+func (x *BuildConversationContextResponse) GetTokenizer() string {
+	if x != nil {
+		return x.Tokenizer
+	}
+	return ""
+}
+
+func (x *BuildConversationContextResponse) GetEventsSummarized() uint32 {
+	if x != nil {
+		return x.EventsSummarized
+	}
+	return 0
+}
+
+func (x *BuildConversationContextResponse) GetSections() []*ContextSection {
+	if x != nil {
+		return x.Sections
+	}
+	return nil
+}
+
 // GetStatsRequest has no fields.
 type GetStatsRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -1977,7 +2310,7 @@ type GetStatsRequest struct {
 
 func (x *GetStatsRequest) Reset() {
 	*x = GetStatsRequest{}
-	mi := &file_engram_v1_memory_proto_msgTypes[30]
+	mi := &file_engram_v1_memory_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1989,7 +2322,7 @@ func (x *GetStatsRequest) String() string {
 func (*GetStatsRequest) ProtoMessage() {}
 
 func (x *GetStatsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_engram_v1_memory_proto_msgTypes[30]
+	mi := &file_engram_v1_memory_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2002,7 +2335,7 @@ func (x *GetStatsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetStatsRequest.ProtoReflect.Descriptor instead.
 func (*GetStatsRequest) Descriptor() ([]byte, []int) {
-	return file_engram_v1_memory_proto_rawDescGZIP(), []int{30}
+	return file_engram_v1_memory_proto_rawDescGZIP(), []int{33}
 }
 
 // GetStatsResponse reports totals over the store.
@@ -2022,7 +2355,7 @@ type GetStatsResponse struct {
 
 func (x *GetStatsResponse) Reset() {
 	*x = GetStatsResponse{}
-	mi := &file_engram_v1_memory_proto_msgTypes[31]
+	mi := &file_engram_v1_memory_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2034,7 +2367,7 @@ func (x *GetStatsResponse) String() string {
 func (*GetStatsResponse) ProtoMessage() {}
 
 func (x *GetStatsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_engram_v1_memory_proto_msgTypes[31]
+	mi := &file_engram_v1_memory_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2047,7 +2380,7 @@ func (x *GetStatsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetStatsResponse.ProtoReflect.Descriptor instead.
 func (*GetStatsResponse) Descriptor() ([]byte, []int) {
-	return file_engram_v1_memory_proto_rawDescGZIP(), []int{31}
+	return file_engram_v1_memory_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *GetStatsResponse) GetTotalSessions() uint64 {
@@ -2089,7 +2422,7 @@ type CleanupRequest struct {
 
 func (x *CleanupRequest) Reset() {
 	*x = CleanupRequest{}
-	mi := &file_engram_v1_memory_proto_msgTypes[32]
+	mi := &file_engram_v1_memory_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2101,7 +2434,7 @@ func (x *CleanupRequest) String() string {
 func (*CleanupRequest) ProtoMessage() {}
 
 func (x *CleanupRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_engram_v1_memory_proto_msgTypes[32]
+	mi := &file_engram_v1_memory_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2114,7 +2447,7 @@ func (x *CleanupRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CleanupRequest.ProtoReflect.Descriptor instead.
 func (*CleanupRequest) Descriptor() ([]byte, []int) {
-	return file_engram_v1_memory_proto_rawDescGZIP(), []int{32}
+	return file_engram_v1_memory_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *CleanupRequest) GetMaxAge() *durationpb.Duration {
@@ -2135,7 +2468,7 @@ type CleanupResponse struct {
 
 func (x *CleanupResponse) Reset() {
 	*x = CleanupResponse{}
-	mi := &file_engram_v1_memory_proto_msgTypes[33]
+	mi := &file_engram_v1_memory_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2147,7 +2480,7 @@ func (x *CleanupResponse) String() string {
 func (*CleanupResponse) ProtoMessage() {}
 
 func (x *CleanupResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_engram_v1_memory_proto_msgTypes[33]
+	mi := &file_engram_v1_memory_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2160,7 +2493,7 @@ func (x *CleanupResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CleanupResponse.ProtoReflect.Descriptor instead.
 func (*CleanupResponse) Descriptor() ([]byte, []int) {
-	return file_engram_v1_memory_proto_rawDescGZIP(), []int{33}
+	return file_engram_v1_memory_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *CleanupResponse) GetRemovedSessions() uint64 {
@@ -2302,19 +2635,31 @@ const file_engram_v1_memory_proto_rawDesc = "" +
 	"\x05event\x18\x01 \x01(\v2\x10.engram.v1.EventH\x00R\x05event\x122\n" +
 	"\tcaught_up\x18\x02 \x01(\v2\x13.engram.v1.CaughtUpH\x00R\bcaughtUp\x124\n" +
 	"\theartbeat\x18\x03 \x01(\v2\x14.engram.v1.HeartbeatH\x00R\theartbeatB\a\n" +
-	"\x05frame\"_\n" +
+	"\x05frame\"\x9d\x04\n" +
 	"\x1fBuildConversationContextRequest\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x01 \x01(\tR\tsessionId\x12\x1d\n" +
 	"\n" +
-	"max_events\x18\x02 \x01(\rR\tmaxEvents\"D\n" +
+	"max_events\x18\x02 \x01(\rR\tmaxEvents\x12!\n" +
+	"\ftoken_budget\x18\x03 \x01(\rR\vtokenBudget\x12\x14\n" +
+	"\x05query\x18\x04 \x01(\tR\x05query\x12\x1c\n" +
+	"\ttokenizer\x18\x05 \x01(\tR\ttokenizer\x12,\n" +
+	"\x0fpreserve_system\x18\x06 \x01(\bH\x00R\x0epreserveSystem\x88\x01\x01\x12g\n" +
+	"\x0fsection_budgets\x18\a \x03(\v2>.engram.v1.BuildConversationContextRequest.SectionBudgetsEntryR\x0esectionBudgets\x12)\n" +
+	"\x10section_priority\x18\b \x03(\tR\x0fsectionPriority\x124\n" +
+	"\x13retrieval_threshold\x18\t \x01(\rH\x01R\x12retrievalThreshold\x88\x01\x01\x1aA\n" +
+	"\x13SectionBudgetsEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\rR\x05value:\x028\x01B\x12\n" +
+	"\x10_preserve_systemB\x16\n" +
+	"\x14_retrieval_threshold\"D\n" +
 	"\x10ToolCallFunction\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x1c\n" +
 	"\targuments\x18\x02 \x01(\tR\targuments\"g\n" +
 	"\bToolCall\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
 	"\x04type\x18\x02 \x01(\tR\x04type\x127\n" +
-	"\bfunction\x18\x03 \x01(\v2\x1b.engram.v1.ToolCallFunctionR\bfunction\"\xa5\x01\n" +
+	"\bfunction\x18\x03 \x01(\v2\x1b.engram.v1.ToolCallFunctionR\bfunction\"\xe2\x01\n" +
 	"\vChatMessage\x12\x12\n" +
 	"\x04role\x18\x01 \x01(\tR\x04role\x12\x18\n" +
 	"\acontent\x18\x02 \x01(\tR\acontent\x12\x12\n" +
@@ -2322,12 +2667,33 @@ const file_engram_v1_memory_proto_rawDesc = "" +
 	"\n" +
 	"tool_calls\x18\x04 \x03(\v2\x13.engram.v1.ToolCallR\ttoolCalls\x12 \n" +
 	"\ftool_call_id\x18\x05 \x01(\tR\n" +
-	"toolCallId\"\xba\x01\n" +
+	"toolCallId\x12;\n" +
+	"\rcontent_parts\x18\x06 \x03(\v2\x16.engram.v1.ContentPartR\fcontentParts\"g\n" +
+	"\vContentPart\x12\x12\n" +
+	"\x04type\x18\x01 \x01(\tR\x04type\x12\x12\n" +
+	"\x04text\x18\x02 \x01(\tR\x04text\x120\n" +
+	"\timage_url\x18\x03 \x01(\v2\x13.engram.v1.ImageUrlR\bimageUrl\"4\n" +
+	"\bImageUrl\x12\x10\n" +
+	"\x03url\x18\x01 \x01(\tR\x03url\x12\x16\n" +
+	"\x06detail\x18\x02 \x01(\tR\x06detail\"\xbc\x01\n" +
+	"\x0eContextSection\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x1f\n" +
+	"\vtokens_used\x18\x02 \x01(\rR\n" +
+	"tokensUsed\x12'\n" +
+	"\x0fevents_included\x18\x03 \x01(\rR\x0eeventsIncluded\x12%\n" +
+	"\x0eevents_dropped\x18\x04 \x01(\rR\reventsDropped\x12%\n" +
+	"\x0eretrieval_used\x18\x05 \x01(\bR\rretrievalUsed\"\x84\x03\n" +
 	" BuildConversationContextResponse\x12\x12\n" +
 	"\x04text\x18\x01 \x01(\tR\x04text\x122\n" +
 	"\bmessages\x18\x02 \x03(\v2\x16.engram.v1.ChatMessageR\bmessages\x12'\n" +
 	"\x0fevents_included\x18\x03 \x01(\rR\x0eeventsIncluded\x12%\n" +
-	"\x0eevents_dropped\x18\x04 \x01(\rR\reventsDropped\"\x11\n" +
+	"\x0eevents_dropped\x18\x04 \x01(\rR\reventsDropped\x12\x1f\n" +
+	"\vtokens_used\x18\x05 \x01(\rR\n" +
+	"tokensUsed\x12%\n" +
+	"\x0eretrieval_used\x18\x06 \x01(\bR\rretrievalUsed\x12\x1c\n" +
+	"\ttokenizer\x18\a \x01(\tR\ttokenizer\x12+\n" +
+	"\x11events_summarized\x18\b \x01(\rR\x10eventsSummarized\x125\n" +
+	"\bsections\x18\t \x03(\v2\x19.engram.v1.ContextSectionR\bsections\"\x11\n" +
 	"\x0fGetStatsRequest\"\xab\x01\n" +
 	"\x10GetStatsResponse\x12%\n" +
 	"\x0etotal_sessions\x18\x01 \x01(\x04R\rtotalSessions\x12!\n" +
@@ -2369,7 +2735,7 @@ func file_engram_v1_memory_proto_rawDescGZIP() []byte {
 	return file_engram_v1_memory_proto_rawDescData
 }
 
-var file_engram_v1_memory_proto_msgTypes = make([]protoimpl.MessageInfo, 34)
+var file_engram_v1_memory_proto_msgTypes = make([]protoimpl.MessageInfo, 38)
 var file_engram_v1_memory_proto_goTypes = []any{
 	(*Session)(nil),                          // 0: engram.v1.Session
 	(*Event)(nil),                            // 1: engram.v1.Event
@@ -2400,32 +2766,36 @@ var file_engram_v1_memory_proto_goTypes = []any{
 	(*ToolCallFunction)(nil),                 // 26: engram.v1.ToolCallFunction
 	(*ToolCall)(nil),                         // 27: engram.v1.ToolCall
 	(*ChatMessage)(nil),                      // 28: engram.v1.ChatMessage
-	(*BuildConversationContextResponse)(nil), // 29: engram.v1.BuildConversationContextResponse
-	(*GetStatsRequest)(nil),                  // 30: engram.v1.GetStatsRequest
-	(*GetStatsResponse)(nil),                 // 31: engram.v1.GetStatsResponse
-	(*CleanupRequest)(nil),                   // 32: engram.v1.CleanupRequest
-	(*CleanupResponse)(nil),                  // 33: engram.v1.CleanupResponse
-	(*structpb.Struct)(nil),                  // 34: google.protobuf.Struct
-	(*timestamppb.Timestamp)(nil),            // 35: google.protobuf.Timestamp
-	(*structpb.Value)(nil),                   // 36: google.protobuf.Value
-	(*durationpb.Duration)(nil),              // 37: google.protobuf.Duration
+	(*ContentPart)(nil),                      // 29: engram.v1.ContentPart
+	(*ImageUrl)(nil),                         // 30: engram.v1.ImageUrl
+	(*ContextSection)(nil),                   // 31: engram.v1.ContextSection
+	(*BuildConversationContextResponse)(nil), // 32: engram.v1.BuildConversationContextResponse
+	(*GetStatsRequest)(nil),                  // 33: engram.v1.GetStatsRequest
+	(*GetStatsResponse)(nil),                 // 34: engram.v1.GetStatsResponse
+	(*CleanupRequest)(nil),                   // 35: engram.v1.CleanupRequest
+	(*CleanupResponse)(nil),                  // 36: engram.v1.CleanupResponse
+	nil,                                      // 37: engram.v1.BuildConversationContextRequest.SectionBudgetsEntry
+	(*structpb.Struct)(nil),                  // 38: google.protobuf.Struct
+	(*timestamppb.Timestamp)(nil),            // 39: google.protobuf.Timestamp
+	(*structpb.Value)(nil),                   // 40: google.protobuf.Value
+	(*durationpb.Duration)(nil),              // 41: google.protobuf.Duration
 }
 var file_engram_v1_memory_proto_depIdxs = []int32{
-	34, // 0: engram.v1.Session.metadata:type_name -> google.protobuf.Struct
-	35, // 1: engram.v1.Session.created_at:type_name -> google.protobuf.Timestamp
-	35, // 2: engram.v1.Session.updated_at:type_name -> google.protobuf.Timestamp
-	36, // 3: engram.v1.Event.content:type_name -> google.protobuf.Value
-	34, // 4: engram.v1.Event.metadata:type_name -> google.protobuf.Struct
-	35, // 5: engram.v1.Event.timestamp:type_name -> google.protobuf.Timestamp
-	34, // 6: engram.v1.CreateSessionRequest.metadata:type_name -> google.protobuf.Struct
+	38, // 0: engram.v1.Session.metadata:type_name -> google.protobuf.Struct
+	39, // 1: engram.v1.Session.created_at:type_name -> google.protobuf.Timestamp
+	39, // 2: engram.v1.Session.updated_at:type_name -> google.protobuf.Timestamp
+	40, // 3: engram.v1.Event.content:type_name -> google.protobuf.Value
+	38, // 4: engram.v1.Event.metadata:type_name -> google.protobuf.Struct
+	39, // 5: engram.v1.Event.timestamp:type_name -> google.protobuf.Timestamp
+	38, // 6: engram.v1.CreateSessionRequest.metadata:type_name -> google.protobuf.Struct
 	0,  // 7: engram.v1.CreateSessionResponse.session:type_name -> engram.v1.Session
-	34, // 8: engram.v1.GetOrCreateSessionRequest.metadata:type_name -> google.protobuf.Struct
+	38, // 8: engram.v1.GetOrCreateSessionRequest.metadata:type_name -> google.protobuf.Struct
 	0,  // 9: engram.v1.GetOrCreateSessionResponse.session:type_name -> engram.v1.Session
 	0,  // 10: engram.v1.GetSessionResponse.session:type_name -> engram.v1.Session
 	0,  // 11: engram.v1.ListSessionsResponse.sessions:type_name -> engram.v1.Session
-	36, // 12: engram.v1.EventInput.content:type_name -> google.protobuf.Value
-	34, // 13: engram.v1.EventInput.metadata:type_name -> google.protobuf.Struct
-	35, // 14: engram.v1.EventInput.timestamp:type_name -> google.protobuf.Timestamp
+	40, // 12: engram.v1.EventInput.content:type_name -> google.protobuf.Value
+	38, // 13: engram.v1.EventInput.metadata:type_name -> google.protobuf.Struct
+	39, // 14: engram.v1.EventInput.timestamp:type_name -> google.protobuf.Timestamp
 	12, // 15: engram.v1.AddEventRequest.event:type_name -> engram.v1.EventInput
 	1,  // 16: engram.v1.AddEventResponse.event:type_name -> engram.v1.Event
 	12, // 17: engram.v1.AddEventsRequest.events:type_name -> engram.v1.EventInput
@@ -2435,41 +2805,45 @@ var file_engram_v1_memory_proto_depIdxs = []int32{
 	1,  // 21: engram.v1.StreamSessionEventsResponse.event:type_name -> engram.v1.Event
 	22, // 22: engram.v1.StreamSessionEventsResponse.caught_up:type_name -> engram.v1.CaughtUp
 	23, // 23: engram.v1.StreamSessionEventsResponse.heartbeat:type_name -> engram.v1.Heartbeat
-	26, // 24: engram.v1.ToolCall.function:type_name -> engram.v1.ToolCallFunction
-	27, // 25: engram.v1.ChatMessage.tool_calls:type_name -> engram.v1.ToolCall
-	28, // 26: engram.v1.BuildConversationContextResponse.messages:type_name -> engram.v1.ChatMessage
-	37, // 27: engram.v1.CleanupRequest.max_age:type_name -> google.protobuf.Duration
-	2,  // 28: engram.v1.MemoryService.CreateSession:input_type -> engram.v1.CreateSessionRequest
-	4,  // 29: engram.v1.MemoryService.GetOrCreateSession:input_type -> engram.v1.GetOrCreateSessionRequest
-	6,  // 30: engram.v1.MemoryService.GetSession:input_type -> engram.v1.GetSessionRequest
-	8,  // 31: engram.v1.MemoryService.ListSessions:input_type -> engram.v1.ListSessionsRequest
-	10, // 32: engram.v1.MemoryService.DeleteSession:input_type -> engram.v1.DeleteSessionRequest
-	13, // 33: engram.v1.MemoryService.AddEvent:input_type -> engram.v1.AddEventRequest
-	15, // 34: engram.v1.MemoryService.AddEvents:input_type -> engram.v1.AddEventsRequest
-	17, // 35: engram.v1.MemoryService.GetSessionEvents:input_type -> engram.v1.GetSessionEventsRequest
-	19, // 36: engram.v1.MemoryService.ListEvents:input_type -> engram.v1.ListEventsRequest
-	21, // 37: engram.v1.MemoryService.StreamSessionEvents:input_type -> engram.v1.StreamSessionEventsRequest
-	25, // 38: engram.v1.MemoryService.BuildConversationContext:input_type -> engram.v1.BuildConversationContextRequest
-	30, // 39: engram.v1.MemoryService.GetStats:input_type -> engram.v1.GetStatsRequest
-	32, // 40: engram.v1.MemoryService.Cleanup:input_type -> engram.v1.CleanupRequest
-	3,  // 41: engram.v1.MemoryService.CreateSession:output_type -> engram.v1.CreateSessionResponse
-	5,  // 42: engram.v1.MemoryService.GetOrCreateSession:output_type -> engram.v1.GetOrCreateSessionResponse
-	7,  // 43: engram.v1.MemoryService.GetSession:output_type -> engram.v1.GetSessionResponse
-	9,  // 44: engram.v1.MemoryService.ListSessions:output_type -> engram.v1.ListSessionsResponse
-	11, // 45: engram.v1.MemoryService.DeleteSession:output_type -> engram.v1.DeleteSessionResponse
-	14, // 46: engram.v1.MemoryService.AddEvent:output_type -> engram.v1.AddEventResponse
-	16, // 47: engram.v1.MemoryService.AddEvents:output_type -> engram.v1.AddEventsResponse
-	18, // 48: engram.v1.MemoryService.GetSessionEvents:output_type -> engram.v1.GetSessionEventsResponse
-	20, // 49: engram.v1.MemoryService.ListEvents:output_type -> engram.v1.ListEventsResponse
-	24, // 50: engram.v1.MemoryService.StreamSessionEvents:output_type -> engram.v1.StreamSessionEventsResponse
-	29, // 51: engram.v1.MemoryService.BuildConversationContext:output_type -> engram.v1.BuildConversationContextResponse
-	31, // 52: engram.v1.MemoryService.GetStats:output_type -> engram.v1.GetStatsResponse
-	33, // 53: engram.v1.MemoryService.Cleanup:output_type -> engram.v1.CleanupResponse
-	41, // [41:54] is the sub-list for method output_type
-	28, // [28:41] is the sub-list for method input_type
-	28, // [28:28] is the sub-list for extension type_name
-	28, // [28:28] is the sub-list for extension extendee
-	0,  // [0:28] is the sub-list for field type_name
+	37, // 24: engram.v1.BuildConversationContextRequest.section_budgets:type_name -> engram.v1.BuildConversationContextRequest.SectionBudgetsEntry
+	26, // 25: engram.v1.ToolCall.function:type_name -> engram.v1.ToolCallFunction
+	27, // 26: engram.v1.ChatMessage.tool_calls:type_name -> engram.v1.ToolCall
+	29, // 27: engram.v1.ChatMessage.content_parts:type_name -> engram.v1.ContentPart
+	30, // 28: engram.v1.ContentPart.image_url:type_name -> engram.v1.ImageUrl
+	28, // 29: engram.v1.BuildConversationContextResponse.messages:type_name -> engram.v1.ChatMessage
+	31, // 30: engram.v1.BuildConversationContextResponse.sections:type_name -> engram.v1.ContextSection
+	41, // 31: engram.v1.CleanupRequest.max_age:type_name -> google.protobuf.Duration
+	2,  // 32: engram.v1.MemoryService.CreateSession:input_type -> engram.v1.CreateSessionRequest
+	4,  // 33: engram.v1.MemoryService.GetOrCreateSession:input_type -> engram.v1.GetOrCreateSessionRequest
+	6,  // 34: engram.v1.MemoryService.GetSession:input_type -> engram.v1.GetSessionRequest
+	8,  // 35: engram.v1.MemoryService.ListSessions:input_type -> engram.v1.ListSessionsRequest
+	10, // 36: engram.v1.MemoryService.DeleteSession:input_type -> engram.v1.DeleteSessionRequest
+	13, // 37: engram.v1.MemoryService.AddEvent:input_type -> engram.v1.AddEventRequest
+	15, // 38: engram.v1.MemoryService.AddEvents:input_type -> engram.v1.AddEventsRequest
+	17, // 39: engram.v1.MemoryService.GetSessionEvents:input_type -> engram.v1.GetSessionEventsRequest
+	19, // 40: engram.v1.MemoryService.ListEvents:input_type -> engram.v1.ListEventsRequest
+	21, // 41: engram.v1.MemoryService.StreamSessionEvents:input_type -> engram.v1.StreamSessionEventsRequest
+	25, // 42: engram.v1.MemoryService.BuildConversationContext:input_type -> engram.v1.BuildConversationContextRequest
+	33, // 43: engram.v1.MemoryService.GetStats:input_type -> engram.v1.GetStatsRequest
+	35, // 44: engram.v1.MemoryService.Cleanup:input_type -> engram.v1.CleanupRequest
+	3,  // 45: engram.v1.MemoryService.CreateSession:output_type -> engram.v1.CreateSessionResponse
+	5,  // 46: engram.v1.MemoryService.GetOrCreateSession:output_type -> engram.v1.GetOrCreateSessionResponse
+	7,  // 47: engram.v1.MemoryService.GetSession:output_type -> engram.v1.GetSessionResponse
+	9,  // 48: engram.v1.MemoryService.ListSessions:output_type -> engram.v1.ListSessionsResponse
+	11, // 49: engram.v1.MemoryService.DeleteSession:output_type -> engram.v1.DeleteSessionResponse
+	14, // 50: engram.v1.MemoryService.AddEvent:output_type -> engram.v1.AddEventResponse
+	16, // 51: engram.v1.MemoryService.AddEvents:output_type -> engram.v1.AddEventsResponse
+	18, // 52: engram.v1.MemoryService.GetSessionEvents:output_type -> engram.v1.GetSessionEventsResponse
+	20, // 53: engram.v1.MemoryService.ListEvents:output_type -> engram.v1.ListEventsResponse
+	24, // 54: engram.v1.MemoryService.StreamSessionEvents:output_type -> engram.v1.StreamSessionEventsResponse
+	32, // 55: engram.v1.MemoryService.BuildConversationContext:output_type -> engram.v1.BuildConversationContextResponse
+	34, // 56: engram.v1.MemoryService.GetStats:output_type -> engram.v1.GetStatsResponse
+	36, // 57: engram.v1.MemoryService.Cleanup:output_type -> engram.v1.CleanupResponse
+	45, // [45:58] is the sub-list for method output_type
+	32, // [32:45] is the sub-list for method input_type
+	32, // [32:32] is the sub-list for extension type_name
+	32, // [32:32] is the sub-list for extension extendee
+	0,  // [0:32] is the sub-list for field type_name
 }
 
 func init() { file_engram_v1_memory_proto_init() }
@@ -2489,13 +2863,14 @@ func file_engram_v1_memory_proto_init() {
 		(*StreamSessionEventsResponse_CaughtUp)(nil),
 		(*StreamSessionEventsResponse_Heartbeat)(nil),
 	}
+	file_engram_v1_memory_proto_msgTypes[25].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_engram_v1_memory_proto_rawDesc), len(file_engram_v1_memory_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   34,
+			NumMessages:   38,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -13,7 +13,9 @@
 //                         well-known types: user_message, agent_response,
 //                         tool_call, tool_result, delegation_request,
 //                         delegation_response, task_delegation_received,
-//                         error, system.
+//                         error, system, summary (metadata.covers =
+//                         {from_seq, to_seq}: the seqs it replaces in a
+//                         context).
 //   content:              any JSON value, at most 256 KiB once serialised
 //                         (configurable), nested at most 64 levels deep.
 
@@ -27,7 +29,7 @@ import type { JsonObject, Message } from "@bufbuild/protobuf";
  * Describes the file engram/v1/memory.proto.
  */
 export const file_engram_v1_memory: GenFile = /*@__PURE__*/
-  fileDesc("ChZlbmdyYW0vdjEvbWVtb3J5LnByb3RvEgllbmdyYW0udjEihQIKB1Nlc3Npb24SEgoKc2Vzc2lvbl9pZBgBIAEoCRIQCghhcHBfbmFtZRgCIAEoCRIPCgd1c2VyX2lkGAMgASgJEikKCG1ldGFkYXRhGAQgASgLMhcuZ29vZ2xlLnByb3RvYnVmLlN0cnVjdBIuCgpjcmVhdGVkX2F0GAUgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIuCgp1cGRhdGVkX2F0GAYgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIQCghoZWFkX3NlcRgHIAEoBBIRCglmaXJzdF9zZXEYCCABKAQSEwoLZXZlbnRfY291bnQYCSABKAQi0QEKBUV2ZW50EhAKCGV2ZW50X2lkGAEgASgJEhIKCmV2ZW50X3R5cGUYAiABKAkSJwoHY29udGVudBgDIAEoCzIWLmdvb2dsZS5wcm90b2J1Zi5WYWx1ZRIpCghtZXRhZGF0YRgEIAEoCzIXLmdvb2dsZS5wcm90b2J1Zi5TdHJ1Y3QSLQoJdGltZXN0YW1wGAUgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBILCgNzZXEYBiABKAQSEgoKc2Vzc2lvbl9pZBgHIAEoCSKMAQoUQ3JlYXRlU2Vzc2lvblJlcXVlc3QSEAoIYXBwX25hbWUYASABKAkSDwoHdXNlcl9pZBgCIAEoCRIXCgpzZXNzaW9uX2lkGAMgASgJSACIAQESKQoIbWV0YWRhdGEYBCABKAsyFy5nb29nbGUucHJvdG9idWYuU3RydWN0Qg0KC19zZXNzaW9uX2lkIjwKFUNyZWF0ZVNlc3Npb25SZXNwb25zZRIjCgdzZXNzaW9uGAEgASgLMhIuZW5ncmFtLnYxLlNlc3Npb24ifQoZR2V0T3JDcmVhdGVTZXNzaW9uUmVxdWVzdBISCgpzZXNzaW9uX2lkGAEgASgJEhAKCGFwcF9uYW1lGAIgASgJEg8KB3VzZXJfaWQYAyABKAkSKQoIbWV0YWRhdGEYBCABKAsyFy5nb29nbGUucHJvdG9idWYuU3RydWN0IlIKGkdldE9yQ3JlYXRlU2Vzc2lvblJlc3BvbnNlEiMKB3Nlc3Npb24YASABKAsyEi5lbmdyYW0udjEuU2Vzc2lvbhIPCgdjcmVhdGVkGAIgASgIIicKEUdldFNlc3Npb25SZXF1ZXN0EhIKCnNlc3Npb25faWQYASABKAkiOQoSR2V0U2Vzc2lvblJlc3BvbnNlEiMKB3Nlc3Npb24YASABKAsyEi5lbmdyYW0udjEuU2Vzc2lvbiKCAQoTTGlzdFNlc3Npb25zUmVxdWVzdBIVCghhcHBfbmFtZRgBIAEoCUgAiAEBEhQKB3VzZXJfaWQYAiABKAlIAYgBARIRCglwYWdlX3NpemUYAyABKA0SEgoKcGFnZV90b2tlbhgEIAEoCUILCglfYXBwX25hbWVCCgoIX3VzZXJfaWQiVQoUTGlzdFNlc3Npb25zUmVzcG9uc2USJAoIc2Vzc2lvbnMYASADKAsyEi5lbmdyYW0udjEuU2Vzc2lvbhIXCg9uZXh0X3BhZ2VfdG9rZW4YAiABKAkiKgoURGVsZXRlU2Vzc2lvblJlcXVlc3QSEgoKc2Vzc2lvbl9pZBgBIAEoCSIoChVEZWxldGVTZXNzaW9uUmVzcG9uc2USDwoHZGVsZXRlZBgBIAEoCCK1AQoKRXZlbnRJbnB1dBIQCghldmVudF9pZBgBIAEoCRISCgpldmVudF90eXBlGAIgASgJEicKB2NvbnRlbnQYAyABKAsyFi5nb29nbGUucHJvdG9idWYuVmFsdWUSKQoIbWV0YWRhdGEYBCABKAsyFy5nb29nbGUucHJvdG9idWYuU3RydWN0Ei0KCXRpbWVzdGFtcBgFIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXAidwoPQWRkRXZlbnRSZXF1ZXN0EhIKCnNlc3Npb25faWQYASABKAkSJAoFZXZlbnQYAiABKAsyFS5lbmdyYW0udjEuRXZlbnRJbnB1dBIZCgxleHBlY3RlZF9zZXEYAyABKARIAIgBAUIPCg1fZXhwZWN0ZWRfc2VxIjMKEEFkZEV2ZW50UmVzcG9uc2USHwoFZXZlbnQYASABKAsyEC5lbmdyYW0udjEuRXZlbnQieQoQQWRkRXZlbnRzUmVxdWVzdBISCgpzZXNzaW9uX2lkGAEgASgJEiUKBmV2ZW50cxgCIAMoCzIVLmVuZ3JhbS52MS5FdmVudElucHV0EhkKDGV4cGVjdGVkX3NlcRgDIAEoBEgAiAEBQg8KDV9leHBlY3RlZF9zZXEiNQoRQWRkRXZlbnRzUmVzcG9uc2USIAoGZXZlbnRzGAEgAygLMhAuZW5ncmFtLnYxLkV2ZW50IpkBChdHZXRTZXNzaW9uRXZlbnRzUmVxdWVzdBISCgpzZXNzaW9uX2lkGAEgASgJEhMKC2V2ZW50X3R5cGVzGAIgAygJEhYKCWFmdGVyX3NlcRgDIAEoBEgAiAEBEg0KBWxpbWl0GAQgASgNEhIKCnBhZ2VfdG9rZW4YBSABKAkSDAoEdGFpbBgGIAEoDUIMCgpfYWZ0ZXJfc2VxImcKGEdldFNlc3Npb25FdmVudHNSZXNwb25zZRIgCgZldmVudHMYASADKAsyEC5lbmdyYW0udjEuRXZlbnQSFwoPbmV4dF9wYWdlX3Rva2VuGAIgASgJEhAKCGhlYWRfc2VxGAMgASgEIkoKEUxpc3RFdmVudHNSZXF1ZXN0EhcKCnNlc3Npb25faWQYASABKAlIAIgBARINCgVsaW1pdBgCIAEoDUINCgtfc2Vzc2lvbl9pZCI2ChJMaXN0RXZlbnRzUmVzcG9uc2USIAoGZXZlbnRzGAEgAygLMhAuZW5ncmFtLnYxLkV2ZW50ImsKGlN0cmVhbVNlc3Npb25FdmVudHNSZXF1ZXN0EhIKCnNlc3Npb25faWQYASABKAkSFgoJYWZ0ZXJfc2VxGAIgASgESACIAQESEwoLZXZlbnRfdHlwZXMYAyADKAlCDAoKX2FmdGVyX3NlcSIcCghDYXVnaHRVcBIQCghoZWFkX3NlcRgBIAEoBCIdCglIZWFydGJlYXQSEAoIaGVhZF9zZXEYASABKAQingEKG1N0cmVhbVNlc3Npb25FdmVudHNSZXNwb25zZRIhCgVldmVudBgBIAEoCzIQLmVuZ3JhbS52MS5FdmVudEgAEigKCWNhdWdodF91cBgCIAEoCzITLmVuZ3JhbS52MS5DYXVnaHRVcEgAEikKCWhlYXJ0YmVhdBgDIAEoCzIULmVuZ3JhbS52MS5IZWFydGJlYXRIAEIHCgVmcmFtZSJJCh9CdWlsZENvbnZlcnNhdGlvbkNvbnRleHRSZXF1ZXN0EhIKCnNlc3Npb25faWQYASABKAkSEgoKbWF4X2V2ZW50cxgCIAEoDSIzChBUb29sQ2FsbEZ1bmN0aW9uEgwKBG5hbWUYASABKAkSEQoJYXJndW1lbnRzGAIgASgJIlMKCFRvb2xDYWxsEgoKAmlkGAEgASgJEgwKBHR5cGUYAiABKAkSLQoIZnVuY3Rpb24YAyABKAsyGy5lbmdyYW0udjEuVG9vbENhbGxGdW5jdGlvbiJ5CgtDaGF0TWVzc2FnZRIMCgRyb2xlGAEgASgJEg8KB2NvbnRlbnQYAiABKAkSDAoEbmFtZRgDIAEoCRInCgp0b29sX2NhbGxzGAQgAygLMhMuZW5ncmFtLnYxLlRvb2xDYWxsEhQKDHRvb2xfY2FsbF9pZBgFIAEoCSKLAQogQnVpbGRDb252ZXJzYXRpb25Db250ZXh0UmVzcG9uc2USDAoEdGV4dBgBIAEoCRIoCghtZXNzYWdlcxgCIAMoCzIWLmVuZ3JhbS52MS5DaGF0TWVzc2FnZRIXCg9ldmVudHNfaW5jbHVkZWQYAyABKA0SFgoOZXZlbnRzX2Ryb3BwZWQYBCABKA0iEQoPR2V0U3RhdHNSZXF1ZXN0InEKEEdldFN0YXRzUmVzcG9uc2USFgoOdG90YWxfc2Vzc2lvbnMYASABKAQSFAoMdG90YWxfZXZlbnRzGAIgASgEEh4KFmF2Z19ldmVudHNfcGVyX3Nlc3Npb24YAyABKAESDwoHYmFja2VuZBgEIAEoCSI8Cg5DbGVhbnVwUmVxdWVzdBIqCgdtYXhfYWdlGAEgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uIisKD0NsZWFudXBSZXNwb25zZRIYChByZW1vdmVkX3Nlc3Npb25zGAEgASgEMu0ICg1NZW1vcnlTZXJ2aWNlElIKDUNyZWF0ZVNlc3Npb24SHy5lbmdyYW0udjEuQ3JlYXRlU2Vzc2lvblJlcXVlc3QaIC5lbmdyYW0udjEuQ3JlYXRlU2Vzc2lvblJlc3BvbnNlEmEKEkdldE9yQ3JlYXRlU2Vzc2lvbhIkLmVuZ3JhbS52MS5HZXRPckNyZWF0ZVNlc3Npb25SZXF1ZXN0GiUuZW5ncmFtLnYxLkdldE9yQ3JlYXRlU2Vzc2lvblJlc3BvbnNlEk4KCkdldFNlc3Npb24SHC5lbmdyYW0udjEuR2V0U2Vzc2lvblJlcXVlc3QaHS5lbmdyYW0udjEuR2V0U2Vzc2lvblJlc3BvbnNlIgOQAgESVAoMTGlzdFNlc3Npb25zEh4uZW5ncmFtLnYxLkxpc3RTZXNzaW9uc1JlcXVlc3QaHy5lbmdyYW0udjEuTGlzdFNlc3Npb25zUmVzcG9uc2UiA5ACARJSCg1EZWxldGVTZXNzaW9uEh8uZW5ncmFtLnYxLkRlbGV0ZVNlc3Npb25SZXF1ZXN0GiAuZW5ncmFtLnYxLkRlbGV0ZVNlc3Npb25SZXNwb25zZRJDCghBZGRFdmVudBIaLmVuZ3JhbS52MS5BZGRFdmVudFJlcXVlc3QaGy5lbmdyYW0udjEuQWRkRXZlbnRSZXNwb25zZRJGCglBZGRFdmVudHMSGy5lbmdyYW0udjEuQWRkRXZlbnRzUmVxdWVzdBocLmVuZ3JhbS52MS5BZGRFdmVudHNSZXNwb25zZRJgChBHZXRTZXNzaW9uRXZlbnRzEiIuZW5ncmFtLnYxLkdldFNlc3Npb25FdmVudHNSZXF1ZXN0GiMuZW5ncmFtLnYxLkdldFNlc3Npb25FdmVudHNSZXNwb25zZSIDkAIBEk4KCkxpc3RFdmVudHMSHC5lbmdyYW0udjEuTGlzdEV2ZW50c1JlcXVlc3QaHS5lbmdyYW0udjEuTGlzdEV2ZW50c1Jlc3BvbnNlIgOQAgESZgoTU3RyZWFtU2Vzc2lvbkV2ZW50cxIlLmVuZ3JhbS52MS5TdHJlYW1TZXNzaW9uRXZlbnRzUmVxdWVzdBomLmVuZ3JhbS52MS5TdHJlYW1TZXNzaW9uRXZlbnRzUmVzcG9uc2UwARJ4ChhCdWlsZENvbnZlcnNhdGlvbkNvbnRleHQSKi5lbmdyYW0udjEuQnVpbGRDb252ZXJzYXRpb25Db250ZXh0UmVxdWVzdBorLmVuZ3JhbS52MS5CdWlsZENvbnZlcnNhdGlvbkNvbnRleHRSZXNwb25zZSIDkAIBEkgKCEdldFN0YXRzEhouZW5ncmFtLnYxLkdldFN0YXRzUmVxdWVzdBobLmVuZ3JhbS52MS5HZXRTdGF0c1Jlc3BvbnNlIgOQAgESQAoHQ2xlYW51cBIZLmVuZ3JhbS52MS5DbGVhbnVwUmVxdWVzdBoaLmVuZ3JhbS52MS5DbGVhbnVwUmVzcG9uc2ViBnByb3RvMw", [file_google_protobuf_duration, file_google_protobuf_struct, file_google_protobuf_timestamp]);
+  fileDesc("ChZlbmdyYW0vdjEvbWVtb3J5LnByb3RvEgllbmdyYW0udjEihQIKB1Nlc3Npb24SEgoKc2Vzc2lvbl9pZBgBIAEoCRIQCghhcHBfbmFtZRgCIAEoCRIPCgd1c2VyX2lkGAMgASgJEikKCG1ldGFkYXRhGAQgASgLMhcuZ29vZ2xlLnByb3RvYnVmLlN0cnVjdBIuCgpjcmVhdGVkX2F0GAUgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIuCgp1cGRhdGVkX2F0GAYgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIQCghoZWFkX3NlcRgHIAEoBBIRCglmaXJzdF9zZXEYCCABKAQSEwoLZXZlbnRfY291bnQYCSABKAQi0QEKBUV2ZW50EhAKCGV2ZW50X2lkGAEgASgJEhIKCmV2ZW50X3R5cGUYAiABKAkSJwoHY29udGVudBgDIAEoCzIWLmdvb2dsZS5wcm90b2J1Zi5WYWx1ZRIpCghtZXRhZGF0YRgEIAEoCzIXLmdvb2dsZS5wcm90b2J1Zi5TdHJ1Y3QSLQoJdGltZXN0YW1wGAUgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBILCgNzZXEYBiABKAQSEgoKc2Vzc2lvbl9pZBgHIAEoCSKMAQoUQ3JlYXRlU2Vzc2lvblJlcXVlc3QSEAoIYXBwX25hbWUYASABKAkSDwoHdXNlcl9pZBgCIAEoCRIXCgpzZXNzaW9uX2lkGAMgASgJSACIAQESKQoIbWV0YWRhdGEYBCABKAsyFy5nb29nbGUucHJvdG9idWYuU3RydWN0Qg0KC19zZXNzaW9uX2lkIjwKFUNyZWF0ZVNlc3Npb25SZXNwb25zZRIjCgdzZXNzaW9uGAEgASgLMhIuZW5ncmFtLnYxLlNlc3Npb24ifQoZR2V0T3JDcmVhdGVTZXNzaW9uUmVxdWVzdBISCgpzZXNzaW9uX2lkGAEgASgJEhAKCGFwcF9uYW1lGAIgASgJEg8KB3VzZXJfaWQYAyABKAkSKQoIbWV0YWRhdGEYBCABKAsyFy5nb29nbGUucHJvdG9idWYuU3RydWN0IlIKGkdldE9yQ3JlYXRlU2Vzc2lvblJlc3BvbnNlEiMKB3Nlc3Npb24YASABKAsyEi5lbmdyYW0udjEuU2Vzc2lvbhIPCgdjcmVhdGVkGAIgASgIIicKEUdldFNlc3Npb25SZXF1ZXN0EhIKCnNlc3Npb25faWQYASABKAkiOQoSR2V0U2Vzc2lvblJlc3BvbnNlEiMKB3Nlc3Npb24YASABKAsyEi5lbmdyYW0udjEuU2Vzc2lvbiKCAQoTTGlzdFNlc3Npb25zUmVxdWVzdBIVCghhcHBfbmFtZRgBIAEoCUgAiAEBEhQKB3VzZXJfaWQYAiABKAlIAYgBARIRCglwYWdlX3NpemUYAyABKA0SEgoKcGFnZV90b2tlbhgEIAEoCUILCglfYXBwX25hbWVCCgoIX3VzZXJfaWQiVQoUTGlzdFNlc3Npb25zUmVzcG9uc2USJAoIc2Vzc2lvbnMYASADKAsyEi5lbmdyYW0udjEuU2Vzc2lvbhIXCg9uZXh0X3BhZ2VfdG9rZW4YAiABKAkiKgoURGVsZXRlU2Vzc2lvblJlcXVlc3QSEgoKc2Vzc2lvbl9pZBgBIAEoCSIoChVEZWxldGVTZXNzaW9uUmVzcG9uc2USDwoHZGVsZXRlZBgBIAEoCCK1AQoKRXZlbnRJbnB1dBIQCghldmVudF9pZBgBIAEoCRISCgpldmVudF90eXBlGAIgASgJEicKB2NvbnRlbnQYAyABKAsyFi5nb29nbGUucHJvdG9idWYuVmFsdWUSKQoIbWV0YWRhdGEYBCABKAsyFy5nb29nbGUucHJvdG9idWYuU3RydWN0Ei0KCXRpbWVzdGFtcBgFIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXAidwoPQWRkRXZlbnRSZXF1ZXN0EhIKCnNlc3Npb25faWQYASABKAkSJAoFZXZlbnQYAiABKAsyFS5lbmdyYW0udjEuRXZlbnRJbnB1dBIZCgxleHBlY3RlZF9zZXEYAyABKARIAIgBAUIPCg1fZXhwZWN0ZWRfc2VxIjMKEEFkZEV2ZW50UmVzcG9uc2USHwoFZXZlbnQYASABKAsyEC5lbmdyYW0udjEuRXZlbnQieQoQQWRkRXZlbnRzUmVxdWVzdBISCgpzZXNzaW9uX2lkGAEgASgJEiUKBmV2ZW50cxgCIAMoCzIVLmVuZ3JhbS52MS5FdmVudElucHV0EhkKDGV4cGVjdGVkX3NlcRgDIAEoBEgAiAEBQg8KDV9leHBlY3RlZF9zZXEiNQoRQWRkRXZlbnRzUmVzcG9uc2USIAoGZXZlbnRzGAEgAygLMhAuZW5ncmFtLnYxLkV2ZW50IpkBChdHZXRTZXNzaW9uRXZlbnRzUmVxdWVzdBISCgpzZXNzaW9uX2lkGAEgASgJEhMKC2V2ZW50X3R5cGVzGAIgAygJEhYKCWFmdGVyX3NlcRgDIAEoBEgAiAEBEg0KBWxpbWl0GAQgASgNEhIKCnBhZ2VfdG9rZW4YBSABKAkSDAoEdGFpbBgGIAEoDUIMCgpfYWZ0ZXJfc2VxImcKGEdldFNlc3Npb25FdmVudHNSZXNwb25zZRIgCgZldmVudHMYASADKAsyEC5lbmdyYW0udjEuRXZlbnQSFwoPbmV4dF9wYWdlX3Rva2VuGAIgASgJEhAKCGhlYWRfc2VxGAMgASgEIkoKEUxpc3RFdmVudHNSZXF1ZXN0EhcKCnNlc3Npb25faWQYASABKAlIAIgBARINCgVsaW1pdBgCIAEoDUINCgtfc2Vzc2lvbl9pZCI2ChJMaXN0RXZlbnRzUmVzcG9uc2USIAoGZXZlbnRzGAEgAygLMhAuZW5ncmFtLnYxLkV2ZW50ImsKGlN0cmVhbVNlc3Npb25FdmVudHNSZXF1ZXN0EhIKCnNlc3Npb25faWQYASABKAkSFgoJYWZ0ZXJfc2VxGAIgASgESACIAQESEwoLZXZlbnRfdHlwZXMYAyADKAlCDAoKX2FmdGVyX3NlcSIcCghDYXVnaHRVcBIQCghoZWFkX3NlcRgBIAEoBCIdCglIZWFydGJlYXQSEAoIaGVhZF9zZXEYASABKAQingEKG1N0cmVhbVNlc3Npb25FdmVudHNSZXNwb25zZRIhCgVldmVudBgBIAEoCzIQLmVuZ3JhbS52MS5FdmVudEgAEigKCWNhdWdodF91cBgCIAEoCzITLmVuZ3JhbS52MS5DYXVnaHRVcEgAEikKCWhlYXJ0YmVhdBgDIAEoCzIULmVuZ3JhbS52MS5IZWFydGJlYXRIAEIHCgVmcmFtZSKXAwofQnVpbGRDb252ZXJzYXRpb25Db250ZXh0UmVxdWVzdBISCgpzZXNzaW9uX2lkGAEgASgJEhIKCm1heF9ldmVudHMYAiABKA0SFAoMdG9rZW5fYnVkZ2V0GAMgASgNEg0KBXF1ZXJ5GAQgASgJEhEKCXRva2VuaXplchgFIAEoCRIcCg9wcmVzZXJ2ZV9zeXN0ZW0YBiABKAhIAIgBARJXCg9zZWN0aW9uX2J1ZGdldHMYByADKAsyPi5lbmdyYW0udjEuQnVpbGRDb252ZXJzYXRpb25Db250ZXh0UmVxdWVzdC5TZWN0aW9uQnVkZ2V0c0VudHJ5EhgKEHNlY3Rpb25fcHJpb3JpdHkYCCADKAkSIAoTcmV0cmlldmFsX3RocmVzaG9sZBgJIAEoDUgBiAEBGjUKE1NlY3Rpb25CdWRnZXRzRW50cnkSCwoDa2V5GAEgASgJEg0KBXZhbHVlGAIgASgNOgI4AUISChBfcHJlc2VydmVfc3lzdGVtQhYKFF9yZXRyaWV2YWxfdGhyZXNob2xkIjMKEFRvb2xDYWxsRnVuY3Rpb24SDAoEbmFtZRgBIAEoCRIRCglhcmd1bWVudHMYAiABKAkiUwoIVG9vbENhbGwSCgoCaWQYASABKAkSDAoEdHlwZRgCIAEoCRItCghmdW5jdGlvbhgDIAEoCzIbLmVuZ3JhbS52MS5Ub29sQ2FsbEZ1bmN0aW9uIqgBCgtDaGF0TWVzc2FnZRIMCgRyb2xlGAEgASgJEg8KB2NvbnRlbnQYAiABKAkSDAoEbmFtZRgDIAEoCRInCgp0b29sX2NhbGxzGAQgAygLMhMuZW5ncmFtLnYxLlRvb2xDYWxsEhQKDHRvb2xfY2FsbF9pZBgFIAEoCRItCg1jb250ZW50X3BhcnRzGAYgAygLMhYuZW5ncmFtLnYxLkNvbnRlbnRQYXJ0IlEKC0NvbnRlbnRQYXJ0EgwKBHR5cGUYASABKAkSDAoEdGV4dBgCIAEoCRImCglpbWFnZV91cmwYAyABKAsyEy5lbmdyYW0udjEuSW1hZ2VVcmwiJwoISW1hZ2VVcmwSCwoDdXJsGAEgASgJEg4KBmRldGFpbBgCIAEoCSJ8Cg5Db250ZXh0U2VjdGlvbhIMCgRuYW1lGAEgASgJEhMKC3Rva2Vuc191c2VkGAIgASgNEhcKD2V2ZW50c19pbmNsdWRlZBgDIAEoDRIWCg5ldmVudHNfZHJvcHBlZBgEIAEoDRIWCg5yZXRyaWV2YWxfdXNlZBgFIAEoCCKTAgogQnVpbGRDb252ZXJzYXRpb25Db250ZXh0UmVzcG9uc2USDAoEdGV4dBgBIAEoCRIoCghtZXNzYWdlcxgCIAMoCzIWLmVuZ3JhbS52MS5DaGF0TWVzc2FnZRIXCg9ldmVudHNfaW5jbHVkZWQYAyABKA0SFgoOZXZlbnRzX2Ryb3BwZWQYBCABKA0SEwoLdG9rZW5zX3VzZWQYBSABKA0SFgoOcmV0cmlldmFsX3VzZWQYBiABKAgSEQoJdG9rZW5pemVyGAcgASgJEhkKEWV2ZW50c19zdW1tYXJpemVkGAggASgNEisKCHNlY3Rpb25zGAkgAygLMhkuZW5ncmFtLnYxLkNvbnRleHRTZWN0aW9uIhEKD0dldFN0YXRzUmVxdWVzdCJxChBHZXRTdGF0c1Jlc3BvbnNlEhYKDnRvdGFsX3Nlc3Npb25zGAEgASgEEhQKDHRvdGFsX2V2ZW50cxgCIAEoBBIeChZhdmdfZXZlbnRzX3Blcl9zZXNzaW9uGAMgASgBEg8KB2JhY2tlbmQYBCABKAkiPAoOQ2xlYW51cFJlcXVlc3QSKgoHbWF4X2FnZRgBIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbiIrCg9DbGVhbnVwUmVzcG9uc2USGAoQcmVtb3ZlZF9zZXNzaW9ucxgBIAEoBDLtCAoNTWVtb3J5U2VydmljZRJSCg1DcmVhdGVTZXNzaW9uEh8uZW5ncmFtLnYxLkNyZWF0ZVNlc3Npb25SZXF1ZXN0GiAuZW5ncmFtLnYxLkNyZWF0ZVNlc3Npb25SZXNwb25zZRJhChJHZXRPckNyZWF0ZVNlc3Npb24SJC5lbmdyYW0udjEuR2V0T3JDcmVhdGVTZXNzaW9uUmVxdWVzdBolLmVuZ3JhbS52MS5HZXRPckNyZWF0ZVNlc3Npb25SZXNwb25zZRJOCgpHZXRTZXNzaW9uEhwuZW5ncmFtLnYxLkdldFNlc3Npb25SZXF1ZXN0Gh0uZW5ncmFtLnYxLkdldFNlc3Npb25SZXNwb25zZSIDkAIBElQKDExpc3RTZXNzaW9ucxIeLmVuZ3JhbS52MS5MaXN0U2Vzc2lvbnNSZXF1ZXN0Gh8uZW5ncmFtLnYxLkxpc3RTZXNzaW9uc1Jlc3BvbnNlIgOQAgESUgoNRGVsZXRlU2Vzc2lvbhIfLmVuZ3JhbS52MS5EZWxldGVTZXNzaW9uUmVxdWVzdBogLmVuZ3JhbS52MS5EZWxldGVTZXNzaW9uUmVzcG9uc2USQwoIQWRkRXZlbnQSGi5lbmdyYW0udjEuQWRkRXZlbnRSZXF1ZXN0GhsuZW5ncmFtLnYxLkFkZEV2ZW50UmVzcG9uc2USRgoJQWRkRXZlbnRzEhsuZW5ncmFtLnYxLkFkZEV2ZW50c1JlcXVlc3QaHC5lbmdyYW0udjEuQWRkRXZlbnRzUmVzcG9uc2USYAoQR2V0U2Vzc2lvbkV2ZW50cxIiLmVuZ3JhbS52MS5HZXRTZXNzaW9uRXZlbnRzUmVxdWVzdBojLmVuZ3JhbS52MS5HZXRTZXNzaW9uRXZlbnRzUmVzcG9uc2UiA5ACARJOCgpMaXN0RXZlbnRzEhwuZW5ncmFtLnYxLkxpc3RFdmVudHNSZXF1ZXN0Gh0uZW5ncmFtLnYxLkxpc3RFdmVudHNSZXNwb25zZSIDkAIBEmYKE1N0cmVhbVNlc3Npb25FdmVudHMSJS5lbmdyYW0udjEuU3RyZWFtU2Vzc2lvbkV2ZW50c1JlcXVlc3QaJi5lbmdyYW0udjEuU3RyZWFtU2Vzc2lvbkV2ZW50c1Jlc3BvbnNlMAESeAoYQnVpbGRDb252ZXJzYXRpb25Db250ZXh0EiouZW5ncmFtLnYxLkJ1aWxkQ29udmVyc2F0aW9uQ29udGV4dFJlcXVlc3QaKy5lbmdyYW0udjEuQnVpbGRDb252ZXJzYXRpb25Db250ZXh0UmVzcG9uc2UiA5ACARJICghHZXRTdGF0cxIaLmVuZ3JhbS52MS5HZXRTdGF0c1JlcXVlc3QaGy5lbmdyYW0udjEuR2V0U3RhdHNSZXNwb25zZSIDkAIBEkAKB0NsZWFudXASGS5lbmdyYW0udjEuQ2xlYW51cFJlcXVlc3QaGi5lbmdyYW0udjEuQ2xlYW51cFJlc3BvbnNlYgZwcm90bzM", [file_google_protobuf_duration, file_google_protobuf_struct, file_google_protobuf_timestamp]);
 
 /**
  * Session is one conversation of one user with one app.
@@ -885,7 +887,10 @@ export const StreamSessionEventsResponseSchema: GenMessage<StreamSessionEventsRe
   messageDesc(file_engram_v1_memory, 24);
 
 /**
- * BuildConversationContextRequest asks for the recent turns of a session.
+ * BuildConversationContextRequest asks for the context window of a session's
+ * next model call. With only session_id and max_events it answers as before:
+ * the newest max_events events. A token budget, section budgets or a query
+ * make the server choose what fits (see the README's "Context assembly").
  *
  * @generated from message engram.v1.BuildConversationContextRequest
  */
@@ -898,11 +903,66 @@ export type BuildConversationContextRequest = Message<"engram.v1.BuildConversati
   sessionId: string;
 
   /**
-   * How many of the newest events to consider; MEMORY_CONTEXT_LIMIT when 0.
+   * How many of the newest events to consider. When 0: MEMORY_CONTEXT_LIMIT,
+   * or, when token_budget, section_budgets or query is set, the newest 1000.
    *
    * @generated from field: uint32 max_events = 2;
    */
   maxEvents: number;
+
+  /**
+   * Most tokens the messages may take (0: no total budget); at most 2000000.
+   *
+   * @generated from field: uint32 token_budget = 3;
+   */
+  tokenBudget: number;
+
+  /**
+   * Text to rank items by (BM25) in sections holding more than
+   * retrieval_threshold items; at most 4096 characters.
+   *
+   * @generated from field: string query = 4;
+   */
+  query: string;
+
+  /**
+   * o200k_base (default), cl100k_base or chars4 (characters / 4, rounded up).
+   *
+   * @generated from field: string tokenizer = 5;
+   */
+  tokenizer: string;
+
+  /**
+   * Keep the role section (system events) first, before any other section;
+   * true when unset.
+   *
+   * @generated from field: optional bool preserve_system = 6;
+   */
+  preserveSystem?: boolean | undefined;
+
+  /**
+   * Most tokens per section (section name => tokens, at most 2000000 each).
+   *
+   * @generated from field: map<string, uint32> section_budgets = 7;
+   */
+  sectionBudgets: { [key: string]: number };
+
+  /**
+   * Sections from highest to lowest priority: the lowest are trimmed first.
+   * Unlisted sections follow in the default order (role, messages, actions,
+   * findings, documents), then by name.
+   *
+   * @generated from field: repeated string section_priority = 8;
+   */
+  sectionPriority: string[];
+
+  /**
+   * A section is ranked by relevance to the query once it holds more than
+   * this many items; 20 when unset; at most 1000.
+   *
+   * @generated from field: optional uint32 retrieval_threshold = 9;
+   */
+  retrievalThreshold?: number | undefined;
 };
 
 /**
@@ -1015,6 +1075,14 @@ export type ChatMessage = Message<"engram.v1.ChatMessage"> & {
    * @generated from field: string tool_call_id = 5;
    */
   toolCallId: string;
+
+  /**
+   * The content as OpenAI content parts (text and image_url), set only when
+   * the message carries images; `content` still holds its text.
+   *
+   * @generated from field: repeated engram.v1.ContentPart content_parts = 6;
+   */
+  contentParts: ContentPart[];
 };
 
 /**
@@ -1023,6 +1091,118 @@ export type ChatMessage = Message<"engram.v1.ChatMessage"> & {
  */
 export const ChatMessageSchema: GenMessage<ChatMessage> = /*@__PURE__*/
   messageDesc(file_engram_v1_memory, 28);
+
+/**
+ * ContentPart is one part of a multi-part message (the OpenAI chat shape).
+ *
+ * @generated from message engram.v1.ContentPart
+ */
+export type ContentPart = Message<"engram.v1.ContentPart"> & {
+  /**
+   * "text" or "image_url".
+   *
+   * @generated from field: string type = 1;
+   */
+  type: string;
+
+  /**
+   * The text of a "text" part.
+   *
+   * @generated from field: string text = 2;
+   */
+  text: string;
+
+  /**
+   * The image of an "image_url" part.
+   *
+   * @generated from field: engram.v1.ImageUrl image_url = 3;
+   */
+  imageUrl?: ImageUrl | undefined;
+};
+
+/**
+ * Describes the message engram.v1.ContentPart.
+ * Use `create(ContentPartSchema)` to create a new message.
+ */
+export const ContentPartSchema: GenMessage<ContentPart> = /*@__PURE__*/
+  messageDesc(file_engram_v1_memory, 29);
+
+/**
+ * ImageUrl references an image by URL (https: or data:).
+ *
+ * @generated from message engram.v1.ImageUrl
+ */
+export type ImageUrl = Message<"engram.v1.ImageUrl"> & {
+  /**
+   * The image's URL.
+   *
+   * @generated from field: string url = 1;
+   */
+  url: string;
+
+  /**
+   * auto, low or high; empty when the event gave none.
+   *
+   * @generated from field: string detail = 2;
+   */
+  detail: string;
+};
+
+/**
+ * Describes the message engram.v1.ImageUrl.
+ * Use `create(ImageUrlSchema)` to create a new message.
+ */
+export const ImageUrlSchema: GenMessage<ImageUrl> = /*@__PURE__*/
+  messageDesc(file_engram_v1_memory, 30);
+
+/**
+ * ContextSection reports what one section contributed to a context.
+ *
+ * @generated from message engram.v1.ContextSection
+ */
+export type ContextSection = Message<"engram.v1.ContextSection"> & {
+  /**
+   * Section name (metadata.section of its events, or role / messages).
+   *
+   * @generated from field: string name = 1;
+   */
+  name: string;
+
+  /**
+   * Tokens its messages take.
+   *
+   * @generated from field: uint32 tokens_used = 2;
+   */
+  tokensUsed: number;
+
+  /**
+   * Its events in the context.
+   *
+   * @generated from field: uint32 events_included = 3;
+   */
+  eventsIncluded: number;
+
+  /**
+   * Its events left out (budget, unpaired tool call, unknown type).
+   *
+   * @generated from field: uint32 events_dropped = 4;
+   */
+  eventsDropped: number;
+
+  /**
+   * True when its items were chosen by relevance to the query.
+   *
+   * @generated from field: bool retrieval_used = 5;
+   */
+  retrievalUsed: boolean;
+};
+
+/**
+ * Describes the message engram.v1.ContextSection.
+ * Use `create(ContextSectionSchema)` to create a new message.
+ */
+export const ContextSectionSchema: GenMessage<ContextSection> = /*@__PURE__*/
+  messageDesc(file_engram_v1_memory, 31);
 
 /**
  * BuildConversationContextResponse is the assembled context.
@@ -1052,11 +1232,49 @@ export type BuildConversationContextResponse = Message<"engram.v1.BuildConversat
   eventsIncluded: number;
 
   /**
-   * Events considered but left out (e.g. a tool call whose result is missing).
+   * Events considered but left out (e.g. a tool call whose result is missing,
+   * or over the budget).
    *
    * @generated from field: uint32 events_dropped = 4;
    */
   eventsDropped: number;
+
+  /**
+   * Tokens the messages take, as counted by `tokenizer` (never more than
+   * token_budget when one was given).
+   *
+   * @generated from field: uint32 tokens_used = 5;
+   */
+  tokensUsed: number;
+
+  /**
+   * True when any section was ranked by relevance to the query.
+   *
+   * @generated from field: bool retrieval_used = 6;
+   */
+  retrievalUsed: boolean;
+
+  /**
+   * The tokenizer that counted: o200k_base, cl100k_base or chars4 (the
+   * fallback when a BPE tokenizer cannot be loaded).
+   *
+   * @generated from field: string tokenizer = 7;
+   */
+  tokenizer: string;
+
+  /**
+   * Events left out because a summary in the context covers them.
+   *
+   * @generated from field: uint32 events_summarized = 8;
+   */
+  eventsSummarized: number;
+
+  /**
+   * Per-section usage, in priority order.
+   *
+   * @generated from field: repeated engram.v1.ContextSection sections = 9;
+   */
+  sections: ContextSection[];
 };
 
 /**
@@ -1064,7 +1282,7 @@ export type BuildConversationContextResponse = Message<"engram.v1.BuildConversat
  * Use `create(BuildConversationContextResponseSchema)` to create a new message.
  */
 export const BuildConversationContextResponseSchema: GenMessage<BuildConversationContextResponse> = /*@__PURE__*/
-  messageDesc(file_engram_v1_memory, 29);
+  messageDesc(file_engram_v1_memory, 32);
 
 /**
  * GetStatsRequest has no fields.
@@ -1079,7 +1297,7 @@ export type GetStatsRequest = Message<"engram.v1.GetStatsRequest"> & {
  * Use `create(GetStatsRequestSchema)` to create a new message.
  */
 export const GetStatsRequestSchema: GenMessage<GetStatsRequest> = /*@__PURE__*/
-  messageDesc(file_engram_v1_memory, 30);
+  messageDesc(file_engram_v1_memory, 33);
 
 /**
  * GetStatsResponse reports totals over the store.
@@ -1121,7 +1339,7 @@ export type GetStatsResponse = Message<"engram.v1.GetStatsResponse"> & {
  * Use `create(GetStatsResponseSchema)` to create a new message.
  */
 export const GetStatsResponseSchema: GenMessage<GetStatsResponse> = /*@__PURE__*/
-  messageDesc(file_engram_v1_memory, 31);
+  messageDesc(file_engram_v1_memory, 34);
 
 /**
  * CleanupRequest removes stale sessions.
@@ -1142,7 +1360,7 @@ export type CleanupRequest = Message<"engram.v1.CleanupRequest"> & {
  * Use `create(CleanupRequestSchema)` to create a new message.
  */
 export const CleanupRequestSchema: GenMessage<CleanupRequest> = /*@__PURE__*/
-  messageDesc(file_engram_v1_memory, 32);
+  messageDesc(file_engram_v1_memory, 35);
 
 /**
  * CleanupResponse reports how many sessions were removed.
@@ -1163,7 +1381,7 @@ export type CleanupResponse = Message<"engram.v1.CleanupResponse"> & {
  * Use `create(CleanupResponseSchema)` to create a new message.
  */
 export const CleanupResponseSchema: GenMessage<CleanupResponse> = /*@__PURE__*/
-  messageDesc(file_engram_v1_memory, 33);
+  messageDesc(file_engram_v1_memory, 36);
 
 /**
  * MemoryService stores and serves agents' session event logs.

@@ -12,7 +12,9 @@ Identifier rules (violations answer INVALID_ARGUMENT naming the field):
                         well-known types: user_message, agent_response,
                         tool_call, tool_result, delegation_request,
                         delegation_response, task_delegation_received,
-                        error, system.
+                        error, system, summary (metadata.covers =
+                        {from_seq, to_seq}: the seqs it replaces in a
+                        context).
   content:              any JSON value, at most 256 KiB once serialised
                         (configurable), nested at most 64 levels deep.
 """
@@ -849,27 +851,101 @@ Global___StreamSessionEventsResponse: _TypeAlias = StreamSessionEventsResponse  
 
 @_typing.final
 class BuildConversationContextRequest(_message.Message):
-    """BuildConversationContextRequest asks for the recent turns of a session."""
+    """BuildConversationContextRequest asks for the context window of a session's
+    next model call. With only session_id and max_events it answers as before:
+    the newest max_events events. A token budget, section budgets or a query
+    make the server choose what fits (see the README's "Context assembly").
+    """
 
     DESCRIPTOR: _descriptor.Descriptor
 
+    @_typing.final
+    class SectionBudgetsEntry(_message.Message):
+        DESCRIPTOR: _descriptor.Descriptor
+
+        KEY_FIELD_NUMBER: _builtins.int
+        VALUE_FIELD_NUMBER: _builtins.int
+        key: _builtins.str
+        value: _builtins.int
+        def __init__(
+            self,
+            *,
+            key: _builtins.str = ...,
+            value: _builtins.int = ...,
+        ) -> None: ...
+        _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+        def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+        _ClearFieldArgType: _TypeAlias = _typing.Literal["key", b"key", "value", b"value"]  # noqa: Y015
+        def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+        def WhichOneof(self, oneof_group: _Never) -> None: ...
+
     SESSION_ID_FIELD_NUMBER: _builtins.int
     MAX_EVENTS_FIELD_NUMBER: _builtins.int
+    TOKEN_BUDGET_FIELD_NUMBER: _builtins.int
+    QUERY_FIELD_NUMBER: _builtins.int
+    TOKENIZER_FIELD_NUMBER: _builtins.int
+    PRESERVE_SYSTEM_FIELD_NUMBER: _builtins.int
+    SECTION_BUDGETS_FIELD_NUMBER: _builtins.int
+    SECTION_PRIORITY_FIELD_NUMBER: _builtins.int
+    RETRIEVAL_THRESHOLD_FIELD_NUMBER: _builtins.int
     session_id: _builtins.str
     """Required."""
     max_events: _builtins.int
-    """How many of the newest events to consider; MEMORY_CONTEXT_LIMIT when 0."""
+    """How many of the newest events to consider. When 0: MEMORY_CONTEXT_LIMIT,
+    or, when token_budget, section_budgets or query is set, the newest 1000.
+    """
+    token_budget: _builtins.int
+    """Most tokens the messages may take (0: no total budget); at most 2000000."""
+    query: _builtins.str
+    """Text to rank items by (BM25) in sections holding more than
+    retrieval_threshold items; at most 4096 characters.
+    """
+    tokenizer: _builtins.str
+    """o200k_base (default), cl100k_base or chars4 (characters / 4, rounded up)."""
+    preserve_system: _builtins.bool
+    """Keep the role section (system events) first, before any other section;
+    true when unset.
+    """
+    retrieval_threshold: _builtins.int
+    """A section is ranked by relevance to the query once it holds more than
+    this many items; 20 when unset; at most 1000.
+    """
+    @_builtins.property
+    def section_budgets(self) -> _containers.ScalarMap[_builtins.str, _builtins.int]:
+        """Most tokens per section (section name => tokens, at most 2000000 each)."""
+
+    @_builtins.property
+    def section_priority(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """Sections from highest to lowest priority: the lowest are trimmed first.
+        Unlisted sections follow in the default order (role, messages, actions,
+        findings, documents), then by name.
+        """
+
     def __init__(
         self,
         *,
         session_id: _builtins.str = ...,
         max_events: _builtins.int = ...,
+        token_budget: _builtins.int = ...,
+        query: _builtins.str = ...,
+        tokenizer: _builtins.str = ...,
+        preserve_system: _builtins.bool | None = ...,
+        section_budgets: _abc.Mapping[_builtins.str, _builtins.int] | None = ...,
+        section_priority: _abc.Iterable[_builtins.str] | None = ...,
+        retrieval_threshold: _builtins.int | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_preserve_system", b"_preserve_system", "_retrieval_threshold", b"_retrieval_threshold", "preserve_system", b"preserve_system", "retrieval_threshold", b"retrieval_threshold"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["max_events", b"max_events", "session_id", b"session_id"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_preserve_system", b"_preserve_system", "_retrieval_threshold", b"_retrieval_threshold", "max_events", b"max_events", "preserve_system", b"preserve_system", "query", b"query", "retrieval_threshold", b"retrieval_threshold", "section_budgets", b"section_budgets", "section_priority", b"section_priority", "session_id", b"session_id", "token_budget", b"token_budget", "tokenizer", b"tokenizer"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    def WhichOneof(self, oneof_group: _Never) -> None: ...
+    _WhichOneofReturnType__preserve_system: _TypeAlias = _typing.Literal["preserve_system"]  # noqa: Y015
+    _WhichOneofArgType__preserve_system: _TypeAlias = _typing.Literal["_preserve_system", b"_preserve_system"]  # noqa: Y015
+    _WhichOneofReturnType__retrieval_threshold: _TypeAlias = _typing.Literal["retrieval_threshold"]  # noqa: Y015
+    _WhichOneofArgType__retrieval_threshold: _TypeAlias = _typing.Literal["_retrieval_threshold", b"_retrieval_threshold"]  # noqa: Y015
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__preserve_system) -> _WhichOneofReturnType__preserve_system | None: ...
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__retrieval_threshold) -> _WhichOneofReturnType__retrieval_threshold | None: ...
 
 Global___BuildConversationContextRequest: _TypeAlias = BuildConversationContextRequest  # noqa: Y015
 
@@ -942,6 +1018,7 @@ class ChatMessage(_message.Message):
     NAME_FIELD_NUMBER: _builtins.int
     TOOL_CALLS_FIELD_NUMBER: _builtins.int
     TOOL_CALL_ID_FIELD_NUMBER: _builtins.int
+    CONTENT_PARTS_FIELD_NUMBER: _builtins.int
     role: _builtins.str
     """system, user, assistant or tool."""
     content: _builtins.str
@@ -954,6 +1031,12 @@ class ChatMessage(_message.Message):
     def tool_calls(self) -> _containers.RepeatedCompositeFieldContainer[Global___ToolCall]:
         """Tool calls of an assistant message."""
 
+    @_builtins.property
+    def content_parts(self) -> _containers.RepeatedCompositeFieldContainer[Global___ContentPart]:
+        """The content as OpenAI content parts (text and image_url), set only when
+        the message carries images; `content` still holds its text.
+        """
+
     def __init__(
         self,
         *,
@@ -962,14 +1045,111 @@ class ChatMessage(_message.Message):
         name: _builtins.str = ...,
         tool_calls: _abc.Iterable[Global___ToolCall] | None = ...,
         tool_call_id: _builtins.str = ...,
+        content_parts: _abc.Iterable[Global___ContentPart] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["content", b"content", "name", b"name", "role", b"role", "tool_call_id", b"tool_call_id", "tool_calls", b"tool_calls"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["content", b"content", "content_parts", b"content_parts", "name", b"name", "role", b"role", "tool_call_id", b"tool_call_id", "tool_calls", b"tool_calls"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___ChatMessage: _TypeAlias = ChatMessage  # noqa: Y015
+
+@_typing.final
+class ContentPart(_message.Message):
+    """ContentPart is one part of a multi-part message (the OpenAI chat shape)."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    TYPE_FIELD_NUMBER: _builtins.int
+    TEXT_FIELD_NUMBER: _builtins.int
+    IMAGE_URL_FIELD_NUMBER: _builtins.int
+    type: _builtins.str
+    """"text" or "image_url"."""
+    text: _builtins.str
+    """The text of a "text" part."""
+    @_builtins.property
+    def image_url(self) -> Global___ImageUrl:
+        """The image of an "image_url" part."""
+
+    def __init__(
+        self,
+        *,
+        type: _builtins.str = ...,
+        text: _builtins.str = ...,
+        image_url: Global___ImageUrl | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["image_url", b"image_url"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["image_url", b"image_url", "text", b"text", "type", b"type"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ContentPart: _TypeAlias = ContentPart  # noqa: Y015
+
+@_typing.final
+class ImageUrl(_message.Message):
+    """ImageUrl references an image by URL (https: or data:)."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    URL_FIELD_NUMBER: _builtins.int
+    DETAIL_FIELD_NUMBER: _builtins.int
+    url: _builtins.str
+    """The image's URL."""
+    detail: _builtins.str
+    """auto, low or high; empty when the event gave none."""
+    def __init__(
+        self,
+        *,
+        url: _builtins.str = ...,
+        detail: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["detail", b"detail", "url", b"url"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ImageUrl: _TypeAlias = ImageUrl  # noqa: Y015
+
+@_typing.final
+class ContextSection(_message.Message):
+    """ContextSection reports what one section contributed to a context."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    NAME_FIELD_NUMBER: _builtins.int
+    TOKENS_USED_FIELD_NUMBER: _builtins.int
+    EVENTS_INCLUDED_FIELD_NUMBER: _builtins.int
+    EVENTS_DROPPED_FIELD_NUMBER: _builtins.int
+    RETRIEVAL_USED_FIELD_NUMBER: _builtins.int
+    name: _builtins.str
+    """Section name (metadata.section of its events, or role / messages)."""
+    tokens_used: _builtins.int
+    """Tokens its messages take."""
+    events_included: _builtins.int
+    """Its events in the context."""
+    events_dropped: _builtins.int
+    """Its events left out (budget, unpaired tool call, unknown type)."""
+    retrieval_used: _builtins.bool
+    """True when its items were chosen by relevance to the query."""
+    def __init__(
+        self,
+        *,
+        name: _builtins.str = ...,
+        tokens_used: _builtins.int = ...,
+        events_included: _builtins.int = ...,
+        events_dropped: _builtins.int = ...,
+        retrieval_used: _builtins.bool = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["events_dropped", b"events_dropped", "events_included", b"events_included", "name", b"name", "retrieval_used", b"retrieval_used", "tokens_used", b"tokens_used"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ContextSection: _TypeAlias = ContextSection  # noqa: Y015
 
 @_typing.final
 class BuildConversationContextResponse(_message.Message):
@@ -981,15 +1161,38 @@ class BuildConversationContextResponse(_message.Message):
     MESSAGES_FIELD_NUMBER: _builtins.int
     EVENTS_INCLUDED_FIELD_NUMBER: _builtins.int
     EVENTS_DROPPED_FIELD_NUMBER: _builtins.int
+    TOKENS_USED_FIELD_NUMBER: _builtins.int
+    RETRIEVAL_USED_FIELD_NUMBER: _builtins.int
+    TOKENIZER_FIELD_NUMBER: _builtins.int
+    EVENTS_SUMMARIZED_FIELD_NUMBER: _builtins.int
+    SECTIONS_FIELD_NUMBER: _builtins.int
     text: _builtins.str
     """KAOS text form: "User: ...\\nAssistant: ..." lines."""
     events_included: _builtins.int
     """Events that made it into the context."""
     events_dropped: _builtins.int
-    """Events considered but left out (e.g. a tool call whose result is missing)."""
+    """Events considered but left out (e.g. a tool call whose result is missing,
+    or over the budget).
+    """
+    tokens_used: _builtins.int
+    """Tokens the messages take, as counted by `tokenizer` (never more than
+    token_budget when one was given).
+    """
+    retrieval_used: _builtins.bool
+    """True when any section was ranked by relevance to the query."""
+    tokenizer: _builtins.str
+    """The tokenizer that counted: o200k_base, cl100k_base or chars4 (the
+    fallback when a BPE tokenizer cannot be loaded).
+    """
+    events_summarized: _builtins.int
+    """Events left out because a summary in the context covers them."""
     @_builtins.property
     def messages(self) -> _containers.RepeatedCompositeFieldContainer[Global___ChatMessage]:
         """The same turns as chat messages, tool calls paired with their results."""
+
+    @_builtins.property
+    def sections(self) -> _containers.RepeatedCompositeFieldContainer[Global___ContextSection]:
+        """Per-section usage, in priority order."""
 
     def __init__(
         self,
@@ -998,10 +1201,15 @@ class BuildConversationContextResponse(_message.Message):
         messages: _abc.Iterable[Global___ChatMessage] | None = ...,
         events_included: _builtins.int = ...,
         events_dropped: _builtins.int = ...,
+        tokens_used: _builtins.int = ...,
+        retrieval_used: _builtins.bool = ...,
+        tokenizer: _builtins.str = ...,
+        events_summarized: _builtins.int = ...,
+        sections: _abc.Iterable[Global___ContextSection] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["events_dropped", b"events_dropped", "events_included", b"events_included", "messages", b"messages", "text", b"text"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["events_dropped", b"events_dropped", "events_included", b"events_included", "events_summarized", b"events_summarized", "messages", b"messages", "retrieval_used", b"retrieval_used", "sections", b"sections", "text", b"text", "tokenizer", b"tokenizer", "tokens_used", b"tokens_used"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -12,7 +12,9 @@ Identifier rules (violations answer INVALID_ARGUMENT naming the field):
                         well-known types: user_message, agent_response,
                         tool_call, tool_result, delegation_request,
                         delegation_response, task_delegation_received,
-                        error, system.
+                        error, system, summary (metadata.covers =
+                        {from_seq, to_seq}: the seqs it replaces in a
+                        context).
   content:              any JSON value, at most 256 KiB once serialised
                         (configurable), nested at most 64 levels deep.
 """
