@@ -31,6 +31,29 @@ export interface Config {
   postgresUrl?: string;
   /** Redis key prefix / PostgreSQL schema, so deployments can share a server. */
   keyPrefix: string;
+  /** Require an API key (authorization: Bearer) on every RPC, stream and REST memory endpoint. */
+  auth: boolean;
+  /** Key file of the local and null stores (Redis and PostgreSQL keep keys in the backend). */
+  authKeysFile: string;
+  /** How long a checked key is trusted before it is looked up again (bounds revocation delay). */
+  authCacheMs: number;
+  /** Calls per second per API key (0: unlimited); a key may carry its own. */
+  rateLimit: number;
+  /** Live streams per replica. */
+  maxStreams: number;
+  /** Live streams per API key per replica. */
+  maxStreamsPerKey: number;
+  /** Serve Prometheus metrics at GET /metrics. */
+  metrics: boolean;
+  /** PEM certificate chain and key: serve TLS (h2 and HTTP/1.1 by ALPN) instead of cleartext. */
+  tlsCert?: string;
+  tlsKey?: string;
+  /** PEM CA bundle: require client certificates signed by it (mutual TLS). */
+  tlsClientCa?: string;
+  /** Connections older than this are asked to reconnect (GOAWAY), spreading long streams over replicas; 0: never. */
+  maxConnectionAgeMs: number;
+  /** Serve the memory inspector (web page) at /. */
+  inspector: boolean;
 }
 
 /** A configuration mistake, reported to the operator as is. */
@@ -66,6 +89,18 @@ export const SETTINGS: Setting[] = [
   { env: "MEMORY_REDIS_URL", flag: "redis-url", key: "redisUrl", kind: "string", doc: "Redis URL; required with MEMORY_TYPE=redis." },
   { env: "MEMORY_POSTGRES_URL", flag: "postgres-url", key: "postgresUrl", kind: "string", doc: "PostgreSQL URL; required with MEMORY_TYPE=postgres." },
   { env: "MEMORY_KEY_PREFIX", flag: "key-prefix", key: "keyPrefix", kind: "string", default: "engram", doc: "Redis key prefix / PostgreSQL schema name." },
+  { env: "MEMORY_AUTH", flag: "auth", key: "auth", kind: "bool", default: "false", doc: "true: every call needs an API key (authorization: Bearer)." },
+  { env: "MEMORY_AUTH_KEYS_FILE", flag: "auth-keys-file", key: "authKeysFile", kind: "string", default: "engram-keys.json", doc: "Key file of the local and null stores (Redis/PostgreSQL keep keys in the backend)." },
+  { env: "MEMORY_AUTH_CACHE_MS", flag: "auth-cache-ms", key: "authCacheMs", kind: "int", default: "5000", min: 0, doc: "How long a checked key is trusted before it is looked up again: the revocation delay." },
+  { env: "MEMORY_RATE_LIMIT", flag: "rate-limit", key: "rateLimit", kind: "int", default: "0", min: 0, doc: "Calls per second per API key, shared across replicas on Redis/PostgreSQL (0: unlimited)." },
+  { env: "MEMORY_MAX_STREAMS", flag: "max-streams", key: "maxStreams", kind: "int", default: "10000", min: 1, doc: "Live streams per replica." },
+  { env: "MEMORY_MAX_STREAMS_PER_KEY", flag: "max-streams-per-key", key: "maxStreamsPerKey", kind: "int", default: "100", min: 1, doc: "Live streams per API key per replica." },
+  { env: "MEMORY_METRICS", flag: "metrics", key: "metrics", kind: "bool", default: "true", doc: "Serve Prometheus metrics at GET /metrics." },
+  { env: "MEMORY_TLS_CERT", flag: "tls-cert", key: "tlsCert", kind: "string", doc: "PEM certificate chain file: serve TLS (with MEMORY_TLS_KEY)." },
+  { env: "MEMORY_TLS_KEY", flag: "tls-key", key: "tlsKey", kind: "string", doc: "PEM private key file of MEMORY_TLS_CERT." },
+  { env: "MEMORY_TLS_CLIENT_CA", flag: "tls-client-ca", key: "tlsClientCa", kind: "string", doc: "PEM CA file: require client certificates it signed (mTLS)." },
+  { env: "MEMORY_MAX_CONNECTION_AGE_MS", flag: "max-connection-age-ms", key: "maxConnectionAgeMs", kind: "int", default: "0", min: 0, doc: "gRPC connections older than this get GOAWAY (streams resume elsewhere); 0: never." },
+  { env: "MEMORY_INSPECTOR", flag: "inspector", key: "inspector", kind: "bool", default: "true", doc: "Serve the memory inspector (web page) at /; false disables it." },
 ];
 
 const MEMORY_TYPES: readonly string[] = ["local", "redis", "postgres"];
@@ -116,6 +151,12 @@ export function loadConfig(argv: string[] = process.argv.slice(2), env: NodeJS.P
   }
   if (!/^[A-Za-z_][A-Za-z0-9_]{0,62}$/.test(result.keyPrefix)) {
     throw new ConfigError("MEMORY_KEY_PREFIX: must match ^[A-Za-z_][A-Za-z0-9_]{0,62}$ (it names a Redis prefix and a PostgreSQL schema)");
+  }
+  if (Boolean(result.tlsCert) !== Boolean(result.tlsKey)) {
+    throw new ConfigError("MEMORY_TLS_CERT and MEMORY_TLS_KEY go together: give both or neither");
+  }
+  if (result.tlsClientCa && !result.tlsCert) {
+    throw new ConfigError("MEMORY_TLS_CLIENT_CA needs MEMORY_TLS_CERT and MEMORY_TLS_KEY (mutual TLS runs over TLS)");
   }
   return result;
 }

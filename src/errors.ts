@@ -15,6 +15,8 @@ export type MemoryErrorCode =
   | "UNAVAILABLE"
   | "DEADLINE_EXCEEDED"
   | "CANCELLED"
+  | "UNAUTHENTICATED"
+  | "PERMISSION_DENIED"
   | "INTERNAL";
 
 /** An error with a status code and, optionally, metadata sent as trailers. */

@@ -6,20 +6,24 @@ import { ConfigError, describeConfig, loadConfig } from "./config.js";
 import { log } from "./log.js";
 import { MemoryService } from "./service/memory-service.js";
 import { DEFAULT_SERVICE_LIMITS } from "./service/limits.js";
+import { Metrics } from "./service/metrics.js";
 import { startServer } from "./server/server.js";
 import { openStore } from "./store/index.js";
 
 async function main(): Promise<void> {
   const config = loadConfig();
   log.info({ config: describeConfig(config) }, "effective configuration");
-  const store = await openStore(config);
-  log.info({ backend: store.backend, durability: await store.describeDurability() }, "store durability");
+  const rawStore = await openStore(config);
+  log.info({ backend: rawStore.backend, durability: await rawStore.describeDurability() }, "store durability");
+  const metrics = new Metrics(rawStore);
+  const store = metrics.instrument(rawStore);
   const service = new MemoryService(store, {
     limits: { ...DEFAULT_SERVICE_LIMITS, maxEventBytes: config.maxEventBytes, maxBatchEvents: config.maxBatchEvents },
     contextLimit: config.contextLimit,
     heartbeatMs: config.heartbeatMs,
   });
-  const server = await startServer(service, config, log);
+  const server = await startServer(service, config, log, metrics);
+  if (config.auth) log.info({ keys: config.memoryEnabled && config.memoryType !== "local" ? config.memoryType : config.authKeysFile }, "API keys required on every call");
   log.info({ host: config.host, port: server.port, backend: store.backend }, "listening");
 
   let stopping = false;

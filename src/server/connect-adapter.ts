@@ -6,28 +6,37 @@
 import type { DescMethod } from "@bufbuild/protobuf";
 import type { ConnectRouter, HandlerContext } from "@connectrpc/connect";
 import { MemoryService as MemoryServiceDesc } from "../gen/engram/v1/memory_pb.js";
-import type { MemoryService } from "../service/memory-service.js";
+import type { CallGuard, CallInfo } from "../service/call-guard.js";
 import { toConnectError, type InternalErrorReporter } from "./status.js";
 
-type Handler = (req: unknown, ctx: { signal: AbortSignal }) => Promise<unknown> | AsyncIterable<unknown>;
+/** The call's headers as the guard needs them. */
+function callInfo(ctx: HandlerContext): CallInfo {
+  return {
+    signal: ctx.signal,
+    authorization: ctx.requestHeader.get("authorization") ?? undefined,
+    traceparent: ctx.requestHeader.get("traceparent") ?? undefined,
+    protocol: ctx.protocolName,
+  };
+}
 
 /** Registers MemoryService on a Connect router. */
-export function connectMemoryRoutes(service: MemoryService, report: InternalErrorReporter) {
+export function connectMemoryRoutes(guard: CallGuard, report: InternalErrorReporter) {
   const impl: Record<string, unknown> = {};
   for (const method of MemoryServiceDesc.methods as DescMethod[]) {
-    const handler = (service as unknown as Record<string, Handler>)[method.localName].bind(service);
+    const streaming = method.methodKind === "server_streaming";
+    const handler = guard.handler(method.localName, streaming);
     impl[method.localName] =
-      method.methodKind === "server_streaming"
+      streaming
         ? async function* (req: unknown, ctx: HandlerContext) {
             try {
-              yield* handler(req, { signal: ctx.signal }) as AsyncIterable<unknown>;
+              yield* handler(req, callInfo(ctx)) as AsyncIterable<unknown>;
             } catch (err) {
               throw toConnectError(err, report);
             }
           }
         : async (req: unknown, ctx: HandlerContext) => {
             try {
-              return await (handler(req, { signal: ctx.signal }) as Promise<unknown>);
+              return await (handler(req, callInfo(ctx)) as Promise<unknown>);
             } catch (err) {
               throw toConnectError(err, report);
             }

@@ -8,11 +8,9 @@ import { once } from "node:events";
 import type * as grpc from "@grpc/grpc-js";
 import { toBinary, type DescMessage, type DescMethod } from "@bufbuild/protobuf";
 import { MemoryService as MemoryServiceDesc } from "../gen/engram/v1/memory_pb.js";
-import type { MemoryService } from "../service/memory-service.js";
+import type { CallGuard } from "../service/call-guard.js";
 import { parseRequest } from "./parse-request.js";
 import { toGrpcStatus, type InternalErrorReporter } from "./status.js";
-
-type Handler = (req: unknown, ctx: { signal: AbortSignal }) => Promise<unknown> | AsyncIterable<unknown>;
 
 function serializer(desc: DescMessage) {
   return (msg: unknown) => Buffer.from(toBinary(desc, msg as never));
@@ -25,16 +23,22 @@ function callSignal(call: grpc.ServerUnaryCall<unknown, unknown> | grpc.ServerWr
   return controller;
 }
 
+/** The call's first value of a metadata key, as a string. */
+function header(call: grpc.ServerUnaryCall<unknown, unknown> | grpc.ServerWritableStream<unknown, unknown>, key: string): string | undefined {
+  const value = call.metadata.get(key)[0];
+  return typeof value === "string" ? value : undefined;
+}
+
 /** Builds the grpc-js service definition and implementation for MemoryService. */
 export function grpcMemoryService(
-  service: MemoryService,
+  guard: CallGuard,
   report: InternalErrorReporter,
 ): { definition: grpc.ServiceDefinition; implementation: grpc.UntypedServiceImplementation } {
   const definition: Record<string, grpc.MethodDefinition<Buffer, unknown>> = {};
   const implementation: grpc.UntypedServiceImplementation = {};
   for (const method of MemoryServiceDesc.methods as DescMethod[]) {
-    const handler = (service as unknown as Record<string, Handler>)[method.localName].bind(service);
     const streaming = method.methodKind === "server_streaming";
+    const handler = guard.handler(method.localName, streaming);
     definition[method.name] = {
       path: `/${MemoryServiceDesc.typeName}/${method.name}`,
       requestStream: false,
@@ -50,7 +54,8 @@ export function grpcMemoryService(
           const controller = callSignal(call);
           try {
             const req = parseRequest(method.input, call.request);
-            for await (const frame of handler(req, { signal: controller.signal }) as AsyncIterable<unknown>) {
+            const info = { signal: controller.signal, authorization: header(call, "authorization"), traceparent: header(call, "traceparent"), protocol: "grpc" };
+            for await (const frame of handler(req, info) as AsyncIterable<unknown>) {
               if (controller.signal.aborted) break;
               if (!call.write(frame)) {
                 await Promise.race([once(call, "drain"), once(controller.signal, "abort")]);
@@ -66,7 +71,15 @@ export function grpcMemoryService(
       : (call: grpc.ServerUnaryCall<Buffer, unknown>, callback: grpc.sendUnaryData<unknown>) => {
           const controller = callSignal(call);
           Promise.resolve()
-            .then(() => handler(parseRequest(method.input, call.request), { signal: controller.signal }) as Promise<unknown>)
+            .then(
+              () =>
+                handler(parseRequest(method.input, call.request), {
+                  signal: controller.signal,
+                  authorization: header(call, "authorization"),
+                  traceparent: header(call, "traceparent"),
+                  protocol: "grpc",
+                }) as Promise<unknown>,
+            )
             .then(
               (res) => callback(null, res),
               (err) => callback(toGrpcStatus(err, report) as grpc.ServiceError),

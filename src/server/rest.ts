@@ -5,15 +5,22 @@
 import type { IncomingMessage, ServerResponse } from "node:http";
 import { create } from "@bufbuild/protobuf";
 import { timestampMs } from "@bufbuild/protobuf/wkt";
-import { ListEventsRequestSchema, ListSessionsRequestSchema, type Event } from "../gen/engram/v1/memory_pb.js";
+import {
+  ListEventsRequestSchema,
+  ListSessionsRequestSchema,
+  type Event,
+  type ListEventsResponse,
+  type ListSessionsResponse,
+} from "../gen/engram/v1/memory_pb.js";
 import { invalidArgument } from "../errors.js";
-import type { MemoryService } from "../service/memory-service.js";
+import type { CallGuard, CallInfo } from "../service/call-guard.js";
+import type { Metrics } from "../service/metrics.js";
 import type { HealthMonitor } from "./health.js";
 import { statusOf, type InternalErrorReporter } from "./status.js";
 import { valueToJson } from "../service/convert.js";
 
 /** HTTP status for each gRPC code the REST paths can meet. */
-const HTTP_STATUS: Record<number, number> = { 3: 400, 5: 404, 8: 429, 11: 400, 14: 503, 13: 500 };
+const HTTP_STATUS: Record<number, number> = { 3: 400, 5: 404, 7: 403, 8: 429, 11: 400, 13: 500, 14: 503, 16: 401 };
 /** KAOS caps listing limits at 1000 rather than refusing them. */
 const MAX_LIMIT = 1000;
 
@@ -50,16 +57,30 @@ function kaosEvent(e: Event) {
 
 /** Handles REST requests; returns false when the path is not a REST one. */
 export function createRestHandler(opts: {
-  service: MemoryService;
+  guard: CallGuard;
   health: HealthMonitor;
   agentName: string;
   report: InternalErrorReporter;
+  /** Serves GET /metrics when given. */
+  metrics?: Metrics;
 }) {
-  const { service, health, agentName, report } = opts;
+  const { guard, health, agentName, report, metrics } = opts;
+  const service = guard.service;
+  const listEvents = guard.handler("listEvents", false);
+  const listSessions = guard.handler("listSessions", false);
+  const routes = ["/healthz", "/readyz", "/memory/events", "/memory/sessions", ...(metrics ? ["/metrics"] : [])];
   return async (req: IncomingMessage, res: ServerResponse): Promise<boolean> => {
     const url = new URL(req.url ?? "/", "http://localhost");
     const route = url.pathname;
-    if (!["/healthz", "/readyz", "/memory/events", "/memory/sessions"].includes(route)) return false;
+    if (!routes.includes(route)) return false;
+    const abort = new AbortController();
+    res.once("close", () => abort.abort());
+    const call: CallInfo = {
+      signal: abort.signal,
+      authorization: req.headers.authorization,
+      traceparent: typeof req.headers.traceparent === "string" ? req.headers.traceparent : undefined,
+      protocol: "rest",
+    };
     if (req.method !== "GET" && req.method !== "HEAD") {
       res.setHeader("allow", "GET, HEAD");
       sendJson(res, 405, { error: `${req.method} is not allowed on ${route}`, code: "method_not_allowed" });
@@ -67,6 +88,12 @@ export function createRestHandler(opts: {
     }
     try {
       switch (route) {
+        case "/metrics": {
+          const body = await metrics!.registry.metrics();
+          res.writeHead(200, { "content-type": metrics!.registry.contentType });
+          res.end(body);
+          break;
+        }
         case "/healthz":
           sendJson(res, 200, { status: "ok" });
           break;
@@ -78,21 +105,22 @@ export function createRestHandler(opts: {
         case "/memory/events": {
           const sessionId = optionalParam(url.searchParams, "session_id");
           const limit = limitParam(url.searchParams);
-          const out = await service.listEvents(create(ListEventsRequestSchema, { sessionId, limit }));
+          const out = (await listEvents(create(ListEventsRequestSchema, { sessionId, limit }), call)) as ListEventsResponse;
           const events = out.events.map(kaosEvent);
           sendJson(res, 200, { agent: agentName, events, total: events.length });
           break;
         }
         case "/memory/sessions": {
           const limit = limitParam(url.searchParams);
-          const out = await service.listSessions(
+          const out = (await listSessions(
             create(ListSessionsRequestSchema, {
               appName: optionalParam(url.searchParams, "app_name"),
               userId: optionalParam(url.searchParams, "user_id"),
               pageSize: limit,
               pageToken: url.searchParams.get("page_token") ?? "",
             }),
-          );
+            call,
+          )) as ListSessionsResponse;
           const sessions = out.sessions.map((s) => s.sessionId);
           sendJson(res, 200, { agent: agentName, sessions, total: sessions.length, next_page_token: out.nextPageToken });
           break;
@@ -100,6 +128,9 @@ export function createRestHandler(opts: {
       }
     } catch (err) {
       const s = statusOf(err, report);
+      const retryAfterMs = s.metadata["retry-after-ms"];
+      if (retryAfterMs) res.setHeader("retry-after", String(Math.ceil(Number(retryAfterMs) / 1000)));
+      if (s.code === 16) res.setHeader("www-authenticate", 'Bearer realm="engram"');
       sendJson(res, HTTP_STATUS[s.code] ?? 500, { error: s.message, code: s.code });
     }
     return true;

@@ -4,11 +4,18 @@
  * h2c, the fast path), anything else to a node:http server carrying Connect,
  * gRPC-Web and REST over HTTP/1.1.
  */
+import { readFileSync } from "node:fs";
 import http from "node:http";
 import net from "node:net";
+import tls from "node:tls";
 import * as grpc from "@grpc/grpc-js";
 import type { Logger } from "../log.js";
+import { Authenticator, openApiKeyStore } from "../auth/index.js";
+import type { Config } from "../config.js";
+import { CallGuard } from "../service/call-guard.js";
 import type { MemoryService } from "../service/memory-service.js";
+import { Metrics } from "../service/metrics.js";
+import { Quotas } from "../service/quotas.js";
 import { connectMemoryRoutes } from "./connect-adapter.js";
 import { createConnectHandler } from "./connect-handler.js";
 import { grpcMemoryService } from "./grpc-adapter.js";
@@ -28,6 +35,16 @@ export interface ServerOptions {
   inspector?: boolean;
 }
 
+/** Hardening settings (auth, quotas, metrics, TLS); each defaults to the config's default. */
+export type SecurityOptions = Partial<
+  Pick<
+    Config,
+    | "auth" | "authKeysFile" | "authCacheMs" | "rateLimit" | "maxStreams" | "maxStreamsPerKey" | "metrics"
+    | "tlsCert" | "tlsKey" | "tlsClientCa" | "maxConnectionAgeMs"
+    | "memoryEnabled" | "memoryType" | "redisUrl" | "postgresUrl" | "keyPrefix"
+  >
+>;
+
 /** A running server. */
 export interface RunningServer {
   readonly port: number;
@@ -38,10 +55,26 @@ export interface RunningServer {
 
 const RPC_PATH_PREFIX = "/engram.v1.MemoryService/";
 
-/** Starts serving `service` on one port. */
-export async function startServer(service: MemoryService, options: ServerOptions, log: Logger): Promise<RunningServer> {
+/**
+ * Starts serving `service` on one port. `metrics` is the registry whose
+ * store wrapper the service's store went through (main does that); a fresh
+ * one is made otherwise.
+ */
+export async function startServer(
+  service: MemoryService,
+  options: ServerOptions & SecurityOptions,
+  log: Logger,
+  metrics: Metrics = new Metrics(service.store),
+): Promise<RunningServer> {
   const report = (err: unknown) => log.error({ err }, "internal error");
   const health = new HealthMonitor(service.store, log);
+  const security = {
+    memoryEnabled: true, memoryType: "local" as const, keyPrefix: "engram", authKeysFile: "engram-keys.json", authCacheMs: 5000,
+    rateLimit: 0, maxStreams: 10_000, maxStreamsPerKey: 100, ...options,
+  };
+  const authenticator = options.auth ? new Authenticator(await openApiKeyStore(security), security.authCacheMs) : undefined;
+  const quotas = await Quotas.open(security);
+  const guard = new CallGuard(service, { authenticator, quotas, metrics });
 
   // gRPC over h2c.
   const grpcServer = new grpc.Server({
@@ -50,18 +83,20 @@ export async function startServer(service: MemoryService, options: ServerOptions
     "grpc.keepalive_time_ms": 60_000,
     "grpc.keepalive_timeout_ms": 20_000,
     "grpc.keepalive_permit_without_calls": 1,
+    // GOAWAY past this age: long streams reconnect (and resume) on whichever replica the balancer picks.
+    ...(options.maxConnectionAgeMs ? { "grpc.max_connection_age_ms": options.maxConnectionAgeMs, "grpc.max_connection_age_grace_ms": 30_000 } : {}),
   });
-  const { definition, implementation } = grpcMemoryService(service, report);
+  const { definition, implementation } = grpcMemoryService(guard, report);
   grpcServer.addService(definition, implementation);
   health.grpc.addToServer(grpcServer);
   addReflection(grpcServer);
   const injector = grpcServer.createConnectionInjector(grpc.ServerCredentials.createInsecure());
 
   // Connect, gRPC-Web and REST over HTTP/1.1.
-  const rest = createRestHandler({ service, health, agentName: options.agentName, report });
+  const rest = createRestHandler({ guard, health, agentName: options.agentName, report, metrics: options.metrics === false ? undefined : metrics });
   const inspector = options.inspector === false ? undefined : createInspectorHandler(log);
   const connectHandler = createConnectHandler({
-    routes: connectMemoryRoutes(service, report),
+    routes: connectMemoryRoutes(guard, report),
     maxMessageBytes: options.maxMessageBytes,
     onError: report,
     fallback: (req, res) => {
@@ -98,21 +133,41 @@ export async function startServer(service: MemoryService, options: ServerOptions
   });
 
   const sockets = new Set<net.Socket>();
-  const listener = net.createServer((socket) => {
+  const track = (socket: net.Socket) => {
     sockets.add(socket);
     socket.once("close", () => sockets.delete(socket));
     socket.on("error", () => socket.destroy());
-    routeConnection(socket, (isHttp2) => {
-      if (isHttp2) {
-        // node:http2 drains bytes already buffered on the socket itself.
-        injector.injectConnection(socket);
-      } else {
-        httpServer.emit("connection", socket);
-        // node:http reads the handle directly; the put-back bytes flow once resumed.
-        socket.resume();
-      }
-    });
-  });
+  };
+  const listener = options.tlsCert
+    ? // TLS: ALPN tells the protocols apart ("h2" for gRPC; anything else is HTTP/1.1), no sniffing needed.
+      tls.createServer(
+        {
+          cert: readFileSync(options.tlsCert),
+          key: readFileSync(options.tlsKey!),
+          ALPNProtocols: ["h2", "http/1.1"],
+          ...(options.tlsClientCa ? { ca: readFileSync(options.tlsClientCa), requestCert: true, rejectUnauthorized: true } : {}),
+        },
+        (socket) => {
+          track(socket);
+          if (socket.alpnProtocol === "h2") injector.injectConnection(socket);
+          else httpServer.emit("connection", socket);
+        },
+      )
+    : net.createServer((socket) => {
+        track(socket);
+        routeConnection(socket, (isHttp2) => {
+          if (isHttp2) {
+            // node:http2 drains bytes already buffered on the socket itself.
+            injector.injectConnection(socket);
+          } else {
+            httpServer.emit("connection", socket);
+            // node:http reads the handle directly; the put-back bytes flow once resumed.
+            socket.resume();
+          }
+        });
+      });
+  // A failed TLS handshake (wrong or missing client certificate, plain HTTP on a TLS port) only ends that connection.
+  listener.on("tlsClientError", (_err: Error, socket: tls.TLSSocket) => socket.destroy());
   await new Promise<void>((resolve, reject) => {
     listener.once("error", reject);
     listener.listen(options.port, options.host, () => resolve());
@@ -147,6 +202,7 @@ export async function startServer(service: MemoryService, options: ServerOptions
         injector.destroy();
         httpServer.closeAllConnections();
         for (const socket of sockets) socket.destroy();
+        await Promise.allSettled([authenticator?.close(), quotas.close()]);
       })()),
   };
 }

@@ -17,6 +17,8 @@ const CODES: Record<MemoryErrorCode, Code> = {
   UNAVAILABLE: Code.Unavailable,
   DEADLINE_EXCEEDED: Code.DeadlineExceeded,
   CANCELLED: Code.Canceled,
+  UNAUTHENTICATED: Code.Unauthenticated,
+  PERMISSION_DENIED: Code.PermissionDenied,
   INTERNAL: Code.Internal,
 };
 

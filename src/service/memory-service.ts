@@ -102,7 +102,7 @@ export class MemoryService {
 
   constructor(
     readonly store: MemoryStore,
-    private readonly options: MemoryServiceOptions,
+    readonly options: MemoryServiceOptions,
   ) {
     this.hub = new StreamHub(store, { heartbeatMs: options.heartbeatMs, pageSize: options.limits.maxPageSize });
   }

@@ -6,9 +6,16 @@ import type { JsonObject, JsonValue } from "./types.js";
  * Identity of an event's payload for idempotent retries: a hash of the
  * canonical JSON (sorted keys) of event_type, content and metadata. The
  * timestamp is left out on purpose: a retry that lets the server stamp the
- * time again is still the same event.
+ * time again is still the same event. So are the trace context fields
+ * (`trace_id`, `span_id`), which the server fills in from a `traceparent`
+ * header: a retry runs in a new span, yet it is the same event.
  */
 export function eventFingerprint(eventType: string, content: JsonValue, metadata: JsonObject): string {
-  const canonical = stableStringify([eventType, content, metadata]) ?? "";
+  let identity = metadata;
+  if ("trace_id" in metadata || "span_id" in metadata) {
+    const { trace_id: _trace, span_id: _span, ...rest } = metadata;
+    identity = rest;
+  }
+  const canonical = stableStringify([eventType, content, identity]) ?? "";
   return createHash("sha256").update(canonical).digest("base64url");
 }

@@ -6,16 +6,28 @@
  */
 import * as grpc from "@grpc/grpc-js";
 import { create, fromBinary, toBinary, type DescMethod } from "@bufbuild/protobuf";
-import { Code, ConnectError, createClient, type Client } from "@connectrpc/connect";
+import { Code, ConnectError, createClient, type Client, type Interceptor } from "@connectrpc/connect";
 import { createConnectTransport, createGrpcWebTransport } from "@connectrpc/connect-node";
 import { MemoryService } from "../../src/gen/engram/v1/memory_pb.js";
 
 /** The typed MemoryService client used by tests. */
 export type MemoryClient = Client<typeof MemoryService> & { close(): void };
 
+/** Headers sent with every call (e.g. authorization). */
+export type CallHeaders = Record<string, string>;
+
+function withHeaders(headers: CallHeaders = {}): Interceptor[] {
+  return [
+    (next) => (req) => {
+      for (const [k, v] of Object.entries(headers)) req.header.set(k, v);
+      return next(req);
+    },
+  ];
+}
+
 /** Connect protocol over HTTP/1.1 (JSON unless binary is asked for). */
-export function connectClient(baseUrl: string, opts: { binary?: boolean } = {}): MemoryClient {
-  const transport = createConnectTransport({ baseUrl, httpVersion: "1.1", useBinaryFormat: opts.binary ?? false });
+export function connectClient(baseUrl: string, opts: { binary?: boolean; headers?: CallHeaders } = {}): MemoryClient {
+  const transport = createConnectTransport({ baseUrl, httpVersion: "1.1", useBinaryFormat: opts.binary ?? false, interceptors: withHeaders(opts.headers) });
   return Object.assign(createClient(MemoryService, transport), { close: () => {} });
 }
 
@@ -36,9 +48,14 @@ interface CallOptions {
   timeoutMs?: number;
 }
 
-/** gRPC over h2c through @grpc/grpc-js. */
-export function grpcJsClient(address: string): MemoryClient {
-  const client = new grpc.Client(address, grpc.credentials.createInsecure());
+/** gRPC over h2c (or TLS, given credentials) through @grpc/grpc-js. */
+export function grpcJsClient(address: string, opts: { headers?: CallHeaders; credentials?: grpc.ChannelCredentials; options?: grpc.ChannelOptions } = {}): MemoryClient {
+  const client = new grpc.Client(address, opts.credentials ?? grpc.credentials.createInsecure(), opts.options);
+  const metadata = () => {
+    const m = new grpc.Metadata();
+    for (const [k, v] of Object.entries(opts.headers ?? {})) m.set(k, v);
+    return m;
+  };
   const api: Record<string, unknown> = {
     close: () => client.close(),
   };
@@ -51,7 +68,7 @@ export function grpcJsClient(address: string): MemoryClient {
     if (method.methodKind === "unary") {
       api[method.localName] = (req: object, o?: CallOptions) =>
         new Promise((resolve, reject) => {
-          const call = client.makeUnaryRequest(path, serialize, deserialize, req ?? {}, new grpc.Metadata(), callOptions(o), (err, res) =>
+          const call = client.makeUnaryRequest(path, serialize, deserialize, req ?? {}, metadata(), callOptions(o), (err, res) =>
             err ? reject(fromGrpcError(err)) : resolve(res),
           );
           o?.signal?.addEventListener("abort", () => call.cancel(), { once: true });
@@ -59,7 +76,7 @@ export function grpcJsClient(address: string): MemoryClient {
     } else {
       api[method.localName] = (req: object, o?: CallOptions) =>
         (async function* () {
-          const call = client.makeServerStreamRequest(path, serialize, deserialize, req ?? {}, new grpc.Metadata(), callOptions(o));
+          const call = client.makeServerStreamRequest(path, serialize, deserialize, req ?? {}, metadata(), callOptions(o));
           const onAbort = () => call.cancel();
           o?.signal?.addEventListener("abort", onAbort, { once: true });
           try {

@@ -1,0 +1,298 @@
+/**
+ * Every call from every protocol passes through here before it reaches the
+ * MemoryService: authentication (API keys), per-key rate and stream quotas,
+ * tenant scoping, trace context, and metrics. The edge adapters (grpc-js,
+ * connect-node, REST) only pass the call's headers along, so the rules are
+ * written once and hold identically on every path.
+ *
+ * Tenant scoping: a key is bound to one or more apps (or "*") and optionally
+ * one user. A session outside the key's scope answers NOT_FOUND exactly as an
+ * absent one would; listings only ever show sessions in scope.
+ */
+import { create } from "@bufbuild/protobuf";
+import {
+  ListEventsResponseSchema,
+  ListSessionsResponseSchema,
+  type AddEventRequest,
+  type AddEventsRequest,
+  type CreateSessionRequest,
+  type GetOrCreateSessionRequest,
+  type GetOrCreateSessionResponse,
+  type ListEventsRequest,
+  type ListEventsResponse,
+  type ListSessionsRequest,
+  type CleanupResponse,
+  type DeleteSessionResponse,
+} from "../gen/engram/v1/memory_pb.js";
+import { ANY_APP, type ApiKeyRole, type Principal } from "../auth/api-keys.js";
+import type { Authenticator } from "../auth/index.js";
+import { invalidArgument, MemoryError, sessionNotFound } from "../errors.js";
+import type { JsonObject, SessionRecord } from "../store/types.js";
+import type { MemoryService } from "./memory-service.js";
+import type { Metrics } from "./metrics.js";
+import type { Quotas } from "./quotas.js";
+import { pageSize, requireId } from "./validation.js";
+
+/** What the edge knows of a call, whatever the protocol. */
+export interface CallInfo {
+  /** Aborted when the client cancels, the deadline passes or the server stops. */
+  signal: AbortSignal;
+  /** The `authorization` header / metadata value. */
+  authorization?: string;
+  /** The W3C `traceparent` header, if any. */
+  traceparent?: string;
+  /** grpc, connect, grpc-web or rest (a metrics label). */
+  protocol: string;
+}
+
+/** A guarded RPC handler: unary ones return a promise, streaming ones an async iterable. */
+export type GuardedHandler = (req: unknown, call: CallInfo) => Promise<unknown> | AsyncIterable<unknown>;
+
+const ROLE_RANK: Record<ApiKeyRole, number> = { read: 0, write: 1, admin: 2 };
+
+/** How each RPC is scoped; an RPC missing here is refused when auth is on. */
+const RULES: Record<string, { role: ApiKeyRole; scope: "session" | "create" | "listSessions" | "listEvents" | "global" | "everyApp" }> = {
+  createSession: { role: "write", scope: "create" },
+  getOrCreateSession: { role: "write", scope: "create" },
+  getSession: { role: "read", scope: "session" },
+  listSessions: { role: "read", scope: "listSessions" },
+  deleteSession: { role: "write", scope: "session" },
+  addEvent: { role: "write", scope: "session" },
+  addEvents: { role: "write", scope: "session" },
+  getSessionEvents: { role: "read", scope: "session" },
+  listEvents: { role: "read", scope: "listEvents" },
+  streamSessionEvents: { role: "read", scope: "session" },
+  buildConversationContext: { role: "read", scope: "session" },
+  // Store-wide totals only: no tenant's data.
+  getStats: { role: "read", scope: "global" },
+  // Removes any tenant's sessions: admin keys over every app only.
+  cleanup: { role: "admin", scope: "everyApp" },
+};
+
+const TRACEPARENT = /^[0-9a-f]{2}-([0-9a-f]{32})-([0-9a-f]{16})-[0-9a-f]{2}$/;
+
+/** True when the key may see the session. */
+export function inScope(principal: Principal, session: Pick<SessionRecord, "appName" | "userId">): boolean {
+  const appOk = principal.apps.includes(ANY_APP) || principal.apps.includes(session.appName);
+  return appOk && (principal.userId === undefined || principal.userId === session.userId);
+}
+
+/** Options of the guard. */
+export interface CallGuardOptions {
+  /** Present when auth is on. */
+  authenticator?: Authenticator;
+  quotas: Quotas;
+  metrics: Metrics;
+}
+
+/** Wraps MemoryService methods with auth, quotas, scoping, trace context and metrics. */
+export class CallGuard {
+  constructor(
+    readonly service: MemoryService,
+    private readonly options: CallGuardOptions,
+  ) {}
+
+  /** True when every call needs an API key. */
+  get authEnabled(): boolean {
+    return this.options.authenticator !== undefined;
+  }
+
+  /** The guarded handler of a MemoryService method (by its local name, e.g. "addEvent"). */
+  handler(method: string, streaming: boolean): GuardedHandler {
+    const target = (this.service as unknown as Record<string, (req: unknown, ctx: { signal: AbortSignal }) => unknown>)[method];
+    if (typeof target !== "function") throw new Error(`MemoryService has no method ${method}`);
+    const invoke = (req: unknown, call: CallInfo) => target.call(this.service, req, { signal: call.signal });
+    return streaming ? (req, call) => this.stream(method, req, call, invoke) : (req, call) => this.unary(method, req, call, invoke);
+  }
+
+  private async unary(method: string, req: unknown, call: CallInfo, invoke: (req: unknown, call: CallInfo) => unknown): Promise<unknown> {
+    const end = this.options.metrics.rpcSeconds.startTimer({ method, protocol: call.protocol });
+    let code = "OK";
+    try {
+      const principal = await this.admit(call);
+      addTraceContext(method, req, call.traceparent);
+      const result = principal ? await this.scoped(method, req, call, principal, invoke) : await (invoke(req, call) as Promise<unknown>);
+      this.countRemovals(method, result);
+      return result;
+    } catch (err) {
+      code = codeOf(err);
+      throw err;
+    } finally {
+      end();
+      this.options.metrics.rpcs.inc({ method, code, protocol: call.protocol });
+    }
+  }
+
+  private async *stream(method: string, req: unknown, call: CallInfo, invoke: (req: unknown, call: CallInfo) => unknown): AsyncGenerator<unknown> {
+    const { metrics, quotas } = this.options;
+    let code = "OK";
+    let release: (() => void) | undefined;
+    try {
+      const principal = await this.admit(call);
+      if (principal) await this.checkSession(principal, RULES[method], (req as { sessionId: string }).sessionId, method);
+      release = quotas.openStream(principal?.keyId);
+      metrics.streams.inc();
+      yield* invoke(req, call) as AsyncIterable<unknown>;
+    } catch (err) {
+      code = codeOf(err);
+      if (code === "RESOURCE_EXHAUSTED") metrics.rateLimited.inc();
+      throw err;
+    } finally {
+      if (release) {
+        release();
+        metrics.streams.dec();
+      }
+      metrics.rpcs.inc({ method, code, protocol: call.protocol });
+    }
+  }
+
+  /** Authenticates and rate-limits the call; undefined when auth is off. */
+  private async admit(call: CallInfo): Promise<Principal | undefined> {
+    const { authenticator, quotas, metrics } = this.options;
+    if (!authenticator) return undefined;
+    let principal: Principal;
+    try {
+      principal = await authenticator.authenticate(call.authorization);
+    } catch (err) {
+      if (err instanceof MemoryError && err.code === "UNAUTHENTICATED") metrics.authFailures.inc();
+      throw err;
+    }
+    try {
+      await quotas.consume(principal.keyId, principal.rateLimit);
+    } catch (err) {
+      metrics.rateLimited.inc();
+      throw err;
+    }
+    return principal;
+  }
+
+  /** Applies the method's tenant rule around the call. */
+  private async scoped(method: string, req: unknown, call: CallInfo, principal: Principal, invoke: (req: unknown, call: CallInfo) => unknown): Promise<unknown> {
+    const rule = RULES[method];
+    if (!rule) throw new MemoryError("PERMISSION_DENIED", `${method} is not available to API keys`);
+    requireRole(principal, rule.role, method);
+    switch (rule.scope) {
+      case "session":
+        await this.checkSession(principal, rule, (req as { sessionId: string }).sessionId, method);
+        return invoke(req, call);
+      case "create": {
+        const r = req as CreateSessionRequest | GetOrCreateSessionRequest;
+        fillScope(r, principal);
+        if (!principal.apps.includes(ANY_APP) && !principal.apps.includes(r.appName)) {
+          throw new MemoryError("PERMISSION_DENIED", `app_name: this API key may not use app ${JSON.stringify(r.appName)}`);
+        }
+        if (principal.userId !== undefined && r.userId !== principal.userId) {
+          throw new MemoryError("PERMISSION_DENIED", `user_id: this API key is bound to another user`);
+        }
+        const result = await invoke(req, call);
+        const session = (result as GetOrCreateSessionResponse).session;
+        // GetOrCreate found an existing session of another tenant: its id is taken, nothing more is said.
+        if (session && !inScope(principal, session)) {
+          throw new MemoryError("ALREADY_EXISTS", `session_id: session ${JSON.stringify(session.sessionId)} already exists`);
+        }
+        return result;
+      }
+      case "listSessions": {
+        const r = req as ListSessionsRequest;
+        if (!principal.apps.includes(ANY_APP)) {
+          if (r.appName === undefined) {
+            if (principal.apps.length > 1) throw invalidArgument("app_name", "is required with an API key bound to several apps");
+            r.appName = principal.apps[0];
+          } else if (!principal.apps.includes(r.appName)) {
+            return create(ListSessionsResponseSchema, {});
+          }
+        }
+        if (principal.userId !== undefined) {
+          if (r.userId !== undefined && r.userId !== principal.userId) return create(ListSessionsResponseSchema, {});
+          r.userId = principal.userId;
+        }
+        return invoke(req, call);
+      }
+      case "listEvents":
+        return this.listEventsInScope(req as ListEventsRequest, call, principal, invoke);
+      case "global":
+        return invoke(req, call);
+      case "everyApp":
+        if (!principal.apps.includes(ANY_APP) || principal.userId !== undefined) {
+          throw new MemoryError("PERMISSION_DENIED", `${method} needs an admin API key for every app (app "*") and no user`);
+        }
+        return invoke(req, call);
+    }
+  }
+
+  /** NOT_FOUND, as for an absent session, unless the session exists and is in the key's scope. */
+  private async checkSession(principal: Principal, rule: (typeof RULES)[string] | undefined, sessionId: string, method: string): Promise<void> {
+    if (!rule) throw new MemoryError("PERMISSION_DENIED", `${method} is not available to API keys`);
+    requireRole(principal, rule.role, method);
+    const id = requireId("session_id", sessionId);
+    const session = await this.service.store.getSession(id);
+    if (!session || !inScope(principal, session)) throw sessionNotFound(id);
+  }
+
+  /** ListEvents for a scoped key: one session (checked), or the newest events of sessions in scope. */
+  private async listEventsInScope(req: ListEventsRequest, call: CallInfo, principal: Principal, invoke: (req: unknown, call: CallInfo) => unknown): Promise<ListEventsResponse> {
+    if (req.sessionId !== undefined) {
+      await this.checkSession(principal, RULES.listEvents, req.sessionId, "listEvents");
+      return invoke(req, call) as Promise<ListEventsResponse>;
+    }
+    if (principal.apps.includes(ANY_APP) && principal.userId === undefined) return invoke(req, call) as Promise<ListEventsResponse>;
+    // Look at the newest page store-wide and keep what is in scope (documented: may show fewer than `limit`).
+    const { limits } = this.service.options;
+    const limit = pageSize("limit", req.limit, limits);
+    const all = (await invoke({ ...req, limit: limits.maxPageSize }, call)) as ListEventsResponse;
+    const owners = new Map<string, boolean>();
+    const kept = [];
+    for (const event of all.events) {
+      let ok = owners.get(event.sessionId);
+      if (ok === undefined) {
+        const session = await this.service.store.getSession(event.sessionId);
+        owners.set(event.sessionId, (ok = session !== undefined && inScope(principal, session)));
+      }
+      if (ok) kept.push(event);
+    }
+    return create(ListEventsResponseSchema, { events: kept.slice(-limit) });
+  }
+
+  private countRemovals(method: string, result: unknown): void {
+    if (method === "cleanup") this.options.metrics.sessionsRemoved.inc({ reason: "cleanup" }, Number((result as CleanupResponse).removedSessions));
+    else if (method === "deleteSession" && (result as DeleteSessionResponse).deleted) this.options.metrics.sessionsRemoved.inc({ reason: "delete" });
+  }
+}
+
+function requireRole(principal: Principal, role: ApiKeyRole, method: string): void {
+  if (ROLE_RANK[principal.role] < ROLE_RANK[role]) {
+    throw new MemoryError("PERMISSION_DENIED", `this API key's role (${principal.role}) may not call ${method}; it needs ${role}`);
+  }
+}
+
+/** A key bound to exactly one app (or user) makes it the default of an omitted app_name (user_id). */
+function fillScope(r: { appName: string; userId: string }, principal: Principal): void {
+  if (r.appName === "" && principal.apps.length === 1 && principal.apps[0] !== ANY_APP) r.appName = principal.apps[0];
+  if (r.userId === "" && principal.userId !== undefined) r.userId = principal.userId;
+}
+
+/**
+ * KAOS keeps trace_id/span_id in event metadata: fill them from a valid W3C
+ * `traceparent` when the client did not set them. They do not count towards
+ * an event's idempotency fingerprint (src/store/fingerprint.ts).
+ */
+function addTraceContext(method: string, req: unknown, traceparent: string | undefined): void {
+  if (!traceparent || (method !== "addEvent" && method !== "addEvents")) return;
+  const match = TRACEPARENT.exec(traceparent.trim());
+  if (!match || /^0+$/.test(match[1]) || /^0+$/.test(match[2])) return;
+  const events = method === "addEvent" ? [(req as AddEventRequest).event] : (req as AddEventsRequest).events;
+  for (const event of events) {
+    if (!event) continue;
+    const metadata: JsonObject = (event.metadata ??= {});
+    if (metadata.trace_id === undefined && metadata.span_id === undefined) {
+      metadata.trace_id = match[1];
+      metadata.span_id = match[2];
+    }
+  }
+}
+
+function codeOf(err: unknown): string {
+  if (err instanceof MemoryError) return err.code;
+  const code = (err as { code?: unknown } | null)?.code;
+  return typeof code === "string" ? code : "INTERNAL";
+}
