@@ -1,0 +1,152 @@
+/**
+ * How one event looks: a row with its seq, a type badge coloured by type, its
+ * time and id, and its content — text as text, JSON collapsed behind a
+ * summary that expands. Tool calls are paired with their results the way the
+ * server pairs them for BuildConversationContext: by tool_call_id (in content
+ * or metadata), else by tool name in order.
+ */
+import { toJson, type JsonObject, type JsonValue } from "@bufbuild/protobuf";
+import { ValueSchema, timestampDate } from "@bufbuild/protobuf/wkt";
+import type { Event as MemoryEvent } from "@engram/gen";
+import { formatTime, h, type Child } from "./dom";
+
+/** Event types with a colour of their own; any other type gets one derived from its name. */
+const KNOWN_TYPES = new Set([
+  "user_message",
+  "agent_response",
+  "tool_call",
+  "tool_result",
+  "delegation_request",
+  "delegation_response",
+  "task_delegation_received",
+  "error",
+  "system",
+]);
+
+/** An event's content as plain JSON. */
+export function contentOf(event: MemoryEvent): JsonValue {
+  return event.content ? toJson(ValueSchema, event.content) : null;
+}
+
+function field(value: JsonValue, name: string): string | undefined {
+  if (value && typeof value === "object" && !Array.isArray(value)) {
+    const v = (value as JsonObject)[name];
+    if (typeof v === "string" && v !== "") return v;
+  }
+  return undefined;
+}
+
+/** A stable hue for a type name, so unknown types keep their colour across reloads. */
+function hueOf(name: string): number {
+  let hash = 0;
+  for (const ch of name) hash = (hash * 31 + ch.charCodeAt(0)) >>> 0;
+  return hash % 360;
+}
+
+/** One-line preview of a JSON value ("{ tool: "weather", arguments: {…} }"), at most `max` characters. */
+export function preview(value: JsonValue, max = 120): string {
+  const inner = (v: JsonValue, depth: number): string => {
+    if (v === null || typeof v !== "object") return JSON.stringify(v);
+    if (depth > 0) return Array.isArray(v) ? `[…${v.length}]` : "{…}";
+    if (Array.isArray(v)) return `[${v.map((x) => inner(x, depth + 1)).join(", ")}]`;
+    return `{ ${Object.entries(v).map(([k, x]) => `${k}: ${inner(x, depth + 1)}`).join(", ")} }`;
+  };
+  const text = inner(value, 0);
+  return text.length > max ? `${text.slice(0, max - 1)}…` : text;
+}
+
+/** A JSON value, collapsed to a one-line summary that expands to the pretty-printed whole. */
+export function jsonView(value: JsonValue, label?: string, open = false): HTMLElement {
+  if (value === null || typeof value !== "object") {
+    return h("pre", { class: "json scalar" }, label ? `${label}: ` : "", typeof value === "string" ? value : JSON.stringify(value));
+  }
+  return h(
+    "details",
+    { class: "json", open },
+    h("summary", {}, label ? h("span", { class: "json-label" }, label) : null, preview(value)),
+    h("pre", {}, JSON.stringify(value, null, 2)),
+  );
+}
+
+/** Where a tool call or result points to its partner. */
+interface PairSlot {
+  seq: bigint;
+  slot: HTMLElement;
+}
+
+/** Pairs tool calls with their results as events arrive (in seq order). */
+export class ToolPairing {
+  private readonly byId = new Map<string, PairSlot>();
+  private readonly byName = new Map<string, PairSlot[]>();
+
+  /** Records `event` and fills the pair slots of it and its partner when it completes a pair. */
+  add(event: MemoryEvent, content: JsonValue, slot: HTMLElement): void {
+    const id = field(content, "tool_call_id") ?? (event.metadata?.tool_call_id as string | undefined);
+    const name = field(content, "tool") ?? field(content, "name") ?? (event.metadata?.tool as string | undefined);
+    const mine: PairSlot = { seq: event.seq, slot };
+    if (event.eventType === "tool_call") {
+      if (id) this.byId.set(id, mine);
+      if (name) this.byName.set(name, [...(this.byName.get(name) ?? []), mine]);
+      fill(slot, "pair pending", "awaiting result");
+      return;
+    }
+    if (event.eventType !== "tool_result") return;
+    let call = id ? this.byId.get(id) : undefined;
+    if (!call && name) call = this.byName.get(name)?.[0];
+    if (!call) {
+      fill(slot, "pair orphan", "no matching call");
+      return;
+    }
+    for (const [key, value] of this.byId) if (value === call) this.byId.delete(key);
+    for (const [key, queue] of this.byName) this.byName.set(key, queue.filter((c) => c !== call));
+    fill(call.slot, "pair done", "result ", seqLink(event.seq));
+    fill(slot, "pair done", "answers ", seqLink(call.seq));
+  }
+}
+
+function fill(slot: HTMLElement, className: string, ...children: Child[]): void {
+  slot.className = className;
+  slot.replaceChildren();
+  for (const child of children) if (child !== null && child !== undefined && child !== false) slot.append(typeof child === "number" ? String(child) : child);
+}
+
+function seqLink(seq: bigint): HTMLElement {
+  return h("a", {
+    href: `#ev-${seq}`,
+    onclick: (ev: Event) => {
+      ev.preventDefault();
+      const target = document.getElementById(`ev-${seq}`);
+      target?.scrollIntoView({ block: "center", behavior: "smooth" });
+      target?.classList.add("flash");
+      setTimeout(() => target?.classList.remove("flash"), 1200);
+    },
+  }, `#${seq}`);
+}
+
+/** The row of one event. */
+export function eventRow(event: MemoryEvent, pairing: ToolPairing): HTMLElement {
+  const content = contentOf(event);
+  const known = KNOWN_TYPES.has(event.eventType);
+  const badge = h("span", { class: `badge ${known ? `type-${event.eventType}` : "type-other"}` }, event.eventType);
+  if (!known) badge.style.setProperty("--hue", String(hueOf(event.eventType)));
+  const pairSlot = h("span", { class: "pair" });
+  const metadata = event.metadata ?? {};
+  const row = h(
+    "article",
+    { class: `event ${known ? `row-${event.eventType}` : "row-other"}`, id: `ev-${event.seq}`, "data-seq": String(event.seq), "data-type": event.eventType },
+    h(
+      "div",
+      { class: "event-meta" },
+      h("span", { class: "seq" }, `#${event.seq}`),
+      badge,
+      h("time", { datetime: event.timestamp ? timestampDate(event.timestamp).toISOString() : "" }, formatTime(event.timestamp ? timestampDate(event.timestamp) : undefined)),
+      h("span", { class: "event-id", title: "event_id" }, event.eventId),
+      pairSlot,
+    ),
+    h("div", { class: "event-content" }, typeof content === "string" ? h("div", { class: "text" }, content) : jsonView(content)),
+    Object.keys(metadata).length > 0 ? jsonView(metadata, "metadata") : null,
+  );
+  if (!known) row.style.setProperty("--hue", String(hueOf(event.eventType)));
+  pairing.add(event, content, pairSlot);
+  return row;
+}

@@ -1,0 +1,14 @@
+/** Maps the URL fragment to a view: "#/?app=&user=", "#/session/<id>", "#/stats". */
+import { sessionView, sessionsView, statsView, type Cleanup } from "./views";
+
+/** The view for a fragment and the nav entry to highlight. */
+export function routeOf(hash: string): { view: (root: HTMLElement) => Cleanup; nav: string } {
+  const [path = "", query = ""] = hash.replace(/^#/, "").split("?", 2);
+  const session = /^\/session\/(.+)$/.exec(path);
+  if (session) {
+    const id = decodeURIComponent(session[1]!);
+    return { view: (root) => sessionView(root, id), nav: "sessions" };
+  }
+  if (path === "/stats") return { view: statsView, nav: "stats" };
+  return { view: (root) => sessionsView(root, new URLSearchParams(query)), nav: "sessions" };
+}

@@ -1,0 +1,26 @@
+/**
+ * Builds the memory inspector into inspector/dist, which the server serves at /.
+ * The generated protobuf-es code of the TypeScript client is imported directly
+ * (its package entry also pulls in Node-only transports); connect-web's fetch
+ * transport speaks the Connect protocol over HTTP/1.1, streams included.
+ */
+import { fileURLToPath } from "node:url";
+import { defineConfig } from "vite";
+
+export default defineConfig({
+  root: fileURLToPath(new URL(".", import.meta.url)),
+  base: "/",
+  logLevel: "warn",
+  resolve: {
+    alias: {
+      "@engram/gen": fileURLToPath(new URL("../clients/typescript/src/gen/engram/v1/memory_pb.ts", import.meta.url)),
+    },
+  },
+  build: {
+    outDir: "dist",
+    emptyOutDir: true,
+    target: "es2022",
+    sourcemap: false,
+    reportCompressedSize: false,
+  },
+});

@@ -1,0 +1,128 @@
+/**
+ * The inspector in a real browser (Debian's chromium, headless, driven by
+ * playwright-core) against a real server on 127.0.0.1: a session created by
+ * an agent appears in the list, its events arrive live over Connect server
+ * streaming, tool calls are paired with results, hostile content stays text,
+ * the context and stats views answer, and the API key travels as a Bearer
+ * token. Screenshots go to .tmp/ for a person to look at.
+ */
+import { execFileSync } from "node:child_process";
+import { mkdirSync } from "node:fs";
+import path from "node:path";
+import { chromium, type Browser, type Page } from "playwright-core";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { createMemoryClient, type MemoryClient } from "@engram-memory/client";
+import { REPO_ROOT, startTestServer, type TestServer } from "../support/engram.js";
+import { chromiumBinary } from "./chromium.js";
+
+const SHOTS = path.join(REPO_ROOT, ".tmp");
+
+describe("memory inspector in a browser", () => {
+  let server: TestServer;
+  let browser: Browser;
+  let page: Page;
+  let memory: MemoryClient;
+  const consoleErrors: string[] = [];
+
+  beforeAll(async () => {
+    // Rebuild so the browser sees the sources as they are now (the install step built them once).
+    execFileSync(process.execPath, [path.join(REPO_ROOT, "inspector/scripts/build.mjs")], { stdio: "inherit" });
+    mkdirSync(SHOTS, { recursive: true });
+    server = await startTestServer();
+    memory = createMemoryClient({ baseUrl: server.baseUrl, protocol: "connect" });
+    browser = await chromium.launch({ executablePath: await chromiumBinary(), headless: true, args: ["--no-sandbox"] });
+    page = await browser.newPage({ viewport: { width: 1360, height: 900 } });
+    page.on("console", (msg) => {
+      if (msg.type() === "error") consoleErrors.push(msg.text());
+    });
+    page.on("pageerror", (err) => consoleErrors.push(String(err)));
+  }, 600_000);
+
+  afterAll(async () => {
+    await browser?.close();
+    memory?.close();
+    await server?.stop();
+  });
+
+  it("lists a session as soon as an agent creates it", async () => {
+    await page.goto(`${server.baseUrl}/`);
+    await page.waitForSelector("table.sessions");
+    await memory.createSession("weather-bot", "alice", "chat-live", { channel: "web" });
+    await memory.createSession("other-bot", "bob", "chat-other");
+    const row = page.locator('tr[data-session="chat-live"]');
+    await row.waitFor({ timeout: 10_000 });
+    expect(await row.locator("td").nth(1).textContent()).toBe("weather-bot");
+    expect(await row.locator("td").nth(2).textContent()).toBe("alice");
+  });
+
+  it("filters sessions by app and user", async () => {
+    await page.fill('input[name="app"]', "other-bot");
+    await page.click(".filters button");
+    await page.waitForFunction(`!document.querySelector('tr[data-session="chat-live"]') && !!document.querySelector('tr[data-session="chat-other"]')`);
+    await page.fill('input[name="app"]', "");
+    await page.fill('input[name="user"]', "alice");
+    await page.click(".filters button");
+    await page.waitForFunction(`!!document.querySelector('tr[data-session="chat-live"]') && !document.querySelector('tr[data-session="chat-other"]')`);
+    expect(page.url()).toContain("user=alice");
+  });
+
+  it("shows a session's events and new ones as they are appended, tool calls paired with results", async () => {
+    await memory.addEvent("chat-live", "user_message", "What is the weather in Paris?");
+    await page.click('tr[data-session="chat-live"] a');
+    await page.waitForSelector("#ev-1");
+    await page.waitForSelector(".live.live");
+    // Appended after the page caught up: must arrive over the live stream.
+    await memory.addEvent("chat-live", "tool_call", { tool: "weather", arguments: { city: "Paris" }, tool_call_id: "call-1" }, undefined, { eventId: "call-1" });
+    await page.waitForSelector("#ev-2");
+    expect(await page.textContent("#ev-2 .pair")).toBe("awaiting result");
+    await memory.addEvent("chat-live", "tool_result", { tool: "weather", result: "18°C, sunny", tool_call_id: "call-1" });
+    await memory.addEvent("chat-live", "agent_response", 'It is 18°C <img src=x onerror="window.__pwned=1"> <script>window.__pwned=2</script>');
+    await page.waitForSelector("#ev-4");
+    expect(await page.textContent("#ev-2 .pair")).toBe("result #3");
+    expect(await page.textContent("#ev-3 .pair")).toBe("answers #2");
+    expect(await page.getAttribute("#ev-2", "data-type")).toBe("tool_call");
+    expect(await page.textContent("#ev-2 .badge")).toBe("tool_call");
+    // Event content is text, never markup.
+    expect(await page.textContent("#ev-4 .event-content")).toContain('<img src=x onerror="window.__pwned=1">');
+    expect(await page.locator(".events img, .events script").count()).toBe(0);
+    expect(await page.evaluate("window.__pwned")).toBeUndefined();
+    // JSON content is collapsed to a summary and expands on click.
+    const details = page.locator("#ev-2 details.json");
+    expect(await details.getAttribute("open")).toBeNull();
+    await details.locator("summary").click();
+    expect(await details.getAttribute("open")).not.toBeNull();
+    expect(await details.locator("pre").textContent()).toContain('"city": "Paris"');
+    await page.screenshot({ path: path.join(SHOTS, "inspector-session.png"), fullPage: true });
+  });
+
+  it("shows the context a BuildConversationContext call produces for a budget", async () => {
+    await page.fill('input[name="budget"]', "1000");
+    await page.click(".context-form button");
+    await page.waitForSelector(".context-text");
+    const text = await page.textContent(".context-text");
+    expect(text).toContain("User: What is the weather in Paris?");
+    expect(await page.textContent(".context-summary")).toMatch(/^\d+ events included, \d+ dropped/);
+    expect(await page.locator("ol.messages li").count()).toBeGreaterThanOrEqual(2);
+    await page.screenshot({ path: path.join(SHOTS, "inspector-context.png"), fullPage: true });
+  });
+
+  it("shows the store's stats", async () => {
+    await page.click('a[data-nav="stats"]');
+    await page.waitForSelector('dd[data-stat="Sessions"]');
+    expect(await page.textContent('dd[data-stat="Sessions"]')).toBe("2");
+    expect(await page.textContent('dd[data-stat="Events"]')).toBe("4");
+    expect(await page.textContent('dd[data-stat="Backend"]')).toBe("local");
+  });
+
+  it("sends the API key of this tab as a Bearer token and keeps it in sessionStorage", async () => {
+    await page.fill("#api-key", "ek_test_secret");
+    const request = page.waitForRequest((r) => r.url().endsWith("/engram.v1.MemoryService/GetStats"));
+    await page.click("#api-key-form button");
+    expect((await request).headers()["authorization"]).toBe("Bearer ek_test_secret");
+    expect(await page.evaluate('sessionStorage.getItem("engram.apiKey")')).toBe("ek_test_secret");
+  });
+
+  it("ran without script errors or Content-Security-Policy violations", () => {
+    expect(consoleErrors).toEqual([]);
+  });
+});
