@@ -62,6 +62,7 @@ import { checkSummaryCovers, ContextAssembler, parseContextRequest, TokenizerReg
 import { timestampToMs, toWireEvent, toWireSession, valueToJson } from "./convert.js";
 import type { ServiceLimits } from "./limits.js";
 import { decodePageToken, encodePageToken } from "./page-token.js";
+import { RecentCache } from "./recent-cache.js";
 import { StreamHub } from "./stream-hub.js";
 import {
   checkEventSize,
@@ -72,6 +73,9 @@ import {
   requireName,
   seqNumber,
 } from "./validation.js";
+
+/** Wire forms kept for the most recently appended or read events (a few MB at most). */
+const RECENT_WIRE_EVENTS = 4096;
 
 /** What a handler knows of its call, whatever the protocol. */
 export interface CallContext {
@@ -91,8 +95,10 @@ export interface MemoryServiceOptions {
 /** The memory service; one instance per process. */
 export class MemoryService {
   readonly hub: StreamHub;
-  /** Wire form of stored events, built once per stored object and shared by readers and streams. */
-  private readonly wireEvents = new WeakMap<StoredEvent, Event>();
+  /** Wire form of recent stored events, built once per stored object and shared by readers and streams. */
+  private readonly wireEvents = new RecentCache<StoredEvent, Event>(RECENT_WIRE_EVENTS);
+  /** Stream frames of recent events: one message per event, so its bytes can be shared by every subscriber. */
+  private readonly eventFrames = new RecentCache<StoredEvent, StreamSessionEventsResponse>(RECENT_WIRE_EVENTS);
   /** Context assembly, with per-event renderings and token counts kept across calls. */
   private readonly contexts = new ContextAssembler();
   /** Tokenizers, loaded on first use. */
@@ -220,7 +226,7 @@ export class MemoryService {
     for await (const frame of this.hub.subscribe(sessionId, afterSeq, eventTypes, ctx.signal)) {
       switch (frame.kind) {
         case "event":
-          yield create(StreamSessionEventsResponseSchema, { frame: { case: "event", value: this.wire(frame.event) } });
+          yield this.eventFrames.get(frame.event, (e) => create(StreamSessionEventsResponseSchema, { frame: { case: "event", value: this.wire(e) } }));
           break;
         case "caughtUp":
           yield create(StreamSessionEventsResponseSchema, {
@@ -316,8 +322,6 @@ export class MemoryService {
   }
 
   private wire(e: StoredEvent): Event {
-    let wire = this.wireEvents.get(e);
-    if (!wire) this.wireEvents.set(e, (wire = toWireEvent(e)));
-    return wire;
+    return this.wireEvents.get(e, toWireEvent);
   }
 }

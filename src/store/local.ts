@@ -13,6 +13,7 @@ import { eventFingerprint } from "./fingerprint.js";
 import { checkCursor, compareRecent, duplicateEventId, sessionExists } from "./rules.js";
 import type {
   AppendResult,
+  JsonObject,
   EventPage,
   EventQuery,
   MemoryStore,
@@ -37,6 +38,34 @@ interface LocalSession {
   events: Denque<StoredEvent>;
   /** Retained events by event_id, for idempotent retries. */
   byEventId: Map<string, StoredEvent>;
+}
+
+/**
+ * A flat copy of a string. Ids built by concatenation (crypto.randomUUID()
+ * assembles its result from 20 pieces) are V8 cons-string trees of ~480
+ * bytes; flat, a UUID takes ~48. Stored ids live as long as their events.
+ */
+function flatString(s: string): string {
+  return s.length <= 128 ? Buffer.from(s, "utf8").toString("utf8") : s;
+}
+
+/** The metadata of every event stored without any: one shared (frozen) object instead of one each. */
+const EMPTY_METADATA: JsonObject = Object.freeze({}) as JsonObject;
+
+function isEmpty(o: JsonObject): boolean {
+  for (const _ in o) return false;
+  return true;
+}
+
+/** Event types seen so far, so each stored event shares one string per type instead of its request's copy. */
+const eventTypes = new Map<string, string>();
+const MAX_INTERNED_EVENT_TYPES = 1024;
+
+function internEventType(type: string): string {
+  const known = eventTypes.get(type);
+  if (known !== undefined) return known;
+  if (eventTypes.size < MAX_INTERNED_EVENT_TYPES) eventTypes.set(type, type);
+  return type;
 }
 
 /** The in-process MemoryStore. */
@@ -106,12 +135,13 @@ export class LocalStore implements MemoryStore {
         continue;
       }
       const event: StoredEvent = {
-        sessionId,
+        // The record's id, not the request's copy: one string per session, not per event.
+        sessionId: record.sessionId,
         seq: ++record.headSeq,
-        eventId: e.eventId,
-        eventType: e.eventType,
+        eventId: flatString(e.eventId),
+        eventType: internEventType(e.eventType),
         content: e.content,
-        metadata: e.metadata,
+        metadata: isEmpty(e.metadata) ? EMPTY_METADATA : e.metadata,
         timestamp: e.timestamp,
       };
       s.events.push(event);
