@@ -1,0 +1,22 @@
+/**
+ * Every subcommand of `engram`, in the order `engram --help` lists them. A
+ * new subcommand is one module exporting `register(program)`, added here —
+ * `keys` (API key management, from the hardening work) plugs in the same way.
+ */
+import type { Command } from "commander";
+import * as context from "./commands/context.js";
+import * as events from "./commands/events.js";
+import * as exportSessions from "./commands/export.js";
+import * as importSessions from "./commands/import.js";
+import * as serve from "./commands/serve.js";
+import * as sessions from "./commands/sessions.js";
+import * as stats from "./commands/stats.js";
+import * as tail from "./commands/tail.js";
+
+/** A subcommand module. */
+export interface Subcommand {
+  register(program: Command): void;
+}
+
+/** The subcommand table. */
+export const SUBCOMMANDS: readonly Subcommand[] = [serve, sessions, events, tail, context, stats, exportSessions, importSessions];

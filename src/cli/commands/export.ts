@@ -1,0 +1,81 @@
+/**
+ * `engram export`: sessions with their events as JSON Lines (see ../jsonl.ts),
+ * to a file or stdout, with progress on stderr.
+ */
+import { createWriteStream } from "node:fs";
+import { once } from "node:events";
+import type { Writable } from "node:stream";
+import { Command } from "commander";
+import type { MemoryClient, Session } from "@engram-memory/client";
+import { connect, withConnectionOptions, type ConnectionOptions } from "../connection.js";
+import { toSessionLine } from "../jsonl.js";
+import { Progress, printJson, sessionFromPb } from "../output.js";
+import { collect } from "./events.js";
+
+interface ExportOptions extends ConnectionOptions {
+  app?: string;
+  user?: string;
+  session: string[];
+  output?: string;
+  quiet?: boolean;
+}
+
+const PAGE_SIZE = 200;
+
+/** The sessions to export, page by page (or the named ones). */
+async function* sessionsToExport(memory: MemoryClient, opts: ExportOptions): AsyncGenerator<Session> {
+  if (opts.session.length > 0) {
+    for (const id of opts.session) yield await memory.getSession(id);
+    return;
+  }
+  let pageToken = "";
+  for (let pages = 0; pages < 1_000_000; pages++) {
+    const res = await memory.rpc.listSessions({ appName: opts.app, userId: opts.user, pageSize: PAGE_SIZE, pageToken });
+    for (const s of res.sessions) yield sessionFromPb(s);
+    if (!res.nextPageToken || res.nextPageToken === pageToken) return;
+    pageToken = res.nextPageToken;
+  }
+}
+
+async function write(out: Writable, text: string): Promise<void> {
+  if (!out.write(text)) await once(out, "drain");
+}
+
+/** Registers the subcommand. */
+export function register(program: Command): void {
+  withConnectionOptions(
+    program
+      .command("export")
+      .description("write sessions and their events as JSON Lines (one KAOS session dict per line)")
+      .option("-o, --output <file>", "write to this file instead of stdout")
+      .option("--app <name>", "only sessions of this app_name")
+      .option("--user <id>", "only sessions of this user_id")
+      .option("--session <id>", "only this session (repeatable)", collect, [])
+      .option("-q, --quiet", "no progress on stderr"),
+  ).action(async (opts: ExportOptions) => {
+    const memory = connect(opts);
+    const out: Writable = opts.output ? createWriteStream(opts.output) : process.stdout;
+    const progress = new Progress(!opts.quiet);
+    let sessions = 0;
+    let events = 0;
+    try {
+      const total = opts.session.length || (await memory.getMemoryStats()).totalSessions;
+      const of = opts.app || opts.user ? "" : `/${total}`;
+      for await (const session of sessionsToExport(memory, opts)) {
+        const list = await memory.getSessionEvents(session.sessionId);
+        await write(out, `${JSON.stringify(toSessionLine(session, list))}\n`);
+        sessions++;
+        events += list.length;
+        progress.update(`exporting: ${sessions}${of} sessions, ${events} events`);
+      }
+      progress.done(`exported ${sessions} sessions, ${events} events${opts.output ? ` to ${opts.output}` : ""}`);
+    } finally {
+      memory.close();
+      if (opts.output) {
+        out.end();
+        await once(out, "close");
+      }
+    }
+    if (opts.json && opts.output) printJson({ sessions, events, output: opts.output });
+  });
+}
