@@ -1,0 +1,209 @@
+/**
+ * Fuzzing every method over gRPC (grpc-js, h2c) and the Connect protocol
+ * (JSON and binary): random bytes, mutated valid messages, and adversarial
+ * JSON values (NUL, lone surrogates, huge and negative numbers, deep nesting,
+ * pattern characters, wrong types). The server runs as its own process with
+ * the Redis store (so a crash would show as an exit, and store paths see the
+ * inputs too); it must answer every input with a client-error code, never
+ * INTERNAL or UNKNOWN, and be healthy with every earlier event intact at the
+ * end (unless a fuzzed Cleanup removed its session). Counts are bounded; the seed is printed so a failure can be replayed.
+ */
+import * as grpc from "@grpc/grpc-js";
+import { create, fromJsonString, toBinary, type DescMessage, type DescMethod } from "@bufbuild/protobuf";
+import fc from "fast-check";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { MemoryService } from "../../src/gen/engram/v1/memory_pb.js";
+import { grpcJsClient, type MemoryClient } from "../support/clients.js";
+import { spawnServer, type ServerProcess } from "../support/engram.js";
+
+const RUNS_PER_METHOD = Number(process.env.ENGRAM_FUZZ_RUNS ?? 60);
+const SEED = Number(process.env.ENGRAM_FUZZ_SEED ?? Date.now() % 2 ** 31);
+/** Codes a client's bad input may earn; anything else (INTERNAL 13, UNKNOWN 2, DATA_LOSS 15) fails. */
+const CLIENT_CODES = new Set([0, 1, 3, 4, 5, 6, 7, 8, 9, 11, 12, 16]);
+const CONNECT_CODES: Record<string, number> = {
+  canceled: 1, invalid_argument: 3, deadline_exceeded: 4, not_found: 5, already_exists: 6, permission_denied: 7,
+  resource_exhausted: 8, failed_precondition: 9, out_of_range: 11, unimplemented: 12, unauthenticated: 16, internal: 13, unknown: 2, unavailable: 14,
+};
+
+let server: ServerProcess;
+let grpcClient: grpc.Client;
+let typed: MemoryClient;
+const SESSION = `fuzz-${process.pid}`;
+
+beforeAll(async () => {
+  server = await spawnServer({
+    MEMORY_TYPE: "redis",
+    MEMORY_REDIS_URL: process.env.MEMORY_TEST_REDIS_URL!,
+    MEMORY_KEY_PREFIX: `fuzz${process.pid}`,
+    MEMORY_MAX_MESSAGE_BYTES: String(256 * 1024),
+  });
+  grpcClient = new grpc.Client(server.address, grpc.credentials.createInsecure());
+  typed = grpcJsClient(server.address);
+  // A session the inputs can hit (ids are drawn from a pool that includes it).
+  await typed.createSession({ appName: "fuzz", userId: "u", sessionId: SESSION });
+  await typed.addEvent({ sessionId: SESSION, event: { eventId: "anchor", eventType: "user_message" } });
+  console.log(`fuzz seed ${SEED} (ENGRAM_FUZZ_SEED=${SEED} replays it), ${RUNS_PER_METHOD} runs per method and input kind`);
+});
+
+afterAll(async () => {
+  grpcClient?.close();
+  typed?.close();
+  await server?.kill();
+});
+
+const identity = (b: Buffer) => b;
+
+/** One raw gRPC call; resolves with its status code (0 for OK) and message. */
+function grpcCall(method: DescMethod, body: Buffer): Promise<{ code: number; details: string }> {
+  const path = `/engram.v1.MemoryService/${method.name}`;
+  const deadline = new Date(Date.now() + 5000);
+  return new Promise((resolve) => {
+    if (method.methodKind === "unary") {
+      grpcClient.makeUnaryRequest(path, identity, identity, body, new grpc.Metadata(), { deadline }, (err) =>
+        resolve(err ? { code: err.code, details: err.details } : { code: 0, details: "" }),
+      );
+      return;
+    }
+    const call = grpcClient.makeServerStreamRequest(path, identity, identity, body, new grpc.Metadata(), { deadline });
+    // The first frame (or the status) is the answer; then leave.
+    call.on("data", () => {
+      call.cancel();
+      resolve({ code: 0, details: "" });
+    });
+    call.on("error", (err: grpc.ServiceError) => resolve({ code: err.code === grpc.status.CANCELLED ? 0 : err.code, details: err.details }));
+    call.on("end", () => resolve({ code: 0, details: "" }));
+  });
+}
+
+/** One Connect call over HTTP/1.1 (unary methods); resolves with the gRPC-numbered code. */
+async function connectCall(method: DescMethod, body: Uint8Array | string, contentType: string): Promise<{ code: number; details: string }> {
+  const res = await fetch(`${server.baseUrl}/engram.v1.MemoryService/${method.name}`, {
+    method: "POST",
+    headers: { "content-type": contentType },
+    body,
+    signal: AbortSignal.timeout(5000),
+  });
+  if (res.status === 200) {
+    await res.arrayBuffer();
+    return { code: 0, details: "" };
+  }
+  const text = await res.text();
+  let parsed: { code?: string; message?: string } = {};
+  try {
+    parsed = JSON.parse(text);
+  } catch {
+    return { code: res.status === 415 ? 12 : -res.status, details: text };
+  }
+  return { code: CONNECT_CODES[parsed.code ?? ""] ?? -res.status, details: parsed.message ?? "" };
+}
+
+/** A valid request of each method, as a base for mutation. */
+function validRequest(method: DescMethod): Uint8Array {
+  const samples: Record<string, object> = {
+    CreateSession: { appName: "fuzz", userId: "u" },
+    GetOrCreateSession: { sessionId: SESSION, appName: "fuzz", userId: "u" },
+    AddEvent: { sessionId: SESSION, event: { eventType: "tool_call", content: { kind: { case: "stringValue", value: "x" } }, metadata: { a: 1 } } },
+    AddEvents: { sessionId: SESSION, events: [{ eventType: "user_message" }, { eventType: "agent_response" }] },
+    Cleanup: { maxAge: { seconds: 86_400_000n } },
+    ListSessions: { pageSize: 3 },
+    ListEvents: { limit: 3 },
+    GetStats: {},
+  };
+  return toBinary(method.input, create(method.input as DescMessage, (samples[method.name] ?? { sessionId: SESSION }) as never));
+}
+
+const nasty = fc.constantFrom(
+  "", "\0", "a\0b", "\uD800", "x\uDFFFy", "*", "?", "%", "_", "'", "\n", "a:b", "s:*", "../../etc", "💥".repeat(70), "a".repeat(300),
+  SESSION, "anchor", "user_message", "tool_call", "-1", "18446744073709551616", "1e309", "NaN", "null", "{}", "1970-01-01T00:00:00Z", "9999-12-31T23:59:59Z",
+);
+const nastyNumber = fc.oneof(fc.constantFrom(-1, 0, 1, 2 ** 31, 2 ** 32, 2 ** 53, -(2 ** 63), 1e308, 0.5, -0), fc.double({ noNaN: true }), fc.integer());
+const deep = (depth: number): unknown => (depth === 0 ? "bottom" : { d: deep(depth - 1) });
+const nastyValue: fc.Arbitrary<unknown> = fc.letrec((tie) => ({
+  value: fc.oneof(
+    { depthSize: "small" },
+    nasty,
+    nastyNumber,
+    fc.boolean(),
+    fc.constant(null),
+    fc.constantFrom(deep(70), [deep(66)], { fields: deep(65) }),
+    fc.array(tie("value"), { maxLength: 4 }),
+    fc.dictionary(fc.oneof(nasty, fc.string()), tie("value"), { maxKeys: 4 }),
+  ),
+})).value;
+
+/** A JSON object using the method's real field names (both spellings) and some strangers. */
+function adversarialJson(method: DescMethod): fc.Arbitrary<string> {
+  const names = method.input.fields.flatMap((f) => [f.name, f.jsonName]);
+  return fc
+    .dictionary(fc.oneof(fc.constantFrom(...names, "event", "events", "content", "metadata", "timestamp"), fc.string({ maxLength: 8 })), nastyValue, { maxKeys: 6 })
+    .map((o) => JSON.stringify(o));
+}
+
+/** Bytes: random, or a valid request truncated / bit-flipped / extended. */
+function adversarialBytes(method: DescMethod): fc.Arbitrary<Uint8Array> {
+  const base = validRequest(method);
+  return fc.oneof(
+    fc.uint8Array({ maxLength: 200 }),
+    fc.nat({ max: Math.max(base.length - 1, 0) }).map((n) => base.slice(0, n)),
+    fc.tuple(fc.nat({ max: Math.max(base.length - 1, 0) }), fc.integer({ min: 1, max: 255 })).map(([i, x]) => {
+      const copy = Uint8Array.from(base);
+      if (copy.length > 0) copy[i] ^= x;
+      return copy;
+    }),
+    fc.uint8Array({ minLength: 1, maxLength: 40 }).map((tail) => Uint8Array.from([...base, ...tail])),
+  );
+}
+
+function check(outcome: { code: number; details: string }, what: string): void {
+  expect(CLIENT_CODES.has(outcome.code) || outcome.code === 14 /* store briefly busy is no crash */, `${what} answered code ${outcome.code}: ${outcome.details}`).toBe(true);
+  if (outcome.code === 3) expect(outcome.details, `${what}: INVALID_ARGUMENT must name the field`).toMatch(/^[a-z_.\[\]0-9]+: |^request: |^invalid|^cannot|^protocol error|^unexpected|^premature|^illegal|^invalid wire/i);
+}
+
+describe.each(MemoryService.methods.map((m) => [m.name, m] as const))("fuzzing %s", (_name, method) => {
+  it("gRPC: random and mutated bytes, and adversarial typed values, earn client-error codes only", async () => {
+    await fc.assert(
+      fc.asyncProperty(adversarialBytes(method), async (bytes) => check(await grpcCall(method, Buffer.from(bytes)), `gRPC ${method.name} bytes`)),
+      { numRuns: RUNS_PER_METHOD, seed: SEED },
+    );
+    await fc.assert(
+      fc.asyncProperty(adversarialJson(method), async (json) => {
+        let message;
+        try {
+          message = fromJsonString(method.input, json, { ignoreUnknownFields: true });
+        } catch {
+          return; // not representable as this message: the Connect JSON run covers it
+        }
+        check(await grpcCall(method, Buffer.from(toBinary(method.input, message))), `gRPC ${method.name} ${json.slice(0, 200)}`);
+      }),
+      { numRuns: RUNS_PER_METHOD, seed: SEED },
+    );
+  }, 120_000);
+
+  it.skipIf(method.methodKind !== "unary")("Connect: adversarial JSON and random binary bodies earn client-error codes only", async () => {
+    await fc.assert(
+      fc.asyncProperty(adversarialJson(method), async (json) => check(await connectCall(method, json, "application/json"), `Connect ${method.name} ${json.slice(0, 200)}`)),
+      { numRuns: RUNS_PER_METHOD, seed: SEED },
+    );
+    await fc.assert(
+      fc.asyncProperty(adversarialBytes(method), async (bytes) => check(await connectCall(method, bytes, "application/proto"), `Connect ${method.name} binary`)),
+      { numRuns: RUNS_PER_METHOD, seed: SEED },
+    );
+  }, 120_000);
+});
+
+describe("after the fuzzing", () => {
+  it("the server is alive, healthy, logged no internal error, and the fuzzed session's log is intact", async () => {
+    expect(server.child.exitCode).toBeNull();
+    const ready = await fetch(`${server.baseUrl}/readyz`);
+    expect(ready.status).toBe(200);
+    expect(server.lines.filter((l) => l.includes('"msg":"internal error"'))).toEqual([]);
+    // Fuzzed Cleanup calls may legitimately remove the session; if it is there, its log is whole.
+    const session = await typed.getSession({ sessionId: SESSION }).catch(() => undefined);
+    if (session) {
+      const { events, headSeq } = await typed.getSessionEvents({ sessionId: SESSION, limit: 1000 });
+      const seqs = events.map((e) => Number(e.seq));
+      expect(seqs).toEqual(Array.from({ length: seqs.length }, (_, i) => Number(headSeq) - seqs.length + 1 + i));
+      if (seqs[0] === 1) expect(events[0]).toMatchObject({ eventId: "anchor", eventType: "user_message" });
+    }
+  });
+});
