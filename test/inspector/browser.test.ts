@@ -6,7 +6,6 @@
  * the context and stats views answer, and the API key travels as a Bearer
  * token. Screenshots go to .tmp/ for a person to look at.
  */
-import { execFileSync } from "node:child_process";
 import { mkdirSync } from "node:fs";
 import path from "node:path";
 import { chromium, type Browser, type Page } from "playwright-core";
@@ -25,8 +24,6 @@ describe("memory inspector in a browser", () => {
   const consoleErrors: string[] = [];
 
   beforeAll(async () => {
-    // Rebuild so the browser sees the sources as they are now (the install step built them once).
-    execFileSync(process.execPath, [path.join(REPO_ROOT, "inspector/scripts/build.mjs")], { stdio: "inherit" });
     mkdirSync(SHOTS, { recursive: true });
     server = await startTestServer();
     memory = createMemoryClient({ baseUrl: server.baseUrl, protocol: "connect" });

@@ -24,6 +24,13 @@ export default async function setup(): Promise<() => Promise<void>> {
     teardowns.push(() => postgres.stop());
   }
   // END postgres
+  // BEGIN inspector (owned by the inspector)
+  {
+    // Built once per run, before any worker starts a server, so every test serves the current sources.
+    const { execFileSync } = await import("node:child_process");
+    execFileSync(process.execPath, ["inspector/scripts/build.mjs"], { stdio: "inherit" });
+  }
+  // END inspector
   return async () => {
     for (const teardown of teardowns.reverse()) await teardown();
   };
