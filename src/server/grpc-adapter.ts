@@ -16,6 +16,20 @@ function serializer(desc: DescMessage) {
   return (msg: unknown) => Buffer.from(toBinary(desc, msg as never));
 }
 
+/**
+ * A stream's serializer: the service hands every subscriber of a session the
+ * same frame object for the same event, so its bytes are made once and
+ * written to every stream, instead of once per subscriber.
+ */
+function sharedFrameSerializer(desc: DescMessage) {
+  const bytes = new WeakMap<object, Buffer>();
+  return (msg: unknown) => {
+    let out = bytes.get(msg as object);
+    if (!out) bytes.set(msg as object, (out = Buffer.from(toBinary(desc, msg as never))));
+    return out;
+  };
+}
+
 /** Aborts when the call is cancelled by the client or its deadline passes. */
 function callSignal(call: grpc.ServerUnaryCall<unknown, unknown> | grpc.ServerWritableStream<unknown, unknown>): AbortController {
   const controller = new AbortController();
@@ -45,7 +59,7 @@ export function grpcMemoryService(
       responseStream: streaming,
       requestSerialize: (b: Buffer) => b,
       requestDeserialize: (b: Buffer) => b,
-      responseSerialize: serializer(method.output),
+      responseSerialize: streaming ? sharedFrameSerializer(method.output) : serializer(method.output),
       responseDeserialize: (b: Buffer) => b,
       originalName: method.localName,
     };

@@ -67,6 +67,12 @@ export class StreamHub {
     const types = eventTypes.length > 0 ? new Set(eventTypes) : undefined;
     const channel = this.acquire(sessionId);
     this.subscribers++;
+    // One waiter per subscription, registered once: waking it per event costs no
+    // new timer, listener or set entry (with 1000 subscribers, that adds up).
+    const waiter = new Waiter(this.options.heartbeatMs);
+    channel.wakers.add(waiter.wake);
+    this.shutdownWakers.add(waiter.wake);
+    signal.addEventListener("abort", waiter.wake, { once: true });
     try {
       // The first read validates the session and the cursor.
       const first = await this.store.readEvents(sessionId, { afterSeq, limit: this.options.pageSize });
@@ -85,7 +91,7 @@ export class StreamHub {
       yield { kind: "caughtUp", headSeq: cursor };
 
       while (!signal.aborted) {
-        const woke = await this.waitForChange(channel, cursor, signal);
+        const woke = await this.waitForChange(channel, cursor, waiter);
         if (signal.aborted) return;
         if (this.closing) {
           throw new MemoryError("UNAVAILABLE", `server is shutting down; resume after seq ${cursor}`, {
@@ -113,6 +119,10 @@ export class StreamHub {
         }
       }
     } finally {
+      waiter.dispose();
+      channel.wakers.delete(waiter.wake);
+      this.shutdownWakers.delete(waiter.wake);
+      signal.removeEventListener("abort", waiter.wake);
       this.release(sessionId, channel);
       if (--this.subscribers === 0) for (const resolve of this.idleWaiters) resolve();
     }
@@ -173,26 +183,12 @@ export class StreamHub {
       channel.reads.clear();
     }
     for (const wake of channel.wakers) wake();
-    channel.wakers.clear();
   }
 
   /** Resolves "changed" when the head moves past the cursor, "idle" after the heartbeat interval. */
-  private waitForChange(channel: SessionChannel, cursor: number, signal: AbortSignal): Promise<"changed" | "idle"> {
+  private waitForChange(channel: SessionChannel, cursor: number, waiter: Waiter): Promise<"changed" | "idle"> {
     if (channel.knownHead > cursor || channel.deleted || this.closing) return Promise.resolve("changed");
-    return new Promise((resolve) => {
-      const done = (why: "changed" | "idle") => {
-        clearTimeout(timer);
-        channel.wakers.delete(onWake);
-        this.shutdownWakers.delete(onWake);
-        signal.removeEventListener("abort", onWake);
-        resolve(why);
-      };
-      const onWake = () => done("changed");
-      const timer = setTimeout(() => done("idle"), this.options.heartbeatMs);
-      channel.wakers.add(onWake);
-      this.shutdownWakers.add(onWake);
-      signal.addEventListener("abort", onWake, { once: true });
-    });
+    return waiter.wait();
   }
 
   /** One store read per cursor, shared by every subscriber waiting at it. */
@@ -211,5 +207,40 @@ export class StreamHub {
       );
     }
     return pending;
+  }
+}
+
+/**
+ * A subscription's wait for the next change: `wake` resolves the pending
+ * wait with "changed" (and does nothing between waits, when the subscriber
+ * is busy and will look at the head before waiting again); the heartbeat
+ * timer is created once and re-armed per wait.
+ */
+class Waiter {
+  private resolve: ((why: "changed" | "idle") => void) | undefined;
+  private timer: NodeJS.Timeout | undefined;
+
+  constructor(private readonly heartbeatMs: number) {}
+
+  wait(): Promise<"changed" | "idle"> {
+    return new Promise((resolve) => {
+      this.resolve = resolve;
+      if (this.timer) this.timer.refresh();
+      else this.timer = setTimeout(() => this.settle("idle"), this.heartbeatMs);
+    });
+  }
+
+  readonly wake = (): void => this.settle("changed");
+
+  dispose(): void {
+    clearTimeout(this.timer);
+    this.resolve = undefined;
+  }
+
+  private settle(why: "changed" | "idle"): void {
+    const resolve = this.resolve;
+    if (!resolve) return;
+    this.resolve = undefined;
+    resolve(why);
   }
 }
