@@ -6,13 +6,18 @@
  * the context and stats views answer, and the API key travels as a Bearer
  * token. Screenshots go to .tmp/ for a person to look at.
  */
-import { mkdirSync } from "node:fs";
+import { mkdirSync, mkdtempSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
 import path from "node:path";
 import { chromium, type Browser, type Page } from "playwright-core";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { createMemoryClient, type MemoryClient } from "@engram-memory/client";
 import { REPO_ROOT, startTestServer, type TestServer } from "../support/engram.js";
 import { chromiumBinary } from "./chromium.js";
+import { create } from "@bufbuild/protobuf";
+import { generateApiKey } from "../../src/auth/api-keys.js";
+import { FileKeyStore } from "../../src/auth/file-key-store.js";
+import { CreateSessionRequestSchema } from "../../src/gen/engram/v1/memory_pb.js";
 
 const SHOTS = path.join(REPO_ROOT, ".tmp");
 
@@ -111,9 +116,24 @@ describe("memory inspector in a browser", () => {
     expect(await page.textContent('dd[data-stat="Backend"]')).toBe("local");
   });
 
+  it("pages through sessions with the list's page tokens", async () => {
+    for (let i = 0; i < 27; i++) await memory.createSession("pager", "p", `page-${String(i).padStart(2, "0")}`);
+    await page.goto(`${server.baseUrl}/#/?app=pager`);
+    await page.waitForSelector('tr[data-session="page-00"]');
+    expect(await page.locator("tr[data-session]").count()).toBe(25);
+    expect(await page.isDisabled(".pager button:first-child")).toBe(true);
+    await page.click("text=Next →");
+    await page.waitForSelector('tr[data-session="page-26"]');
+    expect(await page.locator("tr[data-session]").count()).toBe(2);
+    expect(await page.textContent(".pager .page")).toBe("page 2");
+    expect(await page.isDisabled("text=Next →")).toBe(true);
+    await page.click("text=← Previous");
+    await page.waitForSelector('tr[data-session="page-00"]');
+  });
+
   it("sends the API key of this tab as a Bearer token and keeps it in sessionStorage", async () => {
     await page.fill("#api-key", "ek_test_secret");
-    const request = page.waitForRequest((r) => r.url().endsWith("/engram.v1.MemoryService/GetStats"));
+    const request = page.waitForRequest((r) => r.url().includes("/engram.v1.MemoryService/") && r.headers()["authorization"] !== undefined);
     await page.click("#api-key-form button");
     expect((await request).headers()["authorization"]).toBe("Bearer ek_test_secret");
     expect(await page.evaluate('sessionStorage.getItem("engram.apiKey")')).toBe("ek_test_secret");
@@ -121,5 +141,43 @@ describe("memory inspector in a browser", () => {
 
   it("ran without script errors or Content-Security-Policy violations", () => {
     expect(consoleErrors).toEqual([]);
+  });
+});
+
+describe("memory inspector against a server that requires API keys", () => {
+  let dir: string;
+  let secured: TestServer;
+  let browser: Browser;
+  let key: string;
+
+  beforeAll(async () => {
+    dir = mkdtempSync(path.join(tmpdir(), "engram-inspector-keys-"));
+    const keys = new FileKeyStore(path.join(dir, "keys.json"));
+    const generated = generateApiKey({ role: "read", apps: ["*"] });
+    await keys.create(generated.record);
+    key = generated.key;
+    secured = await startTestServer({ config: { auth: true, authKeysFile: keys.path, authCacheMs: 0 } });
+    browser = await chromium.launch({ executablePath: await chromiumBinary(), headless: true, args: ["--no-sandbox"] });
+  }, 600_000);
+
+  afterAll(async () => {
+    await browser?.close();
+    await secured?.stop();
+    rmSync(dir, { recursive: true, force: true });
+  });
+
+  it("asks for a key, then shows the sessions once one is entered", async () => {
+    // Seeded through the service itself: the page's key may only read.
+    await secured.service.createSession(create(CreateSessionRequestSchema, { appName: "secure-app", userId: "u", sessionId: "secret-session" }));
+    const page = await browser.newPage();
+    await page.goto(`${secured.baseUrl}/`);
+    const alert = await page.waitForSelector(".error");
+    expect(await alert.textContent()).toContain("enter an API key above");
+    await page.fill("#api-key", key);
+    await page.click("#api-key-form button");
+    await page.waitForSelector('tr[data-session="secret-session"]');
+    // The page's own code keeps the key for this tab only.
+    expect(await page.evaluate('sessionStorage.getItem("engram.apiKey")')).toBe(key);
+    expect(await page.evaluate("localStorage.length")).toBe(0);
   });
 });
