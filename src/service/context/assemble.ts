@@ -13,7 +13,7 @@
 import type { StoredEvent } from "../../store/types.js";
 import { EventType } from "../event-types.js";
 import { prepareEvent, type ContextMessage, type PreparedEvent, type ToolCallPart } from "./render.js";
-import { bm25Scores } from "./retrieval.js";
+import { Bm25Ranker } from "./retrieval.js";
 import { resolveSummaries } from "./summaries.js";
 import type { TokenCounter } from "./tokenizer.js";
 
@@ -64,20 +64,60 @@ export interface ConversationContext {
   sections: SectionUsage[];
 }
 
+/** One event of an item, with its rendering and its message in this window. */
+interface UnitEvent {
+  event: StoredEvent;
+  prep: PreparedEvent;
+  /** Its message here: shared, never mutated (the edge caches wire forms by identity). */
+  message: ContextMessage;
+  /** Where it reads in seq order (a summary at its first covered seq). */
+  pos: number;
+}
+
 /** A choosable item: one event, a tool call with its result, or a summary. */
 interface Unit {
-  events: StoredEvent[];
+  events: UnitEvent[];
   section: string;
   cost: number;
   /** Where it reads in seq order (a summary at its first covered seq). */
   pos: number;
   searchText: string;
+  /** The tokenizer its cost was counted with. */
+  tokenizer: string;
+  /** A tool pair's id ("" otherwise). */
+  pairId: string;
 }
 
-/** Assembles contexts; keeps per-event renderings and token counts across calls. */
+/** Everything about a window that does not depend on budgets or the query. */
+interface Analysis {
+  /** Items in reading order. */
+  units: Unit[];
+  /** Items of each section, in reading order. */
+  bySection: Map<string, Unit[]>;
+  /** Events of each section that can never be included (unpaired tool events, unrenderable types). */
+  droppedBySection: Map<string, number>;
+  /** Every section present, including ones with only dropped events. */
+  sections: Set<string>;
+  eventsSummarized: number;
+  windowSize: number;
+}
+
+/** The analysis of the last window seen, keyed by its newest event (see analysisFor). */
+interface CachedAnalysis {
+  first: StoredEvent;
+  length: number;
+  preserveSystem: boolean;
+  tokenizer: string;
+  analysis: Analysis;
+}
+
+/** Assembles contexts; keeps per-event renderings, token counts and window analyses across calls. */
 export class ContextAssembler {
   /** Keyed by stored object: the local store hands out the same objects on every read. */
   private readonly prepared = new WeakMap<StoredEvent, PreparedEvent>();
+  /** By the window's newest event object: a repeated call over an unchanged local session skips analysis. */
+  private readonly analyses = new WeakMap<StoredEvent, CachedAnalysis[]>();
+  private readonly ranker = new Bm25Ranker();
 
   /** The request-independent rendering of an event, computed once per stored object. */
   prepare(e: StoredEvent): PreparedEvent {
@@ -95,72 +135,141 @@ export class ContextAssembler {
     return n;
   }
 
-  /** Builds the context of a window (events in seq order). */
-  assemble(window: readonly StoredEvent[], options: ContextOptions, counter: TokenCounter): ConversationContext {
-    const prep = window.map((e) => this.prepare(e));
-    const prepOf = new Map<StoredEvent, PreparedEvent>();
-    window.forEach((e, i) => prepOf.set(e, prep[i]));
-    const sectionOf = (p: PreparedEvent, e: StoredEvent) =>
-      p.explicitSection ?? (e.eventType === EventType.SYSTEM && options.preserveSystem ? ROLE_SECTION : DEFAULT_SECTION);
+  /**
+   * The analysis of a window, reused when the same stored objects come back:
+   * identical first and last objects and a gapless seq run of the same length
+   * mean the very same events (stores return fresh objects, so only the local
+   * store hits this).
+   */
+  private analysisFor(window: readonly StoredEvent[], preserveSystem: boolean, counter: TokenCounter): Analysis {
+    if (window.length === 0) return this.analyze(window, preserveSystem, counter);
+    const first = window[0];
+    const last = window[window.length - 1];
+    const gapless = last.seq - first.seq + 1 === window.length;
+    const cached = gapless ? this.analyses.get(last) : undefined;
+    const hit = cached?.find((c) => c.first === first && c.length === window.length && c.preserveSystem === preserveSystem && c.tokenizer === counter.name);
+    if (hit) return hit.analysis;
+    const analysis = this.analyze(window, preserveSystem, counter);
+    if (gapless) {
+      const entry = { first, length: window.length, preserveSystem, tokenizer: counter.name, analysis };
+      // A few variants per window (tokenizer, preserve_system); the oldest goes first.
+      const list = (cached ?? []).slice(-3);
+      list.push(entry);
+      this.analyses.set(last, list);
+    }
+    return analysis;
+  }
 
-    const { active, hidden } = resolveSummaries(window, (e) => {
-      const p = prepOf.get(e)!;
-      return p.kind === "summary" ? p.covers : undefined;
-    });
-    const summaryStart = new Map(active.map((s) => [s.event, s.range.fromSeq]));
-    const visible = hidden.size === 0 ? window : window.filter((e) => !hidden.has(e));
-    const pairs = pairTools(visible, prepOf);
+  /**
+   * The item of a plain event or of a tool pair, reused across analyses while
+   * its section, position, partner and tokenizer stay the same (a window that
+   * grew by one event reuses all but the new items).
+   */
+  private unitOf(e: StoredEvent, p: PreparedEvent, section: string, pos: number, counter: TokenCounter, result?: { event: StoredEvent; prep: PreparedEvent; id: string }): Unit {
+    const c = p.unit as Unit | undefined;
+    if (c && c.section === section && c.pos === pos && c.tokenizer === counter.name && (result ? c.events[1]?.event === result.event && c.pairId === result.id : c.events.length === 1)) return c;
+    let unit: Unit;
+    if (result) {
+      const r = result.prep;
+      const call: ToolCallPart = { ...p.message.toolCalls[0], id: result.id };
+      unit = {
+        events: [
+          { event: e, prep: p, message: { ...p.message, toolCalls: [call] }, pos: e.seq },
+          { event: result.event, prep: r, message: { ...r.message, toolCallId: result.id }, pos: result.event.seq },
+        ],
+        section,
+        cost: this.cost(p, counter) + this.cost(r, counter),
+        pos,
+        searchText: `${p.searchText}\n${r.searchText}`,
+        tokenizer: counter.name,
+        pairId: result.id,
+      };
+    } else {
+      unit = { events: [{ event: e, prep: p, message: p.message, pos }], section, cost: this.cost(p, counter), pos, searchText: p.searchText, tokenizer: counter.name, pairId: "" };
+    }
+    p.unit = unit;
+    return unit;
+  }
 
-    // Items, and the events that can never be included.
+  private analyze(window: readonly StoredEvent[], preserveSystem: boolean, counter: TokenCounter): Analysis {
+    const n = window.length;
+    const prep: PreparedEvent[] = new Array(n);
+    let summaries = 0;
+    for (let i = 0; i < n; i++) {
+      prep[i] = this.prepare(window[i]);
+      if (prep[i].covers) summaries++;
+    }
+    // Summaries: which events they hide, and where they read.
+    const hidden = new Uint8Array(n);
+    const startOf = new Map<number, number>();
+    let eventsSummarized = 0;
+    if (summaries > 0) {
+      const { active, hidden: covered } = resolveSummaries(
+        window.map((event, i) => ({ seq: event.seq, i })),
+        ({ i }) => prep[i].covers,
+      );
+      for (const s of active) startOf.set(s.event.i, s.range.fromSeq);
+      for (const { i } of covered) hidden[i] = 1;
+      eventsSummarized = covered.size;
+    }
+    const partner = pairTools(prep, hidden, window);
+
     const units: Unit[] = [];
     const droppedBySection = new Map<string, number>();
+    const sections = new Set<string>();
     const drop = (section: string) => droppedBySection.set(section, (droppedBySection.get(section) ?? 0) + 1);
-    for (const e of visible) {
-      const p = prepOf.get(e)!;
-      const section = sectionOf(p, e);
+    for (let i = 0; i < n; i++) {
+      if (hidden[i]) continue;
+      const e = window[i];
+      const p = prep[i];
+      const section = p.explicitSection ?? (e.eventType === EventType.SYSTEM && preserveSystem ? ROLE_SECTION : DEFAULT_SECTION);
+      sections.add(section);
       if (p.kind === "unrenderable") {
         drop(section);
       } else if (p.kind === "toolCall" || p.kind === "toolResult") {
-        const pair = pairs.get(e);
+        const pair = partner[i];
         if (!pair) drop(section);
-        else if (p.kind === "toolCall") {
-          const r = prepOf.get(pair.result)!;
-          units.push({ events: [e, pair.result], section, cost: this.cost(p, counter) + this.cost(r, counter), pos: e.seq, searchText: `${p.searchText}\n${r.searchText}` });
-        }
+        else if (p.kind === "toolCall") units.push(this.unitOf(e, p, section, e.seq, counter, { event: window[pair.other], prep: prep[pair.other], id: pair.id }));
       } else {
-        const start = summaryStart.get(e);
-        units.push({ events: [e], section, cost: this.cost(p, counter), pos: start === undefined ? e.seq : start - 0.5, searchText: p.searchText });
+        const start = startOf.get(i);
+        units.push(this.unitOf(e, p, section, start === undefined ? e.seq : start - 0.5, counter));
       }
     }
-
-    // Sections in fill order.
-    const present = new Set<string>([...units.map((u) => u.section), ...droppedBySection.keys()]);
-    const order: string[] = [];
-    const add = (s: string) => {
-      if (present.has(s) && !order.includes(s)) order.push(s);
-    };
-    if (options.preserveSystem) add(ROLE_SECTION);
-    options.sectionPriority.forEach(add);
-    DEFAULT_SECTION_ORDER.forEach(add);
-    [...present].sort().forEach(add);
-
+    // A summary reads at its first covered seq, before its own.
+    if (startOf.size > 0) units.sort((a, b) => a.pos - b.pos);
     const bySection = new Map<string, Unit[]>();
     for (const u of units) {
       let list = bySection.get(u.section);
       if (!list) bySection.set(u.section, (list = []));
       list.push(u);
     }
-    // A summary reads at its first covered seq, before its own.
-    if (summaryStart.size > 0) for (const list of bySection.values()) list.sort((a, b) => a.pos - b.pos);
+    return { units, bySection, droppedBySection, sections, eventsSummarized, windowSize: n };
+  }
+
+  /** Builds the context of a window (events in seq order). */
+  assemble(window: readonly StoredEvent[], options: ContextOptions, counter: TokenCounter): ConversationContext {
+    const analysis = this.analysisFor(window, options.preserveSystem, counter);
+
+    // Sections in fill order.
+    const order: string[] = [];
+    const add = (s: string) => {
+      if (analysis.sections.has(s) && !order.includes(s)) order.push(s);
+    };
+    if (options.preserveSystem) add(ROLE_SECTION);
+    options.sectionPriority.forEach(add);
+    DEFAULT_SECTION_ORDER.forEach(add);
+    if (order.length < analysis.sections.size) [...analysis.sections].sort().forEach(add);
 
     let remaining = options.tokenBudget;
     const chosen = new Set<Unit>();
     const sections: SectionUsage[] = [];
     let retrievalUsed = false;
+    let tokensUsed = 0;
+    let eventsIncluded = 0;
     for (const name of order) {
-      const candidates = bySection.get(name) ?? [];
+      const candidates = analysis.bySection.get(name) ?? [];
       let left = Math.min(remaining, options.sectionBudgets.get(name) ?? Infinity);
-      const usage: SectionUsage = { name, tokensUsed: 0, eventsIncluded: 0, eventsDropped: droppedBySection.get(name) ?? 0, retrievalUsed: false };
+      const usage: SectionUsage = { name, tokensUsed: 0, eventsIncluded: 0, eventsDropped: analysis.droppedBySection.get(name) ?? 0, retrievalUsed: false };
       const take = (u: Unit): boolean => {
         if (u.cost > left) return false;
         left -= u.cost;
@@ -175,7 +284,7 @@ export class ContextAssembler {
         for (const u of candidates) take(u);
       } else if (options.query !== "" && candidates.length > options.retrievalThreshold) {
         usage.retrievalUsed = retrievalUsed = true;
-        const scores = bm25Scores(candidates.map((u) => u.searchText), options.query);
+        const scores = this.ranker.scores(candidates.map((u) => u.searchText), options.query, candidates);
         const ranked = candidates.map((u, i) => ({ u, score: scores[i] }));
         // Most relevant first; equal scores (and non-matching items) newest first.
         ranked.sort((a, b) => b.score - a.score || b.u.pos - a.u.pos);
@@ -185,93 +294,71 @@ export class ContextAssembler {
         for (let i = candidates.length - 1; i >= 0; i--) if (!take(candidates[i])) break;
       }
       for (const u of candidates) if (!chosen.has(u)) usage.eventsDropped += u.events.length;
+      tokensUsed += usage.tokensUsed;
+      eventsIncluded += usage.eventsIncluded;
       sections.push(usage);
     }
 
-    return this.render([...chosen], prepOf, pairs, {
-      eventsSummarized: hidden.size,
-      windowSize: window.length,
-      retrievalUsed,
-      tokenizer: counter.name,
-      sections,
-    });
-  }
-
-  private render(
-    chosen: Unit[],
-    prepOf: Map<StoredEvent, PreparedEvent>,
-    pairs: Map<StoredEvent, ToolPair>,
-    info: { eventsSummarized: number; windowSize: number; retrievalUsed: boolean; tokenizer: string; sections: SectionUsage[] },
-  ): ConversationContext {
-    const items: { pos: number; event: StoredEvent }[] = [];
-    let tokensUsed = 0;
-    for (const u of chosen) {
-      tokensUsed += u.cost;
-      for (const e of u.events) items.push({ pos: e === u.events[0] ? u.pos : e.seq, event: e });
-    }
-    items.sort((a, b) => a.pos - b.pos);
+    // Render the chosen items in reading order.
     const lines: string[] = [];
     const messages: ContextMessage[] = [];
-    for (const { event } of items) {
-      const p = prepOf.get(event)!;
-      if (p.textLine) lines.push(p.textLine);
-      if (p.kind === "toolCall") {
-        const id = pairs.get(event)!.id;
-        const call: ToolCallPart = { ...p.message.toolCalls[0], id };
-        // Consecutive calls form one assistant turn (parallel tool calls).
-        const last = messages[messages.length - 1];
-        if (last && last.role === "assistant" && last.toolCalls.length > 0 && last.content === "") last.toolCalls.push(call);
-        else messages.push({ ...p.message, toolCalls: [call] });
-      } else if (p.kind === "toolResult") {
-        messages.push({ ...p.message, toolCallId: pairs.get(event)!.id });
+    const items: UnitEvent[] = [];
+    for (const u of analysis.units) if (chosen.has(u)) items.push(...u.events);
+    // A pair's result may come after later items: back to seq order (summaries keep their place).
+    items.sort((a, b) => a.pos - b.pos);
+    for (const item of items) {
+      if (item.prep.textLine) lines.push(item.prep.textLine);
+      const m = item.message;
+      const last = messages[messages.length - 1];
+      // Consecutive calls form one assistant turn (parallel tool calls).
+      if (item.prep.kind === "toolCall" && last && last.role === "assistant" && last.toolCalls.length > 0 && last.content === "") {
+        messages[messages.length - 1] = { ...last, toolCalls: [...last.toolCalls, ...m.toolCalls] };
       } else {
-        // Shared, never mutated: the edge may cache its wire form.
-        messages.push(p.message);
+        messages.push(m);
       }
     }
     return {
       text: lines.join("\n"),
       messages,
-      eventsIncluded: items.length,
-      eventsDropped: info.windowSize - items.length - info.eventsSummarized,
-      eventsSummarized: info.eventsSummarized,
+      eventsIncluded,
+      eventsDropped: analysis.windowSize - eventsIncluded - analysis.eventsSummarized,
+      eventsSummarized: analysis.eventsSummarized,
       tokensUsed,
-      retrievalUsed: info.retrievalUsed,
-      tokenizer: info.tokenizer,
-      sections: info.sections,
+      retrievalUsed,
+      tokenizer: counter.name,
+      sections,
     };
   }
 }
 
-/** A tool call and its result, with the id both carry in the context. */
-interface ToolPair {
+/** The other half of a tool pair (an index in the window) and the id both carry. */
+interface ToolPartner {
+  other: number;
   id: string;
-  call: StoredEvent;
-  result: StoredEvent;
 }
 
 /**
- * Pairs tool calls with results: by id when the result names one, otherwise
- * with the oldest open call of the same tool. Returns the pair of every paired
- * call and result; unpaired ones are absent (LLM APIs reject an unanswered call).
+ * Pairs tool calls with results among the visible events: by id when the
+ * result names one, otherwise with the oldest open call of the same tool.
+ * Unpaired calls and results get no partner (LLM APIs reject an unanswered call).
  */
-function pairTools(events: readonly StoredEvent[], prepOf: Map<StoredEvent, PreparedEvent>): Map<StoredEvent, ToolPair> {
-  const open: { event: StoredEvent; id: string; name: string }[] = [];
-  const paired = new Map<StoredEvent, ToolPair>();
-  for (const e of events) {
-    const p = prepOf.get(e)!;
+function pairTools(prep: readonly PreparedEvent[], hidden: Uint8Array, window: readonly StoredEvent[]): (ToolPartner | undefined)[] {
+  const partner: (ToolPartner | undefined)[] = new Array(prep.length);
+  const open: { i: number; id: string; name: string }[] = [];
+  for (let i = 0; i < prep.length; i++) {
+    const p = prep[i];
+    if (hidden[i]) continue;
     if (p.kind === "toolCall") {
-      open.push({ event: e, id: p.toolCallId ?? `call_${e.seq}`, name: p.toolName });
+      open.push({ i, id: p.toolCallId ?? `call_${window[i].seq}`, name: p.toolName });
     } else if (p.kind === "toolResult") {
       const id = p.toolCallId;
       const name = p.toolName;
-      const i = id !== undefined ? open.findIndex((c) => c.id === id) : open.findIndex((c) => c.name === name || name === "tool");
-      if (i < 0) continue;
-      const [call] = open.splice(i, 1);
-      const pair = { id: call.id, call: call.event, result: e };
-      paired.set(call.event, pair);
-      paired.set(e, pair);
+      const k = id !== undefined ? open.findIndex((c) => c.id === id) : open.findIndex((c) => c.name === name || name === "tool");
+      if (k < 0) continue;
+      const [call] = open.splice(k, 1);
+      partner[call.i] = { other: i, id: call.id };
+      partner[i] = { other: call.i, id: call.id };
     }
   }
-  return paired;
+  return partner;
 }

@@ -59,6 +59,8 @@ export interface PreparedEvent {
   covers: SeqRange | undefined;
   /** Token counts by tokenizer name, filled lazily. */
   tokens: Map<string, number>;
+  /** The context item last built from this event (owned by assemble.ts). */
+  unit?: unknown;
 }
 
 function asObject(v: JsonValue | undefined): JsonObject | undefined {
@@ -164,10 +166,26 @@ function delegation(e: StoredEvent, text: string): ContextMessage {
   }
 }
 
+/** Every PreparedEvent has one shape (same keys, same order), so the hot loops stay monomorphic. */
+function prepared(e: StoredEvent, kind: PreparedKind, message: ContextMessage, fields: Partial<Pick<PreparedEvent, "textLine" | "tokenText" | "images" | "searchText" | "toolCallId" | "toolName" | "covers">> = {}): PreparedEvent {
+  return {
+    kind,
+    message,
+    textLine: fields.textLine ?? "",
+    explicitSection: str(e.metadata.section),
+    tokenText: fields.tokenText ?? message.content,
+    images: fields.images ?? 0,
+    searchText: fields.searchText ?? "",
+    toolCallId: fields.toolCallId,
+    toolName: fields.toolName ?? "",
+    covers: fields.covers,
+    tokens: new Map<string, number>(),
+    unit: undefined,
+  };
+}
+
 /** Renders one event, ignoring pairing and budgets. */
 export function prepareEvent(e: StoredEvent): PreparedEvent {
-  const section = str(e.metadata.section);
-  const base = { explicitSection: section, toolCallId: undefined, toolName: "", covers: undefined, tokens: new Map<string, number>(), images: 0 };
   switch (e.eventType) {
     case EventType.TOOL_CALL: {
       const c = asObject(e.content);
@@ -176,21 +194,20 @@ export function prepareEvent(e: StoredEvent): PreparedEvent {
       const argText = typeof args === "string" ? args : canonicalJson(args);
       // The id is filled per context (it may be generated from the seq).
       const msg = message("assistant", "", { toolCalls: [{ id: "", type: "function", function: { name, arguments: argText } }] });
-      return { ...base, kind: "toolCall", message: msg, textLine: "", tokenText: `${name} ${argText}`, searchText: `${name} ${argText}`, toolCallId: toolCallIdOf(e), toolName: name };
+      return prepared(e, "toolCall", msg, { tokenText: `${name} ${argText}`, searchText: `${name} ${argText}`, toolCallId: toolCallIdOf(e), toolName: name });
     }
     case EventType.TOOL_RESULT: {
       const c = asObject(e.content);
       const result = c && "result" in c ? c.result : c && "output" in c ? c.output : e.content;
       const text = typeof result === "string" ? result : canonicalJson(result);
       const name = toolNameOf(e);
-      return { ...base, kind: "toolResult", message: message("tool", text, { name }), textLine: "", tokenText: `${name} ${text}`, searchText: text, toolCallId: toolCallIdOf(e), toolName: name };
+      return prepared(e, "toolResult", message("tool", text, { name }), { tokenText: `${name} ${text}`, searchText: text, toolCallId: toolCallIdOf(e), toolName: name });
     }
     case EventType.SUMMARY: {
       const text = contentText(e.content);
       const covers = parseCovers(e.metadata.covers);
       const label = covers ? `[Summary of events ${covers.fromSeq}-${covers.toSeq}]` : "[Summary]";
-      const content = `${label} ${text}`;
-      return { ...base, kind: "summary", message: message("system", content), textLine: `Summary: ${text}`, tokenText: content, searchText: text, covers };
+      return prepared(e, "summary", message("system", `${label} ${text}`), { textLine: `Summary: ${text}`, searchText: text, covers });
     }
     default:
       break;
@@ -220,8 +237,8 @@ export function prepareEvent(e: StoredEvent): PreparedEvent {
       break;
     default:
       // Other types enter a context only when placed in a section (documents, findings, ...).
-      if (section === undefined) return { ...base, kind: "unrenderable", message: message("system", ""), textLine: "", tokenText: "", searchText: "" };
+      if (str(e.metadata.section) === undefined) return prepared(e, "unrenderable", message("system", ""));
       msg = withImages("system", `[${e.eventType}] ${text}`, images);
   }
-  return { ...base, kind: "message", message: msg, textLine, tokenText: msg.content, searchText: text, images: images.length };
+  return prepared(e, "message", msg, { textLine, searchText: text, images: images.length });
 }
