@@ -5,9 +5,9 @@
 import { durationFromMs } from "@bufbuild/protobuf/wkt";
 import { Code, ConnectError, createClient, type Client, type Interceptor, type Transport } from "@connectrpc/connect";
 import * as pb from "./gen/engram/v1/memory_pb.js";
-import { fromEventInput, toContext, toEvent, toNumber, toSeq, toSession } from "./convert.js";
+import { contextRequest, fromEventInput, toContext, toEvent, toNumber, toSeq, toSession } from "./convert.js";
 import { createTransport, type ClosableTransport, type Protocol } from "./transport.js";
-import type { CallOptions, ConversationContext, EventInput, JsonObject, JsonValue, MemoryEvent, MemoryStats, Session } from "./types.js";
+import type { CallOptions, ContextOptions, ConversationContext, EventInput, JsonObject, JsonValue, MemoryEvent, MemoryStats, Session } from "./types.js";
 
 /** How a resumable stream reconnects. */
 export interface ReconnectOptions {
@@ -346,9 +346,14 @@ export class MemoryClient {
     }
   }
 
-  /** The recent turns of a session as KAOS text and as OpenAI-shaped chat messages. */
-  async buildConversationContext(sessionId: string, maxEvents = 0, opts?: CallOptions): Promise<ConversationContext> {
-    const res = await this.retrying(() => this.rpc.buildConversationContext({ sessionId, maxEvents }, opts), opts);
+  /**
+   * The context for a session's next model call, as KAOS text and OpenAI-shaped
+   * chat messages. A number is max_events (the KAOS signature); options add a
+   * token budget, a query, sections and their budgets (see ContextOptions).
+   */
+  async buildConversationContext(sessionId: string, options: number | ContextOptions = 0, opts?: CallOptions): Promise<ConversationContext> {
+    const req = contextRequest(sessionId, options);
+    const res = await this.retrying(() => this.rpc.buildConversationContext(req, opts), opts);
     return toContext(res);
   }
 

@@ -3,7 +3,7 @@ import { create, fromJson, toJson, type JsonObject, type JsonValue } from "@bufb
 import { ValueSchema, timestampDate, timestampFromDate, type Timestamp } from "@bufbuild/protobuf/wkt";
 import { randomUUID } from "node:crypto";
 import * as pb from "./gen/engram/v1/memory_pb.js";
-import type { ChatMessage, ConversationContext, EventInput, MemoryEvent, Session } from "./types.js";
+import type { ChatMessage, ContentPart, ContextOptions, ConversationContext, EventInput, MemoryEvent, Session } from "./types.js";
 
 /** A uint64 from the wire as a number; throws rather than round. */
 export function toNumber(value: bigint, field: string): number {
@@ -77,7 +77,33 @@ function toChatMessage(m: pb.ChatMessage): ChatMessage {
     }));
   }
   if (m.toolCallId) out.tool_call_id = m.toolCallId;
+  if (m.contentParts.length > 0) out.content_parts = m.contentParts.map(toContentPart);
   return out;
+}
+
+function toContentPart(p: pb.ContentPart): ContentPart {
+  if (p.type === "image_url") {
+    const image: { url: string; detail?: string } = { url: p.imageUrl?.url ?? "" };
+    if (p.imageUrl?.detail) image.detail = p.imageUrl.detail;
+    return { type: "image_url", image_url: image };
+  }
+  return { type: "text", text: p.text };
+}
+
+/** The request of buildConversationContext: a number is max_events (the KAOS signature). */
+export function contextRequest(sessionId: string, options: number | ContextOptions): pb.BuildConversationContextRequest {
+  const o: ContextOptions = typeof options === "number" ? { maxEvents: options } : options;
+  return create(pb.BuildConversationContextRequestSchema, {
+    sessionId,
+    maxEvents: o.maxEvents ?? 0,
+    tokenBudget: o.tokenBudget ?? 0,
+    query: o.query ?? "",
+    tokenizer: o.tokenizer ?? "",
+    preserveSystem: o.preserveSystem,
+    sectionBudgets: o.sectionBudgets ?? {},
+    sectionPriority: o.sectionPriority ?? [],
+    retrievalThreshold: o.retrievalThreshold,
+  });
 }
 
 export function toContext(r: pb.BuildConversationContextResponse): ConversationContext {
@@ -86,5 +112,16 @@ export function toContext(r: pb.BuildConversationContextResponse): ConversationC
     messages: r.messages.map(toChatMessage),
     eventsIncluded: r.eventsIncluded,
     eventsDropped: r.eventsDropped,
+    eventsSummarized: r.eventsSummarized,
+    tokensUsed: r.tokensUsed,
+    retrievalUsed: r.retrievalUsed,
+    tokenizer: r.tokenizer,
+    sections: r.sections.map((s) => ({
+      name: s.name,
+      tokensUsed: s.tokensUsed,
+      eventsIncluded: s.eventsIncluded,
+      eventsDropped: s.eventsDropped,
+      retrievalUsed: s.retrievalUsed,
+    })),
   };
 }

@@ -10,6 +10,9 @@ export { Code, ConnectError, CURRENT_SEQ_TRAILER, LAST_SEQ_TRAILER, codeOf, curr
 export type {
   CallOptions,
   ChatMessage,
+  ContentPart,
+  ContextOptions,
+  ContextSection,
   ConversationContext,
   EventInput,
   JsonObject,

@@ -52,13 +52,54 @@ export interface EventInput {
   timestamp?: Date;
 }
 
+/** One part of a multi-part message, in the OpenAI chat-completions shape. */
+export type ContentPart = { type: "text"; text: string } | { type: "image_url"; image_url: { url: string; detail?: string } };
+
 /** A chat message in the OpenAI chat-completions shape, ready to send to an LLM API. */
 export interface ChatMessage {
   role: string;
+  /** The text of the message. */
   content: string;
   name?: string;
   tool_calls?: Array<{ id: string; type: string; function: { name: string; arguments: string } }>;
   tool_call_id?: string;
+  /**
+   * Only on messages that carry images: text and image parts. Send these as
+   * `content` to a vision model (`{ ...m, content: m.content_parts ?? m.content }`).
+   */
+  content_parts?: ContentPart[];
+}
+
+/** Options of buildConversationContext; all optional. */
+export interface ContextOptions {
+  /**
+   * Newest events to consider. 0: MEMORY_CONTEXT_LIMIT, or the newest 1000 when
+   * a token budget, section budgets or a query is given.
+   */
+  maxEvents?: number;
+  /** Most tokens the messages may take (0: no total budget). */
+  tokenBudget?: number;
+  /** Text to rank items of large sections by (BM25). */
+  query?: string;
+  /** "o200k_base" (default), "cl100k_base" or "chars4". */
+  tokenizer?: string;
+  /** Keep system events first (default true). */
+  preserveSystem?: boolean;
+  /** Most tokens per section, e.g. { documents: 1000 }. */
+  sectionBudgets?: Record<string, number>;
+  /** Sections from highest to lowest priority; the lowest are trimmed first. */
+  sectionPriority?: string[];
+  /** Rank a section by relevance once it holds more than this many items (default 20). */
+  retrievalThreshold?: number;
+}
+
+/** What one section contributed to a context. */
+export interface ContextSection {
+  name: string;
+  tokensUsed: number;
+  eventsIncluded: number;
+  eventsDropped: number;
+  retrievalUsed: boolean;
 }
 
 /** BuildConversationContext's answer. */
@@ -69,6 +110,16 @@ export interface ConversationContext {
   messages: ChatMessage[];
   eventsIncluded: number;
   eventsDropped: number;
+  /** Events a summary in the context stands in for. */
+  eventsSummarized: number;
+  /** Tokens the messages take, counted by `tokenizer`. */
+  tokensUsed: number;
+  /** True when a section was ranked by relevance to the query. */
+  retrievalUsed: boolean;
+  /** The tokenizer that counted (chars4 when a BPE tokenizer could not be loaded). */
+  tokenizer: string;
+  /** Per-section usage, in priority order. */
+  sections: ContextSection[];
 }
 
 /** Totals over the whole store. */
