@@ -1,0 +1,173 @@
+/**
+ * Child processes of the benchmark: Engram servers and helper scripts run as
+ * separate node processes, so the load generator and the server never share a
+ * CPU-time account, and their CPU is read from /proc per process.
+ */
+import { fork, spawn, type ChildProcess } from "node:child_process";
+import { readFileSync } from "node:fs";
+import { createInterface } from "node:readline";
+import path from "node:path";
+import { fileURLToPath } from "node:url";
+
+/** Repository root. */
+export const REPO_ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), "../..");
+
+/** Clock ticks per second of /proc/<pid>/stat times (USER_HZ; 100 on every Linux we run on). */
+const CLOCK_TICKS = 100;
+
+/** User + system CPU seconds consumed so far by a process (from /proc/<pid>/stat), or NaN when unreadable. */
+export function processCpuSeconds(pid: number): number {
+  try {
+    const stat = readFileSync(`/proc/${pid}/stat`, "utf8");
+    // The command name (field 2) may hold spaces: fields are counted after its closing parenthesis.
+    const fields = stat.slice(stat.lastIndexOf(")") + 2).split(" ");
+    return (Number(fields[11]) + Number(fields[12])) / CLOCK_TICKS;
+  } catch {
+    return Number.NaN;
+  }
+}
+
+/** Ids of a process's direct children (PostgreSQL backends are children of the postmaster). */
+export function childPids(pid: number): number[] {
+  try {
+    const tasks = readFileSync(`/proc/${pid}/task/${pid}/children`, "utf8").trim();
+    return tasks ? tasks.split(/\s+/).map(Number) : [];
+  } catch {
+    return [];
+  }
+}
+
+/** Every child still running; killed if the runner exits without stopping them (one exit listener for all). */
+const running = new Set<ChildProcess>();
+process.once("exit", () => {
+  for (const child of running) child.kill("SIGKILL");
+});
+
+function track(child: ChildProcess): void {
+  running.add(child);
+  child.once("exit", () => running.delete(child));
+}
+
+/** Node arguments that run TypeScript through tsx in the same process (no wrapper process). */
+export const TSX_NODE_ARGS = ["--import", "tsx"];
+
+/** An Engram server running as a child process. */
+export interface EngramProcess {
+  pid: number;
+  port: number;
+  address: string;
+  child: ChildProcess;
+  stop(): Promise<void>;
+}
+
+/** Starts `src/main.ts` under node (so `pid` is the server itself) and waits for its "listening" line. */
+export async function startEngram(args: string[], env: Record<string, string> = {}, nodeArgs: string[] = []): Promise<EngramProcess> {
+  const child = spawn(process.execPath, [...TSX_NODE_ARGS, ...nodeArgs, "src/main.ts", "--host", "127.0.0.1", "--port", "0", ...args], {
+    cwd: REPO_ROOT,
+    env: { ...process.env, ...env },
+    stdio: ["ignore", "pipe", "pipe"],
+  });
+  let output = "";
+  child.stderr!.on("data", (d) => (output = (output + d).slice(-4000)));
+  const exited = new Promise<void>((resolve) => child.once("exit", () => resolve()));
+  const port = await new Promise<number>((resolve, reject) => {
+    const timer = setTimeout(() => reject(new Error(`engram did not start in 60 s: ${output}`)), 60_000);
+    createInterface({ input: child.stdout! }).on("line", (line) => {
+      output = (output + line + "\n").slice(-4000);
+      try {
+        const entry = JSON.parse(line) as { msg?: string; port?: number };
+        if (entry.msg === "listening" && entry.port) {
+          clearTimeout(timer);
+          resolve(entry.port);
+        }
+      } catch {
+        // not a log line
+      }
+    });
+    void exited.then(() => {
+      clearTimeout(timer);
+      reject(new Error(`engram exited before listening: ${output}`));
+    });
+  });
+  track(child);
+  return {
+    pid: child.pid!,
+    port,
+    address: `127.0.0.1:${port}`,
+    child,
+    stop: async () => {
+      if (child.exitCode === null && child.signalCode === null) child.kill("SIGTERM");
+      const timer = setTimeout(() => child.kill("SIGKILL"), 15_000);
+      await exited;
+      clearTimeout(timer);
+    },
+  };
+}
+
+/** A forked TypeScript worker that answers one request message with one reply message at a time. */
+export interface Worker {
+  pid: number;
+  request<T>(message: unknown, timeoutMs?: number): Promise<T>;
+  stop(): Promise<void>;
+}
+
+/** Forks `bench/<script>` under tsx with an IPC channel. */
+export function forkWorker(script: string, nodeArgs: string[] = []): Worker {
+  const child = fork(path.join(REPO_ROOT, "bench", script), [], {
+    cwd: REPO_ROOT,
+    execArgv: [...TSX_NODE_ARGS, ...nodeArgs],
+    stdio: ["ignore", "inherit", "inherit", "ipc"],
+  });
+  track(child);
+  const exited = new Promise<void>((resolve) => child.once("exit", () => resolve()));
+  let queue: Promise<unknown> = Promise.resolve();
+  return {
+    pid: child.pid!,
+    request<T>(message: unknown, timeoutMs = 600_000): Promise<T> {
+      const run = () =>
+        new Promise<T>((resolve, reject) => {
+          const timer = setTimeout(() => {
+            cleanup();
+            reject(new Error(`${script}: no reply in ${timeoutMs} ms`));
+          }, timeoutMs);
+          const onMessage = (reply: { ok: boolean; value?: T; error?: string }) => {
+            cleanup();
+            if (reply.ok) resolve(reply.value as T);
+            else reject(new Error(`${script}: ${reply.error}`));
+          };
+          const onExit = () => {
+            cleanup();
+            reject(new Error(`${script} exited`));
+          };
+          const cleanup = () => {
+            clearTimeout(timer);
+            child.off("message", onMessage);
+            child.off("exit", onExit);
+          };
+          child.on("message", onMessage);
+          child.once("exit", onExit);
+          child.send(message as object);
+        });
+      const next = queue.then(run, run);
+      queue = next.catch(() => {});
+      return next;
+    },
+    stop: async () => {
+      if (child.connected) child.disconnect();
+      const timer = setTimeout(() => child.kill("SIGKILL"), 5000);
+      await exited;
+      clearTimeout(timer);
+    },
+  };
+}
+
+/** Runs a handler for every IPC request of a forked worker; replies with its value or error. */
+export function serveRequests(handler: (message: never) => Promise<unknown>): void {
+  process.on("message", (message) => {
+    handler(message as never).then(
+      (value) => process.send!({ ok: true, value }),
+      (err: unknown) => process.send!({ ok: false, error: err instanceof Error ? err.stack ?? err.message : String(err) }),
+    );
+  });
+  process.on("disconnect", () => process.exit(0));
+}

@@ -1,0 +1,97 @@
+/**
+ * Peer memory servers on the same box and backend. Google ADK's
+ * DatabaseSessionService (PyPI google-adk[db], in bench/.venv) is driven by
+ * bench/peers/adk_load.py over the same PostgreSQL; peers that cannot be
+ * installed from a registry here are reported as such, with the reason.
+ */
+import { execFileSync, spawn } from "node:child_process";
+import { existsSync } from "node:fs";
+import path from "node:path";
+import { REPO_ROOT } from "../lib/processes.js";
+import type { PeerPoint } from "../report.js";
+import type { Profile } from "../run.js";
+
+/** Version pins of what bench/.venv holds. */
+export const ADK_REQUIREMENTS = ["google-adk[db]==2.13.0", "asyncpg==0.32.0"];
+
+const VENV = path.join(REPO_ROOT, "bench/.venv");
+const PYTHON = path.join(VENV, "bin/python");
+
+/** Creates bench/.venv with google-adk when missing (PyPI through pip); returns false when that is impossible. */
+function ensureVenv(log: (message: string) => void): boolean {
+  const ready = () => {
+    try {
+      execFileSync(PYTHON, ["-c", "import google.adk.sessions.database_session_service, asyncpg"], { stdio: "ignore" });
+      return true;
+    } catch {
+      return false;
+    }
+  };
+  if (existsSync(PYTHON) && ready()) return true;
+  log("peers: installing google-adk into bench/.venv (pip, PyPI)");
+  try {
+    if (!existsSync(PYTHON)) execFileSync("python3", ["-m", "venv", VENV], { stdio: "ignore" });
+    execFileSync(path.join(VENV, "bin/pip"), ["install", "-q", ...ADK_REQUIREMENTS], { stdio: "ignore", timeout: 600_000 });
+  } catch (err) {
+    log(`peers: could not install google-adk: ${err instanceof Error ? err.message : String(err)}`);
+    return false;
+  }
+  return ready();
+}
+
+/** Runs every peer that can run here; returns its points and notes on those that cannot. */
+export async function runPeers(
+  profile: Profile,
+  backing: { postgres?: { url: string } },
+  log: (message: string) => void,
+): Promise<{ points: PeerPoint[]; notes: string[] }> {
+  const points: PeerPoint[] = [];
+  const notes = [
+    "Motorhead (Rust, Redis): not installable here. It is not published on crates.io (`cargo info motorhead`: \"could not find `motorhead` in registry\"); the PyPI package named motorhead is an unrelated MongoDB ODM; its source is only on GitHub, which this machine cannot reach. No Motorhead figures.",
+    "Redis agent-memory-server (PyPI agent-memory-server 0.15.2): not run. It requires the Redis Query Engine (RediSearch, Redis Stack or Redis 8) for its indexes, and Debian's redis-server here is 7.0 without modules.",
+  ];
+  if (!backing.postgres) return { points, notes };
+  if (!ensureVenv(log)) {
+    notes.push("Google ADK: bench/.venv could not be created (pip install failed); no ADK figures.");
+    return { points, notes };
+  }
+  // ADK gets a database of its own on the same PostgreSQL server.
+  const { default: pg } = await import("pg");
+  const admin = new pg.Client({ connectionString: backing.postgres.url });
+  await admin.connect();
+  const database = `adkbench_${Date.now()}`;
+  await admin.query(`CREATE DATABASE ${database}`);
+  await admin.end();
+  const url = new URL(backing.postgres.url);
+  const dbUrl = `postgresql+asyncpg://${url.username}@${url.host}/${database}`;
+  const args = [
+    path.join(REPO_ROOT, "bench/peers/adk_load.py"),
+    "--db-url", dbUrl,
+    "--concurrency", profile.concurrencies.join(","),
+    "--duration", String(profile.durationMs / 1000),
+    "--warmup", String(profile.warmupMs / 1000),
+    "--read-events", "1000",
+  ];
+  log(`peers: google-adk DatabaseSessionService on ${dbUrl}`);
+  const output = await new Promise<string>((resolve, reject) => {
+    const child = spawn(PYTHON, args, { stdio: ["ignore", "pipe", "pipe"] });
+    let stdout = "";
+    let stderr = "";
+    child.stdout.on("data", (d) => {
+      stdout += d;
+      for (const line of String(d).trim().split("\n")) if (line) log(`peers: adk ${line}`);
+    });
+    child.stderr.on("data", (d) => (stderr = (stderr + d).slice(-4000)));
+    const timer = setTimeout(() => child.kill("SIGKILL"), 600_000);
+    child.once("exit", (code) => {
+      clearTimeout(timer);
+      if (code === 0) resolve(stdout);
+      else reject(new Error(`adk_load.py exited ${code}: ${stderr}`));
+    });
+  });
+  for (const line of output.trim().split("\n")) {
+    const r = JSON.parse(line) as { workload: string; concurrency: number; throughput: number; p50Us: number; p99Us: number; calls: number; errors: number };
+    points.push({ peer: "google-adk DatabaseSessionService", backend: "postgres", ...r });
+  }
+  return { points, notes };
+}

@@ -1,0 +1,64 @@
+/**
+ * The raw-store baselines, a forked child of the runner: the same storage
+ * work Engram's server does per AddEvent and per "last 20 events" read, done
+ * by the store driver itself (the same ioredis Lua scripts, the same pg
+ * statements and transaction) in a process with no gRPC, no validation and
+ * no protobuf. The gap between this and the server is the server's own cost.
+ */
+import { randomUUID } from "node:crypto";
+import { loadConfig } from "../src/config.js";
+import { openStore } from "../src/store/index.js";
+import type { MemoryStore, NewEvent } from "../src/store/types.js";
+import { closedLoop, type ClosedLoopOptions, type LoadResult } from "./lib/closed-loop.js";
+import { serveRequests } from "./lib/processes.js";
+import { CONTENT_100B } from "./workloads.js";
+
+/** One raw run. */
+export interface RawSpec extends ClosedLoopOptions {
+  backend: "redis" | "postgres";
+  url: string;
+  op: "append" | "tail";
+  /** Events in the session the tail reads from. */
+  tailSessionEvents: number;
+}
+
+const stores = new Map<string, MemoryStore>();
+
+async function storeFor(spec: RawSpec): Promise<MemoryStore> {
+  const key = `${spec.backend} ${spec.url}`;
+  let store = stores.get(key);
+  if (!store) {
+    const flag = spec.backend === "redis" ? "--redis-url" : "--postgres-url";
+    const config = loadConfig(["--memory-type", spec.backend, flag, spec.url, "--key-prefix", "rawbench", "--max-session-events", "1000000", "--max-sessions", "1000000"], {});
+    store = await openStore(config);
+    stores.set(key, store);
+  }
+  return store;
+}
+
+function newEvent(): NewEvent {
+  // What the service hands the store for a 100-byte user message with a generated id.
+  return { eventId: randomUUID(), eventType: "user_message", content: CONTENT_100B, metadata: {}, timestamp: Date.now(), fingerprint: "" };
+}
+
+/** Runs one raw point. */
+async function runRaw(spec: RawSpec): Promise<LoadResult> {
+  const store = await storeFor(spec);
+  const session = (id: string) => store.getOrCreateSession({ sessionId: id, appName: "rawbench", userId: "bench", metadata: {}, now: Date.now() });
+  if (spec.op === "append") {
+    for (let i = 0; i < spec.concurrency; i++) await session(`raw-append-${i}`);
+    return closedLoop(spec, async (worker) => {
+      await store.appendEvents(`raw-append-${worker}`, [newEvent()]);
+    });
+  }
+  const tailId = `raw-tail-${spec.tailSessionEvents}`;
+  const { session: existing } = await session(tailId);
+  for (let n = existing.headSeq; n < spec.tailSessionEvents; n += 500) {
+    await store.appendEvents(tailId, Array.from({ length: Math.min(500, spec.tailSessionEvents - n) }, newEvent));
+  }
+  return closedLoop(spec, async () => {
+    await store.readTail(tailId, 20);
+  });
+}
+
+serveRequests((spec: RawSpec) => runRaw(spec));

@@ -1,0 +1,252 @@
+/**
+ * The benchmark's report: results.json (everything measured), results.md
+ * (tables and the target ratios) and throughput.png (throughput against
+ * concurrency per backend). Ratios are always taken between measurements of
+ * the same run, so a busy machine shifts both sides alike.
+ */
+import { writeFileSync } from "node:fs";
+import path from "node:path";
+import type { LoadResult } from "./lib/closed-loop.js";
+
+/** One measured point: a workload on a backend at a concurrency. */
+export interface Point extends LoadResult {
+  /** "server" (Engram over gRPC) or "baseline" (echo, store drivers). */
+  kind: "server" | "baseline";
+  backend: string;
+  workload: string;
+  concurrency: number;
+}
+
+/** A reference tool's figure (redis-benchmark, pgbench). */
+export interface Reference {
+  tool: string;
+  test: string;
+  concurrency: number;
+  throughput: number;
+  p50Us?: number;
+  p99Us?: number;
+  command: string;
+}
+
+/** One fan-out configuration, Engram against the pre-serialized baseline. */
+export interface FanoutResult {
+  subscribers: number;
+  replicas: number;
+  engram: FanoutFigures;
+  preSerialized: FanoutFigures;
+  ratio: number;
+}
+
+/** Delivered events per second and append-to-delivery latency. */
+export interface FanoutFigures {
+  appended: number;
+  delivered: number;
+  expected: number;
+  deliveredPerSecond: number;
+  p50Us: number;
+  p99Us: number;
+  /** Server CPU microseconds per delivered event (all replicas). */
+  serverCpuUsPerDelivery: number;
+}
+
+/** The memory measurement. */
+export interface MemoryResult {
+  events: number;
+  contentBytes: number;
+  heapBytesPerEvent: number;
+  rssBytesPerEvent: number;
+  externalBytesPerEvent: number;
+  method: string;
+}
+
+/** A peer's point: the same workload shape on the same backend. */
+export interface PeerPoint {
+  peer: string;
+  backend: string;
+  workload: string;
+  concurrency: number;
+  throughput: number;
+  p50Us: number;
+  p99Us: number;
+  calls: number;
+  errors: number;
+}
+
+/** Everything a run measured. */
+export interface BenchResults {
+  meta: Record<string, unknown>;
+  points: Point[];
+  references: Reference[];
+  fanout: FanoutResult[];
+  memory?: MemoryResult;
+  peers: PeerPoint[];
+  context?: unknown;
+  notes: string[];
+}
+
+/** A target ratio, its figure and whether it was met. */
+export interface TargetCheck {
+  target: string;
+  measured: string;
+  ratio: number;
+  goal: number;
+  met: boolean;
+}
+
+const fmt = (v: number | null | undefined, digits = 0) =>
+  v === undefined || v === null || Number.isNaN(v) ? "–" : v.toLocaleString("en-US", { maximumFractionDigits: digits, minimumFractionDigits: digits });
+const ms = (us: number | null | undefined) => (us === undefined || us === null || Number.isNaN(us) ? "–" : (us / 1000).toFixed(us < 10_000 ? 2 : 1));
+
+function find(results: BenchResults, backend: string, workload: string | RegExp, concurrency: number): Point | undefined {
+  return results.points.find(
+    (p) => p.backend === backend && p.concurrency === concurrency && (typeof workload === "string" ? p.workload === workload : workload.test(p.workload)),
+  );
+}
+
+/** The issue's targets, checked on this run's figures (at concurrency 16, or the largest measured below it). */
+export function checkTargets(results: BenchResults): TargetCheck[] {
+  const checks: TargetCheck[] = [];
+  const concurrencies = (results.meta.concurrencies as number[]) ?? [16];
+  const c = concurrencies.includes(16) ? 16 : Math.max(...concurrencies);
+  const goals: Record<string, number> = { local: 0.8, redis: 0.7, postgres: 0.5 };
+  for (const [backend, goal] of Object.entries(goals)) {
+    const add = find(results, backend, "AddEvent", c);
+    const echo = find(results, "grpc-js echo", new RegExp(`before ${backend}\\)`), c);
+    if (!add || !echo) continue;
+    const ratio = add.throughput / echo.throughput;
+    checks.push({
+      target: `${backend} AddEvent ≥ ${goal}× grpc-js echo (c=${c})`,
+      measured: `${fmt(add.throughput)}/s vs ${fmt(echo.throughput)}/s`,
+      ratio,
+      goal,
+      met: ratio >= goal,
+    });
+    const addCpu = add.cpuUsPerCall.server;
+    const echoCpu = echo.cpuUsPerCall.server;
+    if (addCpu > 0 && echoCpu > 0) {
+      checks.push({
+        target: `${backend} AddEvent server CPU/call vs echo's (c=${c}; ratio = echo ÷ engram, informational)`,
+        measured: `${fmt(addCpu)} µs vs ${fmt(echoCpu)} µs`,
+        ratio: echoCpu / addCpu,
+        goal,
+        met: echoCpu / addCpu >= goal,
+      });
+    }
+  }
+  for (const f of results.fanout) {
+    checks.push({
+      target: `fan-out ${f.subscribers} subscribers ≥ 0.5× pre-serialized writes`,
+      measured: `${fmt(f.engram.deliveredPerSecond)}/s vs ${fmt(f.preSerialized.deliveredPerSecond)}/s`,
+      ratio: f.ratio,
+      goal: 0.5,
+      met: f.ratio >= 0.5,
+    });
+  }
+  if (results.memory) {
+    checks.push({
+      target: "≤ 350 bytes per stored event (100-byte content, local store)",
+      measured: `${fmt(results.memory.heapBytesPerEvent)} B/event (heap)`,
+      ratio: 350 / results.memory.heapBytesPerEvent,
+      goal: 1,
+      met: results.memory.heapBytesPerEvent <= 350,
+    });
+  }
+  for (const peer of results.peers) {
+    const ours = results.points.find(
+      (p) => p.kind === "server" && p.backend === peer.backend && p.concurrency === peer.concurrency && (peer.workload === "append" ? p.workload === "AddEvent" : /^GetSessionEvents last 20 of 1k/.test(p.workload)),
+    );
+    if (!ours || peer.throughput === 0) continue;
+    checks.push({
+      target: `ahead of ${peer.peer} on ${peer.workload} (${peer.backend}, c=${peer.concurrency})`,
+      measured: `${fmt(ours.throughput)}/s vs ${fmt(peer.throughput)}/s`,
+      ratio: ours.throughput / peer.throughput,
+      goal: 1,
+      met: ours.throughput > peer.throughput,
+    });
+  }
+  return checks;
+}
+
+/** Renders results.md. */
+export function renderMarkdown(results: BenchResults): string {
+  const lines: string[] = [];
+  const m = results.meta;
+  lines.push(`# Engram benchmark results (${m.profile} profile)`, "");
+  lines.push(
+    `Run ${m.startedAt} on ${m.cpus} × ${m.cpuModel}, Node ${m.node}; ${m.durationMs} ms per point after ${m.warmupMs} ms warm-up; load average ${(m.loadAverageAtStart as number[]).join(" ")} at start, ${(m.loadAverageAtEnd as number[] | undefined)?.join(" ") ?? "?"} at end (the machine is shared: compare ratios within this run, not absolute numbers across runs).`,
+    `Client: ${m.client}. CPU columns are CPU microseconds per call of each process, read from /proc around the measured window.`,
+    "",
+  );
+  const checks = checkTargets(results);
+  if (checks.length > 0) {
+    lines.push("## Targets", "", "| Target | Measured | Ratio | Goal | Met |", "| --- | --- | ---: | ---: | :---: |");
+    for (const c of checks) lines.push(`| ${c.target} | ${c.measured} | ${c.ratio.toFixed(2)} | ${c.goal} | ${c.met ? "yes" : "**no**"} |`);
+    lines.push("");
+  }
+  const table = (title: string, points: Point[]) => {
+    if (points.length === 0) return;
+    lines.push(`## ${title}`, "", "| Backend | Workload | Conc. | Calls/s | p50 ms | p99 ms | Server CPU µs/call | Backend CPU µs/call | Client CPU µs/call | Errors |", "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |");
+    for (const p of points) {
+      const backendCpu = p.cpuUsPerCall.redis ?? p.cpuUsPerCall.postgres;
+      lines.push(
+        `| ${p.backend} | ${p.workload} | ${p.concurrency} | ${fmt(p.throughput)} | ${ms(p.p50Us)} | ${ms(p.p99Us)} | ${fmt(p.cpuUsPerCall.server)} | ${fmt(backendCpu)} | ${fmt(p.cpuUsPerCall.client)} | ${p.errors}${p.firstError ? ` (${p.firstError.slice(0, 60)})` : ""} |`,
+      );
+    }
+    lines.push("");
+  };
+  table("Engram over gRPC (h2c)", results.points.filter((p) => p.kind === "server"));
+  table("Baselines (same run)", results.points.filter((p) => p.kind === "baseline"));
+  if (results.references.length > 0) {
+    lines.push("## Reference tools", "", "| Tool | Test | Conc. | Ops/s | p50 ms | Command |", "| --- | --- | ---: | ---: | ---: | --- |");
+    for (const r of results.references) lines.push(`| ${r.tool} | ${r.test} | ${r.concurrency} | ${fmt(r.throughput)} | ${ms(r.p50Us)} | \`${r.command}\` |`);
+    lines.push("");
+  }
+  if (results.fanout.length > 0) {
+    lines.push(
+      "## Stream fan-out (Redis store)",
+      "",
+      "One writer appends to one session (one call at a time); every subscriber streams it. Pre-serialized: bare grpc-js servers writing one ready-made frame to every open stream per append.",
+      "",
+      "| Subscribers | Replicas | Engram delivered/s | p50 ms | p99 ms | Server CPU µs/delivery | Pre-serialized delivered/s | p50 ms | p99 ms | CPU µs/delivery | Ratio |",
+      "| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+    );
+    for (const f of results.fanout) {
+      lines.push(
+        `| ${f.subscribers} | ${f.replicas} | ${fmt(f.engram.deliveredPerSecond)} | ${ms(f.engram.p50Us)} | ${ms(f.engram.p99Us)} | ${fmt(f.engram.serverCpuUsPerDelivery, 1)} | ${fmt(f.preSerialized.deliveredPerSecond)} | ${ms(f.preSerialized.p50Us)} | ${ms(f.preSerialized.p99Us)} | ${fmt(f.preSerialized.serverCpuUsPerDelivery, 1)} | ${f.ratio.toFixed(2)} |`,
+      );
+    }
+    lines.push("");
+  }
+  if (results.memory) {
+    const mem = results.memory;
+    lines.push(
+      "## Memory (local store)",
+      "",
+      `${fmt(mem.events)} events with ${mem.contentBytes}-byte content: **${fmt(mem.heapBytesPerEvent)} bytes of heap per event** (RSS ${fmt(mem.rssBytesPerEvent)}, external ${fmt(mem.externalBytesPerEvent)}). ${mem.method}`,
+      "",
+    );
+  }
+  if (results.peers.length > 0) {
+    lines.push("## Peers (same box, same backend)", "", "| Peer | Backend | Workload | Conc. | Ops/s | p50 ms | p99 ms | Errors |", "| --- | --- | --- | ---: | ---: | ---: | ---: | ---: |");
+    for (const p of results.peers) lines.push(`| ${p.peer} | ${p.backend} | ${p.workload} | ${p.concurrency} | ${fmt(p.throughput)} | ${ms(p.p50Us)} | ${ms(p.p99Us)} | ${p.errors} |`);
+    lines.push("");
+  }
+  if (results.context !== undefined) {
+    lines.push("## Context assembly (bench/context.bench.ts)", "", "```json", JSON.stringify(results.context, null, 2), "```", "");
+  }
+  if (results.notes.length > 0) {
+    lines.push("## Notes", "", ...results.notes.map((n) => `- ${n}`), "");
+  }
+  return lines.join("\n");
+}
+
+/** Writes results.json, results.md and (when asked) throughput.png into `dir`. */
+export async function writeReport(results: BenchResults, dir: string, plot: boolean): Promise<void> {
+  results.meta.targets = checkTargets(results);
+  writeFileSync(path.join(dir, "results.json"), JSON.stringify(results, null, 2) + "\n");
+  writeFileSync(path.join(dir, "results.md"), renderMarkdown(results));
+  if (plot) {
+    const { plotThroughput } = await import("./plot.js");
+    await plotThroughput(results, path.join(dir, "throughput.png"));
+  }
+}

@@ -1,0 +1,311 @@
+/**
+ * `npm run bench`: the benchmark runner. It starts its own redis-server and
+ * PostgreSQL (the test helpers), runs Engram as a separate process per
+ * backend, drives it from a separate load-generator process, and measures in
+ * the same run the baselines it is judged against: a bare grpc-js echo (the
+ * transport ceiling), the store drivers without the server, redis-benchmark
+ * and pgbench, stream fan-out against pre-serialized writes, memory per
+ * event, and peer memory servers. Writes bench/results/results.{json,md} and
+ * throughput.png.
+ *
+ * Profiles: default (~8 min), --quick (~2 min), --full (longer points),
+ * --tiny (the harness test: local only, one concurrency, 0.3 s points).
+ * Other flags: --out DIR, --backends local,redis,postgres, --skip SECTION,...
+ * (sections: baselines, references, fanout, memory, peers, context, plot).
+ */
+import { existsSync, mkdirSync, readdirSync, readFileSync, writeFileSync } from "node:fs";
+import os from "node:os";
+import path from "node:path";
+import { parseArgs } from "node:util";
+import { create, toBinary } from "@bufbuild/protobuf";
+import { timestampFromMs } from "@bufbuild/protobuf/wkt";
+import { AddEventResponseSchema } from "../src/gen/engram/v1/memory_pb.js";
+import type { LoadResult } from "./lib/closed-loop.js";
+import { childPids, forkWorker, REPO_ROOT, startEngram, type EngramProcess, type Worker } from "./lib/processes.js";
+import type { LoadSpec } from "./loadgen.js";
+import type { RawSpec } from "./raw-store.js";
+import { ECHO_METHOD } from "./echo-server.js";
+import { addEventRequest, CONTENT_100B, prime, seed, serverWorkloads, type SeedSizes } from "./workloads.js";
+import { writeReport, type BenchResults, type Point } from "./report.js";
+
+/** Durations and sizes of a run. */
+export interface Profile {
+  name: string;
+  concurrencies: number[];
+  durationMs: number;
+  warmupMs: number;
+  backends: string[];
+  sizes: SeedSizes;
+  /** Events stored by the memory measurement. */
+  memoryEvents: number;
+  /** Subscriber counts of the fan-out measurement. */
+  fanoutSubscribers: number[];
+  fanoutMs: number;
+  sections: Set<string>;
+}
+
+const ALL_SECTIONS = ["baselines", "references", "fanout", "memory", "peers", "context", "plot"];
+const FULL_SIZES: SeedSizes = { readSessions: [10, 1000, 10_000], listSessions: 10_000, contextEvents: 200 };
+
+const PROFILES: Record<string, Omit<Profile, "backends" | "sections"> & { sections: string[] }> = {
+  tiny: {
+    name: "tiny",
+    concurrencies: [1],
+    durationMs: 300,
+    warmupMs: 100,
+    sizes: { readSessions: [10, 100], listSessions: 300, contextEvents: 40 },
+    memoryEvents: 5000,
+    fanoutSubscribers: [],
+    fanoutMs: 0,
+    sections: ["memory"],
+  },
+  quick: { name: "quick", concurrencies: [1, 16, 64], durationMs: 700, warmupMs: 200, sizes: FULL_SIZES, memoryEvents: 100_000, fanoutSubscribers: [100, 1000], fanoutMs: 1500, sections: ALL_SECTIONS },
+  default: { name: "default", concurrencies: [1, 16, 64], durationMs: 2500, warmupMs: 500, sizes: FULL_SIZES, memoryEvents: 500_000, fanoutSubscribers: [100, 1000], fanoutMs: 4000, sections: ALL_SECTIONS },
+  full: { name: "full", concurrencies: [1, 16, 64], durationMs: 8000, warmupMs: 1000, sizes: FULL_SIZES, memoryEvents: 500_000, fanoutSubscribers: [100, 1000], fanoutMs: 10_000, sections: ALL_SECTIONS },
+};
+
+function parseProfile(argv: string[]): { profile: Profile; out: string } {
+  const { values } = parseArgs({
+    args: argv,
+    options: {
+      quick: { type: "boolean" },
+      full: { type: "boolean" },
+      tiny: { type: "boolean" },
+      out: { type: "string" },
+      backends: { type: "string" },
+      skip: { type: "string" },
+      only: { type: "string" },
+    },
+    strict: true,
+  });
+  const base = PROFILES[values.tiny ? "tiny" : values.quick ? "quick" : values.full ? "full" : "default"];
+  const sections = new Set(values.only ? values.only.split(",") : base.sections);
+  for (const s of values.skip?.split(",") ?? []) sections.delete(s);
+  const backends = values.backends?.split(",") ?? (base.name === "tiny" ? ["local"] : ["local", "redis", "postgres"]);
+  return { profile: { ...base, backends, sections }, out: path.resolve(values.out ?? path.join(REPO_ROOT, "bench/results")) };
+}
+
+/** Finds the pid of a process whose command line contains every needle. */
+function findPid(...needles: string[]): number | undefined {
+  for (const entry of readdirSync("/proc")) {
+    if (!/^\d+$/.test(entry)) continue;
+    try {
+      const cmdline = readFileSync(`/proc/${entry}/cmdline`, "utf8").replaceAll("\0", " ");
+      if (needles.every((n) => cmdline.includes(n))) return Number(entry);
+    } catch {
+      // gone
+    }
+  }
+  return undefined;
+}
+
+function log(message: string): void {
+  process.stderr.write(`[bench ${new Date().toISOString().slice(11, 19)}] ${message}\n`);
+}
+
+/** Size of an AddEvent response for the benchmark's event, so the echo answers as many bytes. */
+function addEventResponseBytes(): number {
+  return toBinary(
+    AddEventResponseSchema,
+    create(AddEventResponseSchema, {
+      event: {
+        eventId: "0b6a5f0e-4a7c-4a57-9d1f-0c3c5e2d9a11",
+        eventType: "user_message",
+        content: { kind: { case: "stringValue", value: CONTENT_100B } },
+        timestamp: timestampFromMs(Date.now()),
+        seq: 12345n,
+        sessionId: "bench-append-15",
+      },
+    }),
+  ).length;
+}
+
+interface Backing {
+  redis?: { url: string; pid?: number; destroy(): Promise<void> };
+  postgres?: { url: string; port: number; pid?: number; stop(): Promise<void> };
+}
+
+async function startBacking(profile: Profile): Promise<Backing> {
+  const backing: Backing = {};
+  const needRedis = profile.backends.includes("redis") || profile.sections.has("fanout") || profile.sections.has("peers");
+  const needPostgres = profile.backends.includes("postgres") || profile.sections.has("peers");
+  if (needRedis) {
+    const { startRedisServer } = await import("../test/support/redis-server.js");
+    const redis = await startRedisServer({ appendonly: true });
+    backing.redis = { url: redis.url, pid: findPid("redis-server", `127.0.0.1:${redis.port}`), destroy: () => redis.destroy() };
+    log(`redis-server ${redis.url} (AOF, appendfsync everysec)`);
+  }
+  if (needPostgres) {
+    const { startPostgresServer } = await import("../test/support/postgres-server.js");
+    const pgServer = await startPostgresServer();
+    // The test helper turns fsync off for speed; benchmark PostgreSQL's durable defaults instead.
+    const { default: pg } = await import("pg");
+    const client = new pg.Client({ connectionString: pgServer.url });
+    await client.connect();
+    await client.query("ALTER SYSTEM SET fsync = on");
+    await client.query("ALTER SYSTEM SET full_page_writes = on");
+    await client.query("SELECT pg_reload_conf()");
+    await client.end();
+    backing.postgres = { url: pgServer.url, port: pgServer.port, pid: findPid("postgres", "-p", String(pgServer.port)), stop: () => pgServer.stop() };
+    log(`postgres ${pgServer.url} (fsync=on, synchronous_commit=on)`);
+  }
+  return backing;
+}
+
+/** Processes charged per call when Engram runs on `backend`. */
+function cpuPidsFor(backend: string, engram: EngramProcess | undefined, backing: Backing): Record<string, number[]> {
+  const pids: Record<string, number[]> = {};
+  if (engram) pids.server = [engram.pid];
+  if (backend === "redis" && backing.redis?.pid) pids.redis = [backing.redis.pid];
+  if (backend === "postgres" && backing.postgres?.pid) pids.postgres = [backing.postgres.pid, ...childPids(backing.postgres.pid)];
+  return pids;
+}
+
+async function main(): Promise<void> {
+  const { profile, out } = parseProfile(process.argv.slice(2));
+  const started = Date.now();
+  log(`profile ${profile.name}: backends ${profile.backends.join(",")}; sections ${[...profile.sections].join(",") || "none"}; out ${out}`);
+  const results: BenchResults = {
+    meta: {
+      profile: profile.name,
+      startedAt: new Date(started).toISOString(),
+      node: process.version,
+      cpus: os.cpus().length,
+      cpuModel: os.cpus()[0]?.model ?? "",
+      loadAverageAtStart: os.loadavg().map((v) => Math.round(v * 100) / 100),
+      durationMs: profile.durationMs,
+      warmupMs: profile.warmupMs,
+      concurrencies: profile.concurrencies,
+      client: "gRPC framed on node:http2 (one h2c connection), pre-serialized requests, undecoded responses, in a separate process",
+    },
+    points: [],
+    references: [],
+    fanout: [],
+    peers: [],
+    notes: [],
+  };
+  const backing = await startBacking(profile);
+  const loadgen = forkWorker("loadgen.ts");
+  const echo = forkWorker("echo-server.ts");
+  const cleanups: Array<() => Promise<void>> = [() => loadgen.stop(), () => echo.stop()];
+  try {
+    const echoPort = await echo.request<number>({ responseBytes: addEventResponseBytes() });
+    const echoRequest = addEventRequest("bench-append-15").toString("base64");
+    const point = async (p: Omit<Point, keyof LoadResult>, run: () => Promise<LoadResult>) => {
+      const result = await run();
+      results.points.push({ ...p, ...result });
+      log(`${p.backend.padEnd(18)} ${p.workload.padEnd(42)} c=${String(p.concurrency).padEnd(3)} ${String(result.throughput).padStart(9)}/s p50 ${result.p50Us}µs p99 ${result.p99Us}µs cpu ${JSON.stringify(result.cpuUsPerCall)}${result.errors ? ` errors ${result.errors}: ${result.firstError}` : ""}`);
+    };
+    const load = (spec: Omit<LoadSpec, "durationMs" | "warmupMs" | "concurrency">, concurrency: number) =>
+      loadgen.request<LoadResult>({ ...spec, concurrency, durationMs: profile.durationMs, warmupMs: profile.warmupMs } satisfies LoadSpec);
+    // Warm up the echo server and the load generator (JIT) before anything is measured.
+    await load({ target: `127.0.0.1:${echoPort}`, method: ECHO_METHOD, requests: [echoRequest], cpuPids: {} }, 16);
+    const echoPoints = async (label: string) => {
+      for (const c of profile.concurrencies) {
+        await point({ kind: "baseline", backend: "grpc-js echo", workload: `echo (AddEvent-sized, before ${label})`, concurrency: c }, () =>
+          load({ target: `127.0.0.1:${echoPort}`, method: ECHO_METHOD, requests: [echoRequest], cpuPids: { server: [echo.pid] } }, c),
+        );
+      }
+    };
+
+    for (const backend of profile.backends) {
+      const url = backend === "redis" ? backing.redis!.url : backend === "postgres" ? backing.postgres!.url : undefined;
+      const args = [
+        "--memory-type", backend,
+        "--max-session-events", "1000000",
+        "--max-sessions", "1000000",
+        ...(backend === "redis" ? ["--redis-url", url!] : backend === "postgres" ? ["--postgres-url", url!] : []),
+        "--key-prefix", `bench_${Date.now()}`,
+      ];
+      const engram = await startEngram(args);
+      cleanups.push(() => engram.stop());
+      try {
+        log(`${backend}: engram pid ${engram.pid} on ${engram.address}; seeding`);
+        const maxC = Math.max(...profile.concurrencies);
+        await seed(engram.address, profile.sizes, maxC);
+        // The transport ceiling is measured right before each backend's AddEvent, so drift on a shared box cancels out of the ratio.
+        await echoPoints(backend);
+        for (const workload of serverWorkloads(profile.sizes, maxC)) {
+          // One call first: what a method loads on first use (e.g. a tokenizer) is not what we measure.
+          await prime(engram.address, workload);
+          for (const c of profile.concurrencies) {
+            await point({ kind: "server", backend, workload: workload.name, concurrency: c }, () =>
+              load({ target: engram.address, method: workload.method, requests: workload.requests, cycle: workload.cycle, paging: workload.paging, cpuPids: cpuPidsFor(backend, engram, backing) }, c),
+            );
+          }
+        }
+      } finally {
+        await engram.stop();
+      }
+      if (profile.sections.has("baselines") && (backend === "redis" || backend === "postgres")) {
+        const raw = forkWorker("raw-store.ts");
+        try {
+          for (const op of ["append", "tail"] as const) {
+            for (const c of profile.concurrencies) {
+              const workload = op === "append" ? "AddEvent (store driver, no server)" : "last 20 of 1k (store driver, no server)";
+              await point({ kind: "baseline", backend: `${backend} driver`, workload, concurrency: c }, () =>
+                raw.request<LoadResult>({
+                  backend: backend as "redis" | "postgres",
+                  url: url!,
+                  op,
+                  tailSessionEvents: 1000,
+                  concurrency: c,
+                  durationMs: profile.durationMs,
+                  warmupMs: profile.warmupMs,
+                  cpuPids: cpuPidsFor(backend, undefined, backing),
+                } satisfies RawSpec),
+              );
+            }
+          }
+        } finally {
+          await raw.stop();
+        }
+      }
+    }
+
+    if (profile.sections.has("references")) {
+      const { runReferences } = await import("./references.js");
+      results.references = await runReferences(profile, backing, log);
+    }
+    if (profile.sections.has("memory")) {
+      const { measureMemory } = await import("./memory.js");
+      results.memory = await measureMemory(profile.memoryEvents, log);
+    }
+    if (profile.sections.has("fanout") && backing.redis) {
+      const { runFanout } = await import("./fanout.js");
+      results.fanout = await runFanout(profile, backing.redis.url, log);
+    }
+    if (profile.sections.has("peers")) {
+      const { runPeers } = await import("./peers/peers.js");
+      const peers = await runPeers(profile, backing, log);
+      results.peers = peers.points;
+      results.notes.push(...peers.notes);
+    }
+    if (profile.sections.has("context") && existsSync(path.join(REPO_ROOT, "bench/context.bench.ts"))) {
+      try {
+        const mod = (await import(path.join(REPO_ROOT, "bench/context.bench.ts"))) as { runContextBench?: () => Promise<unknown> };
+        if (mod.runContextBench) results.context = await mod.runContextBench();
+      } catch (err) {
+        results.notes.push(`bench/context.bench.ts failed: ${err instanceof Error ? err.message : String(err)}`);
+      }
+    }
+  } finally {
+    for (const cleanup of cleanups.reverse()) await cleanup().catch(() => {});
+    await backing.redis?.destroy().catch(() => {});
+    await backing.postgres?.stop().catch(() => {});
+  }
+  results.meta.seconds = Math.round((Date.now() - started) / 1000);
+  results.meta.loadAverageAtEnd = os.loadavg().map((v) => Math.round(v * 100) / 100);
+  mkdirSync(out, { recursive: true });
+  await writeReport(results, out, profile.sections.has("plot"));
+  log(`done in ${results.meta.seconds} s: ${path.join(out, "results.md")}`);
+}
+
+main().then(
+  () => process.exit(0),
+  (err) => {
+    process.stderr.write(`bench failed: ${err instanceof Error ? err.stack : String(err)}\n`);
+    process.exit(1);
+  },
+);
+
