@@ -80,6 +80,11 @@ export function sessionsView(root: HTMLElement, params: URLSearchParams): Cleanu
 
   async function load(): Promise<void> {
     clearTimeout(timer);
+    // A hidden tab keeps its timer but does not ask the server.
+    if (document.hidden && body.childElementCount > 0) {
+      timer = setTimeout(() => void load(), POLL_MS);
+      return;
+    }
     try {
       const res = await memory.listSessions({ appName: app || undefined, userId: user || undefined, pageSize: PAGE_SIZE, pageToken: tokens[page] });
       if (stopped) return;

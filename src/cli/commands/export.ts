@@ -6,7 +6,7 @@ import { createWriteStream } from "node:fs";
 import { once } from "node:events";
 import type { Writable } from "node:stream";
 import { Command } from "commander";
-import type { MemoryClient, Session } from "@engram-memory/client";
+import { Code, ConnectError, type MemoryClient, type MemoryEvent, type Session } from "@engram-memory/client";
 import { connect, withConnectionOptions, type ConnectionOptions } from "../connection.js";
 import { toSessionLine } from "../jsonl.js";
 import { Progress, printJson, sessionFromPb } from "../output.js";
@@ -37,6 +37,23 @@ async function* sessionsToExport(memory: MemoryClient, opts: ExportOptions): Asy
   }
 }
 
+/**
+ * Every retained event of a session; undefined when the session went away
+ * meanwhile. Appends that evict events while we page make the cursor fall
+ * behind (OUT_OF_RANGE): read again from the start, a bounded number of times.
+ */
+async function readEvents(memory: MemoryClient, sessionId: string): Promise<MemoryEvent[] | undefined> {
+  for (let attempt = 1; ; attempt++) {
+    try {
+      return await memory.getSessionEvents(sessionId);
+    } catch (err) {
+      const code = ConnectError.from(err).code;
+      if (code === Code.NotFound) return undefined;
+      if (code !== Code.OutOfRange || attempt >= 3) throw err;
+    }
+  }
+}
+
 async function write(out: Writable, text: string): Promise<void> {
   if (!out.write(text)) await once(out, "drain");
 }
@@ -62,7 +79,11 @@ export function register(program: Command): void {
       const total = opts.session.length || (await memory.getMemoryStats()).totalSessions;
       const of = opts.app || opts.user ? "" : `/${total}`;
       for await (const session of sessionsToExport(memory, opts)) {
-        const list = await memory.getSessionEvents(session.sessionId);
+        const list = await readEvents(memory, session.sessionId);
+        if (list === undefined) {
+          process.stderr.write(`engram: session ${session.sessionId} was deleted during the export; skipped\n`);
+          continue;
+        }
         await write(out, `${JSON.stringify(toSessionLine(session, list))}\n`);
         sessions++;
         events += list.length;
