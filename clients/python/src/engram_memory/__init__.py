@@ -24,6 +24,8 @@ from .errors import (
 from .memory import EngramMemory
 from .models import (
     ChatMessage,
+    ContentPart,
+    ContextSection,
     ConversationContext,
     EventPage,
     MemoryEvent,
@@ -41,6 +43,8 @@ __all__ = [
     "AlreadyExistsError",
     "CancelledError",
     "ChatMessage",
+    "ContentPart",
+    "ContextSection",
     "ConversationContext",
     "DeadlineExceededError",
     "EngramClient",

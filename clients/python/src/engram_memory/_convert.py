@@ -13,6 +13,8 @@ from google.protobuf import duration_pb2, struct_pb2, timestamp_pb2
 from ._gen.engram.v1 import memory_pb2 as pb
 from .models import (
     ChatMessage,
+    ContentPart,
+    ContextSection,
     ConversationContext,
     EventPage,
     MemoryEvent,
@@ -209,6 +211,39 @@ def page_from_pb(r: pb.GetSessionEventsResponse) -> EventPage:
     return EventPage([event_from_pb(e) for e in r.events], r.next_page_token, r.head_seq)
 
 
+def context_request(
+    session_id: str,
+    max_events: int = 0,
+    *,
+    token_budget: int = 0,
+    query: str = "",
+    tokenizer: str = "",
+    preserve_system: bool | None = None,
+    section_budgets: Mapping[str, int] | None = None,
+    section_priority: Iterable[str] | None = None,
+    retrieval_threshold: int | None = None,
+) -> pb.BuildConversationContextRequest:
+    """The request of build_conversation_context; unset options take the server's defaults."""
+    req = pb.BuildConversationContextRequest(
+        session_id=session_id,
+        max_events=max_events,
+        token_budget=token_budget,
+        query=query,
+        tokenizer=tokenizer,
+        section_budgets=dict(section_budgets or {}),
+        section_priority=list(section_priority or []),
+    )
+    if preserve_system is not None:
+        req.preserve_system = preserve_system
+    if retrieval_threshold is not None:
+        req.retrieval_threshold = retrieval_threshold
+    return req
+
+
+def _part_from_pb(p: pb.ContentPart) -> ContentPart:
+    return ContentPart(type=p.type, text=p.text, image_url=p.image_url.url, detail=p.image_url.detail)
+
+
 def context_from_pb(r: pb.BuildConversationContextResponse) -> ConversationContext:
     return ConversationContext(
         text=r.text,
@@ -222,11 +257,19 @@ def context_from_pb(r: pb.BuildConversationContextResponse) -> ConversationConte
                     for c in m.tool_calls
                 ),
                 tool_call_id=m.tool_call_id,
+                content_parts=tuple(_part_from_pb(p) for p in m.content_parts),
             )
             for m in r.messages
         ],
         events_included=r.events_included,
         events_dropped=r.events_dropped,
+        events_summarized=r.events_summarized,
+        tokens_used=r.tokens_used,
+        retrieval_used=r.retrieval_used,
+        tokenizer=r.tokenizer,
+        sections=[
+            ContextSection(s.name, s.tokens_used, s.events_included, s.events_dropped, s.retrieval_used) for s in r.sections
+        ],
     )
 
 

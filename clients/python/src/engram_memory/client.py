@@ -363,12 +363,43 @@ class EngramClient:
 
     # ---- context, stats, cleanup ----------------------------------------------
 
-    async def build_conversation_context(self, session_id: str, max_events: int = 0) -> ConversationContext:
-        """The newest ``max_events`` events (server default when 0) as KAOS text and chat messages."""
-        resp: pb.BuildConversationContextResponse = await self._call(
-            self.stub.BuildConversationContext,
-            pb.BuildConversationContextRequest(session_id=session_id, max_events=max_events),
+    async def build_conversation_context(
+        self,
+        session_id: str,
+        max_events: int = 0,
+        *,
+        token_budget: int = 0,
+        query: str = "",
+        tokenizer: str = "",
+        preserve_system: bool | None = None,
+        section_budgets: Mapping[str, int] | None = None,
+        section_priority: Iterable[str] | None = None,
+        retrieval_threshold: int | None = None,
+    ) -> ConversationContext:
+        """The context for the session's next model call as KAOS text and chat messages:
+        the newest ``max_events`` events (server default when 0), or what fits the budgets.
+
+        Options (keyword-only; unset ones take the server's defaults): ``token_budget``
+        (most tokens, 0: none), ``query`` (rank large sections by BM25 relevance),
+        ``tokenizer`` ("o200k_base", "cl100k_base" or "chars4"), ``preserve_system``
+        (system events first; default True), ``section_budgets`` ({section: tokens}),
+        ``section_priority`` (highest first; the lowest are trimmed first) and
+        ``retrieval_threshold`` (rank a section once it holds more items; default 20).
+        With a budget, section budgets or a query and ``max_events=0`` the server
+        chooses from the newest 1000 events.
+        """
+        req = cv.context_request(
+            session_id,
+            max_events,
+            token_budget=token_budget,
+            query=query,
+            tokenizer=tokenizer,
+            preserve_system=preserve_system,
+            section_budgets=section_budgets,
+            section_priority=section_priority,
+            retrieval_threshold=retrieval_threshold,
         )
+        resp: pb.BuildConversationContextResponse = await self._call(self.stub.BuildConversationContext, req)
         return cv.context_from_pb(resp)
 
     async def get_stats(self) -> MemoryStats:

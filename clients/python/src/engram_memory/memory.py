@@ -1,7 +1,7 @@
 """EngramMemory: the KAOS/PAIS ``Memory`` API backed by an Engram server (async)."""
 from __future__ import annotations
 
-from collections.abc import AsyncGenerator, Iterable
+from collections.abc import AsyncGenerator, Iterable, Mapping
 from datetime import timedelta
 from typing import Any
 
@@ -115,10 +115,34 @@ class EngramMemory:
 
     # ---- context, stats, cleanup ----------------------------------------------
 
-    async def build_conversation_context(self, session_id: str, max_events: int = 20) -> str:
-        """KAOS text form of the newest ``max_events`` events ("" for an unknown session)."""
+    async def build_conversation_context(
+        self,
+        session_id: str,
+        max_events: int = 20,
+        *,
+        token_budget: int = 0,
+        query: str = "",
+        tokenizer: str = "",
+        preserve_system: bool | None = None,
+        section_budgets: Mapping[str, int] | None = None,
+        section_priority: Iterable[str] | None = None,
+        retrieval_threshold: int | None = None,
+    ) -> str:
+        """KAOS text form of the newest ``max_events`` events ("" for an unknown session).
+        Keyword-only options as in :meth:`EngramClient.build_conversation_context`; pass
+        ``max_events=0`` with a ``token_budget`` to let the server choose from the whole session."""
         try:
-            ctx = await self.client.build_conversation_context(session_id, min(max(max_events, 0), MAX_PAGE_SIZE))
+            ctx = await self.client.build_conversation_context(
+                session_id,
+                min(max(max_events, 0), MAX_PAGE_SIZE),
+                token_budget=token_budget,
+            query=query,
+            tokenizer=tokenizer,
+            preserve_system=preserve_system,
+            section_budgets=section_budgets,
+            section_priority=section_priority,
+            retrieval_threshold=retrieval_threshold,
+            )
         except NotFoundError:
             return ""
         return ctx.text

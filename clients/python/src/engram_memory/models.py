@@ -8,6 +8,8 @@ from typing import Any, Literal
 
 __all__ = [
     "ChatMessage",
+    "ContentPart",
+    "ContextSection",
     "ConversationContext",
     "EventPage",
     "MemoryEvent",
@@ -159,6 +161,24 @@ class ToolCall:
 
 
 @dataclass(frozen=True)
+class ContentPart:
+    """One part of a multi-part message: ``text`` or ``image_url`` (OpenAI shape)."""
+
+    type: str
+    text: str = ""
+    image_url: str = ""
+    detail: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        if self.type == "image_url":
+            image: dict[str, Any] = {"url": self.image_url}
+            if self.detail:
+                image["detail"] = self.detail
+            return {"type": "image_url", "image_url": image}
+        return {"type": "text", "text": self.text}
+
+
+@dataclass(frozen=True)
 class ChatMessage:
     """A chat message in the OpenAI shape."""
 
@@ -167,10 +187,16 @@ class ChatMessage:
     name: str = ""
     tool_calls: tuple[ToolCall, ...] = ()
     tool_call_id: str = ""
+    #: Only on messages that carry images: text and image parts (``content`` keeps the text).
+    content_parts: tuple[ContentPart, ...] = ()
 
-    def to_dict(self) -> dict[str, Any]:
-        """The OpenAI chat dict; empty optional fields are left out."""
-        out: dict[str, Any] = {"role": self.role, "content": self.content}
+    def to_dict(self, *, vision: bool = False) -> dict[str, Any]:
+        """The OpenAI chat dict; empty optional fields are left out. With ``vision=True``
+        a message that carries images gets its parts as ``content`` (for vision models)."""
+        content: Any = self.content
+        if vision and self.content_parts:
+            content = [p.to_dict() for p in self.content_parts]
+        out: dict[str, Any] = {"role": self.role, "content": content}
         if self.name:
             out["name"] = self.name
         if self.tool_calls:
@@ -181,6 +207,17 @@ class ChatMessage:
 
 
 @dataclass(frozen=True)
+class ContextSection:
+    """What one section (metadata.section) contributed to a context."""
+
+    name: str
+    tokens_used: int
+    events_included: int
+    events_dropped: int
+    retrieval_used: bool
+
+
+@dataclass(frozen=True)
 class ConversationContext:
     """BuildConversationContext's answer: KAOS text and chat messages."""
 
@@ -188,6 +225,16 @@ class ConversationContext:
     messages: list[ChatMessage]
     events_included: int
     events_dropped: int
+    #: Events a summary in the context stands in for.
+    events_summarized: int = 0
+    #: Tokens the messages take, counted by ``tokenizer``.
+    tokens_used: int = 0
+    #: True when a section was ranked by BM25 relevance to the query.
+    retrieval_used: bool = False
+    #: The tokenizer that counted: o200k_base, cl100k_base or chars4 (also the fallback).
+    tokenizer: str = ""
+    #: Per-section usage, in priority order.
+    sections: list[ContextSection] = field(default_factory=list)
 
 
 @dataclass(frozen=True)

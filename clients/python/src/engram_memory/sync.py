@@ -234,8 +234,31 @@ class EngramClientSync:
 
     # ---- context, stats, cleanup ----------------------------------------------
 
-    def build_conversation_context(self, session_id: str, max_events: int = 0) -> ConversationContext:
-        req = pb.BuildConversationContextRequest(session_id=session_id, max_events=max_events)
+    def build_conversation_context(
+        self,
+        session_id: str,
+        max_events: int = 0,
+        *,
+        token_budget: int = 0,
+        query: str = "",
+        tokenizer: str = "",
+        preserve_system: bool | None = None,
+        section_budgets: Mapping[str, int] | None = None,
+        section_priority: Iterable[str] | None = None,
+        retrieval_threshold: int | None = None,
+    ) -> ConversationContext:
+        """As :meth:`EngramClient.build_conversation_context`, blocking."""
+        req = cv.context_request(
+            session_id,
+            max_events,
+            token_budget=token_budget,
+            query=query,
+            tokenizer=tokenizer,
+            preserve_system=preserve_system,
+            section_budgets=section_budgets,
+            section_priority=section_priority,
+            retrieval_threshold=retrieval_threshold,
+        )
         return cv.context_from_pb(self._call(self.stub.BuildConversationContext, req))
 
     def get_stats(self) -> MemoryStats:
@@ -320,9 +343,33 @@ class EngramMemorySync:
     ) -> Generator[MemoryEvent, None, None]:
         return self.client.stream_session_events(session_id, after_seq, event_types)
 
-    def build_conversation_context(self, session_id: str, max_events: int = 20) -> str:
+    def build_conversation_context(
+        self,
+        session_id: str,
+        max_events: int = 20,
+        *,
+        token_budget: int = 0,
+        query: str = "",
+        tokenizer: str = "",
+        preserve_system: bool | None = None,
+        section_budgets: Mapping[str, int] | None = None,
+        section_priority: Iterable[str] | None = None,
+        retrieval_threshold: int | None = None,
+    ) -> str:
+        """KAOS text form of the context ("" for an unknown session); options as in
+        :meth:`EngramClient.build_conversation_context`."""
         try:
-            return self.client.build_conversation_context(session_id, min(max(max_events, 0), MAX_PAGE_SIZE)).text
+            return self.client.build_conversation_context(
+                session_id,
+                min(max(max_events, 0), MAX_PAGE_SIZE),
+                token_budget=token_budget,
+            query=query,
+            tokenizer=tokenizer,
+            preserve_system=preserve_system,
+            section_budgets=section_budgets,
+            section_priority=section_priority,
+            retrieval_threshold=retrieval_threshold,
+            ).text
         except NotFoundError:
             return ""
 
