@@ -2,6 +2,10 @@
 // script on `npm ci`/`npm install`, so the server has its assets on a fresh
 // machine; skips quietly when Vite is not installed (`npm ci --omit=dev`),
 // in which case the server answers / with how to build them.
+//
+// The build goes to a fresh directory that then replaces dist/ by rename, so
+// a server starting meanwhile (another test run, say) never reads half a build.
+import { existsSync, mkdirSync, renameSync, rmSync } from "node:fs";
 import { createRequire } from "node:module";
 import { fileURLToPath } from "node:url";
 
@@ -14,5 +18,17 @@ try {
   console.error("engram inspector: vite is not installed; skipping the build of inspector/dist");
   process.exit(0);
 }
-const outDir = process.argv[2] ? process.argv[2] : undefined;
-await vite.build({ root, configFile: fileURLToPath(new URL("../vite.config.ts", import.meta.url)), build: outDir ? { outDir } : {} });
+const dist = fileURLToPath(new URL("../dist", import.meta.url));
+// Under the repository's .tmp/ (ignored by git, and on the same file system, so rename works).
+const scratch = fileURLToPath(new URL("../../.tmp/", import.meta.url));
+mkdirSync(scratch, { recursive: true });
+const fresh = `${scratch}inspector-build-${process.pid}`;
+const old = `${scratch}inspector-old-${process.pid}`;
+try {
+  await vite.build({ root, configFile: fileURLToPath(new URL("../vite.config.ts", import.meta.url)), build: { outDir: fresh, emptyOutDir: true } });
+  if (existsSync(dist)) renameSync(dist, old);
+  renameSync(fresh, dist);
+} finally {
+  rmSync(fresh, { recursive: true, force: true });
+  rmSync(old, { recursive: true, force: true });
+}
