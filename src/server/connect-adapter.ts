@@ -11,11 +11,13 @@ import { toConnectError, type InternalErrorReporter } from "./status.js";
 
 /** The call's headers as the guard needs them. */
 function callInfo(ctx: HandlerContext): CallInfo {
+  const timeout = ctx.timeoutMs();
   return {
     signal: ctx.signal,
     authorization: ctx.requestHeader.get("authorization") ?? undefined,
     traceparent: ctx.requestHeader.get("traceparent") ?? undefined,
     protocol: ctx.protocolName,
+    deadline: timeout === undefined ? undefined : Date.now() + timeout,
   };
 }
 

@@ -43,6 +43,13 @@ function header(call: grpc.ServerUnaryCall<unknown, unknown> | grpc.ServerWritab
   return typeof value === "string" ? value : undefined;
 }
 
+/** The call's deadline as epoch ms, or undefined when the client set none. */
+function deadlineOf(call: grpc.ServerUnaryCall<unknown, unknown> | grpc.ServerWritableStream<unknown, unknown>): number | undefined {
+  const deadline = call.getDeadline();
+  const ms = deadline instanceof Date ? deadline.getTime() : deadline;
+  return Number.isFinite(ms) ? ms : undefined;
+}
+
 /** Builds the grpc-js service definition and implementation for MemoryService. */
 export function grpcMemoryService(
   guard: CallGuard,
@@ -83,7 +90,13 @@ export function grpcMemoryService(
           }
         }
       : (call: grpc.ServerUnaryCall<Buffer, unknown>, callback: grpc.sendUnaryData<unknown>) => {
-          const controller = callSignal(call);
+          // grpc-js emits "cancelled" after every call, answered or not; aborting an
+          // answered call would cost an AbortError (a stack capture) per call for nothing.
+          let answered = false;
+          const controller = new AbortController();
+          call.on("cancelled", () => {
+            if (!answered) controller.abort();
+          });
           Promise.resolve()
             .then(
               () =>
@@ -92,11 +105,18 @@ export function grpcMemoryService(
                   authorization: header(call, "authorization"),
                   traceparent: header(call, "traceparent"),
                   protocol: "grpc",
+                  deadline: deadlineOf(call),
                 }) as Promise<unknown>,
             )
             .then(
-              (res) => callback(null, res),
-              (err) => callback(toGrpcStatus(err, report) as grpc.ServiceError),
+              (res) => {
+                answered = true;
+                callback(null, res);
+              },
+              (err) => {
+                answered = true;
+                callback(toGrpcStatus(err, report) as grpc.ServiceError);
+              },
             );
         };
   }

@@ -5,6 +5,10 @@
 import { HealthImplementation, type ServingStatus } from "grpc-health-check";
 import type { MemoryStore } from "../store/types.js";
 import type { Logger } from "../log.js";
+import { callDeadline } from "../deadline.js";
+
+/** How long a health ping may take before the store counts as unreachable. */
+const PING_DEADLINE_MS = 3000;
 
 const SERVICE_NAMES = ["", "engram.v1.MemoryService"];
 
@@ -39,7 +43,17 @@ export class HealthMonitor {
   async check(): Promise<void> {
     let ok = true;
     try {
-      await this.store.ping();
+      // A blackholed backend must not hold the status at SERVING: the ping has a deadline of its own,
+      // passed down to the driver (src/deadline.ts) and enforced here for any driver that ignores it.
+      let timer: NodeJS.Timeout | undefined;
+      const timeout = new Promise<never>((_, reject) => {
+        timer = setTimeout(() => reject(new Error(`store ping took longer than ${PING_DEADLINE_MS} ms`)), PING_DEADLINE_MS);
+      });
+      try {
+        await Promise.race([callDeadline.run(Date.now() + PING_DEADLINE_MS, () => this.store.ping()), timeout]);
+      } finally {
+        clearTimeout(timer);
+      }
     } catch (err) {
       ok = false;
       if (this.current === "SERVING") this.log.warn({ err }, "store unreachable; reporting NOT_SERVING");

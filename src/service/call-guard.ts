@@ -26,6 +26,7 @@ import {
 } from "../gen/engram/v1/memory_pb.js";
 import { ANY_APP, type ApiKeyRole, type Principal } from "../auth/api-keys.js";
 import type { Authenticator } from "../auth/index.js";
+import { callDeadline } from "../deadline.js";
 import { invalidArgument, MemoryError, sessionNotFound } from "../errors.js";
 import type { JsonObject, SessionRecord } from "../store/types.js";
 import type { MemoryService } from "./memory-service.js";
@@ -43,6 +44,8 @@ export interface CallInfo {
   traceparent?: string;
   /** grpc, connect, grpc-web or rest (a metrics label). */
   protocol: string;
+  /** Epoch ms by which the client wants its answer (gRPC deadline / Connect timeout), if any. */
+  deadline?: number;
 }
 
 /** A guarded RPC handler: unary ones return a promise, streaming ones an async iterable. */
@@ -101,7 +104,13 @@ export class CallGuard {
   handler(method: string, streaming: boolean): GuardedHandler {
     const target = (this.service as unknown as Record<string, (req: unknown, ctx: { signal: AbortSignal }) => unknown>)[method];
     if (typeof target !== "function") throw new Error(`MemoryService has no method ${method}`);
-    const invoke = (req: unknown, call: CallInfo) => target.call(this.service, req, { signal: call.signal });
+    // Unary calls only: store drivers read the deadline from callDeadline (src/deadline.ts) to bound
+    // their backend calls. A stream's reads run in the stream hub, shared by every subscriber of the
+    // session, so no one caller's deadline may leak into them.
+    const invoke = (req: unknown, call: CallInfo) =>
+      streaming || call.deadline === undefined
+        ? target.call(this.service, req, { signal: call.signal })
+        : callDeadline.run(call.deadline, () => target.call(this.service, req, { signal: call.signal }));
     return streaming ? (req, call) => this.stream(method, req, call, invoke) : (req, call) => this.unary(method, req, call, invoke);
   }
 

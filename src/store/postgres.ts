@@ -12,6 +12,7 @@ import { readdirSync, readFileSync } from "node:fs";
 import path from "node:path";
 import { fileURLToPath } from "node:url";
 import pg from "pg";
+import { checkDeadline, remainingMs } from "../deadline.js";
 import { asMemoryError, MemoryError, seqConflict, sessionNotFound } from "../errors.js";
 import { eventFingerprint } from "./fingerprint.js";
 import { checkCursor, duplicateEventId, sessionExists } from "./rules.js";
@@ -508,7 +509,7 @@ export class PostgresStore implements MemoryStore {
   }
 
   private async selectSession(sessionId: string): Promise<SessionRecord | undefined> {
-    const { rows } = await this.pool.query<SessionRow>(`SELECT ${SESSION_COLUMNS} FROM ${this.s}.sessions WHERE session_id = $1`, [sessionId]);
+    const { rows } = await this.poolQuery<SessionRow>(`SELECT ${SESSION_COLUMNS} FROM ${this.s}.sessions WHERE session_id = $1`, [sessionId]);
     return rows[0] && toSession(rows[0]);
   }
 
@@ -518,7 +519,7 @@ export class PostgresStore implements MemoryStore {
    * conflict after a broken connection means.
    */
   private async insertSession(input: NewSession): Promise<(SessionRow & { total_sessions: string }) | undefined> {
-    const { rows } = await this.pool.query<SessionRow & { total_sessions: string }>(
+    const { rows } = await this.poolQuery<SessionRow & { total_sessions: string }>(
       `WITH created AS (
          INSERT INTO ${this.s}.sessions (session_id, app_name, user_id, metadata, created_at, updated_at)
          VALUES ($1, $2, $3, $4::jsonb, $5::timestamptz, $5::timestamptz)
@@ -580,7 +581,20 @@ export class PostgresStore implements MemoryStore {
 
   /** One pooled statement, retried once if its connection broke, errors as MemoryError. */
   private async query<R extends pg.QueryResultRow = pg.QueryResultRow>(sql: string, params: unknown[] = []): Promise<pg.QueryResult<R>> {
-    return this.attempt(() => this.pool.query<R>(sql, params));
+    return this.attempt(() => this.poolQuery<R>(sql, params));
+  }
+
+  /**
+   * One statement on a pooled connection, bounded by the call's deadline when
+   * it has one: the client stops waiting then, and the pool discards that
+   * connection (its state is unknown), so a dead backend cannot hold
+   * connections longer than the callers wait.
+   */
+  private async poolQuery<R extends pg.QueryResultRow = pg.QueryResultRow>(sql: string, params: unknown[]): Promise<pg.QueryResult<R>> {
+    checkDeadline();
+    const left = remainingMs();
+    if (left === undefined) return this.pool.query<R>(sql, params);
+    return this.pool.query<R>({ text: sql, values: params, query_timeout: Math.max(1, Math.ceil(left)) } as pg.QueryConfig);
   }
 
   /**
@@ -613,7 +627,9 @@ export class PostgresStore implements MemoryStore {
     const onError = (err: unknown) => (broken ??= err);
     client.on("error", onError);
     try {
-      await client.query("BEGIN");
+      // The server aborts the transaction (and frees its locks) at the call's deadline.
+      const left = remainingMs();
+      await client.query(left === undefined ? "BEGIN" : `BEGIN; SET LOCAL statement_timeout = ${Math.max(1, Math.ceil(left))}`);
       const result = await fn(client);
       await client.query("COMMIT");
       return result;

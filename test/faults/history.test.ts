@@ -1,0 +1,231 @@
+/**
+ * Fault suite with a history checker. Two replicas share PostgreSQL through a
+ * loopback chaos proxy; writers append on both replicas (client event ids,
+ * 2 s deadlines) and a live stream follows the session on each replica while
+ * PostgreSQL is blackholed for 20 s (connections stay open, bytes vanish:
+ * only deadlines and timeouts notice) and then comes back. Afterwards the
+ * checker asserts on the recorded history:
+ *   - every acknowledged append is in the log exactly once, at its seq;
+ *   - every append whose outcome was unknown, retried with its event id, is
+ *     there exactly once (at most once before the retry);
+ *   - the log's seqs are gapless; nothing else is in it;
+ *   - each stream, across its reconnects, delivered every seq once, in order;
+ *   - a write acknowledged by one replica is read back from the other;
+ *   - no call hung past its deadline, and health went NOT_SERVING and back.
+ * Every loop is bounded in count and time.
+ */
+import { setTimeout as sleep } from "node:timers/promises";
+import { Code, ConnectError } from "@connectrpc/connect";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { createMemoryClient, type MemoryClient as TsClient } from "../../clients/typescript/src/index.js";
+import { grpcJsClient, type MemoryClient } from "../support/clients.js";
+import { startChaosProxy, type ChaosProxy } from "../support/chaos-proxy.js";
+import { spawnServer, type ServerProcess } from "../support/engram.js";
+
+const DEADLINE_MS = 2000;
+const BLACKHOLE_MS = Number(process.env.ENGRAM_BLACKHOLE_MS ?? 20_000);
+const SESSION = `history-${process.pid}`;
+
+interface Attempt {
+  eventId: string;
+  replica: number;
+  outcome: "acked" | "unknown";
+  seq?: number;
+  ms: number;
+  code?: Code;
+}
+
+let proxy: ChaosProxy;
+let replicas: ServerProcess[];
+let clients: MemoryClient[];
+
+beforeAll(async () => {
+  const target = new URL(process.env.MEMORY_TEST_POSTGRES_URL!);
+  proxy = await startChaosProxy(Number(target.port), target.hostname);
+  const proxied = new URL(target);
+  proxied.port = String(proxy.port);
+  const env = {
+    MEMORY_TYPE: "postgres",
+    MEMORY_POSTGRES_URL: proxied.toString(),
+    MEMORY_KEY_PREFIX: `history${process.pid}`,
+    MEMORY_MAX_SESSION_EVENTS: "100000",
+  };
+  replicas = [await spawnServer(env)];
+  replicas.push(await spawnServer(env));
+  clients = replicas.map((r) => grpcJsClient(r.address));
+  await clients[0].createSession({ appName: "faults", userId: "u", sessionId: SESSION });
+}, 60_000);
+
+afterAll(async () => {
+  for (const c of clients ?? []) c.close();
+  await Promise.all((replicas ?? []).map((r) => r.kill()));
+  await proxy?.close();
+});
+
+/** Follows the session on one replica with the TS client's resuming stream; records (seq, event id). */
+function follow(baseUrl: string, stop: AbortSignal) {
+  const client: TsClient = createMemoryClient({ baseUrl, protocol: "grpc" });
+  const seen: { seq: number; eventId: string }[] = [];
+  let reconnects = 0;
+  const done = (async () => {
+    try {
+      for await (const e of client.streamSessionEvents(SESSION, {
+        afterSeq: 0,
+        signal: stop,
+        maxRetries: 1000,
+        maxBackoffMs: 500,
+        onReconnect: () => void reconnects++,
+      })) {
+        seen.push({ seq: e.seq, eventId: e.eventId });
+      }
+    } finally {
+      client.close();
+    }
+  })();
+  return { seen, done, reconnects: () => reconnects };
+}
+
+async function readyz(r: ServerProcess): Promise<number> {
+  try {
+    return (await fetch(`${r.baseUrl}/readyz`, { signal: AbortSignal.timeout(2000) })).status;
+  } catch {
+    return 0;
+  }
+}
+
+describe("PostgreSQL blackholed for 20 s under writers and live streams on two replicas", () => {
+  it("loses no acknowledged event, duplicates none, keeps seqs and streams gapless, and recovers", async () => {
+    const attempts: Attempt[] = [];
+    const stop = new AbortController();
+    const streams = replicas.map((r) => follow(r.baseUrl, stop.signal));
+    let phase: "normal" | "blackhole" | "recovered" = "normal";
+    let sawNotServing = false;
+
+    /** One writer per replica, appending until `until`; bounded by count too. */
+    const writer = async (replica: number, until: () => boolean) => {
+      for (let i = 0; i < 5000 && !until(); i++) {
+        const eventId = `w${replica}-${phase}-${i}`;
+        const started = Date.now();
+        try {
+          const res = await clients[replica].addEvent(
+            { sessionId: SESSION, event: { eventId, eventType: "user_message", content: { kind: { case: "stringValue", value: eventId } } } },
+            { timeoutMs: DEADLINE_MS },
+          );
+          attempts.push({ eventId, replica, outcome: "acked", seq: Number(res.event!.seq), ms: Date.now() - started });
+        } catch (err) {
+          const code = ConnectError.from(err).code;
+          // Only "could not tell" codes are acceptable under this fault.
+          expect([Code.Unavailable, Code.DeadlineExceeded], `${eventId}: ${String(err)}`).toContain(code);
+          attempts.push({ eventId, replica, outcome: "unknown", ms: Date.now() - started, code });
+          await sleep(100);
+        }
+      }
+    };
+
+    // 1. Normal operation.
+    let t = Date.now();
+    await Promise.all([0, 1].map((r) => writer(r, () => Date.now() - t > 2000)));
+    expect(attempts.every((a) => a.outcome === "acked")).toBe(true);
+
+    // 2. Blackhole: every call must still end within its deadline (plus scheduling slack).
+    phase = "blackhole";
+    proxy.set({ kind: "blackhole" });
+    t = Date.now();
+    const watchHealth = (async () => {
+      while (Date.now() - t < BLACKHOLE_MS) {
+        if ((await readyz(replicas[0])) === 503 && (await readyz(replicas[1])) === 503) sawNotServing = true;
+        await sleep(500);
+      }
+    })();
+    await Promise.all([0, 1].map((r) => writer(r, () => Date.now() - t > BLACKHOLE_MS)));
+    await watchHealth;
+    const during = attempts.filter((a) => a.eventId.includes("-blackhole-"));
+    expect(during.length).toBeGreaterThan(0);
+    expect(during.filter((a) => a.outcome === "unknown").length).toBeGreaterThan(0);
+    expect(Math.max(...during.map((a) => a.ms))).toBeLessThan(DEADLINE_MS + 1500);
+    expect(sawNotServing).toBe(true);
+
+    // 3. Recovery: both replicas report SERVING again, within a bound.
+    proxy.set({ kind: "pass" });
+    phase = "recovered";
+    const recoverBy = Date.now() + 60_000;
+    while (Date.now() < recoverBy && ((await readyz(replicas[0])) !== 200 || (await readyz(replicas[1])) !== 200)) await sleep(250);
+    expect([await readyz(replicas[0]), await readyz(replicas[1])]).toEqual([200, 200]);
+
+    // 4. Writes after recovery, with read-your-writes across replicas.
+    t = Date.now();
+    const deadlineAfter = Date.now() + 30_000;
+    await Promise.all([0, 1].map((r) => writer(r, () => Date.now() - t > 2000 || Date.now() > deadlineAfter)));
+    const lastAcked = attempts.filter((a) => a.outcome === "acked" && a.eventId.includes("-recovered-"));
+    expect(lastAcked.length).toBeGreaterThan(0);
+    for (const a of lastAcked.slice(-10)) {
+      const other = clients[1 - a.replica];
+      const page = await other.getSessionEvents({ sessionId: SESSION, afterSeq: BigInt(a.seq! - 1), limit: 1 });
+      expect(page.events[0]?.eventId, `replica ${1 - a.replica} reads ${a.eventId}`).toBe(a.eventId);
+    }
+
+    // 5. Retry every unknown-outcome append with its event id until it is acknowledged (bounded).
+    const unknown = attempts.filter((a) => a.outcome === "unknown");
+    const before = new Map<string, number>();
+    {
+      const { events } = await clients[0].getSessionEvents({ sessionId: SESSION, limit: 1000 });
+      const all = [...events];
+      let next = events.length === 1000 ? Number(events[999].seq) : undefined;
+      for (let page = 0; next !== undefined && page < 100; page++) {
+        const more = await clients[0].getSessionEvents({ sessionId: SESSION, afterSeq: BigInt(next), limit: 1000 });
+        all.push(...more.events);
+        next = more.events.length === 1000 ? Number(more.events[999].seq) : undefined;
+      }
+      for (const e of all) before.set(e.eventId, (before.get(e.eventId) ?? 0) + 1);
+    }
+    // At most once before any retry.
+    for (const a of unknown) expect(before.get(a.eventId) ?? 0, a.eventId).toBeLessThanOrEqual(1);
+    const retried = new Map<string, number>();
+    for (const a of unknown) {
+      for (let i = 0; i < 20; i++) {
+        try {
+          const res = await clients[a.replica].addEvent(
+            { sessionId: SESSION, event: { eventId: a.eventId, eventType: "user_message", content: { kind: { case: "stringValue", value: a.eventId } } } },
+            { timeoutMs: 5000 },
+          );
+          retried.set(a.eventId, Number(res.event!.seq));
+          break;
+        } catch {
+          await sleep(200);
+        }
+      }
+      expect(retried.has(a.eventId), `retry of ${a.eventId}`).toBe(true);
+    }
+
+    // 6. The final log.
+    const log: { seq: number; eventId: string }[] = [];
+    for (let after = 0, page = 0; page < 100; page++) {
+      const { events } = await clients[1].getSessionEvents({ sessionId: SESSION, afterSeq: BigInt(after), limit: 1000 });
+      log.push(...events.map((e) => ({ seq: Number(e.seq), eventId: e.eventId })));
+      if (events.length < 1000) break;
+      after = Number(events[events.length - 1].seq);
+    }
+    expect(log.map((e) => e.seq)).toEqual(log.map((_, i) => i + 1));
+    const bySeq = new Map(log.map((e) => [e.eventId, e.seq]));
+    expect(bySeq.size).toBe(log.length); // no event id twice
+    const acked = attempts.filter((a) => a.outcome === "acked");
+    for (const a of acked) expect(bySeq.get(a.eventId), a.eventId).toBe(a.seq);
+    for (const [id, seq] of retried) expect(bySeq.get(id), id).toBe(seq);
+    expect(log.length).toBe(acked.length + retried.size);
+
+    // 7. Both streams delivered exactly the log, in order, once each.
+    const head = log.length;
+    const settleBy = Date.now() + 30_000;
+    while (Date.now() < settleBy && streams.some((s) => (s.seen.at(-1)?.seq ?? 0) < head)) await sleep(100);
+    stop.abort();
+    await Promise.allSettled(streams.map((s) => s.done));
+    for (const s of streams) {
+      expect(s.seen.map((e) => e.seq)).toEqual(log.map((e) => e.seq));
+      expect(s.seen.map((e) => e.eventId)).toEqual(log.map((e) => e.eventId));
+    }
+    console.log(
+      `history: ${acked.length} acknowledged, ${unknown.length} unknown outcomes retried (${[...retried.keys()].filter((id) => before.get(id)).length} had been applied), ` +
+        `log ${head} events gapless; stream reconnects ${streams.map((s) => s.reconnects()).join("/")}; events lost 0`,
+    );
+  }, 180_000);
+});
