@@ -62,7 +62,7 @@ import { checkSummaryCovers, ContextAssembler, parseContextRequest, TokenizerReg
 import { timestampToMs, toWireEvent, toWireSession, valueToJson } from "./convert.js";
 import type { ServiceLimits } from "./limits.js";
 import { decodePageToken, encodePageToken } from "./page-token.js";
-import { RecentCache } from "./recent-cache.js";
+import { jsonBytes, RecentCache } from "./recent-cache.js";
 import { StreamHub } from "./stream-hub.js";
 import {
   checkEventSize,
@@ -74,8 +74,20 @@ import {
   seqNumber,
 } from "./validation.js";
 
-/** Wire forms kept for the most recently appended or read events (a few MB at most). */
+/** Wire forms kept for the most recently appended or read events: at most this many… */
 const RECENT_WIRE_EVENTS = 4096;
+/** …and events of at most about this many bytes in all (per cache). */
+const RECENT_WIRE_BYTES = 16 * 1024 * 1024;
+/** Estimated heap bytes of a stored event (what a cache entry keeps alive). */
+const eventBytes = (e: StoredEvent) => 200 + jsonBytes(e.content) + jsonBytes(e.metadata);
+
+/**
+ * Events a stream reads from the store at a time. A stream holds at most one
+ * page its reader has not taken yet (the transport's backpressure stops it
+ * there), so this bounds what a slow reader costs the server: 64 events of
+ * at most MEMORY_MAX_EVENT_BYTES each, not the 1,000 of a GetSessionEvents page.
+ */
+const STREAM_PAGE_EVENTS = 64;
 
 /** What a handler knows of its call, whatever the protocol. */
 export interface CallContext {
@@ -96,9 +108,9 @@ export interface MemoryServiceOptions {
 export class MemoryService {
   readonly hub: StreamHub;
   /** Wire form of recent stored events, built once per stored object and shared by readers and streams. */
-  private readonly wireEvents = new RecentCache<StoredEvent, Event>(RECENT_WIRE_EVENTS);
+  private readonly wireEvents = new RecentCache<StoredEvent, Event>(RECENT_WIRE_EVENTS, RECENT_WIRE_BYTES, eventBytes);
   /** Stream frames of recent events: one message per event, so its bytes can be shared by every subscriber. */
-  private readonly eventFrames = new RecentCache<StoredEvent, StreamSessionEventsResponse>(RECENT_WIRE_EVENTS);
+  private readonly eventFrames = new RecentCache<StoredEvent, StreamSessionEventsResponse>(RECENT_WIRE_EVENTS, RECENT_WIRE_BYTES, eventBytes);
   /** Context assembly, with per-event renderings and token counts kept across calls. */
   private readonly contexts = new ContextAssembler();
   /** Tokenizers, loaded on first use. */
@@ -110,7 +122,7 @@ export class MemoryService {
     readonly store: MemoryStore,
     readonly options: MemoryServiceOptions,
   ) {
-    this.hub = new StreamHub(store, { heartbeatMs: options.heartbeatMs, pageSize: options.limits.maxPageSize });
+    this.hub = new StreamHub(store, { heartbeatMs: options.heartbeatMs, pageSize: STREAM_PAGE_EVENTS });
   }
 
   async createSession(req: CreateSessionRequest): Promise<CreateSessionResponse> {
