@@ -387,50 +387,6 @@ type ToolCall struct {
 	Arguments string `json:"arguments"` // JSON text
 }
 
-// ChatMessage is one message in the OpenAI chat shape.
-type ChatMessage struct {
-	Role       string     `json:"role"` // system, user, assistant or tool
-	Content    string     `json:"content"`
-	Name       string     `json:"name,omitempty"`
-	ToolCalls  []ToolCall `json:"tool_calls,omitempty"`
-	ToolCallID string     `json:"tool_call_id,omitempty"`
-}
-
-// ConversationContext is the recent turns of a session, ready for an LLM.
-type ConversationContext struct {
-	Text           string // "User: ...\nAssistant: ..." lines
-	Messages       []ChatMessage
-	EventsIncluded uint32
-	EventsDropped  uint32
-}
-
-// BuildConversationContext assembles the newest maxEvents events (the
-// server's default when 0) as text and chat messages.
-func (c *Client) BuildConversationContext(ctx context.Context, sessionID string, maxEvents uint32) (*ConversationContext, error) {
-	res, err := c.rpc.BuildConversationContext(ctx, connect.NewRequest(&engramv1.BuildConversationContextRequest{
-		SessionId: sessionID, MaxEvents: maxEvents,
-	}))
-	if err != nil {
-		return nil, err
-	}
-	out := &ConversationContext{
-		Text:           res.Msg.GetText(),
-		EventsIncluded: res.Msg.GetEventsIncluded(),
-		EventsDropped:  res.Msg.GetEventsDropped(),
-	}
-	for _, m := range res.Msg.GetMessages() {
-		cm := ChatMessage{Role: m.GetRole(), Content: m.GetContent(), Name: m.GetName(), ToolCallID: m.GetToolCallId()}
-		for _, tc := range m.GetToolCalls() {
-			cm.ToolCalls = append(cm.ToolCalls, ToolCall{
-				ID: tc.GetId(), Type: tc.GetType(),
-				Name: tc.GetFunction().GetName(), Arguments: tc.GetFunction().GetArguments(),
-			})
-		}
-		out.Messages = append(out.Messages, cm)
-	}
-	return out, nil
-}
-
 // Stats are totals over the whole store.
 type Stats struct {
 	TotalSessions       uint64
