@@ -3,6 +3,8 @@ import { pino } from "pino";
 
 /** The process logger. `level` is a label ("info"), `msg` the message. */
 export const log = pino({
+  // LOG_LEVEL=debug logs every call (method, code, duration, request id).
+  level: process.env.LOG_LEVEL || "info",
   base: { service: "engram" },
   formatters: { level: (label) => ({ level: label }) },
   timestamp: pino.stdTimeFunctions.isoTime,

@@ -18,6 +18,7 @@ function callInfo(ctx: HandlerContext): CallInfo {
     traceparent: ctx.requestHeader.get("traceparent") ?? undefined,
     protocol: ctx.protocolName,
     deadline: timeout === undefined ? undefined : Date.now() + timeout,
+    requestId: ctx.requestHeader.get("x-request-id") ?? undefined,
   };
 }
 

@@ -75,7 +75,13 @@ export function grpcMemoryService(
           const controller = callSignal(call);
           try {
             const req = parseRequest(method.input, call.request);
-            const info = { signal: controller.signal, authorization: header(call, "authorization"), traceparent: header(call, "traceparent"), protocol: "grpc" };
+            const info = {
+              signal: controller.signal,
+              authorization: header(call, "authorization"),
+              traceparent: header(call, "traceparent"),
+              requestId: header(call, "x-request-id"),
+              protocol: "grpc",
+            };
             for await (const frame of handler(req, info) as AsyncIterable<unknown>) {
               if (controller.signal.aborted) break;
               if (!call.write(frame)) {
@@ -106,6 +112,7 @@ export function grpcMemoryService(
                   traceparent: header(call, "traceparent"),
                   protocol: "grpc",
                   deadline: deadlineOf(call),
+                  requestId: header(call, "x-request-id"),
                 }) as Promise<unknown>,
             )
             .then(

@@ -79,6 +79,7 @@ export function createRestHandler(opts: {
       signal: abort.signal,
       authorization: req.headers.authorization,
       traceparent: typeof req.headers.traceparent === "string" ? req.headers.traceparent : undefined,
+      requestId: typeof req.headers["x-request-id"] === "string" ? req.headers["x-request-id"] : undefined,
       protocol: "rest",
     };
     if (req.method !== "GET" && req.method !== "HEAD") {

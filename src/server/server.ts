@@ -74,7 +74,7 @@ export async function startServer(
   };
   const authenticator = options.auth ? new Authenticator(await openApiKeyStore(security), security.authCacheMs) : undefined;
   const quotas = await Quotas.open(security);
-  const guard = new CallGuard(service, { authenticator, quotas, metrics });
+  const guard = new CallGuard(service, { authenticator, quotas, metrics, log });
 
   // gRPC over h2c.
   const grpcServer = new grpc.Server({

@@ -25,7 +25,9 @@ import {
   type DeleteSessionResponse,
 } from "../gen/engram/v1/memory_pb.js";
 import { ANY_APP, type ApiKeyRole, type Principal } from "../auth/api-keys.js";
+import { randomUUID } from "node:crypto";
 import type { Authenticator } from "../auth/index.js";
+import type { Logger } from "../log.js";
 import { callDeadline } from "../deadline.js";
 import { invalidArgument, MemoryError, sessionNotFound } from "../errors.js";
 import type { JsonObject, SessionRecord } from "../store/types.js";
@@ -46,6 +48,8 @@ export interface CallInfo {
   protocol: string;
   /** Epoch ms by which the client wants its answer (gRPC deadline / Connect timeout), if any. */
   deadline?: number;
+  /** The client's `x-request-id`, if it sent one; otherwise one is made for the logs. */
+  requestId?: string;
 }
 
 /** A guarded RPC handler: unary ones return a promise, streaming ones an async iterable. */
@@ -86,7 +90,12 @@ export interface CallGuardOptions {
   authenticator?: Authenticator;
   quotas: Quotas;
   metrics: Metrics;
+  /** Calls ending in a server-side code are logged at warn, every call at debug. */
+  log?: Logger;
 }
+
+/** Codes that say the server (or its backend) failed, not the client. */
+const SERVER_SIDE = new Set(["INTERNAL", "UNAVAILABLE", "DEADLINE_EXCEEDED", "UNKNOWN"]);
 
 /** Wraps MemoryService methods with auth, quotas, scoping, trace context and metrics. */
 export class CallGuard {
@@ -127,13 +136,24 @@ export class CallGuard {
       code = codeOf(err);
       throw err;
     } finally {
-      end();
+      const seconds = end();
       this.options.metrics.rpcs.inc({ method, code, protocol: call.protocol });
+      this.logCall(method, call, code, seconds);
     }
+  }
+
+  /** One structured line per call: warn when the server side failed, debug otherwise. */
+  private logCall(method: string, call: CallInfo, code: string, seconds: number): void {
+    const log = this.options.log;
+    if (!log) return;
+    const level = SERVER_SIDE.has(code) ? "warn" : "debug";
+    if (!log.isLevelEnabled(level)) return;
+    log[level]({ requestId: call.requestId ?? randomUUID(), method, protocol: call.protocol, code, ms: Math.round(seconds * 1000) }, "call");
   }
 
   private async *stream(method: string, req: unknown, call: CallInfo, invoke: (req: unknown, call: CallInfo) => unknown): AsyncGenerator<unknown> {
     const { metrics, quotas } = this.options;
+    const end = metrics.rpcSeconds.startTimer({ method, protocol: call.protocol });
     let code = "OK";
     let release: (() => void) | undefined;
     try {
@@ -152,6 +172,7 @@ export class CallGuard {
         metrics.streams.dec();
       }
       metrics.rpcs.inc({ method, code, protocol: call.protocol });
+      this.logCall(method, call, code, end());
     }
   }
 
