@@ -55,16 +55,19 @@ describe("memory inspector in a browser", () => {
     await row.waitFor({ timeout: 10_000 });
     expect(await row.locator("td").nth(1).textContent()).toBe("weather-bot");
     expect(await row.locator("td").nth(2).textContent()).toBe("alice");
+    await page.screenshot({ path: path.join(SHOTS, "inspector-sessions.png") });
   });
 
   it("filters sessions by app and user", async () => {
     await page.fill('input[name="app"]', "other-bot");
     await page.click(".filters button");
-    await page.waitForFunction(`!document.querySelector('tr[data-session="chat-live"]') && !!document.querySelector('tr[data-session="chat-other"]')`);
+    await page.locator('tr[data-session="chat-live"]').waitFor({ state: "detached" });
+    await page.locator('tr[data-session="chat-other"]').waitFor();
     await page.fill('input[name="app"]', "");
     await page.fill('input[name="user"]', "alice");
     await page.click(".filters button");
-    await page.waitForFunction(`!!document.querySelector('tr[data-session="chat-live"]') && !document.querySelector('tr[data-session="chat-other"]')`);
+    await page.locator('tr[data-session="chat-other"]').waitFor({ state: "detached" });
+    await page.locator('tr[data-session="chat-live"]').waitFor();
     expect(page.url()).toContain("user=alice");
   });
 
@@ -94,6 +97,8 @@ describe("memory inspector in a browser", () => {
     await details.locator("summary").click();
     expect(await details.getAttribute("open")).not.toBeNull();
     expect(await details.locator("pre").textContent()).toContain('"city": "Paris"');
+    // The header's counts follow the live events.
+    await page.locator("dl.session-info", { hasText: "4 events (seq 1–4)" }).waitFor();
     await page.screenshot({ path: path.join(SHOTS, "inspector-session.png"), fullPage: true });
   });
 
@@ -139,6 +144,8 @@ describe("memory inspector in a browser", () => {
     expect(await page.evaluate('sessionStorage.getItem("engram.apiKey")')).toBe("ek_test_secret");
   });
 
+  // Playwright's string predicates (waitForFunction) are evaluated with eval, which this CSP
+  // forbids: wait with locators instead, so that any violation here is the page's own.
   it("ran without script errors or Content-Security-Policy violations", () => {
     expect(consoleErrors).toEqual([]);
   });
