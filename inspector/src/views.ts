@@ -72,7 +72,7 @@ export function sessionsView(root: HTMLElement, params: URLSearchParams): Cleanu
     h(
       "table",
       { class: "sessions" },
-      h("thead", {}, h("tr", {}, ...["Session", "App", "User", "Events", "Head seq", "Updated"].map((t) => h("th", {}, t)))),
+      h("thead", {}, h("tr", {}, ...["Session", "App", "User", "Events", "Head seq", "Updated"].map((t) => h("th", { class: t === "Events" || t === "Head seq" ? "num" : undefined }, t)))),
       body,
     ),
     h("div", { class: "pager" }, prev, h("span", { class: "page" }, ""), next, status),
