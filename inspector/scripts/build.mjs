@@ -3,6 +3,10 @@
 // machine; skips quietly when Vite is not installed (`npm ci --omit=dev`),
 // in which case the server answers / with how to build them.
 //
+// Built on install rather than committed: the bundle embeds the generated
+// protobuf descriptors, so a committed bundle would go stale with every proto
+// change made elsewhere, and its freshness check would fail for whoever made it.
+//
 // The build goes to a fresh directory that then replaces dist/ by rename, so
 // a server starting meanwhile (another test run, say) never reads half a build.
 import { existsSync, mkdirSync, renameSync, rmSync } from "node:fs";
