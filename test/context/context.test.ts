@@ -4,13 +4,13 @@
  * pairing, sections and their priorities, BM25 retrieval, summaries, images,
  * delegations, tokenizers and validation.
  */
+import type { JsonValue } from "@bufbuild/protobuf";
 import { countTokens as o200k } from "gpt-tokenizer/encoding/o200k_base";
 import { Code } from "@connectrpc/connect";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import type { BuildConversationContextRequest } from "../../src/gen/engram/v1/memory_pb.js";
 import { connectClient, errorOf, grpcJsClient, type MemoryClient } from "../support/clients.js";
 import { startTestServer, type TestServer } from "../support/engram.js";
-import { ev, recountTokens, sessionWith, toInput, toolPairingErrors, type EventSpec } from "./helpers.js";
+import { ev, recountTokens, sessionWith, toInput, toolPairingErrors, type EventSpec, type ContextRequestInit } from "./helpers.js";
 
 let server: TestServer;
 let client: MemoryClient;
@@ -26,7 +26,7 @@ afterAll(async () => {
   await server?.stop();
 });
 
-const build = (sessionId: string, req: Partial<BuildConversationContextRequest> = {}) => client.buildConversationContext({ sessionId, ...req });
+const build = (sessionId: string, req: ContextRequestInit = {}) => client.buildConversationContext({ sessionId, ...req });
 const tokens = (text: string) => 4 + o200k(text);
 
 describe("token budget", () => {
@@ -255,7 +255,7 @@ describe("summaries", () => {
 
   it("AddEvent refuses a summary whose covers is malformed, naming the field", async () => {
     const id = await sessionWith(client, []);
-    for (const covers of [{ from_seq: 5, to_seq: 2 }, { from_seq: 0, to_seq: 2 }, { from_seq: "x" }, "1-2"]) {
+    for (const covers of [{ from_seq: 5, to_seq: 2 }, { from_seq: 0, to_seq: 2 }, { from_seq: "x" }, "1-2"] as JsonValue[]) {
       const err = await errorOf(client.addEvent({ sessionId: id, event: toInput({ type: "summary", content: "s", metadata: { covers } }) as never }));
       expect(err.code).toBe(Code.InvalidArgument);
       expect(err.rawMessage.startsWith("event.metadata.covers")).toBe(true);
@@ -330,7 +330,7 @@ describe("validation", () => {
   beforeAll(async () => {
     id = await sessionWith(client, [ev.user("x")]);
   });
-  const cases: Array<[string, Partial<BuildConversationContextRequest>, string]> = [
+  const cases: Array<[string, ContextRequestInit, string]> = [
     ["token_budget over 2000000", { tokenBudget: 2_000_001 }, "token_budget"],
     ["unknown tokenizer", { tokenizer: "gpt2-bpe" }, "tokenizer"],
     ["query over 4096 characters", { query: "q".repeat(4097) }, "query"],

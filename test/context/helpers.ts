@@ -3,12 +3,15 @@
  * real client, and an independent recount of a context's tokens with
  * gpt-tokenizer itself (not the server's counter), so a budget check can fail.
  */
-import { fromJson, type JsonObject, type JsonValue } from "@bufbuild/protobuf";
+import { fromJson, type JsonObject, type JsonValue, type MessageInitShape } from "@bufbuild/protobuf";
 import { ValueSchema } from "@bufbuild/protobuf/wkt";
 import { countTokens as o200k } from "gpt-tokenizer/encoding/o200k_base";
 import { countTokens as cl100k } from "gpt-tokenizer/encoding/cl100k_base";
-import type { BuildConversationContextResponse, EventInput } from "../../src/gen/engram/v1/memory_pb.js";
+import type { BuildConversationContextRequestSchema, BuildConversationContextResponse, EventInput } from "../../src/gen/engram/v1/memory_pb.js";
 import type { MemoryClient } from "../support/clients.js";
+
+/** The options of a BuildConversationContext request (all but session_id). */
+export type ContextRequestInit = Omit<MessageInitShape<typeof BuildConversationContextRequestSchema>, "sessionId" | "$typeName">;
 
 /** An event as a test writes it. */
 export interface EventSpec {

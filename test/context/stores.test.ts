@@ -8,13 +8,12 @@
 import pg from "pg";
 import { Redis } from "ioredis";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import type { BuildConversationContextRequest } from "../../src/gen/engram/v1/memory_pb.js";
 import { PostgresStore } from "../../src/store/postgres.js";
 import { RedisStore } from "../../src/store/redis.js";
 import type { StoreLimits } from "../../src/store/types.js";
 import { connectClient, type MemoryClient } from "../support/clients.js";
 import { startTestServer, type TestServer } from "../support/engram.js";
-import { ev, sessionWith, type EventSpec } from "./helpers.js";
+import { ev, sessionWith, type EventSpec, type ContextRequestInit } from "./helpers.js";
 
 const LIMITS: StoreLimits = { maxSessions: 1000, maxSessionEvents: 500 };
 const redisUrl = process.env.MEMORY_TEST_REDIS_URL!;
@@ -80,7 +79,7 @@ function session(): EventSpec[] {
   return events;
 }
 
-const requests: Array<[string, Partial<BuildConversationContextRequest>]> = [
+const requests: Array<[string, ContextRequestInit]> = [
   ["legacy max_events", { maxEvents: 50 }],
   ["default window", {}],
   ["token budget", { tokenBudget: 1500 }],

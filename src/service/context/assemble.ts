@@ -10,6 +10,7 @@
  * result are one item: both or neither. A summary stands in for the events it
  * covers. The chosen items are then rendered in seq order.
  */
+import { LRUCache } from "lru-cache";
 import type { StoredEvent } from "../../store/types.js";
 import { EventType } from "../event-types.js";
 import { prepareEvent, type ContextMessage, type PreparedEvent, type ToolCallPart } from "./render.js";
@@ -102,9 +103,10 @@ interface Analysis {
   windowSize: number;
 }
 
-/** The analysis of the last window seen, keyed by its newest event (see analysisFor). */
+/** The analysis of a window, kept per session (see analysisFor). */
 interface CachedAnalysis {
   first: StoredEvent;
+  last: StoredEvent;
   length: number;
   preserveSystem: boolean;
   tokenizer: string;
@@ -115,8 +117,13 @@ interface CachedAnalysis {
 export class ContextAssembler {
   /** Keyed by stored object: the local store hands out the same objects on every read. */
   private readonly prepared = new WeakMap<StoredEvent, PreparedEvent>();
-  /** By the window's newest event object: a repeated call over an unchanged local session skips analysis. */
-  private readonly analyses = new WeakMap<StoredEvent, CachedAnalysis[]>();
+  /**
+   * The analyses of each session's current window, for sessions whose store
+   * hands out the same objects on every read (the local store): a repeated
+   * call over an unchanged session skips analysis. Bounded: at most 4 windows
+   * of 1024 sessions.
+   */
+  private readonly analyses = new LRUCache<string, CachedAnalysis[]>({ max: 1024 });
   private readonly ranker = new Bm25Ranker();
 
   /** The request-independent rendering of an event, computed once per stored object. */
@@ -145,17 +152,20 @@ export class ContextAssembler {
     if (window.length === 0) return this.analyze(window, preserveSystem, counter);
     const first = window[0];
     const last = window[window.length - 1];
-    const gapless = last.seq - first.seq + 1 === window.length;
-    const cached = gapless ? this.analyses.get(last) : undefined;
-    const hit = cached?.find((c) => c.first === first && c.length === window.length && c.preserveSystem === preserveSystem && c.tokenizer === counter.name);
+    const sameWindow = (c: CachedAnalysis) =>
+      c.first === first && c.last === last && c.length === window.length && c.preserveSystem === preserveSystem && c.tokenizer === counter.name;
+    const cached = this.analyses.get(last.sessionId);
+    const hit = cached?.find(sameWindow);
     if (hit) return hit.analysis;
+    // Only a store that hands out the same objects again (seen before this call) can ever hit.
+    const reusedObjects = this.prepared.has(last) && this.prepared.has(first);
     const analysis = this.analyze(window, preserveSystem, counter);
-    if (gapless) {
-      const entry = { first, length: window.length, preserveSystem, tokenizer: counter.name, analysis };
-      // A few variants per window (tokenizer, preserve_system); the oldest goes first.
-      const list = (cached ?? []).slice(-3);
+    if (reusedObjects && last.seq - first.seq + 1 === window.length) {
+      const entry = { first, last, length: window.length, preserveSystem, tokenizer: counter.name, analysis };
+      // Variants of the current window (tokenizer, preserve_system, max_events); older windows go.
+      const list = (cached ?? []).filter((c) => c.last === last).slice(-3);
       list.push(entry);
-      this.analyses.set(last, list);
+      this.analyses.set(last.sessionId, list);
     }
     return analysis;
   }

@@ -20,7 +20,7 @@ function buildIndex(texts: readonly string[]): Index {
 
 /** Scores texts by BM25 relevance to a query, reusing indexes of texts seen before. */
 export class Bm25Ranker {
-  private readonly indexes = new LRUCache<string, Index>({ max: 32 });
+  private readonly indexes = new LRUCache<string, Index>({ max: 8 });
   /** By the caller's candidate list, when it hands the same list again (a cached window): no digest needed. */
   private readonly byList = new WeakMap<object, Index>();
 
