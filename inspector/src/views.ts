@@ -4,7 +4,7 @@
  */
 import { ConnectError, Code } from "@connectrpc/connect";
 import { timestampDate } from "@bufbuild/protobuf/wkt";
-import type { Session } from "@engram/gen";
+import type { Event as MemoryEvent, Session } from "@engram/gen";
 import { memory } from "./api";
 import { formatTime, h, replaceChildren } from "./dom";
 import { ToolPairing, eventRow, jsonView } from "./events";
@@ -15,6 +15,8 @@ export type Cleanup = () => void;
 /** How often the sessions list and the stats are re-read (no stream exists for them). */
 const POLL_MS = 2000;
 const PAGE_SIZE = 25;
+/** Events a session view shows at first; "Load earlier events" adds as many again. */
+const WINDOW = 200;
 
 /** A readable message for a failed call, with a hint for the errors a person can fix. */
 export function errorText(err: unknown): string {
@@ -229,7 +231,7 @@ export function sessionView(root: HTMLElement, sessionId: string): Cleanup {
   const live = h("span", { class: "live connecting" }, "connecting");
   const list = h("div", { class: "events" });
   const message = h("div");
-  const count = h("span", { class: "muted" });
+  const count = h("span", { class: "muted events-count" });
   replaceChildren(
     root,
     h("p", {}, h("a", { href: "#/" }, "← Sessions")),
@@ -276,39 +278,84 @@ export function sessionView(root: HTMLElement, sessionId: string): Cleanup {
     }, 500);
   };
 
-  // Replays the session, then follows it; after a lost connection it resumes after the last seq shown.
+  // The newest WINDOW events first (a session may retain many thousands), older ones on request.
+  let shownEvents: MemoryEvent[] = [];
+  let pairing = new ToolPairing();
+  const earlier = h("button", { type: "button", class: "earlier", hidden: true, onclick: () => void loadEarlier() }, "Load earlier events");
+  list.before(earlier);
+
+  function renderAll(): void {
+    pairing = new ToolPairing(); // pairs are found in seq order, so re-pair from the oldest shown
+    list.replaceChildren(...shownEvents.map((e) => eventRow(e, pairing)));
+    count.textContent = `${shownEvents.length} shown`;
+  }
+
+  function appendEvent(event: MemoryEvent): void {
+    const atBottom = window.innerHeight + window.scrollY >= document.documentElement.scrollHeight - 80;
+    shownEvents.push(event);
+    const row = eventRow(event, pairing);
+    list.append(row);
+    count.textContent = `${shownEvents.length} shown`;
+    // Watching live: keep the newest event in view, unless the reader has scrolled up.
+    if (atBottom) row.scrollIntoView({ block: "end" });
+    refreshInfo();
+  }
+
+  async function loadEarlier(): Promise<void> {
+    const oldest = shownEvents[0]?.seq;
+    if (oldest === undefined) return;
+    earlier.disabled = true;
+    try {
+      const { session } = await memory.getSession({ sessionId }, { signal });
+      const floor = (session?.firstSeq ?? 1n) - 1n;
+      const afterSeq = oldest - 1n - BigInt(WINDOW) > floor ? oldest - 1n - BigInt(WINDOW) : floor;
+      const limit = Number(oldest - 1n - afterSeq);
+      if (limit > 0) {
+        const res = await memory.getSessionEvents({ sessionId, afterSeq, limit }, { signal });
+        shownEvents = [...res.events.filter((e) => e.seq < oldest), ...shownEvents];
+        renderAll();
+      }
+      earlier.hidden = afterSeq <= floor;
+    } catch (err) {
+      if (!signal.aborted) replaceChildren(message, errorBox(err));
+    } finally {
+      earlier.disabled = false;
+    }
+  }
+
+  // Shows the newest events, then follows the stream from the head seq of that same read;
+  // after a lost connection it resumes after the last seq shown.
   async function follow(): Promise<void> {
-    let pairing = new ToolPairing();
     let after: bigint | undefined;
-    let shown = 0;
     for (let failures = 0; !signal.aborted; ) {
       try {
+        if (after === undefined) {
+          const res = await memory.getSessionEvents({ sessionId, tail: WINDOW }, { signal });
+          shownEvents = [...res.events];
+          renderAll();
+          earlier.hidden = res.events.length < WINDOW;
+          after = res.headSeq;
+        }
         const stream = memory.streamSessionEvents({ sessionId, afterSeq: after }, { signal });
         for await (const res of stream) {
           failures = 0;
           const frame = res.frame;
           if (frame.case === "event") {
-            if (after !== undefined && frame.value.seq <= after) continue;
+            if (frame.value.seq <= after) continue;
             after = frame.value.seq;
-            list.append(eventRow(frame.value, pairing));
-            count.textContent = `${++shown} shown`;
-            refreshInfo();
-          } else if (frame.case === "caughtUp") {
+            appendEvent(frame.value);
+          } else if (frame.case === "caughtUp" || frame.case === "heartbeat") {
             setLive("live", "live");
-            void loadInfo();
-          } else if (frame.case === "heartbeat") {
-            setLive("live", "live");
+            if (frame.case === "caughtUp") refreshInfo();
           }
         }
       } catch (err) {
         if (signal.aborted) return;
         const ce = ConnectError.from(err);
         if (ce.code === Code.OutOfRange) {
-          // The events after our cursor were evicted: start over from what is retained.
+          // The events after our cursor were evicted while we were away: show the newest again.
           after = undefined;
-          pairing = new ToolPairing();
-          shown = 0;
-          list.replaceChildren(h("p", { class: "notice" }, "Older events were evicted while disconnected; reloaded."));
+          replaceChildren(message, h("p", { class: "notice" }, "Events were evicted while disconnected; showing the newest again."));
           continue;
         }
         if ([Code.NotFound, Code.Unauthenticated, Code.PermissionDenied, Code.InvalidArgument].includes(ce.code)) {

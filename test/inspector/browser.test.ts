@@ -136,6 +136,21 @@ describe("memory inspector in a browser", () => {
     await page.waitForSelector('tr[data-session="page-00"]');
   });
 
+  it("shows a long session's newest 200 events first and loads earlier ones on request", async () => {
+    await memory.createSession("long-bot", "l", "long-session");
+    await memory.addEvents("long-session", Array.from({ length: 230 }, (_, i) => ({ eventType: "user_message", content: `message ${i + 1}` })));
+    await page.goto(`${server.baseUrl}/#/session/long-session`);
+    await page.locator(".events-count", { hasText: "200 shown" }).waitFor();
+    expect(await page.locator("#ev-30").count()).toBe(0);
+    expect(await page.textContent(".events article:first-child .seq")).toBe("#31");
+    await page.click("text=Load earlier events");
+    await page.locator(".events-count", { hasText: "230 shown" }).waitFor();
+    expect(await page.textContent(".events article:first-child .seq")).toBe("#1");
+    expect(await page.isHidden("text=Load earlier events")).toBe(true);
+    await memory.addEvent("long-session", "agent_response", "still live");
+    await page.locator("#ev-231").waitFor();
+  });
+
   it("sends the API key of this tab as a Bearer token and keeps it in sessionStorage", async () => {
     await page.fill("#api-key", "ek_test_secret");
     const request = page.waitForRequest((r) => r.url().includes("/engram.v1.MemoryService/") && r.headers()["authorization"] !== undefined);
