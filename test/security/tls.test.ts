@@ -16,6 +16,8 @@ import { errorOf, grpcJsClient } from "../support/clients.js";
 import { startTestServer, type TestServer } from "../support/engram.js";
 
 let dir: string;
+/** Name the certificate is checked against (SNI may not carry an IP address). */
+const SNI = { "grpc.ssl_target_name_override": "localhost", "grpc.default_authority": "localhost" };
 const file = (name: string) => path.join(dir, name);
 
 function openssl(...args: string[]): void {
@@ -62,7 +64,7 @@ describe("TLS", () => {
   afterAll(() => server?.stop());
 
   it("serves gRPC (h2) and Connect (HTTP/1.1) over TLS on the one port", async () => {
-    const client = grpcJsClient(server.address, { credentials: grpc.credentials.createSsl(readFileSync(file("ca.pem"))) });
+    const client = grpcJsClient(server.address, { credentials: grpc.credentials.createSsl(readFileSync(file("ca.pem"))), options: SNI });
     try {
       const created = await client.createSession({ appName: "tls", userId: "u", sessionId: "tls-1" });
       expect(created.session?.sessionId).toBe("tls-1");
@@ -95,7 +97,7 @@ describe("mutual TLS", () => {
 
   it("accepts a client certificate signed by the client CA, on both protocols", async () => {
     const creds = grpc.credentials.createSsl(readFileSync(file("ca.pem")), readFileSync(file("client.key")), readFileSync(file("client.pem")));
-    const client = grpcJsClient(server.address, { credentials: creds });
+    const client = grpcJsClient(server.address, { credentials: creds, options: SNI });
     try {
       expect((await client.getStats({})).backend).toBe("local");
     } finally {
@@ -106,7 +108,7 @@ describe("mutual TLS", () => {
   });
 
   it("refuses a client without a certificate", async () => {
-    const client = grpcJsClient(server.address, { credentials: grpc.credentials.createSsl(readFileSync(file("ca.pem"))) });
+    const client = grpcJsClient(server.address, { credentials: grpc.credentials.createSsl(readFileSync(file("ca.pem"))), options: SNI });
     try {
       expect((await errorOf(client.getStats({}, { timeoutMs: 3000 }))).code).toBe(Code.Unavailable);
     } finally {

@@ -4,12 +4,13 @@
  * migrations under concurrency, seqs across pools, rows left behind,
  * collation, durability settings and outages.
  */
+import { readdirSync } from "node:fs";
 import { createServer, type Server, type Socket } from "node:net";
 import { setTimeout as sleep } from "node:timers/promises";
 import pg from "pg";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { MemoryError } from "../../src/errors.js";
-import { PostgresStore, type PostgresStoreOptions } from "../../src/store/postgres.js";
+import { MIGRATIONS_DIR, PostgresStore, type PostgresStoreOptions } from "../../src/store/postgres.js";
 import type { SessionNotice, StoreLimits } from "../../src/store/types.js";
 import { freePort } from "../support/postgres-server.js";
 import { describeStoreConformance, makeSession, newEvent, waitFor } from "./conformance.js";
@@ -61,7 +62,10 @@ describe("PostgresStore specifics", () => {
       const again = await PostgresStore.open({ url, schema, limits: LIMITS });
       stores.push(again);
       const { rows } = await admin.query(`SELECT version, name FROM ${pg.escapeIdentifier(schema)}.schema_migrations ORDER BY version`);
-      expect(rows).toEqual([{ version: 1, name: "0001_init.sql" }]);
+      // Each numbered file exactly once, in order.
+      const files = readdirSync(MIGRATIONS_DIR).filter((f) => /^\d{4}_.*\.sql$/.test(f)).sort();
+      expect(files.slice(0, 2)).toEqual(["0001_init.sql", "0002_api_keys.sql"]);
+      expect(rows).toEqual(files.map((name) => ({ version: Number(name.slice(0, 4)), name })));
       await makeSession(stores[0], "s1");
       expect((await stores[3].getSession("s1"))?.sessionId).toBe("s1");
     } finally {
