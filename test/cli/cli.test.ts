@@ -187,7 +187,7 @@ describe("API keys", () => {
 });
 
 describe("engram tail", () => {
-  it("prints the newest events, follows new ones live, and resumes after the server restarts", async () => {
+  it.each(["connect", "grpc"])("prints the newest events, follows new ones live, and resumes after the server restarts (%s)", async (protocol) => {
     const store = new LocalStore({ maxSessions: 100, maxSessionEvents: 100 });
     let first: TestServer | undefined = await startTestServer({ store });
     const port = first.port;
@@ -196,7 +196,7 @@ describe("engram tail", () => {
     try {
       await client.createSession("app", "user", "live");
       for (let i = 1; i <= 3; i++) await client.addEvent("live", "user_message", `before ${i}`);
-      const follow = spawnEngram(["tail", "live", "--url", first.baseUrl, "-n", "2", "--json"]);
+      const follow = spawnEngram(["tail", "live", "--url", first.baseUrl, "-n", "2", "--json", "--protocol", protocol]);
       try {
         await follow.waitForLine((l) => l.includes("before 3"));
         await client.addEvent("live", "agent_response", "live 4");
@@ -205,6 +205,8 @@ describe("engram tail", () => {
         // Restart: the listener goes away (streams end UNAVAILABLE), a new one comes up on the same port and store.
         await first.server.close();
         first = undefined;
+        // While it is down, reconnections are refused: tail keeps trying.
+        await follow.waitForLine((l) => l.includes("reconnecting (attempt 2)"), 15_000, "stderr");
         second = await startTestServer({ store, config: { port } });
         await client.addEvent("live", "agent_response", "after restart 5");
         await follow.waitForLine((l) => l.includes("after restart 5"), 20_000);
