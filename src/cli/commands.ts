@@ -1,7 +1,8 @@
 /**
  * Every subcommand of `engram`, in the order `engram --help` lists them. A
  * new subcommand is one module exporting `register(program)`, added here —
- * `keys` (API key management, from the hardening work) plugs in the same way.
+ * `keys` (API key management, src/auth/keys-cli.ts, which parses its own
+ * arguments) plugs in the same way, passing its arguments through as `serve` does.
  */
 import type { Command } from "commander";
 import * as context from "./commands/context.js";
