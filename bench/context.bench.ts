@@ -195,6 +195,12 @@ async function overRpc(calls: number): Promise<ContextBenchScenario[]> {
       const micros = (processCpuMicros(server.pid) - before) / calls;
       out.push({ name: `${name}, over Connect (binary)`, opsPerSec: Math.round(1e6 / micros), cpuMicrosPerCall: Math.round(micros * 10) / 10, calls, eventsInSession: SESSION_EVENTS, eventsIncluded: last.eventsIncluded, tokensUsed: last.tokensUsed });
     }
+    // The protocol's own cost, for comparison: a unary call that does next to nothing.
+    for (let i = 0; i < 200; i++) await client.getSession({ sessionId: "bench" });
+    const before = processCpuMicros(server.pid);
+    for (let i = 0; i < calls; i++) await client.getSession({ sessionId: "bench" });
+    const micros = (processCpuMicros(server.pid) - before) / calls;
+    out.push({ name: "baseline: GetSession over Connect (binary)", opsPerSec: Math.round(1e6 / micros), cpuMicrosPerCall: Math.round(micros * 10) / 10, calls, eventsInSession: SESSION_EVENTS, eventsIncluded: 0, tokensUsed: 0 });
     return out;
   } finally {
     await server.stop();

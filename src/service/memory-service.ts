@@ -114,7 +114,7 @@ export class MemoryService {
   /** Context assembly, with per-event renderings and token counts kept across calls. */
   private readonly contexts = new ContextAssembler();
   /** Tokenizers, loaded on first use. */
-  readonly tokenizers = new TokenizerRegistry();
+  private readonly tokenizers = new TokenizerRegistry();
   /** Wire form of shared context messages (plain messages are rendered once per stored event). */
   private readonly wireMessages = new WeakMap<ContextMessage, ChatMessage>();
 
