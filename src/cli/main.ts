@@ -50,4 +50,10 @@ export async function runCli(argv: string[]): Promise<void> {
   }
 }
 
+// A reader that stops early (`engram tail x --json | head -1`) closes the pipe: that ends us quietly.
+process.stdout.on("error", (err: NodeJS.ErrnoException) => {
+  if (err.code === "EPIPE") process.exit(0);
+  throw err;
+});
+
 await runCli(process.argv.slice(2));
