@@ -17,7 +17,8 @@ import { CONTENT_100B } from "./workloads.js";
 export interface RawSpec extends ClosedLoopOptions {
   backend: "redis" | "postgres";
   url: string;
-  op: "append" | "tail";
+  /** "open" only connects (so the backend's connection processes exist before CPU is charged to them). */
+  op: "open" | "append" | "tail";
   /** Events in the session the tail reads from. */
   tailSessionEvents: number;
 }
@@ -44,6 +45,11 @@ function newEvent(): NewEvent {
 /** Runs one raw point. */
 async function runRaw(spec: RawSpec): Promise<LoadResult> {
   const store = await storeFor(spec);
+  if (spec.op === "open") {
+    // Fill the pool: PostgreSQL starts one backend process per connection.
+    await Promise.all(Array.from({ length: 16 }, () => store.getSession("raw-open")));
+    return { calls: 0, errors: 0, seconds: 0, throughput: 0, p50Us: 0, p99Us: 0, meanUs: 0, cpuUsPerCall: {} };
+  }
   const session = (id: string) => store.getOrCreateSession({ sessionId: id, appName: "rawbench", userId: "bench", metadata: {}, now: Date.now() });
   if (spec.op === "append") {
     for (let i = 0; i < spec.concurrency; i++) await session(`raw-append-${i}`);

@@ -240,20 +240,13 @@ async function main(): Promise<void> {
       if (profile.sections.has("baselines") && (backend === "redis" || backend === "postgres")) {
         const raw = forkWorker("raw-store.ts");
         try {
+          const rawSpec = { backend: backend as "redis" | "postgres", url: url!, tailSessionEvents: 1000, durationMs: profile.durationMs, warmupMs: profile.warmupMs };
+          await raw.request<LoadResult>({ ...rawSpec, op: "open", concurrency: 1, cpuPids: {} } satisfies RawSpec);
           for (const op of ["append", "tail"] as const) {
             for (const c of profile.concurrencies) {
               const workload = op === "append" ? "AddEvent (store driver, no server)" : "last 20 of 1k (store driver, no server)";
               await point({ kind: "baseline", backend: `${backend} driver`, workload, concurrency: c }, () =>
-                raw.request<LoadResult>({
-                  backend: backend as "redis" | "postgres",
-                  url: url!,
-                  op,
-                  tailSessionEvents: 1000,
-                  concurrency: c,
-                  durationMs: profile.durationMs,
-                  warmupMs: profile.warmupMs,
-                  cpuPids: cpuPidsFor(backend, undefined, backing),
-                } satisfies RawSpec),
+                raw.request<LoadResult>({ ...rawSpec, op, concurrency: c, cpuPids: cpuPidsFor(backend, undefined, backing) } satisfies RawSpec),
               );
             }
           }
