@@ -7,13 +7,51 @@
 import { once } from "node:events";
 import type * as grpc from "@grpc/grpc-js";
 import { toBinary, type DescMessage, type DescMethod } from "@bufbuild/protobuf";
-import { MemoryService as MemoryServiceDesc } from "../gen/engram/v1/memory_pb.js";
+import { BinaryWriter, WireType } from "@bufbuild/protobuf/wire";
+import { EventSchema, MemoryService as MemoryServiceDesc } from "../gen/engram/v1/memory_pb.js";
 import type { CallGuard } from "../service/call-guard.js";
 import { parseRequest } from "./parse-request.js";
 import { toGrpcStatus, type InternalErrorReporter } from "./status.js";
 
 function serializer(desc: DescMessage) {
+  const events = desc.fields.find((f) => f.number === 1 && f.message?.typeName === EventSchema.typeName);
+  if (events) return eventsFirstSerializer(desc, events.localName, events.fieldKind === "list");
   return (msg: unknown) => Buffer.from(toBinary(desc, msg as never));
+}
+
+/**
+ * Bytes of recent events: the service shares one wire Event per stored event
+ * (a bounded recent cache), so a tail read repeated by many callers encodes
+ * each event once instead of once per call (protobuf-es encodes by
+ * reflection; 20 events were most of a GetSessionEvents call's CPU).
+ */
+const eventBytes = new WeakMap<object, Uint8Array>();
+
+function encodedEvent(event: object): Uint8Array {
+  let bytes = eventBytes.get(event);
+  if (!bytes) eventBytes.set(event, (bytes = toBinary(EventSchema, event as never)));
+  return bytes;
+}
+
+/**
+ * Serializes a response whose field 1 holds Event(s): the events' cached
+ * bytes first (field order is free on the wire; repeated fields keep their
+ * order), then the other fields.
+ */
+function eventsFirstSerializer(desc: DescMessage, field: string, repeated: boolean) {
+  return (msg: unknown) => {
+    const message = msg as Record<string, unknown>;
+    const value = message[field];
+    const list = repeated ? (value as object[]) : value === undefined ? [] : [value as object];
+    const writer = new BinaryWriter();
+    for (const event of list) writer.tag(1, WireType.LengthDelimited).bytes(encodedEvent(event));
+    const rest = toBinary(desc, { ...message, [field]: repeated ? [] : undefined } as never);
+    const head = writer.finish();
+    const out = Buffer.allocUnsafe(head.length + rest.length);
+    out.set(head, 0);
+    out.set(rest, head.length);
+    return out;
+  };
 }
 
 /**
