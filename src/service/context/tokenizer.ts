@@ -43,9 +43,6 @@ async function loadBpe(name: Exclude<TokenizerName, "chars4">): Promise<BpeCount
 // instead of throwing (gpt-tokenizer refuses special tokens by default).
 const PLAIN_TEXT = { disallowedSpecial: new Set<string>() };
 
-/** Largest text (UTF-16 units) whose count is memoised; longer texts are rare and counted each time. */
-const MAX_CACHED_TEXT = 64 * 1024;
-
 /**
  * Loads tokenizers once per process and memoises counts by text, so a stored
  * event is tokenized once however often contexts are built over it, whichever
@@ -79,12 +76,12 @@ export class TokenizerRegistry {
       this.onFallback(name, err);
       return { name: "chars4", count: countCharsDiv4 };
     }
+    // Bounded by count and by the characters of the texts it keeps as keys (~64 MB at most).
     const cache = new LRUCache<string, number>({ max: 50_000, maxSize: 32 * 1024 * 1024, sizeCalculation: (_v, k) => k.length + 1 });
     return {
       name,
       count(text: string): number {
         if (text.length === 0) return 0;
-        if (text.length > MAX_CACHED_TEXT) return bpe(text, PLAIN_TEXT);
         let n = cache.get(text);
         if (n === undefined) cache.set(text, (n = bpe(text, PLAIN_TEXT)));
         return n;
