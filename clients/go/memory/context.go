@@ -57,51 +57,56 @@ type ConversationContext struct {
 }
 
 // ContextOption configures BuildConversationContext.
-type ContextOption func(*engramv1.BuildConversationContextRequest)
+type ContextOption func(*contextConfig)
+
+// contextConfig is the request being built (kept private so the generated type stays out of the API).
+type contextConfig struct {
+	req *engramv1.BuildConversationContextRequest
+}
 
 // WithTokenBudget caps the tokens of the messages. With maxEvents 0 the
 // server then chooses from the newest 1000 events.
 func WithTokenBudget(tokens uint32) ContextOption {
-	return func(r *engramv1.BuildConversationContextRequest) { r.TokenBudget = tokens }
+	return func(c *contextConfig) { c.req.TokenBudget = tokens }
 }
 
 // WithQuery ranks sections holding more than the retrieval threshold items
 // by BM25 relevance to query instead of recency.
 func WithQuery(query string) ContextOption {
-	return func(r *engramv1.BuildConversationContextRequest) { r.Query = query }
+	return func(c *contextConfig) { c.req.Query = query }
 }
 
 // WithTokenizer names the tokenizer: "o200k_base" (default), "cl100k_base" or "chars4".
 func WithTokenizer(name string) ContextOption {
-	return func(r *engramv1.BuildConversationContextRequest) { r.Tokenizer = name }
+	return func(c *contextConfig) { c.req.Tokenizer = name }
 }
 
 // WithPreserveSystem keeps system events first (the server's default) or,
 // with false, lets them compete by recency like any other event.
 func WithPreserveSystem(preserve bool) ContextOption {
-	return func(r *engramv1.BuildConversationContextRequest) { r.PreserveSystem = &preserve }
+	return func(c *contextConfig) { c.req.PreserveSystem = &preserve }
 }
 
 // WithSectionBudget caps the tokens of one section (metadata.section).
 func WithSectionBudget(section string, tokens uint32) ContextOption {
-	return func(r *engramv1.BuildConversationContextRequest) {
-		if r.SectionBudgets == nil {
-			r.SectionBudgets = map[string]uint32{}
+	return func(c *contextConfig) {
+		if c.req.SectionBudgets == nil {
+			c.req.SectionBudgets = map[string]uint32{}
 		}
-		r.SectionBudgets[section] = tokens
+		c.req.SectionBudgets[section] = tokens
 	}
 }
 
 // WithSectionPriority orders sections from highest to lowest priority; the
 // lowest are trimmed first.
 func WithSectionPriority(sections ...string) ContextOption {
-	return func(r *engramv1.BuildConversationContextRequest) { r.SectionPriority = sections }
+	return func(c *contextConfig) { c.req.SectionPriority = sections }
 }
 
 // WithRetrievalThreshold ranks a section by relevance once it holds more
 // than n items (the server's default is 20).
 func WithRetrievalThreshold(n uint32) ContextOption {
-	return func(r *engramv1.BuildConversationContextRequest) { r.RetrievalThreshold = &n }
+	return func(c *contextConfig) { c.req.RetrievalThreshold = &n }
 }
 
 // BuildConversationContext assembles the newest maxEvents events (the
@@ -109,8 +114,9 @@ func WithRetrievalThreshold(n uint32) ContextOption {
 // text and chat messages.
 func (c *Client) BuildConversationContext(ctx context.Context, sessionID string, maxEvents uint32, opts ...ContextOption) (*ConversationContext, error) {
 	req := &engramv1.BuildConversationContextRequest{SessionId: sessionID, MaxEvents: maxEvents}
+	cfg := contextConfig{req: req}
 	for _, o := range opts {
-		o(req)
+		o(&cfg)
 	}
 	res, err := c.rpc.BuildConversationContext(ctx, connect.NewRequest(req))
 	if err != nil {
