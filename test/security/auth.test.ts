@@ -115,7 +115,7 @@ describe.each(PROTOCOLS)("auth over %s", (_name, clientWith) => {
 
   it("answers UNAUTHENTICATED on every RPC without a key, with a malformed key, an unknown key and a wrong secret", async () => {
     const forged = keys.a.slice(0, -4) + (keys.a.endsWith("AAAA") ? "BBBB" : "AAAA");
-    for (const headers of [{}, { authorization: "Basic Zm9vOmJhcg==" }, { authorization: "Bearer not-a-key" }, { authorization: `Bearer ek_000000000000_${"A".repeat(43)}` }, { authorization: `Bearer ${forged}` }]) {
+    for (const headers of [{} as Record<string, string>, { authorization: "Basic Zm9vOmJhcg==" }, { authorization: "Bearer not-a-key" }, { authorization: `Bearer ek_000000000000_${"A".repeat(43)}` }, { authorization: `Bearer ${forged}` }]) {
       const client = clientWith(headers);
       try {
         for (const method of MemoryServiceDesc.methods) {

@@ -8,7 +8,7 @@
  */
 import fc from "fast-check";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { MemoryError } from "../../src/errors.js";
+import { MemoryError, type MemoryErrorCode } from "../../src/errors.js";
 import { PostgresStore } from "../../src/store/postgres.js";
 import { RedisStore } from "../../src/store/redis.js";
 import { LocalStore } from "../../src/store/local.js";
@@ -46,7 +46,7 @@ const TYPES = ["user_message", "tool_call"];
 const CONTENTS = ["x", "y"];
 
 /** The error code of a call, or "ok" with its value. */
-async function outcome<T>(p: Promise<T>): Promise<{ code: "ok"; value: T } | { code: string }> {
+async function outcome<T>(p: Promise<T>): Promise<{ code: "ok"; value: T } | { code: MemoryErrorCode }> {
   try {
     return { code: "ok", value: await p };
   } catch (err) {
