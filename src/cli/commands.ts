@@ -1,14 +1,13 @@
 /**
  * Every subcommand of `engram`, in the order `engram --help` lists them. A
- * new subcommand is one module exporting `register(program)`, added here —
- * `keys` (API key management, src/auth/keys-cli.ts, which parses its own
- * arguments) plugs in the same way, passing its arguments through as `serve` does.
+ * new subcommand is one module exporting `register(program)`, added here.
  */
 import type { Command } from "commander";
 import * as context from "./commands/context.js";
 import * as events from "./commands/events.js";
 import * as exportSessions from "./commands/export.js";
 import * as importSessions from "./commands/import.js";
+import * as keys from "./commands/keys.js";
 import * as serve from "./commands/serve.js";
 import * as sessions from "./commands/sessions.js";
 import * as stats from "./commands/stats.js";
@@ -20,4 +19,4 @@ export interface Subcommand {
 }
 
 /** The subcommand table. */
-export const SUBCOMMANDS: readonly Subcommand[] = [serve, sessions, events, tail, context, stats, exportSessions, importSessions];
+export const SUBCOMMANDS: readonly Subcommand[] = [serve, sessions, events, tail, context, stats, exportSessions, importSessions, keys];
