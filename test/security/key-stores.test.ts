@@ -1,7 +1,7 @@
 /**
  * API keys in every backend: the key store contract on the key file, Redis
  * and PostgreSQL; and, on the shared backends, the keys CLI against two
- * server replicas: a key made by the CLI works on both, its rate limit is one
+ * server replicas: a key made by `engram keys` works on both, its rate limit is one
  * budget across both, and its revocation reaches both.
  */
 import { execFile } from "node:child_process";
@@ -55,7 +55,7 @@ describe.each(BACKENDS)("API key store: %s", (_name, env) => {
 });
 
 async function keysCli(env: Record<string, string>, ...args: string[]): Promise<string> {
-  const { stdout } = await run(path.join(REPO_ROOT, "node_modules/.bin/tsx"), ["src/auth/keys-cli.ts", ...args], {
+  const { stdout } = await run(path.join(REPO_ROOT, "node_modules/.bin/tsx"), ["src/cli/main.ts", "keys", ...args], {
     cwd: REPO_ROOT,
     env: { ...process.env, ...env },
     timeout: 60_000,
