@@ -63,6 +63,36 @@ func WithClientOptions(opts ...connect.ClientOption) Option {
 	return func(c *config) { c.clientOpts = append(c.clientOpts, opts...) }
 }
 
+// WithAPIKey sends "authorization: Bearer <key>" on every call and stream,
+// for a server running with MEMORY_AUTH=true. A missing or bad key fails with
+// connect.CodeUnauthenticated, a key whose role or apps do not allow the call
+// with connect.CodePermissionDenied.
+func WithAPIKey(key string) Option {
+	return WithClientOptions(connect.WithInterceptors(bearerInterceptor("Bearer " + key)))
+}
+
+// bearerInterceptor sets the authorization header on unary calls and streams.
+type bearerInterceptor string
+
+func (b bearerInterceptor) WrapUnary(next connect.UnaryFunc) connect.UnaryFunc {
+	return func(ctx context.Context, req connect.AnyRequest) (connect.AnyResponse, error) {
+		req.Header().Set("Authorization", string(b))
+		return next(ctx, req)
+	}
+}
+
+func (b bearerInterceptor) WrapStreamingClient(next connect.StreamingClientFunc) connect.StreamingClientFunc {
+	return func(ctx context.Context, spec connect.Spec) connect.StreamingClientConn {
+		conn := next(ctx, spec)
+		conn.RequestHeader().Set("Authorization", string(b))
+		return conn
+	}
+}
+
+func (b bearerInterceptor) WrapStreamingHandler(next connect.StreamingHandlerFunc) connect.StreamingHandlerFunc {
+	return next
+}
+
 // Client calls an Engram server. It is safe for concurrent use.
 type Client struct {
 	rpc engramv1connect.MemoryServiceClient

@@ -30,6 +30,8 @@ export interface MemoryClientOptions {
   /** Deadline for calls that do not set their own (ms). Not applied to streams. */
   timeoutMs?: number;
   interceptors?: Interceptor[];
+  /** API key of a server running with MEMORY_AUTH=true: sent as `authorization: Bearer <key>` on every call. */
+  apiKey?: string;
   /**
    * Retries of calls that are safe to repeat (reads, getOrCreateSession, and
    * appends without expectedSeq, which carry an event_id) after UNAVAILABLE or
@@ -383,13 +385,22 @@ export class MemoryClient {
   }
 }
 
+/** Adds `authorization: Bearer <key>` to every call. */
+function bearer(apiKey: string): Interceptor {
+  const value = `Bearer ${apiKey}`;
+  return (next) => (req) => {
+    req.header.set("authorization", value);
+    return next(req);
+  };
+}
+
 /** A MemoryClient over gRPC (default), Connect or gRPC-Web. */
 export function createMemoryClient(options: MemoryClientOptions): MemoryClient {
   if (!options || typeof options.baseUrl !== "string") throw new TypeError("createMemoryClient: baseUrl is required");
   const protocol = options.protocol ?? "grpc";
   const transport = createTransport(protocol, {
     baseUrl: options.baseUrl,
-    interceptors: options.interceptors,
+    interceptors: options.apiKey ? [bearer(options.apiKey), ...(options.interceptors ?? [])] : options.interceptors,
     defaultTimeoutMs: options.timeoutMs,
     useBinaryFormat: options.useBinaryFormat,
   });

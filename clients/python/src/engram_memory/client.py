@@ -84,6 +84,10 @@ class EngramClient:
         timeout: deadline in seconds of every unary call (None: no deadline).
         metadata: request metadata sent with every call.
         stream_retry: how streams resume after UNAVAILABLE.
+        api_key: API key of a server running with ``MEMORY_AUTH=true`` (sent as
+            ``authorization: Bearer <key>``); a missing or bad key raises
+            :class:`UnauthenticatedError`, a key without the right role or app
+            :class:`PermissionDeniedError`.
     """
 
     def __init__(
@@ -96,6 +100,7 @@ class EngramClient:
         timeout: float | None = 30.0,
         metadata: Metadata | None = None,
         stream_retry: StreamRetry | None = None,
+        api_key: str | None = None,
     ) -> None:
         self.target = cv.normalize_target(target)
         self._credentials = credentials
@@ -104,7 +109,9 @@ class EngramClient:
         self._owns_channel = channel is None
         self._stub: pb_grpc.MemoryServiceStub | None = pb_grpc.MemoryServiceStub(channel) if channel else None
         self.timeout = timeout
-        self.metadata: tuple[tuple[str, str], ...] = tuple(metadata or ())
+        # api_key: a server with MEMORY_AUTH=true wants ``authorization: Bearer <key>`` on every call.
+        auth = (("authorization", f"Bearer {api_key}"),) if api_key else ()
+        self.metadata: tuple[tuple[str, str], ...] = auth + tuple(metadata or ())
         self.stream_retry = stream_retry or StreamRetry()
 
     # ---- plumbing -----------------------------------------------------------

@@ -17,7 +17,9 @@ __all__ = [
     "InvalidArgumentError",
     "NotFoundError",
     "OutOfRangeError",
+    "PermissionDeniedError",
     "ResourceExhaustedError",
+    "UnauthenticatedError",
     "UnavailableError",
     "from_rpc_error",
 ]
@@ -108,6 +110,18 @@ class InternalError(EngramError):
     code = grpc.StatusCode.INTERNAL
 
 
+class UnauthenticatedError(EngramError, PermissionError):
+    """The server requires an API key (MEMORY_AUTH=true) and got none, or a bad or revoked one."""
+
+    code = grpc.StatusCode.UNAUTHENTICATED
+
+
+class PermissionDeniedError(EngramError, PermissionError):
+    """The API key's role or apps do not allow the call."""
+
+    code = grpc.StatusCode.PERMISSION_DENIED
+
+
 _BY_CODE: dict[grpc.StatusCode, type[EngramError]] = {
     cls.code: cls
     for cls in (
@@ -121,6 +135,8 @@ _BY_CODE: dict[grpc.StatusCode, type[EngramError]] = {
         DeadlineExceededError,
         CancelledError,
         InternalError,
+        UnauthenticatedError,
+        PermissionDeniedError,
     )
 }
 

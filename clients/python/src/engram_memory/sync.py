@@ -44,6 +44,7 @@ class EngramClientSync:
         timeout: float | None = 30.0,
         metadata: Metadata | None = None,
         stream_retry: StreamRetry | None = None,
+        api_key: str | None = None,
     ) -> None:
         self.target = cv.normalize_target(target)
         self._owns_channel = channel is None
@@ -55,7 +56,9 @@ class EngramClientSync:
         self._channel: grpc.Channel = channel
         self.stub = pb_grpc.MemoryServiceStub(channel)
         self.timeout = timeout
-        self.metadata: tuple[tuple[str, str], ...] = tuple(metadata or ())
+        # api_key: a server with MEMORY_AUTH=true wants ``authorization: Bearer <key>`` on every call.
+        auth = (("authorization", f"Bearer {api_key}"),) if api_key else ()
+        self.metadata: tuple[tuple[str, str], ...] = auth + tuple(metadata or ())
         self.stream_retry = stream_retry or StreamRetry()
 
     def _call(self, method: Any, request: Any) -> Any:
