@@ -34,7 +34,8 @@ export async function makeSession(store: MemoryStore, sessionId: string, appName
   return store.createSession({ sessionId, appName, userId, metadata: {}, now: Date.now() });
 }
 
-async function rejection(p: Promise<unknown>): Promise<MemoryError> {
+/** The MemoryError a call rejects with; fails the test when it resolves. */
+export async function rejection(p: Promise<unknown>): Promise<MemoryError> {
   try {
     await p;
   } catch (err) {

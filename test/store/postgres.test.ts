@@ -9,11 +9,10 @@ import { createServer, type Server, type Socket } from "node:net";
 import { setTimeout as sleep } from "node:timers/promises";
 import pg from "pg";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { MemoryError } from "../../src/errors.js";
 import { MIGRATIONS_DIR, PostgresStore, type PostgresStoreOptions } from "../../src/store/postgres.js";
 import type { SessionNotice, StoreLimits } from "../../src/store/types.js";
 import { freePort } from "../support/postgres-server.js";
-import { describeStoreConformance, makeSession, newEvent, waitFor } from "./conformance.js";
+import { describeStoreConformance, makeSession, newEvent, rejection, waitFor } from "./conformance.js";
 
 const url = process.env.MEMORY_TEST_POSTGRES_URL!;
 const LIMITS: StoreLimits = { maxSessions: 1000, maxSessionEvents: 500 };
@@ -36,15 +35,6 @@ async function openStore(limits: StoreLimits = LIMITS, schema = freshSchema(), e
   return store;
 }
 
-async function rejection(p: Promise<unknown>): Promise<MemoryError> {
-  try {
-    await p;
-  } catch (err) {
-    expect(err).toBeInstanceOf(MemoryError);
-    return err as MemoryError;
-  }
-  throw new Error("expected a MemoryError, but the call succeeded");
-}
 
 describeStoreConformance("postgres", (limits) => openStore(limits), { persistent: true, shared: true, retains: true });
 

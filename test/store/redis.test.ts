@@ -6,12 +6,11 @@
 import { setTimeout as sleep } from "node:timers/promises";
 import { Redis } from "ioredis";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { MemoryError } from "../../src/errors.js";
 import { eventFingerprint } from "../../src/store/fingerprint.js";
 import { durabilitySummary, RedisStore } from "../../src/store/redis.js";
 import type { StoreLimits } from "../../src/store/types.js";
 import { freePort, startRedisServer } from "../support/redis-server.js";
-import { describeStoreConformance, makeSession, newEvent } from "./conformance.js";
+import { describeStoreConformance, makeSession, newEvent, rejection } from "./conformance.js";
 
 const url = process.env.MEMORY_TEST_REDIS_URL!;
 const prefixes: string[] = [];
@@ -49,15 +48,6 @@ async function keysOf(pattern: string): Promise<string[]> {
   return out;
 }
 
-async function rejection(p: Promise<unknown>): Promise<MemoryError> {
-  try {
-    await p;
-  } catch (err) {
-    expect(err).toBeInstanceOf(MemoryError);
-    return err as MemoryError;
-  }
-  throw new Error("expected a MemoryError, but the call succeeded");
-}
 
 const hex = (s: string) => Buffer.from(s).toString("hex");
 

@@ -6,11 +6,11 @@
  */
 import { spawn, execFileSync, type ChildProcess } from "node:child_process";
 import { chownSync, existsSync, mkdtempSync, readdirSync, rmSync, writeFileSync } from "node:fs";
-import { createServer } from "node:net";
 import { tmpdir } from "node:os";
 import path from "node:path";
 import { setTimeout as sleep } from "node:timers/promises";
 import pg from "pg";
+import { freePort } from "./host.js";
 
 /** A running (or stopped) test PostgreSQL. */
 export interface PostgresServer {
@@ -38,17 +38,7 @@ export function findPostgresBin(): string {
   return path.join(root, versions[versions.length - 1], "bin");
 }
 
-/** A port nobody listens on right now. */
-export async function freePort(): Promise<number> {
-  return new Promise((resolve, reject) => {
-    const server = createServer();
-    server.once("error", reject);
-    server.listen(0, "127.0.0.1", () => {
-      const { port } = server.address() as { port: number };
-      server.close(() => resolve(port));
-    });
-  });
-}
+export { freePort };
 
 /** uid/gid to run the server as: ourselves, or `postgres` when we are root. */
 function serverUser(): { uid: number; gid: number } | undefined {

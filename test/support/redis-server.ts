@@ -4,12 +4,13 @@
  * stopped, restarted on the same port and dir (the AOF is kept) or killed,
  * which is what the fault tests need.
  */
-import { execFileSync, spawn, type ChildProcess } from "node:child_process";
-import { accessSync, constants, mkdtempSync, rmSync, writeFileSync, unlinkSync, existsSync } from "node:fs";
-import { createConnection, createServer } from "node:net";
+import { spawn, type ChildProcess } from "node:child_process";
+import { mkdtempSync, rmSync } from "node:fs";
+import { createConnection } from "node:net";
 import { tmpdir } from "node:os";
 import path from "node:path";
 import { setTimeout as sleep } from "node:timers/promises";
+import { debianBinary, freePort, onPath } from "./host.js";
 
 /** A running (or stopped) test redis-server. */
 export interface RedisServer {
@@ -27,63 +28,12 @@ export interface RedisServer {
   destroy(): Promise<void>;
 }
 
-const INSTALL_LOCK = path.join(tmpdir(), "engram-redis-server-install.lock");
-
-function findRedisServer(): string | undefined {
-  const dirs = [...(process.env.PATH ?? "").split(path.delimiter), "/usr/bin", "/usr/sbin", "/usr/local/bin"];
-  for (const dir of dirs) {
-    if (!dir) continue;
-    const candidate = path.join(dir, "redis-server");
-    try {
-      accessSync(candidate, constants.X_OK);
-      return candidate;
-    } catch {
-      // not here
-    }
-  }
-  return undefined;
-}
-
 /** Finds redis-server, installing the Debian package once when running as root. */
-async function redisServerBinary(): Promise<string> {
-  const found = findRedisServer();
-  if (found) return found;
-  if (process.getuid?.() !== 0) {
-    throw new Error("redis-server not found: install the Debian package `redis-server` (apt-get install redis-server) or set MEMORY_TEST_REDIS_URL");
-  }
-  let owner = false;
-  try {
-    writeFileSync(INSTALL_LOCK, String(process.pid), { flag: "wx" });
-    owner = true;
-  } catch {
-    // Another process is installing: wait for it.
-  }
-  if (owner) {
-    try {
-      execFileSync("sh", ["-c", "apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y redis-server"], { stdio: "ignore", timeout: 300_000 });
-    } finally {
-      unlinkSync(INSTALL_LOCK);
-    }
-  } else {
-    const deadline = Date.now() + 300_000;
-    while (existsSync(INSTALL_LOCK) && Date.now() < deadline) await sleep(500);
-  }
-  const installed = findRedisServer();
-  if (!installed) throw new Error("redis-server still not found after installing the Debian package `redis-server`");
-  return installed;
+function redisServerBinary(): Promise<string> {
+  return debianBinary({ packageName: "redis-server", candidates: onPath("redis-server"), timeoutMs: 300_000, hint: "or set MEMORY_TEST_REDIS_URL" });
 }
 
-/** A free loopback port (the kernel picks it). */
-export async function freePort(): Promise<number> {
-  return new Promise((resolve, reject) => {
-    const server = createServer();
-    server.once("error", reject);
-    server.listen(0, "127.0.0.1", () => {
-      const { port } = server.address() as { port: number };
-      server.close(() => resolve(port));
-    });
-  });
-}
+export { freePort };
 
 /** True when a PING on the port gets +PONG. */
 function pingOnce(port: number): Promise<boolean> {
