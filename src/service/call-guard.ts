@@ -158,7 +158,10 @@ export class CallGuard {
     let release: (() => void) | undefined;
     try {
       const principal = await this.admit(call);
-      if (principal) await this.checkSession(principal, RULES[method], (req as { sessionId: string }).sessionId, method);
+      if (principal) {
+        allowedRule(principal, method);
+        await this.checkSession(principal, (req as { sessionId: string }).sessionId);
+      }
       release = quotas.openStream(principal?.keyId);
       metrics.streams.inc();
       yield* invoke(req, call) as AsyncIterable<unknown>;
@@ -198,12 +201,10 @@ export class CallGuard {
 
   /** Applies the method's tenant rule around the call. */
   private async scoped(method: string, req: unknown, call: CallInfo, principal: Principal, invoke: (req: unknown, call: CallInfo) => unknown): Promise<unknown> {
-    const rule = RULES[method];
-    if (!rule) throw new MemoryError("PERMISSION_DENIED", `${method} is not available to API keys`);
-    requireRole(principal, rule.role, method);
+    const rule = allowedRule(principal, method);
     switch (rule.scope) {
       case "session":
-        await this.checkSession(principal, rule, (req as { sessionId: string }).sessionId, method);
+        await this.checkSession(principal, (req as { sessionId: string }).sessionId);
         return invoke(req, call);
       case "create": {
         const r = req as CreateSessionRequest | GetOrCreateSessionRequest;
@@ -251,9 +252,7 @@ export class CallGuard {
   }
 
   /** NOT_FOUND, as for an absent session, unless the session exists and is in the key's scope. */
-  private async checkSession(principal: Principal, rule: (typeof RULES)[string] | undefined, sessionId: string, method: string): Promise<void> {
-    if (!rule) throw new MemoryError("PERMISSION_DENIED", `${method} is not available to API keys`);
-    requireRole(principal, rule.role, method);
+  private async checkSession(principal: Principal, sessionId: string): Promise<void> {
     const id = requireId("session_id", sessionId);
     const session = await this.service.store.getSession(id);
     if (!session || !inScope(principal, session)) throw sessionNotFound(id);
@@ -262,7 +261,7 @@ export class CallGuard {
   /** ListEvents for a scoped key: one session (checked), or the newest events of sessions in scope. */
   private async listEventsInScope(req: ListEventsRequest, call: CallInfo, principal: Principal, invoke: (req: unknown, call: CallInfo) => unknown): Promise<ListEventsResponse> {
     if (req.sessionId !== undefined) {
-      await this.checkSession(principal, RULES.listEvents, req.sessionId, "listEvents");
+      await this.checkSession(principal, req.sessionId);
       return invoke(req, call) as Promise<ListEventsResponse>;
     }
     if (principal.apps.includes(ANY_APP) && principal.userId === undefined) return invoke(req, call) as Promise<ListEventsResponse>;
@@ -289,10 +288,14 @@ export class CallGuard {
   }
 }
 
-function requireRole(principal: Principal, role: ApiKeyRole, method: string): void {
-  if (ROLE_RANK[principal.role] < ROLE_RANK[role]) {
-    throw new MemoryError("PERMISSION_DENIED", `this API key's role (${principal.role}) may not call ${method}; it needs ${role}`);
+/** The method's rule, once the key's role is enough for it. */
+function allowedRule(principal: Principal, method: string): (typeof RULES)[string] {
+  const rule = RULES[method];
+  if (!rule) throw new MemoryError("PERMISSION_DENIED", `${method} is not available to API keys`);
+  if (ROLE_RANK[principal.role] < ROLE_RANK[rule.role]) {
+    throw new MemoryError("PERMISSION_DENIED", `this API key's role (${principal.role}) may not call ${method}; it needs ${rule.role}`);
   }
+  return rule;
 }
 
 /** A key bound to exactly one app (or user) makes it the default of an omitted app_name (user_id). */
