@@ -27,6 +27,7 @@ import { readdirSync, readFileSync } from "node:fs";
 import path from "node:path";
 import { fileURLToPath } from "node:url";
 import { Redis, type RedisOptions } from "ioredis";
+import { LRUCache } from "lru-cache";
 import { MemoryError, seqConflict, sessionNotFound } from "../errors.js";
 import { eventFingerprint } from "./fingerprint.js";
 import { checkCursor, duplicateEventId, sessionExists } from "./rules.js";
@@ -130,6 +131,19 @@ export class RedisStore implements MemoryStore {
   private readonly channel: string;
   private readonly scripts: Record<ScriptName, ScriptRunner>;
   private closed = false;
+  /**
+   * Events of recent reads, by session, seq and stored text: a tail read again
+   * and again (context windows, polling readers) yields the same objects, so
+   * the service's caches of their wire forms and encoded bytes hit instead of
+   * redoing JSON.parse, protobuf conversion and encoding for every call. The
+   * key holds the whole stored text, so an entry only ever stands for exactly
+   * that event.
+   */
+  private readonly decoded = new LRUCache<string, StoredEvent>({
+    max: 4096,
+    maxSize: 16 * 1024 * 1024,
+    sizeCalculation: (_event, key) => 200 + 2 * key.length,
+  });
 
   private constructor(
     private readonly redis: Redis,
@@ -518,8 +532,15 @@ export class RedisStore implements MemoryStore {
     );
     if (reply[0] === "NOT_FOUND") throw sessionNotFound(sessionId);
     const events: StoredEvent[] = [];
-    for (let i = 4; i < reply.length; i += 2) events.push(decodeEvent(sessionId, reply[i] as number, reply[i + 1] as string));
+    for (let i = 4; i < reply.length; i += 2) events.push(this.decodeRecent(sessionId, reply[i] as number, reply[i + 1] as string));
     return { headSeq: reply[1] as number, firstSeq: reply[2] as number, lastSeq: reply[3] as number, events };
+  }
+
+  private decodeRecent(sessionId: string, seq: number, encoded: string): StoredEvent {
+    const key = `${seq}:${sessionId.length}:${sessionId}${encoded}`;
+    let event = this.decoded.get(key);
+    if (!event) this.decoded.set(key, (event = decodeEvent(sessionId, seq, encoded)));
+    return event;
   }
 
   private async call<T>(run: () => Promise<T>): Promise<T> {
