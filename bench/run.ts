@@ -8,7 +8,7 @@
  * event, and peer memory servers. Writes bench/results/results.{json,md} and
  * throughput.png.
  *
- * Profiles: default (~8 min), --quick (~2 min), --full (longer points),
+ * Profiles: default (~7 min), --quick (~2 min), --full (8 s points),
  * --tiny (the harness test: local only, one concurrency, 0.3 s points).
  * Other flags: --out DIR, --backends local,redis,postgres, --skip SECTION,...
  * (sections: baselines, references, fanout, memory, peers, context, plot).
@@ -59,7 +59,7 @@ const PROFILES: Record<string, Omit<Profile, "backends" | "sections"> & { sectio
     fanoutMs: 0,
     sections: ["memory"],
   },
-  quick: { name: "quick", concurrencies: [1, 16, 64], durationMs: 700, warmupMs: 200, sizes: FULL_SIZES, memoryEvents: 100_000, fanoutSubscribers: [100, 1000], fanoutMs: 1500, sections: ALL_SECTIONS },
+  quick: { name: "quick", concurrencies: [1, 16, 64], durationMs: 400, warmupMs: 100, sizes: FULL_SIZES, memoryEvents: 100_000, fanoutSubscribers: [100, 1000], fanoutMs: 1000, sections: ALL_SECTIONS },
   default: { name: "default", concurrencies: [1, 16, 64], durationMs: 2500, warmupMs: 500, sizes: FULL_SIZES, memoryEvents: 500_000, fanoutSubscribers: [100, 1000], fanoutMs: 4000, sections: ALL_SECTIONS },
   full: { name: "full", concurrencies: [1, 16, 64], durationMs: 8000, warmupMs: 1000, sizes: FULL_SIZES, memoryEvents: 500_000, fanoutSubscribers: [100, 1000], fanoutMs: 10_000, sections: ALL_SECTIONS },
 };
