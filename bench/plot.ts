@@ -40,7 +40,7 @@ export async function plotThroughput(results: BenchResults, file: string): Promi
     $schema: "https://vega.github.io/schema/vega-lite/v6.json",
     title: { text: `Engram throughput vs concurrency (${String(results.meta.profile)} run, ${String(results.meta.startedAt).slice(0, 16)}Z)`, fontSize: 16 },
     data: { values: rows },
-    facet: { field: "panel", type: "nominal", title: null, header: { labelFontSize: 12, labelLimit: 320 } },
+    facet: { field: "panel", type: "nominal", title: null, header: { labelFontSize: 12, labelLimit: 0 } },
     columns: 3,
     spec: {
       width: 300,
@@ -49,7 +49,7 @@ export async function plotThroughput(results: BenchResults, file: string): Promi
       encoding: {
         x: { field: "concurrency", type: "quantitative", scale: { type: "log", base: 2 }, axis: { values: [1, 2, 4, 8, 16, 32, 64] }, title: "concurrency" },
         y: { field: "throughput", type: "quantitative", title: "calls/s (log)", scale: { type: "log" } },
-        color: { field: "series", type: "nominal", title: "backend", legend: { labelLimit: 320 } },
+        color: { field: "series", type: "nominal", title: "backend", legend: { labelLimit: 0 } },
       },
     },
     resolve: { scale: { y: "independent" } },
