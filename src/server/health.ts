@@ -5,7 +5,7 @@
 import { HealthImplementation, type ServingStatus } from "grpc-health-check";
 import type { MemoryStore } from "../store/types.js";
 import type { Logger } from "../log.js";
-import { callDeadline } from "../deadline.js";
+import { withDeadline } from "../deadline.js";
 
 /** How long a health ping may take before the store counts as unreachable. */
 const PING_DEADLINE_MS = 3000;
@@ -50,7 +50,7 @@ export class HealthMonitor {
         timer = setTimeout(() => reject(new Error(`store ping took longer than ${PING_DEADLINE_MS} ms`)), PING_DEADLINE_MS);
       });
       try {
-        await Promise.race([callDeadline.run(Date.now() + PING_DEADLINE_MS, () => this.store.ping()), timeout]);
+        await Promise.race([withDeadline(this.store, Date.now() + PING_DEADLINE_MS, () => this.store.ping()), timeout]);
       } finally {
         clearTimeout(timer);
       }

@@ -28,7 +28,7 @@ import { ANY_APP, type ApiKeyRole, type Principal } from "../auth/api-keys.js";
 import { randomUUID } from "node:crypto";
 import type { Authenticator } from "../auth/index.js";
 import type { Logger } from "../log.js";
-import { callDeadline } from "../deadline.js";
+import { withDeadline } from "../deadline.js";
 import { invalidArgument, MemoryError, sessionNotFound } from "../errors.js";
 import type { JsonObject, SessionRecord } from "../store/types.js";
 import type { MemoryService } from "./memory-service.js";
@@ -113,13 +113,12 @@ export class CallGuard {
   handler(method: string, streaming: boolean): GuardedHandler {
     const target = (this.service as unknown as Record<string, (req: unknown, ctx: { signal: AbortSignal }) => unknown>)[method];
     if (typeof target !== "function") throw new Error(`MemoryService has no method ${method}`);
-    // Unary calls only: store drivers read the deadline from callDeadline (src/deadline.ts) to bound
-    // their backend calls. A stream's reads run in the stream hub, shared by every subscriber of the
-    // session, so no one caller's deadline may leak into them.
+    // Unary calls only: a store driver may read the deadline (src/deadline.ts) to bound its backend
+    // calls. A stream's reads run in the stream hub, shared by every subscriber of the session, so no
+    // one caller's deadline may leak into them.
+    const store = this.service.store;
     const invoke = (req: unknown, call: CallInfo) =>
-      streaming || call.deadline === undefined
-        ? target.call(this.service, req, { signal: call.signal })
-        : callDeadline.run(call.deadline, () => target.call(this.service, req, { signal: call.signal }));
+      withDeadline(store, streaming ? undefined : call.deadline, () => target.call(this.service, req, { signal: call.signal }));
     return streaming ? (req, call) => this.stream(method, req, call, invoke) : (req, call) => this.unary(method, req, call, invoke);
   }
 

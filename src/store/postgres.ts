@@ -12,7 +12,7 @@ import { readdirSync, readFileSync } from "node:fs";
 import path from "node:path";
 import { fileURLToPath } from "node:url";
 import pg from "pg";
-import { checkDeadline, remainingMs } from "../deadline.js";
+import { checkDeadline, remainingMs, type DeadlineAware } from "../deadline.js";
 import { asMemoryError, MemoryError, seqConflict, sessionNotFound } from "../errors.js";
 import { eventFingerprint } from "./fingerprint.js";
 import { checkCursor, duplicateEventId, sessionExists } from "./rules.js";
@@ -177,7 +177,9 @@ interface AppendPlan {
 }
 
 /** The PostgreSQL MemoryStore. Create it with PostgresStore.open(). */
-export class PostgresStore implements MemoryStore {
+export class PostgresStore implements MemoryStore, DeadlineAware {
+  /** Reads and transactions are bounded by the call's deadline (src/deadline.ts). */
+  readonly honoursCallDeadline = true;
   readonly backend = "postgres";
   readonly capabilities = { persistent: true, shared: true, retains: true };
 
