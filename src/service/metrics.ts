@@ -34,6 +34,15 @@ export class Metrics {
         this.set((await store.stats().catch(() => ({ totalSessions: Number.NaN }))).totalSessions);
       },
     });
+    new Counter({
+      name: "engram_sessions_evicted_total",
+      help: "Sessions this replica evicted past MEMORY_MAX_SESSIONS (least recently updated first).",
+      registers: [registry],
+      collect() {
+        this.reset();
+        this.inc(store.sessionsEvicted);
+      },
+    });
     new Gauge({
       name: "engram_events",
       help: "Events retained by the store (all replicas).",

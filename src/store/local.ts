@@ -70,6 +70,8 @@ function internEventType(type: string): string {
 
 /** The in-process MemoryStore. */
 export class LocalStore implements MemoryStore {
+  /** Sessions this process evicted past maxSessions. */
+  sessionsEvicted = 0;
   readonly backend = "local";
   readonly capabilities = { persistent: false, shared: false, retains: true };
 
@@ -263,6 +265,7 @@ export class LocalStore implements MemoryStore {
     for (const s of this.byRecency.values()) {
       if (toEvict-- <= 0) break;
       this.remove(s);
+      this.sessionsEvicted++;
     }
   }
 

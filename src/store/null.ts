@@ -23,6 +23,8 @@ function emptySession(sessionId: string, now = Date.now()): SessionRecord {
 export class NullStore implements MemoryStore {
   readonly backend = "null";
   readonly capabilities = { persistent: false, shared: false, retains: false };
+  /** Nothing is kept, so nothing is ever evicted. */
+  readonly sessionsEvicted = 0;
 
   async createSession(input: NewSession): Promise<SessionRecord> {
     return { ...emptySession(input.sessionId, input.now), appName: input.appName, userId: input.userId, metadata: input.metadata };

@@ -180,6 +180,8 @@ interface AppendPlan {
 export class PostgresStore implements MemoryStore, DeadlineAware {
   /** Reads and transactions are bounded by the call's deadline (src/deadline.ts). */
   readonly honoursCallDeadline = true;
+  /** Sessions this process evicted past maxSessions. */
+  sessionsEvicted = 0;
   readonly backend = "postgres";
   readonly capabilities = { persistent: true, shared: true, retains: true };
 
@@ -547,10 +549,11 @@ export class PostgresStore implements MemoryStore, DeadlineAware {
       const { rows } = await client.query<{ n: string }>(`SELECT coalesce(sum(sessions), 0) AS n FROM ${this.s}.counters`);
       if (Number(rows[0].n) <= this.limits.maxSessions) return;
       const count = Math.max(1, Math.ceil(this.limits.maxSessions * 0.1));
-      await client.query(this.deleteSessionsSql("true", `ORDER BY updated_at, session_id LIMIT ${count} FOR UPDATE SKIP LOCKED`), [
+      const { rows: gone } = await client.query(this.deleteSessionsSql("true", `ORDER BY updated_at, session_id LIMIT ${count} FOR UPDATE SKIP LOCKED`), [
         this.channel,
         this.slot(),
       ]);
+      this.sessionsEvicted += gone.length;
     });
   }
 

@@ -124,6 +124,8 @@ function storeError(err: unknown): MemoryError {
 
 /** The Redis-backed MemoryStore; open it with RedisStore.open(). */
 export class RedisStore implements MemoryStore {
+  /** Sessions this process evicted past maxSessions. */
+  sessionsEvicted = 0;
   readonly backend = "redis";
   readonly capabilities = { persistent: true, shared: true, retains: true };
 
@@ -486,7 +488,8 @@ export class RedisStore implements MemoryStore {
     for (let i = 0; i < oldest.length; i += 2) {
       // Re-checked in the script: a session updated since is kept, and
       // concurrent evictions (other replicas) stop at the same floor.
-      await this.deleteWhere(oldest[i], { updatedBelow: Number(oldest[i + 1]) + 1, keepAtLeast: maxSessions + 1 - count });
+      const outcome = await this.deleteWhere(oldest[i], { updatedBelow: Number(oldest[i + 1]) + 1, keepAtLeast: maxSessions + 1 - count });
+      if (outcome === "DELETED") this.sessionsEvicted++;
     }
   }
 

@@ -173,6 +173,8 @@ export interface MemoryStore {
 
   /** Totals over the store. */
   stats(): Promise<StoreStats>;
+  /** Sessions this process evicted past maxSessions since it opened the store (a metrics counter). */
+  readonly sessionsEvicted: number;
   /** Removes sessions with updatedAt < cutoff (epoch ms); returns how many. */
   cleanup(cutoff: number): Promise<number>;
 

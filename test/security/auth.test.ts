@@ -322,6 +322,7 @@ describe("key lifecycle and quotas", () => {
     expect(text).toMatch(/engram_streams_active 0/);
     expect(text).toMatch(/engram_rpc_duration_seconds_bucket\{le="0.005",method="addEvent",protocol="connect"\}/);
     expect(text).toMatch(/engram_sessions \d+/);
+    expect(text).toMatch(/engram_sessions_evicted_total 0/);
     // No tenant data in labels.
     expect(text).not.toContain(APP_A);
     expect(text).not.toContain("alice");

@@ -346,7 +346,9 @@ export function describeStoreConformance(name: string, factory: StoreFactory, ca
         }
         await store.appendEvents("s0", [newEvent("user_message", "keep me")]);
         await sleep(2);
+        expect(store.sessionsEvicted).toBe(0);
         await makeSession(store, "s10");
+        expect(store.sessionsEvicted).toBe(1);
         const ids = (await store.listSessions({ limit: 100 })).map((s) => s.sessionId);
         expect(ids).toHaveLength(10);
         expect(ids).not.toContain("s1");
