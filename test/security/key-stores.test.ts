@@ -39,7 +39,7 @@ describe.each(BACKENDS)("API key store: %s", (_name, env) => {
       await keys.create(second.record);
       const found = await keys.get(first.record.id);
       expect(found).toEqual(first.record);
-      expect(JSON.stringify(found)).not.toContain(first.key.split("_")[2]);
+      expect(JSON.stringify(found)).not.toContain(first.key.slice("ek_000000000000_".length)); // the secret (it may hold "_")
       expect(keyMatches(first.key, found!)).toBe(true);
       expect(keyMatches(second.key, found!)).toBe(false);
       const listed = (await keys.list()).map((k) => k.id);
