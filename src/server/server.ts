@@ -11,7 +11,7 @@ import tls from "node:tls";
 import * as grpc from "@grpc/grpc-js";
 import type { Logger } from "../log.js";
 import { Authenticator, openApiKeyStore } from "../auth/index.js";
-import type { Config } from "../config.js";
+import { loadConfig, type Config } from "../config.js";
 import { CallGuard } from "../service/call-guard.js";
 import type { MemoryService } from "../service/memory-service.js";
 import { Metrics } from "../service/metrics.js";
@@ -68,10 +68,8 @@ export async function startServer(
 ): Promise<RunningServer> {
   const report = (err: unknown) => log.error({ err }, "internal error");
   const health = new HealthMonitor(service.store, log);
-  const security = {
-    memoryEnabled: true, memoryType: "local" as const, keyPrefix: "engram", authKeysFile: "engram-keys.json", authCacheMs: 5000,
-    rateLimit: 0, maxStreams: 10_000, maxStreamsPerKey: 100, ...options,
-  };
+  // Settings not given take their documented defaults (SETTINGS in src/config.ts), not a second copy of them.
+  const security = { ...loadConfig([], {}), ...options };
   const authenticator = options.auth ? new Authenticator(await openApiKeyStore(security), security.authCacheMs) : undefined;
   const quotas = await Quotas.open(security);
   const guard = new CallGuard(service, { authenticator, quotas, metrics, log });
