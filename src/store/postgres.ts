@@ -122,8 +122,8 @@ function toEvent(sessionId: string, row: EventRow): StoredEvent {
 const fingerprintOf = (e: NewEvent) => e.fingerprint || eventFingerprint(e.eventType, e.content, e.metadata);
 
 const CONNECTION_CODES = new Set(["ECONNREFUSED", "ECONNRESET", "ETIMEDOUT", "EPIPE", "ENOTFOUND", "EHOSTUNREACH", "ENETUNREACH", "EAI_AGAIN", "ECONNABORTED"]);
-/** SQLSTATEs meaning the server went away or cannot serve now (class 08, 57P0x, too many connections, statement timeout). */
-const UNAVAILABLE_STATES = /^(08...|57P0[1-4]|53300|57014)$/;
+/** SQLSTATEs meaning the server went away or cannot serve now (class 08, 57P0x, too many connections, statement or lock timeout). */
+const UNAVAILABLE_STATES = /^(08...|57P0[1-4]|53300|57014|55P03)$/;
 const CONNECTION_MESSAGES = /timeout|connection terminated|terminated unexpectedly|connection error|client was closed|not queryable|Cannot use a pool after calling end/i;
 
 function errorCode(err: unknown): string | undefined {
@@ -169,11 +169,17 @@ function channelName(schema: string): string {
 }
 
 /** What one append changes, worked out under the session lock. */
-interface AppendPlan {
-  stored: StoredEvent[];
-  kept: { event: NewEvent; seq: number }[];
-  headSeq: number;
-  firstSeq: number;
+/** A row of append_events(): one per retried event, then the outcome row. */
+interface AppendRow {
+  status: "not_found" | "duplicate" | "conflict" | "replayed" | "appended" | null;
+  head_seq: string | null;
+  first_seq: string | null;
+  seq: string | null;
+  event_id: string | null;
+  event_type: string | null;
+  content: JsonValue;
+  metadata: JsonObject;
+  ts_ms: string | null;
 }
 
 /** The PostgreSQL MemoryStore. Create it with PostgresStore.open(). */
@@ -295,7 +301,7 @@ export class PostgresStore implements MemoryStore, DeadlineAware {
     // Every event carries a unique id (clients' or a generated UUID) and goes
     // through the id lookup, so re-running after an unknown commit outcome
     // returns what the first try stored instead of appending twice.
-    return this.attempt(() => this.transaction((client) => this.appendIn(client, sessionId, events, expectedSeq)));
+    return this.attempt(() => this.appendOnce(sessionId, events, expectedSeq));
   }
 
   async readEvents(sessionId: string, query: EventQuery): Promise<EventPage> {
@@ -411,88 +417,58 @@ export class PostgresStore implements MemoryStore, DeadlineAware {
     });
   }
 
-  private async appendIn(client: pg.PoolClient, sessionId: string, events: readonly NewEvent[], expectedSeq?: number): Promise<AppendResult> {
-    // The row lock serializes appends to one session: seqs are assigned and committed in order.
-    const locked = await client.query<{ head_seq: string; first_seq: string }>(
-      `SELECT head_seq, first_seq FROM ${this.s}.sessions WHERE session_id = $1 FOR UPDATE`,
-      [sessionId],
-    );
-    if (locked.rows.length === 0) throw sessionNotFound(sessionId);
-    const headSeq = Number(locked.rows[0].head_seq);
-    const firstSeq = Number(locked.rows[0].first_seq);
-
-    // A statement after the lock: its snapshot sees what the previous holder committed.
-    const found = await client.query<EventRow>(
-      `SELECT ${EVENT_COLUMNS}, fingerprint FROM ${this.s}.events WHERE session_id = $1 AND event_id = ANY($2::text[])`,
-      [sessionId, events.map((e) => e.eventId)],
-    );
-    const originals = new Map(found.rows.map((row) => [row.event_id, row]));
-    for (const e of events) {
-      const original = originals.get(e.eventId);
-      if (original && original.fingerprint !== fingerprintOf(e)) throw duplicateEventId(e.eventId);
-    }
-    if (events.every((e) => originals.has(e.eventId))) {
-      return { events: events.map((e) => toEvent(sessionId, originals.get(e.eventId)!)), replayed: true };
-    }
-    if (expectedSeq !== undefined && expectedSeq !== headSeq) throw seqConflict(expectedSeq, headSeq);
-
-    const plan = this.planAppend(sessionId, events, originals, headSeq, firstSeq);
-    const payload = JSON.stringify({ s: sessionId, h: plan.headSeq });
-    const kept = plan.kept;
-    await client.query(
-      `WITH inserted AS (
-         INSERT INTO ${this.s}.events (session_id, seq, event_id, event_type, content, metadata, "timestamp", fingerprint)
-         SELECT $1, $2::bigint + t.ord, t.event_id, t.event_type, t.content::jsonb, t.metadata::jsonb, t.ts::timestamptz, t.fp
-         FROM unnest($3::text[], $4::text[], $5::text[], $6::text[], $7::text[], $8::text[])
-              WITH ORDINALITY AS t(event_id, event_type, content, metadata, ts, fp, ord)
-         RETURNING 1
-       ), trimmed AS (
-         DELETE FROM ${this.s}.events WHERE session_id = $1 AND seq < $9 RETURNING 1
-       ), moved AS (
-         UPDATE ${this.s}.sessions SET head_seq = $10, first_seq = $9, updated_at = $11::timestamptz WHERE session_id = $1
-       ), counted AS (
-         UPDATE ${this.s}.counters SET events = events + (SELECT count(*) FROM inserted) - (SELECT count(*) FROM trimmed) WHERE slot = $12
-       )
-       SELECT pg_notify($13, $14) WHERE $14::text IS NOT NULL`,
+  /**
+   * One append in one round trip: append_events (migration 0003) locks the
+   * session row, finds retries, writes, trims, counts and notifies in one
+   * statement, its own transaction. As five statements an append cost the
+   * driver ~650 µs of CPU (bench/README.md). The call's deadline bounds the
+   * wait for the session's row lock server-side and the statement client-side.
+   */
+  private async appendOnce(sessionId: string, events: readonly NewEvent[], expectedSeq?: number): Promise<AppendResult> {
+    const left = remainingMs();
+    const { rows } = await this.poolQuery<AppendRow>(
+      `SELECT * FROM ${this.s}.append_events($1, $2::text[], $3::text[], $4::text[], $5::text[], $6::timestamptz[], $7::text[], $8, $9, $10, $11, $12, $13, $14::timestamptz)`,
       [
         sessionId,
-        kept[0].seq - 1,
-        kept.map((k) => k.event.eventId),
-        kept.map((k) => k.event.eventType),
-        kept.map((k) => JSON.stringify(k.event.content)),
-        kept.map((k) => JSON.stringify(k.event.metadata)),
-        kept.map((k) => iso(k.event.timestamp)),
-        kept.map((k) => fingerprintOf(k.event)),
-        plan.firstSeq,
-        plan.headSeq,
-        iso(Date.now()),
+        events.map((e) => e.eventId),
+        events.map((e) => e.eventType),
+        events.map((e) => JSON.stringify(e.content)),
+        events.map((e) => JSON.stringify(e.metadata)),
+        events.map((e) => iso(e.timestamp)),
+        events.map(fingerprintOf),
+        expectedSeq ?? null,
+        this.limits.maxSessionEvents,
         this.slot(),
         this.channel,
-        // Too long to NOTIFY (only hostile store-level ids): readers' heartbeat re-read covers it.
-        Buffer.byteLength(payload) <= MAX_NOTIFY_BYTES ? payload : null,
+        MAX_NOTIFY_BYTES,
+        left === undefined ? null : Math.max(1, Math.ceil(left)),
+        iso(Date.now()),
       ],
     );
-    return { events: plan.stored, replayed: false };
+    // The retried events' rows, then the outcome row.
+    const outcome = rows[rows.length - 1];
+    const headSeq = Number(outcome.head_seq);
+    switch (outcome.status) {
+      case "not_found":
+        throw sessionNotFound(sessionId);
+      case "duplicate":
+        throw duplicateEventId(outcome.event_id!);
+      case "conflict":
+        throw seqConflict(expectedSeq!, headSeq);
+    }
+    const originals = new Map(rows.slice(0, -1).map((row) => [row.event_id!, row as EventRow]));
+    if (outcome.status === "replayed") return { events: events.map((e) => toEvent(sessionId, originals.get(e.eventId)!)), replayed: true };
+    return { events: this.planAppend(sessionId, events, originals, headSeq), replayed: false };
   }
 
-  /** Seqs for the new events, the window retained afterwards, and the rows to insert. */
-  private planAppend(sessionId: string, events: readonly NewEvent[], originals: Map<string, EventRow>, headSeq: number, firstSeq: number): AppendPlan {
-    const stored: StoredEvent[] = [];
-    const fresh: { event: NewEvent; seq: number }[] = [];
+  /** The appended batch as stored: retries as first stored, new events numbered from headSeq in order (as append_events does). */
+  private planAppend(sessionId: string, events: readonly NewEvent[], originals: Map<string, EventRow>, headSeq: number): StoredEvent[] {
     let head = headSeq;
-    for (const e of events) {
+    return events.map((e) => {
       const original = originals.get(e.eventId);
-      if (original) {
-        stored.push(toEvent(sessionId, original));
-        continue;
-      }
-      const seq = ++head;
-      fresh.push({ event: e, seq });
-      stored.push({ sessionId, seq, eventId: e.eventId, eventType: e.eventType, content: e.content, metadata: e.metadata, timestamp: e.timestamp });
-    }
-    const first = Math.max(firstSeq, head - this.limits.maxSessionEvents + 1);
-    // Events of this batch already past the cap are acknowledged but never written.
-    return { stored, kept: fresh.filter((f) => f.seq >= first), headSeq: head, firstSeq: first };
+      if (original) return toEvent(sessionId, original);
+      return { sessionId, seq: ++head, eventId: e.eventId, eventType: e.eventType, content: e.content, metadata: e.metadata, timestamp: e.timestamp };
+    });
   }
 
   /** One statement, so the session's bounds and its events come from the same snapshot. */

@@ -9,6 +9,7 @@ import { createServer, type Server, type Socket } from "node:net";
 import { setTimeout as sleep } from "node:timers/promises";
 import pg from "pg";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { withDeadline } from "../../src/deadline.js";
 import { MIGRATIONS_DIR, PostgresStore, type PostgresStoreOptions } from "../../src/store/postgres.js";
 import type { SessionNotice, StoreLimits } from "../../src/store/types.js";
 import { freePort } from "../support/postgres-server.js";
@@ -54,7 +55,7 @@ describe("PostgresStore specifics", () => {
       const { rows } = await admin.query(`SELECT version, name FROM ${pg.escapeIdentifier(schema)}.schema_migrations ORDER BY version`);
       // Each numbered file exactly once, in order.
       const files = readdirSync(MIGRATIONS_DIR).filter((f) => /^\d{4}_.*\.sql$/.test(f)).sort();
-      expect(files.slice(0, 2)).toEqual(["0001_init.sql", "0002_api_keys.sql"]);
+      expect(files.slice(0, 3)).toEqual(["0001_init.sql", "0002_api_keys.sql", "0003_append_function.sql"]);
       expect(rows).toEqual(files.map((name) => ({ version: Number(name.slice(0, 4)), name })));
       await makeSession(stores[0], "s1");
       expect((await stores[3].getSession("s1"))?.sessionId).toBe("s1");
@@ -201,6 +202,32 @@ describe("PostgresStore specifics", () => {
       expect(appended).toMatchObject({ replayed: false, events: [{ seq: 1 }] });
       expect((await store.readEvents("s1", { limit: 10 })).events.map((e) => e.seq)).toEqual([1]);
     } finally {
+      await store.close();
+    }
+  });
+
+  it("an append queued behind a locked session gives up at the call's deadline, writes nothing, and frees its connection", async () => {
+    const schema = freshSchema();
+    const store = await openStore(LIMITS, schema, { poolSize: 2 });
+    const holder = await admin.connect();
+    try {
+      await makeSession(store, "s1");
+      await holder.query("BEGIN");
+      await holder.query(`SELECT 1 FROM ${pg.escapeIdentifier(schema)}.sessions WHERE session_id = 's1' FOR UPDATE`);
+      const started = Date.now();
+      const err = await rejection(withDeadline(store, Date.now() + 300, () => store.appendEvents("s1", [newEvent("user_message", 1, { eventId: "late" })])));
+      expect(["UNAVAILABLE", "DEADLINE_EXCEEDED"]).toContain(err.code);
+      expect(Date.now() - started).toBeLessThan(5000);
+      // Nothing is still waiting on the lock server-side: the statement was cancelled, not just abandoned.
+      const waiting = await admin.query("SELECT count(*)::int AS n FROM pg_stat_activity WHERE application_name = $1 AND wait_event_type = 'Lock'", [`engram:${schema}`]);
+      expect(waiting.rows[0].n).toBe(0);
+      await holder.query("ROLLBACK");
+      // The pool (2 connections) still serves, and the timed-out append left no event.
+      expect((await store.appendEvents("s1", [newEvent("user_message", 2, { eventId: "next" })])).events.map((e) => e.seq)).toEqual([1]);
+      expect((await store.readEvents("s1", { limit: 10 })).events.map((e) => e.eventId)).toEqual(["next"]);
+    } finally {
+      await holder.query("ROLLBACK").catch(() => {});
+      holder.release();
       await store.close();
     }
   });

@@ -1,0 +1,139 @@
+-- An append in one round trip.
+--
+-- The driver used to run an append as BEGIN, a row lock, an event-id lookup,
+-- the write and COMMIT: five round trips, and on a VM each costs the Node
+-- process ~130 µs of socket syscalls (bench/README.md). This function does
+-- the same steps server-side in one statement, its own transaction. In a
+-- VOLATILE plpgsql function every statement takes a fresh snapshot under READ
+-- COMMITTED, so the event-id lookup after the row lock sees what the previous
+-- lock holder committed, exactly as the separate statements did.
+
+-- One append to one session. Arguments: the session; the new events as
+-- parallel arrays (ids, types, JSON texts of content and metadata,
+-- timestamps, fingerprints); the expected head seq or NULL; the retention
+-- cap; the counters slot; the NOTIFY channel and the largest payload it may carry; a lock
+-- timeout in ms or NULL (the call's deadline: a waiter on a locked session
+-- gives up with its caller); the time of the append (the server's clock,
+-- like every other write).
+--
+-- Returns one row per event that was already stored (a retry), with its
+-- stored columns, then one outcome row whose `status` is:
+--   'not_found'  the session does not exist (the only row);
+--   'duplicate'  `event_id` is retained with another fingerprint (the only row; nothing written);
+--   'conflict'   the expected seq differs from head_seq (the only row; nothing written);
+--   'replayed'   every event was already stored (nothing written);
+--   'appended'   the new events took head_seq + 1, + 2, … in input order.
+-- head_seq and first_seq are the session's before the append. The caller
+-- numbers the new events itself from head_seq, by the same rule.
+CREATE OR REPLACE FUNCTION append_events(
+  p_session_id text,
+  p_event_ids text[],
+  p_event_types text[],
+  p_contents text[],
+  p_metadata text[],
+  p_timestamps timestamptz[],
+  p_fingerprints text[],
+  p_expected_seq bigint,
+  p_max_session_events bigint,
+  p_slot smallint,
+  p_channel text,
+  p_max_notify_bytes integer,
+  p_lock_timeout_ms integer,
+  p_now timestamptz
+) RETURNS TABLE (
+  status text,
+  head_seq bigint,
+  first_seq bigint,
+  seq bigint,
+  event_id text,
+  event_type text,
+  content jsonb,
+  metadata jsonb,
+  ts_ms bigint
+)
+LANGUAGE plpgsql VOLATILE
+SET search_path FROM CURRENT
+AS $$
+DECLARE
+  v_head bigint;
+  v_first bigint;
+  v_found bigint;
+  v_fresh bigint;
+  v_new_head bigint;
+  v_new_first bigint;
+  v_inserted bigint;
+  v_trimmed bigint := 0;
+  v_duplicate text;
+  v_payload text;
+BEGIN
+  IF p_lock_timeout_ms IS NOT NULL THEN
+    PERFORM set_config('lock_timeout', greatest(p_lock_timeout_ms, 1) || 'ms', true);
+  END IF;
+
+  -- The row lock serializes appends to one session: seqs are assigned and
+  -- committed in order, and this session's events cannot change under us
+  -- (deleting the session needs the same lock).
+  SELECT s.head_seq, s.first_seq INTO v_head, v_first FROM sessions s WHERE s.session_id = p_session_id FOR UPDATE;
+  IF NOT FOUND THEN
+    RETURN QUERY SELECT 'not_found'::text, NULL::bigint, NULL::bigint, NULL::bigint, NULL::text, NULL::text, NULL::jsonb, NULL::jsonb, NULL::bigint;
+    RETURN;
+  END IF;
+
+  -- Retries are ids already retained; the service refuses a batch that repeats an id.
+  SELECT t.event_id INTO v_duplicate
+  FROM unnest(p_event_ids, p_fingerprints) WITH ORDINALITY AS t(event_id, fp, ord)
+  JOIN events e ON e.session_id = p_session_id AND e.event_id = t.event_id
+  WHERE e.fingerprint <> t.fp
+  ORDER BY t.ord LIMIT 1;
+  IF FOUND THEN
+    RETURN QUERY SELECT 'duplicate'::text, v_head, v_first, NULL::bigint, v_duplicate, NULL::text, NULL::jsonb, NULL::jsonb, NULL::bigint;
+    RETURN;
+  END IF;
+
+  SELECT count(*) INTO v_found FROM events e WHERE e.session_id = p_session_id AND e.event_id = ANY (p_event_ids);
+  v_fresh := cardinality(p_event_ids) - v_found;
+  IF v_fresh > 0 AND p_expected_seq IS NOT NULL AND p_expected_seq <> v_head THEN
+    RETURN QUERY SELECT 'conflict'::text, v_head, v_first, NULL::bigint, NULL::text, NULL::text, NULL::jsonb, NULL::jsonb, NULL::bigint;
+    RETURN;
+  END IF;
+
+  IF v_found > 0 THEN
+    RETURN QUERY SELECT NULL::text, NULL::bigint, NULL::bigint, e.seq, e.event_id, e.event_type, e.content, e.metadata,
+                        (extract(epoch from e."timestamp") * 1000)::bigint
+                 FROM events e WHERE e.session_id = p_session_id AND e.event_id = ANY (p_event_ids);
+  END IF;
+  IF v_fresh = 0 THEN
+    RETURN QUERY SELECT 'replayed'::text, v_head, v_first, NULL::bigint, NULL::text, NULL::text, NULL::jsonb, NULL::jsonb, NULL::bigint;
+    RETURN;
+  END IF;
+
+  -- Events of this batch already past the cap are acknowledged but never written.
+  v_new_head := v_head + v_fresh;
+  v_new_first := greatest(v_first, v_new_head - p_max_session_events + 1);
+  WITH fresh AS (
+    SELECT t.*, v_head + row_number() OVER (ORDER BY t.ord) AS new_seq
+    FROM unnest(p_event_ids, p_event_types, p_contents, p_metadata, p_timestamps, p_fingerprints)
+         WITH ORDINALITY AS t(event_id, event_type, content, metadata, ts, fp, ord)
+    WHERE NOT EXISTS (SELECT 1 FROM events e WHERE e.session_id = p_session_id AND e.event_id = t.event_id)
+  )
+  INSERT INTO events (session_id, seq, event_id, event_type, content, metadata, "timestamp", fingerprint)
+  SELECT p_session_id, f.new_seq, f.event_id, f.event_type, f.content::jsonb, f.metadata::jsonb, f.ts, f.fp
+  FROM fresh f WHERE f.new_seq >= v_new_first;
+  GET DIAGNOSTICS v_inserted = ROW_COUNT;
+
+  IF v_new_first > v_first THEN
+    DELETE FROM events e WHERE e.session_id = p_session_id AND e.seq < v_new_first;
+    GET DIAGNOSTICS v_trimmed = ROW_COUNT;
+  END IF;
+
+  UPDATE sessions s SET head_seq = v_new_head, first_seq = v_new_first, updated_at = p_now WHERE s.session_id = p_session_id;
+  UPDATE counters c SET events = c.events + v_inserted - v_trimmed WHERE c.slot = p_slot;
+
+  -- Too long to NOTIFY (only hostile store-level ids): readers' heartbeat re-read covers it.
+  v_payload := json_build_object('s', p_session_id, 'h', v_new_head)::text;
+  IF octet_length(v_payload) <= p_max_notify_bytes THEN
+    PERFORM pg_notify(p_channel, v_payload);
+  END IF;
+  RETURN QUERY SELECT 'appended'::text, v_head, v_first, NULL::bigint, NULL::text, NULL::text, NULL::jsonb, NULL::jsonb, NULL::bigint;
+END;
+$$;
