@@ -63,7 +63,7 @@ DECLARE
   v_new_first bigint;
   v_inserted bigint;
   v_trimmed bigint := 0;
-  v_duplicate text;
+  v_duplicate_ord bigint;
   v_payload text;
 BEGIN
   IF p_lock_timeout_ms IS NOT NULL THEN
@@ -79,18 +79,15 @@ BEGIN
     RETURN;
   END IF;
 
-  -- Retries are ids already retained; the service refuses a batch that repeats an id.
-  SELECT t.event_id INTO v_duplicate
+  -- Retries are ids already retained (one index probe per id finds them all);
+  -- the service refuses a batch that repeats an id.
+  SELECT count(*), min(t.ord) FILTER (WHERE e.fingerprint <> t.fp) INTO v_found, v_duplicate_ord
   FROM unnest(p_event_ids, p_fingerprints) WITH ORDINALITY AS t(event_id, fp, ord)
-  JOIN events e ON e.session_id = p_session_id AND e.event_id = t.event_id
-  WHERE e.fingerprint <> t.fp
-  ORDER BY t.ord LIMIT 1;
-  IF FOUND THEN
-    RETURN QUERY SELECT 'duplicate'::text, v_head, v_first, NULL::bigint, v_duplicate, NULL::text, NULL::jsonb, NULL::jsonb, NULL::bigint;
+  JOIN events e ON e.session_id = p_session_id AND e.event_id = t.event_id;
+  IF v_duplicate_ord IS NOT NULL THEN
+    RETURN QUERY SELECT 'duplicate'::text, v_head, v_first, NULL::bigint, p_event_ids[v_duplicate_ord::integer], NULL::text, NULL::jsonb, NULL::jsonb, NULL::bigint;
     RETURN;
   END IF;
-
-  SELECT count(*) INTO v_found FROM events e WHERE e.session_id = p_session_id AND e.event_id = ANY (p_event_ids);
   v_fresh := cardinality(p_event_ids) - v_found;
   IF v_fresh > 0 AND p_expected_seq IS NOT NULL AND p_expected_seq <> v_head THEN
     RETURN QUERY SELECT 'conflict'::text, v_head, v_first, NULL::bigint, NULL::text, NULL::text, NULL::jsonb, NULL::jsonb, NULL::bigint;
@@ -110,15 +107,16 @@ BEGIN
   -- Events of this batch already past the cap are acknowledged but never written.
   v_new_head := v_head + v_fresh;
   v_new_first := greatest(v_first, v_new_head - p_max_session_events + 1);
-  WITH fresh AS (
+  INSERT INTO events (session_id, seq, event_id, event_type, content, metadata, "timestamp", fingerprint)
+  SELECT p_session_id, f.new_seq, f.event_id, f.event_type, f.content::jsonb, f.metadata::jsonb, f.ts, f.fp
+  FROM (
     SELECT t.*, v_head + row_number() OVER (ORDER BY t.ord) AS new_seq
     FROM unnest(p_event_ids, p_event_types, p_contents, p_metadata, p_timestamps, p_fingerprints)
          WITH ORDINALITY AS t(event_id, event_type, content, metadata, ts, fp, ord)
-    WHERE NOT EXISTS (SELECT 1 FROM events e WHERE e.session_id = p_session_id AND e.event_id = t.event_id)
-  )
-  INSERT INTO events (session_id, seq, event_id, event_type, content, metadata, "timestamp", fingerprint)
-  SELECT p_session_id, f.new_seq, f.event_id, f.event_type, f.content::jsonb, f.metadata::jsonb, f.ts, f.fp
-  FROM fresh f WHERE f.new_seq >= v_new_first;
+    -- Only a batch mixing retries and new events needs the lookup again.
+    WHERE v_found = 0 OR NOT EXISTS (SELECT 1 FROM events e WHERE e.session_id = p_session_id AND e.event_id = t.event_id)
+  ) f
+  WHERE f.new_seq >= v_new_first;
   GET DIAGNOSTICS v_inserted = ROW_COUNT;
 
   IF v_new_first > v_first THEN
