@@ -15,6 +15,7 @@ import pg from "pg";
 import { checkDeadline, remainingMs, type DeadlineAware } from "../deadline.js";
 import { asMemoryError, MemoryError, seqConflict, sessionNotFound } from "../errors.js";
 import { eventFingerprint } from "./fingerprint.js";
+import { GroupCommit, type Pending } from "./postgres/group-commit.js";
 import { checkCursor, duplicateEventId, sessionExists } from "./rules.js";
 import type {
   AppendResult,
@@ -54,6 +55,18 @@ export interface PostgresStoreOptions {
   /** Pooled connections; default 10. */
   poolSize?: number;
 }
+
+/**
+ * Append batches written at once; appends arriving meanwhile queue and go
+ * as the next batch. Measured at 16 concurrent appenders (server CPU per
+ * append, appends/s): one append per statement 346–412 µs, 1,325–1,409/s;
+ * two batches in flight 275–295 µs, 1,459–1,794/s (batches of ~3); one in
+ * flight gave bigger batches but no more throughput, and lets one slow
+ * batch hold every append up.
+ */
+const APPEND_BATCHES_IN_FLIGHT = 2;
+/** Events in one append batch (a single larger append still goes, alone). */
+const APPEND_BATCH_EVENTS = 1000;
 
 /** Slots of the counters table (see 0001_init.sql). */
 const COUNTER_SLOTS = 16;
@@ -169,9 +182,17 @@ function channelName(schema: string): string {
 }
 
 /** What one append changes, worked out under the session lock. */
-/** A row of append_events(): one per retried event, then the outcome row. */
+/** One caller's append, as queued for group commit. */
+interface AppendRequest {
+  sessionId: string;
+  events: readonly NewEvent[];
+  expectedSeq?: number;
+}
+
+/** A row of append_batch(): per append (`idx`, from 1), one row per retried event, then its outcome row. */
 interface AppendRow {
-  status: "not_found" | "duplicate" | "conflict" | "replayed" | "appended" | null;
+  idx: number;
+  status: "not_found" | "busy" | "duplicate" | "conflict" | "replayed" | "appended" | null;
   head_seq: string | null;
   first_seq: string | null;
   seq: string | null;
@@ -197,6 +218,11 @@ export class PostgresStore implements MemoryStore, DeadlineAware {
   private readonly s: string;
   private readonly channel: string;
   private readonly listeners = new Map<string, Set<NoticeListener>>();
+  private readonly appends = new GroupCommit<AppendRequest, AppendResult>({
+    maxInFlight: APPEND_BATCHES_IN_FLIGHT,
+    maxBatchSize: APPEND_BATCH_EVENTS,
+    write: (batch) => this.writeAppends(batch),
+  });
   private listenClient?: pg.Client;
   private reconnectTimer?: NodeJS.Timeout;
   private reconnectAttempt = 0;
@@ -301,7 +327,9 @@ export class PostgresStore implements MemoryStore, DeadlineAware {
     // Every event carries a unique id (clients' or a generated UUID) and goes
     // through the id lookup, so re-running after an unknown commit outcome
     // returns what the first try stored instead of appending twice.
-    return this.attempt(() => this.appendOnce(sessionId, events, expectedSeq));
+    checkDeadline();
+    const left = remainingMs();
+    return this.appends.submit({ sessionId, events, expectedSeq }, events.length, left === undefined ? undefined : Date.now() + left);
   }
 
   async readEvents(sessionId: string, query: EventQuery): Promise<EventPage> {
@@ -418,34 +446,84 @@ export class PostgresStore implements MemoryStore, DeadlineAware {
   }
 
   /**
-   * One append in one round trip: append_events (migration 0003) locks the
-   * session row, finds retries, writes, trims, counts and notifies in one
-   * statement, its own transaction. As five statements an append cost the
-   * driver ~650 µs of CPU (bench/README.md). The call's deadline bounds the
-   * wait for the session's row lock server-side and the statement client-side.
+   * Writes a batch of appends with one append_batch statement (migration
+   * 0003: per append the session's row lock, the retry lookup, the write, the
+   * trim and the notice; then one counters update; all one transaction). A
+   * broken connection retries the whole batch: every append in it is
+   * idempotent by event id. A session another transaction holds is skipped
+   * ('busy') and written alone, outside the batch slots, so a held session
+   * never stalls other sessions' appends; and if the statement fails for
+   * another reason, each append is written alone, so the failure lands only
+   * on the append that caused it.
    */
-  private async appendOnce(sessionId: string, events: readonly NewEvent[], expectedSeq?: number): Promise<AppendResult> {
-    const left = remainingMs();
-    const { rows } = await this.poolQuery<AppendRow>(
-      `SELECT * FROM ${this.s}.append_events($1, $2::text[], $3::text[], $4::text[], $5::text[], $6::timestamptz[], $7::text[], $8, $9, $10, $11, $12, $13, $14::timestamptz)`,
-      [
-        sessionId,
-        events.map((e) => e.eventId),
-        events.map((e) => e.eventType),
-        events.map((e) => JSON.stringify(e.content)),
-        events.map((e) => JSON.stringify(e.metadata)),
-        events.map((e) => iso(e.timestamp)),
-        events.map(fingerprintOf),
-        expectedSeq ?? null,
-        this.limits.maxSessionEvents,
-        this.slot(),
-        this.channel,
-        MAX_NOTIFY_BYTES,
-        left === undefined ? null : Math.max(1, Math.ceil(left)),
-        iso(Date.now()),
-      ],
+  private async writeAppends(batch: Pending<AppendRequest, AppendResult>[]): Promise<void> {
+    // The batch waits as long as its most patient caller; one without a deadline, up to the statement timeout.
+    const deadline = batch.some((p) => p.deadline === undefined) ? undefined : Math.max(...batch.map((p) => p.deadline!));
+    let rows: AppendRow[];
+    try {
+      rows = await this.attempt(() => this.appendBatchQuery(batch.map((p) => p.request), true, deadline));
+    } catch (err) {
+      if (batch.length === 1 || isUnavailable(err)) {
+        for (const p of batch) p.reject(err);
+      } else {
+        for (const p of batch) this.writeAlone(p);
+      }
+      return;
+    }
+    const byAppend: AppendRow[][] = batch.map(() => []);
+    for (const row of rows) byAppend[row.idx - 1].push(row);
+    batch.forEach((p, i) => {
+      if (byAppend[i].at(-1)?.status === "busy") this.writeAlone(p);
+      else this.settleAppend(p, byAppend[i]);
+    });
+  }
+
+  /** One append in its own statement, waiting for its session's row lock (up to its deadline); not counted in the batch slots. */
+  private writeAlone(p: Pending<AppendRequest, AppendResult>): void {
+    this.attempt(() => this.appendBatchQuery([p.request], false, p.deadline)).then(
+      (rows) => this.settleAppend(p, rows),
+      (err: unknown) => p.reject(err),
     );
-    // The retried events' rows, then the outcome row.
+  }
+
+  private settleAppend(p: Pending<AppendRequest, AppendResult>, rows: AppendRow[]): void {
+    try {
+      p.resolve(this.appendOutcome(p.request, rows));
+    } catch (err) {
+      p.reject(err);
+    }
+  }
+
+  private async appendBatchQuery(requests: AppendRequest[], skipLocked: boolean, deadline: number | undefined): Promise<AppendRow[]> {
+    const left = deadline === undefined ? undefined : Math.ceil(deadline - Date.now());
+    if (left !== undefined && left <= 0) throw new MemoryError("DEADLINE_EXCEEDED", "deadline exceeded before the store was called");
+    const events = requests.flatMap((r) => r.events);
+    const sql = `SELECT * FROM ${this.s}.append_batch($1::text[], $2::int[], $3::bigint[], $4::text[], $5::text[], $6::text[], $7::text[], $8::timestamptz[], $9::text[], $10, $11, $12, $13, $14, $15, $16::timestamptz)`;
+    const params = [
+      requests.map((r) => r.sessionId),
+      requests.map((r) => r.events.length),
+      requests.map((r) => r.expectedSeq ?? null),
+      events.map((e) => e.eventId),
+      events.map((e) => e.eventType),
+      events.map((e) => JSON.stringify(e.content)),
+      events.map((e) => JSON.stringify(e.metadata)),
+      events.map((e) => iso(e.timestamp)),
+      events.map(fingerprintOf),
+      this.limits.maxSessionEvents,
+      skipLocked,
+      this.slot(),
+      this.channel,
+      MAX_NOTIFY_BYTES,
+      left ?? null,
+      iso(Date.now()),
+    ];
+    // Bounded client-side too: past it the pool discards the connection, whose state is then unknown.
+    const query = left === undefined ? { text: sql, values: params } : ({ text: sql, values: params, query_timeout: left } as pg.QueryConfig);
+    return (await this.pool.query<AppendRow>(query)).rows;
+  }
+
+  /** One append's answer from its rows of append_batch: the retried events' rows, then its outcome row. */
+  private appendOutcome({ sessionId, events, expectedSeq }: AppendRequest, rows: AppendRow[]): AppendResult {
     const outcome = rows[rows.length - 1];
     const headSeq = Number(outcome.head_seq);
     switch (outcome.status) {

@@ -232,6 +232,53 @@ describe("PostgresStore specifics", () => {
     }
   });
 
+  it("group commit: a session held by another transaction stalls only its own appends, which land in order once it is free", async () => {
+    const schema = freshSchema();
+    const store = await openStore(LIMITS, schema);
+    const holder = await admin.connect();
+    try {
+      for (const id of ["held", "a", "b", "c", "d"]) await makeSession(store, id);
+      await holder.query("BEGIN");
+      await holder.query(`SELECT 1 FROM ${pg.escapeIdentifier(schema)}.sessions WHERE session_id = 'held' FOR UPDATE`);
+      // More appends to the held session than there are batch slots, then appends to free sessions.
+      const held = [1, 2, 3].map((i) => store.appendEvents("held", [newEvent("user_message", i, { eventId: `h${i}` })]));
+      let heldSettled = false;
+      void Promise.allSettled(held).then(() => (heldSettled = true));
+      const free = ["a", "b", "c", "d", "a", "b"].map((id, i) => store.appendEvents(id, [newEvent("user_message", i, { eventId: `f${i}` })]));
+      const done = await Promise.race([Promise.all(free), sleep(10_000).then(() => "timeout" as const)]);
+      expect(done).not.toBe("timeout");
+      expect(heldSettled).toBe(false);
+      expect((done as { events: { sessionId: string; seq: number }[] }[]).map((r) => `${r.events[0].sessionId}:${r.events[0].seq}`).sort()).toEqual(
+        ["a:1", "a:2", "b:1", "b:2", "c:1", "d:1"],
+      );
+      await holder.query("ROLLBACK");
+      const seqs = (await Promise.all(held)).map((r) => r.events[0].seq).sort();
+      expect(seqs).toEqual([1, 2, 3]);
+      expect((await store.readEvents("held", { limit: 10 })).events.map((e) => e.seq)).toEqual([1, 2, 3]);
+      expect((await store.stats()).totalEvents).toBe(9);
+    } finally {
+      await holder.query("ROLLBACK").catch(() => {});
+      holder.release();
+      await store.close();
+    }
+  });
+
+  it("group commit: an append PostgreSQL refuses fails alone; the appends batched with it are written", async () => {
+    const store = await openStore();
+    try {
+      for (const id of ["a", "b", "c", "d", "e", "f"]) await makeSession(store, id);
+      // jsonb refuses the NUL character (the service refuses it before the store; here it reaches the store).
+      const appends = ["a", "b", "c", "d", "e", "f"].map((id) => store.appendEvents(id, [newEvent("user_message", id === "d" ? "bad\u0000" : id, { eventId: `${id}1` })]));
+      const results = await Promise.allSettled(appends);
+      expect(results.map((r) => r.status)).toEqual(["fulfilled", "fulfilled", "fulfilled", "rejected", "fulfilled", "fulfilled"]);
+      for (const id of ["a", "b", "c", "e", "f"]) expect((await store.readEvents(id, { limit: 10 })).events.map((e) => e.content)).toEqual([id]);
+      expect((await store.readEvents("d", { limit: 10 })).events).toEqual([]);
+      expect((await store.stats()).totalEvents).toBe(5);
+    } finally {
+      await store.close();
+    }
+  });
+
   describe("when PostgreSQL is unreachable", () => {
     let silent: Server;
     let silentPort: number;
