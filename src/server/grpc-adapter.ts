@@ -39,12 +39,18 @@ function encodedEvent(event: object): Uint8Array {
  * order), then the other fields.
  */
 function eventsFirstSerializer(desc: DescMessage, field: string, repeated: boolean) {
+  // AddEvent's, AddEvents' and ListEvents' responses hold nothing else: no second encoding pass.
+  const eventsOnly = desc.fields.length === 1;
   return (msg: unknown) => {
     const message = msg as Record<string, unknown>;
     const value = message[field];
     const list = repeated ? (value as object[]) : value === undefined ? [] : [value as object];
     const writer = new BinaryWriter();
     for (const event of list) writer.tag(1, WireType.LengthDelimited).bytes(encodedEvent(event));
+    if (eventsOnly) {
+      const bytes = writer.finish();
+      return Buffer.from(bytes.buffer, bytes.byteOffset, bytes.byteLength);
+    }
     const rest = toBinary(desc, { ...message, [field]: repeated ? [] : undefined } as never);
     const head = writer.finish();
     const out = Buffer.allocUnsafe(head.length + rest.length);
@@ -134,18 +140,11 @@ export function grpcMemoryService(
           }
         }
       : (call: grpc.ServerUnaryCall<Buffer, unknown>, callback: grpc.sendUnaryData<unknown>) => {
-          // grpc-js emits "cancelled" after every call, answered or not; aborting an
-          // answered call would cost an AbortError (a stack capture) per call for nothing.
-          let answered = false;
-          const controller = new AbortController();
-          call.on("cancelled", () => {
-            if (!answered) controller.abort();
-          });
+          // No abort signal: unary handlers never read one (see CallInfo.signal).
           Promise.resolve()
             .then(
               () =>
                 handler(parseRequest(method.input, call.request), {
-                  signal: controller.signal,
                   authorization: header(call, "authorization"),
                   traceparent: header(call, "traceparent"),
                   protocol: "grpc",
@@ -154,14 +153,8 @@ export function grpcMemoryService(
                 }) as Promise<unknown>,
             )
             .then(
-              (res) => {
-                answered = true;
-                callback(null, res);
-              },
-              (err) => {
-                answered = true;
-                callback(toGrpcStatus(err, report) as grpc.ServiceError);
-              },
+              (res) => callback(null, res),
+              (err) => callback(toGrpcStatus(err, report) as grpc.ServiceError),
             );
         };
   }
