@@ -8,8 +8,9 @@ import { once } from "node:events";
 import type * as grpc from "@grpc/grpc-js";
 import { toBinary, type DescMessage, type DescMethod } from "@bufbuild/protobuf";
 import { BinaryWriter, WireType } from "@bufbuild/protobuf/wire";
-import { EventSchema, MemoryService as MemoryServiceDesc } from "../gen/engram/v1/memory_pb.js";
+import { EventSchema, MemoryService as MemoryServiceDesc, type Event } from "../gen/engram/v1/memory_pb.js";
 import type { CallGuard } from "../service/call-guard.js";
+import { encodeEvent } from "./event-encoding.js";
 import { parseRequest } from "./parse-request.js";
 import { toGrpcStatus, type InternalErrorReporter } from "./status.js";
 
@@ -22,14 +23,15 @@ function serializer(desc: DescMessage) {
 /**
  * Bytes of recent events: the service shares one wire Event per stored event
  * (a bounded recent cache), so a tail read repeated by many callers encodes
- * each event once instead of once per call (protobuf-es encodes by
- * reflection; 20 events were most of a GetSessionEvents call's CPU).
+ * each event once instead of once per call (20 events by reflection were
+ * most of a GetSessionEvents call's CPU; src/server/event-encoding.ts now
+ * encodes without it).
  */
 const eventBytes = new WeakMap<object, Uint8Array>();
 
 function encodedEvent(event: object): Uint8Array {
   let bytes = eventBytes.get(event);
-  if (!bytes) eventBytes.set(event, (bytes = toBinary(EventSchema, event as never)));
+  if (!bytes) eventBytes.set(event, (bytes = encodeEvent(event as Event)));
   return bytes;
 }
 
