@@ -4,16 +4,8 @@
  * on the way in, so hostile nesting is refused before anything recurses deep.
  */
 import { create } from "@bufbuild/protobuf";
-import {
-  ListValueSchema,
-  NullValue,
-  StructSchema,
-  timestampFromMs,
-  ValueSchema,
-  type Timestamp,
-  type Value,
-} from "@bufbuild/protobuf/wkt";
-import { EventSchema, SessionSchema, type Event, type Session } from "../gen/engram/v1/memory_pb.js";
+import { NullValue, timestampFromMs, type Timestamp, type Value } from "@bufbuild/protobuf/wkt";
+import { SessionSchema, type Event, type Session } from "../gen/engram/v1/memory_pb.js";
 import { invalidArgument } from "../errors.js";
 import type { JsonObject, JsonValue, SessionRecord, StoredEvent } from "../store/types.js";
 import { checkText } from "./validation.js";
@@ -49,25 +41,29 @@ export function valueToJson(field: string, value: Value | undefined, maxDepth: n
   }
 }
 
-/** JSON -> google.protobuf.Value. */
+/**
+ * JSON -> google.protobuf.Value. protobuf-es messages are plain objects
+ * tagged with $typeName, so these are built as literals: create() fills them
+ * by reflection, and every stored event read or appended goes through here.
+ * test/server/event-encoding.test.ts checks the result equals protobuf-es' own
+ * fromJson(ValueSchema, json).
+ */
 export function jsonToValue(json: JsonValue): Value {
-  if (json === null) return create(ValueSchema, { kind: { case: "nullValue", value: NullValue.NULL_VALUE } });
+  if (json === null) return { $typeName: "google.protobuf.Value", kind: { case: "nullValue", value: NullValue.NULL_VALUE } };
   switch (typeof json) {
     case "string":
-      return create(ValueSchema, { kind: { case: "stringValue", value: json } });
+      return { $typeName: "google.protobuf.Value", kind: { case: "stringValue", value: json } };
     case "number":
-      return create(ValueSchema, { kind: { case: "numberValue", value: json } });
+      return { $typeName: "google.protobuf.Value", kind: { case: "numberValue", value: json } };
     case "boolean":
-      return create(ValueSchema, { kind: { case: "boolValue", value: json } });
+      return { $typeName: "google.protobuf.Value", kind: { case: "boolValue", value: json } };
   }
   if (Array.isArray(json)) {
-    return create(ValueSchema, {
-      kind: { case: "listValue", value: create(ListValueSchema, { values: json.map(jsonToValue) }) },
-    });
+    return { $typeName: "google.protobuf.Value", kind: { case: "listValue", value: { $typeName: "google.protobuf.ListValue", values: json.map(jsonToValue) } } };
   }
   const fields: Record<string, Value> = {};
   for (const [k, v] of Object.entries(json)) fields[k] = jsonToValue(v);
-  return create(ValueSchema, { kind: { case: "structValue", value: create(StructSchema, { fields }) } });
+  return { $typeName: "google.protobuf.Value", kind: { case: "structValue", value: { $typeName: "google.protobuf.Struct", fields } } };
 }
 
 /** Smallest and largest valid google.protobuf.Timestamp seconds (years 1..9999). */
@@ -97,15 +93,17 @@ export function toWireSession(r: SessionRecord): Session {
   });
 }
 
-/** Stored event -> wire Event. */
+/** Stored event -> wire Event (a literal, like jsonToValue). */
 export function toWireEvent(e: StoredEvent): Event {
-  return create(EventSchema, {
+  const seconds = Math.floor(e.timestamp / 1000);
+  return {
+    $typeName: "engram.v1.Event",
     eventId: e.eventId,
     eventType: e.eventType,
     content: jsonToValue(e.content),
     metadata: e.metadata,
-    timestamp: timestampFromMs(e.timestamp),
+    timestamp: { $typeName: "google.protobuf.Timestamp", seconds: BigInt(seconds), nanos: (e.timestamp - seconds * 1000) * 1_000_000 },
     seq: BigInt(e.seq),
     sessionId: e.sessionId,
-  });
+  };
 }

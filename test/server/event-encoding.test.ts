@@ -3,7 +3,8 @@
  * reflective toBinary writes, for every event the service can produce
  * (and for odd ones it never produces), and decode back to the same event.
  */
-import { create, fromBinary, toBinary, type JsonObject, type JsonValue } from "@bufbuild/protobuf";
+import { create, fromBinary, fromJson, toBinary, type JsonObject, type JsonValue } from "@bufbuild/protobuf";
+import { timestampFromMs, ValueSchema } from "@bufbuild/protobuf/wkt";
 import fc from "fast-check";
 import { describe, expect, it } from "vitest";
 import { EventSchema } from "../../src/gen/engram/v1/memory_pb.js";
@@ -34,6 +35,26 @@ const storedEvent = fc.record({
   metadata: jsonObject,
   // Years 1..9999, before and after 1970, with and without milliseconds.
   timestamp: fc.integer({ min: -62135596800000, max: 253402300799999 }),
+});
+
+describe("toWireEvent", () => {
+  it("builds what protobuf-es' create() and fromJson() build", () => {
+    fc.assert(
+      fc.property(storedEvent, (stored) => {
+        const reference = create(EventSchema, {
+          eventId: stored.eventId,
+          eventType: stored.eventType,
+          content: fromJson(ValueSchema, stored.content),
+          metadata: stored.metadata,
+          timestamp: timestampFromMs(stored.timestamp),
+          seq: BigInt(stored.seq),
+          sessionId: stored.sessionId,
+        });
+        expect(toWireEvent(stored)).toEqual(reference);
+      }),
+      { numRuns: Number(process.env.ENCODING_RUNS ?? 2000) },
+    );
+  });
 });
 
 describe("encodeEvent", () => {
