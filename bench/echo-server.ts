@@ -19,6 +19,7 @@ async function startEcho(responseBytes: number): Promise<number> {
     "grpc.keepalive_time_ms": 60_000,
     "grpc.keepalive_timeout_ms": 20_000,
     "grpc.keepalive_permit_without_calls": 1,
+    "grpc.enable_channelz": 0,
   });
   const response = Buffer.alloc(responseBytes, 0x61);
   const identity = (b: Buffer) => b;

@@ -14,7 +14,7 @@ export const FANOUT_SUBSCRIBE = "/bench.Fanout/Subscribe";
 export const FANOUT_PUBLISH = "/bench.Fanout/Publish";
 
 async function start(): Promise<number> {
-  const server = new grpc.Server({ "grpc.keepalive_permit_without_calls": 1 });
+  const server = new grpc.Server({ "grpc.keepalive_permit_without_calls": 1, "grpc.enable_channelz": 0 }); // Engram's listener has channelz off too
   const identity = (b: Buffer) => b;
   const method = (path: string, responseStream: boolean) => ({
     path,

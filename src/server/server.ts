@@ -81,6 +81,9 @@ export async function startServer(
     "grpc.keepalive_time_ms": 60_000,
     "grpc.keepalive_timeout_ms": 20_000,
     "grpc.keepalive_permit_without_calls": 1,
+    // Channelz (per-call trackers, closures and timestamps) serves only the channelz
+    // service, which is not registered: off, it leaves ~5 µs of every call's CPU.
+    "grpc.enable_channelz": 0,
     // GOAWAY past this age: long streams reconnect (and resume) on whichever replica the balancer picks.
     ...(options.maxConnectionAgeMs ? { "grpc.max_connection_age_ms": options.maxConnectionAgeMs, "grpc.max_connection_age_grace_ms": 30_000 } : {}),
   });
