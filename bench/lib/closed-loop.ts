@@ -30,9 +30,22 @@ export interface LoadResult extends LatencySummary {
   cpuUsPerCall: Record<string, number>;
 }
 
-function cpuOf(pids: number[]): number {
+/** CPU seconds of each process, by pid (NaN once a process is gone). */
+function cpuOf(pids: number[]): Map<number, number> {
+  return new Map(pids.map((pid) => [pid, processCpuSeconds(pid)]));
+}
+
+/**
+ * CPU used between two readings by the processes alive at both. A process
+ * that exits inside the window (a PostgreSQL autovacuum worker, say) drops
+ * out instead of turning the whole group's figure into NaN.
+ */
+function cpuBetween(start: Map<number, number> | undefined, end: Map<number, number> | undefined): number {
   let total = 0;
-  for (const pid of pids) total += processCpuSeconds(pid);
+  for (const [pid, before] of start ?? []) {
+    const after = end?.get(pid);
+    if (Number.isFinite(before) && after !== undefined && Number.isFinite(after)) total += after - before;
+  }
   return total;
 }
 
@@ -49,8 +62,8 @@ export async function closedLoop(options: ClosedLoopOptions, operation: (worker:
     return (u.user + u.system) / 1e6;
   };
   const readCpu = () => Object.fromEntries(Object.entries(options.cpuPids).map(([name, pids]) => [name, cpuOf(pids)]));
-  let start = { at: 0, clientCpu: 0, cpu: {} as Record<string, number> };
-  let end = { at: 0, clientCpu: 0, cpu: {} as Record<string, number> };
+  let start = { at: 0, clientCpu: 0, cpu: {} as Record<string, Map<number, number>> };
+  let end = { at: 0, clientCpu: 0, cpu: {} as Record<string, Map<number, number>> };
   const openTimer = setTimeout(() => {
     start = { at: performance.now(), clientCpu: clientCpu(), cpu: readCpu() };
     measuring = true;
@@ -88,7 +101,7 @@ export async function closedLoop(options: ClosedLoopOptions, operation: (worker:
   const seconds = (end.at - start.at) / 1000;
   const perCall = (spent: number) => (calls > 0 ? round((spent / calls) * 1e6) : Number.NaN);
   const cpuUsPerCall: Record<string, number> = {};
-  for (const name of Object.keys(options.cpuPids)) cpuUsPerCall[name] = perCall(end.cpu[name] - start.cpu[name]);
+  for (const name of Object.keys(options.cpuPids)) cpuUsPerCall[name] = perCall(cpuBetween(start.cpu[name], end.cpu[name]));
   cpuUsPerCall.client = perCall(end.clientCpu - start.clientCpu);
   return { calls, errors, firstError, seconds: round(seconds, 2), throughput: round(calls / seconds), ...latency.summary(), cpuUsPerCall };
 }
