@@ -44,6 +44,8 @@ export interface Profile {
   sections: Set<string>;
 }
 
+/** CPU the calibration echo spends per call on top of the bare echo's. */
+const CALIBRATION_BURN_US = 50;
 const ALL_SECTIONS = ["baselines", "references", "fanout", "memory", "peers", "context", "plot"];
 const FULL_SIZES: SeedSizes = { readSessions: [10, 1000, 10_000], listSessions: 10_000, contextEvents: 200 };
 
@@ -207,6 +209,22 @@ async function main(): Promise<void> {
         );
       }
     };
+
+    if (profile.sections.has("baselines")) {
+      // Calibration: how far throughput at c=16 falls when a call costs the server 50 µs of CPU
+      // more than the bare echo, and nothing else changes (bench/README.md, "What the ratio targets leave").
+      const burning = forkWorker("echo-server.ts");
+      cleanups.push(() => burning.stop());
+      const burningPort = await burning.request<number>({ responseBytes: addEventResponseBytes(), burnUs: CALIBRATION_BURN_US });
+      await load({ target: `127.0.0.1:${burningPort}`, method: ECHO_METHOD, requests: [echoRequest], cpuPids: {} }, 16);
+      await point({ kind: "baseline", backend: "grpc-js echo", workload: "echo (AddEvent-sized, before calibration)", concurrency: 16 }, () =>
+        load({ target: `127.0.0.1:${echoPort}`, method: ECHO_METHOD, requests: [echoRequest], cpuPids: { server: [echo.pid] } }, 16),
+      );
+      await point({ kind: "baseline", backend: "grpc-js echo", workload: `echo spinning ${CALIBRATION_BURN_US} µs per call (calibration)`, concurrency: 16 }, () =>
+        load({ target: `127.0.0.1:${burningPort}`, method: ECHO_METHOD, requests: [echoRequest], cpuPids: { server: [burning.pid] } }, 16),
+      );
+      await burning.stop();
+    }
 
     for (const backend of profile.backends) {
       const url = backend === "redis" ? backing.redis!.url : backend === "postgres" ? backing.postgres!.url : undefined;
