@@ -42,7 +42,7 @@ export interface CallInfo {
    * Streams: aborted when the client cancels, the deadline passes or the
    * server stops. Unary handlers never read it (a unary call's bound is its
    * deadline), so the gRPC edge gives them none: an AbortController and a
-   * listener per call was ~2 µs of every call's CPU.
+   * listener per call showed in every call's profile (bench/README.md).
    */
   signal?: AbortSignal;
   /** The `authorization` header / metadata value. */

@@ -181,7 +181,6 @@ function channelName(schema: string): string {
   return `engram_events_${createHash("sha256").update(schema).digest("hex").slice(0, 32)}`;
 }
 
-/** What one append changes, worked out under the session lock. */
 /** One caller's append, as queued for group commit. */
 interface AppendRequest {
   sessionId: string;
