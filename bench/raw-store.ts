@@ -2,7 +2,7 @@
  * The raw-store baselines, a forked child of the runner: the same storage
  * work Engram's server does per AddEvent and per "last 20 events" read, done
  * by the store driver itself (the same ioredis Lua scripts, the same pg
- * statements and transaction) in a process with no gRPC, no validation and
+ * function and group commit) in a process with no gRPC, no validation and
  * no protobuf. The gap between this and the server is the server's own cost.
  */
 import { randomUUID } from "node:crypto";
