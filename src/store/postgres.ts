@@ -65,8 +65,14 @@ export interface PostgresStoreOptions {
  * batch hold every append up.
  */
 const APPEND_BATCHES_IN_FLIGHT = 2;
-/** Events in one append batch (a single larger append still goes, alone). */
-const APPEND_BATCH_EVENTS = 1000;
+/**
+ * Bytes of event JSON in one append batch (a single larger append still goes,
+ * alone): events may be up to MEMORY_MAX_EVENT_BYTES each, and a batch is one
+ * statement whose parameters the driver and PostgreSQL hold in memory.
+ */
+const APPEND_BATCH_BYTES = 4 * 1024 * 1024;
+/** What an event costs a batch beyond its JSON: ids, type, timestamp, fingerprint. */
+const APPEND_EVENT_OVERHEAD_BYTES = 256;
 
 /** Slots of the counters table (see 0001_init.sql). */
 const COUNTER_SLOTS = 16;
@@ -181,10 +187,12 @@ function channelName(schema: string): string {
   return `engram_events_${createHash("sha256").update(schema).digest("hex").slice(0, 32)}`;
 }
 
-/** One caller's append, as queued for group commit. */
+/** One caller's append, as queued for group commit, its events' JSON already made. */
 interface AppendRequest {
   sessionId: string;
   events: readonly NewEvent[];
+  contents: string[];
+  metadata: string[];
   expectedSeq?: number;
 }
 
@@ -219,7 +227,7 @@ export class PostgresStore implements MemoryStore, DeadlineAware {
   private readonly listeners = new Map<string, Set<NoticeListener>>();
   private readonly appends = new GroupCommit<AppendRequest, AppendResult>({
     maxInFlight: APPEND_BATCHES_IN_FLIGHT,
-    maxBatchSize: APPEND_BATCH_EVENTS,
+    maxBatchSize: APPEND_BATCH_BYTES,
     write: (batch) => this.writeAppends(batch),
   });
   private listenClient?: pg.Client;
@@ -328,7 +336,11 @@ export class PostgresStore implements MemoryStore, DeadlineAware {
     // returns what the first try stored instead of appending twice.
     checkDeadline();
     const left = remainingMs();
-    return this.appends.submit({ sessionId, events, expectedSeq }, events.length, left === undefined ? undefined : Date.now() + left);
+    const contents = events.map((e) => JSON.stringify(e.content));
+    const metadata = events.map((e) => JSON.stringify(e.metadata));
+    let bytes = 0;
+    for (let i = 0; i < events.length; i++) bytes += contents[i].length + metadata[i].length + APPEND_EVENT_OVERHEAD_BYTES;
+    return this.appends.submit({ sessionId, events, contents, metadata, expectedSeq }, bytes, left === undefined ? undefined : Date.now() + left);
   }
 
   async readEvents(sessionId: string, query: EventQuery): Promise<EventPage> {
@@ -504,8 +516,8 @@ export class PostgresStore implements MemoryStore, DeadlineAware {
       requests.map((r) => r.expectedSeq ?? null),
       events.map((e) => e.eventId),
       events.map((e) => e.eventType),
-      events.map((e) => JSON.stringify(e.content)),
-      events.map((e) => JSON.stringify(e.metadata)),
+      requests.flatMap((r) => r.contents),
+      requests.flatMap((r) => r.metadata),
       events.map((e) => iso(e.timestamp)),
       events.map(fingerprintOf),
       this.limits.maxSessionEvents,
