@@ -30,9 +30,12 @@ interface SessionChannel {
   knownHead: number;
   deleted: boolean;
   wakers: Set<() => void>;
-  /** Reads in flight or just done, by cursor, shared by subscribers at that cursor. */
-  reads: Map<number, Promise<EventPage>>;
+  /** Reads in flight or just done (or carried by a notice), by cursor, shared by subscribers at that cursor. */
+  reads: Map<number, Promise<NextPage>>;
 }
+
+/** What a subscriber needs of a read after its cursor: the next events and the head. */
+type NextPage = Pick<EventPage, "events" | "headSeq">;
 
 /** Fans a store's session notices out to stream subscribers. */
 export class StreamHub {
@@ -77,7 +80,7 @@ export class StreamHub {
       // The first read validates the session and the cursor.
       const first = await this.store.readEvents(sessionId, { afterSeq, limit: this.options.pageSize });
       let cursor = afterSeq ?? first.firstSeq - 1;
-      let page: EventPage | undefined = first;
+      let page: NextPage | undefined = first;
       for (;;) {
         if (!page) page = await this.read(channel, sessionId, cursor);
         for (const event of page.events) {
@@ -177,6 +180,13 @@ export class StreamHub {
     if (notice.headSeq !== undefined && notice.headSeq > channel.knownHead) {
       channel.knownHead = notice.headSeq;
       channel.reads.clear();
+      // Events carried by the notice are the page a read after them would return: subscribers
+      // at that cursor take it from here instead of reading the store (one read per event per
+      // replica saved).
+      const events = notice.events;
+      if (events && events.length > 0 && events.length <= this.options.pageSize && events[events.length - 1].seq === notice.headSeq) {
+        channel.reads.set(events[0].seq - 1, Promise.resolve({ events: [...events], headSeq: notice.headSeq }));
+      }
     } else if (notice.headSeq === undefined) {
       // A notice without a position: every cached read may be stale.
       channel.knownHead = Number.MAX_SAFE_INTEGER;
@@ -192,7 +202,7 @@ export class StreamHub {
   }
 
   /** One store read per cursor, shared by every subscriber waiting at it. */
-  private read(channel: SessionChannel, sessionId: string, cursor: number): Promise<EventPage> {
+  private read(channel: SessionChannel, sessionId: string, cursor: number): Promise<NextPage> {
     let pending = channel.reads.get(cursor);
     if (!pending) {
       pending = this.store.readEvents(sessionId, { afterSeq: cursor, limit: this.options.pageSize });

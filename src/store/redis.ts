@@ -63,6 +63,12 @@ export interface RedisStoreOptions {
 
 /** Entries kept in the global recent-events index: twice the REST cap of 1000, as slack for removals. */
 const RECENT_CAP = 2000;
+/**
+ * Largest notice that carries the appended events themselves (append-6.lua):
+ * every replica then streams them without reading them back, one Redis round
+ * trip per event per replica saved. Larger appends announce only the head.
+ */
+const NOTICE_EVENTS_MAX_BYTES = 64 * 1024;
 /** Sessions looked at per cleanup batch. */
 const CLEANUP_BATCH = 100;
 /** Seqs a filtered read looks at per script call (bounds the script's run time). */
@@ -264,6 +270,7 @@ export class RedisStore implements MemoryStore {
       const fingerprint = e.fingerprint || eventFingerprint(e.eventType, e.content, e.metadata);
       args.push(e.eventId, fingerprint, e.timestamp, encodeEvent(e));
     }
+    args.push(NOTICE_EVENTS_MAX_BYTES);
     const reply = await this.call(() => this.scripts.append(...this.sessionKeys(sessionId), this.key("updated"), this.key("stats"), this.key("recent"), ...args));
     switch (reply[0]) {
       case "NOT_FOUND":
@@ -405,15 +412,10 @@ export class RedisStore implements MemoryStore {
 
   /** Subscribes the notice connection; after every reconnect, tells every listener to re-read. */
   private async listen(): Promise<void> {
-    this.subscriber.on("message", (channel: string, message: string) => {
-      if (channel !== this.channel) return;
-      let parsed: { s: string; h?: number; d?: number };
-      try {
-        parsed = JSON.parse(message);
-      } catch {
-        return;
-      }
-      this.notify(parsed.d ? { sessionId: parsed.s, deleted: true } : { sessionId: parsed.s, headSeq: parsed.h });
+    this.subscriber.on("messageBuffer", (channel: Buffer, message: Buffer) => {
+      if (channel.toString() !== this.channel) return;
+      const notice = this.parseNotice(message);
+      if (notice) this.notify(notice);
     });
     await this.subscriber.subscribe(this.channel);
     this.subscriber.on("ready", () => {
@@ -424,6 +426,34 @@ export class RedisStore implements MemoryStore {
         () => {},
       );
     });
+  }
+
+  /**
+   * A notice of the append script or of a deletion (append-6.lua says the
+   * format): a JSON header, and after a newline the appended events when they
+   * fit, decoded through the same cache as reads so both share one object per
+   * event. Undefined for anything malformed (it cannot come from our scripts).
+   */
+  private parseNotice(message: Buffer): SessionNotice | undefined {
+    const newline = message.indexOf(0x0a);
+    let header: { s: string; h?: number; d?: number; k?: number };
+    try {
+      header = JSON.parse(message.toString("utf8", 0, newline < 0 ? message.length : newline));
+    } catch {
+      return undefined;
+    }
+    if (header.d) return { sessionId: header.s, deleted: true };
+    if (!header.k || newline < 0 || header.h === undefined) return { sessionId: header.s, headSeq: header.h };
+    const events: StoredEvent[] = [];
+    let pos = newline + 1;
+    for (let seq = header.h - header.k + 1; seq <= header.h; seq++) {
+      const colon = message.indexOf(0x3a, pos);
+      const length = Number(message.toString("latin1", pos, colon));
+      if (colon < 0 || !Number.isSafeInteger(length) || colon + 1 + length > message.length) return { sessionId: header.s, headSeq: header.h };
+      events.push(this.decodeRecent(header.s, seq, message.toString("utf8", colon + 1, colon + 1 + length)));
+      pos = colon + 1 + length;
+    }
+    return { sessionId: header.s, headSeq: header.h, events };
   }
 
   /**

@@ -106,6 +106,13 @@ export interface SessionNotice {
   headSeq?: number;
   /** The session was deleted (or evicted, or cleaned up). */
   deleted?: boolean;
+  /**
+   * The events the change appended, when the driver can include them: in
+   * seq order, contiguous, the last one at headSeq. Readers may deliver them
+   * without reading them back; a notice without them says only where the
+   * head is.
+   */
+  events?: readonly StoredEvent[];
 }
 
 /** Receives notices for one session. */

@@ -368,6 +368,13 @@ export function describeStoreConformance(name: string, factory: StoreFactory, ca
         await store.appendEvents("s1", [newEvent("user_message", 1)]);
         await store.appendEvents("s1", [newEvent("user_message", 2), newEvent("user_message", 3)]);
         await waitFor(() => notices.some((n) => n.headSeq === 3));
+        // A driver may carry the appended events in its notices: then exactly those, as stored.
+        const stored = (await store.readEvents("s1", { limit: 10 })).events;
+        for (const n of notices.filter((x) => x.events !== undefined)) {
+          expect(n.events!.length).toBeGreaterThan(0);
+          expect(n.events![n.events!.length - 1].seq).toBe(n.headSeq);
+          expect(n.events).toEqual(stored.filter((e) => e.seq > n.headSeq! - n.events!.length && e.seq <= n.headSeq!));
+        }
         await store.deleteSession("s1");
         await waitFor(() => notices.some((n) => n.deleted));
         unsubscribe();

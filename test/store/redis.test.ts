@@ -8,9 +8,10 @@ import { Redis } from "ioredis";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { eventFingerprint } from "../../src/store/fingerprint.js";
 import { durabilitySummary, RedisStore } from "../../src/store/redis.js";
-import type { StoreLimits } from "../../src/store/types.js";
+import { StreamHub } from "../../src/service/stream-hub.js";
+import type { SessionNotice, StoreLimits } from "../../src/store/types.js";
 import { freePort, startRedisServer } from "../support/redis-server.js";
-import { describeStoreConformance, makeSession, newEvent, rejection } from "./conformance.js";
+import { describeStoreConformance, makeSession, newEvent, rejection, waitFor } from "./conformance.js";
 
 const url = process.env.MEMORY_TEST_REDIS_URL!;
 const prefixes: string[] = [];
@@ -54,6 +55,53 @@ const hex = (s: string) => Buffer.from(s).toString("hex");
 describeStoreConformance("redis", (limits) => openStore(limits), { persistent: true, shared: true, retains: true });
 
 describe("RedisStore specifics", () => {
+  it("notices carry the appended events (only those retained, only when small enough), and streams take them instead of reading", async () => {
+    const store = await openStore({ ...DEFAULT_LIMITS, maxSessionEvents: 3 });
+    try {
+      await makeSession(store, "s1");
+      const notices: SessionNotice[] = [];
+      store.subscribe("s1", (n) => notices.push(n));
+      await sleep(200); // the subscription is established
+      const one = await store.appendEvents("s1", [newEvent("user_message", "a"), newEvent("tool_call", { tool: "search", q: "ü \n" })]);
+      // Five events into a cap of three: the notice carries the three kept.
+      const five = await store.appendEvents("s1", [1, 2, 3, 4, 5].map((i) => newEvent("user_message", i)));
+      const big = await store.appendEvents("s1", [newEvent("user_message", "x".repeat(70 * 1024))]);
+      await waitFor(() => notices.some((n) => n.headSeq === 8));
+      expect(notices.map((n) => n.headSeq)).toEqual([2, 7, 8]);
+      expect(notices[0].events).toEqual(one.events);
+      expect(notices[1].events).toEqual(five.events.slice(2));
+      expect(notices[2].events).toBeUndefined(); // over the notice limit: the head only
+      expect(big.events[0].seq).toBe(8);
+      // The same decoded object a read returns, so the wire caches are shared too.
+      const read = (await store.readEvents("s1", { afterSeq: 5, limit: 10 })).events;
+      expect(read[0]).toBe(notices[1].events![1]);
+
+      // Three streams on one hub: after their first read, appends reach them with no further reads.
+      const hub = new StreamHub(store, { heartbeatMs: 60_000, pageSize: 64 });
+      let reads = 0;
+      const readEvents = store.readEvents.bind(store);
+      store.readEvents = (...args) => {
+        reads++;
+        return readEvents(...args);
+      };
+      const controller = new AbortController();
+      const seen: number[][] = [[], [], []];
+      const streams = seen.map(async (into) => {
+        for await (const frame of hub.subscribe("s1", 8, [], controller.signal)) if (frame.kind === "event") into.push(frame.event.seq);
+      });
+      await sleep(200);
+      const readsBefore = reads;
+      for (let i = 0; i < 5; i++) await store.appendEvents("s1", [newEvent("user_message", `live ${i}`)]);
+      await waitFor(() => seen.every((s) => s.length === 5));
+      expect(seen).toEqual([[9, 10, 11, 12, 13], [9, 10, 11, 12, 13], [9, 10, 11, 12, 13]]);
+      expect(reads - readsBefore).toBe(0);
+      controller.abort();
+      await Promise.allSettled(streams);
+    } finally {
+      await store.close();
+    }
+  });
+
   it("a re-sent append script (same arguments) returns the originals instead of appending twice", async () => {
     const prefix = `t${process.pid}_${++counter}`;
     const store = await openStore(DEFAULT_LIMITS, prefix);
@@ -79,7 +127,7 @@ describe("RedisStore specifics", () => {
         const keys = [base, `${base}:ev`, `${base}:id`, `${prefix}:updated`, `${prefix}:stats`, `${prefix}:recent`];
         const body = JSON.stringify([Date.now(), "x", {}]);
         const value = `12:user_message${"gen-direct".length}:gen-direct${body}`;
-        const args = ["s1", '"s1"', "", Date.now(), 500, 2000, `${hex("s1")}!`, `${prefix}:notices`, 1, "gen-direct", eventFingerprint("user_message", "x", {}), Date.now(), value];
+        const args = ["s1", '"s1"', "", Date.now(), 500, 2000, `${hex("s1")}!`, `${prefix}:notices`, 1, "gen-direct", eventFingerprint("user_message", "x", {}), Date.now(), value, 65536];
         const once = (await direct.eval(lua, keys.length, ...keys, ...args)) as unknown[];
         const twice = (await direct.eval(lua, keys.length, ...keys, ...args)) as unknown[];
         expect(once.slice(0, 2)).toEqual(["OK", 0]);

@@ -17,12 +17,19 @@
   ARGV[5] max events per session      ARGV[6] max entries of the recent index
   ARGV[7] recent member prefix        ARGV[8] notice channel
   ARGV[9] number of events, then 4 per event: event id, fingerprint, timestamp, encoded event
+  ARGV[10 + 4n] largest notice that may carry the appended events (bytes)
 
   Encoded event: "<len>:<event type><len>:<event id><json>" (byte lengths), so
   the type and id can be read here without decoding the JSON.
 
   Replies {"NOT_FOUND"} | {"DUPLICATE", event id} | {"CONFLICT", head}
         | {"OK", replayed 0/1, head, first, then per event: seq, stored encoding or ""}
+
+  The notice is '{"s":<session id>,"h":<head>}', or, when the retained new
+  events fit in the notice limit, '{"s":...,"h":...,"k":<count>}' followed by
+  a newline and each event's encoding, length-prefixed ("<bytes>:<encoding>"),
+  in seq order ending at head: replicas then deliver them without reading
+  them back.
 ]]
 local function field(v, pos)
   local colon = string.find(v, ":", pos, true)
@@ -71,6 +78,8 @@ if ARGV[3] ~= "" and tonumber(ARGV[3]) ~= head then
   return {"CONFLICT", head}
 end
 
+local appended = {}
+
 for i = 1, n do
   local base = 9 + (i - 1) * 4
   if known[i] then
@@ -78,6 +87,7 @@ for i = 1, n do
     reply[#reply + 1] = redis.call("HGET", KEYS[2], known[i])
   else
     head = head + 1
+    appended[#appended + 1] = ARGV[base + 4]
     redis.call("HSET", KEYS[2], head, ARGV[base + 4])
     redis.call("HSET", KEYS[3], ARGV[base + 1], head .. ":" .. ARGV[base + 2])
     redis.call("ZADD", KEYS[6], ARGV[base + 3], member(head))
@@ -115,7 +125,21 @@ if redis.call("ZCARD", KEYS[6]) > cap then
   redis.call("ZREMRANGEBYRANK", KEYS[6], 0, -(cap + 1))
 end
 
-redis.call("PUBLISH", ARGV[8], '{"s":' .. ARGV[2] .. ',"h":' .. string.format("%d", head) .. '}')
+-- The new events still retained (a batch longer than the cap keeps only its newest).
+local kept = math.min(#appended, head - first + 1)
+local notice = '{"s":' .. ARGV[2] .. ',"h":' .. string.format("%d", head)
+local parts, size = {}, #notice
+for i = #appended - kept + 1, #appended do
+  local encoded = appended[i]
+  parts[#parts + 1] = #encoded .. ":" .. encoded
+  size = size + #parts[#parts]
+end
+if kept > 0 and size <= (tonumber(ARGV[10 + 4 * n]) or 0) then
+  notice = notice .. ',"k":' .. kept .. '}\n' .. table.concat(parts)
+else
+  notice = notice .. '}'
+end
+redis.call("PUBLISH", ARGV[8], notice)
 reply[3] = head
 reply[4] = first
 return reply
