@@ -30,9 +30,14 @@ interface SessionChannel {
   knownHead: number;
   deleted: boolean;
   wakers: Set<() => void>;
-  /** Reads in flight or just done (or carried by a notice), by cursor, shared by subscribers at that cursor. */
+  /** Reads in flight or just done, by cursor, shared by subscribers at that cursor. */
   reads: Map<number, Promise<NextPage>>;
+  /** Pages of events carried by the latest notices (SessionNotice.events), by the cursor before them. */
+  carried: Map<number, NextPage>;
 }
+
+/** Notice-carried pages kept per session: a subscriber this many notices behind still needs no read. */
+const CARRIED_PAGES = 64;
 
 /** What a subscriber needs of a read after its cursor: the next events and the head. */
 type NextPage = Pick<EventPage, "events" | "headSeq">;
@@ -160,6 +165,7 @@ export class StreamHub {
         deleted: false,
         wakers: new Set(),
         reads: new Map(),
+        carried: new Map(),
       };
       created.unsubscribe = this.store.subscribe(sessionId, (notice) => this.onNotice(created, notice));
       this.channels.set(sessionId, created);
@@ -180,17 +186,24 @@ export class StreamHub {
     if (notice.headSeq !== undefined && notice.headSeq > channel.knownHead) {
       channel.knownHead = notice.headSeq;
       channel.reads.clear();
-      // Events carried by the notice are the page a read after them would return: subscribers
-      // at that cursor take it from here instead of reading the store (one read per event per
-      // replica saved).
+      // Events carried by the notice are a page a read after them would return: subscribers at
+      // that cursor take it from here instead of reading the store (one read per event per
+      // replica saved). Unlike a read, such a page is never empty, so it stays right to hand out
+      // after the head moves on, and a subscriber a few notices behind catches up from them too.
       const events = notice.events;
       if (events && events.length > 0 && events.length <= this.options.pageSize && events[events.length - 1].seq === notice.headSeq) {
-        channel.reads.set(events[0].seq - 1, Promise.resolve({ events: [...events], headSeq: notice.headSeq }));
+        channel.carried.set(events[0].seq - 1, { events: [...events], headSeq: notice.headSeq });
+        if (channel.carried.size > CARRIED_PAGES) channel.carried.delete(channel.carried.keys().next().value!);
       }
-    } else if (notice.headSeq === undefined) {
-      // A notice without a position: every cached read may be stale.
-      channel.knownHead = Number.MAX_SAFE_INTEGER;
-      channel.reads.clear();
+    } else {
+      // Deleted, a head that went back (the session was recreated), or no position at all:
+      // no carried page can be trusted any more.
+      channel.carried.clear();
+      if (notice.headSeq === undefined) {
+        // A notice without a position: every cached read may be stale.
+        channel.knownHead = Number.MAX_SAFE_INTEGER;
+        channel.reads.clear();
+      }
     }
     for (const wake of channel.wakers) wake();
   }
@@ -203,6 +216,8 @@ export class StreamHub {
 
   /** One store read per cursor, shared by every subscriber waiting at it. */
   private read(channel: SessionChannel, sessionId: string, cursor: number): Promise<NextPage> {
+    const carried = channel.carried.get(cursor);
+    if (carried) return Promise.resolve(carried);
     let pending = channel.reads.get(cursor);
     if (!pending) {
       pending = this.store.readEvents(sessionId, { afterSeq: cursor, limit: this.options.pageSize });

@@ -86,12 +86,17 @@ describe("RedisStore specifics", () => {
       };
       const controller = new AbortController();
       const seen: number[][] = [[], [], []];
+      let caughtUp = 0;
       const streams = seen.map(async (into) => {
-        for await (const frame of hub.subscribe("s1", 8, [], controller.signal)) if (frame.kind === "event") into.push(frame.event.seq);
+        for await (const frame of hub.subscribe("s1", 8, [], controller.signal)) {
+          if (frame.kind === "event") into.push(frame.event.seq);
+          else if (frame.kind === "caughtUp") caughtUp++;
+        }
       });
-      await sleep(200);
+      await waitFor(() => caughtUp === 3); // each stream's first read is done
       const readsBefore = reads;
-      for (let i = 0; i < 5; i++) await store.appendEvents("s1", [newEvent("user_message", `live ${i}`)]);
+      // Appended faster than the streams follow: a stream a few notices behind still takes the events from them.
+      await Promise.all([0, 1, 2, 3, 4].map((i) => store.appendEvents("s1", [newEvent("user_message", `live ${i}`)])));
       await waitFor(() => seen.every((s) => s.length === 5));
       expect(seen).toEqual([[9, 10, 11, 12, 13], [9, 10, 11, 12, 13], [9, 10, 11, 12, 13]]);
       expect(reads - readsBefore).toBe(0);
