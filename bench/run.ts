@@ -11,7 +11,9 @@
  * Profiles: default (~7 min), --quick (~2 min), --full (8 s points),
  * --tiny (the harness test: local only, one concurrency, 0.3 s points).
  * Other flags: --out DIR, --backends local,redis,postgres, --skip SECTION,...
- * (sections: baselines, references, fanout, memory, peers, context, plot).
+ * (sections: baselines, references, fanout, memory, peers, context, plot),
+ * --only SECTION,..., --workloads NAME,... (server workloads whose names
+ * start with one of these, e.g. AddEvent: to rerun one point while profiling).
  */
 import { existsSync, mkdirSync, readdirSync, readFileSync, writeFileSync } from "node:fs";
 import os from "node:os";
@@ -42,6 +44,8 @@ export interface Profile {
   fanoutSubscribers: number[];
   fanoutMs: number;
   sections: Set<string>;
+  /** Name prefixes of the server workloads to run; undefined runs all. */
+  workloads?: string[];
 }
 
 /** CPU the calibration echo spends per call on top of the bare echo's. */
@@ -77,6 +81,7 @@ function parseProfile(argv: string[]): { profile: Profile; out: string } {
       backends: { type: "string" },
       skip: { type: "string" },
       only: { type: "string" },
+      workloads: { type: "string" },
     },
     strict: true,
   });
@@ -84,7 +89,8 @@ function parseProfile(argv: string[]): { profile: Profile; out: string } {
   const sections = new Set(values.only ? values.only.split(",") : base.sections);
   for (const s of values.skip?.split(",") ?? []) sections.delete(s);
   const backends = values.backends?.split(",") ?? (base.name === "tiny" ? ["local"] : ["local", "redis", "postgres"]);
-  return { profile: { ...base, backends, sections }, out: path.resolve(values.out ?? path.join(REPO_ROOT, "bench/results")) };
+  const workloads = values.workloads?.split(",");
+  return { profile: { ...base, backends, sections, workloads }, out: path.resolve(values.out ?? path.join(REPO_ROOT, "bench/results")) };
 }
 
 /** Finds the pid of a process whose command line contains every needle. */
@@ -139,17 +145,17 @@ async function startBacking(profile: Profile): Promise<Backing> {
   }
   if (needPostgres) {
     const { startPostgresServer } = await import("../test/support/postgres-server.js");
-    const pgServer = await startPostgresServer();
-    // The test helper turns fsync off for speed; benchmark PostgreSQL's durable defaults instead.
+    // PostgreSQL's durable defaults, not the tests' fsync=off; logged as the server reports them.
+    const pgServer = await startPostgresServer({ durable: true });
     const { default: pg } = await import("pg");
     const client = new pg.Client({ connectionString: pgServer.url });
     await client.connect();
-    await client.query("ALTER SYSTEM SET fsync = on");
-    await client.query("ALTER SYSTEM SET full_page_writes = on");
-    await client.query("SELECT pg_reload_conf()");
+    const { rows } = await client.query<Record<string, string>>(
+      "SELECT current_setting('fsync') AS fsync, current_setting('synchronous_commit') AS synchronous_commit, current_setting('full_page_writes') AS full_page_writes",
+    );
     await client.end();
     backing.postgres = { url: pgServer.url, port: pgServer.port, pid: findPid("postgres", "-p", String(pgServer.port)), stop: () => pgServer.stop() };
-    log(`postgres ${pgServer.url} (fsync=on, synchronous_commit=on)`);
+    log(`postgres ${pgServer.url} (${Object.entries(rows[0]).map(([k, v]) => `${k}=${v}`).join(", ")})`);
   }
   return backing;
 }
@@ -244,6 +250,7 @@ async function main(): Promise<void> {
         // The transport ceiling is measured right before each backend's AddEvent, so drift on a shared box cancels out of the ratio.
         await echoPoints(backend);
         for (const workload of serverWorkloads(profile.sizes, maxC)) {
+          if (profile.workloads && !profile.workloads.some((w) => workload.name.startsWith(w))) continue;
           // One call first: what a method loads on first use (e.g. a tokenizer) is not what we measure.
           await prime(engram.address, workload);
           for (const c of profile.concurrencies) {

@@ -53,8 +53,13 @@ function serverUser(): { uid: number; gid: number } | undefined {
   return { uid, gid };
 }
 
-/** Starts a fresh PostgreSQL; resolves once it accepts connections. */
-export async function startPostgresServer(): Promise<PostgresServer> {
+/**
+ * Starts a fresh PostgreSQL; resolves once it accepts connections. Tests run
+ * it with fsync off for speed; `durable` keeps PostgreSQL's defaults (fsync
+ * and full-page writes on), for the benchmarks. They are set on the command
+ * line, which outranks postgresql.conf and ALTER SYSTEM.
+ */
+export async function startPostgresServer(options: { durable?: boolean } = {}): Promise<PostgresServer> {
   const bin = findPostgresBin();
   const user = serverUser();
   const dir = mkdtempSync(path.join(tmpdir(), "engram-pg-"));
@@ -73,8 +78,9 @@ export async function startPostgresServer(): Promise<PostgresServer> {
   let exited: Promise<void> = Promise.resolve();
 
   const start = async () => {
-    // Speed over durability: the data is thrown away after the run.
-    const args = ["-D", data, "-p", String(port), "-h", "127.0.0.1", "-k", dir, "-c", "fsync=off", "-c", "full_page_writes=off", "-c", "max_connections=300", "-c", "shared_buffers=64MB"];
+    // Speed over durability unless asked: the data is thrown away after the run.
+    const durability = options.durable ? [] : ["-c", "fsync=off", "-c", "full_page_writes=off"];
+    const args = ["-D", data, "-p", String(port), "-h", "127.0.0.1", "-k", dir, ...durability, "-c", "max_connections=300", "-c", "shared_buffers=64MB"];
     const proc = spawn(path.join(bin, "postgres"), args, { stdio: ["ignore", "ignore", "pipe"], ...user });
     let stderr = "";
     proc.stderr!.on("data", (d) => (stderr = (stderr + d).slice(-4000)));
