@@ -196,7 +196,7 @@ interface AppendRequest {
   expectedSeq?: number;
 }
 
-/** A row of append_batch(): per append (`idx`, from 1), one row per retried event, then its outcome row. */
+/** A row of append_many(): per append (`idx`, from 1), one row per retried event, then its outcome row. */
 interface AppendRow {
   idx: number;
   status: "not_found" | "busy" | "duplicate" | "conflict" | "replayed" | "appended" | null;
@@ -340,7 +340,8 @@ export class PostgresStore implements MemoryStore, DeadlineAware {
     const metadata = events.map((e) => JSON.stringify(e.metadata));
     let bytes = 0;
     for (let i = 0; i < events.length; i++) bytes += contents[i].length + metadata[i].length + APPEND_EVENT_OVERHEAD_BYTES;
-    return this.appends.submit({ sessionId, events, contents, metadata, expectedSeq }, bytes, left === undefined ? undefined : Date.now() + left);
+    // Keyed by session: append_many takes each session at most once per batch.
+    return this.appends.submit({ sessionId, events, contents, metadata, expectedSeq }, bytes, left === undefined ? undefined : Date.now() + left, sessionId);
   }
 
   async readEvents(sessionId: string, query: EventQuery): Promise<EventPage> {
@@ -457,8 +458,8 @@ export class PostgresStore implements MemoryStore, DeadlineAware {
   }
 
   /**
-   * Writes a batch of appends with one append_batch statement (migration
-   * 0003: per append the session's row lock, the retry lookup, the write, the
+   * Writes a batch of appends with one append_many statement (migration
+   * 0004: per append the session's row lock, the retry lookup, the write, the
    * trim and the notice; then one counters update; all one transaction). A
    * broken connection retries the whole batch: every append in it is
    * idempotent by event id. A session another transaction holds is skipped
@@ -509,11 +510,11 @@ export class PostgresStore implements MemoryStore, DeadlineAware {
     const left = deadline === undefined ? undefined : Math.ceil(deadline - Date.now());
     if (left !== undefined && left <= 0) throw new MemoryError("DEADLINE_EXCEEDED", "deadline exceeded before the store was called");
     const events = requests.flatMap((r) => r.events);
-    const sql = `SELECT * FROM ${this.s}.append_batch($1::text[], $2::int[], $3::bigint[], $4::text[], $5::text[], $6::text[], $7::text[], $8::timestamptz[], $9::text[], $10, $11, $12, $13, $14, $15, $16::timestamptz)`;
+    const sql = `SELECT * FROM ${this.s}.append_many($1::text[], $2::bigint[], $3::int[], $4::text[], $5::text[], $6::text[], $7::text[], $8::timestamptz[], $9::text[], $10, $11, $12, $13, $14, $15, $16::timestamptz)`;
     const params = [
       requests.map((r) => r.sessionId),
-      requests.map((r) => r.events.length),
       requests.map((r) => r.expectedSeq ?? null),
+      requests.flatMap((r, i) => r.events.map(() => i + 1)),
       events.map((e) => e.eventId),
       events.map((e) => e.eventType),
       requests.flatMap((r) => r.contents),
@@ -533,7 +534,7 @@ export class PostgresStore implements MemoryStore, DeadlineAware {
     return (await this.pool.query<AppendRow>(query)).rows;
   }
 
-  /** One append's answer from its rows of append_batch: the retried events' rows, then its outcome row. */
+  /** One append's answer from its rows of append_many: the retried events' rows, then its outcome row. */
   private appendOutcome({ sessionId, events, expectedSeq }: AppendRequest, rows: AppendRow[]): AppendResult {
     const outcome = rows[rows.length - 1];
     const headSeq = Number(outcome.head_seq);
@@ -550,7 +551,7 @@ export class PostgresStore implements MemoryStore, DeadlineAware {
     return { events: this.planAppend(sessionId, events, originals, headSeq), replayed: false };
   }
 
-  /** The appended batch as stored: retries as first stored, new events numbered from headSeq in order (as append_events does). */
+  /** The appended batch as stored: retries as first stored, new events numbered from headSeq in order (as append_many does). */
   private planAppend(sessionId: string, events: readonly NewEvent[], originals: Map<string, EventRow>, headSeq: number): StoredEvent[] {
     let head = headSeq;
     return events.map((e) => {

@@ -1,8 +1,9 @@
 /**
  * The PostgreSQL driver's group-commit queue on its own: batches stay within
  * their size bound (a single oversized request goes alone), no more batches
- * are written at once than allowed, requests keep their arrival order, and
- * every request is settled, also when a write throws.
+ * are written at once than allowed, requests keep their arrival order (per
+ * key, when keyed: one key is never written twice at once), and every
+ * request is settled, also when a write throws.
  */
 import { setTimeout as sleep } from "node:timers/promises";
 import { describe, expect, it } from "vitest";
@@ -37,6 +38,37 @@ describe("GroupCommit", () => {
     }
     expect(batches.some((b) => b.length === 1 && b[0] === 17)).toBe(true);
     expect(batches.some((b) => b.length > 1)).toBe(true); // requests did wait and go together
+  });
+
+  it("writes requests with the same key one batch after another, in arrival order, never two at once", async () => {
+    const batches: string[][] = [];
+    const writing = new Set<string>();
+    let overlapped = false;
+    const queue = new GroupCommit<string, string>({
+      maxInFlight: 2,
+      maxBatchSize: 100,
+      write: async (batch) => {
+        batches.push(batch.map((p) => p.request));
+        for (const p of batch) {
+          if (writing.has(p.request[0])) overlapped = true;
+          writing.add(p.request[0]);
+        }
+        await sleep(2);
+        for (const p of batch) writing.delete(p.request[0]);
+        for (const p of batch) p.resolve(p.request);
+      },
+    });
+    // Key = the letter. a1 and b1 take the two slots as they arrive (a2 and a3 cannot: a is being written); the rest wait and go together.
+    const requests = ["a1", "a2", "a3", "b1", "b2", "c1", "a4"];
+    const results = await Promise.all(requests.map((r) => queue.submit(r, 1, undefined, r[0])));
+    expect(results).toEqual(requests);
+    expect(overlapped).toBe(false);
+    for (const key of ["a", "b", "c"]) {
+      expect(batches.flat().filter((r) => r[0] === key)).toEqual(requests.filter((r) => r[0] === key));
+    }
+    expect(batches.slice(0, 2)).toEqual([["a1"], ["b1"]]);
+    expect(batches.some((b) => b.length > 1)).toBe(true);
+    expect(batches.flat().sort()).toEqual([...requests].sort());
   });
 
   it("rejects every request of a batch whose write throws, and keeps serving", async () => {

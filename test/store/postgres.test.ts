@@ -263,6 +263,32 @@ describe("PostgresStore specifics", () => {
     }
   });
 
+  it("group commit: appends to one session queued together go in successive batches, gapless, in order", async () => {
+    const schema = freshSchema();
+    const store = await openStore(LIMITS, schema);
+    try {
+      for (const id of ["a", "b"]) await makeSession(store, id);
+      // All submitted in one tick: the first goes alone, the rest queue and are batched by distinct session.
+      const appends = Array.from({ length: 12 }, (_, i) =>
+        store.appendEvents(i % 3 === 2 ? "b" : "a", [newEvent("user_message", i, { eventId: `e${i}` })]),
+      );
+      const results = await Promise.all(appends);
+      const seqsOf = (id: string) => results.filter((r) => r.events[0].sessionId === id).map((r) => r.events[0].seq);
+      expect(seqsOf("a")).toEqual([1, 2, 3, 4, 5, 6, 7, 8]);
+      expect(seqsOf("b")).toEqual([1, 2, 3, 4]);
+      expect((await store.readEvents("a", { limit: 20 })).events.map((e) => e.content)).toEqual([0, 1, 3, 4, 6, 7, 9, 10]);
+      expect((await store.stats()).totalEvents).toBe(12);
+
+      // append_many itself refuses a batch naming one session twice, and writes nothing.
+      const sql = `SELECT * FROM ${pg.escapeIdentifier(schema)}.append_many($1::text[], $2::bigint[], $3::int[], $4::text[], $5::text[], $6::text[], $7::text[], $8::timestamptz[], $9::text[], 500, true, 0::smallint, 'unused', 8000, NULL, now())`;
+      const twice = admin.query(sql, [["a", "a"], [null, null], [1, 2], ["x1", "x2"], ["t", "t"], ["1", "2"], ["{}", "{}"], [new Date(), new Date()], ["f", "f"]]);
+      await expect(twice).rejects.toMatchObject({ code: "22023" });
+      expect(await count(schema, "events", "a")).toBe(8);
+    } finally {
+      await store.close();
+    }
+  });
+
   it("group commit: an append PostgreSQL refuses fails alone; the appends batched with it are written", async () => {
     const store = await openStore();
     try {
