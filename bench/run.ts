@@ -14,6 +14,8 @@
  * (sections: baselines, references, fanout, memory, peers, context, plot),
  * --only SECTION,..., --workloads NAME,... (server workloads whose names
  * start with one of these, e.g. AddEvent: to rerun one point while profiling).
+ * BENCH_SERVER_NODE_ARGS (e.g. "--cpu-prof --cpu-prof-dir=/tmp/prof") is
+ * passed to node for every Engram server the run starts.
  */
 import { existsSync, mkdirSync, readdirSync, readFileSync, writeFileSync } from "node:fs";
 import os from "node:os";
@@ -48,6 +50,8 @@ export interface Profile {
   workloads?: string[];
 }
 
+/** Extra node flags for the Engram servers, for profiling them under the benchmark's load. */
+const SERVER_NODE_ARGS = process.env.BENCH_SERVER_NODE_ARGS?.split(" ").filter(Boolean) ?? [];
 /** CPU the calibration echo spends per call on top of the bare echo's. */
 const CALIBRATION_BURN_US = 50;
 const ALL_SECTIONS = ["baselines", "references", "fanout", "memory", "peers", "context", "plot"];
@@ -241,12 +245,20 @@ async function main(): Promise<void> {
         ...(backend === "redis" ? ["--redis-url", url!] : backend === "postgres" ? ["--postgres-url", url!] : []),
         "--key-prefix", `bench_${Date.now()}`,
       ];
-      const engram = await startEngram(args);
+      const engram = await startEngram(args, {}, SERVER_NODE_ARGS);
       cleanups.push(() => engram.stop());
       try {
         log(`${backend}: engram pid ${engram.pid} on ${engram.address}; seeding`);
         const maxC = Math.max(...profile.concurrencies);
         await seed(engram.address, profile.sizes, maxC);
+        if (backend === "postgres") {
+          // As after any bulk load: otherwise autovacuum's one-off pass over the seed lands in whichever point runs next.
+          const { default: pg } = await import("pg");
+          const client = new pg.Client({ connectionString: url });
+          await client.connect();
+          await client.query("VACUUM ANALYZE");
+          await client.end();
+        }
         // The transport ceiling is measured right before each backend's AddEvent, so drift on a shared box cancels out of the ratio.
         await echoPoints(backend);
         for (const workload of serverWorkloads(profile.sizes, maxC)) {
@@ -291,7 +303,7 @@ async function main(): Promise<void> {
     }
     if (profile.sections.has("fanout") && backing.redis) {
       const { runFanout } = await import("./fanout.js");
-      results.fanout = await runFanout(profile, backing.redis.url, log);
+      results.fanout = await runFanout(profile, backing.redis.url, log, SERVER_NODE_ARGS);
     }
     if (profile.sections.has("peers")) {
       const { runPeers } = await import("./peers/peers.js");
