@@ -30,7 +30,7 @@ export interface LoadSpec {
   concurrency: number;
   durationMs: number;
   warmupMs: number;
-  /** Processes whose CPU time is charged per call: name -> pids. */
+  /** Processes whose CPU time, with their children's, is charged per call: name -> pids. */
   cpuPids: Record<string, number[]>;
   /**
    * Client: "h2" (default) frames gRPC by hand on node:http2, the lightest client there is;

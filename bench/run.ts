@@ -25,7 +25,7 @@ import { create, toBinary } from "@bufbuild/protobuf";
 import { timestampFromMs } from "@bufbuild/protobuf/wkt";
 import { AddEventResponseSchema } from "../src/gen/engram/v1/memory_pb.js";
 import type { LoadResult } from "./lib/closed-loop.js";
-import { childPids, forkWorker, REPO_ROOT, startEngram, type EngramProcess, type Worker } from "./lib/processes.js";
+import { forkWorker, REPO_ROOT, startEngram, type EngramProcess, type Worker } from "./lib/processes.js";
 import type { LoadSpec } from "./loadgen.js";
 import type { RawSpec } from "./raw-store.js";
 import { ECHO_METHOD } from "./echo-server.js";
@@ -169,7 +169,8 @@ function cpuPidsFor(backend: string, engram: EngramProcess | undefined, backing:
   const pids: Record<string, number[]> = {};
   if (engram) pids.server = [engram.pid];
   if (backend === "redis" && backing.redis?.pid) pids.redis = [backing.redis.pid];
-  if (backend === "postgres" && backing.postgres?.pid) pids.postgres = [backing.postgres.pid, ...childPids(backing.postgres.pid)];
+  // The postmaster's tree: every backend, including those the pool opens and closes during a point.
+  if (backend === "postgres" && backing.postgres?.pid) pids.postgres = [backing.postgres.pid];
   return pids;
 }
 

@@ -7,14 +7,14 @@
  * operations.
  */
 import { LatencyRecorder, round, type LatencySummary } from "./latency.js";
-import { processCpuSeconds } from "./processes.js";
+import { processTreeCpuSeconds } from "./processes.js";
 
 /** Timing and CPU accounting of a run. */
 export interface ClosedLoopOptions {
   concurrency: number;
   durationMs: number;
   warmupMs: number;
-  /** Processes whose CPU time is charged per operation: name -> pids. */
+  /** Processes whose CPU time, with their children's, is charged per operation: name -> pids. */
   cpuPids: Record<string, number[]>;
 }
 
@@ -30,16 +30,12 @@ export interface LoadResult extends LatencySummary {
   cpuUsPerCall: Record<string, number>;
 }
 
-/** CPU seconds of each process, by pid (NaN once a process is gone). */
+/** CPU seconds of each process with its children, by pid (NaN once a process is gone). */
 function cpuOf(pids: number[]): Map<number, number> {
-  return new Map(pids.map((pid) => [pid, processCpuSeconds(pid)]));
+  return new Map(pids.map((pid) => [pid, processTreeCpuSeconds(pid)]));
 }
 
-/**
- * CPU used between two readings by the processes alive at both. A process
- * that exits inside the window (a PostgreSQL autovacuum worker, say) drops
- * out instead of turning the whole group's figure into NaN.
- */
+/** CPU used between two readings by the processes alive at both (a vanished one drops out rather than turning the figure into NaN). */
 function cpuBetween(start: Map<number, number> | undefined, end: Map<number, number> | undefined): number {
   let total = 0;
   for (const [pid, before] of start ?? []) {

@@ -27,6 +27,31 @@ export function processCpuSeconds(pid: number): number {
   }
 }
 
+/**
+ * CPU seconds of a process and its children so far: its own time, the time
+ * of its children that exited and were reaped (cutime/cstime), and that of
+ * the children still running. Charged this way, a PostgreSQL postmaster
+ * covers every backend, also one the pool opened or closed inside the
+ * measured window, and redis-server covers its AOF-rewrite forks. NaN when
+ * the process is unreadable.
+ */
+export function processTreeCpuSeconds(pid: number): number {
+  let own: number;
+  try {
+    const stat = readFileSync(`/proc/${pid}/stat`, "utf8");
+    const fields = stat.slice(stat.lastIndexOf(")") + 2).split(" ");
+    own = (Number(fields[11]) + Number(fields[12]) + Number(fields[13]) + Number(fields[14])) / CLOCK_TICKS;
+  } catch {
+    return Number.NaN;
+  }
+  // A child that exits between the two reads is missed by this reading only (its time moves to cutime).
+  for (const child of childPids(pid)) {
+    const seconds = processCpuSeconds(child);
+    if (Number.isFinite(seconds)) own += seconds;
+  }
+  return own;
+}
+
 /** Ids of a process's direct children (PostgreSQL backends are children of the postmaster). */
 export function childPids(pid: number): number[] {
   try {
