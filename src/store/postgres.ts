@@ -225,6 +225,8 @@ export class PostgresStore implements MemoryStore, DeadlineAware {
   private readonly s: string;
   private readonly channel: string;
   private readonly listeners = new Map<string, Set<NoticeListener>>();
+  /** Prepared-statement name of each SQL text sent through the pool. */
+  private readonly statementNames = new Map<string, string>();
   private readonly appends = new GroupCommit<AppendRequest, AppendResult>({
     maxInFlight: APPEND_BATCHES_IN_FLIGHT,
     maxBatchSize: APPEND_BATCH_BYTES,
@@ -529,9 +531,7 @@ export class PostgresStore implements MemoryStore, DeadlineAware {
       left ?? null,
       iso(Date.now()),
     ];
-    // Bounded client-side too: past it the pool discards the connection, whose state is then unknown.
-    const query = left === undefined ? { text: sql, values: params } : ({ text: sql, values: params, query_timeout: left } as pg.QueryConfig);
-    return (await this.pool.query<AppendRow>(query)).rows;
+    return (await this.pool.query<AppendRow>(this.statement(sql, params, left))).rows;
   }
 
   /** One append's answer from its rows of append_many: the retried events' rows, then its outcome row. */
@@ -664,8 +664,23 @@ export class PostgresStore implements MemoryStore, DeadlineAware {
   private async poolQuery<R extends pg.QueryResultRow = pg.QueryResultRow>(sql: string, params: unknown[]): Promise<pg.QueryResult<R>> {
     checkDeadline();
     const left = remainingMs();
-    if (left === undefined) return this.pool.query<R>(sql, params);
-    return this.pool.query<R>({ text: sql, values: params, query_timeout: Math.max(1, Math.ceil(left)) } as pg.QueryConfig);
+    return this.pool.query<R>(this.statement(sql, params, left === undefined ? undefined : Math.max(1, Math.ceil(left))));
+  }
+
+  /**
+   * A pooled statement as a named prepared statement: each connection parses
+   * and plans it once, then sends only Bind/Execute, where an unnamed one is
+   * parsed and planned by PostgreSQL at every call. Every text is one of a
+   * few fixed per store (the schema is part of it), so the names stay few.
+   */
+  private statement(sql: string, values: unknown[], queryTimeout: number | undefined): pg.QueryConfig {
+    let name = this.statementNames.get(sql);
+    if (name === undefined) {
+      name = `engram_${createHash("sha256").update(sql).digest("hex").slice(0, 24)}`;
+      this.statementNames.set(sql, name);
+    }
+    // Bounded client-side too: past it the pool discards the connection, whose state is then unknown.
+    return (queryTimeout === undefined ? { name, text: sql, values } : { name, text: sql, values, query_timeout: queryTimeout }) as pg.QueryConfig;
   }
 
   /**
