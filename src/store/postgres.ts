@@ -461,8 +461,9 @@ export class PostgresStore implements MemoryStore, DeadlineAware {
 
   /**
    * Writes a batch of appends with one append_many statement (migration
-   * 0004: per append the session's row lock, the retry lookup, the write, the
-   * trim and the notice; then one counters update; all one transaction). A
+   * 0004: the sessions' row locks, then the retry lookups, writes, trims,
+   * heads and counters for the whole batch, and the notices; one
+   * transaction, each append answered on its own). A
    * broken connection retries the whole batch: every append in it is
    * idempotent by event id. A session another transaction holds is skipped
    * ('busy') and written alone, outside the batch slots, so a held session

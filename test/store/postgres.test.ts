@@ -289,6 +289,42 @@ describe("PostgresStore specifics", () => {
     }
   });
 
+  it("group commit: one batch of appends with different outcomes answers each on its own", async () => {
+    const store = await openStore({ maxSessions: 1000, maxSessionEvents: 3 });
+    try {
+      for (const id of ["busy1", "busy2", "dup", "stale", "fresh", "retry", "capped"]) await makeSession(store, id);
+      await store.appendEvents("dup", [newEvent("user_message", "first", { eventId: "d1" })]);
+      await store.appendEvents("retry", [newEvent("user_message", "r1", { eventId: "r1" })]);
+      await store.appendEvents("capped", ["c1", "c2", "c3"].map((c) => newEvent("user_message", c, { eventId: c })));
+      // Two appends take both batch slots; the rest queue meanwhile and go together as one append_many call.
+      const fillers = ["busy1", "busy2"].map((id) => store.appendEvents(id, [newEvent("user_message", id)]));
+      const [dup, stale, fresh, retry, capped, missing] = await Promise.allSettled([
+        store.appendEvents("dup", [newEvent("user_message", "other", { eventId: "d1" })]),
+        store.appendEvents("stale", [newEvent("user_message", "s")], 5),
+        store.appendEvents("fresh", [newEvent("user_message", "f1"), newEvent("user_message", "f2")], 0),
+        store.appendEvents("retry", [newEvent("user_message", "r1", { eventId: "r1" }), newEvent("user_message", "r2", { eventId: "r2" })]),
+        store.appendEvents("capped", ["c4", "c5"].map((c) => newEvent("user_message", c, { eventId: c }))),
+        store.appendEvents("nobody", [newEvent("user_message", "x")]),
+      ]);
+      await Promise.all(fillers);
+      expect(dup).toMatchObject({ status: "rejected", reason: { code: "ALREADY_EXISTS" } });
+      expect(stale).toMatchObject({ status: "rejected", reason: { code: "FAILED_PRECONDITION" } });
+      expect(missing).toMatchObject({ status: "rejected", reason: { code: "NOT_FOUND" } });
+      expect(fresh.status === "fulfilled" && fresh.value.events.map((e) => e.seq)).toEqual([1, 2]);
+      expect(retry.status === "fulfilled" && retry.value.events.map((e) => [e.seq, e.eventId])).toEqual([[1, "r1"], [2, "r2"]]);
+      expect(capped.status === "fulfilled" && capped.value.events.map((e) => e.seq)).toEqual([4, 5]);
+      expect((await store.readEvents("dup", { limit: 10 })).events.map((e) => e.content)).toEqual(["first"]);
+      expect((await store.readEvents("stale", { limit: 10 })).events).toEqual([]);
+      expect((await store.readEvents("retry", { limit: 10 })).events.map((e) => e.eventId)).toEqual(["r1", "r2"]);
+      const kept = await store.readEvents("capped", { limit: 10 });
+      expect([kept.firstSeq, kept.headSeq, kept.events.map((e) => e.eventId)]).toEqual([3, 5, ["c3", "c4", "c5"]]);
+      // 1 + 1 + 3 before; then 2 fillers, 2 fresh, 1 new retry event, and capped's 2 new less 2 trimmed.
+      expect((await store.stats()).totalEvents).toBe(10);
+    } finally {
+      await store.close();
+    }
+  });
+
   it("group commit: an append PostgreSQL refuses fails alone; the appends batched with it are written", async () => {
     const store = await openStore();
     try {
