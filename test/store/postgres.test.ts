@@ -240,7 +240,7 @@ describe("PostgresStore specifics", () => {
       for (const id of ["held", "a", "b", "c", "d"]) await makeSession(store, id);
       await holder.query("BEGIN");
       await holder.query(`SELECT 1 FROM ${pg.escapeIdentifier(schema)}.sessions WHERE session_id = 'held' FOR UPDATE`);
-      // More appends to the held session than there are batch slots, then appends to free sessions.
+      // Several appends to the held session, then appends to free sessions.
       const held = [1, 2, 3].map((i) => store.appendEvents("held", [newEvent("user_message", i, { eventId: `h${i}` })]));
       let heldSettled = false;
       void Promise.allSettled(held).then(() => (heldSettled = true));
@@ -296,7 +296,7 @@ describe("PostgresStore specifics", () => {
       await store.appendEvents("dup", [newEvent("user_message", "first", { eventId: "d1" })]);
       await store.appendEvents("retry", [newEvent("user_message", "r1", { eventId: "r1" })]);
       await store.appendEvents("capped", ["c1", "c2", "c3"].map((c) => newEvent("user_message", c, { eventId: c })));
-      // Two appends take both batch slots; the rest queue meanwhile and go together as one append_many call.
+      // The first filler takes the batch slot alone; the rest queue meanwhile and go together as one append_many call.
       const fillers = ["busy1", "busy2"].map((id) => store.appendEvents(id, [newEvent("user_message", id)]));
       const [dup, stale, fresh, retry, capped, missing] = await Promise.allSettled([
         store.appendEvents("dup", [newEvent("user_message", "other", { eventId: "d1" })]),
