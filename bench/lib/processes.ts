@@ -15,16 +15,27 @@ export const REPO_ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url
 /** Clock ticks per second of /proc/<pid>/stat times (USER_HZ; 100 on every Linux we run on). */
 const CLOCK_TICKS = 100;
 
-/** User + system CPU seconds consumed so far by a process (from /proc/<pid>/stat), or NaN when unreadable. */
-export function processCpuSeconds(pid: number): number {
+/**
+ * CPU seconds from /proc/<pid>/stat: the process's own (user + system) and
+ * its reaped children's (cutime + cstime); undefined when unreadable.
+ */
+function statCpuSeconds(pid: number): { own: number; reapedChildren: number } | undefined {
   try {
     const stat = readFileSync(`/proc/${pid}/stat`, "utf8");
     // The command name (field 2) may hold spaces: fields are counted after its closing parenthesis.
     const fields = stat.slice(stat.lastIndexOf(")") + 2).split(" ");
-    return (Number(fields[11]) + Number(fields[12])) / CLOCK_TICKS;
+    return {
+      own: (Number(fields[11]) + Number(fields[12])) / CLOCK_TICKS,
+      reapedChildren: (Number(fields[13]) + Number(fields[14])) / CLOCK_TICKS,
+    };
   } catch {
-    return Number.NaN;
+    return undefined;
   }
+}
+
+/** User + system CPU seconds consumed so far by a process, or NaN when unreadable. */
+export function processCpuSeconds(pid: number): number {
+  return statCpuSeconds(pid)?.own ?? Number.NaN;
 }
 
 /**
@@ -36,20 +47,15 @@ export function processCpuSeconds(pid: number): number {
  * the process is unreadable.
  */
 export function processTreeCpuSeconds(pid: number): number {
-  let own: number;
-  try {
-    const stat = readFileSync(`/proc/${pid}/stat`, "utf8");
-    const fields = stat.slice(stat.lastIndexOf(")") + 2).split(" ");
-    own = (Number(fields[11]) + Number(fields[12]) + Number(fields[13]) + Number(fields[14])) / CLOCK_TICKS;
-  } catch {
-    return Number.NaN;
-  }
+  const times = statCpuSeconds(pid);
+  if (times === undefined) return Number.NaN;
+  let total = times.own + times.reapedChildren;
   // A child that exits between the two reads is missed by this reading only (its time moves to cutime).
   for (const child of childPids(pid)) {
     const seconds = processCpuSeconds(child);
-    if (Number.isFinite(seconds)) own += seconds;
+    if (Number.isFinite(seconds)) total += seconds;
   }
-  return own;
+  return total;
 }
 
 /** Ids of a process's direct children (PostgreSQL backends are children of the postmaster). */
