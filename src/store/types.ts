@@ -35,6 +35,7 @@ export interface NewEvent {
   /**
    * Canonical JSON of (event_type, content, metadata): two submissions with
    * the same event_id are the same event exactly when fingerprints match.
+   * "" when the server generated the id: such an event is new by construction.
    */
   fingerprint: string;
 }

@@ -356,6 +356,36 @@ export function describeStoreConformance(name: string, factory: StoreFactory, ca
         expect(ids).toContain("s10");
         expect((await store.stats()).totalSessions).toBe(10);
       });
+
+      it("keeps update order through appends to the middle, deletions and repeated evictions", async () => {
+        const store = await fresh({ maxSessions: 10 });
+        for (let i = 0; i < 10; i++) {
+          await makeSession(store, `s${i}`);
+          await sleep(2);
+        }
+        // Update order from here: s0 s1 s4 s6 s7 s8 s5 s2 s9, with s3 gone.
+        for (const id of ["s5", "s2", "s9"]) {
+          await store.appendEvents(id, [newEvent("user_message", id)]);
+          await sleep(2);
+        }
+        expect(await store.deleteSession("s3")).toBe(true);
+        const evictions: string[][] = [];
+        let before = (await store.listSessions({ limit: 100 })).map((s) => s.sessionId);
+        for (const id of ["t0", "t1", "t2", "t3"]) {
+          await makeSession(store, id);
+          await sleep(2);
+          const now = (await store.listSessions({ limit: 100 })).map((s) => s.sessionId);
+          evictions.push(before.filter((x) => !now.includes(x)));
+          before = now;
+        }
+        // t0 fills the 10th place; each later one evicts the least recently updated.
+        expect(evictions).toEqual([[], ["s0"], ["s1"], ["s4"]]);
+        expect(store.sessionsEvicted).toBe(3);
+        expect(before.sort()).toEqual(["s2", "s5", "s6", "s7", "s8", "s9", "t0", "t1", "t2", "t3"]);
+        // Cleanup walks the same order: everything updated before t0 was made.
+        expect(await store.cleanup((await store.getSession("t0"))!.updatedAt)).toBe(6);
+        expect((await store.listSessions({ limit: 100 })).map((s) => s.sessionId)).toEqual(["t0", "t1", "t2", "t3"]);
+      });
     });
 
     describe("5. notifications", () => {
