@@ -26,6 +26,7 @@ import {
 } from "../gen/engram/v1/memory_pb.js";
 import { ANY_APP, type ApiKeyRole, type Principal } from "../auth/api-keys.js";
 import { randomUUID } from "node:crypto";
+import { performance } from "node:perf_hooks";
 import type { Authenticator } from "../auth/index.js";
 import type { Logger } from "../log.js";
 import { withDeadline } from "../deadline.js";
@@ -128,7 +129,8 @@ export class CallGuard {
   }
 
   private async unary(method: string, req: unknown, call: CallInfo, invoke: (req: unknown, call: CallInfo) => unknown): Promise<unknown> {
-    const end = this.options.metrics.rpcSeconds.startTimer({ method, protocol: call.protocol });
+    const series = this.options.metrics.rpcSeries(method, call.protocol);
+    const start = performance.now();
     let code = "OK";
     try {
       // Without auth there is nothing to wait for: no promise turn per call.
@@ -141,8 +143,9 @@ export class CallGuard {
       code = codeOf(err);
       throw err;
     } finally {
-      const seconds = end();
-      this.options.metrics.rpcs.inc({ method, code, protocol: call.protocol });
+      const seconds = (performance.now() - start) / 1000;
+      series.latency.observe(seconds);
+      series.count(code);
       this.logCall(method, call, code, seconds);
     }
   }
@@ -158,7 +161,8 @@ export class CallGuard {
 
   private async *stream(method: string, req: unknown, call: CallInfo, invoke: (req: unknown, call: CallInfo) => unknown): AsyncGenerator<unknown> {
     const { metrics, quotas } = this.options;
-    const end = metrics.rpcSeconds.startTimer({ method, protocol: call.protocol });
+    const series = metrics.rpcSeries(method, call.protocol);
+    const start = performance.now();
     let code = "OK";
     let release: (() => void) | undefined;
     try {
@@ -179,8 +183,10 @@ export class CallGuard {
         release();
         metrics.streams.dec();
       }
-      metrics.rpcs.inc({ method, code, protocol: call.protocol });
-      this.logCall(method, call, code, end());
+      const seconds = (performance.now() - start) / 1000;
+      series.latency.observe(seconds);
+      series.count(code);
+      this.logCall(method, call, code, seconds);
     }
   }
 

@@ -1,0 +1,61 @@
+/**
+ * The per-call metrics keep their own series (prom-client hashes labels on
+ * every observation); what /metrics shows must be exactly what prom-client's
+ * own Histogram and Counter show for the same observations.
+ */
+import { Counter, Histogram, Registry } from "prom-client";
+import { describe, expect, it } from "vitest";
+import { BoundCounter, BoundHistogram, Metrics } from "../../src/service/metrics.js";
+import { LocalStore } from "../../src/store/local.js";
+
+const BUCKETS = [0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5];
+
+describe("BoundHistogram and BoundCounter", () => {
+  it("expose the same text as prom-client's Histogram and Counter for the same observations", async () => {
+    const ours = new Registry();
+    const theirs = new Registry();
+    const histogram = new BoundHistogram("h_seconds", "help h", ["method", "protocol"], ours);
+    const counter = new BoundCounter("c_total", "help c", ["method", "code", "protocol"], ours);
+    const refHistogram = new Histogram({ name: "h_seconds", help: "help h", labelNames: ["method", "protocol"], buckets: BUCKETS, registers: [theirs] });
+    const refCounter = new Counter({ name: "c_total", help: "help c", labelNames: ["method", "code", "protocol"], registers: [theirs] });
+    const values = [0, 0.0004, 0.0005, 0.0007, 0.003, 0.02, 0.3, 1, 4.9, 5, 7.5, 120];
+    for (const [method, protocol] of [["addEvent", "grpc"], ["getSession", "connect"], ["addEvent", "rest"]]) {
+      const series = histogram.labels({ method, protocol });
+      for (const v of values) {
+        series.observe(v);
+        refHistogram.observe({ method, protocol }, v);
+      }
+      for (const code of ["OK", "NOT_FOUND", "OK"]) {
+        counter.labels({ method, code, protocol }).inc();
+        refCounter.inc({ method, code, protocol });
+      }
+    }
+    expect(await ours.metrics()).toBe(await theirs.metrics());
+    expect(await ours.getMetricsAsJSON()).toEqual(await theirs.getMetricsAsJSON());
+  });
+
+  it("resolves a label set once: the same series whatever the object's key order", () => {
+    const registry = new Registry();
+    const counter = new BoundCounter("c_total", "help", ["a", "b"], registry);
+    counter.labels({ a: "1", b: "2" }).inc();
+    counter.labels({ b: "2", a: "1" }).inc(2);
+    return expect(registry.metrics()).resolves.toContain('c_total{a="1",b="2"} 3');
+  });
+});
+
+describe("Metrics.instrument", () => {
+  it("times every store operation, counts failures by code, and passes everything else through", async () => {
+    const store = new LocalStore({ maxSessions: 10, maxSessionEvents: 10 } as never);
+    const metrics = new Metrics(store);
+    const timed = metrics.instrument(store);
+    expect(timed.backend).toBe("local");
+    await timed.createSession({ sessionId: "s1", appName: "a", userId: "u", metadata: {} } as never);
+    await expect(timed.getSession("s1")).resolves.toMatchObject({ sessionId: "s1" });
+    await expect(timed.appendEvents("missing", [], undefined)).rejects.toMatchObject({ code: "NOT_FOUND" });
+    const text = await metrics.registry.metrics();
+    expect(text).toMatch(/engram_store_operation_duration_seconds_count\{operation="getSession",backend="local"\} 1\n/);
+    expect(text).toMatch(/engram_store_operation_duration_seconds_count\{operation="appendEvents",backend="local"\} 1\n/);
+    expect(text).toMatch(/engram_store_errors_total\{operation="appendEvents",backend="local",code="NOT_FOUND"\} 1\n/);
+    await store.close();
+  });
+});
