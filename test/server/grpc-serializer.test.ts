@@ -1,0 +1,58 @@
+/**
+ * The gRPC edge writes responses holding events from the events' cached
+ * bytes; the result must be exactly protobuf-es' toBinary of the response.
+ */
+import { create, toBinary } from "@bufbuild/protobuf";
+import { timestampFromMs } from "@bufbuild/protobuf/wkt";
+import { describe, expect, it } from "vitest";
+import {
+  AddEventResponseSchema,
+  AddEventsResponseSchema,
+  GetSessionEventsResponseSchema,
+  EventSchema,
+  type Event,
+} from "../../src/gen/engram/v1/memory_pb.js";
+import { grpcMemoryService } from "../../src/server/grpc-adapter.js";
+import type { CallGuard } from "../../src/service/call-guard.js";
+
+const guard = { handler: () => () => Promise.resolve(undefined) } as unknown as CallGuard;
+const { definition } = grpcMemoryService(guard, () => {});
+const serialize = (method: string, message: unknown) => Buffer.from(definition[method].responseSerialize(message as never)).toString("hex");
+
+/** An event whose encoding is `contentBytes` long or so: lengths of 1, 2 and 3 varint bytes. */
+function event(seq: number, contentBytes: number): Event {
+  return create(EventSchema, {
+    eventId: `e-${seq}`,
+    eventType: "user_message",
+    content: { kind: { case: "stringValue", value: "x".repeat(contentBytes) } },
+    timestamp: timestampFromMs(1_700_000_000_123 + seq),
+    seq: BigInt(seq),
+    sessionId: "s",
+  });
+}
+
+describe("gRPC response serializers", () => {
+  const sizes = [0, 50, 100, 200, 20_000, 70_000];
+
+  it("AddEvent: toBinary's bytes, with and without an event", () => {
+    for (const size of sizes) {
+      const message = create(AddEventResponseSchema, { event: event(1, size) });
+      expect(serialize("AddEvent", message)).toBe(Buffer.from(toBinary(AddEventResponseSchema, message)).toString("hex"));
+    }
+    const empty = create(AddEventResponseSchema, {});
+    expect(serialize("AddEvent", empty)).toBe("");
+  });
+
+  it("AddEvents and GetSessionEvents: toBinary's bytes, events first then the other fields", () => {
+    const events = sizes.map((size, i) => event(i + 1, size));
+    const batch = create(AddEventsResponseSchema, { events });
+    expect(serialize("AddEvents", batch)).toBe(Buffer.from(toBinary(AddEventsResponseSchema, batch)).toString("hex"));
+    for (const page of [
+      create(GetSessionEventsResponseSchema, { events, headSeq: 99n, nextPageToken: "tok" }),
+      create(GetSessionEventsResponseSchema, { headSeq: 3n }),
+      create(GetSessionEventsResponseSchema, {}),
+    ]) {
+      expect(serialize("GetSessionEvents", page)).toBe(Buffer.from(toBinary(GetSessionEventsResponseSchema, page)).toString("hex"));
+    }
+  });
+});
