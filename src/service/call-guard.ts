@@ -33,7 +33,7 @@ import { withDeadline } from "../deadline.js";
 import { invalidArgument, MemoryError, sessionNotFound } from "../errors.js";
 import type { JsonObject, SessionRecord } from "../store/types.js";
 import type { MemoryService } from "./memory-service.js";
-import type { Metrics } from "./metrics.js";
+import type { Metrics, RpcSeries } from "./metrics.js";
 import type { Quotas } from "./quotas.js";
 import { pageSize, requireId } from "./validation.js";
 
@@ -125,11 +125,13 @@ export class CallGuard {
     const store = this.service.store;
     const invoke = (req: unknown, call: CallInfo) =>
       withDeadline(store, streaming ? undefined : call.deadline, () => target.call(this.service, req, { signal: call.signal }));
-    return streaming ? (req, call) => this.stream(method, req, call, invoke) : (req, call) => this.unary(method, req, call, invoke);
+    const series = this.options.metrics.rpcSeries(method);
+    return streaming
+      ? (req, call) => this.stream(method, req, call, invoke, series(call.protocol))
+      : (req, call) => this.unary(method, req, call, invoke, series(call.protocol));
   }
 
-  private async unary(method: string, req: unknown, call: CallInfo, invoke: (req: unknown, call: CallInfo) => unknown): Promise<unknown> {
-    const series = this.options.metrics.rpcSeries(method, call.protocol);
+  private async unary(method: string, req: unknown, call: CallInfo, invoke: (req: unknown, call: CallInfo) => unknown, series: RpcSeries): Promise<unknown> {
     const start = performance.now();
     let code = "OK";
     try {
@@ -159,9 +161,8 @@ export class CallGuard {
     log[level]({ requestId: call.requestId ?? randomUUID(), method, protocol: call.protocol, code, ms: Math.round(seconds * 1000) }, "call");
   }
 
-  private async *stream(method: string, req: unknown, call: CallInfo, invoke: (req: unknown, call: CallInfo) => unknown): AsyncGenerator<unknown> {
+  private async *stream(method: string, req: unknown, call: CallInfo, invoke: (req: unknown, call: CallInfo) => unknown, series: RpcSeries): AsyncGenerator<unknown> {
     const { metrics, quotas } = this.options;
-    const series = metrics.rpcSeries(method, call.protocol);
     const start = performance.now();
     let code = "OK";
     let release: (() => void) | undefined;

@@ -167,26 +167,26 @@ export class Metrics {
     });
   }
 
-  /** The series one RPC method records into over one protocol (cached: one lookup per call). */
-  rpcSeries(method: string, protocol: string): RpcSeries {
-    const key = `${method} ${protocol}`;
-    let series = this.rpcSeriesCache.get(key);
-    if (!series) {
-      const codes = new Map<string, CounterSeries>();
-      series = {
-        latency: this.rpcSeconds.labels({ method, protocol }),
-        count: (code) => {
-          let counter = codes.get(code);
-          if (!counter) codes.set(code, (counter = this.rpcs.labels({ method, code, protocol })));
-          counter.inc();
-        },
-      };
-      this.rpcSeriesCache.set(key, series);
-    }
-    return series;
+  /** For one RPC method: the series it records into over a given protocol (a lookup by protocol per call). */
+  rpcSeries(method: string): (protocol: string) => RpcSeries {
+    const byProtocol = new Map<string, RpcSeries>();
+    return (protocol) => {
+      let series = byProtocol.get(protocol);
+      if (!series) {
+        const codes = new Map<string, CounterSeries>();
+        series = {
+          latency: this.rpcSeconds.labels({ method, protocol }),
+          count: (code) => {
+            let counter = codes.get(code);
+            if (!counter) codes.set(code, (counter = this.rpcs.labels({ method, code, protocol })));
+            counter.inc();
+          },
+        };
+        byProtocol.set(protocol, series);
+      }
+      return series;
+    };
   }
-
-  private readonly rpcSeriesCache = new Map<string, RpcSeries>();
 
   /** Wraps a store so every operation's latency and failures are recorded. */
   instrument(store: MemoryStore): MemoryStore {
