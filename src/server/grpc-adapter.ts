@@ -164,7 +164,6 @@ export function grpcMemoryService(
           }
         }
       : (call: grpc.ServerUnaryCall<Buffer, unknown>, callback: grpc.sendUnaryData<unknown>) => {
-          const fail = (err: unknown) => callback(toGrpcStatus(err, report) as grpc.ServiceError);
           let answer: Promise<unknown>;
           try {
             // No abort signal: unary handlers never read one (see CallInfo.signal).
@@ -177,10 +176,14 @@ export function grpcMemoryService(
             }) as Promise<unknown>;
           } catch (err) {
             // A request that does not parse: answered in this turn, never thrown into grpc-js.
-            fail(err);
+            callback(toGrpcStatus(err, report) as grpc.ServiceError);
             return;
           }
-          answer.then((res) => callback(null, res), fail);
+          // Inline callbacks, not a named per-call closure: tsx (esbuild keepNames) names each with a defineProperty.
+          answer.then(
+            (res) => callback(null, res),
+            (err) => callback(toGrpcStatus(err, report) as grpc.ServiceError),
+          );
         };
   }
   return { definition, implementation };

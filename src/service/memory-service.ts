@@ -7,7 +7,6 @@
 import { randomUUID } from "node:crypto";
 import { create } from "@bufbuild/protobuf";
 import {
-  AddEventResponseSchema,
   AddEventsResponseSchema,
   BuildConversationContextResponseSchema,
   CaughtUpSchema,
@@ -179,7 +178,8 @@ export class MemoryService {
     const event = this.newEvent("event", req.event);
     const expectedSeq = req.expectedSeq === undefined ? undefined : seqNumber("expected_seq", req.expectedSeq);
     const result = await this.store.appendEvents(sessionId, [event], expectedSeq);
-    return create(AddEventResponseSchema, { event: this.wire(result.events[0]) });
+    // A literal, as create() would build it without reflection (every append answers one).
+    return { $typeName: "engram.v1.AddEventResponse", event: this.wire(result.events[0]) };
   }
 
   async addEvents(req: AddEventsRequest): Promise<AddEventsResponse> {
