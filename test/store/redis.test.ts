@@ -55,6 +55,29 @@ const hex = (s: string) => Buffer.from(s).toString("hex");
 describeStoreConformance("redis", (limits) => openStore(limits), { persistent: true, shared: true, retains: true });
 
 describe("RedisStore specifics", () => {
+  it("decodes a notice's events only for a session this replica has a listener for", async () => {
+    const prefix = `t${process.pid}_${++counter}`;
+    const writer = await openStore(DEFAULT_LIMITS, prefix);
+    const replica = await openStore(DEFAULT_LIMITS, prefix);
+    try {
+      await makeSession(writer, "s1");
+      await makeSession(writer, "s2");
+      const notices: SessionNotice[] = [];
+      replica.subscribe("s1", (n) => notices.push(n));
+      await sleep(200); // the subscription is established
+      await writer.appendEvents("s2", [newEvent("user_message", "nobody streams this")]);
+      await writer.appendEvents("s1", [newEvent("user_message", "streamed")]);
+      // Redis delivers one connection's messages in order: s2's notice came (and went) first.
+      await waitFor(() => notices.length === 1);
+      expect(notices[0].events?.map((e) => e.content)).toEqual(["streamed"]);
+      const decodedKeys = [...(replica as unknown as { decoded: Map<string, unknown> }).decoded.keys()];
+      expect(decodedKeys.some((k) => k.startsWith("1:2:s1"))).toBe(true);
+      expect(decodedKeys.some((k) => k.startsWith("1:2:s2"))).toBe(false);
+    } finally {
+      await Promise.all([writer.close(), replica.close()]);
+    }
+  });
+
   it("notices carry the appended events (only those retained, only when small enough), and streams take them instead of reading", async () => {
     const store = await openStore({ ...DEFAULT_LIMITS, maxSessionEvents: 3 });
     try {
