@@ -206,47 +206,46 @@ function fast<T>(bytes: Uint8Array, decode: (reader: BinaryReader) => T): T | un
   }
 }
 
-/** AddEventRequest as fromBinary decodes it, or undefined when only the reflective path may decode it. */
-export function decodeAddEventRequest(bytes: Uint8Array): AddEventRequest | undefined {
+/**
+ * The two append requests share their layout: session_id (1), the event(s)
+ * (2: one for AddEventRequest, repeated for AddEventsRequest) and
+ * expected_seq (3).
+ */
+function appendRequest<R extends { sessionId: string; expectedSeq?: bigint }>(bytes: Uint8Array, request: R, addEvent: (req: R, event: EventInput) => void): R | undefined {
   return fast(bytes, (reader) => {
-    const req: AddEventRequest = { $typeName: "engram.v1.AddEventRequest", sessionId: "" };
     let seen = 0;
     while (reader.pos < reader.len) {
       const [no, wireType] = reader.tag();
-      seen = once(seen, no);
-      if (no === 1) req.sessionId = text(reader, wireType);
-      else if (no === 2) {
+      if (no === 1) {
+        seen = once(seen, no);
+        request.sessionId = text(reader, wireType);
+      } else if (no === 2) {
         expect(wireType, WireType.LengthDelimited);
-        req.event = eventInput(reader);
+        addEvent(request, eventInput(reader));
       } else if (no === 3) {
+        seen = once(seen, no);
         expect(wireType, WireType.Varint);
-        req.expectedSeq = reader.uint64() as bigint;
+        request.expectedSeq = reader.uint64() as bigint;
       } else throw NOT_FAST;
     }
     if (reader.pos !== reader.len) throw NOT_FAST;
-    return req;
+    return request;
+  });
+}
+
+/** AddEventRequest as fromBinary decodes it, or undefined when only the reflective path may decode it. */
+export function decodeAddEventRequest(bytes: Uint8Array): AddEventRequest | undefined {
+  return appendRequest<AddEventRequest>(bytes, { $typeName: "engram.v1.AddEventRequest", sessionId: "" }, (req, event) => {
+    // A second event would be merged into the first by protobuf: the reflective path does that.
+    if (req.event) throw NOT_FAST;
+    req.event = event;
   });
 }
 
 /** AddEventsRequest as fromBinary decodes it, or undefined when only the reflective path may decode it. */
 export function decodeAddEventsRequest(bytes: Uint8Array): AddEventsRequest | undefined {
-  return fast(bytes, (reader) => {
-    const req: AddEventsRequest = { $typeName: "engram.v1.AddEventsRequest", sessionId: "", events: [] };
-    let seen = 0;
-    while (reader.pos < reader.len) {
-      const [no, wireType] = reader.tag();
-      if (no !== 2) seen = once(seen, no); // events (2) is repeated
-      if (no === 1) req.sessionId = text(reader, wireType);
-      else if (no === 2) {
-        expect(wireType, WireType.LengthDelimited);
-        req.events.push(eventInput(reader));
-      } else if (no === 3) {
-        expect(wireType, WireType.Varint);
-        req.expectedSeq = reader.uint64() as bigint;
-      } else throw NOT_FAST;
-    }
-    if (reader.pos !== reader.len) throw NOT_FAST;
-    return req;
+  return appendRequest<AddEventsRequest>(bytes, { $typeName: "engram.v1.AddEventsRequest", sessionId: "", events: [] }, (req, event) => {
+    req.events.push(event);
   });
 }
 

@@ -10,20 +10,10 @@ import { describe, expect, it } from "vitest";
 import { EventSchema } from "../../src/gen/engram/v1/memory_pb.js";
 import { encodeEvent } from "../../src/server/event-encoding.js";
 import { toWireEvent } from "../../src/service/convert.js";
+import { jsonValue } from "../support/arbitraries.js";
 
 const text = fc.string({ unit: "binary", maxLength: 40 });
-const json: fc.Arbitrary<JsonValue> = fc.letrec<{ value: JsonValue }>((tie) => ({
-  value: fc.oneof(
-    { depthSize: "small", withCrossShrink: true },
-    fc.constant(null),
-    fc.boolean(),
-    fc.double({ noNaN: true, noDefaultInfinity: true }),
-    fc.integer(),
-    text,
-    fc.array(tie("value"), { maxLength: 4 }),
-    fc.dictionary(text, tie("value"), { maxKeys: 4 }),
-  ),
-})).value;
+const json = jsonValue(text);
 const jsonObject = fc.dictionary(text, json, { maxKeys: 5 }) as fc.Arbitrary<JsonObject>;
 
 const storedEvent = fc.record({

@@ -3,30 +3,19 @@
  * protobuf-es' fromBinary builds, or decline (undefined) and leave the bytes
  * to fromBinary; it must never accept bytes fromBinary refuses.
  */
-import { create, fromBinary, toBinary, type JsonObject, type JsonValue } from "@bufbuild/protobuf";
+import { create, fromBinary, fromJson, toBinary, type JsonObject, type JsonValue } from "@bufbuild/protobuf";
 import { BinaryWriter, WireType } from "@bufbuild/protobuf/wire";
-import { fromJson } from "@bufbuild/protobuf";
 import { ValueSchema } from "@bufbuild/protobuf/wkt";
 import fc from "fast-check";
 import { describe, expect, it } from "vitest";
 import { AddEventRequestSchema, AddEventsRequestSchema, EventInputSchema } from "../../src/gen/engram/v1/memory_pb.js";
 import { decodeAddEventRequest, decodeAddEventsRequest } from "../../src/server/request-decoding.js";
 import { parseRequest, PROTO_RECURSION_LIMIT } from "../../src/server/parse-request.js";
+import { jsonValue } from "../support/arbitraries.js";
 
 const RUNS = Number(process.env.ENCODING_RUNS ?? 2000);
 const text = fc.string({ unit: "binary", maxLength: 24 });
-const json: fc.Arbitrary<JsonValue> = fc.letrec<{ value: JsonValue }>((tie) => ({
-  value: fc.oneof(
-    { depthSize: "small", withCrossShrink: true },
-    fc.constant(null),
-    fc.boolean(),
-    fc.double({ noNaN: true }),
-    fc.integer(),
-    text,
-    fc.array(tie("value"), { maxLength: 4 }),
-    fc.dictionary(text, tie("value"), { maxKeys: 4 }),
-  ),
-})).value;
+const json = jsonValue(text, { infinities: true });
 const eventInput = fc.record(
   {
     eventId: text,
