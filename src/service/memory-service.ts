@@ -5,6 +5,7 @@
  * these methods, so both protocols behave identically.
  */
 import { randomUUID } from "node:crypto";
+import { newEventId } from "./event-id.js";
 import { create } from "@bufbuild/protobuf";
 import {
   AddEventsResponseSchema,
@@ -300,7 +301,7 @@ export class MemoryService {
 
   private newEvent(field: string, input: EventInput): NewEvent {
     const clientId = input.eventId !== "";
-    const eventId = clientId ? requireId(`${field}.event_id`, input.eventId) : randomUUID();
+    const eventId = clientId ? requireId(`${field}.event_id`, input.eventId) : newEventId();
     const eventType = requireEventType(`${field}.event_type`, input.eventType);
     const content = valueToJson(`${field}.content`, input.content, this.options.limits.maxJsonDepth);
     const metadata = this.metadata(`${field}.metadata`, input.metadata);

@@ -153,7 +153,8 @@ export class LocalStore implements MemoryStore {
         // The record's id, not the request's copy: one string per session, not per event.
         sessionId: record.sessionId,
         seq: ++record.headSeq,
-        eventId: flatString(e.eventId),
+        // A generated id (fingerprint "") is made flat; a client's may be a slice or a concatenation.
+        eventId: e.fingerprint === "" ? e.eventId : flatString(e.eventId),
         eventType: internEventType(e.eventType),
         content: e.content,
         metadata: isEmpty(e.metadata) ? EMPTY_METADATA : e.metadata,

@@ -35,7 +35,8 @@ export interface NewEvent {
   /**
    * Canonical JSON of (event_type, content, metadata): two submissions with
    * the same event_id are the same event exactly when fingerprints match.
-   * "" when the server generated the id: such an event is new by construction.
+   * "" when the server generated the id: such an event is new by construction,
+   * and its id is a flat string (src/service/event-id.ts).
    */
   fingerprint: string;
 }
