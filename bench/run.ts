@@ -30,7 +30,7 @@ import type { LoadSpec } from "./loadgen.js";
 import type { RawSpec } from "./raw-store.js";
 import { ECHO_METHOD } from "./echo-server.js";
 import { addEventRequest, CONTENT_100B, prime, seed, serverWorkloads, type SeedSizes } from "./workloads.js";
-import { writeReport, type BenchResults, type Point } from "./report.js";
+import { writeReport, type BenchResults, type Point, type TargetPairs } from "./report.js";
 
 /** Durations and sizes of a run. */
 export interface Profile {
@@ -48,6 +48,9 @@ export interface Profile {
   sections: Set<string>;
   /** Name prefixes of the server workloads to run; undefined runs all. */
   workloads?: string[];
+  /** Alternating echo / AddEvent measurements per backend for the target ratios, and the length of each. */
+  targetPairs: number;
+  pairMs: number;
 }
 
 /** Extra node flags for the Engram servers, for profiling them under the benchmark's load. */
@@ -68,10 +71,12 @@ const PROFILES: Record<string, Omit<Profile, "backends" | "sections"> & { sectio
     fanoutSubscribers: [],
     fanoutMs: 0,
     sections: ["memory"],
+    targetPairs: 1,
+    pairMs: 200,
   },
-  quick: { name: "quick", concurrencies: [1, 16, 64], durationMs: 400, warmupMs: 100, sizes: FULL_SIZES, memoryEvents: 100_000, fanoutSubscribers: [100, 1000], fanoutMs: 1000, sections: ALL_SECTIONS },
-  default: { name: "default", concurrencies: [1, 16, 64], durationMs: 2500, warmupMs: 500, sizes: FULL_SIZES, memoryEvents: 500_000, fanoutSubscribers: [100, 1000], fanoutMs: 4000, sections: ALL_SECTIONS },
-  full: { name: "full", concurrencies: [1, 16, 64], durationMs: 8000, warmupMs: 1000, sizes: FULL_SIZES, memoryEvents: 500_000, fanoutSubscribers: [100, 1000], fanoutMs: 10_000, sections: ALL_SECTIONS },
+  quick: { name: "quick", concurrencies: [1, 16, 64], durationMs: 400, warmupMs: 100, sizes: FULL_SIZES, memoryEvents: 100_000, fanoutSubscribers: [100, 1000], fanoutMs: 1000, sections: ALL_SECTIONS, targetPairs: 3, pairMs: 400 },
+  default: { name: "default", concurrencies: [1, 16, 64], durationMs: 2500, warmupMs: 500, sizes: FULL_SIZES, memoryEvents: 500_000, fanoutSubscribers: [100, 1000], fanoutMs: 4000, sections: ALL_SECTIONS, targetPairs: 7, pairMs: 1500 },
+  full: { name: "full", concurrencies: [1, 16, 64], durationMs: 8000, warmupMs: 1000, sizes: FULL_SIZES, memoryEvents: 500_000, fanoutSubscribers: [100, 1000], fanoutMs: 10_000, sections: ALL_SECTIONS, targetPairs: 9, pairMs: 3000 },
 };
 
 function parseProfile(argv: string[]): { profile: Profile; out: string } {
@@ -195,6 +200,7 @@ async function main(): Promise<void> {
     references: [],
     fanout: [],
     peers: [],
+    pairs: [],
     notes: [],
   };
   const backing = await startBacking(profile);
@@ -219,6 +225,31 @@ async function main(): Promise<void> {
           load({ target: `127.0.0.1:${echoPort}`, method: ECHO_METHOD, requests: [echoRequest], cpuPids: { server: [echo.pid] } }, c),
         );
       }
+    };
+
+    /**
+     * The target ratios, measured as alternating pairs (echo, then AddEvent, then AddEvent, then
+     * echo...) at the target concurrency: a single echo point before a backend moves its ratio by
+     * ±0.1 on this shared box, while the median of pair ratios holds still (bench/README.md).
+     */
+    const interleavedPairs = async (backend: string, workload: { method: string; requests: string[] }, engram: EngramProcess, cpuPids: Record<string, number[]>) => {
+      const c = profile.concurrencies.includes(16) ? 16 : Math.max(...profile.concurrencies);
+      const pairLoad = (spec: Omit<LoadSpec, "durationMs" | "warmupMs" | "concurrency">) =>
+        loadgen.request<LoadResult>({ ...spec, concurrency: c, durationMs: profile.pairMs, warmupMs: Math.min(300, profile.warmupMs) } satisfies LoadSpec);
+      const echoOnce = () => pairLoad({ target: `127.0.0.1:${echoPort}`, method: ECHO_METHOD, requests: [echoRequest], cpuPids: { server: [echo.pid] } });
+      const engramOnce = () => pairLoad({ target: engram.address, method: workload.method, requests: workload.requests, cpuPids });
+      const pairs: TargetPairs = { backend, concurrency: c, echo: [], engram: [] };
+      for (let i = 0; i < profile.targetPairs; i++) {
+        const order = i % 2 === 0 ? [echoOnce, engramOnce] : [engramOnce, echoOnce];
+        for (const measure of order) {
+          const r = await measure();
+          if (r.errors > 0) throw new Error(`${backend} pair ${i}: ${r.errors} errors (${r.firstError})`);
+          (measure === echoOnce ? pairs.echo : pairs.engram).push(r.throughput);
+        }
+      }
+      const ratios = pairs.engram.map((t, i) => t / pairs.echo[i]);
+      log(`${backend.padEnd(18)} AddEvent ÷ echo, ${profile.targetPairs} interleaved pairs at c=${c}: ${ratios.map((r) => r.toFixed(2)).join(" ")}`);
+      return pairs;
     };
 
     if (profile.sections.has("baselines")) {
@@ -270,6 +301,9 @@ async function main(): Promise<void> {
             await point({ kind: "server", backend, workload: workload.name, concurrency: c }, () =>
               load({ target: engram.address, method: workload.method, requests: workload.requests, cycle: workload.cycle, paging: workload.paging, cpuPids: cpuPidsFor(backend, engram, backing) }, c),
             );
+          }
+          if (workload.name === "AddEvent" && profile.targetPairs > 0) {
+            results.pairs.push(await interleavedPairs(backend, workload, engram, cpuPidsFor(backend, engram, backing)));
           }
         }
       } finally {

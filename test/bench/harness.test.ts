@@ -44,7 +44,9 @@ describe("benchmark harness (tiny profile)", () => {
     expect(results.memory?.events).toBeGreaterThan(0);
     expect(results.memory?.heapBytesPerEvent).toBeGreaterThan(100); // at least the content itself
     const targets = results.meta.targets as Array<{ target: string; ratio: number }>;
-    expect(targets.map((t) => t.target)).toContain("local AddEvent ≥ 0.8× grpc-js echo (c=1)");
+    expect(targets.map((t) => t.target)).toContain("local AddEvent ≥ 0.8× grpc-js echo (c=1, median of 1 interleaved pairs)");
+    expect(targets.map((t) => t.target)).toContain("local AddEvent ≥ 0.8× grpc-js echo (c=1), single points");
+    expect(results.pairs).toEqual([{ backend: "local", concurrency: 1, echo: [expect.any(Number)], engram: [expect.any(Number)] }]);
     const markdown = readFileSync(path.join(out, "results.md"), "utf8");
     expect(markdown).toContain("## Engram over gRPC (h2c)");
     expect(markdown).toContain("| local | AddEvent | 1 |");
