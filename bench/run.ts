@@ -8,7 +8,7 @@
  * event, and peer memory servers. Writes bench/results/results.{json,md} and
  * throughput.png.
  *
- * Profiles: default (~7 min), --quick (~2 min), --full (8 s points),
+ * Profiles: default (~8 min), --quick (~2 min), --full (8 s points),
  * --tiny (the harness test: local only, one concurrency, 0.3 s points).
  * Other flags: --out DIR, --backends local,redis,postgres, --skip SECTION,...
  * (sections: baselines, references, fanout, memory, peers, context, plot),
