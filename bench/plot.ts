@@ -17,13 +17,19 @@ function panelOf(workload: string): string {
   return workload;
 }
 
+/** The echo's line: which backend it was measured before, or the calibration (the echo spinning per call). */
+function echoSeries(workload: string): string {
+  if (workload.includes("spinning")) return "echo spinning 50 µs per call (calibration)";
+  return `echo (before ${/before (\w+)/.exec(workload)?.[1] ?? "?"})`;
+}
+
 /** Writes the plot of `results` to `file`. */
 export async function plotThroughput(results: BenchResults, file: string): Promise<void> {
   const rows = results.points
     .filter((p) => p.throughput > 0)
     .map((p) => ({
       panel: panelOf(p.workload),
-      series: p.kind === "server" ? `engram ${p.backend}` : p.backend === "grpc-js echo" ? `echo (before ${/before (\w+)/.exec(p.workload)?.[1] ?? "?"})` : p.backend,
+      series: p.kind === "server" ? `engram ${p.backend}` : p.backend === "grpc-js echo" ? echoSeries(p.workload) : p.backend,
       concurrency: p.concurrency,
       throughput: p.throughput,
     }));
@@ -49,7 +55,8 @@ export async function plotThroughput(results: BenchResults, file: string): Promi
       encoding: {
         x: { field: "concurrency", type: "quantitative", scale: { type: "log", base: 2 }, axis: { values: [1, 2, 4, 8, 16, 32, 64] }, title: "concurrency" },
         y: { field: "throughput", type: "quantitative", title: "calls/s (log)", scale: { type: "log" } },
-        color: { field: "series", type: "nominal", title: "backend", legend: { labelLimit: 0 } },
+        // category20: the plot has a dozen series, and category10 gave two of them the same colour.
+        color: { field: "series", type: "nominal", title: "backend", legend: { labelLimit: 0 }, scale: { scheme: "category20" } },
       },
     },
     resolve: { scale: { y: "independent" } },
