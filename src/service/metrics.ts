@@ -33,7 +33,7 @@ export interface CounterSeries {
  */
 abstract class BoundMetric<S> {
   readonly aggregator = "sum";
-  private readonly series = new Map<string, { labels: Labels; state: S }>();
+  private readonly series = new Map<string, { labels: Labels; state: S; zero: () => S }>();
 
   constructor(
     readonly name: string,
@@ -48,7 +48,7 @@ abstract class BoundMetric<S> {
   protected seriesOf(labels: Labels, make: () => S): S {
     const key = this.labelNames.map((n) => labels[n] ?? "").join("\u0000");
     let entry = this.series.get(key);
-    if (!entry) this.series.set(key, (entry = { labels: { ...labels }, state: make() }));
+    if (!entry) this.series.set(key, (entry = { labels: { ...labels }, state: make(), zero: make }));
     return entry.state;
   }
 
@@ -56,9 +56,9 @@ abstract class BoundMetric<S> {
     return [...this.series.values()];
   }
 
-  /** Forgets every series (prom-client's Registry.resetMetrics). */
+  /** Zeroes every series (prom-client's Registry.resetMetrics); callers keep the series they resolved. */
   reset(): void {
-    this.series.clear();
+    for (const entry of this.series.values()) Object.assign(entry.state as object, entry.zero());
   }
 }
 

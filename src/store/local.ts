@@ -1,9 +1,9 @@
 /**
  * The in-process store: the embedded default. Each session keeps its events in
  * a ring buffer (denque) capped at maxSessionEvents, so append and eviction
- * are O(1); sessions sit in a Map by id, a B+tree in id order (cursor paging) and in a doubly
- * linked list kept in update order (least recently updated first) for
- * eviction and cleanup.
+ * are O(1); sessions sit in a Map by id, in a B+tree in id order (cursor
+ * paging) and in a doubly linked list kept in update order (least recently
+ * updated first) for eviction and cleanup.
  * Nothing survives a restart.
  */
 import Denque from "denque";

@@ -34,6 +34,20 @@ describe("BoundHistogram and BoundCounter", () => {
     expect(await ours.getMetricsAsJSON()).toEqual(await theirs.getMetricsAsJSON());
   });
 
+  it("zeroes its series on the registry's reset, and the series resolved before it keep counting", async () => {
+    const registry = new Registry();
+    const histogram = new BoundHistogram("h_seconds", "help", ["m"], registry);
+    const series = histogram.labels({ m: "a" });
+    series.observe(0.002);
+    registry.resetMetrics();
+    expect(await registry.metrics()).toContain('h_seconds_count{m="a"} 0');
+    series.observe(0.003);
+    const text = await registry.metrics();
+    expect(text).toContain('h_seconds_count{m="a"} 1');
+    expect(text).toContain('h_seconds_bucket{le="0.005",m="a"} 1');
+    expect(text).toContain('h_seconds_bucket{le="0.001",m="a"} 0');
+  });
+
   it("resolves a label set once: the same series whatever the object's key order", () => {
     const registry = new Registry();
     const counter = new BoundCounter("c_total", "help", ["a", "b"], registry);
