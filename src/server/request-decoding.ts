@@ -37,6 +37,19 @@ function once(seen: number, no: number): number {
   return seen | bit;
 }
 
+/**
+ * A field's tag, packed as number << 3 | wire type, without the [number, type]
+ * array BinaryReader.tag() allocates. Every field read here has a one-byte
+ * tag; a longer one (a high field number, or a padded varint, which
+ * protobuf-es accepts or rejects by its own rules) takes the reflective path.
+ */
+function tag(reader: BinaryReader): number {
+  const start = reader.pos;
+  const t = reader.uint32();
+  if (reader.pos - start !== 1) throw NOT_FAST;
+  return t;
+}
+
 /** A strict UTF-8 string field (proto3 strings are validated), as protobuf-es reads it. */
 function text(reader: BinaryReader, wireType: number): string {
   expect(wireType, WireType.LengthDelimited);
@@ -48,7 +61,9 @@ function timestamp(reader: BinaryReader): Timestamp {
   const ts: Timestamp = { $typeName: "google.protobuf.Timestamp", seconds: 0n, nanos: 0 };
   let seen = 0;
   while (reader.pos < end) {
-    const [no, wireType] = reader.tag();
+    const t = tag(reader);
+    const no = t >>> 3;
+    const wireType = t & 7;
     seen = once(seen, no);
     expect(wireType, WireType.Varint);
     if (no === 1) ts.seconds = reader.int64() as bigint;
@@ -66,7 +81,9 @@ function value(reader: BinaryReader, depth: number): Value {
   const v: Value = { $typeName: "google.protobuf.Value", kind: { case: undefined } };
   let seen = 0;
   while (reader.pos < end) {
-    const [no, wireType] = reader.tag();
+    const t = tag(reader);
+    const no = t >>> 3;
+    const wireType = t & 7;
     // One kind per Value: a second one would replace (or merge into) the first.
     seen = once(seen, 1);
     switch (no) {
@@ -94,9 +111,8 @@ function value(reader: BinaryReader, depth: number): Value {
         const list: ListValue = { $typeName: "google.protobuf.ListValue", values: [] };
         const listEnd = reader.uint32() + reader.pos;
         while (reader.pos < listEnd) {
-          const [item, itemWire] = reader.tag();
-          if (item !== 1) throw NOT_FAST;
-          expect(itemWire, WireType.LengthDelimited);
+          // ListValue.values: field 1, length-delimited.
+          if (tag(reader) !== ((1 << 3) | WireType.LengthDelimited)) throw NOT_FAST;
           list.values.push(value(reader, depth + 1));
         }
         if (reader.pos !== listEnd) throw NOT_FAST;
@@ -117,14 +133,18 @@ function structFields<T>(reader: BinaryReader, depth: number, read: (reader: Bin
   const end = reader.uint32() + reader.pos;
   const fields: Record<string, T> = {};
   while (reader.pos < end) {
-    const [no, wireType] = reader.tag();
+    const t = tag(reader);
+    const no = t >>> 3;
+    const wireType = t & 7;
     if (no !== 1) throw NOT_FAST;
     expect(wireType, WireType.LengthDelimited);
     const entryEnd = reader.uint32() + reader.pos;
     let key: string | undefined;
     let item: T | undefined;
     while (reader.pos < entryEnd) {
-      const [entryNo, entryWire] = reader.tag();
+      const t = tag(reader);
+      const entryNo = t >>> 3;
+      const entryWire = t & 7;
       if (entryNo === 1 && key === undefined) key = text(reader, entryWire);
       else if (entryNo === 2 && item === undefined) {
         expect(entryWire, WireType.LengthDelimited);
@@ -167,7 +187,9 @@ function eventInput(reader: BinaryReader): EventInput {
   const event: EventInput = { $typeName: "engram.v1.EventInput", eventId: "", eventType: "" };
   let seen = 0;
   while (reader.pos < end) {
-    const [no, wireType] = reader.tag();
+    const t = tag(reader);
+    const no = t >>> 3;
+    const wireType = t & 7;
     seen = once(seen, no);
     switch (no) {
       case 1:
@@ -215,7 +237,9 @@ function appendRequest<R extends { sessionId: string; expectedSeq?: bigint }>(by
   return fast(bytes, (reader) => {
     let seen = 0;
     while (reader.pos < reader.len) {
-      const [no, wireType] = reader.tag();
+      const t = tag(reader);
+    const no = t >>> 3;
+    const wireType = t & 7;
       if (no === 1) {
         seen = once(seen, no);
         request.sessionId = text(reader, wireType);

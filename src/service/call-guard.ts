@@ -29,7 +29,7 @@ import { randomUUID } from "node:crypto";
 import { performance } from "node:perf_hooks";
 import type { Authenticator } from "../auth/index.js";
 import type { Logger } from "../log.js";
-import { withDeadline } from "../deadline.js";
+import { honoursCallDeadline, withDeadline } from "../deadline.js";
 import { invalidArgument, MemoryError, sessionNotFound } from "../errors.js";
 import type { JsonObject, SessionRecord } from "../store/types.js";
 import type { MemoryService } from "./memory-service.js";
@@ -123,8 +123,12 @@ export class CallGuard {
     // calls. A stream's reads run in the stream hub, shared by every subscriber of the session, so no
     // one caller's deadline may leak into them.
     const store = this.service.store;
-    const invoke = (req: unknown, call: CallInfo) =>
-      withDeadline(store, streaming ? undefined : call.deadline, () => target.call(this.service, req, { signal: call.signal }));
+    // The call itself is the service's context (it reads only `signal`); a store that ignores the deadline
+    // gets no closure per call either.
+    const invoke =
+      streaming || !honoursCallDeadline(store)
+        ? (req: unknown, call: CallInfo) => target.call(this.service, req, call)
+        : (req: unknown, call: CallInfo) => withDeadline(store, call.deadline, () => target.call(this.service, req, call));
     const series = this.options.metrics.rpcSeries(method);
     return streaming
       ? (req, call) => this.stream(method, req, call, invoke, series(call.protocol))

@@ -201,11 +201,12 @@ export class Metrics {
         latency.observe((performance.now() - start) / 1000);
         this.storeErrors.inc({ operation, backend: store.backend, code: (err as { code?: string } | null)?.code ?? "UNKNOWN" });
       };
-      wrappers.set(operation, (...args: unknown[]) => {
+      // Four parameters cover every store method (three at most); no rest array per call.
+      wrappers.set(operation, (a?: unknown, b?: unknown, c?: unknown, d?: unknown) => {
         const start = performance.now();
         let result: Promise<unknown>;
         try {
-          result = (method as (...a: unknown[]) => Promise<unknown>).apply(store, args);
+          result = (method as (...a: unknown[]) => Promise<unknown>).call(store, a, b, c, d);
         } catch (err) {
           // As from an async method: the caller sees a rejection, never a synchronous throw.
           failed(start, err);

@@ -101,6 +101,14 @@ describe("decodeAddEventRequest", () => {
     expect(decodeAddEventRequest(nested)).toBeUndefined();
     expect(parseRequest(AddEventRequestSchema, nested)).toEqual(fromBinary(AddEventRequestSchema, nested));
 
+    // A padded tag (field 1, length-delimited, in two bytes) and one that overflows 32 bits: fromBinary's rules apply.
+    for (const odd of [new Uint8Array([0x8a, 0x00, 1, 0x73]), new Uint8Array([0x8a, 0x80, 0x80, 0x80, 0x70, 1, 0x73])]) {
+      expect(decodeAddEventRequest(odd)).toBeUndefined();
+      const reference = reflective(AddEventRequestSchema, odd);
+      if (reference instanceof Error) expect(() => parseRequest(AddEventRequestSchema, odd)).toThrow(/request/);
+      else expect(parseRequest(AddEventRequestSchema, odd)).toEqual(reference);
+    }
+
     const badUtf8 = new BinaryWriter().tag(1, WireType.LengthDelimited).bytes(new Uint8Array([0xc3, 0x28])).finish();
     expect(decodeAddEventRequest(badUtf8)).toBeUndefined();
     expect(() => parseRequest(AddEventRequestSchema, badUtf8)).toThrow(/session_id|request/);
