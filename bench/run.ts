@@ -230,7 +230,7 @@ async function main(): Promise<void> {
     /**
      * The target ratios, measured as alternating pairs (echo, then AddEvent, then AddEvent, then
      * echo...) at the target concurrency: a single echo point before a backend moves its ratio by
-     * ±0.1 on this shared box, while the median of pair ratios holds still (bench/README.md).
+     * up to a quarter on this shared box; the median of pair ratios moves less (bench/README.md).
      */
     const interleavedPairs = async (backend: string, workload: { method: string; requests: string[] }, engram: EngramProcess, cpuPids: Record<string, number[]>) => {
       const c = profile.concurrencies.includes(16) ? 16 : Math.max(...profile.concurrencies);
