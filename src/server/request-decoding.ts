@@ -37,6 +37,9 @@ function once(seen: number, no: number): number {
   return seen | bit;
 }
 
+/** The tag of Struct.fields and ListValue.values: field 1, length-delimited. */
+const REPEATED_FIELD_1 = (1 << 3) | WireType.LengthDelimited;
+
 /**
  * A field's tag, packed as number << 3 | wire type, without the [number, type]
  * array BinaryReader.tag() allocates. Every field read here has a one-byte
@@ -111,8 +114,8 @@ function value(reader: BinaryReader, depth: number): Value {
         const list: ListValue = { $typeName: "google.protobuf.ListValue", values: [] };
         const listEnd = reader.uint32() + reader.pos;
         while (reader.pos < listEnd) {
-          // ListValue.values: field 1, length-delimited.
-          if (tag(reader) !== ((1 << 3) | WireType.LengthDelimited)) throw NOT_FAST;
+          // ListValue.values: field 1.
+          if (tag(reader) !== REPEATED_FIELD_1) throw NOT_FAST;
           list.values.push(value(reader, depth + 1));
         }
         if (reader.pos !== listEnd) throw NOT_FAST;
@@ -133,11 +136,8 @@ function structFields<T>(reader: BinaryReader, depth: number, read: (reader: Bin
   const end = reader.uint32() + reader.pos;
   const fields: Record<string, T> = {};
   while (reader.pos < end) {
-    const t = tag(reader);
-    const no = t >>> 3;
-    const wireType = t & 7;
-    if (no !== 1) throw NOT_FAST;
-    expect(wireType, WireType.LengthDelimited);
+    // Struct.fields: map entries in field 1.
+    if (tag(reader) !== REPEATED_FIELD_1) throw NOT_FAST;
     const entryEnd = reader.uint32() + reader.pos;
     let key: string | undefined;
     let item: T | undefined;
@@ -238,8 +238,8 @@ function appendRequest<R extends { sessionId: string; expectedSeq?: bigint }>(by
     let seen = 0;
     while (reader.pos < reader.len) {
       const t = tag(reader);
-    const no = t >>> 3;
-    const wireType = t & 7;
+      const no = t >>> 3;
+      const wireType = t & 7;
       if (no === 1) {
         seen = once(seen, no);
         request.sessionId = text(reader, wireType);
