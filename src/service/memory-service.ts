@@ -5,7 +5,6 @@
  * these methods, so both protocols behave identically.
  */
 import { randomUUID } from "node:crypto";
-import { newEventId } from "./event-id.js";
 import { create } from "@bufbuild/protobuf";
 import {
   AddEventsResponseSchema,
@@ -60,6 +59,7 @@ import { eventFingerprint } from "../store/fingerprint.js";
 import type { JsonObject, MemoryStore, NewEvent, StoredEvent } from "../store/types.js";
 import { checkSummaryCovers, ContextAssembler, parseContextRequest, TokenizerRegistry, type ContextMessage } from "./context/index.js";
 import { timestampToMs, toWireEvent, toWireSession, valueToJson } from "./convert.js";
+import { newEventId } from "./event-id.js";
 import type { ServiceLimits } from "./limits.js";
 import { decodePageToken, encodePageToken } from "./page-token.js";
 import { jsonBytes, RecentCache } from "./recent-cache.js";

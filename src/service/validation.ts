@@ -3,6 +3,7 @@
  * starts with the offending field's path, so clients can point at it.
  */
 import { invalidArgument } from "../errors.js";
+import { isEmptyObject } from "../store/rules.js";
 import type { JsonObject, JsonValue } from "../store/types.js";
 import { EVENT_TYPE_PATTERN, ID_PATTERN, MAX_NAME_BYTES, type ServiceLimits } from "./limits.js";
 
@@ -88,9 +89,4 @@ export function checkEventSize(field: string, content: JsonValue, metadata: Json
   if (bytes > limits.maxEventBytes) {
     throw invalidArgument(field, `content and metadata take ${bytes} bytes of JSON, over the limit of ${limits.maxEventBytes}`);
   }
-}
-
-function isEmptyObject(object: JsonObject): boolean {
-  for (const _key in object) return false;
-  return true;
 }

@@ -11,7 +11,7 @@ import { createRequire } from "node:module";
 import type SortedBTree from "sorted-btree";
 import { seqConflict, sessionNotFound } from "../errors.js";
 import { eventFingerprint } from "./fingerprint.js";
-import { checkCursor, compareRecent, duplicateEventId, sessionExists } from "./rules.js";
+import { checkCursor, compareRecent, duplicateEventId, isEmptyObject, sessionExists } from "./rules.js";
 import type {
   AppendResult,
   JsonObject,
@@ -56,10 +56,6 @@ function flatString(s: string): string {
 /** The metadata of every event stored without any: one shared (frozen) object instead of one each. */
 const EMPTY_METADATA: JsonObject = Object.freeze({}) as JsonObject;
 
-function isEmpty(o: JsonObject): boolean {
-  for (const _ in o) return false;
-  return true;
-}
 
 /** Event types seen so far, so each stored event shares one string per type instead of its request's copy. */
 const eventTypes = new Map<string, string>();
@@ -157,7 +153,7 @@ export class LocalStore implements MemoryStore {
         eventId: e.fingerprint === "" ? e.eventId : flatString(e.eventId),
         eventType: internEventType(e.eventType),
         content: e.content,
-        metadata: isEmpty(e.metadata) ? EMPTY_METADATA : e.metadata,
+        metadata: isEmptyObject(e.metadata) ? EMPTY_METADATA : e.metadata,
         timestamp: e.timestamp,
       };
       s.events.push(event);

@@ -31,3 +31,9 @@ export function duplicateEventId(eventId: string): MemoryError {
 export function sessionExists(sessionId: string): MemoryError {
   return new MemoryError("ALREADY_EXISTS", `session_id: session ${JSON.stringify(sessionId)} already exists`);
 }
+
+/** True when a JSON object has no keys (without building a key array). */
+export function isEmptyObject(object: object): boolean {
+  for (const _key in object) return false;
+  return true;
+}
