@@ -118,10 +118,12 @@ const median = (values: number[]) => {
   return sorted.length % 2 ? sorted[mid] : (sorted[mid - 1] + sorted[mid]) / 2;
 };
 
-/** AddEvent throughput goals, as a fraction of the grpc-js echo's at the target concurrency (issue 6). */
-const ADD_EVENT_GOALS: Record<string, number> = { local: 0.8, redis: 0.7, postgres: 0.5 };
-/** PostgreSQL's goal when appends are batched or group-committed, as Engram's PostgreSQL store always does. */
-const POSTGRES_GROUP_COMMIT_GOAL = 0.8;
+/**
+ * AddEvent throughput goals (issue 6), as fractions of the grpc-js echo's at the target concurrency:
+ * the plain goal, then, for PostgreSQL, the stricter one for batched or group commit, which Engram's
+ * PostgreSQL store always does. The last goal is the one the CPU-budget row checks.
+ */
+const ADD_EVENT_GOALS: Record<string, number[]> = { local: [0.8], redis: [0.7], postgres: [0.5, 0.8] };
 
 /** The issue's targets, checked on this run's figures (at concurrency 16, or the largest measured below it). */
 export function checkTargets(results: BenchResults): TargetCheck[] {
@@ -129,27 +131,20 @@ export function checkTargets(results: BenchResults): TargetCheck[] {
   const concurrencies = (results.meta.concurrencies as number[]) ?? [16];
   const c = concurrencies.includes(16) ? 16 : Math.max(...concurrencies);
   const cores = (results.meta.cpus as number | undefined) ?? 0;
-  for (const [backend, goal] of Object.entries(ADD_EVENT_GOALS)) {
+  for (const [backend, goals] of Object.entries(ADD_EVENT_GOALS)) {
+    const goal = goals[0];
     const pairs = results.pairs?.find((p) => p.backend === backend);
     if (pairs && pairs.engram.length > 0) {
       const ratios = pairs.engram.map((t, i) => t / pairs.echo[i]);
       const ratio = median(ratios);
       const measured = `${fmt(median(pairs.engram))}/s vs ${fmt(median(pairs.echo))}/s; pair ratios ${fmt(Math.min(...ratios), 2)}–${fmt(Math.max(...ratios), 2)}`;
-      checks.push({
-        target: `${backend} AddEvent ≥ ${goal}× grpc-js echo (c=${pairs.concurrency}, median of ${ratios.length} interleaved pairs)`,
-        measured,
-        ratio,
-        goal,
-        met: ratio >= goal,
-      });
-      // The PostgreSQL store always group-commits, so the issue's stricter goal for that case applies too.
-      if (backend === "postgres") {
+      for (const [i, g] of goals.entries()) {
         checks.push({
-          target: `postgres AddEvent ≥ ${POSTGRES_GROUP_COMMIT_GOAL}× grpc-js echo with group commit (c=${pairs.concurrency}, median of ${ratios.length} interleaved pairs)`,
+          target: `${backend} AddEvent ≥ ${g}× grpc-js echo${i > 0 ? " with group commit" : ""} (c=${pairs.concurrency}, median of ${ratios.length} interleaved pairs)`,
           measured,
           ratio,
-          goal: POSTGRES_GROUP_COMMIT_GOAL,
-          met: ratio >= POSTGRES_GROUP_COMMIT_GOAL,
+          goal: g,
+          met: ratio >= g,
         });
       }
     }
@@ -177,7 +172,7 @@ export function checkTargets(results: BenchResults): TargetCheck[] {
     }
     // Every process a call keeps busy (server, backend, load generator) shares the machine's cores:
     // the goal's rate times this run's CPU per call is the CPU that rate needs, whatever the scheduling.
-    const strictest = backend === "postgres" ? POSTGRES_GROUP_COMMIT_GOAL : goal;
+    const strictest = goals[goals.length - 1];
     const cpuPerCall = Object.values(add.cpuUsPerCall).reduce((sum, us) => sum + us, 0);
     if (cores > 0 && cpuPerCall > 0) {
       const needed = (strictest * echo.throughput * cpuPerCall) / 1e6;
