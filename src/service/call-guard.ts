@@ -32,7 +32,7 @@ import type { Logger } from "../log.js";
 import { honoursCallDeadline, withDeadline } from "../deadline.js";
 import { invalidArgument, MemoryError, sessionNotFound } from "../errors.js";
 import type { JsonObject, SessionRecord } from "../store/types.js";
-import type { MemoryService } from "./memory-service.js";
+import type { MemoryService, StreamContext } from "./memory-service.js";
 import type { Metrics, RpcSeries } from "./metrics.js";
 import type { Quotas } from "./quotas.js";
 import { pageSize, requireId } from "./validation.js";
@@ -62,6 +62,9 @@ export interface CallInfo {
 export type GuardedHandler = (req: unknown, call: CallInfo) => Promise<unknown> | AsyncIterable<unknown>;
 
 const ROLE_RANK: Record<ApiKeyRole, number> = { read: 0, write: 1, admin: 2 };
+
+/** Shortest interval between a stream's key re-checks, whatever MEMORY_AUTH_CACHE_MS says. */
+const RECHECK_FLOOR_MS = 100;
 
 /** How each RPC is scoped; an RPC missing here is refused when auth is on. */
 const RULES: Record<string, { role: ApiKeyRole; scope: "session" | "create" | "listSessions" | "listEvents" | "global" | "everyApp" }> = {
@@ -172,13 +175,15 @@ export class CallGuard {
     let release: (() => void) | undefined;
     try {
       const principal = await this.admit(call);
+      let session: SessionRecord | undefined;
       if (principal) {
         allowedRule(principal, method);
-        await this.checkSession(principal, (req as { sessionId: string }).sessionId);
+        session = await this.checkSession(principal, (req as { sessionId: string }).sessionId);
       }
       release = quotas.openStream(principal?.keyId);
       metrics.streams.inc();
-      yield* invoke(req, call) as AsyncIterable<unknown>;
+      if (principal && session) yield* this.whileAuthorized(method, principal, session, call, (ctx) => invoke(req, ctx) as AsyncIterable<unknown>);
+      else yield* invoke(req, call) as AsyncIterable<unknown>;
     } catch (err) {
       code = codeOf(err);
       if (code === "RESOURCE_EXHAUSTED") metrics.rateLimited.inc();
@@ -192,6 +197,52 @@ export class CallGuard {
       series.latency.observe(seconds);
       series.count(code);
       this.logCall(method, call, code, seconds);
+    }
+  }
+
+  /**
+   * A keyed stream's frames for as long as its key stays valid and its
+   * session in the key's scope: the key is looked up afresh every half
+   * MEMORY_AUTH_CACHE_MS (at least every RECHECK_FLOOR_MS), so a revoked key's
+   * stream ends UNAUTHENTICATED within MEMORY_AUTH_CACHE_MS on every replica,
+   * as its unary calls do. The stream follows the session incarnation the
+   * scope was checked on, never a session created later under its id.
+   */
+  private async *whileAuthorized(
+    method: string,
+    principal: Principal,
+    session: SessionRecord,
+    call: CallInfo,
+    open: (ctx: CallInfo & StreamContext) => AsyncIterable<unknown>,
+  ): AsyncGenerator<unknown> {
+    const authenticator = this.options.authenticator!;
+    const period = Math.max(authenticator.cacheMs / 2, RECHECK_FLOOR_MS);
+    const ended = new AbortController();
+    let refusal: MemoryError | undefined;
+    const recheck = async () => {
+      try {
+        const now = await authenticator.authenticate(call.authorization, period);
+        allowedRule(now, method);
+        if (!inScope(now, session)) refusal = sessionNotFound(session.sessionId);
+      } catch (err) {
+        // A backend that cannot answer now leaves the key as trusted as a unary call's cache would.
+        if (err instanceof MemoryError && (err.code === "UNAUTHENTICATED" || err.code === "PERMISSION_DENIED")) refusal = err;
+      }
+      if (refusal) ended.abort();
+    };
+    const timer = setInterval(() => void recheck(), period);
+    const signal = call.signal ? AbortSignal.any([call.signal, ended.signal]) : ended.signal;
+    try {
+      for await (const frame of open({ ...call, signal, incarnation: session.incarnation })) {
+        if (refusal) break;
+        yield frame;
+      }
+      if (refusal) {
+        if (refusal.code === "UNAUTHENTICATED") this.options.metrics.authFailures.inc();
+        throw refusal;
+      }
+    } finally {
+      clearInterval(timer);
     }
   }
 
@@ -267,11 +318,12 @@ export class CallGuard {
     }
   }
 
-  /** NOT_FOUND, as for an absent session, unless the session exists and is in the key's scope. */
-  private async checkSession(principal: Principal, sessionId: string): Promise<void> {
+  /** The session; NOT_FOUND, as for an absent one, unless it exists and is in the key's scope. */
+  private async checkSession(principal: Principal, sessionId: string): Promise<SessionRecord> {
     const id = requireId("session_id", sessionId);
     const session = await this.service.store.getSession(id);
     if (!session || !inScope(principal, session)) throw sessionNotFound(id);
+    return session;
   }
 
   /** ListEvents for a scoped key: one session (checked), or the newest events of sessions in scope. */

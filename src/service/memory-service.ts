@@ -95,6 +95,12 @@ export interface CallContext {
   signal: AbortSignal;
 }
 
+/** What a stream handler may be told beyond its call. */
+export interface StreamContext {
+  /** The session incarnation the caller's scope was checked on: the stream follows that session only. */
+  incarnation?: string;
+}
+
 /** Settings of the service. */
 export interface MemoryServiceOptions {
   limits: ServiceLimits;
@@ -232,11 +238,11 @@ export class MemoryService {
     return create(ListEventsResponseSchema, { events: events.map((e) => this.wire(e)) });
   }
 
-  async *streamSessionEvents(req: StreamSessionEventsRequest, ctx: CallContext): AsyncGenerator<StreamSessionEventsResponse> {
+  async *streamSessionEvents(req: StreamSessionEventsRequest, ctx: CallContext & StreamContext): AsyncGenerator<StreamSessionEventsResponse> {
     const sessionId = requireId("session_id", req.sessionId);
     const eventTypes = req.eventTypes.map((t, i) => requireEventType(`event_types[${i}]`, t));
     const afterSeq = req.afterSeq === undefined ? undefined : seqNumber("after_seq", req.afterSeq);
-    for await (const frame of this.hub.subscribe(sessionId, afterSeq, eventTypes, ctx.signal)) {
+    for await (const frame of this.hub.subscribe(sessionId, afterSeq, eventTypes, ctx.signal, ctx.incarnation)) {
       switch (frame.kind) {
         case "event":
           yield this.eventFrames.get(frame.event, (e) => create(StreamSessionEventsResponseSchema, { frame: { case: "event", value: this.wire(e) } }));

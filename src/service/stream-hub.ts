@@ -5,9 +5,16 @@
  * its own cursor, so a lost notice costs latency, never an event. Subscribers
  * at the same cursor share one read. A heartbeat timer doubles as the safety
  * re-read that catches notices lost on the way.
+ *
+ * A stream belongs to one incarnation of its session (SessionRecord.incarnation),
+ * not to its id: every page it delivers, whether read, shared or carried by a
+ * notice, and every heartbeat re-read is checked against the incarnation it
+ * opened, so a session deleted and created again under the same id (by
+ * another tenant, through another replica, with every notice lost) ends the
+ * stream NOT_FOUND instead of feeding it the new session's events.
  */
 import { LAST_SEQ_TRAILER, MemoryError, sessionNotFound } from "../errors.js";
-import type { EventPage, MemoryStore, SessionNotice, StoredEvent } from "../store/types.js";
+import type { EventPage, MemoryStore, SessionNotice, SessionRecord, StoredEvent } from "../store/types.js";
 
 /** One frame of a subscription. */
 export type StreamFrame =
@@ -26,9 +33,22 @@ export interface StreamHubOptions {
 interface SessionChannel {
   refs: number;
   unsubscribe: () => void;
-  /** Highest head seq seen in a notice or a read. */
+  /** Highest head seq seen in a notice or a read of `headOf`. */
   knownHead: number;
-  deleted: boolean;
+  /** The incarnation `knownHead` is of ("" until one is seen; notices that name none count as its). */
+  headOf?: string;
+  /** Incarnations a deletion notice named: their streams end NOT_FOUND. */
+  gone: Set<string>;
+  /**
+   * Bumped when something hints that the id may hold another session now: a
+   * deletion notice naming no incarnation (a re-sync after a notice gap found
+   * the id absent), or a notice naming another incarnation than the last.
+   * Reads and notices can arrive out of order, so a hint is never taken as
+   * proof: each subscriber asks the store whether its incarnation is current.
+   */
+  hints: number;
+  /** The incarnation the latest notice named. */
+  noticed?: string;
   wakers: Set<() => void>;
   /** Reads in flight or just done, by cursor, shared by subscribers at that cursor. */
   reads: Map<number, Promise<NextPage>>;
@@ -39,8 +59,8 @@ interface SessionChannel {
 /** Notice-carried pages kept per session: a subscriber this many notices behind still needs no read. */
 const CARRIED_PAGES = 64;
 
-/** What a subscriber needs of a read after its cursor: the next events and the head. */
-type NextPage = Pick<EventPage, "events" | "headSeq">;
+/** What a subscriber needs of a read after its cursor: the next events, the head and whose they are. */
+type NextPage = Pick<EventPage, "events" | "headSeq" | "incarnation">;
 
 /** Fans a store's session notices out to stream subscribers. */
 export class StreamHub {
@@ -63,13 +83,16 @@ export class StreamHub {
   /**
    * Replays events after `afterSeq` (from the oldest retained when undefined),
    * yields caughtUp, then follows live. Ends with NOT_FOUND when the session is
-   * deleted, OUT_OF_RANGE when the cursor is evicted, UNAVAILABLE on shutdown.
+   * deleted or replaced, OUT_OF_RANGE when the cursor is evicted, UNAVAILABLE
+   * on shutdown. `incarnation` is the one the caller checked the session's
+   * scope on (the first read's when undefined): the stream is that session's.
    */
   async *subscribe(
     sessionId: string,
     afterSeq: number | undefined,
     eventTypes: readonly string[],
     signal: AbortSignal,
+    incarnation?: string,
   ): AsyncGenerator<StreamFrame> {
     if (this.closing) throw new MemoryError("UNAVAILABLE", "server is shutting down");
     const types = eventTypes.length > 0 ? new Set(eventTypes) : undefined;
@@ -81,47 +104,84 @@ export class StreamHub {
     channel.wakers.add(waiter.wake);
     this.shutdownWakers.add(waiter.wake);
     signal.addEventListener("abort", waiter.wake, { once: true });
+    let seenHints = channel.hints;
     try {
       // The first read validates the session and the cursor.
       const first = await this.store.readEvents(sessionId, { afterSeq, limit: this.options.pageSize });
+      const ours = incarnation ?? first.incarnation;
+      /** NOT_FOUND unless the store's session under this id is still the stream's own. */
+      const checkCurrent = async (): Promise<SessionRecord> => {
+        const session = await this.store.getSession(sessionId);
+        if (!session || session.incarnation !== ours) throw sessionNotFound(sessionId);
+        return session;
+      };
+      /**
+       * The next page after `cursor`, of the stream's own session. A shared or
+       * carried page of another incarnation may be stale (reads and notices
+       * race): the store decides, and a page of our own is then read directly.
+       */
+      const nextPage = async (): Promise<NextPage> => {
+        let page: NextPage;
+        try {
+          page = await this.read(channel, sessionId, cursor);
+        } catch (err) {
+          // A cursor outside the session's range may only mean that the id holds another session now.
+          if (err instanceof MemoryError && err.code === "OUT_OF_RANGE") await checkCurrent();
+          throw err;
+        }
+        this.observeHead(channel, page.incarnation, page.headSeq);
+        if (page.incarnation === ours) return page;
+        await checkCurrent();
+        const direct = await this.store.readEvents(sessionId, { afterSeq: cursor, limit: this.options.pageSize });
+        if (direct.incarnation !== ours) throw sessionNotFound(sessionId);
+        this.observeHead(channel, direct.incarnation, direct.headSeq);
+        return direct;
+      };
       let cursor = afterSeq ?? first.firstSeq - 1;
+      if (first.incarnation !== ours) throw sessionNotFound(sessionId);
+      this.observeHead(channel, first.incarnation, first.headSeq);
       let page: NextPage | undefined = first;
       for (;;) {
-        if (!page) page = await this.read(channel, sessionId, cursor);
+        if (!page) page = await nextPage();
         for (const event of page.events) {
           cursor = event.seq;
           if (!types || types.has(event.eventType)) yield { kind: "event", event };
         }
-        channel.knownHead = Math.max(channel.knownHead, page.headSeq);
         if (page.events.length < this.options.pageSize) break;
         page = undefined;
       }
       yield { kind: "caughtUp", headSeq: cursor };
 
       while (!signal.aborted) {
-        const woke = await this.waitForChange(channel, cursor, waiter);
+        const woke = await this.waitForChange(channel, cursor, ours, seenHints, waiter);
         if (signal.aborted) return;
         if (this.closing) {
           throw new MemoryError("UNAVAILABLE", `server is shutting down; resume after seq ${cursor}`, {
             [LAST_SEQ_TRAILER]: String(cursor),
           });
         }
-        if (channel.deleted) throw sessionNotFound(sessionId);
-        if (woke === "idle") {
-          // Safety re-read: a notice may have been lost.
-          const session = await this.store.getSession(sessionId);
-          if (!session) throw sessionNotFound(sessionId);
-          channel.knownHead = Math.max(channel.knownHead, session.headSeq);
+        if (channel.gone.has(ours)) throw sessionNotFound(sessionId);
+        if (woke === "idle" || seenHints !== channel.hints) {
+          // Safety re-read: a notice may have been lost, or the id may hold another session now.
+          seenHints = channel.hints;
+          const session = await checkCurrent();
+          this.observeHead(channel, session.incarnation, session.headSeq);
           if (session.headSeq <= cursor) {
-            yield { kind: "heartbeat", headSeq: session.headSeq };
+            if (woke === "idle") yield { kind: "heartbeat", headSeq: session.headSeq };
             continue;
           }
         }
         for (;;) {
-          const next = await this.read(channel, sessionId, cursor);
+          const announced = channel.knownHead;
+          const next = await nextPage();
           for (const event of next.events) {
             cursor = event.seq;
             if (!types || types.has(event.eventType)) yield { kind: "event", event };
+          }
+          if (next.events.length === 0 && channel.headOf === ours && channel.knownHead === announced && announced > next.headSeq) {
+            // The store has nothing past a head a notice announced, and no notice came meanwhile: that
+            // head was another incarnation's (a late notice naming none). Waiting on it would spin.
+            channel.knownHead = next.headSeq;
           }
           if (next.events.length < this.options.pageSize) break;
         }
@@ -162,7 +222,8 @@ export class StreamHub {
         refs: 0,
         unsubscribe: () => {},
         knownHead: 0,
-        deleted: false,
+        gone: new Set(),
+        hints: 0,
         wakers: new Set(),
         reads: new Map(),
         carried: new Map(),
@@ -182,36 +243,70 @@ export class StreamHub {
   }
 
   private onNotice(channel: SessionChannel, notice: SessionNotice): void {
-    if (notice.deleted) channel.deleted = true;
-    if (notice.headSeq !== undefined && notice.headSeq > channel.knownHead) {
-      channel.knownHead = notice.headSeq;
+    if (notice.incarnation !== undefined) {
+      if (channel.noticed !== undefined && channel.noticed !== notice.incarnation) channel.hints++;
+      channel.noticed = notice.incarnation;
+    }
+    if (notice.deleted) {
+      // A deletion naming its incarnation is proof (that incarnation can never come back); one
+      // naming none only says the id was absent at some point.
+      if (notice.incarnation === undefined) channel.hints++;
+      else channel.gone.add(notice.incarnation);
+      channel.carried.clear();
+    } else if (notice.headSeq === undefined) {
+      // A notice without a position: every cached read may be stale.
+      channel.carried.clear();
+      channel.knownHead = Number.MAX_SAFE_INTEGER;
       channel.reads.clear();
+    } else if (this.observeHead(channel, notice.incarnation ?? channel.headOf ?? "", notice.headSeq)) {
       // Events carried by the notice are a page a read after them would return: subscribers at
       // that cursor take it from here instead of reading the store (one read per event per
       // replica saved). Unlike a read, such a page is never empty, so it stays right to hand out
       // after the head moves on, and a subscriber a few notices behind catches up from them too.
+      // Only a notice that names its incarnation carries a page: each subscriber checks it is its own.
       const events = notice.events;
-      if (events && events.length > 0 && events.length <= this.options.pageSize && events[events.length - 1].seq === notice.headSeq) {
-        channel.carried.set(events[0].seq - 1, { events: [...events], headSeq: notice.headSeq });
+      if (notice.incarnation !== undefined && events && events.length > 0 && events.length <= this.options.pageSize && events[events.length - 1].seq === notice.headSeq) {
+        channel.carried.set(events[0].seq - 1, { events: [...events], headSeq: notice.headSeq, incarnation: notice.incarnation });
         if (channel.carried.size > CARRIED_PAGES) channel.carried.delete(channel.carried.keys().next().value!);
       }
     } else {
-      // Deleted, a head that went back (the session was recreated), or no position at all:
-      // no carried page can be trusted any more.
+      // A head that went back or another incarnation: no carried page can be trusted any more.
       channel.carried.clear();
-      if (notice.headSeq === undefined) {
-        // A notice without a position: every cached read may be stale.
-        channel.knownHead = Number.MAX_SAFE_INTEGER;
-        channel.reads.clear();
-      }
     }
     for (const wake of channel.wakers) wake();
   }
 
-  /** Resolves "changed" when the head moves past the cursor, "idle" after the heartbeat interval. */
-  private waitForChange(channel: SessionChannel, cursor: number, waiter: Waiter): Promise<"changed" | "idle"> {
-    if (channel.knownHead > cursor || channel.deleted || this.closing) return Promise.resolve("changed");
-    return waiter.wait();
+  /**
+   * Records a head seen in a read or a notice; true when it moved the known
+   * head forward. A head of another incarnation than the known one replaces
+   * it (and drops the cached reads): subscribers only wait on a head of their
+   * own incarnation, so none spins on a head its session never had.
+   */
+  private observeHead(channel: SessionChannel, incarnation: string, headSeq: number): boolean {
+    if (channel.headOf !== undefined && channel.headOf !== incarnation) {
+      channel.headOf = incarnation;
+      channel.knownHead = headSeq;
+      channel.reads.clear();
+      return false;
+    }
+    channel.headOf = incarnation;
+    if (headSeq <= channel.knownHead) return false;
+    channel.knownHead = headSeq;
+    channel.reads.clear();
+    return true;
+  }
+
+  /**
+   * Resolves "changed" when the head moves past the cursor or something
+   * happened to the stream's incarnation, "idle" after the heartbeat interval.
+   */
+  private waitForChange(channel: SessionChannel, cursor: number, incarnation: string, seenHints: number, waiter: Waiter): Promise<"changed" | "idle"> {
+    const changed =
+      (channel.headOf === incarnation && channel.knownHead > cursor) ||
+      channel.gone.has(incarnation) ||
+      channel.hints !== seenHints ||
+      this.closing;
+    return changed ? Promise.resolve("changed") : waiter.wait();
   }
 
   /** One store read per cursor, shared by every subscriber waiting at it. */

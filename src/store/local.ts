@@ -11,7 +11,7 @@ import { createRequire } from "node:module";
 import type SortedBTree from "sorted-btree";
 import { seqConflict, sessionNotFound } from "../errors.js";
 import { eventFingerprint } from "./fingerprint.js";
-import { checkCursor, compareRecent, duplicateEventId, isEmptyObject, sessionExists } from "./rules.js";
+import { checkCursor, compareRecent, duplicateEventId, isEmptyObject, newIncarnation, sessionExists } from "./rules.js";
 import type {
   AppendResult,
   JsonObject,
@@ -169,7 +169,7 @@ export class LocalStore implements MemoryStore {
     record.firstSeq = s.events.length > 0 ? s.events.peekAt(0)!.seq : record.headSeq + 1;
     record.updatedAt = Date.now();
     this.touch(s);
-    this.notify({ sessionId, headSeq: record.headSeq });
+    this.notify({ sessionId, headSeq: record.headSeq, incarnation: record.incarnation });
     return { events: stored, replayed: false };
   }
 
@@ -185,7 +185,7 @@ export class LocalStore implements MemoryStore {
       const e = s.events.peekAt(i)!;
       if (!types || types.has(e.eventType)) events.push(e);
     }
-    return { events, headSeq, firstSeq };
+    return { events, headSeq, firstSeq, incarnation: s.record.incarnation };
   }
 
   async readTail(sessionId: string, limit: number, eventTypes?: readonly string[]): Promise<EventPage> {
@@ -198,7 +198,7 @@ export class LocalStore implements MemoryStore {
       if (!types || types.has(e.eventType)) events.push(e);
     }
     events.reverse();
-    return { events, headSeq: s.record.headSeq, firstSeq: s.record.firstSeq };
+    return { events, headSeq: s.record.headSeq, firstSeq: s.record.firstSeq, incarnation: s.record.incarnation };
   }
 
   async listRecentEvents(limit: number, sessionId?: string): Promise<StoredEvent[]> {
@@ -258,6 +258,7 @@ export class LocalStore implements MemoryStore {
         updatedAt: input.now,
         headSeq: 0,
         firstSeq: 1,
+        incarnation: newIncarnation(),
       },
       events: new Denque<StoredEvent>(),
       byEventId: new Map(),
@@ -286,7 +287,7 @@ export class LocalStore implements MemoryStore {
     this.idOrder.delete(id);
     this.unlink(s);
     this.totalEvents -= s.events.length;
-    this.notify({ sessionId: id, deleted: true });
+    this.notify({ sessionId: id, deleted: true, incarnation: s.record.incarnation });
   }
 
   /** Sessions from the least to the most recently updated; removing the current one while iterating is safe. */

@@ -1,7 +1,7 @@
 /**
  * The null store (MEMORY_ENABLED=false): every call succeeds and nothing is
  * kept, like KAOS's NullMemory. Appends are acknowledged with seqs counted from
- * 1 within the call; reads find empty sessions.
+ * 1 within the call; reads find empty sessions, all of one incarnation ("").
  */
 import type {
   AppendResult,
@@ -16,7 +16,7 @@ import type {
 } from "./types.js";
 
 function emptySession(sessionId: string, now = Date.now()): SessionRecord {
-  return { sessionId, appName: "", userId: "", metadata: {}, createdAt: now, updatedAt: now, headSeq: 0, firstSeq: 1 };
+  return { sessionId, appName: "", userId: "", metadata: {}, createdAt: now, updatedAt: now, headSeq: 0, firstSeq: 1, incarnation: "" };
 }
 
 /** The MemoryStore that keeps nothing. */
@@ -60,11 +60,11 @@ export class NullStore implements MemoryStore {
   }
 
   async readEvents(): Promise<EventPage> {
-    return { events: [], headSeq: 0, firstSeq: 1 };
+    return { events: [], headSeq: 0, firstSeq: 1, incarnation: "" };
   }
 
   async readTail(): Promise<EventPage> {
-    return { events: [], headSeq: 0, firstSeq: 1 };
+    return { events: [], headSeq: 0, firstSeq: 1, incarnation: "" };
   }
 
   async listRecentEvents(): Promise<StoredEvent[]> {

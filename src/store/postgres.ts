@@ -16,7 +16,7 @@ import { checkDeadline, remainingMs, type DeadlineAware } from "../deadline.js";
 import { asMemoryError, MemoryError, seqConflict, sessionNotFound } from "../errors.js";
 import { eventFingerprint } from "./fingerprint.js";
 import { GroupCommit, type Pending } from "./postgres/group-commit.js";
-import { checkCursor, duplicateEventId, sessionExists } from "./rules.js";
+import { checkCursor, duplicateEventId, newIncarnation, sessionExists } from "./rules.js";
 import type {
   AppendResult,
   EventPage,
@@ -88,7 +88,7 @@ const LISTEN_BACKOFF_MAX_MS = 5000;
 
 /** Epoch milliseconds of a timestamptz column, exact (extract returns numeric). */
 const ms = (column: string) => `(extract(epoch from ${column}) * 1000)::bigint`;
-const SESSION_COLUMNS = `session_id, app_name, user_id, metadata, ${ms("created_at")} AS created_ms, ${ms("updated_at")} AS updated_ms, head_seq, first_seq`;
+const SESSION_COLUMNS = `session_id, app_name, user_id, metadata, ${ms("created_at")} AS created_ms, ${ms("updated_at")} AS updated_ms, head_seq, first_seq, incarnation`;
 const EVENT_COLUMNS = `seq, event_id, event_type, content, metadata, ${ms('"timestamp"')} AS ts_ms`;
 
 /** ISO 8601 in UTC: PostgreSQL parses it exactly, whatever the session's TimeZone. */
@@ -103,6 +103,7 @@ interface SessionRow {
   updated_ms: string;
   head_seq: string;
   first_seq: string;
+  incarnation: string;
 }
 
 interface EventRow {
@@ -125,6 +126,7 @@ function toSession(row: SessionRow): SessionRecord {
     updatedAt: Number(row.updated_ms),
     headSeq: Number(row.head_seq),
     firstSeq: Number(row.first_seq),
+    incarnation: row.incarnation,
   };
 }
 
@@ -351,9 +353,9 @@ export class PostgresStore implements MemoryStore, DeadlineAware {
 
   async readEvents(sessionId: string, query: EventQuery): Promise<EventPage> {
     const types = query.eventTypes && query.eventTypes.length > 0 ? [...query.eventTypes] : null;
-    const { headSeq, firstSeq, events } = await this.readRange(sessionId, "ASC", query.afterSeq ?? -1, types, query.limit);
-    checkCursor(query.afterSeq ?? firstSeq - 1, firstSeq, headSeq);
-    return { events, headSeq, firstSeq };
+    const page = await this.readRange(sessionId, "ASC", query.afterSeq ?? -1, types, query.limit);
+    checkCursor(query.afterSeq ?? page.firstSeq - 1, page.firstSeq, page.headSeq);
+    return page;
   }
 
   async readTail(sessionId: string, limit: number, eventTypes?: readonly string[]): Promise<EventPage> {
@@ -567,8 +569,8 @@ export class PostgresStore implements MemoryStore, DeadlineAware {
 
   /** One statement, so the session's bounds and its events come from the same snapshot. */
   private async readRange(sessionId: string, order: "ASC" | "DESC", afterSeq: number, types: string[] | null, limit: number): Promise<EventPage> {
-    const { rows } = await this.query<{ head_seq: string; first_seq: string } & Partial<EventRow>>(
-      `SELECT s.head_seq, s.first_seq, e.* FROM ${this.s}.sessions s
+    const { rows } = await this.query<{ head_seq: string; first_seq: string; incarnation: string } & Partial<EventRow>>(
+      `SELECT s.head_seq, s.first_seq, s.incarnation, e.* FROM ${this.s}.sessions s
        LEFT JOIN LATERAL (
          SELECT ${EVENT_COLUMNS} FROM ${this.s}.events
          WHERE session_id = s.session_id AND seq > $2 AND ($3::text[] IS NULL OR event_type = ANY($3::text[]))
@@ -579,7 +581,7 @@ export class PostgresStore implements MemoryStore, DeadlineAware {
     );
     if (rows.length === 0) throw sessionNotFound(sessionId);
     const events = rows.filter((row) => row.seq != null).map((row) => toEvent(sessionId, row as EventRow));
-    return { events, headSeq: Number(rows[0].head_seq), firstSeq: Number(rows[0].first_seq) };
+    return { events, headSeq: Number(rows[0].head_seq), firstSeq: Number(rows[0].first_seq), incarnation: rows[0].incarnation };
   }
 
   private async selectSession(sessionId: string): Promise<SessionRecord | undefined> {
@@ -595,8 +597,8 @@ export class PostgresStore implements MemoryStore, DeadlineAware {
   private async insertSession(input: NewSession): Promise<(SessionRow & { total_sessions: string }) | undefined> {
     const { rows } = await this.poolQuery<SessionRow & { total_sessions: string }>(
       `WITH created AS (
-         INSERT INTO ${this.s}.sessions (session_id, app_name, user_id, metadata, created_at, updated_at)
-         VALUES ($1, $2, $3, $4::jsonb, $5::timestamptz, $5::timestamptz)
+         INSERT INTO ${this.s}.sessions (session_id, app_name, user_id, metadata, created_at, updated_at, incarnation)
+         VALUES ($1, $2, $3, $4::jsonb, $5::timestamptz, $5::timestamptz, $7)
          ON CONFLICT (session_id) DO NOTHING
          RETURNING ${SESSION_COLUMNS}
        ), counted AS (
@@ -604,7 +606,7 @@ export class PostgresStore implements MemoryStore, DeadlineAware {
        )
        -- The snapshot predates this statement's own count: add it back.
        SELECT created.*, (SELECT coalesce(sum(sessions), 0) FROM ${this.s}.counters) + 1 AS total_sessions FROM created`,
-      [input.sessionId, input.appName, input.userId, JSON.stringify(input.metadata), iso(input.now), this.slot()],
+      [input.sessionId, input.appName, input.userId, JSON.stringify(input.metadata), iso(input.now), this.slot(), newIncarnation()],
     );
     return rows[0];
   }
@@ -637,7 +639,7 @@ export class PostgresStore implements MemoryStore, DeadlineAware {
         SELECT session_id FROM ${this.s}.sessions WHERE ${filter} ${pick}
       ), gone AS (
         DELETE FROM ${this.s}.sessions s USING victims v WHERE s.session_id = v.session_id
-        RETURNING s.session_id, s.head_seq - s.first_seq + 1 AS events
+        RETURNING s.session_id, s.incarnation, s.head_seq - s.first_seq + 1 AS events
       ), counted AS (
         UPDATE ${this.s}.counters
         SET sessions = sessions - (SELECT count(*) FROM gone), events = events - (SELECT coalesce(sum(events), 0) FROM gone)
@@ -645,7 +647,7 @@ export class PostgresStore implements MemoryStore, DeadlineAware {
       )
       SELECT session_id,
              CASE WHEN octet_length(session_id) < ${MAX_NOTIFY_BYTES - 20}
-                  THEN pg_notify($1, json_build_object('s', session_id, 'd', 1)::text) END AS notified
+                  THEN pg_notify($1, json_build_object('s', session_id, 'd', 1, 'i', incarnation)::text) END AS notified
       FROM gone`;
   }
 
@@ -809,14 +811,14 @@ export class PostgresStore implements MemoryStore, DeadlineAware {
   }
 
   private onNotification(payload: string | undefined): void {
-    let parsed: { s?: unknown; h?: unknown; d?: unknown };
+    let parsed: { s?: unknown; h?: unknown; d?: unknown; i?: unknown };
     try {
       parsed = JSON.parse(payload ?? "");
     } catch {
       return;
     }
     if (typeof parsed.s !== "string") return;
-    if (parsed.d) this.emit({ sessionId: parsed.s, deleted: true });
+    if (parsed.d) this.emit({ sessionId: parsed.s, deleted: true, incarnation: typeof parsed.i === "string" ? parsed.i : undefined });
     else if (typeof parsed.h === "number") this.emit({ sessionId: parsed.s, headSeq: parsed.h });
   }
 

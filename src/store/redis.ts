@@ -7,7 +7,7 @@
  * hex-encoded in key names so that no id, whatever bytes it holds, can
  * collide with another or act as a pattern):
  *
- *   s:<hex id>           hash: app, user, meta, created, updated, head, first
+ *   s:<hex id>           hash: app, user, meta, created, updated, head, first, inc (incarnation)
  *   s:<hex id>:ev        hash: seq -> encoded event (seqs first..head, consecutive)
  *   s:<hex id>:id        hash: event id -> "seq:fingerprint" (idempotency)
  *   updated              zset: session id by updatedAt (eviction, cleanup)
@@ -15,7 +15,7 @@
  *                        zsets, score 0: session ids in byte (= code-point) order
  *   recent               zset: "<hex id>!<seq>" by event timestamp, capped
  *   stats                hash: sessions, events (kept by the scripts: O(1) stats)
- *   notices              pub/sub channel: {"s": id, "h": head} or {"s": id, "d": 1}
+ *   notices              pub/sub channel: {"s": id, "h": head, "i": incarnation} or {"s": id, "d": 1, "i": incarnation}
  *
  * Outages: the command connection has no offline queue and a command timeout,
  * so calls fail UNAVAILABLE quickly instead of hanging. Commands in flight
@@ -30,7 +30,7 @@ import { Redis, type RedisOptions } from "ioredis";
 import { LRUCache } from "lru-cache";
 import { MemoryError, seqConflict, sessionNotFound } from "../errors.js";
 import { eventFingerprint } from "./fingerprint.js";
-import { checkCursor, duplicateEventId, sessionExists } from "./rules.js";
+import { checkCursor, duplicateEventId, newIncarnation, sessionExists } from "./rules.js";
 import type {
   AppendResult,
   EventPage,
@@ -204,17 +204,19 @@ export class RedisStore implements MemoryStore {
   }
 
   async createSession(input: NewSession): Promise<SessionRecord> {
-    const reply = await this.create(input, "create");
+    const incarnation = newIncarnation();
+    const reply = await this.create(input, incarnation, "create");
     if (reply[0] === "EXISTS") throw sessionExists(input.sessionId);
     await this.evictAfterCreate(reply[1] as number);
-    return this.newRecord(input);
+    return this.newRecord(input, incarnation);
   }
 
   async getOrCreateSession(input: NewSession): Promise<{ session: SessionRecord; created: boolean }> {
-    const reply = await this.create(input, "get");
+    const incarnation = newIncarnation();
+    const reply = await this.create(input, incarnation, "get");
     if (reply[0] === "FOUND") return { session: this.toRecord(input.sessionId, reply[1] as string[])!, created: false };
     await this.evictAfterCreate(reply[1] as number);
-    return { session: this.newRecord(input), created: true };
+    return { session: this.newRecord(input, incarnation), created: true };
   }
 
   async getSession(sessionId: string): Promise<SessionRecord | undefined> {
@@ -300,7 +302,7 @@ export class RedisStore implements MemoryStore {
       checkCursor(cursor ?? page.firstSeq - 1, page.firstSeq, page.headSeq);
       events.push(...page.events);
       if (events.length >= query.limit || page.lastSeq >= page.headSeq) {
-        return { events, headSeq: page.headSeq, firstSeq: page.firstSeq };
+        return { events, headSeq: page.headSeq, firstSeq: page.firstSeq, incarnation: page.incarnation };
       }
       cursor = page.lastSeq;
     }
@@ -310,10 +312,10 @@ export class RedisStore implements MemoryStore {
     const types = eventTypes ?? [];
     const events: StoredEvent[] = [];
     let before: number | undefined;
-    let bounds = { headSeq: 0, firstSeq: 1 };
+    let bounds = { headSeq: 0, firstSeq: 1, incarnation: "" };
     for (;;) {
       const page = await this.readRun(sessionId, "desc", before, limit - events.length, types);
-      if (before === undefined) bounds = { headSeq: page.headSeq, firstSeq: page.firstSeq };
+      if (before === undefined) bounds = { headSeq: page.headSeq, firstSeq: page.firstSeq, incarnation: page.incarnation };
       events.push(...page.events);
       // Older events trimmed meanwhile were evicted anyway: the tail just ends there.
       if (events.length >= limit || page.lastSeq <= page.firstSeq || (before !== undefined && page.lastSeq >= before)) break;
@@ -438,26 +440,27 @@ export class RedisStore implements MemoryStore {
    */
   private parseNotice(message: Buffer): SessionNotice | undefined {
     const newline = message.indexOf(0x0a);
-    let header: { s: string; h?: number; d?: number; k?: number };
+    let header: { s: string; h?: number; d?: number; k?: number; i?: string };
     try {
       header = JSON.parse(message.toString("utf8", 0, newline < 0 ? message.length : newline));
     } catch {
       return undefined;
     }
-    if (header.d) return { sessionId: header.s, deleted: true };
+    const incarnation = typeof header.i === "string" ? header.i : undefined;
+    if (header.d) return { sessionId: header.s, deleted: true, incarnation };
     // The events are decoded (and cached) only for a session someone here listens to.
     if (!this.listeners.has(header.s)) return undefined;
-    if (!header.k || newline < 0 || header.h === undefined) return { sessionId: header.s, headSeq: header.h };
+    if (!header.k || newline < 0 || header.h === undefined || incarnation === undefined) return { sessionId: header.s, headSeq: header.h, incarnation };
     const events: StoredEvent[] = [];
     let pos = newline + 1;
     for (let seq = header.h - header.k + 1; seq <= header.h; seq++) {
       const colon = message.indexOf(0x3a, pos);
       const length = Number(message.toString("latin1", pos, colon));
-      if (colon < 0 || !Number.isSafeInteger(length) || colon + 1 + length > message.length) return { sessionId: header.s, headSeq: header.h };
+      if (colon < 0 || !Number.isSafeInteger(length) || colon + 1 + length > message.length) return { sessionId: header.s, headSeq: header.h, incarnation };
       events.push(this.decodeRecent(header.s, seq, message.toString("utf8", colon + 1, colon + 1 + length)));
       pos = colon + 1 + length;
     }
-    return { sessionId: header.s, headSeq: header.h, events };
+    return { sessionId: header.s, headSeq: header.h, incarnation, events };
   }
 
   /**
@@ -471,12 +474,13 @@ export class RedisStore implements MemoryStore {
     if (ids.length === 0) return;
     try {
       const pipeline = this.redis.pipeline();
-      for (const id of ids) pipeline.hget(this.sessionKey(id), "head");
+      for (const id of ids) pipeline.hmget(this.sessionKey(id), "head", "inc");
       const results = (await pipeline.exec()) ?? [];
       for (const [i, id] of ids.entries()) {
-        const [err, head] = results[i] ?? [new Error("no reply")];
+        const [err, fields] = results[i] ?? [new Error("no reply")];
         if (err) continue;
-        this.notify(head === null ? { sessionId: id, deleted: true } : { sessionId: id, headSeq: Number(head) });
+        const [head, incarnation] = fields as [string | null, string | null];
+        this.notify(head === null ? { sessionId: id, deleted: true } : { sessionId: id, headSeq: Number(head), incarnation: incarnation ?? "" });
       }
     } catch {
       // The heartbeat re-reads of the streams catch up instead.
@@ -495,7 +499,7 @@ export class RedisStore implements MemoryStore {
     }
   }
 
-  private async create(input: NewSession, mode: "create" | "get"): Promise<Reply> {
+  private async create(input: NewSession, incarnation: string, mode: "create" | "get"): Promise<Reply> {
     const { sessionId, appName, userId } = input;
     return this.call(() =>
       this.scripts.create(
@@ -509,6 +513,7 @@ export class RedisStore implements MemoryStore {
         JSON.stringify(input.metadata),
         input.now,
         mode,
+        incarnation,
       ),
     );
   }
@@ -569,8 +574,8 @@ export class RedisStore implements MemoryStore {
     );
     if (reply[0] === "NOT_FOUND") throw sessionNotFound(sessionId);
     const events: StoredEvent[] = [];
-    for (let i = 4; i < reply.length; i += 2) events.push(this.decodeRecent(sessionId, reply[i] as number, reply[i + 1] as string));
-    return { headSeq: reply[1] as number, firstSeq: reply[2] as number, lastSeq: reply[3] as number, events };
+    for (let i = 5; i < reply.length; i += 2) events.push(this.decodeRecent(sessionId, reply[i] as number, reply[i + 1] as string));
+    return { headSeq: reply[1] as number, firstSeq: reply[2] as number, lastSeq: reply[3] as number, incarnation: reply[4] as string, events };
   }
 
   private decodeRecent(sessionId: string, seq: number, encoded: string): StoredEvent {
@@ -589,7 +594,7 @@ export class RedisStore implements MemoryStore {
     }
   }
 
-  private newRecord(input: NewSession): SessionRecord {
+  private newRecord(input: NewSession, incarnation: string): SessionRecord {
     return {
       sessionId: input.sessionId,
       appName: input.appName,
@@ -599,6 +604,7 @@ export class RedisStore implements MemoryStore {
       updatedAt: input.now,
       headSeq: 0,
       firstSeq: 1,
+      incarnation,
     };
   }
 
@@ -616,6 +622,7 @@ export class RedisStore implements MemoryStore {
       updatedAt: Number(f.updated),
       headSeq: Number(f.head),
       firstSeq: Number(f.first),
+      incarnation: f.inc ?? "",
     };
   }
 

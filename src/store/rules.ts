@@ -2,6 +2,7 @@
  * Semantics every store driver shares, written once so that local, Redis and
  * PostgreSQL answer the same codes and messages.
  */
+import { randomBytes } from "node:crypto";
 import { cursorEvicted, MemoryError } from "../errors.js";
 import type { StoredEvent } from "./types.js";
 
@@ -36,4 +37,13 @@ export function sessionExists(sessionId: string): MemoryError {
 export function isEmptyObject(object: object): boolean {
   for (const _key in object) return false;
   return true;
+}
+
+/**
+ * A new session's incarnation: 96 random bits, so that a session created
+ * again under a deleted one's id (on any replica, at any time) never matches
+ * it, without a counter shared by every replica.
+ */
+export function newIncarnation(): string {
+  return randomBytes(12).toString("base64url");
 }

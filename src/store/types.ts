@@ -22,6 +22,15 @@ export interface SessionRecord {
   headSeq: number;
   /** Seq of the oldest retained event; headSeq + 1 when none is retained. */
   firstSeq: number;
+  /**
+   * Which session of this id it is: a value the store assigns at creation
+   * that a session deleted and created again under the same id never shares
+   * with its predecessor. A live stream belongs to one incarnation, so it can
+   * tell "my session moved on" from "another session took my id" even when
+   * every notice of the deletion was lost. "" for sessions stored before
+   * incarnations existed.
+   */
+  incarnation: string;
 }
 
 /** An event as a client submits it, validated and with ids and time filled in. */
@@ -81,11 +90,13 @@ export interface EventQuery {
   limit: number;
 }
 
-/** What a range read returns, with the session's bounds at read time. */
+/** What a range read returns, with the session's bounds and incarnation at read time. */
 export interface EventPage {
   events: StoredEvent[];
   headSeq: number;
   firstSeq: number;
+  /** The incarnation of the session the events were read from (SessionRecord.incarnation). */
+  incarnation: string;
 }
 
 /** Result of an append: the stored events, or the originals of a retry. */
@@ -108,6 +119,12 @@ export interface SessionNotice {
   headSeq?: number;
   /** The session was deleted (or evicted, or cleaned up). */
   deleted?: boolean;
+  /**
+   * The incarnation the change happened to, when the driver knows it. A
+   * notice carrying `events` must carry it: readers deliver those events only
+   * to streams of that incarnation.
+   */
+  incarnation?: string;
   /**
    * The events the change appended, when the driver can include them: in
    * seq order, contiguous, the last one at headSeq. Readers may deliver them

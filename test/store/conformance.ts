@@ -416,6 +416,38 @@ export function describeStoreConformance(name: string, factory: StoreFactory, ca
       });
     });
 
+    describe("5b. incarnations", () => {
+      it("a session created again under a deleted one's id is another incarnation, in every read and notice", async () => {
+        const store = await fresh();
+        const first = await makeSession(store, "s1");
+        await store.appendEvents("s1", [newEvent("user_message", 1)]);
+        expect((await store.getSession("s1"))?.incarnation).toBe(first.incarnation);
+        expect((await store.readEvents("s1", { limit: 10 })).incarnation).toBe(first.incarnation);
+        expect((await store.readTail("s1", 10)).incarnation).toBe(first.incarnation);
+        const notices: SessionNotice[] = [];
+        const unsubscribe = store.subscribe("s1", (n) => notices.push(n));
+        try {
+          await sleep(capabilities.shared ? 200 : 0);
+          await store.deleteSession("s1");
+          const second = (await store.getOrCreateSession({ sessionId: "s1", appName: "other-app", userId: "other-user", metadata: {}, now: Date.now() })).session;
+          expect(second.incarnation).not.toBe(first.incarnation);
+          expect(second.incarnation).not.toBe("");
+          await store.appendEvents("s1", [newEvent("user_message", 2)]);
+          expect((await store.getSession("s1"))?.incarnation).toBe(second.incarnation);
+          expect((await store.readEvents("s1", { limit: 10 })).incarnation).toBe(second.incarnation);
+          expect((await store.getOrCreateSession({ sessionId: "s1", appName: "x", userId: "y", metadata: {}, now: Date.now() })).session.incarnation).toBe(second.incarnation);
+          await waitFor(() => notices.some((n) => n.headSeq === 1 && !n.deleted && n.incarnation !== first.incarnation));
+          // A notice that names an incarnation names the right one: the deletion the first's, the append the second's.
+          for (const n of notices.filter((x) => x.deleted && x.incarnation !== undefined)) expect(n.incarnation).toBe(first.incarnation);
+          for (const n of notices.filter((x) => !x.deleted && x.incarnation !== undefined)) expect(n.incarnation).toBe(second.incarnation);
+          // Events carried by a notice are only trusted with their incarnation (StreamHub).
+          for (const n of notices.filter((x) => x.events !== undefined)) expect(n.incarnation).toBe(second.incarnation);
+        } finally {
+          unsubscribe();
+        }
+      });
+    });
+
     describe("6. tenancy and hostile ids", () => {
       it("keeps (app a, user b:c) and (app a:b, user c) apart", async () => {
         const store = await fresh();

@@ -2,12 +2,14 @@
  * A loopback TCP proxy for fault tests: forwards 127.0.0.1:<port> to a
  * target, and on command adds latency, blackholes traffic (connections stay
  * open, bytes go nowhere: only timeouts can notice), or resets every
- * connection. New connections during a blackhole are accepted and held.
+ * connection. New connections during a blackhole are accepted and held;
+ * "refuse" lets the open ones pass but closes new ones at once (a client
+ * reconnecting meanwhile fails fast and retries).
  */
 import net from "node:net";
 
 /** What the proxy does with traffic. */
-export type ChaosMode = { kind: "pass" } | { kind: "latency"; ms: number } | { kind: "blackhole" };
+export type ChaosMode = { kind: "pass" } | { kind: "latency"; ms: number } | { kind: "blackhole" } | { kind: "refuse" };
 
 /** A running proxy. */
 export interface ChaosProxy {
@@ -38,6 +40,10 @@ export async function startChaosProxy(targetPort: number, targetHost = "127.0.0.
   };
 
   const server = net.createServer((client) => {
+    if (mode.kind === "refuse") {
+      client.resetAndDestroy();
+      return;
+    }
     const upstream = net.connect(targetPort, targetHost);
     const pair = { client, upstream };
     pairs.add(pair);

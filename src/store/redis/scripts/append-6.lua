@@ -25,8 +25,8 @@
   Replies {"NOT_FOUND"} | {"DUPLICATE", event id} | {"CONFLICT", head}
         | {"OK", replayed 0/1, head, first, then per event: seq, stored encoding or ""}
 
-  The notice is '{"s":<session id>,"h":<head>}', or, when the retained new
-  events fit in the notice limit, '{"s":...,"h":...,"k":<count>}' followed by
+  The notice is '{"s":<session id>,"h":<head>,"i":<incarnation>}', or, when the retained new
+  events fit in the notice limit, '{"s":...,"h":...,"i":...,"k":<count>}' followed by
   a newline and each event's encoding, length-prefixed ("<bytes>:<encoding>"),
   in seq order ending at head: replicas then deliver them without reading
   them back.
@@ -41,7 +41,7 @@ local function member(seq)
   return ARGV[7] .. string.format("%016d", seq)
 end
 
-local session = redis.call("HMGET", KEYS[1], "head", "first")
+local session = redis.call("HMGET", KEYS[1], "head", "first", "inc")
 if not session[1] then
   return {"NOT_FOUND"}
 end
@@ -127,7 +127,8 @@ end
 
 -- The new events still retained (a batch longer than the cap keeps only its newest).
 local kept = math.min(#appended, head - first + 1)
-local notice = '{"s":' .. ARGV[2] .. ',"h":' .. string.format("%d", head)
+-- The incarnation is base64url (or "" for sessions stored before incarnations): no JSON escaping needed.
+local notice = '{"s":' .. ARGV[2] .. ',"h":' .. string.format("%d", head) .. ',"i":"' .. (session[3] or "") .. '"'
 local parts, size = {}, #notice
 for i = #appended - kept + 1, #appended do
   local encoded = appended[i]

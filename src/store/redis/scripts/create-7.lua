@@ -10,6 +10,7 @@
   ARGV[1] session id   ARGV[2] app name   ARGV[3] user id
   ARGV[4] metadata (JSON)   ARGV[5] now (epoch ms)
   ARGV[6] "create" (ALREADY_EXISTS when taken) or "get" (return the existing one)
+  ARGV[7] the new session's incarnation (base64url)
 
   Replies {"EXISTS"} | {"FOUND", <HGETALL of the session>} | {"CREATED", <total sessions>}
 ]]
@@ -22,7 +23,7 @@ end
 
 redis.call("HSET", KEYS[1],
   "app", ARGV[2], "user", ARGV[3], "meta", ARGV[4],
-  "created", ARGV[5], "updated", ARGV[5], "head", 0, "first", 1)
+  "created", ARGV[5], "updated", ARGV[5], "head", 0, "first", 1, "inc", ARGV[7])
 redis.call("ZADD", KEYS[2], ARGV[5], ARGV[1])
 for i = 4, 7 do
   redis.call("ZADD", KEYS[i], 0, ARGV[1])

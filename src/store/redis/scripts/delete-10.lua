@@ -19,8 +19,9 @@
   ARGV[8] delete only when more than this many sessions exist ("" for always)
 
   Replies {"DELETED"} | {"GONE"} | {"MOVED"} | {"KEPT"}
+  The notice is '{"s":<session id>,"d":1,"i":<incarnation>}'.
 ]]
-local s = redis.call("HMGET", KEYS[1], "app", "user", "updated", "head", "first")
+local s = redis.call("HMGET", KEYS[1], "app", "user", "updated", "head", "first", "inc")
 if not s[1] then
   return {"GONE"}
 end
@@ -55,5 +56,6 @@ end
 redis.call("HINCRBY", KEYS[5], "sessions", -1)
 -- first - head - 1, not -(head - first + 1): Lua would send "-0", which HINCRBY refuses.
 redis.call("HINCRBY", KEYS[5], "events", first - head - 1)
-redis.call("PUBLISH", ARGV[5], '{"s":' .. ARGV[4] .. ',"d":1}')
+-- The incarnation is base64url (or "" for sessions stored before incarnations): no JSON escaping needed.
+redis.call("PUBLISH", ARGV[5], '{"s":' .. ARGV[4] .. ',"d":1,"i":"' .. (s[6] or "") .. '"}')
 return {"DELETED"}

@@ -12,15 +12,16 @@
   ARGV[5] number of event types to keep (0 = all), then the types
 
   Replies {"NOT_FOUND"}
-        | {"OK", head, first, last seq looked at, then seq, encoded event ...}
+        | {"OK", head, first, last seq looked at, incarnation, then seq, encoded event ...}
   An asc cursor outside [first - 1, head] returns no events: the caller
   applies the shared cursor rule to the bounds.
 ]]
-local s = redis.call("HMGET", KEYS[1], "head", "first")
+local s = redis.call("HMGET", KEYS[1], "head", "first", "inc")
 if not s[1] then
   return {"NOT_FOUND"}
 end
 local head, first = tonumber(s[1]), tonumber(s[2])
+local incarnation = s[3] or ""
 local limit, budget = tonumber(ARGV[3]), tonumber(ARGV[4])
 
 local types = nil
@@ -39,7 +40,7 @@ if ARGV[1] == "asc" then
     after = tonumber(ARGV[2])
   end
   if after < first - 1 or after > head then
-    return {"OK", head, first, after}
+    return {"OK", head, first, after, incarnation}
   end
   from, to, step = after + 1, math.min(head, after + budget), 1
 else
@@ -50,7 +51,7 @@ else
   from, to, step = before - 1, math.max(first, before - budget), -1
 end
 
-local reply = {"OK", head, first, from - step}
+local reply = {"OK", head, first, from - step, incarnation}
 if (step == 1 and from > to) or (step == -1 and from < to) then
   return reply
 end
