@@ -45,6 +45,7 @@ beforeAll(async () => {
   await makeKey("limited", { role: "read", apps: [APP_A], rateLimit: 3 });
   await makeKey("revoked", { role: "write", apps: [APP_A] });
   await makeKey("streamer", { role: "read", apps: [APP_A] });
+  await makeKey("revokedWhileStreaming", { role: "read", apps: [APP_A] });
   server = await startTestServer({ config: { auth: true, authKeysFile: keyFile.path, authCacheMs: 0, maxStreamsPerKey: 2 } });
 });
 
@@ -237,6 +238,44 @@ describe("key lifecycle and quotas", () => {
       expect(err.rawMessage).toBe("authorization: this API key was revoked");
     } finally {
       client.close();
+    }
+  });
+
+  it("a live stream whose key is revoked ends UNAUTHENTICATED, on both protocols", async () => {
+    const owner = grpcJsClient(server.address, { headers: bearer("a") });
+    const streamers = [grpcJsClient(server.address, { headers: bearer("revokedWhileStreaming") }), connectClient(server.baseUrl, { headers: bearer("revokedWhileStreaming") })];
+    const sessionId = `auth-revoked-stream-${run}`;
+    try {
+      await owner.createSession({ appName: APP_A, userId: "u", sessionId });
+      await owner.addEvent({ sessionId, event: { eventId: "before", eventType: "user_message" } });
+      const streams = streamers.map((client) => {
+        const delivered: string[] = [];
+        let caughtUp!: () => void;
+        const ready = new Promise<void>((resolve) => (caughtUp = resolve));
+        const ended = (async () => {
+          try {
+            for await (const frame of client.streamSessionEvents({ sessionId }, { signal: AbortSignal.timeout(10_000) })) {
+              if (frame.frame.case === "event") delivered.push(frame.frame.value.eventId);
+              if (frame.frame.case === "caughtUp") caughtUp();
+            }
+            return undefined;
+          } catch (err) {
+            return ConnectError.from(err);
+          }
+        })();
+        return { delivered, ready, ended };
+      });
+      await Promise.all(streams.map((s) => s.ready));
+      await keyFile.revoke(ids.revokedWhileStreaming);
+      for (const stream of streams) {
+        const err = await stream.ended;
+        expect(err?.code).toBe(Code.Unauthenticated);
+        expect(err?.rawMessage).toBe("authorization: this API key was revoked");
+      }
+      for (const stream of streams) expect(stream.delivered).toEqual(["before"]);
+    } finally {
+      owner.close();
+      for (const client of streamers) client.close();
     }
   });
 
