@@ -162,6 +162,16 @@ describe("connection deadlines", () => {
     session.destroy();
     await legitimateCalls(server);
   });
+});
+
+describe("an HTTP/2 rapid-reset flood", () => {
+  let server: TestServer;
+
+  beforeAll(async () => {
+    // A long idle timeout, so that only the pings can find the sessions nghttp2 shut.
+    server = await startTestServer({ config: { pingIntervalMs: 300, idleTimeoutMs: 600_000 } });
+  });
+  afterAll(() => server.stop());
 
   it("releases the sockets of an HTTP/2 rapid-reset flood once the flooding client is gone", async () => {
     const baseline = serverConnections(server.port);
