@@ -54,6 +54,20 @@ export interface Config {
   maxConnectionAgeMs: number;
   /** Serve the memory inspector (web page) at /. */
   inspector: boolean;
+  /** A new connection must show its protocol (or finish its TLS handshake) within this; 0: no limit. */
+  firstBytesTimeoutMs: number;
+  /** HTTP/1.1: a request's headers must arrive in full within this; 0: no limit. */
+  headersTimeoutMs: number;
+  /** HTTP/1.1: a request (headers and body) must arrive in full within this; responses are not limited; 0: no limit. */
+  requestTimeoutMs: number;
+  /** An HTTP/1.1 keep-alive connection between requests, or an HTTP/2 connection without streams, is closed after this; 0: never. */
+  idleTimeoutMs: number;
+  /** HTTP/2 connections are pinged this often; one whose answer is late is closed. */
+  pingIntervalMs: number;
+  /** Open connections per replica; unset: derived from the open-file limit; 0: unlimited. */
+  maxConnections?: number;
+  /** Open connections per remote address per replica; 0: unlimited. */
+  maxConnectionsPerAddress: number;
 }
 
 /** A configuration mistake, reported to the operator as is. */
@@ -101,6 +115,13 @@ export const SETTINGS: Setting[] = [
   { env: "MEMORY_TLS_CLIENT_CA", flag: "tls-client-ca", key: "tlsClientCa", kind: "string", doc: "PEM CA file: require client certificates it signed (mTLS)." },
   { env: "MEMORY_MAX_CONNECTION_AGE_MS", flag: "max-connection-age-ms", key: "maxConnectionAgeMs", kind: "int", default: "0", min: 0, doc: "gRPC connections older than this get GOAWAY (streams resume elsewhere); 0: never." },
   { env: "MEMORY_INSPECTOR", flag: "inspector", key: "inspector", kind: "bool", default: "true", doc: "Serve the memory inspector (web page) at /; false disables it." },
+  { env: "MEMORY_FIRST_BYTES_TIMEOUT_MS", flag: "first-bytes-timeout-ms", key: "firstBytesTimeoutMs", kind: "int", default: "10000", min: 0, doc: "A new connection must send enough bytes to tell HTTP/2 from HTTP/1.1 (with TLS: finish its handshake) within this, or it is closed; 0: no limit." },
+  { env: "MEMORY_HEADERS_TIMEOUT_MS", flag: "headers-timeout-ms", key: "headersTimeoutMs", kind: "int", default: "15000", min: 0, doc: "HTTP/1.1: a request's headers must arrive in full within this (408, then closed); 0: no limit." },
+  { env: "MEMORY_REQUEST_TIMEOUT_MS", flag: "request-timeout-ms", key: "requestTimeoutMs", kind: "int", default: "60000", min: 0, doc: "HTTP/1.1: a request's headers and body must arrive in full within this (408, then closed); responses and streams are not limited; 0: no limit." },
+  { env: "MEMORY_IDLE_TIMEOUT_MS", flag: "idle-timeout-ms", key: "idleTimeoutMs", kind: "int", default: "300000", min: 0, doc: "An HTTP/1.1 keep-alive connection between requests, or an HTTP/2 connection with no open stream, is closed after this; 0: never." },
+  { env: "MEMORY_PING_INTERVAL_MS", flag: "ping-interval-ms", key: "pingIntervalMs", kind: "int", default: "10000", min: 10, doc: "HTTP/2 connections are pinged this often; one that has not answered within the interval (at most 10 s) is closed, which also frees connections whose HTTP/2 session was shut by the rapid-reset guard." },
+  { env: "MEMORY_MAX_CONNECTIONS", flag: "max-connections", key: "maxConnections", kind: "int", min: 0, doc: "Open connections per replica; past it the oldest connection that has not yet sent a request is closed, else the new one. Default: 90% of the open-file limit less 64; 0: unlimited." },
+  { env: "MEMORY_MAX_CONNECTIONS_PER_ADDRESS", flag: "max-connections-per-address", key: "maxConnectionsPerAddress", kind: "int", default: "256", min: 0, doc: "Open connections per remote address per replica, handled as MEMORY_MAX_CONNECTIONS; 0: unlimited." },
 ];
 
 const MEMORY_TYPES: readonly string[] = ["local", "redis", "postgres"];
@@ -157,6 +178,9 @@ export function loadConfig(argv: string[] = process.argv.slice(2), env: NodeJS.P
   }
   if (result.tlsClientCa && !result.tlsCert) {
     throw new ConfigError("MEMORY_TLS_CLIENT_CA needs MEMORY_TLS_CERT and MEMORY_TLS_KEY (mutual TLS runs over TLS)");
+  }
+  if (result.headersTimeoutMs > 0 && result.requestTimeoutMs > 0 && result.headersTimeoutMs > result.requestTimeoutMs) {
+    throw new ConfigError(`MEMORY_HEADERS_TIMEOUT_MS (${result.headersTimeoutMs}) must not exceed MEMORY_REQUEST_TIMEOUT_MS (${result.requestTimeoutMs}): headers are part of the request`);
   }
   return result;
 }

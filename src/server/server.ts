@@ -18,6 +18,7 @@ import { Metrics } from "../service/metrics.js";
 import { Quotas } from "../service/quotas.js";
 import { connectMemoryRoutes } from "./connect-adapter.js";
 import { createConnectHandler } from "./connect-handler.js";
+import { ConnectionGate, enforceHttp1Deadlines, grpcConnectionOptions, http1ServerOptions, resolveMaxConnections, sniffProtocol, type ConnectionSettings } from "./connection-limits.js";
 import { grpcMemoryService } from "./grpc-adapter.js";
 import { HealthMonitor } from "./health.js";
 import { addReflection } from "./reflection.js";
@@ -42,6 +43,7 @@ export type SecurityOptions = Partial<
     | "auth" | "authKeysFile" | "authCacheMs" | "rateLimit" | "maxStreams" | "maxStreamsPerKey" | "metrics"
     | "tlsCert" | "tlsKey" | "tlsClientCa" | "maxConnectionAgeMs"
     | "memoryEnabled" | "memoryType" | "redisUrl" | "postgresUrl" | "keyPrefix"
+    | keyof ConnectionSettings
   >
 >;
 
@@ -78,9 +80,7 @@ export async function startServer(
   const grpcServer = new grpc.Server({
     "grpc.max_receive_message_length": options.maxMessageBytes,
     "grpc.max_send_message_length": options.maxMessageBytes,
-    "grpc.keepalive_time_ms": 60_000,
-    "grpc.keepalive_timeout_ms": 20_000,
-    "grpc.keepalive_permit_without_calls": 1,
+    ...grpcConnectionOptions(security),
     // Channelz (per-call trackers, closures and timestamps) serves only the channelz
     // service, which is not registered: off, it leaves ~5 µs of every call's CPU.
     "grpc.enable_channelz": 0,
@@ -107,7 +107,7 @@ export async function startServer(
       res.end(JSON.stringify({ error: "not found", code: "not_found" }));
     },
   });
-  const httpServer = http.createServer({ keepAliveTimeout: 65_000 }, (req, res) => {
+  const httpServer = http.createServer(http1ServerOptions(security), (req, res) => {
     // `curl -d '{...}'` sends a form content type; on RPC paths treat it as Connect JSON.
     const type = req.headers["content-type"];
     if (req.method === "POST" && req.url?.startsWith(RPC_PATH_PREFIX) && (!type || type.startsWith("application/x-www-form-urlencoded"))) {
@@ -133,6 +133,9 @@ export async function startServer(
     );
   });
 
+  enforceHttp1Deadlines(httpServer);
+
+  const gate = new ConnectionGate(resolveMaxConnections(security.maxConnections), security.maxConnectionsPerAddress, metrics, log);
   const sockets = new Set<net.Socket>();
   const track = (socket: net.Socket) => {
     sockets.add(socket);
@@ -147,16 +150,21 @@ export async function startServer(
           key: readFileSync(options.tlsKey!),
           ALPNProtocols: ["h2", "http/1.1"],
           ...(options.tlsClientCa ? { ca: readFileSync(options.tlsClientCa), requestCert: true, rejectUnauthorized: true } : {}),
+          // The TLS handshake is this transport's first bytes (0 here means Node's own 120 s).
+          ...(security.firstBytesTimeoutMs > 0 ? { handshakeTimeout: security.firstBytesTimeoutMs } : {}),
         },
         (socket) => {
           track(socket);
+          gate.proven(socket);
           if (socket.alpnProtocol === "h2") injector.injectConnection(socket);
           else httpServer.emit("connection", socket);
         },
       )
     : net.createServer((socket) => {
+        if (socket.destroyed) return; // refused by the gate
         track(socket);
-        routeConnection(socket, (isHttp2) => {
+        sniffProtocol(socket, security.firstBytesTimeoutMs, (isHttp2) => {
+          gate.proven(socket);
           if (isHttp2) {
             // node:http2 drains bytes already buffered on the socket itself.
             injector.injectConnection(socket);
@@ -165,14 +173,18 @@ export async function startServer(
             // node:http reads the handle directly; the put-back bytes flow once resumed.
             socket.resume();
           }
-        });
+        }, () => gate.rejected("first_bytes_timeout"));
       });
+  // Before any other listener: a connection over a cap is closed before it is read or wrapped in TLS.
+  listener.prependListener("connection", (socket: net.Socket) => void gate.admit(socket));
   // A failed TLS handshake (wrong or missing client certificate, plain HTTP on a TLS port) only ends that connection.
   listener.on("tlsClientError", (_err: Error, socket: tls.TLSSocket) => socket.destroy());
   await new Promise<void>((resolve, reject) => {
     listener.once("error", reject);
     listener.listen(options.port, options.host, () => resolve());
   });
+  // Past listening, an accept that fails (EMFILE: out of descriptors) costs that one connection, not the process.
+  listener.on("error", () => gate.rejected("accept_failed"));
   const port = (listener.address() as net.AddressInfo).port;
   health.start();
 
@@ -203,24 +215,8 @@ export async function startServer(
         injector.destroy();
         httpServer.closeAllConnections();
         for (const socket of sockets) socket.destroy();
+        gate.close();
         await Promise.allSettled([authenticator?.close(), quotas.close()]);
       })()),
   };
-}
-
-/** Reads just enough of a new connection to tell HTTP/2 from HTTP/1.x, then puts the bytes back. */
-function routeConnection(socket: net.Socket, route: (isHttp2: boolean) => void): void {
-  const preface = Buffer.from("PRI * HTTP/2.0");
-  let seen = Buffer.alloc(0);
-  const onData = (chunk: Buffer) => {
-    seen = Buffer.concat([seen, chunk]);
-    const n = Math.min(seen.length, preface.length);
-    const matches = seen.subarray(0, n).equals(preface.subarray(0, n));
-    if (matches && n < preface.length) return; // need more bytes to decide
-    socket.off("data", onData);
-    socket.pause();
-    socket.unshift(seen);
-    route(matches);
-  };
-  socket.on("data", onData);
 }

@@ -1,7 +1,8 @@
 /**
  * Prometheus metrics (prom-client), one registry per server: RPCs by method,
  * code and protocol with latency, live streams, store operation latency and
- * errors, auth failures and rate-limit refusals, the store's totals, and
+ * errors, auth failures and rate-limit refusals, open and rejected
+ * connections, the store's totals, and
  * the process defaults (CPU, memory, event-loop lag). Labels carry no
  * tenant data: method names, codes and protocols only.
  */
@@ -134,6 +135,8 @@ export class Metrics {
   readonly storeErrors = new Counter({ name: "engram_store_errors_total", help: "Store operations that failed, by error code.", labelNames: ["operation", "backend", "code"], registers: [this.registry] });
   readonly authFailures = new Counter({ name: "engram_auth_failures_total", help: "Calls refused for a missing, unknown or revoked API key.", registers: [this.registry] });
   readonly rateLimited = new Counter({ name: "engram_rate_limited_total", help: "Calls refused by a rate or stream limit.", registers: [this.registry] });
+  readonly connectionsOpen = new Gauge({ name: "engram_connections_open", help: "TCP connections open on this replica's port.", registers: [this.registry] });
+  readonly connectionsRejected = new Counter({ name: "engram_connections_rejected_total", help: "Connections closed by a connection cap (max_connections, max_connections_per_address) or the first-bytes deadline (first_bytes_timeout), or lost to a failed accept (accept_failed).", labelNames: ["reason"], registers: [this.registry] });
   readonly sessionsRemoved = new Counter({ name: "engram_sessions_removed_total", help: "Sessions removed through this replica, by DeleteSession (reason=delete) or Cleanup (reason=cleanup).", labelNames: ["reason"], registers: [this.registry] });
 
   constructor(store: MemoryStore) {

@@ -7,8 +7,10 @@ import * as grpc from "@grpc/grpc-js";
 import * as protoLoader from "@grpc/proto-loader";
 import { Code } from "@connectrpc/connect";
 import { describe, expect, it } from "vitest";
-import { ConfigError, loadConfig } from "../../src/config.js";
-import { spawnServer } from "../support/engram.js";
+import { readFileSync } from "node:fs";
+import path from "node:path";
+import { ConfigError, loadConfig, SETTINGS } from "../../src/config.js";
+import { REPO_ROOT, spawnServer } from "../support/engram.js";
 import { connectClient, errorOf, grpcJsClient } from "../support/clients.js";
 import { collect, seqsOf, sid } from "./suite.js";
 
@@ -75,9 +77,20 @@ describe("configuration", () => {
     [{ MEMORY_ENABLED: "maybe" }, /MEMORY_ENABLED: expected true or false/],
     [{ MEMORY_MAX_SESSIONS: "0" }, /MEMORY_MAX_SESSIONS: must be at least 1/],
     [{ MEMORY_KEY_PREFIX: "bad-prefix" }, /MEMORY_KEY_PREFIX/],
+    [{ MEMORY_HEADERS_TIMEOUT_MS: "20000", MEMORY_REQUEST_TIMEOUT_MS: "10000" }, /MEMORY_HEADERS_TIMEOUT_MS \(20000\) must not exceed MEMORY_REQUEST_TIMEOUT_MS/],
   ])("refuses %o", (env, message) => {
     expect(() => loadConfig([], env)).toThrow(ConfigError);
     expect(() => loadConfig([], env)).toThrow(message);
+  });
+
+  it("documents every setting in the README's configuration table, with its flag and default", () => {
+    const rows = readFileSync(path.join(REPO_ROOT, "README.md"), "utf8").split("\n").filter((line) => line.startsWith("| `"));
+    for (const setting of SETTINGS) {
+      const row = rows.find((line) => line.split("|")[1].includes(`\`${setting.env}\``));
+      expect(row, setting.env).toBeDefined();
+      expect(row, setting.env).toContain(`\`--${setting.flag}\``);
+      if (setting.default !== undefined) expect(row!.split("|")[3], setting.env).toContain(`\`${setting.default}\``);
+    }
   });
 
   it("refuses unknown flags", () => {

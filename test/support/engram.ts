@@ -68,9 +68,14 @@ export interface ServerProcess {
   kill(signal?: NodeJS.Signals): Promise<{ code: number | null; signal: NodeJS.Signals | null }>;
 }
 
-/** Spawns `tsx src/main.ts --port 0` and waits for its "listening" log line. */
-export async function spawnServer(env: Record<string, string> = {}, args: string[] = []): Promise<ServerProcess> {
-  const child = spawn(path.join(REPO_ROOT, "node_modules/.bin/tsx"), ["src/main.ts", "--host", "127.0.0.1", "--port", "0", ...args], {
+/**
+ * Spawns `tsx src/main.ts --port 0` and waits for its "listening" log line.
+ * `openFiles` runs it under `prlimit --nofile` (soft and hard), as `ulimit -n` would.
+ */
+export async function spawnServer(env: Record<string, string> = {}, args: string[] = [], opts: { openFiles?: number } = {}): Promise<ServerProcess> {
+  const command = [path.join(REPO_ROOT, "node_modules/.bin/tsx"), "src/main.ts", "--host", "127.0.0.1", "--port", "0", ...args];
+  if (opts.openFiles !== undefined) command.unshift("prlimit", `--nofile=${opts.openFiles}:${opts.openFiles}`);
+  const child = spawn(command[0], command.slice(1), {
     cwd: REPO_ROOT,
     env: { ...process.env, MEMORY_STREAM_HEARTBEAT_MS: "200", ...env },
     stdio: ["ignore", "pipe", "pipe"],
