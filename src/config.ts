@@ -54,6 +54,8 @@ export interface Config {
   maxConnectionAgeMs: number;
   /** Serve the memory inspector (web page) at /. */
   inspector: boolean;
+  /** Web origins (scheme://host[:port]) whose pages may call the API cross-site; ["*"]: any page (needs auth). */
+  corsOrigins: string[];
 }
 
 /** A configuration mistake, reported to the operator as is. */
@@ -65,7 +67,8 @@ interface Setting {
   env: string;
   flag: string;
   key: keyof Config;
-  kind: "string" | "int" | "bool";
+  /** "list": comma-separated, blanks around entries ignored. */
+  kind: "string" | "int" | "bool" | "list";
   default?: string;
   min?: number;
   doc: string;
@@ -101,6 +104,7 @@ export const SETTINGS: Setting[] = [
   { env: "MEMORY_TLS_CLIENT_CA", flag: "tls-client-ca", key: "tlsClientCa", kind: "string", doc: "PEM CA file: require client certificates it signed (mTLS)." },
   { env: "MEMORY_MAX_CONNECTION_AGE_MS", flag: "max-connection-age-ms", key: "maxConnectionAgeMs", kind: "int", default: "0", min: 0, doc: "gRPC connections older than this get GOAWAY (streams resume elsewhere); 0: never." },
   { env: "MEMORY_INSPECTOR", flag: "inspector", key: "inspector", kind: "bool", default: "true", doc: "Serve the memory inspector (web page) at /; false disables it." },
+  { env: "MEMORY_CORS_ORIGINS", flag: "cors-origins", key: "corsOrigins", kind: "list", doc: "Comma-separated web origins (e.g. http://localhost:3000) whose pages may call the API cross-site; * allows any page and needs MEMORY_AUTH=true." },
 ];
 
 const MEMORY_TYPES: readonly string[] = ["local", "redis", "postgres"];
@@ -135,11 +139,15 @@ export function loadConfig(argv: string[] = process.argv.slice(2), env: NodeJS.P
         throw new ConfigError(`${source}: expected true or false, got ${JSON.stringify(raw)}`);
       }
       config[s.key] = v === "true" || v === "1" || v === "yes";
+    } else if (s.kind === "list") {
+      config[s.key] = raw.split(",").map((entry) => entry.trim()).filter((entry) => entry !== "");
     } else {
       config[s.key] = raw;
     }
   }
   const result = config as unknown as Config;
+  result.corsOrigins ??= [];
+  checkCorsOrigins(result);
   if (!MEMORY_TYPES.includes(result.memoryType)) {
     throw new ConfigError(`MEMORY_TYPE: unknown memory type ${JSON.stringify(result.memoryType)}; expected one of ${MEMORY_TYPES.join(", ")}`);
   }
@@ -159,6 +167,35 @@ export function loadConfig(argv: string[] = process.argv.slice(2), env: NodeJS.P
     throw new ConfigError("MEMORY_TLS_CLIENT_CA needs MEMORY_TLS_CERT and MEMORY_TLS_KEY (mutual TLS runs over TLS)");
   }
   return result;
+}
+
+/**
+ * Each MEMORY_CORS_ORIGINS entry must be an origin exactly as a browser sends
+ * it in the Origin header (lower case, no default port, no path), since
+ * entries are matched as exact strings; "*" stands alone and only with auth,
+ * because without keys it would hand every web page the whole memory.
+ */
+function checkCorsOrigins(config: Config): void {
+  const origins = config.corsOrigins;
+  if (origins.includes("*")) {
+    if (origins.length > 1) throw new ConfigError("MEMORY_CORS_ORIGINS: * allows every origin and must be the only entry");
+    if (!config.auth) {
+      throw new ConfigError("MEMORY_CORS_ORIGINS=* needs MEMORY_AUTH=true: without API keys any web page could read and write memory");
+    }
+    return;
+  }
+  for (const entry of origins) {
+    let origin: string | undefined;
+    try {
+      origin = new URL(entry).origin;
+    } catch {
+      // reported below
+    }
+    if (origin !== entry || !/^https?:\/\//.test(entry)) {
+      const hint = origin && origin !== "null" ? `; write it as ${origin}` : "";
+      throw new ConfigError(`MEMORY_CORS_ORIGINS: ${JSON.stringify(entry)} is not a web origin (scheme://host[:port], no path)${hint}`);
+    }
+  }
 }
 
 /** The configuration as printed at start, with credentials in URLs masked. */
