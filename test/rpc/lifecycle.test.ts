@@ -2,13 +2,15 @@
  * Process lifecycle: graceful SIGTERM drain, configuration errors and the
  * null store (MEMORY_ENABLED=false), against real server processes.
  */
+import { readFileSync } from "node:fs";
 import { createRequire } from "node:module";
+import path from "node:path";
 import * as grpc from "@grpc/grpc-js";
 import * as protoLoader from "@grpc/proto-loader";
 import { Code } from "@connectrpc/connect";
 import { describe, expect, it } from "vitest";
-import { ConfigError, loadConfig } from "../../src/config.js";
-import { spawnServer } from "../support/engram.js";
+import { ConfigError, loadConfig, SETTINGS } from "../../src/config.js";
+import { REPO_ROOT, spawnServer } from "../support/engram.js";
 import { connectClient, errorOf, grpcJsClient } from "../support/clients.js";
 import { collect, seqsOf, sid } from "./suite.js";
 
@@ -78,6 +80,18 @@ describe("configuration", () => {
   ])("refuses %o", (env, message) => {
     expect(() => loadConfig([], env)).toThrow(ConfigError);
     expect(() => loadConfig([], env)).toThrow(message);
+  });
+
+  it("is documented in the README's table: every setting with its flag and default", () => {
+    const readme = readFileSync(path.join(REPO_ROOT, "README.md"), "utf8");
+    const table = readme.slice(readme.indexOf("| Env | Flag | Default | Meaning |")).split("\n\n", 1)[0]!;
+    const rows = table.split("\n").slice(2).map((line) => line.split("|").slice(1).map((cell) => cell.trim()));
+    for (const s of SETTINGS) {
+      const row = rows.find((cells) => cells[0]!.includes(`\`${s.env}\``));
+      expect(row, s.env).toBeDefined();
+      expect(row![1], s.env).toContain(`\`--${s.flag}\``);
+      expect(row![2], s.env).toBe(s.default === undefined ? "" : `\`${s.default}\``);
+    }
   });
 
   it("refuses unknown flags", () => {
