@@ -68,6 +68,8 @@ export interface Config {
   maxConnections?: number;
   /** Open connections per remote address per replica; 0: unlimited. */
   maxConnectionsPerAddress: number;
+  /** Web origins (scheme://host[:port]) whose pages may call the API cross-site; ["*"]: any page (needs auth). */
+  corsOrigins: string[];
 }
 
 /** A configuration mistake, reported to the operator as is. */
@@ -79,7 +81,8 @@ interface Setting {
   env: string;
   flag: string;
   key: keyof Config;
-  kind: "string" | "int" | "bool";
+  /** "list": comma-separated, blanks around entries ignored. */
+  kind: "string" | "int" | "bool" | "list";
   default?: string;
   min?: number;
   doc: string;
@@ -122,6 +125,7 @@ export const SETTINGS: Setting[] = [
   { env: "MEMORY_PING_INTERVAL_MS", flag: "ping-interval-ms", key: "pingIntervalMs", kind: "int", default: "10000", min: 10, doc: "HTTP/2 connections are pinged this often; one that has not answered within the interval (at most 10 s) is closed, which also frees connections whose HTTP/2 session was shut by the rapid-reset guard." },
   { env: "MEMORY_MAX_CONNECTIONS", flag: "max-connections", key: "maxConnections", kind: "int", min: 0, doc: "Open connections per replica; past it the oldest connection that has not yet sent a request is closed, else the new one. Default: 90% of the open-file limit less 64; 0: unlimited." },
   { env: "MEMORY_MAX_CONNECTIONS_PER_ADDRESS", flag: "max-connections-per-address", key: "maxConnectionsPerAddress", kind: "int", default: "256", min: 0, doc: "Open connections per remote address per replica, handled as MEMORY_MAX_CONNECTIONS; 0: unlimited." },
+  { env: "MEMORY_CORS_ORIGINS", flag: "cors-origins", key: "corsOrigins", kind: "list", doc: "Comma-separated web origins (e.g. http://localhost:3000) whose pages may call the API cross-site; * allows any page and needs MEMORY_AUTH=true." },
 ];
 
 const MEMORY_TYPES: readonly string[] = ["local", "redis", "postgres"];
@@ -156,11 +160,15 @@ export function loadConfig(argv: string[] = process.argv.slice(2), env: NodeJS.P
         throw new ConfigError(`${source}: expected true or false, got ${JSON.stringify(raw)}`);
       }
       config[s.key] = v === "true" || v === "1" || v === "yes";
+    } else if (s.kind === "list") {
+      config[s.key] = raw.split(",").map((entry) => entry.trim()).filter((entry) => entry !== "");
     } else {
       config[s.key] = raw;
     }
   }
   const result = config as unknown as Config;
+  result.corsOrigins ??= [];
+  checkCorsOrigins(result);
   if (!MEMORY_TYPES.includes(result.memoryType)) {
     throw new ConfigError(`MEMORY_TYPE: unknown memory type ${JSON.stringify(result.memoryType)}; expected one of ${MEMORY_TYPES.join(", ")}`);
   }
@@ -183,6 +191,35 @@ export function loadConfig(argv: string[] = process.argv.slice(2), env: NodeJS.P
     throw new ConfigError(`MEMORY_HEADERS_TIMEOUT_MS (${result.headersTimeoutMs}) must not exceed MEMORY_REQUEST_TIMEOUT_MS (${result.requestTimeoutMs}): headers are part of the request`);
   }
   return result;
+}
+
+/**
+ * Each MEMORY_CORS_ORIGINS entry must be an origin exactly as a browser sends
+ * it in the Origin header (lower case, no default port, no path), since
+ * entries are matched as exact strings; "*" stands alone and only with auth,
+ * because without keys it would hand every web page the whole memory.
+ */
+function checkCorsOrigins(config: Config): void {
+  const origins = config.corsOrigins;
+  if (origins.includes("*")) {
+    if (origins.length > 1) throw new ConfigError("MEMORY_CORS_ORIGINS: * allows every origin and must be the only entry");
+    if (!config.auth) {
+      throw new ConfigError("MEMORY_CORS_ORIGINS=* needs MEMORY_AUTH=true: without API keys any web page could read and write memory");
+    }
+    return;
+  }
+  for (const entry of origins) {
+    let origin: string | undefined;
+    try {
+      origin = new URL(entry).origin;
+    } catch {
+      // reported below
+    }
+    if (origin !== entry || !/^https?:\/\//.test(entry)) {
+      const hint = origin && origin !== "null" ? `; write it as ${origin}` : "";
+      throw new ConfigError(`MEMORY_CORS_ORIGINS: ${JSON.stringify(entry)} is not a web origin (scheme://host[:port], no path)${hint}`);
+    }
+  }
 }
 
 /** The configuration as printed at start, with credentials in URLs masked. */

@@ -128,12 +128,17 @@ export function createRestHandler(opts: {
         }
       }
     } catch (err) {
-      const s = statusOf(err, report);
-      const retryAfterMs = s.metadata["retry-after-ms"];
-      if (retryAfterMs) res.setHeader("retry-after", String(Math.ceil(Number(retryAfterMs) / 1000)));
-      if (s.code === 16) res.setHeader("www-authenticate", 'Bearer realm="engram"');
-      sendJson(res, HTTP_STATUS[s.code] ?? 500, { error: s.message, code: s.code });
+      sendRestError(res, err, report);
     }
     return true;
   };
+}
+
+/** Answers a REST request with the error's HTTP status and `{"error": message, "code": grpc code}`. */
+export function sendRestError(res: ServerResponse, err: unknown, report?: InternalErrorReporter): void {
+  const s = statusOf(err, report);
+  const retryAfterMs = s.metadata["retry-after-ms"];
+  if (retryAfterMs) res.setHeader("retry-after", String(Math.ceil(Number(retryAfterMs) / 1000)));
+  if (s.code === 16) res.setHeader("www-authenticate", 'Bearer realm="engram"');
+  sendJson(res, HTTP_STATUS[s.code] ?? 500, { error: s.message, code: s.code });
 }

@@ -19,6 +19,7 @@ import { Quotas } from "../service/quotas.js";
 import { connectMemoryRoutes } from "./connect-adapter.js";
 import { createConnectHandler } from "./connect-handler.js";
 import { ConnectionGate, enforceHttp1Deadlines, grpcConnectionOptions, http1ServerOptions, resolveMaxConnections, sniffProtocol, type ConnectionSettings } from "./connection-limits.js";
+import { createCrossSitePolicy } from "./cross-site.js";
 import { grpcMemoryService } from "./grpc-adapter.js";
 import { HealthMonitor } from "./health.js";
 import { addReflection } from "./reflection.js";
@@ -42,7 +43,7 @@ export type SecurityOptions = Partial<
     Config,
     | "auth" | "authKeysFile" | "authCacheMs" | "rateLimit" | "maxStreams" | "maxStreamsPerKey" | "metrics"
     | "tlsCert" | "tlsKey" | "tlsClientCa" | "maxConnectionAgeMs"
-    | "memoryEnabled" | "memoryType" | "redisUrl" | "postgresUrl" | "keyPrefix"
+    | "memoryEnabled" | "memoryType" | "redisUrl" | "postgresUrl" | "keyPrefix" | "corsOrigins"
     | keyof ConnectionSettings
   >
 >;
@@ -96,6 +97,7 @@ export async function startServer(
   // Connect, gRPC-Web and REST over HTTP/1.1.
   const rest = createRestHandler({ guard, health, agentName: options.agentName, report, metrics: options.metrics === false ? undefined : metrics });
   const inspector = options.inspector === false ? undefined : createInspectorHandler(log);
+  const crossSite = createCrossSitePolicy(security.corsOrigins);
   const connectHandler = createConnectHandler({
     routes: connectMemoryRoutes(guard, report),
     maxMessageBytes: options.maxMessageBytes,
@@ -121,6 +123,7 @@ export async function startServer(
       if (!req.complete && !this.headersSent) this.setHeader("connection", "close");
       return writeHead.apply(this, args);
     } as typeof writeHead;
+    if (crossSite(req, res)) return;
     rest(req, res).then(
       (handled) => {
         if (!handled) connectHandler(req, res);

@@ -2,13 +2,13 @@
  * Process lifecycle: graceful SIGTERM drain, configuration errors and the
  * null store (MEMORY_ENABLED=false), against real server processes.
  */
+import { readFileSync } from "node:fs";
 import { createRequire } from "node:module";
+import path from "node:path";
 import * as grpc from "@grpc/grpc-js";
 import * as protoLoader from "@grpc/proto-loader";
 import { Code } from "@connectrpc/connect";
 import { describe, expect, it } from "vitest";
-import { readFileSync } from "node:fs";
-import path from "node:path";
 import { ConfigError, loadConfig, SETTINGS } from "../../src/config.js";
 import { REPO_ROOT, spawnServer } from "../support/engram.js";
 import { connectClient, errorOf, grpcJsClient } from "../support/clients.js";
