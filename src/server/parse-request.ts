@@ -3,6 +3,7 @@ import { fromBinary, type DescMessage } from "@bufbuild/protobuf";
 import { invalidArgument } from "../errors.js";
 import { DEFAULT_SERVICE_LIMITS } from "../service/limits.js";
 import { FAST_REQUEST_DECODERS } from "./request-decoding.js";
+import { invalidUtf8Field, notUtf8 } from "./utf8.js";
 
 /**
  * Decoder nesting limit. Each level of JSON in a google.protobuf.Value or
@@ -20,6 +21,11 @@ export function parseRequest(desc: DescMessage, bytes: Uint8Array): unknown {
   try {
     return fromBinary(desc, bytes, { recursionLimit: PROTO_RECURSION_LIMIT });
   } catch (err) {
+    // protobuf-es refuses a string field that is not UTF-8 (as protobuf requires) without naming it.
+    if ((err as { code?: unknown }).code === "ERR_ENCODING_INVALID_ENCODED_DATA") {
+      const bad = invalidUtf8Field(desc, bytes);
+      if (bad) throw notUtf8(bad.field, bad.offset);
+    }
     throw invalidArgument("request", `is not a valid ${desc.typeName} message (${err instanceof Error ? err.message : String(err)})`);
   }
 }
