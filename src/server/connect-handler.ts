@@ -1,13 +1,16 @@
 /**
  * The HTTP/1.1 RPC handler: connect-node's router (Connect JSON/binary and
- * gRPC-Web) behind a guard for binary request bodies. connect-es reports a
- * binary body it cannot decode as INTERNAL; a client's malformed bytes are
- * its mistake, so the guard decodes binary bodies first and answers
- * INVALID_ARGUMENT in the protocol's own error format. The decode is repeated
- * by connect afterwards; this costs a little CPU on the HTTP/1.1 path only
- * (gRPC over h2c is parsed once, in grpc-adapter.ts). Connect GET requests
- * (the message in the query) get the same guard, and JSON is decoded as
- * strict UTF-8 (connect-es' default decoder turns a bad byte into U+FFFD).
+ * gRPC-Web) behind a guard for request bodies. connect-es reports a binary
+ * body it cannot decode as INTERNAL, and a JSON one with protobuf-es' message,
+ * which names a field's type but not where it sits in the request; a client's
+ * malformed body is its mistake, so the guard decodes bodies first (the same
+ * parsers as the gRPC path, src/server/parse-request.ts) and answers
+ * INVALID_ARGUMENT naming the field or part, in the protocol's own error
+ * format. The decode is repeated by connect afterwards; this costs a little
+ * CPU on the HTTP/1.1 path only (gRPC over h2c is parsed once, in
+ * grpc-adapter.ts). Connect GET requests (the message in the query) get the
+ * same guard, and JSON is decoded as strict UTF-8 (connect-es' default
+ * decoder turns a bad byte into U+FFFD).
  */
 import type { IncomingMessage, ServerResponse } from "node:http";
 import { createConnectRouter, type ConnectRouter } from "@connectrpc/connect";
@@ -19,8 +22,10 @@ import {
   universalResponseToNodeResponse,
 } from "@connectrpc/connect-node";
 import { base64Decode } from "@bufbuild/protobuf/wire";
+import { parseContentType as parseConnectContentType } from "@connectrpc/connect/protocol-connect";
+import { parseContentType as parseGrpcWebContentType } from "@connectrpc/connect/protocol-grpc-web";
 import { invalidArgument, MemoryError } from "../errors.js";
-import { parseRequest, PROTO_RECURSION_LIMIT } from "./parse-request.js";
+import { JSON_READ_OPTIONS, parseJsonRequest, parseRequest, PROTO_RECURSION_LIMIT } from "./parse-request.js";
 import { toConnectError } from "./status.js";
 import { decodeUtf8, invalidUtf8Offset, notUtf8, rawQueryParams } from "./utf8.js";
 
@@ -124,34 +129,46 @@ function getRequestMessage(req: UniversalServerRequest): { bytes: Uint8Array; js
   return { bytes: raw, json };
 }
 
-/** Decodes a binary body (or a GET's binary message) ahead of connect; returns an error response, or undefined to go on. */
-async function guardBinaryBody(req: UniversalServerRequest, handler: UniversalHandler, limit: number): Promise<UniversalServerResponse | undefined> {
+/**
+ * How a POST body is framed and encoded, by connect's own content-type
+ * parsers; undefined for what the guard leaves to connect (grpc-web-text's
+ * base64, unknown types).
+ */
+function bodyFormat(contentType: string): { binary: boolean; enveloped: boolean } | undefined {
+  const connect = parseConnectContentType(contentType);
+  if (connect) return { binary: connect.binary, enveloped: connect.stream };
+  const grpcWeb = parseGrpcWebContentType(contentType);
+  if (grpcWeb && !grpcWeb.text) return { binary: grpcWeb.binary, enveloped: true };
+  return undefined;
+}
+
+/** Decodes a body (or a GET's message) ahead of connect, binary or JSON; returns an error response, or undefined to go on. */
+async function guardRequestBody(req: UniversalServerRequest, handler: UniversalHandler, limit: number): Promise<UniversalServerResponse | undefined> {
   const input = handler.method.input;
   if (req.method === "GET") {
     // A method without GET support: connect answers that itself.
     if (!handler.allowedMethods.includes("GET")) return undefined;
     try {
       const message = getRequestMessage(req);
-      if (message && !message.json) parseRequest(input, message.bytes);
+      if (message) (message.json ? parseJsonRequest : parseRequest)(input, message.bytes);
       return undefined;
     } catch (err) {
       return invalidBody("application/json", err as MemoryError);
     }
   }
   const contentType = req.header.get("content-type") ?? "";
-  const unary = contentType === "application/proto";
-  const enveloped = contentType === "application/connect+proto" || contentType.startsWith("application/grpc-web");
+  const format = bodyFormat(contentType);
   const compressed = req.header.has("content-encoding") || req.header.has("connect-content-encoding");
-  if (req.method !== "POST" || (!unary && !enveloped) || (unary && compressed)) return undefined;
+  if (req.method !== "POST" || !format || (!format.enveloped && compressed)) return undefined;
   // Leave an announced oversized body untouched: connect refuses it from the header alone.
   if (Number(req.header.get("content-length") ?? 0) > limit + 5) return undefined;
   const { bytes, body } = await readBody(req.body as AsyncIterable<Uint8Array>, limit + 5);
   req.body = body;
   if (!bytes) return undefined;
-  const message = unary ? bytes : firstEnvelope(bytes);
+  const message = format.enveloped ? firstEnvelope(bytes) : bytes;
   if (message === undefined) return undefined;
   try {
-    parseRequest(input, message);
+    (format.binary ? parseRequest : parseJsonRequest)(input, message);
     return undefined;
   } catch (err) {
     return invalidBody(contentType, err as MemoryError);
@@ -179,7 +196,7 @@ const JSON_OPTIONS = {
   // snake_case field names, as in the proto and the KAOS API; zero values shown, so curl output is complete.
   useProtoFieldName: true,
   alwaysEmitImplicit: true,
-  recursionLimit: PROTO_RECURSION_LIMIT,
+  ...JSON_READ_OPTIONS,
   textDecoder: strictJsonDecoder,
 };
 
@@ -201,7 +218,7 @@ export function createConnectHandler(options: ConnectHandlerOptions) {
     const handler = handlers.get((req.url ?? "").split("?", 1)[0]);
     if (!handler) return options.fallback(req, res);
     const uReq = universalRequestFromNodeRequest(req, res, undefined, undefined);
-    guardBinaryBody(uReq, handler, options.maxMessageBytes)
+    guardRequestBody(uReq, handler, options.maxMessageBytes)
       .then((rejection) => rejection ?? handler(uReq))
       .then((uRes) => universalResponseToNodeResponse(uRes, res))
       .catch((err) => {
