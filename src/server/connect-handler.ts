@@ -1,14 +1,18 @@
 /**
  * The HTTP/1.1 RPC handler: connect-node's router (Connect JSON/binary and
- * gRPC-Web) behind a guard for binary request bodies. connect-es reports a
- * binary body it cannot decode as INTERNAL; a client's malformed bytes are
- * its mistake, so the guard decodes binary bodies first and answers
- * INVALID_ARGUMENT in the protocol's own error format. The decode is repeated
- * by connect afterwards; this costs a little CPU on the HTTP/1.1 path only
- * (gRPC over h2c is parsed once, in grpc-adapter.ts).
+ * gRPC-Web) behind a guard for request bodies. connect-es reports a binary
+ * body it cannot decode as INTERNAL, and a JSON one with protobuf-es' message,
+ * which names a field's type but not where it sits in the request; a client's
+ * malformed body is its mistake, so the guard decodes bodies first (the same
+ * parsers as the gRPC path, src/server/parse-request.ts) and answers
+ * INVALID_ARGUMENT naming the field or part, in the protocol's own error
+ * format. The decode is repeated by connect afterwards; this costs a little
+ * CPU on the HTTP/1.1 path only (gRPC over h2c is parsed once, in
+ * grpc-adapter.ts). Connect GET requests (the message in the query) get the
+ * same guard, and JSON is decoded as strict UTF-8 (connect-es' default
+ * decoder turns a bad byte into U+FFFD).
  */
 import type { IncomingMessage, ServerResponse } from "node:http";
-import type { DescMessage } from "@bufbuild/protobuf";
 import { createConnectRouter, type ConnectRouter } from "@connectrpc/connect";
 import type { UniversalHandler, UniversalServerRequest, UniversalServerResponse } from "@connectrpc/connect/protocol";
 import {
@@ -17,8 +21,13 @@ import {
   universalRequestFromNodeRequest,
   universalResponseToNodeResponse,
 } from "@connectrpc/connect-node";
-import { MemoryError } from "../errors.js";
-import { parseRequest, PROTO_RECURSION_LIMIT } from "./parse-request.js";
+import { base64Decode } from "@bufbuild/protobuf/wire";
+import { parseContentType as parseConnectContentType } from "@connectrpc/connect/protocol-connect";
+import { parseContentType as parseGrpcWebContentType } from "@connectrpc/connect/protocol-grpc-web";
+import { invalidArgument, MemoryError } from "../errors.js";
+import { JSON_READ_OPTIONS, parseJsonRequest, parseRequest, PROTO_RECURSION_LIMIT } from "./parse-request.js";
+import { toConnectError } from "./status.js";
+import { decodeUtf8, invalidUtf8Offset, notUtf8, rawQueryParams } from "./utf8.js";
 
 /** Options of the HTTP/1.1 RPC handler. */
 export interface ConnectHandlerOptions {
@@ -92,27 +101,104 @@ function invalidBody(contentType: string, err: MemoryError): UniversalServerResp
   return { status: 400, header: new Headers({ "content-type": "application/json" }), body: once(Buffer.from(JSON.stringify(error))) };
 }
 
-/** Decodes a binary body ahead of connect; returns an error response, or undefined to go on. */
-async function guardBinaryBody(req: UniversalServerRequest, input: DescMessage, limit: number): Promise<UniversalServerResponse | undefined> {
+/**
+ * The message of a Connect GET request (?encoding=json|proto&base64=1&message=...),
+ * as the bytes connect will parse; refuses what connect would garble (a
+ * message that is not UTF-8 unless base64) or answer INTERNAL for (bad
+ * base64). Undefined when connect decompresses it first.
+ */
+function getRequestMessage(req: UniversalServerRequest): { bytes: Uint8Array; json: boolean } | undefined {
+  const query = new URL(req.url).searchParams;
+  if (query.has("compression")) return undefined;
+  const json = query.get("encoding") === "json";
+  if (query.get("base64") === "1") {
+    let bytes: Uint8Array;
+    try {
+      bytes = base64Decode(query.get("message") ?? "");
+    } catch {
+      throw invalidArgument("query parameter message", "is not valid base64 (base64=1)");
+    }
+    const offset = json ? invalidUtf8Offset(bytes) : undefined;
+    if (offset !== undefined) throw notUtf8("query parameter message", offset);
+    return { bytes, json };
+  }
+  // connect reads the message with URLSearchParams, which turns a bad byte into U+FFFD: look at the raw bytes.
+  const raw = rawQueryParams(new URL(req.url).search).find((p) => p.name.toString("latin1") === "message")?.value ?? Buffer.alloc(0);
+  const offset = invalidUtf8Offset(raw);
+  if (offset !== undefined) throw notUtf8("query parameter message", offset);
+  return { bytes: raw, json };
+}
+
+/**
+ * How a POST body is framed and encoded, by connect's own content-type
+ * parsers; undefined for what the guard leaves to connect (grpc-web-text's
+ * base64, unknown types).
+ */
+function bodyFormat(contentType: string): { binary: boolean; enveloped: boolean } | undefined {
+  const connect = parseConnectContentType(contentType);
+  if (connect) return { binary: connect.binary, enveloped: connect.stream };
+  const grpcWeb = parseGrpcWebContentType(contentType);
+  if (grpcWeb && !grpcWeb.text) return { binary: grpcWeb.binary, enveloped: true };
+  return undefined;
+}
+
+/** Decodes a body (or a GET's message) ahead of connect, binary or JSON; returns an error response, or undefined to go on. */
+async function guardRequestBody(req: UniversalServerRequest, handler: UniversalHandler, limit: number): Promise<UniversalServerResponse | undefined> {
+  const input = handler.method.input;
+  if (req.method === "GET") {
+    // A method without GET support: connect answers that itself.
+    if (!handler.allowedMethods.includes("GET")) return undefined;
+    try {
+      const message = getRequestMessage(req);
+      if (message) (message.json ? parseJsonRequest : parseRequest)(input, message.bytes);
+      return undefined;
+    } catch (err) {
+      return invalidBody("application/json", err as MemoryError);
+    }
+  }
   const contentType = req.header.get("content-type") ?? "";
-  const unary = contentType === "application/proto";
-  const enveloped = contentType === "application/connect+proto" || contentType.startsWith("application/grpc-web");
+  const format = bodyFormat(contentType);
   const compressed = req.header.has("content-encoding") || req.header.has("connect-content-encoding");
-  if (req.method !== "POST" || (!unary && !enveloped) || (unary && compressed)) return undefined;
+  if (req.method !== "POST" || !format || (!format.enveloped && compressed)) return undefined;
   // Leave an announced oversized body untouched: connect refuses it from the header alone.
   if (Number(req.header.get("content-length") ?? 0) > limit + 5) return undefined;
   const { bytes, body } = await readBody(req.body as AsyncIterable<Uint8Array>, limit + 5);
   req.body = body;
   if (!bytes) return undefined;
-  const message = unary ? bytes : firstEnvelope(bytes);
+  const message = format.enveloped ? firstEnvelope(bytes) : bytes;
   if (message === undefined) return undefined;
   try {
-    parseRequest(input, message);
+    (format.binary ? parseRequest : parseJsonRequest)(input, message);
     return undefined;
   } catch (err) {
     return invalidBody(contentType, err as MemoryError);
   }
 }
+
+/** Decodes JSON request bodies as strict UTF-8: a bad byte is refused (INVALID_ARGUMENT, with its offset), not stored as U+FFFD. */
+const strictJsonDecoder = {
+  decode(bytes: Uint8Array = new Uint8Array(0)): string {
+    try {
+      return decodeUtf8("body", bytes);
+    } catch (err) {
+      // connect-es wraps what this throws; a ConnectError passes through with its code and message.
+      throw toConnectError(err);
+    }
+  },
+};
+
+/**
+ * JSON options of every method. connect-es' JSON serialization reads
+ * textDecoder from them (createJsonSerialization), though the router's
+ * option type does not list it.
+ */
+const JSON_OPTIONS = {
+  // snake_case field names, as in the proto and the KAOS API; zero values shown, so curl output is complete.
+  useProtoFieldName: true,
+  alwaysEmitImplicit: true,
+  ...JSON_READ_OPTIONS,
+  textDecoder: strictJsonDecoder,
+};
 
 /** Creates the node:http request handler for Connect and gRPC-Web. */
 export function createConnectHandler(options: ConnectHandlerOptions) {
@@ -123,8 +209,7 @@ export function createConnectHandler(options: ConnectHandlerOptions) {
     grpcWeb: true,
     grpc: false,
     acceptCompression: [compressionGzip, compressionBrotli],
-    // snake_case field names, as in the proto and the KAOS API; zero values shown, so curl output is complete.
-    jsonOptions: { useProtoFieldName: true, alwaysEmitImplicit: true, recursionLimit: PROTO_RECURSION_LIMIT },
+    jsonOptions: JSON_OPTIONS,
     binaryOptions: { recursionLimit: PROTO_RECURSION_LIMIT },
   });
   options.routes(router);
@@ -133,7 +218,7 @@ export function createConnectHandler(options: ConnectHandlerOptions) {
     const handler = handlers.get((req.url ?? "").split("?", 1)[0]);
     if (!handler) return options.fallback(req, res);
     const uReq = universalRequestFromNodeRequest(req, res, undefined, undefined);
-    guardBinaryBody(uReq, handler.method.input, options.maxMessageBytes)
+    guardRequestBody(uReq, handler, options.maxMessageBytes)
       .then((rejection) => rejection ?? handler(uReq))
       .then((uRes) => universalResponseToNodeResponse(uRes, res))
       .catch((err) => {

@@ -152,9 +152,10 @@ export function grpcMemoryService(
             };
             for await (const frame of handler(req, info) as AsyncIterable<unknown>) {
               if (controller.signal.aborted) break;
-              if (!call.write(frame)) {
-                await Promise.race([once(call, "drain"), once(controller.signal, "abort")]);
-              }
+              // One wait that removes its own listeners: a race of two once() calls left the loser's
+              // listener behind, one per wait, on a stream that may wait thousands of times.
+              // An abort rejects it (AbortError), ending the loop; the catch below stays quiet then.
+              if (!call.write(frame)) await once(call, "drain", { signal: controller.signal });
             }
             if (!controller.signal.aborted) call.end();
           } catch (err) {

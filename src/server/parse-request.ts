@@ -1,8 +1,13 @@
-/** Request parsing shared by both protocol adapters, so a malformed message is refused the same way. */
-import { fromBinary, type DescMessage } from "@bufbuild/protobuf";
-import { invalidArgument } from "../errors.js";
+/**
+ * Request parsing shared by both protocol adapters, so a malformed message is
+ * refused the same way, with a message naming the field (or the part of the
+ * request) at fault.
+ */
+import { fromBinary, fromJson, fromJsonString, type DescField, type DescMessage, type JsonValue } from "@bufbuild/protobuf";
+import { invalidArgument, type MemoryError } from "../errors.js";
 import { DEFAULT_SERVICE_LIMITS } from "../service/limits.js";
 import { FAST_REQUEST_DECODERS } from "./request-decoding.js";
+import { decodeUtf8, invalidUtf8Field, notUtf8 } from "./utf8.js";
 
 /**
  * Decoder nesting limit. Each level of JSON in a google.protobuf.Value or
@@ -20,6 +25,102 @@ export function parseRequest(desc: DescMessage, bytes: Uint8Array): unknown {
   try {
     return fromBinary(desc, bytes, { recursionLimit: PROTO_RECURSION_LIMIT });
   } catch (err) {
+    // protobuf-es refuses a string field that is not UTF-8 (as protobuf requires) without naming it.
+    if ((err as { code?: unknown }).code === "ERR_ENCODING_INVALID_ENCODED_DATA") {
+      const bad = invalidUtf8Field(desc, bytes);
+      if (bad) throw notUtf8(bad.field, bad.offset);
+    }
     throw invalidArgument("request", `is not a valid ${desc.typeName} message (${err instanceof Error ? err.message : String(err)})`);
   }
+}
+
+/** How JSON requests are read on every path: connect-es' default (unknown fields ignored) and the nesting limit. */
+export const JSON_READ_OPTIONS = { ignoreUnknownFields: true, recursionLimit: PROTO_RECURSION_LIMIT } as const;
+
+/**
+ * Parses a JSON request as connect-es does (strict UTF-8, then
+ * fromJsonString), but refuses it naming what is wrong: "body" for text that
+ * is not UTF-8 or not JSON, else the path of the field that does not decode
+ * (protobuf-es names only the field's type and name, not where it sits).
+ */
+export function parseJsonRequest(desc: DescMessage, bytes: Uint8Array): unknown {
+  const text = decodeUtf8("body", bytes);
+  try {
+    return fromJsonString(desc, text, JSON_READ_OPTIONS);
+  } catch (err) {
+    throw jsonRequestError(desc, text, err);
+  }
+}
+
+function jsonRequestError(desc: DescMessage, text: string, err: unknown): MemoryError {
+  let json: JsonValue;
+  try {
+    json = JSON.parse(text) as JsonValue;
+  } catch (syntax) {
+    return invalidArgument("body", `is not valid JSON (${syntax instanceof Error ? syntax.message : String(syntax)})`);
+  }
+  const found = findJsonFieldError(desc, json, "", 0);
+  // Every field decodes alone but not together (a key given twice, a field set under both its names): the body's fault.
+  return found ? invalidArgument(found.field, found.problem) : invalidArgument("body", jsonProblem(err));
+}
+
+/** protobuf-es' message without its "cannot decode field engram.v1.X.y from JSON:" preamble, which the path replaces. */
+function jsonProblem(err: unknown): string {
+  const message = err instanceof Error ? err.message : String(err);
+  const field = /^cannot decode field \S+ from JSON: ([\s\S]*)$/.exec(message);
+  if (field) return field[1];
+  const type = /^cannot decode (?:message )?(\S+) from JSON:? ([\s\S]*)$/.exec(message);
+  return type ? `is not a valid ${type[1]} (${type[2]})` : message;
+}
+
+/** Message types whose JSON form is not an object of fields: a path ends at the field holding one. */
+const OPAQUE_JSON_TYPES = /^google\.protobuf\./;
+
+/** Our request messages nest a few levels; this bounds the walk whatever the schema becomes. */
+const MAX_FIELD_DEPTH = 16;
+
+/**
+ * The first field of `json` that does not decode as `desc`, with its path:
+ * each field is decoded alone, and a failing message field is searched in
+ * turn. Only called once parsing has failed.
+ */
+function findJsonFieldError(desc: DescMessage, json: JsonValue, path: string, depth: number): { field: string; problem: string } | undefined {
+  if (json === null || typeof json !== "object" || Array.isArray(json)) {
+    const got = Array.isArray(json) ? "an array" : JSON.stringify(json);
+    return { field: path || "body", problem: `must be a JSON object (got ${got})` };
+  }
+  const keys = new Map<DescField, string>();
+  for (const [key, value] of Object.entries(json)) {
+    const field = desc.fields.find((f) => f.name === key || f.jsonName === key);
+    if (!field) continue; // ignored, as unknown fields are
+    const name = path === "" ? field.name : `${path}.${field.name}`;
+    const earlier = keys.get(field);
+    if (earlier !== undefined) return { field: name, problem: `is set twice (as "${earlier}" and "${key}")` };
+    keys.set(field, key);
+    let failure: unknown;
+    try {
+      fromJson(desc, { [key]: value }, JSON_READ_OPTIONS);
+      continue;
+    } catch (err) {
+      failure = err;
+    }
+    const inner = depth < MAX_FIELD_DEPTH ? findInMessageField(field, value, name, depth) : undefined;
+    return inner ?? { field: name, problem: jsonProblem(failure) };
+  }
+  return undefined;
+}
+
+/** Searches a failing message (or list of messages) field's value for the field within it that fails. */
+function findInMessageField(field: DescField, value: JsonValue, name: string, depth: number): { field: string; problem: string } | undefined {
+  if (field.fieldKind === "message" && !OPAQUE_JSON_TYPES.test(field.message.typeName) && value !== null) {
+    return findJsonFieldError(field.message, value, name, depth + 1);
+  }
+  if (field.fieldKind === "list" && field.listKind === "message" && !OPAQUE_JSON_TYPES.test(field.message.typeName) && Array.isArray(value)) {
+    for (const [i, item] of value.entries()) {
+      if (item === null) return { field: `${name}[${i}]`, problem: "must not be null" };
+      const found = findJsonFieldError(field.message, item, `${name}[${i}]`, depth + 1);
+      if (found) return found;
+    }
+  }
+  return undefined;
 }

@@ -17,6 +17,7 @@ import type { CallGuard, CallInfo } from "../service/call-guard.js";
 import type { Metrics } from "../service/metrics.js";
 import type { HealthMonitor } from "./health.js";
 import { statusOf, type InternalErrorReporter } from "./status.js";
+import { requireUtf8Query } from "./utf8.js";
 import { valueToJson } from "../service/convert.js";
 
 /** HTTP status for each gRPC code the REST paths can meet. */
@@ -88,6 +89,8 @@ export function createRestHandler(opts: {
       return true;
     }
     try {
+      // URLSearchParams reads a bad percent-encoded byte as U+FFFD: refuse it rather than look it up or store it.
+      requireUtf8Query(url.search);
       switch (route) {
         case "/metrics": {
           const body = await metrics!.registry.metrics();

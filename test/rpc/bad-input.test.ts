@@ -1,0 +1,80 @@
+/**
+ * A JSON request that does not decode is refused with INVALID_ARGUMENT whose
+ * message says what is wrong and where: "body: ..." for text that is not a
+ * JSON object, else the path of the field ("events[1].event_id: ..."), on
+ * Connect unary, Connect streaming, Connect GET and gRPC-Web JSON alike.
+ * (protobuf-es' own message names a field's type and name, e.g. "cannot
+ * decode field engram.v1.EventInput.event_id from JSON", not where it sits.)
+ */
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { startTestServer, type TestServer } from "../support/engram.js";
+
+let server: TestServer;
+beforeAll(async () => {
+  server = await startTestServer();
+});
+afterAll(async () => server?.stop());
+
+async function connectJson(method: string, body: string): Promise<{ status: number; code?: string; message?: string }> {
+  const res = await fetch(`${server.baseUrl}/engram.v1.MemoryService/${method}`, { method: "POST", headers: { "content-type": "application/json" }, body });
+  return { status: res.status, ...((await res.json()) as { code?: string; message?: string }) };
+}
+
+describe("Connect JSON bodies that do not decode name what is wrong", () => {
+  it.each([
+    ["AddEvent", "{not json", /^body: is not valid JSON \(.*position 1.*\)$/],
+    ["AddEvent", "[1, 2]", /^body: must be a JSON object \(got an array\)$/],
+    ["AddEvent", '"just a string"', /^body: must be a JSON object \(got "just a string"\)$/],
+    ["AddEvent", '{"session_id": {}}', /^session_id: expected string, got object$/],
+    ["AddEvent", '{"session_id": "s", "event": {"event_type": 5}}', /^event\.event_type: expected string, got 5$/],
+    ["AddEvent", '{"session_id": "s", "event": {"event_type": "a", "timestamp": "yesterday"}}', /^event\.timestamp: is not a valid google\.protobuf\.Timestamp/],
+    ["AddEvent", '{"session_id": "s", "event": {"event_type": "a", "metadata": true}}', /^event\.metadata: is not a valid google\.protobuf\.Struct/],
+    ["AddEvents", '{"session_id": "s", "events": [{"event_type": "a"}, {"event_type": "b", "event_id": 7}]}', /^events\[1\]\.event_id: expected string, got 7$/],
+    ["AddEvents", '{"session_id": "s", "events": [{"event_type": "a"}, null]}', /^events\[1\]: must not be null$/],
+    ["AddEvents", '{"session_id": "s", "events": {"event_type": "a"}}', /^events: expected Array, got object$/],
+    ["AddEvent", '{"session_id": "s", "sessionId": "t"}', /^session_id: is set twice \(as "session_id" and "sessionId"\)$/],
+    ["AddEvent", '{"session_id": "s", "session_id": "t"}', /^body: .*duplicate object key "session_id"/],
+    ["Cleanup", '{"max_age": "forever"}', /^max_age: is not a valid google\.protobuf\.Duration/],
+    ["ListSessions", '{"page_size": -1}', /^page_size: /],
+    ["BuildConversationContext", '{"session_id": "s", "section_budgets": {"a": -1}}', /^section_budgets: /],
+    ["GetSessionEvents", '{"session_id": "s", "event_types": [null]}', /^event_types: /],
+  ])("%s %s", async (method, body, message) => {
+    const answer = await connectJson(method, body);
+    expect(answer.status).toBe(400);
+    expect(answer.code).toBe("invalid_argument");
+    expect(answer.message).toMatch(message);
+  });
+
+  it("Connect streaming JSON: the end-stream error names the field", async () => {
+    const json = Buffer.from(JSON.stringify({ session_id: "s", after_seq: "not a number" }));
+    const body = Buffer.concat([Buffer.from([0, 0, 0, 0, json.length]), json]);
+    const res = await fetch(`${server.baseUrl}/engram.v1.MemoryService/StreamSessionEvents`, { method: "POST", headers: { "content-type": "application/connect+json" }, body });
+    const frame = Buffer.from(await res.arrayBuffer());
+    expect(frame[0]).toBe(0b10);
+    expect(JSON.parse(frame.subarray(5).toString())).toMatchObject({ error: { code: "invalid_argument", message: expect.stringMatching(/^after_seq: /) } });
+  });
+
+  it("Connect GET ?encoding=json: names the field", async () => {
+    const res = await fetch(`${server.baseUrl}/engram.v1.MemoryService/GetSession?encoding=json&message=${encodeURIComponent('{"session_id": 1}')}`);
+    expect(res.status).toBe(400);
+    expect(await res.json()).toEqual({ code: "invalid_argument", message: "session_id: expected string, got 1" });
+  });
+
+  it("gRPC-Web JSON: names the field, and a valid JSON request is served (the binary guard used to refuse it)", async () => {
+    const call = (method: string, json: string) => {
+      const bytes = Buffer.from(json);
+      return fetch(`${server.baseUrl}/engram.v1.MemoryService/${method}`, {
+        method: "POST",
+        headers: { "content-type": "application/grpc-web+json" },
+        body: Buffer.concat([Buffer.from([0, 0, 0, 0, bytes.length]), bytes]),
+      });
+    };
+    const bad = await call("GetSession", '{"session_id": []}');
+    expect(bad.headers.get("grpc-status")).toBe("3");
+    expect(decodeURIComponent(bad.headers.get("grpc-message")!)).toBe("session_id: expected string, got Array(0)");
+    const good = await call("GetStats", "{}");
+    await good.arrayBuffer();
+    expect(good.status).toBe(200);
+    expect(good.headers.get("grpc-status")).toBeNull(); // trailers-only is for errors: a served call puts its status in the body's trailer frame
+  });
+});
