@@ -35,7 +35,7 @@ interface SessionChannel {
   unsubscribe: () => void;
   /** Highest head seq seen in a notice or a read of `headOf`. */
   knownHead: number;
-  /** The incarnation `knownHead` is of ("" until one is seen; notices that name none count as its). */
+  /** The incarnation `knownHead` is of (undefined until a read or notice shows one; notices that name none count as its). */
   headOf?: string;
   /** Incarnations a deletion notice named: their streams end NOT_FOUND. */
   gone: Set<string>;
