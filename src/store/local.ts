@@ -351,9 +351,15 @@ export class LocalStore implements MemoryStore {
   private rememberTrimmed(s: LocalSession, event: StoredEvent, fingerprint: string, now: number): void {
     if (this.dedupe.maxIds === 0) return;
     const entry: TrimmedId = { eventId: event.eventId, seq: event.seq, fingerprint, trimmedAt: now };
-    (s.trimmed ??= new Denque()).push(entry);
-    (s.trimmedById ??= new Map()).set(entry.eventId, entry);
-    this.forgetExpiredIds(s, now);
+    const queue = (s.trimmed ??= new Denque());
+    const byId = (s.trimmedById ??= new Map());
+    queue.push(entry);
+    byId.set(entry.eventId, entry);
+    // The time bound was applied when the append began; here only the count bound can be passed.
+    if (queue.length > this.dedupe.maxIds) {
+      const gone = queue.shift()!;
+      if (byId.get(gone.eventId) === gone) byId.delete(gone.eventId);
+    }
   }
 
   /** Drops trimmed ids older than the window, and the oldest past the per-session bound. */

@@ -53,6 +53,16 @@ describe("the start-up line states the retention in force", () => {
     }
   });
 
+  it("postgres: what a crash leaves, then that nothing is deleted by default", async () => {
+    const proc = await spawnServer({ MEMORY_TYPE: "postgres", MEMORY_POSTGRES_URL: process.env.MEMORY_TEST_POSTGRES_URL!, MEMORY_KEY_PREFIX: `retention_${process.pid}` });
+    try {
+      const [line] = logged(proc, "store durability");
+      expect(line.msg).toMatch(/^store durability: synchronous_commit=.*survives a crash.*; retention: no cap on sessions; no cap on events per session; idle sessions are kept;/);
+    } finally {
+      await proc.kill();
+    }
+  });
+
   it("redis: no cap by default, and the per-app caps and dedupe window the operator chose", async () => {
     const env = { MEMORY_TYPE: "redis", MEMORY_REDIS_URL: process.env.MEMORY_TEST_REDIS_URL!, MEMORY_KEY_PREFIX: `retention_${process.pid}` };
     const plain = await spawnServer(env);
