@@ -4,6 +4,7 @@
  * that main() prints before exiting with status 2.
  */
 import { parseArgs } from "node:util";
+import type { AppRetention } from "./store/types.js";
 
 /** The storage engines. */
 export type MemoryType = "local" | "redis" | "postgres";
@@ -19,8 +20,20 @@ export interface Config {
   memoryType: MemoryType;
   /** Default max_events of BuildConversationContext. */
   contextLimit: number;
+  /** Sessions kept (0: no cap); default 1000 on the local store, 0 on Redis and PostgreSQL. */
   maxSessions: number;
+  /** Events kept per session (0: no cap); default 500 on the local store, 0 on Redis and PostgreSQL. */
   maxSessionEvents: number;
+  /** Sessions not updated for this long are removed by the idle sweep; 0: never. */
+  sessionIdleMs: number;
+  /** Retention per app_name, overriding the three settings above for its sessions. */
+  retentionApps: Map<string, AppRetention>;
+  /** How long the ids of trimmed events are remembered, so their retries are not appended again; 0: not at all. */
+  dedupeWindowMs: number;
+  /** At most this many trimmed ids remembered per session. */
+  dedupeMaxIds: number;
+  /** True when a session or events cap was left unset and took the local store's in-memory default (said at start-up). */
+  capsFromDefaults: boolean;
   maxEventBytes: number;
   maxBatchEvents: number;
   /** Largest request or response message on any protocol. */
@@ -81,12 +94,15 @@ interface Setting {
   env: string;
   flag: string;
   key: keyof Config;
-  /** "list": comma-separated, blanks around entries ignored. */
-  kind: "string" | "int" | "bool" | "list";
+  /** "list": comma-separated, blanks around entries ignored; "apps": the JSON of MEMORY_RETENTION_APPS. */
+  kind: "string" | "int" | "bool" | "list" | "apps";
   default?: string;
   min?: number;
   doc: string;
 }
+
+/** The local store's caps when none are set: it lives in memory (the KAOS defaults). */
+export const LOCAL_DEFAULTS = { maxSessions: 1000, maxSessionEvents: 500 } as const;
 
 /** Every setting, its env name, flag, default and meaning (the README's table mirrors this). */
 export const SETTINGS: Setting[] = [
@@ -96,8 +112,12 @@ export const SETTINGS: Setting[] = [
   { env: "MEMORY_ENABLED", flag: "memory-enabled", key: "memoryEnabled", kind: "bool", default: "true", doc: "false selects the null store: every call succeeds, nothing is kept." },
   { env: "MEMORY_TYPE", flag: "memory-type", key: "memoryType", kind: "string", default: "local", doc: "local, redis or postgres." },
   { env: "MEMORY_CONTEXT_LIMIT", flag: "context-limit", key: "contextLimit", kind: "int", default: "6", min: 1, doc: "Default max_events of BuildConversationContext." },
-  { env: "MEMORY_MAX_SESSIONS", flag: "max-sessions", key: "maxSessions", kind: "int", default: "1000", min: 1, doc: "Sessions kept; past it the least recently updated 10% are evicted." },
-  { env: "MEMORY_MAX_SESSION_EVENTS", flag: "max-session-events", key: "maxSessionEvents", kind: "int", default: "500", min: 1, doc: "Events kept per session; older ones are evicted." },
+  { env: "MEMORY_MAX_SESSIONS", flag: "max-sessions", key: "maxSessions", kind: "int", min: 0, doc: `Sessions kept; past it the least recently updated 10% are evicted; 0: no cap. Default: ${LOCAL_DEFAULTS.maxSessions} on local (memory), 0 on redis and postgres.` },
+  { env: "MEMORY_MAX_SESSION_EVENTS", flag: "max-session-events", key: "maxSessionEvents", kind: "int", min: 0, doc: `Events kept per session; older ones are trimmed; 0: no cap. Default: ${LOCAL_DEFAULTS.maxSessionEvents} on local (memory), 0 on redis and postgres.` },
+  { env: "MEMORY_SESSION_IDLE_MS", flag: "session-idle-ms", key: "sessionIdleMs", kind: "int", default: "0", min: 0, doc: "Sessions not updated for this long are removed by a periodic sweep; 0: never." },
+  { env: "MEMORY_RETENTION_APPS", flag: "retention-apps", key: "retentionApps", kind: "apps", doc: 'Retention per app_name as JSON, e.g. {"support-bot": {"max_session_events": 100, "max_sessions": 50, "session_idle_ms": 604800000}}; each field overrides the global one for that app (max_sessions caps the app besides the global cap).' },
+  { env: "MEMORY_DEDUPE_WINDOW_MS", flag: "dedupe-window-ms", key: "dedupeWindowMs", kind: "int", default: "120000", min: 0, doc: "How long after a trim an event's id still dedupes retries (same event_id and payload: answered, not appended again); 0: not after the trim." },
+  { env: "MEMORY_DEDUPE_MAX_IDS", flag: "dedupe-max-ids", key: "dedupeMaxIds", kind: "int", default: "1000", min: 0, doc: "At most this many trimmed ids remembered per session (the most recently trimmed)." },
   { env: "MEMORY_MAX_EVENT_BYTES", flag: "max-event-bytes", key: "maxEventBytes", kind: "int", default: String(256 * 1024), min: 1, doc: "Bytes of JSON for one event's content + metadata." },
   { env: "MEMORY_MAX_BATCH_EVENTS", flag: "max-batch-events", key: "maxBatchEvents", kind: "int", default: "500", min: 1, doc: "Events in one AddEvents call." },
   { env: "MEMORY_MAX_MESSAGE_BYTES", flag: "max-message-bytes", key: "maxMessageBytes", kind: "int", default: String(8 * 1024 * 1024), min: 1024, doc: "Largest request/response message on any protocol." },
@@ -160,6 +180,8 @@ export function loadConfig(argv: string[] = process.argv.slice(2), env: NodeJS.P
         throw new ConfigError(`${source}: expected true or false, got ${JSON.stringify(raw)}`);
       }
       config[s.key] = v === "true" || v === "1" || v === "yes";
+    } else if (s.kind === "apps") {
+      config[s.key] = parseRetentionApps(raw, source);
     } else if (s.kind === "list") {
       config[s.key] = raw.split(",").map((entry) => entry.trim()).filter((entry) => entry !== "");
     } else {
@@ -168,6 +190,12 @@ export function loadConfig(argv: string[] = process.argv.slice(2), env: NodeJS.P
   }
   const result = config as unknown as Config;
   result.corsOrigins ??= [];
+  result.retentionApps ??= new Map();
+  // Only the in-memory store caps by default: a durable store deletes nothing unless asked.
+  const local = result.memoryType === "local";
+  result.capsFromDefaults = local && (result.maxSessions === undefined || result.maxSessionEvents === undefined);
+  result.maxSessions ??= local ? LOCAL_DEFAULTS.maxSessions : 0;
+  result.maxSessionEvents ??= local ? LOCAL_DEFAULTS.maxSessionEvents : 0;
   checkCorsOrigins(result);
   if (!MEMORY_TYPES.includes(result.memoryType)) {
     throw new ConfigError(`MEMORY_TYPE: unknown memory type ${JSON.stringify(result.memoryType)}; expected one of ${MEMORY_TYPES.join(", ")}`);
@@ -191,6 +219,51 @@ export function loadConfig(argv: string[] = process.argv.slice(2), env: NodeJS.P
     throw new ConfigError(`MEMORY_HEADERS_TIMEOUT_MS (${result.headersTimeoutMs}) must not exceed MEMORY_REQUEST_TIMEOUT_MS (${result.requestTimeoutMs}): headers are part of the request`);
   }
   return result;
+}
+
+const APP_RETENTION_FIELDS: Record<string, keyof AppRetention> = {
+  max_session_events: "maxSessionEvents",
+  max_sessions: "maxSessions",
+  session_idle_ms: "sessionIdleMs",
+};
+
+/**
+ * MEMORY_RETENTION_APPS: a JSON object from app_name to its retention. JSON
+ * because app names are data and may hold any character a compact
+ * "app=field:value;..." form would have to escape. Every mistake names the
+ * app and field.
+ */
+export function parseRetentionApps(raw: string, source: string): Map<string, AppRetention> {
+  let parsed: unknown;
+  try {
+    parsed = JSON.parse(raw);
+  } catch (err) {
+    throw new ConfigError(`${source}: not valid JSON (${err instanceof Error ? err.message : String(err)})`);
+  }
+  if (typeof parsed !== "object" || parsed === null || Array.isArray(parsed)) {
+    throw new ConfigError(`${source}: expected a JSON object from app_name to retention, e.g. {"my-app": {"max_session_events": 100}}`);
+  }
+  const apps = new Map<string, AppRetention>();
+  const fields = Object.keys(APP_RETENTION_FIELDS).join(", ");
+  for (const [app, value] of Object.entries(parsed)) {
+    const where = `${source}[${JSON.stringify(app)}]`;
+    const bytes = Buffer.byteLength(app, "utf8");
+    if (bytes < 1 || bytes > 256) throw new ConfigError(`${where}: an app_name is 1-256 UTF-8 bytes, got ${bytes}`);
+    if (typeof value !== "object" || value === null || Array.isArray(value)) {
+      throw new ConfigError(`${where}: expected an object with any of ${fields}`);
+    }
+    const retention: AppRetention = {};
+    for (const [field, n] of Object.entries(value as Record<string, unknown>)) {
+      const key = Object.hasOwn(APP_RETENTION_FIELDS, field) ? APP_RETENTION_FIELDS[field] : undefined;
+      if (!key) throw new ConfigError(`${where}.${field}: unknown field; expected one of ${fields}`);
+      if (typeof n !== "number" || !Number.isSafeInteger(n) || n < 0) {
+        throw new ConfigError(`${where}.${field}: expected a whole number, at least 0 (0: no cap), got ${JSON.stringify(n)}`);
+      }
+      retention[key] = n;
+    }
+    apps.set(app, retention);
+  }
+  return apps;
 }
 
 /**
@@ -225,5 +298,5 @@ function checkCorsOrigins(config: Config): void {
 /** The configuration as printed at start, with credentials in URLs masked. */
 export function describeConfig(config: Config): Record<string, unknown> {
   const mask = (url?: string) => url?.replace(/\/\/([^:@/]*):[^@/]*@/, "//$1:***@");
-  return { ...config, redisUrl: mask(config.redisUrl), postgresUrl: mask(config.postgresUrl) };
+  return { ...config, redisUrl: mask(config.redisUrl), postgresUrl: mask(config.postgresUrl), retentionApps: Object.fromEntries(config.retentionApps) };
 }

@@ -8,15 +8,24 @@ import { MemoryService } from "./service/memory-service.js";
 import { DEFAULT_SERVICE_LIMITS } from "./service/limits.js";
 import { Metrics } from "./service/metrics.js";
 import { startServer } from "./server/server.js";
-import { openStore } from "./store/index.js";
+import { describeRetention, RemovalLog, RetentionSweeper } from "./service/retention.js";
+import { openStore, storeLimits } from "./store/index.js";
 
 async function main(): Promise<void> {
   const config = loadConfig();
   log.info({ config: describeConfig(config) }, "effective configuration");
   const rawStore = await openStore(config);
-  log.info({ backend: rawStore.backend, durability: await rawStore.describeDurability() }, "store durability");
+  const limits = storeLimits(config);
+  const retention = describeRetention(limits, rawStore.backend, config.capsFromDefaults);
+  const durability = await rawStore.describeDurability();
+  // What an append survives, and what retention deletes anyway: one line, so neither is read without the other.
+  log.info({ backend: rawStore.backend, durability, retention }, `store durability: ${durability.summary}; retention: ${retention}`);
   const metrics = new Metrics(rawStore);
   const store = metrics.instrument(rawStore);
+  const sweeper = new RetentionSweeper(store, limits, metrics, log);
+  sweeper.start();
+  const removals = new RemovalLog(metrics, log);
+  removals.start();
   const service = new MemoryService(store, {
     limits: { ...DEFAULT_SERVICE_LIMITS, maxEventBytes: config.maxEventBytes, maxBatchEvents: config.maxBatchEvents },
     contextLimit: config.contextLimit,
@@ -31,7 +40,10 @@ async function main(): Promise<void> {
     if (stopping) return;
     stopping = true;
     log.info({ signal, graceMs: config.shutdownGraceMs }, "shutting down");
+    sweeper.stop();
+    removals.stop();
     await server.close();
+    await removals.flush().catch(() => {});
     await store.close();
     log.info("stopped");
     process.exit(0);

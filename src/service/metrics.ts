@@ -137,11 +137,35 @@ export class Metrics {
   readonly rateLimited = new Counter({ name: "engram_rate_limited_total", help: "Calls refused by a rate or stream limit.", registers: [this.registry] });
   readonly connectionsOpen = new Gauge({ name: "engram_connections_open", help: "TCP connections open on this replica's port.", registers: [this.registry] });
   readonly connectionsRejected = new Counter({ name: "engram_connections_rejected_total", help: "Connections closed by a connection cap (max_connections, max_connections_per_address) or the first-bytes deadline (first_bytes_timeout), or lost to a failed accept (accept_failed).", labelNames: ["reason"], registers: [this.registry] });
-  readonly sessionsRemoved = new Counter({ name: "engram_sessions_removed_total", help: "Sessions removed through this replica, by DeleteSession (reason=delete) or Cleanup (reason=cleanup).", labelNames: ["reason"], registers: [this.registry] });
+  /** Sessions removed by this replica, by reason; `evicted` is read from the store at scrape time. */
+  readonly sessionsRemoved: Counter<"reason">;
+  /** Events this replica trimmed past the events cap, read from the store at scrape time. */
+  readonly eventsTrimmed: Counter;
 
   constructor(store: MemoryStore) {
     collectDefaultMetrics({ register: this.registry, prefix: "engram_" });
     const registry = this.registry;
+    let evictedSeen = 0;
+    this.sessionsRemoved = new Counter({
+      name: "engram_sessions_removed_total",
+      help: "Sessions removed by this replica, by reason: delete (DeleteSession), cleanup (Cleanup), idle (the idle TTL sweep), evicted (past a max_sessions cap).",
+      labelNames: ["reason"],
+      registers: [registry],
+      collect() {
+        const evicted = store.sessionsEvicted;
+        this.inc({ reason: "evicted" }, evicted - evictedSeen);
+        evictedSeen = evicted;
+      },
+    });
+    this.eventsTrimmed = new Counter({
+      name: "engram_events_trimmed_total",
+      help: "Events this replica trimmed past a max_session_events cap (oldest first).",
+      registers: [registry],
+      collect() {
+        this.reset();
+        this.inc(store.eventsTrimmed);
+      },
+    });
     // Totals read at scrape time: O(1) on every store.
     new Gauge({
       name: "engram_sessions",
@@ -168,6 +192,14 @@ export class Metrics {
         this.set((await store.stats().catch(() => ({ totalEvents: Number.NaN }))).totalEvents);
       },
     });
+  }
+
+  /** Every removal so far by reason (sessions by theirs, events_trimmed), for the removal log: counts only. */
+  async removalTotals(): Promise<Record<string, number>> {
+    const totals: Record<string, number> = {};
+    for (const { labels, value } of (await this.sessionsRemoved.get()).values) totals[`sessions_${labels.reason}`] = value;
+    for (const { value } of (await this.eventsTrimmed.get()).values) totals.events_trimmed = value;
+    return totals;
   }
 
   /** For one RPC method: the series it records into over a given protocol (a lookup by protocol per call). */

@@ -2,11 +2,23 @@
 import { ConfigError, type Config } from "../config.js";
 import { LocalStore } from "./local.js";
 import { NullStore } from "./null.js";
-import type { MemoryStore } from "./types.js";
+import type { MemoryStore, StoreLimits } from "./types.js";
+
+/** The retention the configuration asks of the store. */
+export function storeLimits(config: Config): StoreLimits {
+  return {
+    maxSessions: config.maxSessions,
+    maxSessionEvents: config.maxSessionEvents,
+    sessionIdleMs: config.sessionIdleMs,
+    apps: config.retentionApps,
+    dedupeWindowMs: config.dedupeWindowMs,
+    dedupeMaxIds: config.dedupeMaxIds,
+  };
+}
 
 /** Creates (and for network stores, connects) the configured MemoryStore. */
 export async function openStore(config: Config): Promise<MemoryStore> {
-  const limits = { maxSessions: config.maxSessions, maxSessionEvents: config.maxSessionEvents };
+  const limits = storeLimits(config);
   if (!config.memoryEnabled) return new NullStore();
   switch (config.memoryType) {
     case "local":

@@ -3,7 +3,8 @@
  * a ring buffer (denque) capped at maxSessionEvents, so append and eviction
  * are O(1); sessions sit in a Map by id, in a B+tree in id order (cursor
  * paging) and in a doubly linked list kept in update order (least recently
- * updated first) for eviction and cleanup.
+ * updated first) for eviction and cleanup. Ids of trimmed events stay in a
+ * small per-session queue for the dedupe window (StoreLimits.dedupeWindowMs).
  * Nothing survives a restart.
  */
 import Denque from "denque";
@@ -11,9 +12,21 @@ import { createRequire } from "node:module";
 import type SortedBTree from "sorted-btree";
 import { seqConflict, sessionNotFound } from "../errors.js";
 import { eventFingerprint } from "./fingerprint.js";
-import { checkCursor, compareRecent, duplicateEventId, isEmptyObject, newIncarnation, sessionExists } from "./rules.js";
+import {
+  appSessionCap,
+  checkCursor,
+  compareRecent,
+  dedupeWindow,
+  duplicateEventId,
+  evictionCount,
+  isEmptyObject,
+  newIncarnation,
+  sessionEventCap,
+  sessionExists,
+} from "./rules.js";
 import type {
   AppendResult,
+  CleanupScope,
   JsonObject,
   EventPage,
   EventQuery,
@@ -37,11 +50,29 @@ const BTree: typeof SortedBTree.default = createRequire(import.meta.url)("sorted
 interface LocalSession {
   record: SessionRecord;
   events: Denque<StoredEvent>;
+  /**
+   * Each retained event's fingerprint as submitted, parallel to `events`:
+   * "" for a generated id. Kept so a trim can remember a client id without
+   * hashing the event again.
+   */
+  fingerprints: Denque<string>;
   /** Retained events by event_id, for idempotent retries. */
   byEventId: Map<string, StoredEvent>;
+  /** Trimmed events still inside the dedupe window, oldest trim first; made on the first trim. */
+  trimmed?: Denque<TrimmedId>;
+  /** The same, by event_id. */
+  trimmedById?: Map<string, TrimmedId>;
   /** Neighbours in update order (the recency list): the previous one was updated earlier. */
   older?: LocalSession;
   newer?: LocalSession;
+}
+
+/** What a session remembers of a trimmed event: enough to answer a retry of it. */
+interface TrimmedId {
+  eventId: string;
+  seq: number;
+  fingerprint: string;
+  trimmedAt: number;
 }
 
 /**
@@ -72,6 +103,8 @@ function internEventType(type: string): string {
 export class LocalStore implements MemoryStore {
   /** Sessions this process evicted past maxSessions. */
   sessionsEvicted = 0;
+  /** Events this process trimmed past maxSessionEvents. */
+  eventsTrimmed = 0;
   readonly backend = "local";
   readonly capabilities = { persistent: false, shared: false, retains: true };
 
@@ -88,8 +121,13 @@ export class LocalStore implements MemoryStore {
   private mostRecent?: LocalSession;
   private readonly listeners = new Map<string, Set<NoticeListener>>();
   private totalEvents = 0;
+  /** Sessions per app_name, for per-app session caps. */
+  private readonly sessionsPerApp = new Map<string, number>();
+  private readonly dedupe: { windowMs: number; maxIds: number };
 
-  constructor(private readonly limits: StoreLimits) {}
+  constructor(private readonly limits: StoreLimits) {
+    this.dedupe = dedupeWindow(limits);
+  }
 
   async createSession(input: NewSession): Promise<SessionRecord> {
     if (this.byId.has(input.sessionId)) {
@@ -131,6 +169,8 @@ export class LocalStore implements MemoryStore {
   async appendEvents(sessionId: string, events: readonly NewEvent[], expectedSeq?: number): Promise<AppendResult> {
     const s = this.byId.get(sessionId);
     if (!s) throw sessionNotFound(sessionId);
+    const now = Date.now();
+    this.forgetExpiredIds(s, now);
     const { originals, freshCount } = this.findRetries(s, events);
     if (freshCount === 0) return { events: originals as StoredEvent[], replayed: true };
     if (expectedSeq !== undefined && expectedSeq !== s.record.headSeq) {
@@ -157,17 +197,25 @@ export class LocalStore implements MemoryStore {
         timestamp: e.timestamp,
       };
       s.events.push(event);
+      s.fingerprints.push(e.fingerprint);
       s.byEventId.set(event.eventId, event);
       stored.push(event);
       this.totalEvents++;
     }
-    while (s.events.length > this.limits.maxSessionEvents) {
-      const evicted = s.events.shift()!;
-      s.byEventId.delete(evicted.eventId);
+    const cap = sessionEventCap(this.limits, record.appName);
+    while (cap > 0 && s.events.length > cap) {
+      const trimmed = s.events.shift()!;
+      const fingerprint = s.fingerprints.shift()!;
+      if (s.byEventId.get(trimmed.eventId) === trimmed) {
+        s.byEventId.delete(trimmed.eventId);
+        // A generated id is new by construction: no retry can name it.
+        if (fingerprint !== "") this.rememberTrimmed(s, trimmed, fingerprint, now);
+      }
       this.totalEvents--;
+      this.eventsTrimmed++;
     }
     record.firstSeq = s.events.length > 0 ? s.events.peekAt(0)!.seq : record.headSeq + 1;
-    record.updatedAt = Date.now();
+    record.updatedAt = now;
     this.touch(s);
     this.notify({ sessionId, headSeq: record.headSeq, incarnation: record.incarnation });
     return { events: stored, replayed: false };
@@ -220,9 +268,14 @@ export class LocalStore implements MemoryStore {
     return { totalSessions: this.byId.size, totalEvents: this.totalEvents };
   }
 
-  async cleanup(cutoff: number): Promise<number> {
+  async cleanup(cutoff: number, scope: CleanupScope = {}): Promise<number> {
     const stale: LocalSession[] = [];
-    for (const s of this.byRecency()) if (s.record.updatedAt < cutoff) stale.push(s);
+    const except = new Set(scope.exceptAppNames ?? []);
+    for (const s of this.byRecency()) {
+      if (s.record.updatedAt >= cutoff) continue;
+      if (scope.appName !== undefined && s.record.appName !== scope.appName) continue;
+      if (!except.has(s.record.appName)) stale.push(s);
+    }
     for (const s of stale) this.remove(s);
     return stale.length;
   }
@@ -261,24 +314,64 @@ export class LocalStore implements MemoryStore {
         incarnation: newIncarnation(),
       },
       events: new Denque<StoredEvent>(),
+      fingerprints: new Denque<string>(),
       byEventId: new Map(),
     };
     this.byId.set(input.sessionId, s);
     this.idOrder.set(input.sessionId, s);
     this.link(s);
-    this.evictSessionsOverLimit();
+    this.sessionsPerApp.set(input.appName, (this.sessionsPerApp.get(input.appName) ?? 0) + 1);
+    this.evictSessionsOverLimit(input.appName);
     return s;
   }
 
-  /** Past maxSessions, evict the least recently updated 10% (at least one). */
-  private evictSessionsOverLimit(): void {
-    if (this.byId.size <= this.limits.maxSessions) return;
-    let toEvict = Math.max(1, Math.ceil(this.limits.maxSessions * 0.1));
+  /**
+   * Past the app's session cap, evicts that app's least recently updated 10%
+   * (at least one); past the global cap, the store's. 0: no cap. The app's
+   * victims are found by walking the update-order list, past other apps'.
+   */
+  private evictSessionsOverLimit(appName: string): void {
+    const appCap = appSessionCap(this.limits, appName);
+    if (appCap > 0 && this.sessionsPerApp.get(appName)! > appCap) this.evictOldest(evictionCount(appCap), appName);
+    const cap = this.limits.maxSessions;
+    if (cap > 0 && this.byId.size > cap) this.evictOldest(evictionCount(cap));
+  }
+
+  private evictOldest(count: number, appName?: string): void {
     for (const s of this.byRecency()) {
-      if (toEvict-- <= 0) break;
+      if (count <= 0) break;
+      if (appName !== undefined && s.record.appName !== appName) continue;
       this.remove(s);
       this.sessionsEvicted++;
+      count--;
     }
+  }
+
+  /** Keeps what a retry of a trimmed event needs, while the dedupe window holds it. */
+  private rememberTrimmed(s: LocalSession, event: StoredEvent, fingerprint: string, now: number): void {
+    if (this.dedupe.maxIds === 0) return;
+    const entry: TrimmedId = { eventId: event.eventId, seq: event.seq, fingerprint, trimmedAt: now };
+    const queue = (s.trimmed ??= new Denque());
+    const byId = (s.trimmedById ??= new Map());
+    queue.push(entry);
+    byId.set(entry.eventId, entry);
+    // The time bound was applied when the append began; here only the count bound can be passed.
+    if (queue.length > this.dedupe.maxIds) {
+      const gone = queue.shift()!;
+      if (byId.get(gone.eventId) === gone) byId.delete(gone.eventId);
+    }
+  }
+
+  /** Drops trimmed ids older than the window, and the oldest past the per-session bound. */
+  private forgetExpiredIds(s: LocalSession, now: number): void {
+    const queue = s.trimmed;
+    if (!queue) return;
+    const horizon = now - this.dedupe.windowMs;
+    while (queue.length > 0 && (queue.length > this.dedupe.maxIds || queue.peekFront()!.trimmedAt <= horizon)) {
+      const gone = queue.shift()!;
+      if (s.trimmedById!.get(gone.eventId) === gone) s.trimmedById!.delete(gone.eventId);
+    }
+    if (queue.length === 0) s.trimmed = s.trimmedById = undefined;
   }
 
   private remove(s: LocalSession): void {
@@ -286,6 +379,9 @@ export class LocalStore implements MemoryStore {
     this.byId.delete(id);
     this.idOrder.delete(id);
     this.unlink(s);
+    const left = this.sessionsPerApp.get(s.record.appName)! - 1;
+    if (left === 0) this.sessionsPerApp.delete(s.record.appName);
+    else this.sessionsPerApp.set(s.record.appName, left);
     this.totalEvents -= s.events.length;
     this.notify({ sessionId: id, deleted: true, incarnation: s.record.incarnation });
   }
@@ -325,15 +421,22 @@ export class LocalStore implements MemoryStore {
   /**
    * The retained original of each event that retries one (checked by
    * fingerprint), undefined for each new one. A generated id (fingerprint "")
-   * is new by construction: no lookup.
+   * is new by construction: no lookup. A retry of a trimmed event still in
+   * the dedupe window gets the original's seq and the event as submitted.
    */
   private findRetries(s: LocalSession, events: readonly NewEvent[]) {
     const originals: Array<StoredEvent | undefined> = [];
     let freshCount = 0;
     for (const e of events) {
-      const original = e.fingerprint === "" ? undefined : s.byEventId.get(e.eventId);
+      let original = e.fingerprint === "" ? undefined : s.byEventId.get(e.eventId);
       if (original && eventFingerprint(original.eventType, original.content, original.metadata) !== e.fingerprint) {
         throw duplicateEventId(e.eventId);
+      }
+      const trimmed = original || e.fingerprint === "" ? undefined : s.trimmedById?.get(e.eventId);
+      if (trimmed) {
+        if (trimmed.fingerprint !== e.fingerprint) throw duplicateEventId(e.eventId);
+        const { eventId, eventType, content, metadata, timestamp } = e;
+        original = { sessionId: s.record.sessionId, seq: trimmed.seq, eventId, eventType, content, metadata, timestamp };
       }
       if (!original) freshCount++;
       originals.push(original);

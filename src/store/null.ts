@@ -25,6 +25,7 @@ export class NullStore implements MemoryStore {
   readonly capabilities = { persistent: false, shared: false, retains: false };
   /** Nothing is kept, so nothing is ever evicted. */
   readonly sessionsEvicted = 0;
+  readonly eventsTrimmed = 0;
 
   async createSession(input: NewSession): Promise<SessionRecord> {
     return { ...emptySession(input.sessionId, input.now), appName: input.appName, userId: input.userId, metadata: input.metadata };

@@ -16,9 +16,10 @@ import { checkDeadline, remainingMs, type DeadlineAware } from "../deadline.js";
 import { asMemoryError, MemoryError, seqConflict, sessionNotFound } from "../errors.js";
 import { eventFingerprint } from "./fingerprint.js";
 import { GroupCommit, type Pending } from "./postgres/group-commit.js";
-import { checkCursor, duplicateEventId, newIncarnation, sessionExists } from "./rules.js";
+import { appEventCaps, appSessionCap, checkCursor, dedupeWindow, duplicateEventId, evictionCount, newIncarnation, sessionExists } from "./rules.js";
 import type {
   AppendResult,
+  CleanupScope,
   EventPage,
   EventQuery,
   JsonObject,
@@ -142,6 +143,17 @@ function toEvent(sessionId: string, row: EventRow): StoredEvent {
   };
 }
 
+/**
+ * The answer to a retried event: its stored original, or for an event trimmed
+ * inside the dedupe window (no content left: event_type is NULL) its seq with
+ * the event as submitted.
+ */
+function retried(sessionId: string, submitted: NewEvent, original: EventRow): StoredEvent {
+  if (original.event_type !== null) return toEvent(sessionId, original);
+  const { eventId, eventType, content, metadata, timestamp } = submitted;
+  return { sessionId, seq: Number(original.seq), eventId, eventType, content, metadata, timestamp };
+}
+
 /** Payload identity of a submitted event; generated ids carry none, so compute it. */
 const fingerprintOf = (e: NewEvent) => e.fingerprint || eventFingerprint(e.eventType, e.content, e.metadata);
 
@@ -213,6 +225,8 @@ interface AppendRow {
   content: JsonValue;
   metadata: JsonObject;
   ts_ms: string | null;
+  /** On an 'appended' row: events the append trimmed. */
+  trimmed: string | null;
 }
 
 /** The PostgreSQL MemoryStore. Create it with PostgresStore.open(). */
@@ -221,11 +235,16 @@ export class PostgresStore implements MemoryStore, DeadlineAware {
   readonly honoursCallDeadline = true;
   /** Sessions this process evicted past maxSessions. */
   sessionsEvicted = 0;
+  /** Events this process trimmed past maxSessionEvents. */
+  eventsTrimmed = 0;
   readonly backend = "postgres";
   readonly capabilities = { persistent: true, shared: true, retains: true };
 
   private readonly pool: pg.Pool;
   private readonly limits: StoreLimits;
+  private readonly dedupe: { windowMs: number; maxIds: number };
+  /** Apps whose events cap differs from the global one, passed to every append. */
+  private readonly appEventCaps: Array<[string, number]>;
   /** The quoted schema, prefixed to every table name. */
   private readonly s: string;
   private readonly channel: string;
@@ -258,6 +277,8 @@ export class PostgresStore implements MemoryStore, DeadlineAware {
   /** Creates the store without touching the database; open() is the usual way in. */
   constructor(private readonly options: PostgresStoreOptions) {
     this.limits = options.limits;
+    this.dedupe = dedupeWindow(options.limits);
+    this.appEventCaps = appEventCaps(options.limits);
     this.s = escapeIdentifier(options.schema);
     this.channel = channelName(options.schema);
     const queryTimeout = options.queryTimeoutMs ?? 15_000;
@@ -281,7 +302,7 @@ export class PostgresStore implements MemoryStore, DeadlineAware {
     return this.attempt(async (retried) => {
       const row = await this.insertSession(input);
       if (row) {
-        await this.evictSessionsOverLimit(Number(row.total_sessions));
+        await this.evictSessionsOverLimit(Number(row.total_sessions), input.appName);
         return toSession(row);
       }
       const existing = await this.selectSession(input.sessionId);
@@ -299,7 +320,7 @@ export class PostgresStore implements MemoryStore, DeadlineAware {
       for (;;) {
         const row = await this.insertSession(input);
         if (row) {
-          await this.evictSessionsOverLimit(Number(row.total_sessions));
+          await this.evictSessionsOverLimit(Number(row.total_sessions), input.appName);
           return { session: toSession(row), created: true };
         }
         const existing = await this.selectSession(input.sessionId);
@@ -381,14 +402,18 @@ export class PostgresStore implements MemoryStore, DeadlineAware {
     return { totalSessions: Number(rows[0].sessions), totalEvents: Number(rows[0].events) };
   }
 
-  async cleanup(cutoff: number): Promise<number> {
+  async cleanup(cutoff: number, scope: CleanupScope = {}): Promise<number> {
     let total = 0;
+    // NULL parameters leave their filter out; one statement text, prepared once.
+    const filter = "updated_at < $3 AND ($4::text IS NULL OR app_name = $4) AND ($5::text[] IS NULL OR app_name <> ALL($5::text[]))";
     for (;;) {
       // SKIP LOCKED: a session locked by an append is being updated right now, so it is not stale.
-      const { rows } = await this.query(this.deleteSessionsSql("updated_at < $3", `ORDER BY updated_at, session_id LIMIT ${CLEANUP_BATCH} FOR UPDATE SKIP LOCKED`), [
+      const { rows } = await this.query(this.deleteSessionsSql(filter, `ORDER BY updated_at, session_id LIMIT ${CLEANUP_BATCH} FOR UPDATE SKIP LOCKED`), [
         this.channel,
         this.slot(),
         iso(cutoff),
+        scope.appName ?? null,
+        scope.exceptAppNames && scope.exceptAppNames.length > 0 ? [...scope.exceptAppNames] : null,
       ]);
       total += rows.length;
       if (rows.length < CLEANUP_BATCH) return total;
@@ -518,7 +543,7 @@ export class PostgresStore implements MemoryStore, DeadlineAware {
     const left = deadline === undefined ? undefined : Math.ceil(deadline - Date.now());
     if (left !== undefined && left <= 0) throw new MemoryError("DEADLINE_EXCEEDED", "deadline exceeded before the store was called");
     const events = requests.flatMap((r) => r.events);
-    const sql = `SELECT * FROM ${this.s}.append_many($1::text[], $2::bigint[], $3::int[], $4::text[], $5::text[], $6::text[], $7::text[], $8::timestamptz[], $9::text[], $10, $11, $12, $13, $14, $15, $16::timestamptz)`;
+    const sql = `SELECT * FROM ${this.s}.append_many_retained($1::text[], $2::bigint[], $3::int[], $4::text[], $5::text[], $6::text[], $7::text[], $8::timestamptz[], $9::text[], $10, $11::text[], $12::bigint[], $13, $14, $15, $16, $17, $18, $19, $20::timestamptz)`;
     const params = [
       requests.map((r) => r.sessionId),
       requests.map((r) => r.expectedSeq ?? null),
@@ -530,6 +555,10 @@ export class PostgresStore implements MemoryStore, DeadlineAware {
       events.map((e) => iso(e.timestamp)),
       events.map(fingerprintOf),
       this.limits.maxSessionEvents,
+      this.appEventCaps.map(([app]) => app),
+      this.appEventCaps.map(([, cap]) => cap),
+      this.dedupe.windowMs,
+      this.dedupe.maxIds,
       skipLocked,
       this.slot(),
       this.channel,
@@ -553,7 +582,8 @@ export class PostgresStore implements MemoryStore, DeadlineAware {
         throw seqConflict(expectedSeq!, headSeq);
     }
     const originals = new Map(rows.slice(0, -1).map((row) => [row.event_id!, row as EventRow]));
-    if (outcome.status === "replayed") return { events: events.map((e) => toEvent(sessionId, originals.get(e.eventId)!)), replayed: true };
+    if (outcome.status === "replayed") return { events: events.map((e) => retried(sessionId, e, originals.get(e.eventId)!)), replayed: true };
+    this.eventsTrimmed += Number(outcome.trimmed ?? 0);
     return { events: this.planAppend(sessionId, events, originals, headSeq), replayed: false };
   }
 
@@ -562,7 +592,7 @@ export class PostgresStore implements MemoryStore, DeadlineAware {
     let head = headSeq;
     return events.map((e) => {
       const original = originals.get(e.eventId);
-      if (original) return toEvent(sessionId, original);
+      if (original) return retried(sessionId, e, original);
       return { sessionId, seq: ++head, eventId: e.eventId, eventType: e.eventType, content: e.content, metadata: e.metadata, timestamp: e.timestamp };
     });
   }
@@ -611,20 +641,47 @@ export class PostgresStore implements MemoryStore, DeadlineAware {
     return rows[0];
   }
 
-  /** Past maxSessions, deletes the least recently updated 10% (at least one), like the local store. */
-  private async evictSessionsOverLimit(totalSessions: number): Promise<void> {
+  /**
+   * Past the app's session cap, deletes the app's least recently updated 10%
+   * (at least one); past the global cap, the store's, like the local store.
+   * 0: no cap.
+   */
+  private async evictSessionsOverLimit(totalSessions: number, appName: string): Promise<void> {
+    const appCap = appSessionCap(this.limits, appName);
+    if (appCap > 0) await this.evictAppOverLimit(appName, appCap);
     // The common case costs nothing: the insert statement already read the counters.
-    if (totalSessions <= this.limits.maxSessions) return;
+    if (this.limits.maxSessions === 0 || totalSessions <= this.limits.maxSessions) return;
     await this.transaction(async (client) => {
       // One evictor at a time, re-counting under the lock: concurrent creators must not each evict 10%.
       await client.query("SELECT pg_advisory_xact_lock(hashtextextended($1, 0))", [`engram:evict:${this.options.schema}`]);
       const { rows } = await client.query<{ n: string }>(`SELECT coalesce(sum(sessions), 0) AS n FROM ${this.s}.counters`);
       if (Number(rows[0].n) <= this.limits.maxSessions) return;
-      const count = Math.max(1, Math.ceil(this.limits.maxSessions * 0.1));
+      const count = evictionCount(this.limits.maxSessions);
       const { rows: gone } = await client.query(this.deleteSessionsSql("true", `ORDER BY updated_at, session_id LIMIT ${count} FOR UPDATE SKIP LOCKED`), [
         this.channel,
         this.slot(),
       ]);
+      this.sessionsEvicted += gone.length;
+    });
+  }
+
+  /**
+   * One app's eviction: counts its sessions (an index-only range of
+   * sessions_by_app_updated, O(sessions of the app), only for apps with a
+   * cap) and past the cap deletes its oldest tenth, one evictor per app.
+   */
+  private async evictAppOverLimit(appName: string, cap: number): Promise<void> {
+    const countSql = `SELECT count(*) AS n FROM ${this.s}.sessions WHERE app_name = $1`;
+    const { rows } = await this.query<{ n: string }>(countSql, [appName]);
+    if (Number(rows[0].n) <= cap) return;
+    await this.transaction(async (client) => {
+      await client.query("SELECT pg_advisory_xact_lock(hashtextextended($1, 0))", [`engram:evict:${this.options.schema}:${appName}`]);
+      const { rows: again } = await client.query<{ n: string }>(countSql, [appName]);
+      if (Number(again[0].n) <= cap) return;
+      const { rows: gone } = await client.query(
+        this.deleteSessionsSql("app_name = $3", `ORDER BY updated_at, session_id LIMIT ${evictionCount(cap)} FOR UPDATE SKIP LOCKED`),
+        [this.channel, this.slot(), appName],
+      );
       this.sessionsEvicted += gone.length;
     });
   }

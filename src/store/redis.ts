@@ -9,7 +9,9 @@
  *
  *   s:<hex id>           hash: app, user, meta, created, updated, head, first, inc (incarnation)
  *   s:<hex id>:ev        hash: seq -> encoded event (seqs first..head, consecutive)
- *   s:<hex id>:id        hash: event id -> "seq:fingerprint" (idempotency)
+ *   s:<hex id>:id        hash: event id -> "seq:fingerprint" (idempotency; trimmed
+ *                        events' ids stay for the dedupe window)
+ *   s:<hex id>:tr        zset: trimmed event ids by trim time (the dedupe window)
  *   updated              zset: session id by updatedAt (eviction, cleanup)
  *   ix:all, ix:a:<hex app>, ix:u:<hex user>, ix:au:<hex app>:<hex user>
  *                        zsets, score 0: session ids in byte (= code-point) order
@@ -30,9 +32,10 @@ import { Redis, type RedisOptions } from "ioredis";
 import { LRUCache } from "lru-cache";
 import { MemoryError, seqConflict, sessionNotFound } from "../errors.js";
 import { eventFingerprint } from "./fingerprint.js";
-import { checkCursor, duplicateEventId, newIncarnation, sessionExists } from "./rules.js";
+import { appEventCaps, appSessionCap, checkCursor, dedupeWindow, duplicateEventId, evictionCount, newIncarnation, sessionExists } from "./rules.js";
 import type {
   AppendResult,
+  CleanupScope,
   EventPage,
   EventQuery,
   JsonObject,
@@ -64,7 +67,7 @@ export interface RedisStoreOptions {
 /** Entries kept in the global recent-events index: twice the REST cap of 1000, as slack for removals. */
 const RECENT_CAP = 2000;
 /**
- * Largest notice that carries the appended events themselves (append-6.lua):
+ * Largest notice that carries the appended events themselves (append-7.lua):
  * every replica then streams them without reading them back, one Redis round
  * trip per event per replica saved. Larger appends announce only the head.
  */
@@ -132,6 +135,8 @@ function storeError(err: unknown): MemoryError {
 export class RedisStore implements MemoryStore {
   /** Sessions this process evicted past maxSessions. */
   sessionsEvicted = 0;
+  /** Events this process trimmed past maxSessionEvents. */
+  eventsTrimmed = 0;
   readonly backend = "redis";
   readonly capabilities = { persistent: true, shared: true, retains: true };
 
@@ -139,6 +144,8 @@ export class RedisStore implements MemoryStore {
   private readonly channel: string;
   private readonly scripts: Record<ScriptName, ScriptRunner>;
   private closed = false;
+  /** The append script's last arguments, the same for every append: dedupe window, bound, per-app event caps. */
+  private readonly retentionArgs: Array<string | number>;
   /**
    * Events of recent reads, by session, seq and stored text: a tail read again
    * and again (context windows, polling readers) yields the same objects, so
@@ -160,6 +167,9 @@ export class RedisStore implements MemoryStore {
     private readonly limits: StoreLimits,
   ) {
     this.channel = `${prefix}:notices`;
+    const { windowMs, maxIds } = dedupeWindow(limits);
+    const caps = appEventCaps(limits);
+    this.retentionArgs = [windowMs, maxIds, caps.length, ...caps.flat()];
     this.scripts = {} as Record<ScriptName, ScriptRunner>;
     for (const file of readdirSync(SCRIPTS_DIR)) {
       const match = /^([a-z]+)-(\d+)\.lua$/.exec(file);
@@ -207,7 +217,7 @@ export class RedisStore implements MemoryStore {
     const incarnation = newIncarnation();
     const reply = await this.create(input, incarnation, "create");
     if (reply[0] === "EXISTS") throw sessionExists(input.sessionId);
-    await this.evictAfterCreate(reply[1] as number);
+    await this.evictAfterCreate(reply[1] as number, input.appName);
     return this.newRecord(input, incarnation);
   }
 
@@ -215,7 +225,7 @@ export class RedisStore implements MemoryStore {
     const incarnation = newIncarnation();
     const reply = await this.create(input, incarnation, "get");
     if (reply[0] === "FOUND") return { session: this.toRecord(input.sessionId, reply[1] as string[])!, created: false };
-    await this.evictAfterCreate(reply[1] as number);
+    await this.evictAfterCreate(reply[1] as number, input.appName);
     return { session: this.newRecord(input, incarnation), created: true };
   }
 
@@ -272,8 +282,10 @@ export class RedisStore implements MemoryStore {
       const fingerprint = e.fingerprint || eventFingerprint(e.eventType, e.content, e.metadata);
       args.push(e.eventId, fingerprint, e.timestamp, encodeEvent(e));
     }
-    args.push(NOTICE_EVENTS_MAX_BYTES);
-    const reply = await this.call(() => this.scripts.append(...this.sessionKeys(sessionId), this.key("updated"), this.key("stats"), this.key("recent"), ...args));
+    args.push(NOTICE_EVENTS_MAX_BYTES, ...this.retentionArgs);
+    const reply = await this.call(() =>
+      this.scripts.append(...this.sessionKeys(sessionId), this.key("updated"), this.key("stats"), this.key("recent"), this.trimmedIdsKey(sessionId), ...args),
+    );
     switch (reply[0]) {
       case "NOT_FOUND":
         throw sessionNotFound(sessionId);
@@ -282,10 +294,12 @@ export class RedisStore implements MemoryStore {
       case "CONFLICT":
         throw seqConflict(expectedSeq!, reply[1] as number);
     }
+    this.eventsTrimmed += (reply[4 + 2 * events.length] as number | undefined) ?? 0;
     const stored: StoredEvent[] = events.map((e, i) => {
       const seq = reply[4 + 2 * i] as number;
       const original = reply[5 + 2 * i] as string | null;
       if (original) return decodeEvent(sessionId, seq, original);
+      // A new event, or the retry of one trimmed inside the dedupe window (null): as submitted.
       return { sessionId, seq, eventId: e.eventId, eventType: e.eventType, content: e.content, metadata: e.metadata, timestamp: e.timestamp };
     });
     return { events: stored, replayed: reply[1] === 1 };
@@ -352,17 +366,19 @@ export class RedisStore implements MemoryStore {
     return { totalSessions: Number(sessions ?? 0), totalEvents: Number(events ?? 0) };
   }
 
-  async cleanup(cutoff: number): Promise<number> {
+  async cleanup(cutoff: number, scope: CleanupScope = {}): Promise<number> {
     let removed = 0;
+    // Sessions left in place (out of scope, or updated meanwhile) are stepped over, so every batch makes progress.
+    let skipped = 0;
     for (;;) {
       const ids = await this.call(() =>
-        this.redis.zrangebyscore(this.key("updated"), "-inf", `(${cutoff}`, "LIMIT", 0, CLEANUP_BATCH),
+        this.redis.zrangebyscore(this.key("updated"), "-inf", `(${cutoff}`, "LIMIT", skipped, CLEANUP_BATCH),
       );
-      let removedNow = 0;
-      for (const id of ids) if ((await this.deleteWhere(id, { updatedBelow: cutoff })) === "DELETED") removedNow++;
-      removed += removedNow;
-      // Stop when the batch was short, or nothing in it could be removed (no endless loop on a stale entry).
-      if (ids.length < CLEANUP_BATCH || removedNow === 0) return removed;
+      for (const id of ids) {
+        if ((await this.deleteWhere(id, { updatedBelow: cutoff, scope })) === "DELETED") removed++;
+        else skipped++;
+      }
+      if (ids.length < CLEANUP_BATCH) return removed;
     }
   }
 
@@ -433,7 +449,7 @@ export class RedisStore implements MemoryStore {
   }
 
   /**
-   * A notice of the append script or of a deletion (append-6.lua says the
+   * A notice of the append script or of a deletion (append-7.lua says the
    * format): a JSON header, and after a newline the appended events when they
    * fit, decoded through the same cache as reads so both share one object per
    * event. Undefined for anything malformed (it cannot come from our scripts).
@@ -518,11 +534,17 @@ export class RedisStore implements MemoryStore {
     );
   }
 
-  /** Past maxSessions, evicts the least recently updated 10% (at least one), as LocalStore does. */
-  private async evictAfterCreate(totalSessions: number): Promise<void> {
+  /**
+   * Past the app's session cap, evicts the app's least recently updated 10%
+   * (at least one); past the global cap, the store's, as LocalStore does.
+   * 0: no cap.
+   */
+  private async evictAfterCreate(totalSessions: number, appName: string): Promise<void> {
+    const appCap = appSessionCap(this.limits, appName);
+    if (appCap > 0) await this.evictAppOverLimit(appName, appCap);
     const { maxSessions } = this.limits;
-    if (totalSessions <= maxSessions) return;
-    const count = Math.max(1, Math.ceil(maxSessions * 0.1));
+    if (maxSessions === 0 || totalSessions <= maxSessions) return;
+    const count = evictionCount(maxSessions);
     const oldest = await this.call(() => this.redis.zrange(this.key("updated"), 0, count - 1, "WITHSCORES"));
     for (let i = 0; i < oldest.length; i += 2) {
       // Re-checked in the script: a session updated since is kept, and
@@ -532,11 +554,35 @@ export class RedisStore implements MemoryStore {
     }
   }
 
-  /** Runs delete-10.lua for one session, re-reading its tenancy when it moved. */
-  private async deleteWhere(sessionId: string, cond: { updatedBelow?: number; keepAtLeast?: number }): Promise<string> {
+  /**
+   * Evicts the oldest 10% of one app's sessions once it holds more than its
+   * cap. Its sessions are read from the app's index and ordered by their
+   * update times (ZMSCORE): O(sessions of the app), once per tenth of the cap
+   * of creations. Replicas creating at once may each evict a tenth.
+   */
+  private async evictAppOverLimit(appName: string, cap: number): Promise<void> {
+    const appIndex = this.indexKey(appName);
+    if ((await this.call(() => this.redis.zcard(appIndex))) <= cap) return;
+    const ids = await this.call(() => this.redis.zrange(appIndex, 0, -1));
+    const scores = await this.call(() => this.redis.zmscore(this.key("updated"), ...ids));
+    const oldest = ids
+      .map((id, i) => ({ id, updated: scores[i] === null ? Number.NaN : Number(scores[i]) }))
+      .filter((s) => !Number.isNaN(s.updated))
+      .sort((a, b) => a.updated - b.updated)
+      .slice(0, evictionCount(cap));
+    for (const { id, updated } of oldest) {
+      if ((await this.deleteWhere(id, { updatedBelow: updated + 1 })) === "DELETED") this.sessionsEvicted++;
+    }
+  }
+
+  /** Runs delete-11.lua for one session, re-reading its tenancy when it moved. */
+  private async deleteWhere(sessionId: string, cond: { updatedBelow?: number; keepAtLeast?: number; scope?: CleanupScope }): Promise<string> {
     for (let attempt = 0; attempt < 3; attempt++) {
       const [appName, userId] = await this.call(() => this.redis.hmget(this.sessionKey(sessionId), "app", "user"));
       if (appName === null || userId === null) return "GONE";
+      // The script checks the app it is given, so a session moved to another app meanwhile is MOVED, never removed out of scope.
+      if (cond.scope?.appName !== undefined && appName !== cond.scope.appName) return "KEPT";
+      if (cond.scope?.exceptAppNames?.includes(appName)) return "KEPT";
       const reply = await this.call(() =>
         this.scripts.delete(
           ...this.sessionKeys(sessionId),
@@ -544,6 +590,7 @@ export class RedisStore implements MemoryStore {
           this.key("stats"),
           this.key("recent"),
           ...this.indexKeys(appName, userId),
+          this.trimmedIdsKey(sessionId),
           sessionId,
           appName,
           userId,
@@ -638,6 +685,11 @@ export class RedisStore implements MemoryStore {
   private sessionKeys(sessionId: string): [string, string, string] {
     const base = this.sessionKey(sessionId);
     return [base, `${base}:ev`, `${base}:id`];
+  }
+
+  /** The session's trimmed ids by trim time (the dedupe window). */
+  private trimmedIdsKey(sessionId: string): string {
+    return `${this.sessionKey(sessionId)}:tr`;
   }
 
   /** Member prefix of the session's entries in the recent index; "!" sorts below every hex digit. */

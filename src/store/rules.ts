@@ -4,7 +4,7 @@
  */
 import { randomBytes } from "node:crypto";
 import { cursorEvicted, MemoryError } from "../errors.js";
-import type { StoredEvent } from "./types.js";
+import type { StoreLimits, StoredEvent } from "./types.js";
 
 /** Shared cursor rule: OUT_OF_RANGE for a cursor before the retained window or past the head. */
 export function checkCursor(afterSeq: number, firstSeq: number, headSeq: number): void {
@@ -46,4 +46,40 @@ export function isEmptyObject(object: object): boolean {
  */
 export function newIncarnation(): string {
   return randomBytes(12).toString("base64url");
+}
+
+/** Default of StoreLimits.dedupeWindowMs: two minutes, as JetStream's duplicate window. */
+export const DEFAULT_DEDUPE_WINDOW_MS = 120_000;
+/** Default of StoreLimits.dedupeMaxIds. */
+export const DEFAULT_DEDUPE_MAX_IDS = 1000;
+
+/** The events cap of a session of `appName`: its app's, else the global one (0: no cap). */
+export function sessionEventCap(limits: StoreLimits, appName: string): number {
+  return limits.apps?.get(appName)?.maxSessionEvents ?? limits.maxSessionEvents;
+}
+
+/** The session cap of one app (0: none); the global cap applies besides. */
+export function appSessionCap(limits: StoreLimits, appName: string): number {
+  return limits.apps?.get(appName)?.maxSessions ?? 0;
+}
+
+/** The apps whose event cap differs from the global one, with that cap. */
+export function appEventCaps(limits: StoreLimits): Array<[string, number]> {
+  const caps: Array<[string, number]> = [];
+  for (const [app, retention] of limits.apps ?? []) {
+    if (retention.maxSessionEvents !== undefined && retention.maxSessionEvents !== limits.maxSessionEvents) caps.push([app, retention.maxSessionEvents]);
+  }
+  return caps;
+}
+
+/** How long and how many trimmed ids a session remembers (0 and 0: none). */
+export function dedupeWindow(limits: StoreLimits): { windowMs: number; maxIds: number } {
+  const windowMs = limits.dedupeWindowMs ?? DEFAULT_DEDUPE_WINDOW_MS;
+  const maxIds = limits.dedupeMaxIds ?? DEFAULT_DEDUPE_MAX_IDS;
+  return windowMs > 0 && maxIds > 0 ? { windowMs, maxIds } : { windowMs: 0, maxIds: 0 };
+}
+
+/** Sessions one eviction past `cap` removes: the least recently updated 10%, at least one. */
+export function evictionCount(cap: number): number {
+  return Math.max(1, Math.ceil(cap * 0.1));
 }

@@ -99,11 +99,27 @@ export interface EventPage {
   incarnation: string;
 }
 
-/** Result of an append: the stored events, or the originals of a retry. */
+/**
+ * Result of an append: the stored events, or the originals of a retry.
+ *
+ * A retry of an event that was trimmed (past maxSessionEvents) but is still
+ * inside the dedupe window answers with the original's seq and the event as
+ * the retry submitted it (its content is gone; its fingerprint matched, so
+ * type, content and metadata are the original's; the timestamp is the
+ * retry's). It is not appended again.
+ */
 export interface AppendResult {
   events: StoredEvent[];
-  /** True when every event was already stored (an idempotent retry). */
+  /** True when every event was already stored, or trimmed inside the dedupe window (an idempotent retry). */
   replayed: boolean;
+}
+
+/** Which sessions cleanup() looks at besides the cutoff; both fields may be given. */
+export interface CleanupScope {
+  /** Only sessions of this app_name. */
+  appName?: string;
+  /** No sessions of these app_names (apps with their own idle TTL). */
+  exceptAppNames?: readonly string[];
 }
 
 /** Totals over the whole store. */
@@ -155,12 +171,44 @@ export interface StoreDurability {
   settings: Record<string, string>;
 }
 
-/** Limits a store enforces on its own data. */
+/**
+ * Retention of one app_name, overriding the global settings for its sessions.
+ * An absent field falls back to the global value; 0 means "no cap" (never).
+ */
+export interface AppRetention {
+  /** Events retained per session of this app, replacing the global cap. */
+  maxSessionEvents?: number;
+  /** Sessions of this app retained, in addition to the global cap; past it the app's least recently updated 10% are evicted. */
+  maxSessions?: number;
+  /** Sessions of this app not updated for this many ms are removed by the idle sweep, replacing the global TTL. */
+  sessionIdleMs?: number;
+}
+
+/**
+ * What a store keeps, and for how long. Every cap is 0 for "no cap": a
+ * durable store deletes nothing unless the operator asked for it.
+ */
 export interface StoreLimits {
-  /** Events retained per session; older ones are evicted (ring buffer). */
+  /** Events retained per session; older ones are trimmed (ring buffer). 0: no cap. */
   maxSessionEvents: number;
-  /** Sessions retained; past it the least recently updated 10% are evicted. */
+  /** Sessions retained; past it the least recently updated 10% are evicted. 0: no cap. */
   maxSessions: number;
+  /**
+   * Sessions not updated for this many ms are removed by the idle sweep
+   * (src/service/retention.ts, through cleanup()); 0: never. Stores do not
+   * act on it themselves.
+   */
+  sessionIdleMs?: number;
+  /** Per app_name overrides (a Map: app names are data, never object keys). */
+  apps?: ReadonlyMap<string, AppRetention>;
+  /**
+   * How long (ms) the id, fingerprint and seq of a trimmed event are kept
+   * after the trim, so that a retry is recognised after its original is gone
+   * (JetStream's duplicate window). 0: forgotten at once. Default 120000.
+   */
+  dedupeWindowMs?: number;
+  /** At most this many trimmed ids kept per session (the newest trimmed). 0: none. Default 1000. */
+  dedupeMaxIds?: number;
 }
 
 /** The storage contract every driver implements. */
@@ -183,8 +231,9 @@ export interface MemoryStore {
   /**
    * Appends events atomically (all or none) and assigns consecutive seqs.
    * Events whose eventId is already retained with the same fingerprint are not
-   * appended again: their stored originals are returned in place. A retained
-   * eventId with another fingerprint: ALREADY_EXISTS. When every event is such a
+   * appended again: their stored originals are returned in place; so are
+   * events whose id was trimmed inside the dedupe window (see AppendResult).
+   * A retained or remembered eventId with another fingerprint: ALREADY_EXISTS. When every event is such a
    * retry the call succeeds whatever expectedSeq says; otherwise an
    * expectedSeq other than the head: FAILED_PRECONDITION. Unknown session:
    * NOT_FOUND.
@@ -199,10 +248,12 @@ export interface MemoryStore {
 
   /** Totals over the store. */
   stats(): Promise<StoreStats>;
-  /** Sessions this process evicted past maxSessions since it opened the store (a metrics counter). */
+  /** Sessions this process evicted past maxSessions (global or per app) since it opened the store (a metrics counter). */
   readonly sessionsEvicted: number;
-  /** Removes sessions with updatedAt < cutoff (epoch ms); returns how many. */
-  cleanup(cutoff: number): Promise<number>;
+  /** Events this process trimmed past maxSessionEvents since it opened the store (a metrics counter). */
+  readonly eventsTrimmed: number;
+  /** Removes sessions with updatedAt < cutoff (epoch ms), within the scope; returns how many. */
+  cleanup(cutoff: number, scope?: CleanupScope): Promise<number>;
 
   /**
    * Calls `listener` when the session changes, on this replica or any other

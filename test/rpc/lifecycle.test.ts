@@ -75,7 +75,14 @@ describe("configuration", () => {
     [{ PORT: "eighty" }, /PORT: expected a whole number/],
     [{ PORT: "70000" }, /PORT: must be at most 65535/],
     [{ MEMORY_ENABLED: "maybe" }, /MEMORY_ENABLED: expected true or false/],
-    [{ MEMORY_MAX_SESSIONS: "0" }, /MEMORY_MAX_SESSIONS: must be at least 1/],
+    [{ MEMORY_MAX_SESSIONS: "-1" }, /MEMORY_MAX_SESSIONS: expected a whole number, got "-1"/],
+    [{ MEMORY_RETENTION_APPS: "bot=events:100" }, /MEMORY_RETENTION_APPS: not valid JSON/],
+    [{ MEMORY_RETENTION_APPS: "[1]" }, /MEMORY_RETENTION_APPS: expected a JSON object from app_name to retention/],
+    [{ MEMORY_RETENTION_APPS: '{"bot": 5}' }, /MEMORY_RETENTION_APPS\["bot"\]: expected an object with any of max_session_events, max_sessions, session_idle_ms/],
+    [{ MEMORY_RETENTION_APPS: '{"bot": {"max_events": 5}}' }, /MEMORY_RETENTION_APPS\["bot"\]\.max_events: unknown field; expected one of max_session_events/],
+    [{ MEMORY_RETENTION_APPS: '{"bot": {"max_sessions": -1}}' }, /MEMORY_RETENTION_APPS\["bot"\]\.max_sessions: expected a whole number, at least 0 \(0: no cap\), got -1/],
+    [{ MEMORY_RETENTION_APPS: '{"bot": {"session_idle_ms": "7d"}}' }, /MEMORY_RETENTION_APPS\["bot"\]\.session_idle_ms: expected a whole number, at least 0 \(0: no cap\), got "7d"/],
+    [{ MEMORY_RETENTION_APPS: '{"": {}}' }, /MEMORY_RETENTION_APPS\[""\]: an app_name is 1-256 UTF-8 bytes, got 0/],
     [{ MEMORY_KEY_PREFIX: "bad-prefix" }, /MEMORY_KEY_PREFIX/],
     [{ MEMORY_HEADERS_TIMEOUT_MS: "20000", MEMORY_REQUEST_TIMEOUT_MS: "10000" }, /MEMORY_HEADERS_TIMEOUT_MS \(20000\) must not exceed MEMORY_REQUEST_TIMEOUT_MS/],
   ])("refuses %o", (env, message) => {
@@ -91,6 +98,22 @@ describe("configuration", () => {
       expect(row, setting.env).toContain(`\`--${setting.flag}\``);
       if (setting.default !== undefined) expect(row!.split("|")[3], setting.env).toContain(`\`${setting.default}\``);
     }
+  });
+
+  it("0 is no cap; only the in-memory local store caps sessions and events by default", () => {
+    expect(loadConfig(["--max-sessions", "0", "--max-session-events", "0"], {})).toMatchObject({ maxSessions: 0, maxSessionEvents: 0, capsFromDefaults: false });
+    expect(loadConfig([], {})).toMatchObject({ maxSessions: 1000, maxSessionEvents: 500, capsFromDefaults: true, sessionIdleMs: 0, dedupeWindowMs: 120_000, dedupeMaxIds: 1000 });
+    for (const [memoryType, url] of [["redis", { MEMORY_REDIS_URL: "redis://127.0.0.1:1" }], ["postgres", { MEMORY_POSTGRES_URL: "postgres://127.0.0.1:1/x" }]] as const) {
+      expect(loadConfig([], { MEMORY_TYPE: memoryType, ...url })).toMatchObject({ maxSessions: 0, maxSessionEvents: 0, sessionIdleMs: 0, capsFromDefaults: false });
+    }
+  });
+
+  it("reads per-app retention as JSON, any app name included", () => {
+    const config = loadConfig([], { MEMORY_RETENTION_APPS: '{"support-bot": {"max_session_events": 100, "max_sessions": 50, "session_idle_ms": 604800000}, "__proto__": {"max_sessions": 0}}' });
+    expect([...config.retentionApps]).toEqual([
+      ["support-bot", { maxSessionEvents: 100, maxSessions: 50, sessionIdleMs: 604_800_000 }],
+      ["__proto__", { maxSessions: 0 }],
+    ]);
   });
 
   it("refuses unknown flags", () => {

@@ -8,6 +8,8 @@ import { setTimeout as sleep } from "node:timers/promises";
 import { afterEach, describe, expect, it } from "vitest";
 import { MemoryError } from "../../src/errors.js";
 import { eventFingerprint } from "../../src/store/fingerprint.js";
+import { pino } from "pino";
+import { RetentionSweeper } from "../../src/service/retention.js";
 import type { JsonObject, JsonValue, MemoryStore, NewEvent, SessionNotice, StoreCapabilities, StoreLimits } from "../../src/store/types.js";
 
 /** Makes a fresh, empty store with the given limits. */
@@ -15,6 +17,7 @@ export type StoreFactory = (limits: StoreLimits) => Promise<MemoryStore>;
 
 const DEFAULT_LIMITS: StoreLimits = { maxSessions: 1000, maxSessionEvents: 500 };
 let counter = 0;
+const silentLog = pino({ level: "silent" });
 
 /** A NewEvent as the service would build it; a client-chosen id when `eventId` is given. */
 export function newEvent(eventType: string, content: JsonValue, opts: { eventId?: string; metadata?: JsonObject; timestamp?: number } = {}): NewEvent {
@@ -266,7 +269,7 @@ export function describeStoreConformance(name: string, factory: StoreFactory, ca
       });
 
       it("evicts the oldest events past maxSessionEvents and refuses cursors into them", async () => {
-        const store = await fresh({ maxSessionEvents: 5 });
+        const store = await fresh({ maxSessionEvents: 5, dedupeWindowMs: 0 });
         await makeSession(store, "s1");
         for (let i = 0; i < 8; i++) await store.appendEvents("s1", [newEvent("user_message", i, { eventId: `e${i + 1}` })]);
         const page = await store.readEvents("s1", { limit: 100 });
@@ -278,7 +281,7 @@ export function describeStoreConformance(name: string, factory: StoreFactory, ca
         expect(err.code).toBe("OUT_OF_RANGE");
         expect(err.message).toContain("after_seq");
         expect((await store.stats()).totalEvents).toBe(5);
-        // An evicted event_id is no longer known: its id may be used again.
+        // Without a dedupe window an evicted event_id is no longer known: its id may be used again.
         const reused = await store.appendEvents("s1", [newEvent("user_message", "new", { eventId: "e1" })]);
         expect(reused.events[0].seq).toBe(9);
       });
@@ -445,6 +448,148 @@ export function describeStoreConformance(name: string, factory: StoreFactory, ca
         } finally {
           unsubscribe();
         }
+      });
+    });
+
+    describe("7. retention", () => {
+      const session = (sessionId: string, appName: string, now: number) => ({ sessionId, appName, userId: "u", metadata: {}, now });
+
+      it("0 means no cap: 1,001 sessions and 600 events in one session are all kept", async () => {
+        const store = await fresh({ maxSessions: 0, maxSessionEvents: 0 });
+        const now = Date.now();
+        for (let i = 0; i < 1001; i += 77) {
+          await Promise.all(Array.from({ length: Math.min(77, 1001 - i) }, (_, j) => store.createSession(session(`s${i + j}`, "app", now + i + j))));
+        }
+        for (let batch = 0; batch < 6; batch++) {
+          await store.appendEvents("s0", Array.from({ length: 100 }, (_, i) => newEvent("user_message", batch * 100 + i)));
+        }
+        expect(await store.stats()).toEqual({ totalSessions: 1001, totalEvents: 600 });
+        expect(await store.getSession("s0")).toMatchObject({ firstSeq: 1, headSeq: 600 });
+        expect((await store.readEvents("s0", { limit: 1000 })).events.map((e) => e.content)).toEqual(Array.from({ length: 600 }, (_, i) => i));
+        expect(store.sessionsEvicted).toBe(0);
+        expect(store.eventsTrimmed).toBe(0);
+      });
+
+      it("an app's events cap replaces the global one, and its sessions cap evicts only its own oldest sessions", async () => {
+        const apps = new Map([
+          ["small", { maxSessionEvents: 3, maxSessions: 4 }],
+          ["free", { maxSessionEvents: 0 }],
+        ]);
+        const store = await fresh({ maxSessions: 0, maxSessionEvents: 5, apps });
+        const now = Date.now();
+        await store.createSession(session("other-1", "other", now - 100));
+        await store.createSession(session("free-1", "free", now - 100));
+        for (let i = 0; i < 4; i++) await store.createSession(session(`small-${i}`, "small", now - 50 + i));
+        for (const id of ["other-1", "free-1", "small-3"]) {
+          for (let i = 0; i < 8; i++) await store.appendEvents(id, [newEvent("user_message", i)]);
+        }
+        expect((await store.readEvents("small-3", { limit: 100 })).events.map((e) => e.seq)).toEqual([6, 7, 8]);
+        expect((await store.readEvents("free-1", { limit: 100 })).events).toHaveLength(8);
+        expect((await store.readEvents("other-1", { limit: 100 })).events.map((e) => e.seq)).toEqual([4, 5, 6, 7, 8]);
+        expect(store.eventsTrimmed).toBe(5 + 3);
+        expect(store.sessionsEvicted).toBe(0);
+
+        // The fifth "small" session evicts the app's least recently updated one, never another app's older sessions.
+        await store.createSession(session("small-4", "small", now));
+        expect(store.sessionsEvicted).toBe(1);
+        expect(await store.getSession("small-0")).toBeUndefined();
+        const left = await store.listSessions({ limit: 100 });
+        expect(left.map((s) => s.sessionId)).toEqual(["free-1", "other-1", "small-1", "small-2", "small-3", "small-4"]);
+      });
+
+      it("cleanup within a scope removes only that app's sessions, or every app's but the excepted ones", async () => {
+        const store = await fresh();
+        const old = Date.now() - 60_000;
+        for (const app of ["a", "b", "c"]) await store.createSession(session(`${app}-old`, app, old));
+        await store.createSession(session("a-new", "a", Date.now()));
+        expect(await store.cleanup(old + 1, { appName: "a" })).toBe(1);
+        expect(await store.getSession("a-old")).toBeUndefined();
+        expect(await store.cleanup(old + 1, { exceptAppNames: ["b"] })).toBe(1);
+        expect((await store.listSessions({ limit: 10 })).map((s) => s.sessionId)).toEqual(["a-new", "b-old"]);
+      });
+
+      it("the idle sweep removes sessions past their app's idle TTL, else the global one, and no other", async () => {
+        const apps = new Map([
+          ["keep", { sessionIdleMs: 0 }],
+          ["short", { sessionIdleMs: 1000 }],
+        ]);
+        const limits = { ...DEFAULT_LIMITS, sessionIdleMs: 10_000, apps };
+        const store = await fresh(limits);
+        const now = Date.now();
+        await store.createSession(session("global-stale", "any", now - 20_000));
+        await store.createSession(session("global-fresh", "any", now - 2000));
+        await store.createSession(session("keep-ancient", "keep", now - 1_000_000));
+        await store.createSession(session("short-stale", "short", now - 2000));
+        await store.createSession(session("short-fresh", "short", now - 100));
+        const sweeper = new RetentionSweeper(store, limits, undefined, silentLog);
+        expect(sweeper.intervalMs).toBe(500);
+        expect(await sweeper.sweep(now)).toBe(2);
+        expect((await store.listSessions({ limit: 10 })).map((s) => s.sessionId)).toEqual(["global-fresh", "keep-ancient", "short-fresh"]);
+      });
+    });
+
+    describe("8. idempotency past retention (the dedupe window)", () => {
+      const retry = (id: string, content: JsonValue) => newEvent("user_message", content, { eventId: id });
+
+      it("a retry of a trimmed event inside the window answers its original seq and is not appended again", async () => {
+        const store = await fresh({ maxSessionEvents: 3 });
+        await makeSession(store, "s1");
+        for (let i = 1; i <= 5; i++) await store.appendEvents("s1", [retry(`e${i}`, i)]);
+        expect(await store.getSession("s1")).toMatchObject({ firstSeq: 3, headSeq: 5 });
+
+        const again = await store.appendEvents("s1", [retry("e1", 1)], 0);
+        expect(again.replayed).toBe(true);
+        expect(again.events).toEqual([expect.objectContaining({ sessionId: "s1", seq: 1, eventId: "e1", eventType: "user_message", content: 1 })]);
+        // Another payload under a remembered id is a conflict, as for a retained one.
+        expect((await rejection(store.appendEvents("s1", [retry("e2", "changed")]))).code).toBe("ALREADY_EXISTS");
+        // A batch mixing a trimmed retry and a new event appends only the new one.
+        const mixed = await store.appendEvents("s1", [retry("e2", 2), retry("e6", 6)]);
+        expect(mixed.replayed).toBe(false);
+        expect(mixed.events.map((e) => [e.eventId, e.seq])).toEqual([["e2", 2], ["e6", 6]]);
+        expect(await store.getSession("s1")).toMatchObject({ firstSeq: 4, headSeq: 6 });
+        expect((await store.readEvents("s1", { limit: 10 })).events.map((e) => e.eventId)).toEqual(["e4", "e5", "e6"]);
+        expect((await store.stats()).totalEvents).toBe(3);
+
+        // Events of a batch larger than the cap, never kept, are remembered too.
+        await makeSession(store, "s2");
+        await store.appendEvents("s2", [retry("b1", 1), retry("b2", 2), retry("b3", 3), retry("b4", 4), retry("b5", 5)]);
+        const batchRetry = await store.appendEvents("s2", [retry("b1", 1), retry("b2", 2), retry("b3", 3), retry("b4", 4), retry("b5", 5)]);
+        expect(batchRetry.replayed).toBe(true);
+        expect(batchRetry.events.map((e) => e.seq)).toEqual([1, 2, 3, 4, 5]);
+        expect((await store.getSession("s2"))!.headSeq).toBe(5);
+      });
+
+      it("after the window a trimmed id may be appended again", async () => {
+        const store = await fresh({ maxSessionEvents: 2, dedupeWindowMs: 300 });
+        await makeSession(store, "s1");
+        for (let i = 1; i <= 3; i++) await store.appendEvents("s1", [retry(`e${i}`, i)]);
+        expect((await store.appendEvents("s1", [retry("e1", 1)])).replayed).toBe(true);
+        await sleep(700);
+        const later = await store.appendEvents("s1", [retry("e1", 1)]);
+        expect(later.replayed).toBe(false);
+        expect(later.events[0].seq).toBe(4);
+      });
+
+      it("remembers at most dedupeMaxIds trimmed ids per session, the most recently trimmed", async () => {
+        const store = await fresh({ maxSessionEvents: 1, dedupeMaxIds: 2 });
+        await makeSession(store, "s1");
+        for (let i = 1; i <= 5; i++) await store.appendEvents("s1", [retry(`e${i}`, i)]);
+        // Trimmed: e1..e4; remembered: e3, e4.
+        expect((await store.appendEvents("s1", [retry("e4", 4)])).events[0].seq).toBe(4);
+        expect((await store.appendEvents("s1", [retry("e3", 3)])).events[0].seq).toBe(3);
+        const forgotten = await store.appendEvents("s1", [retry("e2", 2)]);
+        expect(forgotten.replayed).toBe(false);
+        expect(forgotten.events[0].seq).toBe(6);
+      });
+
+      it("a session deleted and created again forgets its trimmed ids", async () => {
+        const store = await fresh({ maxSessionEvents: 1 });
+        await makeSession(store, "s1");
+        for (let i = 1; i <= 3; i++) await store.appendEvents("s1", [retry(`e${i}`, i)]);
+        await store.deleteSession("s1");
+        await makeSession(store, "s1");
+        const fresh1 = await store.appendEvents("s1", [retry("e1", "another payload")]);
+        expect(fresh1).toMatchObject({ replayed: false, events: [{ seq: 1, content: "another payload" }] });
       });
     });
 

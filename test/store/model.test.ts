@@ -3,7 +3,8 @@
  * of operations run against the local, Redis and PostgreSQL stores and a
  * small reference model of the contract; every answer (values and error
  * codes) must match the model. A tiny per-session cap (4 events) makes
- * trimming, evicted cursors and forgotten event ids common. Each run gets its
+ * trimming, evicted cursors and retries of trimmed events common (their ids
+ * are remembered: the dedupe window outlasts every run). Each run gets its
  * own session ids and app names, so runs never see each other.
  */
 import fc from "fast-check";
@@ -29,6 +30,7 @@ interface ModelSession {
   userId: string;
   head: number;
   events: ModelEvent[]; // retained only, oldest first
+  trimmed: ModelEvent[]; // trimmed with a client id: inside the dedupe window for the whole run
 }
 interface Model {
   run: string;
@@ -68,7 +70,7 @@ class CreateSession implements fc.AsyncCommand<Model, Real> {
       return;
     }
     expect(got.code).toBe("ok");
-    m.sessions.set(sessionId, { appName: `${m.run}-${this.app}`, userId: this.user, head: 0, events: [] });
+    m.sessions.set(sessionId, { appName: `${m.run}-${this.app}`, userId: this.user, head: 0, events: [], trimmed: [] });
   }
   toString = () => `create(${this.id},${this.app},${this.user})`;
 }
@@ -81,7 +83,7 @@ class GetOrCreate implements fc.AsyncCommand<Model, Real> {
     const got = await r.store.getOrCreateSession({ sessionId, appName: `${m.run}-${this.app}`, userId: this.user, metadata: {}, now: Date.now() });
     const known = m.sessions.get(sessionId);
     expect(got.created).toBe(!known);
-    if (!known) m.sessions.set(sessionId, { appName: `${m.run}-${this.app}`, userId: this.user, head: 0, events: [] });
+    if (!known) m.sessions.set(sessionId, { appName: `${m.run}-${this.app}`, userId: this.user, head: 0, events: [], trimmed: [] });
     const s = m.sessions.get(sessionId)!;
     expect(got.session).toMatchObject({ sessionId, appName: s.appName, userId: s.userId, headSeq: s.head, firstSeq: first(s) });
   }
@@ -104,10 +106,10 @@ class Append implements fc.AsyncCommand<Model, Real> {
     const events = this.batch.map((b) => newEvent(b.eventType, b.content, b.eventId ? { eventId: `${m.run}-${b.eventId}` } : {}));
     const got = await outcome(r.store.appendEvents(sessionId, events, expectedSeq));
     if (!s) return void expect(got.code).toBe("NOT_FOUND");
-    // Idempotency: only retained events' ids are remembered.
+    // Idempotency: retained events' ids, and trimmed ones' inside the dedupe window.
     const known: (ModelEvent | undefined)[] = [];
     for (const e of events) {
-      const old = s.events.find((x) => x.eventId === e.eventId);
+      const old = s.events.find((x) => x.eventId === e.eventId) ?? (e.fingerprint === "" ? undefined : s.trimmed.find((x) => x.eventId === e.eventId));
       if (old && (old.eventType !== e.eventType || old.content !== e.content)) return void expect(got.code).toBe("ALREADY_EXISTS");
       known.push(old);
     }
@@ -128,7 +130,9 @@ class Append implements fc.AsyncCommand<Model, Real> {
       s.events.push({ seq: s.head, eventId: e.eventId, eventType: e.eventType, content: e.content as string });
       seqs.push(s.head);
     });
-    s.events = s.events.slice(-LIMITS.maxSessionEvents);
+    const kept = s.events.slice(-LIMITS.maxSessionEvents);
+    s.trimmed.push(...s.events.slice(0, s.events.length - kept.length).filter((x) => !x.eventId.startsWith("gen-")));
+    s.events = kept;
     if (got.code === "ok") {
       expect(got.value.replayed).toBe(false);
       expect(got.value.events.map((e) => e.seq)).toEqual(seqs);

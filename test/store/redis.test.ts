@@ -150,12 +150,12 @@ describe("RedisStore specifics", () => {
       const direct = new Redis(url);
       try {
         const { readFileSync } = await import("node:fs");
-        const lua = readFileSync(new URL("../../src/store/redis/scripts/append-6.lua", import.meta.url), "utf8");
+        const lua = readFileSync(new URL("../../src/store/redis/scripts/append-7.lua", import.meta.url), "utf8");
         const base = `${prefix}:s:${hex("s1")}`;
-        const keys = [base, `${base}:ev`, `${base}:id`, `${prefix}:updated`, `${prefix}:stats`, `${prefix}:recent`];
+        const keys = [base, `${base}:ev`, `${base}:id`, `${prefix}:updated`, `${prefix}:stats`, `${prefix}:recent`, `${base}:tr`];
         const body = JSON.stringify([Date.now(), "x", {}]);
         const value = `12:user_message${"gen-direct".length}:gen-direct${body}`;
-        const args = ["s1", '"s1"', "", Date.now(), 500, 2000, `${hex("s1")}!`, `${prefix}:notices`, 1, "gen-direct", eventFingerprint("user_message", "x", {}), Date.now(), value, 65536];
+        const args = ["s1", '"s1"', "", Date.now(), 500, 2000, `${hex("s1")}!`, `${prefix}:notices`, 1, "gen-direct", eventFingerprint("user_message", "x", {}), Date.now(), value, 65536, 120_000, 1000, 0];
         const once = (await direct.eval(lua, keys.length, ...keys, ...args)) as unknown[];
         const twice = (await direct.eval(lua, keys.length, ...keys, ...args)) as unknown[];
         expect(once.slice(0, 2)).toEqual(["OK", 0]);
@@ -172,7 +172,7 @@ describe("RedisStore specifics", () => {
   });
 
   it("trimming past maxSessionEvents answers OUT_OF_RANGE for a cursor into trimmed events, never a gap", async () => {
-    const store = await openStore({ maxSessions: 100, maxSessionEvents: 3 });
+    const store = await openStore({ maxSessions: 100, maxSessionEvents: 3, dedupeWindowMs: 0 });
     try {
       await makeSession(store, "s1");
       for (let i = 0; i < 10; i++) await store.appendEvents("s1", [newEvent("user_message", i, { eventId: `e${i}` })]);
@@ -183,11 +183,29 @@ describe("RedisStore specifics", () => {
         expect(err.message).toContain("oldest retained seq is 8");
       }
       expect((await store.readEvents("s1", { afterSeq: 7, limit: 10 })).events.map((e) => e.seq)).toEqual([8, 9, 10]);
-      // Trimmed ids left the idempotency index; retained ones did not.
+      // Without a dedupe window trimmed ids left the idempotency index; retained ones did not.
       const ids = await admin.hkeys(`${prefixes.at(-1)}:s:${hex("s1")}:id`);
       expect(ids.sort()).toEqual(["e7", "e8", "e9"]);
       expect(await admin.hlen(`${prefixes.at(-1)}:s:${hex("s1")}:ev`)).toBe(3);
       expect((await store.stats()).totalEvents).toBe(3);
+    } finally {
+      await store.close();
+    }
+  });
+
+  it("keeps trimmed ids in the ids hash, listed by trim time and bounded per session, until the session is deleted", async () => {
+    const prefix = `t${process.pid}_${++counter}`;
+    const store = await openStore({ maxSessions: 0, maxSessionEvents: 2, dedupeMaxIds: 3 }, prefix);
+    try {
+      await makeSession(store, "s1");
+      for (let i = 1; i <= 7; i++) await store.appendEvents("s1", [newEvent("user_message", i, { eventId: `e${i}` })]);
+      const base = `${prefix}:s:${hex("s1")}`;
+      // Retained e6, e7; trimmed e1..e5, of which the newest three are remembered.
+      expect((await admin.zrange(`${base}:tr`, 0, -1)).sort()).toEqual(["e3", "e4", "e5"]);
+      expect((await admin.hkeys(`${base}:id`)).sort()).toEqual(["e3", "e4", "e5", "e6", "e7"]);
+      expect(store.eventsTrimmed).toBe(5);
+      expect(await store.deleteSession("s1")).toBe(true);
+      expect(await keysOf(`${base}*`)).toEqual([]);
     } finally {
       await store.close();
     }

@@ -13,6 +13,7 @@ import { DEFAULT_SERVICE_LIMITS } from "../../src/service/limits.js";
 import { startServer, type RunningServer } from "../../src/server/server.js";
 import type { MemoryStore } from "../../src/store/types.js";
 import { LocalStore } from "../../src/store/local.js";
+import { storeLimits } from "../../src/store/index.js";
 
 /** Repository root. */
 export const REPO_ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), "../..");
@@ -34,7 +35,7 @@ export async function startTestServer(opts: {
   config?: Partial<Config>;
 } = {}): Promise<TestServer> {
   const config: Config = { ...loadConfig([], {}), host: "127.0.0.1", port: 0, heartbeatMs: 200, shutdownGraceMs: 2000, ...opts.config };
-  const store = opts.store ?? new LocalStore({ maxSessions: config.maxSessions, maxSessionEvents: config.maxSessionEvents });
+  const store = opts.store ?? new LocalStore(storeLimits(config));
   const service = new MemoryService(store, {
     limits: { ...DEFAULT_SERVICE_LIMITS, maxEventBytes: config.maxEventBytes, maxBatchEvents: config.maxBatchEvents },
     contextLimit: config.contextLimit,

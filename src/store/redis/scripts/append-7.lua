@@ -3,6 +3,12 @@
   session check, event_id idempotency, expected_seq, consecutive seqs,
   ring-buffer trim, session/indexes/counters update and the notice.
 
+  A trimmed event's id stays in the ids hash for the dedupe window, listed in
+  the trimmed-ids zset by trim time, so that a retry of it is still a retry;
+  entries past the window (or past the per-session bound) are dropped here.
+  An id whose seq is below "first" is such a trimmed one: a retry of it
+  answers its seq with no stored encoding.
+
   A resent command (ioredis re-sends unfulfilled commands after a reconnect)
   carries the same event ids and fingerprints, so it replays the originals
   instead of appending twice.
@@ -11,19 +17,24 @@
   KEYS[3] event ids hash (id -> "seq:fingerprint")
   KEYS[4] sessions by updatedAt       KEYS[5] stats hash
   KEYS[6] recent events (zset, score = event timestamp)
+  KEYS[7] trimmed ids (zset: event id by trim time)
 
   ARGV[1] session id                  ARGV[2] session id as JSON (for the notice)
   ARGV[3] expected seq, "" for none   ARGV[4] now (epoch ms)
-  ARGV[5] max events per session      ARGV[6] max entries of the recent index
+  ARGV[5] max events per session (0: no cap)   ARGV[6] max entries of the recent index
   ARGV[7] recent member prefix        ARGV[8] notice channel
   ARGV[9] number of events, then 4 per event: event id, fingerprint, timestamp, encoded event
   ARGV[10 + 4n] largest notice that may carry the appended events (bytes)
+  ARGV[11 + 4n] dedupe window (ms; 0: trimmed ids are forgotten at once)
+  ARGV[12 + 4n] most trimmed ids kept per session
+  ARGV[13 + 4n] number of apps with their own events cap, then per app: app name, cap
 
   Encoded event: "<len>:<event type><len>:<event id><json>" (byte lengths), so
   the type and id can be read here without decoding the JSON.
 
   Replies {"NOT_FOUND"} | {"DUPLICATE", event id} | {"CONFLICT", head}
-        | {"OK", replayed 0/1, head, first, then per event: seq, stored encoding or ""}
+        | {"OK", replayed 0/1, head, first, then per event: seq, stored encoding or ""
+           (nil for a retry of a trimmed event), then the number of events trimmed}
 
   The notice is '{"s":<session id>,"h":<head>,"i":<incarnation>}', or, when the retained new
   events fit in the notice limit, '{"s":...,"h":...,"i":...,"k":<count>}' followed by
@@ -41,13 +52,32 @@ local function member(seq)
   return ARGV[7] .. string.format("%016d", seq)
 end
 
-local session = redis.call("HMGET", KEYS[1], "head", "first", "inc")
+local session = redis.call("HMGET", KEYS[1], "head", "first", "inc", "app")
 if not session[1] then
   return {"NOT_FOUND"}
 end
 local head, first = tonumber(session[1]), tonumber(session[2])
 
 local n = tonumber(ARGV[9])
+local now = tonumber(ARGV[4])
+local window, maxIds = tonumber(ARGV[11 + 4 * n]) or 0, tonumber(ARGV[12 + 4 * n]) or 0
+local remember = window > 0 and maxIds > 0
+
+-- Drops trimmed ids from the ids hash (only while they still name a trimmed seq).
+local function forget(ids)
+  for _, id in ipairs(ids) do
+    local indexed = redis.call("HGET", KEYS[3], id)
+    if indexed and tonumber(string.sub(indexed, 1, string.find(indexed, ":", 1, true) - 1)) < first then
+      redis.call("HDEL", KEYS[3], id)
+    end
+  end
+end
+
+local expired = redis.call("ZRANGEBYSCORE", KEYS[7], "-inf", now - window)
+if #expired > 0 then
+  forget(expired)
+  redis.call("ZREMRANGEBYSCORE", KEYS[7], "-inf", now - window)
+end
 local known = {}
 local fresh = 0
 for i = 1, n do
@@ -96,10 +126,16 @@ for i = 1, n do
   end
 end
 
--- Ring buffer: drop the oldest events, their ids and their recent entries.
+-- Ring buffer: drop the oldest events and their recent entries; their ids are
+-- remembered for the dedupe window, or dropped.
 local max = tonumber(ARGV[5])
+for i = 1, tonumber(ARGV[13 + 4 * n]) or 0 do
+  if ARGV[12 + 4 * n + 2 * i] == session[4] then
+    max = tonumber(ARGV[13 + 4 * n + 2 * i])
+  end
+end
 local trimmed = 0
-while head - first + 1 > max do
+while max > 0 and head - first + 1 > max do
   local stored = redis.call("HGET", KEYS[2], first)
   if stored then
     local _, pos = field(stored, 1)
@@ -107,13 +143,23 @@ while head - first + 1 > max do
     local indexed = redis.call("HGET", KEYS[3], id)
     -- Only when the id still points here (a batch may repeat an id).
     if indexed and string.sub(indexed, 1, string.find(indexed, ":", 1, true) - 1) == tostring(first) then
-      redis.call("HDEL", KEYS[3], id)
+      if remember then
+        redis.call("ZADD", KEYS[7], now, id)
+      else
+        redis.call("HDEL", KEYS[3], id)
+      end
     end
     redis.call("HDEL", KEYS[2], first)
     trimmed = trimmed + 1
   end
   redis.call("ZREM", KEYS[6], member(first))
   first = first + 1
+end
+
+local surplus = redis.call("ZCARD", KEYS[7]) - maxIds
+if surplus > 0 then
+  forget(redis.call("ZRANGE", KEYS[7], 0, surplus - 1))
+  redis.call("ZREMRANGEBYRANK", KEYS[7], 0, surplus - 1)
 end
 
 redis.call("HSET", KEYS[1], "head", head, "first", first, "updated", ARGV[4])
@@ -143,4 +189,5 @@ end
 redis.call("PUBLISH", ARGV[8], notice)
 reply[3] = head
 reply[4] = first
+reply[#reply + 1] = trimmed
 return reply

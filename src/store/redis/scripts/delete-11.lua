@@ -11,6 +11,7 @@
   KEYS[1] session hash   KEYS[2] events hash   KEYS[3] event ids hash
   KEYS[4] sessions by updatedAt   KEYS[5] stats hash   KEYS[6] recent events
   KEYS[7] index: all   KEYS[8] index: app   KEYS[9] index: user   KEYS[10] index: app + user
+  KEYS[11] trimmed ids (the dedupe window's zset)
 
   ARGV[1] session id   ARGV[2] app name   ARGV[3] user id
   ARGV[4] session id as JSON (for the notice)   ARGV[5] notice channel
@@ -48,7 +49,7 @@ if #batch > 0 then
   redis.call("ZREM", KEYS[6], unpack(batch))
 end
 
-redis.call("DEL", KEYS[1], KEYS[2], KEYS[3])
+redis.call("DEL", KEYS[1], KEYS[2], KEYS[3], KEYS[11])
 redis.call("ZREM", KEYS[4], ARGV[1])
 for i = 7, 10 do
   redis.call("ZREM", KEYS[i], ARGV[1])
