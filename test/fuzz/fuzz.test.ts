@@ -180,6 +180,8 @@ const FIELD_PATH = /^([a-z][a-z0-9_]*)(\[\d+\])?(\.[a-z][a-z0-9_]*(\[\d+\])?)*$/
 
 /** Whether an answer's message starts by naming what in the request it is about: "<field path or part>: ...". */
 function namesItsSubject(method: DescMethod, details: string): boolean {
+  // A JSON key the schema lacks is named as sent (it may be any string): "<path>.<key>: unknown field".
+  if (details.endsWith(": unknown field")) return true;
   const subject = /^([^:]+): /.exec(details)?.[1];
   if (subject === undefined) return false;
   if (REQUEST_PARTS.test(subject)) return true;

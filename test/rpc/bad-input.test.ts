@@ -7,6 +7,9 @@
  * decode field engram.v1.EventInput.event_id from JSON", not where it sits.)
  */
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { create, toBinary } from "@bufbuild/protobuf";
+import { BinaryWriter, WireType } from "@bufbuild/protobuf/wire";
+import { AddEventRequestSchema } from "../../src/gen/engram/v1/memory_pb.js";
 import { startTestServer, type TestServer } from "../support/engram.js";
 
 let server: TestServer;
@@ -76,5 +79,58 @@ describe("Connect JSON bodies that do not decode name what is wrong", () => {
     await good.arrayBuffer();
     expect(good.status).toBe(200);
     expect(good.headers.get("grpc-status")).toBeNull(); // trailers-only is for errors: a served call puts its status in the body's trailer frame
+  });
+});
+
+describe("Connect JSON is strict: an unknown field is refused, naming its path", () => {
+  it.each([
+    ["AddEvent", "event.contnet: unknown field", { session_id: "s", event: { event_type: "user_message", contnet: "hi" } }],
+    ["AddEvent", "sesion_id: unknown field", { session_id: "s", sesion_id: "t" }],
+    ["AddEvents", "events[1].contnet: unknown field", { session_id: "s", events: [{ event_type: "a" }, { event_type: "b", contnet: "x" }] }],
+    ["ListSessions", "page_sise: unknown field", { app_name: "a", page_sise: 3 }],
+    ["AddEvent", `event.${"k".repeat(64)}…: unknown field`, { session_id: "s", event: { event_type: "a", ["k".repeat(500)]: 1 } }],
+  ])("%s answers %s", async (method, message, body) => {
+    const answer = await connectJson(method, JSON.stringify(body));
+    expect(answer.status).toBe(400);
+    expect(answer.code).toBe("invalid_argument");
+    expect(answer.message).toBe(message);
+  });
+
+  it("a misspelled content is refused and nothing is stored (it used to store content null and show 'User: null')", async () => {
+    await connectJson("CreateSession", JSON.stringify({ session_id: "strict-json", app_name: "a", user_id: "u" }));
+    const answer = await connectJson("AddEvent", JSON.stringify({ session_id: "strict-json", event: { event_type: "user_message", contnet: "hi" } }));
+    expect(answer.message).toBe("event.contnet: unknown field");
+    const session = (await connectJson("GetSession", JSON.stringify({ session_id: "strict-json" }))) as { session?: { head_seq?: string } };
+    expect(session.session?.head_seq).toBe("0");
+  });
+
+  it("keys inside free-form JSON (content, metadata) are data, not fields", async () => {
+    const answer = await connectJson("AddEvent", JSON.stringify({ session_id: "strict-json", event: { event_type: "user_message", content: { contnet: 1 }, metadata: { anything: true } } }));
+    expect(answer.status).toBe(200);
+  });
+
+  it("Connect GET ?encoding=json and gRPC-Web JSON refuse it too", async () => {
+    const get = await fetch(`${server.baseUrl}/engram.v1.MemoryService/GetSession?encoding=json&message=${encodeURIComponent('{"session_id": "s", "verbose": true}')}`);
+    expect(get.status).toBe(400);
+    expect(await get.json()).toMatchObject({ code: "invalid_argument", message: "verbose: unknown field" });
+    const bytes = Buffer.from('{"session_id": "s", "verbose": true}');
+    const web = await fetch(`${server.baseUrl}/engram.v1.MemoryService/GetSession`, {
+      method: "POST",
+      headers: { "content-type": "application/grpc-web+json" },
+      body: Buffer.concat([Buffer.from([0, 0, 0, 0, bytes.length]), bytes]),
+    });
+    expect(web.headers.get("grpc-status")).toBe("3");
+    expect(decodeURIComponent(web.headers.get("grpc-message")!)).toBe("verbose: unknown field");
+  });
+
+  it("binary protobuf keeps protobuf's rule: an unknown field number is skipped and the event is stored", async () => {
+    const known = toBinary(AddEventRequestSchema, create(AddEventRequestSchema, { sessionId: "strict-json", event: { eventType: "user_message" } }));
+    const unknown = new BinaryWriter().tag(99, WireType.LengthDelimited).string("from a newer client").finish();
+    const res = await fetch(`${server.baseUrl}/engram.v1.MemoryService/AddEvent`, {
+      method: "POST",
+      headers: { "content-type": "application/proto" },
+      body: Buffer.concat([known, unknown]),
+    });
+    expect(res.status).toBe(200);
   });
 });
