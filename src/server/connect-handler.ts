@@ -22,11 +22,12 @@ import {
   universalResponseToNodeResponse,
 } from "@connectrpc/connect-node";
 import { base64Decode } from "@bufbuild/protobuf/wire";
-import { parseContentType as parseConnectContentType } from "@connectrpc/connect/protocol-connect";
+import { codeToHttpStatus, errorToJson, parseContentType as parseConnectContentType } from "@connectrpc/connect/protocol-connect";
+import { setTrailerStatus } from "@connectrpc/connect/protocol-grpc";
 import { parseContentType as parseGrpcWebContentType } from "@connectrpc/connect/protocol-grpc-web";
 import { invalidArgument, MemoryError } from "../errors.js";
 import { JSON_READ_OPTIONS, parseJsonRequest, parseRequest, PROTO_RECURSION_LIMIT } from "./parse-request.js";
-import { toConnectError } from "./status.js";
+import { JSON_WRITE_OPTIONS, toConnectError } from "./status.js";
 import { decodeUtf8, invalidUtf8Offset, notUtf8, rawQueryParams } from "./utf8.js";
 
 /** Options of the HTTP/1.1 RPC handler. */
@@ -84,21 +85,21 @@ function envelope(flags: number, payload: Uint8Array): Uint8Array {
   return out;
 }
 
-/** The protocol's own "invalid argument" answer for a body that does not decode. */
+/** The protocol's own error answer for a body that does not decode, with the same details as every other error (src/server/status.ts). */
 function invalidBody(contentType: string, err: MemoryError): UniversalServerResponse {
-  const error = { code: "invalid_argument", message: err.message };
+  const error = toConnectError(err);
   if (contentType.startsWith("application/grpc-web")) {
-    // Trailers-only response.
-    return {
-      status: 200,
-      header: new Headers({ "content-type": contentType, "grpc-status": "3", "grpc-message": encodeURIComponent(err.message) }),
-    };
+    // Trailers-only response: grpc-status, grpc-message and grpc-status-details-bin, as connect writes them.
+    const header = new Headers({ "content-type": contentType });
+    setTrailerStatus(header, error);
+    return { status: 200, header };
   }
   if (contentType.startsWith("application/connect+")) {
-    const endStream = envelope(0b10, Buffer.from(JSON.stringify({ error })));
+    const endStream = envelope(0b10, Buffer.from(JSON.stringify({ error: errorToJson(error, JSON_WRITE_OPTIONS) })));
     return { status: 200, header: new Headers({ "content-type": contentType }), body: once(endStream) };
   }
-  return { status: 400, header: new Headers({ "content-type": "application/json" }), body: once(Buffer.from(JSON.stringify(error))) };
+  const body = Buffer.from(JSON.stringify(errorToJson(error, JSON_WRITE_OPTIONS)));
+  return { status: codeToHttpStatus(error.code), header: new Headers({ "content-type": "application/json" }), body: once(body) };
 }
 
 /**
@@ -194,8 +195,7 @@ const strictJsonDecoder = {
  */
 const JSON_OPTIONS = {
   // snake_case field names, as in the proto and the KAOS API; zero values shown, so curl output is complete.
-  useProtoFieldName: true,
-  alwaysEmitImplicit: true,
+  ...JSON_WRITE_OPTIONS,
   ...JSON_READ_OPTIONS,
   textDecoder: strictJsonDecoder,
 };

@@ -18,9 +18,21 @@ beforeAll(async () => {
 });
 afterAll(async () => server?.stop());
 
-async function connectJson(method: string, body: string): Promise<{ status: number; code?: string; message?: string }> {
+interface JsonAnswer {
+  status: number;
+  code?: string;
+  message?: string;
+  details?: { type: string; debug?: { field_violations?: { field: string; description: string }[] } }[];
+}
+
+async function connectJson(method: string, body: string): Promise<JsonAnswer> {
   const res = await fetch(`${server.baseUrl}/engram.v1.MemoryService/${method}`, { method: "POST", headers: { "content-type": "application/json" }, body });
-  return { status: res.status, ...((await res.json()) as { code?: string; message?: string }) };
+  return { status: res.status, ...((await res.json()) as Omit<JsonAnswer, "status">) };
+}
+
+/** The field paths of an answer's google.rpc.BadRequest detail. */
+function violatedFields(answer: JsonAnswer): string[] {
+  return (answer.details ?? []).filter((d) => d.type === "google.rpc.BadRequest").flatMap((d) => d.debug?.field_violations?.map((v) => v.field) ?? []);
 }
 
 describe("Connect JSON bodies that do not decode name what is wrong", () => {
@@ -46,6 +58,8 @@ describe("Connect JSON bodies that do not decode name what is wrong", () => {
     expect(answer.status).toBe(400);
     expect(answer.code).toBe("invalid_argument");
     expect(answer.message).toMatch(message);
+    // The detail names the same field as the message, for machines.
+    expect(violatedFields(answer)).toEqual([answer.message!.slice(0, answer.message!.indexOf(": "))]);
   });
 
   it("Connect streaming JSON: the end-stream error names the field", async () => {
@@ -60,7 +74,11 @@ describe("Connect JSON bodies that do not decode name what is wrong", () => {
   it("Connect GET ?encoding=json: names the field", async () => {
     const res = await fetch(`${server.baseUrl}/engram.v1.MemoryService/GetSession?encoding=json&message=${encodeURIComponent('{"session_id": 1}')}`);
     expect(res.status).toBe(400);
-    expect(await res.json()).toEqual({ code: "invalid_argument", message: "session_id: expected string, got 1" });
+    expect(await res.json()).toMatchObject({
+      code: "invalid_argument",
+      message: "session_id: expected string, got 1",
+      details: [{ type: "google.rpc.BadRequest", debug: { field_violations: [{ field: "session_id", description: "expected string, got 1" }] } }],
+    });
   });
 
   it("gRPC-Web JSON: names the field, and a valid JSON request is served (the binary guard used to refuse it)", async () => {
@@ -84,16 +102,17 @@ describe("Connect JSON bodies that do not decode name what is wrong", () => {
 
 describe("Connect JSON is strict: an unknown field is refused, naming its path", () => {
   it.each([
-    ["AddEvent", "event.contnet: unknown field", { session_id: "s", event: { event_type: "user_message", contnet: "hi" } }],
-    ["AddEvent", "sesion_id: unknown field", { session_id: "s", sesion_id: "t" }],
-    ["AddEvents", "events[1].contnet: unknown field", { session_id: "s", events: [{ event_type: "a" }, { event_type: "b", contnet: "x" }] }],
-    ["ListSessions", "page_sise: unknown field", { app_name: "a", page_sise: 3 }],
-    ["AddEvent", `event.${"k".repeat(64)}…: unknown field`, { session_id: "s", event: { event_type: "a", ["k".repeat(500)]: 1 } }],
-  ])("%s answers %s", async (method, message, body) => {
+    ["AddEvent", "event.contnet", { session_id: "s", event: { event_type: "user_message", contnet: "hi" } }],
+    ["AddEvent", "sesion_id", { session_id: "s", sesion_id: "t" }],
+    ["AddEvents", "events[1].contnet", { session_id: "s", events: [{ event_type: "a" }, { event_type: "b", contnet: "x" }] }],
+    ["ListSessions", "page_sise", { app_name: "a", page_sise: 3 }],
+    ["AddEvent", `event.${"k".repeat(64)}…`, { session_id: "s", event: { event_type: "a", ["k".repeat(500)]: 1 } }],
+  ])("%s names %s as an unknown field, in the message and in the BadRequest detail", async (method, path, body) => {
     const answer = await connectJson(method, JSON.stringify(body));
     expect(answer.status).toBe(400);
     expect(answer.code).toBe("invalid_argument");
-    expect(answer.message).toBe(message);
+    expect(answer.message).toBe(`${path}: unknown field`);
+    expect(violatedFields(answer)).toEqual([path]);
   });
 
   it("a misspelled content is refused and nothing is stored (it used to store content null and show 'User: null')", async () => {
