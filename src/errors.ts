@@ -89,7 +89,12 @@ export function seqConflict(expected: number, current: number): MemoryError {
     "FAILED_PRECONDITION",
     `expected_seq: expected ${expected} but the session's current seq is ${current}`,
     { [CURRENT_SEQ_TRAILER]: String(current) },
-    { reason: "SEQ_CONFLICT", info: { current_seq: String(current), expected_seq: String(expected) } },
+    {
+      field: "expected_seq",
+      fieldProblem: `expected ${expected} but the session's current seq is ${current}`,
+      reason: "SEQ_CONFLICT",
+      info: { current_seq: String(current), expected_seq: String(expected) },
+    },
   );
 }
 
