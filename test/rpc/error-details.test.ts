@@ -182,6 +182,14 @@ describe("one JSON error shape: Connect, REST and an unknown path", () => {
     });
   });
 
+  it("REST: a method other than GET answers 405 in the same shape, code unimplemented", async () => {
+    const res = await fetchJson(`${server.baseUrl}/memory/events`, { method: "POST", body: "{}" });
+    expect(res).toEqual({
+      status: 405,
+      body: { code: "unimplemented", message: "POST is not allowed on /memory/events", error: "POST is not allowed on /memory/events" },
+    });
+  });
+
   it("REST: a rate limit carries RetryInfo in the body and Retry-After in the headers", async () => {
     const outcomes = await Promise.all(
       Array.from({ length: 3 }, () => fetch(`${limited.baseUrl}/memory/sessions`, { headers: { authorization: `Bearer ${limitedKey}` } })),
