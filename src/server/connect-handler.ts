@@ -8,11 +8,12 @@
  * INVALID_ARGUMENT naming the field or part, in the protocol's own error
  * format. The decode is repeated by connect afterwards; this costs a little
  * CPU on the HTTP/1.1 path only (gRPC over h2c is parsed once, in
- * grpc-adapter.ts). Connect GET requests (the message in the query) get the
- * same guard, and JSON is decoded as strict UTF-8 (connect-es' default
+ * grpc-adapter.ts). Connect GET requests (the message in the query) and gzip
+ * or br unary bodies get the same guard, and JSON is decoded as strict UTF-8 (connect-es' default
  * decoder turns a bad byte into U+FFFD).
  */
 import type { IncomingMessage, ServerResponse } from "node:http";
+import { brotliDecompressSync, gunzipSync } from "node:zlib";
 import { createConnectRouter, type ConnectRouter } from "@connectrpc/connect";
 import type { UniversalHandler, UniversalServerRequest, UniversalServerResponse } from "@connectrpc/connect/protocol";
 import {
@@ -159,20 +160,32 @@ async function guardRequestBody(req: UniversalServerRequest, handler: UniversalH
   }
   const contentType = req.header.get("content-type") ?? "";
   const format = bodyFormat(contentType);
-  const compressed = req.header.has("content-encoding") || req.header.has("connect-content-encoding");
-  if (req.method !== "POST" || !format || (!format.enveloped && compressed)) return undefined;
+  const encoding = format?.enveloped ? undefined : req.header.get("content-encoding")?.trim().toLowerCase();
+  const compressed = req.header.has("connect-content-encoding") || (encoding !== undefined && encoding !== "identity");
+  // A gzip or br unary body is inflated here too, so that its field errors are named as a plain one's are.
+  const inflate = encoding === "gzip" ? gunzipSync : encoding === "br" ? brotliDecompressSync : undefined;
+  if (req.method !== "POST" || !format || (!format.enveloped && compressed && !inflate)) return undefined;
   // Leave an announced oversized body untouched: connect refuses it from the header alone.
   if (Number(req.header.get("content-length") ?? 0) > limit + 5) return undefined;
   const { bytes, body } = await readBody(req.body as AsyncIterable<Uint8Array>, limit + 5);
   req.body = body;
   if (!bytes) return undefined;
-  const message = format.enveloped ? firstEnvelope(bytes) : bytes;
+  const message = format.enveloped ? firstEnvelope(bytes) : inflate ? inflated(inflate, bytes, limit) : bytes;
   if (message === undefined) return undefined;
   try {
     (format.binary ? parseRequest : parseJsonRequest)(input, message);
     return undefined;
   } catch (err) {
     return invalidBody(contentType, err as MemoryError);
+  }
+}
+
+/** A compressed body inflated up to `limit` bytes; undefined (left to connect, which refuses it itself) when it is corrupt or larger. */
+function inflated(inflate: typeof gunzipSync, bytes: Uint8Array, limit: number): Uint8Array | undefined {
+  try {
+    return inflate(bytes, { maxOutputLength: limit });
+  } catch {
+    return undefined;
   }
 }
 

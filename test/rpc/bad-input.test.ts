@@ -6,6 +6,7 @@
  * (protobuf-es' own message names a field's type and name, e.g. "cannot
  * decode field engram.v1.EventInput.event_id from JSON", not where it sits.)
  */
+import { brotliCompressSync, gzipSync } from "node:zlib";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { create, toBinary } from "@bufbuild/protobuf";
 import { BinaryWriter, WireType } from "@bufbuild/protobuf/wire";
@@ -140,6 +141,33 @@ describe("Connect JSON is strict: an unknown field is refused, naming its path",
     });
     expect(web.headers.get("grpc-status")).toBe("3");
     expect(decodeURIComponent(web.headers.get("grpc-message")!)).toBe("verbose: unknown field");
+  });
+
+  it.each([
+    ["gzip", gzipSync],
+    ["br", brotliCompressSync],
+  ] as const)("a %s-compressed body is refused the same way", async (encoding, compress) => {
+    const body = compress(Buffer.from(JSON.stringify({ session_id: "s", event: { event_type: "user_message", contnet: "hi" } })));
+    const res = await fetch(`${server.baseUrl}/engram.v1.MemoryService/AddEvent`, {
+      method: "POST",
+      headers: { "content-type": "application/json", "content-encoding": encoding },
+      body,
+    });
+    expect(res.status).toBe(400);
+    const answer = { status: res.status, ...((await res.json()) as Omit<JsonAnswer, "status">) };
+    expect(answer.message).toBe("event.contnet: unknown field");
+    expect(violatedFields(answer)).toEqual(["event.contnet"]);
+  });
+
+  it("a compressed body that is valid is served (the guard's inflating leaves it intact for connect)", async () => {
+    const body = gzipSync(Buffer.from(JSON.stringify({ session_id: "strict-json", event: { event_type: "user_message", content: "zipped" } })));
+    const res = await fetch(`${server.baseUrl}/engram.v1.MemoryService/AddEvent`, {
+      method: "POST",
+      headers: { "content-type": "application/json", "content-encoding": "gzip" },
+      body,
+    });
+    expect(res.status).toBe(200);
+    expect(((await res.json()) as { event: { content: unknown } }).event.content).toBe("zipped");
   });
 
   it("binary protobuf keeps protobuf's rule: an unknown field number is skipped and the event is stored", async () => {
