@@ -80,7 +80,7 @@ export function keyMatches(key: string, record: ApiKeyRecord): boolean {
 
 /** UNAUTHENTICATED with a message that never echoes the key. */
 export function unauthenticated(problem: string): MemoryError {
-  return new MemoryError("UNAUTHENTICATED", `authorization: ${problem}`);
+  return new MemoryError("UNAUTHENTICATED", `authorization: ${problem}`, {}, { reason: "API_KEY_INVALID" });
 }
 
 /** The key carried by an `authorization: Bearer <key>` header value. */

@@ -8,11 +8,12 @@
  * INVALID_ARGUMENT naming the field or part, in the protocol's own error
  * format. The decode is repeated by connect afterwards; this costs a little
  * CPU on the HTTP/1.1 path only (gRPC over h2c is parsed once, in
- * grpc-adapter.ts). Connect GET requests (the message in the query) get the
- * same guard, and JSON is decoded as strict UTF-8 (connect-es' default
+ * grpc-adapter.ts). Connect GET requests (the message in the query) and gzip
+ * or br unary bodies get the same guard, and JSON is decoded as strict UTF-8 (connect-es' default
  * decoder turns a bad byte into U+FFFD).
  */
 import type { IncomingMessage, ServerResponse } from "node:http";
+import { brotliDecompressSync, gunzipSync } from "node:zlib";
 import { createConnectRouter, type ConnectRouter } from "@connectrpc/connect";
 import type { UniversalHandler, UniversalServerRequest, UniversalServerResponse } from "@connectrpc/connect/protocol";
 import {
@@ -22,11 +23,12 @@ import {
   universalResponseToNodeResponse,
 } from "@connectrpc/connect-node";
 import { base64Decode } from "@bufbuild/protobuf/wire";
-import { parseContentType as parseConnectContentType } from "@connectrpc/connect/protocol-connect";
+import { codeToHttpStatus, errorToJson, parseContentType as parseConnectContentType } from "@connectrpc/connect/protocol-connect";
+import { setTrailerStatus } from "@connectrpc/connect/protocol-grpc";
 import { parseContentType as parseGrpcWebContentType } from "@connectrpc/connect/protocol-grpc-web";
 import { invalidArgument, MemoryError } from "../errors.js";
 import { JSON_READ_OPTIONS, parseJsonRequest, parseRequest, PROTO_RECURSION_LIMIT } from "./parse-request.js";
-import { toConnectError } from "./status.js";
+import { JSON_WRITE_OPTIONS, toConnectError } from "./status.js";
 import { decodeUtf8, invalidUtf8Offset, notUtf8, rawQueryParams } from "./utf8.js";
 
 /** Options of the HTTP/1.1 RPC handler. */
@@ -84,21 +86,21 @@ function envelope(flags: number, payload: Uint8Array): Uint8Array {
   return out;
 }
 
-/** The protocol's own "invalid argument" answer for a body that does not decode. */
+/** The protocol's own error answer for a body that does not decode, with the same details as every other error (src/server/status.ts). */
 function invalidBody(contentType: string, err: MemoryError): UniversalServerResponse {
-  const error = { code: "invalid_argument", message: err.message };
+  const error = toConnectError(err);
   if (contentType.startsWith("application/grpc-web")) {
-    // Trailers-only response.
-    return {
-      status: 200,
-      header: new Headers({ "content-type": contentType, "grpc-status": "3", "grpc-message": encodeURIComponent(err.message) }),
-    };
+    // Trailers-only response: grpc-status, grpc-message and grpc-status-details-bin, as connect writes them.
+    const header = new Headers({ "content-type": contentType });
+    setTrailerStatus(header, error);
+    return { status: 200, header };
   }
   if (contentType.startsWith("application/connect+")) {
-    const endStream = envelope(0b10, Buffer.from(JSON.stringify({ error })));
+    const endStream = envelope(0b10, Buffer.from(JSON.stringify({ error: errorToJson(error, JSON_WRITE_OPTIONS) })));
     return { status: 200, header: new Headers({ "content-type": contentType }), body: once(endStream) };
   }
-  return { status: 400, header: new Headers({ "content-type": "application/json" }), body: once(Buffer.from(JSON.stringify(error))) };
+  const body = Buffer.from(JSON.stringify(errorToJson(error, JSON_WRITE_OPTIONS)));
+  return { status: codeToHttpStatus(error.code), header: new Headers({ "content-type": "application/json" }), body: once(body) };
 }
 
 /**
@@ -158,20 +160,32 @@ async function guardRequestBody(req: UniversalServerRequest, handler: UniversalH
   }
   const contentType = req.header.get("content-type") ?? "";
   const format = bodyFormat(contentType);
-  const compressed = req.header.has("content-encoding") || req.header.has("connect-content-encoding");
-  if (req.method !== "POST" || !format || (!format.enveloped && compressed)) return undefined;
+  const encoding = format?.enveloped ? undefined : req.header.get("content-encoding")?.trim().toLowerCase();
+  const compressed = req.header.has("connect-content-encoding") || (encoding !== undefined && encoding !== "identity");
+  // A gzip or br unary body is inflated here too, so that its field errors are named as a plain one's are.
+  const inflate = encoding === "gzip" ? gunzipSync : encoding === "br" ? brotliDecompressSync : undefined;
+  if (req.method !== "POST" || !format || (!format.enveloped && compressed && !inflate)) return undefined;
   // Leave an announced oversized body untouched: connect refuses it from the header alone.
   if (Number(req.header.get("content-length") ?? 0) > limit + 5) return undefined;
   const { bytes, body } = await readBody(req.body as AsyncIterable<Uint8Array>, limit + 5);
   req.body = body;
   if (!bytes) return undefined;
-  const message = format.enveloped ? firstEnvelope(bytes) : bytes;
+  const message = format.enveloped ? firstEnvelope(bytes) : inflate ? inflated(inflate, bytes, limit) : bytes;
   if (message === undefined) return undefined;
   try {
     (format.binary ? parseRequest : parseJsonRequest)(input, message);
     return undefined;
   } catch (err) {
     return invalidBody(contentType, err as MemoryError);
+  }
+}
+
+/** A compressed body inflated up to `limit` bytes; undefined (left to connect, which refuses it itself) when it is corrupt or larger. */
+function inflated(inflate: typeof gunzipSync, bytes: Uint8Array, limit: number): Uint8Array | undefined {
+  try {
+    return inflate(bytes, { maxOutputLength: limit });
+  } catch {
+    return undefined;
   }
 }
 
@@ -194,8 +208,7 @@ const strictJsonDecoder = {
  */
 const JSON_OPTIONS = {
   // snake_case field names, as in the proto and the KAOS API; zero values shown, so curl output is complete.
-  useProtoFieldName: true,
-  alwaysEmitImplicit: true,
+  ...JSON_WRITE_OPTIONS,
   ...JSON_READ_OPTIONS,
   textDecoder: strictJsonDecoder,
 };

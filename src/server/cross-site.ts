@@ -20,7 +20,7 @@ import type { IncomingMessage, ServerResponse } from "node:http";
 import { cors } from "@connectrpc/connect";
 import { CURRENT_SEQ_TRAILER, LAST_SEQ_TRAILER, MemoryError } from "../errors.js";
 import { RETRY_AFTER_TRAILER } from "../service/quotas.js";
-import { sendRestError } from "./rest.js";
+import { sendJsonError } from "./status.js";
 
 /** RPC services (also grpc health and reflection, should they ever be served over HTTP/1.1) and the REST memory endpoints. */
 const API_PATH = /^\/(?:engram\.v1\.|grpc\.health\.v1\.|grpc\.reflection\.|memory\/)/;
@@ -78,7 +78,7 @@ export function createCrossSitePolicy(allowedOrigins: readonly string[]) {
           ? `Sec-Fetch-Site is ${site} and the request has no Origin in MEMORY_CORS_ORIGINS`
           : undefined;
     if (refusal === undefined) return false;
-    refuse(res, REST_PATH.test(path), new MemoryError("PERMISSION_DENIED", `cross-site request refused: ${refusal}`));
+    refuse(res, REST_PATH.test(path), new MemoryError("PERMISSION_DENIED", `cross-site request refused: ${refusal}`, {}, { reason: "CROSS_SITE_REFUSED" }));
     return true;
   };
 }
@@ -121,11 +121,7 @@ function singleHeader(value: string | string[] | undefined): string | undefined 
   return Array.isArray(value) ? value.join(",") : value;
 }
 
-/** 403 in the path's own error format: Connect's JSON error on RPC paths, the REST shape on /memory/*. */
+/** 403 in the shared JSON error shape (src/server/status.ts); `error` too on /memory/*, for KAOS clients. */
 function refuse(res: ServerResponse, rest: boolean, err: MemoryError): void {
-  if (rest) return sendRestError(res, err);
-  const body = Buffer.from(JSON.stringify({ code: "permission_denied", message: err.message }));
-  // Connect's HTTP status for permission_denied.
-  res.writeHead(403, { "content-type": "application/json", "content-length": body.length });
-  res.end(body);
+  sendJsonError(res, err, { kaos: rest });
 }

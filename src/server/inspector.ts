@@ -9,7 +9,9 @@ import { existsSync, readdirSync, readFileSync, statSync } from "node:fs";
 import type { IncomingMessage, ServerResponse } from "node:http";
 import path from "node:path";
 import { fileURLToPath } from "node:url";
+import { Code, ConnectError } from "@connectrpc/connect";
 import type { Logger } from "../log.js";
+import { sendJsonError } from "./status.js";
 
 /** Where the committed build of inspector/ lives. */
 export const INSPECTOR_DIST_DIR = fileURLToPath(new URL("../../inspector/dist/", import.meta.url));
@@ -105,8 +107,8 @@ export function createInspectorHandler(log: Logger, dir = INSPECTOR_DIST_DIR): (
       "cross-origin-opener-policy": "same-origin",
     };
     if (req.method !== "GET" && req.method !== "HEAD") {
-      res.writeHead(405, { allow: "GET, HEAD", "content-type": "application/json" });
-      res.end(JSON.stringify({ error: `${req.method} is not allowed on ${pathname}`, code: "method_not_allowed" }));
+      res.setHeader("allow", "GET, HEAD");
+      sendJsonError(res, new ConnectError(`${req.method} is not allowed on ${pathname}`, Code.Unimplemented), { kaos: true, httpStatus: 405 });
       return true;
     }
     if (req.headers["if-none-match"] === file.etag) {

@@ -34,14 +34,20 @@ export function parseRequest(desc: DescMessage, bytes: Uint8Array): unknown {
   }
 }
 
-/** How JSON requests are read on every path: connect-es' default (unknown fields ignored) and the nesting limit. */
-export const JSON_READ_OPTIONS = { ignoreUnknownFields: true, recursionLimit: PROTO_RECURSION_LIMIT } as const;
+/**
+ * How JSON requests are read on every path: strictly (a misspelled field such
+ * as "contnet" is refused, not dropped to store an empty event; findJsonFieldError
+ * names it) and with the nesting limit. Binary requests keep protobuf's rule
+ * that unknown fields are skipped, which lets older servers read newer clients.
+ */
+export const JSON_READ_OPTIONS = { ignoreUnknownFields: false, recursionLimit: PROTO_RECURSION_LIMIT } as const;
 
 /**
  * Parses a JSON request as connect-es does (strict UTF-8, then
  * fromJsonString), but refuses it naming what is wrong: "body" for text that
  * is not UTF-8 or not JSON, else the path of the field that does not decode
- * (protobuf-es names only the field's type and name, not where it sits).
+ * or is unknown (protobuf-es names only the field's type and name, or the
+ * unknown key, not where it sits).
  */
 export function parseJsonRequest(desc: DescMessage, bytes: Uint8Array): unknown {
   const text = decodeUtf8("body", bytes);
@@ -92,7 +98,8 @@ function findJsonFieldError(desc: DescMessage, json: JsonValue, path: string, de
   const keys = new Map<DescField, string>();
   for (const [key, value] of Object.entries(json)) {
     const field = desc.fields.find((f) => f.name === key || f.jsonName === key);
-    if (!field) continue; // ignored, as unknown fields are
+    // protobuf-es names the unknown key but not where it sits.
+    if (!field) return { field: path === "" ? shortKey(key) : `${path}.${shortKey(key)}`, problem: "unknown field" };
     const name = path === "" ? field.name : `${path}.${field.name}`;
     const earlier = keys.get(field);
     if (earlier !== undefined) return { field: name, problem: `is set twice (as "${earlier}" and "${key}")` };
@@ -109,6 +116,14 @@ function findJsonFieldError(desc: DescMessage, json: JsonValue, path: string, de
   }
   return undefined;
 }
+
+/** An unknown key as a path segment: a client's key can be as long as the body, and the message echoes it. */
+function shortKey(key: string): string {
+  return key.length <= MAX_ECHOED_KEY ? key : `${key.slice(0, MAX_ECHOED_KEY)}…`;
+}
+
+/** Characters of an unknown key echoed in an error. */
+const MAX_ECHOED_KEY = 64;
 
 /** Searches a failing message (or list of messages) field's value for the field within it that fails. */
 function findInMessageField(field: DescField, value: JsonValue, name: string, depth: number): { field: string; problem: string } | undefined {

@@ -4,6 +4,7 @@
  */
 import type { IncomingMessage, ServerResponse } from "node:http";
 import { create } from "@bufbuild/protobuf";
+import { Code, ConnectError } from "@connectrpc/connect";
 import { timestampMs } from "@bufbuild/protobuf/wkt";
 import {
   ListEventsRequestSchema,
@@ -16,12 +17,10 @@ import { invalidArgument } from "../errors.js";
 import type { CallGuard, CallInfo } from "../service/call-guard.js";
 import type { Metrics } from "../service/metrics.js";
 import type { HealthMonitor } from "./health.js";
-import { statusOf, type InternalErrorReporter } from "./status.js";
+import { sendJsonError, type InternalErrorReporter } from "./status.js";
 import { requireUtf8Query } from "./utf8.js";
 import { valueToJson } from "../service/convert.js";
 
-/** HTTP status for each gRPC code the REST paths can meet. */
-const HTTP_STATUS: Record<number, number> = { 3: 400, 5: 404, 7: 403, 8: 429, 11: 400, 13: 500, 14: 503, 16: 401 };
 /** KAOS caps listing limits at 1000 rather than refusing them. */
 const MAX_LIMIT = 1000;
 
@@ -85,7 +84,7 @@ export function createRestHandler(opts: {
     };
     if (req.method !== "GET" && req.method !== "HEAD") {
       res.setHeader("allow", "GET, HEAD");
-      sendJson(res, 405, { error: `${req.method} is not allowed on ${route}`, code: "method_not_allowed" });
+      sendJsonError(res, new ConnectError(`${req.method} is not allowed on ${route}`, Code.Unimplemented), { kaos: true, httpStatus: 405 });
       return true;
     }
     try {
@@ -137,11 +136,7 @@ export function createRestHandler(opts: {
   };
 }
 
-/** Answers a REST request with the error's HTTP status and `{"error": message, "code": grpc code}`. */
+/** Answers a REST request with the error's HTTP status and the shared JSON error (src/server/status.ts), `error` included for KAOS clients. */
 export function sendRestError(res: ServerResponse, err: unknown, report?: InternalErrorReporter): void {
-  const s = statusOf(err, report);
-  const retryAfterMs = s.metadata["retry-after-ms"];
-  if (retryAfterMs) res.setHeader("retry-after", String(Math.ceil(Number(retryAfterMs) / 1000)));
-  if (s.code === 16) res.setHeader("www-authenticate", 'Bearer realm="engram"');
-  sendJson(res, HTTP_STATUS[s.code] ?? 500, { error: s.message, code: s.code });
+  sendJsonError(res, err, { kaos: true, report });
 }

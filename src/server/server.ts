@@ -12,6 +12,7 @@ import * as grpc from "@grpc/grpc-js";
 import type { Logger } from "../log.js";
 import { Authenticator, openApiKeyStore } from "../auth/index.js";
 import { loadConfig, type Config } from "../config.js";
+import { MemoryError } from "../errors.js";
 import { CallGuard } from "../service/call-guard.js";
 import type { MemoryService } from "../service/memory-service.js";
 import { Metrics } from "../service/metrics.js";
@@ -25,6 +26,7 @@ import { HealthMonitor } from "./health.js";
 import { addReflection } from "./reflection.js";
 import { createInspectorHandler } from "./inspector.js";
 import { createRestHandler } from "./rest.js";
+import { sendJsonError } from "./status.js";
 
 /** Settings of the listener. */
 export interface ServerOptions {
@@ -105,8 +107,7 @@ export async function startServer(
     fallback: (req, res) => {
       // Last, so that the inspector's files can never shadow an RPC or REST path.
       if (inspector?.(req, res)) return;
-      res.writeHead(404, { "content-type": "application/json" });
-      res.end(JSON.stringify({ error: "not found", code: "not_found" }));
+      sendJsonError(res, new MemoryError("NOT_FOUND", "not found", {}, { reason: "PATH_NOT_FOUND" }), { kaos: true });
     },
   });
   const httpServer = http.createServer(http1ServerOptions(security), (req, res) => {

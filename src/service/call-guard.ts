@@ -31,6 +31,7 @@ import type { Authenticator } from "../auth/index.js";
 import type { Logger } from "../log.js";
 import { honoursCallDeadline, withDeadline } from "../deadline.js";
 import { invalidArgument, MemoryError, sessionNotFound } from "../errors.js";
+import { sessionExists } from "../store/rules.js";
 import type { JsonObject, SessionRecord } from "../store/types.js";
 import type { MemoryService, StreamContext } from "./memory-service.js";
 import type { Metrics, RpcSeries } from "./metrics.js";
@@ -277,16 +278,16 @@ export class CallGuard {
         const r = req as CreateSessionRequest | GetOrCreateSessionRequest;
         fillScope(r, principal);
         if (!principal.apps.includes(ANY_APP) && !principal.apps.includes(r.appName)) {
-          throw new MemoryError("PERMISSION_DENIED", `app_name: this API key may not use app ${JSON.stringify(r.appName)}`);
+          throw new MemoryError("PERMISSION_DENIED", `app_name: this API key may not use app ${JSON.stringify(r.appName)}`, {}, { field: "app_name", reason: "APP_NOT_ALLOWED" });
         }
         if (principal.userId !== undefined && r.userId !== principal.userId) {
-          throw new MemoryError("PERMISSION_DENIED", `user_id: this API key is bound to another user`);
+          throw new MemoryError("PERMISSION_DENIED", `user_id: this API key is bound to another user`, {}, { field: "user_id", reason: "USER_NOT_ALLOWED" });
         }
         const result = await invoke(req, call);
         const session = (result as GetOrCreateSessionResponse).session;
         // GetOrCreate found an existing session of another tenant: its id is taken, nothing more is said.
         if (session && !inScope(principal, session)) {
-          throw new MemoryError("ALREADY_EXISTS", `session_id: session ${JSON.stringify(session.sessionId)} already exists`);
+          throw sessionExists(session.sessionId);
         }
         return result;
       }
@@ -312,7 +313,7 @@ export class CallGuard {
         return invoke(req, call);
       case "everyApp":
         if (!principal.apps.includes(ANY_APP) || principal.userId !== undefined) {
-          throw new MemoryError("PERMISSION_DENIED", `${method} needs an admin API key for every app (app "*") and no user`);
+          throw new MemoryError("PERMISSION_DENIED", `${method} needs an admin API key for every app (app "*") and no user`, {}, { reason: "ADMIN_KEY_REQUIRED" });
         }
         return invoke(req, call);
     }
@@ -359,9 +360,12 @@ export class CallGuard {
 /** The method's rule, once the key's role is enough for it. */
 function allowedRule(principal: Principal, method: string): (typeof RULES)[string] {
   const rule = RULES[method];
-  if (!rule) throw new MemoryError("PERMISSION_DENIED", `${method} is not available to API keys`);
+  if (!rule) throw new MemoryError("PERMISSION_DENIED", `${method} is not available to API keys`, {}, { reason: "METHOD_NOT_ALLOWED" });
   if (ROLE_RANK[principal.role] < ROLE_RANK[rule.role]) {
-    throw new MemoryError("PERMISSION_DENIED", `this API key's role (${principal.role}) may not call ${method}; it needs ${rule.role}`);
+    throw new MemoryError("PERMISSION_DENIED", `this API key's role (${principal.role}) may not call ${method}; it needs ${rule.role}`, {}, {
+      reason: "ROLE_NOT_ALLOWED",
+      info: { role: principal.role, required_role: rule.role },
+    });
   }
   return rule;
 }

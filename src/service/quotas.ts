@@ -82,24 +82,33 @@ export class Quotas {
     } catch (err) {
       if (!(err instanceof RateLimiterRes)) throw err;
       const wait = Math.max(1, Math.ceil(err.msBeforeNext));
-      throw new MemoryError("RESOURCE_EXHAUSTED", `rate limit: this API key may make ${points} calls per second; retry in ${wait} ms`, {
-        [RETRY_AFTER_TRAILER]: String(wait),
-      });
+      throw new MemoryError(
+        "RESOURCE_EXHAUSTED",
+        `rate limit: this API key may make ${points} calls per second; retry in ${wait} ms`,
+        { [RETRY_AFTER_TRAILER]: String(wait) },
+        { reason: "RATE_LIMITED", info: { calls_per_second: String(points) }, retryAfterMs: wait },
+      );
     }
   }
 
   /** Takes a stream slot for `keyId` (undefined: no key); returns its release. */
   openStream(keyId: string | undefined): () => void {
     if (this.streams >= this.options.maxStreams) {
-      throw new MemoryError("RESOURCE_EXHAUSTED", `streams: this replica serves at most ${this.options.maxStreams} live streams; retry later or on another replica`, {
-        [RETRY_AFTER_TRAILER]: "1000",
-      });
+      throw new MemoryError(
+        "RESOURCE_EXHAUSTED",
+        `streams: this replica serves at most ${this.options.maxStreams} live streams; retry later or on another replica`,
+        { [RETRY_AFTER_TRAILER]: "1000" },
+        { reason: "REPLICA_STREAM_LIMIT", info: { max_streams: String(this.options.maxStreams) }, retryAfterMs: 1000 },
+      );
     }
     const mine = keyId === undefined ? 0 : (this.streamsByKey.get(keyId) ?? 0);
     if (keyId !== undefined && mine >= this.options.maxStreamsPerKey) {
-      throw new MemoryError("RESOURCE_EXHAUSTED", `streams: this API key may hold at most ${this.options.maxStreamsPerKey} live streams per replica; close one first`, {
-        [RETRY_AFTER_TRAILER]: "1000",
-      });
+      throw new MemoryError(
+        "RESOURCE_EXHAUSTED",
+        `streams: this API key may hold at most ${this.options.maxStreamsPerKey} live streams per replica; close one first`,
+        { [RETRY_AFTER_TRAILER]: "1000" },
+        { reason: "KEY_STREAM_LIMIT", info: { max_streams_per_key: String(this.options.maxStreamsPerKey) }, retryAfterMs: 1000 },
+      );
     }
     this.streams++;
     if (keyId !== undefined) this.streamsByKey.set(keyId, mine + 1);

@@ -13,7 +13,7 @@
  * another tenant, through another replica, with every notice lost) ends the
  * stream NOT_FOUND instead of feeding it the new session's events.
  */
-import { LAST_SEQ_TRAILER, MemoryError, sessionNotFound } from "../errors.js";
+import { MemoryError, sessionNotFound, shuttingDown } from "../errors.js";
 import type { EventPage, MemoryStore, SessionNotice, SessionRecord, StoredEvent } from "../store/types.js";
 
 /** One frame of a subscription. */
@@ -94,7 +94,7 @@ export class StreamHub {
     signal: AbortSignal,
     incarnation?: string,
   ): AsyncGenerator<StreamFrame> {
-    if (this.closing) throw new MemoryError("UNAVAILABLE", "server is shutting down");
+    if (this.closing) throw shuttingDown();
     const types = eventTypes.length > 0 ? new Set(eventTypes) : undefined;
     const channel = this.acquire(sessionId);
     this.subscribers++;
@@ -156,9 +156,7 @@ export class StreamHub {
         const woke = await this.waitForChange(channel, cursor, ours, seenHints, waiter);
         if (signal.aborted) return;
         if (this.closing) {
-          throw new MemoryError("UNAVAILABLE", `server is shutting down; resume after seq ${cursor}`, {
-            [LAST_SEQ_TRAILER]: String(cursor),
-          });
+          throw shuttingDown(cursor);
         }
         if (channel.gone.has(ours)) throw sessionNotFound(sessionId);
         if (woke === "idle" || seenHints !== channel.hints) {

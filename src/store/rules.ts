@@ -10,7 +10,8 @@ import type { StoreLimits, StoredEvent } from "./types.js";
 export function checkCursor(afterSeq: number, firstSeq: number, headSeq: number): void {
   if (afterSeq < firstSeq - 1) throw cursorEvicted(afterSeq, firstSeq);
   if (afterSeq > headSeq) {
-    throw new MemoryError("OUT_OF_RANGE", `after_seq: ${afterSeq} is ahead of the session's head seq ${headSeq}`);
+    const problem = `${afterSeq} is ahead of the session's head seq ${headSeq}`;
+    throw new MemoryError("OUT_OF_RANGE", `after_seq: ${problem}`, {}, { field: "after_seq", fieldProblem: problem, reason: "CURSOR_AHEAD", info: { head_seq: String(headSeq) } });
   }
 }
 
@@ -22,15 +23,17 @@ export function compareRecent(a: StoredEvent, b: StoredEvent): number {
 
 /** ALREADY_EXISTS for an event_id retained with a different payload. */
 export function duplicateEventId(eventId: string): MemoryError {
-  return new MemoryError(
-    "ALREADY_EXISTS",
-    `event.event_id: event ${JSON.stringify(eventId)} already exists in this session with different content`,
-  );
+  const problem = `event ${JSON.stringify(eventId)} already exists in this session with different content`;
+  return new MemoryError("ALREADY_EXISTS", `event.event_id: ${problem}`, {}, { field: "event.event_id", fieldProblem: problem, reason: "EVENT_ID_CONFLICT" });
 }
 
 /** ALREADY_EXISTS for a session id that is taken. */
 export function sessionExists(sessionId: string): MemoryError {
-  return new MemoryError("ALREADY_EXISTS", `session_id: session ${JSON.stringify(sessionId)} already exists`);
+  return new MemoryError("ALREADY_EXISTS", `session_id: session ${JSON.stringify(sessionId)} already exists`, {}, {
+    field: "session_id",
+    fieldProblem: "session already exists",
+    reason: "SESSION_EXISTS",
+  });
 }
 
 /** True when a JSON object has no keys (without building a key array). */

@@ -6,7 +6,9 @@
  * the Redis store (so a crash would show as an exit, and store paths see the
  * inputs too); it must answer every input with a client-error code, never
  * INTERNAL or UNKNOWN; every answer that blames the input must say what in it
- * is wrong ("<field path>: ..." or "body: ...", see namesItsSubject); and the
+ * is wrong in its google.rpc.Status details (a BadRequest field violation
+ * naming a field path or request part, which the message starts with, or an
+ * ErrorInfo reason; see namesItsSubject); and the
  * server must be healthy with every earlier event intact at the end (unless a
  * fuzzed Cleanup removed its session). Counts are bounded; the seed is
  * printed so a failure can be replayed.
@@ -15,7 +17,11 @@ import * as grpc from "@grpc/grpc-js";
 import { create, fromJsonString, toBinary, type DescMessage, type DescMethod } from "@bufbuild/protobuf";
 import fc from "fast-check";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { fromBinary } from "@bufbuild/protobuf";
+import { base64Decode } from "@bufbuild/protobuf/wire";
 import { MemoryService } from "../../src/gen/engram/v1/memory_pb.js";
+import { BadRequestSchema, ErrorInfoSchema } from "../../src/gen/google/rpc/error_details_pb.js";
+import { StatusSchema } from "../../src/gen/google/rpc/status_pb.js";
 import { grpcJsClient, type MemoryClient } from "../support/clients.js";
 import { spawnServer, type ServerProcess } from "../support/engram.js";
 
@@ -56,14 +62,37 @@ afterAll(async () => {
 
 const identity = (b: Buffer) => b;
 
-/** One raw gRPC call; resolves with its status code (0 for OK) and message. */
-function grpcCall(method: DescMethod, body: Buffer): Promise<{ code: number; details: string }> {
+/** A call's answer: status code (0 for OK), message, and what its google.rpc.Status details name. */
+interface Outcome {
+  code: number;
+  details: string;
+  /** BadRequest field violations. */
+  violations?: { field: string; description: string }[];
+  /** ErrorInfo reasons. */
+  reasons?: string[];
+}
+
+/** The violations and reasons of google.rpc.Status details, given as (type name, bytes) pairs. */
+function readDetails(details: { type: string; value: Uint8Array }[]): Pick<Outcome, "violations" | "reasons"> {
+  const violations = details.filter((d) => d.type === BadRequestSchema.typeName).flatMap((d) => fromBinary(BadRequestSchema, d.value).fieldViolations);
+  const reasons = details.filter((d) => d.type === ErrorInfoSchema.typeName).map((d) => fromBinary(ErrorInfoSchema, d.value).reason);
+  return { violations, reasons };
+}
+
+function fromGrpcError(err: grpc.ServiceError): Outcome {
+  const bytes = err.metadata?.get("grpc-status-details-bin")[0];
+  const details = bytes instanceof Buffer ? fromBinary(StatusSchema, bytes).details.map((a) => ({ type: a.typeUrl.replace(/^.*\//, ""), value: a.value })) : [];
+  return { code: err.code, details: err.details, ...readDetails(details) };
+}
+
+/** One raw gRPC call; resolves with its status code (0 for OK), message and details. */
+function grpcCall(method: DescMethod, body: Buffer): Promise<Outcome> {
   const path = `/engram.v1.MemoryService/${method.name}`;
   const deadline = new Date(Date.now() + 5000);
   return new Promise((resolve) => {
     if (method.methodKind === "unary") {
       grpcClient.makeUnaryRequest(path, identity, identity, body, new grpc.Metadata(), { deadline }, (err) =>
-        resolve(err ? { code: err.code, details: err.details } : { code: 0, details: "" }),
+        resolve(err ? fromGrpcError(err) : { code: 0, details: "" }),
       );
       return;
     }
@@ -73,13 +102,13 @@ function grpcCall(method: DescMethod, body: Buffer): Promise<{ code: number; det
       call.cancel();
       resolve({ code: 0, details: "" });
     });
-    call.on("error", (err: grpc.ServiceError) => resolve({ code: err.code === grpc.status.CANCELLED ? 0 : err.code, details: err.details }));
+    call.on("error", (err: grpc.ServiceError) => resolve(err.code === grpc.status.CANCELLED ? { code: 0, details: err.details } : fromGrpcError(err)));
     call.on("end", () => resolve({ code: 0, details: "" }));
   });
 }
 
 /** One Connect call over HTTP/1.1 (unary methods); resolves with the gRPC-numbered code. */
-async function connectCall(method: DescMethod, body: Uint8Array | string, contentType: string): Promise<{ code: number; details: string }> {
+async function connectCall(method: DescMethod, body: Uint8Array | string, contentType: string): Promise<Outcome> {
   const res = await fetch(`${server.baseUrl}/engram.v1.MemoryService/${method.name}`, {
     method: "POST",
     headers: { "content-type": contentType },
@@ -91,13 +120,14 @@ async function connectCall(method: DescMethod, body: Uint8Array | string, conten
     return { code: 0, details: "" };
   }
   const text = await res.text();
-  let parsed: { code?: string; message?: string } = {};
+  let parsed: { code?: string; message?: string; details?: { type: string; value: string }[] } = {};
   try {
     parsed = JSON.parse(text);
   } catch {
     return { code: res.status === 415 ? 12 : -res.status, details: text };
   }
-  return { code: CONNECT_CODES[parsed.code ?? ""] ?? -res.status, details: parsed.message ?? "" };
+  const details = (parsed.details ?? []).map((d) => ({ type: d.type, value: base64Decode(d.value) }));
+  return { code: CONNECT_CODES[parsed.code ?? ""] ?? -res.status, details: parsed.message ?? "", ...readDetails(details) };
 }
 
 /** A valid request of each method, as a base for mutation. */
@@ -178,22 +208,33 @@ const REQUEST_PARTS = /^(body|request|query parameter [\w.-]+|query parameter na
 /** A field path: proto field names, list indices. */
 const FIELD_PATH = /^([a-z][a-z0-9_]*)(\[\d+\])?(\.[a-z][a-z0-9_]*(\[\d+\])?)*$/;
 
-/** Whether an answer's message starts by naming what in the request it is about: "<field path or part>: ...". */
-function namesItsSubject(method: DescMethod, details: string): boolean {
-  const subject = /^([^:]+): /.exec(details)?.[1];
-  if (subject === undefined) return false;
-  if (REQUEST_PARTS.test(subject)) return true;
-  const topField = FIELD_PATH.exec(subject)?.[1];
-  return topField !== undefined && method.input.fields.some((f) => f.name === topField);
+/**
+ * Whether an answer says, for machines, what in the request it is about: a
+ * BadRequest violation naming a request part, a field path of this method,
+ * or an unknown JSON key (the message starting with the same field); or an
+ * ErrorInfo reason (an expected_seq conflict, a taken id).
+ */
+function namesItsSubject(method: DescMethod, outcome: Outcome): boolean {
+  const violations = outcome.violations ?? [];
+  if (violations.length === 0) return (outcome.reasons ?? []).length > 0;
+  return violations.every((v) => {
+    if (!outcome.details.startsWith(`${v.field}: `)) return false;
+    if (v.description === "unknown field" || REQUEST_PARTS.test(v.field)) return true;
+    const topField = FIELD_PATH.exec(v.field)?.[1];
+    return topField !== undefined && method.input.fields.some((f) => f.name === topField);
+  });
 }
 
 /** Codes that answer a client's input without blaming it: the call was cut short, or the server is busy. */
 const NOT_ABOUT_THE_INPUT = new Set([0, 1, 4, 14]);
 
-function check(method: DescMethod, outcome: { code: number; details: string }, what: string): void {
+function check(method: DescMethod, outcome: Outcome, what: string): void {
   expect(CLIENT_CODES.has(outcome.code) || outcome.code === 14 /* store briefly busy is no crash */, `${what} answered code ${outcome.code}: ${outcome.details}`).toBe(true);
   if (!NOT_ABOUT_THE_INPUT.has(outcome.code)) {
-    expect(namesItsSubject(method, outcome.details), `${what}: code ${outcome.code} must name the field or request part: ${outcome.details}`).toBe(true);
+    expect(
+      namesItsSubject(method, outcome),
+      `${what}: code ${outcome.code} must name the field or request part in its details: ${outcome.details} ${JSON.stringify(outcome.violations)} ${JSON.stringify(outcome.reasons)}`,
+    ).toBe(true);
   }
 }
 

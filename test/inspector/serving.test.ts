@@ -69,14 +69,15 @@ describe("inspector assets", () => {
     expect(await head.text()).toBe("");
   });
 
-  it("refuses other methods on its files with 405 and answers unknown paths 404 as before", async () => {
+  it("refuses other methods on its files with 405 and answers unknown paths 404, in the shared JSON error shape", async () => {
     const post = await fetch(`${server.baseUrl}/`, { method: "POST", body: "x" });
     expect(post.status).toBe(405);
     expect(post.headers.get("allow")).toBe("GET, HEAD");
+    expect(await post.json()).toEqual({ code: "unimplemented", message: "POST is not allowed on /", error: "POST is not allowed on /" });
     for (const p of ["/assets/nope.js", "/index.htm", "/../package.json", "/assets/../../package.json", "/%2e%2e/package.json"]) {
       const res = await fetch(`${server.baseUrl}${p}`);
       expect(res.status, p).toBe(404);
-      expect(await res.json()).toEqual({ error: "not found", code: "not_found" });
+      expect(await res.json()).toMatchObject({ code: "not_found", message: "not found", error: "not found" });
     }
   });
 

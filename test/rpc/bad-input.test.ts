@@ -6,7 +6,11 @@
  * (protobuf-es' own message names a field's type and name, e.g. "cannot
  * decode field engram.v1.EventInput.event_id from JSON", not where it sits.)
  */
+import { brotliCompressSync, gzipSync } from "node:zlib";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { create, toBinary } from "@bufbuild/protobuf";
+import { BinaryWriter, WireType } from "@bufbuild/protobuf/wire";
+import { AddEventRequestSchema } from "../../src/gen/engram/v1/memory_pb.js";
 import { startTestServer, type TestServer } from "../support/engram.js";
 
 let server: TestServer;
@@ -15,9 +19,21 @@ beforeAll(async () => {
 });
 afterAll(async () => server?.stop());
 
-async function connectJson(method: string, body: string): Promise<{ status: number; code?: string; message?: string }> {
+interface JsonAnswer {
+  status: number;
+  code?: string;
+  message?: string;
+  details?: { type: string; debug?: { field_violations?: { field: string; description: string }[] } }[];
+}
+
+async function connectJson(method: string, body: string): Promise<JsonAnswer> {
   const res = await fetch(`${server.baseUrl}/engram.v1.MemoryService/${method}`, { method: "POST", headers: { "content-type": "application/json" }, body });
-  return { status: res.status, ...((await res.json()) as { code?: string; message?: string }) };
+  return { status: res.status, ...((await res.json()) as Omit<JsonAnswer, "status">) };
+}
+
+/** The field paths of an answer's google.rpc.BadRequest detail. */
+function violatedFields(answer: JsonAnswer): string[] {
+  return (answer.details ?? []).filter((d) => d.type === "google.rpc.BadRequest").flatMap((d) => d.debug?.field_violations?.map((v) => v.field) ?? []);
 }
 
 describe("Connect JSON bodies that do not decode name what is wrong", () => {
@@ -43,6 +59,8 @@ describe("Connect JSON bodies that do not decode name what is wrong", () => {
     expect(answer.status).toBe(400);
     expect(answer.code).toBe("invalid_argument");
     expect(answer.message).toMatch(message);
+    // The detail names the same field as the message, for machines.
+    expect(violatedFields(answer)).toEqual([answer.message!.slice(0, answer.message!.indexOf(": "))]);
   });
 
   it("Connect streaming JSON: the end-stream error names the field", async () => {
@@ -57,7 +75,11 @@ describe("Connect JSON bodies that do not decode name what is wrong", () => {
   it("Connect GET ?encoding=json: names the field", async () => {
     const res = await fetch(`${server.baseUrl}/engram.v1.MemoryService/GetSession?encoding=json&message=${encodeURIComponent('{"session_id": 1}')}`);
     expect(res.status).toBe(400);
-    expect(await res.json()).toEqual({ code: "invalid_argument", message: "session_id: expected string, got 1" });
+    expect(await res.json()).toMatchObject({
+      code: "invalid_argument",
+      message: "session_id: expected string, got 1",
+      details: [{ type: "google.rpc.BadRequest", debug: { field_violations: [{ field: "session_id", description: "expected string, got 1" }] } }],
+    });
   });
 
   it("gRPC-Web JSON: names the field, and a valid JSON request is served (the binary guard used to refuse it)", async () => {
@@ -76,5 +98,86 @@ describe("Connect JSON bodies that do not decode name what is wrong", () => {
     await good.arrayBuffer();
     expect(good.status).toBe(200);
     expect(good.headers.get("grpc-status")).toBeNull(); // trailers-only is for errors: a served call puts its status in the body's trailer frame
+  });
+});
+
+describe("Connect JSON is strict: an unknown field is refused, naming its path", () => {
+  it.each([
+    ["AddEvent", "event.contnet", { session_id: "s", event: { event_type: "user_message", contnet: "hi" } }],
+    ["AddEvent", "sesion_id", { session_id: "s", sesion_id: "t" }],
+    ["AddEvents", "events[1].contnet", { session_id: "s", events: [{ event_type: "a" }, { event_type: "b", contnet: "x" }] }],
+    ["ListSessions", "page_sise", { app_name: "a", page_sise: 3 }],
+    ["AddEvent", `event.${"k".repeat(64)}…`, { session_id: "s", event: { event_type: "a", ["k".repeat(500)]: 1 } }],
+  ])("%s names %s as an unknown field, in the message and in the BadRequest detail", async (method, path, body) => {
+    const answer = await connectJson(method, JSON.stringify(body));
+    expect(answer.status).toBe(400);
+    expect(answer.code).toBe("invalid_argument");
+    expect(answer.message).toBe(`${path}: unknown field`);
+    expect(violatedFields(answer)).toEqual([path]);
+  });
+
+  it("a misspelled content is refused and nothing is stored (it used to store content null and show 'User: null')", async () => {
+    await connectJson("CreateSession", JSON.stringify({ session_id: "strict-json", app_name: "a", user_id: "u" }));
+    const answer = await connectJson("AddEvent", JSON.stringify({ session_id: "strict-json", event: { event_type: "user_message", contnet: "hi" } }));
+    expect(answer.message).toBe("event.contnet: unknown field");
+    const session = (await connectJson("GetSession", JSON.stringify({ session_id: "strict-json" }))) as { session?: { head_seq?: string } };
+    expect(session.session?.head_seq).toBe("0");
+  });
+
+  it("keys inside free-form JSON (content, metadata) are data, not fields", async () => {
+    const answer = await connectJson("AddEvent", JSON.stringify({ session_id: "strict-json", event: { event_type: "user_message", content: { contnet: 1 }, metadata: { anything: true } } }));
+    expect(answer.status).toBe(200);
+  });
+
+  it("Connect GET ?encoding=json and gRPC-Web JSON refuse it too", async () => {
+    const get = await fetch(`${server.baseUrl}/engram.v1.MemoryService/GetSession?encoding=json&message=${encodeURIComponent('{"session_id": "s", "verbose": true}')}`);
+    expect(get.status).toBe(400);
+    expect(await get.json()).toMatchObject({ code: "invalid_argument", message: "verbose: unknown field" });
+    const bytes = Buffer.from('{"session_id": "s", "verbose": true}');
+    const web = await fetch(`${server.baseUrl}/engram.v1.MemoryService/GetSession`, {
+      method: "POST",
+      headers: { "content-type": "application/grpc-web+json" },
+      body: Buffer.concat([Buffer.from([0, 0, 0, 0, bytes.length]), bytes]),
+    });
+    expect(web.headers.get("grpc-status")).toBe("3");
+    expect(decodeURIComponent(web.headers.get("grpc-message")!)).toBe("verbose: unknown field");
+  });
+
+  it.each([
+    ["gzip", gzipSync],
+    ["br", brotliCompressSync],
+  ] as const)("a %s-compressed body is refused the same way", async (encoding, compress) => {
+    const body = compress(Buffer.from(JSON.stringify({ session_id: "s", event: { event_type: "user_message", contnet: "hi" } })));
+    const res = await fetch(`${server.baseUrl}/engram.v1.MemoryService/AddEvent`, {
+      method: "POST",
+      headers: { "content-type": "application/json", "content-encoding": encoding },
+      body,
+    });
+    expect(res.status).toBe(400);
+    const answer = { status: res.status, ...((await res.json()) as Omit<JsonAnswer, "status">) };
+    expect(answer.message).toBe("event.contnet: unknown field");
+    expect(violatedFields(answer)).toEqual(["event.contnet"]);
+  });
+
+  it("a compressed body that is valid is served (the guard's inflating leaves it intact for connect)", async () => {
+    const body = gzipSync(Buffer.from(JSON.stringify({ session_id: "strict-json", event: { event_type: "user_message", content: "zipped" } })));
+    const res = await fetch(`${server.baseUrl}/engram.v1.MemoryService/AddEvent`, {
+      method: "POST",
+      headers: { "content-type": "application/json", "content-encoding": "gzip" },
+      body,
+    });
+    expect(res.status).toBe(200);
+    expect(((await res.json()) as { event: { content: unknown } }).event.content).toBe("zipped");
+  });
+
+  it("binary protobuf keeps protobuf's rule: an unknown field number is skipped and the event is stored", async () => {
+    const known = toBinary(AddEventRequestSchema, create(AddEventRequestSchema, { sessionId: "strict-json", event: { eventType: "user_message" } }));
+    const unknown = new BinaryWriter().tag(99, WireType.LengthDelimited).string("from a newer client").finish();
+    const res = await fetch(`${server.baseUrl}/engram.v1.MemoryService/AddEvent`, {
+      method: "POST",
+      headers: { "content-type": "application/proto" },
+      body: Buffer.concat([known, unknown]),
+    });
+    expect(res.status).toBe(200);
   });
 });

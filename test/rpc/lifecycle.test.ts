@@ -10,6 +10,7 @@ import * as protoLoader from "@grpc/proto-loader";
 import { Code } from "@connectrpc/connect";
 import { describe, expect, it } from "vitest";
 import { ConfigError, loadConfig, SETTINGS } from "../../src/config.js";
+import { ErrorInfoSchema } from "../../src/gen/google/rpc/error_details_pb.js";
 import { REPO_ROOT, spawnServer } from "../support/engram.js";
 import { connectClient, errorOf, grpcJsClient } from "../support/clients.js";
 import { collect, seqsOf, sid } from "./suite.js";
@@ -51,6 +52,7 @@ describe("SIGTERM", () => {
       expect(err.code).toBe(Code.Unavailable);
       expect(seqsOf(frames)).toEqual([1, 2, 3]);
       expect(err.metadata.get("engram-last-seq")).toBe("3");
+      expect(err.findDetails(ErrorInfoSchema)).toEqual([expect.objectContaining({ reason: "SHUTTING_DOWN", domain: "engram.dev", metadata: { last_seq: "3" } })]);
     }
     expect(await exit).toEqual({ code: 0, signal: null });
     expect(Date.now() - started).toBeLessThan(3000 + 2000);

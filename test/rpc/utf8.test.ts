@@ -57,7 +57,7 @@ describe("a JSON body that is not UTF-8", () => {
     const { bytes, offset } = jsonWithBadByte(JSON.stringify({ session_id: session, event: { event_type: "user_message", content: `hi ${MARK}` } }));
     const res = await fetch(`${server.baseUrl}/engram.v1.MemoryService/AddEvent`, { method: "POST", headers: { "content-type": "application/json" }, body: bytes });
     expect(res.status).toBe(400);
-    expect(await res.json()).toEqual({ code: "invalid_argument", message: `body: is not valid UTF-8 (malformed byte sequence at byte ${offset})` });
+    expect(await res.json()).toMatchObject({ code: "invalid_argument", message: `body: is not valid UTF-8 (malformed byte sequence at byte ${offset})`, details: [{ type: "google.rpc.BadRequest", debug: { field_violations: [{ field: "body" }] } }] });
     expect(await eventsIn(session)).toBe(0);
   });
 
@@ -79,7 +79,7 @@ describe("a JSON body that is not UTF-8", () => {
     const percent = encodeURIComponent(json).replace(MARK, "~%FFAD~");
     const plain = await fetch(`${server.baseUrl}/engram.v1.MemoryService/GetSession?connect=v1&encoding=json&message=${percent}`);
     expect(plain.status).toBe(400);
-    expect(await plain.json()).toEqual({ code: "invalid_argument", message: `query parameter message: is not valid UTF-8 (malformed byte sequence at byte ${offset})` });
+    expect(await plain.json()).toMatchObject({ code: "invalid_argument", message: `query parameter message: is not valid UTF-8 (malformed byte sequence at byte ${offset})`, details: [{ type: "google.rpc.BadRequest", debug: { field_violations: [{ field: "query parameter message" }] } }] });
     const base64 = jsonWithBadByte(json).bytes.toString("base64url");
     const encoded = await fetch(`${server.baseUrl}/engram.v1.MemoryService/GetSession?connect=v1&encoding=json&base64=1&message=${base64}`);
     expect(encoded.status).toBe(400);
@@ -89,7 +89,8 @@ describe("a JSON body that is not UTF-8", () => {
   it("REST: a query parameter with a bad byte is refused, naming the parameter", async () => {
     const res = await fetch(`${server.baseUrl}/memory/events?session_id=ab%FFcd&limit=5`);
     expect(res.status).toBe(400);
-    expect(await res.json()).toEqual({ code: 3, error: "query parameter session_id: is not valid UTF-8 (malformed byte sequence at byte 2)" });
+    const message = "query parameter session_id: is not valid UTF-8 (malformed byte sequence at byte 2)";
+    expect(await res.json()).toMatchObject({ code: "invalid_argument", message, error: message, details: [{ type: "google.rpc.BadRequest", debug: { field_violations: [{ field: "query parameter session_id" }] } }] });
   });
 
   it("still accepts UTF-8 with characters outside ASCII, and U+FFFD sent on purpose", async () => {
@@ -171,13 +172,17 @@ describe("a binary request whose string field is not UTF-8", () => {
   it.each(binaryCases.map((c) => [c.what, c] as const))("Connect binary, %s: 400 invalid_argument naming the field", async (_what, c) => {
     const res = await fetch(`${server.baseUrl}/engram.v1.MemoryService/${c.method}`, { method: "POST", headers: { "content-type": "application/proto" }, body: c.bytes });
     expect(res.status).toBe(400);
-    expect(await res.json()).toEqual({ code: "invalid_argument", message: `${c.field}: is not valid UTF-8 (malformed byte sequence at byte ${c.offset})` });
+    expect(await res.json()).toMatchObject({
+      code: "invalid_argument",
+      message: `${c.field}: is not valid UTF-8 (malformed byte sequence at byte ${c.offset})`,
+      details: [{ type: "google.rpc.BadRequest", debug: { field_violations: [{ field: c.field }] } }],
+    });
   });
 
   it("Connect GET ?encoding=proto&base64=1: refused naming the field (it was INTERNAL)", async () => {
     const c = binaryCases.find((b) => b.method === "GetSession")!;
     const res = await fetch(`${server.baseUrl}/engram.v1.MemoryService/GetSession?connect=v1&encoding=proto&base64=1&message=${c.bytes.toString("base64url")}`);
     expect(res.status).toBe(400);
-    expect(await res.json()).toEqual({ code: "invalid_argument", message: `session_id: is not valid UTF-8 (malformed byte sequence at byte ${c.offset})` });
+    expect(await res.json()).toMatchObject({ code: "invalid_argument", message: `session_id: is not valid UTF-8 (malformed byte sequence at byte ${c.offset})`, details: [{ type: "google.rpc.BadRequest", debug: { field_violations: [{ field: "session_id" }] } }] });
   });
 });

@@ -112,11 +112,17 @@ describe("cross-site requests without MEMORY_CORS_ORIGINS (the default)", () => 
   });
 
   it.each(["/memory/events", `/memory/events?session_id=${"x"}`, "/memory/sessions", "/x/../memory/sessions"])(
-    "refuses the REST read %s in the REST error shape",
+    "refuses the REST read %s in the shared error shape, with `error` for KAOS clients",
     async (urlPath) => {
       const res = await request(server.baseUrl, "GET", urlPath, { origin: EVIL, "sec-fetch-site": "cross-site" });
       expect(res.status).toBe(403);
-      expect(res.json).toEqual({ error: "cross-site request refused: origin https://evil.example is not in MEMORY_CORS_ORIGINS", code: 7 });
+      const message = "cross-site request refused: origin https://evil.example is not in MEMORY_CORS_ORIGINS";
+      expect(res.json).toEqual({
+        code: "permission_denied",
+        message,
+        error: message,
+        details: [{ type: "google.rpc.ErrorInfo", value: expect.any(String), debug: { reason: "CROSS_SITE_REFUSED", domain: "engram.dev", metadata: {} } }],
+      });
     },
   );
 

@@ -9,6 +9,7 @@ import { create, fromBinary, toBinary, type DescMethod } from "@bufbuild/protobu
 import { Code, ConnectError, createClient, type Client, type Interceptor } from "@connectrpc/connect";
 import { createConnectTransport, createGrpcWebTransport } from "@connectrpc/connect-node";
 import { MemoryService } from "../../src/gen/engram/v1/memory_pb.js";
+import { StatusSchema } from "../../src/gen/google/rpc/status_pb.js";
 
 /** The typed MemoryService client used by tests. */
 export type MemoryClient = Client<typeof MemoryService> & { close(): void };
@@ -37,10 +38,18 @@ export function grpcWebClient(baseUrl: string): MemoryClient {
   return Object.assign(createClient(MemoryService, transport), { close: () => {} });
 }
 
+/** grpc-js' error as connect-es' ConnectError: code, raw message, text trailers, and the google.rpc.Status details of grpc-status-details-bin. */
 function fromGrpcError(err: grpc.ServiceError): ConnectError {
   const headers = new Headers();
-  for (const [k, v] of Object.entries(err.metadata?.getMap() ?? {})) headers.set(k, String(v));
-  return new ConnectError(err.details, err.code as number as Code, headers);
+  for (const [k, v] of Object.entries(err.metadata?.getMap() ?? {})) if (!k.endsWith("-bin")) headers.set(k, String(v));
+  const error = new ConnectError(err.details, err.code as number as Code, headers);
+  const statusBytes = err.metadata?.get("grpc-status-details-bin")[0];
+  if (statusBytes instanceof Buffer) {
+    for (const any of fromBinary(StatusSchema, statusBytes).details) {
+      error.details.push({ type: any.typeUrl.slice(any.typeUrl.lastIndexOf("/") + 1), value: any.value });
+    }
+  }
+  return error;
 }
 
 interface CallOptions {
@@ -113,6 +122,14 @@ export async function errorOf(p: Promise<unknown>): Promise<ConnectError> {
   }
   throw new Error("expected the call to fail, but it succeeded");
 }
+
+/** Every protocol a client can call with: gRPC, Connect JSON and binary, gRPC-Web (binary). */
+export const ALL_PROTOCOLS = [
+  ["gRPC (grpc-js, h2c)", (s: { address: string; baseUrl: string }) => grpcJsClient(s.address)],
+  ["Connect JSON", (s: { address: string; baseUrl: string }) => connectClient(s.baseUrl)],
+  ["Connect binary", (s: { address: string; baseUrl: string }) => connectClient(s.baseUrl, { binary: true })],
+  ["gRPC-Web", (s: { address: string; baseUrl: string }) => grpcWebClient(s.baseUrl)],
+] as const;
 
 /** Both protocols, for describe.each. */
 export const PROTOCOLS = [

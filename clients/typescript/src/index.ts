@@ -6,7 +6,20 @@ export { MemoryClient, createMemoryClient } from "./client.js";
 export type { AddEventOptions, MemoryClientOptions, ReconnectOptions, StreamOptions } from "./client.js";
 export { createConnectTransport, createGrpcTransport, createGrpcWebTransport, createTransport } from "./transport.js";
 export type { ClosableTransport, Protocol, TransportOptions } from "./transport.js";
-export { Code, ConnectError, CURRENT_SEQ_TRAILER, LAST_SEQ_TRAILER, codeOf, currentSeqOf, lastSeqOf } from "./errors.js";
+export {
+  Code,
+  ConnectError,
+  CURRENT_SEQ_TRAILER,
+  LAST_SEQ_TRAILER,
+  codeOf,
+  currentSeqOf,
+  errorDetailsOf,
+  fieldOf,
+  lastSeqOf,
+  reasonOf,
+  retryDelayMsOf,
+} from "./errors.js";
+export type { ErrorDetails, FieldViolation } from "./errors.js";
 export type {
   CallOptions,
   ChatMessage,
