@@ -1,6 +1,8 @@
 /**
  * Start-up: read the configuration, open the store, serve, and stop
- * gracefully on SIGTERM/SIGINT.
+ * gracefully on SIGTERM/SIGINT. A network store (Redis, PostgreSQL) that is
+ * unreachable at start does not stop the server: it listens unready and keeps
+ * opening the store in the background (src/store/connecting.ts).
  */
 import { ConfigError, describeConfig, loadConfig } from "./config.js";
 import { log } from "./log.js";
@@ -8,13 +10,28 @@ import { MemoryService } from "./service/memory-service.js";
 import { DEFAULT_SERVICE_LIMITS } from "./service/limits.js";
 import { Metrics } from "./service/metrics.js";
 import { startServer } from "./server/server.js";
+import { ConnectingStore } from "./store/connecting.js";
 import { openStore } from "./store/index.js";
+import type { MemoryStore } from "./store/types.js";
+import { VERSION } from "./version.js";
+
+/** Logs what an acknowledged append survives on the opened store. */
+async function logDurability(store: MemoryStore): Promise<void> {
+  log.info({ backend: store.backend, durability: await store.describeDurability() }, "store durability");
+}
 
 async function main(): Promise<void> {
   const config = loadConfig();
+  log.info({ version: VERSION, node: process.version }, "engram starting");
   log.info({ config: describeConfig(config) }, "effective configuration");
-  const rawStore = await openStore(config);
-  log.info({ backend: rawStore.backend, durability: await rawStore.describeDurability() }, "store durability");
+  const network = config.memoryEnabled && config.memoryType !== "local";
+  const rawStore = network
+    ? new ConnectingStore(config.memoryType, () => openStore(config), {
+        failed: (err, attempt) => log.warn({ attempt, reason: err instanceof Error ? err.message : String(err) }, "cannot open the store yet; serving unready and retrying with back-off"),
+        opened: (_store, attempts) => log.info({ backend: config.memoryType, attempts }, "store opened"),
+      })
+    : await openStore(config);
+  if (!network) await logDurability(rawStore);
   const metrics = new Metrics(rawStore);
   const store = metrics.instrument(rawStore);
   const service = new MemoryService(store, {
@@ -24,7 +41,16 @@ async function main(): Promise<void> {
   });
   const server = await startServer(service, config, log, metrics);
   if (config.auth) log.info({ keys: config.memoryEnabled && config.memoryType !== "local" ? config.memoryType : config.authKeysFile }, "API keys required on every call");
-  log.info({ host: config.host, port: server.port, backend: store.backend }, "listening");
+  log.info({ host: config.host, port: server.port, backend: store.backend, version: VERSION }, "listening");
+  if (rawStore instanceof ConnectingStore) {
+    // Ready as soon as the store opens, not at the next health tick.
+    void rawStore.opened
+      .then(async (opened) => {
+        await server.health.check();
+        await logDurability(opened);
+      })
+      .catch((err: unknown) => log.warn({ err }, "store opened, but reading its durability failed"));
+  }
 
   let stopping = false;
   const stop = async (signal: string) => {

@@ -182,6 +182,7 @@ export async function startServer(
   listener.prependListener("connection", (socket: net.Socket) => void gate.admit(socket));
   // A failed TLS handshake (wrong or missing client certificate, plain HTTP on a TLS port) only ends that connection.
   listener.on("tlsClientError", (_err: Error, socket: tls.TLSSocket) => socket.destroy());
+  await health.start();
   await new Promise<void>((resolve, reject) => {
     listener.once("error", reject);
     listener.listen(options.port, options.host, () => resolve());
@@ -189,7 +190,6 @@ export async function startServer(
   // Past listening, an accept that fails (EMFILE: out of descriptors) costs that one connection, not the process.
   listener.on("error", () => gate.rejected("accept_failed"));
   const port = (listener.address() as net.AddressInfo).port;
-  health.start();
 
   let closing: Promise<void> | undefined;
   return {
