@@ -4,7 +4,7 @@
  * unreachable at start does not stop the server: it listens unready and keeps
  * opening the store in the background (src/store/connecting.ts).
  */
-import { ConfigError, describeConfig, loadConfig } from "./config.js";
+import { ConfigError, describeConfig, loadConfig, type Config } from "./config.js";
 import { log } from "./log.js";
 import { MemoryService } from "./service/memory-service.js";
 import { DEFAULT_SERVICE_LIMITS } from "./service/limits.js";
@@ -20,18 +20,31 @@ async function logDurability(store: MemoryStore): Promise<void> {
   log.info({ backend: store.backend, durability: await store.describeDurability() }, "store durability");
 }
 
+/**
+ * The configured store, opened now when its backend answers; otherwise (a
+ * network store only) a ConnectingStore that keeps trying in the background.
+ */
+async function openStoreOrKeepTrying(config: Config): Promise<MemoryStore> {
+  const failed = (err: unknown, attempt: number) =>
+    log.warn({ attempt, reason: err instanceof Error ? err.message : String(err) }, "cannot open the store yet; serving unready and retrying with back-off");
+  try {
+    return await openStore(config);
+  } catch (err) {
+    if (err instanceof ConfigError || !config.memoryEnabled || config.memoryType === "local") throw err;
+    failed(err, 0);
+    return new ConnectingStore(config.memoryType, () => openStore(config), {
+      failed,
+      opened: (_store, attempts) => log.info({ backend: config.memoryType, attempts }, "store opened"),
+    });
+  }
+}
+
 async function main(): Promise<void> {
   const config = loadConfig();
   log.info({ version: VERSION, node: process.version }, "engram starting");
   log.info({ config: describeConfig(config) }, "effective configuration");
-  const network = config.memoryEnabled && config.memoryType !== "local";
-  const rawStore = network
-    ? new ConnectingStore(config.memoryType, () => openStore(config), {
-        failed: (err, attempt) => log.warn({ attempt, reason: err instanceof Error ? err.message : String(err) }, "cannot open the store yet; serving unready and retrying with back-off"),
-        opened: (_store, attempts) => log.info({ backend: config.memoryType, attempts }, "store opened"),
-      })
-    : await openStore(config);
-  if (!network) await logDurability(rawStore);
+  const rawStore = await openStoreOrKeepTrying(config);
+  if (!(rawStore instanceof ConnectingStore)) await logDurability(rawStore);
   const metrics = new Metrics(rawStore);
   const store = metrics.instrument(rawStore);
   const service = new MemoryService(store, {

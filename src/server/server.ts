@@ -10,6 +10,7 @@ import net from "node:net";
 import tls from "node:tls";
 import * as grpc from "@grpc/grpc-js";
 import type { Logger } from "../log.js";
+import { ConnectingKeyStore } from "../auth/connecting-key-store.js";
 import { Authenticator, openApiKeyStore } from "../auth/index.js";
 import { loadConfig, type Config } from "../config.js";
 import { CallGuard } from "../service/call-guard.js";
@@ -73,7 +74,14 @@ export async function startServer(
   const health = new HealthMonitor(service.store, log);
   // Settings not given take their documented defaults (SETTINGS in src/config.ts), not a second copy of them.
   const security = { ...loadConfig([], {}), ...options };
-  const authenticator = options.auth ? new Authenticator(await openApiKeyStore(security), security.authCacheMs) : undefined;
+  // Keys in Redis or PostgreSQL open like the memory store: a backend down at start-up leaves calls UNAVAILABLE until it answers.
+  const networkKeys = security.memoryEnabled && security.memoryType !== "local";
+  const keyStore = !options.auth
+    ? undefined
+    : networkKeys
+      ? await ConnectingKeyStore.open(() => openApiKeyStore(security), (err, attempt) => log.warn({ attempt, reason: err instanceof Error ? err.message : String(err) }, "cannot open the API key store yet; retrying with back-off"))
+      : await openApiKeyStore(security);
+  const authenticator = keyStore ? new Authenticator(keyStore, security.authCacheMs) : undefined;
   const quotas = await Quotas.open(security);
   const guard = new CallGuard(service, { authenticator, quotas, metrics, log });
 

@@ -30,6 +30,40 @@ export const OPEN_RETRY_INITIAL_MS = 250;
 /** Longest wait between attempts to open the store (before jitter draws it down). */
 export const OPEN_RETRY_MAX_MS = 5000;
 
+/** How often and how long to retry; defaults OPEN_RETRY_INITIAL_MS and OPEN_RETRY_MAX_MS. */
+export interface RetrySchedule {
+  initialMs?: number;
+  maxMs?: number;
+}
+
+/**
+ * Calls `open` until it succeeds, waiting before each attempt with capped
+ * exponential back-off and full jitter; reports each failure to `failed` and
+ * gives up (rejecting with the last error) only once `stopped()` is true.
+ */
+export function openWithRetry<T>(open: () => Promise<T>, failed: (err: unknown, attempt: number) => void, stopped: () => boolean, schedule: RetrySchedule = {}): Promise<T> {
+  return backOff(
+    async () => {
+      if (stopped()) throw new MemoryError("UNAVAILABLE", "closed before it was opened");
+      return open();
+    },
+    {
+      numOfAttempts: Number.POSITIVE_INFINITY,
+      startingDelay: schedule.initialMs ?? OPEN_RETRY_INITIAL_MS,
+      maxDelay: schedule.maxMs ?? OPEN_RETRY_MAX_MS,
+      timeMultiple: 2,
+      jitter: "full",
+      // Callers make the first attempt themselves (and only come here when it failed).
+      delayFirstAttempt: true,
+      retry: (err, attempt) => {
+        if (stopped()) return false;
+        failed(err, attempt);
+        return true;
+      },
+    },
+  );
+}
+
 /** How the opening goes, for the log. */
 export interface OpenObserver {
   /** One attempt failed; the next comes after a back-off. */
@@ -45,7 +79,7 @@ interface PendingSubscription {
   unsubscribe?: () => void;
 }
 
-/** Wraps a network store being opened in the background; see the file comment. */
+/** Wraps a network store being opened in the background, after a first attempt failed; see the file comment. */
 export class ConnectingStore implements MemoryStore {
   private store?: MemoryStore;
   private closed = false;
@@ -57,28 +91,14 @@ export class ConnectingStore implements MemoryStore {
     readonly backend: string,
     open: () => Promise<MemoryStore>,
     observer: OpenObserver,
-    retry: { initialMs?: number; maxMs?: number } = {},
+    schedule: RetrySchedule = {},
   ) {
     let attempts = 0;
-    this.opened = backOff(
-      async () => {
-        attempts++;
-        if (this.closed) throw new MemoryError("UNAVAILABLE", "closed before the store was opened");
-        return open();
-      },
-      {
-        numOfAttempts: Number.POSITIVE_INFINITY,
-        startingDelay: retry.initialMs ?? OPEN_RETRY_INITIAL_MS,
-        maxDelay: retry.maxMs ?? OPEN_RETRY_MAX_MS,
-        timeMultiple: 2,
-        jitter: "full",
-        retry: (err, attempt) => {
-          if (this.closed) return false;
-          observer.failed(err, attempt);
-          return true;
-        },
-      },
-    ).then(async (store) => {
+    const attempt = () => {
+      attempts++;
+      return open();
+    };
+    this.opened = openWithRetry(attempt, observer.failed, () => this.closed, schedule).then(async (store) => {
       if (this.closed) {
         await store.close();
         throw new MemoryError("UNAVAILABLE", "closed before the store was opened");
