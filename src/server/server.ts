@@ -209,11 +209,14 @@ export async function startServer(
         listener.close();
         // Streams end first, each with UNAVAILABLE and its last seq, while their connections are still open.
         service.hub.shutdown();
+        // Unary calls already running finish (neither grpc-js' tryShutdown nor node:http's close waits for
+        // calls on connections handed to them, so nothing else would); new ones are refused UNAVAILABLE.
+        const unaryIdle = guard.drainUnary();
         let timer: NodeJS.Timeout | undefined;
         const graceOver = new Promise<"timeout">((resolve) => {
           timer = setTimeout(() => resolve("timeout"), options.shutdownGraceMs);
         });
-        await Promise.race([service.hub.whenIdle(), graceOver]);
+        await Promise.race([Promise.all([service.hub.whenIdle(), unaryIdle]), graceOver]);
         await new Promise((resolve) => setTimeout(resolve, 50)); // let the final statuses reach the sockets
         injector.drain(options.shutdownGraceMs);
         httpServer.closeIdleConnections();
