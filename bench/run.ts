@@ -15,8 +15,10 @@
  * --only SECTION,..., --workloads NAME,... (server workloads whose names
  * start with one of these, e.g. AddEvent: to rerun one point while profiling).
  * BENCH_SERVER_NODE_ARGS (e.g. "--cpu-prof --cpu-prof-dir=/tmp/prof") is
- * passed to node for every Engram server the run starts.
+ * passed to node for every Engram server the run starts; BENCH_SERVER=tsx
+ * runs the servers from the TypeScript sources instead of dist/.
  */
+import { execFileSync } from "node:child_process";
 import { existsSync, mkdirSync, readdirSync, readFileSync, writeFileSync } from "node:fs";
 import os from "node:os";
 import path from "node:path";
@@ -25,7 +27,7 @@ import { create, toBinary } from "@bufbuild/protobuf";
 import { timestampFromMs } from "@bufbuild/protobuf/wkt";
 import { AddEventResponseSchema } from "../src/gen/engram/v1/memory_pb.js";
 import type { LoadResult } from "./lib/closed-loop.js";
-import { forkWorker, REPO_ROOT, startEngram, type EngramProcess, type Worker } from "./lib/processes.js";
+import { forkWorker, REPO_ROOT, SERVER_BUILD, startEngram, type EngramProcess, type Worker } from "./lib/processes.js";
 import type { LoadSpec } from "./loadgen.js";
 import type { RawSpec } from "./raw-store.js";
 import { ECHO_METHOD } from "./echo-server.js";
@@ -181,6 +183,8 @@ function cpuPidsFor(backend: string, engram: EngramProcess | undefined, backing:
 
 async function main(): Promise<void> {
   const { profile, out } = parseProfile(process.argv.slice(2));
+  // The compiled server is what npm start and the image run; build it first when a source is newer.
+  if (SERVER_BUILD === "compiled") execFileSync(process.execPath, ["scripts/build.mjs", "--if-stale"], { cwd: REPO_ROOT, stdio: "inherit" });
   const started = Date.now();
   log(`profile ${profile.name}: backends ${profile.backends.join(",")}; sections ${[...profile.sections].join(",") || "none"}; out ${out}`);
   const results: BenchResults = {
@@ -195,6 +199,7 @@ async function main(): Promise<void> {
       warmupMs: profile.warmupMs,
       concurrencies: profile.concurrencies,
       client: "gRPC framed on node:http2 (one h2c connection), pre-serialized requests, undecoded responses, in a separate process",
+      server: SERVER_BUILD === "tsx" ? "node --import tsx src/main.ts (BENCH_SERVER=tsx)" : "node dist/main.js (compiled, as npm start runs it)",
     },
     points: [],
     references: [],

@@ -42,6 +42,8 @@ export interface Config {
   shutdownGraceMs: number;
   redisUrl?: string;
   postgresUrl?: string;
+  /** Longest one Redis command or PostgreSQL statement may take (a call's own deadline, when shorter, wins); unset: the driver's default. */
+  storeTimeoutMs?: number;
   /** Redis key prefix / PostgreSQL schema, so deployments can share a server. */
   keyPrefix: string;
   /** Require an API key (authorization: Bearer) on every RPC, stream and REST memory endpoint. */
@@ -125,6 +127,7 @@ export const SETTINGS: Setting[] = [
   { env: "MEMORY_SHUTDOWN_GRACE_MS", flag: "shutdown-grace-ms", key: "shutdownGraceMs", kind: "int", default: "10000", min: 0, doc: "How long SIGTERM waits for in-flight calls." },
   { env: "MEMORY_REDIS_URL", flag: "redis-url", key: "redisUrl", kind: "string", doc: "Redis URL; required with MEMORY_TYPE=redis." },
   { env: "MEMORY_POSTGRES_URL", flag: "postgres-url", key: "postgresUrl", kind: "string", doc: "PostgreSQL URL; required with MEMORY_TYPE=postgres." },
+  { env: "MEMORY_STORE_TIMEOUT_MS", flag: "store-timeout-ms", key: "storeTimeoutMs", kind: "int", min: 100, doc: "Longest one Redis command or PostgreSQL statement may take before the call fails UNAVAILABLE, also for calls without a deadline (a shorter call deadline wins). Default: 4000 on Redis, 15000 on PostgreSQL." },
   { env: "MEMORY_KEY_PREFIX", flag: "key-prefix", key: "keyPrefix", kind: "string", default: "engram", doc: "Redis key prefix / PostgreSQL schema name." },
   { env: "MEMORY_AUTH", flag: "auth", key: "auth", kind: "bool", default: "false", doc: "true: every call needs an API key (authorization: Bearer)." },
   { env: "MEMORY_AUTH_KEYS_FILE", flag: "auth-keys-file", key: "authKeysFile", kind: "string", default: "engram-keys.json", doc: "Key file of the local and null stores (Redis/PostgreSQL keep keys in the backend)." },

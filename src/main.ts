@@ -1,25 +1,54 @@
 /**
  * Start-up: read the configuration, open the store, serve, and stop
- * gracefully on SIGTERM/SIGINT.
+ * gracefully on SIGTERM/SIGINT. A network store (Redis, PostgreSQL) that is
+ * unreachable at start does not stop the server: it listens unready and keeps
+ * opening the store in the background (src/store/connecting.ts).
  */
-import { ConfigError, describeConfig, loadConfig } from "./config.js";
+import { ConfigError, describeConfig, loadConfig, type Config } from "./config.js";
 import { log } from "./log.js";
 import { MemoryService } from "./service/memory-service.js";
 import { DEFAULT_SERVICE_LIMITS } from "./service/limits.js";
 import { Metrics } from "./service/metrics.js";
 import { startServer } from "./server/server.js";
 import { describeRetention, RemovalLog, RetentionSweeper } from "./service/retention.js";
+import { ConnectingStore } from "./store/connecting.js";
 import { openStore, storeLimits } from "./store/index.js";
+import type { MemoryStore } from "./store/types.js";
+import { VERSION } from "./version.js";
+
+/** Logs what an acknowledged append survives on the opened store, and what retention deletes anyway: one line, so neither is read without the other. */
+async function logDurability(store: MemoryStore, config: Config): Promise<void> {
+  const retention = describeRetention(storeLimits(config), store.backend, config.capsFromDefaults);
+  const durability = await store.describeDurability();
+  log.info({ backend: store.backend, durability, retention }, `store durability: ${durability.summary}; retention: ${retention}`);
+}
+
+/**
+ * The configured store, opened now when its backend answers; otherwise (a
+ * network store only) a ConnectingStore that keeps trying in the background.
+ */
+async function openStoreOrKeepTrying(config: Config): Promise<MemoryStore> {
+  const failed = (err: unknown, attempt: number) =>
+    log.warn({ attempt, reason: err instanceof Error ? err.message : String(err) }, "cannot open the store yet; serving unready and retrying with back-off");
+  try {
+    return await openStore(config);
+  } catch (err) {
+    if (err instanceof ConfigError || !config.memoryEnabled || config.memoryType === "local") throw err;
+    failed(err, 0);
+    return new ConnectingStore(config.memoryType, () => openStore(config), {
+      failed,
+      opened: (_store, attempts) => log.info({ backend: config.memoryType, attempts }, "store opened"),
+    });
+  }
+}
 
 async function main(): Promise<void> {
   const config = loadConfig();
+  log.info({ version: VERSION, node: process.version }, "engram starting");
   log.info({ config: describeConfig(config) }, "effective configuration");
-  const rawStore = await openStore(config);
+  const rawStore = await openStoreOrKeepTrying(config);
   const limits = storeLimits(config);
-  const retention = describeRetention(limits, rawStore.backend, config.capsFromDefaults);
-  const durability = await rawStore.describeDurability();
-  // What an append survives, and what retention deletes anyway: one line, so neither is read without the other.
-  log.info({ backend: rawStore.backend, durability, retention }, `store durability: ${durability.summary}; retention: ${retention}`);
+  if (!(rawStore instanceof ConnectingStore)) await logDurability(rawStore, config);
   const metrics = new Metrics(rawStore);
   const store = metrics.instrument(rawStore);
   const sweeper = new RetentionSweeper(store, limits, metrics, log);
@@ -33,7 +62,16 @@ async function main(): Promise<void> {
   });
   const server = await startServer(service, config, log, metrics);
   if (config.auth) log.info({ keys: config.memoryEnabled && config.memoryType !== "local" ? config.memoryType : config.authKeysFile }, "API keys required on every call");
-  log.info({ host: config.host, port: server.port, backend: store.backend }, "listening");
+  log.info({ host: config.host, port: server.port, backend: store.backend, version: VERSION }, "listening");
+  if (rawStore instanceof ConnectingStore) {
+    // Ready as soon as the store opens, not at the next health tick.
+    void rawStore.opened
+      .then(async (opened) => {
+        await server.health.check();
+        await logDurability(opened, config);
+      })
+      .catch((err: unknown) => log.warn({ err }, "store opened, but reading its durability failed"));
+  }
 
   let stopping = false;
   const stop = async (signal: string) => {

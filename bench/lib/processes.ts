@@ -91,9 +91,17 @@ export interface EngramProcess {
   stop(): Promise<void>;
 }
 
-/** Starts `src/main.ts` under node (so `pid` is the server itself) and waits for its "listening" line. */
+/**
+ * How the bench runs the server: "compiled" (default: `node dist/main.js`,
+ * what `npm start` runs; the runner builds dist/ when stale) or "tsx" (the
+ * sources through tsx in the same process), from BENCH_SERVER.
+ */
+export const SERVER_BUILD: "compiled" | "tsx" = process.env.BENCH_SERVER === "tsx" ? "tsx" : "compiled";
+
+/** Starts the server under node (so `pid` is the server itself), as SERVER_BUILD says, and waits for its "listening" line. */
 export async function startEngram(args: string[], env: Record<string, string> = {}, nodeArgs: string[] = []): Promise<EngramProcess> {
-  const child = spawn(process.execPath, [...TSX_NODE_ARGS, ...nodeArgs, "src/main.ts", "--host", "127.0.0.1", "--port", "0", ...args], {
+  const entry = SERVER_BUILD === "tsx" ? [...TSX_NODE_ARGS, ...nodeArgs, "src/main.ts"] : [...nodeArgs, "dist/main.js"];
+  const child = spawn(process.execPath, [...entry, "--host", "127.0.0.1", "--port", "0", ...args], {
     cwd: REPO_ROOT,
     env: { ...process.env, ...env },
     stdio: ["ignore", "pipe", "pipe"],

@@ -4,7 +4,7 @@
  * built from them, sending the API key as `authorization: Bearer <key>`.
  */
 import { Option, type Command } from "commander";
-import { createMemoryClient, type MemoryClient, type Protocol } from "@engram-memory/client";
+import type { MemoryClient, Protocol } from "@engram-memory/client";
 import type { Interceptor } from "@connectrpc/connect";
 import { positiveInt } from "./output.js";
 
@@ -28,7 +28,7 @@ export function withConnectionOptions(cmd: Command): Command {
 }
 
 /** A client for the options given; close() it when done. */
-export function connect(opts: ConnectionOptions, extra: { reconnect?: { maxRetries?: number; maxBackoffMs?: number } } = {}): MemoryClient {
+export async function connect(opts: ConnectionOptions, extra: { reconnect?: { maxRetries?: number; maxBackoffMs?: number } } = {}): Promise<MemoryClient> {
   let url: URL;
   try {
     url = new URL(opts.url);
@@ -44,6 +44,8 @@ export function connect(opts: ConnectionOptions, extra: { reconnect?: { maxRetri
       return next(req);
     });
   }
+  // Loaded here, not at start: the client and its RPC stack are most of the CLI's start-up time.
+  const { createMemoryClient } = await import("@engram-memory/client");
   return createMemoryClient({
     baseUrl: url.origin + url.pathname.replace(/\/$/, ""),
     protocol: opts.protocol,

@@ -5,10 +5,8 @@
  */
 import { readFileSync } from "node:fs";
 import { Command, CommanderError } from "commander";
-import { ConnectError } from "@engram-memory/client";
 import { SUBCOMMANDS } from "./commands.js";
 import { UsageError } from "./connection.js";
-import { LineError } from "./jsonl.js";
 
 const { version } = JSON.parse(readFileSync(new URL("../../package.json", import.meta.url), "utf8")) as { version: string };
 
@@ -44,7 +42,7 @@ export async function runCli(argv: string[]): Promise<void> {
       process.exitCode = EXIT_USAGE;
       return;
     }
-    const message = err instanceof ConnectError || err instanceof LineError || err instanceof Error ? err.message : String(err);
+    const message = err instanceof Error ? err.message : String(err);
     process.stderr.write(`engram: ${message}\n`);
     process.exitCode = EXIT_FAILED;
   }

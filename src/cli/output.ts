@@ -4,9 +4,7 @@
  */
 import Table from "cli-table3";
 import { InvalidArgumentError } from "commander";
-import { toJson } from "@bufbuild/protobuf";
-import { ValueSchema, timestampDate } from "@bufbuild/protobuf/wkt";
-import type { JsonValue, MemoryEvent, Session, pb } from "@engram-memory/client";
+import type { JsonValue, MemoryEvent, Session } from "@engram-memory/client";
 
 /** A borderless, left-aligned table (the kubectl look), without colour codes. */
 export function table(head: string[], rows: Array<Array<string | number>>): string {
@@ -47,34 +45,6 @@ export function oneLine(value: JsonValue, max = 80): string {
 /** ISO time or "". */
 export function iso(date: Date | undefined): string {
   return date ? date.toISOString() : "";
-}
-
-/** A generated Session message as the client's plain Session. */
-export function sessionFromPb(s: pb.Session): Session {
-  return {
-    sessionId: s.sessionId,
-    appName: s.appName,
-    userId: s.userId,
-    metadata: s.metadata ?? {},
-    createdAt: s.createdAt ? timestampDate(s.createdAt) : undefined,
-    updatedAt: s.updatedAt ? timestampDate(s.updatedAt) : undefined,
-    headSeq: Number(s.headSeq),
-    firstSeq: Number(s.firstSeq),
-    eventCount: Number(s.eventCount),
-  };
-}
-
-/** A generated Event message as the client's plain MemoryEvent. */
-export function eventFromPb(e: pb.Event): MemoryEvent {
-  return {
-    eventId: e.eventId,
-    eventType: e.eventType,
-    content: e.content ? toJson(ValueSchema, e.content) : null,
-    metadata: e.metadata ?? {},
-    timestamp: e.timestamp ? timestampDate(e.timestamp) : undefined,
-    seq: Number(e.seq),
-    sessionId: e.sessionId,
-  };
 }
 
 /** A session in the wire's snake_case JSON shape. */

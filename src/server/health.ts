@@ -30,13 +30,17 @@ export class HealthMonitor {
     return this.current;
   }
 
-  /** Starts pinging the store. */
-  start(): void {
+  /**
+   * Pings the store once, so the first answer on the port is already true
+   * (a store still connecting starts NOT_SERVING), then every interval.
+   */
+  async start(): Promise<void> {
     const tick = async () => {
       await this.check();
       if (!this.stopping) this.timer = setTimeout(tick, this.intervalMs).unref();
     };
-    this.timer = setTimeout(tick, this.intervalMs).unref();
+    await this.check();
+    if (!this.stopping) this.timer = setTimeout(tick, this.intervalMs).unref();
   }
 
   /** Pings the store once and updates the status. */

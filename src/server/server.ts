@@ -10,6 +10,7 @@ import net from "node:net";
 import tls from "node:tls";
 import * as grpc from "@grpc/grpc-js";
 import type { Logger } from "../log.js";
+import { ConnectingKeyStore } from "../auth/connecting-key-store.js";
 import { Authenticator, openApiKeyStore } from "../auth/index.js";
 import { loadConfig, type Config } from "../config.js";
 import { MemoryError } from "../errors.js";
@@ -75,7 +76,14 @@ export async function startServer(
   const health = new HealthMonitor(service.store, log);
   // Settings not given take their documented defaults (SETTINGS in src/config.ts), not a second copy of them.
   const security = { ...loadConfig([], {}), ...options };
-  const authenticator = options.auth ? new Authenticator(await openApiKeyStore(security), security.authCacheMs) : undefined;
+  // Keys in Redis or PostgreSQL open like the memory store: a backend down at start-up leaves calls UNAVAILABLE until it answers.
+  const networkKeys = security.memoryEnabled && security.memoryType !== "local";
+  const keyStore = !options.auth
+    ? undefined
+    : networkKeys
+      ? await ConnectingKeyStore.open(() => openApiKeyStore(security), (err, attempt) => log.warn({ attempt, reason: err instanceof Error ? err.message : String(err) }, "cannot open the API key store yet; retrying with back-off"))
+      : await openApiKeyStore(security);
+  const authenticator = keyStore ? new Authenticator(keyStore, security.authCacheMs) : undefined;
   const quotas = await Quotas.open(security);
   const guard = new CallGuard(service, { authenticator, quotas, metrics, log });
 
@@ -183,6 +191,7 @@ export async function startServer(
   listener.prependListener("connection", (socket: net.Socket) => void gate.admit(socket));
   // A failed TLS handshake (wrong or missing client certificate, plain HTTP on a TLS port) only ends that connection.
   listener.on("tlsClientError", (_err: Error, socket: tls.TLSSocket) => socket.destroy());
+  await health.start();
   await new Promise<void>((resolve, reject) => {
     listener.once("error", reject);
     listener.listen(options.port, options.host, () => resolve());
@@ -190,7 +199,6 @@ export async function startServer(
   // Past listening, an accept that fails (EMFILE: out of descriptors) costs that one connection, not the process.
   listener.on("error", () => gate.rejected("accept_failed"));
   const port = (listener.address() as net.AddressInfo).port;
-  health.start();
 
   let closing: Promise<void> | undefined;
   return {
@@ -202,11 +210,14 @@ export async function startServer(
         listener.close();
         // Streams end first, each with UNAVAILABLE and its last seq, while their connections are still open.
         service.hub.shutdown();
+        // Unary calls already running finish (neither grpc-js' tryShutdown nor node:http's close waits for
+        // calls on connections handed to them, so nothing else would); new ones are refused UNAVAILABLE.
+        const unaryIdle = guard.drainUnary();
         let timer: NodeJS.Timeout | undefined;
         const graceOver = new Promise<"timeout">((resolve) => {
           timer = setTimeout(() => resolve("timeout"), options.shutdownGraceMs);
         });
-        await Promise.race([service.hub.whenIdle(), graceOver]);
+        await Promise.race([Promise.all([service.hub.whenIdle(), unaryIdle]), graceOver]);
         await new Promise((resolve) => setTimeout(resolve, 50)); // let the final statuses reach the sockets
         injector.drain(options.shutdownGraceMs);
         httpServer.closeIdleConnections();

@@ -109,6 +109,11 @@ const SERVER_SIDE = new Set(["INTERNAL", "UNAVAILABLE", "DEADLINE_EXCEEDED", "UN
 
 /** Wraps MemoryService methods with auth, quotas, scoping, trace context and metrics. */
 export class CallGuard {
+  /** Unary calls running now. */
+  private unaryInFlight = 0;
+  /** Set once shutdown begins: new unary calls are refused, and `settle` runs when the last running one returns. */
+  private draining?: { idle: Promise<void>; settle: () => void };
+
   constructor(
     readonly service: MemoryService,
     private readonly options: CallGuardOptions,
@@ -139,10 +144,27 @@ export class CallGuard {
       : (req, call) => this.unary(method, req, call, invoke, series(call.protocol));
   }
 
+  /**
+   * Graceful shutdown: refuses new unary calls UNAVAILABLE (on connections
+   * still open; new connections are no longer accepted) and resolves once
+   * every unary call already running has returned its result.
+   */
+  drainUnary(): Promise<void> {
+    if (!this.draining) {
+      let settle!: () => void;
+      const idle = new Promise<void>((resolve) => (settle = resolve));
+      this.draining = { idle, settle };
+      if (this.unaryInFlight === 0) settle();
+    }
+    return this.draining.idle;
+  }
+
   private async unary(method: string, req: unknown, call: CallInfo, invoke: (req: unknown, call: CallInfo) => unknown, series: RpcSeries): Promise<unknown> {
     const start = performance.now();
     let code = "OK";
+    this.unaryInFlight++;
     try {
+      if (this.draining) throw new MemoryError("UNAVAILABLE", "the server is shutting down; retry on another replica");
       // Without auth there is nothing to wait for: no promise turn per call.
       const principal = this.options.authenticator ? await this.admit(call) : undefined;
       addTraceContext(method, req, call.traceparent);
@@ -157,6 +179,7 @@ export class CallGuard {
       series.latency.observe(seconds);
       series.count(code);
       this.logCall(method, call, code, seconds);
+      if (--this.unaryInFlight === 0) this.draining?.settle();
     }
   }
 

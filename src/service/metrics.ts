@@ -1,18 +1,27 @@
 /**
  * Prometheus metrics (prom-client), one registry per server: RPCs by method,
  * code and protocol with latency, live streams, store operation latency and
- * errors, auth failures and rate-limit refusals, open and rejected
+ * errors (backend failures only), auth failures and rate-limit refusals, open and rejected
  * connections, the store's totals, and
  * the process defaults (CPU, memory, event-loop lag). Labels carry no
  * tenant data: method names, codes and protocols only.
  */
 import { performance } from "node:perf_hooks";
 import { collectDefaultMetrics, Counter, Gauge, Registry, type Metric } from "prom-client";
+import type { MemoryErrorCode } from "../errors.js";
 import type { MemoryStore } from "../store/types.js";
+import { VERSION } from "../version.js";
 
 const LATENCY_BUCKETS = [0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5];
 
 type Labels = Record<string, string>;
+
+/**
+ * Store outcomes that answer the client's request (no such session, a seq
+ * conflict, a taken id, an evicted cursor, a bad argument): the backend
+ * worked, so they are not counted in engram_store_errors_total.
+ */
+const CLIENT_OUTCOMES: ReadonlySet<string> = new Set<MemoryErrorCode>(["NOT_FOUND", "FAILED_PRECONDITION", "ALREADY_EXISTS", "OUT_OF_RANGE", "INVALID_ARGUMENT"]);
 
 /** One label set of a {@link BoundHistogram}: what a call records into. */
 export interface HistogramSeries {
@@ -132,7 +141,7 @@ export class Metrics {
   readonly rpcSeconds = new BoundHistogram("engram_rpc_duration_seconds", "Unary RPC latency (streams: until they end).", ["method", "protocol"], this.registry);
   readonly streams = new Gauge({ name: "engram_streams_active", help: "Live StreamSessionEvents subscribers on this replica.", registers: [this.registry] });
   readonly storeSeconds = new BoundHistogram("engram_store_operation_duration_seconds", "Store operation latency.", ["operation", "backend"], this.registry);
-  readonly storeErrors = new Counter({ name: "engram_store_errors_total", help: "Store operations that failed, by error code.", labelNames: ["operation", "backend", "code"], registers: [this.registry] });
+  readonly storeErrors = new Counter({ name: "engram_store_errors_total", help: "Store operations that failed in the backend (unreachable, timed out, internal), by error code; answers such as NOT_FOUND or FAILED_PRECONDITION are not counted.", labelNames: ["operation", "backend", "code"], registers: [this.registry] });
   readonly authFailures = new Counter({ name: "engram_auth_failures_total", help: "Calls refused for a missing, unknown or revoked API key.", registers: [this.registry] });
   readonly rateLimited = new Counter({ name: "engram_rate_limited_total", help: "Calls refused by a rate or stream limit.", registers: [this.registry] });
   readonly connectionsOpen = new Gauge({ name: "engram_connections_open", help: "TCP connections open on this replica's port.", registers: [this.registry] });
@@ -166,6 +175,12 @@ export class Metrics {
         this.inc(store.eventsTrimmed);
       },
     });
+    new Gauge({
+      name: "engram_build_info",
+      help: "Always 1; its labels say which Engram version runs on which Node.js.",
+      labelNames: ["version", "node"],
+      registers: [registry],
+    }).set({ version: VERSION, node: process.version }, 1);
     // Totals read at scrape time: O(1) on every store.
     new Gauge({
       name: "engram_sessions",
@@ -234,7 +249,9 @@ export class Metrics {
       const latency = this.storeSeconds.labels({ operation, backend: store.backend });
       const failed = (start: number, err: unknown) => {
         latency.observe((performance.now() - start) / 1000);
-        this.storeErrors.inc({ operation, backend: store.backend, code: (err as { code?: string } | null)?.code ?? "UNKNOWN" });
+        const code = (err as { code?: unknown } | null)?.code;
+        if (typeof code === "string" && CLIENT_OUTCOMES.has(code)) return;
+        this.storeErrors.inc({ operation, backend: store.backend, code: typeof code === "string" ? code : "UNKNOWN" });
       };
       // Four parameters cover every store method (three at most); no rest array per call.
       wrappers.set(operation, (a?: unknown, b?: unknown, c?: unknown, d?: unknown) => {

@@ -11,7 +11,11 @@
  *   - the log's seqs are gapless; nothing else is in it;
  *   - each stream, across its reconnects, delivered every seq once, in order;
  *   - a write acknowledged by one replica is read back from the other;
- *   - no call hung past its deadline, and health went NOT_SERVING and back.
+ *   - no call hung past its deadline, and health went NOT_SERVING and back;
+ *   - calls sent without any deadline still ended during the blackhole,
+ *     answered UNAVAILABLE or DEADLINE_EXCEEDED by the server itself, bounded
+ *     by its store timeout (MEMORY_STORE_TIMEOUT_MS): the client never gave
+ *     up on them (only a test watchdog, at the end of the blackhole, would).
  * Every loop is bounded in count and time.
  */
 import { setTimeout as sleep } from "node:timers/promises";
@@ -23,6 +27,8 @@ import { startChaosProxy, type ChaosProxy } from "../support/chaos-proxy.js";
 import { spawnServer, type ServerProcess } from "../support/engram.js";
 
 const DEADLINE_MS = 2000;
+/** The replicas' bound on one PostgreSQL statement (MEMORY_STORE_TIMEOUT_MS): what ends calls that carry no deadline. */
+const STORE_TIMEOUT_MS = 2000;
 const BLACKHOLE_MS = Number(process.env.ENGRAM_BLACKHOLE_MS ?? 20_000);
 const SESSION = `history-${process.pid}`;
 
@@ -49,6 +55,7 @@ beforeAll(async () => {
     MEMORY_POSTGRES_URL: proxied.toString(),
     MEMORY_KEY_PREFIX: `history${process.pid}`,
     MEMORY_MAX_SESSION_EVENTS: "100000",
+    MEMORY_STORE_TIMEOUT_MS: String(STORE_TIMEOUT_MS),
   };
   replicas = [await spawnServer(env)];
   replicas.push(await spawnServer(env));
@@ -127,10 +134,37 @@ describe("PostgreSQL blackholed for 20 s under writers and live streams on two r
     await Promise.all([0, 1].map((r) => writer(r, () => Date.now() - t > 2000)));
     expect(attempts.every((a) => a.outcome === "acked")).toBe(true);
 
+    /**
+     * Appends with no deadline at all, in the first half of the blackhole: the
+     * server's store timeout must end each of them. A watchdog cancels any
+     * still open when the blackhole ends, which shows up as CANCELLED.
+     */
+    const undeadlined: Attempt[] = [];
+    const writerWithoutDeadline = async (replica: number, watchdog: AbortSignal) => {
+      for (let i = 0; i < 50 && Date.now() - t < BLACKHOLE_MS / 2; i++) {
+        const eventId = `n${replica}-nodeadline-${i}`;
+        const started = Date.now();
+        try {
+          const res = await clients[replica].addEvent(
+            { sessionId: SESSION, event: { eventId, eventType: "user_message", content: { kind: { case: "stringValue", value: eventId } } } },
+            { signal: watchdog },
+          );
+          attempts.push({ eventId, replica, outcome: "acked", seq: Number(res.event!.seq), ms: Date.now() - started });
+        } catch (err) {
+          const attempt: Attempt = { eventId, replica, outcome: "unknown", ms: Date.now() - started, code: ConnectError.from(err).code };
+          attempts.push(attempt);
+          undeadlined.push(attempt);
+        }
+      }
+    };
+
     // 2. Blackhole: every call must still end within its deadline (plus scheduling slack).
     phase = "blackhole";
     proxy.set({ kind: "blackhole" });
     t = Date.now();
+    const watchdog = new AbortController();
+    const watchdogTimer = setTimeout(() => watchdog.abort(), BLACKHOLE_MS);
+    const withoutDeadline = Promise.all([0, 1].map((r) => writerWithoutDeadline(r, watchdog.signal)));
     const watchHealth = (async () => {
       while (Date.now() - t < BLACKHOLE_MS) {
         if ((await readyz(replicas[0])) === 503 && (await readyz(replicas[1])) === 503) sawNotServing = true;
@@ -139,11 +173,17 @@ describe("PostgreSQL blackholed for 20 s under writers and live streams on two r
     })();
     await Promise.all([0, 1].map((r) => writer(r, () => Date.now() - t > BLACKHOLE_MS)));
     await watchHealth;
+    await withoutDeadline;
+    clearTimeout(watchdogTimer);
     const during = attempts.filter((a) => a.eventId.includes("-blackhole-"));
     expect(during.length).toBeGreaterThan(0);
     expect(during.filter((a) => a.outcome === "unknown").length).toBeGreaterThan(0);
     expect(Math.max(...during.map((a) => a.ms))).toBeLessThan(DEADLINE_MS + 1500);
     expect(sawNotServing).toBe(true);
+    // The server, not the client, ended every call that had no deadline, and before the backend came back.
+    expect(undeadlined.length).toBeGreaterThan(0);
+    for (const a of undeadlined) expect([Code.Unavailable, Code.DeadlineExceeded], `${a.eventId} after ${a.ms} ms: code ${a.code}`).toContain(a.code);
+    console.log(`history: ${undeadlined.length} calls without a deadline ended by the server in at most ${Math.max(...undeadlined.map((a) => a.ms))} ms`);
 
     // 3. Recovery: both replicas report SERVING again, within a bound.
     proxy.set({ kind: "pass" });

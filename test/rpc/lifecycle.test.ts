@@ -13,6 +13,7 @@ import { ConfigError, loadConfig, SETTINGS } from "../../src/config.js";
 import { ErrorInfoSchema } from "../../src/gen/google/rpc/error_details_pb.js";
 import { REPO_ROOT, spawnServer } from "../support/engram.js";
 import { connectClient, errorOf, grpcJsClient } from "../support/clients.js";
+import { startChaosProxy } from "../support/chaos-proxy.js";
 import { collect, seqsOf, sid } from "./suite.js";
 
 describe("SIGTERM", () => {
@@ -62,6 +63,63 @@ describe("SIGTERM", () => {
     health.close();
     grpcClient.close();
   });
+});
+
+describe("SIGTERM with unary calls in flight", () => {
+  it("lets every call already at the server finish OK, refuses new ones UNAVAILABLE, and exits 0", async () => {
+    // Redis behind a proxy that delays every byte 400 ms each way: each append spends ~0.8 s at the server.
+    const redisPort = Number(new URL(process.env.MEMORY_TEST_REDIS_URL!).port);
+    const proxy = await startChaosProxy(redisPort);
+    const proc = await spawnServer({
+      MEMORY_TYPE: "redis",
+      MEMORY_REDIS_URL: `redis://127.0.0.1:${proxy.port}`,
+      MEMORY_KEY_PREFIX: `sigterm${process.pid}`,
+      MEMORY_SHUTDOWN_GRACE_MS: "10000",
+    });
+    const grpcClient = grpcJsClient(proc.address);
+    const connect = connectClient(proc.baseUrl);
+    try {
+      const id = sid();
+      await grpcClient.createSession({ appName: "app", userId: "u", sessionId: id });
+      // Warm both connections, so the calls below need no new one.
+      await Promise.all([grpcClient.getSession({ sessionId: id }), connect.getSession({ sessionId: id })]);
+      proxy.set({ kind: "latency", ms: 400 });
+
+      const CALLS = 40;
+      const sentAt = Date.now();
+      const inFlight = Array.from({ length: CALLS }, (_, i) => {
+        const client = i % 2 === 0 ? grpcClient : connect;
+        return client.addEvent({ sessionId: id, event: { eventId: `in-flight-${i}`, eventType: "user_message" } }).then(
+          (res) => ({ ok: true as const, seq: Number(res.event!.seq), at: Date.now() }),
+          (err: unknown) => ({ ok: false as const, error: String(err), at: Date.now() }),
+        );
+      });
+      await new Promise((r) => setTimeout(r, 200)); // every request has reached the server; none can have had its Redis reply
+      const killedAt = Date.now();
+      const exit = proc.kill("SIGTERM");
+      await new Promise((r) => setTimeout(r, 100)); // the server has begun shutting down
+
+      // New calls, on the open gRPC connection and on a new one, are refused.
+      const fresh = grpcJsClient(proc.address);
+      const refused = await Promise.all([
+        errorOf(grpcClient.getSession({ sessionId: id }, { timeoutMs: 5000 })),
+        errorOf(fresh.getSession({ sessionId: id }, { timeoutMs: 5000 })),
+      ]);
+      fresh.close();
+      for (const err of refused) expect(err.code).toBe(Code.Unavailable);
+
+      const results = await Promise.all(inFlight);
+      expect(killedAt - sentAt).toBeLessThan(800); // still at the server when SIGTERM came: no reply could have come back yet
+      for (const r of results) expect(r, JSON.stringify(r)).toMatchObject({ ok: true });
+      expect(results.every((r) => r.at > killedAt)).toBe(true);
+      expect(results.map((r) => (r.ok ? r.seq : 0)).sort((a, b) => a - b)).toEqual(Array.from({ length: CALLS }, (_, i) => i + 1));
+      expect(await exit).toEqual({ code: 0, signal: null });
+    } finally {
+      grpcClient.close();
+      await proc.kill("SIGKILL");
+      await proxy.close();
+    }
+  }, 60_000);
 });
 
 describe("configuration", () => {

@@ -3,9 +3,11 @@
  * every observation); what /metrics shows must be exactly what prom-client's
  * own Histogram and Counter show for the same observations.
  */
+import { readFileSync } from "node:fs";
 import { Counter, Histogram, Registry } from "prom-client";
 import { describe, expect, it } from "vitest";
 import { BoundCounter, BoundHistogram, Metrics } from "../../src/service/metrics.js";
+import { ConnectingStore } from "../../src/store/connecting.js";
 import { LocalStore } from "../../src/store/local.js";
 
 const BUCKETS = [0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5];
@@ -58,7 +60,7 @@ describe("BoundHistogram and BoundCounter", () => {
 });
 
 describe("Metrics.instrument", () => {
-  it("times every store operation, counts failures by code, and passes everything else through", async () => {
+  it("times every store operation and passes everything else through; a client's NOT_FOUND is not a store error", async () => {
     const store = new LocalStore({ maxSessions: 10, maxSessionEvents: 10 } as never);
     const metrics = new Metrics(store);
     const timed = metrics.instrument(store);
@@ -66,10 +68,28 @@ describe("Metrics.instrument", () => {
     await timed.createSession({ sessionId: "s1", appName: "a", userId: "u", metadata: {} } as never);
     await expect(timed.getSession("s1")).resolves.toMatchObject({ sessionId: "s1" });
     await expect(timed.appendEvents("missing", [], undefined)).rejects.toMatchObject({ code: "NOT_FOUND" });
+    await expect(timed.createSession({ sessionId: "s1", appName: "a", userId: "u", metadata: {} } as never)).rejects.toMatchObject({ code: "ALREADY_EXISTS" });
     const text = await metrics.registry.metrics();
     expect(text).toMatch(/engram_store_operation_duration_seconds_count\{operation="getSession",backend="local"\} 1\n/);
     expect(text).toMatch(/engram_store_operation_duration_seconds_count\{operation="appendEvents",backend="local"\} 1\n/);
-    expect(text).toMatch(/engram_store_errors_total\{operation="appendEvents",backend="local",code="NOT_FOUND"\} 1\n/);
+    expect(text).not.toMatch(/^engram_store_errors_total\{/m);
     await store.close();
+  });
+
+  it("counts a backend failure (a store that is not connected) by operation and code", async () => {
+    // A store whose backend never answers the open: every operation fails UNAVAILABLE.
+    const store = new ConnectingStore("redis", () => new Promise<never>(() => {}), { failed: () => {}, opened: () => {} });
+    const metrics = new Metrics(store);
+    const timed = metrics.instrument(store);
+    await expect(timed.getSession("s1")).rejects.toMatchObject({ code: "UNAVAILABLE" });
+    const text = await metrics.registry.metrics();
+    expect(text).toMatch(/engram_store_errors_total\{operation="getSession",backend="redis",code="UNAVAILABLE"\} 1\n/);
+    await store.close();
+  });
+
+  it("reports the running version and Node.js in engram_build_info", async () => {
+    const { version } = JSON.parse(readFileSync(new URL("../../package.json", import.meta.url), "utf8")) as { version: string };
+    const text = await new Metrics(new LocalStore({ maxSessions: 10, maxSessionEvents: 10 } as never)).registry.metrics();
+    expect(text).toContain(`engram_build_info{version="${version}",node="${process.version}"} 1\n`);
   });
 });

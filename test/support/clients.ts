@@ -7,9 +7,10 @@
 import * as grpc from "@grpc/grpc-js";
 import { create, fromBinary, toBinary, type DescMethod } from "@bufbuild/protobuf";
 import { Code, ConnectError, createClient, type Client, type Interceptor } from "@connectrpc/connect";
-import { createConnectTransport, createGrpcWebTransport } from "@connectrpc/connect-node";
+import { createConnectTransport, createGrpcTransport, createGrpcWebTransport } from "@connectrpc/connect-node";
 import { MemoryService } from "../../src/gen/engram/v1/memory_pb.js";
 import { StatusSchema } from "../../src/gen/google/rpc/status_pb.js";
+import { Health, HealthCheckResponse_ServingStatus } from "../../src/gen/health/v1/health_pb.js";
 
 /** The typed MemoryService client used by tests. */
 export type MemoryClient = Client<typeof MemoryService> & { close(): void };
@@ -136,3 +137,10 @@ export const PROTOCOLS = [
   ["gRPC (grpc-js, h2c)", (s: { address: string }) => grpcJsClient(s.address)],
   ["Connect JSON (HTTP/1.1)", (s: { baseUrl: string }) => connectClient(s.baseUrl)],
 ] as const;
+
+/** The server's grpc.health.v1 status ("SERVING", "NOT_SERVING", …) for the whole server, over gRPC (h2c). */
+export async function grpcHealthStatus(baseUrl: string): Promise<string> {
+  const transport = createGrpcTransport({ baseUrl });
+  const { status } = await createClient(Health, transport).check({ service: "" }, { timeoutMs: 5000 });
+  return HealthCheckResponse_ServingStatus[status];
+}

@@ -70,11 +70,15 @@ export interface ServerProcess {
 }
 
 /**
- * Spawns `tsx src/main.ts --port 0` and waits for its "listening" log line.
+ * Spawns the server from its TypeScript sources (`node --import tsx
+ * src/main.ts`, one process, so signals reach the server itself, not tsx's
+ * relay) or, with `compiled`, the build (`node dist/main.js`, made by
+ * `npm run build`), on port 0, and waits for its "listening" log line.
  * `openFiles` runs it under `prlimit --nofile` (soft and hard), as `ulimit -n` would.
  */
-export async function spawnServer(env: Record<string, string> = {}, args: string[] = [], opts: { openFiles?: number } = {}): Promise<ServerProcess> {
-  const command = [path.join(REPO_ROOT, "node_modules/.bin/tsx"), "src/main.ts", "--host", "127.0.0.1", "--port", "0", ...args];
+export async function spawnServer(env: Record<string, string> = {}, args: string[] = [], opts: { openFiles?: number; compiled?: boolean } = {}): Promise<ServerProcess> {
+  const entry = opts.compiled ? ["dist/main.js"] : ["--import", "tsx", "src/main.ts"];
+  const command = [process.execPath, ...entry, "--host", "127.0.0.1", "--port", "0", ...args];
   if (opts.openFiles !== undefined) command.unshift("prlimit", `--nofile=${opts.openFiles}:${opts.openFiles}`);
   const child = spawn(command[0], command.slice(1), {
     cwd: REPO_ROOT,

@@ -57,9 +57,10 @@ function serverUser(): { uid: number; gid: number } | undefined {
  * Starts a fresh PostgreSQL; resolves once it accepts connections. Tests run
  * it with fsync off for speed; `durable` keeps PostgreSQL's defaults (fsync
  * and full-page writes on), for the benchmarks. They are set on the command
- * line, which outranks postgresql.conf and ALTER SYSTEM.
+ * line, which outranks postgresql.conf and ALTER SYSTEM. `port` picks the
+ * port (a server told to use it before PostgreSQL ran); default a free one.
  */
-export async function startPostgresServer(options: { durable?: boolean } = {}): Promise<PostgresServer> {
+export async function startPostgresServer(options: { durable?: boolean; port?: number } = {}): Promise<PostgresServer> {
   const bin = findPostgresBin();
   const user = serverUser();
   const dir = mkdtempSync(path.join(tmpdir(), "engram-pg-"));
@@ -69,7 +70,7 @@ export async function startPostgresServer(options: { durable?: boolean } = {}): 
     stdio: "pipe",
     ...user,
   });
-  const port = await freePort();
+  const port = options.port ?? (await freePort());
   const logFile = path.join(dir, "postgres.log");
   writeFileSync(logFile, "");
   if (user) chownSync(logFile, user.uid, user.gid);

@@ -63,8 +63,11 @@ export async function waitForRedis(port: number, timeoutMs = 15_000): Promise<vo
   }
 }
 
-/** Starts a dedicated redis-server on a free loopback port in a temp dir. */
-export async function startRedisServer(opts: { appendonly?: boolean } = {}): Promise<RedisServer> {
+/**
+ * Starts a dedicated redis-server in a temp dir, on a free loopback port or on
+ * `port` (a server already told to use that port, started before Redis).
+ */
+export async function startRedisServer(opts: { appendonly?: boolean; port?: number } = {}): Promise<RedisServer> {
   const binary = await redisServerBinary();
   const dir = mkdtempSync(path.join(tmpdir(), "engram-redis-"));
   let port = 0;
@@ -105,7 +108,7 @@ export async function startRedisServer(opts: { appendonly?: boolean } = {}): Pro
 
   // A port the kernel just handed out may be taken by another process before we bind it: retry.
   for (let attempt = 0; ; attempt++) {
-    port = await freePort();
+    port = opts.port ?? (await freePort());
     try {
       await launch();
       break;

@@ -1,7 +1,5 @@
 /** `engram context <id> --budget N`: the context BuildConversationContext assembles for the next model call. */
 import { Command } from "commander";
-import { toJson } from "@bufbuild/protobuf";
-import { pb } from "@engram-memory/client";
 import { connect, withConnectionOptions, type ConnectionOptions } from "../connection.js";
 import { positiveInt, printJson } from "../output.js";
 
@@ -22,13 +20,14 @@ export function register(program: Command): void {
       .option("--max-events <n>", "newest events to consider (max_events)", positiveInt("--max-events"))
       .option("--query <text>", "rank items by relevance to this text"),
   ).action(async (sessionId: string, opts: ContextOptions) => {
-    const memory = connect(opts);
+    const memory = await connect(opts);
     try {
       const res = await memory.rpc.buildConversationContext(
         { sessionId, tokenBudget: opts.budget ?? 0, maxEvents: opts.maxEvents ?? 0, query: opts.query ?? "" },
         { timeoutMs: opts.timeout },
       );
       if (opts.json) {
+        const [{ toJson }, { pb }] = await Promise.all([import("@bufbuild/protobuf"), import("@engram-memory/client")]);
         printJson(toJson(pb.BuildConversationContextResponseSchema, res, { useProtoFieldName: true, alwaysEmitImplicit: true }));
         return;
       }

@@ -27,7 +27,7 @@ export function register(program: Command): void {
       .option("--limit <n>", "at most this many events", positiveInt("--limit", 1))
       .option("--tail <n>", "only the newest n events", positiveInt("--tail", 1)),
   ).action(async (sessionId: string, opts: EventsOptions) => {
-    const memory = connect(opts);
+    const memory = await connect(opts);
     try {
       const events = await memory.getSessionEvents(sessionId, { eventTypes: opts.type, afterSeq: opts.after, limit: opts.limit, tail: opts.tail });
       if (opts.json) {

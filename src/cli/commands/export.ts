@@ -6,10 +6,10 @@ import { createWriteStream } from "node:fs";
 import { once } from "node:events";
 import type { Writable } from "node:stream";
 import { Command } from "commander";
-import { Code, ConnectError, type MemoryClient, type MemoryEvent, type Session } from "@engram-memory/client";
+import type { MemoryClient, MemoryEvent, Session } from "@engram-memory/client";
 import { connect, withConnectionOptions, type ConnectionOptions } from "../connection.js";
 import { toSessionLine } from "../jsonl.js";
-import { Progress, printJson, sessionFromPb } from "../output.js";
+import { Progress, printJson } from "../output.js";
 import { collect } from "./events.js";
 
 interface ExportOptions extends ConnectionOptions {
@@ -31,6 +31,7 @@ async function* sessionsToExport(memory: MemoryClient, opts: ExportOptions): Asy
   let pageToken = "";
   for (let pages = 0; pages < 1_000_000; pages++) {
     const res = await memory.rpc.listSessions({ appName: opts.app, userId: opts.user, pageSize: PAGE_SIZE, pageToken });
+    const { sessionFromPb } = await import("../wire.js");
     for (const s of res.sessions) yield sessionFromPb(s);
     if (!res.nextPageToken || res.nextPageToken === pageToken) return;
     pageToken = res.nextPageToken;
@@ -43,6 +44,7 @@ async function* sessionsToExport(memory: MemoryClient, opts: ExportOptions): Asy
  * behind (OUT_OF_RANGE): read again from the start, a bounded number of times.
  */
 async function readEvents(memory: MemoryClient, sessionId: string): Promise<MemoryEvent[] | undefined> {
+  const { Code, ConnectError } = await import("@engram-memory/client");
   for (let attempt = 1; ; attempt++) {
     try {
       return await memory.getSessionEvents(sessionId);
@@ -70,7 +72,7 @@ export function register(program: Command): void {
       .option("--session <id>", "only this session (repeatable)", collect, [])
       .option("-q, --quiet", "no progress on stderr"),
   ).action(async (opts: ExportOptions) => {
-    const memory = connect(opts);
+    const memory = await connect(opts);
     const out: Writable = opts.output ? createWriteStream(opts.output) : process.stdout;
     const progress = new Progress(!opts.quiet);
     let sessions = 0;

@@ -50,7 +50,7 @@ export function register(program: Command): void {
       .option("--batch-size <n>", "events per AddEvents call (at most the server's MEMORY_MAX_BATCH_EVENTS)", positiveInt("--batch-size", 1), 100)
       .option("-q, --quiet", "no progress on stderr"),
   ).action(async (file: string, opts: ImportOptions) => {
-    const memory = connect(opts);
+    const memory = await connect(opts);
     const progress = new Progress(!opts.quiet);
     const input = file === "-" ? process.stdin : createReadStream(file);
     const totals = { sessions: 0, created_sessions: 0, events: 0, new_events: 0, failed_lines: 0 };

@@ -2,7 +2,7 @@
 import { Command } from "commander";
 import type { Session } from "@engram-memory/client";
 import { connect, withConnectionOptions, type ConnectionOptions } from "../connection.js";
-import { iso, positiveInt, printJson, sessionFromPb, sessionJson, table } from "../output.js";
+import { iso, positiveInt, printJson, sessionJson, table } from "../output.js";
 
 interface SessionsOptions extends ConnectionOptions {
   app?: string;
@@ -24,13 +24,14 @@ export function register(program: Command): void {
       .option("--page-token <token>", "continue from a previous page")
       .option("--all", "every page"),
   ).action(async (opts: SessionsOptions) => {
-    const memory = connect(opts);
+    const memory = await connect(opts);
     try {
       const sessions: Session[] = [];
       let pageToken = opts.pageToken ?? "";
       // Bounded: every page advances the cursor; the cap guards against a server that would not.
       for (let pages = 0; pages < 1_000_000; pages++) {
         const res = await memory.rpc.listSessions({ appName: opts.app, userId: opts.user, pageSize: opts.limit, pageToken });
+        const { sessionFromPb } = await import("../wire.js");
         sessions.push(...res.sessions.map(sessionFromPb));
         if (!opts.all || !res.nextPageToken || res.nextPageToken === pageToken) {
           pageToken = opts.all ? "" : res.nextPageToken;

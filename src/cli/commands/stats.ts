@@ -6,7 +6,7 @@ import { printJson, table } from "../output.js";
 /** Registers the subcommand. */
 export function register(program: Command): void {
   withConnectionOptions(program.command("stats").description("totals over the store")).action(async (opts: ConnectionOptions) => {
-    const memory = connect(opts);
+    const memory = await connect(opts);
     try {
       const s = await memory.getMemoryStats();
       if (opts.json) {

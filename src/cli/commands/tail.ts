@@ -7,7 +7,7 @@
 import { Command } from "commander";
 import type { MemoryEvent } from "@engram-memory/client";
 import { connect, withConnectionOptions, type ConnectionOptions } from "../connection.js";
-import { eventFromPb, eventJson, iso, oneLine, positiveInt, printJson } from "../output.js";
+import { eventJson, iso, oneLine, positiveInt, printJson } from "../output.js";
 import { collect } from "./events.js";
 
 interface TailOptions extends ConnectionOptions {
@@ -32,7 +32,7 @@ export function register(program: Command): void {
       .option("--type <event-type>", "only this event type (repeatable)", collect, [])
       .option("--retries <n>", "consecutive failed reconnections before giving up (default: never give up)", positiveInt("--retries")),
   ).action(async (sessionId: string, opts: TailOptions) => {
-    const memory = connect(opts, { reconnect: { maxRetries: opts.retries ?? Number.MAX_SAFE_INTEGER, maxBackoffMs: 2000 } });
+    const memory = await connect(opts, { reconnect: { maxRetries: opts.retries ?? Number.MAX_SAFE_INTEGER, maxBackoffMs: 2000 } });
     const stop = new AbortController();
     const onSignal = () => stop.abort();
     process.once("SIGINT", onSignal);
@@ -42,6 +42,7 @@ export function register(program: Command): void {
       let after: bigint;
       if (opts.lines > 0) {
         const res = await memory.rpc.getSessionEvents({ sessionId, eventTypes: opts.type, tail: opts.lines }, { timeoutMs: opts.timeout });
+        const { eventFromPb } = await import("../wire.js");
         for (const e of res.events) printEvent(eventFromPb(e), opts.json);
         after = res.headSeq;
       } else {
