@@ -27,6 +27,7 @@ import type {
   NewEvent,
   NewSession,
   NoticeListener,
+  RecentEventsFilter,
   SessionNotice,
   SessionQuery,
   SessionRecord,
@@ -365,12 +366,26 @@ export class PostgresStore implements MemoryStore, DeadlineAware {
     return page;
   }
 
-  async listRecentEvents(limit: number, sessionId?: string): Promise<StoredEvent[]> {
-    if (sessionId !== undefined) return (await this.readTail(sessionId, limit)).events;
-    const { rows } = await this.query<EventRow & { session_id: string }>(
-      `SELECT session_id, ${EVENT_COLUMNS} FROM ${this.s}.events ORDER BY "timestamp" DESC, session_id DESC, seq DESC LIMIT $1`,
-      [limit],
-    );
+  async listRecentEvents(limit: number, filter: RecentEventsFilter = {}): Promise<StoredEvent[]> {
+    if (filter.sessionId !== undefined) return (await this.readTail(filter.sessionId, limit)).events;
+    // Each scope has its own index on (scope columns, ingest_seq) (migration
+    // 0007): one index scan per app named, newest first, merged. One SQL text
+    // per shape, so each prepared plan uses its index.
+    const { appNames, userId } = filter;
+    const columns = `session_id, ingest_seq, ${EVENT_COLUMNS}`;
+    const newest = (where: string, limitParam: string) => `SELECT ${columns} FROM ${this.s}.events e WHERE ${where} ORDER BY ingest_seq DESC LIMIT ${limitParam}`;
+    let sql: string;
+    let params: unknown[];
+    if (appNames === undefined) {
+      sql = userId === undefined ? newest("true", "$1") : newest("e.user_id = $2", "$1");
+      params = userId === undefined ? [limit] : [limit, userId];
+    } else {
+      if (appNames.length === 0) return [];
+      const scope = userId === undefined ? "e.app_name = a.app_name" : "e.app_name = a.app_name AND e.user_id = $3";
+      sql = `SELECT r.* FROM unnest($2::text[]) AS a(app_name) CROSS JOIN LATERAL (${newest(scope, "$1")}) r ORDER BY r.ingest_seq DESC LIMIT $1`;
+      params = userId === undefined ? [limit, [...new Set(appNames)]] : [limit, [...new Set(appNames)], userId];
+    }
+    const { rows } = await this.query<EventRow & { session_id: string }>(sql, params);
     return rows.reverse().map((row) => toEvent(row.session_id, row));
   }
 

@@ -150,12 +150,13 @@ describe("RedisStore specifics", () => {
       const direct = new Redis(url);
       try {
         const { readFileSync } = await import("node:fs");
-        const lua = readFileSync(new URL("../../src/store/redis/scripts/append-6.lua", import.meta.url), "utf8");
+        const lua = readFileSync(new URL("../../src/store/redis/scripts/append-9.lua", import.meta.url), "utf8");
         const base = `${prefix}:s:${hex("s1")}`;
-        const keys = [base, `${base}:ev`, `${base}:id`, `${prefix}:updated`, `${prefix}:stats`, `${prefix}:recent`];
+        const recent = [`${prefix}:recent:all`, `${prefix}:recent:a:${hex("app")}`, `${prefix}:recent:u:${hex("user")}`, `${prefix}:recent:au:${hex("app")}:${hex("user")}`];
+        const keys = [base, `${base}:ev`, `${base}:id`, `${prefix}:updated`, `${prefix}:stats`, ...recent];
         const body = JSON.stringify([Date.now(), "x", {}]);
         const value = `12:user_message${"gen-direct".length}:gen-direct${body}`;
-        const args = ["s1", '"s1"', "", Date.now(), 500, 2000, `${hex("s1")}!`, `${prefix}:notices`, 1, "gen-direct", eventFingerprint("user_message", "x", {}), Date.now(), value, 65536];
+        const args = ["s1", '"s1"', "", Date.now(), 500, 2000, `${hex("s1")}!`, `${prefix}:notices`, 1, "gen-direct", eventFingerprint("user_message", "x", {}), Date.now(), value, 65536, "app", "user"];
         const once = (await direct.eval(lua, keys.length, ...keys, ...args)) as unknown[];
         const twice = (await direct.eval(lua, keys.length, ...keys, ...args)) as unknown[];
         expect(once.slice(0, 2)).toEqual(["OK", 0]);

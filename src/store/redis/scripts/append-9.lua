@@ -10,19 +10,24 @@
   KEYS[1] session hash                KEYS[2] events hash (seq -> encoded event)
   KEYS[3] event ids hash (id -> "seq:fingerprint")
   KEYS[4] sessions by updatedAt       KEYS[5] stats hash
-  KEYS[6] recent events (zset, score = event timestamp)
+  KEYS[6] recent events of every session   KEYS[7] of the session's app
+  KEYS[8] of the session's user           KEYS[9] of its app and user
+          (zsets, score = ingest position: the store-wide count of events
+          appended when the event was, never the client's timestamp)
 
   ARGV[1] session id                  ARGV[2] session id as JSON (for the notice)
   ARGV[3] expected seq, "" for none   ARGV[4] now (epoch ms)
   ARGV[5] max events per session      ARGV[6] max entries of the recent index
   ARGV[7] recent member prefix        ARGV[8] notice channel
-  ARGV[9] number of events, then 4 per event: event id, fingerprint, timestamp, encoded event
+  ARGV[9] number of events, then 4 per event: event id, fingerprint, timestamp (unused here), encoded event
   ARGV[10 + 4n] largest notice that may carry the appended events (bytes)
+  ARGV[11 + 4n] app name, ARGV[12 + 4n] user id: the tenancy KEYS[7..9] were
+  named from, checked against the session's ({"MOVED"}: re-read, retry)
 
   Encoded event: "<len>:<event type><len>:<event id><json>" (byte lengths), so
   the type and id can be read here without decoding the JSON.
 
-  Replies {"NOT_FOUND"} | {"DUPLICATE", event id} | {"CONFLICT", head}
+  Replies {"NOT_FOUND"} | {"MOVED"} | {"DUPLICATE", event id} | {"CONFLICT", head}
         | {"OK", replayed 0/1, head, first, then per event: seq, stored encoding or ""}
 
   The notice is '{"s":<session id>,"h":<head>,"i":<incarnation>}', or, when the retained new
@@ -41,9 +46,12 @@ local function member(seq)
   return ARGV[7] .. string.format("%016d", seq)
 end
 
-local session = redis.call("HMGET", KEYS[1], "head", "first", "inc")
+local session = redis.call("HMGET", KEYS[1], "head", "first", "inc", "app", "user")
 if not session[1] then
   return {"NOT_FOUND"}
+end
+if session[4] ~= ARGV[11 + 4 * tonumber(ARGV[9])] or session[5] ~= ARGV[12 + 4 * tonumber(ARGV[9])] then
+  return {"MOVED"}
 end
 local head, first = tonumber(session[1]), tonumber(session[2])
 
@@ -79,6 +87,8 @@ if ARGV[3] ~= "" and tonumber(ARGV[3]) ~= head then
 end
 
 local appended = {}
+-- Ingest positions of this append's new events: fresh, consecutive, store-wide.
+local ingest = redis.call("HINCRBY", KEYS[5], "ingested", fresh) - fresh
 
 for i = 1, n do
   local base = 9 + (i - 1) * 4
@@ -90,7 +100,10 @@ for i = 1, n do
     appended[#appended + 1] = ARGV[base + 4]
     redis.call("HSET", KEYS[2], head, ARGV[base + 4])
     redis.call("HSET", KEYS[3], ARGV[base + 1], head .. ":" .. ARGV[base + 2])
-    redis.call("ZADD", KEYS[6], ARGV[base + 3], member(head))
+    ingest = ingest + 1
+    for k = 6, 9 do
+      redis.call("ZADD", KEYS[k], ingest, member(head))
+    end
     reply[#reply + 1] = head
     reply[#reply + 1] = ""
   end
@@ -112,7 +125,9 @@ while head - first + 1 > max do
     redis.call("HDEL", KEYS[2], first)
     trimmed = trimmed + 1
   end
-  redis.call("ZREM", KEYS[6], member(first))
+  for k = 6, 9 do
+    redis.call("ZREM", KEYS[k], member(first))
+  end
   first = first + 1
 end
 
@@ -120,9 +135,12 @@ redis.call("HSET", KEYS[1], "head", head, "first", first, "updated", ARGV[4])
 redis.call("ZADD", KEYS[4], ARGV[4], ARGV[1])
 redis.call("HINCRBY", KEYS[5], "events", fresh - trimmed)
 
+-- Each recent index keeps its newest `cap` entries.
 local cap = tonumber(ARGV[6])
-if redis.call("ZCARD", KEYS[6]) > cap then
-  redis.call("ZREMRANGEBYRANK", KEYS[6], 0, -(cap + 1))
+for k = 6, 9 do
+  if redis.call("ZCARD", KEYS[k]) > cap then
+    redis.call("ZREMRANGEBYRANK", KEYS[k], 0, -(cap + 1))
+  end
 end
 
 -- The new events still retained (a batch longer than the cap keeps only its newest).
