@@ -50,8 +50,13 @@ CREATE TRIGGER events_copy_tenancy BEFORE INSERT ON events FOR EACH ROW EXECUTE 
 ALTER TABLE events ALTER COLUMN app_name SET NOT NULL;
 ALTER TABLE events ALTER COLUMN user_id SET NOT NULL;
 
--- One index per recent scope: every event, an app's, a user's, an app and user's.
-CREATE INDEX IF NOT EXISTS events_by_ingest ON events (ingest_seq);
+-- One index per recent scope: every event, an app's, a user's, an app and
+-- user's. The store-wide one is partial on purpose: only the store-wide
+-- listing, whose query says "ingest_seq > 0" (true of every row), may walk
+-- it. A scoped listing walking it newest first would filter other tenants'
+-- rows out one by one, and with few apps the planner rates that as cheap as
+-- the scope's own index: a flooding tenant would make it read the flood.
+CREATE INDEX IF NOT EXISTS events_by_ingest ON events (ingest_seq) WHERE ingest_seq > 0;
 CREATE INDEX IF NOT EXISTS events_by_app_ingest ON events (app_name, ingest_seq);
 CREATE INDEX IF NOT EXISTS events_by_user_ingest ON events (user_id, ingest_seq);
 CREATE INDEX IF NOT EXISTS events_by_app_user_ingest ON events (app_name, user_id, ingest_seq);
