@@ -92,6 +92,9 @@ class AppendOrder {
   newest?: AppendLink;
   oldest?: AppendLink;
 
+  /** `key`: its key in the store's map of lists (scopeKey). */
+  constructor(readonly key: string) {}
+
   /** Makes `link` (linked here or not yet) the most recently appended. */
   moveToNewest(link: AppendLink): void {
     if (this.newest === link) return;
@@ -123,13 +126,8 @@ interface TailCursor {
   ingest: number;
 }
 
-/** Ingest position of a session's newest event (it has one: only sessions with events are in a recent scope). */
-const lastIngest = (s: LocalSession) => s.ingests.peekBack()!;
-
-/** The recent scope a session's link belongs to, by its place in the session's list of links (scopesOfSession order). */
-function scopeOf(link: AppendLink): RecentScope {
-  return scopesOfSession(link.session.record.appName, link.session.record.userId)[link.session.appendLinks.indexOf(link)];
-}
+/** Ingest position of a session's newest event; -1 when it holds none (a retention of 0 events). */
+const lastIngest = (s: LocalSession) => s.ingests.peekBack() ?? -1;
 
 /** The in-process MemoryStore. */
 export class LocalStore implements MemoryStore {
@@ -284,7 +282,7 @@ export class LocalStore implements MemoryStore {
       for (let i = 0; i < lists.length; i++) {
         for (let link = lists[i]; link && (heap.length === 0 || lastIngest(link.session) > heap.peek()!.ingest); link = lists[i]) {
           const index = link.session.events.length - 1;
-          heap.push({ session: link.session, index, ingest: link.session.ingests.peekAt(index)! });
+          if (index >= 0) heap.push({ session: link.session, index, ingest: link.session.ingests.peekAt(index)! });
           lists[i] = link.older;
         }
       }
@@ -370,7 +368,7 @@ export class LocalStore implements MemoryStore {
     this.unlink(s);
     for (const link of s.appendLinks) {
       link.order.unlink(link);
-      if (!link.order.newest) this.appendOrders.delete(scopeKey(scopeOf(link)));
+      if (!link.order.newest) this.appendOrders.delete(link.order.key);
     }
     this.totalEvents -= s.events.length;
     this.notify({ sessionId: id, deleted: true, incarnation: s.record.incarnation });
@@ -407,7 +405,7 @@ export class LocalStore implements MemoryStore {
       for (const scope of scopesOfSession(s.record.appName, s.record.userId)) {
         const key = scopeKey(scope);
         let order = this.appendOrders.get(key);
-        if (!order) this.appendOrders.set(key, (order = new AppendOrder()));
+        if (!order) this.appendOrders.set(key, (order = new AppendOrder(key)));
         s.appendLinks.push({ session: s, order });
       }
     }
