@@ -3,6 +3,7 @@
  * a year ahead; tenant A's own events (some before the flood, some after, one
  * dated in 2001) must still be what A's scoped ListEvents and GET
  * /memory/events show, in the order the server stored them, on every store.
+ * Keys bound to several apps, or to a user in every app, see theirs merged.
  * An admin key's store-wide view orders by that same ingest order, so B's
  * future dates do not pin B's events above events stored after them.
  * A real server on 127.0.0.1 per backend, keys in that backend's key store.
@@ -34,6 +35,7 @@ describe.each(BACKENDS)("recent events with one tenant flooding future-dated eve
   const run = `${process.pid}_${Date.now().toString(36)}`;
   const appA = `recency-a-${run}`;
   const appB = `recency-b-${run}`;
+  const appC = `recency-c-${run}`;
   let dir: string;
   let keys: ApiKeyStore;
   let server: TestServer;
@@ -72,6 +74,9 @@ describe.each(BACKENDS)("recent events with one tenant flooding future-dated eve
     await make("a", { role: "write", apps: [appA] });
     await make("aAlice", { role: "read", apps: [appA], userId: "alice" });
     await make("b", { role: "write", apps: [appB] });
+    await make("c", { role: "write", apps: [appC] });
+    await make("ac", { role: "read", apps: [appA, appC] });
+    await make("alice", { role: "read", apps: ["*"], userId: "alice" });
     await make("admin", { role: "admin", apps: ["*"] });
     server = await startTestServer({ store: await openStore(config), config });
 
@@ -85,6 +90,8 @@ describe.each(BACKENDS)("recent events with one tenant flooding future-dated eve
     await addA("alice", "a1", now);
     await addA("bob", "a2", now);
     await addA("alice", "a3", now + 1);
+    await client("c").createSession({ sessionId: `c-alice-${run}`, appName: appC, userId: "alice" });
+    await client("c").addEvent({ sessionId: `c-alice-${run}`, event: { eventId: "c1", eventType: "user_message", timestamp: timestampFromMs(now + 2 * YEAR_MS) } });
     for (let s = 0; s < FLOOD_SESSIONS; s++) {
       const sessionId = `b-${s}-${run}`;
       await b.createSession({ sessionId, appName: appB, userId: "mallory" });
@@ -117,6 +124,17 @@ describe.each(BACKENDS)("recent events with one tenant flooding future-dated eve
     const { events } = await client("aAlice").listEvents({ limit: 3 });
     expect(events.map((e) => e.eventId)).toEqual(["a3", "a4", "a5"]);
     expect(await rest("aAlice", "limit=100")).toEqual(["a1", "a3", "a4", "a5"]);
+  });
+
+  it("a key bound to several apps sees theirs merged in the order they were stored", async () => {
+    const { events } = await client("ac").listEvents({ limit: 1000 });
+    expect(events.map((e) => e.eventId)).toEqual(["a1", "a2", "a3", "c1", "a4", "a5"]);
+    expect(await rest("ac", "limit=3")).toEqual(["c1", "a4", "a5"]);
+  });
+
+  it("a key bound to a user in every app sees that user's events in every app", async () => {
+    const { events } = await client("alice").listEvents({ limit: 1000 });
+    expect(events.map((e) => e.eventId)).toEqual(["a1", "a3", "c1", "a4", "a5"]);
   });
 
   it("the flooding tenant sees only its own events", async () => {
