@@ -11,7 +11,6 @@
  */
 import { create } from "@bufbuild/protobuf";
 import {
-  ListEventsResponseSchema,
   ListSessionsResponseSchema,
   type AddEventRequest,
   type AddEventsRequest,
@@ -35,7 +34,7 @@ import type { JsonObject, SessionRecord } from "../store/types.js";
 import type { ListEventsContext, MemoryService, StreamContext } from "./memory-service.js";
 import type { Metrics, RpcSeries } from "./metrics.js";
 import type { Quotas } from "./quotas.js";
-import { pageSize, requireId } from "./validation.js";
+import { requireId } from "./validation.js";
 
 /** What the edge knows of a call, whatever the protocol. */
 export interface CallInfo {

@@ -148,6 +148,13 @@ export class RedisStore implements MemoryStore {
   private readonly scripts: Record<ScriptName, ScriptRunner>;
   private closed = false;
   /**
+   * Each session's (app, user), which names its recent indexes: an append
+   * needs it, and it never changes while the session lives. The append script
+   * checks it ({"MOVED"} when the id now belongs to a session of another
+   * tenancy), so a stale entry costs a re-read, never a misfiled event.
+   */
+  private readonly tenancies = new LRUCache<string, { appName: string; userId: string }>({ max: TENANCY_CACHE });
+  /**
    * Events of recent reads, by session, seq and stored text: a tail read again
    * and again (context windows, polling readers) yields the same objects, so
    * the service's caches of their wire forms and encoded bytes hit instead of
@@ -155,13 +162,6 @@ export class RedisStore implements MemoryStore {
    * key holds the whole stored text, so an entry only ever stands for exactly
    * that event.
    */
-  /**
-   * Each session's (app, user), which names its recent indexes: an append
-   * needs it, and it never changes while the session lives. The append script
-   * checks it ({"MOVED"} when the id now belongs to a session of another
-   * tenancy), so a stale entry costs a re-read, never a misfiled event.
-   */
-  private readonly tenancies = new LRUCache<string, { appName: string; userId: string }>({ max: TENANCY_CACHE });
   private readonly decoded = new LRUCache<string, StoredEvent>({
     max: 4096,
     maxSize: 16 * 1024 * 1024,

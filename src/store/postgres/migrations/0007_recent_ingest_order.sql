@@ -19,6 +19,10 @@
 --
 -- Rows stored before this migration never had an ingest position: they are
 -- numbered in the order of their timestamps, the best record there is.
+--
+-- ingest_seq is drawn as rows are inserted, so a batch keeps seq order in it
+-- because append_many (and append_events) insert a batch's rows in seq
+-- order; a new append function must too (test/store/model.test.ts checks).
 
 CREATE SEQUENCE IF NOT EXISTS events_ingest_seq AS bigint;
 ALTER TABLE events ADD COLUMN IF NOT EXISTS ingest_seq bigint;
