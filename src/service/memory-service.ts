@@ -56,7 +56,7 @@ import {
 } from "../gen/engram/v1/memory_pb.js";
 import { invalidArgument, sessionNotFound } from "../errors.js";
 import { eventFingerprint } from "../store/fingerprint.js";
-import type { JsonObject, MemoryStore, NewEvent, StoredEvent } from "../store/types.js";
+import type { JsonObject, MemoryStore, NewEvent, RecentEventsFilter, StoredEvent } from "../store/types.js";
 import { checkSummaryCovers, ContextAssembler, parseContextRequest, TokenizerRegistry, type ContextMessage } from "./context/index.js";
 import { timestampToMs, toWireEvent, toWireSession, valueToJson } from "./convert.js";
 import { newEventId } from "./event-id.js";
@@ -99,6 +99,16 @@ export interface CallContext {
 export interface StreamContext {
   /** The session incarnation the caller's scope was checked on: the stream follows that session only. */
   incarnation?: string;
+}
+
+/** What ListEvents may be told beyond its request. */
+export interface ListEventsContext {
+  /**
+   * The sessions a listing without a session_id covers (the caller's tenancy,
+   * set by the call guard): the store reads that scope's recent events
+   * directly. Every session when absent.
+   */
+  scope?: Pick<RecentEventsFilter, "appNames" | "userId">;
 }
 
 /** Settings of the service. */
@@ -231,10 +241,10 @@ export class MemoryService {
     });
   }
 
-  async listEvents(req: ListEventsRequest): Promise<ListEventsResponse> {
+  async listEvents(req: ListEventsRequest, ctx: ListEventsContext = {}): Promise<ListEventsResponse> {
     const sessionId = req.sessionId === undefined ? undefined : requireId("session_id", req.sessionId);
     const limit = pageSize("limit", req.limit, this.options.limits);
-    const events = await this.store.listRecentEvents(limit, sessionId);
+    const events = await this.store.listRecentEvents(limit, sessionId !== undefined ? { sessionId } : { ...ctx.scope });
     return create(ListEventsResponseSchema, { events: events.map((e) => this.wire(e)) });
   }
 

@@ -5,24 +5,32 @@
  * paging) and in a doubly linked list kept in update order (least recently
  * updated first) for eviction and cleanup. Ids of trimmed events stay in a
  * small per-session queue for the dedupe window (StoreLimits.dedupeWindowMs).
+ * Recent events are listed in ingest order (a store-wide counter stamped on
+ * each stored event), per scope: every session with events sits in four
+ * lists by its last append (all, its app, its user, its app and user), and a
+ * listing merges the tails of the newest sessions of its scope,
+ * O(limit log limit).
  * Nothing survives a restart.
  */
 import Denque from "denque";
 import { createRequire } from "node:module";
 import type SortedBTree from "sorted-btree";
+import TinyQueue from "tinyqueue";
 import { seqConflict, sessionNotFound } from "../errors.js";
 import { eventFingerprint } from "./fingerprint.js";
 import {
   appSessionCap,
   checkCursor,
-  compareRecent,
   dedupeWindow,
   duplicateEventId,
   evictionCount,
   isEmptyObject,
   newIncarnation,
+  recentScopes,
+  scopesOfSession,
   sessionEventCap,
   sessionExists,
+  type RecentScope,
 } from "./rules.js";
 import type {
   AppendResult,
@@ -34,6 +42,7 @@ import type {
   NewEvent,
   NewSession,
   NoticeListener,
+  RecentEventsFilter,
   SessionNotice,
   SessionQuery,
   SessionRecord,
@@ -62,6 +71,10 @@ interface LocalSession {
   trimmed?: Denque<TrimmedId>;
   /** The same, by event_id. */
   trimmedById?: Map<string, TrimmedId>;
+  /** Ingest position of each retained event (parallel to `events`): when this store stored it, store-wide. */
+  ingests: Denque<number>;
+  /** Its place in the by-last-append list of each recent scope it belongs to; empty until its first append. */
+  appendLinks: AppendLink[];
   /** Neighbours in update order (the recency list): the previous one was updated earlier. */
   older?: LocalSession;
   newer?: LocalSession;
@@ -99,6 +112,57 @@ function internEventType(type: string): string {
   return type;
 }
 
+/** A session's place in one recent scope's list of sessions by last append. */
+interface AppendLink {
+  session: LocalSession;
+  order: AppendOrder;
+  /** Appended to less recently; undefined at the list's oldest end. */
+  older?: AppendLink;
+  newer?: AppendLink;
+}
+
+/** The sessions of one recent scope that hold events, by their last append (newest at the head). */
+class AppendOrder {
+  newest?: AppendLink;
+  oldest?: AppendLink;
+
+  /** `key`: its key in the store's map of lists (scopeKey). */
+  constructor(readonly key: string) {}
+
+  /** Makes `link` (linked here or not yet) the most recently appended. */
+  moveToNewest(link: AppendLink): void {
+    if (this.newest === link) return;
+    this.unlink(link);
+    link.older = this.newest;
+    if (this.newest) this.newest.newer = link;
+    else this.oldest = link;
+    this.newest = link;
+  }
+
+  unlink(link: AppendLink): void {
+    if (link.older) link.older.newer = link.newer;
+    else if (this.oldest === link) this.oldest = link.newer;
+    if (link.newer) link.newer.older = link.older;
+    else if (this.newest === link) this.newest = link.older;
+    link.older = link.newer = undefined;
+  }
+}
+
+/** Key of a recent scope in the map of lists. */
+const scopeKey = (scope: RecentScope) => JSON.stringify([scope.appName ?? null, scope.userId ?? null]);
+
+/** One session's events not yet taken by a recent listing, newest first. */
+interface TailCursor {
+  session: LocalSession;
+  /** Position in `events` of the next event to take. */
+  index: number;
+  /** Its ingest position. */
+  ingest: number;
+}
+
+/** Ingest position of a session's newest event; -1 when it holds none. */
+const lastIngest = (s: LocalSession) => s.ingests.peekBack() ?? -1;
+
 /** The in-process MemoryStore. */
 export class LocalStore implements MemoryStore {
   /** Sessions this process evicted past maxSessions. */
@@ -124,6 +188,10 @@ export class LocalStore implements MemoryStore {
   /** Sessions per app_name, for per-app session caps. */
   private readonly sessionsPerApp = new Map<string, number>();
   private readonly dedupe: { windowMs: number; maxIds: number };
+  /** Events stored so far: the next one's ingest position. */
+  private ingested = 0;
+  /** Each recent scope's sessions by last append, by scopeKey; a list goes when its last session does. */
+  private readonly appendOrders = new Map<string, AppendOrder>();
 
   constructor(private readonly limits: StoreLimits) {
     this.dedupe = dedupeWindow(limits);
@@ -198,6 +266,7 @@ export class LocalStore implements MemoryStore {
       };
       s.events.push(event);
       s.fingerprints.push(e.fingerprint);
+      s.ingests.push(++this.ingested);
       s.byEventId.set(event.eventId, event);
       stored.push(event);
       this.totalEvents++;
@@ -206,6 +275,7 @@ export class LocalStore implements MemoryStore {
     while (cap > 0 && s.events.length > cap) {
       const trimmed = s.events.shift()!;
       const fingerprint = s.fingerprints.shift()!;
+      s.ingests.shift();
       if (s.byEventId.get(trimmed.eventId) === trimmed) {
         s.byEventId.delete(trimmed.eventId);
         // A generated id is new by construction: no retry can name it.
@@ -217,6 +287,7 @@ export class LocalStore implements MemoryStore {
     record.firstSeq = s.events.length > 0 ? s.events.peekAt(0)!.seq : record.headSeq + 1;
     record.updatedAt = now;
     this.touch(s);
+    this.markAppended(s);
     this.notify({ sessionId, headSeq: record.headSeq, incarnation: record.incarnation });
     return { events: stored, replayed: false };
   }
@@ -249,19 +320,29 @@ export class LocalStore implements MemoryStore {
     return { events, headSeq: s.record.headSeq, firstSeq: s.record.firstSeq, incarnation: s.record.incarnation };
   }
 
-  async listRecentEvents(limit: number, sessionId?: string): Promise<StoredEvent[]> {
-    if (sessionId !== undefined) {
-      const s = this.byId.get(sessionId);
-      if (!s) throw sessionNotFound(sessionId);
-      return (await this.readTail(sessionId, limit)).events;
+  async listRecentEvents(limit: number, filter: RecentEventsFilter = {}): Promise<StoredEvent[]> {
+    if (filter.sessionId !== undefined) return (await this.readTail(filter.sessionId, limit)).events;
+    // A k-way merge of session tails, newest first. Sessions join the merge
+    // in last-append order, each only once its newest event could be next:
+    // every session not yet joined holds nothing newer than the next one of
+    // its list, so the heap's top is always the newest event left.
+    const lists = recentScopes(filter).map((scope) => this.appendOrders.get(scopeKey(scope))?.newest);
+    const heap = new TinyQueue<TailCursor>([], (a, b) => b.ingest - a.ingest);
+    const out: StoredEvent[] = [];
+    while (out.length < limit) {
+      for (let i = 0; i < lists.length; i++) {
+        for (let link = lists[i]; link && (heap.length === 0 || lastIngest(link.session) > heap.peek()!.ingest); link = lists[i]) {
+          const index = link.session.events.length - 1;
+          if (index >= 0) heap.push({ session: link.session, index, ingest: link.session.ingests.peekAt(index)! });
+          lists[i] = link.older;
+        }
+      }
+      const next = heap.pop();
+      if (!next) break;
+      out.push(next.session.events.peekAt(next.index)!);
+      if (next.index > 0) heap.push({ session: next.session, index: next.index - 1, ingest: next.session.ingests.peekAt(next.index - 1)! });
     }
-    // Each session's newest `limit` events are the only candidates.
-    const candidates: StoredEvent[] = [];
-    for (const s of this.byRecency()) {
-      for (let i = Math.max(0, s.events.length - limit); i < s.events.length; i++) candidates.push(s.events.peekAt(i)!);
-    }
-    candidates.sort(compareRecent);
-    return candidates.slice(-limit);
+    return out.reverse();
   }
 
   async stats(): Promise<StoreStats> {
@@ -316,6 +397,8 @@ export class LocalStore implements MemoryStore {
       events: new Denque<StoredEvent>(),
       fingerprints: new Denque<string>(),
       byEventId: new Map(),
+      ingests: new Denque<number>(),
+      appendLinks: [],
     };
     this.byId.set(input.sessionId, s);
     this.idOrder.set(input.sessionId, s);
@@ -382,6 +465,10 @@ export class LocalStore implements MemoryStore {
     const left = this.sessionsPerApp.get(s.record.appName)! - 1;
     if (left === 0) this.sessionsPerApp.delete(s.record.appName);
     else this.sessionsPerApp.set(s.record.appName, left);
+    for (const link of s.appendLinks) {
+      link.order.unlink(link);
+      if (!link.order.newest) this.appendOrders.delete(link.order.key);
+    }
     this.totalEvents -= s.events.length;
     this.notify({ sessionId: id, deleted: true, incarnation: s.record.incarnation });
   }
@@ -409,6 +496,19 @@ export class LocalStore implements MemoryStore {
     if (s.newer) s.newer.older = s.older;
     else this.mostRecent = s.older;
     s.older = s.newer = undefined;
+  }
+
+  /** Makes `s` the most recently appended session of each of its recent scopes (joining them at its first append). */
+  private markAppended(s: LocalSession): void {
+    if (s.appendLinks.length === 0) {
+      for (const scope of scopesOfSession(s.record.appName, s.record.userId)) {
+        const key = scopeKey(scope);
+        let order = this.appendOrders.get(key);
+        if (!order) this.appendOrders.set(key, (order = new AppendOrder(key)));
+        s.appendLinks.push({ session: s, order });
+      }
+    }
+    for (const link of s.appendLinks) link.order.moveToNewest(link);
   }
 
   /** Moves `s` to the most recently updated end. */

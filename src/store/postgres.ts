@@ -28,6 +28,7 @@ import type {
   NewEvent,
   NewSession,
   NoticeListener,
+  RecentEventsFilter,
   SessionNotice,
   SessionQuery,
   SessionRecord,
@@ -229,6 +230,31 @@ interface AppendRow {
   trimmed: string | null;
 }
 
+/**
+ * The statement listing the newest `limit` events of a scope, newest first
+ * (undefined when the filter names no app). Each scope has its own index on
+ * (scope columns, ingest_seq) (migration 0007): one index scan per app named,
+ * newest first, merged, so the read costs O(limit) per app whatever else the
+ * table holds. One SQL text per shape, so each prepared plan keeps its index.
+ * `schema` is the quoted schema name.
+ */
+export function recentEventsQuery(schema: string, limit: number, filter: Omit<RecentEventsFilter, "sessionId">): { sql: string; params: unknown[] } | undefined {
+  const { appNames, userId } = filter;
+  const newest = (where: string) =>
+    `SELECT session_id, ingest_seq, ${EVENT_COLUMNS} FROM ${schema}.events e WHERE ${where} ORDER BY e.ingest_seq DESC LIMIT $1`;
+  if (appNames === undefined) {
+    // "ingest_seq > 0" holds for every row: it is what lets this query (and only it) use the partial store-wide index.
+    return userId === undefined ? { sql: newest("e.ingest_seq > 0"), params: [limit] } : { sql: newest("e.user_id = $2"), params: [limit, userId] };
+  }
+  if (appNames.length === 0) return undefined;
+  const apps = [...new Set(appNames)];
+  const scoped = newest(userId === undefined ? "e.app_name = a.app_name" : "e.app_name = a.app_name AND e.user_id = $3");
+  return {
+    sql: `SELECT r.* FROM unnest($2::text[]) AS a(app_name) CROSS JOIN LATERAL (${scoped}) r ORDER BY r.ingest_seq DESC LIMIT $1`,
+    params: userId === undefined ? [limit, apps] : [limit, apps, userId],
+  };
+}
+
 /** The PostgreSQL MemoryStore. Create it with PostgresStore.open(). */
 export class PostgresStore implements MemoryStore, DeadlineAware {
   /** Reads and transactions are bounded by the call's deadline (src/deadline.ts). */
@@ -386,12 +412,11 @@ export class PostgresStore implements MemoryStore, DeadlineAware {
     return page;
   }
 
-  async listRecentEvents(limit: number, sessionId?: string): Promise<StoredEvent[]> {
-    if (sessionId !== undefined) return (await this.readTail(sessionId, limit)).events;
-    const { rows } = await this.query<EventRow & { session_id: string }>(
-      `SELECT session_id, ${EVENT_COLUMNS} FROM ${this.s}.events ORDER BY "timestamp" DESC, session_id DESC, seq DESC LIMIT $1`,
-      [limit],
-    );
+  async listRecentEvents(limit: number, filter: RecentEventsFilter = {}): Promise<StoredEvent[]> {
+    if (filter.sessionId !== undefined) return (await this.readTail(filter.sessionId, limit)).events;
+    const query = recentEventsQuery(this.s, limit, filter);
+    if (!query) return [];
+    const { rows } = await this.query<EventRow & { session_id: string }>(query.sql, query.params);
     return rows.reverse().map((row) => toEvent(row.session_id, row));
   }
 

@@ -15,8 +15,13 @@
  *   updated              zset: session id by updatedAt (eviction, cleanup)
  *   ix:all, ix:a:<hex app>, ix:u:<hex user>, ix:au:<hex app>:<hex user>
  *                        zsets, score 0: session ids in byte (= code-point) order
- *   recent               zset: "<hex id>!<seq>" by event timestamp, capped
- *   stats                hash: sessions, events (kept by the scripts: O(1) stats)
+ *   recent:all, recent:a:<hex app>, recent:u:<hex user>, recent:au:<hex app>:<hex user>
+ *                        zsets: "<hex id>!<seq>" by ingest position (stats
+ *                        field "ingested" counts appended events store-wide),
+ *                        each capped at RECENT_CAP; an event is in the four of
+ *                        its session's tenancy, so a scoped listing reads its
+ *                        own index and no other tenant's appends crowd it out
+ *   stats                hash: sessions, events, ingested (kept by the scripts: O(1) stats)
  *   notices              pub/sub channel: {"s": id, "h": head, "i": incarnation} or {"s": id, "d": 1, "i": incarnation}
  *
  * Outages: the command connection has no offline queue and a command timeout,
@@ -32,7 +37,7 @@ import { Redis, type RedisOptions } from "ioredis";
 import { LRUCache } from "lru-cache";
 import { MemoryError, seqConflict, sessionNotFound } from "../errors.js";
 import { eventFingerprint } from "./fingerprint.js";
-import { appEventCaps, appSessionCap, checkCursor, dedupeWindow, duplicateEventId, evictionCount, newIncarnation, sessionExists } from "./rules.js";
+import { appEventCaps, appSessionCap, checkCursor, dedupeWindow, duplicateEventId, evictionCount, newIncarnation, recentScopes, sessionExists, type RecentScope } from "./rules.js";
 import type {
   AppendResult,
   CleanupScope,
@@ -44,6 +49,7 @@ import type {
   NewEvent,
   NewSession,
   NoticeListener,
+  RecentEventsFilter,
   SessionNotice,
   SessionQuery,
   SessionRecord,
@@ -64,10 +70,12 @@ export interface RedisStoreOptions {
   commandTimeoutMs?: number;
 }
 
-/** Entries kept in the global recent-events index: twice the REST cap of 1000, as slack for removals. */
+/** Entries kept in each recent-events index: twice the ListEvents cap of 1000, as slack for removals. */
 const RECENT_CAP = 2000;
+/** Sessions whose tenancy (app, user) this replica remembers, to name their recent indexes without a read. */
+const TENANCY_CACHE = 10_000;
 /**
- * Largest notice that carries the appended events themselves (append-7.lua):
+ * Largest notice that carries the appended events themselves (append-10.lua):
  * every replica then streams them without reading them back, one Redis round
  * trip per event per replica saved. Larger appends announce only the head.
  */
@@ -147,6 +155,13 @@ export class RedisStore implements MemoryStore {
   /** The append script's last arguments, the same for every append: dedupe window, bound, per-app event caps. */
   private readonly retentionArgs: Array<string | number>;
   /**
+   * Each session's (app, user), which names its recent indexes: an append
+   * needs it, and it never changes while the session lives. The append script
+   * checks it ({"MOVED"} when the id now belongs to a session of another
+   * tenancy), so a stale entry costs a re-read, never a misfiled event.
+   */
+  private readonly tenancies = new LRUCache<string, { appName: string; userId: string }>({ max: TENANCY_CACHE });
+  /**
    * Events of recent reads, by session, seq and stored text: a tail read again
    * and again (context windows, polling readers) yields the same objects, so
    * the service's caches of their wire forms and encoded bytes hit instead of
@@ -217,6 +232,7 @@ export class RedisStore implements MemoryStore {
     const incarnation = newIncarnation();
     const reply = await this.create(input, incarnation, "create");
     if (reply[0] === "EXISTS") throw sessionExists(input.sessionId);
+    this.tenancies.set(input.sessionId, { appName: input.appName, userId: input.userId });
     await this.evictAfterCreate(reply[1] as number, input.appName);
     return this.newRecord(input, incarnation);
   }
@@ -224,7 +240,12 @@ export class RedisStore implements MemoryStore {
   async getOrCreateSession(input: NewSession): Promise<{ session: SessionRecord; created: boolean }> {
     const incarnation = newIncarnation();
     const reply = await this.create(input, incarnation, "get");
-    if (reply[0] === "FOUND") return { session: this.toRecord(input.sessionId, reply[1] as string[])!, created: false };
+    if (reply[0] === "FOUND") {
+      const session = this.toRecord(input.sessionId, reply[1] as string[])!;
+      this.tenancies.set(session.sessionId, { appName: session.appName, userId: session.userId });
+      return { session, created: false };
+    }
+    this.tenancies.set(input.sessionId, { appName: input.appName, userId: input.userId });
     await this.evictAfterCreate(reply[1] as number, input.appName);
     return { session: this.newRecord(input, incarnation), created: true };
   }
@@ -282,12 +303,32 @@ export class RedisStore implements MemoryStore {
       const fingerprint = e.fingerprint || eventFingerprint(e.eventType, e.content, e.metadata);
       args.push(e.eventId, fingerprint, e.timestamp, encodeEvent(e));
     }
-    args.push(NOTICE_EVENTS_MAX_BYTES, ...this.retentionArgs);
-    const reply = await this.call(() =>
-      this.scripts.append(...this.sessionKeys(sessionId), this.key("updated"), this.key("stats"), this.key("recent"), this.trimmedIdsKey(sessionId), ...args),
-    );
+    args.push(NOTICE_EVENTS_MAX_BYTES);
+    let reply: Reply = ["NOT_FOUND"];
+    // A cached tenancy is wrong only when the id was deleted and taken by another tenancy: re-read it then.
+    for (let attempt = 0; attempt < 3; attempt++) {
+      const tenancy = await this.tenancyOf(sessionId, attempt > 0);
+      if (!tenancy) break;
+      const recentKeys = this.recentKeysOf(tenancy.appName, tenancy.userId);
+      reply = await this.call(() =>
+        this.scripts.append(
+          ...this.sessionKeys(sessionId),
+          this.key("updated"),
+          this.key("stats"),
+          ...recentKeys,
+          this.trimmedIdsKey(sessionId),
+          ...args,
+          tenancy.appName,
+          tenancy.userId,
+          ...this.retentionArgs,
+        ),
+      );
+      if (reply[0] !== "MOVED") break;
+    }
     switch (reply[0]) {
+      case "MOVED":
       case "NOT_FOUND":
+        this.tenancies.delete(sessionId);
         throw sessionNotFound(sessionId);
       case "DUPLICATE":
         throw duplicateEventId(reply[1] as string);
@@ -339,24 +380,48 @@ export class RedisStore implements MemoryStore {
     return { events, ...bounds };
   }
 
-  async listRecentEvents(limit: number, sessionId?: string): Promise<StoredEvent[]> {
-    if (sessionId !== undefined) return (await this.readTail(sessionId, limit)).events;
-    const members = await this.call(() => this.redis.zrevrange(this.key("recent"), 0, limit - 1));
-    if (members.length === 0) return [];
-    const pipeline = this.redis.pipeline();
-    const refs = members.map((m) => {
-      const bang = m.indexOf("!");
-      const ref = { sessionId: unhex(m.slice(0, bang)), seq: Number(m.slice(bang + 1)) };
-      pipeline.hget(this.sessionKeys(ref.sessionId)[1], String(ref.seq));
-      return ref;
+  async listRecentEvents(limit: number, filter: RecentEventsFilter = {}): Promise<StoredEvent[]> {
+    if (filter.sessionId !== undefined) return (await this.readTail(filter.sessionId, limit)).events;
+    const scopes = recentScopes(filter);
+    if (scopes.length === 0) return [];
+    // The newest `limit` of each index read, merged by ingest position.
+    const reads = this.redis.pipeline();
+    for (const scope of scopes) reads.zrevrange(this.recentKey(scope), 0, limit - 1, "WITHSCORES");
+    const pages = await this.call(() => reads.exec());
+    const entries: Array<{ member: string; ingest: number }> = [];
+    for (const [err, page] of pages!) {
+      if (err) throw storeError(err);
+      const flat = page as string[];
+      for (let i = 0; i < flat.length; i += 2) entries.push({ member: flat[i], ingest: Number(flat[i + 1]) });
+    }
+    entries.sort((a, b) => b.ingest - a.ingest);
+    const refs = entries.slice(0, limit).map(({ member }) => {
+      const bang = member.indexOf("!");
+      return { sessionId: unhex(member.slice(0, bang)), seq: Number(member.slice(bang + 1)) };
     });
-    const results = await this.call(() => pipeline.exec());
+    if (refs.length === 0) return [];
+    const pipeline = this.redis.pipeline();
+    for (const ref of refs) pipeline.hget(this.sessionKeys(ref.sessionId)[1], String(ref.seq));
+    // Entries are removed with their events; checking each session's tenancy
+    // anyway means an entry left behind (a replica of an older release) can
+    // never show a later session of the same id to the wrong tenant.
+    const scoped = filter.appNames !== undefined || filter.userId !== undefined;
+    const owners = scoped ? [...new Set(refs.map((ref) => ref.sessionId))] : [];
+    for (const id of owners) pipeline.hmget(this.sessionKey(id), "app", "user");
+    const results = (await this.call(() => pipeline.exec()))!;
+    const allowed = new Set<string>();
+    for (const [i, id] of owners.entries()) {
+      const [err, fields] = results[refs.length + i];
+      if (err) throw storeError(err);
+      const [appName, userId] = fields as Array<string | null>;
+      if (appName !== null && userId !== null && scopes.some((scope) => inRecentScope(scope, appName, userId))) allowed.add(id);
+    }
     const out: StoredEvent[] = [];
     for (const [i, ref] of refs.entries()) {
-      const [err, value] = results![i];
+      const [err, value] = results[i];
       if (err) throw storeError(err);
       // Gone between the two reads (trimmed or deleted): skip it.
-      if (typeof value === "string") out.push(decodeEvent(ref.sessionId, ref.seq, value));
+      if (typeof value === "string" && (!scoped || allowed.has(ref.sessionId))) out.push(decodeEvent(ref.sessionId, ref.seq, value));
     }
     return out.reverse();
   }
@@ -449,7 +514,7 @@ export class RedisStore implements MemoryStore {
   }
 
   /**
-   * A notice of the append script or of a deletion (append-7.lua says the
+   * A notice of the append script or of a deletion (append-10.lua says the
    * format): a JSON header, and after a newline the appended events when they
    * fit, decoded through the same cache as reads so both share one object per
    * event. Undefined for anything malformed (it cannot come from our scripts).
@@ -575,7 +640,7 @@ export class RedisStore implements MemoryStore {
     }
   }
 
-  /** Runs delete-11.lua for one session, re-reading its tenancy when it moved. */
+  /** Runs delete-14.lua for one session, re-reading its tenancy when it moved. */
   private async deleteWhere(sessionId: string, cond: { updatedBelow?: number; keepAtLeast?: number; scope?: CleanupScope }): Promise<string> {
     for (let attempt = 0; attempt < 3; attempt++) {
       const [appName, userId] = await this.call(() => this.redis.hmget(this.sessionKey(sessionId), "app", "user"));
@@ -588,8 +653,9 @@ export class RedisStore implements MemoryStore {
           ...this.sessionKeys(sessionId),
           this.key("updated"),
           this.key("stats"),
-          this.key("recent"),
+          this.recentKey({}),
           ...this.indexKeys(appName, userId),
+          ...this.recentKeysOf(appName, userId).slice(1),
           this.trimmedIdsKey(sessionId),
           sessionId,
           appName,
@@ -601,9 +667,24 @@ export class RedisStore implements MemoryStore {
           cond.keepAtLeast ?? "",
         ),
       );
+      if (reply[0] === "DELETED" || reply[0] === "GONE") this.tenancies.delete(sessionId);
       if (reply[0] !== "MOVED") return reply[0] as string;
     }
     return "GONE";
+  }
+
+  /** The session's (app, user), from the cache unless `reread`; undefined when there is no such session. */
+  private async tenancyOf(sessionId: string, reread: boolean): Promise<{ appName: string; userId: string } | undefined> {
+    const cached = reread ? undefined : this.tenancies.get(sessionId);
+    if (cached) return cached;
+    const [appName, userId] = await this.call(() => this.redis.hmget(this.sessionKey(sessionId), "app", "user"));
+    if (appName === null || userId === null) {
+      this.tenancies.delete(sessionId);
+      return undefined;
+    }
+    const tenancy = { appName, userId };
+    this.tenancies.set(sessionId, tenancy);
+    return tenancy;
   }
 
   /** One read-2.lua call: a run of seqs with the session's bounds. */
@@ -697,6 +778,19 @@ export class RedisStore implements MemoryStore {
     return `${hex(sessionId)}!`;
   }
 
+  /** The recent-events index of one scope (src/store/rules.ts RecentScope). */
+  private recentKey(scope: RecentScope): string {
+    if (scope.appName !== undefined && scope.userId !== undefined) return this.key(`recent:au:${hex(scope.appName)}:${hex(scope.userId)}`);
+    if (scope.appName !== undefined) return this.key(`recent:a:${hex(scope.appName)}`);
+    if (scope.userId !== undefined) return this.key(`recent:u:${hex(scope.userId)}`);
+    return this.key("recent:all");
+  }
+
+  /** The four recent-events indexes a session's events go into: all, app, user, app + user. */
+  private recentKeysOf(appName: string, userId: string): [string, string, string, string] {
+    return [this.recentKey({}), this.recentKey({ appName }), this.recentKey({ userId }), this.recentKey({ appName, userId })];
+  }
+
   /** The four index keys a session belongs to: all, app, user, app + user. */
   private indexKeys(appName: string, userId: string): [string, string, string, string] {
     return [this.key("ix:all"), this.key(`ix:a:${hex(appName)}`), this.key(`ix:u:${hex(userId)}`), this.key(`ix:au:${hex(appName)}:${hex(userId)}`)];
@@ -709,6 +803,11 @@ export class RedisStore implements MemoryStore {
     if (userId !== undefined) return this.key(`ix:u:${hex(userId)}`);
     return this.key("ix:all");
   }
+}
+
+/** True when a session of (appName, userId) belongs in the recent scope. */
+function inRecentScope(scope: RecentScope, appName: string, userId: string): boolean {
+  return (scope.appName === undefined || scope.appName === appName) && (scope.userId === undefined || scope.userId === userId);
 }
 
 /** One line an operator can act on, from appendonly / appendfsync / save. */

@@ -4,7 +4,7 @@
  */
 import { randomBytes } from "node:crypto";
 import { cursorEvicted, MemoryError } from "../errors.js";
-import type { StoreLimits, StoredEvent } from "./types.js";
+import type { RecentEventsFilter, StoreLimits } from "./types.js";
 
 /** Shared cursor rule: OUT_OF_RANGE for a cursor before the retained window or past the head. */
 export function checkCursor(afterSeq: number, firstSeq: number, headSeq: number): void {
@@ -15,9 +15,31 @@ export function checkCursor(afterSeq: number, firstSeq: number, headSeq: number)
   }
 }
 
-/** Order of "most recent events": by timestamp, then session, then seq. */
-export function compareRecent(a: StoredEvent, b: StoredEvent): number {
-  return a.timestamp - b.timestamp || (a.sessionId < b.sessionId ? -1 : a.sessionId > b.sessionId ? 1 : a.seq - b.seq);
+/**
+ * One recent-events index, kept in ingest order by every store: every
+ * event's (both fields absent), an app's, a user's, or an app and user's.
+ * Each session's events go into the four indexes of its tenancy, so no
+ * tenant's writes can push another tenant's events out of its index.
+ */
+export interface RecentScope {
+  appName?: string;
+  userId?: string;
+}
+
+/** The four recent indexes a session's events go into. */
+export function scopesOfSession(appName: string, userId: string): RecentScope[] {
+  return [{}, { appName }, { userId }, { appName, userId }];
+}
+
+/**
+ * The recent indexes a store-wide listing reads: one per app named (merged by
+ * ingest order), or the user's or the global one when no app is named; none
+ * when `appNames` is empty.
+ */
+export function recentScopes(filter: RecentEventsFilter = {}): RecentScope[] {
+  const { appNames, userId } = filter;
+  if (appNames === undefined) return [userId === undefined ? {} : { userId }];
+  return [...new Set(appNames)].map((appName) => (userId === undefined ? { appName } : { appName, userId }));
 }
 
 

@@ -81,6 +81,19 @@ export interface SessionQuery {
   limit: number;
 }
 
+/**
+ * Which events listRecentEvents covers. With `sessionId`, that session's
+ * newest events. Otherwise events of every session, narrowed to sessions of
+ * `appNames` (any app when absent; none when empty) and of `userId` (any
+ * user when absent): a scoped listing reads the scope's own recent index, so
+ * it costs O(limit) whatever other tenants store.
+ */
+export interface RecentEventsFilter {
+  sessionId?: string;
+  appNames?: readonly string[];
+  userId?: string;
+}
+
 /** A range read of one session. */
 export interface EventQuery {
   /** Only events with seq > afterSeq; events after it must all be retained. */
@@ -243,8 +256,13 @@ export interface MemoryStore {
   readEvents(sessionId: string, query: EventQuery): Promise<EventPage>;
   /** The newest `limit` events matching the filter, in seq order; NOT_FOUND. */
   readTail(sessionId: string, limit: number, eventTypes?: readonly string[]): Promise<EventPage>;
-  /** The newest `limit` events over all sessions (or one), oldest first. */
-  listRecentEvents(limit: number, sessionId?: string): Promise<StoredEvent[]>;
+  /**
+   * The newest `limit` events of one session or of every session in a scope,
+   * oldest first. "Newest" is ingest order: the order in which the store
+   * stored them, never the client-settable timestamp. NOT_FOUND for an
+   * unknown `sessionId`.
+   */
+  listRecentEvents(limit: number, filter?: RecentEventsFilter): Promise<StoredEvent[]>;
 
   /** Totals over the store. */
   stats(): Promise<StoreStats>;

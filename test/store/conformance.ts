@@ -301,17 +301,98 @@ export function describeStoreConformance(name: string, factory: StoreFactory, ca
         expect((await rejection(store.readEvents("s1", { afterSeq: 5, limit: 10 }))).code).toBe("OUT_OF_RANGE");
       });
 
-      it("lists the most recent events over all sessions, oldest first", async () => {
+      it("lists the most recent events of one session or of all, oldest first", async () => {
+        const store = await fresh();
+        await makeSession(store, "a");
+        await makeSession(store, "b");
+        await store.appendEvents("a", [newEvent("user_message", "a1"), newEvent("user_message", "a2")]);
+        await store.appendEvents("b", [newEvent("user_message", "b1"), newEvent("user_message", "b2")]);
+        expect((await store.listRecentEvents(3)).map((e) => e.content)).toEqual(["a2", "b1", "b2"]);
+        expect((await store.listRecentEvents(10, { sessionId: "b" })).map((e) => e.content)).toEqual(["b1", "b2"]);
+        expect((await store.listRecentEvents(1, { sessionId: "a" })).map((e) => e.content)).toEqual(["a2"]);
+        expect((await rejection(store.listRecentEvents(10, { sessionId: "nope" }))).code).toBe("NOT_FOUND");
+      });
+    });
+
+    describe("3b. recent events: ingest order and scopes", () => {
+      const contents = (events: Array<{ content: unknown }>) => events.map((e) => e.content);
+
+      it("orders by when the store stored an event, never by its timestamp", async () => {
         const store = await fresh();
         await makeSession(store, "a");
         await makeSession(store, "b");
         const t = 1_700_000_000_000;
         await store.appendEvents("a", [newEvent("user_message", "a1", { timestamp: t + 1 }), newEvent("user_message", "a2", { timestamp: t + 4 })]);
-        await store.appendEvents("b", [newEvent("user_message", "b1", { timestamp: t + 2 }), newEvent("user_message", "b2", { timestamp: t + 3 })]);
-        expect((await store.listRecentEvents(3)).map((e) => e.content)).toEqual(["b1", "b2", "a2"]);
-        expect((await store.listRecentEvents(10, "b")).map((e) => e.content)).toEqual(["b1", "b2"]);
-        expect((await store.listRecentEvents(1, "a")).map((e) => e.content)).toEqual(["a2"]);
-        expect((await rejection(store.listRecentEvents(10, "nope"))).code).toBe("NOT_FOUND");
+        await store.appendEvents("b", [newEvent("user_message", "future", { timestamp: t + 10 * 365 * 86_400_000 })]);
+        await store.appendEvents("a", [newEvent("user_message", "old", { timestamp: 0 })]);
+        await store.appendEvents("b", [newEvent("user_message", "b2", { timestamp: t + 2 })]);
+        expect(contents(await store.listRecentEvents(10))).toEqual(["a1", "a2", "future", "old", "b2"]);
+        expect(contents(await store.listRecentEvents(2))).toEqual(["old", "b2"]);
+        expect(contents(await store.listRecentEvents(10, { appNames: ["app"] }))).toEqual(["a1", "a2", "future", "old", "b2"]);
+      });
+
+      it("lists an app's, a user's, or an app and user's events only, merging the apps named", async () => {
+        const store = await fresh();
+        await makeSession(store, "x-ann", "x", "ann");
+        await makeSession(store, "x-bob", "x", "bob");
+        await makeSession(store, "y-ann", "y", "ann");
+        await makeSession(store, "z-ann", "z", "ann");
+        await makeSession(store, "empty", "w", "ann");
+        for (const [session, content] of [["x-ann", 1], ["y-ann", 2], ["x-bob", 3], ["z-ann", 4], ["x-ann", 5], ["y-ann", 6]] as const) {
+          await store.appendEvents(session, [newEvent("user_message", content, { timestamp: 1_000_000 - content })]);
+        }
+        expect(contents(await store.listRecentEvents(10, { appNames: ["x"] }))).toEqual([1, 3, 5]);
+        expect(contents(await store.listRecentEvents(2, { appNames: ["x"] }))).toEqual([3, 5]);
+        expect(contents(await store.listRecentEvents(10, { appNames: ["x"], userId: "ann" }))).toEqual([1, 5]);
+        expect(contents(await store.listRecentEvents(10, { userId: "ann" }))).toEqual([1, 2, 4, 5, 6]);
+        expect(contents(await store.listRecentEvents(10, { appNames: ["x", "y"] }))).toEqual([1, 2, 3, 5, 6]);
+        expect(contents(await store.listRecentEvents(3, { appNames: ["y", "x", "y"] }))).toEqual([3, 5, 6]);
+        expect(contents(await store.listRecentEvents(10, { appNames: ["x", "y"], userId: "ann" }))).toEqual([1, 2, 5, 6]);
+        expect(await store.listRecentEvents(10, { appNames: ["w"] })).toEqual([]);
+        expect(await store.listRecentEvents(10, { appNames: ["nobody"] })).toEqual([]);
+        expect(await store.listRecentEvents(10, { appNames: [] })).toEqual([]);
+        expect(await store.listRecentEvents(10, { appNames: ["x"], userId: "nobody" })).toEqual([]);
+        // Names that could collide in a key or a pattern stay apart.
+        await makeSession(store, "colon-1", "a", "b:c");
+        await makeSession(store, "colon-2", "a:b", "c");
+        await store.appendEvents("colon-1", [newEvent("user_message", "one")]);
+        await store.appendEvents("colon-2", [newEvent("user_message", "two")]);
+        expect(contents(await store.listRecentEvents(10, { appNames: ["a"] }))).toEqual(["one"]);
+        expect(contents(await store.listRecentEvents(10, { appNames: ["a:b"], userId: "c" }))).toEqual(["two"]);
+        expect(await store.listRecentEvents(10, { appNames: ["a"], userId: "c" })).toEqual([]);
+      });
+
+      it("keeps an app's events listed however many events another app stores after them", async () => {
+        const store = await fresh({ maxSessionEvents: 1000 });
+        await makeSession(store, "quiet", "quiet", "ann");
+        await store.appendEvents("quiet", [newEvent("user_message", "mine")]);
+        for (let s = 0; s < 5; s++) {
+          await makeSession(store, `loud-${s}`, "loud", "mallory");
+          await store.appendEvents(`loud-${s}`, Array.from({ length: 500 }, (_, i) => newEvent("user_message", i, { timestamp: Date.now() + 86_400_000 })));
+        }
+        expect(contents(await store.listRecentEvents(1000, { appNames: ["quiet"] }))).toEqual(["mine"]);
+        expect(contents(await store.listRecentEvents(1000, { userId: "ann" }))).toEqual(["mine"]);
+        expect(contents(await store.listRecentEvents(1000, { appNames: ["quiet"], userId: "ann" }))).toEqual(["mine"]);
+        expect(contents(await store.listRecentEvents(1000, { appNames: ["loud"] }))).toHaveLength(1000);
+      });
+
+      it("drops trimmed and deleted events from every listing", async () => {
+        const store = await fresh({ maxSessionEvents: 2 });
+        await makeSession(store, "keep", "x", "ann");
+        await makeSession(store, "trim", "x", "ann");
+        await store.appendEvents("keep", [newEvent("user_message", "k1")]);
+        await store.appendEvents("trim", [newEvent("user_message", "t1"), newEvent("user_message", "t2")]);
+        await store.appendEvents("trim", [newEvent("user_message", "t3")]);
+        const filters = [undefined, { appNames: ["x"] }, { userId: "ann" }, { appNames: ["x"], userId: "ann" }];
+        for (const filter of filters) expect(contents(await store.listRecentEvents(10, filter)), JSON.stringify(filter)).toEqual(["k1", "t2", "t3"]);
+        expect(await store.deleteSession("trim")).toBe(true);
+        for (const filter of filters) expect(contents(await store.listRecentEvents(10, filter)), JSON.stringify(filter)).toEqual(["k1"]);
+        // A session created again under the deleted id, in another tenancy, lists only under its new scope.
+        await makeSession(store, "trim", "y", "bob");
+        await store.appendEvents("trim", [newEvent("user_message", "new")]);
+        expect(contents(await store.listRecentEvents(10, { appNames: ["x"] }))).toEqual(["k1"]);
+        expect(contents(await store.listRecentEvents(10, { appNames: ["y"], userId: "bob" }))).toEqual(["new"]);
+        expect(contents(await store.listRecentEvents(10))).toEqual(["k1", "new"]);
       });
     });
 

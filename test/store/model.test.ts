@@ -2,9 +2,10 @@
  * Model-based property test (fast-check commands): the same random sequences
  * of operations run against the local, Redis and PostgreSQL stores and a
  * small reference model of the contract; every answer (values and error
- * codes) must match the model. A tiny per-session cap (4 events) makes
- * trimming, evicted cursors and retries of trimmed events common (their ids
- * are remembered: the dedupe window outlasts every run). Each run gets its
+ * codes) must match the model, recent listings (ingest order, per app and
+ * user) included. A tiny per-session cap (4 events) makes trimming, evicted
+ * cursors and retries of trimmed events common (their ids are remembered:
+ * the dedupe window outlasts every run). Each run gets its
  * own session ids and app names, so runs never see each other.
  */
 import fc from "fast-check";
@@ -21,6 +22,8 @@ const RUNS = Number(process.env.ENGRAM_MODEL_RUNS ?? 25);
 
 interface ModelEvent {
   seq: number;
+  /** When it was stored, counted over the run: recent listings order by it. */
+  ingest: number;
   eventId: string;
   eventType: string;
   content: string;
@@ -35,6 +38,8 @@ interface ModelSession {
 interface Model {
   run: string;
   sessions: Map<string, ModelSession>;
+  /** Events stored so far in this run. */
+  ingested: number;
 }
 interface Real {
   store: MemoryStore;
@@ -127,7 +132,7 @@ class Append implements fc.AsyncCommand<Model, Real> {
     events.forEach((e, i) => {
       if (known[i]) return void seqs.push(known[i]!.seq);
       s.head++;
-      s.events.push({ seq: s.head, eventId: e.eventId, eventType: e.eventType, content: e.content as string });
+      s.events.push({ seq: s.head, ingest: ++m.ingested, eventId: e.eventId, eventType: e.eventType, content: e.content as string });
       seqs.push(s.head);
     });
     const kept = s.events.slice(-LIMITS.maxSessionEvents);
@@ -200,6 +205,23 @@ class ListSessions implements fc.AsyncCommand<Model, Real> {
   toString = () => `list(${this.app},${this.user})`;
 }
 
+class ListRecent implements fc.AsyncCommand<Model, Real> {
+  constructor(readonly apps: string[], readonly user: string | undefined, readonly limit: number) {}
+  check = () => true;
+  async run(m: Model, r: Real) {
+    // Scoped to this run's apps: the store is shared by every run, and its users and store-wide view are too.
+    const appNames = this.apps.map((app) => `${m.run}-${app}`);
+    const got = await r.store.listRecentEvents(this.limit, { appNames, userId: this.user });
+    const want = [...m.sessions.entries()]
+      .filter(([, s]) => appNames.includes(s.appName) && (this.user === undefined || s.userId === this.user))
+      .flatMap(([sessionId, s]) => s.events.map((e) => ({ sessionId, ...e })))
+      .sort((a, b) => a.ingest - b.ingest)
+      .slice(-this.limit);
+    expect(got.map((e) => [e.sessionId, e.seq, e.eventId])).toEqual(want.map((e) => [e.sessionId, e.seq, e.eventId]));
+  }
+  toString = () => `recent(${this.apps},${this.user},${this.limit})`;
+}
+
 const id = fc.constantFrom(...SESSION_POOL);
 const item: fc.Arbitrary<BatchItem> = fc.record({
   eventId: fc.option(fc.constantFrom(...EVENT_ID_POOL), { nil: undefined }),
@@ -222,6 +244,9 @@ const commands = [
   fc.tuple(id, fc.integer({ min: 1, max: 5 })).map(([i, n]) => new ReadTail(i, n)),
   id.map((i) => new DeleteSession(i)),
   fc.tuple(fc.constantFrom(...APPS), fc.option(fc.constantFrom(...USERS), { nil: undefined })).map(([a, u]) => new ListSessions(a, u)),
+  fc.tuple(fc.subarray(APPS, { minLength: 1 }), fc.option(fc.constantFrom(...USERS), { nil: undefined }), fc.integer({ min: 1, max: 8 })).map(
+    ([a, u, l]) => new ListRecent(a, u, l),
+  ),
 ];
 
 const STORES: Array<[string, () => Promise<MemoryStore>]> = [
@@ -241,7 +266,7 @@ describe.each(STORES)("the %s store behaves as the reference model", (_name, ope
     let runs = 0;
     await fc.assert(
       fc.asyncProperty(fc.commands(commands, { maxCommands: 60, size: "max" }), async (cmds) => {
-        const model: Model = { run: `r${process.pid}-${++runs}-${Math.random().toString(36).slice(2, 8)}`, sessions: new Map() };
+        const model: Model = { run: `r${process.pid}-${++runs}-${Math.random().toString(36).slice(2, 8)}`, sessions: new Map(), ingested: 0 };
         await fc.asyncModelRun(() => ({ model, real: { store } }), cmds);
       }),
       { numRuns: RUNS },

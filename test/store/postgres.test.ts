@@ -4,13 +4,14 @@
  * migrations under concurrency, seqs across pools, rows left behind,
  * collation, durability settings and outages.
  */
-import { readdirSync } from "node:fs";
+import { readdirSync, readFileSync } from "node:fs";
 import { createServer, type Server, type Socket } from "node:net";
+import path from "node:path";
 import { setTimeout as sleep } from "node:timers/promises";
 import pg from "pg";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { withDeadline } from "../../src/deadline.js";
-import { MIGRATIONS_DIR, PostgresStore, type PostgresStoreOptions } from "../../src/store/postgres.js";
+import { MIGRATIONS_DIR, PostgresStore, recentEventsQuery, type PostgresStoreOptions } from "../../src/store/postgres.js";
 import type { SessionNotice, StoreLimits } from "../../src/store/types.js";
 import { freePort } from "../support/postgres-server.js";
 import { describeStoreConformance, makeSession, newEvent, rejection, waitFor } from "./conformance.js";
@@ -97,6 +98,92 @@ describe("PostgresStore specifics", () => {
       expect(err.message).toContain("oldest retained seq is 3");
     } finally {
       await store.close();
+    }
+  });
+
+  it("a scoped recent listing reads O(limit) rows of its own index, however many events other tenants store", async () => {
+    const schema = freshSchema();
+    const store = await openStore({ ...LIMITS, maxSessionEvents: 10_000 }, schema);
+    const client = await admin.connect();
+    try {
+      await makeSession(store, "quiet", "quiet", "ann");
+      await store.appendEvents("quiet", Array.from({ length: 20 }, (_, i) => newEvent("user_message", i)));
+      // Another app floods, and so does another user of the same app.
+      await makeSession(store, "loud", "loud", "mallory");
+      await makeSession(store, "quiet-bob", "quiet", "bob");
+      for (let b = 0; b < 6; b++) {
+        await store.appendEvents("loud", Array.from({ length: 500 }, (_, i) => newEvent("user_message", i, { timestamp: Date.now() + 86_400_000 })));
+        await store.appendEvents("quiet-bob", Array.from({ length: 200 }, (_, i) => newEvent("user_message", i, { timestamp: Date.now() + 86_400_000 })));
+      }
+      await client.query(`ANALYZE ${pg.escapeIdentifier(schema)}.events`);
+      type PlanNode = { "Relation Name"?: string; "Actual Rows": number; "Actual Loops": number; "Rows Removed by Filter"?: number; Plans?: PlanNode[] };
+      /** Rows every scan of the events table looked at (returned or filtered out), over all its loops. */
+      const rowsRead = (node: PlanNode): number =>
+        (node["Relation Name"] === "events" ? (node["Actual Rows"] + (node["Rows Removed by Filter"] ?? 0)) * node["Actual Loops"] : 0) +
+        (node.Plans ?? []).reduce((sum, child) => sum + rowsRead(child), 0);
+      const limit = 10;
+      const filters = [{ appNames: ["quiet"] }, { userId: "ann" }, { appNames: ["quiet"], userId: "ann" }, { appNames: ["quiet", "loud"] }, {}];
+      // Both the plan made for the values and the generic one a prepared statement switches to.
+      for (const mode of ["force_custom_plan", "force_generic_plan"]) {
+        await client.query(`SET plan_cache_mode = ${mode}`);
+        for (const filter of filters) {
+          const { sql, params } = recentEventsQuery(pg.escapeIdentifier(schema), limit, filter)!;
+          const { rows } = await client.query(`EXPLAIN (ANALYZE, FORMAT JSON) ${sql}`, params);
+          const apps = filter.appNames?.length ?? 1;
+          expect(rowsRead(rows[0]["QUERY PLAN"][0].Plan), `${mode} ${JSON.stringify(filter)}`).toBeLessThanOrEqual(limit * apps);
+        }
+      }
+      expect((await store.listRecentEvents(limit, { appNames: ["quiet"], userId: "ann" })).map((e) => e.content)).toEqual([10, 11, 12, 13, 14, 15, 16, 17, 18, 19]);
+    } finally {
+      client.release();
+      await store.close();
+    }
+  });
+
+  it("migrating a schema that holds events numbers them by timestamp, and appends of older releases keep their tenancy", async () => {
+    const schema = freshSchema();
+    const quoted = pg.escapeIdentifier(schema);
+    const client = await admin.connect();
+    let store: PostgresStore | undefined;
+    try {
+      // The schema as a release before 0007 left it, with events in it.
+      const before = readdirSync(MIGRATIONS_DIR).filter((f) => /^\d{4}_.*\.sql$/.test(f) && Number(f.slice(0, 4)) < 7).sort();
+      await client.query("BEGIN");
+      await client.query(`CREATE SCHEMA ${quoted}`);
+      await client.query(`SET LOCAL search_path TO ${quoted}`);
+      await client.query("CREATE TABLE schema_migrations (version integer PRIMARY KEY, name text NOT NULL, applied_at timestamptz NOT NULL DEFAULT now())");
+      for (const file of before) {
+        await client.query(readFileSync(path.join(MIGRATIONS_DIR, file), "utf8"));
+        await client.query("INSERT INTO schema_migrations (version, name) VALUES ($1, $2)", [Number(file.slice(0, 4)), file]);
+      }
+      await client.query(`INSERT INTO sessions (session_id, app_name, user_id, created_at, updated_at, head_seq, first_seq) VALUES
+        ('s1', 'x', 'ann', now(), now(), 2, 1), ('s2', 'y', 'bob', now(), now(), 1, 1)`);
+      await client.query(`INSERT INTO events (session_id, seq, event_id, event_type, content, "timestamp", fingerprint) VALUES
+        ('s1', 1, 'e1', 'user_message', '"second"', '2026-01-02T00:00:00Z', 'f'),
+        ('s1', 2, 'e2', 'user_message', '"third"', '2026-01-03T00:00:00Z', 'f'),
+        ('s2', 1, 'e3', 'user_message', '"first"', '2026-01-01T00:00:00Z', 'f')`);
+      await client.query("COMMIT");
+
+      store = await PostgresStore.open({ url, schema, limits: LIMITS });
+      const contents = async (filter?: object) => (await store!.listRecentEvents(10, filter)).map((e) => e.content);
+      expect(await contents()).toEqual(["first", "second", "third"]);
+      expect(await contents({ appNames: ["x"] })).toEqual(["second", "third"]);
+
+      // A replica of an older release appends through append_batch (0003), which names none of the new columns.
+      const { rows } = await client.query(
+        `SELECT status FROM ${quoted}.append_batch(ARRAY['s2'], ARRAY[1], ARRAY[NULL::bigint], ARRAY['e4'], ARRAY['user_message'], ARRAY['"old replica"'],
+           ARRAY['{}'], ARRAY['2001-01-01T00:00:00Z'::timestamptz], ARRAY['f4'], 100, false, 0::smallint, 'nobody', 7900, NULL, now())`,
+      );
+      expect(rows.at(-1).status).toBe("appended");
+      await store.appendEvents("s1", [newEvent("user_message", "new replica", { timestamp: 0 })]);
+      expect(await contents()).toEqual(["first", "second", "third", "old replica", "new replica"]);
+      expect(await contents({ appNames: ["y"], userId: "bob" })).toEqual(["first", "old replica"]);
+      expect(await contents({ userId: "ann" })).toEqual(["second", "third", "new replica"]);
+    } finally {
+      await client.query("ROLLBACK").catch(() => {});
+      client.release();
+      await store?.close();
+      await admin.query(`DROP SCHEMA IF EXISTS ${quoted} CASCADE`);
     }
   });
 

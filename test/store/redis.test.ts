@@ -150,12 +150,13 @@ describe("RedisStore specifics", () => {
       const direct = new Redis(url);
       try {
         const { readFileSync } = await import("node:fs");
-        const lua = readFileSync(new URL("../../src/store/redis/scripts/append-7.lua", import.meta.url), "utf8");
+        const lua = readFileSync(new URL("../../src/store/redis/scripts/append-10.lua", import.meta.url), "utf8");
         const base = `${prefix}:s:${hex("s1")}`;
-        const keys = [base, `${base}:ev`, `${base}:id`, `${prefix}:updated`, `${prefix}:stats`, `${prefix}:recent`, `${base}:tr`];
+        const recent = [`${prefix}:recent:all`, `${prefix}:recent:a:${hex("app")}`, `${prefix}:recent:u:${hex("user")}`, `${prefix}:recent:au:${hex("app")}:${hex("user")}`];
+        const keys = [base, `${base}:ev`, `${base}:id`, `${prefix}:updated`, `${prefix}:stats`, ...recent, `${base}:tr`];
         const body = JSON.stringify([Date.now(), "x", {}]);
         const value = `12:user_message${"gen-direct".length}:gen-direct${body}`;
-        const args = ["s1", '"s1"', "", Date.now(), 500, 2000, `${hex("s1")}!`, `${prefix}:notices`, 1, "gen-direct", eventFingerprint("user_message", "x", {}), Date.now(), value, 65536, 120_000, 1000, 0];
+        const args = ["s1", '"s1"', "", Date.now(), 500, 2000, `${hex("s1")}!`, `${prefix}:notices`, 1, "gen-direct", eventFingerprint("user_message", "x", {}), Date.now(), value, 65536, "app", "user", 120_000, 1000, 0];
         const once = (await direct.eval(lua, keys.length, ...keys, ...args)) as unknown[];
         const twice = (await direct.eval(lua, keys.length, ...keys, ...args)) as unknown[];
         expect(once.slice(0, 2)).toEqual(["OK", 0]);
@@ -188,6 +189,10 @@ describe("RedisStore specifics", () => {
       expect(ids.sort()).toEqual(["e7", "e8", "e9"]);
       expect(await admin.hlen(`${prefixes.at(-1)}:s:${hex("s1")}:ev`)).toBe(3);
       expect((await store.stats()).totalEvents).toBe(3);
+      // Trimmed events left every recent index too.
+      const recent = await keysOf(`${prefixes.at(-1)}:recent:*`);
+      expect(recent).toHaveLength(4);
+      for (const key of recent) expect(await admin.zrange(key, 0, -1), key).toEqual([8, 9, 10].map((seq) => `${hex("s1")}!${String(seq).padStart(16, "0")}`));
     } finally {
       await store.close();
     }
@@ -232,6 +237,68 @@ describe("RedisStore specifics", () => {
       }
       expect(await store.stats()).toEqual({ totalSessions: 1, totalEvents: 1 });
       expect((await store.listRecentEvents(10)).map((e) => e.content)).toEqual(["c"]);
+    } finally {
+      await store.close();
+    }
+  });
+
+  it("keeps each recent index to its newest 2,000 entries, in ingest order", async () => {
+    const prefix = `t${process.pid}_${++counter}`;
+    const store = await openStore({ maxSessions: 100, maxSessionEvents: 5000 }, prefix);
+    try {
+      await makeSession(store, "quiet", "quiet", "ann");
+      await store.appendEvents("quiet", [newEvent("user_message", "mine", { timestamp: 0 })]);
+      await makeSession(store, "loud", "loud", "mallory");
+      for (let b = 0; b < 5; b++) await store.appendEvents("loud", Array.from({ length: 500 }, (_, i) => newEvent("user_message", b * 500 + i)));
+      expect(await admin.zcard(`${prefix}:recent:all`)).toBe(2000);
+      expect(await admin.zcard(`${prefix}:recent:a:${hex("loud")}`)).toBe(2000);
+      expect(await admin.zcard(`${prefix}:recent:au:${hex("loud")}:${hex("mallory")}`)).toBe(2000);
+      expect(await admin.zrange(`${prefix}:recent:a:${hex("quiet")}`, 0, -1, "WITHSCORES")).toEqual([`${hex("quiet")}!${"1".padStart(16, "0")}`, "1"]);
+      expect(await admin.hget(`${prefix}:stats`, "ingested")).toBe("2501");
+      expect((await store.listRecentEvents(1000)).map((e) => e.content)).toEqual(Array.from({ length: 1000 }, (_, i) => 1500 + i));
+      expect((await store.listRecentEvents(1000, { userId: "ann" })).map((e) => e.content)).toEqual(["mine"]);
+    } finally {
+      await store.close();
+    }
+  });
+
+  it("files an append under the tenancy its session has now, when another replica re-created the id meanwhile", async () => {
+    const prefix = `t${process.pid}_${++counter}`;
+    const one = await openStore(DEFAULT_LIMITS, prefix);
+    const two = await openStore(DEFAULT_LIMITS, prefix);
+    try {
+      await makeSession(one, "s", "x", "ann");
+      await one.appendEvents("s", [newEvent("user_message", "x1")]);
+      // Replica one remembers "s" as (x, ann); replica two hands the id to another tenant.
+      expect(await two.deleteSession("s")).toBe(true);
+      await makeSession(two, "s", "y", "bob");
+      await one.appendEvents("s", [newEvent("user_message", "y1")]);
+      expect(await one.listRecentEvents(10, { appNames: ["x"] })).toEqual([]);
+      expect(await one.listRecentEvents(10, { userId: "ann" })).toEqual([]);
+      expect((await one.listRecentEvents(10, { appNames: ["y"], userId: "bob" })).map((e) => e.content)).toEqual(["y1"]);
+      expect((await one.listRecentEvents(10, { userId: "bob" })).map((e) => e.content)).toEqual(["y1"]);
+      expect(await admin.exists(`${prefix}:recent:a:${hex("x")}`)).toBe(0);
+      // And a session deleted behind its back answers NOT_FOUND, as ever.
+      expect(await two.deleteSession("s")).toBe(true);
+      expect((await rejection(one.appendEvents("s", [newEvent("user_message", "gone")]))).code).toBe("NOT_FOUND");
+    } finally {
+      await one.close();
+      await two.close();
+    }
+  });
+
+  it("never shows a scope an index entry left behind for a session that now belongs to another tenancy", async () => {
+    const prefix = `t${process.pid}_${++counter}`;
+    const store = await openStore(DEFAULT_LIMITS, prefix);
+    try {
+      await makeSession(store, "s", "y", "bob");
+      await store.appendEvents("s", [newEvent("user_message", "bob's")]);
+      // As a replica of an older release might leave it: x's index naming a seq of the session that now holds the id.
+      await admin.zadd(`${prefix}:recent:a:${hex("x")}`, 1, `${hex("s")}!${"1".padStart(16, "0")}`);
+      await admin.zadd(`${prefix}:recent:u:${hex("ann")}`, 1, `${hex("s")}!${"1".padStart(16, "0")}`);
+      expect(await store.listRecentEvents(10, { appNames: ["x"] })).toEqual([]);
+      expect(await store.listRecentEvents(10, { userId: "ann" })).toEqual([]);
+      expect((await store.listRecentEvents(10, { appNames: ["y"] })).map((e) => e.content)).toEqual(["bob's"]);
     } finally {
       await store.close();
     }

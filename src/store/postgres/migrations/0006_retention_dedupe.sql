@@ -159,9 +159,15 @@ BEGIN
       FROM incoming n JOIN decided d ON d.i = n.i
       WHERE d.outcome = 'appended' AND NOT EXISTS (SELECT 1 FROM stored st WHERE st.i = n.i AND st.ord = n.ord)
     ), inserted AS (
+      -- In seq order within each session (ord order is seq order), so that
+      -- columns filled per row as it is inserted (events.ingest_seq, a
+      -- sequence default of migration 0007) follow seq. The window above
+      -- yields them in this order already; the ORDER BY makes it a promise
+      -- (a sort of one batch's rows), not a plan's accident.
       INSERT INTO events (session_id, seq, event_id, event_type, content, metadata, "timestamp", fingerprint)
       SELECT m.session_id, m.new_seq, m.event_id, m.event_type, m.content::jsonb, m.metadata::jsonb, m.ts, m.fp
       FROM numbered m WHERE m.new_seq >= m.new_first
+      ORDER BY m.i, m.ord
       RETURNING 1
     ), trimmed AS (
       DELETE FROM events e USING decided d

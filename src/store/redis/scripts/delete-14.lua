@@ -9,9 +9,10 @@
   the same id with another tenancy is never half-removed ({"MOVED"}: re-read).
 
   KEYS[1] session hash   KEYS[2] events hash   KEYS[3] event ids hash
-  KEYS[4] sessions by updatedAt   KEYS[5] stats hash   KEYS[6] recent events
+  KEYS[4] sessions by updatedAt   KEYS[5] stats hash   KEYS[6] recent events of every session
   KEYS[7] index: all   KEYS[8] index: app   KEYS[9] index: user   KEYS[10] index: app + user
-  KEYS[11] trimmed ids (the dedupe window's zset)
+  KEYS[11] recent events of the app   KEYS[12] of the user   KEYS[13] of the app + user
+  KEYS[14] trimmed ids (the dedupe window's zset)
 
   ARGV[1] session id   ARGV[2] app name   ARGV[3] user id
   ARGV[4] session id as JSON (for the notice)   ARGV[5] notice channel
@@ -36,20 +37,27 @@ if ARGV[8] ~= "" and tonumber(redis.call("HGET", KEYS[5], "sessions") or "0") <=
   return {"KEPT"}
 end
 
+-- Every recent index the session's events are in.
+local function unindex(members)
+  for _, k in ipairs({6, 11, 12, 13}) do
+    redis.call("ZREM", KEYS[k], unpack(members))
+  end
+end
+
 local head, first = tonumber(s[4]), tonumber(s[5])
 local batch = {}
 for seq = first, head do
   batch[#batch + 1] = ARGV[6] .. string.format("%016d", seq)
   if #batch == 500 then
-    redis.call("ZREM", KEYS[6], unpack(batch))
+    unindex(batch)
     batch = {}
   end
 end
 if #batch > 0 then
-  redis.call("ZREM", KEYS[6], unpack(batch))
+  unindex(batch)
 end
 
-redis.call("DEL", KEYS[1], KEYS[2], KEYS[3], KEYS[11])
+redis.call("DEL", KEYS[1], KEYS[2], KEYS[3], KEYS[14])
 redis.call("ZREM", KEYS[4], ARGV[1])
 for i = 7, 10 do
   redis.call("ZREM", KEYS[i], ARGV[1])

@@ -16,23 +16,28 @@
   KEYS[1] session hash                KEYS[2] events hash (seq -> encoded event)
   KEYS[3] event ids hash (id -> "seq:fingerprint")
   KEYS[4] sessions by updatedAt       KEYS[5] stats hash
-  KEYS[6] recent events (zset, score = event timestamp)
-  KEYS[7] trimmed ids (zset: event id by trim time)
+  KEYS[6] recent events of every session   KEYS[7] of the session's app
+  KEYS[8] of the session's user           KEYS[9] of its app and user
+          (zsets, score = ingest position: the store-wide count of events
+          appended when the event was, never the client's timestamp)
+  KEYS[10] trimmed ids (zset: event id by trim time)
 
   ARGV[1] session id                  ARGV[2] session id as JSON (for the notice)
   ARGV[3] expected seq, "" for none   ARGV[4] now (epoch ms)
   ARGV[5] max events per session (0: no cap)   ARGV[6] max entries of the recent index
   ARGV[7] recent member prefix        ARGV[8] notice channel
-  ARGV[9] number of events, then 4 per event: event id, fingerprint, timestamp, encoded event
+  ARGV[9] number of events, then 4 per event: event id, fingerprint, timestamp (unused here), encoded event
   ARGV[10 + 4n] largest notice that may carry the appended events (bytes)
-  ARGV[11 + 4n] dedupe window (ms; 0: trimmed ids are forgotten at once)
-  ARGV[12 + 4n] most trimmed ids kept per session
-  ARGV[13 + 4n] number of apps with their own events cap, then per app: app name, cap
+  ARGV[11 + 4n] app name, ARGV[12 + 4n] user id: the tenancy KEYS[7..9] were
+  named from, checked against the session's ({"MOVED"}: re-read, retry)
+  ARGV[13 + 4n] dedupe window (ms; 0: trimmed ids are forgotten at once)
+  ARGV[14 + 4n] most trimmed ids kept per session
+  ARGV[15 + 4n] number of apps with their own events cap, then per app: app name, cap
 
   Encoded event: "<len>:<event type><len>:<event id><json>" (byte lengths), so
   the type and id can be read here without decoding the JSON.
 
-  Replies {"NOT_FOUND"} | {"DUPLICATE", event id} | {"CONFLICT", head}
+  Replies {"NOT_FOUND"} | {"MOVED"} | {"DUPLICATE", event id} | {"CONFLICT", head}
         | {"OK", replayed 0/1, head, first, then per event: seq, stored encoding or ""
            (nil for a retry of a trimmed event), then the number of events trimmed}
 
@@ -52,15 +57,18 @@ local function member(seq)
   return ARGV[7] .. string.format("%016d", seq)
 end
 
-local session = redis.call("HMGET", KEYS[1], "head", "first", "inc", "app")
+local session = redis.call("HMGET", KEYS[1], "head", "first", "inc", "app", "user")
 if not session[1] then
   return {"NOT_FOUND"}
 end
+local n = tonumber(ARGV[9])
+if session[4] ~= ARGV[11 + 4 * n] or session[5] ~= ARGV[12 + 4 * n] then
+  return {"MOVED"}
+end
 local head, first = tonumber(session[1]), tonumber(session[2])
 
-local n = tonumber(ARGV[9])
 local now = tonumber(ARGV[4])
-local window, maxIds = tonumber(ARGV[11 + 4 * n]) or 0, tonumber(ARGV[12 + 4 * n]) or 0
+local window, maxIds = tonumber(ARGV[13 + 4 * n]) or 0, tonumber(ARGV[14 + 4 * n]) or 0
 local remember = window > 0 and maxIds > 0
 
 -- Drops trimmed ids from the ids hash (only while they still name a trimmed seq).
@@ -73,10 +81,10 @@ local function forget(ids)
   end
 end
 
-local expired = redis.call("ZRANGEBYSCORE", KEYS[7], "-inf", now - window)
+local expired = redis.call("ZRANGEBYSCORE", KEYS[10], "-inf", now - window)
 if #expired > 0 then
   forget(expired)
-  redis.call("ZREMRANGEBYSCORE", KEYS[7], "-inf", now - window)
+  redis.call("ZREMRANGEBYSCORE", KEYS[10], "-inf", now - window)
 end
 local known = {}
 local fresh = 0
@@ -109,6 +117,8 @@ if ARGV[3] ~= "" and tonumber(ARGV[3]) ~= head then
 end
 
 local appended = {}
+-- Ingest positions of this append's new events: fresh, consecutive, store-wide.
+local ingest = redis.call("HINCRBY", KEYS[5], "ingested", fresh) - fresh
 
 for i = 1, n do
   local base = 9 + (i - 1) * 4
@@ -120,7 +130,10 @@ for i = 1, n do
     appended[#appended + 1] = ARGV[base + 4]
     redis.call("HSET", KEYS[2], head, ARGV[base + 4])
     redis.call("HSET", KEYS[3], ARGV[base + 1], head .. ":" .. ARGV[base + 2])
-    redis.call("ZADD", KEYS[6], ARGV[base + 3], member(head))
+    ingest = ingest + 1
+    for k = 6, 9 do
+      redis.call("ZADD", KEYS[k], ingest, member(head))
+    end
     reply[#reply + 1] = head
     reply[#reply + 1] = ""
   end
@@ -129,9 +142,9 @@ end
 -- Ring buffer: drop the oldest events and their recent entries; their ids are
 -- remembered for the dedupe window, or dropped.
 local max = tonumber(ARGV[5])
-for i = 1, tonumber(ARGV[13 + 4 * n]) or 0 do
-  if ARGV[12 + 4 * n + 2 * i] == session[4] then
-    max = tonumber(ARGV[13 + 4 * n + 2 * i])
+for i = 1, tonumber(ARGV[15 + 4 * n]) or 0 do
+  if ARGV[14 + 4 * n + 2 * i] == session[4] then
+    max = tonumber(ARGV[15 + 4 * n + 2 * i])
   end
 end
 local trimmed = 0
@@ -144,7 +157,7 @@ while max > 0 and head - first + 1 > max do
     -- Only when the id still points here (a batch may repeat an id).
     if indexed and string.sub(indexed, 1, string.find(indexed, ":", 1, true) - 1) == tostring(first) then
       if remember then
-        redis.call("ZADD", KEYS[7], now, id)
+        redis.call("ZADD", KEYS[10], now, id)
       else
         redis.call("HDEL", KEYS[3], id)
       end
@@ -152,23 +165,28 @@ while max > 0 and head - first + 1 > max do
     redis.call("HDEL", KEYS[2], first)
     trimmed = trimmed + 1
   end
-  redis.call("ZREM", KEYS[6], member(first))
+  for k = 6, 9 do
+    redis.call("ZREM", KEYS[k], member(first))
+  end
   first = first + 1
 end
 
-local surplus = redis.call("ZCARD", KEYS[7]) - maxIds
+local surplus = redis.call("ZCARD", KEYS[10]) - maxIds
 if surplus > 0 then
-  forget(redis.call("ZRANGE", KEYS[7], 0, surplus - 1))
-  redis.call("ZREMRANGEBYRANK", KEYS[7], 0, surplus - 1)
+  forget(redis.call("ZRANGE", KEYS[10], 0, surplus - 1))
+  redis.call("ZREMRANGEBYRANK", KEYS[10], 0, surplus - 1)
 end
 
 redis.call("HSET", KEYS[1], "head", head, "first", first, "updated", ARGV[4])
 redis.call("ZADD", KEYS[4], ARGV[4], ARGV[1])
 redis.call("HINCRBY", KEYS[5], "events", fresh - trimmed)
 
+-- Each recent index keeps its newest `cap` entries.
 local cap = tonumber(ARGV[6])
-if redis.call("ZCARD", KEYS[6]) > cap then
-  redis.call("ZREMRANGEBYRANK", KEYS[6], 0, -(cap + 1))
+for k = 6, 9 do
+  if redis.call("ZCARD", KEYS[k]) > cap then
+    redis.call("ZREMRANGEBYRANK", KEYS[k], 0, -(cap + 1))
+  end
 end
 
 -- The new events still retained (a batch longer than the cap keeps only its newest).
