@@ -18,6 +18,7 @@ import type {
   NewEvent,
   NewSession,
   NoticeListener,
+  RecentEventsFilter,
   SessionQuery,
   SessionRecord,
   StoreCapabilities,
@@ -174,8 +175,8 @@ export class ConnectingStore implements MemoryStore {
     return this.open.readTail(sessionId, limit, eventTypes);
   }
 
-  async listRecentEvents(limit: number, sessionId?: string): Promise<StoredEvent[]> {
-    return this.open.listRecentEvents(limit, sessionId);
+  async listRecentEvents(limit: number, filter?: RecentEventsFilter): Promise<StoredEvent[]> {
+    return this.open.listRecentEvents(limit, filter);
   }
 
   async stats(): Promise<StoreStats> {
