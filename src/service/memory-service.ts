@@ -17,6 +17,7 @@ import {
   CleanupResponseSchema,
   CreateSessionResponseSchema,
   DeleteSessionResponseSchema,
+  DeleteUserDataResponseSchema,
   GetOrCreateSessionResponseSchema,
   GetSessionEventsResponseSchema,
   GetSessionResponseSchema,
@@ -37,6 +38,8 @@ import {
   type CreateSessionResponse,
   type DeleteSessionRequest,
   type DeleteSessionResponse,
+  type DeleteUserDataRequest,
+  type DeleteUserDataResponse,
   type Event,
   type EventInput,
   type GetOrCreateSessionRequest,
@@ -295,8 +298,17 @@ export class MemoryService {
     if (!maxAge) throw invalidArgument("max_age", "is required");
     const ms = Number(maxAge.seconds) * 1000 + Math.floor(maxAge.nanos / 1_000_000);
     if (!(ms > 0)) throw invalidArgument("max_age", "must be positive");
-    const removed = await this.store.cleanup(Date.now() - ms);
+    const appName = req.appName === undefined ? undefined : requireName("app_name", req.appName);
+    const userId = req.userId === undefined ? undefined : requireName("user_id", req.userId);
+    const removed = await this.store.cleanup(Date.now() - ms, { appName, userId });
     return create(CleanupResponseSchema, { removedSessions: BigInt(removed) });
+  }
+
+  async deleteUserData(req: DeleteUserDataRequest): Promise<DeleteUserDataResponse> {
+    const appName = requireName("app_name", req.appName);
+    const userId = requireName("user_id", req.userId);
+    const erased = await this.store.deleteUserData(appName, userId);
+    return create(DeleteUserDataResponseSchema, { removedSessions: BigInt(erased.sessions), removedEvents: BigInt(erased.events) });
   }
 
   private metadata(field: string, value: JsonObject | undefined): JsonObject {

@@ -137,7 +137,7 @@ export class Metrics {
   readonly rateLimited = new Counter({ name: "engram_rate_limited_total", help: "Calls refused by a rate or stream limit.", registers: [this.registry] });
   readonly connectionsOpen = new Gauge({ name: "engram_connections_open", help: "TCP connections open on this replica's port.", registers: [this.registry] });
   readonly connectionsRejected = new Counter({ name: "engram_connections_rejected_total", help: "Connections closed by a connection cap (max_connections, max_connections_per_address) or the first-bytes deadline (first_bytes_timeout), or lost to a failed accept (accept_failed).", labelNames: ["reason"], registers: [this.registry] });
-  readonly sessionsRemoved = new Counter({ name: "engram_sessions_removed_total", help: "Sessions removed through this replica, by DeleteSession (reason=delete) or Cleanup (reason=cleanup).", labelNames: ["reason"], registers: [this.registry] });
+  readonly sessionsRemoved = new Counter({ name: "engram_sessions_removed_total", help: "Sessions removed through this replica, by DeleteSession (reason=delete), Cleanup (reason=cleanup) or DeleteUserData (reason=erasure).", labelNames: ["reason"], registers: [this.registry] });
 
   constructor(store: MemoryStore) {
     collectDefaultMetrics({ register: this.registry, prefix: "engram_" });

@@ -14,6 +14,8 @@ import { eventFingerprint } from "./fingerprint.js";
 import { checkCursor, compareRecent, duplicateEventId, isEmptyObject, newIncarnation, sessionExists } from "./rules.js";
 import type {
   AppendResult,
+  CleanupFilter,
+  ErasureResult,
   JsonObject,
   EventPage,
   EventQuery,
@@ -66,6 +68,11 @@ function internEventType(type: string): string {
   if (known !== undefined) return known;
   if (eventTypes.size < MAX_INTERNED_EVENT_TYPES) eventTypes.set(type, type);
   return type;
+}
+
+/** True when the session passes a cleanup filter. */
+function matches(record: SessionRecord, filter: CleanupFilter): boolean {
+  return (filter.appName === undefined || record.appName === filter.appName) && (filter.userId === undefined || record.userId === filter.userId);
 }
 
 /** The in-process MemoryStore. */
@@ -220,11 +227,23 @@ export class LocalStore implements MemoryStore {
     return { totalSessions: this.byId.size, totalEvents: this.totalEvents };
   }
 
-  async cleanup(cutoff: number): Promise<number> {
+  async cleanup(cutoff: number, filter: CleanupFilter = {}): Promise<number> {
     const stale: LocalSession[] = [];
-    for (const s of this.byRecency()) if (s.record.updatedAt < cutoff) stale.push(s);
+    for (const s of this.byRecency()) if (s.record.updatedAt < cutoff && matches(s.record, filter)) stale.push(s);
     for (const s of stale) this.remove(s);
     return stale.length;
+  }
+
+  async deleteUserData(appName: string, userId: string): Promise<ErasureResult> {
+    const erased: ErasureResult = { sessions: 0, events: 0 };
+    // One synchronous pass: nothing can interleave, so no session is half-removed or missed.
+    for (const s of this.byRecency()) {
+      if (s.record.appName !== appName || s.record.userId !== userId) continue;
+      erased.sessions++;
+      erased.events += s.events.length;
+      this.remove(s);
+    }
+    return erased;
   }
 
   subscribe(sessionId: string, listener: NoticeListener): () => void {

@@ -19,6 +19,8 @@ import { GroupCommit, type Pending } from "./postgres/group-commit.js";
 import { checkCursor, duplicateEventId, newIncarnation, sessionExists } from "./rules.js";
 import type {
   AppendResult,
+  CleanupFilter,
+  ErasureResult,
   EventPage,
   EventQuery,
   JsonObject,
@@ -81,6 +83,10 @@ const APPEND_EVENT_OVERHEAD_BYTES = 256;
 const COUNTER_SLOTS = 16;
 /** Sessions deleted per cleanup statement, so no transaction grows unbounded. */
 const CLEANUP_BATCH = 500;
+/** Sessions one erasure statement removes at most… */
+const ERASE_BATCH_SESSIONS = 500;
+/** …and events (unless one session alone holds more): one bounded transaction each. */
+const ERASE_BATCH_EVENTS = 10_000;
 /** NOTIFY payloads must stay under 8000 bytes. */
 const MAX_NOTIFY_BYTES = 7900;
 const LISTEN_BACKOFF_MIN_MS = 100;
@@ -381,17 +387,37 @@ export class PostgresStore implements MemoryStore, DeadlineAware {
     return { totalSessions: Number(rows[0].sessions), totalEvents: Number(rows[0].events) };
   }
 
-  async cleanup(cutoff: number): Promise<number> {
+  async cleanup(cutoff: number, filter: CleanupFilter = {}): Promise<number> {
     let total = 0;
+    const where = ["updated_at < $3"];
+    const params: unknown[] = [this.channel, this.slot(), iso(cutoff)];
+    // Equality only, never LIKE: app and user names are data, not patterns.
+    if (filter.appName !== undefined) where.push(`app_name = $${params.push(filter.appName)}`);
+    if (filter.userId !== undefined) where.push(`user_id = $${params.push(filter.userId)}`);
     for (;;) {
       // SKIP LOCKED: a session locked by an append is being updated right now, so it is not stale.
-      const { rows } = await this.query(this.deleteSessionsSql("updated_at < $3", `ORDER BY updated_at, session_id LIMIT ${CLEANUP_BATCH} FOR UPDATE SKIP LOCKED`), [
-        this.channel,
-        this.slot(),
-        iso(cutoff),
-      ]);
+      const { rows } = await this.query(this.deleteSessionsSql(where.join(" AND "), `ORDER BY updated_at, session_id LIMIT ${CLEANUP_BATCH} FOR UPDATE SKIP LOCKED`), params);
       total += rows.length;
       if (rows.length < CLEANUP_BATCH) return total;
+    }
+  }
+
+  async deleteUserData(appName: string, userId: string): Promise<ErasureResult> {
+    const erased: ErasureResult = { sessions: 0, events: 0 };
+    // The user's sessions in id order, as many as hold ERASE_BATCH_EVENTS events together (at least one):
+    // each statement is one bounded transaction, and each session goes whole or not at all. No SKIP
+    // LOCKED: a session an append holds is waited for, not left behind.
+    const victims = `session_id IN (
+        SELECT session_id FROM (
+          SELECT session_id, head_seq - first_seq + 1 AS n, sum(head_seq - first_seq + 1) OVER (ORDER BY session_id) AS running
+          FROM ${this.s}.sessions WHERE app_name = $3 AND user_id = $4 ORDER BY session_id LIMIT ${ERASE_BATCH_SESSIONS}
+        ) page WHERE running - n < $5
+      )`;
+    for (;;) {
+      const { rows } = await this.query<{ events: string }>(this.deleteSessionsSql(victims, ""), [this.channel, this.slot(), appName, userId, ERASE_BATCH_EVENTS]);
+      if (rows.length === 0) return erased;
+      erased.sessions += rows.length;
+      for (const row of rows) erased.events += Number(row.events);
     }
   }
 
@@ -645,7 +671,7 @@ export class PostgresStore implements MemoryStore, DeadlineAware {
         SET sessions = sessions - (SELECT count(*) FROM gone), events = events - (SELECT coalesce(sum(events), 0) FROM gone)
         WHERE slot = $2 AND EXISTS (SELECT 1 FROM gone)
       )
-      SELECT session_id,
+      SELECT session_id, events,
              CASE WHEN octet_length(session_id) < ${MAX_NOTIFY_BYTES - 20}
                   THEN pg_notify($1, json_build_object('s', session_id, 'd', 1, 'i', incarnation)::text) END AS notified
       FROM gone`;

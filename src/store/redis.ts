@@ -33,6 +33,8 @@ import { eventFingerprint } from "./fingerprint.js";
 import { checkCursor, duplicateEventId, newIncarnation, sessionExists } from "./rules.js";
 import type {
   AppendResult,
+  CleanupFilter,
+  ErasureResult,
   EventPage,
   EventQuery,
   JsonObject,
@@ -71,6 +73,8 @@ const RECENT_CAP = 2000;
 const NOTICE_EVENTS_MAX_BYTES = 64 * 1024;
 /** Sessions looked at per cleanup batch. */
 const CLEANUP_BATCH = 100;
+/** Session ids read from a tenancy index at a time (erasure, filtered cleanup); their removals run concurrently. */
+const INDEX_BATCH = 100;
 /** Seqs a filtered read looks at per script call (bounds the script's run time). */
 const FILTER_SCAN = 500;
 /** Redis errors that mean "try again later" rather than "bug". */
@@ -352,8 +356,15 @@ export class RedisStore implements MemoryStore {
     return { totalSessions: Number(sessions ?? 0), totalEvents: Number(events ?? 0) };
   }
 
-  async cleanup(cutoff: number): Promise<number> {
+  async cleanup(cutoff: number, filter: CleanupFilter = {}): Promise<number> {
     let removed = 0;
+    if (filter.appName !== undefined || filter.userId !== undefined) {
+      // Only that app's or user's sessions: walk their index instead of every stale session.
+      await this.forEachIndexed(this.indexKey(filter.appName, filter.userId), async (id) => {
+        if ((await this.deleteOne(id, { updatedBelow: cutoff, owner: filter })).outcome === "DELETED") removed++;
+      });
+      return removed;
+    }
     for (;;) {
       const ids = await this.call(() =>
         this.redis.zrangebyscore(this.key("updated"), "-inf", `(${cutoff}`, "LIMIT", 0, CLEANUP_BATCH),
@@ -364,6 +375,18 @@ export class RedisStore implements MemoryStore {
       // Stop when the batch was short, or nothing in it could be removed (no endless loop on a stale entry).
       if (ids.length < CLEANUP_BATCH || removedNow === 0) return removed;
     }
+  }
+
+  async deleteUserData(appName: string, userId: string): Promise<ErasureResult> {
+    const erased: ErasureResult = { sessions: 0, events: 0 };
+    // Each session goes through the same script as DeleteSession: counters, indexes and notices stay right.
+    await this.forEachIndexed(this.indexKey(appName, userId), async (id) => {
+      const { outcome, events } = await this.deleteOne(id, { owner: { appName, userId } });
+      if (outcome !== "DELETED") return;
+      erased.sessions++;
+      erased.events += events;
+    });
+    return erased;
   }
 
   subscribe(sessionId: string, listener: NoticeListener): () => void {
@@ -532,11 +555,30 @@ export class RedisStore implements MemoryStore {
     }
   }
 
-  /** Runs delete-10.lua for one session, re-reading its tenancy when it moved. */
+  /** Runs delete-10.lua for one session, re-reading its tenancy when it moved; the script's outcome. */
   private async deleteWhere(sessionId: string, cond: { updatedBelow?: number; keepAtLeast?: number }): Promise<string> {
+    return (await this.deleteOne(sessionId, cond)).outcome;
+  }
+
+  /**
+   * Runs delete-10.lua for one session, re-reading its tenancy when it moved.
+   * With `owner`, only a session of that app and/or user is removed: one
+   * re-created meanwhile under the same id for someone else is "OTHER".
+   * `events`: what a "DELETED" session held.
+   */
+  private async deleteOne(
+    sessionId: string,
+    cond: { updatedBelow?: number; keepAtLeast?: number; owner?: CleanupFilter },
+  ): Promise<{ outcome: string; events: number }> {
+    const { owner } = cond;
     for (let attempt = 0; attempt < 3; attempt++) {
-      const [appName, userId] = await this.call(() => this.redis.hmget(this.sessionKey(sessionId), "app", "user"));
-      if (appName === null || userId === null) return "GONE";
+      const [appName, userId, updated] = await this.call(() => this.redis.hmget(this.sessionKey(sessionId), "app", "user", "updated"));
+      if (appName === null || userId === null) return { outcome: "GONE", events: 0 };
+      if (owner && ((owner.appName !== undefined && appName !== owner.appName) || (owner.userId !== undefined && userId !== owner.userId))) {
+        return { outcome: "OTHER", events: 0 };
+      }
+      // Not stale now: no script call (the script re-checks anyway, atomically).
+      if (cond.updatedBelow !== undefined && Number(updated) >= cond.updatedBelow) return { outcome: "KEPT", events: 0 };
       const reply = await this.call(() =>
         this.scripts.delete(
           ...this.sessionKeys(sessionId),
@@ -554,9 +596,24 @@ export class RedisStore implements MemoryStore {
           cond.keepAtLeast ?? "",
         ),
       );
-      if (reply[0] !== "MOVED") return reply[0] as string;
+      if (reply[0] !== "MOVED") return { outcome: reply[0] as string, events: Number(reply[1] ?? 0) };
     }
-    return "GONE";
+    return { outcome: "GONE", events: 0 };
+  }
+
+  /**
+   * Runs `remove` on every session id of a tenancy index, a page at a time
+   * (the page's sessions concurrently), in id order from the start: ids
+   * already passed are never revisited, so a stale entry cannot loop it.
+   */
+  private async forEachIndexed(index: string, remove: (sessionId: string) => Promise<void>): Promise<void> {
+    let after: string | undefined;
+    for (;;) {
+      const ids = await this.call(() => this.redis.zrangebylex(index, after === undefined ? "-" : `(${after}`, "+", "LIMIT", 0, INDEX_BATCH));
+      await Promise.all(ids.map(remove));
+      if (ids.length < INDEX_BATCH) return;
+      after = ids[ids.length - 1];
+    }
   }
 
   /** One read-2.lua call: a run of seqs with the session's bounds. */

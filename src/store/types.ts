@@ -112,6 +112,20 @@ export interface StoreStats {
   totalEvents: number;
 }
 
+/** Restricts a cleanup to the sessions of one app and/or one user. */
+export interface CleanupFilter {
+  appName?: string;
+  userId?: string;
+}
+
+/** What one deleteUserData call removed. */
+export interface ErasureResult {
+  /** Sessions removed by this call. */
+  sessions: number;
+  /** Events those sessions held when they were removed. */
+  events: number;
+}
+
 /** A change notification: carries positions only, never event data. */
 export interface SessionNotice {
   sessionId: string;
@@ -201,8 +215,26 @@ export interface MemoryStore {
   stats(): Promise<StoreStats>;
   /** Sessions this process evicted past maxSessions since it opened the store (a metrics counter). */
   readonly sessionsEvicted: number;
-  /** Removes sessions with updatedAt < cutoff (epoch ms); returns how many. */
-  cleanup(cutoff: number): Promise<number>;
+  /**
+   * Removes sessions with updatedAt < cutoff (epoch ms), only those matching
+   * `filter` when given; returns how many.
+   */
+  cleanup(cutoff: number, filter?: CleanupFilter): Promise<number>;
+  /**
+   * Erases one user of one app: every session of (appName, userId), each
+   * removed as deleteSession removes one (atomically, with its events, its
+   * index entries and a deleted notice to live streams), and every other
+   * record the store keeps for that user. Counts only what this call removed.
+   * Safe to repeat: an interrupted call leaves whole sessions behind and the
+   * next call removes them. Sessions of another user or app are never
+   * touched, even one re-created meanwhile under an id the user had.
+   *
+   * The one place erasure happens: any later feature that stores data keyed
+   * by app or user (long-term memories, session state, ...) must remove it
+   * here, in every driver, and add a case to the conformance suite's
+   * deleteUserData block.
+   */
+  deleteUserData(appName: string, userId: string): Promise<ErasureResult>;
 
   /**
    * Calls `listener` when the session changes, on this replica or any other
