@@ -35,6 +35,7 @@ from .models import (
     SessionInfo,
     StreamFrame,
     ToolCall,
+    UserDataErased,
 )
 from .sync import EngramClientSync, EngramMemorySync
 
@@ -70,6 +71,7 @@ __all__ = [
     "StreamRetry",
     "ToolCall",
     "UnavailableError",
+    "UserDataErased",
     "__version__",
     "from_rpc_error",
 ]
