@@ -25,6 +25,11 @@ async function main(): Promise<void> {
   const server = await startServer(service, config, log, metrics);
   if (config.auth) log.info({ keys: config.memoryEnabled && config.memoryType !== "local" ? config.memoryType : config.authKeysFile }, "API keys required on every call");
   log.info({ host: config.host, port: server.port, backend: store.backend }, "listening");
+  // Erasures a stopped replica left unfinished are finished now, while serving (counts only: no tenant data).
+  rawStore.resumeErasures?.().then(
+    (resumed) => resumed.users > 0 && log.info(resumed, "erasures resumed"),
+    (err: unknown) => log.warn({ err }, "could not resume erasures; the next start-up tries again"),
+  );
 
   let stopping = false;
   const stop = async (signal: string) => {

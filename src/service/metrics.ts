@@ -193,7 +193,7 @@ export class Metrics {
 
   /** Wraps a store so every operation's latency and failures are recorded. */
   instrument(store: MemoryStore): MemoryStore {
-    const timed = ["createSession", "getOrCreateSession", "getSession", "listSessions", "deleteSession", "appendEvents", "readEvents", "readTail", "listRecentEvents", "stats", "cleanup"];
+    const timed = ["createSession", "getOrCreateSession", "getSession", "listSessions", "deleteSession", "appendEvents", "readEvents", "readTail", "listRecentEvents", "stats", "cleanup", "deleteUserData"];
     // Each timed method's wrapper is made once, with its series resolved: nothing per call but the clock.
     const wrappers = new Map<string | symbol, unknown>();
     for (const operation of timed) {

@@ -7,7 +7,7 @@
  * length. Live notices travel by NOTIFY inside the writing transaction and
  * reach every replica through one LISTEN connection per store.
  */
-import { createHash, randomInt } from "node:crypto";
+import { createHash, randomInt, randomUUID } from "node:crypto";
 import { readdirSync, readFileSync } from "node:fs";
 import path from "node:path";
 import { fileURLToPath } from "node:url";
@@ -22,6 +22,7 @@ import type {
   CleanupFilter,
   ErasureResult,
   EventPage,
+  ResumedErasures,
   EventQuery,
   JsonObject,
   JsonValue,
@@ -403,6 +404,13 @@ export class PostgresStore implements MemoryStore, DeadlineAware {
   }
 
   async deleteUserData(appName: string, userId: string): Promise<ErasureResult> {
+    // Recorded first, cleared last: a replica finds an erasure this one could not finish (resumeErasures).
+    const token = randomUUID();
+    await this.query(
+      `INSERT INTO ${this.s}.erasures (app_name, user_id, token) VALUES ($1, $2, $3)
+       ON CONFLICT (app_name, user_id) DO UPDATE SET token = excluded.token, started_at = now()`,
+      [appName, userId, token],
+    );
     const erased: ErasureResult = { sessions: 0, events: 0 };
     // The user's sessions in id order, as many as hold ERASE_BATCH_EVENTS events together (at least one):
     // each statement is one bounded transaction, and each session goes whole or not at all. No SKIP
@@ -415,10 +423,24 @@ export class PostgresStore implements MemoryStore, DeadlineAware {
       )`;
     for (;;) {
       const { rows } = await this.query<{ events: string }>(this.deleteSessionsSql(victims, ""), [this.channel, this.slot(), appName, userId, ERASE_BATCH_EVENTS]);
-      if (rows.length === 0) return erased;
+      if (rows.length === 0) break;
       erased.sessions += rows.length;
       for (const row of rows) erased.events += Number(row.events);
     }
+    await this.query(`DELETE FROM ${this.s}.erasures WHERE app_name = $1 AND user_id = $2 AND token = $3`, [appName, userId, token]);
+    return erased;
+  }
+
+  async resumeErasures(): Promise<ResumedErasures> {
+    const { rows } = await this.query<{ app_name: string; user_id: string }>(`SELECT app_name, user_id FROM ${this.s}.erasures ORDER BY started_at`);
+    const resumed: ResumedErasures = { users: 0, sessions: 0, events: 0 };
+    for (const row of rows) {
+      const erased = await this.deleteUserData(row.app_name, row.user_id);
+      resumed.users++;
+      resumed.sessions += erased.sessions;
+      resumed.events += erased.events;
+    }
+    return resumed;
   }
 
   subscribe(sessionId: string, listener: NoticeListener): () => void {

@@ -15,6 +15,7 @@
  *                        zsets, score 0: session ids in byte (= code-point) order
  *   recent               zset: "<hex id>!<seq>" by event timestamp, capped
  *   stats                hash: sessions, events (kept by the scripts: O(1) stats)
+ *   erasures             hash: "<hex app>:<hex user>" -> token, erasures in progress (resumeErasures)
  *   notices              pub/sub channel: {"s": id, "h": head, "i": incarnation} or {"s": id, "d": 1, "i": incarnation}
  *
  * Outages: the command connection has no offline queue and a command timeout,
@@ -23,6 +24,7 @@
  * append is harmless to re-send because every event id (generated ones too)
  * goes through the idempotency index.
  */
+import { randomUUID } from "node:crypto";
 import { readdirSync, readFileSync } from "node:fs";
 import path from "node:path";
 import { fileURLToPath } from "node:url";
@@ -36,6 +38,7 @@ import type {
   CleanupFilter,
   ErasureResult,
   EventPage,
+  ResumedErasures,
   EventQuery,
   JsonObject,
   JsonValue,
@@ -82,7 +85,7 @@ const TRANSIENT_REPLY = /^(LOADING|BUSY|MASTERDOWN|READONLY|TRYAGAIN|CLUSTERDOWN
 
 const SCRIPTS_DIR = path.join(path.dirname(fileURLToPath(import.meta.url)), "redis", "scripts");
 
-type ScriptName = "append" | "create" | "delete" | "read";
+type ScriptName = "append" | "create" | "delete" | "erased" | "read";
 type Reply = Array<string | number | null | Reply>;
 type ScriptRunner = (...keysAndArgs: Array<string | number>) => Promise<Reply>;
 
@@ -378,6 +381,10 @@ export class RedisStore implements MemoryStore {
   }
 
   async deleteUserData(appName: string, userId: string): Promise<ErasureResult> {
+    // Recorded first, cleared last: a replica finds an erasure this one could not finish (resumeErasures).
+    const field = `${hex(appName)}:${hex(userId)}`;
+    const token = randomUUID();
+    await this.call(() => this.redis.hset(this.key("erasures"), field, token));
     const erased: ErasureResult = { sessions: 0, events: 0 };
     // Each session goes through the same script as DeleteSession: counters, indexes and notices stay right.
     await this.forEachIndexed(this.indexKey(appName, userId), async (id) => {
@@ -386,7 +393,21 @@ export class RedisStore implements MemoryStore {
       erased.sessions++;
       erased.events += events;
     });
+    await this.call(() => this.scripts.erased(this.key("erasures"), field, token));
     return erased;
+  }
+
+  async resumeErasures(): Promise<ResumedErasures> {
+    const fields = await this.call(() => this.redis.hkeys(this.key("erasures")));
+    const resumed: ResumedErasures = { users: 0, sessions: 0, events: 0 };
+    for (const field of fields) {
+      const [appName, userId] = field.split(":").map(unhex);
+      const erased = await this.deleteUserData(appName, userId);
+      resumed.users++;
+      resumed.sessions += erased.sessions;
+      resumed.events += erased.events;
+    }
+    return resumed;
   }
 
   subscribe(sessionId: string, listener: NoticeListener): () => void {

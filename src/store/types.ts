@@ -126,6 +126,16 @@ export interface ErasureResult {
   events: number;
 }
 
+/** What resumeErasures finished. */
+export interface ResumedErasures {
+  /** Erasures found unfinished (one per app and user). */
+  users: number;
+  /** Sessions they still had to remove. */
+  sessions: number;
+  /** Events those sessions held. */
+  events: number;
+}
+
 /** A change notification: carries positions only, never event data. */
 export interface SessionNotice {
   sessionId: string;
@@ -233,8 +243,20 @@ export interface MemoryStore {
    * by app or user (long-term memories, session state, ...) must remove it
    * here, in every driver, and add a case to the conformance suite's
    * deleteUserData block.
+   *
+   * Persistent stores record the erasure (app and user) before removing
+   * anything and clear the record once it is done, so that resumeErasures
+   * on any replica can finish one cut short by a crash.
    */
   deleteUserData(appName: string, userId: string): Promise<ErasureResult>;
+  /**
+   * Persistent stores only: runs again every erasure recorded as in
+   * progress, i.e. left unfinished by a replica that died or lost its
+   * backend midway (or still running on another replica: erasures are
+   * idempotent, each session is removed by exactly one of them). Called at
+   * start-up.
+   */
+  resumeErasures?(): Promise<ResumedErasures>;
 
   /**
    * Calls `listener` when the session changes, on this replica or any other
