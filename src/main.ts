@@ -27,7 +27,11 @@ async function main(): Promise<void> {
   log.info({ host: config.host, port: server.port, backend: store.backend }, "listening");
   // Erasures a stopped replica left unfinished are finished now, while serving (counts only: no tenant data).
   rawStore.resumeErasures?.().then(
-    (resumed) => resumed.users > 0 && log.info(resumed, "erasures resumed"),
+    (resumed) => {
+      if (resumed.users === 0) return;
+      metrics.sessionsRemoved.inc({ reason: "erasure" }, resumed.sessions);
+      log.info(resumed, "erasures resumed");
+    },
     (err: unknown) => log.warn({ err }, "could not resume erasures; the next start-up tries again"),
   );
 

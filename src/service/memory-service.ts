@@ -104,6 +104,13 @@ export interface StreamContext {
   incarnation?: string;
 }
 
+/** An optional app_name / user_id filter: absent means "any"; present, it must be a valid name (never ""). */
+function optionalFilter(field: string, value: string | undefined): string | undefined {
+  if (value === undefined) return undefined;
+  if (value === "") throw invalidArgument(field, "must not be empty when set (leave it unset to match every value)");
+  return requireName(field, value);
+}
+
 /** Settings of the service. */
 export interface MemoryServiceOptions {
   limits: ServiceLimits;
@@ -298,8 +305,8 @@ export class MemoryService {
     if (!maxAge) throw invalidArgument("max_age", "is required");
     const ms = Number(maxAge.seconds) * 1000 + Math.floor(maxAge.nanos / 1_000_000);
     if (!(ms > 0)) throw invalidArgument("max_age", "must be positive");
-    const appName = req.appName === undefined ? undefined : requireName("app_name", req.appName);
-    const userId = req.userId === undefined ? undefined : requireName("user_id", req.userId);
+    const appName = optionalFilter("app_name", req.appName);
+    const userId = optionalFilter("user_id", req.userId);
     const removed = await this.store.cleanup(Date.now() - ms, { appName, userId });
     return create(CleanupResponseSchema, { removedSessions: BigInt(removed) });
   }

@@ -197,6 +197,8 @@ describe("DeleteUserData after a crash midway", () => {
       // Counts only: the log line names no app or user.
       expect(line).not.toContain(userId);
       expect(line).not.toContain(APP);
+      const metrics = await (await fetch(`${second.baseUrl}/metrics`)).text();
+      expect(metrics).toContain(`engram_sessions_removed_total{reason="erasure"} ${left}`);
     } finally {
       await killHard(second);
     }

@@ -485,7 +485,7 @@ export function describeRpcSuite(storeName: string, storeFactory?: RpcStoreFacto
         expect(await codeOf(client.getSession({ sessionId: otherUser }))).toBe("ok");
         const err = await errorOf(client.cleanup({ maxAge: { seconds: 1n }, appName: "" }));
         expect(err.code).toBe(Code.InvalidArgument);
-        expect(err.rawMessage).toMatch(/^app_name: /);
+        expect(err.rawMessage).toMatch(/^app_name: must not be empty when set/);
       });
     });
 
