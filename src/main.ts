@@ -63,14 +63,27 @@ async function main(): Promise<void> {
   const server = await startServer(service, config, log, metrics);
   if (config.auth) log.info({ keys: config.memoryEnabled && config.memoryType !== "local" ? config.memoryType : config.authKeysFile }, "API keys required on every call");
   log.info({ host: config.host, port: server.port, backend: store.backend, version: VERSION }, "listening");
+  // Erasures a stopped replica left unfinished are finished once the store is open, while serving (counts only: no tenant data).
+  const resumeErasures = (opened: MemoryStore) =>
+    opened.resumeErasures?.().then(
+      (resumed) => {
+        if (resumed.users === 0) return;
+        metrics.sessionsRemoved.inc({ reason: "erasure" }, resumed.sessions);
+        log.info(resumed, "erasures resumed");
+      },
+      (err: unknown) => log.warn({ err }, "could not resume erasures; the next start-up tries again"),
+    );
   if (rawStore instanceof ConnectingStore) {
     // Ready as soon as the store opens, not at the next health tick.
     void rawStore.opened
       .then(async (opened) => {
+        void resumeErasures(opened);
         await server.health.check();
         await logDurability(opened, config);
       })
       .catch((err: unknown) => log.warn({ err }, "store opened, but reading its durability failed"));
+  } else {
+    void resumeErasures(rawStore);
   }
 
   let stopping = false;

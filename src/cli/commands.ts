@@ -4,6 +4,7 @@
  */
 import type { Command } from "commander";
 import * as context from "./commands/context.js";
+import * as erase from "./commands/erase.js";
 import * as events from "./commands/events.js";
 import * as exportSessions from "./commands/export.js";
 import * as importSessions from "./commands/import.js";
@@ -19,4 +20,4 @@ export interface Subcommand {
 }
 
 /** The subcommand table. */
-export const SUBCOMMANDS: readonly Subcommand[] = [serve, sessions, events, tail, context, stats, exportSessions, importSessions, keys];
+export const SUBCOMMANDS: readonly Subcommand[] = [serve, sessions, events, tail, context, stats, exportSessions, importSessions, erase, keys];

@@ -20,8 +20,11 @@ import {
   type ListEventsRequest,
   type ListEventsResponse,
   type ListSessionsRequest,
+  type CleanupRequest,
   type CleanupResponse,
   type DeleteSessionResponse,
+  type DeleteUserDataRequest,
+  type DeleteUserDataResponse,
 } from "../gen/engram/v1/memory_pb.js";
 import { ANY_APP, type ApiKeyRole, type Principal } from "../auth/api-keys.js";
 import { randomUUID } from "node:crypto";
@@ -67,7 +70,7 @@ const ROLE_RANK: Record<ApiKeyRole, number> = { read: 0, write: 1, admin: 2 };
 const RECHECK_FLOOR_MS = 100;
 
 /** How each RPC is scoped; an RPC missing here is refused when auth is on. */
-const RULES: Record<string, { role: ApiKeyRole; scope: "session" | "create" | "listSessions" | "listEvents" | "global" | "everyApp" }> = {
+const RULES: Record<string, { role: ApiKeyRole; scope: "session" | "create" | "listSessions" | "listEvents" | "global" | "cleanup" | "erasure" }> = {
   createSession: { role: "write", scope: "create" },
   getOrCreateSession: { role: "write", scope: "create" },
   getSession: { role: "read", scope: "session" },
@@ -81,8 +84,10 @@ const RULES: Record<string, { role: ApiKeyRole; scope: "session" | "create" | "l
   buildConversationContext: { role: "read", scope: "session" },
   // Store-wide totals only: no tenant's data.
   getStats: { role: "read", scope: "global" },
-  // Removes any tenant's sessions: admin keys over every app only.
-  cleanup: { role: "admin", scope: "everyApp" },
+  // Removes any tenant's sessions: admin keys, over every app, or filtered to one of the key's apps (and its user).
+  cleanup: { role: "admin", scope: "cleanup" },
+  // Erases one user: admin keys over that app, or keys bound to that user (write at least).
+  deleteUserData: { role: "write", scope: "erasure" },
 };
 
 const TRACEPARENT = /^[0-9a-f]{2}-([0-9a-f]{32})-([0-9a-f]{16})-[0-9a-f]{2}$/;
@@ -333,10 +338,11 @@ export class CallGuard {
         return this.listEventsInScope(req as ListEventsRequest, call, principal, invoke);
       case "global":
         return invoke(req, call);
-      case "everyApp":
-        if (!principal.apps.includes(ANY_APP) || principal.userId !== undefined) {
-          throw new MemoryError("PERMISSION_DENIED", `${method} needs an admin API key for every app (app "*") and no user`, {}, { reason: "ADMIN_KEY_REQUIRED" });
-        }
+      case "cleanup":
+        checkCleanup(req as CleanupRequest, principal);
+        return invoke(req, call);
+      case "erasure":
+        checkErasure(req as DeleteUserDataRequest, principal);
         return invoke(req, call);
     }
   }
@@ -369,6 +375,7 @@ export class CallGuard {
   private countRemovals(method: string, result: unknown): void {
     if (method === "cleanup") this.options.metrics.sessionsRemoved.inc({ reason: "cleanup" }, Number((result as CleanupResponse).removedSessions));
     else if (method === "deleteSession" && (result as DeleteSessionResponse).deleted) this.options.metrics.sessionsRemoved.inc({ reason: "delete" });
+    else if (method === "deleteUserData") this.options.metrics.sessionsRemoved.inc({ reason: "erasure" }, Number((result as DeleteUserDataResponse).removedSessions));
   }
 }
 
@@ -383,6 +390,37 @@ function allowedRule(principal: Principal, method: string): (typeof RULES)[strin
     });
   }
   return rule;
+}
+
+/**
+ * Cleanup with a key short of every app (or bound to a user) must name its
+ * own app (and user): an omitted filter means every tenant, and a narrower
+ * key is never widened to that by default.
+ */
+function checkCleanup(r: CleanupRequest, principal: Principal): void {
+  if (!principal.apps.includes(ANY_APP)) {
+    if (r.appName === undefined) throw new MemoryError("PERMISSION_DENIED", "app_name: Cleanup of every app needs an admin API key for every app (app \"*\"); name one of this key's apps", {}, { field: "app_name", reason: "ADMIN_KEY_REQUIRED" });
+    if (!principal.apps.includes(r.appName)) throw new MemoryError("PERMISSION_DENIED", `app_name: this API key may not use app ${JSON.stringify(r.appName)}`, {}, { field: "app_name", reason: "APP_NOT_ALLOWED" });
+  }
+  if (principal.userId !== undefined && r.userId !== principal.userId) {
+    throw new MemoryError("PERMISSION_DENIED", "user_id: this API key is bound to one user; Cleanup must name that user", {}, { field: "user_id", reason: "USER_NOT_ALLOWED" });
+  }
+}
+
+/**
+ * DeleteUserData: the key's apps must include app_name, and the key must be
+ * bound to that user or be an admin key. A write key bound to no user may
+ * not erase anybody: it would reach every user of its apps.
+ */
+function checkErasure(r: DeleteUserDataRequest, principal: Principal): void {
+  if (r.appName !== "" && !principal.apps.includes(ANY_APP) && !principal.apps.includes(r.appName)) {
+    throw new MemoryError("PERMISSION_DENIED", `app_name: this API key may not use app ${JSON.stringify(r.appName)}`, {}, { field: "app_name", reason: "APP_NOT_ALLOWED" });
+  }
+  if (principal.userId !== undefined) {
+    if (r.userId !== "" && r.userId !== principal.userId) throw new MemoryError("PERMISSION_DENIED", "user_id: this API key is bound to another user", {}, { field: "user_id", reason: "USER_NOT_ALLOWED" });
+  } else if (principal.role !== "admin") {
+    throw new MemoryError("PERMISSION_DENIED", "deleteUserData needs an admin API key or a key bound to that user", {}, { reason: "ADMIN_KEY_REQUIRED" });
+  }
 }
 
 /** A key bound to exactly one app (or user) makes it the default of an omitted app_name (user_id). */

@@ -17,6 +17,7 @@ import {
   CleanupResponseSchema,
   CreateSessionResponseSchema,
   DeleteSessionResponseSchema,
+  DeleteUserDataResponseSchema,
   GetOrCreateSessionResponseSchema,
   GetSessionEventsResponseSchema,
   GetSessionResponseSchema,
@@ -37,6 +38,8 @@ import {
   type CreateSessionResponse,
   type DeleteSessionRequest,
   type DeleteSessionResponse,
+  type DeleteUserDataRequest,
+  type DeleteUserDataResponse,
   type Event,
   type EventInput,
   type GetOrCreateSessionRequest,
@@ -109,6 +112,13 @@ export interface ListEventsContext {
    * directly. Every session when absent.
    */
   scope?: Pick<RecentEventsFilter, "appNames" | "userId">;
+}
+
+/** An optional app_name / user_id filter: absent means "any"; present, it must be a valid name (never ""). */
+function optionalFilter(field: string, value: string | undefined): string | undefined {
+  if (value === undefined) return undefined;
+  if (value === "") throw invalidArgument(field, "must not be empty when set (leave it unset to match every value)");
+  return requireName(field, value);
 }
 
 /** Settings of the service. */
@@ -305,8 +315,17 @@ export class MemoryService {
     if (!maxAge) throw invalidArgument("max_age", "is required");
     const ms = Number(maxAge.seconds) * 1000 + Math.floor(maxAge.nanos / 1_000_000);
     if (!(ms > 0)) throw invalidArgument("max_age", "must be positive");
-    const removed = await this.store.cleanup(Date.now() - ms);
+    const appName = optionalFilter("app_name", req.appName);
+    const userId = optionalFilter("user_id", req.userId);
+    const removed = await this.store.cleanup(Date.now() - ms, { appName, userId });
     return create(CleanupResponseSchema, { removedSessions: BigInt(removed) });
+  }
+
+  async deleteUserData(req: DeleteUserDataRequest): Promise<DeleteUserDataResponse> {
+    const appName = requireName("app_name", req.appName);
+    const userId = requireName("user_id", req.userId);
+    const erased = await this.store.deleteUserData(appName, userId);
+    return create(DeleteUserDataResponseSchema, { removedSessions: BigInt(erased.sessions), removedEvents: BigInt(erased.events) });
   }
 
   private metadata(field: string, value: JsonObject | undefined): JsonObject {

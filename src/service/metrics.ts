@@ -157,7 +157,7 @@ export class Metrics {
     let evictedSeen = 0;
     this.sessionsRemoved = new Counter({
       name: "engram_sessions_removed_total",
-      help: "Sessions removed by this replica, by reason: delete (DeleteSession), cleanup (Cleanup), idle (the idle TTL sweep), evicted (past a max_sessions cap).",
+      help: "Sessions removed by this replica, by reason: delete (DeleteSession), cleanup (Cleanup), erasure (DeleteUserData, and erasures resumed at start-up), idle (the idle TTL sweep), evicted (past a max_sessions cap).",
       labelNames: ["reason"],
       registers: [registry],
       collect() {
@@ -240,7 +240,7 @@ export class Metrics {
 
   /** Wraps a store so every operation's latency and failures are recorded. */
   instrument(store: MemoryStore): MemoryStore {
-    const timed = ["createSession", "getOrCreateSession", "getSession", "listSessions", "deleteSession", "appendEvents", "readEvents", "readTail", "listRecentEvents", "stats", "cleanup"];
+    const timed = ["createSession", "getOrCreateSession", "getSession", "listSessions", "deleteSession", "appendEvents", "readEvents", "readTail", "listRecentEvents", "stats", "cleanup", "deleteUserData"];
     // Each timed method's wrapper is made once, with its series resolved: nothing per call but the clock.
     const wrappers = new Map<string | symbol, unknown>();
     for (const operation of timed) {

@@ -12,6 +12,7 @@ import { MemoryError } from "../errors.js";
 import type {
   AppendResult,
   CleanupScope,
+  ErasureResult,
   EventPage,
   EventQuery,
   MemoryStore,
@@ -19,6 +20,7 @@ import type {
   NewSession,
   NoticeListener,
   RecentEventsFilter,
+  ResumedErasures,
   SessionQuery,
   SessionRecord,
   StoreCapabilities,
@@ -185,6 +187,16 @@ export class ConnectingStore implements MemoryStore {
 
   async cleanup(cutoff: number, scope?: CleanupScope): Promise<number> {
     return this.open.cleanup(cutoff, scope);
+  }
+
+  async deleteUserData(appName: string, userId: string): Promise<ErasureResult> {
+    return this.open.deleteUserData(appName, userId);
+  }
+
+  /** The opened store's resumeErasures; nothing to resume when its driver records none. */
+  async resumeErasures(): Promise<ResumedErasures> {
+    const store = this.open;
+    return store.resumeErasures ? store.resumeErasures() : { users: 0, sessions: 0, events: 0 };
   }
 
   subscribe(sessionId: string, listener: NoticeListener): () => void {

@@ -35,6 +35,7 @@ import {
 import type {
   AppendResult,
   CleanupScope,
+  ErasureResult,
   JsonObject,
   EventPage,
   EventQuery,
@@ -355,10 +356,23 @@ export class LocalStore implements MemoryStore {
     for (const s of this.byRecency()) {
       if (s.record.updatedAt >= cutoff) continue;
       if (scope.appName !== undefined && s.record.appName !== scope.appName) continue;
+      if (scope.userId !== undefined && s.record.userId !== scope.userId) continue;
       if (!except.has(s.record.appName)) stale.push(s);
     }
     for (const s of stale) this.remove(s);
     return stale.length;
+  }
+
+  async deleteUserData(appName: string, userId: string): Promise<ErasureResult> {
+    const erased: ErasureResult = { sessions: 0, events: 0 };
+    // One synchronous pass: nothing can interleave, so no session is half-removed or missed.
+    for (const s of this.byRecency()) {
+      if (s.record.appName !== appName || s.record.userId !== userId) continue;
+      erased.sessions++;
+      erased.events += s.events.length;
+      this.remove(s);
+    }
+    return erased;
   }
 
   subscribe(sessionId: string, listener: NoticeListener): () => void {

@@ -5,6 +5,7 @@
  */
 import type {
   AppendResult,
+  ErasureResult,
   EventPage,
   MemoryStore,
   NewEvent,
@@ -78,6 +79,10 @@ export class NullStore implements MemoryStore {
 
   async cleanup(): Promise<number> {
     return 0;
+  }
+
+  async deleteUserData(): Promise<ErasureResult> {
+    return { sessions: 0, events: 0 };
   }
 
   subscribe(): () => void {

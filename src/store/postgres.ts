@@ -7,7 +7,7 @@
  * length. Live notices travel by NOTIFY inside the writing transaction and
  * reach every replica through one LISTEN connection per store.
  */
-import { createHash, randomInt } from "node:crypto";
+import { createHash, randomInt, randomUUID } from "node:crypto";
 import { readdirSync, readFileSync } from "node:fs";
 import path from "node:path";
 import { fileURLToPath } from "node:url";
@@ -20,6 +20,7 @@ import { appEventCaps, appSessionCap, checkCursor, dedupeWindow, duplicateEventI
 import type {
   AppendResult,
   CleanupScope,
+  ErasureResult,
   EventPage,
   EventQuery,
   JsonObject,
@@ -29,6 +30,7 @@ import type {
   NewSession,
   NoticeListener,
   RecentEventsFilter,
+  ResumedErasures,
   SessionNotice,
   SessionQuery,
   SessionRecord,
@@ -83,6 +85,10 @@ const APPEND_EVENT_OVERHEAD_BYTES = 256;
 const COUNTER_SLOTS = 16;
 /** Sessions deleted per cleanup statement, so no transaction grows unbounded. */
 const CLEANUP_BATCH = 500;
+/** Sessions one erasure statement removes at most… */
+const ERASE_BATCH_SESSIONS = 500;
+/** …and events (unless one session alone holds more): one bounded transaction each. */
+const ERASE_BATCH_EVENTS = 10_000;
 /** NOTIFY payloads must stay under 8000 bytes. */
 const MAX_NOTIFY_BYTES = 7900;
 const LISTEN_BACKOFF_MIN_MS = 100;
@@ -429,8 +435,10 @@ export class PostgresStore implements MemoryStore, DeadlineAware {
 
   async cleanup(cutoff: number, scope: CleanupScope = {}): Promise<number> {
     let total = 0;
-    // NULL parameters leave their filter out; one statement text, prepared once.
-    const filter = "updated_at < $3 AND ($4::text IS NULL OR app_name = $4) AND ($5::text[] IS NULL OR app_name <> ALL($5::text[]))";
+    // NULL parameters leave their filter out; one statement text, prepared once. Equality only, never
+    // LIKE: app and user names are data, not patterns.
+    const filter =
+      "updated_at < $3 AND ($4::text IS NULL OR app_name = $4) AND ($5::text IS NULL OR user_id = $5) AND ($6::text[] IS NULL OR app_name <> ALL($6::text[]))";
     for (;;) {
       // SKIP LOCKED: a session locked by an append is being updated right now, so it is not stale.
       const { rows } = await this.query(this.deleteSessionsSql(filter, `ORDER BY updated_at, session_id LIMIT ${CLEANUP_BATCH} FOR UPDATE SKIP LOCKED`), [
@@ -438,11 +446,52 @@ export class PostgresStore implements MemoryStore, DeadlineAware {
         this.slot(),
         iso(cutoff),
         scope.appName ?? null,
+        scope.userId ?? null,
         scope.exceptAppNames && scope.exceptAppNames.length > 0 ? [...scope.exceptAppNames] : null,
       ]);
       total += rows.length;
       if (rows.length < CLEANUP_BATCH) return total;
     }
+  }
+
+  async deleteUserData(appName: string, userId: string): Promise<ErasureResult> {
+    // Recorded first, cleared last: a replica finds an erasure this one could not finish (resumeErasures).
+    const token = randomUUID();
+    await this.query(
+      `INSERT INTO ${this.s}.erasures (app_name, user_id, token) VALUES ($1, $2, $3)
+       ON CONFLICT (app_name, user_id) DO UPDATE SET token = excluded.token, started_at = now()`,
+      [appName, userId, token],
+    );
+    const erased: ErasureResult = { sessions: 0, events: 0 };
+    // The user's sessions in id order, as many as hold ERASE_BATCH_EVENTS events together (at least one):
+    // each statement is one bounded transaction, and each session goes whole or not at all. No SKIP
+    // LOCKED: a session an append holds is waited for, not left behind.
+    const victims = `session_id IN (
+        SELECT session_id FROM (
+          SELECT session_id, head_seq - first_seq + 1 AS n, sum(head_seq - first_seq + 1) OVER (ORDER BY session_id) AS running
+          FROM ${this.s}.sessions WHERE app_name = $3 AND user_id = $4 ORDER BY session_id LIMIT ${ERASE_BATCH_SESSIONS}
+        ) page WHERE running - n < $5
+      )`;
+    for (;;) {
+      const { rows } = await this.query<{ events: string }>(this.deleteSessionsSql(victims, ""), [this.channel, this.slot(), appName, userId, ERASE_BATCH_EVENTS]);
+      if (rows.length === 0) break;
+      erased.sessions += rows.length;
+      for (const row of rows) erased.events += Number(row.events);
+    }
+    await this.query(`DELETE FROM ${this.s}.erasures WHERE app_name = $1 AND user_id = $2 AND token = $3`, [appName, userId, token]);
+    return erased;
+  }
+
+  async resumeErasures(): Promise<ResumedErasures> {
+    const { rows } = await this.query<{ app_name: string; user_id: string }>(`SELECT app_name, user_id FROM ${this.s}.erasures ORDER BY started_at`);
+    const resumed: ResumedErasures = { users: 0, sessions: 0, events: 0 };
+    for (const row of rows) {
+      const erased = await this.deleteUserData(row.app_name, row.user_id);
+      resumed.users++;
+      resumed.sessions += erased.sessions;
+      resumed.events += erased.events;
+    }
+    return resumed;
   }
 
   subscribe(sessionId: string, listener: NoticeListener): () => void {
@@ -727,7 +776,7 @@ export class PostgresStore implements MemoryStore, DeadlineAware {
         SET sessions = sessions - (SELECT count(*) FROM gone), events = events - (SELECT coalesce(sum(events), 0) FROM gone)
         WHERE slot = $2 AND EXISTS (SELECT 1 FROM gone)
       )
-      SELECT session_id,
+      SELECT session_id, events,
              CASE WHEN octet_length(session_id) < ${MAX_NOTIFY_BYTES - 20}
                   THEN pg_notify($1, json_build_object('s', session_id, 'd', 1, 'i', incarnation)::text) END AS notified
       FROM gone`;

@@ -22,6 +22,7 @@
  *                        its session's tenancy, so a scoped listing reads its
  *                        own index and no other tenant's appends crowd it out
  *   stats                hash: sessions, events, ingested (kept by the scripts: O(1) stats)
+ *   erasures             hash: "<hex app>:<hex user>" -> token, erasures in progress (resumeErasures)
  *   notices              pub/sub channel: {"s": id, "h": head, "i": incarnation} or {"s": id, "d": 1, "i": incarnation}
  *
  * Outages: the command connection has no offline queue and a command timeout,
@@ -30,6 +31,7 @@
  * append is harmless to re-send because every event id (generated ones too)
  * goes through the idempotency index.
  */
+import { randomUUID } from "node:crypto";
 import { readdirSync, readFileSync } from "node:fs";
 import path from "node:path";
 import { fileURLToPath } from "node:url";
@@ -41,6 +43,7 @@ import { appEventCaps, appSessionCap, checkCursor, dedupeWindow, duplicateEventI
 import type {
   AppendResult,
   CleanupScope,
+  ErasureResult,
   EventPage,
   EventQuery,
   JsonObject,
@@ -50,6 +53,7 @@ import type {
   NewSession,
   NoticeListener,
   RecentEventsFilter,
+  ResumedErasures,
   SessionNotice,
   SessionQuery,
   SessionRecord,
@@ -82,6 +86,8 @@ const TENANCY_CACHE = 10_000;
 const NOTICE_EVENTS_MAX_BYTES = 64 * 1024;
 /** Sessions looked at per cleanup batch. */
 const CLEANUP_BATCH = 100;
+/** Session ids read from a tenancy index at a time (erasure, filtered cleanup); their removals run concurrently. */
+const INDEX_BATCH = 100;
 /** Seqs a filtered read looks at per script call (bounds the script's run time). */
 const FILTER_SCAN = 500;
 /** Redis errors that mean "try again later" rather than "bug". */
@@ -89,7 +95,7 @@ const TRANSIENT_REPLY = /^(LOADING|BUSY|MASTERDOWN|READONLY|TRYAGAIN|CLUSTERDOWN
 
 const SCRIPTS_DIR = path.join(path.dirname(fileURLToPath(import.meta.url)), "redis", "scripts");
 
-type ScriptName = "append" | "create" | "delete" | "read";
+type ScriptName = "append" | "create" | "delete" | "erased" | "read";
 type Reply = Array<string | number | null | Reply>;
 type ScriptRunner = (...keysAndArgs: Array<string | number>) => Promise<Reply>;
 
@@ -433,6 +439,13 @@ export class RedisStore implements MemoryStore {
 
   async cleanup(cutoff: number, scope: CleanupScope = {}): Promise<number> {
     let removed = 0;
+    if (scope.userId !== undefined) {
+      // Only one user's sessions: walk their index instead of every stale session of every tenant.
+      await this.forEachIndexed(this.indexKey(scope.appName, scope.userId), async (id) => {
+        if ((await this.deleteOne(id, { updatedBelow: cutoff, scope })).outcome === "DELETED") removed++;
+      });
+      return removed;
+    }
     // Sessions left in place (out of scope, or updated meanwhile) are stepped over, so every batch makes progress.
     let skipped = 0;
     for (;;) {
@@ -445,6 +458,36 @@ export class RedisStore implements MemoryStore {
       }
       if (ids.length < CLEANUP_BATCH) return removed;
     }
+  }
+
+  async deleteUserData(appName: string, userId: string): Promise<ErasureResult> {
+    // Recorded first, cleared last: a replica finds an erasure this one could not finish (resumeErasures).
+    const field = `${hex(appName)}:${hex(userId)}`;
+    const token = randomUUID();
+    await this.call(() => this.redis.hset(this.key("erasures"), field, token));
+    const erased: ErasureResult = { sessions: 0, events: 0 };
+    // Each session goes through the same script as DeleteSession: counters, indexes and notices stay right.
+    await this.forEachIndexed(this.indexKey(appName, userId), async (id) => {
+      const { outcome, events } = await this.deleteOne(id, { scope: { appName, userId } });
+      if (outcome !== "DELETED") return;
+      erased.sessions++;
+      erased.events += events;
+    });
+    await this.call(() => this.scripts.erased(this.key("erasures"), field, token));
+    return erased;
+  }
+
+  async resumeErasures(): Promise<ResumedErasures> {
+    const fields = await this.call(() => this.redis.hkeys(this.key("erasures")));
+    const resumed: ResumedErasures = { users: 0, sessions: 0, events: 0 };
+    for (const field of fields) {
+      const [appName, userId] = field.split(":").map(unhex);
+      const erased = await this.deleteUserData(appName, userId);
+      resumed.users++;
+      resumed.sessions += erased.sessions;
+      resumed.events += erased.events;
+    }
+    return resumed;
   }
 
   subscribe(sessionId: string, listener: NoticeListener): () => void {
@@ -640,14 +683,31 @@ export class RedisStore implements MemoryStore {
     }
   }
 
-  /** Runs delete-14.lua for one session, re-reading its tenancy when it moved. */
+  /** Runs delete-14.lua for one session, re-reading its tenancy when it moved; the script's outcome. */
   private async deleteWhere(sessionId: string, cond: { updatedBelow?: number; keepAtLeast?: number; scope?: CleanupScope }): Promise<string> {
+    return (await this.deleteOne(sessionId, cond)).outcome;
+  }
+
+  /**
+   * Runs delete-14.lua for one session, re-reading its tenancy when it moved.
+   * With `scope`, only a session of that app and/or user (and of no excepted
+   * app) is removed: one out of scope, or re-created meanwhile under the same
+   * id for someone else, is "KEPT". `events`: what a "DELETED" session held.
+   */
+  private async deleteOne(
+    sessionId: string,
+    cond: { updatedBelow?: number; keepAtLeast?: number; scope?: CleanupScope },
+  ): Promise<{ outcome: string; events: number }> {
+    const { scope } = cond;
     for (let attempt = 0; attempt < 3; attempt++) {
-      const [appName, userId] = await this.call(() => this.redis.hmget(this.sessionKey(sessionId), "app", "user"));
-      if (appName === null || userId === null) return "GONE";
-      // The script checks the app it is given, so a session moved to another app meanwhile is MOVED, never removed out of scope.
-      if (cond.scope?.appName !== undefined && appName !== cond.scope.appName) return "KEPT";
-      if (cond.scope?.exceptAppNames?.includes(appName)) return "KEPT";
+      const [appName, userId, updated] = await this.call(() => this.redis.hmget(this.sessionKey(sessionId), "app", "user", "updated"));
+      if (appName === null || userId === null) return { outcome: "GONE", events: 0 };
+      // The script checks the tenancy it is given, so a session moved to another app or user meanwhile is MOVED, never removed out of scope.
+      if (scope?.appName !== undefined && appName !== scope.appName) return { outcome: "KEPT", events: 0 };
+      if (scope?.userId !== undefined && userId !== scope.userId) return { outcome: "KEPT", events: 0 };
+      if (scope?.exceptAppNames?.includes(appName)) return { outcome: "KEPT", events: 0 };
+      // Not stale now: no script call (the script re-checks anyway, atomically).
+      if (cond.updatedBelow !== undefined && Number(updated) >= cond.updatedBelow) return { outcome: "KEPT", events: 0 };
       const reply = await this.call(() =>
         this.scripts.delete(
           ...this.sessionKeys(sessionId),
@@ -668,9 +728,24 @@ export class RedisStore implements MemoryStore {
         ),
       );
       if (reply[0] === "DELETED" || reply[0] === "GONE") this.tenancies.delete(sessionId);
-      if (reply[0] !== "MOVED") return reply[0] as string;
+      if (reply[0] !== "MOVED") return { outcome: reply[0] as string, events: Number(reply[1] ?? 0) };
     }
-    return "GONE";
+    return { outcome: "GONE", events: 0 };
+  }
+
+  /**
+   * Runs `remove` on every session id of a tenancy index, a page at a time
+   * (the page's sessions concurrently), in id order from the start: ids
+   * already passed are never revisited, so a stale entry cannot loop it.
+   */
+  private async forEachIndexed(index: string, remove: (sessionId: string) => Promise<void>): Promise<void> {
+    let after: string | undefined;
+    for (;;) {
+      const ids = await this.call(() => this.redis.zrangebylex(index, after === undefined ? "-" : `(${after}`, "+", "LIMIT", 0, INDEX_BATCH));
+      await Promise.all(ids.map(remove));
+      if (ids.length < INDEX_BATCH) return;
+      after = ids[ids.length - 1];
+    }
   }
 
   /** The session's (app, user), from the cache unless `reread`; undefined when there is no such session. */

@@ -127,10 +127,16 @@ export interface AppendResult {
   replayed: boolean;
 }
 
-/** Which sessions cleanup() looks at besides the cutoff; both fields may be given. */
+/**
+ * Which sessions cleanup() looks at besides the cutoff; any fields may be
+ * given together (all must hold). appName/userId come from Cleanup's filters
+ * and from the per-app idle TTL; exceptAppNames from the global idle TTL.
+ */
 export interface CleanupScope {
   /** Only sessions of this app_name. */
   appName?: string;
+  /** Only sessions of this user_id. */
+  userId?: string;
   /** No sessions of these app_names (apps with their own idle TTL). */
   exceptAppNames?: readonly string[];
 }
@@ -139,6 +145,24 @@ export interface CleanupScope {
 export interface StoreStats {
   totalSessions: number;
   totalEvents: number;
+}
+
+/** What one deleteUserData call removed. */
+export interface ErasureResult {
+  /** Sessions removed by this call. */
+  sessions: number;
+  /** Events those sessions held when they were removed. */
+  events: number;
+}
+
+/** What resumeErasures finished. */
+export interface ResumedErasures {
+  /** Erasures found unfinished (one per app and user). */
+  users: number;
+  /** Sessions they still had to remove. */
+  sessions: number;
+  /** Events those sessions held. */
+  events: number;
 }
 
 /** A change notification: carries positions only, never event data. */
@@ -272,6 +296,33 @@ export interface MemoryStore {
   readonly eventsTrimmed: number;
   /** Removes sessions with updatedAt < cutoff (epoch ms), within the scope; returns how many. */
   cleanup(cutoff: number, scope?: CleanupScope): Promise<number>;
+  /**
+   * Erases one user of one app: every session of (appName, userId), each
+   * removed as deleteSession removes one (atomically, with its events, its
+   * index entries and a deleted notice to live streams), and every other
+   * record the store keeps for that user. Counts only what this call removed.
+   * Safe to repeat: an interrupted call leaves whole sessions behind and the
+   * next call removes them. Sessions of another user or app are never
+   * touched, even one re-created meanwhile under an id the user had.
+   *
+   * The one place erasure happens: any later feature that stores data keyed
+   * by app or user (long-term memories, session state, ...) must remove it
+   * here, in every driver, and add a case to the conformance suite's
+   * deleteUserData block.
+   *
+   * Persistent stores record the erasure (app and user) before removing
+   * anything and clear the record once it is done, so that resumeErasures
+   * on any replica can finish one cut short by a crash.
+   */
+  deleteUserData(appName: string, userId: string): Promise<ErasureResult>;
+  /**
+   * Persistent stores only: runs again every erasure recorded as in
+   * progress, i.e. left unfinished by a replica that died or lost its
+   * backend midway (or still running on another replica: erasures are
+   * idempotent, each session is removed by exactly one of them). Called at
+   * start-up.
+   */
+  resumeErasures?(): Promise<ResumedErasures>;
 
   /**
    * Calls `listener` when the session changes, on this replica or any other

@@ -147,7 +147,7 @@ describe("usage errors", () => {
   it("lists every subcommand in --help and exits 0", async () => {
     const help = await runEngram(["--help"]);
     expect(help.code).toBe(0);
-    for (const sub of ["serve", "sessions", "events", "tail", "context", "stats", "export", "import"]) {
+    for (const sub of ["serve", "sessions", "events", "tail", "context", "stats", "export", "import", "erase"]) {
       expect(help.stdout).toMatch(new RegExp(`^  ${sub}\\b`, "m"));
     }
   });
@@ -243,5 +243,26 @@ describe("engram tail", () => {
     } finally {
       expect(await follow.stop("SIGINT")).toBe(0);
     }
+  });
+});
+
+describe("engram erase", () => {
+  it("erases every session and event of one user of one app, and says what it removed", async () => {
+    await memory.createSession("erase-bot", "carol", "s-erase-1");
+    await memory.createSession("erase-bot", "carol", "s-erase-2");
+    await memory.addEvent("s-erase-1", "user_message", "forget me");
+    const human = await runEngram(["erase", "--url", url, "--app", "erase-bot", "--user", "carol"]);
+    expect(human.code).toBe(0);
+    expect(human.stdout).toBe("erased 2 sessions, 1 events\n");
+    const json = await runEngram(["erase", "--url", url, "--app", "erase-bot", "--user", "carol", "--json"]);
+    expect(JSON.parse(json.stdout)).toEqual({ removed_sessions: 0, removed_events: 0 });
+    // Everyone else is still there.
+    expect((await memory.getSession("s-alice")).userId).toBe("alice");
+  });
+
+  it("needs both --app and --user", async () => {
+    const run = await runEngram(["erase", "--url", url, "--app", "erase-bot"]);
+    expect(run.code).toBe(2);
+    expect(run.stderr).toContain("--user");
   });
 });

@@ -138,6 +138,7 @@ function validRequest(method: DescMethod): Uint8Array {
     AddEvent: { sessionId: SESSION, event: { eventType: "tool_call", content: { kind: { case: "stringValue", value: "x" } }, metadata: { a: 1 } } },
     AddEvents: { sessionId: SESSION, events: [{ eventType: "user_message" }, { eventType: "agent_response" }] },
     Cleanup: { maxAge: { seconds: 86_400_000n } },
+    DeleteUserData: { appName: "fuzz", userId: "u" },
     ListSessions: { pageSize: 3 },
     ListEvents: { limit: 3 },
     GetStats: {},
@@ -278,7 +279,7 @@ describe("after the fuzzing", () => {
     const ready = await fetch(`${server.baseUrl}/readyz`);
     expect(ready.status).toBe(200);
     expect(server.lines.filter((l) => l.includes('"msg":"internal error"'))).toEqual([]);
-    // Fuzzed Cleanup calls may legitimately remove the session; if it is there, its log is whole.
+    // Fuzzed Cleanup and DeleteUserData calls may legitimately remove the session; if it is there, its log is whole.
     const session = await typed.getSession({ sessionId: SESSION }).catch(() => undefined);
     if (session) {
       const { events, headSeq } = await typed.getSessionEvents({ sessionId: SESSION, limit: 1000 });

@@ -75,7 +75,7 @@ function descendants(pid: number): number[] {
  * SIGKILLs the server itself, not only the tsx wrapper spawnServer starts
  * (SIGKILL cannot be relayed: the wrapper's child would live on).
  */
-async function killHard(proc: ServerProcess): Promise<void> {
+export async function killHard(proc: ServerProcess): Promise<void> {
   if (proc.child.pid !== undefined && proc.child.exitCode === null && proc.child.signalCode === null) {
     for (const pid of descendants(proc.child.pid)) {
       try {

@@ -420,6 +420,75 @@ export function describeRpcSuite(storeName: string, storeFactory?: RpcStoreFacto
       });
     });
 
+    describe("erasure", () => {
+      it("DeleteUserData removes every session and event of the user, counts them, ends their live streams NOT_FOUND, and keeps everyone else", async () => {
+        const app = sid("erase-app");
+        const [s1, s2, kept, otherApp] = [sid("erase"), sid("erase"), sid("kept"), sid("other-app")];
+        await client.createSession({ appName: app, userId: "erased", sessionId: s1 });
+        await client.createSession({ appName: app, userId: "erased", sessionId: s2 });
+        await client.createSession({ appName: app, userId: "kept", sessionId: kept });
+        await client.createSession({ appName: `${app}-2`, userId: "erased", sessionId: otherApp });
+        await client.addEvents({ sessionId: s1, events: [{ eventType: "user_message" }, { eventType: "agent_response" }] });
+        await client.addEvent({ sessionId: s2, event: { eventType: "user_message" } });
+        await client.addEvent({ sessionId: kept, event: { eventType: "user_message" } });
+        await client.addEvent({ sessionId: otherApp, event: { eventType: "user_message" } });
+
+        const controller = new AbortController();
+        let caughtUp!: () => void;
+        const live = new Promise<void>((resolve) => (caughtUp = resolve));
+        const outcome = errorOf(
+          collect(client.streamSessionEvents({ sessionId: s1 }, { signal: controller.signal }), (frames) => {
+            if (frames.some((f) => f.frame.case === "caughtUp")) caughtUp();
+            return false;
+          }, controller),
+        );
+        await live;
+
+        const erased = await client.deleteUserData({ appName: app, userId: "erased" });
+        expect(erased.removedSessions).toBe(2n);
+        expect(erased.removedEvents).toBe(3n);
+        expect((await outcome).code).toBe(Code.NotFound);
+        for (const id of [s1, s2]) expect(await codeOf(client.getSession({ sessionId: id }))).toBe(Code.NotFound);
+        expect((await client.listSessions({ appName: app, userId: "erased" })).sessions).toEqual([]);
+        expect((await client.getSessionEvents({ sessionId: kept })).events).toHaveLength(1);
+        expect((await client.getSessionEvents({ sessionId: otherApp })).events).toHaveLength(1);
+        // Safe to repeat: the second call finds nothing left.
+        const again = await client.deleteUserData({ appName: app, userId: "erased" });
+        expect([again.removedSessions, again.removedEvents]).toEqual([0n, 0n]);
+      });
+
+      it("DeleteUserData requires app_name and user_id, naming the field", async () => {
+        for (const [req, field] of [
+          [{ userId: "u" }, "app_name"],
+          [{ appName: "a" }, "user_id"],
+          [{ appName: "a", userId: "bad\u0000nul" }, "user_id"],
+        ] as const) {
+          const err = await errorOf(client.deleteUserData(req));
+          expect(err.code).toBe(Code.InvalidArgument);
+          expect(err.rawMessage).toMatch(new RegExp(`^${field}: `));
+        }
+      });
+
+      it("Cleanup with app_name and user_id removes only that tenant's idle sessions", async () => {
+        const app = sid("clean-app");
+        const [mine, otherUser, otherApp] = [sid("mine"), sid("other-user"), sid("other-app")];
+        await client.createSession({ appName: app, userId: "u", sessionId: mine });
+        await client.createSession({ appName: app, userId: "v", sessionId: otherUser });
+        await client.createSession({ appName: `${app}-2`, userId: "u", sessionId: otherApp });
+        await sleep(2000);
+        const res = await client.cleanup({ maxAge: { seconds: 1n }, appName: app, userId: "u" });
+        expect(res.removedSessions).toBe(1n);
+        expect(await codeOf(client.getSession({ sessionId: mine }))).toBe(Code.NotFound);
+        expect(await codeOf(client.getSession({ sessionId: otherUser }))).toBe("ok");
+        expect(await codeOf(client.getSession({ sessionId: otherApp }))).toBe("ok");
+        expect((await client.cleanup({ maxAge: { seconds: 1n }, appName: `${app}-2` })).removedSessions).toBe(1n);
+        expect(await codeOf(client.getSession({ sessionId: otherUser }))).toBe("ok");
+        const err = await errorOf(client.cleanup({ maxAge: { seconds: 1n }, appName: "" }));
+        expect(err.code).toBe(Code.InvalidArgument);
+        expect(err.rawMessage).toMatch(/^app_name: must not be empty when set/);
+      });
+    });
+
     describe("bad input answers INVALID_ARGUMENT naming the field", () => {
       const cases: Array<[string, (c: MemoryClient, id: string) => Promise<unknown>, string]> = [
         ["empty session_id", (c) => c.getSession({ sessionId: "" }), "session_id"],

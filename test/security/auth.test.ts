@@ -31,6 +31,8 @@ async function makeKey(label: string, scope: Pick<ApiKeyRecord, "role" | "apps" 
 const run = `${process.pid}`;
 const APP_A = `tenant-a-${run}`;
 const APP_B = `tenant-b-${run}`;
+/** The user of the erasure tests (one of their keys is bound to it). */
+const ERASABLE = `erasable-${run}`;
 
 beforeAll(async () => {
   dir = mkdtempSync(path.join(tmpdir(), "engram-auth-"));
@@ -46,6 +48,8 @@ beforeAll(async () => {
   await makeKey("revoked", { role: "write", apps: [APP_A] });
   await makeKey("streamer", { role: "read", apps: [APP_A] });
   await makeKey("revokedWhileStreaming", { role: "read", apps: [APP_A] });
+  await makeKey("erasable", { role: "write", apps: [APP_A], userId: ERASABLE });
+  await makeKey("erasableRead", { role: "read", apps: [APP_A], userId: ERASABLE });
   server = await startTestServer({ config: { auth: true, authKeysFile: keyFile.path, authCacheMs: 0, maxStreamsPerKey: 2 } });
 });
 
@@ -69,6 +73,8 @@ function requestFor(method: string, sessionId: string): Record<string, unknown> 
       return { sessionId, events: [{ eventType: "user_message" }] };
     case "cleanup":
       return { maxAge: { seconds: 1n } };
+    case "deleteUserData":
+      return { appName: APP_A, userId: "nobody" };
     case "listSessions":
     case "getStats":
       return {};
@@ -217,6 +223,63 @@ describe.each(PROTOCOLS)("auth over %s", (_name, clientWith) => {
       }
     } finally {
       reader.close();
+      appAdmin.close();
+    }
+  });
+
+  it("DeleteUserData: only admin keys over the app and keys bound to that user (write or admin) may erase a user", async () => {
+    const clients = Object.fromEntries(["erasable", "erasableRead", "aAlice", "aRead", "appAdmin"].map((label) => [label, clientWith(bearer(label))]));
+    const own = { appName: APP_A, userId: ERASABLE };
+    const denied = async (client: MemoryClient, req: { appName: string; userId: string }, why: string) => {
+      const err = await errorOf(client.deleteUserData(req));
+      expect(err.code, why).toBe(Code.PermissionDenied);
+    };
+    const seed = async () => {
+      const id = `erase-${run}-${_name.length}-${Math.random().toString(36).slice(2)}`;
+      await clients.erasable.createSession({ ...own, sessionId: id });
+      await clients.erasable.addEvent({ sessionId: id, event: { eventType: "user_message" } });
+      return id;
+    };
+    try {
+      const first = await seed();
+      // Refused: another user, another app, no user binding short of admin, read role, another tenant.
+      await denied(clients.erasable, { appName: APP_A, userId: "alice" }, "a key bound to another user");
+      await denied(clients.erasable, { appName: APP_B, userId: ERASABLE }, "an app outside the key");
+      await denied(a, own, "a write key bound to no user");
+      await denied(clients.aRead, own, "a read key");
+      await denied(clients.erasableRead, own, "a read key bound to the user");
+      await denied(clients.aAlice, own, "a key bound to another user");
+      await denied(b, own, "another tenant's key");
+      await denied(clients.appAdmin, { appName: APP_B, userId: ERASABLE }, "an admin key of another app");
+      expect((await admin.getSession({ sessionId: first })).session?.userId).toBe(ERASABLE);
+      // Allowed: the user's own key, an admin key over the app, an admin key over every app.
+      expect(await clients.erasable.deleteUserData(own)).toMatchObject({ removedSessions: 1n, removedEvents: 1n });
+      expect((await errorOf(admin.getSession({ sessionId: first }))).code).toBe(Code.NotFound);
+      await seed();
+      expect(await clients.appAdmin.deleteUserData(own)).toMatchObject({ removedSessions: 1n, removedEvents: 1n });
+      await seed();
+      expect(await admin.deleteUserData(own)).toMatchObject({ removedSessions: 1n, removedEvents: 1n });
+      // Nobody else's data went with it.
+      expect((await admin.getSessionEvents({ sessionId: sessionA })).events).toHaveLength(1);
+      expect((await admin.getSession({ sessionId: sessionB })).session?.userId).toBe("carol");
+    } finally {
+      for (const client of Object.values(clients)) client.close();
+    }
+  });
+
+  it("Cleanup with a filter: an admin key of one app may clean up that app only, never every app", async () => {
+    const appAdmin = clientWith(bearer("appAdmin"));
+    try {
+      expect(await appAdmin.cleanup({ maxAge: { seconds: 3600n }, appName: APP_A })).toMatchObject({ removedSessions: 0n });
+      expect(await appAdmin.cleanup({ maxAge: { seconds: 3600n }, appName: APP_A, userId: "alice" })).toMatchObject({ removedSessions: 0n });
+      for (const req of [{}, { appName: APP_B }, { userId: "alice" }]) {
+        const err = await errorOf(appAdmin.cleanup({ maxAge: { seconds: 3600n }, ...req }));
+        expect(err.code, JSON.stringify(req)).toBe(Code.PermissionDenied);
+        expect(err.rawMessage).toMatch(/^app_name: /);
+      }
+      expect((await errorOf(a.cleanup({ maxAge: { seconds: 3600n }, appName: APP_A }))).code).toBe(Code.PermissionDenied);
+      expect((await admin.cleanup({ maxAge: { seconds: 3600n }, appName: APP_B })).removedSessions).toBe(0n);
+    } finally {
       appAdmin.close();
     }
   });

@@ -10,7 +10,7 @@ import { MemoryError } from "../../src/errors.js";
 import { eventFingerprint } from "../../src/store/fingerprint.js";
 import { pino } from "pino";
 import { RetentionSweeper } from "../../src/service/retention.js";
-import type { JsonObject, JsonValue, MemoryStore, NewEvent, SessionNotice, StoreCapabilities, StoreLimits } from "../../src/store/types.js";
+import type { JsonObject, JsonValue, MemoryStore, NewEvent, RecentEventsFilter, SessionNotice, StoreCapabilities, StoreLimits } from "../../src/store/types.js";
 
 /** Makes a fresh, empty store with the given limits. */
 export type StoreFactory = (limits: StoreLimits) => Promise<MemoryStore>;
@@ -472,6 +472,126 @@ export function describeStoreConformance(name: string, factory: StoreFactory, ca
       });
     });
 
+    describe("4b. erasure and filtered cleanup", () => {
+      /** Sessions of the user to erase, and of neighbours that must survive it. */
+      async function tenants(store: MemoryStore) {
+        const t = 1_700_000_000_000;
+        for (const id of ["e1", "e2", "e3"]) await makeSession(store, id, "app", "erased");
+        await store.appendEvents("e1", [newEvent("user_message", "e1a", { timestamp: t + 1 }), newEvent("user_message", "e1b", { timestamp: t + 5 })]);
+        await store.appendEvents("e3", [newEvent("user_message", "e3a", { timestamp: t + 6 })]);
+        // The same user in another app, another user of the same app, and names that only concatenate alike.
+        await makeSession(store, "other-app", "app2", "erased");
+        await makeSession(store, "other-user", "app", "kept");
+        await makeSession(store, "lookalike", "app:erased", "x");
+        await makeSession(store, "lookalike2", "ap", "p:erased");
+        await store.appendEvents("other-app", [newEvent("user_message", "o1", { timestamp: t + 2 })]);
+        await store.appendEvents("other-user", [newEvent("user_message", "o2", { timestamp: t + 3 }), newEvent("user_message", "o3", { timestamp: t + 4 })]);
+      }
+
+      it("deleteUserData removes every session and event of the user, counts them, and touches nobody else", async () => {
+        const store = await fresh();
+        await tenants(store);
+        expect(await store.deleteUserData("app", "erased")).toEqual({ sessions: 3, events: 3 });
+        for (const id of ["e1", "e2", "e3"]) {
+          expect(await store.getSession(id)).toBeUndefined();
+          expect((await rejection(store.readEvents(id, { limit: 10 }))).code).toBe("NOT_FOUND");
+        }
+        expect((await store.listSessions({ limit: 100, appName: "app", userId: "erased" }))).toEqual([]);
+        expect((await store.listSessions({ limit: 100 })).map((s) => s.sessionId)).toEqual(["lookalike", "lookalike2", "other-app", "other-user"]);
+        expect((await store.readEvents("other-user", { limit: 10 })).events.map((e) => e.content)).toEqual(["o2", "o3"]);
+        expect((await store.listRecentEvents(100)).map((e) => e.content)).toEqual(["o1", "o2", "o3"]);
+        expect(await store.stats()).toEqual({ totalSessions: 4, totalEvents: 3 });
+      });
+
+      it("deleteUserData empties the user's recent views and forgets the ids of their trimmed events", async () => {
+        const store = await fresh({ maxSessionEvents: 1 });
+        const withId = (id: string) => newEvent("user_message", id, { eventId: id });
+        await makeSession(store, "e1", "app", "erased");
+        await makeSession(store, "same-user", "app2", "erased");
+        await makeSession(store, "same-app", "app", "kept");
+        // e1 keeps only e1b; e1a is trimmed and its id kept for the dedupe window.
+        await store.appendEvents("e1", [withId("e1a")]);
+        await store.appendEvents("same-user", [withId("o1")]);
+        await store.appendEvents("e1", [withId("e1b")]);
+        await store.appendEvents("same-app", [withId("o2")]);
+        expect((await store.appendEvents("e1", [withId("e1a")])).replayed).toBe(true);
+        const recent = async (filter: RecentEventsFilter) => (await store.listRecentEvents(100, filter)).map((e) => e.content);
+        expect(await recent({ appNames: ["app"], userId: "erased" })).toEqual(["e1b"]);
+
+        await store.deleteUserData("app", "erased");
+        expect(await recent({ appNames: ["app"], userId: "erased" })).toEqual([]);
+        expect(await recent({ userId: "erased" })).toEqual(["o1"]);
+        expect(await recent({ appNames: ["app"] })).toEqual(["o2"]);
+        expect(await recent({})).toEqual(["o1", "o2"]);
+        // The same id in the same user's new session is a new event, not a replay of the erased one.
+        await makeSession(store, "e1", "app", "erased");
+        expect(await store.appendEvents("e1", [withId("e1a")])).toMatchObject({ replayed: false, events: [{ seq: 1, content: "e1a" }] });
+      });
+
+      it("deleteUserData is safe to repeat: a second call removes nothing and says so", async () => {
+        const store = await fresh();
+        await tenants(store);
+        await store.deleteUserData("app", "erased");
+        expect(await store.deleteUserData("app", "erased")).toEqual({ sessions: 0, events: 0 });
+        expect(await store.deleteUserData("app", "nobody")).toEqual({ sessions: 0, events: 0 });
+        expect((await store.stats()).totalSessions).toBe(4);
+      });
+
+      it("deleteUserData removes a user with more sessions than one batch holds", async () => {
+        const store = await fresh();
+        const count = 250;
+        for (let i = 0; i < count; i += 25) {
+          await Promise.all(Array.from({ length: 25 }, (_, j) => makeSession(store, `many-${String(i + j).padStart(3, "0")}`, "app", "many")));
+        }
+        await makeSession(store, "neighbour", "app", "kept");
+        await store.appendEvents("many-000", [newEvent("user_message", 1), newEvent("user_message", 2)]);
+        await store.appendEvents("many-249", [newEvent("user_message", 3)]);
+        expect(await store.deleteUserData("app", "many")).toEqual({ sessions: count, events: 3 });
+        expect((await store.listSessions({ limit: 1000 })).map((s) => s.sessionId)).toEqual(["neighbour"]);
+        expect(await store.stats()).toEqual({ totalSessions: 1, totalEvents: 0 });
+      });
+
+      it("deleteUserData tells live subscribers of each erased session that it is gone", async () => {
+        const store = await fresh();
+        await tenants(store);
+        const notices: SessionNotice[] = [];
+        const unsubscribers = ["e1", "e2", "other-user"].map((id) => store.subscribe(id, (n) => notices.push(n)));
+        try {
+          await sleep(capabilities.shared ? 200 : 0);
+          await store.deleteUserData("app", "erased");
+          await waitFor(() => notices.some((n) => n.sessionId === "e1" && n.deleted) && notices.some((n) => n.sessionId === "e2" && n.deleted));
+          await sleep(capabilities.shared ? 100 : 0);
+          // Notices of the appends made before subscribing may still arrive late; none may say "deleted".
+          expect(notices.filter((n) => n.sessionId === "other-user" && n.deleted)).toEqual([]);
+        } finally {
+          for (const unsubscribe of unsubscribers) unsubscribe();
+        }
+      });
+
+      it("cleanup with an app and/or user filter removes only the stale sessions matching it", async () => {
+        const store = await fresh();
+        for (const [id, app, user] of [["a-u", "a", "u"], ["a-v", "a", "v"], ["b-u", "b", "u"], ["b-v", "b", "v"], ["a:u", "a:u", ""]] as const) {
+          await makeSession(store, id, app, user);
+          await makeSession(store, `${id}-fresh`, app, user);
+        }
+        await sleep(20);
+        const cutoff = Date.now();
+        await sleep(5);
+        for (const id of ["a-u", "a-v", "b-u", "b-v", "a:u"]) await store.appendEvents(`${id}-fresh`, [newEvent("user_message", "x")]);
+        const left = async () => (await store.listSessions({ limit: 100 })).map((s) => s.sessionId).filter((id) => !id.endsWith("-fresh"));
+        expect(await store.cleanup(cutoff, { appName: "a", userId: "u" })).toBe(1);
+        expect(await left()).toEqual(["a-v", "a:u", "b-u", "b-v"]);
+        expect(await store.cleanup(cutoff, { userId: "v" })).toBe(2);
+        expect(await left()).toEqual(["a:u", "b-u"]);
+        expect(await store.cleanup(cutoff, { appName: "b" })).toBe(1);
+        expect(await left()).toEqual(["a:u"]);
+        expect(await store.cleanup(cutoff, { appName: "a" })).toBe(0);
+        // Every fresh session is still there.
+        expect((await store.listSessions({ limit: 100 })).filter((s) => s.sessionId.endsWith("-fresh"))).toHaveLength(5);
+        expect((await store.stats()).totalSessions).toBe(6);
+      });
+    });
+
     describe("5. notifications", () => {
       it("notifies subscribers of appends and deletion, and stops after unsubscribe", async () => {
         const store = await fresh();
@@ -587,6 +707,17 @@ export function describeStoreConformance(name: string, factory: StoreFactory, ca
         expect(await store.getSession("a-old")).toBeUndefined();
         expect(await store.cleanup(old + 1, { exceptAppNames: ["b"] })).toBe(1);
         expect((await store.listSessions({ limit: 10 })).map((s) => s.sessionId)).toEqual(["a-new", "b-old"]);
+      });
+
+      it("cleanup's scope combines a user with excepted apps: that user's stale sessions outside those apps", async () => {
+        const store = await fresh();
+        const old = Date.now() - 60_000;
+        const of = (sessionId: string, appName: string, userId: string) => ({ sessionId, appName, userId, metadata: {}, now: old });
+        for (const [id, app, user] of [["a-u", "a", "u"], ["b-u", "b", "u"], ["c-u", "c", "u"], ["a-v", "a", "v"]] as const) await store.createSession(of(id, app, user));
+        expect(await store.cleanup(old + 1, { userId: "u", exceptAppNames: ["b"] })).toBe(2);
+        expect((await store.listSessions({ limit: 10 })).map((s) => s.sessionId)).toEqual(["a-v", "b-u"]);
+        expect(await store.cleanup(old + 1, { appName: "b", userId: "u", exceptAppNames: ["b"] })).toBe(0);
+        expect(await store.cleanup(old + 1, { appName: "a", userId: "u" })).toBe(0);
       });
 
       it("the idle sweep removes sessions past their app's idle TTL, else the global one, and no other", async () => {

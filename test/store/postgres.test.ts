@@ -47,6 +47,25 @@ describe("PostgresStore specifics", () => {
     return rows[0].n as number;
   };
 
+  it("resumeErasures finishes an erasure recorded as in progress; a finished erasure leaves no record", async () => {
+    const schema = freshSchema();
+    const store = await openStore(LIMITS, schema);
+    try {
+      for (const [id, user] of [["x1", "gone"], ["x2", "gone"], ["keep", "stays"]]) await makeSession(store, id, "app", user);
+      await store.appendEvents("x1", [newEvent("user_message", 1), newEvent("user_message", 2)]);
+      expect(await store.resumeErasures()).toEqual({ users: 0, sessions: 0, events: 0 });
+      // An erasure whose replica died before removing anything: only its record is there.
+      await admin.query(`INSERT INTO ${pg.escapeIdentifier(schema)}.erasures (app_name, user_id, token) VALUES ('app', 'gone', 'token-of-a-dead-replica')`);
+      expect(await store.resumeErasures()).toEqual({ users: 1, sessions: 2, events: 2 });
+      expect(await count(schema, "erasures")).toBe(0);
+      expect((await store.listSessions({ limit: 10 })).map((s) => s.sessionId)).toEqual(["keep"]);
+      expect(await store.deleteUserData("app", "stays")).toEqual({ sessions: 1, events: 0 });
+      expect(await count(schema, "erasures")).toBe(0);
+    } finally {
+      await store.close();
+    }
+  });
+
   it("applies migrations once, even when several replicas start on a fresh schema at once", async () => {
     const schema = freshSchema();
     const stores = await Promise.all(Array.from({ length: 4 }, () => PostgresStore.open({ url, schema, limits: LIMITS })));

@@ -55,6 +55,25 @@ const hex = (s: string) => Buffer.from(s).toString("hex");
 describeStoreConformance("redis", (limits) => openStore(limits), { persistent: true, shared: true, retains: true });
 
 describe("RedisStore specifics", () => {
+  it("resumeErasures finishes an erasure recorded as in progress; a finished erasure leaves no record", async () => {
+    const prefix = `t${process.pid}_${++counter}`;
+    const store = await openStore(DEFAULT_LIMITS, prefix);
+    try {
+      for (const [id, user] of [["x1", "gone"], ["x2", "gone"], ["keep", "stays"]]) await makeSession(store, id, "app", user);
+      await store.appendEvents("x1", [newEvent("user_message", 1), newEvent("user_message", 2)]);
+      expect(await store.resumeErasures()).toEqual({ users: 0, sessions: 0, events: 0 });
+      // An erasure whose replica died before removing anything: only its record is there.
+      await admin.hset(`${prefix}:erasures`, `${hex("app")}:${hex("gone")}`, "token-of-a-dead-replica");
+      expect(await store.resumeErasures()).toEqual({ users: 1, sessions: 2, events: 2 });
+      expect(await admin.hlen(`${prefix}:erasures`)).toBe(0);
+      expect((await store.listSessions({ limit: 10 })).map((s) => s.sessionId)).toEqual(["keep"]);
+      expect(await store.deleteUserData("app", "stays")).toEqual({ sessions: 1, events: 0 });
+      expect(await admin.exists(`${prefix}:erasures`)).toBe(0);
+    } finally {
+      await store.close();
+    }
+  });
+
   it("decodes a notice's events only for a session this replica has a listener for", async () => {
     const prefix = `t${process.pid}_${++counter}`;
     const writer = await openStore(DEFAULT_LIMITS, prefix);

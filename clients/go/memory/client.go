@@ -449,6 +449,48 @@ func (c *Client) Cleanup(ctx context.Context, maxAge time.Duration) (removed uin
 	return res.Msg.GetRemovedSessions(), nil
 }
 
+// CleanupFilter restricts CleanupWhere to one app and/or one user; an empty
+// field does not filter.
+type CleanupFilter struct {
+	AppName string
+	UserID  string
+}
+
+// CleanupWhere removes the sessions matching filter that were not updated
+// within maxAge (> 0) and returns how many were removed.
+func (c *Client) CleanupWhere(ctx context.Context, maxAge time.Duration, filter CleanupFilter) (removed uint64, err error) {
+	req := &engramv1.CleanupRequest{MaxAge: durationpb.New(maxAge)}
+	if filter.AppName != "" {
+		req.AppName = &filter.AppName
+	}
+	if filter.UserID != "" {
+		req.UserId = &filter.UserID
+	}
+	res, err := c.rpc.Cleanup(ctx, connect.NewRequest(req))
+	if err != nil {
+		return 0, err
+	}
+	return res.Msg.GetRemovedSessions(), nil
+}
+
+// UserDataErased is what one DeleteUserData call removed.
+type UserDataErased struct {
+	RemovedSessions uint64
+	RemovedEvents   uint64
+}
+
+// DeleteUserData erases one user of one app: every session and event of
+// theirs. It is safe to repeat: a call that fails midway leaves whole
+// sessions, and calling again removes the rest (its counts are what that
+// call removed).
+func (c *Client) DeleteUserData(ctx context.Context, appName, userID string) (*UserDataErased, error) {
+	res, err := c.rpc.DeleteUserData(ctx, connect.NewRequest(&engramv1.DeleteUserDataRequest{AppName: appName, UserId: userID}))
+	if err != nil {
+		return nil, err
+	}
+	return &UserDataErased{RemovedSessions: res.Msg.GetRemovedSessions(), RemovedEvents: res.Msg.GetRemovedEvents()}, nil
+}
+
 // invalid wraps a client-side encoding problem as INVALID_ARGUMENT.
 func invalid(err error) error {
 	var ce *connect.Error

@@ -401,6 +401,60 @@ func TestConversationContextStatsCleanup(t *testing.T) {
 	wantCode(t, err, connect.CodeNotFound)
 }
 
+func TestDeleteUserData(t *testing.T) {
+	ctx := testCtx(t)
+	c := memory.New(mainServer.URL)
+	app := uniq(t, "erase")
+	ids := map[string]string{"a": app + "-a", "b": app + "-b", "kept": app + "-kept"}
+	for label, id := range ids {
+		user := "gone"
+		if label == "kept" {
+			user = "stays"
+		}
+		must[*memory.Session](t)(c.CreateSession(ctx, memory.CreateSessionParams{SessionID: id, AppName: app, UserID: user}))
+	}
+	must[[]memory.Event](t)(c.AddEvents(ctx, ids["a"], []memory.EventInput{{EventType: "user_message", Content: "one"}, {EventType: "agent_response", Content: "two"}}))
+	must[memory.Event](t)(c.AddEvent(ctx, ids["b"], memory.EventInput{EventType: "user_message", Content: "three"}))
+	must[memory.Event](t)(c.AddEvent(ctx, ids["kept"], memory.EventInput{EventType: "user_message", Content: "four"}))
+
+	erased := must[*memory.UserDataErased](t)(c.DeleteUserData(ctx, app, "gone"))
+	if *erased != (memory.UserDataErased{RemovedSessions: 2, RemovedEvents: 3}) {
+		t.Fatalf("DeleteUserData: %+v", erased)
+	}
+	_, err := c.GetSession(ctx, ids["a"])
+	wantCode(t, err, connect.CodeNotFound)
+	again := must[*memory.UserDataErased](t)(c.DeleteUserData(ctx, app, "gone"))
+	if *again != (memory.UserDataErased{}) {
+		t.Fatalf("DeleteUserData again: %+v", again)
+	}
+	if kept := must[*memory.Session](t)(c.GetSession(ctx, ids["kept"])); kept.EventCount != 1 {
+		t.Fatalf("kept session: %+v", kept)
+	}
+	_, err = c.DeleteUserData(ctx, app, "")
+	wantCode(t, err, connect.CodeInvalidArgument)
+}
+
+func TestCleanupWhere(t *testing.T) {
+	ctx := testCtx(t)
+	c := memory.New(smallServer.URL)
+	app := uniq(t, "clean")
+	for _, p := range []memory.CreateSessionParams{
+		{SessionID: app + "-mine", AppName: app, UserID: "u"},
+		{SessionID: app + "-other-user", AppName: app, UserID: "v"},
+		{SessionID: app + "-other-app", AppName: app + "-2", UserID: "u"},
+	} {
+		must[*memory.Session](t)(c.CreateSession(ctx, p))
+	}
+	time.Sleep(20 * time.Millisecond)
+	if n := must[uint64](t)(c.CleanupWhere(ctx, 5*time.Millisecond, memory.CleanupFilter{AppName: app, UserID: "u"})); n != 1 {
+		t.Fatalf("CleanupWhere(app, u) removed %d", n)
+	}
+	_, err := c.GetSession(ctx, app+"-mine")
+	wantCode(t, err, connect.CodeNotFound)
+	must[*memory.Session](t)(c.GetSession(ctx, app+"-other-user"))
+	must[*memory.Session](t)(c.GetSession(ctx, app+"-other-app"))
+}
+
 func TestProtocols(t *testing.T) {
 	for _, tc := range []struct {
 		name string

@@ -206,6 +206,40 @@ async def test_stats_and_cleanup(small_server) -> None:
             await c.get_session(sid)
 
 
+async def test_delete_user_data(client: EngramClient, sid: str) -> None:
+    app = f"erase-{sid}"
+    await client.create_session(app, "gone", sid + "-a")
+    await client.create_session(app, "gone", sid + "-b")
+    await client.create_session(app, "stays", sid + "-kept")
+    await client.add_events(sid + "-a", [{"event_type": "user_message", "content": "one"}, {"event_type": "agent_response", "content": "two"}])
+    await client.add_event(sid + "-b", "user_message", "three")
+    await client.add_event(sid + "-kept", "user_message", "four")
+    erased = await client.delete_user_data(app, "gone")
+    assert (erased.removed_sessions, erased.removed_events) == (2, 3)
+    with pytest.raises(NotFoundError):
+        await client.get_session(sid + "-a")
+    again = await client.delete_user_data(app, "gone")
+    assert (again.removed_sessions, again.removed_events) == (0, 0)
+    assert [e.content for e in (await client.get_session_events(sid + "-kept")).events] == ["four"]
+    with pytest.raises(InvalidArgumentError) as err:
+        await client.delete_user_data(app, "")
+    assert err.value.message.startswith("user_id: ")
+
+
+async def test_cleanup_filtered_by_app_and_user(small_server) -> None:
+    async with EngramClient(small_server.target, timeout=10) as c:
+        app = f"clean-{uuid.uuid4().hex[:8]}"
+        await c.create_session(app, "u", app + "-mine")
+        await c.create_session(app, "v", app + "-other-user")
+        await c.create_session(app + "-2", "u", app + "-other-app")
+        await asyncio.sleep(0.05)
+        assert await c.cleanup(timedelta(milliseconds=10), app_name=app, user_id="u") == 1
+        with pytest.raises(NotFoundError):
+            await c.get_session(app + "-mine")
+        assert (await c.get_session(app + "-other-user")).user_id == "v"
+        assert (await c.get_session(app + "-other-app")).app_name == app + "-2"
+
+
 async def test_unavailable(sid: str) -> None:
     import socket
 

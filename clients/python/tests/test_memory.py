@@ -119,6 +119,9 @@ def test_sync_client_rpcs(server: EngramServer) -> None:
         assert c.build_conversation_context(sid).text == "User: a"
         assert c.get_stats().total_events >= 2
         assert c.cleanup(3600) == 0
+        assert c.cleanup(3600, app_name="app", user_id="user") == 0
+        erased = c.delete_user_data("sync-erase-app", "nobody")
+        assert (erased.removed_sessions, erased.removed_events) == (0, 0)
         assert c.delete_session(sid)
         with pytest.raises(NotFoundError):
             c.get_session(sid)

@@ -7,7 +7,7 @@ import { Code, ConnectError, createClient, type Client, type Interceptor, type T
 import * as pb from "./gen/engram/v1/memory_pb.js";
 import { contextRequest, fromEventInput, toContext, toEvent, toNumber, toSeq, toSession } from "./convert.js";
 import { createTransport, type ClosableTransport, type Protocol } from "./transport.js";
-import type { CallOptions, ContextOptions, ConversationContext, EventInput, JsonObject, JsonValue, MemoryEvent, MemoryStats, Session } from "./types.js";
+import type { CallOptions, ContextOptions, ConversationContext, EventInput, JsonObject, JsonValue, MemoryEvent, MemoryStats, Session, UserDataErased } from "./types.js";
 
 /** How a resumable stream reconnects. */
 export interface ReconnectOptions {
@@ -50,6 +50,14 @@ export interface AddEventOptions extends CallOptions {
   expectedSeq?: number | bigint;
   /** When the event happened (the server's clock when omitted). */
   timestamp?: Date;
+}
+
+/** Options of cleanupOldSessions. */
+export interface CleanupOptions extends CallOptions {
+  /** Only sessions of this app. */
+  appName?: string;
+  /** Only sessions of this user. */
+  userId?: string;
 }
 
 /** Options of streamSessionEvents. */
@@ -370,11 +378,25 @@ export class MemoryClient {
     };
   }
 
-  /** Removes sessions not updated within `maxAgeHours` (fractions allowed) and returns how many went. */
-  async cleanupOldSessions(maxAgeHours: number, opts?: CallOptions): Promise<number> {
+  /**
+   * Removes sessions not updated within `maxAgeHours` (fractions allowed),
+   * only those of `appName` and/or `userId` when given, and returns how many went.
+   */
+  async cleanupOldSessions(maxAgeHours: number, opts: CleanupOptions = {}): Promise<number> {
     if (!(maxAgeHours > 0) || !Number.isFinite(maxAgeHours)) throw new RangeError("maxAgeHours must be a positive number");
-    const res = await this.rpc.cleanup({ maxAge: durationFromMs(Math.round(maxAgeHours * 3_600_000)) }, opts);
+    const { appName, userId, ...call } = opts;
+    const res = await this.rpc.cleanup({ maxAge: durationFromMs(Math.round(maxAgeHours * 3_600_000)), appName, userId }, call);
     return toNumber(res.removedSessions, "removed_sessions");
+  }
+
+  /**
+   * Erases one user of one app: every session and event of theirs. Not
+   * retried by the client: a call that fails midway leaves whole sessions,
+   * and calling again removes the rest (its counts are what that call removed).
+   */
+  async deleteUserData(appName: string, userId: string, opts?: CallOptions): Promise<UserDataErased> {
+    const res = await this.rpc.deleteUserData({ appName, userId }, opts);
+    return { removedSessions: toNumber(res.removedSessions, "removed_sessions"), removedEvents: toNumber(res.removedEvents, "removed_events") };
   }
 
   /** Closes the client's connections; open streams end. */

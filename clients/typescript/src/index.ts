@@ -3,7 +3,7 @@
  * AI agents, over gRPC (HTTP/2), Connect (HTTP/1.1) or gRPC-Web.
  */
 export { MemoryClient, createMemoryClient } from "./client.js";
-export type { AddEventOptions, MemoryClientOptions, ReconnectOptions, StreamOptions } from "./client.js";
+export type { AddEventOptions, CleanupOptions, MemoryClientOptions, ReconnectOptions, StreamOptions } from "./client.js";
 export { createConnectTransport, createGrpcTransport, createGrpcWebTransport, createTransport } from "./transport.js";
 export type { ClosableTransport, Protocol, TransportOptions } from "./transport.js";
 export {
@@ -33,6 +33,7 @@ export type {
   MemoryEvent,
   MemoryStats,
   Session,
+  UserDataErased,
 } from "./types.js";
 /** The generated protobuf-es messages and the MemoryService descriptor. */
 export * as pb from "./gen/engram/v1/memory_pb.js";

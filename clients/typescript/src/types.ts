@@ -131,6 +131,12 @@ export interface MemoryStats {
   backend: string;
 }
 
+/** What one deleteUserData call removed. */
+export interface UserDataErased {
+  removedSessions: number;
+  removedEvents: number;
+}
+
 /** Per-call options. */
 export interface CallOptions {
   signal?: AbortSignal;

@@ -262,6 +262,36 @@ describe("createMemoryClient", () => {
     expect(() => createMemoryClient({ baseUrl: server.baseUrl, protocol: "http3" as Protocol })).toThrow(TypeError);
   });
 
+  it("erases a user: every session and event of theirs, counted; a second call finds nothing", async () => {
+    const client = createMemoryClient({ baseUrl: server.baseUrl, protocol: "grpc" });
+    try {
+      const [a, b, kept] = [await client.createSession("erase", "gone", "erase-a"), await client.createSession("erase", "gone", "erase-b"), await client.createSession("erase", "stays", "erase-kept")];
+      await client.addEvents(a, [{ eventType: "user_message", content: "one" }, { eventType: "agent_response", content: "two" }]);
+      await client.addEvent(b, "user_message", "three");
+      await client.addEvent(kept, "user_message", "four");
+      expect(await client.deleteUserData("erase", "gone")).toEqual({ removedSessions: 2, removedEvents: 3 });
+      expect((await errorOf(client.getSession(a))).code).toBe(Code.NotFound);
+      expect(await client.deleteUserData("erase", "gone")).toEqual({ removedSessions: 0, removedEvents: 0 });
+      expect((await client.getSessionEvents(kept)).map((e) => e.content)).toEqual(["four"]);
+    } finally {
+      client.close();
+    }
+  });
+
+  it("cleans up the stale sessions of one app only", async () => {
+    const client = createMemoryClient({ baseUrl: server.baseUrl, protocol: "connect" });
+    try {
+      await client.createSession("clean-mine", "u", "clean-mine-1");
+      await client.createSession("clean-other", "u", "clean-other-1");
+      await new Promise((r) => setTimeout(r, 30));
+      expect(await client.cleanupOldSessions(10 / 3_600_000, { appName: "clean-mine", userId: "u" })).toBe(1);
+      expect((await errorOf(client.getSession("clean-mine-1"))).code).toBe(Code.NotFound);
+      expect((await client.getSession("clean-other-1")).appName).toBe("clean-other");
+    } finally {
+      client.close();
+    }
+  });
+
   it("cleans up stale sessions", async () => {
     const client = createMemoryClient({ baseUrl: small.baseUrl, protocol: "grpc" });
     try {

@@ -36,6 +36,7 @@ from .models import (
     SessionInfo,
     StreamFrame,
     ToolCall,
+    UserDataErased,
 )
 from .sync import EngramClientSync, EngramMemorySync
 
@@ -72,6 +73,7 @@ __all__ = [
     "StreamRetry",
     "ToolCall",
     "UnavailableError",
+    "UserDataErased",
     "__version__",
     "from_rpc_error",
 ]

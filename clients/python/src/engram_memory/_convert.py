@@ -12,6 +12,7 @@ from google.protobuf import duration_pb2, struct_pb2, timestamp_pb2
 
 from ._gen.engram.v1 import memory_pb2 as pb
 from .models import (
+    UserDataErased,
     ChatMessage,
     ContentPart,
     ContextSection,
@@ -372,8 +373,13 @@ def stream_request(
     return req
 
 
-def cleanup_request(max_age: timedelta | float) -> pb.CleanupRequest:
-    return pb.CleanupRequest(max_age=to_duration(max_age))
+def cleanup_request(max_age: timedelta | float, app_name: str | None = None, user_id: str | None = None) -> pb.CleanupRequest:
+    # Unset (None) filters stay absent on the wire: an empty string would be a filter the server refuses.
+    return pb.CleanupRequest(max_age=to_duration(max_age), app_name=app_name, user_id=user_id)
+
+
+def erased_from_pb(r: pb.DeleteUserDataResponse) -> UserDataErased:
+    return UserDataErased(r.removed_sessions, r.removed_events)
 
 
 def normalize_target(target: str) -> str:

@@ -22,6 +22,7 @@ from .models import (
     MemoryStats,
     SessionInfo,
     StreamFrame,
+    UserDataErased,
 )
 
 __all__ = ["DEFAULT_TARGET", "EngramClient"]
@@ -414,7 +415,21 @@ class EngramClient:
         resp: pb.GetStatsResponse = await self._call(self.stub.GetStats, pb.GetStatsRequest())
         return cv.stats_from_pb(resp)
 
-    async def cleanup(self, max_age: timedelta | float) -> int:
-        """Removes sessions not updated within ``max_age`` (a timedelta or seconds); returns how many."""
-        resp: pb.CleanupResponse = await self._call(self.stub.Cleanup, cv.cleanup_request(max_age))
+    async def cleanup(
+        self, max_age: timedelta | float, *, app_name: str | None = None, user_id: str | None = None
+    ) -> int:
+        """Removes sessions not updated within ``max_age`` (a timedelta or seconds), only
+        those of ``app_name`` and/or ``user_id`` when given; returns how many."""
+        resp: pb.CleanupResponse = await self._call(self.stub.Cleanup, cv.cleanup_request(max_age, app_name, user_id))
         return resp.removed_sessions
+
+    async def delete_user_data(self, app_name: str, user_id: str) -> UserDataErased:
+        """Erases one user of one app: every session and event of theirs.
+
+        Safe to repeat: a call that fails midway leaves whole sessions, and
+        calling again removes the rest (its counts are what that call removed).
+        """
+        resp: pb.DeleteUserDataResponse = await self._call(
+            self.stub.DeleteUserData, pb.DeleteUserDataRequest(app_name=app_name, user_id=user_id)
+        )
+        return cv.erased_from_pb(resp)

@@ -256,6 +256,14 @@ class MemoryStats:
 
 
 @dataclass(frozen=True)
+class UserDataErased:
+    """What one delete_user_data call removed."""
+
+    removed_sessions: int
+    removed_events: int
+
+
+@dataclass(frozen=True)
 class StreamFrame:
     """One frame of StreamSessionEvents: an event, the end of the replay, or a heartbeat."""
 

@@ -26,6 +26,7 @@ from .models import (
     MemoryStats,
     SessionInfo,
     StreamFrame,
+    UserDataErased,
 )
 
 __all__ = ["EngramClient", "EngramClientSync", "EngramMemory", "EngramMemorySync"]
@@ -267,8 +268,13 @@ class EngramClientSync:
     def get_stats(self) -> MemoryStats:
         return cv.stats_from_pb(self._call(self.stub.GetStats, pb.GetStatsRequest()))
 
-    def cleanup(self, max_age: timedelta | float) -> int:
-        return int(self._call(self.stub.Cleanup, cv.cleanup_request(max_age)).removed_sessions)
+    def cleanup(self, max_age: timedelta | float, *, app_name: str | None = None, user_id: str | None = None) -> int:
+        return int(self._call(self.stub.Cleanup, cv.cleanup_request(max_age, app_name, user_id)).removed_sessions)
+
+    def delete_user_data(self, app_name: str, user_id: str) -> UserDataErased:
+        return cv.erased_from_pb(
+            self._call(self.stub.DeleteUserData, pb.DeleteUserDataRequest(app_name=app_name, user_id=user_id))
+        )
 
 
 class EngramMemorySync:

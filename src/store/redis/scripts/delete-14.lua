@@ -20,7 +20,7 @@
   ARGV[7] delete only when updatedAt < this ("" for always)
   ARGV[8] delete only when more than this many sessions exist ("" for always)
 
-  Replies {"DELETED"} | {"GONE"} | {"MOVED"} | {"KEPT"}
+  Replies {"DELETED", <events it held>} | {"GONE"} | {"MOVED"} | {"KEPT"}
   The notice is '{"s":<session id>,"d":1,"i":<incarnation>}'.
 ]]
 local s = redis.call("HMGET", KEYS[1], "app", "user", "updated", "head", "first", "inc")
@@ -67,4 +67,4 @@ redis.call("HINCRBY", KEYS[5], "sessions", -1)
 redis.call("HINCRBY", KEYS[5], "events", first - head - 1)
 -- The incarnation is base64url (or "" for sessions stored before incarnations): no JSON escaping needed.
 redis.call("PUBLISH", ARGV[5], '{"s":' .. ARGV[4] .. ',"d":1,"i":"' .. (s[6] or "") .. '"}')
-return {"DELETED"}
+return {"DELETED", head - first + 1}

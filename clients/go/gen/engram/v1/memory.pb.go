@@ -2415,7 +2415,11 @@ func (x *GetStatsResponse) GetBackend() string {
 type CleanupRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Required, > 0: sessions whose updated_at is older than now - max_age go.
-	MaxAge        *durationpb.Duration `protobuf:"bytes,1,opt,name=max_age,json=maxAge,proto3" json:"max_age,omitempty"`
+	MaxAge *durationpb.Duration `protobuf:"bytes,1,opt,name=max_age,json=maxAge,proto3" json:"max_age,omitempty"`
+	// Only sessions of this app when set.
+	AppName *string `protobuf:"bytes,2,opt,name=app_name,json=appName,proto3,oneof" json:"app_name,omitempty"`
+	// Only sessions of this user when set.
+	UserId        *string `protobuf:"bytes,3,opt,name=user_id,json=userId,proto3,oneof" json:"user_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2455,6 +2459,20 @@ func (x *CleanupRequest) GetMaxAge() *durationpb.Duration {
 		return x.MaxAge
 	}
 	return nil
+}
+
+func (x *CleanupRequest) GetAppName() string {
+	if x != nil && x.AppName != nil {
+		return *x.AppName
+	}
+	return ""
+}
+
+func (x *CleanupRequest) GetUserId() string {
+	if x != nil && x.UserId != nil {
+		return *x.UserId
+	}
+	return ""
 }
 
 // CleanupResponse reports how many sessions were removed.
@@ -2499,6 +2517,116 @@ func (*CleanupResponse) Descriptor() ([]byte, []int) {
 func (x *CleanupResponse) GetRemovedSessions() uint64 {
 	if x != nil {
 		return x.RemovedSessions
+	}
+	return 0
+}
+
+// DeleteUserDataRequest names the user to erase.
+type DeleteUserDataRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Required.
+	AppName string `protobuf:"bytes,1,opt,name=app_name,json=appName,proto3" json:"app_name,omitempty"`
+	// Required.
+	UserId        string `protobuf:"bytes,2,opt,name=user_id,json=userId,proto3" json:"user_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DeleteUserDataRequest) Reset() {
+	*x = DeleteUserDataRequest{}
+	mi := &file_engram_v1_memory_proto_msgTypes[37]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DeleteUserDataRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DeleteUserDataRequest) ProtoMessage() {}
+
+func (x *DeleteUserDataRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_engram_v1_memory_proto_msgTypes[37]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DeleteUserDataRequest.ProtoReflect.Descriptor instead.
+func (*DeleteUserDataRequest) Descriptor() ([]byte, []int) {
+	return file_engram_v1_memory_proto_rawDescGZIP(), []int{37}
+}
+
+func (x *DeleteUserDataRequest) GetAppName() string {
+	if x != nil {
+		return x.AppName
+	}
+	return ""
+}
+
+func (x *DeleteUserDataRequest) GetUserId() string {
+	if x != nil {
+		return x.UserId
+	}
+	return ""
+}
+
+// DeleteUserDataResponse reports what this call removed.
+type DeleteUserDataResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Sessions this call removed (0 when a previous call removed them all).
+	RemovedSessions uint64 `protobuf:"varint,1,opt,name=removed_sessions,json=removedSessions,proto3" json:"removed_sessions,omitempty"`
+	// Events those sessions held.
+	RemovedEvents uint64 `protobuf:"varint,2,opt,name=removed_events,json=removedEvents,proto3" json:"removed_events,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DeleteUserDataResponse) Reset() {
+	*x = DeleteUserDataResponse{}
+	mi := &file_engram_v1_memory_proto_msgTypes[38]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DeleteUserDataResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DeleteUserDataResponse) ProtoMessage() {}
+
+func (x *DeleteUserDataResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_engram_v1_memory_proto_msgTypes[38]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DeleteUserDataResponse.ProtoReflect.Descriptor instead.
+func (*DeleteUserDataResponse) Descriptor() ([]byte, []int) {
+	return file_engram_v1_memory_proto_rawDescGZIP(), []int{38}
+}
+
+func (x *DeleteUserDataResponse) GetRemovedSessions() uint64 {
+	if x != nil {
+		return x.RemovedSessions
+	}
+	return 0
+}
+
+func (x *DeleteUserDataResponse) GetRemovedEvents() uint64 {
+	if x != nil {
+		return x.RemovedEvents
 	}
 	return 0
 }
@@ -2699,11 +2827,22 @@ const file_engram_v1_memory_proto_rawDesc = "" +
 	"\x0etotal_sessions\x18\x01 \x01(\x04R\rtotalSessions\x12!\n" +
 	"\ftotal_events\x18\x02 \x01(\x04R\vtotalEvents\x123\n" +
 	"\x16avg_events_per_session\x18\x03 \x01(\x01R\x13avgEventsPerSession\x12\x18\n" +
-	"\abackend\x18\x04 \x01(\tR\abackend\"D\n" +
+	"\abackend\x18\x04 \x01(\tR\abackend\"\x9b\x01\n" +
 	"\x0eCleanupRequest\x122\n" +
-	"\amax_age\x18\x01 \x01(\v2\x19.google.protobuf.DurationR\x06maxAge\"<\n" +
+	"\amax_age\x18\x01 \x01(\v2\x19.google.protobuf.DurationR\x06maxAge\x12\x1e\n" +
+	"\bapp_name\x18\x02 \x01(\tH\x00R\aappName\x88\x01\x01\x12\x1c\n" +
+	"\auser_id\x18\x03 \x01(\tH\x01R\x06userId\x88\x01\x01B\v\n" +
+	"\t_app_nameB\n" +
+	"\n" +
+	"\b_user_id\"<\n" +
 	"\x0fCleanupResponse\x12)\n" +
-	"\x10removed_sessions\x18\x01 \x01(\x04R\x0fremovedSessions2\xed\b\n" +
+	"\x10removed_sessions\x18\x01 \x01(\x04R\x0fremovedSessions\"K\n" +
+	"\x15DeleteUserDataRequest\x12\x19\n" +
+	"\bapp_name\x18\x01 \x01(\tR\aappName\x12\x17\n" +
+	"\auser_id\x18\x02 \x01(\tR\x06userId\"j\n" +
+	"\x16DeleteUserDataResponse\x12)\n" +
+	"\x10removed_sessions\x18\x01 \x01(\x04R\x0fremovedSessions\x12%\n" +
+	"\x0eremoved_events\x18\x02 \x01(\x04R\rremovedEvents2\xc9\t\n" +
 	"\rMemoryService\x12R\n" +
 	"\rCreateSession\x12\x1f.engram.v1.CreateSessionRequest\x1a .engram.v1.CreateSessionResponse\x12a\n" +
 	"\x12GetOrCreateSession\x12$.engram.v1.GetOrCreateSessionRequest\x1a%.engram.v1.GetOrCreateSessionResponse\x12N\n" +
@@ -2719,7 +2858,8 @@ const file_engram_v1_memory_proto_rawDesc = "" +
 	"\x13StreamSessionEvents\x12%.engram.v1.StreamSessionEventsRequest\x1a&.engram.v1.StreamSessionEventsResponse0\x01\x12x\n" +
 	"\x18BuildConversationContext\x12*.engram.v1.BuildConversationContextRequest\x1a+.engram.v1.BuildConversationContextResponse\"\x03\x90\x02\x01\x12H\n" +
 	"\bGetStats\x12\x1a.engram.v1.GetStatsRequest\x1a\x1b.engram.v1.GetStatsResponse\"\x03\x90\x02\x01\x12@\n" +
-	"\aCleanup\x12\x19.engram.v1.CleanupRequest\x1a\x1a.engram.v1.CleanupResponseB\xa4\x01\n" +
+	"\aCleanup\x12\x19.engram.v1.CleanupRequest\x1a\x1a.engram.v1.CleanupResponse\x12Z\n" +
+	"\x0eDeleteUserData\x12 .engram.v1.DeleteUserDataRequest\x1a!.engram.v1.DeleteUserDataResponse\"\x03\x90\x02\x02B\xa4\x01\n" +
 	"\rcom.engram.v1B\vMemoryProtoP\x01ZAgithub.com/engram-memory/engram/clients/go/gen/engram/v1;engramv1\xa2\x02\x03EXX\xaa\x02\tEngram.V1\xca\x02\tEngram\\V1\xe2\x02\x15Engram\\V1\\GPBMetadata\xea\x02\n" +
 	"Engram::V1b\x06proto3"
 
@@ -2735,7 +2875,7 @@ func file_engram_v1_memory_proto_rawDescGZIP() []byte {
 	return file_engram_v1_memory_proto_rawDescData
 }
 
-var file_engram_v1_memory_proto_msgTypes = make([]protoimpl.MessageInfo, 38)
+var file_engram_v1_memory_proto_msgTypes = make([]protoimpl.MessageInfo, 40)
 var file_engram_v1_memory_proto_goTypes = []any{
 	(*Session)(nil),                          // 0: engram.v1.Session
 	(*Event)(nil),                            // 1: engram.v1.Event
@@ -2774,28 +2914,30 @@ var file_engram_v1_memory_proto_goTypes = []any{
 	(*GetStatsResponse)(nil),                 // 34: engram.v1.GetStatsResponse
 	(*CleanupRequest)(nil),                   // 35: engram.v1.CleanupRequest
 	(*CleanupResponse)(nil),                  // 36: engram.v1.CleanupResponse
-	nil,                                      // 37: engram.v1.BuildConversationContextRequest.SectionBudgetsEntry
-	(*structpb.Struct)(nil),                  // 38: google.protobuf.Struct
-	(*timestamppb.Timestamp)(nil),            // 39: google.protobuf.Timestamp
-	(*structpb.Value)(nil),                   // 40: google.protobuf.Value
-	(*durationpb.Duration)(nil),              // 41: google.protobuf.Duration
+	(*DeleteUserDataRequest)(nil),            // 37: engram.v1.DeleteUserDataRequest
+	(*DeleteUserDataResponse)(nil),           // 38: engram.v1.DeleteUserDataResponse
+	nil,                                      // 39: engram.v1.BuildConversationContextRequest.SectionBudgetsEntry
+	(*structpb.Struct)(nil),                  // 40: google.protobuf.Struct
+	(*timestamppb.Timestamp)(nil),            // 41: google.protobuf.Timestamp
+	(*structpb.Value)(nil),                   // 42: google.protobuf.Value
+	(*durationpb.Duration)(nil),              // 43: google.protobuf.Duration
 }
 var file_engram_v1_memory_proto_depIdxs = []int32{
-	38, // 0: engram.v1.Session.metadata:type_name -> google.protobuf.Struct
-	39, // 1: engram.v1.Session.created_at:type_name -> google.protobuf.Timestamp
-	39, // 2: engram.v1.Session.updated_at:type_name -> google.protobuf.Timestamp
-	40, // 3: engram.v1.Event.content:type_name -> google.protobuf.Value
-	38, // 4: engram.v1.Event.metadata:type_name -> google.protobuf.Struct
-	39, // 5: engram.v1.Event.timestamp:type_name -> google.protobuf.Timestamp
-	38, // 6: engram.v1.CreateSessionRequest.metadata:type_name -> google.protobuf.Struct
+	40, // 0: engram.v1.Session.metadata:type_name -> google.protobuf.Struct
+	41, // 1: engram.v1.Session.created_at:type_name -> google.protobuf.Timestamp
+	41, // 2: engram.v1.Session.updated_at:type_name -> google.protobuf.Timestamp
+	42, // 3: engram.v1.Event.content:type_name -> google.protobuf.Value
+	40, // 4: engram.v1.Event.metadata:type_name -> google.protobuf.Struct
+	41, // 5: engram.v1.Event.timestamp:type_name -> google.protobuf.Timestamp
+	40, // 6: engram.v1.CreateSessionRequest.metadata:type_name -> google.protobuf.Struct
 	0,  // 7: engram.v1.CreateSessionResponse.session:type_name -> engram.v1.Session
-	38, // 8: engram.v1.GetOrCreateSessionRequest.metadata:type_name -> google.protobuf.Struct
+	40, // 8: engram.v1.GetOrCreateSessionRequest.metadata:type_name -> google.protobuf.Struct
 	0,  // 9: engram.v1.GetOrCreateSessionResponse.session:type_name -> engram.v1.Session
 	0,  // 10: engram.v1.GetSessionResponse.session:type_name -> engram.v1.Session
 	0,  // 11: engram.v1.ListSessionsResponse.sessions:type_name -> engram.v1.Session
-	40, // 12: engram.v1.EventInput.content:type_name -> google.protobuf.Value
-	38, // 13: engram.v1.EventInput.metadata:type_name -> google.protobuf.Struct
-	39, // 14: engram.v1.EventInput.timestamp:type_name -> google.protobuf.Timestamp
+	42, // 12: engram.v1.EventInput.content:type_name -> google.protobuf.Value
+	40, // 13: engram.v1.EventInput.metadata:type_name -> google.protobuf.Struct
+	41, // 14: engram.v1.EventInput.timestamp:type_name -> google.protobuf.Timestamp
 	12, // 15: engram.v1.AddEventRequest.event:type_name -> engram.v1.EventInput
 	1,  // 16: engram.v1.AddEventResponse.event:type_name -> engram.v1.Event
 	12, // 17: engram.v1.AddEventsRequest.events:type_name -> engram.v1.EventInput
@@ -2805,14 +2947,14 @@ var file_engram_v1_memory_proto_depIdxs = []int32{
 	1,  // 21: engram.v1.StreamSessionEventsResponse.event:type_name -> engram.v1.Event
 	22, // 22: engram.v1.StreamSessionEventsResponse.caught_up:type_name -> engram.v1.CaughtUp
 	23, // 23: engram.v1.StreamSessionEventsResponse.heartbeat:type_name -> engram.v1.Heartbeat
-	37, // 24: engram.v1.BuildConversationContextRequest.section_budgets:type_name -> engram.v1.BuildConversationContextRequest.SectionBudgetsEntry
+	39, // 24: engram.v1.BuildConversationContextRequest.section_budgets:type_name -> engram.v1.BuildConversationContextRequest.SectionBudgetsEntry
 	26, // 25: engram.v1.ToolCall.function:type_name -> engram.v1.ToolCallFunction
 	27, // 26: engram.v1.ChatMessage.tool_calls:type_name -> engram.v1.ToolCall
 	29, // 27: engram.v1.ChatMessage.content_parts:type_name -> engram.v1.ContentPart
 	30, // 28: engram.v1.ContentPart.image_url:type_name -> engram.v1.ImageUrl
 	28, // 29: engram.v1.BuildConversationContextResponse.messages:type_name -> engram.v1.ChatMessage
 	31, // 30: engram.v1.BuildConversationContextResponse.sections:type_name -> engram.v1.ContextSection
-	41, // 31: engram.v1.CleanupRequest.max_age:type_name -> google.protobuf.Duration
+	43, // 31: engram.v1.CleanupRequest.max_age:type_name -> google.protobuf.Duration
 	2,  // 32: engram.v1.MemoryService.CreateSession:input_type -> engram.v1.CreateSessionRequest
 	4,  // 33: engram.v1.MemoryService.GetOrCreateSession:input_type -> engram.v1.GetOrCreateSessionRequest
 	6,  // 34: engram.v1.MemoryService.GetSession:input_type -> engram.v1.GetSessionRequest
@@ -2826,21 +2968,23 @@ var file_engram_v1_memory_proto_depIdxs = []int32{
 	25, // 42: engram.v1.MemoryService.BuildConversationContext:input_type -> engram.v1.BuildConversationContextRequest
 	33, // 43: engram.v1.MemoryService.GetStats:input_type -> engram.v1.GetStatsRequest
 	35, // 44: engram.v1.MemoryService.Cleanup:input_type -> engram.v1.CleanupRequest
-	3,  // 45: engram.v1.MemoryService.CreateSession:output_type -> engram.v1.CreateSessionResponse
-	5,  // 46: engram.v1.MemoryService.GetOrCreateSession:output_type -> engram.v1.GetOrCreateSessionResponse
-	7,  // 47: engram.v1.MemoryService.GetSession:output_type -> engram.v1.GetSessionResponse
-	9,  // 48: engram.v1.MemoryService.ListSessions:output_type -> engram.v1.ListSessionsResponse
-	11, // 49: engram.v1.MemoryService.DeleteSession:output_type -> engram.v1.DeleteSessionResponse
-	14, // 50: engram.v1.MemoryService.AddEvent:output_type -> engram.v1.AddEventResponse
-	16, // 51: engram.v1.MemoryService.AddEvents:output_type -> engram.v1.AddEventsResponse
-	18, // 52: engram.v1.MemoryService.GetSessionEvents:output_type -> engram.v1.GetSessionEventsResponse
-	20, // 53: engram.v1.MemoryService.ListEvents:output_type -> engram.v1.ListEventsResponse
-	24, // 54: engram.v1.MemoryService.StreamSessionEvents:output_type -> engram.v1.StreamSessionEventsResponse
-	32, // 55: engram.v1.MemoryService.BuildConversationContext:output_type -> engram.v1.BuildConversationContextResponse
-	34, // 56: engram.v1.MemoryService.GetStats:output_type -> engram.v1.GetStatsResponse
-	36, // 57: engram.v1.MemoryService.Cleanup:output_type -> engram.v1.CleanupResponse
-	45, // [45:58] is the sub-list for method output_type
-	32, // [32:45] is the sub-list for method input_type
+	37, // 45: engram.v1.MemoryService.DeleteUserData:input_type -> engram.v1.DeleteUserDataRequest
+	3,  // 46: engram.v1.MemoryService.CreateSession:output_type -> engram.v1.CreateSessionResponse
+	5,  // 47: engram.v1.MemoryService.GetOrCreateSession:output_type -> engram.v1.GetOrCreateSessionResponse
+	7,  // 48: engram.v1.MemoryService.GetSession:output_type -> engram.v1.GetSessionResponse
+	9,  // 49: engram.v1.MemoryService.ListSessions:output_type -> engram.v1.ListSessionsResponse
+	11, // 50: engram.v1.MemoryService.DeleteSession:output_type -> engram.v1.DeleteSessionResponse
+	14, // 51: engram.v1.MemoryService.AddEvent:output_type -> engram.v1.AddEventResponse
+	16, // 52: engram.v1.MemoryService.AddEvents:output_type -> engram.v1.AddEventsResponse
+	18, // 53: engram.v1.MemoryService.GetSessionEvents:output_type -> engram.v1.GetSessionEventsResponse
+	20, // 54: engram.v1.MemoryService.ListEvents:output_type -> engram.v1.ListEventsResponse
+	24, // 55: engram.v1.MemoryService.StreamSessionEvents:output_type -> engram.v1.StreamSessionEventsResponse
+	32, // 56: engram.v1.MemoryService.BuildConversationContext:output_type -> engram.v1.BuildConversationContextResponse
+	34, // 57: engram.v1.MemoryService.GetStats:output_type -> engram.v1.GetStatsResponse
+	36, // 58: engram.v1.MemoryService.Cleanup:output_type -> engram.v1.CleanupResponse
+	38, // 59: engram.v1.MemoryService.DeleteUserData:output_type -> engram.v1.DeleteUserDataResponse
+	46, // [46:60] is the sub-list for method output_type
+	32, // [32:46] is the sub-list for method input_type
 	32, // [32:32] is the sub-list for extension type_name
 	32, // [32:32] is the sub-list for extension extendee
 	0,  // [0:32] is the sub-list for field type_name
@@ -2864,13 +3008,14 @@ func file_engram_v1_memory_proto_init() {
 		(*StreamSessionEventsResponse_Heartbeat)(nil),
 	}
 	file_engram_v1_memory_proto_msgTypes[25].OneofWrappers = []any{}
+	file_engram_v1_memory_proto_msgTypes[35].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_engram_v1_memory_proto_rawDesc), len(file_engram_v1_memory_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   38,
+			NumMessages:   40,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -85,6 +85,9 @@ const (
 	MemoryServiceGetStatsProcedure = "/engram.v1.MemoryService/GetStats"
 	// MemoryServiceCleanupProcedure is the fully-qualified name of the MemoryService's Cleanup RPC.
 	MemoryServiceCleanupProcedure = "/engram.v1.MemoryService/Cleanup"
+	// MemoryServiceDeleteUserDataProcedure is the fully-qualified name of the MemoryService's
+	// DeleteUserData RPC.
+	MemoryServiceDeleteUserDataProcedure = "/engram.v1.MemoryService/DeleteUserData"
 )
 
 // MemoryServiceClient is a client for the engram.v1.MemoryService service.
@@ -119,8 +122,17 @@ type MemoryServiceClient interface {
 	BuildConversationContext(context.Context, *connect.Request[v1.BuildConversationContextRequest]) (*connect.Response[v1.BuildConversationContextResponse], error)
 	// GetStats reports totals over the whole store.
 	GetStats(context.Context, *connect.Request[v1.GetStatsRequest]) (*connect.Response[v1.GetStatsResponse], error)
-	// Cleanup removes sessions not updated within max_age.
+	// Cleanup removes sessions not updated within max_age, optionally only
+	// those of one app_name and/or user_id.
 	Cleanup(context.Context, *connect.Request[v1.CleanupRequest]) (*connect.Response[v1.CleanupResponse], error)
+	// DeleteUserData erases one user of one app: every session of (app_name,
+	// user_id) with all its events and every other record kept for them. Safe
+	// to repeat: a call interrupted midway (a crash, a lost connection) leaves
+	// whole sessions, never half a session, and calling again finishes the job;
+	// each call counts only what it removed itself. Allowed to admin API keys
+	// whose apps include app_name and to write keys bound to that user (and
+	// app); other keys: PERMISSION_DENIED.
+	DeleteUserData(context.Context, *connect.Request[v1.DeleteUserDataRequest]) (*connect.Response[v1.DeleteUserDataResponse], error)
 }
 
 // NewMemoryServiceClient constructs a client for the engram.v1.MemoryService service. By default,
@@ -218,6 +230,13 @@ func NewMemoryServiceClient(httpClient connect.HTTPClient, baseURL string, opts 
 			connect.WithSchema(memoryServiceMethods.ByName("Cleanup")),
 			connect.WithClientOptions(opts...),
 		),
+		deleteUserData: connect.NewClient[v1.DeleteUserDataRequest, v1.DeleteUserDataResponse](
+			httpClient,
+			baseURL+MemoryServiceDeleteUserDataProcedure,
+			connect.WithSchema(memoryServiceMethods.ByName("DeleteUserData")),
+			connect.WithIdempotency(connect.IdempotencyIdempotent),
+			connect.WithClientOptions(opts...),
+		),
 	}
 }
 
@@ -236,6 +255,7 @@ type memoryServiceClient struct {
 	buildConversationContext *connect.Client[v1.BuildConversationContextRequest, v1.BuildConversationContextResponse]
 	getStats                 *connect.Client[v1.GetStatsRequest, v1.GetStatsResponse]
 	cleanup                  *connect.Client[v1.CleanupRequest, v1.CleanupResponse]
+	deleteUserData           *connect.Client[v1.DeleteUserDataRequest, v1.DeleteUserDataResponse]
 }
 
 // CreateSession calls engram.v1.MemoryService.CreateSession.
@@ -303,6 +323,11 @@ func (c *memoryServiceClient) Cleanup(ctx context.Context, req *connect.Request[
 	return c.cleanup.CallUnary(ctx, req)
 }
 
+// DeleteUserData calls engram.v1.MemoryService.DeleteUserData.
+func (c *memoryServiceClient) DeleteUserData(ctx context.Context, req *connect.Request[v1.DeleteUserDataRequest]) (*connect.Response[v1.DeleteUserDataResponse], error) {
+	return c.deleteUserData.CallUnary(ctx, req)
+}
+
 // MemoryServiceHandler is an implementation of the engram.v1.MemoryService service.
 type MemoryServiceHandler interface {
 	// CreateSession creates a session; the server generates session_id when it
@@ -335,8 +360,17 @@ type MemoryServiceHandler interface {
 	BuildConversationContext(context.Context, *connect.Request[v1.BuildConversationContextRequest]) (*connect.Response[v1.BuildConversationContextResponse], error)
 	// GetStats reports totals over the whole store.
 	GetStats(context.Context, *connect.Request[v1.GetStatsRequest]) (*connect.Response[v1.GetStatsResponse], error)
-	// Cleanup removes sessions not updated within max_age.
+	// Cleanup removes sessions not updated within max_age, optionally only
+	// those of one app_name and/or user_id.
 	Cleanup(context.Context, *connect.Request[v1.CleanupRequest]) (*connect.Response[v1.CleanupResponse], error)
+	// DeleteUserData erases one user of one app: every session of (app_name,
+	// user_id) with all its events and every other record kept for them. Safe
+	// to repeat: a call interrupted midway (a crash, a lost connection) leaves
+	// whole sessions, never half a session, and calling again finishes the job;
+	// each call counts only what it removed itself. Allowed to admin API keys
+	// whose apps include app_name and to write keys bound to that user (and
+	// app); other keys: PERMISSION_DENIED.
+	DeleteUserData(context.Context, *connect.Request[v1.DeleteUserDataRequest]) (*connect.Response[v1.DeleteUserDataResponse], error)
 }
 
 // NewMemoryServiceHandler builds an HTTP handler from the service implementation. It returns the
@@ -430,6 +464,13 @@ func NewMemoryServiceHandler(svc MemoryServiceHandler, opts ...connect.HandlerOp
 		connect.WithSchema(memoryServiceMethods.ByName("Cleanup")),
 		connect.WithHandlerOptions(opts...),
 	)
+	memoryServiceDeleteUserDataHandler := connect.NewUnaryHandler(
+		MemoryServiceDeleteUserDataProcedure,
+		svc.DeleteUserData,
+		connect.WithSchema(memoryServiceMethods.ByName("DeleteUserData")),
+		connect.WithIdempotency(connect.IdempotencyIdempotent),
+		connect.WithHandlerOptions(opts...),
+	)
 	return "/engram.v1.MemoryService/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.URL.Path {
 		case MemoryServiceCreateSessionProcedure:
@@ -458,6 +499,8 @@ func NewMemoryServiceHandler(svc MemoryServiceHandler, opts ...connect.HandlerOp
 			memoryServiceGetStatsHandler.ServeHTTP(w, r)
 		case MemoryServiceCleanupProcedure:
 			memoryServiceCleanupHandler.ServeHTTP(w, r)
+		case MemoryServiceDeleteUserDataProcedure:
+			memoryServiceDeleteUserDataHandler.ServeHTTP(w, r)
 		default:
 			http.NotFound(w, r)
 		}
@@ -517,4 +560,8 @@ func (UnimplementedMemoryServiceHandler) GetStats(context.Context, *connect.Requ
 
 func (UnimplementedMemoryServiceHandler) Cleanup(context.Context, *connect.Request[v1.CleanupRequest]) (*connect.Response[v1.CleanupResponse], error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("engram.v1.MemoryService.Cleanup is not implemented"))
+}
+
+func (UnimplementedMemoryServiceHandler) DeleteUserData(context.Context, *connect.Request[v1.DeleteUserDataRequest]) (*connect.Response[v1.DeleteUserDataResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("engram.v1.MemoryService.DeleteUserData is not implemented"))
 }

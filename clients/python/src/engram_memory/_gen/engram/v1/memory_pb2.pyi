@@ -1273,6 +1273,12 @@ class CleanupRequest(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
     MAX_AGE_FIELD_NUMBER: _builtins.int
+    APP_NAME_FIELD_NUMBER: _builtins.int
+    USER_ID_FIELD_NUMBER: _builtins.int
+    app_name: _builtins.str
+    """Only sessions of this app when set."""
+    user_id: _builtins.str
+    """Only sessions of this user when set."""
     @_builtins.property
     def max_age(self) -> _duration_pb2.Duration:
         """Required, > 0: sessions whose updated_at is older than now - max_age go."""
@@ -1281,12 +1287,21 @@ class CleanupRequest(_message.Message):
         self,
         *,
         max_age: _duration_pb2.Duration | None = ...,
+        app_name: _builtins.str | None = ...,
+        user_id: _builtins.str | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["max_age", b"max_age"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_app_name", b"_app_name", "_user_id", b"_user_id", "app_name", b"app_name", "max_age", b"max_age", "user_id", b"user_id"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["max_age", b"max_age"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_app_name", b"_app_name", "_user_id", b"_user_id", "app_name", b"app_name", "max_age", b"max_age", "user_id", b"user_id"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    def WhichOneof(self, oneof_group: _Never) -> None: ...
+    _WhichOneofReturnType__app_name: _TypeAlias = _typing.Literal["app_name"]  # noqa: Y015
+    _WhichOneofArgType__app_name: _TypeAlias = _typing.Literal["_app_name", b"_app_name"]  # noqa: Y015
+    _WhichOneofReturnType__user_id: _TypeAlias = _typing.Literal["user_id"]  # noqa: Y015
+    _WhichOneofArgType__user_id: _TypeAlias = _typing.Literal["_user_id", b"_user_id"]  # noqa: Y015
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__app_name) -> _WhichOneofReturnType__app_name | None: ...
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__user_id) -> _WhichOneofReturnType__user_id | None: ...
 
 Global___CleanupRequest: _TypeAlias = CleanupRequest  # noqa: Y015
 
@@ -1311,3 +1326,55 @@ class CleanupResponse(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___CleanupResponse: _TypeAlias = CleanupResponse  # noqa: Y015
+
+@_typing.final
+class DeleteUserDataRequest(_message.Message):
+    """DeleteUserDataRequest names the user to erase."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    APP_NAME_FIELD_NUMBER: _builtins.int
+    USER_ID_FIELD_NUMBER: _builtins.int
+    app_name: _builtins.str
+    """Required."""
+    user_id: _builtins.str
+    """Required."""
+    def __init__(
+        self,
+        *,
+        app_name: _builtins.str = ...,
+        user_id: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["app_name", b"app_name", "user_id", b"user_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___DeleteUserDataRequest: _TypeAlias = DeleteUserDataRequest  # noqa: Y015
+
+@_typing.final
+class DeleteUserDataResponse(_message.Message):
+    """DeleteUserDataResponse reports what this call removed."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    REMOVED_SESSIONS_FIELD_NUMBER: _builtins.int
+    REMOVED_EVENTS_FIELD_NUMBER: _builtins.int
+    removed_sessions: _builtins.int
+    """Sessions this call removed (0 when a previous call removed them all)."""
+    removed_events: _builtins.int
+    """Events those sessions held."""
+    def __init__(
+        self,
+        *,
+        removed_sessions: _builtins.int = ...,
+        removed_events: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["removed_events", b"removed_events", "removed_sessions", b"removed_sessions"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___DeleteUserDataResponse: _TypeAlias = DeleteUserDataResponse  # noqa: Y015

@@ -100,6 +100,11 @@ class MemoryServiceStub:
                 request_serializer=engram_dot_v1_dot_memory__pb2.CleanupRequest.SerializeToString,
                 response_deserializer=engram_dot_v1_dot_memory__pb2.CleanupResponse.FromString,
                 _registered_method=True)
+        self.DeleteUserData = channel.unary_unary(
+                '/engram.v1.MemoryService/DeleteUserData',
+                request_serializer=engram_dot_v1_dot_memory__pb2.DeleteUserDataRequest.SerializeToString,
+                response_deserializer=engram_dot_v1_dot_memory__pb2.DeleteUserDataResponse.FromString,
+                _registered_method=True)
 
 
 class MemoryServiceServicer:
@@ -197,7 +202,21 @@ class MemoryServiceServicer:
         raise NotImplementedError('Method not implemented!')
 
     def Cleanup(self, request, context):
-        """Cleanup removes sessions not updated within max_age.
+        """Cleanup removes sessions not updated within max_age, optionally only
+        those of one app_name and/or user_id.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def DeleteUserData(self, request, context):
+        """DeleteUserData erases one user of one app: every session of (app_name,
+        user_id) with all its events and every other record kept for them. Safe
+        to repeat: a call interrupted midway (a crash, a lost connection) leaves
+        whole sessions, never half a session, and calling again finishes the job;
+        each call counts only what it removed itself. Allowed to admin API keys
+        whose apps include app_name and to write keys bound to that user (and
+        app); other keys: PERMISSION_DENIED.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -270,6 +289,11 @@ def add_MemoryServiceServicer_to_server(servicer, server):
                     servicer.Cleanup,
                     request_deserializer=engram_dot_v1_dot_memory__pb2.CleanupRequest.FromString,
                     response_serializer=engram_dot_v1_dot_memory__pb2.CleanupResponse.SerializeToString,
+            ),
+            'DeleteUserData': grpc.unary_unary_rpc_method_handler(
+                    servicer.DeleteUserData,
+                    request_deserializer=engram_dot_v1_dot_memory__pb2.DeleteUserDataRequest.FromString,
+                    response_serializer=engram_dot_v1_dot_memory__pb2.DeleteUserDataResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -624,6 +648,33 @@ class MemoryService:
             '/engram.v1.MemoryService/Cleanup',
             engram_dot_v1_dot_memory__pb2.CleanupRequest.SerializeToString,
             engram_dot_v1_dot_memory__pb2.CleanupResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def DeleteUserData(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/engram.v1.MemoryService/DeleteUserData',
+            engram_dot_v1_dot_memory__pb2.DeleteUserDataRequest.SerializeToString,
+            engram_dot_v1_dot_memory__pb2.DeleteUserDataResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -86,7 +86,18 @@ class MemoryServiceStub:
     GetStats: _grpc.UnaryUnaryMultiCallable[_memory_pb2.GetStatsRequest, _memory_pb2.GetStatsResponse]
     """GetStats reports totals over the whole store."""
     Cleanup: _grpc.UnaryUnaryMultiCallable[_memory_pb2.CleanupRequest, _memory_pb2.CleanupResponse]
-    """Cleanup removes sessions not updated within max_age."""
+    """Cleanup removes sessions not updated within max_age, optionally only
+    those of one app_name and/or user_id.
+    """
+    DeleteUserData: _grpc.UnaryUnaryMultiCallable[_memory_pb2.DeleteUserDataRequest, _memory_pb2.DeleteUserDataResponse]
+    """DeleteUserData erases one user of one app: every session of (app_name,
+    user_id) with all its events and every other record kept for them. Safe
+    to repeat: a call interrupted midway (a crash, a lost connection) leaves
+    whole sessions, never half a session, and calling again finishes the job;
+    each call counts only what it removed itself. Allowed to admin API keys
+    whose apps include app_name and to write keys bound to that user (and
+    app); other keys: PERMISSION_DENIED.
+    """
 
 @_typing.type_check_only
 class MemoryServiceAsyncStub(MemoryServiceStub):
@@ -130,7 +141,18 @@ class MemoryServiceAsyncStub(MemoryServiceStub):
     GetStats: _aio.UnaryUnaryMultiCallable[_memory_pb2.GetStatsRequest, _memory_pb2.GetStatsResponse]  # type: ignore[assignment]
     """GetStats reports totals over the whole store."""
     Cleanup: _aio.UnaryUnaryMultiCallable[_memory_pb2.CleanupRequest, _memory_pb2.CleanupResponse]  # type: ignore[assignment]
-    """Cleanup removes sessions not updated within max_age."""
+    """Cleanup removes sessions not updated within max_age, optionally only
+    those of one app_name and/or user_id.
+    """
+    DeleteUserData: _aio.UnaryUnaryMultiCallable[_memory_pb2.DeleteUserDataRequest, _memory_pb2.DeleteUserDataResponse]  # type: ignore[assignment]
+    """DeleteUserData erases one user of one app: every session of (app_name,
+    user_id) with all its events and every other record kept for them. Safe
+    to repeat: a call interrupted midway (a crash, a lost connection) leaves
+    whole sessions, never half a session, and calling again finishes the job;
+    each call counts only what it removed itself. Allowed to admin API keys
+    whose apps include app_name and to write keys bound to that user (and
+    app); other keys: PERMISSION_DENIED.
+    """
 
 class MemoryServiceServicer(metaclass=_abc_1.ABCMeta):
     """MemoryService stores and serves agents' session event logs."""
@@ -249,6 +271,23 @@ class MemoryServiceServicer(metaclass=_abc_1.ABCMeta):
         request: _memory_pb2.CleanupRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_memory_pb2.CleanupResponse, _abc.Awaitable[_memory_pb2.CleanupResponse]]:
-        """Cleanup removes sessions not updated within max_age."""
+        """Cleanup removes sessions not updated within max_age, optionally only
+        those of one app_name and/or user_id.
+        """
+
+    @_abc_1.abstractmethod
+    def DeleteUserData(
+        self,
+        request: _memory_pb2.DeleteUserDataRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_memory_pb2.DeleteUserDataResponse, _abc.Awaitable[_memory_pb2.DeleteUserDataResponse]]:
+        """DeleteUserData erases one user of one app: every session of (app_name,
+        user_id) with all its events and every other record kept for them. Safe
+        to repeat: a call interrupted midway (a crash, a lost connection) leaves
+        whole sessions, never half a session, and calling again finishes the job;
+        each call counts only what it removed itself. Allowed to admin API keys
+        whose apps include app_name and to write keys bound to that user (and
+        app); other keys: PERMISSION_DENIED.
+        """
 
 def add_MemoryServiceServicer_to_server(servicer: MemoryServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...
