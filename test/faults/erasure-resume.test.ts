@@ -11,6 +11,8 @@
  *     start-up and logs the counts;
  *   - nothing of other users (same user in another app, another user of the
  *     same app) was touched at any point.
+ * And an erasure recorded in a store that is down when a server starts is
+ * finished once that server's store opens late (src/store/connecting.ts).
  * Every loop is bounded in count and time; everything runs on 127.0.0.1.
  */
 import { setTimeout as sleep } from "node:timers/promises";
@@ -204,4 +206,53 @@ describe("DeleteUserData after a crash midway", () => {
     }
     await expectErased(userId, others);
   }, 180_000);
+});
+
+describe("an erasure recorded while the backend is down at start-up", () => {
+  it("is finished by a server that started unready, once its store opens", async () => {
+    // Its own Redis with an AOF: what was written survives the outage.
+    const late = await startRedisServer({ appendonly: true });
+    const prefix = `${PREFIX}_late`;
+    const userId = "erased-when-back";
+    let server: Awaited<ReturnType<typeof spawnServer>> | undefined;
+    try {
+      const store = await RedisStore.open({ url: late.url, keyPrefix: prefix, limits: LIMITS });
+      for (const [sessionId, owner] of [["late-1", userId], ["late-2", userId], ["late-kept", "kept-user"]]) {
+        await store.createSession({ sessionId, appName: APP, userId: owner, metadata: {}, now: Date.now() });
+        await store.appendEvents(sessionId, events(sessionId));
+      }
+      // The record an erasure writes before removing anything, left by a replica that died right after.
+      await store.close();
+      const writer = new Redis(late.url);
+      await writer.hset(`${prefix}:erasures`, `${hex(APP)}:${hex(userId)}`, "died-before-removing");
+      writer.disconnect();
+      await late.stop();
+
+      server = await spawnServer({ MEMORY_TYPE: "redis", MEMORY_REDIS_URL: late.url, MEMORY_KEY_PREFIX: prefix, MEMORY_MAX_SESSIONS: String(LIMITS.maxSessions) });
+      // Bounded: the first failed attempt to open the store within 15 s, then the backend comes back.
+      const failedBy = Date.now() + 15_000;
+      while (!server.lines.some((l) => l.includes("cannot open the store yet"))) {
+        if (Date.now() > failedBy) throw new Error(`the server did not report the store down:\n${server.lines.join("\n")}`);
+        await sleep(20);
+      }
+      await late.restart();
+      const deadline = Date.now() + 30_000;
+      let line: string | undefined;
+      while (!(line = server.lines.find((l) => l.includes('"msg":"erasures resumed"')))) {
+        if (Date.now() > deadline) throw new Error(`no "erasures resumed" line within 30 s:\n${server.lines.join("\n")}`);
+        await sleep(20);
+      }
+      expect(JSON.parse(line)).toMatchObject({ users: 1, sessions: 2, events: 2 * EVENTS_PER_SESSION });
+      const check = await RedisStore.open({ url: late.url, keyPrefix: prefix, limits: LIMITS });
+      try {
+        expect((await check.listSessions({ limit: 10 })).map((s) => s.sessionId)).toEqual(["late-kept"]);
+        expect(await check.stats()).toEqual({ totalSessions: 1, totalEvents: EVENTS_PER_SESSION });
+      } finally {
+        await check.close();
+      }
+    } finally {
+      if (server) await killHard(server);
+      await late.destroy();
+    }
+  }, 120_000);
 });
