@@ -61,8 +61,12 @@ export class MemoryError extends Error implements MemoryErrorFacts {
   }
 }
 
-/** The domain of every ErrorInfo Engram sends: reasons are unique within it. */
-export const ERROR_DOMAIN = "engram.dev";
+/**
+ * The domain of every ErrorInfo Engram sends: reasons are unique within it.
+ * The proto package rather than a DNS name: Engram owns no domain, and a
+ * name someone else owns must not stand for it.
+ */
+export const ERROR_DOMAIN = "engram.v1";
 
 /** INVALID_ARGUMENT for one request field (or part, such as "body"); the message names it and `field` carries it. */
 export function invalidArgument(field: string, problem: string): MemoryError {

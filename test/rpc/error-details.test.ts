@@ -67,7 +67,7 @@ describe.each(ALL_PROTOCOLS)("%s", (_name, connectTo) => {
     const err = await errorOf(client.addEvent({ sessionId, event: { eventType: "user_message" }, expectedSeq: 0n }));
     expect(err.code).toBe(Code.FailedPrecondition);
     expect(err.findDetails(ErrorInfoSchema)).toEqual([
-      expect.objectContaining({ reason: "SEQ_CONFLICT", domain: "engram.dev", metadata: { current_seq: "1", expected_seq: "0" } }),
+      expect.objectContaining({ reason: "SEQ_CONFLICT", domain: "engram.v1", metadata: { current_seq: "1", expected_seq: "0" } }),
     ]);
     expect(err.metadata.get("engram-current-seq")).toBe("1");
   });
@@ -177,7 +177,7 @@ describe("one JSON error shape: Connect, REST and an unknown path", () => {
         code: "not_found",
         message: "not found",
         error: "not found",
-        details: [{ type: "google.rpc.ErrorInfo", value: expect.any(String), debug: { reason: "PATH_NOT_FOUND", domain: "engram.dev", metadata: {} } }],
+        details: [{ type: "google.rpc.ErrorInfo", value: expect.any(String), debug: { reason: "PATH_NOT_FOUND", domain: "engram.v1", metadata: {} } }],
       },
     });
   });

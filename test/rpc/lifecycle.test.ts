@@ -53,7 +53,7 @@ describe("SIGTERM", () => {
       expect(err.code).toBe(Code.Unavailable);
       expect(seqsOf(frames)).toEqual([1, 2, 3]);
       expect(err.metadata.get("engram-last-seq")).toBe("3");
-      expect(err.findDetails(ErrorInfoSchema)).toEqual([expect.objectContaining({ reason: "SHUTTING_DOWN", domain: "engram.dev", metadata: { last_seq: "3" } })]);
+      expect(err.findDetails(ErrorInfoSchema)).toEqual([expect.objectContaining({ reason: "SHUTTING_DOWN", domain: "engram.v1", metadata: { last_seq: "3" } })]);
     }
     expect(await exit).toEqual({ code: 0, signal: null });
     expect(Date.now() - started).toBeLessThan(3000 + 2000);

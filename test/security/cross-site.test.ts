@@ -121,7 +121,7 @@ describe("cross-site requests without MEMORY_CORS_ORIGINS (the default)", () => 
         code: "permission_denied",
         message,
         error: message,
-        details: [{ type: "google.rpc.ErrorInfo", value: expect.any(String), debug: { reason: "CROSS_SITE_REFUSED", domain: "engram.dev", metadata: {} } }],
+        details: [{ type: "google.rpc.ErrorInfo", value: expect.any(String), debug: { reason: "CROSS_SITE_REFUSED", domain: "engram.v1", metadata: {} } }],
       });
     },
   );
