@@ -44,7 +44,6 @@ import type {
   NewSession,
   NoticeListener,
   RecentEventsFilter,
-  SessionNotice,
   SessionQuery,
   SessionRecord,
   StoreLimits,
@@ -52,6 +51,7 @@ import type {
   StoredEvent,
   StoreDurability,
 } from "./types.js";
+import { NoticeListeners } from "./notices.js";
 
 // sorted-btree is CommonJS with `exports.default`; loaders disagree on what an ESM
 // default import of it yields, so take the class from require() explicitly.
@@ -184,7 +184,7 @@ export class LocalStore implements MemoryStore {
    */
   private leastRecent?: LocalSession;
   private mostRecent?: LocalSession;
-  private readonly listeners = new Map<string, Set<NoticeListener>>();
+  private readonly listeners = new NoticeListeners();
   private totalEvents = 0;
   /** Sessions per app_name, for per-app session caps. */
   private readonly sessionsPerApp = new Map<string, number>();
@@ -289,7 +289,7 @@ export class LocalStore implements MemoryStore {
     record.updatedAt = now;
     this.touch(s);
     this.markAppended(s);
-    this.notify({ sessionId, headSeq: record.headSeq, incarnation: record.incarnation });
+    this.listeners.notify({ sessionId, headSeq: record.headSeq, incarnation: record.incarnation });
     return { events: stored, replayed: false };
   }
 
@@ -376,13 +376,7 @@ export class LocalStore implements MemoryStore {
   }
 
   subscribe(sessionId: string, listener: NoticeListener): () => void {
-    let set = this.listeners.get(sessionId);
-    if (!set) this.listeners.set(sessionId, (set = new Set()));
-    set.add(listener);
-    return () => {
-      set!.delete(listener);
-      if (set!.size === 0 && this.listeners.get(sessionId) === set) this.listeners.delete(sessionId);
-    };
+    return this.listeners.subscribe(sessionId, listener);
   }
 
   async ping(): Promise<void> {}
@@ -484,7 +478,7 @@ export class LocalStore implements MemoryStore {
       if (!link.order.newest) this.appendOrders.delete(link.order.key);
     }
     this.totalEvents -= s.events.length;
-    this.notify({ sessionId: id, deleted: true, incarnation: s.record.incarnation });
+    this.listeners.notify({ sessionId: id, deleted: true, incarnation: s.record.incarnation });
   }
 
   /** Sessions from the least to the most recently updated; removing the current one while iterating is safe. */
@@ -558,9 +552,4 @@ export class LocalStore implements MemoryStore {
     return { originals, freshCount };
   }
 
-  private notify(notice: SessionNotice): void {
-    const set = this.listeners.get(notice.sessionId);
-    if (!set) return;
-    for (const listener of [...set]) listener(notice);
-  }
 }

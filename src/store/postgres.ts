@@ -31,7 +31,6 @@ import type {
   NoticeListener,
   RecentEventsFilter,
   ResumedErasures,
-  SessionNotice,
   SessionQuery,
   SessionRecord,
   StoreDurability,
@@ -39,6 +38,7 @@ import type {
   StoreStats,
   StoredEvent,
 } from "./types.js";
+import { NoticeListeners } from "./notices.js";
 
 const { Client, Pool, escapeIdentifier } = pg;
 
@@ -280,7 +280,7 @@ export class PostgresStore implements MemoryStore, DeadlineAware {
   /** The quoted schema, prefixed to every table name. */
   private readonly s: string;
   private readonly channel: string;
-  private readonly listeners = new Map<string, Set<NoticeListener>>();
+  private readonly listeners = new NoticeListeners();
   /** Prepared-statement name of each SQL text sent through the pool. */
   private readonly statementNames = new Map<string, string>();
   private readonly appends = new GroupCommit<AppendRequest, AppendResult>({
@@ -495,13 +495,7 @@ export class PostgresStore implements MemoryStore, DeadlineAware {
   }
 
   subscribe(sessionId: string, listener: NoticeListener): () => void {
-    let set = this.listeners.get(sessionId);
-    if (!set) this.listeners.set(sessionId, (set = new Set()));
-    set.add(listener);
-    return () => {
-      set!.delete(listener);
-      if (set!.size === 0 && this.listeners.get(sessionId) === set) this.listeners.delete(sessionId);
-    };
+    return this.listeners.subscribe(sessionId, listener);
   }
 
   async ping(): Promise<void> {
@@ -923,7 +917,7 @@ export class PostgresStore implements MemoryStore, DeadlineAware {
    * (or that it is gone): notices sent during the gap were lost.
    */
   private async resync(): Promise<void> {
-    const ids = [...this.listeners.keys()];
+    const ids = this.listeners.sessionIds();
     if (ids.length === 0) return;
     let rows: { session_id: string; head_seq: string }[];
     try {
@@ -937,7 +931,7 @@ export class PostgresStore implements MemoryStore, DeadlineAware {
     const heads = new Map(rows.map((r) => [r.session_id, Number(r.head_seq)]));
     for (const sessionId of ids) {
       const headSeq = heads.get(sessionId);
-      this.emit(headSeq === undefined ? { sessionId, deleted: true } : { sessionId, headSeq });
+      this.listeners.notify(headSeq === undefined ? { sessionId, deleted: true } : { sessionId, headSeq });
     }
   }
 
@@ -949,19 +943,8 @@ export class PostgresStore implements MemoryStore, DeadlineAware {
       return;
     }
     if (typeof parsed.s !== "string") return;
-    if (parsed.d) this.emit({ sessionId: parsed.s, deleted: true, incarnation: typeof parsed.i === "string" ? parsed.i : undefined });
-    else if (typeof parsed.h === "number") this.emit({ sessionId: parsed.s, headSeq: parsed.h });
+    if (parsed.d) this.listeners.notify({ sessionId: parsed.s, deleted: true, incarnation: typeof parsed.i === "string" ? parsed.i : undefined });
+    else if (typeof parsed.h === "number") this.listeners.notify({ sessionId: parsed.s, headSeq: parsed.h });
   }
 
-  private emit(notice: SessionNotice): void {
-    const set = this.listeners.get(notice.sessionId);
-    if (!set) return;
-    for (const listener of [...set]) {
-      try {
-        listener(notice);
-      } catch {
-        // one faulty listener must not starve the others
-      }
-    }
-  }
 }

@@ -62,6 +62,7 @@ import type {
   StoreStats,
   StoredEvent,
 } from "./types.js";
+import { NoticeListeners } from "./notices.js";
 
 /** How to open a RedisStore. */
 export interface RedisStoreOptions {
@@ -154,7 +155,7 @@ export class RedisStore implements MemoryStore {
   readonly backend = "redis";
   readonly capabilities = { persistent: true, shared: true, retains: true };
 
-  private readonly listeners = new Map<string, Set<NoticeListener>>();
+  private readonly listeners = new NoticeListeners();
   private readonly channel: string;
   private readonly scripts: Record<ScriptName, ScriptRunner>;
   private closed = false;
@@ -491,13 +492,7 @@ export class RedisStore implements MemoryStore {
   }
 
   subscribe(sessionId: string, listener: NoticeListener): () => void {
-    let set = this.listeners.get(sessionId);
-    if (!set) this.listeners.set(sessionId, (set = new Set()));
-    set.add(listener);
-    return () => {
-      set!.delete(listener);
-      if (set!.size === 0 && this.listeners.get(sessionId) === set) this.listeners.delete(sessionId);
-    };
+    return this.listeners.subscribe(sessionId, listener);
   }
 
   async ping(): Promise<void> {
@@ -543,7 +538,7 @@ export class RedisStore implements MemoryStore {
       // decoding each notice's events was ~10% of a replica's CPU under appends nobody streamed.
       if (this.listeners.size === 0 || channel.toString() !== this.channel) return;
       const notice = this.parseNotice(message);
-      if (notice) this.notify(notice);
+      if (notice) this.listeners.notify(notice);
     });
     await this.subscriber.subscribe(this.channel);
     this.subscriber.on("ready", () => {
@@ -594,7 +589,7 @@ export class RedisStore implements MemoryStore {
    * readers treat the head as unknown for good (StreamHub).
    */
   private async renotify(): Promise<void> {
-    const ids = [...this.listeners.keys()];
+    const ids = this.listeners.sessionIds();
     if (ids.length === 0) return;
     try {
       const pipeline = this.redis.pipeline();
@@ -604,24 +599,13 @@ export class RedisStore implements MemoryStore {
         const [err, fields] = results[i] ?? [new Error("no reply")];
         if (err) continue;
         const [head, incarnation] = fields as [string | null, string | null];
-        this.notify(head === null ? { sessionId: id, deleted: true } : { sessionId: id, headSeq: Number(head), incarnation: incarnation ?? "" });
+        this.listeners.notify(head === null ? { sessionId: id, deleted: true } : { sessionId: id, headSeq: Number(head), incarnation: incarnation ?? "" });
       }
     } catch {
       // The heartbeat re-reads of the streams catch up instead.
     }
   }
 
-  private notify(notice: SessionNotice): void {
-    const set = this.listeners.get(notice.sessionId);
-    if (!set) return;
-    for (const listener of [...set]) {
-      try {
-        listener(notice);
-      } catch {
-        // A listener's failure must not stop the others or the connection.
-      }
-    }
-  }
 
   private async create(input: NewSession, incarnation: string, mode: "create" | "get"): Promise<Reply> {
     const { sessionId, appName, userId } = input;

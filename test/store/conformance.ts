@@ -620,6 +620,28 @@ export function describeStoreConformance(name: string, factory: StoreFactory, ca
       });
     });
 
+    describe("5a. listeners", () => {
+      it("a listener that throws neither fails the change nor keeps the other listeners from hearing of it", async () => {
+        const store = await fresh();
+        await makeSession(store, "s1");
+        const heard: SessionNotice[] = [];
+        const unsubscribeFaulty = store.subscribe("s1", () => {
+          throw new Error("a faulty listener");
+        });
+        const unsubscribe = store.subscribe("s1", (n) => heard.push(n));
+        try {
+          await sleep(capabilities.shared ? 200 : 0);
+          const appended = await store.appendEvents("s1", [newEvent("user_message", 1)]);
+          expect(appended.events.map((e) => e.seq)).toEqual([1]);
+          expect(await store.deleteSession("s1")).toBe(true);
+          await waitFor(() => heard.some((n) => n.headSeq === 1) && heard.some((n) => n.deleted));
+        } finally {
+          unsubscribeFaulty();
+          unsubscribe();
+        }
+      });
+    });
+
     describe("5b. incarnations", () => {
       it("a session created again under a deleted one's id is another incarnation, in every read and notice", async () => {
         const store = await fresh();
