@@ -13,3 +13,5 @@ require (
 )
 
 require google.golang.org/genproto/googleapis/rpc v0.0.0-20261110000943-09e21b237f2c
+
+require github.com/google/uuid v1.6.0

@@ -43,6 +43,7 @@ type config struct {
 	protocol   Protocol
 	httpClient connect.HTTPClient
 	clientOpts []connect.ClientOption
+	retries    *int
 }
 
 // Option configures a Client.
@@ -95,7 +96,8 @@ func (b bearerInterceptor) WrapStreamingHandler(next connect.StreamingHandlerFun
 
 // Client calls an Engram server. It is safe for concurrent use.
 type Client struct {
-	rpc engramv1connect.MemoryServiceClient
+	rpc     engramv1connect.MemoryServiceClient
+	retries int // see WithRetries
 }
 
 // New returns a client of the server at baseURL (e.g. "http://127.0.0.1:8000").
@@ -115,11 +117,17 @@ func New(baseURL string, opts ...Option) *Client {
 	if cfg.httpClient == nil {
 		cfg.httpClient = defaultHTTPClient(cfg.protocol == ProtocolGRPC)
 	}
-	return &Client{rpc: engramv1connect.NewMemoryServiceClient(cfg.httpClient, baseURL, copts...)}
+	retries := DefaultRetries
+	if cfg.retries != nil {
+		retries = *cfg.retries
+	}
+	return &Client{rpc: engramv1connect.NewMemoryServiceClient(cfg.httpClient, baseURL, copts...), retries: retries}
 }
 
 // NewFromService wraps a generated client (for tests or custom transports).
-func NewFromService(rpc engramv1connect.MemoryServiceClient) *Client { return &Client{rpc: rpc} }
+func NewFromService(rpc engramv1connect.MemoryServiceClient) *Client {
+	return &Client{rpc: rpc, retries: DefaultRetries}
+}
 
 // Service returns the generated connect-go client for direct use.
 func (c *Client) Service() engramv1connect.MemoryServiceClient { return c.rpc }
@@ -281,6 +289,15 @@ type AppendOption func(*appendConfig)
 
 type appendConfig struct{ expectedSeq *uint64 }
 
+// retries is how often c may retry this append: never with ExpectSeq, since
+// a retry after a lost success would fail on the seq the append itself moved.
+func (a appendConfig) retries(c *Client) int {
+	if a.expectedSeq != nil {
+		return 0
+	}
+	return c.retries
+}
+
 // ExpectSeq makes the append succeed only when the session's head seq equals
 // seq (0: no event yet); otherwise the error is FAILED_PRECONDITION and
 // CurrentSeq(err) returns the current head.
@@ -289,7 +306,10 @@ func ExpectSeq(seq uint64) AppendOption {
 }
 
 // AddEvent appends one event and returns it with its seq. Re-sending an
-// event with the same EventID returns the originally stored event.
+// event with the same EventID returns the originally stored event. An event
+// without EventID gets a UUID before the first try, so an append retried
+// after a lost response (see WithRetries) is stored once; appends with
+// ExpectSeq are not retried.
 func (c *Client) AddEvent(ctx context.Context, sessionID string, ev EventInput, opts ...AppendOption) (Event, error) {
 	var cfg appendConfig
 	for _, o := range opts {
@@ -299,9 +319,10 @@ func (c *Client) AddEvent(ctx context.Context, sessionID string, ev EventInput, 
 	if err != nil {
 		return Event{}, invalid(err)
 	}
-	res, err := c.rpc.AddEvent(ctx, connect.NewRequest(&engramv1.AddEventRequest{
-		SessionId: sessionID, Event: in, ExpectedSeq: cfg.expectedSeq,
-	}))
+	req := &engramv1.AddEventRequest{SessionId: sessionID, Event: in, ExpectedSeq: cfg.expectedSeq}
+	res, err := retrying(ctx, cfg.retries(c), func() (*connect.Response[engramv1.AddEventResponse], error) {
+		return c.rpc.AddEvent(ctx, connect.NewRequest(req))
+	})
 	if err != nil {
 		return Event{}, err
 	}
@@ -309,7 +330,8 @@ func (c *Client) AddEvent(ctx context.Context, sessionID string, ev EventInput, 
 }
 
 // AddEvents appends a batch atomically (all or none) and returns the stored
-// events in seq order.
+// events in seq order. Events without EventID get a UUID before the first
+// try, as in AddEvent.
 func (c *Client) AddEvents(ctx context.Context, sessionID string, events []EventInput, opts ...AppendOption) ([]Event, error) {
 	var cfg appendConfig
 	for _, o := range opts {
@@ -323,9 +345,10 @@ func (c *Client) AddEvents(ctx context.Context, sessionID string, events []Event
 		}
 		ins[i] = in
 	}
-	res, err := c.rpc.AddEvents(ctx, connect.NewRequest(&engramv1.AddEventsRequest{
-		SessionId: sessionID, Events: ins, ExpectedSeq: cfg.expectedSeq,
-	}))
+	req := &engramv1.AddEventsRequest{SessionId: sessionID, Events: ins, ExpectedSeq: cfg.expectedSeq}
+	res, err := retrying(ctx, cfg.retries(c), func() (*connect.Response[engramv1.AddEventsResponse], error) {
+		return c.rpc.AddEvents(ctx, connect.NewRequest(req))
+	})
 	if err != nil {
 		return nil, err
 	}

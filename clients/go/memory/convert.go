@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/google/uuid"
 	"google.golang.org/protobuf/types/known/structpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
@@ -39,7 +40,8 @@ type Event struct {
 type EventInput struct {
 	// EventID is the idempotency key: re-sending an event with the same id
 	// returns the stored original instead of appending it again. Optional;
-	// the server generates a UUID when empty.
+	// the client assigns a UUID when empty, before the first try, so its
+	// retries are idempotent.
 	EventID string
 	// EventType is required: user_message, agent_response, tool_call, ...
 	EventType string
@@ -122,8 +124,14 @@ func toEventInput(in EventInput) (*engramv1.EventInput, error) {
 	if err != nil {
 		return nil, err
 	}
+	id := in.EventID
+	if id == "" {
+		// Assigned once, before the first try: every retry of the append
+		// then carries the same idempotency key.
+		id = uuid.NewString()
+	}
 	out := &engramv1.EventInput{
-		EventId:   in.EventID,
+		EventId:   id,
 		EventType: in.EventType,
 		Content:   content,
 		Metadata:  md,

@@ -22,7 +22,8 @@ type StreamOptions struct {
 	InitialBackoff time.Duration
 	MaxBackoff     time.Duration
 	// MaxRetries bounds consecutive failed reconnects (no frame received in
-	// between) before the stream gives up with the last error. 0: 30;
+	// between) before the stream gives up with the last error. 0:
+	// DefaultStreamMaxRetries (8);
 	// negative: unlimited (until the context ends).
 	MaxRetries int
 	// IdleTimeout reconnects when no frame (event, caught-up or heartbeat)
@@ -88,16 +89,16 @@ func (c *Client) Stream(ctx context.Context, sessionID string, afterSeq uint64, 
 		s.opts = *opts
 	}
 	if s.opts.InitialBackoff <= 0 {
-		s.opts.InitialBackoff = 100 * time.Millisecond
+		s.opts.InitialBackoff = DefaultInitialBackoff
 	}
 	if s.opts.MaxBackoff <= 0 {
-		s.opts.MaxBackoff = 2 * time.Second
+		s.opts.MaxBackoff = DefaultMaxBackoff
 	}
 	if s.opts.MaxBackoff < s.opts.InitialBackoff {
 		s.opts.MaxBackoff = s.opts.InitialBackoff
 	}
 	if s.opts.MaxRetries == 0 {
-		s.opts.MaxRetries = 30
+		s.opts.MaxRetries = DefaultStreamMaxRetries
 	}
 	s.parent = ctx
 	s.ctx, s.cancel = context.WithCancel(ctx)

@@ -64,7 +64,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	count := fs.Int("count", 0, "exit after printing N events (0: no limit)")
 	timeout := fs.Duration("timeout", 0, "exit after this long, e.g. 30s (0: no limit)")
 	protocol := fs.String("protocol", "grpc", "wire protocol: grpc (h2c), connect or grpcweb (HTTP/1.1)")
-	maxRetries := fs.Int("max-retries", 0, "consecutive failed reconnects before giving up (0: 30, about a minute; -1: no limit)")
+	maxRetries := fs.Int("max-retries", 0, "consecutive failed reconnects before giving up (0: 8, about 9 s of outage; -1: no limit)")
 	idle := fs.Duration("idle-timeout", 0, "reconnect when no frame (event or heartbeat) arrives for this long (0: off; use > the server's heartbeat interval)")
 	verbose := fs.Bool("v", false, "log caught-up marks to stderr")
 	fs.Usage = func() {
