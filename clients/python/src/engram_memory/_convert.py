@@ -1,6 +1,8 @@
 """Conversions between the generated protobuf messages and the client's types."""
 from __future__ import annotations
 
+import uuid
+
 import dataclasses
 import json
 import math
@@ -177,7 +179,10 @@ def event_input(
     event_id: str | None = None,
     timestamp: datetime | str | None = None,
 ) -> pb.EventInput:
-    msg = pb.EventInput(event_type=event_type, event_id=event_id or "")
+    # An id assigned here, once, before the first try, is the idempotency key
+    # every retry of the append carries: a retry after a lost response then
+    # returns the stored original instead of storing the event twice.
+    msg = pb.EventInput(event_type=event_type, event_id=event_id or str(uuid.uuid4()))
     msg.content.CopyFrom(to_value(content))
     if metadata:
         s = to_struct(metadata)

@@ -1,4 +1,4 @@
-"""Resume policy of the event streams."""
+"""The retry policy shared by the Engram clients (Go, TypeScript, Python: same defaults)."""
 from __future__ import annotations
 
 import random
@@ -8,7 +8,20 @@ import grpc
 
 from .errors import EngramError
 
-__all__ = ["StreamRetry"]
+__all__ = ["DEFAULT_RETRIES", "StreamRetry"]
+
+#: Retries of a call that is safe to repeat (reads, get_or_create_session and
+#: appends without expected_seq) after UNAVAILABLE.
+DEFAULT_RETRIES = 2
+#: First wait before a retry (seconds); doubles per failure up to MAX_BACKOFF.
+INITIAL_BACKOFF = 0.1
+#: Longest wait between retries (seconds).
+MAX_BACKOFF = 2.0
+
+
+def unary_backoff(failures: int) -> float:
+    """Seconds to wait before the ``failures``-th consecutive retry of a unary call (1-based)."""
+    return min(MAX_BACKOFF, INITIAL_BACKOFF * 2 ** max(0, failures - 1))
 
 
 @dataclass(frozen=True)
@@ -21,9 +34,11 @@ class StreamRetry:
     disables resuming.
     """
 
+    # 8 waits of 0.1+0.2+0.4+0.8+1.6+2+2+2 s ride out about 9 s of outage (a
+    # server restart or failover), then report it instead of hiding it.
     max_attempts: int = 8
-    initial_backoff: float = 0.1
-    max_backoff: float = 2.0
+    initial_backoff: float = INITIAL_BACKOFF
+    max_backoff: float = MAX_BACKOFF
     multiplier: float = 2.0
     jitter: float = 0.2
 

@@ -13,7 +13,7 @@ import grpc.aio
 from . import _convert as cv
 from ._gen.engram.v1 import memory_pb2 as pb
 from ._gen.engram.v1 import memory_pb2_grpc as pb_grpc
-from ._retry import StreamRetry
+from ._retry import DEFAULT_RETRIES, StreamRetry, unary_backoff
 from .errors import EngramError, from_rpc_error
 from .models import (
     ConversationContext,
@@ -32,7 +32,8 @@ DEFAULT_TARGET = "127.0.0.1:8000"
 #: Largest page the server accepts (limit / page_size / tail).
 MAX_PAGE_SIZE = 1000
 
-#: Methods without side effects, retried by gRPC itself on UNAVAILABLE.
+#: Methods without side effects, retried by gRPC itself on UNAVAILABLE
+#: (DEFAULT_RETRIES retries, backoff 0.1 s doubling up to 2 s).
 _READ_METHODS = ("GetSession", "ListSessions", "GetSessionEvents", "ListEvents", "BuildConversationContext", "GetStats")
 #: Default channel options: read-only calls retry transient failures, and the
 #: channel reconnects within seconds after a server restart.
@@ -45,9 +46,9 @@ DEFAULT_CHANNEL_OPTIONS: tuple[tuple[str, Any], ...] = (
                     {
                         "name": [{"service": "engram.v1.MemoryService", "method": m} for m in _READ_METHODS],
                         "retryPolicy": {
-                            "maxAttempts": 4,
+                            "maxAttempts": DEFAULT_RETRIES + 1,
                             "initialBackoff": "0.1s",
-                            "maxBackoff": "1s",
+                            "maxBackoff": "2s",
                             "backoffMultiplier": 2,
                             "retryableStatusCodes": ["UNAVAILABLE"],
                         },
@@ -102,6 +103,7 @@ class EngramClient:
         metadata: Metadata | None = None,
         stream_retry: StreamRetry | None = None,
         api_key: str | None = None,
+        retries: int = DEFAULT_RETRIES,
     ) -> None:
         self.target = cv.normalize_target(target)
         self._credentials = credentials
@@ -114,6 +116,8 @@ class EngramClient:
         auth = (("authorization", f"Bearer {api_key}"),) if api_key else ()
         self.metadata: tuple[tuple[str, str], ...] = auth + tuple(metadata or ())
         self.stream_retry = stream_retry or StreamRetry()
+        #: Retries of an append without expected_seq after UNAVAILABLE (0: none).
+        self.retries = max(0, retries)
 
     # ---- plumbing -----------------------------------------------------------
 
@@ -128,11 +132,18 @@ class EngramClient:
             self._stub = pb_grpc.MemoryServiceStub(self._channel)
         return self._stub
 
-    async def _call(self, method: Any, request: Any) -> Any:
-        try:
-            return await method(request, timeout=self.timeout, metadata=self.metadata)
-        except grpc.RpcError as err:
-            raise from_rpc_error(err) from err
+    async def _call(self, method: Any, request: Any, *, retry: bool = False) -> Any:
+        # retry: only for requests whose repetition cannot change the outcome
+        # (appends carry an event_id assigned before the first try).
+        failures = 0
+        while True:
+            try:
+                return await method(request, timeout=self.timeout, metadata=self.metadata)
+            except grpc.RpcError as err:
+                failures += 1
+                if not retry or failures > self.retries or err.code() != grpc.StatusCode.UNAVAILABLE:
+                    raise from_rpc_error(err) from err
+            await asyncio.sleep(unary_backoff(failures))
 
     async def close(self) -> None:
         """Closes the channel (when this client opened it)."""
@@ -242,7 +253,7 @@ class EngramClient:
         """
         msg = cv.event_input(event_type, content, metadata, event_id, timestamp)
         resp: pb.AddEventResponse = await self._call(
-            self.stub.AddEvent, cv.add_event_request(session_id, msg, expected_seq)
+            self.stub.AddEvent, cv.add_event_request(session_id, msg, expected_seq), retry=expected_seq is None
         )
         return cv.event_from_pb(resp.event)
 
@@ -251,7 +262,7 @@ class EngramClient:
     ) -> MemoryEvent:
         """Appends a :class:`MemoryEvent` (or a mapping with its keys) as it is, event_id included."""
         resp: pb.AddEventResponse = await self._call(
-            self.stub.AddEvent, cv.add_event_request(session_id, cv.event_input_of(event), expected_seq)
+            self.stub.AddEvent, cv.add_event_request(session_id, cv.event_input_of(event), expected_seq), retry=expected_seq is None
         )
         return cv.event_from_pb(resp.event)
 
@@ -260,7 +271,7 @@ class EngramClient:
     ) -> list[MemoryEvent]:
         """Appends a batch atomically (all or none); events are MemoryEvents or mappings."""
         resp: pb.AddEventsResponse = await self._call(
-            self.stub.AddEvents, cv.add_events_request(session_id, events, expected_seq)
+            self.stub.AddEvents, cv.add_events_request(session_id, events, expected_seq), retry=expected_seq is None
         )
         return [cv.event_from_pb(e) for e in resp.events]
 

@@ -16,7 +16,7 @@ import grpc
 from . import _convert as cv
 from ._gen.engram.v1 import memory_pb2 as pb
 from ._gen.engram.v1 import memory_pb2_grpc as pb_grpc
-from ._retry import StreamRetry
+from ._retry import DEFAULT_RETRIES, StreamRetry, unary_backoff
 from .client import DEFAULT_TARGET, MAX_PAGE_SIZE, Metadata, channel_options
 from .errors import EngramError, NotFoundError, from_rpc_error
 from .models import (
@@ -46,6 +46,7 @@ class EngramClientSync:
         metadata: Metadata | None = None,
         stream_retry: StreamRetry | None = None,
         api_key: str | None = None,
+        retries: int = DEFAULT_RETRIES,
     ) -> None:
         self.target = cv.normalize_target(target)
         self._owns_channel = channel is None
@@ -61,12 +62,21 @@ class EngramClientSync:
         auth = (("authorization", f"Bearer {api_key}"),) if api_key else ()
         self.metadata: tuple[tuple[str, str], ...] = auth + tuple(metadata or ())
         self.stream_retry = stream_retry or StreamRetry()
+        #: Retries of an append without expected_seq after UNAVAILABLE (0: none).
+        self.retries = max(0, retries)
 
-    def _call(self, method: Any, request: Any) -> Any:
-        try:
-            return method(request, timeout=self.timeout, metadata=self.metadata)
-        except grpc.RpcError as err:
-            raise from_rpc_error(err) from err
+    def _call(self, method: Any, request: Any, *, retry: bool = False) -> Any:
+        # retry: only for requests whose repetition cannot change the outcome
+        # (appends carry an event_id assigned before the first try).
+        failures = 0
+        while True:
+            try:
+                return method(request, timeout=self.timeout, metadata=self.metadata)
+            except grpc.RpcError as err:
+                failures += 1
+                if not retry or failures > self.retries or err.code() != grpc.StatusCode.UNAVAILABLE:
+                    raise from_rpc_error(err) from err
+            time.sleep(unary_backoff(failures))
 
     def close(self) -> None:
         if self._owns_channel:
@@ -136,17 +146,17 @@ class EngramClientSync:
         expected_seq: int | None = None,
     ) -> MemoryEvent:
         msg = cv.event_input(event_type, content, metadata, event_id, timestamp)
-        resp = self._call(self.stub.AddEvent, cv.add_event_request(session_id, msg, expected_seq))
+        resp = self._call(self.stub.AddEvent, cv.add_event_request(session_id, msg, expected_seq), retry=expected_seq is None)
         return cv.event_from_pb(resp.event)
 
     def append(self, session_id: str, event: cv.EventLike, *, expected_seq: int | None = None) -> MemoryEvent:
-        resp = self._call(self.stub.AddEvent, cv.add_event_request(session_id, cv.event_input_of(event), expected_seq))
+        resp = self._call(self.stub.AddEvent, cv.add_event_request(session_id, cv.event_input_of(event), expected_seq), retry=expected_seq is None)
         return cv.event_from_pb(resp.event)
 
     def add_events(
         self, session_id: str, events: Iterable[cv.EventLike], *, expected_seq: int | None = None
     ) -> list[MemoryEvent]:
-        resp = self._call(self.stub.AddEvents, cv.add_events_request(session_id, events, expected_seq))
+        resp = self._call(self.stub.AddEvents, cv.add_events_request(session_id, events, expected_seq), retry=expected_seq is None)
         return [cv.event_from_pb(e) for e in resp.events]
 
     def get_session_events(
