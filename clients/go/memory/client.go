@@ -195,9 +195,9 @@ func (c *Client) GetOrCreateSession(ctx context.Context, p GetOrCreateSessionPar
 	if err != nil {
 		return nil, false, invalid(err)
 	}
-	res, err := c.rpc.GetOrCreateSession(ctx, connect.NewRequest(&engramv1.GetOrCreateSessionRequest{
+	res, err := retried(ctx, c, c.rpc.GetOrCreateSession, &engramv1.GetOrCreateSessionRequest{
 		SessionId: p.SessionID, AppName: p.AppName, UserId: p.UserID, Metadata: md,
-	}))
+	})
 	if err != nil {
 		return nil, false, err
 	}
@@ -206,7 +206,7 @@ func (c *Client) GetOrCreateSession(ctx context.Context, p GetOrCreateSessionPar
 
 // GetSession returns one session, or a NOT_FOUND error.
 func (c *Client) GetSession(ctx context.Context, sessionID string) (*Session, error) {
-	res, err := c.rpc.GetSession(ctx, connect.NewRequest(&engramv1.GetSessionRequest{SessionId: sessionID}))
+	res, err := retried(ctx, c, c.rpc.GetSession, &engramv1.GetSessionRequest{SessionId: sessionID})
 	if err != nil {
 		return nil, err
 	}
@@ -237,7 +237,7 @@ func (c *Client) ListSessions(ctx context.Context, p ListSessionsParams) (*Sessi
 	if p.UserID != "" {
 		req.UserId = &p.UserID
 	}
-	res, err := c.rpc.ListSessions(ctx, connect.NewRequest(req))
+	res, err := retried(ctx, c, c.rpc.ListSessions, req)
 	if err != nil {
 		return nil, err
 	}
@@ -378,10 +378,10 @@ type EventPage struct {
 
 // GetSessionEvents reads a page of a session's events in seq order.
 func (c *Client) GetSessionEvents(ctx context.Context, sessionID string, p GetEventsParams) (*EventPage, error) {
-	res, err := c.rpc.GetSessionEvents(ctx, connect.NewRequest(&engramv1.GetSessionEventsRequest{
+	res, err := retried(ctx, c, c.rpc.GetSessionEvents, &engramv1.GetSessionEventsRequest{
 		SessionId: sessionID, EventTypes: p.EventTypes, AfterSeq: p.AfterSeq,
 		Limit: p.Limit, PageToken: p.PageToken, Tail: p.Tail,
-	}))
+	})
 	if err != nil {
 		return nil, err
 	}
@@ -425,7 +425,7 @@ func (c *Client) ListEvents(ctx context.Context, sessionID string, limit uint32)
 	if sessionID != "" {
 		req.SessionId = &sessionID
 	}
-	res, err := c.rpc.ListEvents(ctx, connect.NewRequest(req))
+	res, err := retried(ctx, c, c.rpc.ListEvents, req)
 	if err != nil {
 		return nil, err
 	}
@@ -450,7 +450,7 @@ type Stats struct {
 
 // Stats reports totals over the whole store.
 func (c *Client) Stats(ctx context.Context) (*Stats, error) {
-	res, err := c.rpc.GetStats(ctx, connect.NewRequest(&engramv1.GetStatsRequest{}))
+	res, err := retried(ctx, c, c.rpc.GetStats, &engramv1.GetStatsRequest{})
 	if err != nil {
 		return nil, err
 	}

@@ -3,8 +3,6 @@ package memory
 import (
 	"context"
 
-	"connectrpc.com/connect"
-
 	engramv1 "github.com/engram-memory/engram/clients/go/gen/engram/v1"
 )
 
@@ -118,7 +116,7 @@ func (c *Client) BuildConversationContext(ctx context.Context, sessionID string,
 	for _, o := range opts {
 		o(&cfg)
 	}
-	res, err := c.rpc.BuildConversationContext(ctx, connect.NewRequest(req))
+	res, err := retried(ctx, c, c.rpc.BuildConversationContext, req)
 	if err != nil {
 		return nil, err
 	}

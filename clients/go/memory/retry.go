@@ -63,3 +63,11 @@ func retrying[T any](ctx context.Context, retries int, call func() (T, error)) (
 		}
 	}
 }
+
+// retried runs a unary call that is safe to repeat (a read, or
+// GetOrCreateSession), with c's retries.
+func retried[Req, Res any](ctx context.Context, c *Client, call func(context.Context, *connect.Request[Req]) (*connect.Response[Res], error), msg *Req) (*connect.Response[Res], error) {
+	return retrying(ctx, c.retries, func() (*connect.Response[Res], error) {
+		return call(ctx, connect.NewRequest(msg))
+	})
+}

@@ -110,7 +110,7 @@ func (p *lossyProxy) relayUntilHeaders(client, server net.Conn) {
 	}
 }
 
-func TestAppendRetriedAfterLostResponseIsStoredOnce(t *testing.T) {
+func TestRetryAfterLostResponse(t *testing.T) {
 	direct := memory.New(mainServer.URL)
 	sid := uniq(t, "lost")
 	must[*memory.Session](t)(direct.CreateSession(testCtx(t), memory.CreateSessionParams{AppName: "a", UserID: "u", SessionID: sid}))
@@ -154,6 +154,15 @@ func TestAppendRetriedAfterLostResponseIsStoredOnce(t *testing.T) {
 			if got := page.Events[i+1]; got.EventID != ev.EventID || got.Seq != ev.Seq {
 				t.Fatalf("returned %s@%d, stored %s@%d", ev.EventID, ev.Seq, got.EventID, got.Seq)
 			}
+		}
+	})
+
+	t.Run("GetSession", func(t *testing.T) {
+		ctx := testCtx(t)
+		proxy := startLossyProxy(t, mainServer.URL[len("http://"):])
+		s, err := memory.New(proxy.URL()).GetSession(ctx, sid)
+		if err != nil || proxy.dropped.Load() != 1 || s.SessionID != sid {
+			t.Fatalf("want the read retried after the cut response, got %v, %v (cut %d)", s, err, proxy.dropped.Load())
 		}
 	})
 

@@ -86,6 +86,10 @@ class EngramClient:
         timeout: deadline in seconds of every unary call (None: no deadline).
         metadata: request metadata sent with every call.
         stream_retry: how streams resume after UNAVAILABLE.
+        retries: how often an append without ``expected_seq`` is retried after
+            UNAVAILABLE (default 2, backoff 0.1 s doubling to 2 s; 0: never).
+            Its events carry an event_id assigned before the first try, so a
+            retry after a lost response returns the stored original.
         api_key: API key of a server running with ``MEMORY_AUTH=true`` (sent as
             ``authorization: Bearer <key>``); a missing or bad key raises
             :class:`UnauthenticatedError`, a key without the right role or app
