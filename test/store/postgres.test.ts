@@ -14,6 +14,7 @@ import { withDeadline } from "../../src/deadline.js";
 import { MIGRATIONS_DIR, PostgresStore, recentEventsQuery, type PostgresStoreOptions } from "../../src/store/postgres.js";
 import { StoreIncompatibleError } from "../../src/store/incompatible.js";
 import type { SessionNotice, StoreLimits } from "../../src/store/types.js";
+import { spawnServer } from "../support/engram.js";
 import { freePort } from "../support/postgres-server.js";
 import { describeStoreConformance, makeSession, newEvent, rejection, waitFor } from "./conformance.js";
 
@@ -542,4 +543,24 @@ describe("an older release refuses a schema migrated by a newer one", () => {
       await drop(schema);
     }
   });
+
+  it("a server started on it exits 2 with the message instead of serving", async () => {
+    const schema = await schemaAt([1, newer]);
+    try {
+      // spawnServer rejects with the exit code and the output when the process exits before listening.
+      const outcome = await spawnServer({ MEMORY_TYPE: "postgres", MEMORY_POSTGRES_URL: url, MEMORY_KEY_PREFIX: schema }).then(
+        async (server) => {
+          await server.kill();
+          return "listening (unready, retrying) instead of exiting";
+        },
+        (err: unknown) => (err as Error).message,
+      );
+      expect(outcome).toContain("server exited with 2 before listening");
+      expect(outcome).toContain(`engram: refusing the store: MEMORY_TYPE=postgres: cannot open schema "${schema}" at MEMORY_POSTGRES_URL: `);
+      expect(outcome).toContain(`is at migration ${pad(newer)} but this Engram knows migrations up to ${pad(newestKnown)}`);
+      expect(await contents(schema)).toEqual({ tables: ["schema_migrations"], versions: [1, newer] });
+    } finally {
+      await drop(schema);
+    }
+  }, 60_000);
 });
