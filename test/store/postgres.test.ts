@@ -10,6 +10,7 @@ import path from "node:path";
 import { setTimeout as sleep } from "node:timers/promises";
 import pg from "pg";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { PostgresKeyStore } from "../../src/auth/postgres-key-store.js";
 import { withDeadline } from "../../src/deadline.js";
 import { MIGRATIONS_DIR, PostgresStore, recentEventsQuery, type PostgresStoreOptions } from "../../src/store/postgres.js";
 import { StoreIncompatibleError } from "../../src/store/incompatible.js";
@@ -539,6 +540,20 @@ describe("an older release refuses a schema migrated by a newer one", () => {
       expect(err).toBeInstanceOf(StoreIncompatibleError);
       expect((err as Error).message).toMatch(new RegExp(`^schema "${schema}" is at migration 0003 but lacks migration 0002 `));
       expect(await contents(schema)).toEqual({ tables: ["schema_migrations"], versions: [1, 3] });
+    } finally {
+      await drop(schema);
+    }
+  });
+
+  it("the API key store refuses it too, rather than reporting an outage to retry", async () => {
+    const schema = await schemaAt([1, newer]);
+    try {
+      const err = await PostgresKeyStore.open(url, schema).then(
+        () => undefined,
+        (e: unknown) => e,
+      );
+      expect(err).toBeInstanceOf(StoreIncompatibleError);
+      expect((err as Error).message).toContain(`is at migration ${pad(newer)} but this Engram knows migrations up to ${pad(newestKnown)}`);
     } finally {
       await drop(schema);
     }
