@@ -15,7 +15,8 @@ import { withDeadline } from "../../src/deadline.js";
 import { MIGRATIONS_DIR, PostgresStore, recentEventsQuery, type PostgresStoreOptions } from "../../src/store/postgres.js";
 import { StoreIncompatibleError } from "../../src/store/incompatible.js";
 import type { SessionNotice, StoreLimits } from "../../src/store/types.js";
-import { spawnServer } from "../support/engram.js";
+import { startChaosProxy } from "../support/chaos-proxy.js";
+import { spawnServer, type ServerProcess } from "../support/engram.js";
 import { freePort } from "../support/postgres-server.js";
 import { describeStoreConformance, makeSession, newEvent, rejection, waitFor } from "./conformance.js";
 
@@ -575,6 +576,31 @@ describe("an older release refuses a schema migrated by a newer one", () => {
       expect(outcome).toContain(`is at migration ${pad(newer)} but this Engram knows migrations up to ${pad(newestKnown)}`);
       expect(await contents(schema)).toEqual({ tables: ["schema_migrations"], versions: [1, newer] });
     } finally {
+      await drop(schema);
+    }
+  }, 60_000);
+
+  it("a server that finds it only once PostgreSQL answers (after retrying an outage) exits 2 too", async () => {
+    const schema = await schemaAt([1, newer]);
+    const target = new URL(url);
+    const proxy = await startChaosProxy(Number(target.port), target.hostname);
+    let server: ServerProcess | undefined;
+    try {
+      proxy.set({ kind: "refuse" });
+      const viaProxy = new URL(url);
+      viaProxy.port = String(proxy.port);
+      server = await spawnServer({ MEMORY_TYPE: "postgres", MEMORY_POSTGRES_URL: viaProxy.toString(), MEMORY_KEY_PREFIX: schema });
+      // Up and unready through the outage, as any backend down at start-up.
+      expect(server.child.exitCode).toBeNull();
+      proxy.set({ kind: "pass" });
+      const exit = await Promise.race([server.exited, sleep(30_000, undefined, { ref: false }).then(() => "still running after 30 s")]);
+      expect(exit).toEqual({ code: 2, signal: null });
+      const refusal = server.lines.find((line) => line.includes("refusing the store"));
+      expect(refusal).toContain(`is at migration ${pad(newer)} but this Engram knows migrations up to ${pad(newestKnown)}`);
+      expect(await contents(schema)).toEqual({ tables: ["schema_migrations"], versions: [1, newer] });
+    } finally {
+      await server?.kill();
+      await proxy.close();
       await drop(schema);
     }
   }, 60_000);
