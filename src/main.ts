@@ -2,7 +2,10 @@
  * Start-up: read the configuration, open the store, serve, and stop
  * gracefully on SIGTERM/SIGINT. A network store (Redis, PostgreSQL) that is
  * unreachable at start does not stop the server: it listens unready and keeps
- * opening the store in the background (src/store/connecting.ts).
+ * opening the store in the background (src/store/connecting.ts). A store that
+ * answers but must not be used by this release (StoreIncompatibleError: a
+ * PostgreSQL schema migrated by a newer one) stops the server like a
+ * configuration error, whether found at the first attempt or a later one.
  */
 import { ConfigError, describeConfig, loadConfig, type Config } from "./config.js";
 import { log } from "./log.js";
@@ -12,6 +15,7 @@ import { Metrics } from "./service/metrics.js";
 import { startServer } from "./server/server.js";
 import { describeRetention, RemovalLog, RetentionSweeper } from "./service/retention.js";
 import { ConnectingStore } from "./store/connecting.js";
+import { StoreIncompatibleError } from "./store/incompatible.js";
 import { openStore, storeLimits } from "./store/index.js";
 import type { MemoryStore } from "./store/types.js";
 import { VERSION } from "./version.js";
@@ -33,7 +37,7 @@ async function openStoreOrKeepTrying(config: Config): Promise<MemoryStore> {
   try {
     return await openStore(config);
   } catch (err) {
-    if (err instanceof ConfigError || !config.memoryEnabled || config.memoryType === "local") throw err;
+    if (err instanceof ConfigError || err instanceof StoreIncompatibleError || !config.memoryEnabled || config.memoryType === "local") throw err;
     failed(err, 0);
     return new ConnectingStore(config.memoryType, () => openStore(config), {
       failed,
@@ -81,7 +85,10 @@ async function main(): Promise<void> {
         await server.health.check();
         await logDurability(opened, config);
       })
-      .catch((err: unknown) => log.warn({ err }, "store opened, but reading its durability failed"));
+      .catch((err: unknown) => {
+        if (err instanceof StoreIncompatibleError) exitRefused(err);
+        log.warn({ err }, "store opened, but reading its durability failed");
+      });
   } else {
     void resumeErasures(rawStore);
   }
@@ -103,12 +110,20 @@ async function main(): Promise<void> {
   process.on("SIGINT", () => void stop("SIGINT"));
 }
 
+/** Exits 2, as for a configuration error, saying why the store must not be used: a restart of the same release would not help. */
+function exitRefused(err: StoreIncompatibleError): never {
+  log.fatal(`refusing the store: ${err.message}`);
+  process.stderr.write(`engram: refusing the store: ${err.message}\n`);
+  process.exit(2);
+}
+
 main().catch((err) => {
   if (err instanceof ConfigError) {
     log.fatal(`configuration error: ${err.message}`);
     process.stderr.write(`engram: configuration error: ${err.message}\n`);
     process.exit(2);
   }
+  if (err instanceof StoreIncompatibleError) exitRefused(err);
   log.fatal({ err }, "failed to start");
   process.exit(1);
 });

@@ -5,6 +5,7 @@
  */
 import pg from "pg";
 import { MemoryError } from "../errors.js";
+import { StoreIncompatibleError } from "../store/incompatible.js";
 import { PostgresStore } from "../store/postgres.js";
 import type { ApiKeyRecord, ApiKeyRole, ApiKeyStore } from "./api-keys.js";
 
@@ -46,12 +47,14 @@ export class PostgresKeyStore implements ApiKeyStore {
     this.table = `${pg.escapeIdentifier(schema)}.api_keys`;
   }
 
-  /** Applies migrations and opens a small pool; rejects UNAVAILABLE when unreachable. */
+  /** Applies migrations and opens a small pool; rejects UNAVAILABLE when unreachable, StoreIncompatibleError on a schema of a newer release. */
   static async open(url: string, schema: string): Promise<PostgresKeyStore> {
     const migrator = new PostgresStore({ url, schema, limits: { maxSessions: 1, maxSessionEvents: 1 } });
     try {
       await migrator.migrate();
     } catch (err) {
+      // A schema of a newer release is no outage: passed on as it is, so it is not retried.
+      if (err instanceof StoreIncompatibleError) throw err;
       throw new MemoryError("UNAVAILABLE", `PostgreSQL is unavailable for API keys: ${(err as Error).message}`);
     } finally {
       await migrator.close();

@@ -9,6 +9,7 @@
  */
 import { backOff } from "exponential-backoff";
 import { MemoryError } from "../errors.js";
+import { StoreIncompatibleError } from "./incompatible.js";
 import type {
   AppendResult,
   CleanupScope,
@@ -43,7 +44,8 @@ export interface RetrySchedule {
 /**
  * Calls `open` until it succeeds, waiting before each attempt with capped
  * exponential back-off and full jitter; reports each failure to `failed` and
- * gives up (rejecting with the last error) only once `stopped()` is true.
+ * gives up (rejecting with the last error) once `stopped()` is true, or at
+ * once on a StoreIncompatibleError, which no retry cures.
  */
 export function openWithRetry<T>(open: () => Promise<T>, failed: (err: unknown, attempt: number) => void, stopped: () => boolean, schedule: RetrySchedule = {}): Promise<T> {
   return backOff(
@@ -60,7 +62,7 @@ export function openWithRetry<T>(open: () => Promise<T>, failed: (err: unknown, 
       // Callers make the first attempt themselves (and only come here when it failed).
       delayFirstAttempt: true,
       retry: (err, attempt) => {
-        if (stopped()) return false;
+        if (stopped() || err instanceof StoreIncompatibleError) return false;
         failed(err, attempt);
         return true;
       },
@@ -88,7 +90,7 @@ export class ConnectingStore implements MemoryStore {
   private store?: MemoryStore;
   private closed = false;
   private readonly pending = new Set<PendingSubscription>();
-  /** Resolves with the opened store; rejects only when closed before it opened. */
+  /** Resolves with the opened store; rejects when closed before it opened, or with the StoreIncompatibleError that stopped the retries. */
   readonly opened: Promise<MemoryStore>;
 
   constructor(

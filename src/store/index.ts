@@ -2,6 +2,7 @@
 import { ConfigError, type Config } from "../config.js";
 import { LocalStore } from "./local.js";
 import { NullStore } from "./null.js";
+import { StoreIncompatibleError } from "./incompatible.js";
 import type { MemoryStore, StoreLimits } from "./types.js";
 
 /** The retention the configuration asks of the store. */
@@ -40,7 +41,9 @@ export async function openStore(config: Config): Promise<MemoryStore> {
       } catch (err) {
         // No `cause`: the logger would print the same reason once more per level.
         const reason = err instanceof Error ? err.message : String(err);
-        throw new Error(`MEMORY_TYPE=postgres: cannot open schema ${JSON.stringify(config.keyPrefix)} at MEMORY_POSTGRES_URL: ${reason}`);
+        const message = `MEMORY_TYPE=postgres: cannot open schema ${JSON.stringify(config.keyPrefix)} at MEMORY_POSTGRES_URL: ${reason}`;
+        // Kept apart from an outage: start-up must stop on it, not retry (src/main.ts).
+        throw err instanceof StoreIncompatibleError ? new StoreIncompatibleError(message) : new Error(message);
       }
     }
     // END postgres

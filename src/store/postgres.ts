@@ -39,6 +39,7 @@ import type {
   StoredEvent,
 } from "./types.js";
 import { NoticeListeners } from "./notices.js";
+import { StoreIncompatibleError } from "./incompatible.js";
 
 const { Client, Pool, escapeIdentifier } = pg;
 
@@ -195,13 +196,51 @@ function isConnectionLost(err: unknown): boolean {
 }
 
 /** Every driver error as a MemoryError: connection trouble is UNAVAILABLE, the rest INTERNAL. */
-function toMemoryError(err: unknown): MemoryError {
-  if (err instanceof MemoryError) return err;
+function toMemoryError(err: unknown): MemoryError | StoreIncompatibleError {
+  if (err instanceof MemoryError || err instanceof StoreIncompatibleError) return err;
   if (isUnavailable(err)) {
     const detail = (err instanceof Error && err.message) || errorCode(err) || String(err);
     return new MemoryError("UNAVAILABLE", `PostgreSQL is unavailable: ${detail}`, {}, { cause: err });
   }
   return asMemoryError(err);
+}
+
+/** The version of a migration file: its four leading digits. */
+function migrationVersion(file: string): number {
+  return Number(file.slice(0, 4));
+}
+
+/** A migration version as the files name it (7 -> "0007"). */
+function migrationName(version: number): string {
+  return String(version).padStart(4, "0");
+}
+
+/**
+ * Why this release must not use a schema, or undefined when it may: the
+ * schema holds a migration newer than every file here (a newer release
+ * migrated it, and an older replica writing into it could corrupt what the
+ * newer one relies on, as graphile-worker refuses too), or lacks a migration
+ * below its newest one (applying it now would run it out of order).
+ */
+export function schemaVersionProblem(schema: string, applied: readonly number[], known: readonly number[]): string | undefined {
+  if (applied.length === 0) return undefined;
+  const newestApplied = Math.max(...applied);
+  const newestKnown = Math.max(0, ...known);
+  if (newestApplied > newestKnown) {
+    return (
+      `schema ${JSON.stringify(schema)} is at migration ${migrationName(newestApplied)} but this Engram knows migrations up to ${migrationName(newestKnown)}: ` +
+      "a newer release migrated it; upgrade this replica (an older replica must not write into a newer schema)"
+    );
+  }
+  const has = new Set(applied);
+  const missing = known.filter((v) => v < newestApplied && !has.has(v));
+  if (missing.length > 0) {
+    return (
+      `schema ${JSON.stringify(schema)} is at migration ${migrationName(newestApplied)} but lacks migration ${missing.map(migrationName).join(", ")} ` +
+      "that this Engram would have to apply out of order: the schema was altered by hand or by another program; restore it or use a fresh MEMORY_KEY_PREFIX"
+    );
+  }
+  return undefined;
 }
 
 /** The LISTEN/NOTIFY channel of a schema: readable when it fits in an identifier, hashed when not. */
@@ -293,7 +332,7 @@ export class PostgresStore implements MemoryStore, DeadlineAware {
   private reconnectAttempt = 0;
   private closed = false;
 
-  /** Opens the pool, applies pending migrations and starts listening; rejects UNAVAILABLE when unreachable. */
+  /** Opens the pool, applies pending migrations and starts listening; rejects UNAVAILABLE when unreachable, StoreIncompatibleError on a schema this release must not use. */
   static async open(options: PostgresStoreOptions): Promise<PostgresStore> {
     const store = new PostgresStore(options);
     try {
@@ -548,8 +587,11 @@ export class PostgresStore implements MemoryStore, DeadlineAware {
       );
       const { rows } = await client.query<{ version: number }>("SELECT version FROM schema_migrations");
       const applied = new Set(rows.map((r) => r.version));
+      // Refused before anything is applied (and the throw rolls the transaction back).
+      const problem = schemaVersionProblem(this.options.schema, [...applied], files.map(migrationVersion));
+      if (problem) throw new StoreIncompatibleError(problem);
       for (const file of files) {
-        const version = Number(file.slice(0, 4));
+        const version = migrationVersion(file);
         if (applied.has(version)) continue;
         await client.query(readFileSync(path.join(MIGRATIONS_DIR, file), "utf8"));
         await client.query("INSERT INTO schema_migrations (version, name) VALUES ($1, $2)", [version, file]);

@@ -3,6 +3,10 @@
  * conformance suite runs through it (over a local store), so a method or an
  * argument it fails to pass on shows here.
  */
+import { setTimeout as sleep } from "node:timers/promises";
+import { describe, expect, it } from "vitest";
+import { MemoryError } from "../../src/errors.js";
+import { StoreIncompatibleError } from "../../src/store/incompatible.js";
 import { describeStoreConformance } from "./conformance.js";
 import { ConnectingStore } from "../../src/store/connecting.js";
 import { LocalStore } from "../../src/store/local.js";
@@ -16,3 +20,31 @@ describeStoreConformance(
   },
   { persistent: false, shared: false, retains: true },
 );
+
+describe("ConnectingStore and a store this release must not use", () => {
+  it("stops retrying at the first StoreIncompatibleError and rejects `opened` with it", async () => {
+    let attempts = 0;
+    const failures: unknown[] = [];
+    const refusal = new StoreIncompatibleError("schema \"x\" is at migration 0099 but this Engram knows migrations up to 0008");
+    const store = new ConnectingStore(
+      "postgres",
+      async () => {
+        attempts++;
+        // An outage first, then the backend answers with a schema from a newer release.
+        if (attempts === 1) throw new MemoryError("UNAVAILABLE", "PostgreSQL is unavailable");
+        throw refusal;
+      },
+      { failed: (err) => failures.push(err), opened: () => {} },
+      { initialMs: 10, maxMs: 20 },
+    );
+    try {
+      await expect(store.opened).rejects.toBe(refusal);
+      // A bounded wait in which a retry would have come several times over.
+      await sleep(300);
+      expect(attempts).toBe(2);
+      expect(failures).toHaveLength(1);
+    } finally {
+      await store.close();
+    }
+  });
+});

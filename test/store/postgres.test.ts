@@ -10,9 +10,13 @@ import path from "node:path";
 import { setTimeout as sleep } from "node:timers/promises";
 import pg from "pg";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { PostgresKeyStore } from "../../src/auth/postgres-key-store.js";
 import { withDeadline } from "../../src/deadline.js";
 import { MIGRATIONS_DIR, PostgresStore, recentEventsQuery, type PostgresStoreOptions } from "../../src/store/postgres.js";
+import { StoreIncompatibleError } from "../../src/store/incompatible.js";
 import type { SessionNotice, StoreLimits } from "../../src/store/types.js";
+import { startChaosProxy } from "../support/chaos-proxy.js";
+import { spawnServer, type ServerProcess } from "../support/engram.js";
 import { freePort } from "../support/postgres-server.js";
 import { describeStoreConformance, makeSession, newEvent, rejection, waitFor } from "./conformance.js";
 
@@ -483,4 +487,121 @@ describe("PostgresStore specifics", () => {
       }
     });
   });
+});
+
+describe("an older release refuses a schema migrated by a newer one", () => {
+  const newestKnown = Math.max(...readdirSync(MIGRATIONS_DIR).filter((f) => /^\d{4}_.*\.sql$/.test(f)).map((f) => Number(f.slice(0, 4))));
+  const newer = newestKnown + 1;
+  const pad = (v: number) => String(v).padStart(4, "0");
+
+  /** A schema holding only schema_migrations with these versions, as a release this one does not know would leave it. */
+  async function schemaAt(versions: number[]): Promise<string> {
+    const schema = freshSchema();
+    const quoted = pg.escapeIdentifier(schema);
+    await admin.query(`CREATE SCHEMA ${quoted}`);
+    await admin.query(`CREATE TABLE ${quoted}.schema_migrations (version integer PRIMARY KEY, name text NOT NULL, applied_at timestamptz NOT NULL DEFAULT now())`);
+    for (const v of versions) await admin.query(`INSERT INTO ${quoted}.schema_migrations (version, name) VALUES ($1, $2)`, [v, `${pad(v)}_later.sql`]);
+    return schema;
+  }
+
+  /** The schema's tables and recorded versions, to show a refusal touched nothing. */
+  async function contents(schema: string): Promise<{ tables: string[]; versions: number[] }> {
+    const tables = await admin.query("SELECT table_name FROM information_schema.tables WHERE table_schema = $1 ORDER BY table_name", [schema]);
+    const versions = await admin.query(`SELECT version FROM ${pg.escapeIdentifier(schema)}.schema_migrations ORDER BY version`);
+    return { tables: tables.rows.map((r) => r.table_name), versions: versions.rows.map((r) => r.version) };
+  }
+
+  const drop = (schema: string) => admin.query(`DROP SCHEMA IF EXISTS ${pg.escapeIdentifier(schema)} CASCADE`);
+
+  it("PostgresStore.open fails naming both versions and applies nothing", async () => {
+    const schema = await schemaAt([1, newer]);
+    try {
+      const err = await PostgresStore.open({ url, schema, limits: LIMITS }).then(
+        () => undefined,
+        (e: unknown) => e,
+      );
+      expect(err).toBeInstanceOf(StoreIncompatibleError);
+      expect((err as Error).message).toBe(
+        `schema "${schema}" is at migration ${pad(newer)} but this Engram knows migrations up to ${pad(newestKnown)}: ` +
+          "a newer release migrated it; upgrade this replica (an older replica must not write into a newer schema)",
+      );
+      expect(await contents(schema)).toEqual({ tables: ["schema_migrations"], versions: [1, newer] });
+    } finally {
+      await drop(schema);
+    }
+  });
+
+  it("PostgresStore.open fails on a schema that lacks a migration below its newest, naming the missing one", async () => {
+    const schema = await schemaAt([1, 3]);
+    try {
+      const err = await PostgresStore.open({ url, schema, limits: LIMITS }).then(
+        () => undefined,
+        (e: unknown) => e,
+      );
+      expect(err).toBeInstanceOf(StoreIncompatibleError);
+      expect((err as Error).message).toMatch(new RegExp(`^schema "${schema}" is at migration 0003 but lacks migration 0002 `));
+      expect(await contents(schema)).toEqual({ tables: ["schema_migrations"], versions: [1, 3] });
+    } finally {
+      await drop(schema);
+    }
+  });
+
+  it("the API key store refuses it too, rather than reporting an outage to retry", async () => {
+    const schema = await schemaAt([1, newer]);
+    try {
+      const err = await PostgresKeyStore.open(url, schema).then(
+        () => undefined,
+        (e: unknown) => e,
+      );
+      expect(err).toBeInstanceOf(StoreIncompatibleError);
+      expect((err as Error).message).toContain(`is at migration ${pad(newer)} but this Engram knows migrations up to ${pad(newestKnown)}`);
+    } finally {
+      await drop(schema);
+    }
+  });
+
+  it("a server started on it exits 2 with the message instead of serving", async () => {
+    const schema = await schemaAt([1, newer]);
+    try {
+      // spawnServer rejects with the exit code and the output when the process exits before listening.
+      const outcome = await spawnServer({ MEMORY_TYPE: "postgres", MEMORY_POSTGRES_URL: url, MEMORY_KEY_PREFIX: schema }).then(
+        async (server) => {
+          await server.kill();
+          return "listening (unready, retrying) instead of exiting";
+        },
+        (err: unknown) => (err as Error).message,
+      );
+      expect(outcome).toContain("server exited with 2 before listening");
+      expect(outcome).toContain(`engram: refusing the store: MEMORY_TYPE=postgres: cannot open schema "${schema}" at MEMORY_POSTGRES_URL: `);
+      expect(outcome).toContain(`is at migration ${pad(newer)} but this Engram knows migrations up to ${pad(newestKnown)}`);
+      expect(await contents(schema)).toEqual({ tables: ["schema_migrations"], versions: [1, newer] });
+    } finally {
+      await drop(schema);
+    }
+  }, 60_000);
+
+  it("a server that finds it only once PostgreSQL answers (after retrying an outage) exits 2 too", async () => {
+    const schema = await schemaAt([1, newer]);
+    const target = new URL(url);
+    const proxy = await startChaosProxy(Number(target.port), target.hostname);
+    let server: ServerProcess | undefined;
+    try {
+      proxy.set({ kind: "refuse" });
+      const viaProxy = new URL(url);
+      viaProxy.port = String(proxy.port);
+      server = await spawnServer({ MEMORY_TYPE: "postgres", MEMORY_POSTGRES_URL: viaProxy.toString(), MEMORY_KEY_PREFIX: schema });
+      // Up and unready through the outage, as any backend down at start-up.
+      expect(server.child.exitCode).toBeNull();
+      proxy.set({ kind: "pass" });
+      const exit = await Promise.race([server.exited, sleep(30_000, undefined, { ref: false }).then(() => "still running after 30 s")]);
+      expect(exit).toEqual({ code: 2, signal: null });
+      const refusal = server.lines.find((line) => line.includes("refusing the store"));
+      expect(refusal).toContain(`is at migration ${pad(newer)} but this Engram knows migrations up to ${pad(newestKnown)}`);
+      expect(await contents(schema)).toEqual({ tables: ["schema_migrations"], versions: [1, newer] });
+    } finally {
+      await server?.kill();
+      await proxy.close();
+      await drop(schema);
+    }
+  }, 60_000);
 });
