@@ -206,8 +206,8 @@ function adversarialBytes(method: DescMethod): fc.Arbitrary<Uint8Array> {
 
 /** Parts of a request an answer may name instead of a field: the whole body or message, a query parameter, a header. */
 const REQUEST_PARTS = /^(body|request|query parameter [\w.-]+|query parameter name|header [\w-]+)$/;
-/** A field path: proto field names, list indices. */
-const FIELD_PATH = /^([a-z][a-z0-9_]*)(\[\d+\])?(\.[a-z][a-z0-9_]*(\[\d+\])?)*$/;
+/** A field path: proto field names, list indices and (JSON-quoted) map keys, e.g. section_budgets["plan"]. */
+const FIELD_PATH = /^([a-z][a-z0-9_]*)(\[(?:\d+|"(?:[^"\\]|\\.)*")\])?(\.[a-z][a-z0-9_]*(\[(?:\d+|"(?:[^"\\]|\\.)*")\])?)*$/;
 
 /**
  * Whether an answer says, for machines, what in the request it is about: a
