@@ -12,7 +12,7 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { generateApiKey, type ApiKeyRecord } from "../../src/auth/api-keys.js";
 import { FileKeyStore } from "../../src/auth/file-key-store.js";
 import { MemoryService as MemoryServiceDesc } from "../../src/gen/engram/v1/memory_pb.js";
-import { connectClient, errorOf, grpcJsClient, type MemoryClient } from "../support/clients.js";
+import { connectClient, errorOf, followStream, grpcJsClient, type MemoryClient } from "../support/clients.js";
 import { startTestServer, type TestServer } from "../support/engram.js";
 
 let dir: string;
@@ -311,24 +311,7 @@ describe("key lifecycle and quotas", () => {
     try {
       await owner.createSession({ appName: APP_A, userId: "u", sessionId });
       await owner.addEvent({ sessionId, event: { eventId: "before", eventType: "user_message" } });
-      const streams = streamers.map((client) => {
-        const delivered: string[] = [];
-        let caughtUp!: () => void;
-        const ready = new Promise<void>((resolve) => (caughtUp = resolve));
-        const ended = (async () => {
-          try {
-            for await (const frame of client.streamSessionEvents({ sessionId }, { signal: AbortSignal.timeout(10_000) })) {
-              if (frame.frame.case === "event") delivered.push(frame.frame.value.eventId);
-              if (frame.frame.case === "caughtUp") caughtUp();
-            }
-            return undefined;
-          } catch (err) {
-            return ConnectError.from(err);
-          }
-        })();
-        return { delivered, ready, ended };
-      });
-      await Promise.all(streams.map((s) => s.ready));
+      const streams = await Promise.all(streamers.map((client) => followStream(client, sessionId, 10_000)));
       await keyFile.revoke(ids.revokedWhileStreaming);
       for (const stream of streams) {
         const err = await stream.ended;

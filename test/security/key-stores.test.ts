@@ -14,7 +14,7 @@ import { afterAll, describe, expect, it } from "vitest";
 import { generateApiKey, keyMatches } from "../../src/auth/api-keys.js";
 import { openApiKeyStore } from "../../src/auth/index.js";
 import { loadConfig, type Config } from "../../src/config.js";
-import { connectClient, errorOf, grpcJsClient } from "../support/clients.js";
+import { connectClient, errorOf, followStream, grpcJsClient } from "../support/clients.js";
 import { REPO_ROOT, spawnServer } from "../support/engram.js";
 
 const run = promisify(execFile);
@@ -89,28 +89,13 @@ describe.each(BACKENDS.slice(1))("keys CLI and two replicas on %s", (name, env) 
 
       // A live stream on each replica, one per protocol: the revocation must end both.
       const streamers = [grpcJsClient(replicas[0].address, { headers: { authorization: `Bearer ${created.key}` } }), connectClient(replicas[1].baseUrl, { headers: { authorization: `Bearer ${created.key}` } })];
-      const streams = streamers.map((client) => {
-        let caughtUp!: () => void;
-        const ready = new Promise<void>((resolve) => (caughtUp = resolve));
-        const ended = (async () => {
-          try {
-            for await (const frame of client.streamSessionEvents({ sessionId: `cli-${name}` }, { signal: AbortSignal.timeout(20_000) })) {
-              if (frame.frame.case === "caughtUp") caughtUp();
-            }
-            return { code: "ended without an error" as Code | string, at: Date.now() };
-          } catch (err) {
-            return { code: ConnectError.from(err).code as Code | string, at: Date.now() };
-          }
-        })();
-        return { ready, ended };
-      });
-      await Promise.all(streams.map((s) => s.ready));
+      const streams = await Promise.all(streamers.map((client) => followStream(client, `cli-${name}`)));
       const revokedAt = Date.now();
       expect(await keysCli(backend, "revoke", created.id)).toContain("revoked");
-      for (const stream of streams) {
-        const { code, at } = await stream.ended;
+      // Both end within MEMORY_AUTH_CACHE_MS (200 ms) of the CLI's write; the CLI process itself takes seconds, so the bound is loose.
+      const endings = await Promise.all(streams.map((stream) => stream.ended.then((err) => ({ code: err?.code, at: Date.now() }))));
+      for (const { code, at } of endings) {
         expect(code).toBe(Code.Unauthenticated);
-        // Within MEMORY_AUTH_CACHE_MS (200 ms) of the CLI's write; the CLI process itself takes seconds, so the bound is loose.
         expect(at - revokedAt).toBeLessThan(15_000);
       }
       for (const client of clients) {

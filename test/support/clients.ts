@@ -132,6 +132,37 @@ export const ALL_PROTOCOLS = [
   ["gRPC-Web", (s: { address: string; baseUrl: string }) => grpcWebClient(s.baseUrl)],
 ] as const;
 
+/** A stream being followed: its event ids so far, and how it ended. */
+export interface FollowedStream {
+  /** Event ids delivered so far, in order. */
+  delivered: string[];
+  /** Resolves when the stream ends: undefined when it ended cleanly, else its error. */
+  ended: Promise<ConnectError | undefined>;
+}
+
+/**
+ * Opens StreamSessionEvents on `client` and resolves once it has caught up
+ * (or ended first); the stream is cancelled after `timeoutMs` at most.
+ */
+export async function followStream(client: MemoryClient, sessionId: string, timeoutMs = 20_000): Promise<FollowedStream> {
+  const delivered: string[] = [];
+  let caughtUp!: () => void;
+  const ready = new Promise<void>((resolve) => (caughtUp = resolve));
+  const ended = (async () => {
+    try {
+      for await (const frame of client.streamSessionEvents({ sessionId }, { signal: AbortSignal.timeout(timeoutMs) })) {
+        if (frame.frame.case === "event") delivered.push(frame.frame.value.eventId);
+        if (frame.frame.case === "caughtUp") caughtUp();
+      }
+      return undefined;
+    } catch (err) {
+      return ConnectError.from(err);
+    }
+  })();
+  await Promise.race([ready, ended]);
+  return { delivered, ended };
+}
+
 /** Both protocols, for describe.each. */
 export const PROTOCOLS = [
   ["gRPC (grpc-js, h2c)", (s: { address: string }) => grpcJsClient(s.address)],
