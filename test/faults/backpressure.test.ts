@@ -8,11 +8,9 @@
  * makes the server wait for its reader about once every 16 frames
  * (grpc-js' high-water mark), so ~1,000 waits on one call.
  */
-import * as grpc from "@grpc/grpc-js";
-import { create, fromBinary, toBinary } from "@bufbuild/protobuf";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { StreamSessionEventsRequestSchema, StreamSessionEventsResponseSchema, type StreamSessionEventsResponse } from "../../src/gen/engram/v1/memory_pb.js";
-import { grpcJsClient, type MemoryClient } from "../support/clients.js";
+import type { StreamSessionEventsResponse } from "../../src/gen/engram/v1/memory_pb.js";
+import { grpcJsClient, rawEventStream, type MemoryClient } from "../support/clients.js";
 import { startTestServer, type TestServer } from "../support/engram.js";
 
 const EVENTS = 16_000;
@@ -41,15 +39,7 @@ describe("a gRPC stream whose reader keeps it waiting", () => {
     const warnings: string[] = [];
     const onWarning = (warning: Error) => warnings.push(`${warning.name}: ${warning.message}`);
     process.on("warning", onWarning);
-    const raw = new grpc.Client(server.address, grpc.credentials.createInsecure());
-    const call = raw.makeServerStreamRequest(
-      "/engram.v1.MemoryService/StreamSessionEvents",
-      (m: object) => Buffer.from(toBinary(StreamSessionEventsRequestSchema, create(StreamSessionEventsRequestSchema, m as never))),
-      (b: Buffer) => fromBinary(StreamSessionEventsResponseSchema, b),
-      { sessionId: SESSION, afterSeq: 0n },
-      new grpc.Metadata(),
-      { deadline: Date.now() + 60_000 },
-    );
+    const { client: raw, call } = rawEventStream(server.address, { sessionId: SESSION, afterSeq: 0n }, { deadline: Date.now() + 60_000 });
     call.on("error", () => {}); // the cancel below ends it with CANCELLED
     try {
       const received = await new Promise<number>((resolve, reject) => {

@@ -14,11 +14,8 @@
  * 64 KB events held 64 MB per paused reader.)
  */
 import { setTimeout as sleep } from "node:timers/promises";
-import * as grpc from "@grpc/grpc-js";
-import { create, fromBinary, toBinary } from "@bufbuild/protobuf";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { StreamSessionEventsRequestSchema, StreamSessionEventsResponseSchema } from "../../src/gen/engram/v1/memory_pb.js";
-import { grpcJsClient, type MemoryClient } from "../support/clients.js";
+import { grpcJsClient, rawEventStream, type MemoryClient } from "../support/clients.js";
 import { spawnServer, type ServerProcess } from "../support/engram.js";
 
 const EVENTS = 1500;
@@ -71,13 +68,7 @@ async function heapUsed(samples = 10): Promise<number> {
 
 describe("a slow stream consumer", () => {
   it("does not grow the server's memory with what it has not read, and then gets everything in order", async () => {
-    const raw = new grpc.Client(server.address, grpc.credentials.createInsecure());
-    const call = raw.makeServerStreamRequest(
-      "/engram.v1.MemoryService/StreamSessionEvents",
-      (m: object) => Buffer.from(toBinary(StreamSessionEventsRequestSchema, create(StreamSessionEventsRequestSchema, m as never))),
-      (b: Buffer) => fromBinary(StreamSessionEventsResponseSchema, b),
-      { sessionId: SESSION, afterSeq: 0n },
-    );
+    const { client: raw, call } = rawEventStream(server.address, { sessionId: SESSION, afterSeq: 0n });
     const seqs: number[] = [];
     call.on("data", (frame: { frame: { case: string; value: { seq: bigint } } }) => {
       if (frame.frame.case === "event") seqs.push(Number(frame.frame.value.seq));

@@ -8,7 +8,12 @@ import * as grpc from "@grpc/grpc-js";
 import { create, fromBinary, toBinary, type DescMethod } from "@bufbuild/protobuf";
 import { Code, ConnectError, createClient, type Client, type Interceptor } from "@connectrpc/connect";
 import { createConnectTransport, createGrpcTransport, createGrpcWebTransport } from "@connectrpc/connect-node";
-import { MemoryService } from "../../src/gen/engram/v1/memory_pb.js";
+import {
+  MemoryService,
+  StreamSessionEventsRequestSchema,
+  StreamSessionEventsResponseSchema,
+  type StreamSessionEventsResponse,
+} from "../../src/gen/engram/v1/memory_pb.js";
 import { StatusSchema } from "../../src/gen/google/rpc/status_pb.js";
 import { Health, HealthCheckResponse_ServingStatus } from "../../src/gen/health/v1/health_pb.js";
 
@@ -102,6 +107,28 @@ export function grpcJsClient(address: string, opts: { headers?: CallHeaders; cre
     }
   }
   return api as unknown as MemoryClient;
+}
+
+/**
+ * A StreamSessionEvents call on a bare grpc-js client, as the flow-control
+ * tests need it: the caller reads (or pauses) the call itself, and cancels
+ * it and closes the client when done.
+ */
+export function rawEventStream(
+  address: string,
+  request: { sessionId: string; afterSeq?: bigint },
+  options: grpc.CallOptions = {},
+): { client: grpc.Client; call: grpc.ClientReadableStream<StreamSessionEventsResponse> } {
+  const client = new grpc.Client(address, grpc.credentials.createInsecure());
+  const call = client.makeServerStreamRequest(
+    "/engram.v1.MemoryService/StreamSessionEvents",
+    (m: typeof request) => Buffer.from(toBinary(StreamSessionEventsRequestSchema, create(StreamSessionEventsRequestSchema, m))),
+    (b: Buffer) => fromBinary(StreamSessionEventsResponseSchema, b),
+    request,
+    new grpc.Metadata(),
+    options,
+  );
+  return { client, call };
 }
 
 /** The code of a rejected call, for `expect(await codeOf(...)).toBe(Code.X)`. */

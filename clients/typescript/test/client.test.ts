@@ -5,17 +5,8 @@
  */
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { startTestServer, type TestServer } from "../../../test/support/engram.js";
-import { Code, ConnectError, createMemoryClient, currentSeqOf, type MemoryClient, type Protocol } from "../src/index.js";
-
-async function errorOf(p: Promise<unknown>): Promise<ConnectError> {
-  try {
-    await p;
-  } catch (err) {
-    expect(err).toBeInstanceOf(ConnectError);
-    return err as ConnectError;
-  }
-  throw new Error("expected the call to fail, but it succeeded");
-}
+import { Code, createMemoryClient, currentSeqOf, type MemoryClient, type Protocol } from "../src/index.js";
+import { errorOf } from "./support.js";
 
 let server: TestServer;
 let small: TestServer;

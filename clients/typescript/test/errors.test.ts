@@ -13,7 +13,6 @@ import { FileKeyStore } from "../../../src/auth/file-key-store.js";
 import { startTestServer, type TestServer } from "../../../test/support/engram.js";
 import {
   Code,
-  ConnectError,
   createMemoryClient,
   currentSeqOf,
   errorDetailsOf,
@@ -23,16 +22,7 @@ import {
   type MemoryClient,
   type Protocol,
 } from "../src/index.js";
-
-async function errorOf(p: Promise<unknown>): Promise<ConnectError> {
-  try {
-    await p;
-  } catch (err) {
-    expect(err).toBeInstanceOf(ConnectError);
-    return err as ConnectError;
-  }
-  throw new Error("expected the call to fail, but it succeeded");
-}
+import { errorOf } from "./support.js";
 
 let server: TestServer;
 let limited: TestServer;
