@@ -18,6 +18,7 @@ step "typecheck" npx tsc -p tsconfig.json --noEmit
 step "buf lint" npx buf lint
 step "buf breaking" scripts/buf-breaking.sh
 step "generated code" scripts/check-generated.sh
+step "deployment manifests" scripts/validate-deploy.sh
 step "server suites (vitest)" npx vitest run --reporter=default --reporter=json --outputFile.json=.tmp/vitest.json
 for client in clients/*/; do
   if [ -x "${client}scripts/test.sh" ]; then
