@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # Tests of the Python client (run by the repository's `npm test` from the
-# repository root): makes clients/python/.venv (scripts/venv.sh), then runs
-# pytest against real servers started from the repository
+# repository root): makes clients/python/.venv (scripts/venv.sh), checks that
+# the committed sync clients are what scripts/generate_sync.py derives from the
+# async ones, then runs pytest against real servers started from the repository
 # (node_modules/.bin/tsx src/main.ts). Extra arguments go to pytest.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/venv.sh
+.venv/bin/python scripts/generate_sync.py --check
 exec .venv/bin/python -m pytest -q -p no:cacheprovider "$@"
