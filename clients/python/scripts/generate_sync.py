@@ -67,7 +67,10 @@ def main(argv: list[str]) -> int:
             path.write_text(text, encoding="utf-8")
     if stale:
         print(f"stale sync client: {', '.join(stale)}", file=sys.stderr)
-        print("regenerate: clients/python/scripts/generate.sh (or just scripts/generate_sync.py), then commit", file=sys.stderr)
+        print(
+            "regenerate: clients/python/scripts/generate.sh (or just scripts/generate_sync.py), then commit",
+            file=sys.stderr,
+        )
         return 1
     return 0
 

@@ -112,7 +112,7 @@ class TcpProxy:
         while not self._stop.is_set():
             try:
                 client, _ = self.sock.accept()
-            except (socket.timeout, OSError):
+            except (TimeoutError, OSError):
                 continue
             if not self.accepting:
                 client.close()

@@ -171,9 +171,18 @@ async def test_build_conversation_context(client: EngramClient, sid: str) -> Non
         sid,
         [
             {"event_type": "user_message", "content": "What's the weather in Paris?"},
-            {"event_type": "tool_call", "content": {"tool_name": "weather", "args": {"city": "Paris"}, "tool_call_id": "c1"}},
-            {"event_type": "tool_result", "content": {"tool_name": "weather", "content": "sunny", "tool_call_id": "c1"}},
-            {"event_type": "tool_call", "content": {"tool_name": "weather", "args": {"city": "Rome"}, "tool_call_id": "c2"}},
+            {
+                "event_type": "tool_call",
+                "content": {"tool_name": "weather", "args": {"city": "Paris"}, "tool_call_id": "c1"},
+            },
+            {
+                "event_type": "tool_result",
+                "content": {"tool_name": "weather", "content": "sunny", "tool_call_id": "c1"},
+            },
+            {
+                "event_type": "tool_call",
+                "content": {"tool_name": "weather", "args": {"city": "Rome"}, "tool_call_id": "c2"},
+            },
             {"event_type": "agent_response", "content": "It is sunny."},
         ],
     )
@@ -211,7 +220,10 @@ async def test_delete_user_data(client: EngramClient, sid: str) -> None:
     await client.create_session(app, "gone", sid + "-a")
     await client.create_session(app, "gone", sid + "-b")
     await client.create_session(app, "stays", sid + "-kept")
-    await client.add_events(sid + "-a", [{"event_type": "user_message", "content": "one"}, {"event_type": "agent_response", "content": "two"}])
+    await client.add_events(
+        sid + "-a",
+        [{"event_type": "user_message", "content": "one"}, {"event_type": "agent_response", "content": "two"}],
+    )
     await client.add_event(sid + "-b", "user_message", "three")
     await client.add_event(sid + "-kept", "user_message", "four")
     erased = await client.delete_user_data(app, "gone")

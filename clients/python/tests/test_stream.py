@@ -6,8 +6,8 @@ import threading
 import uuid
 
 import pytest
-
 from conftest import FAST_CHANNEL, FAST_RETRY
+
 from engram_memory import EngramClient, EngramClientSync, EngramMemory, NotFoundError
 from engram_server import EngramServer, TcpProxy
 

@@ -22,7 +22,9 @@ Channel: TypeAlias = grpc.aio.Channel
 UnaryMethod: TypeAlias = grpc.aio.UnaryUnaryMultiCallable
 
 
-def open_channel(target: str, credentials: grpc.ChannelCredentials | None, options: Sequence[tuple[str, Any]]) -> Channel:
+def open_channel(
+    target: str, credentials: grpc.ChannelCredentials | None, options: Sequence[tuple[str, Any]]
+) -> Channel:
     """A channel to ``target``: TLS with ``credentials``, else plaintext (h2c).
 
     A grpc.aio channel belongs to the event loop it is made in, so the client

@@ -19,7 +19,9 @@ Channel: TypeAlias = grpc.Channel
 UnaryMethod: TypeAlias = grpc.UnaryUnaryMultiCallable
 
 
-def open_channel(target: str, credentials: grpc.ChannelCredentials | None, options: Sequence[tuple[str, Any]]) -> Channel:
+def open_channel(
+    target: str, credentials: grpc.ChannelCredentials | None, options: Sequence[tuple[str, Any]]
+) -> Channel:
     """A channel to ``target``: TLS with ``credentials``, else plaintext (h2c)."""
     if credentials is not None:
         return grpc.secure_channel(target, credentials, options=options)

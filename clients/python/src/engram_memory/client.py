@@ -168,7 +168,7 @@ class EngramClient:
 
     async def get_session(self, session_id: str) -> SessionInfo:
         """One session (NotFoundError when absent)."""
-        resp: pb.GetSessionResponse = await self._call(self.stub.GetSession, pb.GetSessionRequest(session_id=session_id))
+        resp = await self._call(self.stub.GetSession, pb.GetSessionRequest(session_id=session_id))
         return cv.session_from_pb(resp.session)
 
     async def list_sessions_page(
@@ -231,12 +231,12 @@ class EngramClient:
         )
         return cv.event_from_pb(resp.event)
 
-    async def append(
-        self, session_id: str, event: cv.EventLike, *, expected_seq: int | None = None
-    ) -> MemoryEvent:
+    async def append(self, session_id: str, event: cv.EventLike, *, expected_seq: int | None = None) -> MemoryEvent:
         """Appends a :class:`MemoryEvent` (or a mapping with its keys) as it is, event_id included."""
         resp: pb.AddEventResponse = await self._call(
-            self.stub.AddEvent, cv.add_event_request(session_id, cv.event_input_of(event), expected_seq), retry=expected_seq is None
+            self.stub.AddEvent,
+            cv.add_event_request(session_id, cv.event_input_of(event), expected_seq),
+            retry=expected_seq is None,
         )
         return cv.event_from_pb(resp.event)
 
@@ -286,9 +286,7 @@ class EngramClient:
 
     async def list_events(self, session_id: str | None = None, limit: int = 0) -> list[MemoryEvent]:
         """The newest ``limit`` events (100 when 0) of one session or all, oldest first."""
-        resp: pb.ListEventsResponse = await self._call(
-            self.stub.ListEvents, cv.list_events_request(session_id, limit)
-        )
+        resp: pb.ListEventsResponse = await self._call(self.stub.ListEvents, cv.list_events_request(session_id, limit))
         return [cv.event_from_pb(e) for e in resp.events]
 
     async def stream_frames(

@@ -169,7 +169,7 @@ class EngramClientSync:
 
     def get_session(self, session_id: str) -> SessionInfo:
         """One session (NotFoundError when absent)."""
-        resp: pb.GetSessionResponse = self._call(self.stub.GetSession, pb.GetSessionRequest(session_id=session_id))
+        resp = self._call(self.stub.GetSession, pb.GetSessionRequest(session_id=session_id))
         return cv.session_from_pb(resp.session)
 
     def list_sessions_page(
@@ -232,12 +232,12 @@ class EngramClientSync:
         )
         return cv.event_from_pb(resp.event)
 
-    def append(
-        self, session_id: str, event: cv.EventLike, *, expected_seq: int | None = None
-    ) -> MemoryEvent:
+    def append(self, session_id: str, event: cv.EventLike, *, expected_seq: int | None = None) -> MemoryEvent:
         """Appends a :class:`MemoryEvent` (or a mapping with its keys) as it is, event_id included."""
         resp: pb.AddEventResponse = self._call(
-            self.stub.AddEvent, cv.add_event_request(session_id, cv.event_input_of(event), expected_seq), retry=expected_seq is None
+            self.stub.AddEvent,
+            cv.add_event_request(session_id, cv.event_input_of(event), expected_seq),
+            retry=expected_seq is None,
         )
         return cv.event_from_pb(resp.event)
 
@@ -287,9 +287,7 @@ class EngramClientSync:
 
     def list_events(self, session_id: str | None = None, limit: int = 0) -> list[MemoryEvent]:
         """The newest ``limit`` events (100 when 0) of one session or all, oldest first."""
-        resp: pb.ListEventsResponse = self._call(
-            self.stub.ListEvents, cv.list_events_request(session_id, limit)
-        )
+        resp: pb.ListEventsResponse = self._call(self.stub.ListEvents, cv.list_events_request(session_id, limit))
         return [cv.event_from_pb(e) for e in resp.events]
 
     def stream_frames(
