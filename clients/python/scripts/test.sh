@@ -2,9 +2,10 @@
 # Tests of the Python client (run by the repository's `npm test` from the
 # repository root): makes clients/python/.venv (scripts/venv.sh), checks that
 # the committed sync clients are what scripts/generate_sync.py derives from the
-# async ones, type-checks the package (mypy --strict) and lints the
-# hand-written code (ruff; both configured in pyproject.toml), then runs pytest against real servers started from the repository
-# (node_modules/.bin/tsx src/main.ts). Extra arguments go to pytest.
+# async ones, type-checks the package and its tests (mypy --strict), lints the
+# hand-written code (ruff; both configured in pyproject.toml), then runs pytest
+# against real servers started from the repository (node_modules/.bin/tsx
+# src/main.ts). Extra arguments go to pytest.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/venv.sh

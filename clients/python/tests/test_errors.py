@@ -75,10 +75,10 @@ async def test_a_rate_limit_has_a_retry_delay(limited_server: tuple[EngramServer
             except ResourceExhaustedError as err:
                 refused.append(err)
         assert refused
-        for err in refused:
-            assert err.code == grpc.StatusCode.RESOURCE_EXHAUSTED
-            assert err.reason == "RATE_LIMITED"
-            assert err.retry_delay is not None and 0 < err.retry_delay <= 1.0
+        for refusal in refused:
+            assert refusal.code == grpc.StatusCode.RESOURCE_EXHAUSTED
+            assert refusal.reason == "RATE_LIMITED"
+            assert refusal.retry_delay is not None and 0 < refusal.retry_delay <= 1.0
 
 
 def test_the_sync_client_reads_the_same_details(
