@@ -1,9 +1,15 @@
 #!/usr/bin/env bash
 # Tests of the Python client (run by the repository's `npm test` from the
-# repository root): makes clients/python/.venv (scripts/venv.sh), then runs
-# pytest against real servers started from the repository
-# (node_modules/.bin/tsx src/main.ts). Extra arguments go to pytest.
+# repository root): makes clients/python/.venv (scripts/venv.sh), checks that
+# the committed sync clients are what scripts/generate_sync.py derives from the
+# async ones, type-checks the package and its tests (mypy --strict), lints the
+# hand-written code (ruff; both configured in pyproject.toml), then runs pytest
+# against real servers started from the repository (node_modules/.bin/tsx
+# src/main.ts). Extra arguments go to pytest.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/venv.sh
+.venv/bin/python scripts/generate_sync.py --check
+.venv/bin/python -m mypy
+.venv/bin/ruff check src tests scripts scripts/protoc-gen-engram-python
 exec .venv/bin/python -m pytest -q -p no:cacheprovider "$@"

@@ -8,6 +8,7 @@ import socket
 import subprocess
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 REPO_ROOT = Path(__file__).resolve().parents[3]
@@ -112,7 +113,7 @@ class TcpProxy:
         while not self._stop.is_set():
             try:
                 client, _ = self.sock.accept()
-            except (socket.timeout, OSError):
+            except (TimeoutError, OSError):
                 continue
             if not self.accepting:
                 client.close()
@@ -164,10 +165,10 @@ class TcpProxy:
         self.sock.close()
 
 
-def wait_until(predicate, timeout: float = 10.0, interval: float = 0.05) -> bool:
+def wait_until(predicate: Callable[[], object], timeout: float = 10.0, interval: float = 0.05) -> bool:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if predicate():
             return True
         time.sleep(interval)
-    return predicate()
+    return bool(predicate())

@@ -40,7 +40,9 @@ def auth_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Engr
     key_file = tmp_path_factory.mktemp("keys") / "keys.json"
     writer = create_key(key_file, "--app", "py-app", "--role", "write")
     reader = create_key(key_file, "--app", "py-app", "--role", "read")
-    srv = EngramServer({"MEMORY_AUTH": "true", "MEMORY_AUTH_KEYS_FILE": str(key_file), "MEMORY_AUTH_CACHE_MS": "0"}).start()
+    srv = EngramServer(
+        {"MEMORY_AUTH": "true", "MEMORY_AUTH_KEYS_FILE": str(key_file), "MEMORY_AUTH_CACHE_MS": "0"}
+    ).start()
     yield srv, writer, reader
     srv.stop()
 

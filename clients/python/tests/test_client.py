@@ -18,6 +18,7 @@ from engram_memory import (
     NotFoundError,
     OutOfRangeError,
 )
+from engram_server import EngramServer
 
 
 async def test_sessions_lifecycle(client: EngramClient, sid: str) -> None:
@@ -148,7 +149,7 @@ async def test_error_codes(client: EngramClient, sid: str) -> None:
         await client.get_session_events("missing-" + sid)
 
 
-async def test_out_of_range(small_server) -> None:
+async def test_out_of_range(small_server: EngramServer) -> None:
     async with EngramClient(small_server.target, timeout=10) as c:
         sid = f"oor-{uuid.uuid4().hex[:8]}"
         await c.create_session("app", "user", sid)
@@ -171,9 +172,18 @@ async def test_build_conversation_context(client: EngramClient, sid: str) -> Non
         sid,
         [
             {"event_type": "user_message", "content": "What's the weather in Paris?"},
-            {"event_type": "tool_call", "content": {"tool_name": "weather", "args": {"city": "Paris"}, "tool_call_id": "c1"}},
-            {"event_type": "tool_result", "content": {"tool_name": "weather", "content": "sunny", "tool_call_id": "c1"}},
-            {"event_type": "tool_call", "content": {"tool_name": "weather", "args": {"city": "Rome"}, "tool_call_id": "c2"}},
+            {
+                "event_type": "tool_call",
+                "content": {"tool_name": "weather", "args": {"city": "Paris"}, "tool_call_id": "c1"},
+            },
+            {
+                "event_type": "tool_result",
+                "content": {"tool_name": "weather", "content": "sunny", "tool_call_id": "c1"},
+            },
+            {
+                "event_type": "tool_call",
+                "content": {"tool_name": "weather", "args": {"city": "Rome"}, "tool_call_id": "c2"},
+            },
             {"event_type": "agent_response", "content": "It is sunny."},
         ],
     )
@@ -190,7 +200,7 @@ async def test_build_conversation_context(client: EngramClient, sid: str) -> Non
     assert short.text == "Assistant: It is sunny."
 
 
-async def test_stats_and_cleanup(small_server) -> None:
+async def test_stats_and_cleanup(small_server: EngramServer) -> None:
     async with EngramClient(small_server.target, timeout=10) as c:
         sid = f"stats-{uuid.uuid4().hex[:8]}"
         await c.create_session("app", "user", sid)
@@ -211,7 +221,10 @@ async def test_delete_user_data(client: EngramClient, sid: str) -> None:
     await client.create_session(app, "gone", sid + "-a")
     await client.create_session(app, "gone", sid + "-b")
     await client.create_session(app, "stays", sid + "-kept")
-    await client.add_events(sid + "-a", [{"event_type": "user_message", "content": "one"}, {"event_type": "agent_response", "content": "two"}])
+    await client.add_events(
+        sid + "-a",
+        [{"event_type": "user_message", "content": "one"}, {"event_type": "agent_response", "content": "two"}],
+    )
     await client.add_event(sid + "-b", "user_message", "three")
     await client.add_event(sid + "-kept", "user_message", "four")
     erased = await client.delete_user_data(app, "gone")
@@ -226,7 +239,7 @@ async def test_delete_user_data(client: EngramClient, sid: str) -> None:
     assert err.value.message.startswith("user_id: ")
 
 
-async def test_cleanup_filtered_by_app_and_user(small_server) -> None:
+async def test_cleanup_filtered_by_app_and_user(small_server: EngramServer) -> None:
     async with EngramClient(small_server.target, timeout=10) as c:
         app = f"clean-{uuid.uuid4().hex[:8]}"
         await c.create_session(app, "u", app + "-mine")

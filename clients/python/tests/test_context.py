@@ -59,7 +59,9 @@ async def test_summaries_and_images(client: EngramClient, sid: str) -> None:
     await client.create_session("app", "u", sid)
     await client.add_event(sid, "user_message", "hi")
     await client.add_event(sid, "agent_response", "hello")
-    await client.add_event(sid, "summary", "Greetings were exchanged.", metadata={"covers": {"from_seq": 1, "to_seq": 2}})
+    await client.add_event(
+        sid, "summary", "Greetings were exchanged.", metadata={"covers": {"from_seq": 1, "to_seq": 2}}
+    )
     url = "https://example.test/a.png"
     await client.add_event(sid, "user_message", {"text": "What is this?", "images": [{"url": url, "detail": "low"}]})
     ctx = await client.build_conversation_context(sid, token_budget=10_000)
@@ -68,7 +70,10 @@ async def test_summaries_and_images(client: EngramClient, sid: str) -> None:
     assert ctx.text == "Summary: Greetings were exchanged.\nUser: What is this?"
     image = ctx.messages[1]
     assert image.content == "What is this?"
-    assert image.content_parts == (ContentPart("text", text="What is this?"), ContentPart("image_url", image_url=url, detail="low"))
+    assert image.content_parts == (
+        ContentPart("text", text="What is this?"),
+        ContentPart("image_url", image_url=url, detail="low"),
+    )
     assert image.to_dict(vision=True)["content"] == [
         {"type": "text", "text": "What is this?"},
         {"type": "image_url", "image_url": {"url": url, "detail": "low"}},

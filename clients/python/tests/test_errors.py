@@ -8,6 +8,7 @@ from pathlib import Path
 
 import grpc
 import pytest
+from test_auth import create_key
 
 from engram_memory import (
     EngramClient,
@@ -19,7 +20,6 @@ from engram_memory import (
     ResourceExhaustedError,
 )
 from engram_server import EngramServer
-from test_auth import create_key
 
 
 @pytest.fixture(scope="module")
@@ -27,18 +27,24 @@ def limited_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[E
     """A server whose one key may make 1 call per second."""
     key_file: Path = tmp_path_factory.mktemp("keys") / "keys.json"
     key = create_key(key_file, "--app", "py-app", "--role", "read", "--rate-limit", "1")
-    srv = EngramServer({"MEMORY_AUTH": "true", "MEMORY_AUTH_KEYS_FILE": str(key_file), "MEMORY_AUTH_CACHE_MS": "0"}).start()
+    srv = EngramServer(
+        {"MEMORY_AUTH": "true", "MEMORY_AUTH_KEYS_FILE": str(key_file), "MEMORY_AUTH_CACHE_MS": "0"}
+    ).start()
     yield srv, key
     srv.stop()
 
 
 async def test_a_bad_field_names_it_in_field_violations(client: EngramClient) -> None:
     with pytest.raises(InvalidArgumentError) as info:
-        await client.add_events("s", [{"event_type": "user_message"}, {"event_type": "user_message", "event_id": "has space"}])
+        await client.add_events(
+            "s", [{"event_type": "user_message"}, {"event_type": "user_message", "event_id": "has space"}]
+        )
     err = info.value
     assert err.field == "events[1].event_id"
     assert err.field_violations == [
-        FieldViolation("events[1].event_id", "must be 1-128 printable ASCII characters without spaces (pattern ^[!-~]{1,128}$)")
+        FieldViolation(
+            "events[1].event_id", "must be 1-128 printable ASCII characters without spaces (pattern ^[!-~]{1,128}$)"
+        )
     ]
 
 
@@ -69,13 +75,15 @@ async def test_a_rate_limit_has_a_retry_delay(limited_server: tuple[EngramServer
             except ResourceExhaustedError as err:
                 refused.append(err)
         assert refused
-        for err in refused:
-            assert err.code == grpc.StatusCode.RESOURCE_EXHAUSTED
-            assert err.reason == "RATE_LIMITED"
-            assert err.retry_delay is not None and 0 < err.retry_delay <= 1.0
+        for refusal in refused:
+            assert refusal.code == grpc.StatusCode.RESOURCE_EXHAUSTED
+            assert refusal.reason == "RATE_LIMITED"
+            assert refusal.retry_delay is not None and 0 < refusal.retry_delay <= 1.0
 
 
-def test_the_sync_client_reads_the_same_details(server: EngramServer, limited_server: tuple[EngramServer, str], sid: str) -> None:
+def test_the_sync_client_reads_the_same_details(
+    server: EngramServer, limited_server: tuple[EngramServer, str], sid: str
+) -> None:
     with EngramClientSync(server.target, timeout=10) as client:
         client.create_session("app", "user", sid)
         client.add_event(sid, "user_message", "a", expected_seq=0)

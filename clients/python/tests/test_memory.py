@@ -108,7 +108,8 @@ def test_sync_client_rpcs(server: EngramServer) -> None:
         assert created and s.metadata == {"a": 1}
         c.add_event(sid, "user_message", "a", event_id="e1")
         assert c.add_event(sid, "user_message", "a", event_id="e1").seq == 1
-        assert [e.seq for e in c.add_events(sid, [{"event_type": "system", "content": None}] * 1, expected_seq=1)] == [2]
+        batch = c.add_events(sid, [{"event_type": "system", "content": None}], expected_seq=1)
+        assert [e.seq for e in batch] == [2]
         with pytest.raises(FailedPreconditionError) as err:
             c.add_event(sid, "user_message", "b", expected_seq=0)
         assert err.value.current_seq == 2

@@ -1,6 +1,8 @@
 """The Pydantic AI bridge, with FunctionModel/TestModel (no network)."""
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 pytest.importorskip("pydantic_ai")
@@ -15,6 +17,7 @@ from pydantic_ai.messages import (  # noqa: E402
     ToolReturnPart,
     UserPromptPart,
 )
+from pydantic_ai.models import Model  # noqa: E402
 from pydantic_ai.models.function import AgentInfo, FunctionModel  # noqa: E402
 from pydantic_ai.models.test import TestModel  # noqa: E402
 
@@ -37,7 +40,7 @@ def _weather_model(seen: list[list[ModelMessage]]) -> FunctionModel:
     return FunctionModel(respond, model_name="fn")
 
 
-def _agent(model) -> Agent:
+def _agent(model: Model) -> Agent[None, str]:
     agent = Agent(model)
 
     @agent.tool_plain
@@ -47,10 +50,10 @@ def _agent(model) -> Agent:
     return agent
 
 
-def _shape(messages: list[ModelMessage]) -> list[tuple[str, list[tuple]]]:
-    out = []
+def _shape(messages: list[ModelMessage]) -> list[tuple[str, list[tuple[Any, ...]]]]:
+    out: list[tuple[str, list[tuple[Any, ...]]]] = []
     for m in messages:
-        parts = []
+        parts: list[tuple[Any, ...]] = []
         for p in m.parts:
             if isinstance(p, UserPromptPart):
                 parts.append(("user", p.content))

@@ -48,8 +48,10 @@ class LossyProxy:
             server = socket.create_connection(self.upstream, timeout=5)
             server.settimeout(None)
             self.conns += [client, server]
-            for fn in (lambda: self._pipe(client, server), (lambda: self._lose(server, client)) if first else (lambda: self._pipe(server, client))):
-                t = threading.Thread(target=fn, daemon=True)
+            # Client to server always passes; the first connection's answers are lost.
+            back = self._lose if first else self._pipe
+            for pump, src, dst in ((self._pipe, client, server), (back, server, client)):
+                t = threading.Thread(target=pump, args=(src, dst), daemon=True)
                 t.start()
                 self.threads.append(t)
             first = False

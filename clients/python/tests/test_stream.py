@@ -4,16 +4,20 @@ from __future__ import annotations
 import asyncio
 import threading
 import uuid
+from collections.abc import AsyncIterator
+from typing import TypeVar
 
 import pytest
-
 from conftest import FAST_CHANNEL, FAST_RETRY
+
 from engram_memory import EngramClient, EngramClientSync, EngramMemory, NotFoundError
 from engram_server import EngramServer, TcpProxy
 
+T = TypeVar("T")
 
-async def _take(aiter, n: int, timeout: float = 10.0) -> list:
-    out = []
+
+async def _take(aiter: AsyncIterator[T], n: int, timeout: float = 10.0) -> list[T]:
+    out: list[T] = []
 
     async def run() -> None:
         async for item in aiter:
@@ -36,7 +40,8 @@ async def test_catch_up_then_live(client: EngramClient, sid: str) -> None:
     live = await _take(frames, 1)
     while live[0].kind != "event":
         live = await _take(frames, 1)
-    assert live[0].event.seq == 4 and live[0].event.content == "live"
+    event = live[0].event
+    assert event is not None and event.seq == 4 and event.content == "live"
     await frames.aclose()
 
 

@@ -1,11 +1,10 @@
 """Conversions between the generated protobuf messages and the client's types."""
 from __future__ import annotations
 
-import uuid
-
 import dataclasses
 import json
 import math
+import uuid
 from collections.abc import Iterable, Mapping
 from datetime import date, datetime, timedelta, timezone
 from typing import Any
@@ -14,7 +13,6 @@ from google.protobuf import duration_pb2, struct_pb2, timestamp_pb2
 
 from ._gen.engram.v1 import memory_pb2 as pb
 from .models import (
-    UserDataErased,
     ChatMessage,
     ContentPart,
     ContextSection,
@@ -25,6 +23,7 @@ from .models import (
     SessionInfo,
     StreamFrame,
     ToolCall,
+    UserDataErased,
     parse_timestamp,
 )
 
@@ -274,7 +273,8 @@ def context_from_pb(r: pb.BuildConversationContextResponse) -> ConversationConte
         retrieval_used=r.retrieval_used,
         tokenizer=r.tokenizer,
         sections=[
-            ContextSection(s.name, s.tokens_used, s.events_included, s.events_dropped, s.retrieval_used) for s in r.sections
+            ContextSection(s.name, s.tokens_used, s.events_included, s.events_dropped, s.retrieval_used)
+            for s in r.sections
         ],
     )
 
@@ -337,9 +337,7 @@ def add_event_request(session_id: str, event: pb.EventInput, expected_seq: int |
     return req
 
 
-def add_events_request(
-    session_id: str, events: Iterable[EventLike], expected_seq: int | None
-) -> pb.AddEventsRequest:
+def add_events_request(session_id: str, events: Iterable[EventLike], expected_seq: int | None) -> pb.AddEventsRequest:
     req = pb.AddEventsRequest(session_id=session_id, events=event_inputs(events))
     if expected_seq is not None:
         req.expected_seq = expected_seq
@@ -378,7 +376,9 @@ def stream_request(
     return req
 
 
-def cleanup_request(max_age: timedelta | float, app_name: str | None = None, user_id: str | None = None) -> pb.CleanupRequest:
+def cleanup_request(
+    max_age: timedelta | float, app_name: str | None = None, user_id: str | None = None
+) -> pb.CleanupRequest:
     # Unset (None) filters stay absent on the wire: an empty string would be a filter the server refuses.
     return pb.CleanupRequest(max_age=to_duration(max_age), app_name=app_name, user_id=user_id)
 

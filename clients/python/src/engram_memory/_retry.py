@@ -21,7 +21,7 @@ MAX_BACKOFF = 2.0
 
 def unary_backoff(failures: int) -> float:
     """Seconds to wait before the ``failures``-th consecutive retry of a unary call (1-based)."""
-    return min(MAX_BACKOFF, INITIAL_BACKOFF * 2 ** max(0, failures - 1))
+    return min(MAX_BACKOFF, INITIAL_BACKOFF * 2.0 ** max(0, failures - 1))
 
 
 @dataclass(frozen=True)

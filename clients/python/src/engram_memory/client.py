@@ -1,21 +1,29 @@
-"""EngramClient: every RPC of engram.v1.MemoryService over grpc.aio, with Pythonic arguments."""
+"""EngramClient: every RPC of engram.v1.MemoryService over grpc.aio, with Pythonic arguments.
+
+This module is also the source of the blocking ``EngramClientSync``:
+scripts/generate_sync.py derives engram_memory._gen.sync.client from it with
+unasync (``async``/``await`` dropped, :mod:`engram_memory._async_io` swapped for
+:mod:`engram_memory._sync_io`), so write I/O only through ``_async_io`` and
+regenerate after a change. Imports of shared modules are absolute because the
+generated copy lives in another package.
+"""
 from __future__ import annotations
 
-import asyncio
-import json
 from collections.abc import AsyncGenerator, AsyncIterator, Iterable, Mapping, Sequence
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, TypeVar
 
 import grpc
-import grpc.aio
 
-from . import _convert as cv
-from ._gen.engram.v1 import memory_pb2 as pb
-from ._gen.engram.v1 import memory_pb2_grpc as pb_grpc
-from ._retry import DEFAULT_RETRIES, StreamRetry, unary_backoff
-from .errors import EngramError, from_rpc_error
-from .models import (
+from engram_memory import _convert as cv
+from engram_memory._async_io import Channel, UnaryMethod, channel_ready, close_channel, open_channel, sleep
+from engram_memory._defaults import DEFAULT_CHANNEL_OPTIONS as DEFAULT_CHANNEL_OPTIONS  # importable here as before
+from engram_memory._defaults import DEFAULT_TARGET, MAX_PAGE_SIZE, Metadata, channel_options
+from engram_memory._gen.engram.v1 import memory_pb2 as pb
+from engram_memory._gen.engram.v1 import memory_pb2_grpc as pb_grpc
+from engram_memory._retry import DEFAULT_RETRIES, StreamRetry, unary_backoff
+from engram_memory.errors import EngramError, from_rpc_error
+from engram_memory.models import (
     ConversationContext,
     EventPage,
     MemoryEvent,
@@ -27,60 +35,21 @@ from .models import (
 
 __all__ = ["DEFAULT_TARGET", "EngramClient"]
 
-#: Where `npm start` serves by default.
-DEFAULT_TARGET = "127.0.0.1:8000"
-#: Largest page the server accepts (limit / page_size / tail).
-MAX_PAGE_SIZE = 1000
-
-#: Methods without side effects, retried by gRPC itself on UNAVAILABLE
-#: (DEFAULT_RETRIES retries, backoff 0.1 s doubling up to 2 s).
-_READ_METHODS = ("GetSession", "ListSessions", "GetSessionEvents", "ListEvents", "BuildConversationContext", "GetStats")
-#: Default channel options: read-only calls retry transient failures, and the
-#: channel reconnects within seconds after a server restart.
-DEFAULT_CHANNEL_OPTIONS: tuple[tuple[str, Any], ...] = (
-    (
-        "grpc.service_config",
-        json.dumps(
-            {
-                "methodConfig": [
-                    {
-                        "name": [{"service": "engram.v1.MemoryService", "method": m} for m in _READ_METHODS],
-                        "retryPolicy": {
-                            "maxAttempts": DEFAULT_RETRIES + 1,
-                            "initialBackoff": "0.1s",
-                            "maxBackoff": "2s",
-                            "backoffMultiplier": 2,
-                            "retryableStatusCodes": ["UNAVAILABLE"],
-                        },
-                    }
-                ]
-            },
-            separators=(",", ":"),
-        ),
-    ),
-    ("grpc.max_reconnect_backoff_ms", 5000),
-)
-
-
-def channel_options(options: Sequence[tuple[str, Any]] | None) -> list[tuple[str, Any]]:
-    """The default options overridden by ``options``."""
-    given = list(options or ())
-    names = {name for name, _ in given}
-    return [opt for opt in DEFAULT_CHANNEL_OPTIONS if opt[0] not in names] + given
-
-
-Metadata = Sequence[tuple[str, str]]
+_Request = TypeVar("_Request")
+_Response = TypeVar("_Response")
 
 
 class EngramClient:
-    """Async low-level client of the Engram memory service (grpc.aio).
+    """Low-level client of the Engram memory service: every RPC, with Pythonic arguments.
 
-    The channel is opened lazily, on the first call, in the running event loop.
-    Failed calls raise :class:`engram_memory.EngramError` subclasses.
+    ``EngramClient`` is async (grpc.aio; its channel is opened on the first
+    call, in the running event loop); ``EngramClientSync`` (generated from it)
+    blocks. Failed calls raise :class:`engram_memory.EngramError` subclasses.
 
     Args:
         target: ``host:port`` (an ``http://`` prefix is accepted).
-        channel: an existing ``grpc.aio.Channel`` to use instead (not closed by :meth:`close`).
+        channel: an existing channel to use instead (``grpc.aio.Channel``, or
+            ``grpc.Channel`` for the sync client; not closed by :meth:`close`).
         credentials: channel credentials for TLS; plaintext (h2c) when omitted.
         options: gRPC channel options.
         timeout: deadline in seconds of every unary call (None: no deadline).
@@ -100,7 +69,7 @@ class EngramClient:
         self,
         target: str = DEFAULT_TARGET,
         *,
-        channel: grpc.aio.Channel | None = None,
+        channel: Channel | None = None,
         credentials: grpc.ChannelCredentials | None = None,
         options: Sequence[tuple[str, Any]] | None = None,
         timeout: float | None = 30.0,
@@ -112,9 +81,9 @@ class EngramClient:
         self.target = cv.normalize_target(target)
         self._credentials = credentials
         self._options = channel_options(options)
-        self._channel: grpc.aio.Channel | None = channel
+        self._channel: Channel | None = channel
         self._owns_channel = channel is None
-        self._stub: pb_grpc.MemoryServiceStub | None = pb_grpc.MemoryServiceStub(channel) if channel else None
+        self._stub: pb_grpc.MemoryServiceAsyncStub | None = None
         self.timeout = timeout
         # api_key: a server with MEMORY_AUTH=true wants ``authorization: Bearer <key>`` on every call.
         auth = (("authorization", f"Bearer {api_key}"),) if api_key else ()
@@ -126,17 +95,20 @@ class EngramClient:
     # ---- plumbing -----------------------------------------------------------
 
     @property
-    def stub(self) -> pb_grpc.MemoryServiceStub:
+    def stub(self) -> pb_grpc.MemoryServiceAsyncStub:
         """The generated stub (opens the channel when needed)."""
         if self._stub is None:
-            if self._credentials is not None:
-                self._channel = grpc.aio.secure_channel(self.target, self._credentials, options=self._options)
-            else:
-                self._channel = grpc.aio.insecure_channel(self.target, options=self._options)
-            self._stub = pb_grpc.MemoryServiceStub(self._channel)
+            self._stub = pb_grpc.MemoryServiceStub(self._open_channel())
         return self._stub
 
-    async def _call(self, method: Any, request: Any, *, retry: bool = False) -> Any:
+    def _open_channel(self) -> Channel:
+        if self._channel is None:
+            self._channel = open_channel(self.target, self._credentials, self._options)
+        return self._channel
+
+    async def _call(
+        self, method: UnaryMethod[_Request, _Response], request: _Request, *, retry: bool = False
+    ) -> _Response:
         # retry: only for requests whose repetition cannot change the outcome
         # (appends carry an event_id assigned before the first try).
         failures = 0
@@ -147,13 +119,15 @@ class EngramClient:
                 failures += 1
                 if not retry or failures > self.retries or err.code() != grpc.StatusCode.UNAVAILABLE:
                     raise from_rpc_error(err) from err
-            await asyncio.sleep(unary_backoff(failures))
+            await sleep(unary_backoff(failures))
 
     async def close(self) -> None:
-        """Closes the channel (when this client opened it)."""
+        """Closes the channel (when this client opened it; a later call opens a new one)."""
+        if not self._owns_channel:
+            return
         channel, self._channel, self._stub = self._channel, None, None
-        if channel is not None and self._owns_channel:
-            await channel.close(None)
+        if channel is not None:
+            await close_channel(channel)
 
     async def __aenter__(self) -> EngramClient:
         return self
@@ -162,13 +136,9 @@ class EngramClient:
         await self.close()
 
     async def wait_for_ready(self, timeout: float = 10.0) -> None:
-        """Waits until the channel is connected (raises UnavailableError on timeout)."""
-        _ = self.stub
-        assert self._channel is not None
-        try:
-            await asyncio.wait_for(self._channel.channel_ready(), timeout)
-        except asyncio.TimeoutError:
-            raise EngramError(grpc.StatusCode.UNAVAILABLE, f"{self.target}: not ready after {timeout}s") from None
+        """Waits until the channel is connected (raises EngramError UNAVAILABLE on timeout)."""
+        if not await channel_ready(self._open_channel(), timeout):
+            raise EngramError(grpc.StatusCode.UNAVAILABLE, f"{self.target}: not ready after {timeout}s")
 
     # ---- sessions -------------------------------------------------------------
 
@@ -198,7 +168,7 @@ class EngramClient:
 
     async def get_session(self, session_id: str) -> SessionInfo:
         """One session (NotFoundError when absent)."""
-        resp: pb.GetSessionResponse = await self._call(self.stub.GetSession, pb.GetSessionRequest(session_id=session_id))
+        resp = await self._call(self.stub.GetSession, pb.GetSessionRequest(session_id=session_id))
         return cv.session_from_pb(resp.session)
 
     async def list_sessions_page(
@@ -261,12 +231,12 @@ class EngramClient:
         )
         return cv.event_from_pb(resp.event)
 
-    async def append(
-        self, session_id: str, event: cv.EventLike, *, expected_seq: int | None = None
-    ) -> MemoryEvent:
+    async def append(self, session_id: str, event: cv.EventLike, *, expected_seq: int | None = None) -> MemoryEvent:
         """Appends a :class:`MemoryEvent` (or a mapping with its keys) as it is, event_id included."""
         resp: pb.AddEventResponse = await self._call(
-            self.stub.AddEvent, cv.add_event_request(session_id, cv.event_input_of(event), expected_seq), retry=expected_seq is None
+            self.stub.AddEvent,
+            cv.add_event_request(session_id, cv.event_input_of(event), expected_seq),
+            retry=expected_seq is None,
         )
         return cv.event_from_pb(resp.event)
 
@@ -316,9 +286,7 @@ class EngramClient:
 
     async def list_events(self, session_id: str | None = None, limit: int = 0) -> list[MemoryEvent]:
         """The newest ``limit`` events (100 when 0) of one session or all, oldest first."""
-        resp: pb.ListEventsResponse = await self._call(
-            self.stub.ListEvents, cv.list_events_request(session_id, limit)
-        )
+        resp: pb.ListEventsResponse = await self._call(self.stub.ListEvents, cv.list_events_request(session_id, limit))
         return [cv.event_from_pb(e) for e in resp.events]
 
     async def stream_frames(
@@ -341,7 +309,7 @@ class EngramClient:
         cursor = after_seq
         failures = 0
         while True:
-            call: Any = self.stub.StreamSessionEvents(cv.stream_request(session_id, cursor, types), metadata=self.metadata)
+            call = self.stub.StreamSessionEvents(cv.stream_request(session_id, cursor, types), metadata=self.metadata)
             try:
                 async for msg in call:
                     frame = cv.frame_from_pb(msg)
@@ -361,7 +329,7 @@ class EngramClient:
                 failures += 1
             finally:
                 call.cancel()
-            await asyncio.sleep(policy.backoff(failures))
+            await sleep(policy.backoff(failures))
 
     async def stream_session_events(
         self,

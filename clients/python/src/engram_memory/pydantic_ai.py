@@ -88,11 +88,19 @@ def messages_to_events(messages: Sequence[ModelMessage]) -> list[MemoryEvent]:
                 elif isinstance(part, SystemPromptPart):
                     add("system", part.content, dict(base), when)
                 elif isinstance(part, ToolReturnPart):
-                    content = {"tool_name": part.tool_name, "content": _jsonable(part.content), "tool_call_id": part.tool_call_id}
+                    content = {
+                        "tool_name": part.tool_name,
+                        "content": _jsonable(part.content),
+                        "tool_call_id": part.tool_call_id,
+                    }
                     add("tool_result", content, dict(base), when)
                 elif isinstance(part, RetryPromptPart):
                     if part.tool_name:
-                        content = {"tool_name": part.tool_name, "content": _jsonable(part.content), "tool_call_id": part.tool_call_id}
+                        content = {
+                            "tool_name": part.tool_name,
+                            "content": _jsonable(part.content),
+                            "tool_call_id": part.tool_call_id,
+                        }
                         add("tool_result", content, {**base, "retry": True}, when)
                     else:
                         add("user_message", _jsonable(part.content), {**base, "retry": True}, when)
@@ -104,7 +112,11 @@ def messages_to_events(messages: Sequence[ModelMessage]) -> list[MemoryEvent]:
                 if isinstance(rpart, TextPart):
                     add("agent_response", rpart.content, dict(meta), message.timestamp)
                 elif isinstance(rpart, ToolCallPart):
-                    content = {"tool_name": rpart.tool_name, "args": _jsonable(rpart.args_as_dict()), "tool_call_id": rpart.tool_call_id}
+                    content = {
+                        "tool_name": rpart.tool_name,
+                        "args": _jsonable(rpart.args_as_dict()),
+                        "tool_call_id": rpart.tool_call_id,
+                    }
                     add("tool_call", content, dict(meta), message.timestamp)
     return events
 
@@ -213,7 +225,9 @@ def events_to_messages(events: Sequence[MemoryEvent]) -> list[ModelMessage]:
         if e.event_type == "user_message":
             side = "request"
             if retry:
-                part = RetryPromptPart(content=e.content if isinstance(e.content, (str, list)) else _text(e.content), timestamp=e.timestamp)
+                part = RetryPromptPart(
+                    content=e.content if isinstance(e.content, (str, list)) else _text(e.content), timestamp=e.timestamp
+                )
             elif isinstance(e.content, list) and all(isinstance(x, str) for x in e.content):
                 part = UserPromptPart(content=list(e.content), timestamp=e.timestamp)
             else:
@@ -226,12 +240,27 @@ def events_to_messages(events: Sequence[MemoryEvent]) -> list[ModelMessage]:
         elif e.event_type == "tool_result":
             if i not in paired:
                 continue
-            result = c["content"] if "content" in c else c["result"] if "result" in c else c["output"] if "output" in c else e.content
+            result = (
+                c["content"]
+                if "content" in c
+                else c["result"]
+                if "result" in c
+                else c["output"]
+                if "output" in c
+                else e.content
+            )
             side = "request"
             if retry:
-                part = RetryPromptPart(content=result if isinstance(result, (str, list)) else _text(result), tool_name=_tool_name(e), tool_call_id=paired[i], timestamp=e.timestamp)
+                part = RetryPromptPart(
+                    content=result if isinstance(result, (str, list)) else _text(result),
+                    tool_name=_tool_name(e),
+                    tool_call_id=paired[i],
+                    timestamp=e.timestamp,
+                )
             else:
-                part = ToolReturnPart(tool_name=_tool_name(e), content=result, tool_call_id=paired[i], timestamp=e.timestamp)
+                part = ToolReturnPart(
+                    tool_name=_tool_name(e), content=result, tool_call_id=paired[i], timestamp=e.timestamp
+                )
         elif e.event_type == "agent_response":
             side, part = "response", TextPart(content=_text(e.content))
         elif e.event_type == "delegation_request":
