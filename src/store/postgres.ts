@@ -63,7 +63,7 @@ export interface PostgresStoreOptions {
 
 /**
  * Append batches written at once; appends arriving meanwhile queue and go
- * as the next batch. With append_many a batch's cost is mostly per
+ * as the next batch. With append_many_retained a batch's cost is mostly per
  * statement, so bigger batches are cheaper per append. Seven interleaved
  * pairs at 16 concurrent appenders: one in flight made batches of 6-8
  * instead of 3-6, took 20-30% less server and PostgreSQL CPU per append,
@@ -259,7 +259,7 @@ interface AppendRequest {
   expectedSeq?: number;
 }
 
-/** A row of append_many(): per append (`idx`, from 1), one row per retried event, then its outcome row. */
+/** A row of append_many_retained(): per append (`idx`, from 1), one row per retried event, then its outcome row. */
 interface AppendRow {
   idx: number;
   status: "not_found" | "busy" | "duplicate" | "conflict" | "replayed" | "appended" | null;
@@ -439,7 +439,7 @@ export class PostgresStore implements MemoryStore, DeadlineAware {
     const metadata = events.map((e) => JSON.stringify(e.metadata));
     let bytes = 0;
     for (let i = 0; i < events.length; i++) bytes += contents[i].length + metadata[i].length + APPEND_EVENT_OVERHEAD_BYTES;
-    // Keyed by session: append_many takes each session at most once per batch.
+    // Keyed by session: append_many_retained takes each session at most once per batch.
     return this.appends.submit({ sessionId, events, contents, metadata, expectedSeq }, bytes, left === undefined ? undefined : Date.now() + left, sessionId);
   }
 
@@ -600,8 +600,8 @@ export class PostgresStore implements MemoryStore, DeadlineAware {
   }
 
   /**
-   * Writes a batch of appends with one append_many statement (migration
-   * 0004: the sessions' row locks, then the retry lookups, writes, trims,
+   * Writes a batch of appends with one append_many_retained statement (migration
+   * 0006: the sessions' row locks, then the retry lookups, writes, trims,
    * heads and counters for the whole batch, and the notices; one
    * transaction, each append answered on its own). A
    * broken connection retries the whole batch: every append in it is
@@ -679,7 +679,7 @@ export class PostgresStore implements MemoryStore, DeadlineAware {
     return (await this.pool.query<AppendRow>(this.statement(sql, params, left))).rows;
   }
 
-  /** One append's answer from its rows of append_many: the retried events' rows, then its outcome row. */
+  /** One append's answer from its rows of append_many_retained: the retried events' rows, then its outcome row. */
   private appendOutcome({ sessionId, events, expectedSeq }: AppendRequest, rows: AppendRow[]): AppendResult {
     const outcome = rows[rows.length - 1];
     const headSeq = Number(outcome.head_seq);
@@ -697,7 +697,7 @@ export class PostgresStore implements MemoryStore, DeadlineAware {
     return { events: this.planAppend(sessionId, events, originals, headSeq), replayed: false };
   }
 
-  /** The appended batch as stored: retries as first stored, new events numbered from headSeq in order (as append_many does). */
+  /** The appended batch as stored: retries as first stored, new events numbered from headSeq in order (as append_many_retained does). */
   private planAppend(sessionId: string, events: readonly NewEvent[], originals: Map<string, EventRow>, headSeq: number): StoredEvent[] {
     let head = headSeq;
     return events.map((e) => {
