@@ -11,10 +11,10 @@ import { setTimeout as sleep } from "node:timers/promises";
 import pg from "pg";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { PostgresKeyStore } from "../../src/auth/postgres-key-store.js";
-import { withDeadline } from "../../src/deadline.js";
 import { MIGRATIONS_DIR, PostgresStore, recentEventsQuery, schemaVersionProblem, type PostgresStoreOptions } from "../../src/store/postgres.js";
 import { StoreIncompatibleError } from "../../src/store/incompatible.js";
-import type { SessionNotice, StoreLimits } from "../../src/store/types.js";
+import { ConnectingStore } from "../../src/store/connecting.js";
+import type { MemoryStore, SessionNotice, StoreLimits } from "../../src/store/types.js";
 import { startChaosProxy } from "../support/chaos-proxy.js";
 import { spawnServer, type ServerProcess } from "../support/engram.js";
 import { freePort } from "../support/postgres-server.js";
@@ -333,21 +333,29 @@ describe("PostgresStore specifics", () => {
     }
   });
 
-  it("an append queued behind a locked session gives up at the call's deadline, writes nothing, and frees its connection", async () => {
+  it.each([
+    ["", (store: PostgresStore): MemoryStore => store],
+    [" (through a ConnectingStore, which passes the call on)", (store: PostgresStore): MemoryStore => new ConnectingStore("postgres", async () => store, { failed: () => {}, opened: () => {} })],
+  ])("an append queued behind a locked session gives up at the call's deadline, writes nothing, and frees its connection%s", async (_, caller) => {
     const schema = freshSchema();
     const store = await openStore(LIMITS, schema, { poolSize: 2 });
     const holder = await admin.connect();
     try {
+      const front = caller(store);
+      if (front instanceof ConnectingStore) await front.opened;
       await makeSession(store, "s1");
       await holder.query("BEGIN");
       await holder.query(`SELECT 1 FROM ${pg.escapeIdentifier(schema)}.sessions WHERE session_id = 's1' FOR UPDATE`);
       const started = Date.now();
-      const err = await rejection(withDeadline(store, Date.now() + 300, () => store.appendEvents("s1", [newEvent("user_message", 1, { eventId: "late" })])));
+      const err = await rejection(front.appendEvents("s1", [newEvent("user_message", 1, { eventId: "late" })], undefined, { deadline: Date.now() + 300 }));
       expect(["UNAVAILABLE", "DEADLINE_EXCEEDED"]).toContain(err.code);
       expect(Date.now() - started).toBeLessThan(5000);
       // Nothing is still waiting on the lock server-side: the statement was cancelled, not just abandoned.
-      const waiting = await admin.query("SELECT count(*)::int AS n FROM pg_stat_activity WHERE application_name = $1 AND wait_event_type = 'Lock'", [`engram:${schema}`]);
-      expect(waiting.rows[0].n).toBe(0);
+      // The server's lock_timeout and the client's query timeout are the same length, so the client may
+      // see its timeout a moment before the server cancels: allow 3 s, far below the 15 s statement bound.
+      const waiting = async () => (await admin.query("SELECT count(*)::int AS n FROM pg_stat_activity WHERE application_name = $1 AND wait_event_type = 'Lock'", [`engram:${schema}`])).rows[0].n as number;
+      for (const until = Date.now() + 3000; (await waiting()) > 0 && Date.now() < until; ) await sleep(50);
+      expect(await waiting()).toBe(0);
       await holder.query("ROLLBACK");
       // The pool (2 connections) still serves, and the timed-out append left no event.
       expect((await store.appendEvents("s1", [newEvent("user_message", 2, { eventId: "next" })])).events.map((e) => e.seq)).toEqual([1]);
