@@ -5,7 +5,6 @@
 import { HealthImplementation, type ServingStatus } from "grpc-health-check";
 import type { MemoryStore } from "../store/types.js";
 import type { Logger } from "../log.js";
-import { withDeadline } from "../deadline.js";
 
 /** How long a health ping may take before the store counts as unreachable. */
 const PING_DEADLINE_MS = 3000;
@@ -48,13 +47,13 @@ export class HealthMonitor {
     let ok = true;
     try {
       // A blackholed backend must not hold the status at SERVING: the ping has a deadline of its own,
-      // passed down to the driver (src/deadline.ts) and enforced here for any driver that ignores it.
+      // passed down to the driver (StoreCall) and enforced here for any driver that ignores it.
       let timer: NodeJS.Timeout | undefined;
       const timeout = new Promise<never>((_, reject) => {
         timer = setTimeout(() => reject(new Error(`store ping took longer than ${PING_DEADLINE_MS} ms`)), PING_DEADLINE_MS);
       });
       try {
-        await Promise.race([withDeadline(this.store, Date.now() + PING_DEADLINE_MS, () => this.store.ping()), timeout]);
+        await Promise.race([this.store.ping({ deadline: Date.now() + PING_DEADLINE_MS }), timeout]);
       } finally {
         clearTimeout(timer);
       }

@@ -31,7 +31,6 @@ import { randomUUID } from "node:crypto";
 import { performance } from "node:perf_hooks";
 import type { Authenticator } from "../auth/index.js";
 import type { Logger } from "../log.js";
-import { honoursCallDeadline, withDeadline } from "../deadline.js";
 import { invalidArgument, MemoryError, sessionNotFound } from "../errors.js";
 import { sessionExists } from "../store/rules.js";
 import type { JsonObject, SessionRecord } from "../store/types.js";
@@ -132,16 +131,9 @@ export class CallGuard {
   handler(method: string, streaming: boolean): GuardedHandler {
     const target = (this.service as unknown as Record<string, (req: unknown, ctx: { signal?: AbortSignal }) => unknown>)[method];
     if (typeof target !== "function") throw new Error(`MemoryService has no method ${method}`);
-    // Unary calls only: a store driver may read the deadline (src/deadline.ts) to bound its backend
-    // calls. A stream's reads run in the stream hub, shared by every subscriber of the session, so no
-    // one caller's deadline may leak into them.
-    const store = this.service.store;
-    // The call itself is the service's context (it reads only `signal`); a store that ignores the deadline
-    // gets no closure per call either.
-    const invoke =
-      streaming || !honoursCallDeadline(store)
-        ? (req: unknown, call: CallInfo) => target.call(this.service, req, call)
-        : (req: unknown, call: CallInfo) => withDeadline(store, call.deadline, () => target.call(this.service, req, call));
+    // The call itself is the service's context: streams read its `signal`, unary methods pass its
+    // `deadline` down to the store (StoreCall).
+    const invoke = (req: unknown, call: CallInfo) => target.call(this.service, req, call);
     const series = this.options.metrics.rpcSeries(method);
     return streaming
       ? (req, call) => this.stream(method, req, call, invoke, series(call.protocol))

@@ -2,7 +2,10 @@
  * The memory service: validation, semantics and context assembly, written
  * once against the generated protobuf-es types and free of any protocol. The
  * gRPC (grpc-js) and Connect (connect-node) adapters in src/server both call
- * these methods, so both protocols behave identically.
+ * these methods, so both protocols behave identically. A unary method takes
+ * the call (its deadline, as StoreCall) after the request and hands it to
+ * every store method it calls: that is how the client's deadline reaches the
+ * backend.
  */
 import { randomUUID } from "node:crypto";
 import { create } from "@bufbuild/protobuf";
@@ -59,7 +62,7 @@ import {
 } from "../gen/engram/v1/memory_pb.js";
 import { invalidArgument, sessionNotFound } from "../errors.js";
 import { eventFingerprint } from "../store/fingerprint.js";
-import type { JsonObject, MemoryStore, NewEvent, RecentEventsFilter, StoredEvent } from "../store/types.js";
+import type { JsonObject, MemoryStore, NewEvent, RecentEventsFilter, StoreCall, StoredEvent } from "../store/types.js";
 import { checkSummaryCovers, ContextAssembler, parseContextRequest, TokenizerRegistry, type ContextMessage } from "./context/index.js";
 import { timestampToMs, toWireEvent, toWireSession, valueToJson } from "./convert.js";
 import { newEventId } from "./event-id.js";
@@ -151,65 +154,71 @@ export class MemoryService {
     this.hub = new StreamHub(store, { heartbeatMs: options.heartbeatMs, pageSize: STREAM_PAGE_EVENTS });
   }
 
-  async createSession(req: CreateSessionRequest): Promise<CreateSessionResponse> {
+  async createSession(req: CreateSessionRequest, call?: StoreCall): Promise<CreateSessionResponse> {
     const sessionId = req.sessionId === undefined ? randomUUID() : requireId("session_id", req.sessionId);
-    const session = await this.store.createSession({
-      sessionId,
-      appName: requireName("app_name", req.appName),
-      userId: requireName("user_id", req.userId),
-      metadata: this.metadata("metadata", req.metadata),
-      now: Date.now(),
-    });
+    const session = await this.store.createSession(
+      {
+        sessionId,
+        appName: requireName("app_name", req.appName),
+        userId: requireName("user_id", req.userId),
+        metadata: this.metadata("metadata", req.metadata),
+        now: Date.now(),
+      },
+      call,
+    );
     return create(CreateSessionResponseSchema, { session: toWireSession(session) });
   }
 
-  async getOrCreateSession(req: GetOrCreateSessionRequest): Promise<GetOrCreateSessionResponse> {
-    const result = await this.store.getOrCreateSession({
-      sessionId: requireId("session_id", req.sessionId),
-      appName: requireName("app_name", req.appName || "agent"),
-      userId: requireName("user_id", req.userId || "user"),
-      metadata: this.metadata("metadata", req.metadata),
-      now: Date.now(),
-    });
+  async getOrCreateSession(req: GetOrCreateSessionRequest, call?: StoreCall): Promise<GetOrCreateSessionResponse> {
+    const result = await this.store.getOrCreateSession(
+      {
+        sessionId: requireId("session_id", req.sessionId),
+        appName: requireName("app_name", req.appName || "agent"),
+        userId: requireName("user_id", req.userId || "user"),
+        metadata: this.metadata("metadata", req.metadata),
+        now: Date.now(),
+      },
+      call,
+    );
     return create(GetOrCreateSessionResponseSchema, { session: toWireSession(result.session), created: result.created });
   }
 
-  async getSession(req: GetSessionRequest): Promise<GetSessionResponse> {
+  async getSession(req: GetSessionRequest, call?: StoreCall): Promise<GetSessionResponse> {
     const sessionId = requireId("session_id", req.sessionId);
-    const session = await this.store.getSession(sessionId);
+    const session = await this.store.getSession(sessionId, call);
     if (!session) throw sessionNotFound(sessionId);
     return create(GetSessionResponseSchema, { session: toWireSession(session) });
   }
 
-  async listSessions(req: ListSessionsRequest): Promise<ListSessionsResponse> {
+  async listSessions(req: ListSessionsRequest, call?: StoreCall): Promise<ListSessionsResponse> {
     const appName = req.appName === undefined ? undefined : requireName("app_name", req.appName);
     const userId = req.userId === undefined ? undefined : requireName("user_id", req.userId);
     const limit = pageSize("page_size", req.pageSize, this.options.limits);
     const filters = ["sessions", appName ?? null, userId ?? null];
     const after = req.pageToken ? decodePageToken<string>(req.pageToken, "string", filters) : undefined;
     // One extra row tells whether another page exists.
-    const rows = await this.store.listSessions({ appName, userId, afterSessionId: after, limit: limit + 1 });
+    const rows = await this.store.listSessions({ appName, userId, afterSessionId: after, limit: limit + 1 }, call);
     const page = rows.slice(0, limit);
     const nextPageToken = rows.length > limit ? encodePageToken(page[page.length - 1].sessionId, filters) : "";
     return create(ListSessionsResponseSchema, { sessions: page.map(toWireSession), nextPageToken });
   }
 
-  async deleteSession(req: DeleteSessionRequest): Promise<DeleteSessionResponse> {
-    const deleted = await this.store.deleteSession(requireId("session_id", req.sessionId));
+  async deleteSession(req: DeleteSessionRequest, call?: StoreCall): Promise<DeleteSessionResponse> {
+    const deleted = await this.store.deleteSession(requireId("session_id", req.sessionId), call);
     return create(DeleteSessionResponseSchema, { deleted });
   }
 
-  async addEvent(req: AddEventRequest): Promise<AddEventResponse> {
+  async addEvent(req: AddEventRequest, call?: StoreCall): Promise<AddEventResponse> {
     const sessionId = requireId("session_id", req.sessionId);
     if (!req.event) throw invalidArgument("event", "is required");
     const event = this.newEvent("event", req.event);
     const expectedSeq = req.expectedSeq === undefined ? undefined : seqNumber("expected_seq", req.expectedSeq);
-    const result = await this.store.appendEvents(sessionId, [event], expectedSeq);
+    const result = await this.store.appendEvents(sessionId, [event], expectedSeq, call);
     // A literal, as create() would build it without reflection (every append answers one).
     return { $typeName: "engram.v1.AddEventResponse", event: this.wire(result.events[0]) };
   }
 
-  async addEvents(req: AddEventsRequest): Promise<AddEventsResponse> {
+  async addEvents(req: AddEventsRequest, call?: StoreCall): Promise<AddEventsResponse> {
     const sessionId = requireId("session_id", req.sessionId);
     const { maxBatchEvents } = this.options.limits;
     if (req.events.length === 0) throw invalidArgument("events", "must hold at least one event");
@@ -221,18 +230,18 @@ export class MemoryService {
       seen.add(e.eventId);
     });
     const expectedSeq = req.expectedSeq === undefined ? undefined : seqNumber("expected_seq", req.expectedSeq);
-    const result = await this.store.appendEvents(sessionId, events, expectedSeq);
+    const result = await this.store.appendEvents(sessionId, events, expectedSeq, call);
     return create(AddEventsResponseSchema, { events: result.events.map((e) => this.wire(e)) });
   }
 
-  async getSessionEvents(req: GetSessionEventsRequest): Promise<GetSessionEventsResponse> {
+  async getSessionEvents(req: GetSessionEventsRequest, call?: StoreCall): Promise<GetSessionEventsResponse> {
     const sessionId = requireId("session_id", req.sessionId);
     const eventTypes = req.eventTypes.map((t, i) => requireEventType(`event_types[${i}]`, t));
     const limit = pageSize("limit", req.limit, this.options.limits);
     if (req.tail > 0) {
       if (req.tail > this.options.limits.maxPageSize) throw invalidArgument("tail", `must be at most ${this.options.limits.maxPageSize}`);
       if (req.afterSeq !== undefined || req.pageToken) throw invalidArgument("tail", "cannot be combined with after_seq or page_token");
-      const page = await this.store.readTail(sessionId, req.tail, eventTypes);
+      const page = await this.store.readTail(sessionId, req.tail, eventTypes, call);
       return create(GetSessionEventsResponseSchema, { events: page.events.map((e) => this.wire(e)), headSeq: BigInt(page.headSeq) });
     }
     const filters = ["events", sessionId, [...eventTypes].sort()];
@@ -241,7 +250,7 @@ export class MemoryService {
       : req.afterSeq === undefined
         ? undefined
         : seqNumber("after_seq", req.afterSeq);
-    const page = await this.store.readEvents(sessionId, { afterSeq, eventTypes, limit });
+    const page = await this.store.readEvents(sessionId, { afterSeq, eventTypes, limit }, call);
     const last = page.events[page.events.length - 1];
     const nextPageToken = page.events.length === limit && last.seq < page.headSeq ? encodePageToken(last.seq, filters) : "";
     return create(GetSessionEventsResponseSchema, {
@@ -251,13 +260,14 @@ export class MemoryService {
     });
   }
 
-  async listEvents(req: ListEventsRequest, ctx: ListEventsContext = {}): Promise<ListEventsResponse> {
+  async listEvents(req: ListEventsRequest, ctx: ListEventsContext & StoreCall = {}): Promise<ListEventsResponse> {
     const sessionId = req.sessionId === undefined ? undefined : requireId("session_id", req.sessionId);
     const limit = pageSize("limit", req.limit, this.options.limits);
-    const events = await this.store.listRecentEvents(limit, sessionId !== undefined ? { sessionId } : { ...ctx.scope });
+    const events = await this.store.listRecentEvents(limit, sessionId !== undefined ? { sessionId } : { ...ctx.scope }, ctx);
     return create(ListEventsResponseSchema, { events: events.map((e) => this.wire(e)) });
   }
 
+  /** Passes no deadline to the store: the hub's reads serve every subscriber of the session, not one caller. */
   async *streamSessionEvents(req: StreamSessionEventsRequest, ctx: CallContext & StreamContext): AsyncGenerator<StreamSessionEventsResponse> {
     const sessionId = requireId("session_id", req.sessionId);
     const eventTypes = req.eventTypes.map((t, i) => requireEventType(`event_types[${i}]`, t));
@@ -281,11 +291,11 @@ export class MemoryService {
     }
   }
 
-  async buildConversationContext(req: BuildConversationContextRequest): Promise<BuildConversationContextResponse> {
+  async buildConversationContext(req: BuildConversationContextRequest, call?: StoreCall): Promise<BuildConversationContextResponse> {
     const sessionId = requireId("session_id", req.sessionId);
     const request = parseContextRequest(req, this.options.limits, this.options.contextLimit);
     const counter = await this.tokenizers.get(request.tokenizer);
-    const page = await this.store.readTail(sessionId, request.window);
+    const page = await this.store.readTail(sessionId, request.window, undefined, call);
     const context = this.contexts.assemble(page.events, request, counter);
     return create(BuildConversationContextResponseSchema, {
       text: context.text,
@@ -300,8 +310,8 @@ export class MemoryService {
     });
   }
 
-  async getStats(_req: GetStatsRequest): Promise<GetStatsResponse> {
-    const stats = await this.store.stats();
+  async getStats(_req: GetStatsRequest, call?: StoreCall): Promise<GetStatsResponse> {
+    const stats = await this.store.stats(call);
     return create(GetStatsResponseSchema, {
       totalSessions: BigInt(stats.totalSessions),
       totalEvents: BigInt(stats.totalEvents),
@@ -310,21 +320,21 @@ export class MemoryService {
     });
   }
 
-  async cleanup(req: CleanupRequest): Promise<CleanupResponse> {
+  async cleanup(req: CleanupRequest, call?: StoreCall): Promise<CleanupResponse> {
     const maxAge = req.maxAge;
     if (!maxAge) throw invalidArgument("max_age", "is required");
     const ms = Number(maxAge.seconds) * 1000 + Math.floor(maxAge.nanos / 1_000_000);
     if (!(ms > 0)) throw invalidArgument("max_age", "must be positive");
     const appName = optionalFilter("app_name", req.appName);
     const userId = optionalFilter("user_id", req.userId);
-    const removed = await this.store.cleanup(Date.now() - ms, { appName, userId });
+    const removed = await this.store.cleanup(Date.now() - ms, { appName, userId }, call);
     return create(CleanupResponseSchema, { removedSessions: BigInt(removed) });
   }
 
-  async deleteUserData(req: DeleteUserDataRequest): Promise<DeleteUserDataResponse> {
+  async deleteUserData(req: DeleteUserDataRequest, call?: StoreCall): Promise<DeleteUserDataResponse> {
     const appName = requireName("app_name", req.appName);
     const userId = requireName("user_id", req.userId);
-    const erased = await this.store.deleteUserData(appName, userId);
+    const erased = await this.store.deleteUserData(appName, userId, call);
     return create(DeleteUserDataResponseSchema, { removedSessions: BigInt(erased.sessions), removedEvents: BigInt(erased.events) });
   }
 

@@ -24,6 +24,7 @@ import type {
   ResumedErasures,
   SessionQuery,
   SessionRecord,
+  StoreCall,
   StoreCapabilities,
   StoreDurability,
   StoreStats,
@@ -129,11 +130,6 @@ export class ConnectingStore implements MemoryStore {
     return this.store?.capabilities ?? { persistent: true, shared: true, retains: true };
   }
 
-  /** Passed through so the opened driver still receives call deadlines (src/deadline.ts). */
-  get honoursCallDeadline(): boolean {
-    return (this.store as { honoursCallDeadline?: boolean } | undefined)?.honoursCallDeadline === true;
-  }
-
   get sessionsEvicted(): number {
     return this.store?.sessionsEvicted ?? 0;
   }
@@ -147,52 +143,52 @@ export class ConnectingStore implements MemoryStore {
     throw new MemoryError("UNAVAILABLE", `the ${this.backend} store is not connected yet; the server keeps retrying`);
   }
 
-  async createSession(input: NewSession): Promise<SessionRecord> {
-    return this.open.createSession(input);
+  async createSession(input: NewSession, call?: StoreCall): Promise<SessionRecord> {
+    return this.open.createSession(input, call);
   }
 
-  async getOrCreateSession(input: NewSession): Promise<{ session: SessionRecord; created: boolean }> {
-    return this.open.getOrCreateSession(input);
+  async getOrCreateSession(input: NewSession, call?: StoreCall): Promise<{ session: SessionRecord; created: boolean }> {
+    return this.open.getOrCreateSession(input, call);
   }
 
-  async getSession(sessionId: string): Promise<SessionRecord | undefined> {
-    return this.open.getSession(sessionId);
+  async getSession(sessionId: string, call?: StoreCall): Promise<SessionRecord | undefined> {
+    return this.open.getSession(sessionId, call);
   }
 
-  async listSessions(query: SessionQuery): Promise<SessionRecord[]> {
-    return this.open.listSessions(query);
+  async listSessions(query: SessionQuery, call?: StoreCall): Promise<SessionRecord[]> {
+    return this.open.listSessions(query, call);
   }
 
-  async deleteSession(sessionId: string): Promise<boolean> {
-    return this.open.deleteSession(sessionId);
+  async deleteSession(sessionId: string, call?: StoreCall): Promise<boolean> {
+    return this.open.deleteSession(sessionId, call);
   }
 
-  async appendEvents(sessionId: string, events: readonly NewEvent[], expectedSeq?: number): Promise<AppendResult> {
-    return this.open.appendEvents(sessionId, events, expectedSeq);
+  async appendEvents(sessionId: string, events: readonly NewEvent[], expectedSeq?: number, call?: StoreCall): Promise<AppendResult> {
+    return this.open.appendEvents(sessionId, events, expectedSeq, call);
   }
 
-  async readEvents(sessionId: string, query: EventQuery): Promise<EventPage> {
-    return this.open.readEvents(sessionId, query);
+  async readEvents(sessionId: string, query: EventQuery, call?: StoreCall): Promise<EventPage> {
+    return this.open.readEvents(sessionId, query, call);
   }
 
-  async readTail(sessionId: string, limit: number, eventTypes?: readonly string[]): Promise<EventPage> {
-    return this.open.readTail(sessionId, limit, eventTypes);
+  async readTail(sessionId: string, limit: number, eventTypes?: readonly string[], call?: StoreCall): Promise<EventPage> {
+    return this.open.readTail(sessionId, limit, eventTypes, call);
   }
 
-  async listRecentEvents(limit: number, filter?: RecentEventsFilter): Promise<StoredEvent[]> {
-    return this.open.listRecentEvents(limit, filter);
+  async listRecentEvents(limit: number, filter?: RecentEventsFilter, call?: StoreCall): Promise<StoredEvent[]> {
+    return this.open.listRecentEvents(limit, filter, call);
   }
 
-  async stats(): Promise<StoreStats> {
-    return this.open.stats();
+  async stats(call?: StoreCall): Promise<StoreStats> {
+    return this.open.stats(call);
   }
 
-  async cleanup(cutoff: number, scope?: CleanupScope): Promise<number> {
-    return this.open.cleanup(cutoff, scope);
+  async cleanup(cutoff: number, scope?: CleanupScope, call?: StoreCall): Promise<number> {
+    return this.open.cleanup(cutoff, scope, call);
   }
 
-  async deleteUserData(appName: string, userId: string): Promise<ErasureResult> {
-    return this.open.deleteUserData(appName, userId);
+  async deleteUserData(appName: string, userId: string, call?: StoreCall): Promise<ErasureResult> {
+    return this.open.deleteUserData(appName, userId, call);
   }
 
   /** The opened store's resumeErasures; nothing to resume when its driver records none. */
@@ -212,8 +208,8 @@ export class ConnectingStore implements MemoryStore {
     };
   }
 
-  async ping(): Promise<void> {
-    return this.open.ping();
+  async ping(call?: StoreCall): Promise<void> {
+    return this.open.ping(call);
   }
 
   async describeDurability(): Promise<StoreDurability> {

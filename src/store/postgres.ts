@@ -12,7 +12,6 @@ import { readdirSync, readFileSync } from "node:fs";
 import path from "node:path";
 import { fileURLToPath } from "node:url";
 import pg from "pg";
-import { checkDeadline, remainingMs, type DeadlineAware } from "../deadline.js";
 import { asMemoryError, MemoryError, seqConflict, sessionNotFound } from "../errors.js";
 import { eventFingerprint } from "./fingerprint.js";
 import { GroupCommit, type Pending } from "./postgres/group-commit.js";
@@ -33,6 +32,7 @@ import type {
   ResumedErasures,
   SessionQuery,
   SessionRecord,
+  StoreCall,
   StoreDurability,
   StoreLimits,
   StoreStats,
@@ -63,7 +63,7 @@ export interface PostgresStoreOptions {
 
 /**
  * Append batches written at once; appends arriving meanwhile queue and go
- * as the next batch. With append_many a batch's cost is mostly per
+ * as the next batch. With append_many_retained a batch's cost is mostly per
  * statement, so bigger batches are cheaper per append. Seven interleaved
  * pairs at 16 concurrent appenders: one in flight made batches of 6-8
  * instead of 3-6, took 20-30% less server and PostgreSQL CPU per append,
@@ -243,6 +243,18 @@ export function schemaVersionProblem(schema: string, applied: readonly number[],
   return undefined;
 }
 
+/**
+ * Milliseconds left before a call's deadline (epoch ms), rounded up;
+ * undefined without a deadline; DEADLINE_EXCEEDED once it has passed, before
+ * any statement is sent.
+ */
+function timeLeft(deadline: number | undefined): number | undefined {
+  if (deadline === undefined) return undefined;
+  const left = Math.ceil(deadline - Date.now());
+  if (left <= 0) throw new MemoryError("DEADLINE_EXCEEDED", "deadline exceeded before the store was called");
+  return left;
+}
+
 /** The LISTEN/NOTIFY channel of a schema: readable when it fits in an identifier, hashed when not. */
 function channelName(schema: string): string {
   const plain = `${schema}_events`;
@@ -259,7 +271,7 @@ interface AppendRequest {
   expectedSeq?: number;
 }
 
-/** A row of append_many(): per append (`idx`, from 1), one row per retried event, then its outcome row. */
+/** A row of append_many_retained(): per append (`idx`, from 1), one row per retried event, then its outcome row. */
 interface AppendRow {
   idx: number;
   status: "not_found" | "busy" | "duplicate" | "conflict" | "replayed" | "appended" | null;
@@ -301,9 +313,7 @@ export function recentEventsQuery(schema: string, limit: number, filter: Omit<Re
 }
 
 /** The PostgreSQL MemoryStore. Create it with PostgresStore.open(). */
-export class PostgresStore implements MemoryStore, DeadlineAware {
-  /** Reads and transactions are bounded by the call's deadline (src/deadline.ts). */
-  readonly honoursCallDeadline = true;
+export class PostgresStore implements MemoryStore {
   /** Sessions this process evicted past maxSessions. */
   sessionsEvicted = 0;
   /** Events this process trimmed past maxSessionEvents. */
@@ -369,14 +379,14 @@ export class PostgresStore implements MemoryStore, DeadlineAware {
     this.pool.on("error", () => {});
   }
 
-  async createSession(input: NewSession): Promise<SessionRecord> {
+  async createSession(input: NewSession, call?: StoreCall): Promise<SessionRecord> {
     return this.attempt(async (retried) => {
-      const row = await this.insertSession(input);
+      const row = await this.insertSession(input, call);
       if (row) {
-        await this.evictSessionsOverLimit(Number(row.total_sessions), input.appName);
+        await this.evictSessionsOverLimit(Number(row.total_sessions), input.appName, call);
         return toSession(row);
       }
-      const existing = await this.selectSession(input.sessionId);
+      const existing = await this.selectSession(input.sessionId, call);
       // The first try may have committed before its connection broke: our own row is success.
       if (retried && existing && existing.createdAt === input.now && existing.appName === input.appName && existing.userId === input.userId) {
         return existing;
@@ -385,26 +395,26 @@ export class PostgresStore implements MemoryStore, DeadlineAware {
     });
   }
 
-  async getOrCreateSession(input: NewSession): Promise<{ session: SessionRecord; created: boolean }> {
+  async getOrCreateSession(input: NewSession, call?: StoreCall): Promise<{ session: SessionRecord; created: boolean }> {
     return this.attempt(async () => {
       // A concurrent delete can remove the row between the two statements; try again then.
       for (;;) {
-        const row = await this.insertSession(input);
+        const row = await this.insertSession(input, call);
         if (row) {
-          await this.evictSessionsOverLimit(Number(row.total_sessions), input.appName);
+          await this.evictSessionsOverLimit(Number(row.total_sessions), input.appName, call);
           return { session: toSession(row), created: true };
         }
-        const existing = await this.selectSession(input.sessionId);
+        const existing = await this.selectSession(input.sessionId, call);
         if (existing) return { session: existing, created: false };
       }
     });
   }
 
-  async getSession(sessionId: string): Promise<SessionRecord | undefined> {
-    return this.attempt(() => this.selectSession(sessionId));
+  async getSession(sessionId: string, call?: StoreCall): Promise<SessionRecord | undefined> {
+    return this.attempt(() => this.selectSession(sessionId, call));
   }
 
-  async listSessions(query: SessionQuery): Promise<SessionRecord[]> {
+  async listSessions(query: SessionQuery, call?: StoreCall): Promise<SessionRecord[]> {
     // Equality only, never LIKE: app and user names are data, not patterns.
     const where: string[] = [];
     const params: unknown[] = [];
@@ -420,59 +430,60 @@ export class PostgresStore implements MemoryStore, DeadlineAware {
       `SELECT ${SESSION_COLUMNS} FROM ${this.s}.sessions` +
       (where.length > 0 ? ` WHERE ${where.join(" AND ")}` : "") +
       ` ORDER BY session_id LIMIT $${params.length}`;
-    const { rows } = await this.query<SessionRow>(sql, params);
+    const { rows } = await this.query<SessionRow>(sql, params, call);
     return rows.map(toSession);
   }
 
-  async deleteSession(sessionId: string): Promise<boolean> {
-    const { rows } = await this.query(this.deleteSessionsSql("session_id = $3", ""), [this.channel, this.slot(), sessionId]);
+  async deleteSession(sessionId: string, call?: StoreCall): Promise<boolean> {
+    const { rows } = await this.query(this.deleteSessionsSql("session_id = $3", ""), [this.channel, this.slot(), sessionId], call);
     return rows.length > 0;
   }
 
-  async appendEvents(sessionId: string, events: readonly NewEvent[], expectedSeq?: number): Promise<AppendResult> {
+  async appendEvents(sessionId: string, events: readonly NewEvent[], expectedSeq?: number, call?: StoreCall): Promise<AppendResult> {
     // Every event carries a unique id (clients' or a generated UUID) and goes
     // through the id lookup, so re-running after an unknown commit outcome
     // returns what the first try stored instead of appending twice.
-    checkDeadline();
-    const left = remainingMs();
+    timeLeft(call?.deadline); // a call already past its deadline is refused before it queues
     const contents = events.map((e) => JSON.stringify(e.content));
     const metadata = events.map((e) => JSON.stringify(e.metadata));
     let bytes = 0;
     for (let i = 0; i < events.length; i++) bytes += contents[i].length + metadata[i].length + APPEND_EVENT_OVERHEAD_BYTES;
-    // Keyed by session: append_many takes each session at most once per batch.
-    return this.appends.submit({ sessionId, events, contents, metadata, expectedSeq }, bytes, left === undefined ? undefined : Date.now() + left, sessionId);
+    // Keyed by session: append_many_retained takes each session at most once per batch.
+    return this.appends.submit({ sessionId, events, contents, metadata, expectedSeq }, bytes, call?.deadline, sessionId);
   }
 
-  async readEvents(sessionId: string, query: EventQuery): Promise<EventPage> {
+  async readEvents(sessionId: string, query: EventQuery, call?: StoreCall): Promise<EventPage> {
     const types = query.eventTypes && query.eventTypes.length > 0 ? [...query.eventTypes] : null;
-    const page = await this.readRange(sessionId, "ASC", query.afterSeq ?? -1, types, query.limit);
+    const page = await this.readRange(sessionId, "ASC", query.afterSeq ?? -1, types, query.limit, call);
     checkCursor(query.afterSeq ?? page.firstSeq - 1, page.firstSeq, page.headSeq);
     return page;
   }
 
-  async readTail(sessionId: string, limit: number, eventTypes?: readonly string[]): Promise<EventPage> {
+  async readTail(sessionId: string, limit: number, eventTypes?: readonly string[], call?: StoreCall): Promise<EventPage> {
     const types = eventTypes && eventTypes.length > 0 ? [...eventTypes] : null;
-    const page = await this.readRange(sessionId, "DESC", -1, types, limit);
+    const page = await this.readRange(sessionId, "DESC", -1, types, limit, call);
     page.events.reverse();
     return page;
   }
 
-  async listRecentEvents(limit: number, filter: RecentEventsFilter = {}): Promise<StoredEvent[]> {
-    if (filter.sessionId !== undefined) return (await this.readTail(filter.sessionId, limit)).events;
+  async listRecentEvents(limit: number, filter: RecentEventsFilter = {}, call?: StoreCall): Promise<StoredEvent[]> {
+    if (filter.sessionId !== undefined) return (await this.readTail(filter.sessionId, limit, undefined, call)).events;
     const query = recentEventsQuery(this.s, limit, filter);
     if (!query) return [];
-    const { rows } = await this.query<EventRow & { session_id: string }>(query.sql, query.params);
+    const { rows } = await this.query<EventRow & { session_id: string }>(query.sql, query.params, call);
     return rows.reverse().map((row) => toEvent(row.session_id, row));
   }
 
-  async stats(): Promise<StoreStats> {
+  async stats(call?: StoreCall): Promise<StoreStats> {
     const { rows } = await this.query<{ sessions: string; events: string }>(
       `SELECT coalesce(sum(sessions), 0) AS sessions, coalesce(sum(events), 0) AS events FROM ${this.s}.counters`,
+      [],
+      call,
     );
     return { totalSessions: Number(rows[0].sessions), totalEvents: Number(rows[0].events) };
   }
 
-  async cleanup(cutoff: number, scope: CleanupScope = {}): Promise<number> {
+  async cleanup(cutoff: number, scope: CleanupScope = {}, call?: StoreCall): Promise<number> {
     let total = 0;
     // NULL parameters leave their filter out; one statement text, prepared once. Equality only, never
     // LIKE: app and user names are data, not patterns.
@@ -487,19 +498,20 @@ export class PostgresStore implements MemoryStore, DeadlineAware {
         scope.appName ?? null,
         scope.userId ?? null,
         scope.exceptAppNames && scope.exceptAppNames.length > 0 ? [...scope.exceptAppNames] : null,
-      ]);
+      ], call);
       total += rows.length;
       if (rows.length < CLEANUP_BATCH) return total;
     }
   }
 
-  async deleteUserData(appName: string, userId: string): Promise<ErasureResult> {
+  async deleteUserData(appName: string, userId: string, call?: StoreCall): Promise<ErasureResult> {
     // Recorded first, cleared last: a replica finds an erasure this one could not finish (resumeErasures).
     const token = randomUUID();
     await this.query(
       `INSERT INTO ${this.s}.erasures (app_name, user_id, token) VALUES ($1, $2, $3)
        ON CONFLICT (app_name, user_id) DO UPDATE SET token = excluded.token, started_at = now()`,
       [appName, userId, token],
+      call,
     );
     const erased: ErasureResult = { sessions: 0, events: 0 };
     // The user's sessions in id order, as many as hold ERASE_BATCH_EVENTS events together (at least one):
@@ -512,12 +524,12 @@ export class PostgresStore implements MemoryStore, DeadlineAware {
         ) page WHERE running - n < $5
       )`;
     for (;;) {
-      const { rows } = await this.query<{ events: string }>(this.deleteSessionsSql(victims, ""), [this.channel, this.slot(), appName, userId, ERASE_BATCH_EVENTS]);
+      const { rows } = await this.query<{ events: string }>(this.deleteSessionsSql(victims, ""), [this.channel, this.slot(), appName, userId, ERASE_BATCH_EVENTS], call);
       if (rows.length === 0) break;
       erased.sessions += rows.length;
       for (const row of rows) erased.events += Number(row.events);
     }
-    await this.query(`DELETE FROM ${this.s}.erasures WHERE app_name = $1 AND user_id = $2 AND token = $3`, [appName, userId, token]);
+    await this.query(`DELETE FROM ${this.s}.erasures WHERE app_name = $1 AND user_id = $2 AND token = $3`, [appName, userId, token], call);
     return erased;
   }
 
@@ -537,8 +549,8 @@ export class PostgresStore implements MemoryStore, DeadlineAware {
     return this.listeners.subscribe(sessionId, listener);
   }
 
-  async ping(): Promise<void> {
-    await this.query("SELECT 1");
+  async ping(call?: StoreCall): Promise<void> {
+    await this.query("SELECT 1", [], call);
   }
 
   async describeDurability(): Promise<StoreDurability> {
@@ -600,8 +612,8 @@ export class PostgresStore implements MemoryStore, DeadlineAware {
   }
 
   /**
-   * Writes a batch of appends with one append_many statement (migration
-   * 0004: the sessions' row locks, then the retry lookups, writes, trims,
+   * Writes a batch of appends with one append_many_retained statement (migration
+   * 0006: the sessions' row locks, then the retry lookups, writes, trims,
    * heads and counters for the whole batch, and the notices; one
    * transaction, each append answered on its own). A
    * broken connection retries the whole batch: every append in it is
@@ -650,8 +662,7 @@ export class PostgresStore implements MemoryStore, DeadlineAware {
   }
 
   private async appendBatchQuery(requests: AppendRequest[], skipLocked: boolean, deadline: number | undefined): Promise<AppendRow[]> {
-    const left = deadline === undefined ? undefined : Math.ceil(deadline - Date.now());
-    if (left !== undefined && left <= 0) throw new MemoryError("DEADLINE_EXCEEDED", "deadline exceeded before the store was called");
+    const left = timeLeft(deadline);
     const events = requests.flatMap((r) => r.events);
     const sql = `SELECT * FROM ${this.s}.append_many_retained($1::text[], $2::bigint[], $3::int[], $4::text[], $5::text[], $6::text[], $7::text[], $8::timestamptz[], $9::text[], $10, $11::text[], $12::bigint[], $13, $14, $15, $16, $17, $18, $19, $20::timestamptz)`;
     const params = [
@@ -679,7 +690,7 @@ export class PostgresStore implements MemoryStore, DeadlineAware {
     return (await this.pool.query<AppendRow>(this.statement(sql, params, left))).rows;
   }
 
-  /** One append's answer from its rows of append_many: the retried events' rows, then its outcome row. */
+  /** One append's answer from its rows of append_many_retained: the retried events' rows, then its outcome row. */
   private appendOutcome({ sessionId, events, expectedSeq }: AppendRequest, rows: AppendRow[]): AppendResult {
     const outcome = rows[rows.length - 1];
     const headSeq = Number(outcome.head_seq);
@@ -697,7 +708,7 @@ export class PostgresStore implements MemoryStore, DeadlineAware {
     return { events: this.planAppend(sessionId, events, originals, headSeq), replayed: false };
   }
 
-  /** The appended batch as stored: retries as first stored, new events numbered from headSeq in order (as append_many does). */
+  /** The appended batch as stored: retries as first stored, new events numbered from headSeq in order (as append_many_retained does). */
   private planAppend(sessionId: string, events: readonly NewEvent[], originals: Map<string, EventRow>, headSeq: number): StoredEvent[] {
     let head = headSeq;
     return events.map((e) => {
@@ -708,7 +719,7 @@ export class PostgresStore implements MemoryStore, DeadlineAware {
   }
 
   /** One statement, so the session's bounds and its events come from the same snapshot. */
-  private async readRange(sessionId: string, order: "ASC" | "DESC", afterSeq: number, types: string[] | null, limit: number): Promise<EventPage> {
+  private async readRange(sessionId: string, order: "ASC" | "DESC", afterSeq: number, types: string[] | null, limit: number, call: StoreCall | undefined): Promise<EventPage> {
     const { rows } = await this.query<{ head_seq: string; first_seq: string; incarnation: string } & Partial<EventRow>>(
       `SELECT s.head_seq, s.first_seq, s.incarnation, e.* FROM ${this.s}.sessions s
        LEFT JOIN LATERAL (
@@ -718,14 +729,15 @@ export class PostgresStore implements MemoryStore, DeadlineAware {
        ) e ON true
        WHERE s.session_id = $1`,
       [sessionId, afterSeq, types, limit],
+      call,
     );
     if (rows.length === 0) throw sessionNotFound(sessionId);
     const events = rows.filter((row) => row.seq != null).map((row) => toEvent(sessionId, row as EventRow));
     return { events, headSeq: Number(rows[0].head_seq), firstSeq: Number(rows[0].first_seq), incarnation: rows[0].incarnation };
   }
 
-  private async selectSession(sessionId: string): Promise<SessionRecord | undefined> {
-    const { rows } = await this.poolQuery<SessionRow>(`SELECT ${SESSION_COLUMNS} FROM ${this.s}.sessions WHERE session_id = $1`, [sessionId]);
+  private async selectSession(sessionId: string, call: StoreCall | undefined): Promise<SessionRecord | undefined> {
+    const { rows } = await this.poolQuery<SessionRow>(`SELECT ${SESSION_COLUMNS} FROM ${this.s}.sessions WHERE session_id = $1`, [sessionId], call);
     return rows[0] && toSession(rows[0]);
   }
 
@@ -734,7 +746,7 @@ export class PostgresStore implements MemoryStore, DeadlineAware {
    * is taken. Not retried on its own: the caller's attempt() decides what a
    * conflict after a broken connection means.
    */
-  private async insertSession(input: NewSession): Promise<(SessionRow & { total_sessions: string }) | undefined> {
+  private async insertSession(input: NewSession, call: StoreCall | undefined): Promise<(SessionRow & { total_sessions: string }) | undefined> {
     const { rows } = await this.poolQuery<SessionRow & { total_sessions: string }>(
       `WITH created AS (
          INSERT INTO ${this.s}.sessions (session_id, app_name, user_id, metadata, created_at, updated_at, incarnation)
@@ -747,6 +759,7 @@ export class PostgresStore implements MemoryStore, DeadlineAware {
        -- The snapshot predates this statement's own count: add it back.
        SELECT created.*, (SELECT coalesce(sum(sessions), 0) FROM ${this.s}.counters) + 1 AS total_sessions FROM created`,
       [input.sessionId, input.appName, input.userId, JSON.stringify(input.metadata), iso(input.now), this.slot(), newIncarnation()],
+      call,
     );
     return rows[0];
   }
@@ -756,9 +769,9 @@ export class PostgresStore implements MemoryStore, DeadlineAware {
    * (at least one); past the global cap, the store's, like the local store.
    * 0: no cap.
    */
-  private async evictSessionsOverLimit(totalSessions: number, appName: string): Promise<void> {
+  private async evictSessionsOverLimit(totalSessions: number, appName: string, call: StoreCall | undefined): Promise<void> {
     const appCap = appSessionCap(this.limits, appName);
-    if (appCap > 0) await this.evictAppOverLimit(appName, appCap);
+    if (appCap > 0) await this.evictAppOverLimit(appName, appCap, call);
     // The common case costs nothing: the insert statement already read the counters.
     if (this.limits.maxSessions === 0 || totalSessions <= this.limits.maxSessions) return;
     await this.transaction(async (client) => {
@@ -772,7 +785,7 @@ export class PostgresStore implements MemoryStore, DeadlineAware {
         this.slot(),
       ]);
       this.sessionsEvicted += gone.length;
-    });
+    }, call);
   }
 
   /**
@@ -780,9 +793,9 @@ export class PostgresStore implements MemoryStore, DeadlineAware {
    * sessions_by_app_updated, O(sessions of the app), only for apps with a
    * cap) and past the cap deletes its oldest tenth, one evictor per app.
    */
-  private async evictAppOverLimit(appName: string, cap: number): Promise<void> {
+  private async evictAppOverLimit(appName: string, cap: number, call: StoreCall | undefined): Promise<void> {
     const countSql = `SELECT count(*) AS n FROM ${this.s}.sessions WHERE app_name = $1`;
-    const { rows } = await this.query<{ n: string }>(countSql, [appName]);
+    const { rows } = await this.query<{ n: string }>(countSql, [appName], call);
     if (Number(rows[0].n) <= cap) return;
     await this.transaction(async (client) => {
       await client.query("SELECT pg_advisory_xact_lock(hashtextextended($1, 0))", [`engram:evict:${this.options.schema}:${appName}`]);
@@ -793,7 +806,7 @@ export class PostgresStore implements MemoryStore, DeadlineAware {
         [this.channel, this.slot(), appName],
       );
       this.sessionsEvicted += gone.length;
-    });
+    }, call);
   }
 
   /**
@@ -824,8 +837,8 @@ export class PostgresStore implements MemoryStore, DeadlineAware {
   }
 
   /** One pooled statement, retried once if its connection broke, errors as MemoryError. */
-  private async query<R extends pg.QueryResultRow = pg.QueryResultRow>(sql: string, params: unknown[] = []): Promise<pg.QueryResult<R>> {
-    return this.attempt(() => this.poolQuery<R>(sql, params));
+  private async query<R extends pg.QueryResultRow = pg.QueryResultRow>(sql: string, params: unknown[] = [], call?: StoreCall): Promise<pg.QueryResult<R>> {
+    return this.attempt(() => this.poolQuery<R>(sql, params, call));
   }
 
   /**
@@ -834,10 +847,8 @@ export class PostgresStore implements MemoryStore, DeadlineAware {
    * connection (its state is unknown), so a dead backend cannot hold
    * connections longer than the callers wait.
    */
-  private async poolQuery<R extends pg.QueryResultRow = pg.QueryResultRow>(sql: string, params: unknown[]): Promise<pg.QueryResult<R>> {
-    checkDeadline();
-    const left = remainingMs();
-    return this.pool.query<R>(this.statement(sql, params, left === undefined ? undefined : Math.max(1, Math.ceil(left))));
+  private async poolQuery<R extends pg.QueryResultRow = pg.QueryResultRow>(sql: string, params: unknown[], call: StoreCall | undefined): Promise<pg.QueryResult<R>> {
+    return this.pool.query<R>(this.statement(sql, params, timeLeft(call?.deadline)));
   }
 
   /**
@@ -878,8 +889,8 @@ export class PostgresStore implements MemoryStore, DeadlineAware {
     }
   }
 
-  /** BEGIN … COMMIT on one pooled connection; ROLLBACK on error; a broken connection is discarded. */
-  private async transaction<T>(fn: (client: pg.PoolClient) => Promise<T>): Promise<T> {
+  /** BEGIN … COMMIT on one pooled connection, bounded by the call's deadline when it has one; ROLLBACK on error; a broken connection is discarded. */
+  private async transaction<T>(fn: (client: pg.PoolClient) => Promise<T>, call?: StoreCall): Promise<T> {
     const client = await this.pool.connect();
     // While checked out the pool does not listen: an error between statements must not crash the process.
     let broken: unknown;
@@ -887,8 +898,8 @@ export class PostgresStore implements MemoryStore, DeadlineAware {
     client.on("error", onError);
     try {
       // The server aborts the transaction (and frees its locks) at the call's deadline.
-      const left = remainingMs();
-      await client.query(left === undefined ? "BEGIN" : `BEGIN; SET LOCAL statement_timeout = ${Math.max(1, Math.ceil(left))}`);
+      const deadline = call?.deadline;
+      await client.query(deadline === undefined ? "BEGIN" : `BEGIN; SET LOCAL statement_timeout = ${Math.max(1, Math.ceil(deadline - Date.now()))}`);
       const result = await fn(client);
       await client.query("COMMIT");
       return result;

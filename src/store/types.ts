@@ -248,6 +248,19 @@ export interface StoreLimits {
   dedupeMaxIds?: number;
 }
 
+/**
+ * What a store method may be told of the call it serves, passed explicitly
+ * by the service as the last argument of every method that waits on a
+ * backend. A driver that can bound its backend work (PostgreSQL) stops
+ * waiting at the deadline and frees what it holds; the others may ignore it.
+ * Stream reads (the stream hub, shared by every subscriber of a session) and
+ * start-up or background work carry none.
+ */
+export interface StoreCall {
+  /** Epoch ms by which the caller wants its answer (the client's gRPC deadline or Connect timeout); absent: only the driver's own timeouts bound it. */
+  readonly deadline?: number;
+}
+
 /** The storage contract every driver implements. */
 export interface MemoryStore {
   /** "local", "null", "redis" or "postgres". */
@@ -255,15 +268,15 @@ export interface MemoryStore {
   readonly capabilities: StoreCapabilities;
 
   /** Creates a session; ALREADY_EXISTS when the id is taken. */
-  createSession(input: NewSession): Promise<SessionRecord>;
+  createSession(input: NewSession, call?: StoreCall): Promise<SessionRecord>;
   /** Returns the session, creating it atomically when absent. */
-  getOrCreateSession(input: NewSession): Promise<{ session: SessionRecord; created: boolean }>;
+  getOrCreateSession(input: NewSession, call?: StoreCall): Promise<{ session: SessionRecord; created: boolean }>;
   /** Returns the session or undefined. */
-  getSession(sessionId: string): Promise<SessionRecord | undefined>;
+  getSession(sessionId: string, call?: StoreCall): Promise<SessionRecord | undefined>;
   /** Sessions in session_id order after the cursor, filtered; at most `limit`. */
-  listSessions(query: SessionQuery): Promise<SessionRecord[]>;
+  listSessions(query: SessionQuery, call?: StoreCall): Promise<SessionRecord[]>;
   /** Removes the session and every event of it; false when absent. */
-  deleteSession(sessionId: string): Promise<boolean>;
+  deleteSession(sessionId: string, call?: StoreCall): Promise<boolean>;
 
   /**
    * Appends events atomically (all or none) and assigns consecutive seqs.
@@ -275,27 +288,27 @@ export interface MemoryStore {
    * expectedSeq other than the head: FAILED_PRECONDITION. Unknown session:
    * NOT_FOUND.
    */
-  appendEvents(sessionId: string, events: readonly NewEvent[], expectedSeq?: number): Promise<AppendResult>;
+  appendEvents(sessionId: string, events: readonly NewEvent[], expectedSeq?: number, call?: StoreCall): Promise<AppendResult>;
   /** Reads in seq order; OUT_OF_RANGE when afterSeq < firstSeq - 1; NOT_FOUND. */
-  readEvents(sessionId: string, query: EventQuery): Promise<EventPage>;
+  readEvents(sessionId: string, query: EventQuery, call?: StoreCall): Promise<EventPage>;
   /** The newest `limit` events matching the filter, in seq order; NOT_FOUND. */
-  readTail(sessionId: string, limit: number, eventTypes?: readonly string[]): Promise<EventPage>;
+  readTail(sessionId: string, limit: number, eventTypes?: readonly string[], call?: StoreCall): Promise<EventPage>;
   /**
    * The newest `limit` events of one session or of every session in a scope,
    * oldest first. "Newest" is ingest order: the order in which the store
    * stored them, never the client-settable timestamp. NOT_FOUND for an
    * unknown `sessionId`.
    */
-  listRecentEvents(limit: number, filter?: RecentEventsFilter): Promise<StoredEvent[]>;
+  listRecentEvents(limit: number, filter?: RecentEventsFilter, call?: StoreCall): Promise<StoredEvent[]>;
 
   /** Totals over the store. */
-  stats(): Promise<StoreStats>;
+  stats(call?: StoreCall): Promise<StoreStats>;
   /** Sessions this process evicted past maxSessions (global or per app) since it opened the store (a metrics counter). */
   readonly sessionsEvicted: number;
   /** Events this process trimmed past maxSessionEvents since it opened the store (a metrics counter). */
   readonly eventsTrimmed: number;
   /** Removes sessions with updatedAt < cutoff (epoch ms), within the scope; returns how many. */
-  cleanup(cutoff: number, scope?: CleanupScope): Promise<number>;
+  cleanup(cutoff: number, scope?: CleanupScope, call?: StoreCall): Promise<number>;
   /**
    * Erases one user of one app: every session of (appName, userId), each
    * removed as deleteSession removes one (atomically, with its events, its
@@ -314,7 +327,7 @@ export interface MemoryStore {
    * anything and clear the record once it is done, so that resumeErasures
    * on any replica can finish one cut short by a crash.
    */
-  deleteUserData(appName: string, userId: string): Promise<ErasureResult>;
+  deleteUserData(appName: string, userId: string, call?: StoreCall): Promise<ErasureResult>;
   /**
    * Persistent stores only: runs again every erasure recorded as in
    * progress, i.e. left unfinished by a replica that died or lost its
@@ -332,7 +345,7 @@ export interface MemoryStore {
   subscribe(sessionId: string, listener: NoticeListener): () => void;
 
   /** Resolves when the backend answers; rejects UNAVAILABLE otherwise. */
-  ping(): Promise<void>;
+  ping(call?: StoreCall): Promise<void>;
   /**
    * What an acknowledged append survives with the backend's current settings
    * (e.g. Redis appendonly/appendfsync, PostgreSQL synchronous_commit), logged

@@ -11,10 +11,10 @@ import { setTimeout as sleep } from "node:timers/promises";
 import pg from "pg";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { PostgresKeyStore } from "../../src/auth/postgres-key-store.js";
-import { withDeadline } from "../../src/deadline.js";
-import { MIGRATIONS_DIR, PostgresStore, recentEventsQuery, type PostgresStoreOptions } from "../../src/store/postgres.js";
+import { MIGRATIONS_DIR, PostgresStore, recentEventsQuery, schemaVersionProblem, type PostgresStoreOptions } from "../../src/store/postgres.js";
 import { StoreIncompatibleError } from "../../src/store/incompatible.js";
-import type { SessionNotice, StoreLimits } from "../../src/store/types.js";
+import { ConnectingStore } from "../../src/store/connecting.js";
+import type { MemoryStore, SessionNotice, StoreLimits } from "../../src/store/types.js";
 import { startChaosProxy } from "../support/chaos-proxy.js";
 import { spawnServer, type ServerProcess } from "../support/engram.js";
 import { freePort } from "../support/postgres-server.js";
@@ -86,6 +86,23 @@ describe("PostgresStore specifics", () => {
     } finally {
       for (const store of stores) await store.close();
       await admin.query(`DROP SCHEMA ${pg.escapeIdentifier(schema)} CASCADE`);
+    }
+  });
+
+  it("keeps only the functions this release calls: migration 0009 drops the append functions of 0003 and 0004", async () => {
+    const schema = freshSchema();
+    const store = await openStore(LIMITS, schema);
+    try {
+      const { rows } = await admin.query(
+        "SELECT p.proname FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace WHERE n.nspname = $1 ORDER BY p.proname",
+        [schema],
+      );
+      // append_many_retained: every append (src/store/postgres.ts); events_copy_tenancy: the insert trigger of 0007.
+      expect(rows.map((r) => r.proname)).toEqual(["append_many_retained", "events_copy_tenancy"]);
+      await makeSession(store, "s1");
+      expect((await store.appendEvents("s1", [newEvent("user_message", 1)])).events.map((e) => e.seq)).toEqual([1]);
+    } finally {
+      await store.close();
     }
   });
 
@@ -192,10 +209,10 @@ describe("PostgresStore specifics", () => {
       expect(await contents()).toEqual(["first", "second", "third"]);
       expect(await contents({ appNames: ["x"] })).toEqual(["second", "third"]);
 
-      // A replica of an older release appends through append_batch (0003), which names none of the new columns.
+      // A replica of the release before 0007 appends through append_many_retained (0006), which names none of the new columns.
       const { rows } = await client.query(
-        `SELECT status FROM ${quoted}.append_batch(ARRAY['s2'], ARRAY[1], ARRAY[NULL::bigint], ARRAY['e4'], ARRAY['user_message'], ARRAY['"old replica"'],
-           ARRAY['{}'], ARRAY['2001-01-01T00:00:00Z'::timestamptz], ARRAY['f4'], 100, false, 0::smallint, 'nobody', 7900, NULL, now())`,
+        `SELECT status FROM ${quoted}.append_many_retained(ARRAY['s2'], ARRAY[NULL::bigint], ARRAY[1], ARRAY['e4'], ARRAY['user_message'], ARRAY['"old replica"'],
+           ARRAY['{}'], ARRAY['2001-01-01T00:00:00Z'::timestamptz], ARRAY['f4'], 100, ARRAY[]::text[], ARRAY[]::bigint[], 0, 0, false, 0::smallint, 'nobody', 7900, NULL, now())`,
       );
       expect(rows.at(-1).status).toBe("appended");
       await store.appendEvents("s1", [newEvent("user_message", "new replica", { timestamp: 0 })]);
@@ -316,21 +333,29 @@ describe("PostgresStore specifics", () => {
     }
   });
 
-  it("an append queued behind a locked session gives up at the call's deadline, writes nothing, and frees its connection", async () => {
+  it.each([
+    ["", (store: PostgresStore): MemoryStore => store],
+    [" (through a ConnectingStore, which passes the call on)", (store: PostgresStore): MemoryStore => new ConnectingStore("postgres", async () => store, { failed: () => {}, opened: () => {} })],
+  ])("an append queued behind a locked session gives up at the call's deadline, writes nothing, and frees its connection%s", async (_, caller) => {
     const schema = freshSchema();
     const store = await openStore(LIMITS, schema, { poolSize: 2 });
     const holder = await admin.connect();
     try {
+      const front = caller(store);
+      if (front instanceof ConnectingStore) await front.opened;
       await makeSession(store, "s1");
       await holder.query("BEGIN");
       await holder.query(`SELECT 1 FROM ${pg.escapeIdentifier(schema)}.sessions WHERE session_id = 's1' FOR UPDATE`);
       const started = Date.now();
-      const err = await rejection(withDeadline(store, Date.now() + 300, () => store.appendEvents("s1", [newEvent("user_message", 1, { eventId: "late" })])));
+      const err = await rejection(front.appendEvents("s1", [newEvent("user_message", 1, { eventId: "late" })], undefined, { deadline: Date.now() + 300 }));
       expect(["UNAVAILABLE", "DEADLINE_EXCEEDED"]).toContain(err.code);
       expect(Date.now() - started).toBeLessThan(5000);
       // Nothing is still waiting on the lock server-side: the statement was cancelled, not just abandoned.
-      const waiting = await admin.query("SELECT count(*)::int AS n FROM pg_stat_activity WHERE application_name = $1 AND wait_event_type = 'Lock'", [`engram:${schema}`]);
-      expect(waiting.rows[0].n).toBe(0);
+      // The server's lock_timeout and the client's query timeout are the same length, so the client may
+      // see its timeout a moment before the server cancels: allow 3 s, far below the 15 s statement bound.
+      const waiting = async () => (await admin.query("SELECT count(*)::int AS n FROM pg_stat_activity WHERE application_name = $1 AND wait_event_type = 'Lock'", [`engram:${schema}`])).rows[0].n as number;
+      for (const until = Date.now() + 3000; (await waiting()) > 0 && Date.now() < until; ) await sleep(50);
+      expect(await waiting()).toBe(0);
       await holder.query("ROLLBACK");
       // The pool (2 connections) still serves, and the timed-out append left no event.
       expect((await store.appendEvents("s1", [newEvent("user_message", 2, { eventId: "next" })])).events.map((e) => e.seq)).toEqual([1]);
@@ -389,8 +414,8 @@ describe("PostgresStore specifics", () => {
       expect((await store.readEvents("a", { limit: 20 })).events.map((e) => e.content)).toEqual([0, 1, 3, 4, 6, 7, 9, 10]);
       expect((await store.stats()).totalEvents).toBe(12);
 
-      // append_many itself refuses a batch naming one session twice, and writes nothing.
-      const sql = `SELECT * FROM ${pg.escapeIdentifier(schema)}.append_many($1::text[], $2::bigint[], $3::int[], $4::text[], $5::text[], $6::text[], $7::text[], $8::timestamptz[], $9::text[], 500, true, 0::smallint, 'unused', 8000, NULL, now())`;
+      // append_many_retained itself refuses a batch naming one session twice, and writes nothing.
+      const sql = `SELECT * FROM ${pg.escapeIdentifier(schema)}.append_many_retained($1::text[], $2::bigint[], $3::int[], $4::text[], $5::text[], $6::text[], $7::text[], $8::timestamptz[], $9::text[], 500, '{}'::text[], '{}'::bigint[], 0, 0, true, 0::smallint, 'unused', 8000, NULL, now())`;
       const twice = admin.query(sql, [["a", "a"], [null, null], [1, 2], ["x1", "x2"], ["t", "t"], ["1", "2"], ["{}", "{}"], [new Date(), new Date()], ["f", "f"]]);
       await expect(twice).rejects.toMatchObject({ code: "22023" });
       expect(await count(schema, "events", "a")).toBe(8);
@@ -526,6 +551,28 @@ describe("an older release refuses a schema migrated by a newer one", () => {
           "a newer release migrated it; upgrade this replica (an older replica must not write into a newer schema)",
       );
       expect(await contents(schema)).toEqual({ tables: ["schema_migrations"], versions: [1, newer] });
+    } finally {
+      await drop(schema);
+    }
+  });
+
+  it("a replica of the previous release refuses the schema this release migrated, naming both versions", async () => {
+    // What the previous release ships: every migration but this release's newest.
+    const previous = newestKnown - 1;
+    const schema = freshSchema();
+    const store = await PostgresStore.open({ url, schema, limits: LIMITS });
+    try {
+      await store.close();
+      const { rows } = await admin.query(`SELECT version FROM ${pg.escapeIdentifier(schema)}.schema_migrations ORDER BY version`);
+      const applied = rows.map((r) => r.version as number);
+      expect(applied.at(-1)).toBe(newestKnown);
+      const known = Array.from({ length: previous }, (_, i) => i + 1);
+      expect(schemaVersionProblem(schema, applied, known)).toBe(
+        `schema "${schema}" is at migration ${pad(newestKnown)} but this Engram knows migrations up to ${pad(previous)}: ` +
+          "a newer release migrated it; upgrade this replica (an older replica must not write into a newer schema)",
+      );
+      // This release itself uses it.
+      expect(schemaVersionProblem(schema, applied, applied)).toBeUndefined();
     } finally {
       await drop(schema);
     }
