@@ -6,7 +6,7 @@
 import type { DescMethod } from "@bufbuild/protobuf";
 import type { ConnectRouter, HandlerContext } from "@connectrpc/connect";
 import { MemoryService as MemoryServiceDesc } from "../gen/engram/v1/memory_pb.js";
-import type { CallGuard, CallInfo } from "../service/call-guard.js";
+import type { CallGuard, CallInfo } from "../service/guard/index.js";
 import { toConnectError, type InternalErrorReporter } from "./status.js";
 
 /** The call's headers as the guard needs them. */

@@ -9,7 +9,7 @@ import type * as grpc from "@grpc/grpc-js";
 import { toBinary, type DescMessage, type DescMethod } from "@bufbuild/protobuf";
 import { WireType } from "@bufbuild/protobuf/wire";
 import { EventSchema, MemoryService as MemoryServiceDesc, type Event } from "../gen/engram/v1/memory_pb.js";
-import type { CallGuard } from "../service/call-guard.js";
+import type { CallGuard } from "../service/guard/index.js";
 import { encodeEvent } from "./event-encoding.js";
 import { parseRequest } from "./parse-request.js";
 import { toGrpcStatus, type InternalErrorReporter } from "./status.js";

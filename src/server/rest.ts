@@ -14,7 +14,7 @@ import {
   type ListSessionsResponse,
 } from "../gen/engram/v1/memory_pb.js";
 import { invalidArgument } from "../errors.js";
-import type { CallGuard, CallInfo } from "../service/call-guard.js";
+import type { CallGuard, CallInfo } from "../service/guard/index.js";
 import type { Metrics } from "../service/metrics.js";
 import type { HealthMonitor } from "./health.js";
 import { sendJsonError, type InternalErrorReporter } from "./status.js";

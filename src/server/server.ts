@@ -14,7 +14,7 @@ import { ConnectingKeyStore } from "../auth/connecting-key-store.js";
 import { Authenticator, openApiKeyStore } from "../auth/index.js";
 import { loadConfig, type Config } from "../config.js";
 import { MemoryError } from "../errors.js";
-import { CallGuard } from "../service/call-guard.js";
+import { CallGuard } from "../service/guard/index.js";
 import type { MemoryService } from "../service/memory-service.js";
 import { Metrics } from "../service/metrics.js";
 import { Quotas } from "../service/quotas.js";

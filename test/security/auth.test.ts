@@ -45,6 +45,7 @@ beforeAll(async () => {
   await makeKey("admin", { role: "admin", apps: ["*"] });
   await makeKey("appAdmin", { role: "admin", apps: [APP_A] });
   await makeKey("limited", { role: "read", apps: [APP_A], rateLimit: 3 });
+  await makeKey("limitedStreamer", { role: "read", apps: [APP_A], rateLimit: 1 });
   await makeKey("revoked", { role: "write", apps: [APP_A] });
   await makeKey("streamer", { role: "read", apps: [APP_A] });
   await makeKey("revokedWhileStreaming", { role: "read", apps: [APP_A] });
@@ -376,6 +377,33 @@ describe("key lifecycle and quotas", () => {
       s2.controller.abort();
       s4?.controller.abort();
     } finally {
+      owner.close();
+      client.close();
+    }
+  });
+
+  it("counts a stream refused by its key's calls per second once in engram_rate_limited_total", async () => {
+    const owner = grpcJsClient(server.address, { headers: bearer("a") });
+    const client = grpcJsClient(server.address, { headers: bearer("limitedStreamer") });
+    const sessionId = `auth-limited-streams-${run}`;
+    const rateLimited = async () => Number(/^engram_rate_limited_total (\d+)$/m.exec(await (await fetch(`${server.baseUrl}/metrics`)).text())?.[1]);
+    const controllers: AbortController[] = [];
+    try {
+      await owner.createSession({ appName: APP_A, userId: "u", sessionId });
+      const before = await rateLimited();
+      const outcomes = await Promise.all(
+        Array.from({ length: 4 }, () => {
+          const controller = new AbortController();
+          controllers.push(controller);
+          return client.streamSessionEvents({ sessionId }, { signal: controller.signal })[Symbol.asyncIterator]().next().then(() => undefined, (e: unknown) => ConnectError.from(e));
+        }),
+      );
+      const refused = outcomes.filter((e): e is ConnectError => e !== undefined);
+      expect(refused.length).toBeGreaterThanOrEqual(4 - 2); // 1 per second; allow one window boundary
+      for (const err of refused) expect(err.rawMessage).toMatch(/^rate limit: /);
+      expect((await rateLimited()) - before).toBe(refused.length);
+    } finally {
+      for (const controller of controllers) controller.abort();
       owner.close();
       client.close();
     }

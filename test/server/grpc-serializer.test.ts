@@ -13,7 +13,7 @@ import {
   type Event,
 } from "../../src/gen/engram/v1/memory_pb.js";
 import { grpcMemoryService } from "../../src/server/grpc-adapter.js";
-import type { CallGuard } from "../../src/service/call-guard.js";
+import type { CallGuard } from "../../src/service/guard/index.js";
 
 const guard = { handler: () => () => Promise.resolve(undefined) } as unknown as CallGuard;
 const { definition } = grpcMemoryService(guard, () => {});

@@ -1,0 +1,74 @@
+/**
+ * Who may call what: each RPC's least role and how its tenant scope is
+ * checked. A key is bound to one or more apps (or "*") and optionally one
+ * user; a session outside the key's scope answers NOT_FOUND exactly as an
+ * absent one would.
+ */
+import { ANY_APP, type ApiKeyRole, type Principal } from "../../auth/api-keys.js";
+import { MemoryError, sessionNotFound } from "../../errors.js";
+import type { MemoryStore, SessionRecord, StoreCall } from "../../store/types.js";
+import { requireId } from "../validation.js";
+
+/** How an RPC's request is held to the key's scope (src/service/guard/scope.ts). */
+export type ScopeKind = "session" | "create" | "listSessions" | "listEvents" | "global" | "cleanup" | "erasure";
+
+/** One RPC's rule: the least role a key needs, and its scope check. */
+export interface MethodRule {
+  role: ApiKeyRole;
+  scope: ScopeKind;
+}
+
+const ROLE_RANK: Record<ApiKeyRole, number> = { read: 0, write: 1, admin: 2 };
+
+/** How each RPC is scoped; an RPC missing here is refused when auth is on. */
+const RULES: Readonly<Record<string, MethodRule>> = {
+  createSession: { role: "write", scope: "create" },
+  getOrCreateSession: { role: "write", scope: "create" },
+  getSession: { role: "read", scope: "session" },
+  listSessions: { role: "read", scope: "listSessions" },
+  deleteSession: { role: "write", scope: "session" },
+  addEvent: { role: "write", scope: "session" },
+  addEvents: { role: "write", scope: "session" },
+  getSessionEvents: { role: "read", scope: "session" },
+  listEvents: { role: "read", scope: "listEvents" },
+  streamSessionEvents: { role: "read", scope: "session" },
+  buildConversationContext: { role: "read", scope: "session" },
+  // Store-wide totals only: no tenant's data.
+  getStats: { role: "read", scope: "global" },
+  // Removes any tenant's sessions: admin keys, over every app, or filtered to one of the key's apps (and its user).
+  cleanup: { role: "admin", scope: "cleanup" },
+  // Erases one user: admin keys over that app, or keys bound to that user (write at least).
+  deleteUserData: { role: "write", scope: "erasure" },
+};
+
+/** The method's rule, once the key's role is enough for it; PERMISSION_DENIED otherwise. */
+export function allowedRule(principal: Principal, method: string): MethodRule {
+  const rule = Object.hasOwn(RULES, method) ? RULES[method] : undefined;
+  if (!rule) throw new MemoryError("PERMISSION_DENIED", `${method} is not available to API keys`, {}, { reason: "METHOD_NOT_ALLOWED" });
+  if (ROLE_RANK[principal.role] < ROLE_RANK[rule.role]) {
+    throw new MemoryError("PERMISSION_DENIED", `this API key's role (${principal.role}) may not call ${method}; it needs ${rule.role}`, {}, {
+      reason: "ROLE_NOT_ALLOWED",
+      info: { role: principal.role, required_role: rule.role },
+    });
+  }
+  return rule;
+}
+
+/** True when the key may see the session. */
+export function inScope(principal: Principal, session: Pick<SessionRecord, "appName" | "userId">): boolean {
+  const appOk = principal.apps.includes(ANY_APP) || principal.apps.includes(session.appName);
+  return appOk && (principal.userId === undefined || principal.userId === session.userId);
+}
+
+/** The session; NOT_FOUND, as for an absent one, unless it exists and is in the key's scope. */
+export async function sessionInScope(
+  store: MemoryStore,
+  principal: Principal,
+  sessionId: string,
+  call?: StoreCall,
+): Promise<SessionRecord> {
+  const id = requireId("session_id", sessionId);
+  const session = await store.getSession(id, call);
+  if (!session || !inScope(principal, session)) throw sessionNotFound(id);
+  return session;
+}

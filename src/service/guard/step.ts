@@ -1,0 +1,148 @@
+/**
+ * What a guard step is. Every call from every protocol runs through a chain
+ * of small steps before it reaches the MemoryService (src/service/guard/index.ts
+ * lists them in order), the way connect-es runs interceptors: a step gets
+ * the rest of the chain (`next`) and returns what runs in its place, so it
+ * can refuse the call, add to it, or look at its answer. Unary calls and
+ * streams run the same steps; a step that must act when the call ends (a
+ * latency, a stream slot's release) leaves a hook in `whenEnded` instead of
+ * wrapping the answer, so a stream's frames pass through no extra layer.
+ */
+import type { Principal } from "../../auth/api-keys.js";
+import type { Authenticator } from "../../auth/index.js";
+import { MemoryError } from "../../errors.js";
+import type { Logger } from "../../log.js";
+import type { MemoryStore, SessionRecord } from "../../store/types.js";
+import type { Metrics } from "../metrics.js";
+import type { Quotas } from "../quotas.js";
+
+/** What the edge knows of a call, whatever the protocol. */
+export interface CallInfo {
+  /**
+   * Streams: aborted when the client cancels, the deadline passes or the
+   * server stops. Unary handlers never read it (a unary call's bound is its
+   * deadline), so the gRPC edge gives them none: an AbortController and a
+   * listener per call showed in every call's profile (bench/README.md).
+   */
+  signal?: AbortSignal;
+  /** The `authorization` header / metadata value. */
+  authorization?: string;
+  /** The W3C `traceparent` header, if any. */
+  traceparent?: string;
+  /** grpc, connect, grpc-web or rest (a metrics label). */
+  protocol: string;
+  /** Epoch ms by which the client wants its answer (gRPC deadline / Connect timeout), if any. */
+  deadline?: number;
+  /** The client's `x-request-id`, if it sent one; otherwise one is made for the logs. */
+  requestId?: string;
+}
+
+/** A guarded RPC handler: unary ones return a promise, streaming ones an async iterable. */
+export type GuardedHandler = (req: unknown, call: CallInfo) => Promise<unknown> | AsyncIterable<unknown>;
+
+/** A call on its way through the steps: what the edge said, and what the steps have found out so far. */
+export interface GuardedCall {
+  /** The MemoryService method's local name, e.g. "addEvent". */
+  readonly method: string;
+  /** The parsed request; the scope step may fill in the key's app and user. */
+  readonly req: unknown;
+  /** The service method's context: the edge's CallInfo, or a copy a step widened (a listing's scope, a stream's signal). */
+  info: CallInfo;
+  /** The caller's key once the auth step admitted it; undefined while auth is off. */
+  principal: Principal | undefined;
+  /** The session the scope step found in the key's scope, for a method on one session. */
+  session: SessionRecord | undefined;
+  /** Run once the call has ended (a unary answer settled, a stream's frames ended, failed or were abandoned), last added first, with its status code. */
+  whenEnded: Array<(code: string) => void>;
+}
+
+/** The rest of the chain after a step: a unary call's answer, or a stream's frames. */
+export type Next = (call: GuardedCall) => Promise<unknown> | AsyncIterable<unknown>;
+
+/** One guard step: given the rest of the chain, what runs in its place. */
+export type Step = (next: Next) => Next;
+
+/** What a step factory is told about the method it guards. */
+export interface MethodPlan {
+  /** The MemoryService method's local name. */
+  readonly method: string;
+  /** True for a server stream. */
+  readonly streaming: boolean;
+}
+
+/** Options of the guard. */
+export interface CallGuardOptions {
+  /** Present when auth is on. */
+  authenticator?: Authenticator;
+  quotas: Quotas;
+  metrics: Metrics;
+  /** Calls ending in a server-side code are logged at warn, every call at debug. */
+  log?: Logger;
+}
+
+/** What the steps are built from: the guard's options and the store the service reads. */
+export interface StepParts extends CallGuardOptions {
+  store: MemoryStore;
+}
+
+/**
+ * Builds a method's step once, when its handler is made; undefined when the
+ * step has nothing to do for that method (or with auth off), so a call pays
+ * only for the steps that apply to it.
+ */
+export type StepFactory = (plan: MethodPlan, parts: StepParts) => Step | undefined;
+
+/** The handler that runs `steps`, outermost first, around `service`. */
+export function composeSteps(plan: MethodPlan, steps: ReadonlyArray<Step | undefined>, service: Next): GuardedHandler {
+  let chain = service;
+  for (let i = steps.length - 1; i >= 0; i--) chain = steps[i]?.(chain) ?? chain;
+  return plan.streaming ? streamHandler(plan.method, chain) : unaryHandler(plan.method, chain);
+}
+
+// The one place unary calls and streams differ in the guard: when a call has ended (its answer settled, or its
+// last frame sent, its failure thrown or the consumer gone), which is when the `whenEnded` hooks run.
+function unaryHandler(method: string, chain: Next): GuardedHandler {
+  return async (req, info) => {
+    const call = startCall(method, req, info);
+    let code = "OK";
+    try {
+      return await chain(call);
+    } catch (err) {
+      code = codeOf(err);
+      throw err;
+    } finally {
+      endCall(call, code);
+    }
+  };
+}
+
+function streamHandler(method: string, chain: Next): GuardedHandler {
+  return async function* (req, info) {
+    const call = startCall(method, req, info);
+    let code = "OK";
+    try {
+      // The steps admit the stream before its first frame; its frames then flow straight from the service.
+      yield* (await chain(call)) as AsyncIterable<unknown>;
+    } catch (err) {
+      code = codeOf(err);
+      throw err;
+    } finally {
+      endCall(call, code);
+    }
+  };
+}
+
+function startCall(method: string, req: unknown, info: CallInfo): GuardedCall {
+  return { method, req, info, principal: undefined, session: undefined, whenEnded: [] };
+}
+
+function endCall(call: GuardedCall, code: string): void {
+  for (let i = call.whenEnded.length - 1; i >= 0; i--) call.whenEnded[i](code);
+}
+
+/** The status code a call ended with: a MemoryError's, a ConnectError-like string code, or INTERNAL. */
+export function codeOf(err: unknown): string {
+  if (err instanceof MemoryError) return err.code;
+  const code = (err as { code?: unknown } | null)?.code;
+  return typeof code === "string" ? code : "INTERNAL";
+}
