@@ -8,6 +8,7 @@ import { Redis } from "ioredis";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { eventFingerprint } from "../../src/store/fingerprint.js";
 import { durabilitySummary, RedisStore } from "../../src/store/redis.js";
+import { loadScripts } from "../../src/store/redis/scripts.js";
 import { StreamHub } from "../../src/service/stream-hub.js";
 import type { SessionNotice, StoreLimits } from "../../src/store/types.js";
 import { freePort, startRedisServer } from "../support/redis-server.js";
@@ -165,11 +166,10 @@ describe("RedisStore specifics", () => {
       expect((await store.getSession("s1"))!.headSeq).toBe(3);
       expect((await store.stats()).totalEvents).toBe(3);
 
-      // The same at the wire level: run the script file twice with byte-identical arguments.
+      // The same at the wire level: run the script (as loaded: includes resolved) twice with byte-identical arguments.
       const direct = new Redis(url);
       try {
-        const { readFileSync } = await import("node:fs");
-        const lua = readFileSync(new URL("../../src/store/redis/scripts/append-10.lua", import.meta.url), "utf8");
+        const { lua } = loadScripts().get("append")!;
         const base = `${prefix}:s:${hex("s1")}`;
         const recent = [`${prefix}:recent:all`, `${prefix}:recent:a:${hex("app")}`, `${prefix}:recent:u:${hex("user")}`, `${prefix}:recent:au:${hex("app")}:${hex("user")}`];
         const keys = [base, `${base}:ev`, `${base}:id`, `${prefix}:updated`, `${prefix}:stats`, ...recent, `${base}:tr`];
