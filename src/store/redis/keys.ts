@@ -26,12 +26,12 @@
 import { scopesOfSession, type RecentScope } from "../rules.js";
 
 /** The hex of a text's UTF-8 bytes, as ids stand in key names. */
-export function hex(text: string): string {
+function hex(text: string): string {
   return Buffer.from(text, "utf8").toString("hex");
 }
 
 /** The text a hex key part stands for. */
-export function unhex(hexText: string): string {
+function unhex(hexText: string): string {
   return Buffer.from(hexText, "hex").toString("utf8");
 }
 
