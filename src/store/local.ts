@@ -26,6 +26,7 @@ import {
   evictionCount,
   isEmptyObject,
   newIncarnation,
+  newSessionRecord,
   recentScopes,
   scopesOfSession,
   sessionEventCap,
@@ -391,17 +392,7 @@ export class LocalStore implements MemoryStore {
 
   private insert(input: NewSession): LocalSession {
     const s: LocalSession = {
-      record: {
-        sessionId: input.sessionId,
-        appName: input.appName,
-        userId: input.userId,
-        metadata: input.metadata,
-        createdAt: input.now,
-        updatedAt: input.now,
-        headSeq: 0,
-        firstSeq: 1,
-        incarnation: newIncarnation(),
-      },
+      record: newSessionRecord(input, newIncarnation()),
       events: new Denque<StoredEvent>(),
       fingerprints: new Denque<string>(),
       byEventId: new Map(),

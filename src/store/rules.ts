@@ -4,7 +4,7 @@
  */
 import { randomBytes } from "node:crypto";
 import { cursorEvicted, MemoryError } from "../errors.js";
-import type { RecentEventsFilter, StoreLimits } from "./types.js";
+import type { ErasureResult, NewSession, RecentEventsFilter, ResumedErasures, SessionRecord, StoreLimits } from "./types.js";
 
 /** Shared cursor rule: OUT_OF_RANGE for a cursor before the retained window or past the head. */
 export function checkCursor(afterSeq: number, firstSeq: number, headSeq: number): void {
@@ -71,6 +71,27 @@ export function isEmptyObject(object: object): boolean {
  */
 export function newIncarnation(): string {
   return randomBytes(12).toString("base64url");
+}
+
+/** The record of a session just created from `input`: no events yet. */
+export function newSessionRecord(input: NewSession, incarnation: string): SessionRecord {
+  const { sessionId, appName, userId, metadata, now } = input;
+  return { sessionId, appName, userId, metadata, createdAt: now, updatedAt: now, headSeq: 0, firstSeq: 1, incarnation };
+}
+
+/**
+ * Runs `erase` again for each tenancy whose erasure was recorded but not
+ * finished (resumeErasures), one after another, adding up what they removed.
+ */
+export async function resumeEach(tenancies: Iterable<{ appName: string; userId: string }>, erase: (appName: string, userId: string) => Promise<ErasureResult>): Promise<ResumedErasures> {
+  const resumed: ResumedErasures = { users: 0, sessions: 0, events: 0 };
+  for (const { appName, userId } of tenancies) {
+    const erased = await erase(appName, userId);
+    resumed.users++;
+    resumed.sessions += erased.sessions;
+    resumed.events += erased.events;
+  }
+  return resumed;
 }
 
 /** Default of StoreLimits.dedupeWindowMs: two minutes, as JetStream's duplicate window. */

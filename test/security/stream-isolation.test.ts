@@ -43,7 +43,7 @@ const BACKENDS: Backend[] = [
     killNoticeConnections: async (prefix) => {
       const admin = new Redis(process.env.MEMORY_TEST_REDIS_URL!);
       try {
-        // CLIENT KILL has no name filter: find the notice connections (src/store/redis.ts names them) by name.
+        // CLIENT KILL has no name filter: find the notice connections (src/store/redis/connection.ts names them) by name.
         const list = (await admin.call("CLIENT", "LIST", "TYPE", "pubsub")) as string;
         const ids = list
           .split("\n")

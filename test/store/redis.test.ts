@@ -3,11 +3,14 @@
  * (re-sent scripts, key layout, durability settings, outages). Every store
  * gets its own key prefix, removed after the file.
  */
+import { tmpdir } from "node:os";
+import path from "node:path";
 import { setTimeout as sleep } from "node:timers/promises";
 import { Redis } from "ioredis";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { eventFingerprint } from "../../src/store/fingerprint.js";
 import { durabilitySummary, RedisStore } from "../../src/store/redis.js";
+import { loadScripts } from "../../src/store/redis/scripts.js";
 import { StreamHub } from "../../src/service/stream-hub.js";
 import type { SessionNotice, StoreLimits } from "../../src/store/types.js";
 import { freePort, startRedisServer } from "../support/redis-server.js";
@@ -149,6 +152,75 @@ describe("RedisStore specifics", () => {
     }
   });
 
+  it("writes sessions, events, ids, recent entries and notices in the one format every release reads and writes", async () => {
+    const prefix = `t${process.pid}_${++counter}`;
+    const store = await openStore(DEFAULT_LIMITS, prefix);
+    const raw = new Redis(url);
+    try {
+      const id = "sé:1";
+      const session = await store.createSession({ sessionId: id, appName: "äpp", userId: "u", metadata: { k: "v" }, now: 1000 });
+      const base = `${prefix}:s:${hex(id)}`;
+      expect(await admin.hgetall(base)).toEqual({ app: "äpp", user: "u", meta: '{"k":"v"}', created: "1000", updated: "1000", head: "0", first: "1", inc: session.incarnation });
+      const notices: string[] = [];
+      raw.on("message", (_channel: string, message: string) => notices.push(message));
+      await raw.subscribe(`${prefix}:notices`);
+      // A generated id (fingerprint ""): the store fingerprints it all the same.
+      const event = { eventId: "ë-1", eventType: "tool_call", content: { q: "ü" }, metadata: { m: 1 }, timestamp: 1234, fingerprint: "" };
+      await store.appendEvents(id, [event]);
+      // Type and id framed by their byte lengths ("ë-1" is 4 bytes), then JSON of the rest.
+      const encoded = '9:tool_call4:ë-1[1234,{"q":"ü"},{"m":1}]';
+      expect(await admin.hget(`${base}:ev`, "1")).toBe(encoded);
+      expect(await admin.hget(`${base}:id`, "ë-1")).toBe(`1:${eventFingerprint("tool_call", { q: "ü" }, { m: 1 })}`);
+      const member = `${hex(id)}!${"1".padStart(16, "0")}`;
+      for (const key of [`recent:all`, `recent:a:${hex("äpp")}`, `recent:u:${hex("u")}`, `recent:au:${hex("äpp")}:${hex("u")}`]) {
+        expect(await admin.zrange(`${prefix}:${key}`, 0, -1, "WITHSCORES"), key).toEqual([member, "1"]);
+      }
+      await waitFor(() => notices.length === 1);
+      expect(notices[0]).toBe(`{"s":"sé:1","h":1,"i":"${session.incarnation}","k":1}\n${Buffer.byteLength(encoded)}:${encoded}`);
+      await store.deleteSession(id);
+      await waitFor(() => notices.length === 2);
+      expect(notices[1]).toBe(`{"s":"sé:1","d":1,"i":"${session.incarnation}"}`);
+
+      // Written by hand as another release would: read back field for field.
+      await store.createSession({ sessionId: "by-hand", appName: "a", userId: "u", metadata: {}, now: 1000 });
+      // "ïd" is 3 bytes: lengths count bytes, not characters.
+      await admin.hset(`${prefix}:s:${hex("by-hand")}:ev`, "1", '12:user_message3:ïd[5,"hi",{"x":[1]}]');
+      await admin.hset(`${prefix}:s:${hex("by-hand")}`, "head", "1");
+      expect((await store.readEvents("by-hand", { limit: 10 })).events).toEqual([
+        { sessionId: "by-hand", seq: 1, eventId: "ïd", eventType: "user_message", content: "hi", metadata: { x: [1] }, timestamp: 5 },
+      ]);
+    } finally {
+      raw.disconnect();
+      await store.close();
+    }
+  });
+
+  it("loads every script with its includes pasted in once, and names a missing include", async () => {
+    const scripts = loadScripts();
+    expect([...scripts.keys()].sort()).toEqual(["append", "create", "delete", "erased", "read"]);
+    for (const [name, { lua }] of scripts) {
+      expect(lua, name).not.toMatch(/@include/);
+      expect(lua.match(/local function readFrame\(/g)?.length ?? 0, name).toBeLessThanOrEqual(1);
+    }
+    expect(scripts.get("append")!.lua).toContain("local function readFrame(");
+    expect(scripts.get("read")!.lua).toContain("local function readFrame(");
+    expect(scripts.get("delete")!.lua).toContain("local function recentMember(");
+    expect(scripts.get("append")!.numberOfKeys).toBe(10);
+
+    const { mkdtempSync, writeFileSync, mkdirSync, rmSync } = await import("node:fs");
+    const dir = mkdtempSync(path.join(tmpdir(), "engram-lua-"));
+    try {
+      mkdirSync(path.join(dir, "includes"));
+      writeFileSync(path.join(dir, "includes", "twice.lua"), "local twice = 2");
+      writeFileSync(path.join(dir, "ok-1.lua"), '--- @include "twice"\n--- @include "twice"\nreturn twice');
+      expect(loadScripts(dir).get("ok")!.lua.match(/local twice = 2/g)).toHaveLength(1);
+      writeFileSync(path.join(dir, "broken-1.lua"), '--- @include "nowhere"\nreturn 1');
+      expect(() => loadScripts(dir)).toThrow('broken-1.lua includes "nowhere", but includes/nowhere.lua cannot be read');
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
+  });
+
   it("a re-sent append script (same arguments) returns the originals instead of appending twice", async () => {
     const prefix = `t${process.pid}_${++counter}`;
     const store = await openStore(DEFAULT_LIMITS, prefix);
@@ -165,11 +237,10 @@ describe("RedisStore specifics", () => {
       expect((await store.getSession("s1"))!.headSeq).toBe(3);
       expect((await store.stats()).totalEvents).toBe(3);
 
-      // The same at the wire level: run the script file twice with byte-identical arguments.
+      // The same at the wire level: run the script (as loaded: includes resolved) twice with byte-identical arguments.
       const direct = new Redis(url);
       try {
-        const { readFileSync } = await import("node:fs");
-        const lua = readFileSync(new URL("../../src/store/redis/scripts/append-10.lua", import.meta.url), "utf8");
+        const { lua } = loadScripts().get("append")!;
         const base = `${prefix}:s:${hex("s1")}`;
         const recent = [`${prefix}:recent:all`, `${prefix}:recent:a:${hex("app")}`, `${prefix}:recent:u:${hex("user")}`, `${prefix}:recent:au:${hex("app")}:${hex("user")}`];
         const keys = [base, `${base}:ev`, `${base}:id`, `${prefix}:updated`, `${prefix}:stats`, ...recent, `${base}:tr`];

@@ -35,7 +35,7 @@
   ARGV[15 + 4n] number of apps with their own events cap, then per app: app name, cap
 
   Encoded event: "<len>:<event type><len>:<event id><json>" (byte lengths), so
-  the type and id can be read here without decoding the JSON.
+  the type and id can be read here without decoding the JSON (includes/frames.lua).
 
   Replies {"NOT_FOUND"} | {"MOVED"} | {"DUPLICATE", event id} | {"CONFLICT", head}
         | {"OK", replayed 0/1, head, first, then per event: seq, stored encoding or ""
@@ -47,14 +47,13 @@
   in seq order ending at head: replicas then deliver them without reading
   them back.
 ]]
-local function field(v, pos)
-  local colon = string.find(v, ":", pos, true)
-  local len = tonumber(string.sub(v, pos, colon - 1))
-  return string.sub(v, colon + 1, colon + len), colon + len + 1
-end
+--- @include "frames"
+--- @include "recent"
 
-local function member(seq)
-  return ARGV[7] .. string.format("%016d", seq)
+-- An ids hash entry "seq:fingerprint": its seq (the stored text) and its fingerprint.
+local function splitIndexed(indexed)
+  local sep = string.find(indexed, ":", 1, true)
+  return string.sub(indexed, 1, sep - 1), string.sub(indexed, sep + 1)
 end
 
 local session = redis.call("HMGET", KEYS[1], "head", "first", "inc", "app", "user")
@@ -75,7 +74,7 @@ local remember = window > 0 and maxIds > 0
 local function forget(ids)
   for _, id in ipairs(ids) do
     local indexed = redis.call("HGET", KEYS[3], id)
-    if indexed and tonumber(string.sub(indexed, 1, string.find(indexed, ":", 1, true) - 1)) < first then
+    if indexed and tonumber((splitIndexed(indexed))) < first then
       redis.call("HDEL", KEYS[3], id)
     end
   end
@@ -92,11 +91,11 @@ for i = 1, n do
   local base = 9 + (i - 1) * 4
   local stored = redis.call("HGET", KEYS[3], ARGV[base + 1])
   if stored then
-    local sep = string.find(stored, ":", 1, true)
-    if string.sub(stored, sep + 1) ~= ARGV[base + 2] then
+    local seq, fingerprint = splitIndexed(stored)
+    if fingerprint ~= ARGV[base + 2] then
       return {"DUPLICATE", ARGV[base + 1]}
     end
-    known[i] = tonumber(string.sub(stored, 1, sep - 1))
+    known[i] = tonumber(seq)
   else
     fresh = fresh + 1
   end
@@ -132,7 +131,7 @@ for i = 1, n do
     redis.call("HSET", KEYS[3], ARGV[base + 1], head .. ":" .. ARGV[base + 2])
     ingest = ingest + 1
     for k = 6, 9 do
-      redis.call("ZADD", KEYS[k], ingest, member(head))
+      redis.call("ZADD", KEYS[k], ingest, recentMember(ARGV[7], head))
     end
     reply[#reply + 1] = head
     reply[#reply + 1] = ""
@@ -151,11 +150,11 @@ local trimmed = 0
 while max > 0 and head - first + 1 > max do
   local stored = redis.call("HGET", KEYS[2], first)
   if stored then
-    local _, pos = field(stored, 1)
-    local id = field(stored, pos)
+    local _, pos = readFrame(stored, 1)
+    local id = readFrame(stored, pos)
     local indexed = redis.call("HGET", KEYS[3], id)
     -- Only when the id still points here (a batch may repeat an id).
-    if indexed and string.sub(indexed, 1, string.find(indexed, ":", 1, true) - 1) == tostring(first) then
+    if indexed and splitIndexed(indexed) == tostring(first) then
       if remember then
         redis.call("ZADD", KEYS[10], now, id)
       else
@@ -166,7 +165,7 @@ while max > 0 and head - first + 1 > max do
     trimmed = trimmed + 1
   end
   for k = 6, 9 do
-    redis.call("ZREM", KEYS[k], member(first))
+    redis.call("ZREM", KEYS[k], recentMember(ARGV[7], first))
   end
   first = first + 1
 end
@@ -196,7 +195,7 @@ local notice = '{"s":' .. ARGV[2] .. ',"h":' .. string.format("%d", head) .. ',"
 local parts, size = {}, #notice
 for i = #appended - kept + 1, #appended do
   local encoded = appended[i]
-  parts[#parts + 1] = #encoded .. ":" .. encoded
+  parts[#parts + 1] = frame(encoded)
   size = size + #parts[#parts]
 end
 if kept > 0 and size <= (tonumber(ARGV[10 + 4 * n]) or 0) then

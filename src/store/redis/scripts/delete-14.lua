@@ -23,6 +23,8 @@
   Replies {"DELETED", <events it held>} | {"GONE"} | {"MOVED"} | {"KEPT"}
   The notice is '{"s":<session id>,"d":1,"i":<incarnation>}'.
 ]]
+--- @include "recent"
+
 local s = redis.call("HMGET", KEYS[1], "app", "user", "updated", "head", "first", "inc")
 if not s[1] then
   return {"GONE"}
@@ -47,7 +49,7 @@ end
 local head, first = tonumber(s[4]), tonumber(s[5])
 local batch = {}
 for seq = first, head do
-  batch[#batch + 1] = ARGV[6] .. string.format("%016d", seq)
+  batch[#batch + 1] = recentMember(ARGV[6], seq)
   if #batch == 500 then
     unindex(batch)
     batch = {}

@@ -16,6 +16,8 @@
   An asc cursor outside [first - 1, head] returns no events: the caller
   applies the shared cursor rule to the bounds.
 ]]
+--- @include "frames"
+
 local s = redis.call("HMGET", KEYS[1], "head", "first", "inc")
 if not s[1] then
   return {"NOT_FOUND"}
@@ -67,9 +69,8 @@ for i = 1, #seqs do
   if v then
     local keep = true
     if types then
-      local colon = string.find(v, ":", 1, true)
-      local len = tonumber(string.sub(v, 1, colon - 1))
-      keep = types[string.sub(v, colon + 1, colon + len)] == true
+      -- The event type is the encoding's first frame.
+      keep = types[(readFrame(v, 1))] == true
     end
     if keep then
       reply[#reply + 1] = seqs[i]

@@ -1,0 +1,94 @@
+/**
+ * The values the Redis store writes, in TypeScript: length-prefixed frames,
+ * encoded events and session hashes. The Lua side of frames is
+ * scripts/includes/frames.lua; both must agree byte for byte, since replicas
+ * of different releases read each other's writes.
+ *
+ *   frame           "<byte length>:<bytes>"
+ *   encoded event   frame(event type) frame(event id) JSON [timestamp, content, metadata]
+ */
+import { LRUCache } from "lru-cache";
+import type { JsonObject, JsonValue, NewEvent, SessionRecord, StoredEvent } from "../types.js";
+
+/** "<byte length>:<text>", so Lua can cut fields out of a value without a JSON decoder. */
+export function frame(text: string): string {
+  return `${Buffer.byteLength(text, "utf8")}:${text}`;
+}
+
+/** The frame starting at `pos`: its text and where the next value starts; undefined when malformed or cut short. */
+export function readFrame(bytes: Buffer, pos: number): { text: string; end: number } | undefined {
+  const colon = bytes.indexOf(0x3a, pos);
+  const length = Number(bytes.toString("latin1", pos, colon));
+  if (colon < 0 || !Number.isSafeInteger(length) || colon + 1 + length > bytes.length) return undefined;
+  const end = colon + 1 + length;
+  return { text: bytes.toString("utf8", colon + 1, end), end };
+}
+
+/** Encodes an event for the events hash: type and id framed, then JSON of the rest. */
+export function encodeEvent(e: NewEvent): string {
+  return frame(e.eventType) + frame(e.eventId) + JSON.stringify([e.timestamp, e.content, e.metadata]);
+}
+
+/** The stored event behind an encoding of encodeEvent (or of an older release: the format is the same). */
+export function decodeEvent(sessionId: string, seq: number, encoded: string): StoredEvent {
+  const bytes = Buffer.from(encoded, "utf8");
+  const type = readFrame(bytes, 0);
+  const id = type && readFrame(bytes, type.end);
+  if (!id) throw new SyntaxError(`malformed stored event ${seq} of session ${JSON.stringify(sessionId)}`);
+  const [timestamp, content, metadata] = JSON.parse(bytes.toString("utf8", id.end)) as [number, JsonValue, JsonObject];
+  return { sessionId, seq, eventId: id.text, eventType: type.text, content, metadata, timestamp };
+}
+
+/**
+ * Events decoded recently, by session, seq and stored text: a tail read again
+ * and again (context windows, polling readers) yields the same objects, so
+ * the service's caches of their wire forms and encoded bytes hit instead of
+ * redoing JSON.parse, protobuf conversion and encoding for every call. Reads
+ * and notices go through the one cache, so both hand out one object per
+ * event. The key holds the whole stored text, so an entry only ever stands
+ * for exactly that event.
+ */
+export class DecodedEvents {
+  private readonly cache = new LRUCache<string, StoredEvent>({
+    max: 4096,
+    maxSize: 16 * 1024 * 1024,
+    sizeCalculation: (_event, key) => 200 + 2 * key.length,
+  });
+
+  /** The event, from the cache when this exact encoding was decoded before. */
+  decode(sessionId: string, seq: number, encoded: string): StoredEvent {
+    const key = `${seq}:${sessionId.length}:${sessionId}${encoded}`;
+    let event = this.cache.get(key);
+    if (!event) this.cache.set(key, (event = decodeEvent(sessionId, seq, encoded)));
+    return event;
+  }
+
+  /** The cache keys, newest first ("<seq>:<id length>:<id><encoding>"). */
+  keys(): IterableIterator<string> {
+    return this.cache.keys();
+  }
+}
+
+/** A session record from its hash's fields; undefined when there are none (no such session). */
+export function decodeSession(sessionId: string, fields: Record<string, string>): SessionRecord | undefined {
+  if (Object.keys(fields).length === 0) return undefined;
+  return {
+    sessionId,
+    appName: fields.app,
+    userId: fields.user,
+    metadata: JSON.parse(fields.meta) as JsonObject,
+    createdAt: Number(fields.created),
+    updatedAt: Number(fields.updated),
+    headSeq: Number(fields.head),
+    firstSeq: Number(fields.first),
+    // Sessions stored before incarnations have none.
+    incarnation: fields.inc ?? "",
+  };
+}
+
+/** The fields of a flat [field, value, ...] reply (HGETALL inside a script). */
+export function fieldsOf(flat: readonly string[]): Record<string, string> {
+  const fields: Record<string, string> = {};
+  for (let i = 0; i < flat.length; i += 2) fields[flat[i]] = flat[i + 1];
+  return fields;
+}

@@ -1,0 +1,297 @@
+/**
+ * The Redis store's Lua scripts, typed (as bullmq's src/classes/scripts.ts):
+ * each script has an args builder (typed input -> KEYS and ARGV, in the order
+ * its header documents) and a reply decoder (raw reply -> typed result), so
+ * the driver never builds an argument array or indexes a reply itself.
+ *
+ * A script is src/store/redis/scripts/<name>-<key count>.lua. A line
+ * `--- @include "<name>"` stands for includes/<name>.lua, pasted in once
+ * per script when the scripts are loaded (bullmq does the same), so a piece
+ * of Lua that several scripts need (the frame reader) is written once.
+ */
+import { readdirSync, readFileSync } from "node:fs";
+import path from "node:path";
+import { fileURLToPath } from "node:url";
+import type { Redis } from "ioredis";
+import { eventFingerprint } from "../fingerprint.js";
+import { appEventCaps, dedupeWindow } from "../rules.js";
+import type { CleanupScope, NewEvent, NewSession, StoreLimits } from "../types.js";
+import { encodeEvent, fieldsOf } from "./codec.js";
+import { erasureField, recentMemberPrefix, type RedisKeys, type Tenancy } from "./keys.js";
+
+/** Where the script files are (copied next to the compiled code by scripts/build.mjs). */
+export const SCRIPTS_DIR = path.join(path.dirname(fileURLToPath(import.meta.url)), "scripts");
+
+/** Entries kept in each recent-events index: twice the ListEvents cap of 1000, as slack for removals. */
+export const RECENT_CAP = 2000;
+/**
+ * Largest notice that carries the appended events themselves (append-10.lua):
+ * every replica then streams them without reading them back, one Redis round
+ * trip per event per replica saved. Larger appends announce only the head.
+ */
+const NOTICE_EVENTS_MAX_BYTES = 64 * 1024;
+/** Seqs a filtered read looks at per script call (bounds the script's run time). */
+const FILTER_SCAN = 500;
+
+type Arg = string | number;
+/** What a script returns, as ioredis hands it over. */
+export type Reply = Array<string | number | null | Reply>;
+
+/** What every args builder may use besides its input: the key names and the store's limits. */
+export interface ScriptContext {
+  keys: RedisKeys;
+  limits: StoreLimits;
+}
+
+/** One script: its file's name, how to call it and how to read its reply. */
+export interface Script<Input, Result> {
+  name: string;
+  /** KEYS then ARGV, as the script's header lists them. */
+  args(context: ScriptContext, input: Input): Arg[];
+  /** The reply as a typed result (some replies are only read knowing the input, such as the number of events). */
+  decode(reply: Reply, input: Input): Result;
+}
+
+/** Input of create-7.lua. */
+export interface CreateInput {
+  session: NewSession;
+  incarnation: string;
+  /** "create": EXISTS when taken; "get": the existing session's fields. */
+  mode: "create" | "get";
+}
+
+/** Creates a session, or finds the one there (getOrCreate). */
+export const createScript: Script<CreateInput, { outcome: "EXISTS" } | { outcome: "FOUND"; fields: Record<string, string> } | { outcome: "CREATED"; totalSessions: number }> = {
+  name: "create",
+  args({ keys }, { session, incarnation, mode }) {
+    const { sessionId, appName, userId } = session;
+    const head = [keys.session(sessionId), keys.updated, keys.stats, ...keys.indexesOf({ appName, userId })];
+    return [...head, sessionId, appName, userId, JSON.stringify(session.metadata), session.now, mode, incarnation];
+  },
+  decode(reply) {
+    if (reply[0] === "EXISTS") return { outcome: "EXISTS" };
+    if (reply[0] === "FOUND") return { outcome: "FOUND", fields: fieldsOf(reply[1] as string[]) };
+    return { outcome: "CREATED", totalSessions: reply[1] as number };
+  },
+};
+
+/** Input of append-10.lua: the events go to `sessionId`, whose indexes are named from `tenancy`. */
+export interface AppendInput {
+  sessionId: string;
+  tenancy: Tenancy;
+  events: readonly NewEvent[];
+  expectedSeq?: number;
+  /** Epoch ms: the session's updatedAt, and the trim time of ids trimmed now. */
+  now: number;
+}
+
+/**
+ * An append's outcome. "MOVED": the session now has another tenancy than the
+ * one given (re-read it, call again). "OK": per event its seq, and its stored
+ * encoding when it was stored before (a retry of an event still retained).
+ */
+export type AppendOutcome =
+  | { outcome: "NOT_FOUND" | "MOVED" }
+  | { outcome: "DUPLICATE"; eventId: string }
+  | { outcome: "CONFLICT"; headSeq: number }
+  | { outcome: "OK"; replayed: boolean; events: Array<{ seq: number; original?: string }>; trimmed: number };
+
+/** Appends a batch of events to one session. */
+export const appendScript: Script<AppendInput, AppendOutcome> = {
+  name: "append",
+  args({ keys, limits }, { sessionId, tenancy, events, expectedSeq, now }) {
+    const args: Arg[] = [
+      ...keys.sessionKeys(sessionId),
+      keys.updated,
+      keys.stats,
+      ...keys.recentOf(tenancy),
+      keys.trimmedIds(sessionId),
+      sessionId,
+      JSON.stringify(sessionId),
+      expectedSeq === undefined ? "" : expectedSeq,
+      now,
+      limits.maxSessionEvents,
+      RECENT_CAP,
+      recentMemberPrefix(sessionId),
+      keys.channel,
+      events.length,
+    ];
+    for (const e of events) {
+      // Generated ids come with fingerprint "": fingerprint them anyway, so a
+      // retry naming such an id (or a re-sent command) is recognised as the same event.
+      const fingerprint = e.fingerprint || eventFingerprint(e.eventType, e.content, e.metadata);
+      args.push(e.eventId, fingerprint, e.timestamp, encodeEvent(e));
+    }
+    const { windowMs, maxIds } = dedupeWindow(limits);
+    const caps = appEventCaps(limits);
+    args.push(NOTICE_EVENTS_MAX_BYTES, tenancy.appName, tenancy.userId, windowMs, maxIds, caps.length, ...caps.flat());
+    return args;
+  },
+  decode(reply, { events }) {
+    switch (reply[0]) {
+      case "NOT_FOUND":
+      case "MOVED":
+        return { outcome: reply[0] };
+      case "DUPLICATE":
+        return { outcome: "DUPLICATE", eventId: reply[1] as string };
+      case "CONFLICT":
+        return { outcome: "CONFLICT", headSeq: reply[1] as number };
+    }
+    const stored = events.map((_, i) => {
+      // "": appended now; null: a retry of an event trimmed inside the dedupe window. Both: as submitted.
+      const original = reply[5 + 2 * i];
+      return { seq: reply[4 + 2 * i] as number, original: typeof original === "string" && original !== "" ? original : undefined };
+    });
+    // A replay (every event known) has no trimmed count.
+    const trimmed = (reply[4 + 2 * events.length] as number | undefined) ?? 0;
+    return { outcome: "OK", replayed: reply[1] === 1, events: stored, trimmed };
+  },
+};
+
+/**
+ * Input of delete-14.lua: the session and the tenancy its keys are named
+ * from, with the conditions eviction and cleanup re-check atomically.
+ */
+export interface DeleteInput {
+  sessionId: string;
+  tenancy: Tenancy;
+  /** Only when updatedAt < this. */
+  updatedBelow?: number;
+  /** Only when more than this many sessions exist. */
+  keepAtLeast?: number;
+}
+
+/** What the driver's deletions pass on to the script: conditions and a scope the driver checks itself. */
+export type DeleteConditions = Pick<DeleteInput, "updatedBelow" | "keepAtLeast"> & { scope?: CleanupScope };
+
+/** A deletion's outcome; `events`: what a DELETED session held. */
+export interface DeleteOutcome {
+  outcome: "DELETED" | "GONE" | "MOVED" | "KEPT";
+  events: number;
+}
+
+/** Deletes a session with every key and index entry of it. */
+export const deleteScript: Script<DeleteInput, DeleteOutcome> = {
+  name: "delete",
+  args({ keys }, { sessionId, tenancy, updatedBelow, keepAtLeast }) {
+    const [recentAll, ...recentOwn] = keys.recentOf(tenancy);
+    return [
+      ...keys.sessionKeys(sessionId),
+      keys.updated,
+      keys.stats,
+      recentAll,
+      ...keys.indexesOf(tenancy),
+      ...recentOwn,
+      keys.trimmedIds(sessionId),
+      sessionId,
+      tenancy.appName,
+      tenancy.userId,
+      JSON.stringify(sessionId),
+      keys.channel,
+      recentMemberPrefix(sessionId),
+      updatedBelow ?? "",
+      keepAtLeast ?? "",
+    ];
+  },
+  decode(reply) {
+    return { outcome: reply[0] as DeleteOutcome["outcome"], events: Number(reply[1] ?? 0) };
+  },
+};
+
+/** Input of read-2.lua: a run of seqs after (asc) or before (desc) a cursor. */
+export interface ReadInput {
+  sessionId: string;
+  direction: "asc" | "desc";
+  cursor?: number;
+  limit: number;
+  /** Only events of these types; empty: all. */
+  types: readonly string[];
+}
+
+/** A run of one session's events with its bounds; `lastSeq`: the last seq looked at. Undefined: no such session. */
+export type ReadOutcome =
+  | { headSeq: number; firstSeq: number; lastSeq: number; incarnation: string; events: Array<{ seq: number; encoded: string }> }
+  | undefined;
+
+/** Reads a run of consecutive seqs of one session together with its bounds. */
+export const readScript: Script<ReadInput, ReadOutcome> = {
+  name: "read",
+  args({ keys }, { sessionId, direction, cursor, limit, types }) {
+    const [sessionKey, eventsKey] = keys.sessionKeys(sessionId);
+    const budget = types.length > 0 ? Math.max(limit, FILTER_SCAN) : limit;
+    return [sessionKey, eventsKey, direction, cursor ?? "", limit, budget, types.length, ...types];
+  },
+  decode(reply) {
+    if (reply[0] === "NOT_FOUND") return undefined;
+    const events: Array<{ seq: number; encoded: string }> = [];
+    for (let i = 5; i < reply.length; i += 2) events.push({ seq: reply[i] as number, encoded: reply[i + 1] as string });
+    return { headSeq: reply[1] as number, firstSeq: reply[2] as number, lastSeq: reply[3] as number, incarnation: reply[4] as string, events };
+  },
+};
+
+/** Input of erased-1.lua: the finished erasure's tenancy and the token it wrote. */
+export interface ErasedInput {
+  tenancy: Tenancy;
+  token: string;
+}
+
+/** Clears the record of a finished erasure unless another one replaced it; true when cleared. */
+export const erasedScript: Script<ErasedInput, boolean> = {
+  name: "erased",
+  args({ keys }, { tenancy, token }) {
+    return [keys.erasures, erasureField(tenancy), token];
+  },
+  decode(reply) {
+    return (reply as unknown as number) === 1;
+  },
+};
+
+/** The text of every script, includes resolved, and its key count; by name. */
+export function loadScripts(dir = SCRIPTS_DIR): Map<string, { lua: string; numberOfKeys: number }> {
+  const scripts = new Map<string, { lua: string; numberOfKeys: number }>();
+  for (const file of readdirSync(dir)) {
+    const match = /^([a-z]+)-(\d+)\.lua$/.exec(file);
+    if (!match) continue;
+    scripts.set(match[1], { lua: resolveIncludes(readFileSync(path.join(dir, file), "utf8"), dir, file), numberOfKeys: Number(match[2]) });
+  }
+  return scripts;
+}
+
+/** The script with every `--- @include "<name>"` line replaced by includes/<name>.lua (each at most once, nested ones too). */
+function resolveIncludes(lua: string, dir: string, file: string, included = new Set<string>()): string {
+  return lua.replace(/^--- @include "([a-z-]+)"[ \t]*$/gm, (_line, name: string) => {
+    if (included.has(name)) return `-- (includes/${name}.lua: already included)`;
+    included.add(name);
+    let text: string;
+    try {
+      text = readFileSync(path.join(dir, "includes", `${name}.lua`), "utf8");
+    } catch (err) {
+      throw new Error(`${file} includes "${name}", but includes/${name}.lua cannot be read`, { cause: err });
+    }
+    return resolveIncludes(text.trimEnd(), dir, `includes/${name}.lua`, included);
+  });
+}
+
+/** The scripts defined on one connection, run through their typed wrappers. */
+export class RedisScripts {
+  private readonly commands = new Map<string, (...keysAndArgs: Arg[]) => Promise<Reply>>();
+
+  constructor(
+    redis: Redis,
+    private readonly context: ScriptContext,
+  ) {
+    for (const [name, { lua, numberOfKeys }] of loadScripts()) {
+      // defineCommand runs EVALSHA and falls back to EVAL (loading it) when Redis does not know the script yet.
+      redis.defineCommand(`engram_${name}`, { numberOfKeys, lua });
+      const command = (redis as unknown as Record<string, (...keysAndArgs: Arg[]) => Promise<Reply>>)[`engram_${name}`].bind(redis);
+      this.commands.set(name, command);
+    }
+  }
+
+  /** Runs `script` with `input`; its decoded reply. */
+  async run<Input, Result>(script: Script<Input, Result>, input: Input): Promise<Result> {
+    const command = this.commands.get(script.name);
+    if (!command) throw new Error(`no script file for ${script.name} in ${SCRIPTS_DIR}`);
+    return script.decode(await command(...script.args(this.context, input)), input);
+  }
+}
