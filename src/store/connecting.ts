@@ -10,26 +10,7 @@
 import { backOff } from "exponential-backoff";
 import { MemoryError } from "../errors.js";
 import { StoreIncompatibleError } from "./incompatible.js";
-import type {
-  AppendResult,
-  CleanupScope,
-  ErasureResult,
-  EventPage,
-  EventQuery,
-  MemoryStore,
-  NewEvent,
-  NewSession,
-  NoticeListener,
-  RecentEventsFilter,
-  ResumedErasures,
-  SessionQuery,
-  SessionRecord,
-  StoreCall,
-  StoreCapabilities,
-  StoreDurability,
-  StoreStats,
-  StoredEvent,
-} from "./types.js";
+import type { MemoryStore, NoticeListener, ResumedErasures, StoreCapabilities, StoreDurability } from "./types.js";
 
 /** First wait between attempts to open the store. */
 export const OPEN_RETRY_INITIAL_MS = 250;
@@ -143,52 +124,55 @@ export class ConnectingStore implements MemoryStore {
     throw new MemoryError("UNAVAILABLE", `the ${this.backend} store is not connected yet; the server keeps retrying`);
   }
 
-  async createSession(input: NewSession, call?: StoreCall): Promise<SessionRecord> {
-    return this.open.createSession(input, call);
+  // Every operation goes to the opened store as it is, whatever its parameters: the MemoryStore
+  // contract, not this file, says what they are. Async, so that a store not yet open rejects
+  // UNAVAILABLE like any other failed call instead of throwing at the call site.
+  async createSession(...args: Parameters<MemoryStore["createSession"]>): ReturnType<MemoryStore["createSession"]> {
+    return this.open.createSession(...args);
   }
 
-  async getOrCreateSession(input: NewSession, call?: StoreCall): Promise<{ session: SessionRecord; created: boolean }> {
-    return this.open.getOrCreateSession(input, call);
+  async getOrCreateSession(...args: Parameters<MemoryStore["getOrCreateSession"]>): ReturnType<MemoryStore["getOrCreateSession"]> {
+    return this.open.getOrCreateSession(...args);
   }
 
-  async getSession(sessionId: string, call?: StoreCall): Promise<SessionRecord | undefined> {
-    return this.open.getSession(sessionId, call);
+  async getSession(...args: Parameters<MemoryStore["getSession"]>): ReturnType<MemoryStore["getSession"]> {
+    return this.open.getSession(...args);
   }
 
-  async listSessions(query: SessionQuery, call?: StoreCall): Promise<SessionRecord[]> {
-    return this.open.listSessions(query, call);
+  async listSessions(...args: Parameters<MemoryStore["listSessions"]>): ReturnType<MemoryStore["listSessions"]> {
+    return this.open.listSessions(...args);
   }
 
-  async deleteSession(sessionId: string, call?: StoreCall): Promise<boolean> {
-    return this.open.deleteSession(sessionId, call);
+  async deleteSession(...args: Parameters<MemoryStore["deleteSession"]>): ReturnType<MemoryStore["deleteSession"]> {
+    return this.open.deleteSession(...args);
   }
 
-  async appendEvents(sessionId: string, events: readonly NewEvent[], expectedSeq?: number, call?: StoreCall): Promise<AppendResult> {
-    return this.open.appendEvents(sessionId, events, expectedSeq, call);
+  async appendEvents(...args: Parameters<MemoryStore["appendEvents"]>): ReturnType<MemoryStore["appendEvents"]> {
+    return this.open.appendEvents(...args);
   }
 
-  async readEvents(sessionId: string, query: EventQuery, call?: StoreCall): Promise<EventPage> {
-    return this.open.readEvents(sessionId, query, call);
+  async readEvents(...args: Parameters<MemoryStore["readEvents"]>): ReturnType<MemoryStore["readEvents"]> {
+    return this.open.readEvents(...args);
   }
 
-  async readTail(sessionId: string, limit: number, eventTypes?: readonly string[], call?: StoreCall): Promise<EventPage> {
-    return this.open.readTail(sessionId, limit, eventTypes, call);
+  async readTail(...args: Parameters<MemoryStore["readTail"]>): ReturnType<MemoryStore["readTail"]> {
+    return this.open.readTail(...args);
   }
 
-  async listRecentEvents(limit: number, filter?: RecentEventsFilter, call?: StoreCall): Promise<StoredEvent[]> {
-    return this.open.listRecentEvents(limit, filter, call);
+  async listRecentEvents(...args: Parameters<MemoryStore["listRecentEvents"]>): ReturnType<MemoryStore["listRecentEvents"]> {
+    return this.open.listRecentEvents(...args);
   }
 
-  async stats(call?: StoreCall): Promise<StoreStats> {
-    return this.open.stats(call);
+  async stats(...args: Parameters<MemoryStore["stats"]>): ReturnType<MemoryStore["stats"]> {
+    return this.open.stats(...args);
   }
 
-  async cleanup(cutoff: number, scope?: CleanupScope, call?: StoreCall): Promise<number> {
-    return this.open.cleanup(cutoff, scope, call);
+  async cleanup(...args: Parameters<MemoryStore["cleanup"]>): ReturnType<MemoryStore["cleanup"]> {
+    return this.open.cleanup(...args);
   }
 
-  async deleteUserData(appName: string, userId: string, call?: StoreCall): Promise<ErasureResult> {
-    return this.open.deleteUserData(appName, userId, call);
+  async deleteUserData(...args: Parameters<MemoryStore["deleteUserData"]>): ReturnType<MemoryStore["deleteUserData"]> {
+    return this.open.deleteUserData(...args);
   }
 
   /** The opened store's resumeErasures; nothing to resume when its driver records none. */
@@ -208,8 +192,8 @@ export class ConnectingStore implements MemoryStore {
     };
   }
 
-  async ping(call?: StoreCall): Promise<void> {
-    return this.open.ping(call);
+  async ping(...args: Parameters<MemoryStore["ping"]>): ReturnType<MemoryStore["ping"]> {
+    return this.open.ping(...args);
   }
 
   async describeDurability(): Promise<StoreDurability> {

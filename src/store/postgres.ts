@@ -15,7 +15,7 @@ import pg from "pg";
 import { asMemoryError, MemoryError, seqConflict, sessionNotFound } from "../errors.js";
 import { eventFingerprint } from "./fingerprint.js";
 import { GroupCommit, type Pending } from "./postgres/group-commit.js";
-import { appEventCaps, appSessionCap, checkCursor, dedupeWindow, duplicateEventId, evictionCount, newIncarnation, sessionExists } from "./rules.js";
+import { appEventCaps, appSessionCap, checkCursor, dedupeWindow, duplicateEventId, evictionCount, newIncarnation, resumeEach, sessionExists } from "./rules.js";
 import type {
   AppendResult,
   CleanupScope,
@@ -535,14 +535,10 @@ export class PostgresStore implements MemoryStore {
 
   async resumeErasures(): Promise<ResumedErasures> {
     const { rows } = await this.query<{ app_name: string; user_id: string }>(`SELECT app_name, user_id FROM ${this.s}.erasures ORDER BY started_at`);
-    const resumed: ResumedErasures = { users: 0, sessions: 0, events: 0 };
-    for (const row of rows) {
-      const erased = await this.deleteUserData(row.app_name, row.user_id);
-      resumed.users++;
-      resumed.sessions += erased.sessions;
-      resumed.events += erased.events;
-    }
-    return resumed;
+    return resumeEach(
+      rows.map((row) => ({ appName: row.app_name, userId: row.user_id })),
+      (appName, userId) => this.deleteUserData(appName, userId),
+    );
   }
 
   subscribe(sessionId: string, listener: NoticeListener): () => void {
