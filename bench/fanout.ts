@@ -4,7 +4,7 @@
  * write a pre-serialized frame to every stream (bench/fanout-baseline-server.ts).
  */
 import { create, toBinary } from "@bufbuild/protobuf";
-import { GetOrCreateSessionRequestSchema, StreamSessionEventsRequestSchema } from "../src/gen/engram/v1/memory_pb.js";
+import { GetOrCreateSessionRequestSchema, StreamSessionEventsRequestSchema } from "@engram-memory/client/gen/engram/v1/memory_pb.js";
 import { forkWorker, startEngram } from "./lib/processes.js";
 import type { FanoutSpec } from "./fanout-client.js";
 import { FANOUT_PUBLISH, FANOUT_SUBSCRIBE } from "./fanout-baseline-server.js";

@@ -6,7 +6,7 @@
  */
 import { randomUUID } from "node:crypto";
 import { create } from "@bufbuild/protobuf";
-import { AddEventRequestSchema } from "../src/gen/engram/v1/memory_pb.js";
+import { AddEventRequestSchema } from "@engram-memory/client/gen/engram/v1/memory_pb.js";
 import { DEFAULT_SERVICE_LIMITS } from "../src/service/limits.js";
 import { MemoryService } from "../src/service/memory-service.js";
 import { LocalStore } from "../src/store/local.js";

@@ -25,7 +25,7 @@ import path from "node:path";
 import { parseArgs } from "node:util";
 import { create, toBinary } from "@bufbuild/protobuf";
 import { timestampFromMs } from "@bufbuild/protobuf/wkt";
-import { AddEventResponseSchema } from "../src/gen/engram/v1/memory_pb.js";
+import { AddEventResponseSchema } from "@engram-memory/client/gen/engram/v1/memory_pb.js";
 import type { LoadResult } from "./lib/closed-loop.js";
 import { forkWorker, REPO_ROOT, SERVER_BUILD, startEngram, type EngramProcess, type Worker } from "./lib/processes.js";
 import type { LoadSpec } from "./loadgen.js";

@@ -25,7 +25,7 @@ import {
   type DeleteSessionResponse,
   type DeleteUserDataRequest,
   type DeleteUserDataResponse,
-} from "../gen/engram/v1/memory_pb.js";
+} from "@engram-memory/client/gen/engram/v1/memory_pb.js";
 import { ANY_APP, type ApiKeyRole, type Principal } from "../auth/api-keys.js";
 import { randomUUID } from "node:crypto";
 import { performance } from "node:perf_hooks";

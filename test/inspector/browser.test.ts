@@ -17,7 +17,7 @@ import { chromiumBinary } from "./chromium.js";
 import { create } from "@bufbuild/protobuf";
 import { generateApiKey } from "../../src/auth/api-keys.js";
 import { FileKeyStore } from "../../src/auth/file-key-store.js";
-import { CreateSessionRequestSchema } from "../../src/gen/engram/v1/memory_pb.js";
+import { CreateSessionRequestSchema } from "@engram-memory/client/gen/engram/v1/memory_pb.js";
 
 const SHOTS = path.join(REPO_ROOT, ".tmp");
 

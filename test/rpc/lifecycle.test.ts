@@ -10,7 +10,7 @@ import * as protoLoader from "@grpc/proto-loader";
 import { Code } from "@connectrpc/connect";
 import { describe, expect, it } from "vitest";
 import { ConfigError, loadConfig, SETTINGS } from "../../src/config.js";
-import { ErrorInfoSchema } from "../../src/gen/google/rpc/error_details_pb.js";
+import { ErrorInfoSchema } from "@engram-memory/client/gen/google/rpc/error_details_pb.js";
 import { REPO_ROOT, spawnServer } from "../support/engram.js";
 import { connectClient, errorOf, grpcJsClient } from "../support/clients.js";
 import { startChaosProxy } from "../support/chaos-proxy.js";

@@ -7,7 +7,7 @@ import { create, fromBinary, fromJson, toBinary, type JsonObject, type JsonValue
 import { timestampFromMs, ValueSchema } from "@bufbuild/protobuf/wkt";
 import fc from "fast-check";
 import { describe, expect, it } from "vitest";
-import { EventSchema } from "../../src/gen/engram/v1/memory_pb.js";
+import { EventSchema } from "@engram-memory/client/gen/engram/v1/memory_pb.js";
 import { encodeEvent } from "../../src/server/event-encoding.js";
 import { toWireEvent } from "../../src/service/convert.js";
 import { jsonValue } from "../support/arbitraries.js";
