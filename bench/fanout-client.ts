@@ -14,7 +14,7 @@ import { BinaryReader } from "@bufbuild/protobuf/wire";
 import { AddEventRequestSchema, StreamSessionEventsResponseSchema } from "@engram-memory/client/gen/engram/v1/memory_pb.js";
 import { LatencyRecorder, round } from "./lib/latency.js";
 import { processCpuSeconds, serveRequests } from "./lib/processes.js";
-import type { FanoutFigures } from "./report.js";
+import type { FanoutFigures } from "./types.js";
 import { CONTENT_100B } from "./workloads.js";
 
 /** One fan-out run. */

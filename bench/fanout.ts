@@ -8,8 +8,7 @@ import { GetOrCreateSessionRequestSchema, StreamSessionEventsRequestSchema } fro
 import { forkWorker, startEngram } from "./lib/processes.js";
 import type { FanoutSpec } from "./fanout-client.js";
 import { FANOUT_PUBLISH, FANOUT_SUBSCRIBE } from "./fanout-baseline-server.js";
-import type { FanoutFigures, FanoutResult } from "./report.js";
-import type { Profile } from "./run.js";
+import type { FanoutFigures, FanoutResult, Profile } from "./types.js";
 import { SeedClient } from "./workloads.js";
 
 const REPLICAS = 2;

@@ -11,7 +11,7 @@ import { DEFAULT_SERVICE_LIMITS } from "../src/service/limits.js";
 import { MemoryService } from "../src/service/memory-service.js";
 import { LocalStore } from "../src/store/local.js";
 import { serveRequests } from "./lib/processes.js";
-import type { MemoryResult } from "./report.js";
+import type { MemoryResult } from "./types.js";
 
 /** Events per session: the default MEMORY_MAX_SESSION_EVENTS, so nothing is evicted. */
 const EVENTS_PER_SESSION = 500;

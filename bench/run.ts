@@ -32,28 +32,8 @@ import type { LoadSpec } from "./loadgen.js";
 import type { RawSpec } from "./raw-store.js";
 import { ECHO_METHOD } from "./echo-server.js";
 import { addEventRequest, CONTENT_100B, prime, seed, serverWorkloads, type SeedSizes } from "./workloads.js";
-import { writeReport, type BenchResults, type Point, type TargetPairs } from "./report.js";
-
-/** Durations and sizes of a run. */
-export interface Profile {
-  name: string;
-  concurrencies: number[];
-  durationMs: number;
-  warmupMs: number;
-  backends: string[];
-  sizes: SeedSizes;
-  /** Events stored by the memory measurement. */
-  memoryEvents: number;
-  /** Subscriber counts of the fan-out measurement. */
-  fanoutSubscribers: number[];
-  fanoutMs: number;
-  sections: Set<string>;
-  /** Name prefixes of the server workloads to run; undefined runs all. */
-  workloads?: string[];
-  /** Alternating echo / AddEvent measurements per backend for the target ratios, and the length of each. */
-  targetPairs: number;
-  pairMs: number;
-}
+import { writeReport } from "./report.js";
+import type { BenchResults, Point, Profile, TargetPairs } from "./types.js";
 
 /** Extra node flags for the Engram servers, for profiling them under the benchmark's load. */
 const SERVER_NODE_ARGS = process.env.BENCH_SERVER_NODE_ARGS?.split(" ").filter(Boolean) ?? [];
