@@ -17,6 +17,7 @@ step() {
 # The server imports the generated contract from the TypeScript client's dist/.
 step "TypeScript client build" node clients/typescript/scripts/prepare.mjs
 step "typecheck" npx tsc -p tsconfig.json --noEmit
+step "import cycles" scripts/check-import-cycles.sh
 step "buf lint" npx buf lint
 step "buf breaking" scripts/buf-breaking.sh
 step "generated code" scripts/check-generated.sh
