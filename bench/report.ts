@@ -6,7 +6,7 @@
  */
 import { writeFileSync } from "node:fs";
 import path from "node:path";
-import type { BenchResults, Point, TargetPairs } from "./types.js";
+import type { BenchResults, Point } from "./types.js";
 
 /** A target ratio, its figure and whether it was met. */
 export interface TargetCheck {

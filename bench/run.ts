@@ -19,7 +19,7 @@
  * runs the servers from the TypeScript sources instead of dist/.
  */
 import { execFileSync } from "node:child_process";
-import { existsSync, mkdirSync, readdirSync, readFileSync, writeFileSync } from "node:fs";
+import { existsSync, mkdirSync, readdirSync, readFileSync } from "node:fs";
 import os from "node:os";
 import path from "node:path";
 import { parseArgs } from "node:util";
@@ -27,7 +27,7 @@ import { create, toBinary } from "@bufbuild/protobuf";
 import { timestampFromMs } from "@bufbuild/protobuf/wkt";
 import { AddEventResponseSchema } from "@engram-memory/client/gen/engram/v1/memory_pb.js";
 import type { LoadResult } from "./lib/closed-loop.js";
-import { forkWorker, REPO_ROOT, SERVER_BUILD, startEngram, type EngramProcess, type Worker } from "./lib/processes.js";
+import { forkWorker, REPO_ROOT, SERVER_BUILD, startEngram, type EngramProcess } from "./lib/processes.js";
 import type { LoadSpec } from "./loadgen.js";
 import type { RawSpec } from "./raw-store.js";
 import { ECHO_METHOD } from "./echo-server.js";

@@ -120,7 +120,7 @@ async function connectCall(method: DescMethod, body: Uint8Array | string, conten
     return { code: 0, details: "" };
   }
   const text = await res.text();
-  let parsed: { code?: string; message?: string; details?: { type: string; value: string }[] } = {};
+  let parsed: { code?: string; message?: string; details?: { type: string; value: string }[] };
   try {
     parsed = JSON.parse(text);
   } catch {

@@ -3,7 +3,7 @@
  * reflective toBinary writes, for every event the service can produce
  * (and for odd ones it never produces), and decode back to the same event.
  */
-import { create, fromBinary, fromJson, toBinary, type JsonObject, type JsonValue } from "@bufbuild/protobuf";
+import { create, fromBinary, fromJson, toBinary, type JsonObject } from "@bufbuild/protobuf";
 import { timestampFromMs, ValueSchema } from "@bufbuild/protobuf/wkt";
 import fc from "fast-check";
 import { describe, expect, it } from "vitest";
