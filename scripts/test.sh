@@ -18,6 +18,7 @@ step() {
 step "TypeScript client build" node clients/typescript/scripts/prepare.mjs
 step "typecheck" npx tsc -p tsconfig.json --noEmit
 step "import cycles" scripts/check-import-cycles.sh
+step "lint (eslint)" npm run --silent lint
 step "buf lint" npx buf lint
 step "buf breaking" scripts/buf-breaking.sh
 step "generated code" scripts/check-generated.sh
