@@ -1,9 +1,10 @@
 # The Engram server image (used by docker-compose.yml), Node 20.
 # Stage 1 installs everything and builds (the root `prepare` script, run by
 # npm ci) what the image runs: the compiled server and CLI (dist/), the
-# inspector page (inspector/dist) and the TypeScript client the CLI uses (its
-# dist/). Stage 2 keeps production dependencies and those builds; no
-# TypeScript is compiled at run time.
+# inspector page (inspector/dist) and the TypeScript client (its dist/),
+# whose generated contract code the server imports and which the CLI uses.
+# Stage 2 keeps production dependencies and those builds; no TypeScript is
+# compiled at run time.
 FROM node:20-slim AS build
 WORKDIR /app
 COPY . .

@@ -23,7 +23,7 @@ import {
   EventInputSchema,
   MemoryService as MemoryServiceDesc,
   type EventInput,
-} from "../src/gen/engram/v1/memory_pb.js";
+} from "@engram-memory/client/gen/engram/v1/memory_pb.js";
 import { DEFAULT_SERVICE_LIMITS } from "../src/service/limits.js";
 import { MemoryService } from "../src/service/memory-service.js";
 import { LocalStore } from "../src/store/local.js";

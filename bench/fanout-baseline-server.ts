@@ -6,7 +6,7 @@
  */
 import * as grpc from "@grpc/grpc-js";
 import { create, toBinary } from "@bufbuild/protobuf";
-import { StreamSessionEventsResponseSchema } from "../src/gen/engram/v1/memory_pb.js";
+import { StreamSessionEventsResponseSchema } from "@engram-memory/client/gen/engram/v1/memory_pb.js";
 import { serveRequests } from "./lib/processes.js";
 
 /** Method paths of the baseline. */

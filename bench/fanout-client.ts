@@ -11,10 +11,10 @@ import http2 from "node:http2";
 import { create, toBinary } from "@bufbuild/protobuf";
 import { timestampFromMs } from "@bufbuild/protobuf/wkt";
 import { BinaryReader } from "@bufbuild/protobuf/wire";
-import { AddEventRequestSchema, StreamSessionEventsResponseSchema } from "../src/gen/engram/v1/memory_pb.js";
+import { AddEventRequestSchema, StreamSessionEventsResponseSchema } from "@engram-memory/client/gen/engram/v1/memory_pb.js";
 import { LatencyRecorder, round } from "./lib/latency.js";
 import { processCpuSeconds, serveRequests } from "./lib/processes.js";
-import type { FanoutFigures } from "./report.js";
+import type { FanoutFigures } from "./types.js";
 import { CONTENT_100B } from "./workloads.js";
 
 /** One fan-out run. */

@@ -4,12 +4,11 @@
  * write a pre-serialized frame to every stream (bench/fanout-baseline-server.ts).
  */
 import { create, toBinary } from "@bufbuild/protobuf";
-import { GetOrCreateSessionRequestSchema, StreamSessionEventsRequestSchema } from "../src/gen/engram/v1/memory_pb.js";
+import { GetOrCreateSessionRequestSchema, StreamSessionEventsRequestSchema } from "@engram-memory/client/gen/engram/v1/memory_pb.js";
 import { forkWorker, startEngram } from "./lib/processes.js";
 import type { FanoutSpec } from "./fanout-client.js";
 import { FANOUT_PUBLISH, FANOUT_SUBSCRIBE } from "./fanout-baseline-server.js";
-import type { FanoutFigures, FanoutResult } from "./report.js";
-import type { Profile } from "./run.js";
+import type { FanoutFigures, FanoutResult, Profile } from "./types.js";
 import { SeedClient } from "./workloads.js";
 
 const REPLICAS = 2;

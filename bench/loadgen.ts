@@ -12,9 +12,9 @@ import * as grpc from "@grpc/grpc-js";
 import { create, fromBinary, toBinary } from "@bufbuild/protobuf";
 import { BinaryReader } from "@bufbuild/protobuf/wire";
 import { createGrpcTransport } from "@connectrpc/connect-node";
+import { ListSessionsRequestSchema, MemoryService } from "@engram-memory/client/gen/engram/v1/memory_pb.js";
 import { closedLoop, type LoadResult } from "./lib/closed-loop.js";
 import { serveRequests } from "./lib/processes.js";
-import { ListSessionsRequestSchema, MemoryService } from "../src/gen/engram/v1/memory_pb.js";
 
 /** What to run. */
 export interface LoadSpec {

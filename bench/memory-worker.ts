@@ -6,12 +6,12 @@
  */
 import { randomUUID } from "node:crypto";
 import { create } from "@bufbuild/protobuf";
-import { AddEventRequestSchema } from "../src/gen/engram/v1/memory_pb.js";
+import { AddEventRequestSchema } from "@engram-memory/client/gen/engram/v1/memory_pb.js";
 import { DEFAULT_SERVICE_LIMITS } from "../src/service/limits.js";
 import { MemoryService } from "../src/service/memory-service.js";
 import { LocalStore } from "../src/store/local.js";
 import { serveRequests } from "./lib/processes.js";
-import type { MemoryResult } from "./report.js";
+import type { MemoryResult } from "./types.js";
 
 /** Events per session: the default MEMORY_MAX_SESSION_EVENTS, so nothing is evicted. */
 const EVENTS_PER_SESSION = 500;

@@ -1,6 +1,6 @@
 /** Runs the memory measurement (bench/memory-worker.ts) in its own process. */
 import { forkWorker } from "./lib/processes.js";
-import type { MemoryResult } from "./report.js";
+import type { MemoryResult } from "./types.js";
 import { CONTENT_100B } from "./workloads.js";
 
 /** Bytes per stored event for `events` events of 100-byte content on the local store. */

@@ -8,7 +8,7 @@ import { writeFileSync } from "node:fs";
 import { Resvg } from "@resvg/resvg-js";
 import * as vega from "vega";
 import * as vegaLite from "vega-lite";
-import type { BenchResults } from "./report.js";
+import type { BenchResults } from "./types.js";
 
 /** Which panel a point belongs to: workloads measured on several backends, baselines beside their server workload. */
 function panelOf(workload: string): string {

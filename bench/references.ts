@@ -6,8 +6,7 @@
  */
 import { execFileSync } from "node:child_process";
 import path from "node:path";
-import type { Reference } from "./report.js";
-import type { Profile } from "./run.js";
+import type { Profile, Reference } from "./types.js";
 
 function redisBenchmark(url: string, profile: Profile): Reference[] {
   const { hostname, port } = new URL(url);

@@ -19,41 +19,21 @@
  * runs the servers from the TypeScript sources instead of dist/.
  */
 import { execFileSync } from "node:child_process";
-import { existsSync, mkdirSync, readdirSync, readFileSync, writeFileSync } from "node:fs";
+import { existsSync, mkdirSync, readdirSync, readFileSync } from "node:fs";
 import os from "node:os";
 import path from "node:path";
 import { parseArgs } from "node:util";
 import { create, toBinary } from "@bufbuild/protobuf";
 import { timestampFromMs } from "@bufbuild/protobuf/wkt";
-import { AddEventResponseSchema } from "../src/gen/engram/v1/memory_pb.js";
+import { AddEventResponseSchema } from "@engram-memory/client/gen/engram/v1/memory_pb.js";
 import type { LoadResult } from "./lib/closed-loop.js";
-import { forkWorker, REPO_ROOT, SERVER_BUILD, startEngram, type EngramProcess, type Worker } from "./lib/processes.js";
+import { forkWorker, REPO_ROOT, SERVER_BUILD, startEngram, type EngramProcess } from "./lib/processes.js";
 import type { LoadSpec } from "./loadgen.js";
 import type { RawSpec } from "./raw-store.js";
 import { ECHO_METHOD } from "./echo-server.js";
 import { addEventRequest, CONTENT_100B, prime, seed, serverWorkloads, type SeedSizes } from "./workloads.js";
-import { writeReport, type BenchResults, type Point, type TargetPairs } from "./report.js";
-
-/** Durations and sizes of a run. */
-export interface Profile {
-  name: string;
-  concurrencies: number[];
-  durationMs: number;
-  warmupMs: number;
-  backends: string[];
-  sizes: SeedSizes;
-  /** Events stored by the memory measurement. */
-  memoryEvents: number;
-  /** Subscriber counts of the fan-out measurement. */
-  fanoutSubscribers: number[];
-  fanoutMs: number;
-  sections: Set<string>;
-  /** Name prefixes of the server workloads to run; undefined runs all. */
-  workloads?: string[];
-  /** Alternating echo / AddEvent measurements per backend for the target ratios, and the length of each. */
-  targetPairs: number;
-  pairMs: number;
-}
+import { writeReport } from "./report.js";
+import type { BenchResults, Point, Profile, TargetPairs } from "./types.js";
 
 /** Extra node flags for the Engram servers, for profiling them under the benchmark's load. */
 const SERVER_NODE_ARGS = process.env.BENCH_SERVER_NODE_ARGS?.split(" ").filter(Boolean) ?? [];

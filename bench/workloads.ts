@@ -12,7 +12,7 @@ import {
   GetOrCreateSessionRequestSchema,
   GetSessionEventsRequestSchema,
   EventInputSchema,
-} from "../src/gen/engram/v1/memory_pb.js";
+} from "@engram-memory/client/gen/engram/v1/memory_pb.js";
 
 /** Method path prefix of the memory service. */
 export const SERVICE = "/engram.v1.MemoryService/";

@@ -1,6 +1,8 @@
 // Compiles the server and CLI (src/) to JavaScript in dist/ with tsc
 // (tsconfig.build.json) and copies next to it the files the compiled code
 // reads at run time: the Redis Lua scripts and the PostgreSQL migrations.
+// First it builds the TypeScript client's dist/ (clients/typescript), whose
+// generated contract code (@engram-memory/client/gen/...) the server imports.
 // Run by `npm run build`, by the root `prepare` script on `npm ci` (with
 // --optional: an install without TypeScript goes on without a build), and by
 // `prestart` with --if-stale, which builds only when dist/ is missing or a
@@ -43,6 +45,8 @@ mkdirSync(scratch, { recursive: true });
 const fresh = path.join(scratch, `dist-build-${process.pid}`);
 const old = path.join(scratch, `dist-old-${process.pid}`);
 try {
+  console.error("engram build: compiling clients/typescript/src/ to clients/typescript/dist/");
+  execFileSync(process.execPath, [tsc, "-p", path.join(root, "clients", "typescript", "tsconfig.build.json")], { stdio: "inherit", cwd: root });
   console.error("engram build: compiling src/ to dist/");
   execFileSync(process.execPath, [tsc, "-p", path.join(root, "tsconfig.build.json"), "--outDir", fresh], { stdio: "inherit", cwd: root });
   for (const asset of ASSETS) cpSync(path.join(root, "src", asset), path.join(fresh, asset), { recursive: true });

@@ -11,3 +11,8 @@ for client in clients/*/; do
     "${client}scripts/generate.sh" "$out"
   fi
 done
+# Into the repository itself: rebuild the TypeScript client's dist/ too, since
+# the server imports the generated contract from it (@engram-memory/client/gen/...).
+if [ "$out" = "." ]; then
+  node clients/typescript/scripts/prepare.mjs
+fi

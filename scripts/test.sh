@@ -14,7 +14,11 @@ step() {
   if "$@"; then echo "=== $name: ok"; else echo "=== $name: FAILED"; failed+=("$name"); fi
 }
 
+# The server imports the generated contract from the TypeScript client's dist/.
+step "TypeScript client build" node clients/typescript/scripts/prepare.mjs
 step "typecheck" npx tsc -p tsconfig.json --noEmit
+step "import cycles" scripts/check-import-cycles.sh
+step "lint (eslint)" npm run --silent lint
 step "buf lint" npx buf lint
 step "buf breaking" scripts/buf-breaking.sh
 step "generated code" scripts/check-generated.sh

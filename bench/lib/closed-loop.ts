@@ -82,7 +82,7 @@ export async function closedLoop(options: ClosedLoopOptions, operation: (worker:
       } catch (err) {
         errors++;
         firstError ??= err instanceof Error ? err.message : String(err);
-        if (errors > 1000) throw new Error(`too many errors; first: ${firstError}`);
+        if (errors > 1000) throw new Error(`too many errors; first: ${firstError}`, { cause: err });
       }
     }
   };

@@ -8,8 +8,7 @@ import { execFileSync, spawn } from "node:child_process";
 import { existsSync } from "node:fs";
 import path from "node:path";
 import { REPO_ROOT } from "../lib/processes.js";
-import type { PeerPoint } from "../report.js";
-import type { Profile } from "../run.js";
+import type { PeerPoint, Profile } from "../types.js";
 
 /** Version pins of what bench/.venv holds. */
 export const ADK_REQUIREMENTS = ["google-adk[db]==2.13.0", "asyncpg==0.32.0"];

@@ -22,10 +22,14 @@ function newestUnder(dir) {
   return newest;
 }
 
-/** True when dist/ is missing or older than a file under src/ or the build's configuration. */
+/**
+ * True when dist/ is missing or older than a file under src/, the TypeScript
+ * client's src/ (the server runs its generated contract code) or the build's configuration.
+ */
 export function buildIsStale() {
   if (!existsSync(BUILD_STAMP)) return true;
   const built = statSync(BUILD_STAMP).mtimeMs;
   const inputs = ["package.json", "tsconfig.json", "tsconfig.build.json"].map((file) => path.join(ROOT, file)).filter((file) => existsSync(file));
-  return newestUnder(path.join(ROOT, "src")) > built || inputs.some((file) => statSync(file).mtimeMs > built);
+  const sources = [path.join(ROOT, "src"), path.join(ROOT, "clients", "typescript", "src")];
+  return sources.some((dir) => newestUnder(dir) > built) || inputs.some((file) => statSync(file).mtimeMs > built);
 }

@@ -5,7 +5,7 @@
  */
 import type { DescMethod } from "@bufbuild/protobuf";
 import type { ConnectRouter, HandlerContext } from "@connectrpc/connect";
-import { MemoryService as MemoryServiceDesc } from "../gen/engram/v1/memory_pb.js";
+import { MemoryService as MemoryServiceDesc } from "@engram-memory/client/gen/engram/v1/memory_pb.js";
 import type { CallGuard, CallInfo } from "../service/guard/index.js";
 import { toConnectError, type InternalErrorReporter } from "./status.js";
 

@@ -14,7 +14,7 @@
 import type { JsonObject, JsonValue } from "@bufbuild/protobuf";
 import type { Timestamp, Value } from "@bufbuild/protobuf/wkt";
 import { toBinary } from "@bufbuild/protobuf";
-import { EventSchema, type Event } from "../gen/engram/v1/memory_pb.js";
+import { EventSchema, type Event } from "@engram-memory/client/gen/engram/v1/memory_pb.js";
 
 // Tags: field number << 3 | wire type (0 varint, 1 fixed64, 2 length-delimited).
 const EVENT_ID = (1 << 3) | 2;

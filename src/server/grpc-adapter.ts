@@ -8,7 +8,7 @@ import { once } from "node:events";
 import type * as grpc from "@grpc/grpc-js";
 import { toBinary, type DescMessage, type DescMethod } from "@bufbuild/protobuf";
 import { WireType } from "@bufbuild/protobuf/wire";
-import { EventSchema, MemoryService as MemoryServiceDesc, type Event } from "../gen/engram/v1/memory_pb.js";
+import { EventSchema, MemoryService as MemoryServiceDesc, type Event } from "@engram-memory/client/gen/engram/v1/memory_pb.js";
 import type { CallGuard } from "../service/guard/index.js";
 import { encodeEvent } from "./event-encoding.js";
 import { parseRequest } from "./parse-request.js";

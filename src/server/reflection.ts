@@ -1,7 +1,8 @@
 /**
  * gRPC server reflection (grpc.reflection.v1 and v1alpha), so grpcurl and
  * `buf curl` can discover and call the API. It serves the exact descriptors
- * that buf generated into src/gen (our contract, health and reflection).
+ * that buf generated: our contract (from the TypeScript client package, which
+ * owns the one generated copy) and health and reflection (src/gen).
  * @grpc/reflection is not used: it rebuilds descriptors through protobufjs,
  * losing imports and qualified type names, which those tools reject.
  */
@@ -9,7 +10,7 @@ import * as grpc from "@grpc/grpc-js";
 import { create, fromBinary, toBinary, type MessageInitShape } from "@bufbuild/protobuf";
 import type { GenFile } from "@bufbuild/protobuf/codegenv2";
 import { FileDescriptorProtoSchema, type DescriptorProto } from "@bufbuild/protobuf/wkt";
-import { file_engram_v1_memory } from "../gen/engram/v1/memory_pb.js";
+import { file_engram_v1_memory } from "@engram-memory/client/gen/engram/v1/memory_pb.js";
 import { file_health_v1_health } from "../gen/health/v1/health_pb.js";
 import {
   file_grpc_reflection_v1_reflection,

@@ -17,7 +17,7 @@
 import type { JsonObject, JsonValue } from "@bufbuild/protobuf";
 import type { ListValue, Timestamp, Value } from "@bufbuild/protobuf/wkt";
 import { BinaryReader, WireType } from "@bufbuild/protobuf/wire";
-import type { AddEventRequest, AddEventsRequest, EventInput } from "../gen/engram/v1/memory_pb.js";
+import type { AddEventRequest, AddEventsRequest, EventInput } from "@engram-memory/client/gen/engram/v1/memory_pb.js";
 
 /** Nesting this deep (Values inside Structs and lists) leaves the fast path; the reflective one enforces the limit. */
 const MAX_FAST_DEPTH = 32;

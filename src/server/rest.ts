@@ -12,7 +12,7 @@ import {
   type Event,
   type ListEventsResponse,
   type ListSessionsResponse,
-} from "../gen/engram/v1/memory_pb.js";
+} from "@engram-memory/client/gen/engram/v1/memory_pb.js";
 import { invalidArgument } from "../errors.js";
 import type { CallGuard, CallInfo } from "../service/guard/index.js";
 import type { Metrics } from "../service/metrics.js";

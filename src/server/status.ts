@@ -20,9 +20,9 @@ import { create, toBinary, type DescMessage, type JsonValue, type MessageInitSha
 import { anyPack } from "@bufbuild/protobuf/wkt";
 import { Code, ConnectError } from "@connectrpc/connect";
 import { codeToHttpStatus, errorToJson } from "@connectrpc/connect/protocol-connect";
+import { BadRequestSchema, ErrorInfoSchema, RetryInfoSchema } from "@engram-memory/client/gen/google/rpc/error_details_pb.js";
+import { StatusSchema } from "@engram-memory/client/gen/google/rpc/status_pb.js";
 import { ERROR_DOMAIN, MemoryError, type MemoryErrorCode } from "../errors.js";
-import { BadRequestSchema, ErrorInfoSchema, RetryInfoSchema } from "../gen/google/rpc/error_details_pb.js";
-import { StatusSchema } from "../gen/google/rpc/status_pb.js";
 
 const CODES: Record<MemoryErrorCode, Code> = {
   INVALID_ARGUMENT: Code.InvalidArgument,

@@ -5,7 +5,7 @@
  */
 import { create } from "@bufbuild/protobuf";
 import { NullValue, timestampFromMs, type Timestamp, type Value } from "@bufbuild/protobuf/wkt";
-import { SessionSchema, type Event, type Session } from "../gen/engram/v1/memory_pb.js";
+import { SessionSchema, type Event, type Session } from "@engram-memory/client/gen/engram/v1/memory_pb.js";
 import { invalidArgument } from "../errors.js";
 import type { JsonObject, JsonValue, SessionRecord, StoredEvent } from "../store/types.js";
 import { checkText } from "./validation.js";

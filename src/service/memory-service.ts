@@ -59,7 +59,7 @@ import {
   type ListSessionsResponse,
   type StreamSessionEventsRequest,
   type StreamSessionEventsResponse,
-} from "../gen/engram/v1/memory_pb.js";
+} from "@engram-memory/client/gen/engram/v1/memory_pb.js";
 import { invalidArgument, sessionNotFound } from "../errors.js";
 import { eventFingerprint } from "../store/fingerprint.js";
 import type { JsonObject, MemoryStore, NewEvent, RecentEventsFilter, StoreCall, StoredEvent } from "../store/types.js";

@@ -1,5 +1,5 @@
 /** Opens the store the configuration names. */
-import { ConfigError, type Config } from "../config.js";
+import type { Config } from "../config.js";
 import { LocalStore } from "./local.js";
 import { NullStore } from "./null.js";
 import { StoreIncompatibleError } from "./incompatible.js";

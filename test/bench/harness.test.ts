@@ -10,7 +10,7 @@ import { tmpdir } from "node:os";
 import path from "node:path";
 import { promisify } from "node:util";
 import { afterAll, describe, expect, it } from "vitest";
-import type { BenchResults } from "../../bench/report.js";
+import type { BenchResults } from "../../bench/types.js";
 import { REPO_ROOT } from "../support/engram.js";
 
 const run = promisify(execFile);

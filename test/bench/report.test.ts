@@ -3,7 +3,8 @@
  * shaped like a run's (no server is started here; harness.test.ts runs one).
  */
 import { describe, expect, it } from "vitest";
-import { checkTargets, type BenchResults, type Point } from "../../bench/report.js";
+import { checkTargets } from "../../bench/report.js";
+import type { BenchResults, Point } from "../../bench/types.js";
 
 function point(backend: string, workload: string, throughput: number, cpuUsPerCall: Record<string, number>): Point {
   return {

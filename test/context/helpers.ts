@@ -7,7 +7,7 @@ import { fromJson, type JsonObject, type JsonValue, type MessageInitShape } from
 import { ValueSchema } from "@bufbuild/protobuf/wkt";
 import { countTokens as o200k } from "gpt-tokenizer/encoding/o200k_base";
 import { countTokens as cl100k } from "gpt-tokenizer/encoding/cl100k_base";
-import type { BuildConversationContextRequestSchema, BuildConversationContextResponse, EventInput } from "../../src/gen/engram/v1/memory_pb.js";
+import type { BuildConversationContextRequestSchema, BuildConversationContextResponse, EventInput } from "@engram-memory/client/gen/engram/v1/memory_pb.js";
 import type { MemoryClient } from "../support/clients.js";
 
 /** The options of a BuildConversationContext request (all but session_id). */

@@ -9,7 +9,7 @@
  * (grpc-js' high-water mark), so ~1,000 waits on one call.
  */
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import type { StreamSessionEventsResponse } from "../../src/gen/engram/v1/memory_pb.js";
+import type { StreamSessionEventsResponse } from "@engram-memory/client/gen/engram/v1/memory_pb.js";
 import { grpcJsClient, rawEventStream, type MemoryClient } from "../support/clients.js";
 import { startTestServer, type TestServer } from "../support/engram.js";
 

@@ -19,9 +19,9 @@ import fc from "fast-check";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { fromBinary } from "@bufbuild/protobuf";
 import { base64Decode } from "@bufbuild/protobuf/wire";
-import { MemoryService } from "../../src/gen/engram/v1/memory_pb.js";
-import { BadRequestSchema, ErrorInfoSchema } from "../../src/gen/google/rpc/error_details_pb.js";
-import { StatusSchema } from "../../src/gen/google/rpc/status_pb.js";
+import { MemoryService } from "@engram-memory/client/gen/engram/v1/memory_pb.js";
+import { BadRequestSchema, ErrorInfoSchema } from "@engram-memory/client/gen/google/rpc/error_details_pb.js";
+import { StatusSchema } from "@engram-memory/client/gen/google/rpc/status_pb.js";
 import { grpcJsClient, type MemoryClient } from "../support/clients.js";
 import { spawnServer, type ServerProcess } from "../support/engram.js";
 
@@ -120,7 +120,7 @@ async function connectCall(method: DescMethod, body: Uint8Array | string, conten
     return { code: 0, details: "" };
   }
   const text = await res.text();
-  let parsed: { code?: string; message?: string; details?: { type: string; value: string }[] } = {};
+  let parsed: { code?: string; message?: string; details?: { type: string; value: string }[] };
   try {
     parsed = JSON.parse(text);
   } catch {

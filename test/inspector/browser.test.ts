@@ -12,12 +12,12 @@ import path from "node:path";
 import { chromium, type Browser, type Page } from "playwright-core";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { createMemoryClient, type MemoryClient } from "@engram-memory/client";
+import { CreateSessionRequestSchema } from "@engram-memory/client/gen/engram/v1/memory_pb.js";
 import { REPO_ROOT, startTestServer, type TestServer } from "../support/engram.js";
 import { chromiumBinary } from "./chromium.js";
 import { create } from "@bufbuild/protobuf";
 import { generateApiKey } from "../../src/auth/api-keys.js";
 import { FileKeyStore } from "../../src/auth/file-key-store.js";
-import { CreateSessionRequestSchema } from "../../src/gen/engram/v1/memory_pb.js";
 
 const SHOTS = path.join(REPO_ROOT, ".tmp");
 

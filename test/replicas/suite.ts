@@ -104,7 +104,7 @@ async function appendAcknowledged(client: () => MemoryClient, id: string, eventI
       const res = await client().addEvent({ sessionId: id, event: { eventType: "user_message", eventId } }, { timeoutMs: 3000 } as never);
       return Number(res.event!.seq);
     } catch (err) {
-      if (Date.now() > deadline) throw new Error(`event ${eventId} not acknowledged in time: ${String(err)}`);
+      if (Date.now() > deadline) throw new Error(`event ${eventId} not acknowledged in time: ${String(err)}`, { cause: err });
       await sleep(100);
     }
   }

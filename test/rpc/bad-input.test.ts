@@ -10,7 +10,7 @@ import { brotliCompressSync, gzipSync } from "node:zlib";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { create, toBinary } from "@bufbuild/protobuf";
 import { BinaryWriter, WireType } from "@bufbuild/protobuf/wire";
-import { AddEventRequestSchema } from "../../src/gen/engram/v1/memory_pb.js";
+import { AddEventRequestSchema } from "@engram-memory/client/gen/engram/v1/memory_pb.js";
 import { startTestServer, type TestServer } from "../support/engram.js";
 
 let server: TestServer;

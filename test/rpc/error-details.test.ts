@@ -14,10 +14,10 @@ import { fromBinary } from "@bufbuild/protobuf";
 import { base64Decode } from "@bufbuild/protobuf/wire";
 import { Code, ConnectError } from "@connectrpc/connect";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { BadRequestSchema, ErrorInfoSchema, RetryInfoSchema } from "@engram-memory/client/gen/google/rpc/error_details_pb.js";
+import { StatusSchema } from "@engram-memory/client/gen/google/rpc/status_pb.js";
 import { generateApiKey } from "../../src/auth/api-keys.js";
 import { FileKeyStore } from "../../src/auth/file-key-store.js";
-import { BadRequestSchema, ErrorInfoSchema, RetryInfoSchema } from "../../src/gen/google/rpc/error_details_pb.js";
-import { StatusSchema } from "../../src/gen/google/rpc/status_pb.js";
 import { ALL_PROTOCOLS, connectClient, errorOf, grpcJsClient, type MemoryClient } from "../support/clients.js";
 import { startTestServer, type TestServer } from "../support/engram.js";
 

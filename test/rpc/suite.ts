@@ -6,8 +6,8 @@
 import { setTimeout as sleep } from "node:timers/promises";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { Code } from "@connectrpc/connect";
+import type { StreamSessionEventsResponse } from "@engram-memory/client/gen/engram/v1/memory_pb.js";
 import type { StoreLimits, MemoryStore } from "../../src/store/types.js";
-import type { StreamSessionEventsResponse } from "../../src/gen/engram/v1/memory_pb.js";
 import { startTestServer, type TestServer } from "../support/engram.js";
 import { codeOf, errorOf, PROTOCOLS, type MemoryClient } from "../support/clients.js";
 

@@ -13,7 +13,7 @@ import {
   BuildConversationContextRequestSchema,
   CreateSessionRequestSchema,
   GetSessionRequestSchema,
-} from "../../src/gen/engram/v1/memory_pb.js";
+} from "@engram-memory/client/gen/engram/v1/memory_pb.js";
 import { startTestServer, type TestServer } from "../support/engram.js";
 import { connectClient, type MemoryClient } from "../support/clients.js";
 import { sid } from "./suite.js";

@@ -10,9 +10,9 @@ import http2 from "node:http2";
 import net from "node:net";
 import { setTimeout as sleep } from "node:timers/promises";
 import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
+import type { StreamSessionEventsResponse } from "@engram-memory/client/gen/engram/v1/memory_pb.js";
 import { connectClient, grpcJsClient, type MemoryClient } from "../support/clients.js";
 import { spawnServer, startTestServer, type TestServer } from "../support/engram.js";
-import type { StreamSessionEventsResponse } from "../../src/gen/engram/v1/memory_pb.js";
 
 /** A raw TCP connection and whether (and when) the server closed it. */
 interface HeldConnection {

@@ -3,11 +3,11 @@
  * reflective toBinary writes, for every event the service can produce
  * (and for odd ones it never produces), and decode back to the same event.
  */
-import { create, fromBinary, fromJson, toBinary, type JsonObject, type JsonValue } from "@bufbuild/protobuf";
+import { create, fromBinary, fromJson, toBinary, type JsonObject } from "@bufbuild/protobuf";
 import { timestampFromMs, ValueSchema } from "@bufbuild/protobuf/wkt";
 import fc from "fast-check";
 import { describe, expect, it } from "vitest";
-import { EventSchema } from "../../src/gen/engram/v1/memory_pb.js";
+import { EventSchema } from "@engram-memory/client/gen/engram/v1/memory_pb.js";
 import { encodeEvent } from "../../src/server/event-encoding.js";
 import { toWireEvent } from "../../src/service/convert.js";
 import { jsonValue } from "../support/arbitraries.js";

@@ -11,7 +11,7 @@ import {
   GetSessionEventsResponseSchema,
   EventSchema,
   type Event,
-} from "../../src/gen/engram/v1/memory_pb.js";
+} from "@engram-memory/client/gen/engram/v1/memory_pb.js";
 import { grpcMemoryService } from "../../src/server/grpc-adapter.js";
 import type { CallGuard } from "../../src/service/guard/index.js";
 

@@ -8,7 +8,7 @@ import { BinaryWriter, WireType } from "@bufbuild/protobuf/wire";
 import { ValueSchema } from "@bufbuild/protobuf/wkt";
 import fc from "fast-check";
 import { describe, expect, it } from "vitest";
-import { AddEventRequestSchema, AddEventsRequestSchema, EventInputSchema } from "../../src/gen/engram/v1/memory_pb.js";
+import { AddEventRequestSchema, AddEventsRequestSchema, EventInputSchema } from "@engram-memory/client/gen/engram/v1/memory_pb.js";
 import { decodeAddEventRequest, decodeAddEventsRequest } from "../../src/server/request-decoding.js";
 import { parseRequest, PROTO_RECURSION_LIMIT } from "../../src/server/parse-request.js";
 import { jsonValue } from "../support/arbitraries.js";

@@ -13,8 +13,8 @@ import {
   StreamSessionEventsRequestSchema,
   StreamSessionEventsResponseSchema,
   type StreamSessionEventsResponse,
-} from "../../src/gen/engram/v1/memory_pb.js";
-import { StatusSchema } from "../../src/gen/google/rpc/status_pb.js";
+} from "@engram-memory/client/gen/engram/v1/memory_pb.js";
+import { StatusSchema } from "@engram-memory/client/gen/google/rpc/status_pb.js";
 import { Health, HealthCheckResponse_ServingStatus } from "../../src/gen/health/v1/health_pb.js";
 
 /** The typed MemoryService client used by tests. */

@@ -31,6 +31,14 @@ export default async function setup(): Promise<() => Promise<void>> {
     execFileSync(process.execPath, ["inspector/scripts/build.mjs"], { stdio: "inherit" });
   }
   // END inspector
+  // BEGIN ts-client (owned by the TypeScript client)
+  {
+    // The server imports the generated contract from the client's dist/ (@engram-memory/client/gen/...):
+    // built once per run, before any worker starts a server, so every test runs the current contract.
+    const { execFileSync } = await import("node:child_process");
+    execFileSync(process.execPath, ["clients/typescript/scripts/prepare.mjs"], { stdio: "inherit" });
+  }
+  // END ts-client
   return async () => {
     for (const teardown of teardowns.reverse()) await teardown();
   };

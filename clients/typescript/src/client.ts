@@ -281,7 +281,7 @@ export class MemoryClient {
     }
     const limit = query.limit ?? Infinity;
     const out: MemoryEvent[] = [];
-    let afterSeq = query.afterSeq === undefined ? undefined : toSeq(query.afterSeq, "afterSeq");
+    const afterSeq = query.afterSeq === undefined ? undefined : toSeq(query.afterSeq, "afterSeq");
     let pageToken = "";
     for (let pages = 0; pages < 1_000_000 && out.length < limit; pages++) {
       const pageLimit = Math.min(query.pageSize ?? MAX_PAGE, MAX_PAGE, limit - out.length);

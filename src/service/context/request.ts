@@ -4,7 +4,7 @@
  * section_priority or section_budgets that no event uses are accepted (which
  * sections a session holds changes over time; they simply match nothing).
  */
-import type { BuildConversationContextRequest } from "../../gen/engram/v1/memory_pb.js";
+import type { BuildConversationContextRequest } from "@engram-memory/client/gen/engram/v1/memory_pb.js";
 import { invalidArgument } from "../../errors.js";
 import { EVENT_TYPE_PATTERN, type ServiceLimits } from "../limits.js";
 import { checkText } from "../validation.js";

@@ -5,7 +5,7 @@
  */
 import { randomUUID } from "node:crypto";
 import { performance } from "node:perf_hooks";
-import type { CleanupResponse, DeleteSessionResponse, DeleteUserDataResponse } from "../../gen/engram/v1/memory_pb.js";
+import type { CleanupResponse, DeleteSessionResponse, DeleteUserDataResponse } from "@engram-memory/client/gen/engram/v1/memory_pb.js";
 import type { Logger } from "../../log.js";
 import type { Metrics } from "../metrics.js";
 import type { CallInfo, StepFactory } from "./step.js";

@@ -15,7 +15,7 @@ import {
   type GetOrCreateSessionResponse,
   type ListEventsRequest,
   type ListSessionsRequest,
-} from "../../gen/engram/v1/memory_pb.js";
+} from "@engram-memory/client/gen/engram/v1/memory_pb.js";
 import { invalidArgument, MemoryError } from "../../errors.js";
 import { sessionExists } from "../../store/rules.js";
 import type { MemoryStore } from "../../store/types.js";

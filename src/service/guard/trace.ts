@@ -4,7 +4,7 @@
  * them. They do not count towards an event's idempotency fingerprint
  * (src/store/fingerprint.ts).
  */
-import type { AddEventRequest, AddEventsRequest } from "../../gen/engram/v1/memory_pb.js";
+import type { AddEventRequest, AddEventsRequest } from "@engram-memory/client/gen/engram/v1/memory_pb.js";
 import type { JsonObject } from "../../store/types.js";
 import type { StepFactory } from "./step.js";
 

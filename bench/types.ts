@@ -1,0 +1,115 @@
+/**
+ * The shapes the benchmark's modules pass between them: the profile a run
+ * follows (bench/run.ts) and the results it measures, which the sections
+ * (fan-out, references, peers, memory) return and bench/report.ts writes.
+ * They live here, apart from run.ts and report.ts, so that the sections import
+ * neither and the import graph stays acyclic.
+ */
+import type { LoadResult } from "./lib/closed-loop.js";
+import type { SeedSizes } from "./workloads.js";
+
+/** Durations and sizes of a run. */
+export interface Profile {
+  name: string;
+  concurrencies: number[];
+  durationMs: number;
+  warmupMs: number;
+  backends: string[];
+  sizes: SeedSizes;
+  /** Events stored by the memory measurement. */
+  memoryEvents: number;
+  /** Subscriber counts of the fan-out measurement. */
+  fanoutSubscribers: number[];
+  fanoutMs: number;
+  sections: Set<string>;
+  /** Name prefixes of the server workloads to run; undefined runs all. */
+  workloads?: string[];
+  /** Alternating echo / AddEvent measurements per backend for the target ratios, and the length of each. */
+  targetPairs: number;
+  pairMs: number;
+}
+
+/** One measured point: a workload on a backend at a concurrency. */
+export interface Point extends LoadResult {
+  /** "server" (Engram over gRPC) or "baseline" (echo, store drivers). */
+  kind: "server" | "baseline";
+  backend: string;
+  workload: string;
+  concurrency: number;
+}
+
+/** A reference tool's figure (redis-benchmark, pgbench). */
+export interface Reference {
+  tool: string;
+  test: string;
+  concurrency: number;
+  throughput: number;
+  p50Us?: number;
+  p99Us?: number;
+  command: string;
+}
+
+/** One fan-out configuration, Engram against the pre-serialized baseline. */
+export interface FanoutResult {
+  subscribers: number;
+  replicas: number;
+  engram: FanoutFigures;
+  preSerialized: FanoutFigures;
+  ratio: number;
+}
+
+/** Delivered events per second and append-to-delivery latency. */
+export interface FanoutFigures {
+  appended: number;
+  delivered: number;
+  expected: number;
+  deliveredPerSecond: number;
+  p50Us: number;
+  p99Us: number;
+  /** Server CPU microseconds per delivered event (all replicas). */
+  serverCpuUsPerDelivery: number;
+}
+
+/** The memory measurement. */
+export interface MemoryResult {
+  events: number;
+  contentBytes: number;
+  heapBytesPerEvent: number;
+  rssBytesPerEvent: number;
+  externalBytesPerEvent: number;
+  method: string;
+}
+
+/** A peer's point: the same workload shape on the same backend. */
+export interface PeerPoint {
+  peer: string;
+  backend: string;
+  workload: string;
+  concurrency: number;
+  throughput: number;
+  p50Us: number;
+  p99Us: number;
+  calls: number;
+  errors: number;
+}
+
+/** Alternating echo and AddEvent measurements of one backend (calls/s, in the order taken). */
+export interface TargetPairs {
+  backend: string;
+  concurrency: number;
+  echo: number[];
+  engram: number[];
+}
+
+/** Everything a run measured. */
+export interface BenchResults {
+  meta: Record<string, unknown>;
+  points: Point[];
+  pairs: TargetPairs[];
+  references: Reference[];
+  fanout: FanoutResult[];
+  memory?: MemoryResult;
+  peers: PeerPoint[];
+  context?: unknown;
+  notes: string[];
+}
