@@ -64,12 +64,12 @@ export class EmbeddingsClient {
       // The library insists on a key; without one the header is removed below, so nothing is sent.
       apiKey: settings.apiKey ?? "unused",
       defaultHeaders: settings.apiKey === undefined ? { Authorization: null } : undefined,
-      // Explicit, so that OPENAI_* variables in the server's environment never reach this endpoint.
+      // Explicit, so that OPENAI_API_KEY, OPENAI_ORG_ID and OPENAI_PROJECT_ID in the server's environment never reach this endpoint.
       organization: null,
       project: null,
       timeout: settings.timeoutMs,
       maxRetries: settings.maxRetries,
-      // Failures reach the operator through the MemoryErrors (and their causes) in our own log.
+      // Never print on its own: every failure becomes a MemoryError that keeps the library's error as its cause.
       logLevel: "off",
     });
   }
