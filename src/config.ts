@@ -5,6 +5,7 @@
  */
 import { parseArgs } from "node:util";
 import type { AppRetention } from "./store/types.js";
+import { MAX_EMBEDDING_DIMENSION } from "./service/memories/similarity.js";
 
 /** The storage engines. */
 export type MemoryType = "local" | "redis" | "postgres";
@@ -85,6 +86,20 @@ export interface Config {
   maxConnectionsPerAddress: number;
   /** Web origins (scheme://host[:port]) whose pages may call the API cross-site; ["*"]: any page (needs auth). */
   corsOrigins: string[];
+  /** Base URL of the OpenAI-compatible embeddings API (…/v1); unset: no embeddings from the server, ranking is lexical unless clients send vectors. */
+  embeddingsUrl?: string;
+  /** Model name sent to the embeddings API; required with embeddingsUrl. */
+  embeddingsModel?: string;
+  /** Bearer key for the embeddings API; never logged. */
+  embeddingsApiKey?: string;
+  /** Length every embedding must have; unset: learnt from the endpoint's first answer. */
+  embeddingsDimensions?: number;
+  /** Longest one embeddings request may take, retries included. */
+  embeddingsTimeoutMs: number;
+  /** Texts per embeddings request. */
+  embeddingsBatchSize: number;
+  /** Retries of a failed embeddings request (connection, 408, 409, 429, 5xx). */
+  embeddingsMaxRetries: number;
 }
 
 /** A configuration mistake, reported to the operator as is. */
@@ -100,6 +115,7 @@ interface Setting {
   kind: "string" | "int" | "bool" | "list" | "apps";
   default?: string;
   min?: number;
+  max?: number;
   doc: string;
 }
 
@@ -149,6 +165,13 @@ export const SETTINGS: Setting[] = [
   { env: "MEMORY_MAX_CONNECTIONS", flag: "max-connections", key: "maxConnections", kind: "int", min: 0, doc: "Open connections per replica; past it the oldest connection that has not yet sent a request is closed, else the new one. Default: 90% of the open-file limit less 64; 0: unlimited." },
   { env: "MEMORY_MAX_CONNECTIONS_PER_ADDRESS", flag: "max-connections-per-address", key: "maxConnectionsPerAddress", kind: "int", default: "256", min: 0, doc: "Open connections per remote address per replica, handled as MEMORY_MAX_CONNECTIONS; 0: unlimited." },
   { env: "MEMORY_CORS_ORIGINS", flag: "cors-origins", key: "corsOrigins", kind: "list", doc: "Comma-separated web origins (e.g. http://localhost:3000) whose pages may call the API cross-site; * allows any page and needs MEMORY_AUTH=true." },
+  { env: "MEMORY_EMBEDDINGS_URL", flag: "embeddings-url", key: "embeddingsUrl", kind: "string", doc: "Base URL of an OpenAI-compatible embeddings API (requests go to <url>/embeddings), e.g. https://api.openai.com/v1, http://127.0.0.1:11434/v1 (Ollama); unset: no server-side embeddings." },
+  { env: "MEMORY_EMBEDDINGS_MODEL", flag: "embeddings-model", key: "embeddingsModel", kind: "string", doc: "Model name sent to the embeddings API; required with MEMORY_EMBEDDINGS_URL." },
+  { env: "MEMORY_EMBEDDINGS_API_KEY", flag: "embeddings-api-key", key: "embeddingsApiKey", kind: "string", doc: "Bearer key for the embeddings API (prefer the variable to the flag); unset: no authorization header." },
+  { env: "MEMORY_EMBEDDINGS_DIMENSIONS", flag: "embeddings-dimensions", key: "embeddingsDimensions", kind: "int", min: 1, max: MAX_EMBEDDING_DIMENSION, doc: `Length every vector from the endpoint must have (at most ${MAX_EMBEDDING_DIMENSION}); unset: the length of its first answer.` },
+  { env: "MEMORY_EMBEDDINGS_TIMEOUT_MS", flag: "embeddings-timeout-ms", key: "embeddingsTimeoutMs", kind: "int", default: "10000", min: 100, doc: "Longest one embeddings request may take, retries included, before the call fails UNAVAILABLE." },
+  { env: "MEMORY_EMBEDDINGS_BATCH_SIZE", flag: "embeddings-batch-size", key: "embeddingsBatchSize", kind: "int", default: "64", min: 1, max: 2048, doc: "Texts per embeddings request (at most 2048, OpenAI's limit); more go as several requests." },
+  { env: "MEMORY_EMBEDDINGS_MAX_RETRIES", flag: "embeddings-max-retries", key: "embeddingsMaxRetries", kind: "int", default: "2", min: 0, max: 10, doc: "Retries, with backoff, of an embeddings request that failed to connect or got 408, 409, 429 or 5xx." },
 ];
 
 const MEMORY_TYPES: readonly string[] = ["local", "redis", "postgres"];
@@ -176,6 +199,7 @@ export function loadConfig(argv: string[] = process.argv.slice(2), env: NodeJS.P
       const n = Number(raw);
       if (s.min !== undefined && n < s.min) throw new ConfigError(`${source}: must be at least ${s.min}, got ${n}`);
       if (s.key === "port" && n > 65535) throw new ConfigError(`${source}: must be at most 65535, got ${n}`);
+      if (s.max !== undefined && n > s.max) throw new ConfigError(`${source}: must be at most ${s.max}, got ${n}`);
       config[s.key] = n;
     } else if (s.kind === "bool") {
       const v = raw.toLowerCase();
@@ -221,6 +245,7 @@ export function loadConfig(argv: string[] = process.argv.slice(2), env: NodeJS.P
   if (result.headersTimeoutMs > 0 && result.requestTimeoutMs > 0 && result.headersTimeoutMs > result.requestTimeoutMs) {
     throw new ConfigError(`MEMORY_HEADERS_TIMEOUT_MS (${result.headersTimeoutMs}) must not exceed MEMORY_REQUEST_TIMEOUT_MS (${result.requestTimeoutMs}): headers are part of the request`);
   }
+  checkEmbeddings(result);
   return result;
 }
 
@@ -298,8 +323,44 @@ function checkCorsOrigins(config: Config): void {
   }
 }
 
-/** The configuration as printed at start, with credentials in URLs masked. */
+/**
+ * The embeddings settings go together: a URL the server can call (http or
+ * https) and the model to ask it for; a model, key or dimension without a
+ * URL is a typo to report, not a setting to ignore.
+ */
+function checkEmbeddings(config: Config): void {
+  if (config.embeddingsUrl === undefined) {
+    const orphan = [
+      ["MEMORY_EMBEDDINGS_MODEL", config.embeddingsModel],
+      ["MEMORY_EMBEDDINGS_API_KEY", config.embeddingsApiKey],
+      ["MEMORY_EMBEDDINGS_DIMENSIONS", config.embeddingsDimensions],
+    ].find(([, value]) => value !== undefined);
+    if (orphan) throw new ConfigError(`${orphan[0]} needs MEMORY_EMBEDDINGS_URL (the OpenAI-compatible API to call)`);
+    return;
+  }
+  let url: URL | undefined;
+  try {
+    url = new URL(config.embeddingsUrl);
+  } catch {
+    // reported below
+  }
+  if (!url || (url.protocol !== "http:" && url.protocol !== "https:")) {
+    throw new ConfigError(`MEMORY_EMBEDDINGS_URL: expected an http(s) base URL such as https://api.openai.com/v1, got ${JSON.stringify(config.embeddingsUrl)}`);
+  }
+  if (!config.embeddingsModel) {
+    throw new ConfigError("MEMORY_EMBEDDINGS_URL needs MEMORY_EMBEDDINGS_MODEL (e.g. text-embedding-3-small, nomic-embed-text)");
+  }
+}
+
+/** The configuration as printed at start, with credentials in URLs and the embeddings key masked. */
 export function describeConfig(config: Config): Record<string, unknown> {
   const mask = (url?: string) => url?.replace(/\/\/([^:@/]*):[^@/]*@/, "//$1:***@");
-  return { ...config, redisUrl: mask(config.redisUrl), postgresUrl: mask(config.postgresUrl), retentionApps: Object.fromEntries(config.retentionApps) };
+  return {
+    ...config,
+    redisUrl: mask(config.redisUrl),
+    postgresUrl: mask(config.postgresUrl),
+    embeddingsUrl: mask(config.embeddingsUrl),
+    embeddingsApiKey: config.embeddingsApiKey === undefined ? undefined : "***",
+    retentionApps: Object.fromEntries(config.retentionApps),
+  };
 }
