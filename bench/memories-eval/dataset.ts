@@ -385,3 +385,17 @@ export function recallAtK(ranked: readonly (readonly string[])[], gold: readonly
   if (gold.length === 0) return 0;
   return gold.filter((g, i) => isHitAtK(ranked[i], g, k)).length / gold.length;
 }
+
+/** recall@k over all questions and per category; ranked[i] answers questions[i]. */
+export function recallByCategory(
+  questions: readonly EvalQuestion[],
+  ranked: readonly (readonly string[])[],
+  k = 5,
+): Record<QuestionCategory | "all", number> {
+  const result = { all: recallAtK(ranked, questions.map((q) => q.gold), k) } as Record<QuestionCategory | "all", number>;
+  for (const category of QUESTION_CATEGORIES) {
+    const picked = questions.flatMap((q, i) => (q.category === category ? [i] : []));
+    result[category] = recallAtK(picked.map((i) => ranked[i]), picked.map((i) => questions[i].gold), k);
+  }
+  return result;
+}

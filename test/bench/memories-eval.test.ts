@@ -14,9 +14,11 @@ import {
   countByCategory,
   loadMemoriesEval,
   recallAtK,
+  recallByCategory,
   validateMemoriesEval,
   type MemoriesEvalSet,
 } from "../../bench/memories-eval/dataset.js";
+import { lexicalReferenceRanking } from "../../bench/memories-eval/lexical-reference.js";
 
 const committed = loadMemoriesEval();
 
@@ -153,5 +155,30 @@ describe("recallAtK", () => {
 
   it("refuses ranked lists that do not pair up with the questions", () => {
     expect(() => recallAtK([["m-rex"]], [single, single])).toThrow(RangeError);
+  });
+});
+
+describe("recallByCategory", () => {
+  it("scores all questions and each category on its own", () => {
+    const questions = [question(committed, "c01-q1"), question(committed, "c01-q2"), question(committed, "c01-q5")];
+    const recall = recallByCategory(questions, [["c01-m7"], ["c01-m7"], ["c01-m6"]]);
+    expect(recall.all).toBeCloseTo(2 / 3);
+    expect(recall.supersession).toBe(1);
+    expect(recall.as_of).toBe(0); // the later value answered a question about January
+    expect(recall.paraphrase).toBe(1);
+  });
+});
+
+describe("the lexical reference ranking (BM25 over exactly the right candidates)", () => {
+  const recall = recallByCategory(allQuestions(committed), lexicalReferenceRanking(committed));
+
+  it("finds most single facts asked in the memory's own words", () => {
+    expect(recall.single).toBeGreaterThan(0.75);
+  });
+
+  it("misses many paraphrases and multi-hop questions, so the set does not reward word overlap alone", () => {
+    expect(recall.paraphrase).toBeLessThan(0.6);
+    expect(recall.multi_hop).toBeLessThan(0.6);
+    expect(recall.all).toBeLessThan(0.8);
   });
 });
