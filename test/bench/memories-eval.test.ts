@@ -61,6 +61,7 @@ describe("the committed memory evaluation set", () => {
     const readme = readFileSync(new URL("../../bench/memories-eval/README.md", import.meta.url), "utf8");
     const questions = allQuestions(committed);
     expect(readme).toContain(`${committed.conversations.length} conversations`);
+    expect(readme).toContain(`${committed.conversations.flatMap((c) => c.sessions).length} sessions`);
     expect(readme).toContain(`${questions.length} questions`);
     expect(readme).toContain(`${allMemories(committed).length} memories`);
     for (const [category, count] of Object.entries(countByCategory(questions))) expect(readme).toContain(`| \`${category}\` | ${count} |`);
@@ -174,6 +175,12 @@ describe("the lexical reference ranking (BM25 over exactly the right candidates)
 
   it("finds most single facts asked in the memory's own words", () => {
     expect(recall.single).toBeGreaterThan(0.75);
+  });
+
+  it("is the figure the README states", () => {
+    const readme = readFileSync(new URL("../../bench/memories-eval/README.md", import.meta.url), "utf8");
+    const row = (["all", ...QUESTION_CATEGORIES] as const).map((c) => recall[c].toFixed(3)).join(" | ");
+    expect(readme).toContain(`| ${row} |`);
   });
 
   it("misses many paraphrases and multi-hop questions, so the set does not reward word overlap alone", () => {
