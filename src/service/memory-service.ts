@@ -57,7 +57,7 @@ import {
   type StreamSessionEventsRequest,
   type StreamSessionEventsResponse,
 } from "../gen/engram/v1/memory_pb.js";
-import { invalidArgument, sessionNotFound } from "../errors.js";
+import { invalidArgument, MemoryError, sessionNotFound } from "../errors.js";
 import { eventFingerprint } from "../store/fingerprint.js";
 import type { JsonObject, MemoryStore, NewEvent, RecentEventsFilter, StoredEvent } from "../store/types.js";
 import { checkSummaryCovers, ContextAssembler, parseContextRequest, TokenizerRegistry, type ContextMessage } from "./context/index.js";
@@ -326,6 +326,44 @@ export class MemoryService {
     const userId = requireName("user_id", req.userId);
     const erased = await this.store.deleteUserData(appName, userId);
     return create(DeleteUserDataResponseSchema, { removedSessions: BigInt(erased.sessions), removedEvents: BigInt(erased.events) });
+  }
+
+  // Long-term memory (proto/engram/v1/memories.proto): not served yet by any store.
+  async writeMemories(): Promise<never> {
+    throw this.memoriesUnavailable();
+  }
+
+  async getMemory(): Promise<never> {
+    throw this.memoriesUnavailable();
+  }
+
+  async searchMemories(): Promise<never> {
+    throw this.memoriesUnavailable();
+  }
+
+  async listMemories(): Promise<never> {
+    throw this.memoriesUnavailable();
+  }
+
+  async deleteMemories(): Promise<never> {
+    throw this.memoriesUnavailable();
+  }
+
+  // eslint-disable-next-line require-yield
+  async *watchMemories(): AsyncGenerator<never> {
+    throw this.memoriesUnavailable();
+  }
+
+  async searchEvents(): Promise<never> {
+    throw this.memoriesUnavailable();
+  }
+
+  async recall(): Promise<never> {
+    throw this.memoriesUnavailable();
+  }
+
+  private memoriesUnavailable(): MemoryError {
+    return new MemoryError("FAILED_PRECONDITION", `long-term memory is not yet available on the ${this.store.backend} store`, {}, { reason: "MEMORIES_NOT_AVAILABLE" });
   }
 
   private metadata(field: string, value: JsonObject | undefined): JsonObject {
