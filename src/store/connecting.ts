@@ -10,7 +10,16 @@
 import { backOff } from "exponential-backoff";
 import { MemoryError } from "../errors.js";
 import { StoreIncompatibleError } from "./incompatible.js";
+import { memoriesOf } from "./memories/available.js";
 import type {
+  LongTermMemoryStore,
+  MemoryChangeListener,
+  MemoryCursor,
+  MemoryFilter,
+  MemoryRecord,
+  MemoryScopeFilter,
+  MemoryWriteResult,
+  RankedMemory,
   AppendResult,
   CleanupScope,
   ErasureResult,
@@ -119,6 +128,12 @@ export class ConnectingStore implements MemoryStore {
     this.opened.catch(() => {});
   }
 
+  /**
+   * The opened store's long-term memories: UNAVAILABLE until it is open,
+   * then FAILED_PRECONDITION naming the store if its driver keeps none.
+   */
+  readonly memories: LongTermMemoryStore = new ConnectingMemories(() => memoriesOf(this.open));
+
   /** True once the store is open. */
   get connected(): boolean {
     return this.store !== undefined;
@@ -224,5 +239,45 @@ export class ConnectingStore implements MemoryStore {
     this.closed = true;
     this.pending.clear();
     await this.store?.close();
+  }
+}
+
+/** Forwards every long-term memory call to the store once it is open (see ConnectingStore.memories). */
+class ConnectingMemories implements LongTermMemoryStore {
+  constructor(private readonly target: () => LongTermMemoryStore) {}
+
+  async writeMemories(memories: readonly MemoryRecord[]): Promise<MemoryWriteResult> {
+    return this.target().writeMemories(memories);
+  }
+
+  async getMemory(appName: string, memoryId: string): Promise<MemoryRecord | undefined> {
+    return this.target().getMemory(appName, memoryId);
+  }
+
+  async searchMemories(filter: MemoryFilter, query: string, limit: number): Promise<RankedMemory[]> {
+    return this.target().searchMemories(filter, query, limit);
+  }
+
+  /** The opened store's vector search; none (lexical ranking only) when its driver has none. */
+  async nearestMemories(filter: MemoryFilter, embedding: readonly number[], limit: number): Promise<RankedMemory[]> {
+    const target = this.target();
+    return target.nearestMemories ? target.nearestMemories(filter, embedding, limit) : [];
+  }
+
+  async listMemories(filter: MemoryFilter, limit: number, after?: MemoryCursor): Promise<MemoryRecord[]> {
+    return this.target().listMemories(filter, limit, after);
+  }
+
+  async deleteMemories(appName: string, memoryIds: readonly string[]): Promise<MemoryRecord[]> {
+    return this.target().deleteMemories(appName, memoryIds);
+  }
+
+  async deleteMemoriesInScope(scope: MemoryScopeFilter): Promise<MemoryRecord[]> {
+    return this.target().deleteMemoriesInScope(scope);
+  }
+
+  /** Throws UNAVAILABLE while the store is not open: a watch opened then fails rather than hearing nothing. */
+  subscribeMemories(appName: string, listener: MemoryChangeListener): () => void {
+    return this.target().subscribeMemories(appName, listener);
   }
 }
