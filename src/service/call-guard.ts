@@ -70,7 +70,7 @@ const ROLE_RANK: Record<ApiKeyRole, number> = { read: 0, write: 1, admin: 2 };
 const RECHECK_FLOOR_MS = 100;
 
 /** How each RPC is scoped; an RPC missing here is refused when auth is on. */
-const RULES: Record<string, { role: ApiKeyRole; scope: "session" | "create" | "listSessions" | "listEvents" | "global" | "cleanup" | "erasure" }> = {
+const RULES: Record<string, { role: ApiKeyRole; scope: "session" | "create" | "listSessions" | "listEvents" | "global" | "cleanup" | "erasure" | "memories" }> = {
   createSession: { role: "write", scope: "create" },
   getOrCreateSession: { role: "write", scope: "create" },
   getSession: { role: "read", scope: "session" },
@@ -88,6 +88,13 @@ const RULES: Record<string, { role: ApiKeyRole; scope: "session" | "create" | "l
   cleanup: { role: "admin", scope: "cleanup" },
   // Erases one user: admin keys over that app, or keys bound to that user (write at least).
   deleteUserData: { role: "write", scope: "erasure" },
+  // Long-term memories: the service applies the key's scope itself (src/service/memories/tenancy.ts).
+  writeMemories: { role: "write", scope: "memories" },
+  getMemory: { role: "read", scope: "memories" },
+  searchMemories: { role: "read", scope: "memories" },
+  listMemories: { role: "read", scope: "memories" },
+  deleteMemories: { role: "write", scope: "memories" },
+  watchMemories: { role: "read", scope: "memories" },
 };
 
 const TRACEPARENT = /^[0-9a-f]{2}-([0-9a-f]{32})-([0-9a-f]{16})-[0-9a-f]{2}$/;
@@ -205,8 +212,9 @@ export class CallGuard {
       const principal = await this.admit(call);
       let session: SessionRecord | undefined;
       if (principal) {
-        allowedRule(principal, method);
-        session = await this.checkSession(principal, (req as { sessionId: string }).sessionId);
+        const rule = allowedRule(principal, method);
+        if (rule.scope === "memories") call = { ...call, tenant: { apps: principal.apps, userId: principal.userId } } as CallInfo;
+        else session = await this.checkSession(principal, (req as { sessionId: string }).sessionId);
       }
       release = quotas.openStream(principal?.keyId);
       metrics.streams.inc();
@@ -344,6 +352,8 @@ export class CallGuard {
       case "erasure":
         checkErasure(req as DeleteUserDataRequest, principal);
         return invoke(req, call);
+      case "memories":
+        return invoke(req, { ...call, tenant: { apps: principal.apps, userId: principal.userId } } as CallInfo);
     }
   }
 

@@ -62,6 +62,22 @@ import { eventFingerprint } from "../store/fingerprint.js";
 import type { JsonObject, MemoryStore, NewEvent, RecentEventsFilter, StoredEvent } from "../store/types.js";
 import { checkSummaryCovers, ContextAssembler, parseContextRequest, TokenizerRegistry, type ContextMessage } from "./context/index.js";
 import { timestampToMs, toWireEvent, toWireSession, valueToJson } from "./convert.js";
+import type {
+  DeleteMemoriesRequest,
+  DeleteMemoriesResponse,
+  GetMemoryRequest,
+  GetMemoryResponse,
+  ListMemoriesRequest,
+  ListMemoriesResponse,
+  SearchMemoriesRequest,
+  SearchMemoriesResponse,
+  WatchMemoriesRequest,
+  WatchMemoriesResponse,
+  WriteMemoriesRequest,
+  WriteMemoriesResponse,
+} from "../gen/engram/v1/memories_pb.js";
+import { LongTermMemoryService } from "./memories/service.js";
+import type { MemoryCallContext } from "./memories/tenancy.js";
 import { newEventId } from "./event-id.js";
 import type { ServiceLimits } from "./limits.js";
 import { decodePageToken, encodePageToken } from "./page-token.js";
@@ -144,11 +160,15 @@ export class MemoryService {
   /** Wire form of shared context messages (plain messages are rendered once per stored event). */
   private readonly wireMessages = new WeakMap<ContextMessage, ChatMessage>();
 
+  /** Long-term memories (src/service/memories/). */
+  readonly longTerm: LongTermMemoryService;
+
   constructor(
     readonly store: MemoryStore,
     readonly options: MemoryServiceOptions,
   ) {
     this.hub = new StreamHub(store, { heartbeatMs: options.heartbeatMs, pageSize: STREAM_PAGE_EVENTS });
+    this.longTerm = new LongTermMemoryService(store, { limits: options.limits, heartbeatMs: options.heartbeatMs });
   }
 
   async createSession(req: CreateSessionRequest): Promise<CreateSessionResponse> {
@@ -325,45 +345,44 @@ export class MemoryService {
     const appName = requireName("app_name", req.appName);
     const userId = requireName("user_id", req.userId);
     const erased = await this.store.deleteUserData(appName, userId);
-    return create(DeleteUserDataResponseSchema, { removedSessions: BigInt(erased.sessions), removedEvents: BigInt(erased.events) });
+    return create(DeleteUserDataResponseSchema, {
+      removedSessions: BigInt(erased.sessions),
+      removedEvents: BigInt(erased.events),
+      removedMemories: BigInt(erased.memories ?? 0),
+    });
   }
 
-  // Long-term memory (proto/engram/v1/memories.proto): not served yet by any store.
-  async writeMemories(): Promise<never> {
-    throw this.memoriesUnavailable();
+  // Long-term memory (proto/engram/v1/memories.proto), served by src/service/memories/.
+  async writeMemories(req: WriteMemoriesRequest, ctx?: MemoryCallContext): Promise<WriteMemoriesResponse> {
+    return this.longTerm.writeMemories(req, ctx);
   }
 
-  async getMemory(): Promise<never> {
-    throw this.memoriesUnavailable();
+  async getMemory(req: GetMemoryRequest, ctx?: MemoryCallContext): Promise<GetMemoryResponse> {
+    return this.longTerm.getMemory(req, ctx);
   }
 
-  async searchMemories(): Promise<never> {
-    throw this.memoriesUnavailable();
+  async searchMemories(req: SearchMemoriesRequest, ctx?: MemoryCallContext): Promise<SearchMemoriesResponse> {
+    return this.longTerm.searchMemories(req, ctx);
   }
 
-  async listMemories(): Promise<never> {
-    throw this.memoriesUnavailable();
+  async listMemories(req: ListMemoriesRequest, ctx?: MemoryCallContext): Promise<ListMemoriesResponse> {
+    return this.longTerm.listMemories(req, ctx);
   }
 
-  async deleteMemories(): Promise<never> {
-    throw this.memoriesUnavailable();
+  async deleteMemories(req: DeleteMemoriesRequest, ctx?: MemoryCallContext): Promise<DeleteMemoriesResponse> {
+    return this.longTerm.deleteMemories(req, ctx);
   }
 
-  // eslint-disable-next-line require-yield
-  async *watchMemories(): AsyncGenerator<never> {
-    throw this.memoriesUnavailable();
+  watchMemories(req: WatchMemoriesRequest, ctx?: MemoryCallContext & CallContext): AsyncGenerator<WatchMemoriesResponse> {
+    return this.longTerm.watchMemories(req, ctx);
   }
 
   async searchEvents(): Promise<never> {
-    throw this.memoriesUnavailable();
+    throw new MemoryError("FAILED_PRECONDITION", "SearchEvents is not implemented yet", {}, { reason: "NOT_IMPLEMENTED_YET" });
   }
 
   async recall(): Promise<never> {
-    throw this.memoriesUnavailable();
-  }
-
-  private memoriesUnavailable(): MemoryError {
-    return new MemoryError("FAILED_PRECONDITION", `long-term memory is not yet available on the ${this.store.backend} store`, {}, { reason: "MEMORIES_NOT_AVAILABLE" });
+    throw new MemoryError("FAILED_PRECONDITION", "Recall is not implemented yet", {}, { reason: "NOT_IMPLEMENTED_YET" });
   }
 
   private metadata(field: string, value: JsonObject | undefined): JsonObject {

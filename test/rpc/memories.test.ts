@@ -1,0 +1,222 @@
+/**
+ * Long-term memory over real sockets, on gRPC (grpc-js, h2c) and Connect JSON:
+ * write, read, search, list, forget, supersession, "as of", erasure, live
+ * watches and bad input answered INVALID_ARGUMENT naming the field.
+ */
+import { Code } from "@connectrpc/connect";
+import { timestampFromMs } from "@bufbuild/protobuf/wkt";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { ScopeMatch } from "../../src/gen/engram/v1/memories_pb.js";
+import { errorOf, PROTOCOLS, type MemoryClient } from "../support/clients.js";
+import { startTestServer, type TestServer } from "../support/engram.js";
+
+let server: TestServer;
+beforeAll(async () => {
+  server = await startTestServer();
+});
+afterAll(async () => server?.stop());
+
+describe.each(PROTOCOLS)("long-term memory over %s", (protocol, clientFor) => {
+  let client: MemoryClient;
+  // Each protocol writes into its own app: the two suites share one server.
+  const app = `memories-${protocol.length}-${process.pid}`;
+  beforeAll(() => {
+    client = clientFor(server);
+  });
+  afterAll(() => client?.close());
+
+  it("writes a batch, generates missing ids, and reads each memory back with every field", async () => {
+    const { memories } = await client.writeMemories({
+      memories: [
+        {
+          memoryId: "pref-tea",
+          appName: app,
+          userId: "alice",
+          agentId: "planner",
+          text: "Alice prefers green tea",
+          fact: { subject: "alice", predicate: "prefers", object: "green tea" },
+          topics: ["drinks"],
+          importance: 0.5,
+          pinned: true,
+          metadata: { origin: "chat" },
+          source: { sessionId: "s-1", fromSeq: 3n, toSeq: 4n },
+          embedding: [0.5, 0.25],
+        },
+        { appName: app, text: "The office closes at six" },
+      ],
+    });
+    expect(memories).toHaveLength(2);
+    expect(memories[1].memoryId).toMatch(/^[0-9a-f-]{36}$/);
+    const { memory } = await client.getMemory({ appName: app, memoryId: "pref-tea" });
+    expect(memory).toMatchObject({
+      memoryId: "pref-tea",
+      appName: app,
+      userId: "alice",
+      agentId: "planner",
+      text: "Alice prefers green tea",
+      fact: { subject: "alice", predicate: "prefers", object: "green tea" },
+      topics: ["drinks"],
+      importance: 0.5,
+      pinned: true,
+      metadata: { origin: "chat" },
+      source: { sessionId: "s-1", fromSeq: 3n, toSeq: 4n },
+      embedding: [0.5, 0.25],
+      supersededBy: "",
+    });
+    expect(memory?.sessionId).toBeUndefined();
+    expect(memory?.invalidAt).toBeUndefined();
+    expect(memory?.createdAt).toEqual(memory?.validFrom);
+  });
+
+  it("a retried memory_id returns the original; other content under it is ALREADY_EXISTS", async () => {
+    const write = (text: string) => client.writeMemories({ memories: [{ memoryId: "retry", appName: app, text }] });
+    const first = await write("same text");
+    const again = await write("same text");
+    expect(again.memories[0].createdAt).toEqual(first.memories[0].createdAt);
+    const err = await errorOf(write("other text"));
+    expect(err.code).toBe(Code.AlreadyExists);
+    expect(err.rawMessage).toMatch(/^memories\[0\]\.memory_id: /);
+  });
+
+  it("searches by relevance within the scope: the user's and the shared memories, never another user's", async () => {
+    await client.writeMemories({
+      memories: [
+        { memoryId: "s-alice", appName: app, userId: "alice", text: "Alice's cat is called Miso" },
+        { memoryId: "s-bob", appName: app, userId: "bob", text: "Bob's cat is called Pixel" },
+        { memoryId: "s-shared", appName: app, text: "A visiting cat must stay in the office lounge" },
+        { memoryId: "s-dog", appName: app, userId: "alice", text: "Alice walks the neighbour's dog" },
+      ],
+    });
+    const { results } = await client.searchMemories({ appName: app, userId: "alice", query: "cat called", topK: 10 });
+    expect(results.map((r) => r.memory?.memoryId)).toEqual(["s-alice", "s-shared"]);
+    expect(results[0].score).toBeGreaterThan(results[1].score);
+    expect(results[0].lexicalScore).toBeGreaterThan(0);
+    const bob = await client.searchMemories({ appName: app, userId: "bob", query: "cat" });
+    expect(bob.results.map((r) => r.memory?.memoryId)).toEqual(["s-bob", "s-shared"]);
+    const within = await client.searchMemories({ appName: app, userId: "alice", scopeMatch: ScopeMatch.WITHIN, query: "cat dog" });
+    expect(within.results.map((r) => r.memory?.memoryId).sort()).toEqual(["s-alice", "s-dog"]);
+    const one = await client.searchMemories({ appName: app, userId: "alice", query: "cat", topK: 1 });
+    expect(one.results).toHaveLength(1);
+  });
+
+  it("supersession closes the old memory's validity: search finds the new value now, the old one as of then, both with include_invalid", async () => {
+    const at = (ms: number) => timestampFromMs(ms);
+    await client.writeMemories({ memories: [{ memoryId: "city-1", appName: app, userId: "carol", key: "home city", text: "Carol lives in Lyon", validFrom: at(Date.parse("2024-01-01")) }] });
+    const { superseded } = await client.writeMemories({
+      memories: [{ memoryId: "city-2", appName: app, userId: "carol", key: "home city", text: "Carol lives in Porto", validFrom: at(Date.parse("2025-06-01")) }],
+    });
+    expect(superseded.map((m) => [m.memoryId, m.supersededBy])).toEqual([["city-1", "city-2"]]);
+    expect(superseded[0].invalidAt).toEqual(at(Date.parse("2025-06-01")));
+    const search = (extra: object) => client.searchMemories({ appName: app, userId: "carol", query: "Carol lives", ...extra });
+    expect((await search({})).results.map((r) => r.memory?.text)).toEqual(["Carol lives in Porto"]);
+    expect((await search({ asOf: at(Date.parse("2024-08-01")) })).results.map((r) => r.memory?.text)).toEqual(["Carol lives in Lyon"]);
+    expect((await search({ asOf: at(Date.parse("2023-01-01")) })).results).toEqual([]);
+    expect((await search({ includeInvalid: true })).results.map((r) => r.memory?.memoryId).sort()).toEqual(["city-1", "city-2"]);
+    // Kept, not deleted.
+    expect((await client.getMemory({ appName: app, memoryId: "city-1" })).memory?.supersededBy).toBe("city-2");
+  });
+
+  it("lists newest first, page by page, with filters bound to the page token", async () => {
+    const user = "lister";
+    await client.writeMemories({ memories: Array.from({ length: 5 }, (_, i) => ({ memoryId: `list-${i}`, appName: app, userId: user, text: `note ${i}`, topics: i % 2 ? ["odd"] : [] })) });
+    const seen: string[] = [];
+    let pageToken = "";
+    for (let page = 0; page < 10; page++) {
+      const res = await client.listMemories({ appName: app, userId: user, pageSize: 2, pageToken });
+      seen.push(...res.memories.map((m) => m.memoryId));
+      pageToken = res.nextPageToken;
+      if (!pageToken) break;
+    }
+    expect(seen.sort()).toEqual(["list-0", "list-1", "list-2", "list-3", "list-4"]);
+    const odd = await client.listMemories({ appName: app, userId: user, topics: ["odd"] });
+    expect(odd.memories.map((m) => m.memoryId).sort()).toEqual(["list-1", "list-3"]);
+    const first = await client.listMemories({ appName: app, userId: user, pageSize: 1 });
+    const err = await errorOf(client.listMemories({ appName: app, userId: "someone-else", pageSize: 1, pageToken: first.nextPageToken }));
+    expect(err.code).toBe(Code.InvalidArgument);
+    expect(err.rawMessage).toBe("page_token: was issued for different filters");
+  });
+
+  it("forgets by ids and by scope, and DeleteUserData counts the user's memories", async () => {
+    await client.writeMemories({
+      memories: [
+        { memoryId: "f-1", appName: app, userId: "dave", text: "one" },
+        { memoryId: "f-2", appName: app, userId: "dave", sessionId: "sess", text: "two" },
+        { memoryId: "f-3", appName: app, userId: "erin", text: "three" },
+        { memoryId: "f-4", appName: app, userId: "erin", text: "four" },
+      ],
+    });
+    expect((await client.deleteMemories({ appName: app, memoryIds: ["f-1", "absent"] })).deletedCount).toBe(1n);
+    expect((await client.deleteMemories({ appName: app, userId: "dave" })).deletedCount).toBe(1n);
+    expect((await errorOf(client.getMemory({ appName: app, memoryId: "f-2" }))).code).toBe(Code.NotFound);
+    const erased = await client.deleteUserData({ appName: app, userId: "erin" });
+    expect(erased.removedMemories).toBe(2n);
+    expect((await client.listMemories({ appName: app, userId: "erin" })).memories).toEqual([]);
+  });
+
+  it("watches a scope live: writes, supersessions and deletions it can see, nothing of other users", async () => {
+    const abort = new AbortController();
+    const frames: string[] = [];
+    let started!: () => void;
+    const ready = new Promise<void>((resolve) => (started = resolve));
+    const done = (async () => {
+      try {
+        for await (const f of client.watchMemories({ appName: app, userId: "fay" }, { signal: AbortSignal.any([abort.signal, AbortSignal.timeout(20_000)]) })) {
+          const frame = f.frame;
+          if (frame.case === "started") started();
+          else if (frame.case === "written" || frame.case === "superseded") frames.push(`${frame.case} ${frame.value.memoryId}`);
+          else if (frame.case === "deleted") frames.push(`deleted ${frame.value.memoryIds.join(",")}`);
+          if (frames.length === 5) abort.abort();
+        }
+      } catch {
+        // Aborted by the test.
+      }
+    })();
+    await ready;
+    await client.writeMemories({ memories: [{ memoryId: "w-1", appName: app, userId: "fay", key: "mood", text: "fay is calm" }] });
+    await client.writeMemories({ memories: [{ memoryId: "w-other", appName: app, userId: "gus", text: "gus is busy" }] });
+    await client.writeMemories({ memories: [{ memoryId: "w-shared", appName: app, text: "the office is open" }] });
+    await client.writeMemories({ memories: [{ memoryId: "w-2", appName: app, userId: "fay", key: "mood", text: "fay is excited" }] });
+    await client.deleteMemories({ appName: app, memoryIds: ["w-1", "w-other"] });
+    await done;
+    expect(frames).toEqual(["written w-1", "written w-shared", "superseded w-1", "written w-2", "deleted w-1"]);
+  });
+
+  it.each([
+    ["memories", { memories: [] }, /must hold at least one memory/],
+    ["memories[0].app_name", { memories: [{ appName: "", text: "x" }] }, /is required/],
+    ["memories[0].text", { memories: [{ appName: "a", text: "  " }] }, /is required/],
+    ["memories[0].importance", { memories: [{ appName: "a", text: "x", importance: 1.5 }] }, /between 0 and 1/],
+    ["memories[0].user_id", { memories: [{ appName: "a", text: "x", userId: "" }] }, /must not be empty/],
+    ["memories[0].memory_id", { memories: [{ appName: "a", text: "x", memoryId: "has space" }] }, /printable ASCII/],
+    ["memories[0].fact.predicate", { memories: [{ appName: "a", text: "x", fact: { subject: "s", predicate: "", object: "o" } }] }, /is required when fact is set/],
+    ["memories[0].topics[0]", { memories: [{ appName: "a", text: "x", topics: [""] }] }, /1-64 characters/],
+    ["memories[0].invalid_at", { memories: [{ appName: "a", text: "x", validFrom: timestampFromMs(2000), invalidAt: timestampFromMs(1000) }] }, /after valid_from/],
+    ["memories[0].embedding", { memories: [{ appName: "a", text: "x", embedding: [Number.NaN] }] }, /finite/],
+    ["memories[1].memory_id", { memories: [{ appName: "a", text: "x", memoryId: "d" }, { appName: "a", text: "y", memoryId: "d" }] }, /repeats/],
+    ["memories[0].source.to_seq", { memories: [{ appName: "a", text: "x", source: { sessionId: "s", fromSeq: 5n, toSeq: 2n } }] }, /below from_seq/],
+  ])("WriteMemories refuses a bad %s", async (field, req, problem) => {
+    const err = await errorOf(client.writeMemories(req as never));
+    expect(err.code).toBe(Code.InvalidArgument);
+    expect(err.rawMessage.startsWith(`${field}: `)).toBe(true);
+    expect(err.rawMessage).toMatch(problem);
+  });
+
+  it.each([
+    ["searchMemories", "app_name", "app_name", { appName: "" }],
+    ["searchMemories", "top_k", "top_k", { appName: "a", topK: 101 }],
+    ["searchMemories", "query", "query", { appName: "a", query: "x".repeat(4097) }],
+    ["searchMemories", "include_invalid", "include_invalid", { appName: "a", includeInvalid: true, asOf: timestampFromMs(1) }],
+    ["searchMemories", "scope_match", "scope_match", { appName: "a", scopeMatch: 9 }],
+    ["listMemories", "page_token", "page_token", { appName: "a", pageToken: "garbage" }],
+    ["listMemories", "page_size", "page_size", { appName: "a", pageSize: 5000 }],
+    ["deleteMemories", "scope_match", "scope_match", { appName: "a" }],
+    ["deleteMemories", "scope_match", "scope_match", { appName: "a", userId: "u", scopeMatch: ScopeMatch.VISIBLE }],
+    ["deleteMemories", "memory_ids", "memory_ids", { appName: "a", userId: "u", memoryIds: ["x"] }],
+    ["getMemory", "memory_id", "memory_id", { appName: "a", memoryId: "" }],
+  ])("%s refuses a bad %s (%s)", async (method, field, _why, req) => {
+    const fn = (client as unknown as Record<string, (r: unknown) => Promise<unknown>>)[method];
+    const err = await errorOf(fn(req));
+    expect(err.code).toBe(Code.InvalidArgument);
+    expect(err.rawMessage.startsWith(`${field}: `)).toBe(true);
+  });
+});
