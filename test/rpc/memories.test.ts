@@ -99,6 +99,24 @@ describe.each(PROTOCOLS)("long-term memory over %s", (protocol, clientFor) => {
     expect(one.results).toHaveLength(1);
   });
 
+  it("fuses relevance with importance and vector similarity: importance settles a tie, a query embedding promotes the nearest memory", async () => {
+    await client.writeMemories({
+      memories: [
+        { memoryId: "rank-plain", appName: app, userId: "jo", text: "jo likes hiking trips", embedding: [0, 1, 0] },
+        { memoryId: "rank-x-important", appName: app, userId: "jo", text: "jo likes hiking trips", importance: 0.9, embedding: [1, 0, 0] },
+        { memoryId: "rank-near", appName: app, userId: "jo", text: "jo enjoys long walks in the mountains", embedding: [0, 0, 1] },
+      ],
+    });
+    const lexical = await client.searchMemories({ appName: app, userId: "jo", scopeMatch: ScopeMatch.EXACT, query: "hiking trips" });
+    expect(lexical.results.map((r) => r.memory?.memoryId)).toEqual(["rank-x-important", "rank-plain"]);
+    expect(lexical.results[0].lexicalScore).toBe(lexical.results[1].lexicalScore);
+    const hybrid = await client.searchMemories({ appName: app, userId: "jo", scopeMatch: ScopeMatch.EXACT, query: "hiking trips", queryEmbedding: [0, 0.1, 1] });
+    expect(hybrid.results.map((r) => r.memory?.memoryId)).toEqual(["rank-plain", "rank-x-important", "rank-near"]);
+    expect(hybrid.results[2].vectorScore).toBeGreaterThan(0.99);
+    const vectorOnly = await client.searchMemories({ appName: app, userId: "jo", scopeMatch: ScopeMatch.EXACT, queryEmbedding: [0, 0, 1], topK: 1 });
+    expect(vectorOnly.results.map((r) => r.memory?.memoryId)).toEqual(["rank-near"]);
+  });
+
   it("supersession closes the old memory's validity: search finds the new value now, the old one as of then, both with include_invalid", async () => {
     const at = (ms: number) => timestampFromMs(ms);
     await client.writeMemories({ memories: [{ memoryId: "city-1", appName: app, userId: "carol", key: "home city", text: "Carol lives in Lyon", validFrom: at(Date.parse("2024-01-01")) }] });
@@ -179,6 +197,88 @@ describe.each(PROTOCOLS)("long-term memory over %s", (protocol, clientFor) => {
     await client.deleteMemories({ appName: app, memoryIds: ["w-1", "w-other"] });
     await done;
     expect(frames).toEqual(["written w-1", "written w-shared", "superseded w-1", "written w-2", "deleted w-1"]);
+  });
+
+  describe("Recall", () => {
+    const sessionId = `recall-${protocol.length}-${process.pid}`;
+    const text = (s: string) => ({ kind: { case: "stringValue" as const, value: s } });
+    beforeAll(async () => {
+      await client.createSession({ appName: app, userId: "hana", sessionId });
+      await client.addEvents({
+        sessionId,
+        events: [
+          { eventType: "user_message", content: text("I am flying to Porto next week") },
+          { eventType: "agent_response", content: text("Noted: Porto next week. Anything to book?") },
+        ],
+      });
+      await client.writeMemories({
+        memories: [
+          { memoryId: "r-core", appName: app, userId: "hana", text: "Hana is vegetarian", pinned: true, importance: 1 },
+          { memoryId: "r-sister", appName: app, userId: "hana", text: "Hana's sister lives in Porto" },
+          { memoryId: "r-other", appName: app, userId: "ivan", text: "Ivan's sister lives in Porto too" },
+          { memoryId: "r-office", appName: app, text: "Porto office opens at nine" },
+          { memoryId: "r-agent", appName: app, agentId: "booker", text: "The booker agent prefers trains to Porto" },
+        ],
+      });
+    });
+
+    it("returns the pinned memories, the relevant ones of the session's user, and the session's context, rendered in that order", async () => {
+      const recall = await client.recall({ sessionId, query: "sister in Porto", tokenizer: "chars4" });
+      expect(recall.pinned.map((m) => m.memoryId)).toEqual(["r-core"]);
+      const relevant = recall.memories.map((r) => r.memory?.memoryId);
+      expect(relevant[0]).toBe("r-sister");
+      expect(relevant).toContain("r-office");
+      expect(relevant).not.toContain("r-other");
+      expect(relevant).not.toContain("r-agent");
+      expect(recall.context?.text).toContain("I am flying to Porto next week");
+      const core = recall.text.indexOf("Hana is vegetarian");
+      const sister = recall.text.indexOf("Hana's sister lives in Porto");
+      const turn = recall.text.indexOf("I am flying to Porto next week");
+      expect(core).toBeGreaterThan(-1);
+      expect(sister).toBeGreaterThan(core);
+      expect(turn).toBeGreaterThan(sister);
+      // chars4 counts ceil(characters / 4): the same counter the context assembly uses.
+      expect(recall.tokenizer).toBe("chars4");
+      expect(recall.tokensUsed).toBe(Math.ceil(recall.text.length / 4));
+      expect(recall.pinnedTokens).toBeGreaterThan(0);
+      expect(recall.memoryTokens).toBeGreaterThan(0);
+      expect(recall.contextTokens).toBeGreaterThan(0);
+      expect(recall.pinnedTokens + recall.memoryTokens + recall.contextTokens).toBeLessThanOrEqual(recall.tokensUsed + 3);
+    });
+
+    it("names an agent to include its memories", async () => {
+      const recall = await client.recall({ sessionId, query: "trains to Porto", agentId: "booker" });
+      expect(recall.memories.map((r) => r.memory?.memoryId)).toContain("r-agent");
+    });
+
+    it("stays within the token budget, pinned memories first, whatever the budget", async () => {
+      for (const tokenBudget of [8, 20, 40, 80, 4000]) {
+        const recall = await client.recall({ sessionId, query: "sister in Porto", tokenBudget, tokenizer: "o200k_base" });
+        expect(recall.tokensUsed, `budget ${tokenBudget}`).toBeLessThanOrEqual(tokenBudget);
+        // Relevant memories take at most half of what the pinned ones leave: the conversation keeps the rest.
+        expect(recall.memoryTokens, `budget ${tokenBudget}`).toBeLessThanOrEqual(Math.floor((tokenBudget - recall.pinnedTokens) / 2));
+        if (recall.text !== "") expect(recall.text.startsWith("## Core memories\n- Hana is vegetarian"), `budget ${tokenBudget}`).toBe(true);
+      }
+      const tight = await client.recall({ sessionId, query: "sister in Porto", tokenBudget: 20, tokenizer: "o200k_base" });
+      expect(tight.pinned).toHaveLength(1);
+      expect(tight.context).toBeUndefined();
+    });
+
+    it.each([
+      ["token_budget", { tokenBudget: 2_000_001 }],
+      ["tokenizer", { tokenizer: "gpt2" }],
+      ["query", { query: "x".repeat(4097) }],
+      ["agent_id", { agentId: "" }],
+      ["top_k", { topK: 1000 }],
+    ])("refuses a bad %s", async (field, extra) => {
+      const err = await errorOf(client.recall({ sessionId, ...extra }));
+      expect(err.code).toBe(Code.InvalidArgument);
+      expect(err.rawMessage.startsWith(`${field}: `)).toBe(true);
+    });
+
+    it("answers NOT_FOUND for an unknown session", async () => {
+      expect((await errorOf(client.recall({ sessionId: `${sessionId}-absent` }))).code).toBe(Code.NotFound);
+    });
   });
 
   it.each([

@@ -118,6 +118,20 @@ describe.each(PROTOCOLS)("memories under scoped keys over %s", (protocol, client
     expect(watch.code).toBe(Code.PermissionDenied);
   });
 
+  it("Recall of another user's session answers NOT_FOUND, as any session RPC; of its own, it recalls no other user's memories", async () => {
+    const bobSession = `recall-bob-${p}-${process.pid}`;
+    const aliceSession = `recall-alice-${p}-${process.pid}`;
+    await app.createSession({ appName: APP, userId: "bob", sessionId: bobSession });
+    await alice.createSession({ appName: APP, userId: "alice", sessionId: aliceSession });
+    const foreign = await errorOf(aliceRead.recall({ sessionId: bobSession, query: `mark${p}` }));
+    expect(foreign.code).toBe(Code.NotFound);
+    expect(foreign.rawMessage).toBe(`session_id: session ${JSON.stringify(bobSession)} not found`);
+    const own = await aliceRead.recall({ sessionId: aliceSession, query: `secret mark${p}` });
+    const recalled = own.memories.map((r) => r.memory?.memoryId);
+    expect(recalled).toContain(`shared-${p}`);
+    expect(recalled).not.toContain(`bob-${p}`);
+  });
+
   it("a read key may not write or forget", async () => {
     expect((await errorOf(aliceRead.writeMemories({ memories: [{ appName: APP, text: "x" }] }))).code).toBe(Code.PermissionDenied);
     expect((await errorOf(aliceRead.deleteMemories({ appName: APP, memoryIds: [`alice-${p}`] }))).code).toBe(Code.PermissionDenied);

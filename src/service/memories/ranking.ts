@@ -41,6 +41,12 @@ function denseRanks(memories: readonly MemoryRecord[], value: (m: MemoryRecord) 
   return new Map(memories.map((m) => [m, rankOf.get(value(m))!]));
 }
 
+/** A ranking's score by memory, for denseRanks. */
+function scoreOf(ranking: readonly RankedMemory[]): (m: MemoryRecord) => number {
+  const scores = new Map(ranking.map((r) => [r.memory, r.score]));
+  return (m) => scores.get(m)!;
+}
+
 /** Fuses the rankings into the best `topK`, best first; ties go to the newer memory, then the smaller id. */
 export function fuseRankings(rankings: Rankings, topK: number): FusedMemory[] {
   const byId = new Map<string, FusedMemory>();
@@ -49,16 +55,20 @@ export function fuseRankings(rankings: Rankings, topK: number): FusedMemory[] {
     if (!fused) byId.set(memory.memoryId, (fused = { memory, score: 0, lexicalScore: 0, vectorScore: 0 }));
     return fused;
   };
-  rankings.lexical.forEach((r, i) => {
+  // Equal scores share a rank: which of two equally relevant memories a store lists first must not decide.
+  const lexicalRanks = denseRanks(rankings.lexical.map((r) => r.memory), scoreOf(rankings.lexical));
+  for (const r of rankings.lexical) {
     const fused = entry(r.memory);
     fused.lexicalScore = r.score;
-    fused.score += RELEVANCE_WEIGHT / (RRF_K + i + 1);
-  });
-  rankings.vector?.forEach((r, i) => {
+    fused.score += RELEVANCE_WEIGHT / (RRF_K + lexicalRanks.get(r.memory)!);
+  }
+  const vector = rankings.vector ?? [];
+  const vectorRanks = denseRanks(vector.map((r) => r.memory), scoreOf(vector));
+  for (const r of vector) {
     const fused = entry(r.memory);
     fused.vectorScore = r.score;
-    fused.score += RELEVANCE_WEIGHT / (RRF_K + i + 1);
-  });
+    fused.score += RELEVANCE_WEIGHT / (RRF_K + vectorRanks.get(r.memory)!);
+  }
   for (const m of rankings.unranked ?? []) entry(m);
   const candidates = [...byId.values()].map((f) => f.memory);
   const importance = denseRanks(candidates, (m) => m.importance);
