@@ -95,6 +95,7 @@ const RULES: Record<string, { role: ApiKeyRole; scope: "session" | "create" | "l
   listMemories: { role: "read", scope: "memories" },
   deleteMemories: { role: "write", scope: "memories" },
   watchMemories: { role: "read", scope: "memories" },
+  searchEvents: { role: "read", scope: "memories" },
   // Recall reads the session (checked as any session RPC) and the memories its user may see.
   recall: { role: "read", scope: "session" },
 };

@@ -11,6 +11,8 @@ import {
   BuildConversationContextRequestSchema,
   BuildConversationContextResponseSchema,
   RecallResponseSchema,
+  type SearchEventsRequest,
+  type SearchEventsResponse,
   type RecallRequest,
   type RecallResponse,
   CaughtUpSchema,
@@ -61,7 +63,7 @@ import {
   type StreamSessionEventsRequest,
   type StreamSessionEventsResponse,
 } from "../gen/engram/v1/memory_pb.js";
-import { invalidArgument, MemoryError, sessionNotFound } from "../errors.js";
+import { invalidArgument, sessionNotFound } from "../errors.js";
 import { eventFingerprint } from "../store/fingerprint.js";
 import type { JsonObject, MemoryScopeFilter, MemoryStore, NewEvent, RecentEventsFilter, StoredEvent } from "../store/types.js";
 import {
@@ -395,8 +397,8 @@ export class MemoryService {
     return this.longTerm.watchMemories(req, ctx);
   }
 
-  async searchEvents(): Promise<never> {
-    throw new MemoryError("FAILED_PRECONDITION", "SearchEvents is not implemented yet", {}, { reason: "NOT_IMPLEMENTED_YET" });
+  async searchEvents(req: SearchEventsRequest, ctx?: MemoryCallContext): Promise<SearchEventsResponse> {
+    return this.longTerm.searchEvents(req, ctx);
   }
 
   /** Pinned memories, relevant memories and the session's context within one token budget (src/service/memories/recall.ts). */

@@ -45,6 +45,7 @@ describe.each(STORES)("long-term memory on the %s store", (backend, open) => {
           ["SearchMemories", client.searchMemories({ appName: "app", query: "x" })],
           ["ListMemories", client.listMemories({ appName: "app" })],
           ["DeleteMemories", client.deleteMemories({ appName: "app", memoryIds: ["m"] })],
+          ["SearchEvents", client.searchEvents({ appName: "app", query: "x" })],
           [
             "WatchMemories",
             (async () => {

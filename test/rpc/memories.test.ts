@@ -199,6 +199,44 @@ describe.each(PROTOCOLS)("long-term memory over %s", (protocol, clientFor) => {
     expect(frames).toEqual(["written w-1", "written w-shared", "superseded w-1", "written w-2", "deleted w-1"]);
   });
 
+  describe("SearchEvents", () => {
+    const text = (s: string) => ({ kind: { case: "stringValue" as const, value: s } });
+    beforeAll(async () => {
+      const sessions: Array<[string, string, string[]]> = [
+        [`ev-kim-1-${protocol.length}`, "kim", ["We booked the cabin by the lake for June", "Remember to bring the canoe"]],
+        [`ev-kim-2-${protocol.length}`, "kim", ["The dentist appointment moved to Friday"]],
+        [`ev-lou-1-${protocol.length}`, "lou", ["Lou also wants a lake cabin"]],
+      ];
+      for (const [sessionId, userId, texts] of sessions) {
+        await client.createSession({ appName: app, userId, sessionId });
+        await client.addEvents({ sessionId, events: texts.map((t) => ({ eventType: "user_message", content: text(t) })) });
+      }
+    });
+
+    it("finds the events of a user's sessions that best match, with session, seq and a snippet", async () => {
+      const { hits } = await client.searchEvents({ appName: app, userId: "kim", query: "lake cabin" });
+      expect(hits.map((h) => [h.sessionId, Number(h.seq)])).toEqual([[`ev-kim-1-${protocol.length}`, 1]]);
+      expect(hits[0].snippet).toBe("We booked the cabin by the lake for June");
+      expect(hits[0].score).toBeGreaterThan(0);
+      expect(hits[0].event?.eventType).toBe("user_message");
+      const appWide = await client.searchEvents({ appName: app, query: "lake cabin" });
+      expect(appWide.hits.map((h) => h.sessionId).sort()).toEqual([`ev-kim-1-${protocol.length}`, `ev-lou-1-${protocol.length}`]);
+      expect((await client.searchEvents({ appName: app, query: "lake cabin", topK: 1 })).hits).toHaveLength(1);
+      expect((await client.searchEvents({ appName: app, userId: "kim", query: "dentist", eventTypes: ["agent_response"] })).hits).toEqual([]);
+    });
+
+    it.each([
+      ["query", { appName: "a", query: " " }],
+      ["app_name", { appName: "", query: "x" }],
+      ["top_k", { appName: "a", query: "x", topK: 101 }],
+      ["event_types[0]", { appName: "a", query: "x", eventTypes: ["not a type"] }],
+    ])("refuses a bad %s", async (field, req) => {
+      const err = await errorOf(client.searchEvents(req));
+      expect(err.code).toBe(Code.InvalidArgument);
+      expect(err.rawMessage.startsWith(`${field}: `)).toBe(true);
+    });
+  });
+
   describe("Recall", () => {
     const sessionId = `recall-${protocol.length}-${process.pid}`;
     const text = (s: string) => ({ kind: { case: "stringValue" as const, value: s } });

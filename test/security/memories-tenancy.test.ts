@@ -132,6 +132,18 @@ describe.each(PROTOCOLS)("memories under scoped keys over %s", (protocol, client
     expect(recalled).not.toContain(`bob-${p}`);
   });
 
+  it("SearchEvents finds only the key's own user's events", async () => {
+    const text = (t: string) => ({ kind: { case: "stringValue" as const, value: t } });
+    await app.createSession({ appName: APP, userId: "bob", sessionId: `ev-bob-${p}-${process.pid}` });
+    await app.addEvent({ sessionId: `ev-bob-${p}-${process.pid}`, event: { eventType: "user_message", content: text(`bob diary mark${p}`) } });
+    await alice.createSession({ appName: APP, userId: "alice", sessionId: `ev-alice-${p}-${process.pid}` });
+    await alice.addEvent({ sessionId: `ev-alice-${p}-${process.pid}`, event: { eventType: "user_message", content: text(`alice diary mark${p}`) } });
+    const mine = await aliceRead.searchEvents({ appName: APP, query: `mark${p}` });
+    expect(mine.hits.map((h) => h.sessionId)).toEqual([`ev-alice-${p}-${process.pid}`]);
+    expect((await aliceRead.searchEvents({ appName: APP, userId: "bob", query: `mark${p}` })).hits).toEqual([]);
+    expect((await other.searchEvents({ appName: APP, query: `mark${p}` })).hits).toEqual([]);
+  });
+
   it("a read key may not write or forget", async () => {
     expect((await errorOf(aliceRead.writeMemories({ memories: [{ appName: APP, text: "x" }] }))).code).toBe(Code.PermissionDenied);
     expect((await errorOf(aliceRead.deleteMemories({ appName: APP, memoryIds: [`alice-${p}`] }))).code).toBe(Code.PermissionDenied);

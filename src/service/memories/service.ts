@@ -35,7 +35,10 @@ import { scopeSelects } from "../../store/memories/rules.js";
 import type { LongTermMemoryStore, MemoryChange, MemoryCursor, MemoryFilter, MemoryRecord, MemoryStore } from "../../store/types.js";
 import type { ServiceLimits } from "../limits.js";
 import { decodePageToken, encodePageToken } from "../page-token.js";
-import { pageSize, requireId, requireName } from "../validation.js";
+import { pageSize, requireEventType, requireId, requireName } from "../validation.js";
+import { toWireEvent } from "../convert.js";
+import { EventHitSchema, SearchEventsResponseSchema, type SearchEventsRequest, type SearchEventsResponse } from "../../gen/engram/v1/memory_pb.js";
+import { searchEvents } from "./event-search.js";
 import { toWireMemory, toWireScored } from "./convert.js";
 import { fuseRankings, type FusedMemory } from "./ranking.js";
 import { appAllowed, mayForget, mayRead, memoryNotFound, ownUser, requireApp, type MemoryCallContext } from "./tenancy.js";
@@ -237,6 +240,29 @@ export class LongTermMemoryService {
       signal?.removeEventListener("abort", onAbort);
       unsubscribe();
     }
+  }
+
+  /** Episodic recall: the events of an app's (or a user's) sessions that best match a query. */
+  async searchEvents(req: SearchEventsRequest, ctx: MemoryCallContext = {}): Promise<SearchEventsResponse> {
+    const appName = requireName("app_name", req.appName);
+    let userId = optionalName("user_id", req.userId);
+    const query = checkQuery("query", req.query);
+    if (query.trim() === "") throw invalidArgument("query", "is required (the text to search for)");
+    const k = topK("top_k", req.topK);
+    const eventTypes = req.eventTypes.map((t, i) => requireEventType(`event_types[${i}]`, t));
+    // Offered where the store keeps memories: the same stores, the same answer elsewhere.
+    memoriesOf(this.store);
+    if (!appAllowed(ctx.tenant, appName)) return create(SearchEventsResponseSchema, {});
+    if (ctx.tenant?.userId !== undefined) {
+      if (userId !== undefined && userId !== ctx.tenant.userId) return create(SearchEventsResponseSchema, {});
+      userId = ctx.tenant.userId;
+    }
+    const hits = await searchEvents(this.store, { appName, userId, eventTypes, query, topK: k });
+    return create(SearchEventsResponseSchema, {
+      hits: hits.map((h) =>
+        create(EventHitSchema, { sessionId: h.event.sessionId, seq: BigInt(h.event.seq), snippet: h.snippet, score: h.score, event: toWireEvent(h.event) }),
+      ),
+    });
   }
 
   /**
