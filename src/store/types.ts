@@ -372,7 +372,9 @@ export interface LongTermMemoryStore {
    * same key and exactly the same scope that is valid at its validFrom (their
    * invalidAt becomes that validFrom, their supersededBy its id); when a
    * memory of that key starts later, the new one's validity ends there.
-   * Memories of one batch apply in order.
+   * Memories of one batch apply in order. Every embedding of an app has the
+   * dimension of the first one stored: another is INVALID_ARGUMENT
+   * (`memories[i].embedding`) and nothing of the batch is stored.
    */
   writeMemories(memories: readonly MemoryRecord[]): Promise<MemoryWriteResult>;
   /** One memory or undefined. */

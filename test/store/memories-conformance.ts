@@ -93,6 +93,18 @@ export function describeMemoriesConformance(name: string, factory: MemoriesStore
         expect((await memories.getMemory("app", "m1"))?.text).toBe("likes cats");
       });
 
+      it("keeps one embedding dimension per app: another is INVALID_ARGUMENT naming the memory, and the batch is not stored", async () => {
+        const { memories } = await fresh();
+        await memories.writeMemories([memory({ memoryId: "e1", text: "x", embedding: [1, 0, 0] })]);
+        const err = await rejection(memories.writeMemories([memory({ memoryId: "e2", text: "y", embedding: [1, 0, 0] }), memory({ memoryId: "e3", text: "z", embedding: [1, 0] })]));
+        expect(err.code).toBe("INVALID_ARGUMENT");
+        expect(err.field).toBe("memories[1].embedding");
+        expect(await memories.getMemory("app", "e2")).toBeUndefined();
+        // Another app has its own dimension; a first batch must agree with itself.
+        await memories.writeMemories([memory({ memoryId: "o1", appName: "other", text: "x", embedding: [1, 0] })]);
+        expect((await rejection(memories.writeMemories([memory({ memoryId: "n1", appName: "new", text: "a", embedding: [1] }), memory({ memoryId: "n2", appName: "new", text: "b", embedding: [1, 2] })]))).field).toBe("memories[1].embedding");
+      });
+
       it("keeps memory ids apart per app", async () => {
         const { memories } = await fresh();
         await memories.writeMemories([memory({ memoryId: "m1", text: "of app" }), memory({ memoryId: "m1", appName: "other", text: "of other" })]);
@@ -250,7 +262,6 @@ export function describeMemoriesConformance(name: string, factory: MemoriesStore
         await memories.writeMemories([
           memory({ memoryId: "x", text: "x", embedding: [1, 0, 0] }),
           memory({ memoryId: "xy", text: "xy", embedding: [1, 1, 0] }),
-          memory({ memoryId: "other-dim", text: "z", embedding: [1, 0] }),
           memory({ memoryId: "none", text: "none" }),
         ]);
         const nearest = await memories.nearestMemories(filter(), [1, 0.1, 0], 10);

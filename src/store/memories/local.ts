@@ -21,7 +21,7 @@ import type {
   MemoryWriteResult,
   RankedMemory,
 } from "../types.js";
-import { cosine, exactScopeKey, filterSelects, memoryIdTaken, scopeSelects, supersessionKey } from "./rules.js";
+import { cosine, embeddingDimensionMismatch, exactScopeKey, filterSelects, memoryIdTaken, scopeSelects, supersessionKey } from "./rules.js";
 
 // sorted-btree is CommonJS with `exports.default` (see src/store/local.ts).
 const BTree: typeof SortedBTree.default = createRequire(import.meta.url)("sorted-btree").default;
@@ -51,6 +51,8 @@ class AppMemories {
   readonly groups = new Map<string, MemoryRecord[]>();
   readonly index = new MiniSearch<IndexedMemory>({ fields: ["text", "fact"], storeFields: [], idField: "id" });
   readonly listeners = new Set<MemoryChangeListener>();
+  /** The dimension of the app's embeddings, set by the first one written. */
+  dimension?: number;
 
   /** Replaces a stored record by a changed copy everywhere it is kept (records handed out never change). */
   replace(old: MemoryRecord, next: MemoryRecord): void {
@@ -109,7 +111,14 @@ export class LocalMemories implements LongTermMemoryStore {
 
   async writeMemories(memories: readonly MemoryRecord[]): Promise<MemoryWriteResult> {
     // First every check, then every change: a refused batch changes nothing.
+    const dimensions = new Map<string, number>();
     const retries = memories.map((m, i) => {
+      if (m.embedding) {
+        const app = this.apps.get(m.appName);
+        const dimension = dimensions.get(m.appName) ?? app?.dimension ?? m.embedding.length;
+        if (m.embedding.length !== dimension) throw embeddingDimensionMismatch(`memories[${i}].embedding`, m.embedding.length, dimension);
+        dimensions.set(m.appName, dimension);
+      }
       const stored = this.apps.get(m.appName)?.byId.get(m.memoryId);
       if (stored && stored.fingerprint !== m.fingerprint) throw memoryIdTaken(`memories[${i}].memory_id`, m.memoryId);
       const earlier = memories.findIndex((o) => o.appName === m.appName && o.memoryId === m.memoryId);
@@ -143,6 +152,7 @@ export class LocalMemories implements LongTermMemoryStore {
         }
       }
       app.add(memory);
+      if (memory.embedding) app.dimension ??= memory.embedding.length;
       stored.push(memory);
       changes.push({ app, change: { kind: "written", memory } });
     });

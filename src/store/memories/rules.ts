@@ -104,6 +104,12 @@ export function memoryIdTaken(field: string, memoryId: string): MemoryError {
   });
 }
 
+/** INVALID_ARGUMENT for an embedding whose dimension is not the app's (the first embedding of an app sets it). */
+export function embeddingDimensionMismatch(field: string, got: number, want: number): MemoryError {
+  const problem = `has ${got} dimensions, but this app's embeddings have ${want}`;
+  return new MemoryError("INVALID_ARGUMENT", `${field}: ${problem}`, {}, { field, fieldProblem: problem, reason: "EMBEDDING_DIMENSION_MISMATCH" });
+}
+
 /** Cosine similarity of two vectors of the same length; 0 when either is all zeros. */
 export function cosine(a: readonly number[], b: readonly number[]): number {
   let dot = 0;
