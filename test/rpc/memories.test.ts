@@ -40,7 +40,7 @@ describe.each(PROTOCOLS)("long-term memory over %s", (protocol, clientFor) => {
           pinned: true,
           metadata: { origin: "chat" },
           source: { sessionId: "s-1", fromSeq: 3n, toSeq: 4n },
-          embedding: [0.5, 0.25],
+          embedding: [0.5, 0.25, 0],
         },
         { appName: app, text: "The office closes at six" },
       ],
@@ -60,7 +60,7 @@ describe.each(PROTOCOLS)("long-term memory over %s", (protocol, clientFor) => {
       pinned: true,
       metadata: { origin: "chat" },
       source: { sessionId: "s-1", fromSeq: 3n, toSeq: 4n },
-      embedding: [0.5, 0.25],
+      embedding: [0.5, 0.25, 0],
       supersededBy: "",
     });
     expect(memory?.sessionId).toBeUndefined();

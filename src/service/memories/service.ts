@@ -135,7 +135,8 @@ export class LongTermMemoryService {
 
   async listMemories(req: ListMemoriesRequest, ctx: MemoryCallContext = {}): Promise<ListMemoriesResponse> {
     const filter = memoryFilter(scopeFilter(req, "within"), req, Date.now());
-    if (req.key !== undefined) filter.key = requireName("key", req.key);
+    const key = optionalName("key", req.key);
+    if (key !== undefined) filter.key = key;
     if (req.subject !== undefined) filter.subject = req.subject;
     if (req.predicate !== undefined) filter.predicate = req.predicate;
     const limit = pageSize("page_size", req.pageSize, this.options.limits);

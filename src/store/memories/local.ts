@@ -229,7 +229,11 @@ export class LocalMemories implements LongTermMemoryStore {
   subscribeMemories(appName: string, listener: MemoryChangeListener): () => void {
     const app = this.app(appName);
     app.listeners.add(listener);
-    return () => app.listeners.delete(listener);
+    return () => {
+      app.listeners.delete(listener);
+      // A watch of an app with no memories must not leave an empty app behind.
+      if (app.listeners.size === 0 && app.byId.size === 0 && this.apps.get(appName) === app) this.apps.delete(appName);
+    };
   }
 
   /** Every memory of (appName, userId), whatever its agent, session or validity: DeleteUserData's share. */
