@@ -11,7 +11,13 @@ import { randomUUID } from "node:crypto";
 import { create } from "@bufbuild/protobuf";
 import {
   AddEventsResponseSchema,
+  BuildConversationContextRequestSchema,
   BuildConversationContextResponseSchema,
+  RecallResponseSchema,
+  type SearchEventsRequest,
+  type SearchEventsResponse,
+  type RecallRequest,
+  type RecallResponse,
   CaughtUpSchema,
   ChatMessageSchema,
   ContentPartSchema,
@@ -62,9 +68,39 @@ import {
 } from "@engram-memory/client/gen/engram/v1/memory_pb.js";
 import { invalidArgument, sessionNotFound } from "../errors.js";
 import { eventFingerprint } from "../store/fingerprint.js";
-import type { JsonObject, MemoryStore, NewEvent, RecentEventsFilter, StoreCall, StoredEvent } from "../store/types.js";
-import { checkSummaryCovers, ContextAssembler, parseContextRequest, TokenizerRegistry, type ContextMessage } from "./context/index.js";
+import type { JsonObject, MemoryScopeFilter, MemoryStore, NewEvent, RecentEventsFilter, StoreCall, StoredEvent } from "../store/types.js";
+import {
+  checkSummaryCovers,
+  ContextAssembler,
+  DEFAULT_TOKENIZER,
+  MAX_TOKEN_BUDGET,
+  parseContextRequest,
+  TOKENIZER_NAMES,
+  TokenizerRegistry,
+  type ContextMessage,
+} from "./context/index.js";
+import { isTokenizerName } from "./context/tokenizer.js";
 import { timestampToMs, toWireEvent, toWireSession, valueToJson } from "./convert.js";
+import type {
+  DeleteMemoriesRequest,
+  DeleteMemoriesResponse,
+  GetMemoryRequest,
+  GetMemoryResponse,
+  ListMemoriesRequest,
+  ListMemoriesResponse,
+  SearchMemoriesRequest,
+  SearchMemoriesResponse,
+  WatchMemoriesRequest,
+  WatchMemoriesResponse,
+  WriteMemoriesRequest,
+  WriteMemoriesResponse,
+} from "@engram-memory/client/gen/engram/v1/memories_pb.js";
+import { LongTermMemoryService } from "./memories/service.js";
+import { toWireMemory, toWireScored } from "./memories/convert.js";
+import { assembleRecall, DEFAULT_RECALL_BUDGET, MAX_RECALL_PINNED } from "./memories/recall.js";
+import { checkQuery, optionalName, queryEmbedding, topK } from "./memories/validation.js";
+import { memoriesOf } from "../store/memories/available.js";
+import type { MemoryCallContext } from "./memories/tenancy.js";
 import { newEventId } from "./event-id.js";
 import type { ServiceLimits } from "./limits.js";
 import { decodePageToken, encodePageToken } from "./page-token.js";
@@ -147,11 +183,15 @@ export class MemoryService {
   /** Wire form of shared context messages (plain messages are rendered once per stored event). */
   private readonly wireMessages = new WeakMap<ContextMessage, ChatMessage>();
 
+  /** Long-term memories (src/service/memories/). */
+  readonly longTerm: LongTermMemoryService;
+
   constructor(
     readonly store: MemoryStore,
     readonly options: MemoryServiceOptions,
   ) {
     this.hub = new StreamHub(store, { heartbeatMs: options.heartbeatMs, pageSize: STREAM_PAGE_EVENTS });
+    this.longTerm = new LongTermMemoryService(store, { limits: options.limits, heartbeatMs: options.heartbeatMs });
   }
 
   async createSession(req: CreateSessionRequest, call?: StoreCall): Promise<CreateSessionResponse> {
@@ -335,7 +375,81 @@ export class MemoryService {
     const appName = requireName("app_name", req.appName);
     const userId = requireName("user_id", req.userId);
     const erased = await this.store.deleteUserData(appName, userId, call);
-    return create(DeleteUserDataResponseSchema, { removedSessions: BigInt(erased.sessions), removedEvents: BigInt(erased.events) });
+    return create(DeleteUserDataResponseSchema, {
+      removedSessions: BigInt(erased.sessions),
+      removedEvents: BigInt(erased.events),
+      removedMemories: BigInt(erased.memories ?? 0),
+    });
+  }
+
+  // Long-term memory (proto/engram/v1/memories.proto), served by src/service/memories/.
+  async writeMemories(req: WriteMemoriesRequest, ctx?: MemoryCallContext): Promise<WriteMemoriesResponse> {
+    return this.longTerm.writeMemories(req, ctx);
+  }
+
+  async getMemory(req: GetMemoryRequest, ctx?: MemoryCallContext): Promise<GetMemoryResponse> {
+    return this.longTerm.getMemory(req, ctx);
+  }
+
+  async searchMemories(req: SearchMemoriesRequest, ctx?: MemoryCallContext): Promise<SearchMemoriesResponse> {
+    return this.longTerm.searchMemories(req, ctx);
+  }
+
+  async listMemories(req: ListMemoriesRequest, ctx?: MemoryCallContext): Promise<ListMemoriesResponse> {
+    return this.longTerm.listMemories(req, ctx);
+  }
+
+  async deleteMemories(req: DeleteMemoriesRequest, ctx?: MemoryCallContext): Promise<DeleteMemoriesResponse> {
+    return this.longTerm.deleteMemories(req, ctx);
+  }
+
+  watchMemories(req: WatchMemoriesRequest, ctx?: MemoryCallContext & CallContext): AsyncGenerator<WatchMemoriesResponse> {
+    return this.longTerm.watchMemories(req, ctx);
+  }
+
+  async searchEvents(req: SearchEventsRequest, ctx?: MemoryCallContext): Promise<SearchEventsResponse> {
+    return this.longTerm.searchEvents(req, ctx);
+  }
+
+  /** Pinned memories, relevant memories and the session's context within one token budget (src/service/memories/recall.ts). */
+  async recall(req: RecallRequest): Promise<RecallResponse> {
+    const sessionId = requireId("session_id", req.sessionId);
+    if (req.tokenBudget > MAX_TOKEN_BUDGET) throw invalidArgument("token_budget", `must be at most ${MAX_TOKEN_BUDGET}`);
+    const budget = req.tokenBudget === 0 ? DEFAULT_RECALL_BUDGET : req.tokenBudget;
+    const query = checkQuery("query", req.query);
+    const agentId = optionalName("agent_id", req.agentId);
+    const tokenizer = req.tokenizer === "" ? DEFAULT_TOKENIZER : req.tokenizer;
+    if (!isTokenizerName(tokenizer)) throw invalidArgument("tokenizer", `must be one of ${TOKENIZER_NAMES.join(", ")}`);
+    const k = topK("top_k", req.topK);
+    const embedding = queryEmbedding("query_embedding", req.queryEmbedding);
+    const session = await this.store.getSession(sessionId);
+    if (!session) throw sessionNotFound(sessionId);
+    const counter = await this.tokenizers.get(tokenizer);
+    // What a caller in this session may recall: its user's, its agent's (when named), the session's and the shared memories.
+    const scope: MemoryScopeFilter = { appName: session.appName, userId: session.userId, sessionId, match: "visible" };
+    if (agentId !== undefined) scope.agentId = agentId;
+    const now = Date.now();
+    const pinned = await memoriesOf(this.store).listMemories({ scope, asOf: now, pinned: true }, MAX_RECALL_PINNED);
+    pinned.sort((a, b) => b.importance - a.importance || b.validFrom - a.validFrom);
+    const relevant = await this.longTerm.rank({ filter: { scope, asOf: now, pinned: false }, query, topK: k, embedding });
+    const recall = await assembleRecall({
+      pinned,
+      relevant,
+      budget,
+      counter,
+      buildContext: (tokenBudget) => this.buildConversationContext(create(BuildConversationContextRequestSchema, { sessionId, tokenBudget, query, tokenizer })),
+    });
+    return create(RecallResponseSchema, {
+      text: recall.text,
+      pinned: recall.pinned.map(toWireMemory),
+      memories: recall.memories.map(toWireScored),
+      context: recall.context,
+      pinnedTokens: recall.pinnedTokens,
+      memoryTokens: recall.memoryTokens,
+      contextTokens: recall.contextTokens,
+      tokensUsed: recall.tokensUsed,
+      tokenizer: counter.name,
+    });
   }
 
   private metadata(field: string, value: JsonObject | undefined): JsonObject {

@@ -10,7 +10,8 @@
 import { backOff } from "exponential-backoff";
 import { MemoryError } from "../errors.js";
 import { StoreIncompatibleError } from "./incompatible.js";
-import type { MemoryStore, NoticeListener, ResumedErasures, StoreCapabilities, StoreDurability } from "./types.js";
+import { memoriesOf } from "./memories/available.js";
+import type { LongTermMemoryStore, MemoryStore, NoticeListener, ResumedErasures, StoreCapabilities, StoreDurability } from "./types.js";
 
 /** First wait between attempts to open the store. */
 export const OPEN_RETRY_INITIAL_MS = 250;
@@ -100,6 +101,12 @@ export class ConnectingStore implements MemoryStore {
     // Callers that never wait for it (a server stopped before the backend came) must not see an unhandled rejection.
     this.opened.catch(() => {});
   }
+
+  /**
+   * The opened store's long-term memories: UNAVAILABLE until it is open,
+   * then FAILED_PRECONDITION naming the store if its driver keeps none.
+   */
+  readonly memories: LongTermMemoryStore = new ConnectingMemories(() => memoriesOf(this.open));
 
   /** True once the store is open. */
   get connected(): boolean {
@@ -204,5 +211,45 @@ export class ConnectingStore implements MemoryStore {
     this.closed = true;
     this.pending.clear();
     await this.store?.close();
+  }
+}
+
+/** Forwards every long-term memory call to the store once it is open (see ConnectingStore.memories), by the contract's own parameter types. */
+class ConnectingMemories implements LongTermMemoryStore {
+  constructor(private readonly target: () => LongTermMemoryStore) {}
+
+  async writeMemories(...args: Parameters<LongTermMemoryStore["writeMemories"]>): ReturnType<LongTermMemoryStore["writeMemories"]> {
+    return this.target().writeMemories(...args);
+  }
+
+  async getMemory(...args: Parameters<LongTermMemoryStore["getMemory"]>): ReturnType<LongTermMemoryStore["getMemory"]> {
+    return this.target().getMemory(...args);
+  }
+
+  async searchMemories(...args: Parameters<LongTermMemoryStore["searchMemories"]>): ReturnType<LongTermMemoryStore["searchMemories"]> {
+    return this.target().searchMemories(...args);
+  }
+
+  /** The opened store's vector search; none (lexical ranking only) when its driver has none. */
+  async nearestMemories(...args: Parameters<NonNullable<LongTermMemoryStore["nearestMemories"]>>): ReturnType<NonNullable<LongTermMemoryStore["nearestMemories"]>> {
+    const target = this.target();
+    return target.nearestMemories ? target.nearestMemories(...args) : [];
+  }
+
+  async listMemories(...args: Parameters<LongTermMemoryStore["listMemories"]>): ReturnType<LongTermMemoryStore["listMemories"]> {
+    return this.target().listMemories(...args);
+  }
+
+  async deleteMemories(...args: Parameters<LongTermMemoryStore["deleteMemories"]>): ReturnType<LongTermMemoryStore["deleteMemories"]> {
+    return this.target().deleteMemories(...args);
+  }
+
+  async deleteMemoriesInScope(...args: Parameters<LongTermMemoryStore["deleteMemoriesInScope"]>): ReturnType<LongTermMemoryStore["deleteMemoriesInScope"]> {
+    return this.target().deleteMemoriesInScope(...args);
+  }
+
+  /** Throws UNAVAILABLE while the store is not open: a watch opened then fails rather than hearing nothing. */
+  subscribeMemories(...args: Parameters<LongTermMemoryStore["subscribeMemories"]>): ReturnType<LongTermMemoryStore["subscribeMemories"]> {
+    return this.target().subscribeMemories(...args);
   }
 }

@@ -53,6 +53,7 @@ import type {
   StoreDurability,
 } from "./types.js";
 import { NoticeListeners } from "./notices.js";
+import { LocalMemories } from "./memories/local.js";
 
 // sorted-btree is CommonJS with `exports.default`; loaders disagree on what an ESM
 // default import of it yields, so take the class from require() explicitly.
@@ -173,6 +174,8 @@ export class LocalStore implements MemoryStore {
   eventsTrimmed = 0;
   readonly backend = "local";
   readonly capabilities = { persistent: false, shared: false, retains: true };
+  /** Long-term memories (src/store/memories/local.ts). */
+  readonly memories = new LocalMemories();
 
   /** Sessions by id, for point lookups: every call names its session, and the B+tree's ~14 string comparisons at 10k sessions showed in every append. */
   private readonly byId = new Map<string, LocalSession>();
@@ -373,6 +376,7 @@ export class LocalStore implements MemoryStore {
       erased.events += s.events.length;
       this.remove(s);
     }
+    erased.memories = this.memories.eraseUser(appName, userId);
     return erased;
   }
 
@@ -388,6 +392,7 @@ export class LocalStore implements MemoryStore {
 
   async close(): Promise<void> {
     this.listeners.clear();
+    this.memories.close();
   }
 
   private insert(input: NewSession): LocalSession {

@@ -4,6 +4,9 @@
  * 1 within the call; reads find empty sessions, all of one incarnation ("").
  */
 import type {
+  LongTermMemoryStore,
+  MemoryRecord,
+  MemoryWriteResult,
   AppendResult,
   ErasureResult,
   EventPage,
@@ -26,6 +29,8 @@ export class NullStore implements MemoryStore {
   readonly capabilities = { persistent: false, shared: false, retains: false };
   /** Nothing is kept, so nothing is ever evicted. */
   readonly sessionsEvicted = 0;
+  /** Memories are acknowledged and forgotten, like events. */
+  readonly memories: LongTermMemoryStore = new NullMemories();
   readonly eventsTrimmed = 0;
 
   async createSession(input: NewSession): Promise<SessionRecord> {
@@ -96,4 +101,29 @@ export class NullStore implements MemoryStore {
   }
 
   async close(): Promise<void> {}
+}
+
+/** Long-term memories that keep nothing: writes are acknowledged as given, reads find nothing. */
+class NullMemories implements LongTermMemoryStore {
+  async writeMemories(memories: readonly MemoryRecord[]): Promise<MemoryWriteResult> {
+    return { memories: [...memories], superseded: [] };
+  }
+  async getMemory(): Promise<undefined> {
+    return undefined;
+  }
+  async searchMemories(): Promise<[]> {
+    return [];
+  }
+  async listMemories(): Promise<[]> {
+    return [];
+  }
+  async deleteMemories(): Promise<[]> {
+    return [];
+  }
+  async deleteMemoriesInScope(): Promise<[]> {
+    return [];
+  }
+  subscribeMemories(): () => void {
+    return () => {};
+  }
 }

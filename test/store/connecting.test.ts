@@ -7,7 +7,9 @@ import { setTimeout as sleep } from "node:timers/promises";
 import { describe, expect, it } from "vitest";
 import { MemoryError } from "../../src/errors.js";
 import { StoreIncompatibleError } from "../../src/store/incompatible.js";
-import { describeStoreConformance } from "./conformance.js";
+import { describeStoreConformance, rejection } from "./conformance.js";
+import { describeMemoriesConformance } from "./memories-conformance.js";
+import type { MemoryStore } from "../../src/store/types.js";
 import { ConnectingStore } from "../../src/store/connecting.js";
 import { LocalStore } from "../../src/store/local.js";
 
@@ -20,6 +22,34 @@ describeStoreConformance(
   },
   { persistent: false, shared: false, retains: true },
 );
+
+describeMemoriesConformance("connecting (once opened, over local)", async () => {
+  const store = new ConnectingStore("local", async () => new LocalStore({ maxSessions: 1000, maxSessionEvents: 500 }), { failed: () => {}, opened: () => {} });
+  await store.opened;
+  return store;
+});
+
+describe("ConnectingStore and long-term memories", () => {
+  it("answers UNAVAILABLE before the store opens, and FAILED_PRECONDITION naming the store when its driver keeps no memories", async () => {
+    let open!: (store: MemoryStore) => void;
+    const opening = new Promise<MemoryStore>((resolve) => (open = resolve));
+    const store = new ConnectingStore("redis", () => opening, { failed: () => {}, opened: () => {} });
+    try {
+      const before = await rejection(store.memories.getMemory("app", "m"));
+      expect(before.code).toBe("UNAVAILABLE");
+      // A driver without memories: what the Redis and PostgreSQL drivers are today.
+      const local = new LocalStore({ maxSessions: 10, maxSessionEvents: 10 });
+      const withoutMemories = Object.assign(Object.create(local) as MemoryStore, { backend: "redis", memories: undefined, close: () => local.close() });
+      open(withoutMemories);
+      await store.opened;
+      const after = await rejection(store.memories.listMemories({ scope: { appName: "app", match: "within" } }, 10));
+      expect(after.code).toBe("FAILED_PRECONDITION");
+      expect(after.message).toBe("long-term memory is not yet available on the redis store");
+    } finally {
+      await store.close();
+    }
+  });
+});
 
 describe("ConnectingStore and a store this release must not use", () => {
   it("stops retrying at the first StoreIncompatibleError and rejects `opened` with it", async () => {

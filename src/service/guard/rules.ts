@@ -10,7 +10,7 @@ import type { MemoryStore, SessionRecord, StoreCall } from "../../store/types.js
 import { requireId } from "../validation.js";
 
 /** How an RPC's request is held to the key's scope (src/service/guard/scope.ts). */
-export type ScopeKind = "session" | "create" | "listSessions" | "listEvents" | "global" | "cleanup" | "erasure";
+export type ScopeKind = "session" | "create" | "listSessions" | "listEvents" | "global" | "cleanup" | "erasure" | "memories";
 
 /** One RPC's rule: the least role a key needs, and its scope check. */
 export interface MethodRule {
@@ -39,6 +39,16 @@ const RULES: Readonly<Record<string, MethodRule>> = {
   cleanup: { role: "admin", scope: "cleanup" },
   // Erases one user: admin keys over that app, or keys bound to that user (write at least).
   deleteUserData: { role: "write", scope: "erasure" },
+  // Long-term memories: the service holds each memory to the key's scope itself (src/service/memories/tenancy.ts).
+  writeMemories: { role: "write", scope: "memories" },
+  getMemory: { role: "read", scope: "memories" },
+  searchMemories: { role: "read", scope: "memories" },
+  listMemories: { role: "read", scope: "memories" },
+  deleteMemories: { role: "write", scope: "memories" },
+  watchMemories: { role: "read", scope: "memories" },
+  searchEvents: { role: "read", scope: "memories" },
+  // Recall reads the session (checked as any session RPC) and the memories its user may see.
+  recall: { role: "read", scope: "session" },
 };
 
 /** The method's rule, once the key's role is enough for it; PERMISSION_DENIED otherwise. */

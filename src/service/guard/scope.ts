@@ -20,6 +20,7 @@ import { invalidArgument, MemoryError } from "../../errors.js";
 import { sessionExists } from "../../store/rules.js";
 import type { MemoryStore } from "../../store/types.js";
 import type { ListEventsContext } from "../memory-service.js";
+import type { MemoryCallContext } from "../memories/tenancy.js";
 import { allowedRule, inScope, sessionInScope, type ScopeKind } from "./rules.js";
 import type { GuardedCall, Next, StepFactory } from "./step.js";
 
@@ -87,6 +88,11 @@ const CHECKS: Record<ScopeKind, ScopeCheck> = {
   },
   erasure(call, principal, next) {
     checkErasure(call.req as DeleteUserDataRequest, principal);
+    return next(call);
+  },
+  memories(call, principal, next) {
+    const context: GuardedCall["info"] & MemoryCallContext = { ...call.info, tenant: { apps: principal.apps, userId: principal.userId } };
+    call.info = context;
     return next(call);
   },
 };

@@ -1,7 +1,8 @@
 /**
  * What only a keyed stream needs beyond the shared steps: it outlives the
- * key check it was admitted by, so the key is looked up again while it runs,
- * and it follows the session incarnation its scope was checked on.
+ * key check it was admitted by, so the key is looked up again while it runs;
+ * a session's stream also follows the session incarnation its scope was
+ * checked on.
  */
 import { MemoryError, sessionNotFound } from "../../errors.js";
 import type { SessionRecord } from "../../store/types.js";
@@ -19,22 +20,23 @@ const RECHECK_FLOOR_MS = 100;
  * session in the key's scope: the key is looked up afresh every half
  * MEMORY_AUTH_CACHE_MS (at least every RECHECK_FLOOR_MS), so a revoked key's
  * stream ends UNAUTHENTICATED within MEMORY_AUTH_CACHE_MS on every replica,
- * as its unary calls do. The stream follows the session incarnation the
- * scope was checked on, never a session created later under its id.
+ * as its unary calls do. A session's stream follows the session
+ * incarnation the scope was checked on, never a session created later under
+ * its id; a stream of no session (WatchMemories) is held to the key alone,
+ * its scope being applied to each change by the service.
  * Absent for unary methods and while auth is off.
  */
 export const whileAuthorized: StepFactory = ({ method, streaming }, { authenticator, metrics }) => {
   if (!streaming || !authenticator) return undefined;
   const period = Math.max(authenticator.cacheMs / 2, RECHECK_FLOOR_MS);
   return (next) => (call) => {
-    const { principal, session } = call;
-    if (!principal || !session) return next(call);
-    return framesWhileAuthorized({ method, session, authenticator, metrics, period }, call, next);
+    if (!call.principal) return next(call);
+    return framesWhileAuthorized({ method, session: call.session, authenticator, metrics, period }, call, next);
   };
 };
 
 async function* framesWhileAuthorized(
-  stream: { method: string; session: SessionRecord; authenticator: Authenticator; metrics: Metrics; period: number },
+  stream: { method: string; session: SessionRecord | undefined; authenticator: Authenticator; metrics: Metrics; period: number },
   call: GuardedCall,
   next: Next,
 ): AsyncGenerator<unknown> {
@@ -46,7 +48,7 @@ async function* framesWhileAuthorized(
     try {
       const now = await authenticator.authenticate(authorization, period);
       allowedRule(now, method);
-      if (!inScope(now, session)) refusal = sessionNotFound(session.sessionId);
+      if (session && !inScope(now, session)) refusal = sessionNotFound(session.sessionId);
     } catch (err) {
       // A backend that cannot answer now leaves the key as trusted as a unary call's cache would.
       if (err instanceof MemoryError && (err.code === "UNAUTHENTICATED" || err.code === "PERMISSION_DENIED")) refusal = err;
@@ -56,7 +58,7 @@ async function* framesWhileAuthorized(
   const timer = setInterval(() => void recheck(), period);
   try {
     const signal = call.info.signal ? AbortSignal.any([call.info.signal, ended.signal]) : ended.signal;
-    const context: CallInfo & StreamContext = { ...call.info, signal, incarnation: session.incarnation };
+    const context: CallInfo & StreamContext = { ...call.info, signal, incarnation: session?.incarnation };
     call.info = context;
     for await (const frame of (await next(call)) as AsyncIterable<unknown>) {
       if (refusal) break;

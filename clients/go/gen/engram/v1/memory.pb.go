@@ -2583,8 +2583,10 @@ type DeleteUserDataResponse struct {
 	RemovedSessions uint64 `protobuf:"varint,1,opt,name=removed_sessions,json=removedSessions,proto3" json:"removed_sessions,omitempty"`
 	// Events those sessions held.
 	RemovedEvents uint64 `protobuf:"varint,2,opt,name=removed_events,json=removedEvents,proto3" json:"removed_events,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	// Long-term memories of the user (user_id equal to it) this call removed.
+	RemovedMemories uint64 `protobuf:"varint,3,opt,name=removed_memories,json=removedMemories,proto3" json:"removed_memories,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *DeleteUserDataResponse) Reset() {
@@ -2631,11 +2633,450 @@ func (x *DeleteUserDataResponse) GetRemovedEvents() uint64 {
 	return 0
 }
 
+func (x *DeleteUserDataResponse) GetRemovedMemories() uint64 {
+	if x != nil {
+		return x.RemovedMemories
+	}
+	return 0
+}
+
+// SearchEventsRequest searches the events of an app's (or a user's)
+// sessions by text: episodic recall.
+type SearchEventsRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Required.
+	AppName string `protobuf:"bytes,1,opt,name=app_name,json=appName,proto3" json:"app_name,omitempty"`
+	// Only sessions of this user, when set.
+	UserId *string `protobuf:"bytes,2,opt,name=user_id,json=userId,proto3,oneof" json:"user_id,omitempty"`
+	// Required: the text to search for; at most 4096 characters.
+	Query string `protobuf:"bytes,3,opt,name=query,proto3" json:"query,omitempty"`
+	// Most hits, 1..100; 10 when 0.
+	TopK uint32 `protobuf:"varint,4,opt,name=top_k,json=topK,proto3" json:"top_k,omitempty"`
+	// Only events of these types, when non-empty.
+	EventTypes    []string `protobuf:"bytes,5,rep,name=event_types,json=eventTypes,proto3" json:"event_types,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SearchEventsRequest) Reset() {
+	*x = SearchEventsRequest{}
+	mi := &file_engram_v1_memory_proto_msgTypes[39]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SearchEventsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SearchEventsRequest) ProtoMessage() {}
+
+func (x *SearchEventsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_engram_v1_memory_proto_msgTypes[39]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SearchEventsRequest.ProtoReflect.Descriptor instead.
+func (*SearchEventsRequest) Descriptor() ([]byte, []int) {
+	return file_engram_v1_memory_proto_rawDescGZIP(), []int{39}
+}
+
+func (x *SearchEventsRequest) GetAppName() string {
+	if x != nil {
+		return x.AppName
+	}
+	return ""
+}
+
+func (x *SearchEventsRequest) GetUserId() string {
+	if x != nil && x.UserId != nil {
+		return *x.UserId
+	}
+	return ""
+}
+
+func (x *SearchEventsRequest) GetQuery() string {
+	if x != nil {
+		return x.Query
+	}
+	return ""
+}
+
+func (x *SearchEventsRequest) GetTopK() uint32 {
+	if x != nil {
+		return x.TopK
+	}
+	return 0
+}
+
+func (x *SearchEventsRequest) GetEventTypes() []string {
+	if x != nil {
+		return x.EventTypes
+	}
+	return nil
+}
+
+// EventHit is one event matching a search.
+type EventHit struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The session holding the event.
+	SessionId string `protobuf:"bytes,1,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
+	// The event's seq in it.
+	Seq uint64 `protobuf:"varint,2,opt,name=seq,proto3" json:"seq,omitempty"`
+	// The event's text around the first match.
+	Snippet string `protobuf:"bytes,3,opt,name=snippet,proto3" json:"snippet,omitempty"`
+	// Its BM25 score (higher first).
+	Score float64 `protobuf:"fixed64,4,opt,name=score,proto3" json:"score,omitempty"`
+	// The event itself.
+	Event         *Event `protobuf:"bytes,5,opt,name=event,proto3" json:"event,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *EventHit) Reset() {
+	*x = EventHit{}
+	mi := &file_engram_v1_memory_proto_msgTypes[40]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *EventHit) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*EventHit) ProtoMessage() {}
+
+func (x *EventHit) ProtoReflect() protoreflect.Message {
+	mi := &file_engram_v1_memory_proto_msgTypes[40]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use EventHit.ProtoReflect.Descriptor instead.
+func (*EventHit) Descriptor() ([]byte, []int) {
+	return file_engram_v1_memory_proto_rawDescGZIP(), []int{40}
+}
+
+func (x *EventHit) GetSessionId() string {
+	if x != nil {
+		return x.SessionId
+	}
+	return ""
+}
+
+func (x *EventHit) GetSeq() uint64 {
+	if x != nil {
+		return x.Seq
+	}
+	return 0
+}
+
+func (x *EventHit) GetSnippet() string {
+	if x != nil {
+		return x.Snippet
+	}
+	return ""
+}
+
+func (x *EventHit) GetScore() float64 {
+	if x != nil {
+		return x.Score
+	}
+	return 0
+}
+
+func (x *EventHit) GetEvent() *Event {
+	if x != nil {
+		return x.Event
+	}
+	return nil
+}
+
+// SearchEventsResponse is the ranked result.
+type SearchEventsResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Best first.
+	Hits          []*EventHit `protobuf:"bytes,1,rep,name=hits,proto3" json:"hits,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SearchEventsResponse) Reset() {
+	*x = SearchEventsResponse{}
+	mi := &file_engram_v1_memory_proto_msgTypes[41]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SearchEventsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SearchEventsResponse) ProtoMessage() {}
+
+func (x *SearchEventsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_engram_v1_memory_proto_msgTypes[41]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SearchEventsResponse.ProtoReflect.Descriptor instead.
+func (*SearchEventsResponse) Descriptor() ([]byte, []int) {
+	return file_engram_v1_memory_proto_rawDescGZIP(), []int{41}
+}
+
+func (x *SearchEventsResponse) GetHits() []*EventHit {
+	if x != nil {
+		return x.Hits
+	}
+	return nil
+}
+
+// RecallRequest asks for everything an agent should know before its next
+// model call, within one token budget.
+type RecallRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Required: the session; its app_name and user_id scope the memories.
+	SessionId string `protobuf:"bytes,1,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
+	// Text to rank memories by (usually the latest user message); at most
+	// 4096 characters.
+	Query string `protobuf:"bytes,2,opt,name=query,proto3" json:"query,omitempty"`
+	// Most tokens the whole recall may take, 1..2000000; 4000 when 0.
+	TokenBudget uint32 `protobuf:"varint,3,opt,name=token_budget,json=tokenBudget,proto3" json:"token_budget,omitempty"`
+	// The calling agent: memories of other agents are left out when set.
+	AgentId *string `protobuf:"bytes,4,opt,name=agent_id,json=agentId,proto3,oneof" json:"agent_id,omitempty"`
+	// o200k_base (default), cl100k_base or chars4, as BuildConversationContext.
+	Tokenizer string `protobuf:"bytes,5,opt,name=tokenizer,proto3" json:"tokenizer,omitempty"`
+	// Most relevant memories considered, 1..100; 10 when 0.
+	TopK uint32 `protobuf:"varint,6,opt,name=top_k,json=topK,proto3" json:"top_k,omitempty"`
+	// Embedding of the query, for vector similarity. Optional.
+	QueryEmbedding []float32 `protobuf:"fixed32,7,rep,packed,name=query_embedding,json=queryEmbedding,proto3" json:"query_embedding,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
+}
+
+func (x *RecallRequest) Reset() {
+	*x = RecallRequest{}
+	mi := &file_engram_v1_memory_proto_msgTypes[42]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RecallRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RecallRequest) ProtoMessage() {}
+
+func (x *RecallRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_engram_v1_memory_proto_msgTypes[42]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RecallRequest.ProtoReflect.Descriptor instead.
+func (*RecallRequest) Descriptor() ([]byte, []int) {
+	return file_engram_v1_memory_proto_rawDescGZIP(), []int{42}
+}
+
+func (x *RecallRequest) GetSessionId() string {
+	if x != nil {
+		return x.SessionId
+	}
+	return ""
+}
+
+func (x *RecallRequest) GetQuery() string {
+	if x != nil {
+		return x.Query
+	}
+	return ""
+}
+
+func (x *RecallRequest) GetTokenBudget() uint32 {
+	if x != nil {
+		return x.TokenBudget
+	}
+	return 0
+}
+
+func (x *RecallRequest) GetAgentId() string {
+	if x != nil && x.AgentId != nil {
+		return *x.AgentId
+	}
+	return ""
+}
+
+func (x *RecallRequest) GetTokenizer() string {
+	if x != nil {
+		return x.Tokenizer
+	}
+	return ""
+}
+
+func (x *RecallRequest) GetTopK() uint32 {
+	if x != nil {
+		return x.TopK
+	}
+	return 0
+}
+
+func (x *RecallRequest) GetQueryEmbedding() []float32 {
+	if x != nil {
+		return x.QueryEmbedding
+	}
+	return nil
+}
+
+// RecallResponse holds the recalled parts and their rendering.
+type RecallResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Every part rendered as one text block, ready for a system prompt.
+	Text string `protobuf:"bytes,1,opt,name=text,proto3" json:"text,omitempty"`
+	// Pinned memories that fit, most important first.
+	Pinned []*Memory `protobuf:"bytes,2,rep,name=pinned,proto3" json:"pinned,omitempty"`
+	// Relevant memories that fit, best first.
+	Memories []*ScoredMemory `protobuf:"bytes,3,rep,name=memories,proto3" json:"memories,omitempty"`
+	// The session's context as BuildConversationContext builds it, within
+	// what the memories left of the budget.
+	Context *BuildConversationContextResponse `protobuf:"bytes,4,opt,name=context,proto3" json:"context,omitempty"`
+	// Tokens the pinned memories take.
+	PinnedTokens uint32 `protobuf:"varint,5,opt,name=pinned_tokens,json=pinnedTokens,proto3" json:"pinned_tokens,omitempty"`
+	// Tokens the relevant memories take.
+	MemoryTokens uint32 `protobuf:"varint,6,opt,name=memory_tokens,json=memoryTokens,proto3" json:"memory_tokens,omitempty"`
+	// Tokens the session's context takes.
+	ContextTokens uint32 `protobuf:"varint,7,opt,name=context_tokens,json=contextTokens,proto3" json:"context_tokens,omitempty"`
+	// Tokens of `text` in all (at most token_budget).
+	TokensUsed uint32 `protobuf:"varint,8,opt,name=tokens_used,json=tokensUsed,proto3" json:"tokens_used,omitempty"`
+	// The tokenizer that counted.
+	Tokenizer     string `protobuf:"bytes,9,opt,name=tokenizer,proto3" json:"tokenizer,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RecallResponse) Reset() {
+	*x = RecallResponse{}
+	mi := &file_engram_v1_memory_proto_msgTypes[43]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RecallResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RecallResponse) ProtoMessage() {}
+
+func (x *RecallResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_engram_v1_memory_proto_msgTypes[43]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RecallResponse.ProtoReflect.Descriptor instead.
+func (*RecallResponse) Descriptor() ([]byte, []int) {
+	return file_engram_v1_memory_proto_rawDescGZIP(), []int{43}
+}
+
+func (x *RecallResponse) GetText() string {
+	if x != nil {
+		return x.Text
+	}
+	return ""
+}
+
+func (x *RecallResponse) GetPinned() []*Memory {
+	if x != nil {
+		return x.Pinned
+	}
+	return nil
+}
+
+func (x *RecallResponse) GetMemories() []*ScoredMemory {
+	if x != nil {
+		return x.Memories
+	}
+	return nil
+}
+
+func (x *RecallResponse) GetContext() *BuildConversationContextResponse {
+	if x != nil {
+		return x.Context
+	}
+	return nil
+}
+
+func (x *RecallResponse) GetPinnedTokens() uint32 {
+	if x != nil {
+		return x.PinnedTokens
+	}
+	return 0
+}
+
+func (x *RecallResponse) GetMemoryTokens() uint32 {
+	if x != nil {
+		return x.MemoryTokens
+	}
+	return 0
+}
+
+func (x *RecallResponse) GetContextTokens() uint32 {
+	if x != nil {
+		return x.ContextTokens
+	}
+	return 0
+}
+
+func (x *RecallResponse) GetTokensUsed() uint32 {
+	if x != nil {
+		return x.TokensUsed
+	}
+	return 0
+}
+
+func (x *RecallResponse) GetTokenizer() string {
+	if x != nil {
+		return x.Tokenizer
+	}
+	return ""
+}
+
 var File_engram_v1_memory_proto protoreflect.FileDescriptor
 
 const file_engram_v1_memory_proto_rawDesc = "" +
 	"\n" +
-	"\x16engram/v1/memory.proto\x12\tengram.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xe0\x02\n" +
+	"\x16engram/v1/memory.proto\x12\tengram.v1\x1a\x18engram/v1/memories.proto\x1a\x1egoogle/protobuf/duration.proto\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xe0\x02\n" +
 	"\aSession\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x01 \x01(\tR\tsessionId\x12\x19\n" +
@@ -2839,10 +3280,50 @@ const file_engram_v1_memory_proto_rawDesc = "" +
 	"\x10removed_sessions\x18\x01 \x01(\x04R\x0fremovedSessions\"K\n" +
 	"\x15DeleteUserDataRequest\x12\x19\n" +
 	"\bapp_name\x18\x01 \x01(\tR\aappName\x12\x17\n" +
-	"\auser_id\x18\x02 \x01(\tR\x06userId\"j\n" +
+	"\auser_id\x18\x02 \x01(\tR\x06userId\"\x95\x01\n" +
 	"\x16DeleteUserDataResponse\x12)\n" +
 	"\x10removed_sessions\x18\x01 \x01(\x04R\x0fremovedSessions\x12%\n" +
-	"\x0eremoved_events\x18\x02 \x01(\x04R\rremovedEvents2\xc9\t\n" +
+	"\x0eremoved_events\x18\x02 \x01(\x04R\rremovedEvents\x12)\n" +
+	"\x10removed_memories\x18\x03 \x01(\x04R\x0fremovedMemories\"\xa6\x01\n" +
+	"\x13SearchEventsRequest\x12\x19\n" +
+	"\bapp_name\x18\x01 \x01(\tR\aappName\x12\x1c\n" +
+	"\auser_id\x18\x02 \x01(\tH\x00R\x06userId\x88\x01\x01\x12\x14\n" +
+	"\x05query\x18\x03 \x01(\tR\x05query\x12\x13\n" +
+	"\x05top_k\x18\x04 \x01(\rR\x04topK\x12\x1f\n" +
+	"\vevent_types\x18\x05 \x03(\tR\n" +
+	"eventTypesB\n" +
+	"\n" +
+	"\b_user_id\"\x93\x01\n" +
+	"\bEventHit\x12\x1d\n" +
+	"\n" +
+	"session_id\x18\x01 \x01(\tR\tsessionId\x12\x10\n" +
+	"\x03seq\x18\x02 \x01(\x04R\x03seq\x12\x18\n" +
+	"\asnippet\x18\x03 \x01(\tR\asnippet\x12\x14\n" +
+	"\x05score\x18\x04 \x01(\x01R\x05score\x12&\n" +
+	"\x05event\x18\x05 \x01(\v2\x10.engram.v1.EventR\x05event\"?\n" +
+	"\x14SearchEventsResponse\x12'\n" +
+	"\x04hits\x18\x01 \x03(\v2\x13.engram.v1.EventHitR\x04hits\"\xf0\x01\n" +
+	"\rRecallRequest\x12\x1d\n" +
+	"\n" +
+	"session_id\x18\x01 \x01(\tR\tsessionId\x12\x14\n" +
+	"\x05query\x18\x02 \x01(\tR\x05query\x12!\n" +
+	"\ftoken_budget\x18\x03 \x01(\rR\vtokenBudget\x12\x1e\n" +
+	"\bagent_id\x18\x04 \x01(\tH\x00R\aagentId\x88\x01\x01\x12\x1c\n" +
+	"\ttokenizer\x18\x05 \x01(\tR\ttokenizer\x12\x13\n" +
+	"\x05top_k\x18\x06 \x01(\rR\x04topK\x12'\n" +
+	"\x0fquery_embedding\x18\a \x03(\x02R\x0equeryEmbeddingB\v\n" +
+	"\t_agent_id\"\xfb\x02\n" +
+	"\x0eRecallResponse\x12\x12\n" +
+	"\x04text\x18\x01 \x01(\tR\x04text\x12)\n" +
+	"\x06pinned\x18\x02 \x03(\v2\x11.engram.v1.MemoryR\x06pinned\x123\n" +
+	"\bmemories\x18\x03 \x03(\v2\x17.engram.v1.ScoredMemoryR\bmemories\x12E\n" +
+	"\acontext\x18\x04 \x01(\v2+.engram.v1.BuildConversationContextResponseR\acontext\x12#\n" +
+	"\rpinned_tokens\x18\x05 \x01(\rR\fpinnedTokens\x12#\n" +
+	"\rmemory_tokens\x18\x06 \x01(\rR\fmemoryTokens\x12%\n" +
+	"\x0econtext_tokens\x18\a \x01(\rR\rcontextTokens\x12\x1f\n" +
+	"\vtokens_used\x18\b \x01(\rR\n" +
+	"tokensUsed\x12\x1c\n" +
+	"\ttokenizer\x18\t \x01(\tR\ttokenizer2\xe8\x0e\n" +
 	"\rMemoryService\x12R\n" +
 	"\rCreateSession\x12\x1f.engram.v1.CreateSessionRequest\x1a .engram.v1.CreateSessionResponse\x12a\n" +
 	"\x12GetOrCreateSession\x12$.engram.v1.GetOrCreateSessionRequest\x1a%.engram.v1.GetOrCreateSessionResponse\x12N\n" +
@@ -2859,7 +3340,15 @@ const file_engram_v1_memory_proto_rawDesc = "" +
 	"\x18BuildConversationContext\x12*.engram.v1.BuildConversationContextRequest\x1a+.engram.v1.BuildConversationContextResponse\"\x03\x90\x02\x01\x12H\n" +
 	"\bGetStats\x12\x1a.engram.v1.GetStatsRequest\x1a\x1b.engram.v1.GetStatsResponse\"\x03\x90\x02\x01\x12@\n" +
 	"\aCleanup\x12\x19.engram.v1.CleanupRequest\x1a\x1a.engram.v1.CleanupResponse\x12Z\n" +
-	"\x0eDeleteUserData\x12 .engram.v1.DeleteUserDataRequest\x1a!.engram.v1.DeleteUserDataResponse\"\x03\x90\x02\x02B\xa4\x01\n" +
+	"\x0eDeleteUserData\x12 .engram.v1.DeleteUserDataRequest\x1a!.engram.v1.DeleteUserDataResponse\"\x03\x90\x02\x02\x12R\n" +
+	"\rWriteMemories\x12\x1f.engram.v1.WriteMemoriesRequest\x1a .engram.v1.WriteMemoriesResponse\x12K\n" +
+	"\tGetMemory\x12\x1b.engram.v1.GetMemoryRequest\x1a\x1c.engram.v1.GetMemoryResponse\"\x03\x90\x02\x01\x12Z\n" +
+	"\x0eSearchMemories\x12 .engram.v1.SearchMemoriesRequest\x1a!.engram.v1.SearchMemoriesResponse\"\x03\x90\x02\x01\x12T\n" +
+	"\fListMemories\x12\x1e.engram.v1.ListMemoriesRequest\x1a\x1f.engram.v1.ListMemoriesResponse\"\x03\x90\x02\x01\x12Z\n" +
+	"\x0eDeleteMemories\x12 .engram.v1.DeleteMemoriesRequest\x1a!.engram.v1.DeleteMemoriesResponse\"\x03\x90\x02\x02\x12T\n" +
+	"\rWatchMemories\x12\x1f.engram.v1.WatchMemoriesRequest\x1a .engram.v1.WatchMemoriesResponse0\x01\x12T\n" +
+	"\fSearchEvents\x12\x1e.engram.v1.SearchEventsRequest\x1a\x1f.engram.v1.SearchEventsResponse\"\x03\x90\x02\x01\x12B\n" +
+	"\x06Recall\x12\x18.engram.v1.RecallRequest\x1a\x19.engram.v1.RecallResponse\"\x03\x90\x02\x01B\xa4\x01\n" +
 	"\rcom.engram.v1B\vMemoryProtoP\x01ZAgithub.com/engram-memory/engram/clients/go/gen/engram/v1;engramv1\xa2\x02\x03EXX\xaa\x02\tEngram.V1\xca\x02\tEngram\\V1\xe2\x02\x15Engram\\V1\\GPBMetadata\xea\x02\n" +
 	"Engram::V1b\x06proto3"
 
@@ -2875,7 +3364,7 @@ func file_engram_v1_memory_proto_rawDescGZIP() []byte {
 	return file_engram_v1_memory_proto_rawDescData
 }
 
-var file_engram_v1_memory_proto_msgTypes = make([]protoimpl.MessageInfo, 40)
+var file_engram_v1_memory_proto_msgTypes = make([]protoimpl.MessageInfo, 45)
 var file_engram_v1_memory_proto_goTypes = []any{
 	(*Session)(nil),                          // 0: engram.v1.Session
 	(*Event)(nil),                            // 1: engram.v1.Event
@@ -2916,28 +3405,47 @@ var file_engram_v1_memory_proto_goTypes = []any{
 	(*CleanupResponse)(nil),                  // 36: engram.v1.CleanupResponse
 	(*DeleteUserDataRequest)(nil),            // 37: engram.v1.DeleteUserDataRequest
 	(*DeleteUserDataResponse)(nil),           // 38: engram.v1.DeleteUserDataResponse
-	nil,                                      // 39: engram.v1.BuildConversationContextRequest.SectionBudgetsEntry
-	(*structpb.Struct)(nil),                  // 40: google.protobuf.Struct
-	(*timestamppb.Timestamp)(nil),            // 41: google.protobuf.Timestamp
-	(*structpb.Value)(nil),                   // 42: google.protobuf.Value
-	(*durationpb.Duration)(nil),              // 43: google.protobuf.Duration
+	(*SearchEventsRequest)(nil),              // 39: engram.v1.SearchEventsRequest
+	(*EventHit)(nil),                         // 40: engram.v1.EventHit
+	(*SearchEventsResponse)(nil),             // 41: engram.v1.SearchEventsResponse
+	(*RecallRequest)(nil),                    // 42: engram.v1.RecallRequest
+	(*RecallResponse)(nil),                   // 43: engram.v1.RecallResponse
+	nil,                                      // 44: engram.v1.BuildConversationContextRequest.SectionBudgetsEntry
+	(*structpb.Struct)(nil),                  // 45: google.protobuf.Struct
+	(*timestamppb.Timestamp)(nil),            // 46: google.protobuf.Timestamp
+	(*structpb.Value)(nil),                   // 47: google.protobuf.Value
+	(*durationpb.Duration)(nil),              // 48: google.protobuf.Duration
+	(*Memory)(nil),                           // 49: engram.v1.Memory
+	(*ScoredMemory)(nil),                     // 50: engram.v1.ScoredMemory
+	(*WriteMemoriesRequest)(nil),             // 51: engram.v1.WriteMemoriesRequest
+	(*GetMemoryRequest)(nil),                 // 52: engram.v1.GetMemoryRequest
+	(*SearchMemoriesRequest)(nil),            // 53: engram.v1.SearchMemoriesRequest
+	(*ListMemoriesRequest)(nil),              // 54: engram.v1.ListMemoriesRequest
+	(*DeleteMemoriesRequest)(nil),            // 55: engram.v1.DeleteMemoriesRequest
+	(*WatchMemoriesRequest)(nil),             // 56: engram.v1.WatchMemoriesRequest
+	(*WriteMemoriesResponse)(nil),            // 57: engram.v1.WriteMemoriesResponse
+	(*GetMemoryResponse)(nil),                // 58: engram.v1.GetMemoryResponse
+	(*SearchMemoriesResponse)(nil),           // 59: engram.v1.SearchMemoriesResponse
+	(*ListMemoriesResponse)(nil),             // 60: engram.v1.ListMemoriesResponse
+	(*DeleteMemoriesResponse)(nil),           // 61: engram.v1.DeleteMemoriesResponse
+	(*WatchMemoriesResponse)(nil),            // 62: engram.v1.WatchMemoriesResponse
 }
 var file_engram_v1_memory_proto_depIdxs = []int32{
-	40, // 0: engram.v1.Session.metadata:type_name -> google.protobuf.Struct
-	41, // 1: engram.v1.Session.created_at:type_name -> google.protobuf.Timestamp
-	41, // 2: engram.v1.Session.updated_at:type_name -> google.protobuf.Timestamp
-	42, // 3: engram.v1.Event.content:type_name -> google.protobuf.Value
-	40, // 4: engram.v1.Event.metadata:type_name -> google.protobuf.Struct
-	41, // 5: engram.v1.Event.timestamp:type_name -> google.protobuf.Timestamp
-	40, // 6: engram.v1.CreateSessionRequest.metadata:type_name -> google.protobuf.Struct
+	45, // 0: engram.v1.Session.metadata:type_name -> google.protobuf.Struct
+	46, // 1: engram.v1.Session.created_at:type_name -> google.protobuf.Timestamp
+	46, // 2: engram.v1.Session.updated_at:type_name -> google.protobuf.Timestamp
+	47, // 3: engram.v1.Event.content:type_name -> google.protobuf.Value
+	45, // 4: engram.v1.Event.metadata:type_name -> google.protobuf.Struct
+	46, // 5: engram.v1.Event.timestamp:type_name -> google.protobuf.Timestamp
+	45, // 6: engram.v1.CreateSessionRequest.metadata:type_name -> google.protobuf.Struct
 	0,  // 7: engram.v1.CreateSessionResponse.session:type_name -> engram.v1.Session
-	40, // 8: engram.v1.GetOrCreateSessionRequest.metadata:type_name -> google.protobuf.Struct
+	45, // 8: engram.v1.GetOrCreateSessionRequest.metadata:type_name -> google.protobuf.Struct
 	0,  // 9: engram.v1.GetOrCreateSessionResponse.session:type_name -> engram.v1.Session
 	0,  // 10: engram.v1.GetSessionResponse.session:type_name -> engram.v1.Session
 	0,  // 11: engram.v1.ListSessionsResponse.sessions:type_name -> engram.v1.Session
-	42, // 12: engram.v1.EventInput.content:type_name -> google.protobuf.Value
-	40, // 13: engram.v1.EventInput.metadata:type_name -> google.protobuf.Struct
-	41, // 14: engram.v1.EventInput.timestamp:type_name -> google.protobuf.Timestamp
+	47, // 12: engram.v1.EventInput.content:type_name -> google.protobuf.Value
+	45, // 13: engram.v1.EventInput.metadata:type_name -> google.protobuf.Struct
+	46, // 14: engram.v1.EventInput.timestamp:type_name -> google.protobuf.Timestamp
 	12, // 15: engram.v1.AddEventRequest.event:type_name -> engram.v1.EventInput
 	1,  // 16: engram.v1.AddEventResponse.event:type_name -> engram.v1.Event
 	12, // 17: engram.v1.AddEventsRequest.events:type_name -> engram.v1.EventInput
@@ -2947,47 +3455,68 @@ var file_engram_v1_memory_proto_depIdxs = []int32{
 	1,  // 21: engram.v1.StreamSessionEventsResponse.event:type_name -> engram.v1.Event
 	22, // 22: engram.v1.StreamSessionEventsResponse.caught_up:type_name -> engram.v1.CaughtUp
 	23, // 23: engram.v1.StreamSessionEventsResponse.heartbeat:type_name -> engram.v1.Heartbeat
-	39, // 24: engram.v1.BuildConversationContextRequest.section_budgets:type_name -> engram.v1.BuildConversationContextRequest.SectionBudgetsEntry
+	44, // 24: engram.v1.BuildConversationContextRequest.section_budgets:type_name -> engram.v1.BuildConversationContextRequest.SectionBudgetsEntry
 	26, // 25: engram.v1.ToolCall.function:type_name -> engram.v1.ToolCallFunction
 	27, // 26: engram.v1.ChatMessage.tool_calls:type_name -> engram.v1.ToolCall
 	29, // 27: engram.v1.ChatMessage.content_parts:type_name -> engram.v1.ContentPart
 	30, // 28: engram.v1.ContentPart.image_url:type_name -> engram.v1.ImageUrl
 	28, // 29: engram.v1.BuildConversationContextResponse.messages:type_name -> engram.v1.ChatMessage
 	31, // 30: engram.v1.BuildConversationContextResponse.sections:type_name -> engram.v1.ContextSection
-	43, // 31: engram.v1.CleanupRequest.max_age:type_name -> google.protobuf.Duration
-	2,  // 32: engram.v1.MemoryService.CreateSession:input_type -> engram.v1.CreateSessionRequest
-	4,  // 33: engram.v1.MemoryService.GetOrCreateSession:input_type -> engram.v1.GetOrCreateSessionRequest
-	6,  // 34: engram.v1.MemoryService.GetSession:input_type -> engram.v1.GetSessionRequest
-	8,  // 35: engram.v1.MemoryService.ListSessions:input_type -> engram.v1.ListSessionsRequest
-	10, // 36: engram.v1.MemoryService.DeleteSession:input_type -> engram.v1.DeleteSessionRequest
-	13, // 37: engram.v1.MemoryService.AddEvent:input_type -> engram.v1.AddEventRequest
-	15, // 38: engram.v1.MemoryService.AddEvents:input_type -> engram.v1.AddEventsRequest
-	17, // 39: engram.v1.MemoryService.GetSessionEvents:input_type -> engram.v1.GetSessionEventsRequest
-	19, // 40: engram.v1.MemoryService.ListEvents:input_type -> engram.v1.ListEventsRequest
-	21, // 41: engram.v1.MemoryService.StreamSessionEvents:input_type -> engram.v1.StreamSessionEventsRequest
-	25, // 42: engram.v1.MemoryService.BuildConversationContext:input_type -> engram.v1.BuildConversationContextRequest
-	33, // 43: engram.v1.MemoryService.GetStats:input_type -> engram.v1.GetStatsRequest
-	35, // 44: engram.v1.MemoryService.Cleanup:input_type -> engram.v1.CleanupRequest
-	37, // 45: engram.v1.MemoryService.DeleteUserData:input_type -> engram.v1.DeleteUserDataRequest
-	3,  // 46: engram.v1.MemoryService.CreateSession:output_type -> engram.v1.CreateSessionResponse
-	5,  // 47: engram.v1.MemoryService.GetOrCreateSession:output_type -> engram.v1.GetOrCreateSessionResponse
-	7,  // 48: engram.v1.MemoryService.GetSession:output_type -> engram.v1.GetSessionResponse
-	9,  // 49: engram.v1.MemoryService.ListSessions:output_type -> engram.v1.ListSessionsResponse
-	11, // 50: engram.v1.MemoryService.DeleteSession:output_type -> engram.v1.DeleteSessionResponse
-	14, // 51: engram.v1.MemoryService.AddEvent:output_type -> engram.v1.AddEventResponse
-	16, // 52: engram.v1.MemoryService.AddEvents:output_type -> engram.v1.AddEventsResponse
-	18, // 53: engram.v1.MemoryService.GetSessionEvents:output_type -> engram.v1.GetSessionEventsResponse
-	20, // 54: engram.v1.MemoryService.ListEvents:output_type -> engram.v1.ListEventsResponse
-	24, // 55: engram.v1.MemoryService.StreamSessionEvents:output_type -> engram.v1.StreamSessionEventsResponse
-	32, // 56: engram.v1.MemoryService.BuildConversationContext:output_type -> engram.v1.BuildConversationContextResponse
-	34, // 57: engram.v1.MemoryService.GetStats:output_type -> engram.v1.GetStatsResponse
-	36, // 58: engram.v1.MemoryService.Cleanup:output_type -> engram.v1.CleanupResponse
-	38, // 59: engram.v1.MemoryService.DeleteUserData:output_type -> engram.v1.DeleteUserDataResponse
-	46, // [46:60] is the sub-list for method output_type
-	32, // [32:46] is the sub-list for method input_type
-	32, // [32:32] is the sub-list for extension type_name
-	32, // [32:32] is the sub-list for extension extendee
-	0,  // [0:32] is the sub-list for field type_name
+	48, // 31: engram.v1.CleanupRequest.max_age:type_name -> google.protobuf.Duration
+	1,  // 32: engram.v1.EventHit.event:type_name -> engram.v1.Event
+	40, // 33: engram.v1.SearchEventsResponse.hits:type_name -> engram.v1.EventHit
+	49, // 34: engram.v1.RecallResponse.pinned:type_name -> engram.v1.Memory
+	50, // 35: engram.v1.RecallResponse.memories:type_name -> engram.v1.ScoredMemory
+	32, // 36: engram.v1.RecallResponse.context:type_name -> engram.v1.BuildConversationContextResponse
+	2,  // 37: engram.v1.MemoryService.CreateSession:input_type -> engram.v1.CreateSessionRequest
+	4,  // 38: engram.v1.MemoryService.GetOrCreateSession:input_type -> engram.v1.GetOrCreateSessionRequest
+	6,  // 39: engram.v1.MemoryService.GetSession:input_type -> engram.v1.GetSessionRequest
+	8,  // 40: engram.v1.MemoryService.ListSessions:input_type -> engram.v1.ListSessionsRequest
+	10, // 41: engram.v1.MemoryService.DeleteSession:input_type -> engram.v1.DeleteSessionRequest
+	13, // 42: engram.v1.MemoryService.AddEvent:input_type -> engram.v1.AddEventRequest
+	15, // 43: engram.v1.MemoryService.AddEvents:input_type -> engram.v1.AddEventsRequest
+	17, // 44: engram.v1.MemoryService.GetSessionEvents:input_type -> engram.v1.GetSessionEventsRequest
+	19, // 45: engram.v1.MemoryService.ListEvents:input_type -> engram.v1.ListEventsRequest
+	21, // 46: engram.v1.MemoryService.StreamSessionEvents:input_type -> engram.v1.StreamSessionEventsRequest
+	25, // 47: engram.v1.MemoryService.BuildConversationContext:input_type -> engram.v1.BuildConversationContextRequest
+	33, // 48: engram.v1.MemoryService.GetStats:input_type -> engram.v1.GetStatsRequest
+	35, // 49: engram.v1.MemoryService.Cleanup:input_type -> engram.v1.CleanupRequest
+	37, // 50: engram.v1.MemoryService.DeleteUserData:input_type -> engram.v1.DeleteUserDataRequest
+	51, // 51: engram.v1.MemoryService.WriteMemories:input_type -> engram.v1.WriteMemoriesRequest
+	52, // 52: engram.v1.MemoryService.GetMemory:input_type -> engram.v1.GetMemoryRequest
+	53, // 53: engram.v1.MemoryService.SearchMemories:input_type -> engram.v1.SearchMemoriesRequest
+	54, // 54: engram.v1.MemoryService.ListMemories:input_type -> engram.v1.ListMemoriesRequest
+	55, // 55: engram.v1.MemoryService.DeleteMemories:input_type -> engram.v1.DeleteMemoriesRequest
+	56, // 56: engram.v1.MemoryService.WatchMemories:input_type -> engram.v1.WatchMemoriesRequest
+	39, // 57: engram.v1.MemoryService.SearchEvents:input_type -> engram.v1.SearchEventsRequest
+	42, // 58: engram.v1.MemoryService.Recall:input_type -> engram.v1.RecallRequest
+	3,  // 59: engram.v1.MemoryService.CreateSession:output_type -> engram.v1.CreateSessionResponse
+	5,  // 60: engram.v1.MemoryService.GetOrCreateSession:output_type -> engram.v1.GetOrCreateSessionResponse
+	7,  // 61: engram.v1.MemoryService.GetSession:output_type -> engram.v1.GetSessionResponse
+	9,  // 62: engram.v1.MemoryService.ListSessions:output_type -> engram.v1.ListSessionsResponse
+	11, // 63: engram.v1.MemoryService.DeleteSession:output_type -> engram.v1.DeleteSessionResponse
+	14, // 64: engram.v1.MemoryService.AddEvent:output_type -> engram.v1.AddEventResponse
+	16, // 65: engram.v1.MemoryService.AddEvents:output_type -> engram.v1.AddEventsResponse
+	18, // 66: engram.v1.MemoryService.GetSessionEvents:output_type -> engram.v1.GetSessionEventsResponse
+	20, // 67: engram.v1.MemoryService.ListEvents:output_type -> engram.v1.ListEventsResponse
+	24, // 68: engram.v1.MemoryService.StreamSessionEvents:output_type -> engram.v1.StreamSessionEventsResponse
+	32, // 69: engram.v1.MemoryService.BuildConversationContext:output_type -> engram.v1.BuildConversationContextResponse
+	34, // 70: engram.v1.MemoryService.GetStats:output_type -> engram.v1.GetStatsResponse
+	36, // 71: engram.v1.MemoryService.Cleanup:output_type -> engram.v1.CleanupResponse
+	38, // 72: engram.v1.MemoryService.DeleteUserData:output_type -> engram.v1.DeleteUserDataResponse
+	57, // 73: engram.v1.MemoryService.WriteMemories:output_type -> engram.v1.WriteMemoriesResponse
+	58, // 74: engram.v1.MemoryService.GetMemory:output_type -> engram.v1.GetMemoryResponse
+	59, // 75: engram.v1.MemoryService.SearchMemories:output_type -> engram.v1.SearchMemoriesResponse
+	60, // 76: engram.v1.MemoryService.ListMemories:output_type -> engram.v1.ListMemoriesResponse
+	61, // 77: engram.v1.MemoryService.DeleteMemories:output_type -> engram.v1.DeleteMemoriesResponse
+	62, // 78: engram.v1.MemoryService.WatchMemories:output_type -> engram.v1.WatchMemoriesResponse
+	41, // 79: engram.v1.MemoryService.SearchEvents:output_type -> engram.v1.SearchEventsResponse
+	43, // 80: engram.v1.MemoryService.Recall:output_type -> engram.v1.RecallResponse
+	59, // [59:81] is the sub-list for method output_type
+	37, // [37:59] is the sub-list for method input_type
+	37, // [37:37] is the sub-list for extension type_name
+	37, // [37:37] is the sub-list for extension extendee
+	0,  // [0:37] is the sub-list for field type_name
 }
 
 func init() { file_engram_v1_memory_proto_init() }
@@ -2995,6 +3524,7 @@ func file_engram_v1_memory_proto_init() {
 	if File_engram_v1_memory_proto != nil {
 		return
 	}
+	file_engram_v1_memories_proto_init()
 	file_engram_v1_memory_proto_msgTypes[2].OneofWrappers = []any{}
 	file_engram_v1_memory_proto_msgTypes[8].OneofWrappers = []any{}
 	file_engram_v1_memory_proto_msgTypes[13].OneofWrappers = []any{}
@@ -3009,13 +3539,15 @@ func file_engram_v1_memory_proto_init() {
 	}
 	file_engram_v1_memory_proto_msgTypes[25].OneofWrappers = []any{}
 	file_engram_v1_memory_proto_msgTypes[35].OneofWrappers = []any{}
+	file_engram_v1_memory_proto_msgTypes[39].OneofWrappers = []any{}
+	file_engram_v1_memory_proto_msgTypes[42].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_engram_v1_memory_proto_rawDesc), len(file_engram_v1_memory_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   40,
+			NumMessages:   45,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -88,6 +88,28 @@ const (
 	// MemoryServiceDeleteUserDataProcedure is the fully-qualified name of the MemoryService's
 	// DeleteUserData RPC.
 	MemoryServiceDeleteUserDataProcedure = "/engram.v1.MemoryService/DeleteUserData"
+	// MemoryServiceWriteMemoriesProcedure is the fully-qualified name of the MemoryService's
+	// WriteMemories RPC.
+	MemoryServiceWriteMemoriesProcedure = "/engram.v1.MemoryService/WriteMemories"
+	// MemoryServiceGetMemoryProcedure is the fully-qualified name of the MemoryService's GetMemory RPC.
+	MemoryServiceGetMemoryProcedure = "/engram.v1.MemoryService/GetMemory"
+	// MemoryServiceSearchMemoriesProcedure is the fully-qualified name of the MemoryService's
+	// SearchMemories RPC.
+	MemoryServiceSearchMemoriesProcedure = "/engram.v1.MemoryService/SearchMemories"
+	// MemoryServiceListMemoriesProcedure is the fully-qualified name of the MemoryService's
+	// ListMemories RPC.
+	MemoryServiceListMemoriesProcedure = "/engram.v1.MemoryService/ListMemories"
+	// MemoryServiceDeleteMemoriesProcedure is the fully-qualified name of the MemoryService's
+	// DeleteMemories RPC.
+	MemoryServiceDeleteMemoriesProcedure = "/engram.v1.MemoryService/DeleteMemories"
+	// MemoryServiceWatchMemoriesProcedure is the fully-qualified name of the MemoryService's
+	// WatchMemories RPC.
+	MemoryServiceWatchMemoriesProcedure = "/engram.v1.MemoryService/WatchMemories"
+	// MemoryServiceSearchEventsProcedure is the fully-qualified name of the MemoryService's
+	// SearchEvents RPC.
+	MemoryServiceSearchEventsProcedure = "/engram.v1.MemoryService/SearchEvents"
+	// MemoryServiceRecallProcedure is the fully-qualified name of the MemoryService's Recall RPC.
+	MemoryServiceRecallProcedure = "/engram.v1.MemoryService/Recall"
 )
 
 // MemoryServiceClient is a client for the engram.v1.MemoryService service.
@@ -133,6 +155,29 @@ type MemoryServiceClient interface {
 	// whose apps include app_name and to write keys bound to that user (and
 	// app); other keys: PERMISSION_DENIED.
 	DeleteUserData(context.Context, *connect.Request[v1.DeleteUserDataRequest]) (*connect.Response[v1.DeleteUserDataResponse], error)
+	// WriteMemories stores a batch of memories atomically, idempotent by
+	// memory_id; a memory with the supersession key of a valid one in the same
+	// scope closes that one's validity.
+	WriteMemories(context.Context, *connect.Request[v1.WriteMemoriesRequest]) (*connect.Response[v1.WriteMemoriesResponse], error)
+	// GetMemory returns one memory or NOT_FOUND.
+	GetMemory(context.Context, *connect.Request[v1.GetMemoryRequest]) (*connect.Response[v1.GetMemoryResponse], error)
+	// SearchMemories ranks the memories of a scope by relevance to a query
+	// (BM25, fused with vector similarity where embeddings exist, by
+	// reciprocal rank, with recency and importance).
+	SearchMemories(context.Context, *connect.Request[v1.SearchMemoriesRequest]) (*connect.Response[v1.SearchMemoriesResponse], error)
+	// ListMemories pages through the memories of a scope, newest first.
+	ListMemories(context.Context, *connect.Request[v1.ListMemoriesRequest]) (*connect.Response[v1.ListMemoriesResponse], error)
+	// DeleteMemories forgets memories by id or by scope.
+	DeleteMemories(context.Context, *connect.Request[v1.DeleteMemoriesRequest]) (*connect.Response[v1.DeleteMemoriesResponse], error)
+	// WatchMemories follows writes, supersessions and deletions of a scope's
+	// memories live, with periodic heartbeats.
+	WatchMemories(context.Context, *connect.Request[v1.WatchMemoriesRequest]) (*connect.ServerStreamForClient[v1.WatchMemoriesResponse], error)
+	// SearchEvents searches the events of an app's or a user's sessions by
+	// text (episodic recall), returning session, seq and a snippet.
+	SearchEvents(context.Context, *connect.Request[v1.SearchEventsRequest]) (*connect.Response[v1.SearchEventsResponse], error)
+	// Recall returns, within one token budget, the session's pinned memories,
+	// its most relevant memories and its context, with a rendered text block.
+	Recall(context.Context, *connect.Request[v1.RecallRequest]) (*connect.Response[v1.RecallResponse], error)
 }
 
 // NewMemoryServiceClient constructs a client for the engram.v1.MemoryService service. By default,
@@ -237,6 +282,60 @@ func NewMemoryServiceClient(httpClient connect.HTTPClient, baseURL string, opts 
 			connect.WithIdempotency(connect.IdempotencyIdempotent),
 			connect.WithClientOptions(opts...),
 		),
+		writeMemories: connect.NewClient[v1.WriteMemoriesRequest, v1.WriteMemoriesResponse](
+			httpClient,
+			baseURL+MemoryServiceWriteMemoriesProcedure,
+			connect.WithSchema(memoryServiceMethods.ByName("WriteMemories")),
+			connect.WithClientOptions(opts...),
+		),
+		getMemory: connect.NewClient[v1.GetMemoryRequest, v1.GetMemoryResponse](
+			httpClient,
+			baseURL+MemoryServiceGetMemoryProcedure,
+			connect.WithSchema(memoryServiceMethods.ByName("GetMemory")),
+			connect.WithIdempotency(connect.IdempotencyNoSideEffects),
+			connect.WithClientOptions(opts...),
+		),
+		searchMemories: connect.NewClient[v1.SearchMemoriesRequest, v1.SearchMemoriesResponse](
+			httpClient,
+			baseURL+MemoryServiceSearchMemoriesProcedure,
+			connect.WithSchema(memoryServiceMethods.ByName("SearchMemories")),
+			connect.WithIdempotency(connect.IdempotencyNoSideEffects),
+			connect.WithClientOptions(opts...),
+		),
+		listMemories: connect.NewClient[v1.ListMemoriesRequest, v1.ListMemoriesResponse](
+			httpClient,
+			baseURL+MemoryServiceListMemoriesProcedure,
+			connect.WithSchema(memoryServiceMethods.ByName("ListMemories")),
+			connect.WithIdempotency(connect.IdempotencyNoSideEffects),
+			connect.WithClientOptions(opts...),
+		),
+		deleteMemories: connect.NewClient[v1.DeleteMemoriesRequest, v1.DeleteMemoriesResponse](
+			httpClient,
+			baseURL+MemoryServiceDeleteMemoriesProcedure,
+			connect.WithSchema(memoryServiceMethods.ByName("DeleteMemories")),
+			connect.WithIdempotency(connect.IdempotencyIdempotent),
+			connect.WithClientOptions(opts...),
+		),
+		watchMemories: connect.NewClient[v1.WatchMemoriesRequest, v1.WatchMemoriesResponse](
+			httpClient,
+			baseURL+MemoryServiceWatchMemoriesProcedure,
+			connect.WithSchema(memoryServiceMethods.ByName("WatchMemories")),
+			connect.WithClientOptions(opts...),
+		),
+		searchEvents: connect.NewClient[v1.SearchEventsRequest, v1.SearchEventsResponse](
+			httpClient,
+			baseURL+MemoryServiceSearchEventsProcedure,
+			connect.WithSchema(memoryServiceMethods.ByName("SearchEvents")),
+			connect.WithIdempotency(connect.IdempotencyNoSideEffects),
+			connect.WithClientOptions(opts...),
+		),
+		recall: connect.NewClient[v1.RecallRequest, v1.RecallResponse](
+			httpClient,
+			baseURL+MemoryServiceRecallProcedure,
+			connect.WithSchema(memoryServiceMethods.ByName("Recall")),
+			connect.WithIdempotency(connect.IdempotencyNoSideEffects),
+			connect.WithClientOptions(opts...),
+		),
 	}
 }
 
@@ -256,6 +355,14 @@ type memoryServiceClient struct {
 	getStats                 *connect.Client[v1.GetStatsRequest, v1.GetStatsResponse]
 	cleanup                  *connect.Client[v1.CleanupRequest, v1.CleanupResponse]
 	deleteUserData           *connect.Client[v1.DeleteUserDataRequest, v1.DeleteUserDataResponse]
+	writeMemories            *connect.Client[v1.WriteMemoriesRequest, v1.WriteMemoriesResponse]
+	getMemory                *connect.Client[v1.GetMemoryRequest, v1.GetMemoryResponse]
+	searchMemories           *connect.Client[v1.SearchMemoriesRequest, v1.SearchMemoriesResponse]
+	listMemories             *connect.Client[v1.ListMemoriesRequest, v1.ListMemoriesResponse]
+	deleteMemories           *connect.Client[v1.DeleteMemoriesRequest, v1.DeleteMemoriesResponse]
+	watchMemories            *connect.Client[v1.WatchMemoriesRequest, v1.WatchMemoriesResponse]
+	searchEvents             *connect.Client[v1.SearchEventsRequest, v1.SearchEventsResponse]
+	recall                   *connect.Client[v1.RecallRequest, v1.RecallResponse]
 }
 
 // CreateSession calls engram.v1.MemoryService.CreateSession.
@@ -328,6 +435,46 @@ func (c *memoryServiceClient) DeleteUserData(ctx context.Context, req *connect.R
 	return c.deleteUserData.CallUnary(ctx, req)
 }
 
+// WriteMemories calls engram.v1.MemoryService.WriteMemories.
+func (c *memoryServiceClient) WriteMemories(ctx context.Context, req *connect.Request[v1.WriteMemoriesRequest]) (*connect.Response[v1.WriteMemoriesResponse], error) {
+	return c.writeMemories.CallUnary(ctx, req)
+}
+
+// GetMemory calls engram.v1.MemoryService.GetMemory.
+func (c *memoryServiceClient) GetMemory(ctx context.Context, req *connect.Request[v1.GetMemoryRequest]) (*connect.Response[v1.GetMemoryResponse], error) {
+	return c.getMemory.CallUnary(ctx, req)
+}
+
+// SearchMemories calls engram.v1.MemoryService.SearchMemories.
+func (c *memoryServiceClient) SearchMemories(ctx context.Context, req *connect.Request[v1.SearchMemoriesRequest]) (*connect.Response[v1.SearchMemoriesResponse], error) {
+	return c.searchMemories.CallUnary(ctx, req)
+}
+
+// ListMemories calls engram.v1.MemoryService.ListMemories.
+func (c *memoryServiceClient) ListMemories(ctx context.Context, req *connect.Request[v1.ListMemoriesRequest]) (*connect.Response[v1.ListMemoriesResponse], error) {
+	return c.listMemories.CallUnary(ctx, req)
+}
+
+// DeleteMemories calls engram.v1.MemoryService.DeleteMemories.
+func (c *memoryServiceClient) DeleteMemories(ctx context.Context, req *connect.Request[v1.DeleteMemoriesRequest]) (*connect.Response[v1.DeleteMemoriesResponse], error) {
+	return c.deleteMemories.CallUnary(ctx, req)
+}
+
+// WatchMemories calls engram.v1.MemoryService.WatchMemories.
+func (c *memoryServiceClient) WatchMemories(ctx context.Context, req *connect.Request[v1.WatchMemoriesRequest]) (*connect.ServerStreamForClient[v1.WatchMemoriesResponse], error) {
+	return c.watchMemories.CallServerStream(ctx, req)
+}
+
+// SearchEvents calls engram.v1.MemoryService.SearchEvents.
+func (c *memoryServiceClient) SearchEvents(ctx context.Context, req *connect.Request[v1.SearchEventsRequest]) (*connect.Response[v1.SearchEventsResponse], error) {
+	return c.searchEvents.CallUnary(ctx, req)
+}
+
+// Recall calls engram.v1.MemoryService.Recall.
+func (c *memoryServiceClient) Recall(ctx context.Context, req *connect.Request[v1.RecallRequest]) (*connect.Response[v1.RecallResponse], error) {
+	return c.recall.CallUnary(ctx, req)
+}
+
 // MemoryServiceHandler is an implementation of the engram.v1.MemoryService service.
 type MemoryServiceHandler interface {
 	// CreateSession creates a session; the server generates session_id when it
@@ -371,6 +518,29 @@ type MemoryServiceHandler interface {
 	// whose apps include app_name and to write keys bound to that user (and
 	// app); other keys: PERMISSION_DENIED.
 	DeleteUserData(context.Context, *connect.Request[v1.DeleteUserDataRequest]) (*connect.Response[v1.DeleteUserDataResponse], error)
+	// WriteMemories stores a batch of memories atomically, idempotent by
+	// memory_id; a memory with the supersession key of a valid one in the same
+	// scope closes that one's validity.
+	WriteMemories(context.Context, *connect.Request[v1.WriteMemoriesRequest]) (*connect.Response[v1.WriteMemoriesResponse], error)
+	// GetMemory returns one memory or NOT_FOUND.
+	GetMemory(context.Context, *connect.Request[v1.GetMemoryRequest]) (*connect.Response[v1.GetMemoryResponse], error)
+	// SearchMemories ranks the memories of a scope by relevance to a query
+	// (BM25, fused with vector similarity where embeddings exist, by
+	// reciprocal rank, with recency and importance).
+	SearchMemories(context.Context, *connect.Request[v1.SearchMemoriesRequest]) (*connect.Response[v1.SearchMemoriesResponse], error)
+	// ListMemories pages through the memories of a scope, newest first.
+	ListMemories(context.Context, *connect.Request[v1.ListMemoriesRequest]) (*connect.Response[v1.ListMemoriesResponse], error)
+	// DeleteMemories forgets memories by id or by scope.
+	DeleteMemories(context.Context, *connect.Request[v1.DeleteMemoriesRequest]) (*connect.Response[v1.DeleteMemoriesResponse], error)
+	// WatchMemories follows writes, supersessions and deletions of a scope's
+	// memories live, with periodic heartbeats.
+	WatchMemories(context.Context, *connect.Request[v1.WatchMemoriesRequest], *connect.ServerStream[v1.WatchMemoriesResponse]) error
+	// SearchEvents searches the events of an app's or a user's sessions by
+	// text (episodic recall), returning session, seq and a snippet.
+	SearchEvents(context.Context, *connect.Request[v1.SearchEventsRequest]) (*connect.Response[v1.SearchEventsResponse], error)
+	// Recall returns, within one token budget, the session's pinned memories,
+	// its most relevant memories and its context, with a rendered text block.
+	Recall(context.Context, *connect.Request[v1.RecallRequest]) (*connect.Response[v1.RecallResponse], error)
 }
 
 // NewMemoryServiceHandler builds an HTTP handler from the service implementation. It returns the
@@ -471,6 +641,60 @@ func NewMemoryServiceHandler(svc MemoryServiceHandler, opts ...connect.HandlerOp
 		connect.WithIdempotency(connect.IdempotencyIdempotent),
 		connect.WithHandlerOptions(opts...),
 	)
+	memoryServiceWriteMemoriesHandler := connect.NewUnaryHandler(
+		MemoryServiceWriteMemoriesProcedure,
+		svc.WriteMemories,
+		connect.WithSchema(memoryServiceMethods.ByName("WriteMemories")),
+		connect.WithHandlerOptions(opts...),
+	)
+	memoryServiceGetMemoryHandler := connect.NewUnaryHandler(
+		MemoryServiceGetMemoryProcedure,
+		svc.GetMemory,
+		connect.WithSchema(memoryServiceMethods.ByName("GetMemory")),
+		connect.WithIdempotency(connect.IdempotencyNoSideEffects),
+		connect.WithHandlerOptions(opts...),
+	)
+	memoryServiceSearchMemoriesHandler := connect.NewUnaryHandler(
+		MemoryServiceSearchMemoriesProcedure,
+		svc.SearchMemories,
+		connect.WithSchema(memoryServiceMethods.ByName("SearchMemories")),
+		connect.WithIdempotency(connect.IdempotencyNoSideEffects),
+		connect.WithHandlerOptions(opts...),
+	)
+	memoryServiceListMemoriesHandler := connect.NewUnaryHandler(
+		MemoryServiceListMemoriesProcedure,
+		svc.ListMemories,
+		connect.WithSchema(memoryServiceMethods.ByName("ListMemories")),
+		connect.WithIdempotency(connect.IdempotencyNoSideEffects),
+		connect.WithHandlerOptions(opts...),
+	)
+	memoryServiceDeleteMemoriesHandler := connect.NewUnaryHandler(
+		MemoryServiceDeleteMemoriesProcedure,
+		svc.DeleteMemories,
+		connect.WithSchema(memoryServiceMethods.ByName("DeleteMemories")),
+		connect.WithIdempotency(connect.IdempotencyIdempotent),
+		connect.WithHandlerOptions(opts...),
+	)
+	memoryServiceWatchMemoriesHandler := connect.NewServerStreamHandler(
+		MemoryServiceWatchMemoriesProcedure,
+		svc.WatchMemories,
+		connect.WithSchema(memoryServiceMethods.ByName("WatchMemories")),
+		connect.WithHandlerOptions(opts...),
+	)
+	memoryServiceSearchEventsHandler := connect.NewUnaryHandler(
+		MemoryServiceSearchEventsProcedure,
+		svc.SearchEvents,
+		connect.WithSchema(memoryServiceMethods.ByName("SearchEvents")),
+		connect.WithIdempotency(connect.IdempotencyNoSideEffects),
+		connect.WithHandlerOptions(opts...),
+	)
+	memoryServiceRecallHandler := connect.NewUnaryHandler(
+		MemoryServiceRecallProcedure,
+		svc.Recall,
+		connect.WithSchema(memoryServiceMethods.ByName("Recall")),
+		connect.WithIdempotency(connect.IdempotencyNoSideEffects),
+		connect.WithHandlerOptions(opts...),
+	)
 	return "/engram.v1.MemoryService/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.URL.Path {
 		case MemoryServiceCreateSessionProcedure:
@@ -501,6 +725,22 @@ func NewMemoryServiceHandler(svc MemoryServiceHandler, opts ...connect.HandlerOp
 			memoryServiceCleanupHandler.ServeHTTP(w, r)
 		case MemoryServiceDeleteUserDataProcedure:
 			memoryServiceDeleteUserDataHandler.ServeHTTP(w, r)
+		case MemoryServiceWriteMemoriesProcedure:
+			memoryServiceWriteMemoriesHandler.ServeHTTP(w, r)
+		case MemoryServiceGetMemoryProcedure:
+			memoryServiceGetMemoryHandler.ServeHTTP(w, r)
+		case MemoryServiceSearchMemoriesProcedure:
+			memoryServiceSearchMemoriesHandler.ServeHTTP(w, r)
+		case MemoryServiceListMemoriesProcedure:
+			memoryServiceListMemoriesHandler.ServeHTTP(w, r)
+		case MemoryServiceDeleteMemoriesProcedure:
+			memoryServiceDeleteMemoriesHandler.ServeHTTP(w, r)
+		case MemoryServiceWatchMemoriesProcedure:
+			memoryServiceWatchMemoriesHandler.ServeHTTP(w, r)
+		case MemoryServiceSearchEventsProcedure:
+			memoryServiceSearchEventsHandler.ServeHTTP(w, r)
+		case MemoryServiceRecallProcedure:
+			memoryServiceRecallHandler.ServeHTTP(w, r)
 		default:
 			http.NotFound(w, r)
 		}
@@ -564,4 +804,36 @@ func (UnimplementedMemoryServiceHandler) Cleanup(context.Context, *connect.Reque
 
 func (UnimplementedMemoryServiceHandler) DeleteUserData(context.Context, *connect.Request[v1.DeleteUserDataRequest]) (*connect.Response[v1.DeleteUserDataResponse], error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("engram.v1.MemoryService.DeleteUserData is not implemented"))
+}
+
+func (UnimplementedMemoryServiceHandler) WriteMemories(context.Context, *connect.Request[v1.WriteMemoriesRequest]) (*connect.Response[v1.WriteMemoriesResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("engram.v1.MemoryService.WriteMemories is not implemented"))
+}
+
+func (UnimplementedMemoryServiceHandler) GetMemory(context.Context, *connect.Request[v1.GetMemoryRequest]) (*connect.Response[v1.GetMemoryResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("engram.v1.MemoryService.GetMemory is not implemented"))
+}
+
+func (UnimplementedMemoryServiceHandler) SearchMemories(context.Context, *connect.Request[v1.SearchMemoriesRequest]) (*connect.Response[v1.SearchMemoriesResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("engram.v1.MemoryService.SearchMemories is not implemented"))
+}
+
+func (UnimplementedMemoryServiceHandler) ListMemories(context.Context, *connect.Request[v1.ListMemoriesRequest]) (*connect.Response[v1.ListMemoriesResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("engram.v1.MemoryService.ListMemories is not implemented"))
+}
+
+func (UnimplementedMemoryServiceHandler) DeleteMemories(context.Context, *connect.Request[v1.DeleteMemoriesRequest]) (*connect.Response[v1.DeleteMemoriesResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("engram.v1.MemoryService.DeleteMemories is not implemented"))
+}
+
+func (UnimplementedMemoryServiceHandler) WatchMemories(context.Context, *connect.Request[v1.WatchMemoriesRequest], *connect.ServerStream[v1.WatchMemoriesResponse]) error {
+	return connect.NewError(connect.CodeUnimplemented, errors.New("engram.v1.MemoryService.WatchMemories is not implemented"))
+}
+
+func (UnimplementedMemoryServiceHandler) SearchEvents(context.Context, *connect.Request[v1.SearchEventsRequest]) (*connect.Response[v1.SearchEventsResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("engram.v1.MemoryService.SearchEvents is not implemented"))
+}
+
+func (UnimplementedMemoryServiceHandler) Recall(context.Context, *connect.Request[v1.RecallRequest]) (*connect.Response[v1.RecallResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("engram.v1.MemoryService.Recall is not implemented"))
 }

@@ -21,6 +21,8 @@
 
 import type { GenFile, GenMessage, GenService } from "@bufbuild/protobuf/codegenv2";
 import { fileDesc, messageDesc, serviceDesc } from "@bufbuild/protobuf/codegenv2";
+import type { DeleteMemoriesRequestSchema, DeleteMemoriesResponseSchema, GetMemoryRequestSchema, GetMemoryResponseSchema, ListMemoriesRequestSchema, ListMemoriesResponseSchema, Memory, ScoredMemory, SearchMemoriesRequestSchema, SearchMemoriesResponseSchema, WatchMemoriesRequestSchema, WatchMemoriesResponseSchema, WriteMemoriesRequestSchema, WriteMemoriesResponseSchema } from "./memories_pb.js";
+import { file_engram_v1_memories } from "./memories_pb.js";
 import type { Duration, Timestamp, Value } from "@bufbuild/protobuf/wkt";
 import { file_google_protobuf_duration, file_google_protobuf_struct, file_google_protobuf_timestamp } from "@bufbuild/protobuf/wkt";
 import type { JsonObject, Message } from "@bufbuild/protobuf";
@@ -29,7 +31,7 @@ import type { JsonObject, Message } from "@bufbuild/protobuf";
  * Describes the file engram/v1/memory.proto.
  */
 export const file_engram_v1_memory: GenFile = /*@__PURE__*/
-  fileDesc("ChZlbmdyYW0vdjEvbWVtb3J5LnByb3RvEgllbmdyYW0udjEihQIKB1Nlc3Npb24SEgoKc2Vzc2lvbl9pZBgBIAEoCRIQCghhcHBfbmFtZRgCIAEoCRIPCgd1c2VyX2lkGAMgASgJEikKCG1ldGFkYXRhGAQgASgLMhcuZ29vZ2xlLnByb3RvYnVmLlN0cnVjdBIuCgpjcmVhdGVkX2F0GAUgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIuCgp1cGRhdGVkX2F0GAYgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIQCghoZWFkX3NlcRgHIAEoBBIRCglmaXJzdF9zZXEYCCABKAQSEwoLZXZlbnRfY291bnQYCSABKAQi0QEKBUV2ZW50EhAKCGV2ZW50X2lkGAEgASgJEhIKCmV2ZW50X3R5cGUYAiABKAkSJwoHY29udGVudBgDIAEoCzIWLmdvb2dsZS5wcm90b2J1Zi5WYWx1ZRIpCghtZXRhZGF0YRgEIAEoCzIXLmdvb2dsZS5wcm90b2J1Zi5TdHJ1Y3QSLQoJdGltZXN0YW1wGAUgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBILCgNzZXEYBiABKAQSEgoKc2Vzc2lvbl9pZBgHIAEoCSKMAQoUQ3JlYXRlU2Vzc2lvblJlcXVlc3QSEAoIYXBwX25hbWUYASABKAkSDwoHdXNlcl9pZBgCIAEoCRIXCgpzZXNzaW9uX2lkGAMgASgJSACIAQESKQoIbWV0YWRhdGEYBCABKAsyFy5nb29nbGUucHJvdG9idWYuU3RydWN0Qg0KC19zZXNzaW9uX2lkIjwKFUNyZWF0ZVNlc3Npb25SZXNwb25zZRIjCgdzZXNzaW9uGAEgASgLMhIuZW5ncmFtLnYxLlNlc3Npb24ifQoZR2V0T3JDcmVhdGVTZXNzaW9uUmVxdWVzdBISCgpzZXNzaW9uX2lkGAEgASgJEhAKCGFwcF9uYW1lGAIgASgJEg8KB3VzZXJfaWQYAyABKAkSKQoIbWV0YWRhdGEYBCABKAsyFy5nb29nbGUucHJvdG9idWYuU3RydWN0IlIKGkdldE9yQ3JlYXRlU2Vzc2lvblJlc3BvbnNlEiMKB3Nlc3Npb24YASABKAsyEi5lbmdyYW0udjEuU2Vzc2lvbhIPCgdjcmVhdGVkGAIgASgIIicKEUdldFNlc3Npb25SZXF1ZXN0EhIKCnNlc3Npb25faWQYASABKAkiOQoSR2V0U2Vzc2lvblJlc3BvbnNlEiMKB3Nlc3Npb24YASABKAsyEi5lbmdyYW0udjEuU2Vzc2lvbiKCAQoTTGlzdFNlc3Npb25zUmVxdWVzdBIVCghhcHBfbmFtZRgBIAEoCUgAiAEBEhQKB3VzZXJfaWQYAiABKAlIAYgBARIRCglwYWdlX3NpemUYAyABKA0SEgoKcGFnZV90b2tlbhgEIAEoCUILCglfYXBwX25hbWVCCgoIX3VzZXJfaWQiVQoUTGlzdFNlc3Npb25zUmVzcG9uc2USJAoIc2Vzc2lvbnMYASADKAsyEi5lbmdyYW0udjEuU2Vzc2lvbhIXCg9uZXh0X3BhZ2VfdG9rZW4YAiABKAkiKgoURGVsZXRlU2Vzc2lvblJlcXVlc3QSEgoKc2Vzc2lvbl9pZBgBIAEoCSIoChVEZWxldGVTZXNzaW9uUmVzcG9uc2USDwoHZGVsZXRlZBgBIAEoCCK1AQoKRXZlbnRJbnB1dBIQCghldmVudF9pZBgBIAEoCRISCgpldmVudF90eXBlGAIgASgJEicKB2NvbnRlbnQYAyABKAsyFi5nb29nbGUucHJvdG9idWYuVmFsdWUSKQoIbWV0YWRhdGEYBCABKAsyFy5nb29nbGUucHJvdG9idWYuU3RydWN0Ei0KCXRpbWVzdGFtcBgFIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXAidwoPQWRkRXZlbnRSZXF1ZXN0EhIKCnNlc3Npb25faWQYASABKAkSJAoFZXZlbnQYAiABKAsyFS5lbmdyYW0udjEuRXZlbnRJbnB1dBIZCgxleHBlY3RlZF9zZXEYAyABKARIAIgBAUIPCg1fZXhwZWN0ZWRfc2VxIjMKEEFkZEV2ZW50UmVzcG9uc2USHwoFZXZlbnQYASABKAsyEC5lbmdyYW0udjEuRXZlbnQieQoQQWRkRXZlbnRzUmVxdWVzdBISCgpzZXNzaW9uX2lkGAEgASgJEiUKBmV2ZW50cxgCIAMoCzIVLmVuZ3JhbS52MS5FdmVudElucHV0EhkKDGV4cGVjdGVkX3NlcRgDIAEoBEgAiAEBQg8KDV9leHBlY3RlZF9zZXEiNQoRQWRkRXZlbnRzUmVzcG9uc2USIAoGZXZlbnRzGAEgAygLMhAuZW5ncmFtLnYxLkV2ZW50IpkBChdHZXRTZXNzaW9uRXZlbnRzUmVxdWVzdBISCgpzZXNzaW9uX2lkGAEgASgJEhMKC2V2ZW50X3R5cGVzGAIgAygJEhYKCWFmdGVyX3NlcRgDIAEoBEgAiAEBEg0KBWxpbWl0GAQgASgNEhIKCnBhZ2VfdG9rZW4YBSABKAkSDAoEdGFpbBgGIAEoDUIMCgpfYWZ0ZXJfc2VxImcKGEdldFNlc3Npb25FdmVudHNSZXNwb25zZRIgCgZldmVudHMYASADKAsyEC5lbmdyYW0udjEuRXZlbnQSFwoPbmV4dF9wYWdlX3Rva2VuGAIgASgJEhAKCGhlYWRfc2VxGAMgASgEIkoKEUxpc3RFdmVudHNSZXF1ZXN0EhcKCnNlc3Npb25faWQYASABKAlIAIgBARINCgVsaW1pdBgCIAEoDUINCgtfc2Vzc2lvbl9pZCI2ChJMaXN0RXZlbnRzUmVzcG9uc2USIAoGZXZlbnRzGAEgAygLMhAuZW5ncmFtLnYxLkV2ZW50ImsKGlN0cmVhbVNlc3Npb25FdmVudHNSZXF1ZXN0EhIKCnNlc3Npb25faWQYASABKAkSFgoJYWZ0ZXJfc2VxGAIgASgESACIAQESEwoLZXZlbnRfdHlwZXMYAyADKAlCDAoKX2FmdGVyX3NlcSIcCghDYXVnaHRVcBIQCghoZWFkX3NlcRgBIAEoBCIdCglIZWFydGJlYXQSEAoIaGVhZF9zZXEYASABKAQingEKG1N0cmVhbVNlc3Npb25FdmVudHNSZXNwb25zZRIhCgVldmVudBgBIAEoCzIQLmVuZ3JhbS52MS5FdmVudEgAEigKCWNhdWdodF91cBgCIAEoCzITLmVuZ3JhbS52MS5DYXVnaHRVcEgAEikKCWhlYXJ0YmVhdBgDIAEoCzIULmVuZ3JhbS52MS5IZWFydGJlYXRIAEIHCgVmcmFtZSKXAwofQnVpbGRDb252ZXJzYXRpb25Db250ZXh0UmVxdWVzdBISCgpzZXNzaW9uX2lkGAEgASgJEhIKCm1heF9ldmVudHMYAiABKA0SFAoMdG9rZW5fYnVkZ2V0GAMgASgNEg0KBXF1ZXJ5GAQgASgJEhEKCXRva2VuaXplchgFIAEoCRIcCg9wcmVzZXJ2ZV9zeXN0ZW0YBiABKAhIAIgBARJXCg9zZWN0aW9uX2J1ZGdldHMYByADKAsyPi5lbmdyYW0udjEuQnVpbGRDb252ZXJzYXRpb25Db250ZXh0UmVxdWVzdC5TZWN0aW9uQnVkZ2V0c0VudHJ5EhgKEHNlY3Rpb25fcHJpb3JpdHkYCCADKAkSIAoTcmV0cmlldmFsX3RocmVzaG9sZBgJIAEoDUgBiAEBGjUKE1NlY3Rpb25CdWRnZXRzRW50cnkSCwoDa2V5GAEgASgJEg0KBXZhbHVlGAIgASgNOgI4AUISChBfcHJlc2VydmVfc3lzdGVtQhYKFF9yZXRyaWV2YWxfdGhyZXNob2xkIjMKEFRvb2xDYWxsRnVuY3Rpb24SDAoEbmFtZRgBIAEoCRIRCglhcmd1bWVudHMYAiABKAkiUwoIVG9vbENhbGwSCgoCaWQYASABKAkSDAoEdHlwZRgCIAEoCRItCghmdW5jdGlvbhgDIAEoCzIbLmVuZ3JhbS52MS5Ub29sQ2FsbEZ1bmN0aW9uIqgBCgtDaGF0TWVzc2FnZRIMCgRyb2xlGAEgASgJEg8KB2NvbnRlbnQYAiABKAkSDAoEbmFtZRgDIAEoCRInCgp0b29sX2NhbGxzGAQgAygLMhMuZW5ncmFtLnYxLlRvb2xDYWxsEhQKDHRvb2xfY2FsbF9pZBgFIAEoCRItCg1jb250ZW50X3BhcnRzGAYgAygLMhYuZW5ncmFtLnYxLkNvbnRlbnRQYXJ0IlEKC0NvbnRlbnRQYXJ0EgwKBHR5cGUYASABKAkSDAoEdGV4dBgCIAEoCRImCglpbWFnZV91cmwYAyABKAsyEy5lbmdyYW0udjEuSW1hZ2VVcmwiJwoISW1hZ2VVcmwSCwoDdXJsGAEgASgJEg4KBmRldGFpbBgCIAEoCSJ8Cg5Db250ZXh0U2VjdGlvbhIMCgRuYW1lGAEgASgJEhMKC3Rva2Vuc191c2VkGAIgASgNEhcKD2V2ZW50c19pbmNsdWRlZBgDIAEoDRIWCg5ldmVudHNfZHJvcHBlZBgEIAEoDRIWCg5yZXRyaWV2YWxfdXNlZBgFIAEoCCKTAgogQnVpbGRDb252ZXJzYXRpb25Db250ZXh0UmVzcG9uc2USDAoEdGV4dBgBIAEoCRIoCghtZXNzYWdlcxgCIAMoCzIWLmVuZ3JhbS52MS5DaGF0TWVzc2FnZRIXCg9ldmVudHNfaW5jbHVkZWQYAyABKA0SFgoOZXZlbnRzX2Ryb3BwZWQYBCABKA0SEwoLdG9rZW5zX3VzZWQYBSABKA0SFgoOcmV0cmlldmFsX3VzZWQYBiABKAgSEQoJdG9rZW5pemVyGAcgASgJEhkKEWV2ZW50c19zdW1tYXJpemVkGAggASgNEisKCHNlY3Rpb25zGAkgAygLMhkuZW5ncmFtLnYxLkNvbnRleHRTZWN0aW9uIhEKD0dldFN0YXRzUmVxdWVzdCJxChBHZXRTdGF0c1Jlc3BvbnNlEhYKDnRvdGFsX3Nlc3Npb25zGAEgASgEEhQKDHRvdGFsX2V2ZW50cxgCIAEoBBIeChZhdmdfZXZlbnRzX3Blcl9zZXNzaW9uGAMgASgBEg8KB2JhY2tlbmQYBCABKAkiggEKDkNsZWFudXBSZXF1ZXN0EioKB21heF9hZ2UYASABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24SFQoIYXBwX25hbWUYAiABKAlIAIgBARIUCgd1c2VyX2lkGAMgASgJSAGIAQFCCwoJX2FwcF9uYW1lQgoKCF91c2VyX2lkIisKD0NsZWFudXBSZXNwb25zZRIYChByZW1vdmVkX3Nlc3Npb25zGAEgASgEIjoKFURlbGV0ZVVzZXJEYXRhUmVxdWVzdBIQCghhcHBfbmFtZRgBIAEoCRIPCgd1c2VyX2lkGAIgASgJIkoKFkRlbGV0ZVVzZXJEYXRhUmVzcG9uc2USGAoQcmVtb3ZlZF9zZXNzaW9ucxgBIAEoBBIWCg5yZW1vdmVkX2V2ZW50cxgCIAEoBDLJCQoNTWVtb3J5U2VydmljZRJSCg1DcmVhdGVTZXNzaW9uEh8uZW5ncmFtLnYxLkNyZWF0ZVNlc3Npb25SZXF1ZXN0GiAuZW5ncmFtLnYxLkNyZWF0ZVNlc3Npb25SZXNwb25zZRJhChJHZXRPckNyZWF0ZVNlc3Npb24SJC5lbmdyYW0udjEuR2V0T3JDcmVhdGVTZXNzaW9uUmVxdWVzdBolLmVuZ3JhbS52MS5HZXRPckNyZWF0ZVNlc3Npb25SZXNwb25zZRJOCgpHZXRTZXNzaW9uEhwuZW5ncmFtLnYxLkdldFNlc3Npb25SZXF1ZXN0Gh0uZW5ncmFtLnYxLkdldFNlc3Npb25SZXNwb25zZSIDkAIBElQKDExpc3RTZXNzaW9ucxIeLmVuZ3JhbS52MS5MaXN0U2Vzc2lvbnNSZXF1ZXN0Gh8uZW5ncmFtLnYxLkxpc3RTZXNzaW9uc1Jlc3BvbnNlIgOQAgESUgoNRGVsZXRlU2Vzc2lvbhIfLmVuZ3JhbS52MS5EZWxldGVTZXNzaW9uUmVxdWVzdBogLmVuZ3JhbS52MS5EZWxldGVTZXNzaW9uUmVzcG9uc2USQwoIQWRkRXZlbnQSGi5lbmdyYW0udjEuQWRkRXZlbnRSZXF1ZXN0GhsuZW5ncmFtLnYxLkFkZEV2ZW50UmVzcG9uc2USRgoJQWRkRXZlbnRzEhsuZW5ncmFtLnYxLkFkZEV2ZW50c1JlcXVlc3QaHC5lbmdyYW0udjEuQWRkRXZlbnRzUmVzcG9uc2USYAoQR2V0U2Vzc2lvbkV2ZW50cxIiLmVuZ3JhbS52MS5HZXRTZXNzaW9uRXZlbnRzUmVxdWVzdBojLmVuZ3JhbS52MS5HZXRTZXNzaW9uRXZlbnRzUmVzcG9uc2UiA5ACARJOCgpMaXN0RXZlbnRzEhwuZW5ncmFtLnYxLkxpc3RFdmVudHNSZXF1ZXN0Gh0uZW5ncmFtLnYxLkxpc3RFdmVudHNSZXNwb25zZSIDkAIBEmYKE1N0cmVhbVNlc3Npb25FdmVudHMSJS5lbmdyYW0udjEuU3RyZWFtU2Vzc2lvbkV2ZW50c1JlcXVlc3QaJi5lbmdyYW0udjEuU3RyZWFtU2Vzc2lvbkV2ZW50c1Jlc3BvbnNlMAESeAoYQnVpbGRDb252ZXJzYXRpb25Db250ZXh0EiouZW5ncmFtLnYxLkJ1aWxkQ29udmVyc2F0aW9uQ29udGV4dFJlcXVlc3QaKy5lbmdyYW0udjEuQnVpbGRDb252ZXJzYXRpb25Db250ZXh0UmVzcG9uc2UiA5ACARJICghHZXRTdGF0cxIaLmVuZ3JhbS52MS5HZXRTdGF0c1JlcXVlc3QaGy5lbmdyYW0udjEuR2V0U3RhdHNSZXNwb25zZSIDkAIBEkAKB0NsZWFudXASGS5lbmdyYW0udjEuQ2xlYW51cFJlcXVlc3QaGi5lbmdyYW0udjEuQ2xlYW51cFJlc3BvbnNlEloKDkRlbGV0ZVVzZXJEYXRhEiAuZW5ncmFtLnYxLkRlbGV0ZVVzZXJEYXRhUmVxdWVzdBohLmVuZ3JhbS52MS5EZWxldGVVc2VyRGF0YVJlc3BvbnNlIgOQAgJiBnByb3RvMw", [file_google_protobuf_duration, file_google_protobuf_struct, file_google_protobuf_timestamp]);
+  fileDesc("ChZlbmdyYW0vdjEvbWVtb3J5LnByb3RvEgllbmdyYW0udjEihQIKB1Nlc3Npb24SEgoKc2Vzc2lvbl9pZBgBIAEoCRIQCghhcHBfbmFtZRgCIAEoCRIPCgd1c2VyX2lkGAMgASgJEikKCG1ldGFkYXRhGAQgASgLMhcuZ29vZ2xlLnByb3RvYnVmLlN0cnVjdBIuCgpjcmVhdGVkX2F0GAUgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIuCgp1cGRhdGVkX2F0GAYgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIQCghoZWFkX3NlcRgHIAEoBBIRCglmaXJzdF9zZXEYCCABKAQSEwoLZXZlbnRfY291bnQYCSABKAQi0QEKBUV2ZW50EhAKCGV2ZW50X2lkGAEgASgJEhIKCmV2ZW50X3R5cGUYAiABKAkSJwoHY29udGVudBgDIAEoCzIWLmdvb2dsZS5wcm90b2J1Zi5WYWx1ZRIpCghtZXRhZGF0YRgEIAEoCzIXLmdvb2dsZS5wcm90b2J1Zi5TdHJ1Y3QSLQoJdGltZXN0YW1wGAUgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBILCgNzZXEYBiABKAQSEgoKc2Vzc2lvbl9pZBgHIAEoCSKMAQoUQ3JlYXRlU2Vzc2lvblJlcXVlc3QSEAoIYXBwX25hbWUYASABKAkSDwoHdXNlcl9pZBgCIAEoCRIXCgpzZXNzaW9uX2lkGAMgASgJSACIAQESKQoIbWV0YWRhdGEYBCABKAsyFy5nb29nbGUucHJvdG9idWYuU3RydWN0Qg0KC19zZXNzaW9uX2lkIjwKFUNyZWF0ZVNlc3Npb25SZXNwb25zZRIjCgdzZXNzaW9uGAEgASgLMhIuZW5ncmFtLnYxLlNlc3Npb24ifQoZR2V0T3JDcmVhdGVTZXNzaW9uUmVxdWVzdBISCgpzZXNzaW9uX2lkGAEgASgJEhAKCGFwcF9uYW1lGAIgASgJEg8KB3VzZXJfaWQYAyABKAkSKQoIbWV0YWRhdGEYBCABKAsyFy5nb29nbGUucHJvdG9idWYuU3RydWN0IlIKGkdldE9yQ3JlYXRlU2Vzc2lvblJlc3BvbnNlEiMKB3Nlc3Npb24YASABKAsyEi5lbmdyYW0udjEuU2Vzc2lvbhIPCgdjcmVhdGVkGAIgASgIIicKEUdldFNlc3Npb25SZXF1ZXN0EhIKCnNlc3Npb25faWQYASABKAkiOQoSR2V0U2Vzc2lvblJlc3BvbnNlEiMKB3Nlc3Npb24YASABKAsyEi5lbmdyYW0udjEuU2Vzc2lvbiKCAQoTTGlzdFNlc3Npb25zUmVxdWVzdBIVCghhcHBfbmFtZRgBIAEoCUgAiAEBEhQKB3VzZXJfaWQYAiABKAlIAYgBARIRCglwYWdlX3NpemUYAyABKA0SEgoKcGFnZV90b2tlbhgEIAEoCUILCglfYXBwX25hbWVCCgoIX3VzZXJfaWQiVQoUTGlzdFNlc3Npb25zUmVzcG9uc2USJAoIc2Vzc2lvbnMYASADKAsyEi5lbmdyYW0udjEuU2Vzc2lvbhIXCg9uZXh0X3BhZ2VfdG9rZW4YAiABKAkiKgoURGVsZXRlU2Vzc2lvblJlcXVlc3QSEgoKc2Vzc2lvbl9pZBgBIAEoCSIoChVEZWxldGVTZXNzaW9uUmVzcG9uc2USDwoHZGVsZXRlZBgBIAEoCCK1AQoKRXZlbnRJbnB1dBIQCghldmVudF9pZBgBIAEoCRISCgpldmVudF90eXBlGAIgASgJEicKB2NvbnRlbnQYAyABKAsyFi5nb29nbGUucHJvdG9idWYuVmFsdWUSKQoIbWV0YWRhdGEYBCABKAsyFy5nb29nbGUucHJvdG9idWYuU3RydWN0Ei0KCXRpbWVzdGFtcBgFIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXAidwoPQWRkRXZlbnRSZXF1ZXN0EhIKCnNlc3Npb25faWQYASABKAkSJAoFZXZlbnQYAiABKAsyFS5lbmdyYW0udjEuRXZlbnRJbnB1dBIZCgxleHBlY3RlZF9zZXEYAyABKARIAIgBAUIPCg1fZXhwZWN0ZWRfc2VxIjMKEEFkZEV2ZW50UmVzcG9uc2USHwoFZXZlbnQYASABKAsyEC5lbmdyYW0udjEuRXZlbnQieQoQQWRkRXZlbnRzUmVxdWVzdBISCgpzZXNzaW9uX2lkGAEgASgJEiUKBmV2ZW50cxgCIAMoCzIVLmVuZ3JhbS52MS5FdmVudElucHV0EhkKDGV4cGVjdGVkX3NlcRgDIAEoBEgAiAEBQg8KDV9leHBlY3RlZF9zZXEiNQoRQWRkRXZlbnRzUmVzcG9uc2USIAoGZXZlbnRzGAEgAygLMhAuZW5ncmFtLnYxLkV2ZW50IpkBChdHZXRTZXNzaW9uRXZlbnRzUmVxdWVzdBISCgpzZXNzaW9uX2lkGAEgASgJEhMKC2V2ZW50X3R5cGVzGAIgAygJEhYKCWFmdGVyX3NlcRgDIAEoBEgAiAEBEg0KBWxpbWl0GAQgASgNEhIKCnBhZ2VfdG9rZW4YBSABKAkSDAoEdGFpbBgGIAEoDUIMCgpfYWZ0ZXJfc2VxImcKGEdldFNlc3Npb25FdmVudHNSZXNwb25zZRIgCgZldmVudHMYASADKAsyEC5lbmdyYW0udjEuRXZlbnQSFwoPbmV4dF9wYWdlX3Rva2VuGAIgASgJEhAKCGhlYWRfc2VxGAMgASgEIkoKEUxpc3RFdmVudHNSZXF1ZXN0EhcKCnNlc3Npb25faWQYASABKAlIAIgBARINCgVsaW1pdBgCIAEoDUINCgtfc2Vzc2lvbl9pZCI2ChJMaXN0RXZlbnRzUmVzcG9uc2USIAoGZXZlbnRzGAEgAygLMhAuZW5ncmFtLnYxLkV2ZW50ImsKGlN0cmVhbVNlc3Npb25FdmVudHNSZXF1ZXN0EhIKCnNlc3Npb25faWQYASABKAkSFgoJYWZ0ZXJfc2VxGAIgASgESACIAQESEwoLZXZlbnRfdHlwZXMYAyADKAlCDAoKX2FmdGVyX3NlcSIcCghDYXVnaHRVcBIQCghoZWFkX3NlcRgBIAEoBCIdCglIZWFydGJlYXQSEAoIaGVhZF9zZXEYASABKAQingEKG1N0cmVhbVNlc3Npb25FdmVudHNSZXNwb25zZRIhCgVldmVudBgBIAEoCzIQLmVuZ3JhbS52MS5FdmVudEgAEigKCWNhdWdodF91cBgCIAEoCzITLmVuZ3JhbS52MS5DYXVnaHRVcEgAEikKCWhlYXJ0YmVhdBgDIAEoCzIULmVuZ3JhbS52MS5IZWFydGJlYXRIAEIHCgVmcmFtZSKXAwofQnVpbGRDb252ZXJzYXRpb25Db250ZXh0UmVxdWVzdBISCgpzZXNzaW9uX2lkGAEgASgJEhIKCm1heF9ldmVudHMYAiABKA0SFAoMdG9rZW5fYnVkZ2V0GAMgASgNEg0KBXF1ZXJ5GAQgASgJEhEKCXRva2VuaXplchgFIAEoCRIcCg9wcmVzZXJ2ZV9zeXN0ZW0YBiABKAhIAIgBARJXCg9zZWN0aW9uX2J1ZGdldHMYByADKAsyPi5lbmdyYW0udjEuQnVpbGRDb252ZXJzYXRpb25Db250ZXh0UmVxdWVzdC5TZWN0aW9uQnVkZ2V0c0VudHJ5EhgKEHNlY3Rpb25fcHJpb3JpdHkYCCADKAkSIAoTcmV0cmlldmFsX3RocmVzaG9sZBgJIAEoDUgBiAEBGjUKE1NlY3Rpb25CdWRnZXRzRW50cnkSCwoDa2V5GAEgASgJEg0KBXZhbHVlGAIgASgNOgI4AUISChBfcHJlc2VydmVfc3lzdGVtQhYKFF9yZXRyaWV2YWxfdGhyZXNob2xkIjMKEFRvb2xDYWxsRnVuY3Rpb24SDAoEbmFtZRgBIAEoCRIRCglhcmd1bWVudHMYAiABKAkiUwoIVG9vbENhbGwSCgoCaWQYASABKAkSDAoEdHlwZRgCIAEoCRItCghmdW5jdGlvbhgDIAEoCzIbLmVuZ3JhbS52MS5Ub29sQ2FsbEZ1bmN0aW9uIqgBCgtDaGF0TWVzc2FnZRIMCgRyb2xlGAEgASgJEg8KB2NvbnRlbnQYAiABKAkSDAoEbmFtZRgDIAEoCRInCgp0b29sX2NhbGxzGAQgAygLMhMuZW5ncmFtLnYxLlRvb2xDYWxsEhQKDHRvb2xfY2FsbF9pZBgFIAEoCRItCg1jb250ZW50X3BhcnRzGAYgAygLMhYuZW5ncmFtLnYxLkNvbnRlbnRQYXJ0IlEKC0NvbnRlbnRQYXJ0EgwKBHR5cGUYASABKAkSDAoEdGV4dBgCIAEoCRImCglpbWFnZV91cmwYAyABKAsyEy5lbmdyYW0udjEuSW1hZ2VVcmwiJwoISW1hZ2VVcmwSCwoDdXJsGAEgASgJEg4KBmRldGFpbBgCIAEoCSJ8Cg5Db250ZXh0U2VjdGlvbhIMCgRuYW1lGAEgASgJEhMKC3Rva2Vuc191c2VkGAIgASgNEhcKD2V2ZW50c19pbmNsdWRlZBgDIAEoDRIWCg5ldmVudHNfZHJvcHBlZBgEIAEoDRIWCg5yZXRyaWV2YWxfdXNlZBgFIAEoCCKTAgogQnVpbGRDb252ZXJzYXRpb25Db250ZXh0UmVzcG9uc2USDAoEdGV4dBgBIAEoCRIoCghtZXNzYWdlcxgCIAMoCzIWLmVuZ3JhbS52MS5DaGF0TWVzc2FnZRIXCg9ldmVudHNfaW5jbHVkZWQYAyABKA0SFgoOZXZlbnRzX2Ryb3BwZWQYBCABKA0SEwoLdG9rZW5zX3VzZWQYBSABKA0SFgoOcmV0cmlldmFsX3VzZWQYBiABKAgSEQoJdG9rZW5pemVyGAcgASgJEhkKEWV2ZW50c19zdW1tYXJpemVkGAggASgNEisKCHNlY3Rpb25zGAkgAygLMhkuZW5ncmFtLnYxLkNvbnRleHRTZWN0aW9uIhEKD0dldFN0YXRzUmVxdWVzdCJxChBHZXRTdGF0c1Jlc3BvbnNlEhYKDnRvdGFsX3Nlc3Npb25zGAEgASgEEhQKDHRvdGFsX2V2ZW50cxgCIAEoBBIeChZhdmdfZXZlbnRzX3Blcl9zZXNzaW9uGAMgASgBEg8KB2JhY2tlbmQYBCABKAkiggEKDkNsZWFudXBSZXF1ZXN0EioKB21heF9hZ2UYASABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24SFQoIYXBwX25hbWUYAiABKAlIAIgBARIUCgd1c2VyX2lkGAMgASgJSAGIAQFCCwoJX2FwcF9uYW1lQgoKCF91c2VyX2lkIisKD0NsZWFudXBSZXNwb25zZRIYChByZW1vdmVkX3Nlc3Npb25zGAEgASgEIjoKFURlbGV0ZVVzZXJEYXRhUmVxdWVzdBIQCghhcHBfbmFtZRgBIAEoCRIPCgd1c2VyX2lkGAIgASgJImQKFkRlbGV0ZVVzZXJEYXRhUmVzcG9uc2USGAoQcmVtb3ZlZF9zZXNzaW9ucxgBIAEoBBIWCg5yZW1vdmVkX2V2ZW50cxgCIAEoBBIYChByZW1vdmVkX21lbW9yaWVzGAMgASgEInwKE1NlYXJjaEV2ZW50c1JlcXVlc3QSEAoIYXBwX25hbWUYASABKAkSFAoHdXNlcl9pZBgCIAEoCUgAiAEBEg0KBXF1ZXJ5GAMgASgJEg0KBXRvcF9rGAQgASgNEhMKC2V2ZW50X3R5cGVzGAUgAygJQgoKCF91c2VyX2lkImwKCEV2ZW50SGl0EhIKCnNlc3Npb25faWQYASABKAkSCwoDc2VxGAIgASgEEg8KB3NuaXBwZXQYAyABKAkSDQoFc2NvcmUYBCABKAESHwoFZXZlbnQYBSABKAsyEC5lbmdyYW0udjEuRXZlbnQiOQoUU2VhcmNoRXZlbnRzUmVzcG9uc2USIQoEaGl0cxgBIAMoCzITLmVuZ3JhbS52MS5FdmVudEhpdCKnAQoNUmVjYWxsUmVxdWVzdBISCgpzZXNzaW9uX2lkGAEgASgJEg0KBXF1ZXJ5GAIgASgJEhQKDHRva2VuX2J1ZGdldBgDIAEoDRIVCghhZ2VudF9pZBgEIAEoCUgAiAEBEhEKCXRva2VuaXplchgFIAEoCRINCgV0b3BfaxgGIAEoDRIXCg9xdWVyeV9lbWJlZGRpbmcYByADKAJCCwoJX2FnZW50X2lkIpgCCg5SZWNhbGxSZXNwb25zZRIMCgR0ZXh0GAEgASgJEiEKBnBpbm5lZBgCIAMoCzIRLmVuZ3JhbS52MS5NZW1vcnkSKQoIbWVtb3JpZXMYAyADKAsyFy5lbmdyYW0udjEuU2NvcmVkTWVtb3J5EjwKB2NvbnRleHQYBCABKAsyKy5lbmdyYW0udjEuQnVpbGRDb252ZXJzYXRpb25Db250ZXh0UmVzcG9uc2USFQoNcGlubmVkX3Rva2VucxgFIAEoDRIVCg1tZW1vcnlfdG9rZW5zGAYgASgNEhYKDmNvbnRleHRfdG9rZW5zGAcgASgNEhMKC3Rva2Vuc191c2VkGAggASgNEhEKCXRva2VuaXplchgJIAEoCTLoDgoNTWVtb3J5U2VydmljZRJSCg1DcmVhdGVTZXNzaW9uEh8uZW5ncmFtLnYxLkNyZWF0ZVNlc3Npb25SZXF1ZXN0GiAuZW5ncmFtLnYxLkNyZWF0ZVNlc3Npb25SZXNwb25zZRJhChJHZXRPckNyZWF0ZVNlc3Npb24SJC5lbmdyYW0udjEuR2V0T3JDcmVhdGVTZXNzaW9uUmVxdWVzdBolLmVuZ3JhbS52MS5HZXRPckNyZWF0ZVNlc3Npb25SZXNwb25zZRJOCgpHZXRTZXNzaW9uEhwuZW5ncmFtLnYxLkdldFNlc3Npb25SZXF1ZXN0Gh0uZW5ncmFtLnYxLkdldFNlc3Npb25SZXNwb25zZSIDkAIBElQKDExpc3RTZXNzaW9ucxIeLmVuZ3JhbS52MS5MaXN0U2Vzc2lvbnNSZXF1ZXN0Gh8uZW5ncmFtLnYxLkxpc3RTZXNzaW9uc1Jlc3BvbnNlIgOQAgESUgoNRGVsZXRlU2Vzc2lvbhIfLmVuZ3JhbS52MS5EZWxldGVTZXNzaW9uUmVxdWVzdBogLmVuZ3JhbS52MS5EZWxldGVTZXNzaW9uUmVzcG9uc2USQwoIQWRkRXZlbnQSGi5lbmdyYW0udjEuQWRkRXZlbnRSZXF1ZXN0GhsuZW5ncmFtLnYxLkFkZEV2ZW50UmVzcG9uc2USRgoJQWRkRXZlbnRzEhsuZW5ncmFtLnYxLkFkZEV2ZW50c1JlcXVlc3QaHC5lbmdyYW0udjEuQWRkRXZlbnRzUmVzcG9uc2USYAoQR2V0U2Vzc2lvbkV2ZW50cxIiLmVuZ3JhbS52MS5HZXRTZXNzaW9uRXZlbnRzUmVxdWVzdBojLmVuZ3JhbS52MS5HZXRTZXNzaW9uRXZlbnRzUmVzcG9uc2UiA5ACARJOCgpMaXN0RXZlbnRzEhwuZW5ncmFtLnYxLkxpc3RFdmVudHNSZXF1ZXN0Gh0uZW5ncmFtLnYxLkxpc3RFdmVudHNSZXNwb25zZSIDkAIBEmYKE1N0cmVhbVNlc3Npb25FdmVudHMSJS5lbmdyYW0udjEuU3RyZWFtU2Vzc2lvbkV2ZW50c1JlcXVlc3QaJi5lbmdyYW0udjEuU3RyZWFtU2Vzc2lvbkV2ZW50c1Jlc3BvbnNlMAESeAoYQnVpbGRDb252ZXJzYXRpb25Db250ZXh0EiouZW5ncmFtLnYxLkJ1aWxkQ29udmVyc2F0aW9uQ29udGV4dFJlcXVlc3QaKy5lbmdyYW0udjEuQnVpbGRDb252ZXJzYXRpb25Db250ZXh0UmVzcG9uc2UiA5ACARJICghHZXRTdGF0cxIaLmVuZ3JhbS52MS5HZXRTdGF0c1JlcXVlc3QaGy5lbmdyYW0udjEuR2V0U3RhdHNSZXNwb25zZSIDkAIBEkAKB0NsZWFudXASGS5lbmdyYW0udjEuQ2xlYW51cFJlcXVlc3QaGi5lbmdyYW0udjEuQ2xlYW51cFJlc3BvbnNlEloKDkRlbGV0ZVVzZXJEYXRhEiAuZW5ncmFtLnYxLkRlbGV0ZVVzZXJEYXRhUmVxdWVzdBohLmVuZ3JhbS52MS5EZWxldGVVc2VyRGF0YVJlc3BvbnNlIgOQAgISUgoNV3JpdGVNZW1vcmllcxIfLmVuZ3JhbS52MS5Xcml0ZU1lbW9yaWVzUmVxdWVzdBogLmVuZ3JhbS52MS5Xcml0ZU1lbW9yaWVzUmVzcG9uc2USSwoJR2V0TWVtb3J5EhsuZW5ncmFtLnYxLkdldE1lbW9yeVJlcXVlc3QaHC5lbmdyYW0udjEuR2V0TWVtb3J5UmVzcG9uc2UiA5ACARJaCg5TZWFyY2hNZW1vcmllcxIgLmVuZ3JhbS52MS5TZWFyY2hNZW1vcmllc1JlcXVlc3QaIS5lbmdyYW0udjEuU2VhcmNoTWVtb3JpZXNSZXNwb25zZSIDkAIBElQKDExpc3RNZW1vcmllcxIeLmVuZ3JhbS52MS5MaXN0TWVtb3JpZXNSZXF1ZXN0Gh8uZW5ncmFtLnYxLkxpc3RNZW1vcmllc1Jlc3BvbnNlIgOQAgESWgoORGVsZXRlTWVtb3JpZXMSIC5lbmdyYW0udjEuRGVsZXRlTWVtb3JpZXNSZXF1ZXN0GiEuZW5ncmFtLnYxLkRlbGV0ZU1lbW9yaWVzUmVzcG9uc2UiA5ACAhJUCg1XYXRjaE1lbW9yaWVzEh8uZW5ncmFtLnYxLldhdGNoTWVtb3JpZXNSZXF1ZXN0GiAuZW5ncmFtLnYxLldhdGNoTWVtb3JpZXNSZXNwb25zZTABElQKDFNlYXJjaEV2ZW50cxIeLmVuZ3JhbS52MS5TZWFyY2hFdmVudHNSZXF1ZXN0Gh8uZW5ncmFtLnYxLlNlYXJjaEV2ZW50c1Jlc3BvbnNlIgOQAgESQgoGUmVjYWxsEhguZW5ncmFtLnYxLlJlY2FsbFJlcXVlc3QaGS5lbmdyYW0udjEuUmVjYWxsUmVzcG9uc2UiA5ACAWIGcHJvdG8z", [file_engram_v1_memories, file_google_protobuf_duration, file_google_protobuf_struct, file_google_protobuf_timestamp]);
 
 /**
  * Session is one conversation of one user with one app.
@@ -1444,6 +1446,13 @@ export type DeleteUserDataResponse = Message<"engram.v1.DeleteUserDataResponse">
    * @generated from field: uint64 removed_events = 2;
    */
   removedEvents: bigint;
+
+  /**
+   * Long-term memories of the user (user_id equal to it) this call removed.
+   *
+   * @generated from field: uint64 removed_memories = 3;
+   */
+  removedMemories: bigint;
 };
 
 /**
@@ -1452,6 +1461,269 @@ export type DeleteUserDataResponse = Message<"engram.v1.DeleteUserDataResponse">
  */
 export const DeleteUserDataResponseSchema: GenMessage<DeleteUserDataResponse> = /*@__PURE__*/
   messageDesc(file_engram_v1_memory, 38);
+
+/**
+ * SearchEventsRequest searches the events of an app's (or a user's)
+ * sessions by text: episodic recall.
+ *
+ * @generated from message engram.v1.SearchEventsRequest
+ */
+export type SearchEventsRequest = Message<"engram.v1.SearchEventsRequest"> & {
+  /**
+   * Required.
+   *
+   * @generated from field: string app_name = 1;
+   */
+  appName: string;
+
+  /**
+   * Only sessions of this user, when set.
+   *
+   * @generated from field: optional string user_id = 2;
+   */
+  userId?: string | undefined;
+
+  /**
+   * Required: the text to search for; at most 4096 characters.
+   *
+   * @generated from field: string query = 3;
+   */
+  query: string;
+
+  /**
+   * Most hits, 1..100; 10 when 0.
+   *
+   * @generated from field: uint32 top_k = 4;
+   */
+  topK: number;
+
+  /**
+   * Only events of these types, when non-empty.
+   *
+   * @generated from field: repeated string event_types = 5;
+   */
+  eventTypes: string[];
+};
+
+/**
+ * Describes the message engram.v1.SearchEventsRequest.
+ * Use `create(SearchEventsRequestSchema)` to create a new message.
+ */
+export const SearchEventsRequestSchema: GenMessage<SearchEventsRequest> = /*@__PURE__*/
+  messageDesc(file_engram_v1_memory, 39);
+
+/**
+ * EventHit is one event matching a search.
+ *
+ * @generated from message engram.v1.EventHit
+ */
+export type EventHit = Message<"engram.v1.EventHit"> & {
+  /**
+   * The session holding the event.
+   *
+   * @generated from field: string session_id = 1;
+   */
+  sessionId: string;
+
+  /**
+   * The event's seq in it.
+   *
+   * @generated from field: uint64 seq = 2;
+   */
+  seq: bigint;
+
+  /**
+   * The event's text around the first match.
+   *
+   * @generated from field: string snippet = 3;
+   */
+  snippet: string;
+
+  /**
+   * Its BM25 score (higher first).
+   *
+   * @generated from field: double score = 4;
+   */
+  score: number;
+
+  /**
+   * The event itself.
+   *
+   * @generated from field: engram.v1.Event event = 5;
+   */
+  event?: Event | undefined;
+};
+
+/**
+ * Describes the message engram.v1.EventHit.
+ * Use `create(EventHitSchema)` to create a new message.
+ */
+export const EventHitSchema: GenMessage<EventHit> = /*@__PURE__*/
+  messageDesc(file_engram_v1_memory, 40);
+
+/**
+ * SearchEventsResponse is the ranked result.
+ *
+ * @generated from message engram.v1.SearchEventsResponse
+ */
+export type SearchEventsResponse = Message<"engram.v1.SearchEventsResponse"> & {
+  /**
+   * Best first.
+   *
+   * @generated from field: repeated engram.v1.EventHit hits = 1;
+   */
+  hits: EventHit[];
+};
+
+/**
+ * Describes the message engram.v1.SearchEventsResponse.
+ * Use `create(SearchEventsResponseSchema)` to create a new message.
+ */
+export const SearchEventsResponseSchema: GenMessage<SearchEventsResponse> = /*@__PURE__*/
+  messageDesc(file_engram_v1_memory, 41);
+
+/**
+ * RecallRequest asks for everything an agent should know before its next
+ * model call, within one token budget.
+ *
+ * @generated from message engram.v1.RecallRequest
+ */
+export type RecallRequest = Message<"engram.v1.RecallRequest"> & {
+  /**
+   * Required: the session; its app_name and user_id scope the memories.
+   *
+   * @generated from field: string session_id = 1;
+   */
+  sessionId: string;
+
+  /**
+   * Text to rank memories by (usually the latest user message); at most
+   * 4096 characters.
+   *
+   * @generated from field: string query = 2;
+   */
+  query: string;
+
+  /**
+   * Most tokens the whole recall may take, 1..2000000; 4000 when 0.
+   *
+   * @generated from field: uint32 token_budget = 3;
+   */
+  tokenBudget: number;
+
+  /**
+   * The calling agent: memories of other agents are left out when set.
+   *
+   * @generated from field: optional string agent_id = 4;
+   */
+  agentId?: string | undefined;
+
+  /**
+   * o200k_base (default), cl100k_base or chars4, as BuildConversationContext.
+   *
+   * @generated from field: string tokenizer = 5;
+   */
+  tokenizer: string;
+
+  /**
+   * Most relevant memories considered, 1..100; 10 when 0.
+   *
+   * @generated from field: uint32 top_k = 6;
+   */
+  topK: number;
+
+  /**
+   * Embedding of the query, for vector similarity. Optional.
+   *
+   * @generated from field: repeated float query_embedding = 7;
+   */
+  queryEmbedding: number[];
+};
+
+/**
+ * Describes the message engram.v1.RecallRequest.
+ * Use `create(RecallRequestSchema)` to create a new message.
+ */
+export const RecallRequestSchema: GenMessage<RecallRequest> = /*@__PURE__*/
+  messageDesc(file_engram_v1_memory, 42);
+
+/**
+ * RecallResponse holds the recalled parts and their rendering.
+ *
+ * @generated from message engram.v1.RecallResponse
+ */
+export type RecallResponse = Message<"engram.v1.RecallResponse"> & {
+  /**
+   * Every part rendered as one text block, ready for a system prompt.
+   *
+   * @generated from field: string text = 1;
+   */
+  text: string;
+
+  /**
+   * Pinned memories that fit, most important first.
+   *
+   * @generated from field: repeated engram.v1.Memory pinned = 2;
+   */
+  pinned: Memory[];
+
+  /**
+   * Relevant memories that fit, best first.
+   *
+   * @generated from field: repeated engram.v1.ScoredMemory memories = 3;
+   */
+  memories: ScoredMemory[];
+
+  /**
+   * The session's context as BuildConversationContext builds it, within
+   * what the memories left of the budget.
+   *
+   * @generated from field: engram.v1.BuildConversationContextResponse context = 4;
+   */
+  context?: BuildConversationContextResponse | undefined;
+
+  /**
+   * Tokens the pinned memories take.
+   *
+   * @generated from field: uint32 pinned_tokens = 5;
+   */
+  pinnedTokens: number;
+
+  /**
+   * Tokens the relevant memories take.
+   *
+   * @generated from field: uint32 memory_tokens = 6;
+   */
+  memoryTokens: number;
+
+  /**
+   * Tokens the session's context takes.
+   *
+   * @generated from field: uint32 context_tokens = 7;
+   */
+  contextTokens: number;
+
+  /**
+   * Tokens of `text` in all (at most token_budget).
+   *
+   * @generated from field: uint32 tokens_used = 8;
+   */
+  tokensUsed: number;
+
+  /**
+   * The tokenizer that counted.
+   *
+   * @generated from field: string tokenizer = 9;
+   */
+  tokenizer: string;
+};
+
+/**
+ * Describes the message engram.v1.RecallResponse.
+ * Use `create(RecallResponseSchema)` to create a new message.
+ */
+export const RecallResponseSchema: GenMessage<RecallResponse> = /*@__PURE__*/
+  messageDesc(file_engram_v1_memory, 43);
 
 /**
  * MemoryService stores and serves agents' session event logs.
@@ -1611,6 +1883,93 @@ export const MemoryService: GenService<{
     methodKind: "unary";
     input: typeof DeleteUserDataRequestSchema;
     output: typeof DeleteUserDataResponseSchema;
+  },
+  /**
+   * WriteMemories stores a batch of memories atomically, idempotent by
+   * memory_id; a memory with the supersession key of a valid one in the same
+   * scope closes that one's validity.
+   *
+   * @generated from rpc engram.v1.MemoryService.WriteMemories
+   */
+  writeMemories: {
+    methodKind: "unary";
+    input: typeof WriteMemoriesRequestSchema;
+    output: typeof WriteMemoriesResponseSchema;
+  },
+  /**
+   * GetMemory returns one memory or NOT_FOUND.
+   *
+   * @generated from rpc engram.v1.MemoryService.GetMemory
+   */
+  getMemory: {
+    methodKind: "unary";
+    input: typeof GetMemoryRequestSchema;
+    output: typeof GetMemoryResponseSchema;
+  },
+  /**
+   * SearchMemories ranks the memories of a scope by relevance to a query
+   * (BM25, fused with vector similarity where embeddings exist, by
+   * reciprocal rank, with recency and importance).
+   *
+   * @generated from rpc engram.v1.MemoryService.SearchMemories
+   */
+  searchMemories: {
+    methodKind: "unary";
+    input: typeof SearchMemoriesRequestSchema;
+    output: typeof SearchMemoriesResponseSchema;
+  },
+  /**
+   * ListMemories pages through the memories of a scope, newest first.
+   *
+   * @generated from rpc engram.v1.MemoryService.ListMemories
+   */
+  listMemories: {
+    methodKind: "unary";
+    input: typeof ListMemoriesRequestSchema;
+    output: typeof ListMemoriesResponseSchema;
+  },
+  /**
+   * DeleteMemories forgets memories by id or by scope.
+   *
+   * @generated from rpc engram.v1.MemoryService.DeleteMemories
+   */
+  deleteMemories: {
+    methodKind: "unary";
+    input: typeof DeleteMemoriesRequestSchema;
+    output: typeof DeleteMemoriesResponseSchema;
+  },
+  /**
+   * WatchMemories follows writes, supersessions and deletions of a scope's
+   * memories live, with periodic heartbeats.
+   *
+   * @generated from rpc engram.v1.MemoryService.WatchMemories
+   */
+  watchMemories: {
+    methodKind: "server_streaming";
+    input: typeof WatchMemoriesRequestSchema;
+    output: typeof WatchMemoriesResponseSchema;
+  },
+  /**
+   * SearchEvents searches the events of an app's or a user's sessions by
+   * text (episodic recall), returning session, seq and a snippet.
+   *
+   * @generated from rpc engram.v1.MemoryService.SearchEvents
+   */
+  searchEvents: {
+    methodKind: "unary";
+    input: typeof SearchEventsRequestSchema;
+    output: typeof SearchEventsResponseSchema;
+  },
+  /**
+   * Recall returns, within one token budget, the session's pinned memories,
+   * its most relevant memories and its context, with a rendered text block.
+   *
+   * @generated from rpc engram.v1.MemoryService.Recall
+   */
+  recall: {
+    methodKind: "unary";
+    input: typeof RecallRequestSchema;
+    output: typeof RecallResponseSchema;
   },
 }> = /*@__PURE__*/
   serviceDesc(file_engram_v1_memory, 0);

@@ -20,6 +20,7 @@ Identifier rules (violations answer INVALID_ARGUMENT naming the field):
 """
 
 from collections import abc as _abc
+from engram_memory._gen.engram.v1 import memories_pb2 as _memories_pb2
 from google.protobuf import descriptor as _descriptor
 from google.protobuf import duration_pb2 as _duration_pb2
 from google.protobuf import message as _message
@@ -1361,20 +1362,248 @@ class DeleteUserDataResponse(_message.Message):
 
     REMOVED_SESSIONS_FIELD_NUMBER: _builtins.int
     REMOVED_EVENTS_FIELD_NUMBER: _builtins.int
+    REMOVED_MEMORIES_FIELD_NUMBER: _builtins.int
     removed_sessions: _builtins.int
     """Sessions this call removed (0 when a previous call removed them all)."""
     removed_events: _builtins.int
     """Events those sessions held."""
+    removed_memories: _builtins.int
+    """Long-term memories of the user (user_id equal to it) this call removed."""
     def __init__(
         self,
         *,
         removed_sessions: _builtins.int = ...,
         removed_events: _builtins.int = ...,
+        removed_memories: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["removed_events", b"removed_events", "removed_sessions", b"removed_sessions"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["removed_events", b"removed_events", "removed_memories", b"removed_memories", "removed_sessions", b"removed_sessions"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___DeleteUserDataResponse: _TypeAlias = DeleteUserDataResponse  # noqa: Y015
+
+@_typing.final
+class SearchEventsRequest(_message.Message):
+    """SearchEventsRequest searches the events of an app's (or a user's)
+    sessions by text: episodic recall.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    APP_NAME_FIELD_NUMBER: _builtins.int
+    USER_ID_FIELD_NUMBER: _builtins.int
+    QUERY_FIELD_NUMBER: _builtins.int
+    TOP_K_FIELD_NUMBER: _builtins.int
+    EVENT_TYPES_FIELD_NUMBER: _builtins.int
+    app_name: _builtins.str
+    """Required."""
+    user_id: _builtins.str
+    """Only sessions of this user, when set."""
+    query: _builtins.str
+    """Required: the text to search for; at most 4096 characters."""
+    top_k: _builtins.int
+    """Most hits, 1..100; 10 when 0."""
+    @_builtins.property
+    def event_types(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """Only events of these types, when non-empty."""
+
+    def __init__(
+        self,
+        *,
+        app_name: _builtins.str = ...,
+        user_id: _builtins.str | None = ...,
+        query: _builtins.str = ...,
+        top_k: _builtins.int = ...,
+        event_types: _abc.Iterable[_builtins.str] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_user_id", b"_user_id", "user_id", b"user_id"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_user_id", b"_user_id", "app_name", b"app_name", "event_types", b"event_types", "query", b"query", "top_k", b"top_k", "user_id", b"user_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    _WhichOneofReturnType__user_id: _TypeAlias = _typing.Literal["user_id"]  # noqa: Y015
+    _WhichOneofArgType__user_id: _TypeAlias = _typing.Literal["_user_id", b"_user_id"]  # noqa: Y015
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__user_id) -> _WhichOneofReturnType__user_id | None: ...
+
+Global___SearchEventsRequest: _TypeAlias = SearchEventsRequest  # noqa: Y015
+
+@_typing.final
+class EventHit(_message.Message):
+    """EventHit is one event matching a search."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    SESSION_ID_FIELD_NUMBER: _builtins.int
+    SEQ_FIELD_NUMBER: _builtins.int
+    SNIPPET_FIELD_NUMBER: _builtins.int
+    SCORE_FIELD_NUMBER: _builtins.int
+    EVENT_FIELD_NUMBER: _builtins.int
+    session_id: _builtins.str
+    """The session holding the event."""
+    seq: _builtins.int
+    """The event's seq in it."""
+    snippet: _builtins.str
+    """The event's text around the first match."""
+    score: _builtins.float
+    """Its BM25 score (higher first)."""
+    @_builtins.property
+    def event(self) -> Global___Event:
+        """The event itself."""
+
+    def __init__(
+        self,
+        *,
+        session_id: _builtins.str = ...,
+        seq: _builtins.int = ...,
+        snippet: _builtins.str = ...,
+        score: _builtins.float = ...,
+        event: Global___Event | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["event", b"event"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["event", b"event", "score", b"score", "seq", b"seq", "session_id", b"session_id", "snippet", b"snippet"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___EventHit: _TypeAlias = EventHit  # noqa: Y015
+
+@_typing.final
+class SearchEventsResponse(_message.Message):
+    """SearchEventsResponse is the ranked result."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    HITS_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def hits(self) -> _containers.RepeatedCompositeFieldContainer[Global___EventHit]:
+        """Best first."""
+
+    def __init__(
+        self,
+        *,
+        hits: _abc.Iterable[Global___EventHit] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["hits", b"hits"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___SearchEventsResponse: _TypeAlias = SearchEventsResponse  # noqa: Y015
+
+@_typing.final
+class RecallRequest(_message.Message):
+    """RecallRequest asks for everything an agent should know before its next
+    model call, within one token budget.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    SESSION_ID_FIELD_NUMBER: _builtins.int
+    QUERY_FIELD_NUMBER: _builtins.int
+    TOKEN_BUDGET_FIELD_NUMBER: _builtins.int
+    AGENT_ID_FIELD_NUMBER: _builtins.int
+    TOKENIZER_FIELD_NUMBER: _builtins.int
+    TOP_K_FIELD_NUMBER: _builtins.int
+    QUERY_EMBEDDING_FIELD_NUMBER: _builtins.int
+    session_id: _builtins.str
+    """Required: the session; its app_name and user_id scope the memories."""
+    query: _builtins.str
+    """Text to rank memories by (usually the latest user message); at most
+    4096 characters.
+    """
+    token_budget: _builtins.int
+    """Most tokens the whole recall may take, 1..2000000; 4000 when 0."""
+    agent_id: _builtins.str
+    """The calling agent: memories of other agents are left out when set."""
+    tokenizer: _builtins.str
+    """o200k_base (default), cl100k_base or chars4, as BuildConversationContext."""
+    top_k: _builtins.int
+    """Most relevant memories considered, 1..100; 10 when 0."""
+    @_builtins.property
+    def query_embedding(self) -> _containers.RepeatedScalarFieldContainer[_builtins.float]:
+        """Embedding of the query, for vector similarity. Optional."""
+
+    def __init__(
+        self,
+        *,
+        session_id: _builtins.str = ...,
+        query: _builtins.str = ...,
+        token_budget: _builtins.int = ...,
+        agent_id: _builtins.str | None = ...,
+        tokenizer: _builtins.str = ...,
+        top_k: _builtins.int = ...,
+        query_embedding: _abc.Iterable[_builtins.float] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_agent_id", b"_agent_id", "agent_id", b"agent_id"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_agent_id", b"_agent_id", "agent_id", b"agent_id", "query", b"query", "query_embedding", b"query_embedding", "session_id", b"session_id", "token_budget", b"token_budget", "tokenizer", b"tokenizer", "top_k", b"top_k"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    _WhichOneofReturnType__agent_id: _TypeAlias = _typing.Literal["agent_id"]  # noqa: Y015
+    _WhichOneofArgType__agent_id: _TypeAlias = _typing.Literal["_agent_id", b"_agent_id"]  # noqa: Y015
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__agent_id) -> _WhichOneofReturnType__agent_id | None: ...
+
+Global___RecallRequest: _TypeAlias = RecallRequest  # noqa: Y015
+
+@_typing.final
+class RecallResponse(_message.Message):
+    """RecallResponse holds the recalled parts and their rendering."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    TEXT_FIELD_NUMBER: _builtins.int
+    PINNED_FIELD_NUMBER: _builtins.int
+    MEMORIES_FIELD_NUMBER: _builtins.int
+    CONTEXT_FIELD_NUMBER: _builtins.int
+    PINNED_TOKENS_FIELD_NUMBER: _builtins.int
+    MEMORY_TOKENS_FIELD_NUMBER: _builtins.int
+    CONTEXT_TOKENS_FIELD_NUMBER: _builtins.int
+    TOKENS_USED_FIELD_NUMBER: _builtins.int
+    TOKENIZER_FIELD_NUMBER: _builtins.int
+    text: _builtins.str
+    """Every part rendered as one text block, ready for a system prompt."""
+    pinned_tokens: _builtins.int
+    """Tokens the pinned memories take."""
+    memory_tokens: _builtins.int
+    """Tokens the relevant memories take."""
+    context_tokens: _builtins.int
+    """Tokens the session's context takes."""
+    tokens_used: _builtins.int
+    """Tokens of `text` in all (at most token_budget)."""
+    tokenizer: _builtins.str
+    """The tokenizer that counted."""
+    @_builtins.property
+    def pinned(self) -> _containers.RepeatedCompositeFieldContainer[_memories_pb2.Memory]:
+        """Pinned memories that fit, most important first."""
+
+    @_builtins.property
+    def memories(self) -> _containers.RepeatedCompositeFieldContainer[_memories_pb2.ScoredMemory]:
+        """Relevant memories that fit, best first."""
+
+    @_builtins.property
+    def context(self) -> Global___BuildConversationContextResponse:
+        """The session's context as BuildConversationContext builds it, within
+        what the memories left of the budget.
+        """
+
+    def __init__(
+        self,
+        *,
+        text: _builtins.str = ...,
+        pinned: _abc.Iterable[_memories_pb2.Memory] | None = ...,
+        memories: _abc.Iterable[_memories_pb2.ScoredMemory] | None = ...,
+        context: Global___BuildConversationContextResponse | None = ...,
+        pinned_tokens: _builtins.int = ...,
+        memory_tokens: _builtins.int = ...,
+        context_tokens: _builtins.int = ...,
+        tokens_used: _builtins.int = ...,
+        tokenizer: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["context", b"context"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["context", b"context", "context_tokens", b"context_tokens", "memories", b"memories", "memory_tokens", b"memory_tokens", "pinned", b"pinned", "pinned_tokens", b"pinned_tokens", "text", b"text", "tokenizer", b"tokenizer", "tokens_used", b"tokens_used"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___RecallResponse: _TypeAlias = RecallResponse  # noqa: Y015

@@ -3,6 +3,7 @@
 import grpc
 import warnings
 
+from engram_memory._gen.engram.v1 import memories_pb2 as engram_dot_v1_dot_memories__pb2
 from engram_memory._gen.engram.v1 import memory_pb2 as engram_dot_v1_dot_memory__pb2
 
 GRPC_GENERATED_VERSION = '1.85.1'
@@ -104,6 +105,46 @@ class MemoryServiceStub:
                 '/engram.v1.MemoryService/DeleteUserData',
                 request_serializer=engram_dot_v1_dot_memory__pb2.DeleteUserDataRequest.SerializeToString,
                 response_deserializer=engram_dot_v1_dot_memory__pb2.DeleteUserDataResponse.FromString,
+                _registered_method=True)
+        self.WriteMemories = channel.unary_unary(
+                '/engram.v1.MemoryService/WriteMemories',
+                request_serializer=engram_dot_v1_dot_memories__pb2.WriteMemoriesRequest.SerializeToString,
+                response_deserializer=engram_dot_v1_dot_memories__pb2.WriteMemoriesResponse.FromString,
+                _registered_method=True)
+        self.GetMemory = channel.unary_unary(
+                '/engram.v1.MemoryService/GetMemory',
+                request_serializer=engram_dot_v1_dot_memories__pb2.GetMemoryRequest.SerializeToString,
+                response_deserializer=engram_dot_v1_dot_memories__pb2.GetMemoryResponse.FromString,
+                _registered_method=True)
+        self.SearchMemories = channel.unary_unary(
+                '/engram.v1.MemoryService/SearchMemories',
+                request_serializer=engram_dot_v1_dot_memories__pb2.SearchMemoriesRequest.SerializeToString,
+                response_deserializer=engram_dot_v1_dot_memories__pb2.SearchMemoriesResponse.FromString,
+                _registered_method=True)
+        self.ListMemories = channel.unary_unary(
+                '/engram.v1.MemoryService/ListMemories',
+                request_serializer=engram_dot_v1_dot_memories__pb2.ListMemoriesRequest.SerializeToString,
+                response_deserializer=engram_dot_v1_dot_memories__pb2.ListMemoriesResponse.FromString,
+                _registered_method=True)
+        self.DeleteMemories = channel.unary_unary(
+                '/engram.v1.MemoryService/DeleteMemories',
+                request_serializer=engram_dot_v1_dot_memories__pb2.DeleteMemoriesRequest.SerializeToString,
+                response_deserializer=engram_dot_v1_dot_memories__pb2.DeleteMemoriesResponse.FromString,
+                _registered_method=True)
+        self.WatchMemories = channel.unary_stream(
+                '/engram.v1.MemoryService/WatchMemories',
+                request_serializer=engram_dot_v1_dot_memories__pb2.WatchMemoriesRequest.SerializeToString,
+                response_deserializer=engram_dot_v1_dot_memories__pb2.WatchMemoriesResponse.FromString,
+                _registered_method=True)
+        self.SearchEvents = channel.unary_unary(
+                '/engram.v1.MemoryService/SearchEvents',
+                request_serializer=engram_dot_v1_dot_memory__pb2.SearchEventsRequest.SerializeToString,
+                response_deserializer=engram_dot_v1_dot_memory__pb2.SearchEventsResponse.FromString,
+                _registered_method=True)
+        self.Recall = channel.unary_unary(
+                '/engram.v1.MemoryService/Recall',
+                request_serializer=engram_dot_v1_dot_memory__pb2.RecallRequest.SerializeToString,
+                response_deserializer=engram_dot_v1_dot_memory__pb2.RecallResponse.FromString,
                 _registered_method=True)
 
 
@@ -222,6 +263,74 @@ class MemoryServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def WriteMemories(self, request, context):
+        """Long-term memory (memories.proto). Scoped API keys apply as for
+        sessions: a key bound to a user reads that user's memories and the
+        app-wide ones, writes and forgets only its user's, and is told NOT_FOUND
+        for any other user's memory.
+
+        WriteMemories stores a batch of memories atomically, idempotent by
+        memory_id; a memory with the supersession key of a valid one in the same
+        scope closes that one's validity.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def GetMemory(self, request, context):
+        """GetMemory returns one memory or NOT_FOUND.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def SearchMemories(self, request, context):
+        """SearchMemories ranks the memories of a scope by relevance to a query
+        (BM25, fused with vector similarity where embeddings exist, by
+        reciprocal rank, with recency and importance).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ListMemories(self, request, context):
+        """ListMemories pages through the memories of a scope, newest first.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def DeleteMemories(self, request, context):
+        """DeleteMemories forgets memories by id or by scope.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def WatchMemories(self, request, context):
+        """WatchMemories follows writes, supersessions and deletions of a scope's
+        memories live, with periodic heartbeats.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def SearchEvents(self, request, context):
+        """SearchEvents searches the events of an app's or a user's sessions by
+        text (episodic recall), returning session, seq and a snippet.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def Recall(self, request, context):
+        """Recall returns, within one token budget, the session's pinned memories,
+        its most relevant memories and its context, with a rendered text block.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_MemoryServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -294,6 +403,46 @@ def add_MemoryServiceServicer_to_server(servicer, server):
                     servicer.DeleteUserData,
                     request_deserializer=engram_dot_v1_dot_memory__pb2.DeleteUserDataRequest.FromString,
                     response_serializer=engram_dot_v1_dot_memory__pb2.DeleteUserDataResponse.SerializeToString,
+            ),
+            'WriteMemories': grpc.unary_unary_rpc_method_handler(
+                    servicer.WriteMemories,
+                    request_deserializer=engram_dot_v1_dot_memories__pb2.WriteMemoriesRequest.FromString,
+                    response_serializer=engram_dot_v1_dot_memories__pb2.WriteMemoriesResponse.SerializeToString,
+            ),
+            'GetMemory': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetMemory,
+                    request_deserializer=engram_dot_v1_dot_memories__pb2.GetMemoryRequest.FromString,
+                    response_serializer=engram_dot_v1_dot_memories__pb2.GetMemoryResponse.SerializeToString,
+            ),
+            'SearchMemories': grpc.unary_unary_rpc_method_handler(
+                    servicer.SearchMemories,
+                    request_deserializer=engram_dot_v1_dot_memories__pb2.SearchMemoriesRequest.FromString,
+                    response_serializer=engram_dot_v1_dot_memories__pb2.SearchMemoriesResponse.SerializeToString,
+            ),
+            'ListMemories': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListMemories,
+                    request_deserializer=engram_dot_v1_dot_memories__pb2.ListMemoriesRequest.FromString,
+                    response_serializer=engram_dot_v1_dot_memories__pb2.ListMemoriesResponse.SerializeToString,
+            ),
+            'DeleteMemories': grpc.unary_unary_rpc_method_handler(
+                    servicer.DeleteMemories,
+                    request_deserializer=engram_dot_v1_dot_memories__pb2.DeleteMemoriesRequest.FromString,
+                    response_serializer=engram_dot_v1_dot_memories__pb2.DeleteMemoriesResponse.SerializeToString,
+            ),
+            'WatchMemories': grpc.unary_stream_rpc_method_handler(
+                    servicer.WatchMemories,
+                    request_deserializer=engram_dot_v1_dot_memories__pb2.WatchMemoriesRequest.FromString,
+                    response_serializer=engram_dot_v1_dot_memories__pb2.WatchMemoriesResponse.SerializeToString,
+            ),
+            'SearchEvents': grpc.unary_unary_rpc_method_handler(
+                    servicer.SearchEvents,
+                    request_deserializer=engram_dot_v1_dot_memory__pb2.SearchEventsRequest.FromString,
+                    response_serializer=engram_dot_v1_dot_memory__pb2.SearchEventsResponse.SerializeToString,
+            ),
+            'Recall': grpc.unary_unary_rpc_method_handler(
+                    servicer.Recall,
+                    request_deserializer=engram_dot_v1_dot_memory__pb2.RecallRequest.FromString,
+                    response_serializer=engram_dot_v1_dot_memory__pb2.RecallResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -675,6 +824,222 @@ class MemoryService:
             '/engram.v1.MemoryService/DeleteUserData',
             engram_dot_v1_dot_memory__pb2.DeleteUserDataRequest.SerializeToString,
             engram_dot_v1_dot_memory__pb2.DeleteUserDataResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def WriteMemories(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/engram.v1.MemoryService/WriteMemories',
+            engram_dot_v1_dot_memories__pb2.WriteMemoriesRequest.SerializeToString,
+            engram_dot_v1_dot_memories__pb2.WriteMemoriesResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetMemory(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/engram.v1.MemoryService/GetMemory',
+            engram_dot_v1_dot_memories__pb2.GetMemoryRequest.SerializeToString,
+            engram_dot_v1_dot_memories__pb2.GetMemoryResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def SearchMemories(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/engram.v1.MemoryService/SearchMemories',
+            engram_dot_v1_dot_memories__pb2.SearchMemoriesRequest.SerializeToString,
+            engram_dot_v1_dot_memories__pb2.SearchMemoriesResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListMemories(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/engram.v1.MemoryService/ListMemories',
+            engram_dot_v1_dot_memories__pb2.ListMemoriesRequest.SerializeToString,
+            engram_dot_v1_dot_memories__pb2.ListMemoriesResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def DeleteMemories(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/engram.v1.MemoryService/DeleteMemories',
+            engram_dot_v1_dot_memories__pb2.DeleteMemoriesRequest.SerializeToString,
+            engram_dot_v1_dot_memories__pb2.DeleteMemoriesResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def WatchMemories(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_stream(
+            request,
+            target,
+            '/engram.v1.MemoryService/WatchMemories',
+            engram_dot_v1_dot_memories__pb2.WatchMemoriesRequest.SerializeToString,
+            engram_dot_v1_dot_memories__pb2.WatchMemoriesResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def SearchEvents(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/engram.v1.MemoryService/SearchEvents',
+            engram_dot_v1_dot_memory__pb2.SearchEventsRequest.SerializeToString,
+            engram_dot_v1_dot_memory__pb2.SearchEventsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Recall(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/engram.v1.MemoryService/Recall',
+            engram_dot_v1_dot_memory__pb2.RecallRequest.SerializeToString,
+            engram_dot_v1_dot_memory__pb2.RecallResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -20,6 +20,7 @@ Identifier rules (violations answer INVALID_ARGUMENT naming the field):
 """
 
 from collections import abc as _abc
+from engram_memory._gen.engram.v1 import memories_pb2 as _memories_pb2
 from engram_memory._gen.engram.v1 import memory_pb2 as _memory_pb2
 from grpc import aio as _aio
 import abc as _abc_1
@@ -98,6 +99,39 @@ class MemoryServiceStub:
     whose apps include app_name and to write keys bound to that user (and
     app); other keys: PERMISSION_DENIED.
     """
+    WriteMemories: _grpc.UnaryUnaryMultiCallable[_memories_pb2.WriteMemoriesRequest, _memories_pb2.WriteMemoriesResponse]
+    """Long-term memory (memories.proto). Scoped API keys apply as for
+    sessions: a key bound to a user reads that user's memories and the
+    app-wide ones, writes and forgets only its user's, and is told NOT_FOUND
+    for any other user's memory.
+
+    WriteMemories stores a batch of memories atomically, idempotent by
+    memory_id; a memory with the supersession key of a valid one in the same
+    scope closes that one's validity.
+    """
+    GetMemory: _grpc.UnaryUnaryMultiCallable[_memories_pb2.GetMemoryRequest, _memories_pb2.GetMemoryResponse]
+    """GetMemory returns one memory or NOT_FOUND."""
+    SearchMemories: _grpc.UnaryUnaryMultiCallable[_memories_pb2.SearchMemoriesRequest, _memories_pb2.SearchMemoriesResponse]
+    """SearchMemories ranks the memories of a scope by relevance to a query
+    (BM25, fused with vector similarity where embeddings exist, by
+    reciprocal rank, with recency and importance).
+    """
+    ListMemories: _grpc.UnaryUnaryMultiCallable[_memories_pb2.ListMemoriesRequest, _memories_pb2.ListMemoriesResponse]
+    """ListMemories pages through the memories of a scope, newest first."""
+    DeleteMemories: _grpc.UnaryUnaryMultiCallable[_memories_pb2.DeleteMemoriesRequest, _memories_pb2.DeleteMemoriesResponse]
+    """DeleteMemories forgets memories by id or by scope."""
+    WatchMemories: _grpc.UnaryStreamMultiCallable[_memories_pb2.WatchMemoriesRequest, _memories_pb2.WatchMemoriesResponse]
+    """WatchMemories follows writes, supersessions and deletions of a scope's
+    memories live, with periodic heartbeats.
+    """
+    SearchEvents: _grpc.UnaryUnaryMultiCallable[_memory_pb2.SearchEventsRequest, _memory_pb2.SearchEventsResponse]
+    """SearchEvents searches the events of an app's or a user's sessions by
+    text (episodic recall), returning session, seq and a snippet.
+    """
+    Recall: _grpc.UnaryUnaryMultiCallable[_memory_pb2.RecallRequest, _memory_pb2.RecallResponse]
+    """Recall returns, within one token budget, the session's pinned memories,
+    its most relevant memories and its context, with a rendered text block.
+    """
 
 @_typing.type_check_only
 class MemoryServiceAsyncStub(MemoryServiceStub):
@@ -152,6 +186,39 @@ class MemoryServiceAsyncStub(MemoryServiceStub):
     each call counts only what it removed itself. Allowed to admin API keys
     whose apps include app_name and to write keys bound to that user (and
     app); other keys: PERMISSION_DENIED.
+    """
+    WriteMemories: _aio.UnaryUnaryMultiCallable[_memories_pb2.WriteMemoriesRequest, _memories_pb2.WriteMemoriesResponse]  # type: ignore[assignment]
+    """Long-term memory (memories.proto). Scoped API keys apply as for
+    sessions: a key bound to a user reads that user's memories and the
+    app-wide ones, writes and forgets only its user's, and is told NOT_FOUND
+    for any other user's memory.
+
+    WriteMemories stores a batch of memories atomically, idempotent by
+    memory_id; a memory with the supersession key of a valid one in the same
+    scope closes that one's validity.
+    """
+    GetMemory: _aio.UnaryUnaryMultiCallable[_memories_pb2.GetMemoryRequest, _memories_pb2.GetMemoryResponse]  # type: ignore[assignment]
+    """GetMemory returns one memory or NOT_FOUND."""
+    SearchMemories: _aio.UnaryUnaryMultiCallable[_memories_pb2.SearchMemoriesRequest, _memories_pb2.SearchMemoriesResponse]  # type: ignore[assignment]
+    """SearchMemories ranks the memories of a scope by relevance to a query
+    (BM25, fused with vector similarity where embeddings exist, by
+    reciprocal rank, with recency and importance).
+    """
+    ListMemories: _aio.UnaryUnaryMultiCallable[_memories_pb2.ListMemoriesRequest, _memories_pb2.ListMemoriesResponse]  # type: ignore[assignment]
+    """ListMemories pages through the memories of a scope, newest first."""
+    DeleteMemories: _aio.UnaryUnaryMultiCallable[_memories_pb2.DeleteMemoriesRequest, _memories_pb2.DeleteMemoriesResponse]  # type: ignore[assignment]
+    """DeleteMemories forgets memories by id or by scope."""
+    WatchMemories: _aio.UnaryStreamMultiCallable[_memories_pb2.WatchMemoriesRequest, _memories_pb2.WatchMemoriesResponse]  # type: ignore[assignment]
+    """WatchMemories follows writes, supersessions and deletions of a scope's
+    memories live, with periodic heartbeats.
+    """
+    SearchEvents: _aio.UnaryUnaryMultiCallable[_memory_pb2.SearchEventsRequest, _memory_pb2.SearchEventsResponse]  # type: ignore[assignment]
+    """SearchEvents searches the events of an app's or a user's sessions by
+    text (episodic recall), returning session, seq and a snippet.
+    """
+    Recall: _aio.UnaryUnaryMultiCallable[_memory_pb2.RecallRequest, _memory_pb2.RecallResponse]  # type: ignore[assignment]
+    """Recall returns, within one token budget, the session's pinned memories,
+    its most relevant memories and its context, with a rendered text block.
     """
 
 class MemoryServiceServicer(metaclass=_abc_1.ABCMeta):
@@ -288,6 +355,87 @@ class MemoryServiceServicer(metaclass=_abc_1.ABCMeta):
         each call counts only what it removed itself. Allowed to admin API keys
         whose apps include app_name and to write keys bound to that user (and
         app); other keys: PERMISSION_DENIED.
+        """
+
+    @_abc_1.abstractmethod
+    def WriteMemories(
+        self,
+        request: _memories_pb2.WriteMemoriesRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_memories_pb2.WriteMemoriesResponse, _abc.Awaitable[_memories_pb2.WriteMemoriesResponse]]:
+        """Long-term memory (memories.proto). Scoped API keys apply as for
+        sessions: a key bound to a user reads that user's memories and the
+        app-wide ones, writes and forgets only its user's, and is told NOT_FOUND
+        for any other user's memory.
+
+        WriteMemories stores a batch of memories atomically, idempotent by
+        memory_id; a memory with the supersession key of a valid one in the same
+        scope closes that one's validity.
+        """
+
+    @_abc_1.abstractmethod
+    def GetMemory(
+        self,
+        request: _memories_pb2.GetMemoryRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_memories_pb2.GetMemoryResponse, _abc.Awaitable[_memories_pb2.GetMemoryResponse]]:
+        """GetMemory returns one memory or NOT_FOUND."""
+
+    @_abc_1.abstractmethod
+    def SearchMemories(
+        self,
+        request: _memories_pb2.SearchMemoriesRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_memories_pb2.SearchMemoriesResponse, _abc.Awaitable[_memories_pb2.SearchMemoriesResponse]]:
+        """SearchMemories ranks the memories of a scope by relevance to a query
+        (BM25, fused with vector similarity where embeddings exist, by
+        reciprocal rank, with recency and importance).
+        """
+
+    @_abc_1.abstractmethod
+    def ListMemories(
+        self,
+        request: _memories_pb2.ListMemoriesRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_memories_pb2.ListMemoriesResponse, _abc.Awaitable[_memories_pb2.ListMemoriesResponse]]:
+        """ListMemories pages through the memories of a scope, newest first."""
+
+    @_abc_1.abstractmethod
+    def DeleteMemories(
+        self,
+        request: _memories_pb2.DeleteMemoriesRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_memories_pb2.DeleteMemoriesResponse, _abc.Awaitable[_memories_pb2.DeleteMemoriesResponse]]:
+        """DeleteMemories forgets memories by id or by scope."""
+
+    @_abc_1.abstractmethod
+    def WatchMemories(
+        self,
+        request: _memories_pb2.WatchMemoriesRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_abc.Iterator[_memories_pb2.WatchMemoriesResponse], _abc.AsyncIterator[_memories_pb2.WatchMemoriesResponse]]:
+        """WatchMemories follows writes, supersessions and deletions of a scope's
+        memories live, with periodic heartbeats.
+        """
+
+    @_abc_1.abstractmethod
+    def SearchEvents(
+        self,
+        request: _memory_pb2.SearchEventsRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_memory_pb2.SearchEventsResponse, _abc.Awaitable[_memory_pb2.SearchEventsResponse]]:
+        """SearchEvents searches the events of an app's or a user's sessions by
+        text (episodic recall), returning session, seq and a snippet.
+        """
+
+    @_abc_1.abstractmethod
+    def Recall(
+        self,
+        request: _memory_pb2.RecallRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_memory_pb2.RecallResponse, _abc.Awaitable[_memory_pb2.RecallResponse]]:
+        """Recall returns, within one token budget, the session's pinned memories,
+        its most relevant memories and its context, with a rendered text block.
         """
 
 def add_MemoryServiceServicer_to_server(servicer: MemoryServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

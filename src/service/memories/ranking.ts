@@ -1,0 +1,82 @@
+/**
+ * Hybrid ranking of memories: reciprocal rank fusion (RRF, Cormack et al.
+ * 2009) of the lexical (BM25) ranking, the vector ranking where embeddings
+ * exist, and two weaker rankings of the same candidates by importance and by
+ * recency. RRF needs no calibration between BM25 scores and cosine
+ * similarities: only ranks count, so a new signal (an embedding endpoint,
+ * a store's own vector index) plugs in as one more list.
+ */
+import type { MemoryRecord, RankedMemory } from "../../store/types.js";
+
+/** RRF's k: damps the weight of the first ranks (60, as in the paper and most engines). */
+export const RRF_K = 60;
+/** Weight of the relevance rankings (lexical, vector). */
+const RELEVANCE_WEIGHT = 1;
+/** Weight of the importance and recency rankings: they reorder close calls, they do not outvote relevance. */
+const PRIOR_WEIGHT = 0.5;
+
+/** A memory with its fused score and the scores it was fused from. */
+export interface FusedMemory {
+  memory: MemoryRecord;
+  score: number;
+  /** BM25 score; 0 when the query did not match it. */
+  lexicalScore: number;
+  /** Cosine similarity to the query embedding; 0 when not ranked by vector. */
+  vectorScore: number;
+}
+
+/** The rankings to fuse: each best first. */
+export interface Rankings {
+  lexical: readonly RankedMemory[];
+  /** Present when the query had an embedding and the store vector search. */
+  vector?: readonly RankedMemory[];
+  /** Candidates with no relevance ranking (an empty query): ranked by the priors alone. */
+  unranked?: readonly MemoryRecord[];
+}
+
+/** Ranks 1.. by a value, higher first; equal values share a rank (dense), so a signal nobody differs in changes nothing. */
+function denseRanks(memories: readonly MemoryRecord[], value: (m: MemoryRecord) => number): Map<MemoryRecord, number> {
+  const distinct = [...new Set(memories.map(value))].sort((a, b) => b - a);
+  const rankOf = new Map(distinct.map((v, i) => [v, i + 1]));
+  return new Map(memories.map((m) => [m, rankOf.get(value(m))!]));
+}
+
+/** A ranking's score by memory, for denseRanks. */
+function scoreOf(ranking: readonly RankedMemory[]): (m: MemoryRecord) => number {
+  const scores = new Map(ranking.map((r) => [r.memory, r.score]));
+  return (m) => scores.get(m)!;
+}
+
+/** Fuses the rankings into the best `topK`, best first; ties go to the newer memory, then the smaller id. */
+export function fuseRankings(rankings: Rankings, topK: number): FusedMemory[] {
+  const byId = new Map<string, FusedMemory>();
+  const entry = (memory: MemoryRecord) => {
+    let fused = byId.get(memory.memoryId);
+    if (!fused) byId.set(memory.memoryId, (fused = { memory, score: 0, lexicalScore: 0, vectorScore: 0 }));
+    return fused;
+  };
+  // Equal scores share a rank: which of two equally relevant memories a store lists first must not decide.
+  const lexicalRanks = denseRanks(rankings.lexical.map((r) => r.memory), scoreOf(rankings.lexical));
+  for (const r of rankings.lexical) {
+    const fused = entry(r.memory);
+    fused.lexicalScore = r.score;
+    fused.score += RELEVANCE_WEIGHT / (RRF_K + lexicalRanks.get(r.memory)!);
+  }
+  const vector = rankings.vector ?? [];
+  const vectorRanks = denseRanks(vector.map((r) => r.memory), scoreOf(vector));
+  for (const r of vector) {
+    const fused = entry(r.memory);
+    fused.vectorScore = r.score;
+    fused.score += RELEVANCE_WEIGHT / (RRF_K + vectorRanks.get(r.memory)!);
+  }
+  for (const m of rankings.unranked ?? []) entry(m);
+  const candidates = [...byId.values()].map((f) => f.memory);
+  const importance = denseRanks(candidates, (m) => m.importance);
+  const recency = denseRanks(candidates, (m) => m.validFrom);
+  for (const fused of byId.values()) {
+    fused.score += PRIOR_WEIGHT / (RRF_K + importance.get(fused.memory)!) + PRIOR_WEIGHT / (RRF_K + recency.get(fused.memory)!);
+  }
+  return [...byId.values()]
+    .sort((a, b) => b.score - a.score || b.memory.validFrom - a.memory.validFrom || (a.memory.memoryId < b.memory.memoryId ? -1 : 1))
+    .slice(0, topK);
+}

@@ -1,0 +1,112 @@
+/**
+ * Recall: what an agent should know before its next model call, within one
+ * token budget, counted by the tokenizer the context assembly uses. The
+ * parts, in order of precedence:
+ *   1. pinned (core) memories, most important first, as many as fit;
+ *   2. the most relevant memories, best first, within half of what is left
+ *      (so a long memory list never crowds the conversation out);
+ *   3. the session's context, as BuildConversationContext builds it, within
+ *      the rest.
+ * The rendered text is one block with a heading per part that is not empty;
+ * its token count never exceeds the budget.
+ */
+import type { BuildConversationContextResponse } from "@engram-memory/client/gen/engram/v1/memory_pb.js";
+import type { MemoryRecord } from "../../store/types.js";
+import type { TokenCounter } from "../context/index.js";
+import type { FusedMemory } from "./ranking.js";
+
+/** Default token_budget of Recall. */
+export const DEFAULT_RECALL_BUDGET = 4000;
+/** Pinned memories Recall considers (the most important first). */
+export const MAX_RECALL_PINNED = 100;
+/** Share of the budget left after the pinned memories that relevant memories may take. */
+const MEMORY_SHARE = 0.5;
+/** Times the context is rebuilt smaller when its text counts more tokens than its messages did. */
+const MAX_CONTEXT_ATTEMPTS = 3;
+
+/** The headings of the rendered block. */
+export const RECALL_HEADINGS = { pinned: "## Core memories", memories: "## Relevant memories", context: "## Conversation" } as const;
+
+/** What Recall assembled. */
+export interface RecallAssembly {
+  pinned: MemoryRecord[];
+  memories: FusedMemory[];
+  context?: BuildConversationContextResponse;
+  text: string;
+  pinnedTokens: number;
+  memoryTokens: number;
+  contextTokens: number;
+  tokensUsed: number;
+}
+
+/** One memory as a line of the block. */
+function line(m: MemoryRecord): string {
+  return `- ${m.text}`;
+}
+
+/** The lines of `items` that fit in `budget` tokens under `heading`, in order; a line that does not fit is skipped, later shorter ones may still fit. */
+function pack<T extends { memory?: MemoryRecord } | MemoryRecord>(items: readonly T[], heading: string, budget: number, counter: TokenCounter, memoryOf: (t: T) => MemoryRecord) {
+  const chosen: T[] = [];
+  let section = heading;
+  let tokens = 0;
+  for (const item of items) {
+    const candidate = `${section}\n${line(memoryOf(item))}`;
+    const cost = counter.count(candidate);
+    if (cost > budget) continue;
+    chosen.push(item);
+    section = candidate;
+    tokens = cost;
+  }
+  return { chosen, section: chosen.length > 0 ? section : "", tokens: chosen.length > 0 ? tokens : 0 };
+}
+
+/** Assembles the recall; `buildContext(budget)` builds the session's context within `budget` tokens. */
+export async function assembleRecall(opts: {
+  pinned: readonly MemoryRecord[];
+  relevant: readonly FusedMemory[];
+  budget: number;
+  counter: TokenCounter;
+  buildContext: (budget: number) => Promise<BuildConversationContextResponse>;
+}): Promise<RecallAssembly> {
+  const { counter, budget } = opts;
+  // Two newlines join the sections: count them with the section that follows.
+  const pinned = pack(opts.pinned, RECALL_HEADINGS.pinned, budget, counter, (m) => m);
+  let left = budget - pinned.tokens;
+  const memories = pack(opts.relevant, RECALL_HEADINGS.memories, Math.floor(Math.max(0, left - 2) * MEMORY_SHARE), counter, (r) => r.memory);
+  left -= memories.tokens;
+  const head = [pinned.section, memories.section].filter((s) => s !== "");
+  const headText = head.join("\n\n");
+  let context: BuildConversationContextResponse | undefined;
+  let contextSection = "";
+  // The context's own count (its messages) and its text's may differ a little: rebuild smaller until the whole fits.
+  let contextBudget = left - counter.count(`${RECALL_HEADINGS.context}\n`) - 2;
+  for (let attempt = 0; attempt < MAX_CONTEXT_ATTEMPTS && contextBudget > 0; attempt++) {
+    const built = await opts.buildContext(contextBudget);
+    if (built.text === "") break;
+    const section = `${RECALL_HEADINGS.context}\n${built.text}`;
+    const total = counter.count([headText, section].filter((s) => s !== "").join("\n\n"));
+    if (total <= budget) {
+      context = built;
+      contextSection = section;
+      break;
+    }
+    contextBudget -= total - budget;
+  }
+  let text = [headText, contextSection].filter((s) => s !== "").join("\n\n");
+  let relevant = memories;
+  if (contextSection === "" && text !== "" && counter.count(text) > budget) {
+    // The join of the two memory sections tipped it over: the pinned ones alone always fit.
+    relevant = { chosen: [], section: "", tokens: 0 };
+    text = pinned.section;
+  }
+  return {
+    pinned: pinned.chosen,
+    memories: relevant.chosen,
+    context,
+    text,
+    pinnedTokens: pinned.tokens,
+    memoryTokens: relevant.tokens,
+    contextTokens: contextSection === "" ? 0 : counter.count(contextSection),
+    tokensUsed: text === "" ? 0 : counter.count(text),
+  };
+}

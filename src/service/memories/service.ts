@@ -1,0 +1,288 @@
+/**
+ * The long-term memory service: validation, tenancy, hybrid ranking and live
+ * watches over a store's memories (LongTermMemoryStore), free of any
+ * protocol. MemoryService (src/service/memory-service.ts) hands the memory
+ * RPCs to it, so both edges serve them through the same call guard.
+ */
+import { randomUUID } from "node:crypto";
+import { create } from "@bufbuild/protobuf";
+import {
+  DeleteMemoriesResponseSchema,
+  GetMemoryResponseSchema,
+  ListMemoriesResponseSchema,
+  MemoriesDeletedSchema,
+  SearchMemoriesResponseSchema,
+  WatchHeartbeatSchema,
+  WatchMemoriesResponseSchema,
+  WatchStartedSchema,
+  WriteMemoriesResponseSchema,
+  type DeleteMemoriesRequest,
+  type DeleteMemoriesResponse,
+  type GetMemoryRequest,
+  type GetMemoryResponse,
+  type ListMemoriesRequest,
+  type ListMemoriesResponse,
+  type SearchMemoriesRequest,
+  type SearchMemoriesResponse,
+  type WatchMemoriesRequest,
+  type WatchMemoriesResponse,
+  type WriteMemoriesRequest,
+  type WriteMemoriesResponse,
+} from "@engram-memory/client/gen/engram/v1/memories_pb.js";
+import { invalidArgument, MemoryError } from "../../errors.js";
+import { memoriesOf } from "../../store/memories/available.js";
+import { scopeSelects } from "../../store/memories/rules.js";
+import type { LongTermMemoryStore, MemoryChange, MemoryCursor, MemoryFilter, MemoryRecord, MemoryStore } from "../../store/types.js";
+import type { ServiceLimits } from "../limits.js";
+import { decodePageToken, encodePageToken } from "../page-token.js";
+import { pageSize, requireEventType, requireId, requireName } from "../validation.js";
+import { toWireEvent } from "../convert.js";
+import { EventHitSchema, SearchEventsResponseSchema, type SearchEventsRequest, type SearchEventsResponse } from "@engram-memory/client/gen/engram/v1/memory_pb.js";
+import { searchEvents } from "./event-search.js";
+import { toWireMemory, toWireScored } from "./convert.js";
+import { fuseRankings, type FusedMemory } from "./ranking.js";
+import { appAllowed, mayForget, mayRead, memoryNotFound, ownUser, requireApp, type MemoryCallContext } from "./tenancy.js";
+import { checkQuery, MAX_BATCH_MEMORIES, MAX_DELETE_IDS, memoryFilter, newMemory, optionalName, queryEmbedding, scopeFilter, topK } from "./validation.js";
+
+/** Candidates each relevance ranking contributes to the fusion, per result asked for… */
+const CANDIDATES_PER_RESULT = 5;
+/** …and at least / at most this many. An empty query ranks the newest MAX_CANDIDATES memories of the scope. */
+const MIN_CANDIDATES = 50;
+const MAX_CANDIDATES = 500;
+/** Changes a watch holds for a reader that does not keep up; past it the watch ends RESOURCE_EXHAUSTED. */
+export const MAX_WATCH_BACKLOG = 1000;
+
+/** What a ranked search needs. */
+export interface MemoryQuery {
+  filter: MemoryFilter;
+  query: string;
+  topK: number;
+  /** The seam for vector similarity: an embedding of the query (from the client today, from MEMORY_EMBEDDINGS_URL later). */
+  embedding?: readonly number[];
+}
+
+/** Settings of the memory service. */
+export interface LongTermMemoryOptions {
+  limits: ServiceLimits;
+  /** Idle time between watch heartbeats. */
+  heartbeatMs: number;
+}
+
+/** The long-term memory service; one per process. */
+export class LongTermMemoryService {
+  constructor(
+    private readonly store: MemoryStore,
+    private readonly options: LongTermMemoryOptions,
+  ) {}
+
+  /** The store's memories, or FAILED_PRECONDITION naming a store that keeps none. */
+  private get memories(): LongTermMemoryStore {
+    return memoriesOf(this.store);
+  }
+
+  async writeMemories(req: WriteMemoriesRequest, ctx: MemoryCallContext = {}): Promise<WriteMemoriesResponse> {
+    if (req.memories.length === 0) throw invalidArgument("memories", "must hold at least one memory");
+    if (req.memories.length > MAX_BATCH_MEMORIES) throw invalidArgument("memories", `must hold at most ${MAX_BATCH_MEMORIES} memories`);
+    const now = Date.now();
+    const seen = new Set<string>();
+    const records = req.memories.map((input, i) => {
+      const field = `memories[${i}]`;
+      requireApp(ctx.tenant, `${field}.app_name`, requireName(`${field}.app_name`, input.appName));
+      input.userId = ownUser(ctx.tenant, `${field}.user_id`, optionalName(`${field}.user_id`, input.userId));
+      const record = newMemory(field, input, now, this.options.limits, randomUUID);
+      const id = `${record.appName}\u0000${record.memoryId}`;
+      if (seen.has(id)) throw invalidArgument(`${field}.memory_id`, "repeats a memory_id of the same batch");
+      seen.add(id);
+      return record;
+    });
+    const result = await this.memories.writeMemories(records);
+    return create(WriteMemoriesResponseSchema, { memories: result.memories.map(toWireMemory), superseded: result.superseded.map(toWireMemory) });
+  }
+
+  async getMemory(req: GetMemoryRequest, ctx: MemoryCallContext = {}): Promise<GetMemoryResponse> {
+    const appName = requireName("app_name", req.appName);
+    const memoryId = requireId("memory_id", req.memoryId);
+    const memory = await this.memories.getMemory(appName, memoryId);
+    if (!memory || !mayRead(ctx.tenant, memory)) throw memoryNotFound(memoryId);
+    return create(GetMemoryResponseSchema, { memory: toWireMemory(memory) });
+  }
+
+  async searchMemories(req: SearchMemoriesRequest, ctx: MemoryCallContext = {}): Promise<SearchMemoriesResponse> {
+    const filter = memoryFilter(scopeFilter(req, "visible"), req, Date.now());
+    const query: MemoryQuery = { filter, query: checkQuery("query", req.query), topK: topK("top_k", req.topK), embedding: queryEmbedding("query_embedding", req.queryEmbedding) };
+    if (!this.readScope(ctx, filter)) return create(SearchMemoriesResponseSchema, {});
+    const results = await this.rank(query);
+    return create(SearchMemoriesResponseSchema, { results: results.map(toWireScored) });
+  }
+
+  /**
+   * The best memories for a query: lexical (BM25) candidates, vector
+   * candidates when the query has an embedding and the store vector search,
+   * and, for an empty query, the newest memories; fused by reciprocal rank
+   * with importance and recency (src/service/memories/ranking.ts).
+   */
+  async rank(q: MemoryQuery): Promise<FusedMemory[]> {
+    const memories = this.memories;
+    const candidates = Math.min(MAX_CANDIDATES, Math.max(MIN_CANDIDATES, q.topK * CANDIDATES_PER_RESULT));
+    const hasQuery = q.query.trim() !== "";
+    const [lexical, vector, unranked] = await Promise.all([
+      hasQuery ? memories.searchMemories(q.filter, q.query, candidates) : [],
+      q.embedding && memories.nearestMemories ? memories.nearestMemories(q.filter, q.embedding, candidates) : undefined,
+      hasQuery || q.embedding ? undefined : memories.listMemories(q.filter, MAX_CANDIDATES),
+    ]);
+    return fuseRankings({ lexical, vector, unranked }, q.topK);
+  }
+
+  async listMemories(req: ListMemoriesRequest, ctx: MemoryCallContext = {}): Promise<ListMemoriesResponse> {
+    const filter = memoryFilter(scopeFilter(req, "within"), req, Date.now());
+    const key = optionalName("key", req.key);
+    if (key !== undefined) filter.key = key;
+    if (req.subject !== undefined) filter.subject = req.subject;
+    if (req.predicate !== undefined) filter.predicate = req.predicate;
+    const limit = pageSize("page_size", req.pageSize, this.options.limits);
+    if (!this.readScope(ctx, filter)) return create(ListMemoriesResponseSchema, {});
+    // The token is bound to every filter field, so it cannot be replayed with another (or a widened) filter.
+    // as_of defaults to now, which moves: a token carries the first page's instant, not a moving one.
+    const filters = ["memories", filter.scope, filter.topics, req.asOf ? filter.asOf : null, req.includeInvalid, filter.pinned ?? null, filter.key ?? null, filter.subject ?? null, filter.predicate ?? null];
+    const after = req.pageToken ? decodeCursor(decodePageToken<string>(req.pageToken, "string", filters)) : undefined;
+    // One extra row tells whether another page exists.
+    const rows = await this.memories.listMemories(filter, limit + 1, after);
+    const page = rows.slice(0, limit);
+    const last = page[page.length - 1];
+    const nextPageToken = rows.length > limit ? encodePageToken(`${last.createdAt}:${last.memoryId}`, filters) : "";
+    return create(ListMemoriesResponseSchema, { memories: page.map(toWireMemory), nextPageToken });
+  }
+
+  async deleteMemories(req: DeleteMemoriesRequest, ctx: MemoryCallContext = {}): Promise<DeleteMemoriesResponse> {
+    const appName = requireName("app_name", req.appName);
+    const hasScope = req.userId !== undefined || req.agentId !== undefined || req.sessionId !== undefined;
+    if (req.memoryIds.length > 0) {
+      if (hasScope) throw invalidArgument("memory_ids", "cannot be combined with a scope (user_id, agent_id, session_id)");
+      if (req.memoryIds.length > MAX_DELETE_IDS) throw invalidArgument("memory_ids", `must hold at most ${MAX_DELETE_IDS} ids`);
+      const ids = req.memoryIds.map((id, i) => requireId(`memory_ids[${i}]`, id));
+      requireApp(ctx.tenant, "app_name", appName);
+      // Another tenant's memory counts as absent: it is neither removed nor reported.
+      const forgettable = ctx.tenant?.userId === undefined ? ids : await this.forgettable(appName, ids, ctx);
+      const removed = await this.memories.deleteMemories(appName, forgettable);
+      return create(DeleteMemoriesResponseSchema, { deletedCount: BigInt(removed.length) });
+    }
+    if (!hasScope && req.scopeMatch === 0) {
+      throw invalidArgument("scope_match", "must be given when no memory_ids and no scope are: SCOPE_MATCH_WITHIN forgets every memory of the app, SCOPE_MATCH_EXACT only the app-wide ones");
+    }
+    const scope = scopeFilter(req, "within");
+    if (scope.match === "visible") throw invalidArgument("scope_match", "must be SCOPE_MATCH_WITHIN or SCOPE_MATCH_EXACT: forgetting what a scope sees would forget the shared memories too");
+    requireApp(ctx.tenant, "app_name", appName);
+    const userId = ownUser(ctx.tenant, "user_id", scope.userId);
+    if (userId !== undefined) scope.userId = userId;
+    const removed = await this.memories.deleteMemoriesInScope(scope);
+    return create(DeleteMemoriesResponseSchema, { deletedCount: BigInt(removed.length) });
+  }
+
+  /** The ids (of those given) whose memories the key may forget. */
+  private async forgettable(appName: string, ids: readonly string[], ctx: MemoryCallContext): Promise<string[]> {
+    const memories = await Promise.all(ids.map((id) => this.memories.getMemory(appName, id)));
+    return memories.filter((m): m is MemoryRecord => m !== undefined && mayForget(ctx.tenant, m)).map((m) => m.memoryId);
+  }
+
+  /**
+   * Live changes of a scope's memories: a `started` frame once subscribed,
+   * then every write, supersession and deletion the scope selects, with
+   * heartbeats while idle. Nothing is replayed.
+   */
+  async *watchMemories(req: WatchMemoriesRequest, ctx: MemoryCallContext & { signal?: AbortSignal } = {}): AsyncGenerator<WatchMemoriesResponse> {
+    const scope = scopeFilter(req, "visible");
+    requireApp(ctx.tenant, "app_name", scope.appName);
+    if (ctx.tenant?.userId !== undefined) {
+      // Another user's scope would show nothing of theirs; say so rather than watch in silence.
+      const userId = ownUser(ctx.tenant, "user_id", scope.userId);
+      scope.userId = userId;
+    }
+    const backlog: WatchMemoriesResponse[] = [];
+    let wake: (() => void) | undefined;
+    let overflow = false;
+    const push = (frame: WatchMemoriesResponse) => {
+      if (backlog.length >= MAX_WATCH_BACKLOG) overflow = true;
+      else backlog.push(frame);
+      wake?.();
+    };
+    const onChange = (change: MemoryChange) => {
+      if (change.kind === "deleted") {
+        const ids = change.memories.filter((m) => scopeSelects(scope, m)).map((m) => m.memoryId);
+        if (ids.length > 0) push(create(WatchMemoriesResponseSchema, { frame: { case: "deleted", value: create(MemoriesDeletedSchema, { memoryIds: ids }) } }));
+      } else if (scopeSelects(scope, change.memory)) {
+        push(create(WatchMemoriesResponseSchema, { frame: { case: change.kind, value: toWireMemory(change.memory) } }));
+      }
+    };
+    const unsubscribe = this.memories.subscribeMemories(scope.appName, onChange);
+    const signal = ctx.signal;
+    const onAbort = () => wake?.();
+    signal?.addEventListener("abort", onAbort);
+    try {
+      yield create(WatchMemoriesResponseSchema, { frame: { case: "started", value: create(WatchStartedSchema, {}) } });
+      while (!signal?.aborted) {
+        if (overflow) {
+          throw new MemoryError("RESOURCE_EXHAUSTED", `the watch fell more than ${MAX_WATCH_BACKLOG} changes behind; list or search, then watch again`, {}, { reason: "WATCH_BACKLOG" });
+        }
+        const frame = backlog.shift();
+        if (frame) {
+          yield frame;
+          continue;
+        }
+        let timer: NodeJS.Timeout | undefined;
+        const idle = await new Promise<boolean>((resolve) => {
+          wake = () => resolve(false);
+          timer = setTimeout(() => resolve(true), this.options.heartbeatMs);
+        });
+        wake = undefined;
+        clearTimeout(timer);
+        if (idle && !signal?.aborted) yield create(WatchMemoriesResponseSchema, { frame: { case: "heartbeat", value: create(WatchHeartbeatSchema, {}) } });
+      }
+    } finally {
+      signal?.removeEventListener("abort", onAbort);
+      unsubscribe();
+    }
+  }
+
+  /** Episodic recall: the events of an app's (or a user's) sessions that best match a query. */
+  async searchEvents(req: SearchEventsRequest, ctx: MemoryCallContext = {}): Promise<SearchEventsResponse> {
+    const appName = requireName("app_name", req.appName);
+    let userId = optionalName("user_id", req.userId);
+    const query = checkQuery("query", req.query);
+    if (query.trim() === "") throw invalidArgument("query", "is required (the text to search for)");
+    const k = topK("top_k", req.topK);
+    const eventTypes = req.eventTypes.map((t, i) => requireEventType(`event_types[${i}]`, t));
+    // Offered where the store keeps memories: the same stores, the same answer elsewhere.
+    memoriesOf(this.store);
+    if (!appAllowed(ctx.tenant, appName)) return create(SearchEventsResponseSchema, {});
+    if (ctx.tenant?.userId !== undefined) {
+      if (userId !== undefined && userId !== ctx.tenant.userId) return create(SearchEventsResponseSchema, {});
+      userId = ctx.tenant.userId;
+    }
+    const hits = await searchEvents(this.store, { appName, userId, eventTypes, query, topK: k });
+    return create(SearchEventsResponseSchema, {
+      hits: hits.map((h) =>
+        create(EventHitSchema, { sessionId: h.event.sessionId, seq: BigInt(h.event.seq), snippet: h.snippet, score: h.score, event: toWireEvent(h.event) }),
+      ),
+    });
+  }
+
+  /**
+   * Narrows a read filter to the key's scope: false when the key may see
+   * nothing of it (another app, another user), so the caller answers empty.
+   */
+  private readScope(ctx: MemoryCallContext, filter: MemoryFilter): boolean {
+    const tenant = ctx.tenant;
+    if (!appAllowed(tenant, filter.scope.appName)) return false;
+    if (tenant?.userId === undefined) return true;
+    if (filter.scope.userId !== undefined && filter.scope.userId !== tenant.userId) return false;
+    filter.scope.userId = tenant.userId;
+    return true;
+  }
+}
+
+/** A listing cursor from its page-token position ("<createdAt>:<memoryId>"). */
+function decodeCursor(position: string): MemoryCursor {
+  const match = /^(\d{1,16}):([!-~]{1,128})$/.exec(position);
+  if (!match) throw invalidArgument("page_token", "is malformed");
+  return { createdAt: Number(match[1]), memoryId: match[2] };
+}

@@ -1,0 +1,253 @@
+/**
+ * Long-term memories of the in-process store. Per app: memories by id, a
+ * B+tree in listing order (newest first), the groups that supersede each
+ * other (same exact scope, same supersession key), and a MiniSearch index
+ * for BM25 ranking (MiniSearch scores with BM25+). Searches score the app's
+ * matching memories and filter them by scope and validity; a write or delete
+ * runs in one synchronous pass, so a batch is atomic and nothing interleaves.
+ * Nothing survives a restart.
+ */
+import { createRequire } from "node:module";
+import MiniSearch from "minisearch";
+import type SortedBTree from "sorted-btree";
+import type {
+  LongTermMemoryStore,
+  MemoryChange,
+  MemoryChangeListener,
+  MemoryCursor,
+  MemoryFilter,
+  MemoryRecord,
+  MemoryScopeFilter,
+  MemoryWriteResult,
+  RankedMemory,
+} from "../types.js";
+import { cosine, embeddingDimensionMismatch, exactScopeKey, filterSelects, memoryIdTaken, scopeSelects, supersessionKey } from "./rules.js";
+
+// sorted-btree is CommonJS with `exports.default` (see src/store/local.ts).
+const BTree: typeof SortedBTree.default = createRequire(import.meta.url)("sorted-btree").default;
+
+/** Listing order: newest first, i.e. ascending in this order is oldest first. */
+function compareCursor(a: MemoryCursor, b: MemoryCursor): number {
+  if (a.createdAt !== b.createdAt) return a.createdAt - b.createdAt;
+  return a.memoryId < b.memoryId ? -1 : a.memoryId > b.memoryId ? 1 : 0;
+}
+
+/** What BM25 indexes of a memory: its text, and its fact's words. */
+interface IndexedMemory {
+  id: string;
+  text: string;
+  fact: string;
+}
+
+function indexed(m: MemoryRecord): IndexedMemory {
+  return { id: m.memoryId, text: m.text, fact: m.fact ? `${m.fact.subject} ${m.fact.predicate} ${m.fact.object}` : "" };
+}
+
+/** One app's memories. */
+class AppMemories {
+  readonly byId = new Map<string, MemoryRecord>();
+  readonly order = new BTree<MemoryCursor, MemoryRecord>(undefined, compareCursor);
+  /** Memories that supersede each other, by exact scope and supersession key. */
+  readonly groups = new Map<string, MemoryRecord[]>();
+  readonly index = new MiniSearch<IndexedMemory>({ fields: ["text", "fact"], storeFields: [], idField: "id" });
+  readonly listeners = new Set<MemoryChangeListener>();
+  /** The dimension of the app's embeddings, set by the first one written. */
+  dimension?: number;
+
+  /** Replaces a stored record by a changed copy everywhere it is kept (records handed out never change). */
+  replace(old: MemoryRecord, next: MemoryRecord): void {
+    this.byId.set(next.memoryId, next);
+    this.order.set(old, next);
+    const key = groupKey(old);
+    const group = key === undefined ? undefined : this.groups.get(key);
+    if (group) group[group.indexOf(old)] = next;
+  }
+
+  add(m: MemoryRecord): void {
+    this.byId.set(m.memoryId, m);
+    this.order.set(m, m);
+    const key = groupKey(m);
+    if (key !== undefined) {
+      const group = this.groups.get(key);
+      if (group) group.push(m);
+      else this.groups.set(key, [m]);
+    }
+    this.index.add(indexed(m));
+  }
+
+  remove(m: MemoryRecord): void {
+    this.byId.delete(m.memoryId);
+    this.order.delete(m);
+    const key = groupKey(m);
+    const group = key === undefined ? undefined : this.groups.get(key);
+    if (group) {
+      group.splice(group.indexOf(m), 1);
+      if (group.length === 0) this.groups.delete(key!);
+    }
+    // discard() is O(1); MiniSearch vacuums discarded ids in the background.
+    this.index.discard(m.memoryId);
+  }
+
+  emit(change: MemoryChange): void {
+    for (const listener of this.listeners) listener(change);
+  }
+}
+
+/** The group a memory supersedes within, or undefined when it has no supersession key. */
+function groupKey(m: MemoryRecord): string | undefined {
+  const key = supersessionKey(m);
+  return key === "" ? undefined : `${exactScopeKey(m)}\u0001${key}`;
+}
+
+/** The in-process LongTermMemoryStore. */
+export class LocalMemories implements LongTermMemoryStore {
+  private readonly apps = new Map<string, AppMemories>();
+
+  private app(appName: string): AppMemories {
+    let app = this.apps.get(appName);
+    if (!app) this.apps.set(appName, (app = new AppMemories()));
+    return app;
+  }
+
+  async writeMemories(memories: readonly MemoryRecord[]): Promise<MemoryWriteResult> {
+    // First every check, then every change: a refused batch changes nothing.
+    const dimensions = new Map<string, number>();
+    const retries = memories.map((m, i) => {
+      if (m.embedding) {
+        const app = this.apps.get(m.appName);
+        const dimension = dimensions.get(m.appName) ?? app?.dimension ?? m.embedding.length;
+        if (m.embedding.length !== dimension) throw embeddingDimensionMismatch(`memories[${i}].embedding`, m.embedding.length, dimension);
+        dimensions.set(m.appName, dimension);
+      }
+      const stored = this.apps.get(m.appName)?.byId.get(m.memoryId);
+      if (stored && stored.fingerprint !== m.fingerprint) throw memoryIdTaken(`memories[${i}].memory_id`, m.memoryId);
+      const earlier = memories.findIndex((o) => o.appName === m.appName && o.memoryId === m.memoryId);
+      if (earlier !== i && memories[earlier].fingerprint !== m.fingerprint) throw memoryIdTaken(`memories[${i}].memory_id`, m.memoryId);
+      return stored;
+    });
+    const stored: MemoryRecord[] = [];
+    const superseded = new Map<string, MemoryRecord>();
+    const changes: Array<{ app: AppMemories; change: MemoryChange }> = [];
+    memories.forEach((input, i) => {
+      const app = this.app(input.appName);
+      const existing = retries[i] ?? app.byId.get(input.memoryId);
+      if (existing) {
+        stored.push(existing);
+        return;
+      }
+      let memory = input;
+      const key = groupKey(input);
+      for (const peer of key === undefined ? [] : [...(app.groups.get(key) ?? [])]) {
+        if (peer.validFrom <= input.validFrom) {
+          // Valid when the new one starts: its validity ends there.
+          if (peer.invalidAt === undefined || peer.invalidAt > input.validFrom) {
+            const closed = { ...peer, invalidAt: input.validFrom, supersededBy: input.memoryId };
+            app.replace(peer, closed);
+            superseded.set(`${closed.appName}\u0000${closed.memoryId}`, closed);
+            changes.push({ app, change: { kind: "superseded", memory: closed } });
+          }
+        } else if (memory.invalidAt === undefined || memory.invalidAt > peer.validFrom) {
+          // A later memory of the same key already exists: the new one held only until it began.
+          memory = { ...memory, invalidAt: peer.validFrom, supersededBy: peer.memoryId };
+        }
+      }
+      app.add(memory);
+      if (memory.embedding) app.dimension ??= memory.embedding.length;
+      stored.push(memory);
+      changes.push({ app, change: { kind: "written", memory } });
+    });
+    for (const { app, change } of changes) app.emit(change);
+    // Each in its latest state: a memory of the batch may have been closed by a later one of it.
+    const latest = (m: MemoryRecord) => this.apps.get(m.appName)!.byId.get(m.memoryId)!;
+    return { memories: stored.map(latest), superseded: [...superseded.values()].map(latest) };
+  }
+
+  async getMemory(appName: string, memoryId: string): Promise<MemoryRecord | undefined> {
+    return this.apps.get(appName)?.byId.get(memoryId);
+  }
+
+  async searchMemories(filter: MemoryFilter, query: string, limit: number): Promise<RankedMemory[]> {
+    const app = this.apps.get(filter.scope.appName);
+    if (!app || query.trim() === "") return [];
+    const out: RankedMemory[] = [];
+    // Exact terms, any of them (OR): BM25 does the weighting, as in context retrieval.
+    for (const hit of app.index.search(query, { prefix: false, fuzzy: false, combineWith: "OR" })) {
+      const memory = app.byId.get(hit.id as string);
+      if (!memory || !filterSelects(filter, memory)) continue;
+      out.push({ memory, score: hit.score });
+      if (out.length === limit) break;
+    }
+    return out;
+  }
+
+  async nearestMemories(filter: MemoryFilter, embedding: readonly number[], limit: number): Promise<RankedMemory[]> {
+    const app = this.apps.get(filter.scope.appName);
+    if (!app) return [];
+    const out: RankedMemory[] = [];
+    for (const memory of app.byId.values()) {
+      if (!memory.embedding || memory.embedding.length !== embedding.length || !filterSelects(filter, memory)) continue;
+      out.push({ memory, score: cosine(embedding, memory.embedding) });
+    }
+    return out.sort((a, b) => b.score - a.score).slice(0, limit);
+  }
+
+  async listMemories(filter: MemoryFilter, limit: number, after?: MemoryCursor): Promise<MemoryRecord[]> {
+    const app = this.apps.get(filter.scope.appName);
+    if (!app) return [];
+    const out: MemoryRecord[] = [];
+    for (const [, memory] of app.order.entriesReversed(after, undefined, after !== undefined)) {
+      if (!filterSelects(filter, memory)) continue;
+      out.push(memory);
+      if (out.length === limit) break;
+    }
+    return out;
+  }
+
+  async deleteMemories(appName: string, memoryIds: readonly string[]): Promise<MemoryRecord[]> {
+    const app = this.apps.get(appName);
+    if (!app) return [];
+    const removed: MemoryRecord[] = [];
+    for (const id of memoryIds) {
+      const memory = app.byId.get(id);
+      if (!memory) continue;
+      app.remove(memory);
+      removed.push(memory);
+    }
+    if (removed.length > 0) app.emit({ kind: "deleted", memories: removed });
+    return removed;
+  }
+
+  async deleteMemoriesInScope(scope: MemoryScopeFilter): Promise<MemoryRecord[]> {
+    const app = this.apps.get(scope.appName);
+    if (!app) return [];
+    const removed = [...app.byId.values()].filter((m) => scopeSelects(scope, m));
+    for (const memory of removed) app.remove(memory);
+    if (removed.length > 0) app.emit({ kind: "deleted", memories: removed });
+    return removed;
+  }
+
+  subscribeMemories(appName: string, listener: MemoryChangeListener): () => void {
+    const app = this.app(appName);
+    app.listeners.add(listener);
+    return () => {
+      app.listeners.delete(listener);
+      // A watch of an app with no memories must not leave an empty app behind.
+      if (app.listeners.size === 0 && app.byId.size === 0 && this.apps.get(appName) === app) this.apps.delete(appName);
+    };
+  }
+
+  /** Every memory of (appName, userId), whatever its agent, session or validity: DeleteUserData's share. */
+  eraseUser(appName: string, userId: string): number {
+    const app = this.apps.get(appName);
+    if (!app) return 0;
+    const removed = [...app.byId.values()].filter((m) => m.userId === userId);
+    for (const memory of removed) app.remove(memory);
+    if (removed.length > 0) app.emit({ kind: "deleted", memories: removed });
+    return removed.length;
+  }
+
+  /** Forgets every listener (the store is closing). */
+  close(): void {
+    for (const app of this.apps.values()) app.listeners.clear();
+  }
+}

@@ -1,0 +1,329 @@
+/**
+ * The long-term memory conformance suite: what every LongTermMemoryStore
+ * (a MemoryStore's `memories`) must do, whatever keeps it. A driver's test
+ * file calls describeMemoriesConformance(name, factory); Redis and PostgreSQL
+ * plug in here once they keep memories.
+ */
+import { afterEach, describe, expect, it } from "vitest";
+import { memoryFingerprint } from "../../src/store/memories/rules.js";
+import type { LongTermMemoryStore, MemoryChange, MemoryFilter, MemoryRecord, MemoryStore, ScopeMatch } from "../../src/store/types.js";
+import { rejection } from "./conformance.js";
+
+/** Makes a fresh, empty store that keeps memories. */
+export type MemoriesStoreFactory = () => Promise<MemoryStore>;
+
+/** The fields a test sets; the rest take the service's defaults. */
+type MemoryInput = Partial<Omit<MemoryRecord, "fingerprint">> & Pick<MemoryRecord, "memoryId" | "text">;
+
+/** A MemoryRecord as the service would build it (fingerprint included). */
+export function memory(input: MemoryInput, now = Date.now()): MemoryRecord {
+  const base = {
+    appName: "app",
+    key: "",
+    topics: [],
+    importance: 0,
+    pinned: false,
+    metadata: {},
+    ...input,
+  };
+  return { createdAt: now, validFrom: input.validFrom ?? now, ...base, fingerprint: memoryFingerprint(base, input.validFrom) };
+}
+
+/** A filter over one app's scope; valid now unless told otherwise. */
+function filter(scope: { userId?: string; agentId?: string; sessionId?: string; match?: ScopeMatch } = {}, rest: Partial<MemoryFilter> = {}): MemoryFilter {
+  return { scope: { appName: "app", match: "visible", ...scope }, asOf: Date.now(), ...rest };
+}
+
+const ids = (ms: readonly { memoryId: string }[]) => ms.map((m) => m.memoryId).sort();
+
+/** Registers the memories conformance suite for one driver. */
+export function describeMemoriesConformance(name: string, factory: MemoriesStoreFactory): void {
+  describe(`LongTermMemoryStore conformance: ${name}`, () => {
+    const open: MemoryStore[] = [];
+    const fresh = async (): Promise<{ store: MemoryStore; memories: LongTermMemoryStore }> => {
+      const store = await factory();
+      open.push(store);
+      expect(store.memories, `${name} must offer long-term memories`).toBeDefined();
+      return { store, memories: store.memories! };
+    };
+    afterEach(async () => {
+      for (const store of open.splice(0)) await store.close();
+    });
+
+    describe("1. writes", () => {
+      it("stores a memory with every field and reads it back", async () => {
+        const { memories } = await fresh();
+        const full = memory({
+          memoryId: "m1",
+          userId: "u",
+          agentId: "a",
+          sessionId: "s",
+          text: "The user prefers green tea",
+          fact: { subject: "user", predicate: "prefers", object: "green tea" },
+          topics: ["drinks"],
+          importance: 0.75,
+          pinned: true,
+          metadata: { origin: ["chat", 1] },
+          source: { sessionId: "s", fromSeq: 3, toSeq: 5 },
+          embedding: [0.5, -0.25, 1],
+        });
+        const written = await memories.writeMemories([full]);
+        expect(written).toEqual({ memories: [full], superseded: [] });
+        expect(await memories.getMemory("app", "m1")).toEqual(full);
+        expect(await memories.getMemory("other-app", "m1")).toBeUndefined();
+        expect(await memories.getMemory("app", "absent")).toBeUndefined();
+      });
+
+      it("is idempotent by memory_id: the same memory again changes nothing and returns the original", async () => {
+        const { memories } = await fresh();
+        const first = memory({ memoryId: "m1", text: "likes cats" }, 1000);
+        await memories.writeMemories([first]);
+        const retry = memory({ memoryId: "m1", text: "likes cats" }, 2000);
+        expect((await memories.writeMemories([retry])).memories).toEqual([first]);
+        expect(await memories.listMemories(filter({ match: "within" }, { asOf: undefined }), 10)).toEqual([first]);
+      });
+
+      it("answers ALREADY_EXISTS for a memory_id stored with other content, and stores none of the batch", async () => {
+        const { memories } = await fresh();
+        await memories.writeMemories([memory({ memoryId: "m1", text: "likes cats" })]);
+        const err = await rejection(memories.writeMemories([memory({ memoryId: "m2", text: "new" }), memory({ memoryId: "m1", text: "likes dogs" })]));
+        expect(err.code).toBe("ALREADY_EXISTS");
+        expect(err.field).toBe("memories[1].memory_id");
+        expect(await memories.getMemory("app", "m2")).toBeUndefined();
+        expect((await memories.getMemory("app", "m1"))?.text).toBe("likes cats");
+      });
+
+      it("keeps one embedding dimension per app: another is INVALID_ARGUMENT naming the memory, and the batch is not stored", async () => {
+        const { memories } = await fresh();
+        await memories.writeMemories([memory({ memoryId: "e1", text: "x", embedding: [1, 0, 0] })]);
+        const err = await rejection(memories.writeMemories([memory({ memoryId: "e2", text: "y", embedding: [1, 0, 0] }), memory({ memoryId: "e3", text: "z", embedding: [1, 0] })]));
+        expect(err.code).toBe("INVALID_ARGUMENT");
+        expect(err.field).toBe("memories[1].embedding");
+        expect(await memories.getMemory("app", "e2")).toBeUndefined();
+        // Another app has its own dimension; a first batch must agree with itself.
+        await memories.writeMemories([memory({ memoryId: "o1", appName: "other", text: "x", embedding: [1, 0] })]);
+        expect((await rejection(memories.writeMemories([memory({ memoryId: "n1", appName: "new", text: "a", embedding: [1] }), memory({ memoryId: "n2", appName: "new", text: "b", embedding: [1, 2] })]))).field).toBe("memories[1].embedding");
+      });
+
+      it("keeps memory ids apart per app", async () => {
+        const { memories } = await fresh();
+        await memories.writeMemories([memory({ memoryId: "m1", text: "of app" }), memory({ memoryId: "m1", appName: "other", text: "of other" })]);
+        expect((await memories.getMemory("app", "m1"))?.text).toBe("of app");
+        expect((await memories.getMemory("other", "m1"))?.text).toBe("of other");
+      });
+    });
+
+    describe("2. supersession and validity", () => {
+      it("closes the validity of the memory with the same key in the same scope, keeping it", async () => {
+        const { memories } = await fresh();
+        await memories.writeMemories([memory({ memoryId: "old", userId: "u", key: "drink", text: "prefers coffee", validFrom: 1000 })]);
+        const result = await memories.writeMemories([memory({ memoryId: "new", userId: "u", key: "drink", text: "prefers tea", validFrom: 2000 })]);
+        expect(result.superseded).toMatchObject([{ memoryId: "old", invalidAt: 2000, supersededBy: "new" }]);
+        expect(await memories.getMemory("app", "old")).toMatchObject({ invalidAt: 2000, supersededBy: "new" });
+        expect((await memories.getMemory("app", "new"))?.invalidAt).toBeUndefined();
+        // Now only the new one holds; as of 1500 only the old one did; both are there with any validity.
+        expect(ids(await memories.listMemories(filter({ userId: "u" }), 10))).toEqual(["new"]);
+        expect(ids(await memories.listMemories(filter({ userId: "u" }, { asOf: 1500 }), 10))).toEqual(["old"]);
+        expect(ids(await memories.listMemories(filter({ userId: "u" }, { asOf: undefined }), 10))).toEqual(["new", "old"]);
+      });
+
+      it("supersedes by fact subject and predicate when no key is given", async () => {
+        const { memories } = await fresh();
+        const fact = (object: string) => ({ subject: "user", predicate: "lives in", object });
+        await memories.writeMemories([memory({ memoryId: "a", fact: fact("Paris"), text: "lives in Paris", validFrom: 1000 })]);
+        await memories.writeMemories([memory({ memoryId: "b", fact: fact("Rome"), text: "lives in Rome", validFrom: 2000 })]);
+        expect(await memories.getMemory("app", "a")).toMatchObject({ invalidAt: 2000, supersededBy: "b" });
+      });
+
+      it("never supersedes across scopes, keys, or memories without a key", async () => {
+        const { memories } = await fresh();
+        await memories.writeMemories([
+          memory({ memoryId: "u1", userId: "u1", key: "drink", text: "coffee", validFrom: 1000 }),
+          memory({ memoryId: "shared", key: "drink", text: "water", validFrom: 1000 }),
+          memory({ memoryId: "u2-agent", userId: "u2", agentId: "x", key: "drink", text: "juice", validFrom: 1000 }),
+          memory({ memoryId: "nokey", userId: "u2", text: "drinks tea", validFrom: 1000 }),
+          memory({ memoryId: "u2-food", userId: "u2", key: "food", text: "pasta", validFrom: 1000 }),
+        ]);
+        const result = await memories.writeMemories([memory({ memoryId: "u2", userId: "u2", key: "drink", text: "tea", validFrom: 2000 })]);
+        expect(result.superseded).toEqual([]);
+        expect((await memories.listMemories(filter({ match: "within" }, { asOf: undefined }), 10)).every((m) => m.invalidAt === undefined)).toBe(true);
+      });
+
+      it("a memory that starts before an existing one of its key holds only until that one starts", async () => {
+        const { memories } = await fresh();
+        await memories.writeMemories([memory({ memoryId: "later", key: "k", text: "v2", validFrom: 3000 })]);
+        const result = await memories.writeMemories([memory({ memoryId: "earlier", key: "k", text: "v1", validFrom: 1000 })]);
+        expect(result.superseded).toEqual([]);
+        expect(result.memories).toMatchObject([{ memoryId: "earlier", invalidAt: 3000, supersededBy: "later" }]);
+        expect((await memories.getMemory("app", "later"))?.invalidAt).toBeUndefined();
+      });
+
+      it("applies a batch in order: the last of one key holds", async () => {
+        const { memories } = await fresh();
+        const result = await memories.writeMemories([
+          memory({ memoryId: "v1", key: "k", text: "one", validFrom: 1000 }),
+          memory({ memoryId: "v2", key: "k", text: "two", validFrom: 2000 }),
+        ]);
+        expect(result.memories).toMatchObject([{ memoryId: "v1", invalidAt: 2000 }, { memoryId: "v2" }]);
+        expect(result.memories[1].invalidAt).toBeUndefined();
+      });
+
+      it("honours an invalid_at given on write", async () => {
+        const { memories } = await fresh();
+        await memories.writeMemories([memory({ memoryId: "m", text: "on holiday", validFrom: 1000, invalidAt: 2000 })]);
+        expect(ids(await memories.listMemories(filter({}, { asOf: 1999 }), 10))).toEqual(["m"]);
+        expect(ids(await memories.listMemories(filter({}, { asOf: 2000 }), 10))).toEqual([]);
+      });
+    });
+
+    describe("3. scopes", () => {
+      const seed = async (memories: LongTermMemoryStore) =>
+        memories.writeMemories([
+          memory({ memoryId: "app-wide", text: "app wide insight" }),
+          memory({ memoryId: "u1", userId: "u1", text: "insight of u1" }),
+          memory({ memoryId: "u1-s1", userId: "u1", sessionId: "s1", text: "insight of u1 in s1" }),
+          memory({ memoryId: "u2", userId: "u2", text: "insight of u2" }),
+          memory({ memoryId: "agent", agentId: "planner", text: "insight of the planner" }),
+          memory({ memoryId: "elsewhere", appName: "other", text: "insight of another app" }),
+        ]);
+
+      it("VISIBLE: the user's own and the shared memories, never another user's or app's", async () => {
+        const { memories } = await fresh();
+        await seed(memories);
+        expect(ids(await memories.listMemories(filter({ userId: "u1" }), 10))).toEqual(["app-wide", "u1"]);
+        expect(ids(await memories.listMemories(filter({ userId: "u1", sessionId: "s1", agentId: "planner" }), 10))).toEqual(["agent", "app-wide", "u1", "u1-s1"]);
+        expect(ids(await memories.listMemories(filter({}), 10))).toEqual(["app-wide"]);
+      });
+
+      it("WITHIN: everything inside the scope; EXACT: that scope only", async () => {
+        const { memories } = await fresh();
+        await seed(memories);
+        expect(ids(await memories.listMemories(filter({ userId: "u1", match: "within" }), 10))).toEqual(["u1", "u1-s1"]);
+        expect(ids(await memories.listMemories(filter({ match: "within" }), 10))).toEqual(["agent", "app-wide", "u1", "u1-s1", "u2"]);
+        expect(ids(await memories.listMemories(filter({ userId: "u1", match: "exact" }), 10))).toEqual(["u1"]);
+        expect(ids(await memories.listMemories(filter({ match: "exact" }), 10))).toEqual(["app-wide"]);
+      });
+
+      it("searches only within the filter", async () => {
+        const { memories } = await fresh();
+        await seed(memories);
+        expect(ids((await memories.searchMemories(filter({ userId: "u2" }), "insight", 10)).map((r) => r.memory))).toEqual(["app-wide", "u2"]);
+      });
+    });
+
+    describe("4. ranking and listing", () => {
+      it("ranks by BM25: the memory matching more (and rarer) query terms first; non-matching ones left out", async () => {
+        const { memories } = await fresh();
+        await memories.writeMemories([
+          memory({ memoryId: "tea", text: "The user drinks green tea every morning" }),
+          memory({ memoryId: "coffee", text: "The user drinks coffee" }),
+          memory({ memoryId: "dog", text: "The dog is called Rex" }),
+          memory({ memoryId: "fact", text: "Hobby", fact: { subject: "user", predicate: "plays", object: "chess" } }),
+        ]);
+        const results = await memories.searchMemories(filter(), "green tea", 10);
+        expect(results.map((r) => r.memory.memoryId)).toEqual(["tea"]);
+        expect(results[0].score).toBeGreaterThan(0);
+        const drinks = await memories.searchMemories(filter(), "drinks tea", 10);
+        expect(drinks.map((r) => r.memory.memoryId)).toEqual(["tea", "coffee"]);
+        expect((await memories.searchMemories(filter(), "chess", 10)).map((r) => r.memory.memoryId)).toEqual(["fact"]);
+        expect(await memories.searchMemories(filter(), "drinks", 1)).toHaveLength(1);
+      });
+
+      it("filters searches by topics, pinned and validity", async () => {
+        const { memories } = await fresh();
+        await memories.writeMemories([
+          memory({ memoryId: "a", text: "note alpha", topics: ["work"], pinned: true }),
+          memory({ memoryId: "b", text: "note beta", topics: ["home"] }),
+          memory({ memoryId: "c", text: "note gamma", topics: ["work"], validFrom: 1000, invalidAt: 2000 }),
+        ]);
+        const found = async (f: MemoryFilter) => ids((await memories.searchMemories(f, "note", 10)).map((r) => r.memory));
+        expect(await found(filter({}, { topics: ["work"] }))).toEqual(["a"]);
+        expect(await found(filter({}, { topics: ["work"], asOf: undefined }))).toEqual(["a", "c"]);
+        expect(await found(filter({}, { pinned: false }))).toEqual(["b"]);
+      });
+
+      it("lists newest first and resumes after a cursor without repeats or gaps", async () => {
+        const { memories } = await fresh();
+        await memories.writeMemories(Array.from({ length: 7 }, (_, i) => memory({ memoryId: `m${i}`, text: `memory ${i}` }, 1000 + Math.floor(i / 2))));
+        const seen: string[] = [];
+        let after: { createdAt: number; memoryId: string } | undefined;
+        for (let page = 0; page < 10; page++) {
+          const rows = await memories.listMemories(filter(), 3, after);
+          seen.push(...rows.map((m) => m.memoryId));
+          if (rows.length < 3) break;
+          after = rows[rows.length - 1];
+        }
+        expect(seen).toEqual(["m6", "m5", "m4", "m3", "m2", "m1", "m0"]);
+      });
+
+      it("finds the nearest embeddings by cosine when the driver offers vector search", async () => {
+        const { memories } = await fresh();
+        if (!memories.nearestMemories) return;
+        await memories.writeMemories([
+          memory({ memoryId: "x", text: "x", embedding: [1, 0, 0] }),
+          memory({ memoryId: "xy", text: "xy", embedding: [1, 1, 0] }),
+          memory({ memoryId: "none", text: "none" }),
+        ]);
+        const nearest = await memories.nearestMemories(filter(), [1, 0.1, 0], 10);
+        expect(nearest.map((r) => r.memory.memoryId)).toEqual(["x", "xy"]);
+        expect(nearest[0].score).toBeCloseTo(1 / Math.sqrt(1.01), 6);
+      });
+    });
+
+    describe("5. forgetting and erasure", () => {
+      it("deletes by ids (absent ones skipped) and by scope, whatever the validity", async () => {
+        const { memories } = await fresh();
+        await memories.writeMemories([
+          memory({ memoryId: "a", userId: "u", text: "a", key: "k", validFrom: 1000 }),
+          memory({ memoryId: "b", userId: "u", text: "b", key: "k", validFrom: 2000 }),
+          memory({ memoryId: "c", userId: "v", text: "c" }),
+          memory({ memoryId: "d", text: "d" }),
+        ]);
+        expect(ids(await memories.deleteMemories("app", ["d", "absent"]))).toEqual(["d"]);
+        expect(ids(await memories.deleteMemoriesInScope({ appName: "app", userId: "u", match: "within" }))).toEqual(["a", "b"]);
+        expect(ids(await memories.listMemories(filter({ match: "within" }, { asOf: undefined }), 10))).toEqual(["c"]);
+        expect(await memories.searchMemories(filter({ userId: "u" }, { asOf: undefined }), "a b", 10)).toEqual([]);
+      });
+
+      it("DeleteUserData removes every memory of the user (any agent, session, validity), and nobody else's", async () => {
+        const { store, memories } = await fresh();
+        await store.createSession({ sessionId: "s", appName: "app", userId: "u", metadata: {}, now: Date.now() });
+        await memories.writeMemories([
+          memory({ memoryId: "u-1", userId: "u", text: "one" }),
+          memory({ memoryId: "u-2", userId: "u", agentId: "a", sessionId: "s", text: "two", validFrom: 1000, invalidAt: 2000 }),
+          memory({ memoryId: "v", userId: "v", text: "three" }),
+          memory({ memoryId: "shared", text: "four" }),
+          memory({ memoryId: "u-other-app", appName: "other", userId: "u", text: "five" }),
+        ]);
+        expect(await store.deleteUserData("app", "u")).toEqual({ sessions: 1, events: 0, memories: 2 });
+        expect(await memories.getMemory("app", "u-1")).toBeUndefined();
+        expect(await memories.getMemory("app", "u-2")).toBeUndefined();
+        expect(ids(await memories.listMemories(filter({ match: "within" }, { asOf: undefined }), 10))).toEqual(["shared", "v"]);
+        expect(await memories.getMemory("other", "u-other-app")).toBeDefined();
+        expect(await store.deleteUserData("app", "u")).toEqual({ sessions: 0, events: 0, memories: 0 });
+      });
+    });
+
+    describe("6. changes", () => {
+      it("tells subscribers of an app about writes, supersessions and deletions, and stops when unsubscribed", async () => {
+        const { memories } = await fresh();
+        const changes: MemoryChange[] = [];
+        const unsubscribe = memories.subscribeMemories("app", (c) => changes.push(c));
+        const others: MemoryChange[] = [];
+        memories.subscribeMemories("other", (c) => others.push(c));
+        await memories.writeMemories([memory({ memoryId: "a", key: "k", text: "one", validFrom: 1000 })]);
+        await memories.writeMemories([memory({ memoryId: "b", key: "k", text: "two", validFrom: 2000 })]);
+        await memories.deleteMemories("app", ["a"]);
+        const seen = () => changes.map((c) => (c.kind === "deleted" ? `deleted ${ids(c.memories)}` : `${c.kind} ${c.memory.memoryId}`));
+        // Bounded wait: a shared store may deliver through its backend.
+        for (let i = 0; i < 100 && changes.length < 4; i++) await new Promise((r) => setTimeout(r, 20));
+        expect(seen()).toEqual(["written a", "superseded a", "written b", "deleted a"]);
+        unsubscribe();
+        await memories.writeMemories([memory({ memoryId: "c", text: "three" })]);
+        await new Promise((r) => setTimeout(r, 50));
+        expect(changes).toHaveLength(4);
+        expect(others).toEqual([]);
+      });
+    });
+  });
+}
