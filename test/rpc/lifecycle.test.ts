@@ -67,26 +67,32 @@ describe("SIGTERM", () => {
 
 describe("SIGTERM with unary calls in flight", () => {
   it("lets every call already at the server finish OK, refuses new ones UNAVAILABLE, and exits 0", async () => {
-    // Redis behind a proxy that delays every byte 400 ms each way: each append spends ~0.8 s at the server.
+    // Redis behind a proxy that delays every byte 2.5 s each way: each append spends ~5 s at the server,
+    // time enough to see every call arrive (and to SIGTERM) even on a loaded machine.
     const redisPort = Number(new URL(process.env.MEMORY_TEST_REDIS_URL!).port);
     const proxy = await startChaosProxy(redisPort);
     const proc = await spawnServer({
       MEMORY_TYPE: "redis",
       MEMORY_REDIS_URL: `redis://127.0.0.1:${proxy.port}`,
       MEMORY_KEY_PREFIX: `sigterm${process.pid}`,
-      MEMORY_SHUTDOWN_GRACE_MS: "10000",
+      MEMORY_SHUTDOWN_GRACE_MS: "15000",
+      // Above the slow proxy's round trip, so its delay is not a Redis timeout.
+      MEMORY_STORE_TIMEOUT_MS: "20000",
     });
     const grpcClient = grpcJsClient(proc.address);
     const connect = connectClient(proc.baseUrl);
     try {
       const id = sid();
       await grpcClient.createSession({ appName: "app", userId: "u", sessionId: id });
-      // Warm both connections, so the calls below need no new one.
+      // Warm both connections, so the calls below need no new one, and Redis's script cache, so each append
+      // below is one script call.
       await Promise.all([grpcClient.getSession({ sessionId: id }), connect.getSession({ sessionId: id })]);
-      proxy.set({ kind: "latency", ms: 400 });
+      await grpcClient.addEvent({ sessionId: id, event: { eventId: "warm-up", eventType: "user_message" } });
+      proxy.set({ kind: "latency", ms: 2500 });
+      // Each append is one script call (RESP `evalsha`); nothing else runs a script meanwhile.
+      const appendsSent = proxy.countFromClients("\r\nevalsha\r\n");
 
       const CALLS = 40;
-      const sentAt = Date.now();
       const inFlight = Array.from({ length: CALLS }, (_, i) => {
         const client = i % 2 === 0 ? grpcClient : connect;
         return client.addEvent({ sessionId: id, event: { eventId: `in-flight-${i}`, eventType: "user_message" } }).then(
@@ -94,7 +100,9 @@ describe("SIGTERM with unary calls in flight", () => {
           (err: unknown) => ({ ok: false as const, error: String(err), at: Date.now() }),
         );
       });
-      await new Promise((r) => setTimeout(r, 200)); // every request has reached the server; none can have had its Redis reply
+      // SIGTERM once the server has sent every append to Redis, long before any reply can have come
+      // back through the slow proxy.
+      await until(() => appendsSent() >= CALLS, 10_000, () => `only ${appendsSent()} of ${CALLS} appends reached Redis`);
       const killedAt = Date.now();
       const exit = proc.kill("SIGTERM");
       await new Promise((r) => setTimeout(r, 100)); // the server has begun shutting down
@@ -109,10 +117,9 @@ describe("SIGTERM with unary calls in flight", () => {
       for (const err of refused) expect(err.code).toBe(Code.Unavailable);
 
       const results = await Promise.all(inFlight);
-      expect(killedAt - sentAt).toBeLessThan(800); // still at the server when SIGTERM came: no reply could have come back yet
+      expect(results.every((r) => r.at > killedAt)).toBe(true); // still at the server when SIGTERM came
       for (const r of results) expect(r, JSON.stringify(r)).toMatchObject({ ok: true });
-      expect(results.every((r) => r.at > killedAt)).toBe(true);
-      expect(results.map((r) => (r.ok ? r.seq : 0)).sort((a, b) => a - b)).toEqual(Array.from({ length: CALLS }, (_, i) => i + 1));
+      expect(results.map((r) => (r.ok ? r.seq : 0)).sort((a, b) => a - b)).toEqual(Array.from({ length: CALLS }, (_, i) => i + 2));
       expect(await exit).toEqual({ code: 0, signal: null });
     } finally {
       grpcClient.close();
@@ -202,3 +209,12 @@ describe("MEMORY_ENABLED=false (the null store)", () => {
     }
   });
 });
+
+/** Waits (polling, at most `withinMs`) until `done()`; fails with `why()` otherwise. */
+async function until(done: () => boolean, withinMs: number, why: () => string): Promise<void> {
+  const deadline = Date.now() + withinMs;
+  while (!done()) {
+    if (Date.now() > deadline) throw new Error(why());
+    await new Promise((r) => setTimeout(r, 10));
+  }
+}

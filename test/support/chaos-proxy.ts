@@ -20,6 +20,8 @@ export interface ChaosProxy {
   resetAll(): void;
   /** Open client connections. */
   readonly connections: number;
+  /** Counts, from now on, the times `text` arrives from clients (split across chunks too); call the result to read the count. */
+  countFromClients(text: string): () => number;
   close(): Promise<void>;
 }
 
@@ -27,6 +29,7 @@ export interface ChaosProxy {
 export async function startChaosProxy(targetPort: number, targetHost = "127.0.0.1"): Promise<ChaosProxy> {
   let mode: ChaosMode = { kind: "pass" };
   const pairs = new Set<{ client: net.Socket; upstream: net.Socket }>();
+  const taps = new Set<(chunk: Buffer) => void>();
 
   /** Forwards one chunk according to the mode at the time it arrived. */
   const forward = (to: net.Socket) => (chunk: Buffer) => {
@@ -52,7 +55,11 @@ export async function startChaosProxy(targetPort: number, targetHost = "127.0.0.
       client.destroy();
       upstream.destroy();
     };
-    client.on("data", forward(upstream));
+    const toUpstream = forward(upstream);
+    client.on("data", (chunk: Buffer) => {
+      for (const tap of taps) tap(chunk);
+      toUpstream(chunk);
+    });
     upstream.on("data", forward(client));
     client.on("error", end).on("close", end);
     upstream.on("error", end).on("close", end);
@@ -73,6 +80,17 @@ export async function startChaosProxy(targetPort: number, targetHost = "127.0.0.
     },
     get connections() {
       return pairs.size;
+    },
+    countFromClients: (text) => {
+      let count = 0;
+      // The last text.length - 1 characters seen, so an occurrence split between two chunks is counted too.
+      let carry = "";
+      taps.add((chunk) => {
+        const seen = carry + chunk.toString("latin1");
+        for (let at = seen.indexOf(text); at !== -1; at = seen.indexOf(text, at + text.length)) count++;
+        carry = seen.slice(-(text.length - 1));
+      });
+      return () => count;
     },
     close: async () => {
       for (const { client, upstream } of pairs) {
