@@ -1,11 +1,23 @@
 /**
- * Listeners of session notices, by session: registration and fan-out for
- * every driver, written once. A listener that throws is skipped, never
- * allowed to reach the caller: a notice follows a change that has already
- * happened (an append that is stored), and must not turn it into an error
- * or keep the other listeners from hearing of it.
+ * Listeners of store changes: registration and fan-out for every driver,
+ * written once. A listener that throws is skipped, never allowed to reach the
+ * caller: a notice follows a change that has already happened (an append or
+ * a memory write that is stored), and must not turn it into an error or keep
+ * the other listeners from hearing of it.
  */
 import type { NoticeListener, SessionNotice } from "./types.js";
+
+/** Tells each listener of `event`; a listener that throws does not stop the others. */
+export function notifyEach<E>(listeners: Iterable<(event: E) => void>, event: E): void {
+  // A copy: a listener may unsubscribe (itself or another) while it runs.
+  for (const listener of [...listeners]) {
+    try {
+      listener(event);
+    } catch {
+      // The change happened; one faulty listener must not undo that for the caller or the others.
+    }
+  }
+}
 
 /** The notice listeners of one store. */
 export class NoticeListeners {
@@ -25,15 +37,7 @@ export class NoticeListeners {
   /** Tells every listener of the notice's session; a listener that throws does not stop the others. */
   notify(notice: SessionNotice): void {
     const set = this.bySession.get(notice.sessionId);
-    if (!set) return;
-    // A copy: a listener may unsubscribe (itself or another) while it runs.
-    for (const listener of [...set]) {
-      try {
-        listener(notice);
-      } catch {
-        // The change happened; one faulty listener must not undo that for the caller or the others.
-      }
-    }
+    if (set) notifyEach(set, notice);
   }
 
   /** True when someone listens to the session. */

@@ -324,6 +324,25 @@ export function describeMemoriesConformance(name: string, factory: MemoriesStore
         expect(changes).toHaveLength(4);
         expect(others).toEqual([]);
       });
+
+      it("a subscriber that throws neither fails the write nor keeps the other subscribers from hearing of it", async () => {
+        const { memories } = await fresh();
+        const changes: MemoryChange[] = [];
+        const unsubscribeFaulty = memories.subscribeMemories("app", () => {
+          throw new Error("a faulty subscriber");
+        });
+        const unsubscribe = memories.subscribeMemories("app", (c) => changes.push(c));
+        try {
+          const written = await memories.writeMemories([memory({ memoryId: "a", text: "one" })]);
+          expect(ids(written.memories)).toEqual(["a"]);
+          expect(await memories.deleteMemories("app", ["a"])).toHaveLength(1);
+          for (let i = 0; i < 100 && changes.length < 2; i++) await new Promise((r) => setTimeout(r, 20));
+          expect(changes.map((c) => c.kind)).toEqual(["written", "deleted"]);
+        } finally {
+          unsubscribeFaulty();
+          unsubscribe();
+        }
+      });
     });
   });
 }

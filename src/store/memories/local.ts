@@ -21,6 +21,7 @@ import type {
   MemoryWriteResult,
   RankedMemory,
 } from "../types.js";
+import { notifyEach } from "../notices.js";
 import { cosine, embeddingDimensionMismatch, exactScopeKey, filterSelects, memoryIdTaken, scopeSelects, supersessionKey } from "./rules.js";
 
 // sorted-btree is CommonJS with `exports.default` (see src/store/local.ts).
@@ -89,7 +90,7 @@ class AppMemories {
   }
 
   emit(change: MemoryChange): void {
-    for (const listener of this.listeners) listener(change);
+    notifyEach(this.listeners, change);
   }
 }
 
