@@ -161,3 +161,15 @@ def test_sync_write_memory_retried_after_a_lost_response_is_stored_once(lossy: L
         assert lossy.dropped == 1
         stored = list(retrying.list_memories(app))
     assert [(m.memory_id, m.text) for m in stored] == [(memory.memory_id, "stored once")]
+
+
+async def test_a_memory_search_whose_response_is_lost_is_retried_by_the_channel(
+    lossy: LossyProxy, client: EngramClient
+) -> None:
+    app = f"retry-{uuid.uuid4().hex[:12]}"
+    await client.write_memory(app, "found after a retry", memory_id="found")
+    async with EngramClient(lossy.target, timeout=10, retries=0) as reading:
+        # retries=0: no client-side retry, so only the channel's retry policy for reads can answer.
+        results = await reading.search_memories(app, "retry")
+    assert lossy.dropped == 1
+    assert [r.memory.memory_id for r in results] == ["found"]
