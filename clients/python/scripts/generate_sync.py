@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Writes the sync clients (engram_memory._gen.sync) from the async ones with unasync.
 
-The async ``client.py`` and ``memory.py`` are the one source of both flavours:
+The async ``client.py``, ``memory.py`` and ``kg.py`` are the one source of both flavours:
 unasync (pinned in requirements-gen.txt) drops ``async``/``await``, turns
 ``__aenter__``/``AsyncIterator``/... into their sync names and applies
 REPLACEMENTS below, which swap the I/O module ``_async_io`` for ``_sync_io``
@@ -25,12 +25,13 @@ PACKAGE = Path(__file__).resolve().parent.parent / "src" / "engram_memory"
 #: The package-relative path of the generated code.
 SYNC_DIR = Path("_gen") / "sync"
 #: The async modules, each written again under SYNC_DIR with the same name.
-SOURCES = ("client.py", "memory.py")
+SOURCES = ("client.py", "memory.py", "kg.py")
 #: Names unasync renames besides its own (async context managers, iterators, generators).
 REPLACEMENTS = {
     "_async_io": "_sync_io",
     "EngramClient": "EngramClientSync",
     "EngramMemory": "EngramMemorySync",
+    "KnowledgeGraph": "KnowledgeGraphSync",
     "MemoryServiceAsyncStub": "MemoryServiceStub",
     "aclose": "close",
 }
@@ -42,7 +43,7 @@ INIT_TEXT = (
 
 def generated() -> dict[str, str]:
     """The text of every file of SYNC_DIR, by file name."""
-    files = {"__init__.py": HEADER.format(name="client.py, memory.py") + INIT_TEXT}
+    files = {"__init__.py": HEADER.format(name="client.py, memory.py, kg.py") + INIT_TEXT}
     with tempfile.TemporaryDirectory() as tmp:
         rule = unasync.Rule(fromdir=f"{PACKAGE}/", todir=f"{tmp}/", additional_replacements=REPLACEMENTS)
         unasync.unasync_files([str(PACKAGE / name) for name in SOURCES], [rule])

@@ -1,4 +1,4 @@
-"""The README's example runs as written against a real server (its fixed
+"""The README's examples run as written against a real server (their fixed
 address rewritten to the test server's port)."""
 from __future__ import annotations
 
@@ -13,13 +13,30 @@ README = Path(__file__).resolve().parents[1] / "README.md"
 ADDRESS = '"127.0.0.1:8000"'
 
 
-def test_readme_example_runs(server: EngramServer, tmp_path: Path) -> None:
+def _run_example(marker: str, server: EngramServer, tmp_path: Path) -> str:
     blocks = re.findall(r"```python\n(.*?)```", README.read_text(), flags=re.S)
-    example = next(b for b in blocks if "asyncio.run(main())" in b)
+    example = next(b for b in blocks if "asyncio.run(main())" in b and marker in b)
     assert ADDRESS in example
     script = tmp_path / "example.py"
     script.write_text(example.replace(ADDRESS, f'"{server.target}"'))
-    out = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=60, check=True).stdout
+    return subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=60, check=True).stdout
+
+
+def test_readme_example_runs(server: EngramServer, tmp_path: Path) -> None:
+    out = _run_example("EngramMemory(", server, tmp_path)
     assert "user_message What is the capital of France?" in out
     assert "User: What is the capital of France?" in out
     assert "Assistant: Paris." in out
+
+
+def test_readme_long_term_memory_example_runs(server: EngramServer, tmp_path: Path) -> None:
+    out = _run_example("KnowledgeGraph(", server, tmp_path)
+    lines = out.splitlines()
+    assert "search: Alice's sister lives in Porto" in lines
+    # Recall renders the pinned memory, the relevant one and the session's turn.
+    assert "Alice is vegetarian" in out and "User: Book me a trip to see my sister" in out
+    # Berlin superseded Lyon: only Berlin holds now; Lyon is kept, closed.
+    assert [line for line in lines if line.startswith("fact:")] == ["fact: alice lives in Berlin"]
+    ever = [line for line in lines if line.startswith("ever:")]
+    assert ever[0] == "ever: Berlin until None"
+    assert ever[1].startswith("ever: Lyon until 20") and len(ever) == 2

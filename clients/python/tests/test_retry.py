@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import socket
 import threading
+import uuid
 from collections.abc import Iterator
 
 import pytest
@@ -139,3 +140,36 @@ async def test_sync_add_event_retried_after_a_lost_response_is_stored_once(
     assert lossy.dropped == 1
     stored = (await client.get_session_events(sid)).events
     assert [(e.event_id, e.seq) for e in stored] == [(event.event_id, event.seq)]
+
+
+async def test_write_memories_retried_after_a_lost_response_is_stored_once(
+    lossy: LossyProxy, client: EngramClient
+) -> None:
+    app = f"retry-{uuid.uuid4().hex[:12]}"
+    async with EngramClient(lossy.target, timeout=10) as retrying:
+        # No memory_id given: the client assigns it before the first try, and the retry carries it.
+        written = await retrying.write_memories([{"app_name": app, "text": "stored once"}])
+    assert lossy.dropped == 1
+    stored = [m async for m in client.list_memories(app)]
+    assert [(m.memory_id, m.text) for m in stored] == [(written.memories[0].memory_id, "stored once")]
+
+
+def test_sync_write_memory_retried_after_a_lost_response_is_stored_once(lossy: LossyProxy) -> None:
+    app = f"retry-{uuid.uuid4().hex[:12]}"
+    with EngramClientSync(lossy.target, timeout=10) as retrying:
+        memory = retrying.write_memory(app, "stored once", user_id="u")
+        assert lossy.dropped == 1
+        stored = list(retrying.list_memories(app))
+    assert [(m.memory_id, m.text) for m in stored] == [(memory.memory_id, "stored once")]
+
+
+async def test_a_memory_search_whose_response_is_lost_is_retried_by_the_channel(
+    lossy: LossyProxy, client: EngramClient
+) -> None:
+    app = f"retry-{uuid.uuid4().hex[:12]}"
+    await client.write_memory(app, "found after a retry", memory_id="found")
+    async with EngramClient(lossy.target, timeout=10, retries=0) as reading:
+        # retries=0: no client-side retry, so only the channel's retry policy for reads can answer.
+        results = await reading.search_memories(app, "retry")
+    assert lossy.dropped == 1
+    assert [r.memory.memory_id for r in results] == ["found"]

@@ -5,21 +5,31 @@ import dataclasses
 import json
 import math
 import uuid
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from datetime import date, datetime, timedelta, timezone
 from typing import Any
 
 from google.protobuf import duration_pb2, struct_pb2, timestamp_pb2
 
+from ._gen.engram.v1 import memories_pb2 as mpb
 from ._gen.engram.v1 import memory_pb2 as pb
 from .models import (
     ChatMessage,
     ContentPart,
     ContextSection,
     ConversationContext,
+    EventHit,
     EventPage,
+    Fact,
+    LongTermMemory,
+    MemoryChange,
     MemoryEvent,
+    MemorySource,
     MemoryStats,
+    MemoryWrite,
+    RecallResult,
+    ScopeMatch,
+    ScoredMemory,
     SessionInfo,
     StreamFrame,
     ToolCall,
@@ -384,7 +394,7 @@ def cleanup_request(
 
 
 def erased_from_pb(r: pb.DeleteUserDataResponse) -> UserDataErased:
-    return UserDataErased(r.removed_sessions, r.removed_events)
+    return UserDataErased(r.removed_sessions, r.removed_events, r.removed_memories)
 
 
 def normalize_target(target: str) -> str:
@@ -393,3 +403,280 @@ def normalize_target(target: str) -> str:
         if target.startswith(scheme):
             return target[len(scheme) :].rstrip("/")
     return target
+
+
+# ---- long-term memory ------------------------------------------------------
+
+#: What write_memories accepts for one memory: a LongTermMemory or a mapping with its field names.
+MemoryLike = LongTermMemory | Mapping[str, Any]
+
+_SCOPE_MATCHES: dict[str, mpb.ScopeMatch.ValueType] = {
+    "visible": mpb.SCOPE_MATCH_VISIBLE,
+    "within": mpb.SCOPE_MATCH_WITHIN,
+    "exact": mpb.SCOPE_MATCH_EXACT,
+}
+
+
+def scope_match(value: ScopeMatch | None) -> mpb.ScopeMatch.ValueType:
+    if value is None:
+        return mpb.SCOPE_MATCH_UNSPECIFIED
+    try:
+        return _SCOPE_MATCHES[value]
+    except KeyError:
+        raise ValueError(f"scope_match: expected one of {sorted(_SCOPE_MATCHES)}, got {value!r}") from None
+
+
+def _fact_of(value: Fact | Sequence[str] | Mapping[str, str] | None) -> Fact | None:
+    if value is None or isinstance(value, Fact):
+        return value
+    if isinstance(value, Mapping):
+        return Fact(str(value["subject"]), str(value["predicate"]), str(value["object"]))
+    subject, predicate, obj = value
+    return Fact(subject, predicate, obj)
+
+
+def long_term_memory_of(memory: MemoryLike) -> LongTermMemory:
+    """A LongTermMemory from itself or from a mapping of its field names (fact as a Fact, triple or mapping)."""
+    if isinstance(memory, LongTermMemory):
+        return memory
+    if not isinstance(memory, Mapping):
+        raise TypeError(f"memory: expected a LongTermMemory or a mapping, got {type(memory).__name__}")
+    known = {f.name for f in dataclasses.fields(LongTermMemory)}
+    unknown = sorted(set(memory) - known)
+    if unknown:
+        raise ValueError(f"memory: unknown field {unknown[0]!r}")
+    fields = dict(memory)
+    fields["fact"] = _fact_of(fields.get("fact"))
+    source = fields.get("source")
+    if isinstance(source, Mapping):
+        fields["source"] = MemorySource(**source)
+    return LongTermMemory(**fields)
+
+
+def memory_to_pb(m: LongTermMemory) -> mpb.Memory:
+    # An id assigned here, once, before the first try, is the idempotency key
+    # every retry of the write carries: a retry after a lost response then
+    # returns the stored original instead of storing the memory twice.
+    msg = mpb.Memory(
+        memory_id=m.memory_id or str(uuid.uuid4()),
+        app_name=m.app_name,
+        user_id=m.user_id,
+        agent_id=m.agent_id,
+        session_id=m.session_id,
+        text=m.text,
+        key=m.key,
+        topics=list(m.topics),
+        importance=m.importance,
+        pinned=m.pinned,
+        embedding=list(m.embedding),
+    )
+    if m.fact is not None:
+        msg.fact.CopyFrom(mpb.MemoryFact(subject=m.fact.subject, predicate=m.fact.predicate, object=m.fact.object))
+    if m.metadata:
+        s = to_struct(m.metadata)
+        assert s is not None
+        msg.metadata.CopyFrom(s)
+    if m.source is not None:
+        msg.source.CopyFrom(
+            mpb.MemorySource(session_id=m.source.session_id, from_seq=m.source.from_seq, to_seq=m.source.to_seq)
+        )
+    if m.valid_from is not None:
+        msg.valid_from.CopyFrom(to_timestamp(m.valid_from))
+    if m.invalid_at is not None:
+        msg.invalid_at.CopyFrom(to_timestamp(m.invalid_at))
+    return msg
+
+
+def memory_from_pb(m: mpb.Memory) -> LongTermMemory:
+    return LongTermMemory(
+        app_name=m.app_name,
+        text=m.text,
+        memory_id=m.memory_id,
+        user_id=m.user_id if m.HasField("user_id") else None,
+        agent_id=m.agent_id if m.HasField("agent_id") else None,
+        session_id=m.session_id if m.HasField("session_id") else None,
+        fact=Fact(m.fact.subject, m.fact.predicate, m.fact.object) if m.HasField("fact") else None,
+        key=m.key,
+        topics=list(m.topics),
+        importance=m.importance,
+        pinned=m.pinned,
+        metadata=from_struct(m.metadata),
+        source=MemorySource(m.source.session_id, m.source.from_seq, m.source.to_seq) if m.HasField("source") else None,
+        created_at=from_timestamp(m.created_at) if m.HasField("created_at") else None,
+        valid_from=from_timestamp(m.valid_from) if m.HasField("valid_from") else None,
+        invalid_at=from_timestamp(m.invalid_at) if m.HasField("invalid_at") else None,
+        superseded_by=m.superseded_by,
+        embedding=list(m.embedding),
+    )
+
+
+def write_memories_request(memories: Iterable[MemoryLike]) -> mpb.WriteMemoriesRequest:
+    return mpb.WriteMemoriesRequest(memories=[memory_to_pb(long_term_memory_of(m)) for m in memories])
+
+
+def written_from_pb(r: mpb.WriteMemoriesResponse) -> MemoryWrite:
+    return MemoryWrite([memory_from_pb(m) for m in r.memories], [memory_from_pb(m) for m in r.superseded])
+
+
+def scored_from_pb(s: mpb.ScoredMemory) -> ScoredMemory:
+    return ScoredMemory(memory_from_pb(s.memory), s.score, s.lexical_score, s.vector_score)
+
+
+def search_memories_request(
+    app_name: str,
+    query: str,
+    *,
+    user_id: str | None,
+    agent_id: str | None,
+    session_id: str | None,
+    scope: ScopeMatch | None,
+    top_k: int,
+    topics: Iterable[str] | None,
+    as_of: datetime | str | None,
+    include_invalid: bool,
+    pinned: bool | None,
+    query_embedding: Iterable[float] | None,
+) -> mpb.SearchMemoriesRequest:
+    # Unset (None) filters stay absent on the wire: an empty string would be a filter the server refuses.
+    req = mpb.SearchMemoriesRequest(
+        app_name=app_name,
+        user_id=user_id,
+        agent_id=agent_id,
+        session_id=session_id,
+        scope_match=scope_match(scope),
+        query=query,
+        top_k=top_k,
+        topics=list(topics or ()),
+        include_invalid=include_invalid,
+        pinned=pinned,
+        query_embedding=list(query_embedding or ()),
+    )
+    if as_of is not None:
+        req.as_of.CopyFrom(to_timestamp(as_of))
+    return req
+
+
+def list_memories_request(
+    app_name: str,
+    *,
+    user_id: str | None,
+    agent_id: str | None,
+    session_id: str | None,
+    scope: ScopeMatch | None,
+    topics: Iterable[str] | None,
+    as_of: datetime | str | None,
+    include_invalid: bool,
+    pinned: bool | None,
+    key: str | None,
+    subject: str | None,
+    predicate: str | None,
+    page_size: int,
+    page_token: str,
+) -> mpb.ListMemoriesRequest:
+    req = mpb.ListMemoriesRequest(
+        app_name=app_name,
+        user_id=user_id,
+        agent_id=agent_id,
+        session_id=session_id,
+        scope_match=scope_match(scope),
+        topics=list(topics or ()),
+        include_invalid=include_invalid,
+        pinned=pinned,
+        key=key,
+        subject=subject,
+        predicate=predicate,
+        page_size=page_size,
+        page_token=page_token,
+    )
+    if as_of is not None:
+        req.as_of.CopyFrom(to_timestamp(as_of))
+    return req
+
+
+def delete_memories_request(
+    app_name: str,
+    memory_ids: Iterable[str] | None,
+    *,
+    user_id: str | None,
+    agent_id: str | None,
+    session_id: str | None,
+    scope: ScopeMatch | None,
+) -> mpb.DeleteMemoriesRequest:
+    return mpb.DeleteMemoriesRequest(
+        app_name=app_name,
+        memory_ids=list(memory_ids or ()),
+        user_id=user_id,
+        agent_id=agent_id,
+        session_id=session_id,
+        scope_match=scope_match(scope),
+    )
+
+
+def watch_memories_request(
+    app_name: str, *, user_id: str | None, agent_id: str | None, session_id: str | None, scope: ScopeMatch | None
+) -> mpb.WatchMemoriesRequest:
+    return mpb.WatchMemoriesRequest(
+        app_name=app_name, user_id=user_id, agent_id=agent_id, session_id=session_id, scope_match=scope_match(scope)
+    )
+
+
+def change_from_pb(r: mpb.WatchMemoriesResponse) -> MemoryChange | None:
+    kind = r.WhichOneof("frame")
+    if kind == "started":
+        return MemoryChange("started")
+    if kind == "written":
+        return MemoryChange("written", memory_from_pb(r.written))
+    if kind == "superseded":
+        return MemoryChange("superseded", memory_from_pb(r.superseded))
+    if kind == "deleted":
+        return MemoryChange("deleted", memory_ids=tuple(r.deleted.memory_ids))
+    if kind == "heartbeat":
+        return MemoryChange("heartbeat")
+    return None  # an unknown frame kind from a newer server
+
+
+def search_events_request(
+    app_name: str, query: str, *, user_id: str | None, top_k: int, event_types: Iterable[str] | None
+) -> pb.SearchEventsRequest:
+    return pb.SearchEventsRequest(
+        app_name=app_name, user_id=user_id, query=query, top_k=top_k, event_types=list(event_types or ())
+    )
+
+
+def hit_from_pb(h: pb.EventHit) -> EventHit:
+    return EventHit(h.session_id, h.seq, h.snippet, h.score, event_from_pb(h.event))
+
+
+def recall_request(
+    session_id: str,
+    query: str,
+    *,
+    token_budget: int,
+    agent_id: str | None,
+    tokenizer: str,
+    top_k: int,
+    query_embedding: Iterable[float] | None,
+) -> pb.RecallRequest:
+    return pb.RecallRequest(
+        session_id=session_id,
+        query=query,
+        token_budget=token_budget,
+        agent_id=agent_id,
+        tokenizer=tokenizer,
+        top_k=top_k,
+        query_embedding=list(query_embedding or ()),
+    )
+
+
+def recall_from_pb(r: pb.RecallResponse) -> RecallResult:
+    return RecallResult(
+        text=r.text,
+        pinned=[memory_from_pb(m) for m in r.pinned],
+        memories=[scored_from_pb(s) for s in r.memories],
+        context=context_from_pb(r.context),
+        pinned_tokens=r.pinned_tokens,
+        memory_tokens=r.memory_tokens,
+        context_tokens=r.context_tokens,
+        tokens_used=r.tokens_used,
+        tokenizer=r.tokenizer,
+    )

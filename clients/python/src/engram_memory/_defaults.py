@@ -16,7 +16,19 @@ MAX_PAGE_SIZE = 1000
 
 #: Methods without side effects, retried by gRPC itself on UNAVAILABLE
 #: (DEFAULT_RETRIES retries, backoff 0.1 s doubling up to 2 s).
-_READ_METHODS = ("GetSession", "ListSessions", "GetSessionEvents", "ListEvents", "BuildConversationContext", "GetStats")
+_READ_METHODS = (
+    "GetSession",
+    "ListSessions",
+    "GetSessionEvents",
+    "ListEvents",
+    "BuildConversationContext",
+    "GetStats",
+    "GetMemory",
+    "SearchMemories",
+    "ListMemories",
+    "SearchEvents",
+    "Recall",
+)
 #: Default channel options: read-only calls retry transient failures, and the
 #: channel reconnects within seconds after a server restart.
 DEFAULT_CHANNEL_OPTIONS: tuple[tuple[str, Any], ...] = (

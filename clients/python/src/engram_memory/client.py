@@ -19,18 +19,29 @@ from engram_memory import _convert as cv
 from engram_memory._async_io import Channel, UnaryMethod, channel_ready, close_channel, open_channel, sleep
 from engram_memory._defaults import DEFAULT_CHANNEL_OPTIONS as DEFAULT_CHANNEL_OPTIONS  # importable here as before
 from engram_memory._defaults import DEFAULT_TARGET, MAX_PAGE_SIZE, Metadata, channel_options
+from engram_memory._gen.engram.v1 import memories_pb2 as mpb
 from engram_memory._gen.engram.v1 import memory_pb2 as pb
 from engram_memory._gen.engram.v1 import memory_pb2_grpc as pb_grpc
 from engram_memory._retry import DEFAULT_RETRIES, StreamRetry, unary_backoff
 from engram_memory.errors import EngramError, from_rpc_error
 from engram_memory.models import (
     ConversationContext,
+    EventHit,
     EventPage,
+    Fact,
+    LongTermMemory,
+    MemoryChange,
     MemoryEvent,
+    MemorySource,
     MemoryStats,
+    MemoryWrite,
+    RecallResult,
+    ScopeMatch,
+    ScoredMemory,
     SessionInfo,
     StreamFrame,
     UserDataErased,
+    parse_timestamp,
 )
 
 __all__ = ["DEFAULT_TARGET", "EngramClient"]
@@ -89,7 +100,7 @@ class EngramClient:
         auth = (("authorization", f"Bearer {api_key}"),) if api_key else ()
         self.metadata: tuple[tuple[str, str], ...] = auth + tuple(metadata or ())
         self.stream_retry = stream_retry or StreamRetry()
-        #: Retries of an append without expected_seq after UNAVAILABLE (0: none).
+        #: Retries of an append without expected_seq, a memory write or deletion after UNAVAILABLE (0: none).
         self.retries = max(0, retries)
 
     # ---- plumbing -----------------------------------------------------------
@@ -110,7 +121,8 @@ class EngramClient:
         self, method: UnaryMethod[_Request, _Response], request: _Request, *, retry: bool = False
     ) -> _Response:
         # retry: only for requests whose repetition cannot change the outcome
-        # (appends carry an event_id assigned before the first try).
+        # (appends and memory writes carry an id assigned before the first try;
+        # a repeated deletion finds nothing more to delete).
         failures = 0
         while True:
             try:
@@ -407,7 +419,7 @@ class EngramClient:
         return resp.removed_sessions
 
     async def delete_user_data(self, app_name: str, user_id: str) -> UserDataErased:
-        """Erases one user of one app: every session and event of theirs.
+        """Erases one user of one app: every session, event and long-term memory of theirs.
 
         Safe to repeat: a call that fails midway leaves whole sessions, and
         calling again removes the rest (its counts are what that call removed).
@@ -416,3 +428,317 @@ class EngramClient:
             self.stub.DeleteUserData, pb.DeleteUserDataRequest(app_name=app_name, user_id=user_id)
         )
         return cv.erased_from_pb(resp)
+
+    # ---- long-term memory -------------------------------------------------------
+
+    async def write_memories(self, memories: Iterable[cv.MemoryLike]) -> MemoryWrite:
+        """Stores a batch of 1..100 memories atomically (all or none).
+
+        Memories are :class:`LongTermMemory` objects or mappings with their
+        field names. One without a ``memory_id`` gets a UUID before the first
+        try, so a retry after a lost response returns the stored original;
+        writing an id again with other content raises AlreadyExistsError. A
+        memory with the same ``key`` (or fact subject and predicate) as a valid
+        one of exactly the same scope supersedes it: the older one's validity
+        is closed (returned in ``superseded``), not deleted.
+        """
+        resp: mpb.WriteMemoriesResponse = await self._call(
+            self.stub.WriteMemories, cv.write_memories_request(memories), retry=True
+        )
+        return cv.written_from_pb(resp)
+
+    async def write_memory(
+        self,
+        app_name: str,
+        text: str,
+        *,
+        memory_id: str = "",
+        user_id: str | None = None,
+        agent_id: str | None = None,
+        session_id: str | None = None,
+        fact: Fact | tuple[str, str, str] | None = None,
+        key: str = "",
+        topics: Iterable[str] = (),
+        importance: float = 0.0,
+        pinned: bool = False,
+        metadata: Mapping[str, Any] | None = None,
+        source: MemorySource | None = None,
+        valid_from: datetime | str | None = None,
+        invalid_at: datetime | str | None = None,
+        embedding: Iterable[float] = (),
+    ) -> LongTermMemory:
+        """Stores one memory (see :meth:`write_memories`) and returns it as stored.
+
+        ``fact`` is a :class:`Fact` or a (subject, predicate, object) triple;
+        ``importance`` 0..1 raises its rank; ``pinned`` makes it a core memory
+        that :meth:`recall` always includes.
+        """
+        memory = LongTermMemory(
+            app_name=app_name,
+            text=text,
+            memory_id=memory_id,
+            user_id=user_id,
+            agent_id=agent_id,
+            session_id=session_id,
+            fact=Fact(*fact) if isinstance(fact, tuple) else fact,
+            key=key,
+            topics=list(topics),
+            importance=importance,
+            pinned=pinned,
+            metadata=dict(metadata or {}),
+            source=source,
+            valid_from=None if valid_from is None else parse_timestamp(valid_from),
+            invalid_at=None if invalid_at is None else parse_timestamp(invalid_at),
+            embedding=list(embedding),
+        )
+        return (await self.write_memories([memory])).memories[0]
+
+    async def get_memory(self, app_name: str, memory_id: str) -> LongTermMemory:
+        """One memory, valid or superseded (NotFoundError when absent or outside the key's scope)."""
+        resp: mpb.GetMemoryResponse = await self._call(
+            self.stub.GetMemory, mpb.GetMemoryRequest(app_name=app_name, memory_id=memory_id)
+        )
+        return cv.memory_from_pb(resp.memory)
+
+    async def search_memories(
+        self,
+        app_name: str,
+        query: str = "",
+        *,
+        user_id: str | None = None,
+        agent_id: str | None = None,
+        session_id: str | None = None,
+        scope_match: ScopeMatch | None = None,
+        top_k: int = 0,
+        topics: Iterable[str] | None = None,
+        as_of: datetime | str | None = None,
+        include_invalid: bool = False,
+        pinned: bool | None = None,
+        query_embedding: Iterable[float] | None = None,
+    ) -> list[ScoredMemory]:
+        """The memories best matching ``query``, best first (lexical and, with embeddings,
+        vector similarity, fused with importance and recency; an empty query ranks by those alone).
+
+        The scope (``user_id``, ``agent_id``, ``session_id``) selects what a caller
+        in it may see unless ``scope_match`` says otherwise ("within", "exact").
+        ``top_k`` 1..100 (10 when 0); ``topics``: at least one of them; ``as_of``:
+        what was valid then (now when None); ``include_invalid``: superseded
+        memories too (not with ``as_of``); ``pinned``: only pinned or unpinned ones.
+        """
+        req = cv.search_memories_request(
+            app_name,
+            query,
+            user_id=user_id,
+            agent_id=agent_id,
+            session_id=session_id,
+            scope=scope_match,
+            top_k=top_k,
+            topics=topics,
+            as_of=as_of,
+            include_invalid=include_invalid,
+            pinned=pinned,
+            query_embedding=query_embedding,
+        )
+        resp: mpb.SearchMemoriesResponse = await self._call(self.stub.SearchMemories, req)
+        return [cv.scored_from_pb(r) for r in resp.results]
+
+    async def list_memories_page(
+        self,
+        app_name: str,
+        *,
+        user_id: str | None = None,
+        agent_id: str | None = None,
+        session_id: str | None = None,
+        scope_match: ScopeMatch | None = None,
+        topics: Iterable[str] | None = None,
+        as_of: datetime | str | None = None,
+        include_invalid: bool = False,
+        pinned: bool | None = None,
+        key: str | None = None,
+        subject: str | None = None,
+        predicate: str | None = None,
+        page_size: int = 0,
+        page_token: str = "",
+    ) -> tuple[list[LongTermMemory], str]:
+        """One page of memories, newest first, and the next page token ("" on the last).
+
+        The scope selects every memory inside it unless ``scope_match`` says
+        otherwise ("visible", "exact"); the other filters are as in
+        :meth:`search_memories`, plus ``key`` and the fact's ``subject`` and
+        ``predicate``. A page token only continues the filters it was issued for.
+        """
+        req = cv.list_memories_request(
+            app_name,
+            user_id=user_id,
+            agent_id=agent_id,
+            session_id=session_id,
+            scope=scope_match,
+            topics=topics,
+            as_of=as_of,
+            include_invalid=include_invalid,
+            pinned=pinned,
+            key=key,
+            subject=subject,
+            predicate=predicate,
+            page_size=page_size,
+            page_token=page_token,
+        )
+        resp: mpb.ListMemoriesResponse = await self._call(self.stub.ListMemories, req)
+        return [cv.memory_from_pb(m) for m in resp.memories], resp.next_page_token
+
+    async def list_memories(
+        self,
+        app_name: str,
+        *,
+        user_id: str | None = None,
+        agent_id: str | None = None,
+        session_id: str | None = None,
+        scope_match: ScopeMatch | None = None,
+        topics: Iterable[str] | None = None,
+        as_of: datetime | str | None = None,
+        include_invalid: bool = False,
+        pinned: bool | None = None,
+        key: str | None = None,
+        subject: str | None = None,
+        predicate: str | None = None,
+        page_size: int = MAX_PAGE_SIZE,
+    ) -> AsyncIterator[LongTermMemory]:
+        """Every matching memory, newest first, paging through the server's pages
+        (filters as in :meth:`list_memories_page`)."""
+        token = ""
+        topic_list = list(topics or ())
+        while True:
+            memories, token = await self.list_memories_page(
+                app_name,
+                user_id=user_id,
+                agent_id=agent_id,
+                session_id=session_id,
+                scope_match=scope_match,
+                topics=topic_list,
+                as_of=as_of,
+                include_invalid=include_invalid,
+                pinned=pinned,
+                key=key,
+                subject=subject,
+                predicate=predicate,
+                page_size=page_size,
+                page_token=token,
+            )
+            for m in memories:
+                yield m
+            if not token or not memories:
+                return
+
+    async def delete_memories(
+        self,
+        app_name: str,
+        memory_ids: Iterable[str] | None = None,
+        *,
+        user_id: str | None = None,
+        agent_id: str | None = None,
+        session_id: str | None = None,
+        scope_match: ScopeMatch | None = None,
+    ) -> int:
+        """Forgets memories by id (1..1000 ids) or by scope (every memory within it unless
+        ``scope_match`` says otherwise); returns how many this call removed.
+
+        Ids and a scope cannot be combined. To forget every memory of the app,
+        pass no id and no scope with ``scope_match="within"`` (``"exact"``: only
+        the app-wide ones). Safe to repeat: absent ids count nothing.
+        """
+        req = cv.delete_memories_request(
+            app_name, memory_ids, user_id=user_id, agent_id=agent_id, session_id=session_id, scope=scope_match
+        )
+        resp: mpb.DeleteMemoriesResponse = await self._call(self.stub.DeleteMemories, req, retry=True)
+        return resp.deleted_count
+
+    async def watch_memories(
+        self,
+        app_name: str,
+        *,
+        user_id: str | None = None,
+        agent_id: str | None = None,
+        session_id: str | None = None,
+        scope_match: ScopeMatch | None = None,
+        heartbeats: bool = False,
+        resume: bool = True,
+        retry: StreamRetry | None = None,
+    ) -> AsyncGenerator[MemoryChange, None]:
+        """Live changes to the memories of a scope (by default: those a caller in it may see).
+
+        The first change is ``started``: every write, supersession and deletion
+        after it follows. Heartbeats are skipped unless ``heartbeats``. With
+        ``resume`` the watch reopens after UNAVAILABLE or a broken connection,
+        within ``retry``'s bounds, and sends ``started`` again: changes made
+        while it was disconnected are not replayed, so list or search after
+        each ``started`` to catch up. Close it with ``aclose()`` (``close()`` sync).
+        """
+        policy = retry or self.stream_retry
+        req = cv.watch_memories_request(
+            app_name, user_id=user_id, agent_id=agent_id, session_id=session_id, scope=scope_match
+        )
+        failures = 0
+        while True:
+            call = self.stub.WatchMemories(req, metadata=self.metadata)
+            try:
+                async for msg in call:
+                    change = cv.change_from_pb(msg)
+                    if change is None:
+                        continue
+                    failures = 0
+                    if change.kind != "heartbeat" or heartbeats:
+                        yield change
+                return
+            except grpc.RpcError as rpc_err:
+                err = from_rpc_error(rpc_err)
+                if not resume or failures >= policy.max_attempts or not policy.retryable(err):
+                    raise err from rpc_err
+                failures += 1
+            finally:
+                call.cancel()
+            await sleep(policy.backoff(failures))
+
+    async def search_events(
+        self,
+        app_name: str,
+        query: str,
+        *,
+        user_id: str | None = None,
+        top_k: int = 0,
+        event_types: Iterable[str] | None = None,
+    ) -> list[EventHit]:
+        """Episodic recall: the events of the app's (or the user's) sessions best matching
+        ``query`` (BM25), best first, each with its session, seq and a snippet; ``top_k``
+        1..100 (10 when 0), only ``event_types`` when given."""
+        req = cv.search_events_request(app_name, query, user_id=user_id, top_k=top_k, event_types=event_types)
+        resp: pb.SearchEventsResponse = await self._call(self.stub.SearchEvents, req)
+        return [cv.hit_from_pb(h) for h in resp.hits]
+
+    async def recall(
+        self,
+        session_id: str,
+        query: str = "",
+        *,
+        token_budget: int = 0,
+        agent_id: str | None = None,
+        tokenizer: str = "",
+        top_k: int = 0,
+        query_embedding: Iterable[float] | None = None,
+    ) -> RecallResult:
+        """Everything to know before the session's next model call, within one token budget
+        (4000 when 0): the pinned memories of the session's app and user, the memories most
+        relevant to ``query`` (``top_k``, 10 when 0), and the session's context, rendered as
+        one text block with the tokens of each part. With ``agent_id`` that agent's memories
+        are included and other agents' left out.
+        """
+        req = cv.recall_request(
+            session_id,
+            query,
+            token_budget=token_budget,
+            agent_id=agent_id,
+            tokenizer=tokenizer,
+            top_k=top_k,
+            query_embedding=query_embedding,
+        )
+        resp: pb.RecallResponse = await self._call(self.stub.Recall, req)
+        return cv.recall_from_pb(resp)

@@ -4,15 +4,25 @@ from __future__ import annotations
 import uuid
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
-from typing import Any, Literal
+from typing import Any, Literal, TypeAlias
 
 __all__ = [
     "ChatMessage",
     "ContentPart",
     "ContextSection",
     "ConversationContext",
+    "EventHit",
     "EventPage",
+    "Fact",
+    "KGFact",
+    "LongTermMemory",
+    "MemoryChange",
     "MemoryEvent",
+    "MemorySource",
+    "MemoryWrite",
+    "RecallResult",
+    "ScopeMatch",
+    "ScoredMemory",
     "MemoryStats",
     "SessionInfo",
     "StreamFrame",
@@ -261,6 +271,8 @@ class UserDataErased:
 
     removed_sessions: int
     removed_events: int
+    #: Long-term memories of the user (user_id equal to it) the call removed.
+    removed_memories: int = 0
 
 
 @dataclass(frozen=True)
@@ -270,3 +282,169 @@ class StreamFrame:
     kind: Literal["event", "caught_up", "heartbeat"]
     event: MemoryEvent | None = None
     head_seq: int = 0
+
+
+# ---- long-term memory -------------------------------------------------------
+
+#: How a scope filter (user_id, agent_id, session_id) selects memories:
+#: "visible" (what a caller in that scope may recall: each dimension of the
+#: memory unset or equal), "within" (each dimension given equals the memory's;
+#: the others match anything) or "exact" (each dimension equal, unset matching
+#: only unset). None: the RPC's default (visible to search and watch, within to
+#: list and delete).
+ScopeMatch: TypeAlias = Literal["visible", "within", "exact"]
+
+
+@dataclass(frozen=True)
+class Fact:
+    """A fact as subject, predicate and object ("alice", "prefers", "tea")."""
+
+    subject: str
+    predicate: str
+    object: str
+
+
+@dataclass(frozen=True)
+class MemorySource:
+    """The events of a session a memory was drawn from (seqs inclusive; 0 when unknown)."""
+
+    session_id: str
+    from_seq: int = 0
+    to_seq: int = 0
+
+
+@dataclass
+class LongTermMemory:
+    """One long-term memory (engram.v1.Memory): text, optionally a fact, in a scope.
+
+    ``memory_id`` is the idempotency key: the client assigns a UUID before the
+    first try when it is empty. The scope is ``app_name`` plus any of
+    ``user_id``, ``agent_id`` and ``session_id`` (None: shared across that
+    dimension). ``created_at`` and ``superseded_by`` are set by the server;
+    ``invalid_at`` is set when a newer memory with the same ``key`` (or fact
+    subject and predicate) in the same scope supersedes this one.
+    """
+
+    app_name: str
+    text: str
+    memory_id: str = ""
+    user_id: str | None = None
+    agent_id: str | None = None
+    session_id: str | None = None
+    fact: Fact | None = None
+    key: str = ""
+    topics: list[str] = field(default_factory=list)
+    importance: float = 0.0
+    pinned: bool = False
+    metadata: dict[str, Any] = field(default_factory=dict)
+    source: MemorySource | None = None
+    created_at: datetime | None = None
+    valid_from: datetime | None = None
+    invalid_at: datetime | None = None
+    superseded_by: str = ""
+    embedding: list[float] = field(default_factory=list)
+
+    @property
+    def valid(self) -> bool:
+        """True while no newer memory superseded it and no invalid_at has passed."""
+        return self.invalid_at is None or self.invalid_at > utc_now()
+
+
+@dataclass(frozen=True)
+class MemoryWrite:
+    """What write_memories stored: the memories in request order (the originals of
+    retried ids) and those whose validity the write closed, as they are now."""
+
+    memories: list[LongTermMemory]
+    superseded: list[LongTermMemory]
+
+
+@dataclass(frozen=True)
+class ScoredMemory:
+    """A search result: the memory, its fused score, and the lexical and vector parts."""
+
+    memory: LongTermMemory
+    score: float
+    lexical_score: float = 0.0
+    vector_score: float = 0.0
+
+
+@dataclass(frozen=True)
+class MemoryChange:
+    """One frame of watch_memories.
+
+    ``kind`` is "started" (the watch is live: every change after it comes;
+    sent again after a resume, since changes while disconnected are not
+    replayed), "written" or "superseded" (``memory`` as it is now), "deleted"
+    (``memory_ids``) or "heartbeat" (idle keep-alive).
+    """
+
+    kind: Literal["started", "written", "superseded", "deleted", "heartbeat"]
+    memory: LongTermMemory | None = None
+    memory_ids: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class EventHit:
+    """One event matching search_events: where it is, a snippet around the match, its BM25 score."""
+
+    session_id: str
+    seq: int
+    snippet: str
+    score: float
+    event: MemoryEvent
+
+
+@dataclass(frozen=True)
+class RecallResult:
+    """Recall's answer: everything to know before the next model call, within one token budget.
+
+    ``text`` renders every part as one block (for a system prompt); the parts
+    are the ``pinned`` memories, the relevant ``memories`` and the session's
+    ``context``, with the tokens each takes.
+    """
+
+    text: str
+    pinned: list[LongTermMemory]
+    memories: list[ScoredMemory]
+    context: ConversationContext
+    pinned_tokens: int
+    memory_tokens: int
+    context_tokens: int
+    tokens_used: int
+    tokenizer: str
+
+
+@dataclass(frozen=True)
+class KGFact:
+    """A fact of a :class:`engram_memory.kg.KnowledgeGraph`: the triple, who stated it, and its memory.
+
+    ``role`` is the conversational role the fact was attributed to when it
+    was added ("user", "assistant", "system", "tool"...; "" when none), as in
+    MARSYS's KGMemory. ``memory`` is the stored memory (validity, scope,
+    topics, importance); ``score`` its relevance in a search, else 0.
+    """
+
+    subject: str
+    predicate: str
+    object: str
+    role: str
+    memory: LongTermMemory
+    score: float = 0.0
+
+    @property
+    def valid_from(self) -> datetime | None:
+        """From when the fact holds."""
+        return self.memory.valid_from
+
+    @property
+    def invalid_at(self) -> datetime | None:
+        """Until when it held; None while it still holds."""
+        return self.memory.invalid_at
+
+    def to_message(self) -> dict[str, str]:
+        """The fact as a chat message, in the shape MARSYS's KGMemory retrieves it."""
+        return {
+            "role": self.role or "system",
+            "content": f"Fact ({self.role or 'system'}): {self.subject} {self.predicate} {self.object}.",
+        }
