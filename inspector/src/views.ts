@@ -26,7 +26,8 @@ export function errorText(err: unknown): string {
   return `${Code[ce.code] ?? ce.code}: ${ce.rawMessage}`;
 }
 
-function errorBox(err: unknown): HTMLElement {
+/** A failed call as an alert paragraph. */
+export function errorBox(err: unknown): HTMLElement {
   return h("p", { class: "error", role: "alert" }, errorText(err));
 }
 
@@ -158,7 +159,8 @@ export function statsView(root: HTMLElement): Cleanup {
   };
 }
 
-function sleep(ms: number, signal: AbortSignal): Promise<void> {
+/** Waits `ms`, or less when `signal` aborts. */
+export function sleep(ms: number, signal: AbortSignal): Promise<void> {
   return new Promise((resolve) => {
     const t = setTimeout(resolve, ms);
     signal.addEventListener("abort", () => (clearTimeout(t), resolve()), { once: true });
