@@ -19,6 +19,8 @@ import { chromiumBinary } from "./chromium.js";
 
 const SHOTS = path.join(REPO_ROOT, ".tmp");
 const APP = "notes-bot";
+/** Alice's memories beside the app-wide ones. */
+const ALICE = `#/memories?app=${APP}&user=alice`;
 
 describe("memories view of the inspector in a browser", () => {
   let server: TestServer;
@@ -43,6 +45,7 @@ describe("memories view of the inspector in a browser", () => {
     client = createMemoryClient({ baseUrl: server.baseUrl, protocol: "connect" });
     browser = await chromium.launch({ executablePath: await chromiumBinary(), headless: true, args: ["--no-sandbox"] });
     page = await browser.newPage({ viewport: { width: 1360, height: 900 } });
+    page.setDefaultTimeout(10_000); // a missing element fails its test, well before the test timeout
     page.on("console", (msg) => {
       if (msg.type() === "error") consoleErrors.push(msg.text());
     });
@@ -115,7 +118,7 @@ describe("memories view of the inspector in a browser", () => {
   });
 
   it("shows a memory written while the page is open at the top, live", async () => {
-    await openMemories(`#/memories?app=${APP}&user=alice`);
+    await openMemories(ALICE);
     await card("office-hours").waitFor();
     await write({ memoryId: "alice-walks", userId: "alice", text: "Alice walks to work" });
     await card("alice-walks").waitFor();
@@ -124,6 +127,8 @@ describe("memories view of the inspector in a browser", () => {
   });
 
   it("takes a superseded memory away live while superseded ones are hidden, and marks it when they are shown", async () => {
+    await openMemories(ALICE);
+    await card("alice-tea").waitFor();
     await write({ memoryId: "alice-oolong", userId: "alice", text: "Alice now prefers oolong tea", fact: { subject: "alice", predicate: "prefers", object: "oolong tea" } });
     await card("alice-oolong").waitFor();
     await card("alice-tea").waitFor({ state: "detached" });
@@ -138,7 +143,8 @@ describe("memories view of the inspector in a browser", () => {
   });
 
   it("marks a memory superseded live while superseded ones are shown", async () => {
-    await page.locator(".live.live").waitFor();
+    await openMemories(`${ALICE}&superseded=1`);
+    await card("alice-oolong").waitFor();
     await write({ memoryId: "alice-jasmine", userId: "alice", text: "Alice now prefers jasmine tea", fact: { subject: "alice", predicate: "prefers", object: "jasmine tea" } });
     await card("alice-jasmine").waitFor();
     await page.locator('article.memory[data-memory="alice-oolong"][data-validity="superseded"]').waitFor();
@@ -148,6 +154,7 @@ describe("memories view of the inspector in a browser", () => {
   });
 
   it("finds a memory by a word with its scores, and ranks again when a matching one is written", async () => {
+    await openMemories(`${ALICE}&superseded=1`);
     await page.fill('input[name="q"]', "oolong");
     await page.click(".memory-search button[type=submit]");
     await page.locator(".memories-count", { hasText: "1 results for “oolong”" }).waitFor();
@@ -164,6 +171,7 @@ describe("memories view of the inspector in a browser", () => {
   });
 
   it("removes a forgotten memory live", async () => {
+    await openMemories(ALICE);
     await card("office-hours").waitFor();
     const { deletedCount } = await client.rpc.deleteMemories({ appName: APP, memoryIds: ["office-hours"] });
     expect(deletedCount).toBe(1n);
