@@ -8,6 +8,7 @@ import type { Event as MemoryEvent, Session } from "@engram/gen";
 import { memory } from "./api";
 import { formatTime, h, replaceChildren } from "./dom";
 import { ToolPairing, eventRow, jsonView } from "./events";
+import { memoriesHref } from "./hrefs";
 
 /** Stops a view. */
 export type Cleanup = () => void;
@@ -265,6 +266,8 @@ export function sessionView(root: HTMLElement, sessionId: string): Cleanup {
           ["Retained", `${s.eventCount} events (seq ${s.firstSeq}–${s.headSeq})`],
         ].flatMap(([k, v]) => [h("dt", {}, k), h("dd", {}, v)]),
         ...(Object.keys(s.metadata ?? {}).length ? [h("dt", {}, "Metadata"), h("dd", {}, jsonView(s.metadata ?? {}))] : []),
+        h("dt", {}, "Memories"),
+        h("dd", {}, h("a", { class: "user-memories", href: memoriesHref({ app: s.appName, user: s.userId }) }, s.userId ? `${s.userId}'s and app-wide` : "app-wide")),
       );
     } catch (err) {
       if (!signal.aborted) replaceChildren(message, errorBox(err));

@@ -111,10 +111,14 @@ describe("memories view of the inspector in a browser", () => {
     expect(await card("alice-agenda").locator(".scope").allTextContents()).toEqual(["user alice", "agent planner"]);
   });
 
-  it("links a memory to the session it was drawn from", async () => {
+  it("links a memory to the session it was drawn from, and the session to its user's memories", async () => {
     await card("alice-tea").locator(".source a").click();
     await page.locator("h1.session-title", { hasText: "alice-chat" }).waitFor();
     await page.waitForSelector("#ev-2");
+    // And back: a session links to its user's memories.
+    await page.click("a.user-memories");
+    await card("alice-tea").waitFor();
+    expect(page.url()).toContain(`#/memories?app=${APP}&user=alice`);
   });
 
   it("shows a memory written while the page is open at the top, live", async () => {
