@@ -5,9 +5,12 @@
  * newest first and paged; new memories arrive, superseded ones are marked
  * (or leave while superseded ones are hidden) and forgotten ones vanish live
  * over WatchMemories; a search finds a memory by a word, with its scores; the
- * view fits a phone-wide screen. Screenshots go to .tmp/ for a person to look at.
+ * view fits a phone-wide screen; a key bound to one user sees theirs and the
+ * shared ones, and another user's scope is refused with the server's reason.
+ * Screenshots go to .tmp/ for a person to look at.
  */
-import { mkdirSync } from "node:fs";
+import { mkdirSync, mkdtempSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
 import path from "node:path";
 import { chromium, type Browser, type Page } from "playwright-core";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
@@ -16,6 +19,8 @@ import type { MemorySchema } from "@engram-memory/client/gen/engram/v1/memories_
 import type { MessageInitShape } from "@bufbuild/protobuf";
 import { REPO_ROOT, startTestServer, type TestServer } from "../support/engram.js";
 import { chromiumBinary } from "./chromium.js";
+import { generateApiKey } from "../../src/auth/api-keys.js";
+import { FileKeyStore } from "../../src/auth/file-key-store.js";
 
 const SHOTS = path.join(REPO_ROOT, ".tmp");
 const APP = "notes-bot";
@@ -220,5 +225,61 @@ describe("memories view of the inspector in a browser", () => {
   // Playwright's string predicates (waitForFunction) are evaluated with eval, which the CSP forbids: locators only.
   it("ran without script errors or Content-Security-Policy violations", () => {
     expect(consoleErrors).toEqual([]);
+  });
+});
+
+describe("memories view with an API key bound to one user", () => {
+  let dir: string;
+  let secured: TestServer;
+  let browser: Browser;
+  let aliceKey: string;
+
+  beforeAll(async () => {
+    dir = mkdtempSync(path.join(tmpdir(), "engram-inspector-memories-keys-"));
+    const keys = new FileKeyStore(path.join(dir, "keys.json"));
+    const alice = generateApiKey({ role: "read", apps: [APP], userId: "alice" });
+    const writer = generateApiKey({ role: "write", apps: ["*"] });
+    await keys.create(alice.record);
+    await keys.create(writer.record);
+    aliceKey = alice.key;
+    secured = await startTestServer({ config: { auth: true, authKeysFile: keys.path, authCacheMs: 0 } });
+    const client = createMemoryClient({ baseUrl: secured.baseUrl, protocol: "connect", apiKey: writer.key });
+    try {
+      await client.rpc.writeMemories({
+        memories: [
+          { appName: APP, memoryId: "alice-own", userId: "alice", text: "Alice keeps a diary" },
+          { appName: APP, memoryId: "bob-secret", userId: "bob", text: "Bob hides a secret" },
+          { appName: APP, memoryId: "shared", text: "Everyone may read this" },
+        ],
+      });
+    } finally {
+      client.close();
+    }
+    browser = await chromium.launch({ executablePath: await chromiumBinary(), headless: true, args: ["--no-sandbox"] });
+  }, 600_000);
+
+  afterAll(async () => {
+    await browser?.close();
+    await secured?.stop();
+    rmSync(dir, { recursive: true, force: true });
+  });
+
+  it("shows the key's user their own and the shared memories, and refuses another user's with the server's reason", async () => {
+    const page = await browser.newPage();
+    page.setDefaultTimeout(10_000);
+    try {
+      await page.goto(`${secured.baseUrl}/#/memories?app=${APP}&user=alice`);
+      expect(await page.locator(".error").textContent()).toContain("enter an API key above");
+      await page.fill("#api-key", aliceKey);
+      await page.click("#api-key-form button");
+      await page.locator('article.memory[data-memory="alice-own"]').waitFor();
+      expect(await page.locator("article.memory").evaluateAll((els) => els.map((e) => e.getAttribute("data-memory")).sort())).toEqual(["alice-own", "shared"]);
+      await page.goto(`${secured.baseUrl}/#/memories?app=${APP}&user=bob`);
+      await page.locator(".live.ended").waitFor();
+      expect(await page.locator(".error").textContent()).toBe("user_id: this API key is bound to another user — this API key may not do that.");
+      expect(await page.locator("article.memory").count()).toBe(0);
+    } finally {
+      await page.close();
+    }
   });
 });
