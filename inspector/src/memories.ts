@@ -205,6 +205,8 @@ export function memoriesView(root: HTMLElement, params: URLSearchParams): Cleanu
   const tokens: string[] = [""]; // page tokens of the pages seen, to go back
   let page = 0;
   let generation = 0; // a newer load makes an older one's late answer moot
+  // The latest load: a change waits for it, so a list read before the change cannot hide it.
+  let loading: Promise<void> = Promise.resolve();
   let researchTimer: ReturnType<typeof setTimeout> | undefined;
 
   function show(rows: { memory: Memory; scored?: ScoredMemory }[]): void {
@@ -240,9 +242,13 @@ export function memoriesView(root: HTMLElement, params: URLSearchParams): Cleanu
       if (!signal.aborted && mine === generation) replaceChildren(message, errorBox(err));
     }
   }
+  function reload(): Promise<void> {
+    loading = load();
+    return loading;
+  }
   function go(to: number): void {
     page = Math.max(0, to);
-    void load();
+    void reload();
   }
 
   /** Applies one change of the watch to what is shown. */
@@ -259,7 +265,7 @@ export function memoriesView(root: HTMLElement, params: URLSearchParams): Cleanu
     if (q.search) {
       // A change can move any result: rank again once the burst settles.
       clearTimeout(researchTimer);
-      researchTimer = setTimeout(() => void load(), RESEARCH_DELAY_MS);
+      researchTimer = setTimeout(() => void reload(), RESEARCH_DELAY_MS);
       return;
     }
     const m = frame.value;
@@ -289,10 +295,11 @@ export function memoriesView(root: HTMLElement, params: URLSearchParams): Cleanu
           failures = 0;
           if (res.frame.case === "started") {
             setLive("live", "live");
-            await load();
+            await reload();
           } else if (res.frame.case === "heartbeat") {
             setLive("live", "live");
           } else {
+            await loading;
             apply(res.frame);
           }
         }
