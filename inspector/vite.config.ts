@@ -12,9 +12,11 @@ export default defineConfig({
   base: "/",
   logLevel: "warn",
   resolve: {
-    alias: {
-      "@engram/gen": fileURLToPath(new URL("../clients/typescript/src/gen/engram/v1/memory_pb.ts", import.meta.url)),
-    },
+    // Exact matches: "@engram/gen" alone would also capture "@engram/gen/memories" as a prefix.
+    alias: [
+      { find: /^@engram\/gen$/, replacement: fileURLToPath(new URL("../clients/typescript/src/gen/engram/v1/memory_pb.ts", import.meta.url)) },
+      { find: /^@engram\/gen\/memories$/, replacement: fileURLToPath(new URL("../clients/typescript/src/gen/engram/v1/memories_pb.ts", import.meta.url)) },
+    ],
   },
   build: {
     outDir: "dist",

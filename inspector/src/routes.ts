@@ -1,4 +1,5 @@
-/** Maps the URL fragment to a view: "#/?app=&user=", "#/session/<id>", "#/stats". */
+/** Maps the URL fragment to a view: "#/?app=&user=", "#/session/<id>", "#/memories?app=&user=…", "#/stats". */
+import { memoriesView } from "./memories";
 import { sessionView, sessionsView, statsView, type Cleanup } from "./views";
 
 /** The view for a fragment and the nav entry to highlight. */
@@ -9,6 +10,7 @@ export function routeOf(hash: string): { view: (root: HTMLElement) => Cleanup; n
     const id = decodeURIComponent(session[1]!);
     return { view: (root) => sessionView(root, id), nav: "sessions" };
   }
+  if (path === "/memories") return { view: (root) => memoriesView(root, new URLSearchParams(query)), nav: "memories" };
   if (path === "/stats") return { view: statsView, nav: "stats" };
   return { view: (root) => sessionsView(root, new URLSearchParams(query)), nav: "sessions" };
 }

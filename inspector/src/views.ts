@@ -8,6 +8,7 @@ import type { Event as MemoryEvent, Session } from "@engram/gen";
 import { memory } from "./api";
 import { formatTime, h, replaceChildren } from "./dom";
 import { ToolPairing, eventRow, jsonView } from "./events";
+import { memoriesHref } from "./hrefs";
 
 /** Stops a view. */
 export type Cleanup = () => void;
@@ -26,7 +27,8 @@ export function errorText(err: unknown): string {
   return `${Code[ce.code] ?? ce.code}: ${ce.rawMessage}`;
 }
 
-function errorBox(err: unknown): HTMLElement {
+/** A failed call as an alert paragraph. */
+export function errorBox(err: unknown): HTMLElement {
   return h("p", { class: "error", role: "alert" }, errorText(err));
 }
 
@@ -158,7 +160,8 @@ export function statsView(root: HTMLElement): Cleanup {
   };
 }
 
-function sleep(ms: number, signal: AbortSignal): Promise<void> {
+/** Waits `ms`, or less when `signal` aborts. */
+export function sleep(ms: number, signal: AbortSignal): Promise<void> {
   return new Promise((resolve) => {
     const t = setTimeout(resolve, ms);
     signal.addEventListener("abort", () => (clearTimeout(t), resolve()), { once: true });
@@ -263,6 +266,8 @@ export function sessionView(root: HTMLElement, sessionId: string): Cleanup {
           ["Retained", `${s.eventCount} events (seq ${s.firstSeq}–${s.headSeq})`],
         ].flatMap(([k, v]) => [h("dt", {}, k), h("dd", {}, v)]),
         ...(Object.keys(s.metadata ?? {}).length ? [h("dt", {}, "Metadata"), h("dd", {}, jsonView(s.metadata ?? {}))] : []),
+        h("dt", {}, "Memories"),
+        h("dd", {}, h("a", { class: "user-memories", href: memoriesHref({ app: s.appName, user: s.userId }) }, s.userId ? `${s.userId}'s and app-wide` : "app-wide")),
       );
     } catch (err) {
       if (!signal.aborted) replaceChildren(message, errorBox(err));
