@@ -19,6 +19,7 @@ import { startChaosProxy } from "../support/chaos-proxy.js";
 import { spawnServer, type ServerProcess } from "../support/engram.js";
 import { freePort } from "../support/postgres-server.js";
 import { describeStoreConformance, makeSession, newEvent, rejection, waitFor } from "./conformance.js";
+import { describeMemoriesConformance } from "./memories-conformance.js";
 
 const url = process.env.MEMORY_TEST_POSTGRES_URL!;
 const LIMITS: StoreLimits = { maxSessions: 1000, maxSessionEvents: 500 };
@@ -43,6 +44,7 @@ async function openStore(limits: StoreLimits = LIMITS, schema = freshSchema(), e
 
 
 describeStoreConformance("postgres", (limits) => openStore(limits), { persistent: true, shared: true, retains: true });
+describeMemoriesConformance("postgres", () => openStore());
 
 describe("PostgresStore specifics", () => {
   const count = async (schema: string, table: string, sessionId?: string) => {
@@ -63,7 +65,7 @@ describe("PostgresStore specifics", () => {
       expect(await store.resumeErasures()).toEqual({ users: 1, sessions: 2, events: 2 });
       expect(await count(schema, "erasures")).toBe(0);
       expect((await store.listSessions({ limit: 10 })).map((s) => s.sessionId)).toEqual(["keep"]);
-      expect(await store.deleteUserData("app", "stays")).toEqual({ sessions: 1, events: 0 });
+      expect(await store.deleteUserData("app", "stays")).toEqual({ sessions: 1, events: 0, memories: 0 });
       expect(await count(schema, "erasures")).toBe(0);
     } finally {
       await store.close();
