@@ -1,0 +1,88 @@
+/**
+ * Long-term memory on PostgreSQL across replicas, over real sockets: two
+ * servers share one schema, and what one is told the other knows, live
+ * (WatchMemories) and when asked (SearchMemories, DeleteUserData).
+ */
+import pg from "pg";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { PostgresStore } from "../../src/store/postgres.js";
+import { connectClient, grpcJsClient, type MemoryClient } from "../support/clients.js";
+import { startTestServer, type TestServer } from "../support/engram.js";
+
+const url = process.env.MEMORY_TEST_POSTGRES_URL!;
+const schema = `memrpc_${process.pid}_${Math.random().toString(36).slice(2, 8)}`;
+const LIMITS = { maxSessions: 1000, maxSessionEvents: 500 };
+
+let watched: TestServer;
+let written: TestServer;
+beforeAll(async () => {
+  watched = await startTestServer({ store: await PostgresStore.open({ url, schema, limits: LIMITS }) });
+  written = await startTestServer({ store: await PostgresStore.open({ url, schema, limits: LIMITS }) });
+});
+afterAll(async () => {
+  await watched?.stop();
+  await written?.stop();
+  const admin = new pg.Client({ connectionString: url });
+  await admin.connect();
+  await admin.query(`DROP SCHEMA IF EXISTS ${pg.escapeIdentifier(schema)} CASCADE`);
+  await admin.end();
+});
+
+describe("long-term memory on PostgreSQL, two replicas", () => {
+  let watcher: MemoryClient;
+  let writer: MemoryClient;
+  beforeAll(() => {
+    watcher = grpcJsClient(watched.address);
+    writer = connectClient(written.baseUrl);
+  });
+  afterAll(() => {
+    watcher?.close();
+    writer?.close();
+  });
+
+  it("WatchMemories on one replica sees the writes, supersessions and deletions made through the other", async () => {
+    const app = "replicas";
+    const abort = new AbortController();
+    const frames: string[] = [];
+    let started!: () => void;
+    const ready = new Promise<void>((resolve) => (started = resolve));
+    const done = (async () => {
+      try {
+        for await (const f of watcher.watchMemories({ appName: app, userId: "fay" }, { signal: AbortSignal.any([abort.signal, AbortSignal.timeout(10_000)]) })) {
+          const frame = f.frame;
+          if (frame.case === "started") started();
+          else if (frame.case === "written" || frame.case === "superseded") frames.push(`${frame.case} ${frame.value.memoryId} ${frame.value.text}`);
+          else if (frame.case === "deleted") frames.push(`deleted ${frame.value.memoryIds.join(",")}`);
+          if (frames.length === 5) abort.abort();
+        }
+      } catch {
+        // Aborted by the test (or its 10 s bound: the frames then say what was missing).
+      }
+    })();
+    await ready;
+    await writer.writeMemories({ memories: [{ memoryId: "w-1", appName: app, userId: "fay", key: "mood", text: "fay is calm" }] });
+    await writer.writeMemories({ memories: [{ memoryId: "w-other", appName: app, userId: "gus", text: "gus is busy" }] });
+    await writer.writeMemories({ memories: [{ memoryId: "w-shared", appName: app, text: "the office is open" }] });
+    await writer.writeMemories({ memories: [{ memoryId: "w-2", appName: app, userId: "fay", key: "mood", text: "fay is excited" }] });
+    await writer.deleteMemories({ appName: app, memoryIds: ["w-1", "w-other"] });
+    await done;
+    expect(frames).toEqual(["written w-1 fay is calm", "written w-shared the office is open", "superseded w-1 fay is calm", "written w-2 fay is excited", "deleted w-1"]);
+  });
+
+  it("searches on one replica what was written through the other, and erases it through either", async () => {
+    const app = "replicas-search";
+    await writer.writeMemories({
+      memories: [
+        { memoryId: "tea", appName: app, userId: "ann", text: "Ann drinks green tea every morning" },
+        { memoryId: "dog", appName: app, userId: "ann", text: "Ann's dog is called Rex" },
+        { memoryId: "bob", appName: app, userId: "bob", text: "Bob drinks coffee" },
+      ],
+    });
+    const found = await watcher.searchMemories({ appName: app, userId: "ann", query: "what does ann drink" });
+    // Any of the query's words finds a memory; more of them rank it higher; bob's are not ann's to see.
+    expect(found.results.map((m) => m.memory?.memoryId)).toEqual(["tea", "dog"]);
+    expect(found.results[0].lexicalScore).toBeGreaterThan(0);
+    expect((await watcher.deleteUserData({ appName: app, userId: "ann" })).removedMemories).toBe(2n);
+    expect((await writer.listMemories({ appName: app })).memories.map((m) => m.memoryId)).toEqual(["bob"]);
+  });
+});
