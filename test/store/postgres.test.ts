@@ -681,6 +681,28 @@ describe("PostgresStore long-term memories", () => {
     }
   });
 
+  it("pages a user's VISIBLE listing newest first across their own and the shared memories, without repeats or gaps", async () => {
+    const store = await openStore();
+    try {
+      // Own, shared and another user's memories interleaved in time, some created in the same millisecond.
+      const owners = [{ userId: "u" }, {}, { userId: "v" }, { userId: "u", agentId: "a" }];
+      await store.memories.writeMemories(Array.from({ length: 40 }, (_, i) => memory({ memoryId: `m${String(i).padStart(2, "0")}`, text: "x", ...owners[i % 4] }, 1000 + Math.floor(i / 3))));
+      const scope = { appName: "app", userId: "u", match: "visible" as const };
+      const seen: string[] = [];
+      let after: { createdAt: number; memoryId: string } | undefined;
+      for (let page = 0; page < 20; page++) {
+        const rows = await store.memories.listMemories({ scope }, 3, after);
+        seen.push(...rows.map((m) => m.memoryId));
+        if (rows.length < 3) break;
+        after = rows[rows.length - 1];
+      }
+      const expected = Array.from({ length: 40 }, (_, i) => i).filter((i) => i % 4 < 2).reverse().map((i) => `m${String(i).padStart(2, "0")}`);
+      expect(seen).toEqual(expected);
+    } finally {
+      await store.close();
+    }
+  });
+
   it("searches with any user text: quotes, backslashes, operators and stop words never fail the query", async () => {
     const store = await openStore();
     try {

@@ -37,7 +37,7 @@ import type {
   MemoryWriteResult,
   RankedMemory,
 } from "../types.js";
-import { cosine, embeddingDimensionMismatch, exactScopeKey, memoryIdTaken, supersessionKey } from "./rules.js";
+import { embeddingDimensionMismatch, exactScopeKey, memoryIdTaken, supersessionKey } from "./rules.js";
 
 /** Embedded memories nearestMemories compares at most (the newest the filter selects). */
 export const NEAREST_CANDIDATES = 2000;
@@ -101,6 +101,25 @@ function decodeEmbedding(bytes: Buffer): number[] {
   const out = new Array<number>(bytes.length / 4);
   for (let i = 0; i < out.length; i++) out[i] = bytes.readFloatLE(i * 4);
   return out;
+}
+
+/**
+ * Cosine similarity of the query with a stored float32 embedding, read in
+ * place (the same arithmetic as rules.ts's cosine, without building a
+ * number[] per candidate).
+ */
+function cosineToStored(query: readonly number[], stored: Buffer): number {
+  let dot = 0;
+  let nq = 0;
+  let ns = 0;
+  for (let i = 0; i < query.length; i++) {
+    const q = query[i];
+    const x = stored.readFloatLE(i * 4);
+    dot += q * x;
+    nq += q * q;
+    ns += x * x;
+  }
+  return nq === 0 || ns === 0 ? 0 : dot / Math.sqrt(nq * ns);
 }
 
 function toRecord(row: MemoryRow): MemoryRecord {
@@ -173,7 +192,11 @@ function scopeSql(p: Params, scope: MemoryScopeFilter): string[] {
 
 /** The SQL condition of a whole filter (filterSelects in rules.ts). */
 function filterSql(p: Params, filter: MemoryFilter): string {
-  const where = scopeSql(p, filter.scope);
+  return filterConditions(p, filter, scopeSql(p, filter.scope));
+}
+
+/** The filter's conditions besides the scope, added to `where`. */
+function filterConditions(p: Params, filter: MemoryFilter, where: string[]): string {
   if (filter.asOf !== undefined) {
     const at = p.add(filter.asOf);
     where.push(`valid_from_ms <= ${at} AND (invalid_at_ms IS NULL OR invalid_at_ms > ${at})`);
@@ -184,6 +207,35 @@ function filterSql(p: Params, filter: MemoryFilter): string {
   if (filter.predicate !== undefined) where.push(`fact_predicate = ${p.add(filter.predicate)}`);
   if (filter.topics && filter.topics.length > 0) where.push(`topics && ${p.add([...filter.topics])}::text[]`);
   return where.join(" AND ");
+}
+
+/**
+ * The filter's memories newest first (created, then id, descending), at
+ * most `limit`, after the cursor, as a statement selecting `columns`. A
+ * VISIBLE scope naming a user selects the user's memories OR the shared
+ * ones: an OR no index keeps in order, so PostgreSQL would walk the app's
+ * whole listing index filtering out other users' rows. Instead each half
+ * walks its own index (memories_by_user_created, memories_shared_created)
+ * newest first, and the two are merged: O(limit) rows whatever the app holds.
+ */
+function newestSql(schema: string, p: Params, filter: MemoryFilter, columns: string, limit: number, after?: MemoryCursor, extra = ""): string {
+  const cursor = (where: string[]) => {
+    if (after) where.push(`(created_ms, memory_id) < (${p.add(after.createdAt)}::bigint, ${p.add(after.memoryId)}::text COLLATE "C")`);
+    if (extra) where.push(extra);
+    return where;
+  };
+  const order = `ORDER BY created_ms DESC, memory_id DESC LIMIT ${p.add(limit)}`;
+  const { scope } = filter;
+  if (scope.match !== "visible" || scope.userId === undefined) {
+    return `SELECT ${columns} FROM ${schema}.memories WHERE ${filterConditions(p, filter, cursor(scopeSql(p, scope)))} ${order}`;
+  }
+  const half = (user: "own" | "shared") => {
+    const where = scopeSql(p, { ...scope, userId: undefined, match: "visible" });
+    // scopeSql wrote "user_id IS NULL" for the absent user: the shared half; the own half wants the user.
+    if (user === "own") where[where.indexOf("user_id IS NULL")] = `user_id = ${p.add(scope.userId)}`;
+    return `(SELECT ${columns} FROM ${schema}.memories WHERE ${filterConditions(p, filter, cursor(where))} ${order})`;
+  };
+  return `SELECT * FROM (${half("own")} UNION ALL ${half("shared")}) both_halves ${order}`;
 }
 
 /**
@@ -391,30 +443,29 @@ export class PostgresMemories implements LongTermMemoryStore {
   async nearestMemories(filter: MemoryFilter, embedding: readonly number[], limit: number): Promise<RankedMemory[]> {
     if (embedding.length === 0 || limit <= 0) return [];
     const p = new Params();
-    const where = filterSql(p, filter);
-    const { rows } = await this.db.query<MemoryRow>(
-      `SELECT ${COLUMNS} FROM ${this.s}.memories
-       WHERE ${where} AND embedding IS NOT NULL AND octet_length(embedding) = ${p.add(embedding.length * 4)}
-       ORDER BY created_ms DESC, memory_id DESC LIMIT ${NEAREST_CANDIDATES}`,
-      p.values,
-    );
-    return rows
-      .map((row) => {
-        const memory = toRecord(row);
-        return { memory, score: cosine(embedding, memory.embedding!) };
-      })
+    // First only ids and embeddings of the candidates, then the whole rows of the best.
+    const candidatesSql = newestSql(this.s, p, filter, "memory_id, created_ms, embedding", NEAREST_CANDIDATES, undefined, `embedding IS NOT NULL AND octet_length(embedding) = ${embedding.length * 4}`);
+    const { rows: candidates } = await this.db.query<{ memory_id: string; embedding: Buffer }>(candidatesSql, p.values);
+    const best = candidates
+      .map((row) => ({ memoryId: row.memory_id, score: cosineToStored(embedding, row.embedding) }))
       .sort((a, b) => b.score - a.score)
       .slice(0, limit);
+    if (best.length === 0) return [];
+    const { rows } = await this.db.query<MemoryRow>(`SELECT ${COLUMNS} FROM ${this.s}.memories WHERE app_name = $1 AND memory_id = ANY($2::text[])`, [
+      filter.scope.appName,
+      best.map((b) => b.memoryId),
+    ]);
+    const byId = new Map(rows.map((row) => [row.memory_id, toRecord(row)]));
+    // A memory deleted between the two reads is left out.
+    return best.flatMap(({ memoryId, score }) => {
+      const memory = byId.get(memoryId);
+      return memory ? [{ memory, score }] : [];
+    });
   }
 
   async listMemories(filter: MemoryFilter, limit: number, after?: MemoryCursor): Promise<MemoryRecord[]> {
     const p = new Params();
-    let where = filterSql(p, filter);
-    if (after) where += ` AND (created_ms, memory_id) < (${p.add(after.createdAt)}::bigint, ${p.add(after.memoryId)}::text COLLATE "C")`;
-    const { rows } = await this.db.query<MemoryRow>(
-      `SELECT ${COLUMNS} FROM ${this.s}.memories WHERE ${where} ORDER BY created_ms DESC, memory_id DESC LIMIT ${p.add(limit)}`,
-      p.values,
-    );
+    const { rows } = await this.db.query<MemoryRow>(newestSql(this.s, p, filter, COLUMNS, limit, after), p.values);
     return rows.map(toRecord);
   }
 
