@@ -82,8 +82,11 @@ try {
     ],
     [
       "list, user VISIBLE",
-      `EXPLAIN (ANALYZE, COSTS OFF) SELECT memory_id FROM memories WHERE app_name = 'app' AND (user_id IS NULL OR user_id = 'user7') AND agent_id IS NULL AND session_id IS NULL
-       ORDER BY created_ms DESC, memory_id DESC LIMIT 100`,
+      `EXPLAIN (ANALYZE, COSTS OFF) SELECT * FROM (
+         (SELECT memory_id, created_ms FROM memories WHERE app_name = 'app' AND user_id = 'user7' AND agent_id IS NULL AND session_id IS NULL ORDER BY created_ms DESC, memory_id DESC LIMIT 100)
+         UNION ALL
+         (SELECT memory_id, created_ms FROM memories WHERE app_name = 'app' AND user_id IS NULL AND agent_id IS NULL AND session_id IS NULL ORDER BY created_ms DESC, memory_id DESC LIMIT 100)
+       ) both_halves ORDER BY created_ms DESC, memory_id DESC LIMIT 100`,
       [],
     ],
   ] as const) {
