@@ -2,7 +2,7 @@
  * Long-term memories on PostgreSQL at scale: seeds N memories into one app
  * of a throwaway PostgreSQL (1000 users, 10% app-wide, texts of 12 words
  * drawn from a 5000-word vocabulary with a skew, a 384-dimension embedding
- * each), then times the driver's searchMemories, listMemories and
+ * each, 1% pinned), then times the driver's searchMemories, listMemories and
  * nearestMemories for one user's VISIBLE scope, one call at a time, and
  * prints the plans. Not a timed test: figures for the README.
  *
@@ -49,10 +49,10 @@ try {
   await admin.query(`SET search_path TO ${schema}`);
   await admin.query("SELECT setseed(0.42)");
   await admin.query(
-    `INSERT INTO memories (app_name, memory_id, user_id, scope_key, text, topics, importance, created_ms, valid_from_ms, embedding, fingerprint)
+    `INSERT INTO memories (app_name, memory_id, user_id, scope_key, text, topics, importance, pinned, created_ms, valid_from_ms, embedding, fingerprint)
      SELECT 'app', 'm' || n, u, CASE WHEN u IS NULL THEN '[null,null,null]' ELSE '["' || u || '",null,null]' END,
             (SELECT string_agg('word' || floor(5000 * random() ^ 3)::int, ' ') FROM generate_series(1, 12) g WHERE g > n * 0),
-            ARRAY['topic' || (n % 20)], random(), 1700000000000 + n, 1700000000000 + n, ($1::bytea[])[1 + n % 100], 'f' || n
+            ARRAY['topic' || (n % 20)], random(), n % 97 = 0, 1700000000000 + n, 1700000000000 + n, ($1::bytea[])[1 + n % 100], 'f' || n
      FROM (SELECT n, CASE WHEN n % 10 = 0 THEN NULL ELSE 'user' || (n % 1000) END AS u FROM generate_series(1, $2::int) n) s`,
     [embeddings, total],
   );
@@ -65,6 +65,7 @@ try {
   await time("searchMemories, user VISIBLE, top 50", (i) => memories.searchMemories(user, query(i), 50));
   await time("searchMemories, user VISIBLE, rare words, top 50", (i) => memories.searchMemories(user, `word${3000 + i} word${4000 + i}`, 50));
   await time("listMemories, user VISIBLE, 100", () => memories.listMemories(user, 100));
+  await time("listMemories, user VISIBLE, pinned, 100 (Recall's core)", () => memories.listMemories({ ...user, pinned: true }, 100));
   await time("listMemories, user WITHIN, topic, 100", () => memories.listMemories({ ...user, scope: { ...user.scope, match: "within" }, topics: ["topic3"] }, 100));
   const probe = Array.from({ length: DIMENSIONS }, () => Math.random() * 2 - 1);
   await time(`nearestMemories, user VISIBLE (<= 2000 compared)`, () => memories.nearestMemories(user, probe, 50));

@@ -69,6 +69,32 @@ describe("long-term memory on PostgreSQL, two replicas", () => {
     expect(frames).toEqual(["written w-1 fay is calm", "written w-shared the office is open", "superseded w-1 fay is calm", "written w-2 fay is excited", "deleted w-1"]);
   });
 
+  it("Recall on one replica: pinned, lexically and vector-relevant memories written through the other, and the session's context", async () => {
+    const app = "replicas-recall";
+    const sessionId = `recall-pg-${process.pid}`;
+    const text = (s: string) => ({ kind: { case: "stringValue" as const, value: s } });
+    await writer.createSession({ appName: app, userId: "hana", sessionId });
+    await writer.addEvents({ sessionId, events: [{ eventType: "user_message", content: text("I am flying to Porto next week") }] });
+    await writer.writeMemories({
+      memories: [
+        { memoryId: "core", appName: app, userId: "hana", text: "Hana is vegetarian", pinned: true, importance: 1, embedding: [0, 0, 1] },
+        { memoryId: "sister", appName: app, userId: "hana", text: "Hana's sister lives in Porto", embedding: [1, 0, 0] },
+        { memoryId: "seat", appName: app, userId: "hana", text: "Window seat, always", embedding: [0.9, 0.1, 0] },
+        { memoryId: "other", appName: app, userId: "ivan", text: "Ivan's sister lives in Porto too", embedding: [1, 0, 0] },
+      ],
+    });
+    const recall = await watcher.recall({ sessionId, query: "sister in Porto", queryEmbedding: [1, 0, 0], tokenizer: "chars4" });
+    expect(recall.pinned.map((m) => m.memoryId)).toEqual(["core"]);
+    const relevant = recall.memories.map((r) => r.memory?.memoryId);
+    expect(relevant[0]).toBe("sister");
+    // Found by its embedding alone: no word of the query is in it.
+    expect(relevant).toContain("seat");
+    expect(relevant).not.toContain("other");
+    expect(recall.memories.find((r) => r.memory?.memoryId === "seat")?.vectorScore).toBeGreaterThan(0.9);
+    expect(recall.context?.text).toContain("I am flying to Porto next week");
+    expect(recall.tokensUsed).toBe(Math.ceil(recall.text.length / 4));
+  });
+
   it("searches on one replica what was written through the other, and erases it through either", async () => {
     const app = "replicas-search";
     await writer.writeMemories({

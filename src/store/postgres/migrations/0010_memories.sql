@@ -53,6 +53,9 @@ CREATE INDEX IF NOT EXISTS memories_by_app_created ON memories (app_name, create
 CREATE INDEX IF NOT EXISTS memories_by_user_created ON memories (app_name, user_id, created_ms DESC, memory_id DESC) WHERE user_id IS NOT NULL;
 -- VISIBLE's "shared across users" half: the app-wide and agent- or session-only memories.
 CREATE INDEX IF NOT EXISTS memories_shared_created ON memories (app_name, created_ms DESC, memory_id DESC) WHERE user_id IS NULL;
+-- Pinned (core) memories newest first, per user and shared (user_id IS NULL is
+-- indexable): what Recall puts first, found without walking the unpinned ones.
+CREATE INDEX IF NOT EXISTS memories_pinned ON memories (app_name, user_id, created_ms DESC, memory_id DESC) WHERE pinned;
 -- The peers a write supersedes (and the later ones that cut it short).
 CREATE INDEX IF NOT EXISTS memories_supersession ON memories (app_name, supersession_key, scope_key, valid_from_ms) WHERE supersession_key <> '';
 -- Filters by explicit key and by fact.
