@@ -90,6 +90,15 @@ try {
        ) both_halves ORDER BY created_ms DESC, memory_id DESC LIMIT 100`,
       [],
     ],
+    [
+      "list, user VISIBLE, pinned",
+      `EXPLAIN (ANALYZE, COSTS OFF) SELECT * FROM (
+         (SELECT memory_id, created_ms FROM memories WHERE app_name = 'app' AND user_id = 'user7' AND agent_id IS NULL AND session_id IS NULL AND pinned = true ORDER BY created_ms DESC, memory_id DESC LIMIT 100)
+         UNION ALL
+         (SELECT memory_id, created_ms FROM memories WHERE app_name = 'app' AND user_id IS NULL AND agent_id IS NULL AND session_id IS NULL AND pinned = true ORDER BY created_ms DESC, memory_id DESC LIMIT 100)
+       ) both_halves ORDER BY created_ms DESC, memory_id DESC LIMIT 100`,
+      [],
+    ],
   ] as const) {
     const { rows } = await admin.query(sql, [...params]);
     console.log(`\n${name}:\n${rows.map((r) => r["QUERY PLAN"]).join("\n")}`);

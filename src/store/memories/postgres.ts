@@ -201,7 +201,8 @@ function filterConditions(p: Params, filter: MemoryFilter, where: string[]): str
     const at = p.add(filter.asOf);
     where.push(`valid_from_ms <= ${at} AND (invalid_at_ms IS NULL OR invalid_at_ms > ${at})`);
   }
-  if (filter.pinned !== undefined) where.push(`pinned = ${p.add(filter.pinned)}`);
+  // A literal, not a parameter: a generic plan could not otherwise use the partial index of pinned memories.
+  if (filter.pinned !== undefined) where.push(filter.pinned ? "pinned" : "NOT pinned");
   if (filter.key !== undefined) where.push(`key = ${p.add(filter.key)}`);
   if (filter.subject !== undefined) where.push(`fact_subject = ${p.add(filter.subject)}`);
   if (filter.predicate !== undefined) where.push(`fact_predicate = ${p.add(filter.predicate)}`);
