@@ -746,6 +746,26 @@ describe("PostgresStore long-term memories", () => {
     }
   });
 
+  it("forgets and erases more memories than one delete transaction holds", async () => {
+    const schema = freshSchema();
+    const store = await openStore(LIMITS, schema);
+    try {
+      // 10,001 of u's memories and 10,001 of v's (one past the batch of 10,000 each), written in SQL for speed.
+      for (const user of ["u", "v"]) {
+        await admin.query(
+          `INSERT INTO ${pg.escapeIdentifier(schema)}.memories (app_name, memory_id, user_id, scope_key, text, created_ms, valid_from_ms, fingerprint)
+           SELECT 'app', $1 || n, $1, '["' || $1 || '",null,null]', 'bulk ' || n, n, n, 'f' || n FROM generate_series(1, 10001) n`,
+          [user],
+        );
+      }
+      expect(await store.memories.deleteMemoriesInScope({ appName: "app", userId: "u", match: "within" })).toHaveLength(10_001);
+      expect(await store.deleteUserData("app", "v")).toEqual({ sessions: 0, events: 0, memories: 10_001 });
+      expect(await store.memories.listMemories({ scope: { appName: "app", match: "within" } }, 10)).toEqual([]);
+    } finally {
+      await store.close();
+    }
+  }, 60_000);
+
   it("a resumed erasure removes the user's memories too", async () => {
     const schema = freshSchema();
     const store = await openStore(LIMITS, schema);

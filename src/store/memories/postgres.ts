@@ -41,8 +41,8 @@ import { embeddingDimensionMismatch, exactScopeKey, memoryIdTaken, supersessionK
 
 /** Embedded memories nearestMemories compares at most (the newest the filter selects). */
 export const NEAREST_CANDIDATES = 2000;
-/** Memories one erasure statement removes at most: one bounded transaction each. */
-const ERASE_BATCH_MEMORIES = 10_000;
+/** Memories one delete statement (forget, erasure) removes at most: one bounded transaction each. */
+const DELETE_BATCH_MEMORIES = 10_000;
 /** NOTIFY payloads must stay under 8000 bytes. */
 const MAX_NOTIFY_BYTES = 7900;
 
@@ -472,49 +472,48 @@ export class PostgresMemories implements LongTermMemoryStore {
 
   async deleteMemories(appName: string, memoryIds: readonly string[]): Promise<MemoryRecord[]> {
     if (memoryIds.length === 0) return [];
-    return this.deleteWhere(appName, "app_name = $1 AND memory_id = ANY($2::text[])", [appName, [...memoryIds]]);
+    // At most MAX_DELETE_IDS ids (the service's bound): one transaction.
+    return this.deleteInBatches(appName, "app_name = $1 AND memory_id = ANY($2::text[])", [appName, [...memoryIds]]);
   }
 
   async deleteMemoriesInScope(scope: MemoryScopeFilter): Promise<MemoryRecord[]> {
     const p = new Params();
     const where = scopeSql(p, scope).join(" AND ");
-    return this.deleteWhere(scope.appName, where, p.values);
-  }
-
-  /** Deletes the rows `where` selects in one transaction, with their notices; tells this replica's subscribers. */
-  private async deleteWhere(appName: string, where: string, params: unknown[]): Promise<MemoryRecord[]> {
-    const removed = await this.db.transaction(async (client) => {
-      const { rows } = await client.query<MemoryRow>(`DELETE FROM ${this.s}.memories WHERE ${where} RETURNING ${COLUMNS}`, params);
-      const records = rows.map(toRecord);
-      await this.notifyDeleted(client, appName, records);
-      return records;
-    });
-    if (removed.length > 0) this.emit(appName, { kind: "deleted", memories: removed });
-    return removed;
+    return this.deleteInBatches(scope.appName, where, p.values);
   }
 
   /**
    * Every memory of (appName, userId), whatever its agent, session or
-   * validity: DeleteUserData's share, in bounded transactions. Run again by
-   * a resumed erasure, it removes what is left.
+   * validity: DeleteUserData's share. Run again by a resumed erasure, it
+   * removes what is left.
    */
   async eraseUser(appName: string, userId: string): Promise<number> {
-    let total = 0;
+    return (await this.deleteInBatches(appName, "app_name = $1 AND user_id = $2", [appName, userId])).length;
+  }
+
+  /**
+   * Deletes the rows `where` selects, DELETE_BATCH_MEMORIES per transaction
+   * (forgetting a whole app must not be one unbounded transaction), each with
+   * its notices; tells this replica's subscribers after each. A failure
+   * leaves the batches before it done: repeating the call removes the rest.
+   */
+  private async deleteInBatches(appName: string, where: string, params: unknown[]): Promise<MemoryRecord[]> {
+    const all: MemoryRecord[] = [];
     for (;;) {
       const removed = await this.db.transaction(async (client) => {
         const { rows } = await client.query<MemoryRow>(
           `DELETE FROM ${this.s}.memories WHERE (app_name, memory_id) IN (
-             SELECT app_name, memory_id FROM ${this.s}.memories WHERE app_name = $1 AND user_id = $2 LIMIT ${ERASE_BATCH_MEMORIES}
+             SELECT app_name, memory_id FROM ${this.s}.memories WHERE ${where} LIMIT ${DELETE_BATCH_MEMORIES}
            ) RETURNING ${COLUMNS}`,
-          [appName, userId],
+          params,
         );
         const records = rows.map(toRecord);
         await this.notifyDeleted(client, appName, records);
         return records;
       });
       if (removed.length > 0) this.emit(appName, { kind: "deleted", memories: removed });
-      total += removed.length;
-      if (removed.length < ERASE_BATCH_MEMORIES) return total;
+      all.push(...removed);
+      if (removed.length < DELETE_BATCH_MEMORIES) return all;
     }
   }
 
