@@ -1,13 +1,15 @@
 /**
  * Long-term memory on PostgreSQL across replicas, over real sockets: two
  * servers share one schema, and what one is told the other knows, live
- * (WatchMemories) and when asked (SearchMemories, DeleteUserData).
+ * (WatchMemories) and when asked (SearchMemories, Recall, DeleteUserData);
+ * and a server started as operators start it (MEMORY_TYPE=postgres) keeps
+ * them across a restart.
  */
 import pg from "pg";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { PostgresStore } from "../../src/store/postgres.js";
 import { connectClient, grpcJsClient, type MemoryClient } from "../support/clients.js";
-import { startTestServer, type TestServer } from "../support/engram.js";
+import { spawnServer, startTestServer, type TestServer } from "../support/engram.js";
 
 const url = process.env.MEMORY_TEST_POSTGRES_URL!;
 const schema = `memrpc_${process.pid}_${Math.random().toString(36).slice(2, 8)}`;
@@ -111,4 +113,33 @@ describe("long-term memory on PostgreSQL, two replicas", () => {
     expect((await watcher.deleteUserData({ appName: app, userId: "ann" })).removedMemories).toBe(2n);
     expect((await writer.listMemories({ appName: app })).memories.map((m) => m.memoryId)).toEqual(["bob"]);
   });
+});
+
+describe("long-term memory through a started server (MEMORY_TYPE=postgres)", () => {
+  it("writes, supersedes and searches memories, and survives a restart of the server", async () => {
+    const env = { MEMORY_TYPE: "postgres", MEMORY_POSTGRES_URL: url, MEMORY_KEY_PREFIX: schema };
+    const app = "started";
+    let server = await spawnServer(env);
+    try {
+      const first = connectClient(server.baseUrl);
+      await first.writeMemories({ memories: [{ memoryId: "drink-1", appName: app, userId: "alice", key: "drink", text: "Alice drinks coffee" }] });
+      const second = await first.writeMemories({ memories: [{ memoryId: "drink-2", appName: app, userId: "alice", key: "drink", text: "Alice switched to green tea" }] });
+      expect(second.superseded.map((m) => m.memoryId)).toEqual(["drink-1"]);
+      first.close();
+      await server.kill();
+      server = await spawnServer(env);
+      const again = connectClient(server.baseUrl);
+      const found = await again.searchMemories({ appName: app, userId: "alice", query: "what does alice drink", topK: 5 });
+      // Only what holds now: the coffee memory was superseded, not deleted.
+      expect(found.results.map((r) => r.memory?.memoryId)).toEqual(["drink-2"]);
+      const all = await again.listMemories({ appName: app, userId: "alice", includeInvalid: true });
+      expect(all.memories.map((m) => [m.memoryId, m.supersededBy])).toEqual([
+        ["drink-2", ""],
+        ["drink-1", "drink-2"],
+      ]);
+      again.close();
+    } finally {
+      await server.kill();
+    }
+  }, 60_000);
 });
