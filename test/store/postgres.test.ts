@@ -616,10 +616,12 @@ describe("PostgresStore long-term memories", () => {
     try {
       for (let round = 0; round < 10; round++) {
         const key = `drink-${round}`;
-        // Eight writers of one key, four through each replica, all valid from the same instant or later.
+        // Eight writers of one key, four through each replica, all valid from the same instant or later;
+        // two of them in batches large enough to lock the whole app rather than their ids and keys.
+        const padding = (i: number) => (i % 4 === 3 ? Array.from({ length: 20 }, (_, j) => memory({ memoryId: `${key}-${i}-pad-${j}`, userId: "u", text: "padding" })) : []);
         await Promise.all(
           Array.from({ length: 8 }, (_, i) =>
-            (i % 2 ? a : b).memories.writeMemories([memory({ memoryId: `${key}-${i}`, userId: "u", key, text: `drinks ${i}`, validFrom: 1000 + (i % 3) })]),
+            (i % 2 ? a : b).memories.writeMemories([...padding(i), memory({ memoryId: `${key}-${i}`, userId: "u", key, text: `drinks ${i}`, validFrom: 1000 + (i % 3) })]),
           ),
         );
         const versions = await a.memories.listMemories({ scope: { appName: "app", userId: "u", match: "exact" }, key }, 100);

@@ -10,9 +10,10 @@
  *   stores; an AND query would drop a memory for one word it lacks.
  * - A batch is one transaction. Before reading anything it takes
  *   transaction-scoped advisory locks on every memory id and every
- *   supersession group (app, exact scope, key) it touches, in one sorted
- *   order, so replicas writing the same id or key queue instead of both
- *   closing the same old memory or both inserting a "current" one.
+ *   supersession group (app, exact scope, key) it touches (a large batch:
+ *   on its apps), in one sorted order, so replicas writing the same id or
+ *   key queue instead of both closing the same old memory or both inserting
+ *   a "current" one.
  * - Embeddings are float32 bytea; the app's dimension lives in
  *   memory_dimensions. Vector similarity is cosine computed here over the
  *   newest NEAREST_CANDIDATES embedded memories the filter selects (no
@@ -39,6 +40,8 @@ import type {
 } from "../types.js";
 import { embeddingDimensionMismatch, exactScopeKey, memoryIdTaken, supersessionKey } from "./rules.js";
 
+/** Advisory locks a batch takes on its ids and keys at most; a larger batch locks its apps instead (see lockBatch). */
+const FINE_LOCKS_MAX = 16;
 /** Embedded memories nearestMemories compares at most (the newest the filter selects). */
 export const NEAREST_CANDIDATES = 2000;
 /** Memories one delete statement (forget, erasure) removes at most: one bounded transaction each. */
@@ -281,14 +284,7 @@ export class PostgresMemories implements LongTermMemoryStore {
       const key = storedSupersessionKey(m);
       return key === "" ? undefined : { key, scope: exactScopeKey(m) };
     };
-    // One sorted order of locks for every writer: no two batches wait on each other in a cycle.
-    const locks = new Set<string>();
-    for (const m of batch) {
-      locks.add(`engram:memory:${this.db.schemaName}:${id(m.appName, m.memoryId)}`);
-      const group = groupOf(m);
-      if (group) locks.add(`engram:memory-key:${this.db.schemaName}:${JSON.stringify([m.appName, group.scope, group.key])}`);
-    }
-    await client.query("SELECT count(pg_advisory_xact_lock(hashtextextended(k, 0))) FROM unnest($1::text[]) WITH ORDINALITY AS t(k, i)", [[...locks].sort()]);
+    await this.lockBatch(client, batch, groupOf);
 
     const { rows: existingRows } = await client.query<MemoryRow>(
       `SELECT ${COLUMNS} FROM ${this.s}.memories WHERE (app_name, memory_id) IN (SELECT * FROM unnest($1::text[], $2::text[]))`,
@@ -365,6 +361,35 @@ export class PostgresMemories implements LongTermMemoryStore {
       },
       changes,
     };
+  }
+
+  /**
+   * Locks what the batch writes, until its transaction ends: each memory id
+   * and supersession group (app, exact scope, key) exclusively, under a
+   * shared lock of each app. Advisory locks take slots of PostgreSQL's
+   * shared lock table (max_locks_per_transaction x max_connections), so a
+   * batch needing more than FINE_LOCKS_MAX of them locks its apps
+   * exclusively instead, which excludes every other writer of those apps.
+   * Apps first, then the rest, each in one sorted order: no two writers wait
+   * on each other in a cycle.
+   */
+  private async lockBatch(client: pg.PoolClient, batch: readonly MemoryRecord[], groupOf: (m: MemoryRecord) => { key: string; scope: string } | undefined): Promise<void> {
+    const schema = this.db.schemaName;
+    const fine = new Set<string>();
+    for (const m of batch) {
+      fine.add(`engram:memory:${schema}:${JSON.stringify([m.appName, m.memoryId])}`);
+      const group = groupOf(m);
+      if (group) fine.add(`engram:memory-key:${schema}:${JSON.stringify([m.appName, group.scope, group.key])}`);
+    }
+    const apps = [...new Set(batch.map((m) => `engram:memory-app:${schema}:${JSON.stringify(m.appName)}`))].sort();
+    const lockAll = (fn: string, keys: string[]) =>
+      client.query(`SELECT count(${fn}(hashtextextended(k, 0))) FROM unnest($1::text[]) WITH ORDINALITY AS t(k, i)`, [keys]);
+    if (fine.size > FINE_LOCKS_MAX) {
+      await lockAll("pg_advisory_xact_lock", apps);
+      return;
+    }
+    await lockAll("pg_advisory_xact_lock_shared", apps);
+    await lockAll("pg_advisory_xact_lock", [...fine].sort());
   }
 
   /**
