@@ -5,7 +5,7 @@
  * a memory write that is stored), and must not turn it into an error or keep
  * the other listeners from hearing of it.
  */
-import type { NoticeListener, SessionNotice } from "./types.js";
+import type { SessionNotice } from "./types.js";
 
 /** Tells each listener of `event`; a listener that throws does not stop the others. */
 export function notifyEach<E>(listeners: Iterable<(event: E) => void>, event: E): void {
@@ -19,44 +19,57 @@ export function notifyEach<E>(listeners: Iterable<(event: E) => void>, event: E)
   }
 }
 
-/** The notice listeners of one store. */
-export class NoticeListeners {
-  private readonly bySession = new Map<string, Set<NoticeListener>>();
+/** Listeners by key (a session, an app) of one store. */
+export class KeyedListeners<E> {
+  private readonly byKey = new Map<string, Set<(event: E) => void>>();
 
-  /** Adds `listener` for `sessionId`; returns the function that removes it. */
-  subscribe(sessionId: string, listener: NoticeListener): () => void {
-    let set = this.bySession.get(sessionId);
-    if (!set) this.bySession.set(sessionId, (set = new Set()));
+  /** Adds `listener` for `key`; returns the function that removes it. */
+  subscribe(key: string, listener: (event: E) => void): () => void {
+    let set = this.byKey.get(key);
+    if (!set) this.byKey.set(key, (set = new Set()));
     set.add(listener);
     return () => {
       set.delete(listener);
-      if (set.size === 0 && this.bySession.get(sessionId) === set) this.bySession.delete(sessionId);
+      if (set.size === 0 && this.byKey.get(key) === set) this.byKey.delete(key);
     };
   }
 
-  /** Tells every listener of the notice's session; a listener that throws does not stop the others. */
-  notify(notice: SessionNotice): void {
-    const set = this.bySession.get(notice.sessionId);
-    if (set) notifyEach(set, notice);
+  /** Tells every listener of `key`; a listener that throws does not stop the others. */
+  emit(key: string, event: E): void {
+    const set = this.byKey.get(key);
+    if (set) notifyEach(set, event);
   }
 
-  /** True when someone listens to the session. */
-  has(sessionId: string): boolean {
-    return this.bySession.has(sessionId);
+  /** True when someone listens to `key`. */
+  has(key: string): boolean {
+    return this.byKey.has(key);
   }
 
-  /** Sessions someone listens to. */
-  sessionIds(): string[] {
-    return [...this.bySession.keys()];
+  /** Keys someone listens to. */
+  keys(): string[] {
+    return [...this.byKey.keys()];
   }
 
-  /** Number of sessions someone listens to. */
+  /** Number of keys someone listens to. */
   get size(): number {
-    return this.bySession.size;
+    return this.byKey.size;
   }
 
   /** Forgets every listener (the store is closing). */
   clear(): void {
-    this.bySession.clear();
+    this.byKey.clear();
+  }
+}
+
+/** The session notice listeners of one store, by session. */
+export class NoticeListeners extends KeyedListeners<SessionNotice> {
+  /** Tells every listener of the notice's session. */
+  notify(notice: SessionNotice): void {
+    this.emit(notice.sessionId, notice);
+  }
+
+  /** Sessions someone listens to. */
+  sessionIds(): string[] {
+    return this.keys();
   }
 }

@@ -39,6 +39,7 @@ import type {
   StoredEvent,
 } from "./types.js";
 import { NoticeListeners } from "./notices.js";
+import { PostgresMemories } from "./memories/postgres.js";
 import { StoreIncompatibleError } from "./incompatible.js";
 
 const { Client, Pool, escapeIdentifier } = pg;
@@ -320,6 +321,8 @@ export class PostgresStore implements MemoryStore {
   eventsTrimmed = 0;
   readonly backend = "postgres";
   readonly capabilities = { persistent: true, shared: true, retains: true };
+  /** Long-term memories (src/store/memories/postgres.ts), in the same schema, pool and notice channel. */
+  readonly memories: PostgresMemories;
 
   private readonly pool: pg.Pool;
   private readonly limits: StoreLimits;
@@ -377,6 +380,13 @@ export class PostgresStore implements MemoryStore {
     // An idle pooled connection that dies (restart, pg_terminate_backend) is
     // dropped by the pool; without a listener the event would crash the process.
     this.pool.on("error", () => {});
+    this.memories = new PostgresMemories({
+      schema: this.s,
+      schemaName: options.schema,
+      channel: this.channel,
+      query: (sql, params) => this.query(sql, params),
+      transaction: (fn) => this.attempt(() => this.transaction(fn)),
+    });
   }
 
   async createSession(input: NewSession, call?: StoreCall): Promise<SessionRecord> {
@@ -513,7 +523,7 @@ export class PostgresStore implements MemoryStore {
       [appName, userId, token],
       call,
     );
-    const erased: ErasureResult = { sessions: 0, events: 0 };
+    const erased: ErasureResult = { sessions: 0, events: 0, memories: 0 };
     // The user's sessions in id order, as many as hold ERASE_BATCH_EVENTS events together (at least one):
     // each statement is one bounded transaction, and each session goes whole or not at all. No SKIP
     // LOCKED: a session an append holds is waited for, not left behind.
@@ -529,6 +539,7 @@ export class PostgresStore implements MemoryStore {
       erased.sessions += rows.length;
       for (const row of rows) erased.events += Number(row.events);
     }
+    erased.memories = await this.memories.eraseUser(appName, userId);
     await this.query(`DELETE FROM ${this.s}.erasures WHERE app_name = $1 AND user_id = $2 AND token = $3`, [appName, userId, token], call);
     return erased;
   }
@@ -575,6 +586,7 @@ export class PostgresStore implements MemoryStore {
     this.closed = true;
     clearTimeout(this.reconnectTimer);
     this.listeners.clear();
+    this.memories.close();
     const client = this.listenClient;
     this.listenClient = undefined;
     await Promise.allSettled([client?.end(), this.pool.end()]);
@@ -985,12 +997,13 @@ export class PostgresStore implements MemoryStore {
   }
 
   private onNotification(payload: string | undefined): void {
-    let parsed: { s?: unknown; h?: unknown; d?: unknown; i?: unknown };
+    let parsed: { s?: unknown; h?: unknown; d?: unknown; i?: unknown; m?: unknown };
     try {
       parsed = JSON.parse(payload ?? "");
     } catch {
       return;
     }
+    if (parsed.m !== undefined) return this.memories.onNotice(parsed);
     if (typeof parsed.s !== "string") return;
     if (parsed.d) this.listeners.notify({ sessionId: parsed.s, deleted: true, incarnation: typeof parsed.i === "string" ? parsed.i : undefined });
     else if (typeof parsed.h === "number") this.listeners.notify({ sessionId: parsed.s, headSeq: parsed.h });

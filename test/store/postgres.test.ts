@@ -14,11 +14,12 @@ import { PostgresKeyStore } from "../../src/auth/postgres-key-store.js";
 import { MIGRATIONS_DIR, PostgresStore, recentEventsQuery, schemaVersionProblem, type PostgresStoreOptions } from "../../src/store/postgres.js";
 import { StoreIncompatibleError } from "../../src/store/incompatible.js";
 import { ConnectingStore } from "../../src/store/connecting.js";
-import type { MemoryStore, SessionNotice, StoreLimits } from "../../src/store/types.js";
+import type { MemoryChange, MemoryStore, SessionNotice, StoreLimits } from "../../src/store/types.js";
 import { startChaosProxy } from "../support/chaos-proxy.js";
 import { spawnServer, type ServerProcess } from "../support/engram.js";
 import { freePort } from "../support/postgres-server.js";
 import { describeStoreConformance, makeSession, newEvent, rejection, waitFor } from "./conformance.js";
+import { describeMemoriesConformance, memory } from "./memories-conformance.js";
 
 const url = process.env.MEMORY_TEST_POSTGRES_URL!;
 const LIMITS: StoreLimits = { maxSessions: 1000, maxSessionEvents: 500 };
@@ -43,6 +44,7 @@ async function openStore(limits: StoreLimits = LIMITS, schema = freshSchema(), e
 
 
 describeStoreConformance("postgres", (limits) => openStore(limits), { persistent: true, shared: true, retains: true });
+describeMemoriesConformance("postgres", () => openStore());
 
 describe("PostgresStore specifics", () => {
   const count = async (schema: string, table: string, sessionId?: string) => {
@@ -63,7 +65,7 @@ describe("PostgresStore specifics", () => {
       expect(await store.resumeErasures()).toEqual({ users: 1, sessions: 2, events: 2 });
       expect(await count(schema, "erasures")).toBe(0);
       expect((await store.listSessions({ limit: 10 })).map((s) => s.sessionId)).toEqual(["keep"]);
-      expect(await store.deleteUserData("app", "stays")).toEqual({ sessions: 1, events: 0 });
+      expect(await store.deleteUserData("app", "stays")).toEqual({ sessions: 1, events: 0, memories: 0 });
       expect(await count(schema, "erasures")).toBe(0);
     } finally {
       await store.close();
@@ -651,4 +653,180 @@ describe("an older release refuses a schema migrated by a newer one", () => {
       await drop(schema);
     }
   }, 60_000);
+});
+
+describe("PostgresStore long-term memories", () => {
+  it("two replicas writing the same key at once leave exactly one valid memory, the others closed in a chain", async () => {
+    const schema = freshSchema();
+    const a = await openStore(LIMITS, schema);
+    const b = await PostgresStore.open({ url, schema, limits: LIMITS });
+    try {
+      for (let round = 0; round < 10; round++) {
+        const key = `drink-${round}`;
+        // Eight writers of one key, four through each replica, all valid from the same instant or later;
+        // two of them in batches large enough to lock the whole app rather than their ids and keys.
+        const padding = (i: number) => (i % 4 === 3 ? Array.from({ length: 20 }, (_, j) => memory({ memoryId: `${key}-${i}-pad-${j}`, userId: "u", text: "padding" })) : []);
+        await Promise.all(
+          Array.from({ length: 8 }, (_, i) =>
+            (i % 2 ? a : b).memories.writeMemories([...padding(i), memory({ memoryId: `${key}-${i}`, userId: "u", key, text: `drinks ${i}`, validFrom: 1000 + (i % 3) })]),
+          ),
+        );
+        const versions = await a.memories.listMemories({ scope: { appName: "app", userId: "u", match: "exact" }, key }, 100);
+        expect(versions).toHaveLength(8);
+        const open = versions.filter((m) => m.invalidAt === undefined);
+        expect(open.map((m) => m.memoryId), `round ${round}`).toHaveLength(1);
+        // Whatever the commit order, at no instant do two versions hold.
+        for (const at of [999, 1000, 1001, 1002, 5000]) {
+          const holding = await b.memories.listMemories({ scope: { appName: "app", userId: "u", match: "exact" }, key, asOf: at }, 100);
+          expect(holding.length, `round ${round} as of ${at}`).toBeLessThanOrEqual(1);
+        }
+      }
+    } finally {
+      await b.close();
+      await a.close();
+    }
+  }, 60_000);
+
+  it("two replicas writing first embeddings of different dimensions into one app at once: one is refused", async () => {
+    const schema = freshSchema();
+    const a = await openStore(LIMITS, schema);
+    const b = await PostgresStore.open({ url, schema, limits: LIMITS });
+    try {
+      for (let round = 0; round < 5; round++) {
+        const appName = `dims-${round}`;
+        const results = await Promise.allSettled([
+          a.memories.writeMemories([memory({ memoryId: "two", appName, text: "x", embedding: [1, 0] })]),
+          b.memories.writeMemories([memory({ memoryId: "three", appName, text: "y", embedding: [1, 0, 0] })]),
+        ]);
+        expect(results.filter((r) => r.status === "fulfilled"), `round ${round}`).toHaveLength(1);
+        const refused = results.find((r) => r.status === "rejected") as PromiseRejectedResult;
+        expect(refused.reason).toMatchObject({ code: "INVALID_ARGUMENT", field: "memories[0].embedding" });
+      }
+    } finally {
+      await b.close();
+      await a.close();
+    }
+  });
+
+  it("a subscriber on one replica hears of writes, supersessions and deletions made through another", async () => {
+    const schema = freshSchema();
+    const watcher = await openStore(LIMITS, schema);
+    const writer = await PostgresStore.open({ url, schema, limits: LIMITS });
+    try {
+      const changes: MemoryChange[] = [];
+      watcher.memories.subscribeMemories("app", (c) => changes.push(c));
+      await writer.memories.writeMemories([memory({ memoryId: "a", userId: "u", agentId: "x", key: "k", text: "one", validFrom: 1000 })]);
+      await writer.memories.writeMemories([memory({ memoryId: "b", userId: "u", agentId: "x", key: "k", text: "two", validFrom: 2000 })]);
+      await writer.memories.writeMemories([memory({ memoryId: "elsewhere", appName: "other", text: "not this app" })]);
+      await writer.memories.deleteMemories("app", ["a"]);
+      await waitFor(() => changes.length >= 4, 10_000);
+      const seen = changes.map((c) => (c.kind === "deleted" ? `deleted ${c.memories.map((m) => `${m.memoryId}/${m.userId}/${m.agentId}`)}` : `${c.kind} ${c.memory.memoryId}`));
+      expect(seen).toEqual(["written a", "superseded a", "written b", "deleted a/u/x"]);
+      // Written and superseded memories arrive whole (read back by the watcher's replica).
+      expect(changes[2]).toMatchObject({ kind: "written", memory: { memoryId: "b", text: "two", userId: "u" } });
+    } finally {
+      await writer.close();
+      await watcher.close();
+    }
+  });
+
+  it("pages a user's VISIBLE listing newest first across their own and the shared memories, without repeats or gaps", async () => {
+    const store = await openStore();
+    try {
+      // Own, shared and another user's memories interleaved in time, some created in the same millisecond.
+      const owners = [{ userId: "u" }, {}, { userId: "v" }, { userId: "u", agentId: "a" }];
+      await store.memories.writeMemories(Array.from({ length: 40 }, (_, i) => memory({ memoryId: `m${String(i).padStart(2, "0")}`, text: "x", ...owners[i % 4] }, 1000 + Math.floor(i / 3))));
+      const scope = { appName: "app", userId: "u", match: "visible" as const };
+      const seen: string[] = [];
+      let after: { createdAt: number; memoryId: string } | undefined;
+      for (let page = 0; page < 20; page++) {
+        const rows = await store.memories.listMemories({ scope }, 3, after);
+        seen.push(...rows.map((m) => m.memoryId));
+        if (rows.length < 3) break;
+        after = rows[rows.length - 1];
+      }
+      const expected = Array.from({ length: 40 }, (_, i) => i).filter((i) => i % 4 < 2).reverse().map((i) => `m${String(i).padStart(2, "0")}`);
+      expect(seen).toEqual(expected);
+    } finally {
+      await store.close();
+    }
+  });
+
+  it("searches with any user text: quotes, backslashes, operators and stop words never fail the query", async () => {
+    const store = await openStore();
+    try {
+      await store.memories.writeMemories([
+        memory({ memoryId: "tea", text: "Alice's favourite drink is green tea (not coffee!)" }),
+        memory({ memoryId: "path", text: "The backup lives in C:\\data\\backup & nowhere else" }),
+      ]);
+      const search = (q: string) => store.memories.searchMemories({ scope: { appName: "app", match: "visible" } }, q, 10);
+      for (const q of ["'", "''", "\\", "\\'", "a & b | !c", "(((", "tea:*", "\"unterminated", "-coffee", "or", "the of and", "<->", "!!", "😀 tea", "'tea' & 'coffee'", ":", "tea:A"]) {
+        await expect(search(q), q).resolves.toBeInstanceOf(Array);
+      }
+      // OR of the query's terms: one matching word finds the memory.
+      expect((await search("what is Alice drinking today")).map((r) => r.memory.memoryId)).toEqual(["tea"]);
+      expect((await search("backup")).map((r) => r.memory.memoryId)).toEqual(["path"]);
+      expect((await search("'tea'")).map((r) => r.memory.memoryId)).toEqual(["tea"]);
+      expect(await search("the of and")).toEqual([]);
+    } finally {
+      await store.close();
+    }
+  });
+
+  it("migration 0010 applies to a schema an earlier release left, keeping its sessions", async () => {
+    const schema = freshSchema();
+    const quoted = pg.escapeIdentifier(schema);
+    const first = await PostgresStore.open({ url, schema, limits: LIMITS });
+    await makeSession(first, "s1");
+    await first.appendEvents("s1", [newEvent("user_message", 1)]);
+    await first.close();
+    // What the release before 0010 left: no memory tables, migrations up to the one before.
+    await admin.query(`DROP TABLE ${quoted}.memories, ${quoted}.memory_dimensions`);
+    await admin.query(`DELETE FROM ${quoted}.schema_migrations WHERE version >= 10`);
+    const store = await openStore(LIMITS, schema);
+    try {
+      const { rows } = await admin.query(`SELECT max(version)::int AS v FROM ${quoted}.schema_migrations`);
+      expect(rows[0].v).toBe(10);
+      expect((await store.readEvents("s1", { limit: 10 })).events).toHaveLength(1);
+      await store.memories.writeMemories([memory({ memoryId: "m", userId: "u", text: "remembered after the upgrade", embedding: [1, 0] })]);
+      expect((await store.memories.searchMemories({ scope: { appName: "app", userId: "u", match: "visible" } }, "upgrade", 5)).map((r) => r.memory.memoryId)).toEqual(["m"]);
+    } finally {
+      await store.close();
+    }
+  });
+
+  it("forgets and erases more memories than one delete transaction holds", async () => {
+    const schema = freshSchema();
+    const store = await openStore(LIMITS, schema);
+    try {
+      // 10,001 of u's memories and 10,001 of v's (one past the batch of 10,000 each), written in SQL for speed.
+      for (const user of ["u", "v"]) {
+        await admin.query(
+          `INSERT INTO ${pg.escapeIdentifier(schema)}.memories (app_name, memory_id, user_id, scope_key, text, created_ms, valid_from_ms, fingerprint)
+           SELECT 'app', $1 || n, $1, '["' || $1 || '",null,null]', 'bulk ' || n, n, n, 'f' || n FROM generate_series(1, 10001) n`,
+          [user],
+        );
+      }
+      expect(await store.memories.deleteMemoriesInScope({ appName: "app", userId: "u", match: "within" })).toHaveLength(10_001);
+      expect(await store.deleteUserData("app", "v")).toEqual({ sessions: 0, events: 0, memories: 10_001 });
+      expect(await store.memories.listMemories({ scope: { appName: "app", match: "within" } }, 10)).toEqual([]);
+    } finally {
+      await store.close();
+    }
+  }, 60_000);
+
+  it("a resumed erasure removes the user's memories too", async () => {
+    const schema = freshSchema();
+    const store = await openStore(LIMITS, schema);
+    try {
+      await store.memories.writeMemories([memory({ memoryId: "gone", userId: "gone", text: "x" }), memory({ memoryId: "kept", userId: "stays", text: "y" })]);
+      // An erasure whose replica died before removing anything: only its record is there.
+      await admin.query(`INSERT INTO ${pg.escapeIdentifier(schema)}.erasures (app_name, user_id, token) VALUES ('app', 'gone', 'token-of-a-dead-replica')`);
+      await store.resumeErasures();
+      expect(await store.memories.getMemory("app", "gone")).toBeUndefined();
+      expect(await store.memories.getMemory("app", "kept")).toBeDefined();
+    } finally {
+      await store.close();
+    }
+  });
 });

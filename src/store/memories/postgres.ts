@@ -1,0 +1,637 @@
+/**
+ * Long-term memories of the PostgreSQL store (migration 0010_memories.sql).
+ *
+ * - Lexical ranking is PostgreSQL full-text search: a generated tsvector
+ *   (English stemming and stop words) under a GIN index, ranked by
+ *   ts_rank_cd with length normalization. The query is the OR of the query
+ *   text's lexemes, built from to_tsvector (so no user text can make it
+ *   fail to parse): a memory matching any term is a candidate and matching
+ *   more (and closer) terms ranks higher, as BM25 over OR does in the other
+ *   stores; an AND query would drop a memory for one word it lacks.
+ * - A batch is one transaction. Before reading anything it takes
+ *   transaction-scoped advisory locks on every memory id and every
+ *   supersession group (app, exact scope, key) it touches (a large batch:
+ *   on its apps), in one sorted order, so replicas writing the same id or
+ *   key queue instead of both closing the same old memory or both inserting
+ *   a "current" one.
+ * - Embeddings are float32 bytea; the app's dimension lives in
+ *   memory_dimensions. Vector similarity is cosine computed here over the
+ *   newest NEAREST_CANDIDATES embedded memories the filter selects (no
+ *   pgvector): a bounded candidate set, stated in the README.
+ * - Changes reach other replicas by NOTIFY on the store's channel, sent at
+ *   commit: ids (and the scope of deleted memories) only, since a memory
+ *   may be larger than a notification; a replica with watchers of the app
+ *   reads written and superseded memories back. This replica's own
+ *   subscribers get the full records at once and skip its notices.
+ */
+import { randomUUID } from "node:crypto";
+import type pg from "pg";
+import type {
+  JsonObject,
+  LongTermMemoryStore,
+  MemoryChange,
+  MemoryChangeListener,
+  MemoryCursor,
+  MemoryFilter,
+  MemoryRecord,
+  MemoryScopeFilter,
+  MemoryWriteResult,
+  RankedMemory,
+} from "../types.js";
+import { KeyedListeners } from "../notices.js";
+import { embeddingDimensionMismatch, exactScopeKey, memoryIdTaken, supersessionKey } from "./rules.js";
+
+/** Advisory locks a batch takes on its ids and keys at most; a larger batch locks its apps instead (see lockBatch). */
+const FINE_LOCKS_MAX = 16;
+/** Embedded memories nearestMemories compares at most (the newest the filter selects). */
+export const NEAREST_CANDIDATES = 2000;
+/** Memories one delete statement (forget, erasure) removes at most: one bounded transaction each. */
+const DELETE_BATCH_MEMORIES = 10_000;
+/** NOTIFY payloads must stay under 8000 bytes. */
+const MAX_NOTIFY_BYTES = 7900;
+
+/** What the driver needs of its PostgresStore: the quoted schema, the channel, and the store's statement helpers. */
+export interface PostgresMemoriesAccess {
+  /** The quoted schema, prefixed to every table name. */
+  schema: string;
+  /** The unquoted schema, naming the store's advisory locks. */
+  schemaName: string;
+  /** The store's LISTEN/NOTIFY channel. */
+  channel: string;
+  /** One pooled statement, retried if its connection broke, errors as MemoryError. */
+  query<R extends pg.QueryResultRow>(sql: string, params: unknown[]): Promise<pg.QueryResult<R>>;
+  /** `fn` in one transaction, run again if the connection broke under it, errors as MemoryError. */
+  transaction<T>(fn: (client: pg.PoolClient) => Promise<T>): Promise<T>;
+}
+
+const COLUMNS =
+  "app_name, memory_id, user_id, agent_id, session_id, text, fact_subject, fact_predicate, fact_object, key, topics, importance, pinned, metadata, " +
+  "source_session_id, source_from_seq, source_to_seq, created_ms, valid_from_ms, invalid_at_ms, superseded_by, embedding, fingerprint";
+
+interface MemoryRow {
+  app_name: string;
+  memory_id: string;
+  user_id: string | null;
+  agent_id: string | null;
+  session_id: string | null;
+  text: string;
+  fact_subject: string | null;
+  fact_predicate: string | null;
+  fact_object: string | null;
+  key: string;
+  topics: string[];
+  importance: number;
+  pinned: boolean;
+  metadata: JsonObject;
+  source_session_id: string | null;
+  source_from_seq: string | null;
+  source_to_seq: string | null;
+  created_ms: string;
+  valid_from_ms: string;
+  invalid_at_ms: string | null;
+  superseded_by: string | null;
+  embedding: Buffer | null;
+  fingerprint: string;
+}
+
+/** float32 little-endian, as the wire's `repeated float`. */
+function encodeEmbedding(embedding: readonly number[]): Buffer {
+  const bytes = Buffer.alloc(embedding.length * 4);
+  embedding.forEach((x, i) => bytes.writeFloatLE(x, i * 4));
+  return bytes;
+}
+
+function decodeEmbedding(bytes: Buffer): number[] {
+  const out = new Array<number>(bytes.length / 4);
+  for (let i = 0; i < out.length; i++) out[i] = bytes.readFloatLE(i * 4);
+  return out;
+}
+
+/**
+ * Cosine similarity of the query with a stored float32 embedding, read in
+ * place (the same arithmetic as rules.ts's cosine, without building a
+ * number[] per candidate).
+ */
+function cosineToStored(query: readonly number[], stored: Buffer): number {
+  let dot = 0;
+  let nq = 0;
+  let ns = 0;
+  for (let i = 0; i < query.length; i++) {
+    const q = query[i];
+    const x = stored.readFloatLE(i * 4);
+    dot += q * x;
+    nq += q * q;
+    ns += x * x;
+  }
+  return nq === 0 || ns === 0 ? 0 : dot / Math.sqrt(nq * ns);
+}
+
+function toRecord(row: MemoryRow): MemoryRecord {
+  const m: MemoryRecord = {
+    memoryId: row.memory_id,
+    appName: row.app_name,
+    text: row.text,
+    key: row.key,
+    topics: row.topics,
+    importance: row.importance,
+    pinned: row.pinned,
+    metadata: row.metadata,
+    createdAt: Number(row.created_ms),
+    validFrom: Number(row.valid_from_ms),
+    fingerprint: row.fingerprint,
+  };
+  // Absent fields stay absent, as the service builds records.
+  if (row.user_id !== null) m.userId = row.user_id;
+  if (row.agent_id !== null) m.agentId = row.agent_id;
+  if (row.session_id !== null) m.sessionId = row.session_id;
+  if (row.fact_subject !== null) m.fact = { subject: row.fact_subject, predicate: row.fact_predicate ?? "", object: row.fact_object ?? "" };
+  if (row.source_session_id !== null) m.source = { sessionId: row.source_session_id, fromSeq: Number(row.source_from_seq), toSeq: Number(row.source_to_seq) };
+  if (row.invalid_at_ms !== null) m.invalidAt = Number(row.invalid_at_ms);
+  if (row.superseded_by !== null) m.supersededBy = row.superseded_by;
+  if (row.embedding !== null) m.embedding = decodeEmbedding(row.embedding);
+  return m;
+}
+
+/** The supersession key as stored: JSON, since PostgreSQL text cannot hold the NUL separators of rules.ts; "" when none. */
+function storedSupersessionKey(m: MemoryRecord): string {
+  const key = supersessionKey(m);
+  return key === "" ? "" : JSON.stringify(key.split("\u0000"));
+}
+
+/** Numbered parameters for one statement. */
+class Params {
+  readonly values: unknown[] = [];
+  /** Adds a value; returns its placeholder. */
+  add(value: unknown): string {
+    this.values.push(value);
+    return `$${this.values.length}`;
+  }
+}
+
+const SCOPE_COLUMNS = [
+  ["user_id", "userId"],
+  ["agent_id", "agentId"],
+  ["session_id", "sessionId"],
+] as const;
+
+/** The SQL condition of a scope filter (ScopeMatch in memories.proto; scopeSelects in rules.ts). Only the conditions the filter needs, so each shape keeps its index. */
+function scopeSql(p: Params, scope: MemoryScopeFilter): string[] {
+  const where = [`app_name = ${p.add(scope.appName)}`];
+  for (const [column, dimension] of SCOPE_COLUMNS) {
+    const want = scope[dimension];
+    switch (scope.match) {
+      case "visible":
+        where.push(want === undefined ? `${column} IS NULL` : `(${column} IS NULL OR ${column} = ${p.add(want)})`);
+        break;
+      case "within":
+        if (want !== undefined) where.push(`${column} = ${p.add(want)}`);
+        break;
+      case "exact":
+        where.push(want === undefined ? `${column} IS NULL` : `${column} = ${p.add(want)}`);
+        break;
+    }
+  }
+  return where;
+}
+
+/** The SQL condition of a whole filter (filterSelects in rules.ts). */
+function filterSql(p: Params, filter: MemoryFilter): string {
+  return filterConditions(p, filter, scopeSql(p, filter.scope));
+}
+
+/** The filter's conditions besides the scope, added to `where`. */
+function filterConditions(p: Params, filter: MemoryFilter, where: string[]): string {
+  if (filter.asOf !== undefined) {
+    const at = p.add(filter.asOf);
+    where.push(`valid_from_ms <= ${at} AND (invalid_at_ms IS NULL OR invalid_at_ms > ${at})`);
+  }
+  // A literal, not a parameter: a generic plan could not otherwise use the partial index of pinned memories.
+  if (filter.pinned !== undefined) where.push(filter.pinned ? "pinned" : "NOT pinned");
+  if (filter.key !== undefined) where.push(`key = ${p.add(filter.key)}`);
+  if (filter.subject !== undefined) where.push(`fact_subject = ${p.add(filter.subject)}`);
+  if (filter.predicate !== undefined) where.push(`fact_predicate = ${p.add(filter.predicate)}`);
+  if (filter.topics && filter.topics.length > 0) where.push(`topics && ${p.add([...filter.topics])}::text[]`);
+  return where.join(" AND ");
+}
+
+/**
+ * The filter's memories newest first (created, then id, descending), at
+ * most `limit`, after the cursor, as a statement selecting `columns`. A
+ * VISIBLE scope naming a user selects the user's memories OR the shared
+ * ones: an OR no index keeps in order, so PostgreSQL would walk the app's
+ * whole listing index filtering out other users' rows. Instead each half
+ * walks its own index (memories_by_user_created, memories_shared_created)
+ * newest first, and the two are merged: O(limit) rows whatever the app holds.
+ */
+function newestSql(schema: string, p: Params, filter: MemoryFilter, columns: string, limit: number, after?: MemoryCursor, extra = ""): string {
+  const cursor = (where: string[]) => {
+    if (after) where.push(`(created_ms, memory_id) < (${p.add(after.createdAt)}::bigint, ${p.add(after.memoryId)}::text COLLATE "C")`);
+    if (extra) where.push(extra);
+    return where;
+  };
+  const order = `ORDER BY created_ms DESC, memory_id DESC LIMIT ${p.add(limit)}`;
+  const { scope } = filter;
+  if (scope.match !== "visible" || scope.userId === undefined) {
+    return `SELECT ${columns} FROM ${schema}.memories WHERE ${filterConditions(p, filter, cursor(scopeSql(p, scope)))} ${order}`;
+  }
+  const half = (user: "own" | "shared") => {
+    const where = scopeSql(p, { ...scope, userId: undefined, match: "visible" });
+    // scopeSql wrote "user_id IS NULL" for the absent user: the shared half; the own half wants the user.
+    if (user === "own") where[where.indexOf("user_id IS NULL")] = `user_id = ${p.add(scope.userId)}`;
+    return `(SELECT ${columns} FROM ${schema}.memories WHERE ${filterConditions(p, filter, cursor(where))} ${order})`;
+  };
+  return `SELECT * FROM (${half("own")} UNION ALL ${half("shared")}) both_halves ${order}`;
+}
+
+/**
+ * The OR of the query's lexemes as a tsquery, from to_tsvector: every
+ * lexeme is quoted (quotes doubled, backslashes escaped), so no user text
+ * can break its syntax; NULL (nothing matches) when the query holds only
+ * stop words or punctuation.
+ */
+const OR_QUERY = (param: string) =>
+  `(SELECT string_agg('''' || replace(replace(lexeme, '\\', '\\\\'), '''', '''''') || '''', ' | ')
+    FROM unnest(to_tsvector('english'::regconfig, ${param})))::tsquery`;
+
+/** A change as another replica hears of it: ids only, or ids and scope for deletions. */
+type ChangeNotice =
+  | { m: "w"; o: string; a: string; c: Array<["written" | "superseded", string]> }
+  | { m: "d"; o: string; a: string; r: Array<[string, string | null, string | null, string | null]> };
+
+/** The PostgreSQL LongTermMemoryStore, living inside a PostgresStore. */
+export class PostgresMemories implements LongTermMemoryStore {
+  /** Tells this replica's notices apart from other replicas'. */
+  private readonly origin = randomUUID();
+  private readonly listeners = new KeyedListeners<MemoryChange>();
+  /** Notices from other replicas are read back one at a time, so their changes reach watchers in commit order. */
+  private remoteChanges: Promise<void> = Promise.resolve();
+  private readonly s: string;
+
+  constructor(private readonly db: PostgresMemoriesAccess) {
+    this.s = db.schema;
+  }
+
+  async writeMemories(batch: readonly MemoryRecord[]): Promise<MemoryWriteResult> {
+    if (batch.length === 0) return { memories: [], superseded: [] };
+    const { result, changes } = await this.db.transaction((client) => this.writeBatch(client, batch));
+    for (const [appName, appChanges] of changes) for (const change of appChanges) this.emit(appName, change);
+    return result;
+  }
+
+  /** The batch inside its transaction: locks, every check, then every change in order, and the notices sent at commit. */
+  private async writeBatch(client: pg.PoolClient, batch: readonly MemoryRecord[]): Promise<{ result: MemoryWriteResult; changes: Map<string, MemoryChange[]> }> {
+    const id = (appName: string, memoryId: string) => JSON.stringify([appName, memoryId]);
+    const groupOf = (m: MemoryRecord) => {
+      const key = storedSupersessionKey(m);
+      return key === "" ? undefined : { key, scope: exactScopeKey(m) };
+    };
+    await this.lockBatch(client, batch, groupOf);
+
+    const { rows: existingRows } = await client.query<MemoryRow>(
+      `SELECT ${COLUMNS} FROM ${this.s}.memories WHERE (app_name, memory_id) IN (SELECT * FROM unnest($1::text[], $2::text[]))`,
+      [batch.map((m) => m.appName), batch.map((m) => m.memoryId)],
+    );
+    const latest = new Map(existingRows.map((row) => [id(row.app_name, row.memory_id), toRecord(row)]));
+    const dimensions = await this.appDimensions(client, batch);
+
+    // First every check, then every change: a refused batch changes nothing.
+    batch.forEach((m, i) => {
+      if (m.embedding && m.embedding.length !== dimensions.get(m.appName)) {
+        throw embeddingDimensionMismatch(`memories[${i}].embedding`, m.embedding.length, dimensions.get(m.appName)!);
+      }
+      const stored = latest.get(id(m.appName, m.memoryId));
+      if (stored && stored.fingerprint !== m.fingerprint) throw memoryIdTaken(`memories[${i}].memory_id`, m.memoryId);
+      const earlier = batch.findIndex((o) => o.appName === m.appName && o.memoryId === m.memoryId);
+      if (earlier !== i && batch[earlier].fingerprint !== m.fingerprint) throw memoryIdTaken(`memories[${i}].memory_id`, m.memoryId);
+    });
+
+    const changes = new Map<string, MemoryChange[]>();
+    const change = (appName: string, c: MemoryChange) => {
+      const list = changes.get(appName);
+      if (list) list.push(c);
+      else changes.set(appName, [c]);
+    };
+    const supersededIds: string[] = [];
+    for (const input of batch) {
+      if (latest.has(id(input.appName, input.memoryId))) continue;
+      let memory = input;
+      const group = groupOf(input);
+      if (group) {
+        const peers = [input.appName, group.key, group.scope, input.validFrom];
+        // Valid when the new one starts: their validity ends there.
+        const { rows: closed } = await client.query<MemoryRow>(
+          `UPDATE ${this.s}.memories SET invalid_at_ms = $4, superseded_by = $5
+           WHERE app_name = $1 AND supersession_key = $2 AND scope_key = $3 AND valid_from_ms <= $4 AND (invalid_at_ms IS NULL OR invalid_at_ms > $4)
+           RETURNING ${COLUMNS}`,
+          [...peers, input.memoryId],
+        );
+        for (const row of closed) {
+          const record = toRecord(row);
+          const key = id(record.appName, record.memoryId);
+          if (!supersededIds.includes(key)) supersededIds.push(key);
+          latest.set(key, record);
+          change(record.appName, { kind: "superseded", memory: record });
+        }
+        // A later memory of the same key already exists: the new one held only until it began.
+        const { rows: later } = await client.query<{ memory_id: string; valid_from_ms: string }>(
+          `SELECT memory_id, valid_from_ms FROM ${this.s}.memories
+           WHERE app_name = $1 AND supersession_key = $2 AND scope_key = $3 AND valid_from_ms > $4
+           ORDER BY valid_from_ms, created_ms, memory_id LIMIT 1`,
+          peers,
+        );
+        const next = later[0];
+        if (next && (memory.invalidAt === undefined || memory.invalidAt > Number(next.valid_from_ms))) {
+          memory = { ...memory, invalidAt: Number(next.valid_from_ms), supersededBy: next.memory_id };
+        }
+      }
+      await this.insert(client, memory, group?.key ?? "");
+      latest.set(id(memory.appName, memory.memoryId), memory);
+      change(memory.appName, { kind: "written", memory });
+    }
+
+    const notices: ChangeNotice[] = [];
+    for (const [appName, appChanges] of changes) {
+      const entries = appChanges.map((c) => [c.kind, (c as { memory: MemoryRecord }).memory.memoryId] as ["written" | "superseded", string]);
+      for (const chunk of this.chunks(entries, (c) => ({ m: "w", o: this.origin, a: appName, c }))) notices.push(chunk);
+    }
+    await this.notify(client, notices);
+    return {
+      result: {
+        memories: batch.map((m) => latest.get(id(m.appName, m.memoryId))!),
+        superseded: supersededIds.map((key) => latest.get(key)!),
+      },
+      changes,
+    };
+  }
+
+  /**
+   * Locks what the batch writes, until its transaction ends: each memory id
+   * and supersession group (app, exact scope, key) exclusively, under a
+   * shared lock of each app. Advisory locks take slots of PostgreSQL's
+   * shared lock table (max_locks_per_transaction x max_connections), so a
+   * batch needing more than FINE_LOCKS_MAX of them locks its apps
+   * exclusively instead, which excludes every other writer of those apps.
+   * Apps first, then the rest, each in one sorted order: no two writers wait
+   * on each other in a cycle.
+   */
+  private async lockBatch(client: pg.PoolClient, batch: readonly MemoryRecord[], groupOf: (m: MemoryRecord) => { key: string; scope: string } | undefined): Promise<void> {
+    const schema = this.db.schemaName;
+    const fine = new Set<string>();
+    for (const m of batch) {
+      fine.add(`engram:memory:${schema}:${JSON.stringify([m.appName, m.memoryId])}`);
+      const group = groupOf(m);
+      if (group) fine.add(`engram:memory-key:${schema}:${JSON.stringify([m.appName, group.scope, group.key])}`);
+    }
+    const apps = [...new Set(batch.map((m) => `engram:memory-app:${schema}:${JSON.stringify(m.appName)}`))].sort();
+    const lockAll = (fn: string, keys: string[]) =>
+      client.query(`SELECT count(${fn}(hashtextextended(k, 0))) FROM unnest($1::text[]) WITH ORDINALITY AS t(k, i)`, [keys]);
+    if (fine.size > FINE_LOCKS_MAX) {
+      await lockAll("pg_advisory_xact_lock", apps);
+      return;
+    }
+    await lockAll("pg_advisory_xact_lock_shared", apps);
+    await lockAll("pg_advisory_xact_lock", [...fine].sort());
+  }
+
+  /**
+   * The embedding dimension of every app the batch embeds into: the stored
+   * one, or for an app without one the batch's first embedding's, recorded
+   * now. ON CONFLICT DO NOTHING waits for a concurrent first writer of the
+   * app and then keeps its row, which the next statement reads.
+   */
+  private async appDimensions(client: pg.PoolClient, batch: readonly MemoryRecord[]): Promise<Map<string, number>> {
+    const first = new Map<string, number>();
+    for (const m of batch) if (m.embedding && !first.has(m.appName)) first.set(m.appName, m.embedding.length);
+    if (first.size === 0) return first;
+    const apps = [...first.keys()].sort();
+    await client.query(
+      `INSERT INTO ${this.s}.memory_dimensions (app_name, dimension) SELECT * FROM unnest($1::text[], $2::int[]) ON CONFLICT (app_name) DO NOTHING`,
+      [apps, apps.map((a) => first.get(a))],
+    );
+    const { rows } = await client.query<{ app_name: string; dimension: number }>(`SELECT app_name, dimension FROM ${this.s}.memory_dimensions WHERE app_name = ANY($1::text[])`, [apps]);
+    return new Map(rows.map((r) => [r.app_name, r.dimension]));
+  }
+
+  private async insert(client: pg.PoolClient, m: MemoryRecord, supersession: string): Promise<void> {
+    await client.query(
+      `INSERT INTO ${this.s}.memories (${COLUMNS}, scope_key, supersession_key)
+       VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11::text[], $12, $13, $14::jsonb, $15, $16, $17, $18, $19, $20, $21, $22, $23, $24, $25)`,
+      [
+        m.appName,
+        m.memoryId,
+        m.userId ?? null,
+        m.agentId ?? null,
+        m.sessionId ?? null,
+        m.text,
+        m.fact?.subject ?? null,
+        m.fact?.predicate ?? null,
+        m.fact?.object ?? null,
+        m.key,
+        m.topics,
+        m.importance,
+        m.pinned,
+        JSON.stringify(m.metadata),
+        m.source?.sessionId ?? null,
+        m.source?.fromSeq ?? null,
+        m.source?.toSeq ?? null,
+        m.createdAt,
+        m.validFrom,
+        m.invalidAt ?? null,
+        m.supersededBy ?? null,
+        m.embedding ? encodeEmbedding(m.embedding) : null,
+        m.fingerprint,
+        exactScopeKey(m),
+        supersession,
+      ],
+    );
+  }
+
+  async getMemory(appName: string, memoryId: string): Promise<MemoryRecord | undefined> {
+    const { rows } = await this.db.query<MemoryRow>(`SELECT ${COLUMNS} FROM ${this.s}.memories WHERE app_name = $1 AND memory_id = $2`, [appName, memoryId]);
+    return rows[0] && toRecord(rows[0]);
+  }
+
+  async searchMemories(filter: MemoryFilter, query: string, limit: number): Promise<RankedMemory[]> {
+    if (query.trim() === "" || limit <= 0) return [];
+    const p = new Params();
+    const tsquery = OR_QUERY(p.add(query));
+    const where = filterSql(p, filter);
+    // Normalization 1: the rank divided by 1 + log(length), so a long memory does not win by repeating words.
+    const { rows } = await this.db.query<MemoryRow & { score: number }>(
+      `SELECT ${COLUMNS}, ts_rank_cd(search, q.tsq, 1) AS score
+       FROM ${this.s}.memories, (SELECT ${tsquery} AS tsq) q
+       WHERE search @@ q.tsq AND ${where}
+       ORDER BY score DESC, created_ms DESC, memory_id DESC LIMIT ${p.add(limit)}`,
+      p.values,
+    );
+    return rows.map((row) => ({ memory: toRecord(row), score: row.score }));
+  }
+
+  async nearestMemories(filter: MemoryFilter, embedding: readonly number[], limit: number): Promise<RankedMemory[]> {
+    if (embedding.length === 0 || limit <= 0) return [];
+    const p = new Params();
+    // First only ids and embeddings of the candidates, then the whole rows of the best.
+    const candidatesSql = newestSql(this.s, p, filter, "memory_id, created_ms, embedding", NEAREST_CANDIDATES, undefined, `embedding IS NOT NULL AND octet_length(embedding) = ${embedding.length * 4}`);
+    const { rows: candidates } = await this.db.query<{ memory_id: string; embedding: Buffer }>(candidatesSql, p.values);
+    const best = candidates
+      .map((row) => ({ memoryId: row.memory_id, score: cosineToStored(embedding, row.embedding) }))
+      .sort((a, b) => b.score - a.score)
+      .slice(0, limit);
+    if (best.length === 0) return [];
+    const { rows } = await this.db.query<MemoryRow>(`SELECT ${COLUMNS} FROM ${this.s}.memories WHERE app_name = $1 AND memory_id = ANY($2::text[])`, [
+      filter.scope.appName,
+      best.map((b) => b.memoryId),
+    ]);
+    const byId = new Map(rows.map((row) => [row.memory_id, toRecord(row)]));
+    // A memory deleted between the two reads is left out.
+    return best.flatMap(({ memoryId, score }) => {
+      const memory = byId.get(memoryId);
+      return memory ? [{ memory, score }] : [];
+    });
+  }
+
+  async listMemories(filter: MemoryFilter, limit: number, after?: MemoryCursor): Promise<MemoryRecord[]> {
+    const p = new Params();
+    const { rows } = await this.db.query<MemoryRow>(newestSql(this.s, p, filter, COLUMNS, limit, after), p.values);
+    return rows.map(toRecord);
+  }
+
+  async deleteMemories(appName: string, memoryIds: readonly string[]): Promise<MemoryRecord[]> {
+    if (memoryIds.length === 0) return [];
+    // At most MAX_DELETE_IDS ids (the service's bound): one transaction.
+    return this.deleteInBatches(appName, "app_name = $1 AND memory_id = ANY($2::text[])", [appName, [...memoryIds]]);
+  }
+
+  async deleteMemoriesInScope(scope: MemoryScopeFilter): Promise<MemoryRecord[]> {
+    const p = new Params();
+    const where = scopeSql(p, scope).join(" AND ");
+    return this.deleteInBatches(scope.appName, where, p.values);
+  }
+
+  /**
+   * Every memory of (appName, userId), whatever its agent, session or
+   * validity: DeleteUserData's share. Run again by a resumed erasure, it
+   * removes what is left.
+   */
+  async eraseUser(appName: string, userId: string): Promise<number> {
+    return (await this.deleteInBatches(appName, "app_name = $1 AND user_id = $2", [appName, userId])).length;
+  }
+
+  /**
+   * Deletes the rows `where` selects, DELETE_BATCH_MEMORIES per transaction
+   * (forgetting a whole app must not be one unbounded transaction), each with
+   * its notices; tells this replica's subscribers after each. A failure
+   * leaves the batches before it done: repeating the call removes the rest.
+   */
+  private async deleteInBatches(appName: string, where: string, params: unknown[]): Promise<MemoryRecord[]> {
+    const all: MemoryRecord[] = [];
+    for (;;) {
+      const removed = await this.db.transaction(async (client) => {
+        const { rows } = await client.query<MemoryRow>(
+          `DELETE FROM ${this.s}.memories WHERE (app_name, memory_id) IN (
+             SELECT app_name, memory_id FROM ${this.s}.memories WHERE ${where} LIMIT ${DELETE_BATCH_MEMORIES}
+           ) RETURNING ${COLUMNS}`,
+          params,
+        );
+        const records = rows.map(toRecord);
+        await this.notifyDeleted(client, appName, records);
+        return records;
+      });
+      if (removed.length > 0) this.emit(appName, { kind: "deleted", memories: removed });
+      all.push(...removed);
+      if (removed.length < DELETE_BATCH_MEMORIES) return all;
+    }
+  }
+
+  subscribeMemories(appName: string, listener: MemoryChangeListener): () => void {
+    return this.listeners.subscribe(appName, listener);
+  }
+
+  /**
+   * A notice from the store's channel (PostgresStore routes those carrying
+   * `m` here). This replica's own are skipped: its subscribers heard of the
+   * change when it committed. Written and superseded memories are read back
+   * (in their state now) only when someone here watches the app.
+   */
+  onNotice(payload: unknown): void {
+    const notice = payload as Partial<ChangeNotice>;
+    if (typeof notice.a !== "string" || notice.o === this.origin || !this.listeners.has(notice.a)) return;
+    const appName = notice.a;
+    if (notice.m === "d" && Array.isArray(notice.r)) {
+      const memories = notice.r.map(([memoryId, userId, agentId, sessionId]) => deletedStub(appName, memoryId, userId, agentId, sessionId));
+      this.remoteChanges = this.remoteChanges.then(() => this.emit(appName, { kind: "deleted", memories }));
+      return;
+    }
+    if (notice.m !== "w" || !Array.isArray(notice.c)) return;
+    const entries = notice.c;
+    this.remoteChanges = this.remoteChanges.then(async () => {
+      let rows: MemoryRow[];
+      try {
+        rows = (await this.db.query<MemoryRow>(`SELECT ${COLUMNS} FROM ${this.s}.memories WHERE app_name = $1 AND memory_id = ANY($2::text[])`, [
+          appName,
+          entries.map(([, memoryId]) => memoryId),
+        ])).rows;
+      } catch {
+        return; // nothing is replayed: a watcher that misses a change lists or searches after reconnecting
+      }
+      const byId = new Map(rows.map((row) => [row.memory_id, toRecord(row)]));
+      for (const [kind, memoryId] of entries) {
+        const memory = byId.get(memoryId);
+        // Deleted since: its deletion notice follows.
+        if (memory) this.emit(appName, { kind, memory });
+      }
+    });
+  }
+
+  /** Forgets every listener (the store is closing). */
+  close(): void {
+    this.listeners.clear();
+  }
+
+  private emit(appName: string, change: MemoryChange): void {
+    this.listeners.emit(appName, change);
+  }
+
+
+  private async notifyDeleted(client: pg.PoolClient, appName: string, removed: readonly MemoryRecord[]): Promise<void> {
+    const entries = removed.map((m) => [m.memoryId, m.userId ?? null, m.agentId ?? null, m.sessionId ?? null] as [string, string | null, string | null, string | null]);
+    await this.notify(client, this.chunks(entries, (r) => ({ m: "d", o: this.origin, a: appName, r })));
+  }
+
+  /** Sends the notices at commit (NOTIFY is transactional). */
+  private async notify(client: pg.PoolClient, notices: readonly ChangeNotice[]): Promise<void> {
+    if (notices.length === 0) return;
+    await client.query("SELECT count(pg_notify($1, n)) FROM unnest($2::text[]) AS n", [this.db.channel, notices.map((n) => JSON.stringify(n))]);
+  }
+
+  /** Entries split into notices that each fit in one NOTIFY payload. */
+  private chunks<E>(entries: readonly E[], notice: (part: E[]) => ChangeNotice): ChangeNotice[] {
+    const out: ChangeNotice[] = [];
+    let part: E[] = [];
+    let bytes = Buffer.byteLength(JSON.stringify(notice([])));
+    for (const entry of entries) {
+      const size = Buffer.byteLength(JSON.stringify(entry)) + 1;
+      if (part.length > 0 && bytes + size > MAX_NOTIFY_BYTES) {
+        out.push(notice(part));
+        part = [];
+        bytes = Buffer.byteLength(JSON.stringify(notice([])));
+      }
+      part.push(entry);
+      bytes += size;
+    }
+    if (part.length > 0) out.push(notice(part));
+    return out;
+  }
+}
+
+/**
+ * A deleted memory as another replica hears of it: its id and scope (what a
+ * watch filters and reports), nothing else; the row is gone.
+ */
+function deletedStub(appName: string, memoryId: string, userId: string | null, agentId: string | null, sessionId: string | null): MemoryRecord {
+  const m: MemoryRecord = { memoryId, appName, text: "", key: "", topics: [], importance: 0, pinned: false, metadata: {}, createdAt: 0, validFrom: 0, fingerprint: "" };
+  if (userId !== null) m.userId = userId;
+  if (agentId !== null) m.agentId = agentId;
+  if (sessionId !== null) m.sessionId = sessionId;
+  return m;
+}
