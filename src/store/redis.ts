@@ -63,6 +63,7 @@ import type {
   StoredEvent,
 } from "./types.js";
 import { NoticeListeners } from "./notices.js";
+import { RedisMemories } from "./memories/redis.js";
 
 /** How to open a RedisStore. */
 export interface RedisStoreOptions {
@@ -155,6 +156,8 @@ export class RedisStore implements MemoryStore {
   readonly backend = "redis";
   readonly capabilities = { persistent: true, shared: true, retains: true };
 
+  /** Long-term memories (src/store/memories/redis.ts), on the command connection and key prefix. */
+  readonly memories: RedisMemories;
   private readonly listeners = new NoticeListeners();
   private readonly channel: string;
   private readonly scripts: Record<ScriptName, ScriptRunner>;
@@ -189,6 +192,7 @@ export class RedisStore implements MemoryStore {
     private readonly limits: StoreLimits,
   ) {
     this.channel = `${prefix}:notices`;
+    this.memories = new RedisMemories(redis, prefix, (run) => this.call(run));
     const { windowMs, maxIds } = dedupeWindow(limits);
     const caps = appEventCaps(limits);
     this.retentionArgs = [windowMs, maxIds, caps.length, ...caps.flat()];
@@ -225,6 +229,7 @@ export class RedisStore implements MemoryStore {
       await Promise.all([redis.connect(), subscriber.connect()]);
       const store = new RedisStore(redis, subscriber, options.keyPrefix, options.limits);
       await store.listen();
+      await store.memories.listen();
       return store;
     } catch (err) {
       redis.disconnect();
@@ -474,6 +479,7 @@ export class RedisStore implements MemoryStore {
       erased.sessions++;
       erased.events += events;
     });
+    erased.memories = await this.memories.eraseUser(appName, userId);
     await this.call(() => this.scripts.erased(this.key("erasures"), field, token));
     return erased;
   }
@@ -525,6 +531,7 @@ export class RedisStore implements MemoryStore {
     if (this.closed) return;
     this.closed = true;
     this.listeners.clear();
+    this.memories.close();
     await Promise.allSettled([this.redis.quit(), this.subscriber.quit()]);
     // quit() fails while disconnected; disconnect() also stops the reconnect loop.
     this.redis.disconnect();

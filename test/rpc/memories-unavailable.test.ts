@@ -1,27 +1,20 @@
 /**
- * The Redis and PostgreSQL stores keep no long-term memories yet: every
+ * The PostgreSQL store keeps no long-term memories yet: every
  * memory RPC answers FAILED_PRECONDITION naming the store, over real sockets,
  * never a silent success; DeleteUserData reports no memories removed.
  */
 import { Code } from "@connectrpc/connect";
 import pg from "pg";
-import { Redis } from "ioredis";
 import { afterAll, describe, expect, it } from "vitest";
 import { PostgresStore } from "../../src/store/postgres.js";
-import { RedisStore } from "../../src/store/redis.js";
 import type { MemoryStore } from "../../src/store/types.js";
 import { connectClient, errorOf, grpcJsClient } from "../support/clients.js";
 import { startTestServer } from "../support/engram.js";
 
 const LIMITS = { maxSessions: 1000, maxSessionEvents: 500 };
-const redisPrefix = `memunavail${process.pid}`;
 const pgSchema = `memunavail_${process.pid}_${Math.random().toString(36).slice(2, 8)}`;
 
 afterAll(async () => {
-  const redis = new Redis(process.env.MEMORY_TEST_REDIS_URL!);
-  const keys = await redis.keys(`${redisPrefix}:*`);
-  if (keys.length > 0) await redis.del(...keys);
-  await redis.quit();
   const admin = new pg.Client({ connectionString: process.env.MEMORY_TEST_POSTGRES_URL! });
   await admin.connect();
   await admin.query(`DROP SCHEMA IF EXISTS ${pg.escapeIdentifier(pgSchema)} CASCADE`);
@@ -29,7 +22,6 @@ afterAll(async () => {
 });
 
 const STORES: Array<[string, () => Promise<MemoryStore>]> = [
-  ["redis", () => RedisStore.open({ url: process.env.MEMORY_TEST_REDIS_URL!, keyPrefix: redisPrefix, limits: LIMITS })],
   ["postgres", () => PostgresStore.open({ url: process.env.MEMORY_TEST_POSTGRES_URL!, schema: pgSchema, limits: LIMITS })],
 ];
 

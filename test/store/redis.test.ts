@@ -12,6 +12,7 @@ import { StreamHub } from "../../src/service/stream-hub.js";
 import type { SessionNotice, StoreLimits } from "../../src/store/types.js";
 import { freePort, startRedisServer } from "../support/redis-server.js";
 import { describeStoreConformance, makeSession, newEvent, rejection, waitFor } from "./conformance.js";
+import { describeMemoriesConformance } from "./memories-conformance.js";
 
 const url = process.env.MEMORY_TEST_REDIS_URL!;
 const prefixes: string[] = [];
@@ -53,6 +54,7 @@ async function keysOf(pattern: string): Promise<string[]> {
 const hex = (s: string) => Buffer.from(s).toString("hex");
 
 describeStoreConformance("redis", (limits) => openStore(limits), { persistent: true, shared: true, retains: true });
+describeMemoriesConformance("redis", () => openStore());
 
 describe("RedisStore specifics", () => {
   it("resumeErasures finishes an erasure recorded as in progress; a finished erasure leaves no record", async () => {
@@ -67,7 +69,7 @@ describe("RedisStore specifics", () => {
       expect(await store.resumeErasures()).toEqual({ users: 1, sessions: 2, events: 2 });
       expect(await admin.hlen(`${prefix}:erasures`)).toBe(0);
       expect((await store.listSessions({ limit: 10 })).map((s) => s.sessionId)).toEqual(["keep"]);
-      expect(await store.deleteUserData("app", "stays")).toEqual({ sessions: 1, events: 0 });
+      expect(await store.deleteUserData("app", "stays")).toEqual({ sessions: 1, events: 0, memories: 0 });
       expect(await admin.exists(`${prefix}:erasures`)).toBe(0);
     } finally {
       await store.close();

@@ -1,0 +1,100 @@
+--[[
+  Stores a batch of long-term memories atomically (src/store/memories/redis.ts
+  says the layout): every check first, then every change, so a refused batch
+  changes nothing; and being one script, two replicas writing the same
+  supersession key never interleave, so exactly one memory of a key holds.
+
+  KEYS: 7 per app of the batch, app after app: records, validity, index
+  entries, order, by user, groups, meta (see redis.ts).
+  ARGV[1] notice channel   ARGV[2] origin (the writing replica)   ARGV[3] n
+  then 10 per memory: app number (1-based, into KEYS), hex id, fingerprint,
+  record JSON (without validity), created (16 digits), hex user or "-",
+  hex group or "" (no supersession key), valid from, invalid at or "",
+  embedding dimension or 0.
+
+  Replies {"TAKEN", i} (0-based) for a memory id stored, or earlier in the
+  batch, with another fingerprint; {"DIMENSION", i, got, want} for an
+  embedding of another dimension than the app's; otherwise {"OK", notice,
+  then record and validity of each memory of the batch (the stored original
+  of a retry), then of each memory the batch closed}, all as they are now.
+  The notice is what was published ("" when nothing changed).
+]]
+local channel, origin, n = ARGV[1], ARGV[2], tonumber(ARGV[3])
+local function arg(i, k) return ARGV[3 + (i - 1) * 10 + k] end
+local function key(app, k) return KEYS[(app - 1) * 7 + k] end
+
+-- Checks: nothing is written before all of them pass.
+local dims, seen = {}, {}
+for i = 1, n do
+  local app, id, fingerprint, dim = tonumber(arg(i, 1)), arg(i, 2), arg(i, 3), tonumber(arg(i, 10))
+  if dim > 0 then
+    local want = dims[app] or tonumber(redis.call("HGET", key(app, 7), "dim") or dim)
+    if dim ~= want then return {"DIMENSION", i - 1, dim, want} end
+    dims[app] = want
+  end
+  local entry = redis.call("HGET", key(app, 3), id)
+  if entry and string.match(entry, "[^:]*$") ~= fingerprint then return {"TAKEN", i - 1} end
+  local batchKey = app .. ":" .. id
+  if seen[batchKey] and seen[batchKey] ~= fingerprint then return {"TAKEN", i - 1} end
+  seen[batchKey] = seen[batchKey] or fingerprint
+end
+
+local changes, closed, closedSeen = {}, {}, {}
+for i = 1, n do
+  local app, id, fingerprint, record = tonumber(arg(i, 1)), arg(i, 2), arg(i, 3), arg(i, 4)
+  local created, user, group = arg(i, 5), arg(i, 6), arg(i, 7)
+  local validFrom, invalidAt, dim = arg(i, 8), arg(i, 9), tonumber(arg(i, 10))
+  -- Stored already (a retry, or twice in this batch): the original stays as it is.
+  if redis.call("HEXISTS", key(app, 1), id) == 0 then
+    local supersededBy = ""
+    if group ~= "" then
+      local from = tonumber(validFrom)
+      for _, member in ipairs(redis.call("ZRANGEBYLEX", key(app, 6), "[" .. group .. ":", "(" .. group .. ";")) do
+        local peer = string.sub(member, #group + 2)
+        local peerFrom, peerUntil = string.match(redis.call("HGET", key(app, 2), peer), "^([^:]*):([^:]*):")
+        if tonumber(peerFrom) <= from then
+          -- Valid when the new one starts: its validity ends there (closed, never deleted).
+          if peerUntil == "" or tonumber(peerUntil) > from then
+            local validity = peerFrom .. ":" .. validFrom .. ":" .. id
+            redis.call("HSET", key(app, 2), peer, validity)
+            if not closedSeen[app .. ":" .. peer] then
+              closedSeen[app .. ":" .. peer] = true
+              closed[#closed + 1] = {app, peer}
+            end
+            changes[#changes + 1] = '["s",' .. redis.call("HGET", key(app, 1), peer) .. ',"' .. validity .. '"]'
+          end
+        elseif invalidAt == "" or tonumber(invalidAt) > tonumber(peerFrom) then
+          -- A later memory of the key exists: the new one held only until it began.
+          invalidAt = peerFrom
+          supersededBy = peer
+        end
+      end
+      redis.call("ZADD", key(app, 6), 0, group .. ":" .. id)
+    end
+    local validity = validFrom .. ":" .. invalidAt .. ":" .. supersededBy
+    redis.call("HSET", key(app, 1), id, record)
+    redis.call("HSET", key(app, 2), id, validity)
+    redis.call("HSET", key(app, 3), id, created .. ":" .. user .. ":" .. group .. ":" .. fingerprint)
+    redis.call("ZADD", key(app, 4), 0, created .. ":" .. id)
+    redis.call("ZADD", key(app, 5), 0, user .. ":" .. created .. ":" .. id)
+    if dim > 0 then redis.call("HSETNX", key(app, 7), "dim", dim) end
+    changes[#changes + 1] = '["w",' .. record .. ',"' .. validity .. '"]'
+  end
+end
+
+local notice = ""
+if #changes > 0 then
+  notice = '{"o":"' .. origin .. '","c":[' .. table.concat(changes, ",") .. "]}"
+  redis.call("PUBLISH", channel, notice)
+end
+local reply = {"OK", notice}
+for i = 1, n do
+  local app, id = tonumber(arg(i, 1)), arg(i, 2)
+  reply[#reply + 1] = redis.call("HGET", key(app, 1), id)
+  reply[#reply + 1] = redis.call("HGET", key(app, 2), id)
+end
+for _, c in ipairs(closed) do
+  reply[#reply + 1] = redis.call("HGET", key(c[1], 1), c[2])
+  reply[#reply + 1] = redis.call("HGET", key(c[1], 2), c[2])
+end
+return reply
