@@ -9,10 +9,11 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { eventFingerprint } from "../../src/store/fingerprint.js";
 import { durabilitySummary, RedisStore } from "../../src/store/redis.js";
 import { StreamHub } from "../../src/service/stream-hub.js";
-import type { SessionNotice, StoreLimits } from "../../src/store/types.js";
+import type { MemoryChange, SessionNotice, StoreLimits } from "../../src/store/types.js";
 import { freePort, startRedisServer } from "../support/redis-server.js";
 import { describeStoreConformance, makeSession, newEvent, rejection, waitFor } from "./conformance.js";
-import { describeMemoriesConformance } from "./memories-conformance.js";
+import { describeMemoriesConformance, memory } from "./memories-conformance.js";
+import { SEARCH_CANDIDATES } from "../../src/store/memories/redis.js";
 
 const url = process.env.MEMORY_TEST_REDIS_URL!;
 const prefixes: string[] = [];
@@ -409,6 +410,112 @@ describe("RedisStore specifics", () => {
     } finally {
       await store.close();
       await server.destroy();
+    }
+  });
+});
+
+describe("RedisStore long-term memories", () => {
+  const appKeys = (prefix: string, app = "app") => `${prefix}:mem:${hex(app)}:*`;
+  const describeChange = (c: MemoryChange) => (c.kind === "deleted" ? `deleted ${c.memories.map((m) => m.memoryId).sort()}` : `${c.kind} ${c.memory.memoryId}`);
+
+  it("two replicas writing one supersession key at once leave exactly one memory of it valid, and delete none", async () => {
+    const prefix = `t${process.pid}_${++counter}`;
+    const [one, two] = await Promise.all([openStore(DEFAULT_LIMITS, prefix), openStore(DEFAULT_LIMITS, prefix)]);
+    try {
+      const perReplica = 25;
+      // Every write starts now: each one must close whichever memory of the key holds when it lands.
+      const writer = (store: RedisStore, name: string) =>
+        Promise.all(
+          Array.from({ length: perReplica }, (_, i) =>
+            store.memories.writeMemories([memory({ memoryId: `${name}-${i}`, userId: "u", key: "drink", text: `drink ${name} ${i}`, validFrom: 5000 })]),
+          ),
+        );
+      await Promise.all([writer(one, "one"), writer(two, "two")]);
+      const all = await one.memories.listMemories({ scope: { appName: "app", userId: "u", match: "exact" } }, 1000);
+      expect(all).toHaveLength(2 * perReplica);
+      const holding = all.filter((m) => m.invalidAt === undefined);
+      expect(holding).toHaveLength(1);
+      // Every other one was closed by a memory of the key, none deleted.
+      const ids = new Set(all.map((m) => m.memoryId));
+      for (const m of all) if (m !== holding[0]) expect(ids.has(m.supersededBy!)).toBe(true);
+      expect(await two.memories.listMemories({ scope: { appName: "app", userId: "u", match: "exact" }, asOf: 5000 }, 1000)).toEqual(holding);
+    } finally {
+      await Promise.all([one.close(), two.close()]);
+    }
+  });
+
+  it("a watch on one replica sees the writes, supersessions and deletions made through another, and its own once", async () => {
+    const prefix = `t${process.pid}_${++counter}`;
+    const [writer, watcher] = await Promise.all([openStore(DEFAULT_LIMITS, prefix), openStore(DEFAULT_LIMITS, prefix)]);
+    try {
+      const changes: MemoryChange[] = [];
+      watcher.memories.subscribeMemories("app", (c) => changes.push(c));
+      await writer.memories.writeMemories([memory({ memoryId: "a", key: "k", text: "one", validFrom: 1000 })]);
+      await writer.memories.writeMemories([memory({ memoryId: "b", key: "k", text: "two", validFrom: 2000 })]);
+      await writer.memories.deleteMemories("app", ["a"]);
+      await watcher.memories.writeMemories([memory({ memoryId: "c", text: "three" })]);
+      await waitFor(() => changes.length >= 5);
+      // Its own change again from the channel would come within this pause.
+      await sleep(200);
+      expect(changes.map(describeChange)).toEqual(["written a", "superseded a", "written b", "deleted a", "written c"]);
+      expect(changes[1]).toMatchObject({ memory: { memoryId: "a", invalidAt: 2000, supersededBy: "b", text: "one" } });
+    } finally {
+      await Promise.all([writer.close(), watcher.close()]);
+    }
+  });
+
+  it("an erasure resumed after a crash removes the user's memories too", async () => {
+    const prefix = `t${process.pid}_${++counter}`;
+    const store = await openStore(DEFAULT_LIMITS, prefix);
+    try {
+      await store.memories.writeMemories([
+        memory({ memoryId: "gone-1", userId: "gone", text: "one" }),
+        memory({ memoryId: "gone-2", userId: "gone", agentId: "x", key: "k", text: "two" }),
+        memory({ memoryId: "stays", userId: "stays", text: "three" }),
+      ]);
+      // A replica died right after recording the erasure.
+      await admin.hset(`${prefix}:erasures`, `${hex("app")}:${hex("gone")}`, "token-of-a-dead-replica");
+      await store.resumeErasures();
+      expect(await store.memories.getMemory("app", "gone-1")).toBeUndefined();
+      expect(await store.memories.getMemory("app", "gone-2")).toBeUndefined();
+      expect(await store.memories.getMemory("app", "stays")).toBeDefined();
+    } finally {
+      await store.close();
+    }
+  });
+
+  it("forgetting every memory of an app leaves no record and no index entry behind, only the app's embedding dimension", async () => {
+    const prefix = `t${process.pid}_${++counter}`;
+    const store = await openStore(DEFAULT_LIMITS, prefix);
+    try {
+      await store.memories.writeMemories([
+        memory({ memoryId: "a", userId: "u", key: "k", text: "a", validFrom: 1000, embedding: [1, 0] }),
+        memory({ memoryId: "b", userId: "u", key: "k", text: "b", validFrom: 2000 }),
+        memory({ memoryId: "c", agentId: "x", fact: { subject: "s", predicate: "p", object: "o" }, text: "c" }),
+        memory({ memoryId: "d", text: "d" }),
+      ]);
+      await store.memories.deleteMemories("app", ["d"]);
+      await store.memories.deleteMemoriesInScope({ appName: "app", match: "within" });
+      expect(await keysOf(appKeys(prefix))).toEqual([`${prefix}:mem:${hex("app")}:meta`]);
+    } finally {
+      await store.close();
+    }
+  });
+
+  it(`searches only the newest ${SEARCH_CANDIDATES} memories of a scope (the documented limit); listing still finds older ones`, async () => {
+    const prefix = `t${process.pid}_${++counter}`;
+    const store = await openStore(DEFAULT_LIMITS, prefix);
+    try {
+      await store.memories.writeMemories([memory({ memoryId: "oldest", text: "needle in the haystack" }, 1000)]);
+      const hay = Array.from({ length: SEARCH_CANDIDATES }, (_, i) => memory({ memoryId: `hay-${i}`, text: `hay ${i}` }, 2000 + i));
+      const everything = { scope: { appName: "app", match: "within" as const } };
+      expect((await store.memories.searchMemories(everything, "needle", 10)).map((r) => r.memory.memoryId)).toEqual(["oldest"]);
+      for (let i = 0; i < hay.length; i += 500) await store.memories.writeMemories(hay.slice(i, i + 500));
+      expect(await store.memories.searchMemories(everything, "needle", 10)).toEqual([]);
+      expect(await store.memories.searchMemories(everything, "hay", 1)).toHaveLength(1);
+      expect((await store.memories.listMemories(everything, 1, { createdAt: 2000, memoryId: "hay-0" })).map((m) => m.memoryId)).toEqual(["oldest"]);
+    } finally {
+      await store.close();
     }
   });
 });
