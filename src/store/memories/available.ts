@@ -4,7 +4,7 @@ import type { LongTermMemoryStore, MemoryStore } from "../types.js";
 
 /**
  * The store's long-term memories, or FAILED_PRECONDITION naming the store
- * when its driver keeps none yet (the Redis and PostgreSQL drivers today):
+ * when its driver keeps none yet (the PostgreSQL driver today):
  * never a silent success.
  */
 export function memoriesOf(store: MemoryStore): LongTermMemoryStore {
