@@ -464,6 +464,35 @@ describe("RedisStore long-term memories", () => {
     }
   });
 
+  it("a watch hears the other replica again after its subscription connection was dropped", async () => {
+    const prefix = `t${process.pid}_${++counter}`;
+    const [writer, watcher] = await Promise.all([openStore(DEFAULT_LIMITS, prefix), openStore(DEFAULT_LIMITS, prefix)]);
+    try {
+      const seen: string[] = [];
+      watcher.memories.subscribeMemories("app", (c) => c.kind === "written" && seen.push(c.memory.memoryId));
+      // CLIENT KILL has no name filter: find the watcher's memories connection (src/store/memories/redis.ts names it).
+      const subscribers = async () =>
+        ((await admin.call("CLIENT", "LIST", "TYPE", "pubsub")) as string)
+          .split("\n")
+          .filter((line) => line.includes(` name=${prefix}:memories `))
+          .map((line) => /(?:^|\s)id=(\d+)/.exec(line)![1]);
+      const before = await subscribers();
+      expect(before).toHaveLength(2);
+      for (const id of before) await admin.call("CLIENT", "KILL", "ID", id);
+      // Bounded: until both replicas subscribed again on new connections.
+      for (let i = 0; i < 100; i++) {
+        const now = await subscribers();
+        if (now.length === 2 && now.every((id) => !before.includes(id))) break;
+        await sleep(50);
+      }
+      await writer.memories.writeMemories([memory({ memoryId: "after", text: "written after the drop" })]);
+      await waitFor(() => seen.length >= 1);
+      expect(seen).toEqual(["after"]);
+    } finally {
+      await Promise.all([writer.close(), watcher.close()]);
+    }
+  });
+
   it("an erasure resumed after a crash removes the user's memories too", async () => {
     const prefix = `t${process.pid}_${++counter}`;
     const store = await openStore(DEFAULT_LIMITS, prefix);

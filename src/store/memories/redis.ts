@@ -51,6 +51,8 @@ import { cosine, embeddingDimensionMismatch, exactScopeKey, filterSelects, memor
  * deleted, but never found by SearchMemories or Recall (README, Long-term memory).
  */
 export const SEARCH_CANDIDATES = 2000;
+/** Index entries read per round trip while gathering search candidates. */
+const CANDIDATE_PAGE = 500;
 /** Index entries read per round trip while listing. */
 const LIST_PAGE = 200;
 /** Memories removed per script call by a deletion by scope or an erasure. */
@@ -320,7 +322,8 @@ export class RedisMemories implements LongTermMemoryStore {
   private async candidates(filter: MemoryFilter): Promise<MemoryRecord[]> {
     const out: MemoryRecord[] = [];
     let scanned = 0;
-    for await (const memory of this.newestFirst(filter.scope, SEARCH_CANDIDATES)) {
+    // Pages smaller than the bound: a scope read from two indexes fetches little more than it scans.
+    for await (const memory of this.newestFirst(filter.scope, CANDIDATE_PAGE)) {
       if (filterSelects(filter, memory)) out.push(memory);
       if (++scanned === SEARCH_CANDIDATES) break;
     }
