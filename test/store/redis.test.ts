@@ -9,7 +9,9 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { eventFingerprint } from "../../src/store/fingerprint.js";
 import { durabilitySummary, RedisStore } from "../../src/store/redis.js";
 import { StreamHub } from "../../src/service/stream-hub.js";
-import type { MemoryChange, SessionNotice, StoreLimits } from "../../src/store/types.js";
+import type { MemoryChange, MemoryRecord, SessionNotice, StoreLimits } from "../../src/store/types.js";
+import { LocalStore } from "../../src/store/local.js";
+import fc from "fast-check";
 import { freePort, startRedisServer } from "../support/redis-server.js";
 import { describeStoreConformance, makeSession, newEvent, rejection, waitFor } from "./conformance.js";
 import { describeMemoriesConformance, memory } from "./memories-conformance.js";
@@ -490,6 +492,68 @@ describe("RedisStore long-term memories", () => {
       expect(seen).toEqual(["after"]);
     } finally {
       await Promise.all([writer.close(), watcher.close()]);
+    }
+  });
+
+  it("agrees with the local driver on random writes, retries and deletions of a few keys (supersession read from two index entries)", async () => {
+    const prefix = `t${process.pid}_${++counter}`;
+    const redis = await openStore(DEFAULT_LIMITS, prefix);
+    const spec = fc.record({
+      userId: fc.constantFrom(undefined, "u1", "u2"),
+      key: fc.constantFrom("", "k1", "k2"),
+      // Few distinct starts: equal ones (closed where they began) and back-dated writes are common.
+      validFrom: fc.integer({ min: 0, max: 6 }).map((i) => 1000 + 10 * i),
+      span: fc.option(fc.integer({ min: 1, max: 30 }), { nil: undefined }),
+    });
+    const op = fc.oneof(
+      { weight: 4, arbitrary: fc.record({ write: fc.array(spec, { minLength: 1, maxLength: 3 }) }) },
+      { weight: 1, arbitrary: fc.record({ retry: fc.nat() }) },
+      { weight: 1, arbitrary: fc.record({ remove: fc.nat() }) },
+    );
+    let run = 0;
+    try {
+      await fc.assert(
+        fc.asyncProperty(fc.array(op, { minLength: 1, maxLength: 25 }), async (ops) => {
+          const app = `model-${++run}`;
+          const local = new LocalStore(DEFAULT_LIMITS);
+          const written: MemoryRecord[] = [];
+          // supersededBy compared by what it points at: equal starts may name different (equally valid) peers.
+          const startOf = new Map<string, number>();
+          const norm = (ms: readonly MemoryRecord[]) =>
+            ms
+              .map((m) => ({ id: m.memoryId, from: m.validFrom, until: m.invalidAt, by: m.supersededBy === undefined ? undefined : startOf.get(m.supersededBy) }))
+              .sort((a, b) => (a.id < b.id ? -1 : 1));
+          try {
+            for (const step of ops) {
+              if ("write" in step) {
+                const batch = step.write.map((w) => {
+                  const id = `m${written.length}`;
+                  const m = memory({ memoryId: id, appName: app, userId: w.userId, key: w.key, text: id, validFrom: w.validFrom, invalidAt: w.span && w.validFrom + w.span }, 5000 + written.length);
+                  written.push(m);
+                  startOf.set(id, m.validFrom);
+                  return m;
+                });
+                const [want, got] = await Promise.all([local.memories.writeMemories(batch), redis.memories.writeMemories(batch)]);
+                expect(norm(got.memories)).toEqual(norm(want.memories));
+                expect(norm(got.superseded)).toEqual(norm(want.superseded));
+              } else if ("retry" in step && written.length > 0) {
+                const again = [written[step.retry % written.length]];
+                expect(norm((await redis.memories.writeMemories(again)).memories)).toEqual(norm((await local.memories.writeMemories(again)).memories));
+              } else if ("remove" in step && written.length > 0) {
+                const ids = [written[step.remove % written.length].memoryId];
+                expect(norm(await redis.memories.deleteMemories(app, ids))).toEqual(norm(await local.memories.deleteMemories(app, ids)));
+              }
+            }
+            const everything = { scope: { appName: app, match: "within" as const } };
+            expect(norm(await redis.memories.listMemories(everything, 1000))).toEqual(norm(await local.memories.listMemories(everything, 1000)));
+          } finally {
+            await local.close();
+          }
+        }),
+        { numRuns: 40, seed: 18 },
+      );
+    } finally {
+      await redis.close();
     }
   });
 

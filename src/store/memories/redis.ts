@@ -6,13 +6,17 @@
  *
  *   rec      hash: hex id -> JSON of the record without its validity (never changes)
  *   val      hash: hex id -> "<validFrom>:<invalidAt or empty>:<hex supersededBy or empty>"
- *   ix       hash: hex id -> "<created>:<hex user or ->:<hex group or empty>:<fingerprint>",
+ *   ix       hash: hex id -> "<created>:<hex user or ->:<hex group or empty>:<from>:<fingerprint>",
  *            the memory's index entries and identity (idempotency, deletion)
  *   order    zset, score 0: "<created>:<hex id>" (created: 16 digits), newest last
  *   user     zset, score 0: "<hex user or ->:<created>:<hex id>", a user's own
  *            (or, under "-", the memories of no user) newest last
- *   groups   zset, score 0: "<hex group>:<hex id>", the memories that supersede
- *            each other (group: exact scope and supersession key, rules.ts)
+ *   groups   zset, score 0: "<hex group>:<from>:<hex id>", the memories that
+ *            supersede each other (group: exact scope and supersession key,
+ *            rules.ts) by validFrom (from: 16 digits, validFrom + 10^15)
+ *   held     zset, the same entries, of those that held for a while only (not
+ *            closed where they began): their validities never overlap, so a
+ *            write finds what it supersedes in O(log n) (write-n.lua)
  *   meta     hash: dim (the app's embedding dimension, set by the first embedding)
  *   <prefix>:memories  pub/sub channel: the changes of every write and deletion
  *
@@ -80,6 +84,7 @@ interface AppKeys {
   byUser: string;
   groups: string;
   meta: string;
+  held: string;
 }
 
 /** One index a listing walks: a zset and the prefix its members have before "<created>:<hex id>". */
@@ -115,9 +120,12 @@ function userOf(m: Pick<MemoryRecord, "userId">): string {
   return m.userId === undefined ? "-" : hex(m.userId);
 }
 
+/** validFrom as 16 digits that sort as it does: timestamps from year 1 (about -6.2 * 10^13 ms) on are positive past 10^15. */
+const sortableFrom = (validFrom: number) => String(validFrom + 1e15).padStart(16, "0");
+
 /** The index entry write-n.lua stores for a memory (ix), a pure function of its record. */
 function entryOf(m: MemoryRecord): string {
-  return `${created(m.createdAt)}:${userOf(m)}:${groupOf(m)}:${m.fingerprint}`;
+  return `${created(m.createdAt)}:${userOf(m)}:${groupOf(m)}:${sortableFrom(m.validFrom)}:${m.fingerprint}`;
 }
 
 /** A record from its stored JSON (or that JSON parsed, as a notice carries it) and validity string. */
@@ -215,6 +223,7 @@ export class RedisMemories implements LongTermMemoryStore {
         m.validFrom,
         m.invalidAt ?? "",
         m.embedding?.length ?? 0,
+        sortableFrom(m.validFrom),
       );
     }
     const reply = await this.call(() => this.scripts.write(keys.length, ...keys, ...args));
@@ -308,11 +317,11 @@ export class RedisMemories implements LongTermMemoryStore {
     return (await this.deleteMemoriesInScope({ appName, userId, match: "within" })).length;
   }
 
-  /** Runs delete-6.lua over [hex id, expected entry] pairs; the removed records. */
+  /** Runs delete-7.lua over [hex id, expected entry] pairs; the removed records. */
   private async remove(appName: string, pairs: ReadonlyArray<readonly [string, string]>): Promise<MemoryRecord[]> {
     const k = this.keysOf(appName);
     const reply = await this.call(() =>
-      this.scripts.delete(k.records, k.validity, k.entries, k.order, k.byUser, k.groups, this.channel, this.origin, pairs.length, ...pairs.flat()),
+      this.scripts.delete(k.records, k.validity, k.entries, k.order, k.byUser, k.groups, k.held, this.channel, this.origin, pairs.length, ...pairs.flat()),
     );
     if (reply.length === 0) return [];
     return this.deliver(reply[0] as string, true);
@@ -428,6 +437,7 @@ export class RedisMemories implements LongTermMemoryStore {
       byUser: `${base}:user`,
       groups: `${base}:groups`,
       meta: `${base}:meta`,
+      held: `${base}:held`,
     };
   }
 }

@@ -4,13 +4,22 @@
   changes nothing; and being one script, two replicas writing the same
   supersession key never interleave, so exactly one memory of a key holds.
 
-  KEYS: 7 per app of the batch, app after app: records, validity, index
-  entries, order, by user, groups, meta (see redis.ts).
+  KEYS: 8 per app of the batch, app after app: records, validity, index
+  entries, order, by user, groups, meta, held (see redis.ts).
   ARGV[1] notice channel   ARGV[2] origin (the writing replica)   ARGV[3] n
-  then 10 per memory: app number (1-based, into KEYS), hex id, fingerprint,
+  then 11 per memory: app number (1-based, into KEYS), hex id, fingerprint,
   record JSON (without validity), created (16 digits), hex user or "-",
   hex group or "" (no supersession key), valid from, invalid at or "",
-  embedding dimension or 0.
+  embedding dimension or 0, valid from as 16 digits that sort (+ 10^15).
+
+  A group's memories are indexed by valid from twice: all of them (groups),
+  and those that held for a while (held). The validities of the latter never
+  overlap (each write closes the one holding when it starts and ends where
+  the next one starts), so the one that may hold at a time is the latest of
+  them starting at or before it; the next is the first of all starting
+  after: two range reads, whatever the number of versions. A memory closed
+  where it started (by a later write of the same valid from) never held and
+  leaves the held index.
 
   Replies {"TAKEN", i} (0-based) for a memory id stored, or earlier in the
   batch, with another fingerprint; {"DIMENSION", i, got, want} for an
@@ -20,8 +29,8 @@
   The notice is what was published ("" when nothing changed).
 ]]
 local channel, origin, n = ARGV[1], ARGV[2], tonumber(ARGV[3])
-local function arg(i, k) return ARGV[3 + (i - 1) * 10 + k] end
-local function key(app, k) return KEYS[(app - 1) * 7 + k] end
+local function arg(i, k) return ARGV[3 + (i - 1) * 11 + k] end
+local function key(app, k) return KEYS[(app - 1) * 8 + k] end
 
 -- Checks: nothing is written before all of them pass.
 local dims, seen = {}, {}
@@ -43,38 +52,46 @@ local changes, closed, closedSeen = {}, {}, {}
 for i = 1, n do
   local app, id, fingerprint, record = tonumber(arg(i, 1)), arg(i, 2), arg(i, 3), arg(i, 4)
   local created, user, group = arg(i, 5), arg(i, 6), arg(i, 7)
-  local validFrom, invalidAt, dim = arg(i, 8), arg(i, 9), tonumber(arg(i, 10))
+  local validFrom, invalidAt, dim, sortable = arg(i, 8), arg(i, 9), tonumber(arg(i, 10)), arg(i, 11)
   -- Stored already (a retry, or twice in this batch): the original stays as it is.
   if redis.call("HEXISTS", key(app, 1), id) == 0 then
     local supersededBy = ""
     if group ~= "" then
-      local from = tonumber(validFrom)
-      for _, member in ipairs(redis.call("ZRANGEBYLEX", key(app, 6), "[" .. group .. ":", "(" .. group .. ";")) do
-        local peer = string.sub(member, #group + 2)
+      local from, at = tonumber(validFrom), group .. ":" .. sortable
+      -- Peer ids follow "<group>:<16 digits>:".
+      local held = redis.call("ZREVRANGEBYLEX", key(app, 8), "(" .. at .. ";", "[" .. group .. ":", "LIMIT", 0, 1)[1]
+      if held then
+        local peer = string.sub(held, #group + 19)
         local peerFrom, peerUntil = string.match(redis.call("HGET", key(app, 2), peer), "^([^:]*):([^:]*):")
-        if tonumber(peerFrom) <= from then
-          -- Valid when the new one starts: its validity ends there (closed, never deleted).
-          if peerUntil == "" or tonumber(peerUntil) > from then
-            local validity = peerFrom .. ":" .. validFrom .. ":" .. id
-            redis.call("HSET", key(app, 2), peer, validity)
-            if not closedSeen[app .. ":" .. peer] then
-              closedSeen[app .. ":" .. peer] = true
-              closed[#closed + 1] = {app, peer}
-            end
-            changes[#changes + 1] = '["s",' .. redis.call("HGET", key(app, 1), peer) .. ',"' .. validity .. '"]'
+        -- Valid when the new one starts: its validity ends there (closed, never deleted).
+        if peerUntil == "" or tonumber(peerUntil) > from then
+          local validity = peerFrom .. ":" .. validFrom .. ":" .. id
+          redis.call("HSET", key(app, 2), peer, validity)
+          if peerFrom == validFrom then redis.call("ZREM", key(app, 8), held) end
+          if not closedSeen[app .. ":" .. peer] then
+            closedSeen[app .. ":" .. peer] = true
+            closed[#closed + 1] = {app, peer}
           end
-        elseif invalidAt == "" or tonumber(invalidAt) > tonumber(peerFrom) then
-          -- A later memory of the key exists: the new one held only until it began.
+          changes[#changes + 1] = '["s",' .. redis.call("HGET", key(app, 1), peer) .. ',"' .. validity .. '"]'
+        end
+      end
+      local next = redis.call("ZRANGEBYLEX", key(app, 6), "(" .. at .. ";", "(" .. group .. ";", "LIMIT", 0, 1)[1]
+      if next then
+        -- A later memory of the key exists: the new one held only until it began.
+        local peer = string.sub(next, #group + 19)
+        local peerFrom = string.match(redis.call("HGET", key(app, 2), peer), "^([^:]*):")
+        if invalidAt == "" or tonumber(invalidAt) > tonumber(peerFrom) then
           invalidAt = peerFrom
           supersededBy = peer
         end
       end
-      redis.call("ZADD", key(app, 6), 0, group .. ":" .. id)
+      redis.call("ZADD", key(app, 6), 0, at .. ":" .. id)
+      redis.call("ZADD", key(app, 8), 0, at .. ":" .. id)
     end
     local validity = validFrom .. ":" .. invalidAt .. ":" .. supersededBy
     redis.call("HSET", key(app, 1), id, record)
     redis.call("HSET", key(app, 2), id, validity)
-    redis.call("HSET", key(app, 3), id, created .. ":" .. user .. ":" .. group .. ":" .. fingerprint)
+    redis.call("HSET", key(app, 3), id, created .. ":" .. user .. ":" .. group .. ":" .. sortable .. ":" .. fingerprint)
     redis.call("ZADD", key(app, 4), 0, created .. ":" .. id)
     redis.call("ZADD", key(app, 5), 0, user .. ":" .. created .. ":" .. id)
     if dim > 0 then redis.call("HSETNX", key(app, 7), "dim", dim) end
