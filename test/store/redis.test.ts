@@ -558,6 +558,31 @@ describe("RedisStore long-term memories", () => {
     }
   });
 
+  it("returns each memory with its embedding from every call, though scans read records without them", async () => {
+    const prefix = `t${process.pid}_${++counter}`;
+    const [store, replica] = await Promise.all([openStore(DEFAULT_LIMITS, prefix), openStore(DEFAULT_LIMITS, prefix)]);
+    try {
+      const changes: MemoryChange[] = [];
+      replica.memories.subscribeMemories("app", (c) => changes.push(c));
+      const embedding = [0.1, -0.2, 1 / 3];
+      const old = memory({ memoryId: "old", key: "k", text: "tea at noon", validFrom: 1000, embedding });
+      await store.memories.writeMemories([old]);
+      const { superseded } = await store.memories.writeMemories([memory({ memoryId: "new", key: "k", text: "coffee at noon", validFrom: 2000, embedding: [1, 0, 0] })]);
+      expect(superseded).toEqual([{ ...old, invalidAt: 2000, supersededBy: "new" }]);
+      const everything = { scope: { appName: "app", match: "within" as const } };
+      expect((await store.memories.listMemories(everything, 10)).map((m) => m.embedding)).toEqual([[1, 0, 0], embedding]);
+      expect((await store.memories.searchMemories(everything, "tea", 10))[0].memory).toEqual(superseded[0]);
+      expect((await store.memories.nearestMemories(everything, [0.1, -0.2, 0.3], 1))[0].memory).toEqual(superseded[0]);
+      expect(await store.memories.deleteMemories("app", ["old"])).toEqual(superseded);
+      await waitFor(() => changes.length >= 4);
+      expect(changes.map((c) => (c.kind === "deleted" ? c.memories[0].embedding : c.memory.embedding))).toEqual([embedding, embedding, [1, 0, 0], embedding]);
+      expect(await keysOf(`${prefix}:mem:${hex("app")}:vec`)).toHaveLength(1);
+      expect(await admin.hlen(`${prefix}:mem:${hex("app")}:vec`)).toBe(1);
+    } finally {
+      await Promise.all([store.close(), replica.close()]);
+    }
+  });
+
   it("an erasure resumed after a crash removes the user's memories too", async () => {
     const prefix = `t${process.pid}_${++counter}`;
     const store = await openStore(DEFAULT_LIMITS, prefix);

@@ -4,7 +4,10 @@
  * hex-encoded in members, so that no value can collide with another or with a
  * separator; hash fields are hex ids too):
  *
- *   rec      hash: hex id -> JSON of the record without its validity (never changes)
+ *   rec      hash: hex id -> JSON of the record without its validity and embedding (never changes)
+ *   emb      hash: hex id -> the embedding as JSON (returned with the memory)
+ *   vec      hash: hex id -> the embedding as float64 little-endian bytes (ranked by
+ *            cosine without parsing JSON)
  *   val      hash: hex id -> "<validFrom>:<invalidAt or empty>:<hex supersededBy or empty>"
  *   ix       hash: hex id -> "<created>:<hex user or ->:<hex group or empty>:<from>:<fingerprint>",
  *            the memory's index entries and identity (idempotency, deletion)
@@ -23,7 +26,9 @@
  * Every write batch is one Lua script (redis-scripts/write-n.lua): checks,
  * supersession and index upkeep happen atomically, so replicas writing one
  * key at once leave exactly one memory of it valid. Deletions are one script
- * per call (or per page of a scope). Lexical ranking runs in this process:
+ * per call (or per page of a scope). Scans (listing, ranking candidates)
+ * read records without their embeddings, which are fetched only for the
+ * memories returned (or, as vectors, for vector ranking). Lexical ranking runs in this process:
  * MiniSearch (BM25, as the local driver) over at most SEARCH_CANDIDATES of
  * the newest memories the scope's index holds; vector ranking is cosine over
  * the same candidates. Listing walks the scope's index newest first and
@@ -65,7 +70,7 @@ const DELETE_PAGE = 500;
 const SCRIPTS_DIR = path.join(path.dirname(fileURLToPath(import.meta.url)), "redis-scripts");
 
 type Reply = Array<string | number | null>;
-type ScriptRunner = (...keysAndArgs: Array<string | number>) => Promise<Reply>;
+type ScriptRunner = (...keysAndArgs: Array<string | number | Buffer>) => Promise<Reply>;
 
 const hex = (s: string) => Buffer.from(s, "utf8").toString("hex");
 const unhex = (s: string) => Buffer.from(s, "hex").toString("utf8");
@@ -85,6 +90,8 @@ interface AppKeys {
   groups: string;
   meta: string;
   held: string;
+  embeddings: string;
+  vectors: string;
 }
 
 /** One index a listing walks: a zset and the prefix its members have before "<created>:<hex id>". */
@@ -128,20 +135,36 @@ function entryOf(m: MemoryRecord): string {
   return `${created(m.createdAt)}:${userOf(m)}:${groupOf(m)}:${sortableFrom(m.validFrom)}:${m.fingerprint}`;
 }
 
-/** A record from its stored JSON (or that JSON parsed, as a notice carries it) and validity string. */
-function decode(record: string | object, validity: string): MemoryRecord {
+/**
+ * A record from its stored JSON (or that JSON parsed, as a notice carries
+ * it), validity string and embedding (JSON, parsed, or none: "" or null).
+ */
+function decode(record: string | object, validity: string, embedding?: string | number[] | null): MemoryRecord {
   const [validFrom, invalidAt, supersededBy] = validity.split(":");
   const memory = (typeof record === "string" ? JSON.parse(record) : record) as MemoryRecord;
+  if (embedding) memory.embedding = typeof embedding === "string" ? (JSON.parse(embedding) as number[]) : embedding;
   memory.validFrom = Number(validFrom);
   if (invalidAt !== "") memory.invalidAt = Number(invalidAt);
   if (supersededBy !== "") memory.supersededBy = unhex(supersededBy);
   return memory;
 }
 
-/** The JSON write-n.lua stores: everything but the validity, which supersession changes. */
+/** The JSON write-n.lua stores: everything but the validity, which supersession changes, and the embedding, kept apart. */
 function encode(m: MemoryRecord): string {
-  const { validFrom: _from, invalidAt: _until, supersededBy: _by, ...rest } = m;
+  const { validFrom: _from, invalidAt: _until, supersededBy: _by, embedding: _embedding, ...rest } = m;
   return JSON.stringify(rest);
+}
+
+/** An embedding as the vectors hash keeps it. */
+function vectorBytes(embedding: readonly number[]): Buffer {
+  return Buffer.from(Float64Array.from(embedding).buffer);
+}
+
+/** An embedding from the vectors hash (copied: a Buffer from ioredis need not be 8-byte aligned). */
+function vectorOf(bytes: Buffer): number[] {
+  const copy = new Float64Array(bytes.length / 8);
+  Buffer.from(copy.buffer).set(bytes);
+  return Array.from(copy);
 }
 
 /** Loads redis-scripts/<name>-<keys>.lua as commands; "n" keys: the caller passes the key count first. */
@@ -210,7 +233,7 @@ export class RedisMemories implements LongTermMemoryStore {
       apps.set(m.appName, apps.size + 1);
       keys.push(...Object.values(this.keysOf(m.appName)));
     }
-    const args: Array<string | number> = [this.channel, this.origin, memories.length];
+    const args: Array<string | number | Buffer> = [this.channel, this.origin, memories.length];
     for (const m of memories) {
       args.push(
         apps.get(m.appName)!,
@@ -224,6 +247,8 @@ export class RedisMemories implements LongTermMemoryStore {
         m.invalidAt ?? "",
         m.embedding?.length ?? 0,
         sortableFrom(m.validFrom),
+        m.embedding ? JSON.stringify(m.embedding) : "",
+        m.embedding ? vectorBytes(m.embedding) : "",
       );
     }
     const reply = await this.call(() => this.scripts.write(keys.length, ...keys, ...args));
@@ -234,15 +259,19 @@ export class RedisMemories implements LongTermMemoryStore {
     if (reply[0] === "DIMENSION") throw embeddingDimensionMismatch(`memories[${reply[1]}].embedding`, reply[2] as number, reply[3] as number);
     if (reply[1] !== "") this.deliver(reply[1] as string, true);
     const records: MemoryRecord[] = [];
-    for (let i = 2; i < reply.length; i += 2) records.push(decode(reply[i] as string, reply[i + 1] as string));
+    for (let i = 2; i < reply.length; i += 3) records.push(decode(reply[i] as string, reply[i + 1] as string, reply[i + 2] as string));
     return { memories: records.slice(0, memories.length), superseded: records.slice(memories.length) };
   }
 
   async getMemory(appName: string, memoryId: string): Promise<MemoryRecord | undefined> {
     const keys = this.keysOf(appName);
     const id = hex(memoryId);
-    const [[, record], [, validity]] = (await this.call(() => this.redis.pipeline().hget(keys.records, id).hget(keys.validity, id).exec()))! as Array<[unknown, string | null]>;
-    return record === null || validity === null ? undefined : decode(record, validity);
+    const replies = (await this.call(() => this.redis.pipeline().hget(keys.records, id).hget(keys.validity, id).hget(keys.embeddings, id).exec()))!;
+    const [record, validity, embedding] = replies.map(([err, value]) => {
+      if (err) throw err;
+      return value as string | null;
+    });
+    return record === null || validity === null ? undefined : decode(record, validity, embedding);
   }
 
   async searchMemories(filter: MemoryFilter, query: string, limit: number): Promise<RankedMemory[]> {
@@ -252,17 +281,24 @@ export class RedisMemories implements LongTermMemoryStore {
     const index = new MiniSearch<IndexedMemory>({ fields: ["text", "fact"], storeFields: [], idField: "id" });
     index.addAll(candidates.map(indexed));
     // Exact terms, any of them (OR): BM25 does the weighting, as in the local driver.
-    return index
-      .search(query, { prefix: false, fuzzy: false, combineWith: "OR" })
-      .slice(0, limit)
-      .map((hit) => ({ memory: byId.get(hit.id as string)!, score: hit.score }));
+    const hits = index.search(query, { prefix: false, fuzzy: false, combineWith: "OR" }).slice(0, limit);
+    const found = await this.withEmbeddings(filter.scope.appName, hits.map((hit) => byId.get(hit.id as string)!));
+    return hits.map((hit, i) => ({ memory: found[i], score: hit.score }));
   }
 
   async nearestMemories(filter: MemoryFilter, embedding: readonly number[], limit: number): Promise<RankedMemory[]> {
+    const candidates = await this.candidates(filter);
+    if (candidates.length === 0) return [];
+    const keys = this.keysOf(filter.scope.appName);
+    const vectors = await this.call(() => this.redis.hmgetBuffer(keys.vectors, ...candidates.map((m) => hex(m.memoryId))));
     const out: RankedMemory[] = [];
-    for (const memory of await this.candidates(filter)) {
-      if (memory.embedding && memory.embedding.length === embedding.length) out.push({ memory, score: cosine(embedding, memory.embedding) });
-    }
+    candidates.forEach((candidate, i) => {
+      const bytes = vectors[i];
+      // A dimension is 8 bytes: only embeddings of the query's dimension compare.
+      if (!bytes || bytes.length !== 8 * embedding.length) return;
+      const vector = vectorOf(bytes);
+      out.push({ memory: { ...candidate, embedding: vector }, score: cosine(embedding, vector) });
+    });
     return out.sort((a, b) => b.score - a.score).slice(0, limit);
   }
 
@@ -274,7 +310,7 @@ export class RedisMemories implements LongTermMemoryStore {
       out.push(memory);
       if (out.length === limit) break;
     }
-    return out;
+    return this.withEmbeddings(filter.scope.appName, out);
   }
 
   async deleteMemories(appName: string, memoryIds: readonly string[]): Promise<MemoryRecord[]> {
@@ -317,11 +353,18 @@ export class RedisMemories implements LongTermMemoryStore {
     return (await this.deleteMemoriesInScope({ appName, userId, match: "within" })).length;
   }
 
-  /** Runs delete-7.lua over [hex id, expected entry] pairs; the removed records. */
+  /** The memories of a scan (read without embeddings), each with its embedding when it has one. */
+  private async withEmbeddings(appName: string, memories: MemoryRecord[]): Promise<MemoryRecord[]> {
+    if (memories.length === 0) return memories;
+    const embeddings = await this.call(() => this.redis.hmget(this.keysOf(appName).embeddings, ...memories.map((m) => hex(m.memoryId))));
+    return memories.map((m, i) => (embeddings[i] ? { ...m, embedding: JSON.parse(embeddings[i]!) as number[] } : m));
+  }
+
+  /** Runs delete-9.lua over [hex id, expected entry] pairs; the removed records. */
   private async remove(appName: string, pairs: ReadonlyArray<readonly [string, string]>): Promise<MemoryRecord[]> {
     const k = this.keysOf(appName);
     const reply = await this.call(() =>
-      this.scripts.delete(k.records, k.validity, k.entries, k.order, k.byUser, k.groups, k.held, this.channel, this.origin, pairs.length, ...pairs.flat()),
+      this.scripts.delete(k.records, k.validity, k.entries, k.order, k.byUser, k.groups, k.held, k.embeddings, k.vectors, this.channel, this.origin, pairs.length, ...pairs.flat()),
     );
     if (reply.length === 0) return [];
     return this.deliver(reply[0] as string, true);
@@ -400,7 +443,7 @@ export class RedisMemories implements LongTermMemoryStore {
 
   /** Decodes a notice of the scripts and hands its changes to this replica's listeners; the records it removed. */
   private deliver(notice: string, own: boolean): MemoryRecord[] {
-    let parsed: { o: string; c?: Array<[string, object, string]>; d?: Array<[object, string]> };
+    let parsed: { o: string; c?: Array<[string, object, string, number[] | null]>; d?: Array<[object, string, number[] | null]> };
     try {
       parsed = JSON.parse(notice);
     } catch {
@@ -408,11 +451,11 @@ export class RedisMemories implements LongTermMemoryStore {
     }
     // Our own changes were delivered when the script returned.
     const emit = own || parsed.o !== this.origin;
-    for (const [kind, record, validity] of parsed.c ?? []) {
-      const memory = decode(record, validity);
+    for (const [kind, record, validity, embedding] of parsed.c ?? []) {
+      const memory = decode(record, validity, embedding);
       if (emit) this.emit(memory.appName, { kind: kind === "s" ? "superseded" : "written", memory });
     }
-    const removed = (parsed.d ?? []).map(([record, validity]) => decode(record, validity));
+    const removed = (parsed.d ?? []).map(([record, validity, embedding]) => decode(record, validity, embedding));
     if (emit && removed.length > 0) this.emit(removed[0].appName, { kind: "deleted", memories: removed });
     return removed;
   }
@@ -438,6 +481,8 @@ export class RedisMemories implements LongTermMemoryStore {
       groups: `${base}:groups`,
       meta: `${base}:meta`,
       held: `${base}:held`,
+      embeddings: `${base}:emb`,
+      vectors: `${base}:vec`,
     };
   }
 }

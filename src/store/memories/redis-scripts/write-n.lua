@@ -4,13 +4,15 @@
   changes nothing; and being one script, two replicas writing the same
   supersession key never interleave, so exactly one memory of a key holds.
 
-  KEYS: 8 per app of the batch, app after app: records, validity, index
-  entries, order, by user, groups, meta, held (see redis.ts).
+  KEYS: 10 per app of the batch, app after app: records, validity, index
+  entries, order, by user, groups, meta, held, embeddings, vectors (see
+  redis.ts).
   ARGV[1] notice channel   ARGV[2] origin (the writing replica)   ARGV[3] n
   then 11 per memory: app number (1-based, into KEYS), hex id, fingerprint,
   record JSON (without validity), created (16 digits), hex user or "-",
   hex group or "" (no supersession key), valid from, invalid at or "",
-  embedding dimension or 0, valid from as 16 digits that sort (+ 10^15).
+  embedding dimension or 0, valid from as 16 digits that sort (+ 10^15),
+  the embedding as JSON and as float64 little-endian bytes (both "" without).
 
   A group's memories are indexed by valid from twice: all of them (groups),
   and those that held for a while (held). The validities of the latter never
@@ -24,13 +26,19 @@
   Replies {"TAKEN", i} (0-based) for a memory id stored, or earlier in the
   batch, with another fingerprint; {"DIMENSION", i, got, want} for an
   embedding of another dimension than the app's; otherwise {"OK", notice,
-  then record and validity of each memory of the batch (the stored original
-  of a retry), then of each memory the batch closed}, all as they are now.
-  The notice is what was published ("" when nothing changed).
+  then record, validity and embedding JSON (or "") of each memory of the
+  batch (the stored original of a retry), then of each memory the batch
+  closed}, all as they are now. The notice is what was published ("" when
+  nothing changed); it lists each change as [kind, record, validity,
+  embedding or null].
 ]]
 local channel, origin, n = ARGV[1], ARGV[2], tonumber(ARGV[3])
-local function arg(i, k) return ARGV[3 + (i - 1) * 11 + k] end
-local function key(app, k) return KEYS[(app - 1) * 8 + k] end
+local function arg(i, k) return ARGV[3 + (i - 1) * 13 + k] end
+local function key(app, k) return KEYS[(app - 1) * 10 + k] end
+-- A stored memory as a notice lists it.
+local function change(kind, app, id, validity)
+  return '["' .. kind .. '",' .. redis.call("HGET", key(app, 1), id) .. ',"' .. validity .. '",' .. (redis.call("HGET", key(app, 9), id) or "null") .. "]"
+end
 
 -- Checks: nothing is written before all of them pass.
 local dims, seen = {}, {}
@@ -72,7 +80,7 @@ for i = 1, n do
             closedSeen[app .. ":" .. peer] = true
             closed[#closed + 1] = {app, peer}
           end
-          changes[#changes + 1] = '["s",' .. redis.call("HGET", key(app, 1), peer) .. ',"' .. validity .. '"]'
+          changes[#changes + 1] = change("s", app, peer, validity)
         end
       end
       local next = redis.call("ZRANGEBYLEX", key(app, 6), "(" .. at .. ";", "(" .. group .. ";", "LIMIT", 0, 1)[1]
@@ -90,12 +98,16 @@ for i = 1, n do
     end
     local validity = validFrom .. ":" .. invalidAt .. ":" .. supersededBy
     redis.call("HSET", key(app, 1), id, record)
+    if arg(i, 12) ~= "" then
+      redis.call("HSET", key(app, 9), id, arg(i, 12))
+      redis.call("HSET", key(app, 10), id, arg(i, 13))
+    end
     redis.call("HSET", key(app, 2), id, validity)
     redis.call("HSET", key(app, 3), id, created .. ":" .. user .. ":" .. group .. ":" .. sortable .. ":" .. fingerprint)
     redis.call("ZADD", key(app, 4), 0, created .. ":" .. id)
     redis.call("ZADD", key(app, 5), 0, user .. ":" .. created .. ":" .. id)
     if dim > 0 then redis.call("HSETNX", key(app, 7), "dim", dim) end
-    changes[#changes + 1] = '["w",' .. record .. ',"' .. validity .. '"]'
+    changes[#changes + 1] = change("w", app, id, validity)
   end
 end
 
@@ -109,9 +121,11 @@ for i = 1, n do
   local app, id = tonumber(arg(i, 1)), arg(i, 2)
   reply[#reply + 1] = redis.call("HGET", key(app, 1), id)
   reply[#reply + 1] = redis.call("HGET", key(app, 2), id)
+  reply[#reply + 1] = redis.call("HGET", key(app, 9), id) or ""
 end
 for _, c in ipairs(closed) do
   reply[#reply + 1] = redis.call("HGET", key(c[1], 1), c[2])
   reply[#reply + 1] = redis.call("HGET", key(c[1], 2), c[2])
+  reply[#reply + 1] = redis.call("HGET", key(c[1], 9), c[2]) or ""
 end
 return reply
