@@ -24,6 +24,7 @@
  *   stats                hash: sessions, events, ingested (kept by the scripts: O(1) stats)
  *   erasures             hash: "<hex app>:<hex user>" -> token, erasures in progress (resumeErasures)
  *   notices              pub/sub channel: {"s": id, "h": head, "i": incarnation} or {"s": id, "d": 1, "i": incarnation}
+ *   mem:<hex app>:*, memories   long-term memories and their change channel (src/store/memories/redis.ts)
  *
  * Outages: the command connection has no offline queue and a command timeout,
  * so calls fail UNAVAILABLE quickly instead of hanging. Commands in flight

@@ -28,11 +28,12 @@
  * key at once leave exactly one memory of it valid. Deletions are one script
  * per call (or per page of a scope). Scans (listing, ranking candidates)
  * read records without their embeddings, which are fetched only for the
- * memories returned (or, as vectors, for vector ranking). Lexical ranking runs in this process:
- * MiniSearch (BM25, as the local driver) over at most SEARCH_CANDIDATES of
- * the newest memories the scope's index holds; vector ranking is cosine over
- * the same candidates. Listing walks the scope's index newest first and
- * filters with rules.ts, the one place the semantics live.
+ * memories returned (or, as vectors, for vector ranking). Lexical ranking
+ * runs in this process: MiniSearch (BM25, as the local driver) over at most
+ * SEARCH_CANDIDATES of the newest memories the scope's index holds; vector
+ * ranking is cosine over the same candidates. Listing walks the scope's
+ * index newest first and filters with rules.ts, the one place the semantics
+ * live.
  */
 import { randomUUID } from "node:crypto";
 import { readdirSync, readFileSync } from "node:fs";
