@@ -8,8 +8,8 @@
   entries, order, by user, groups, meta, held, embeddings, vectors (see
   redis.ts).
   ARGV[1] notice channel   ARGV[2] origin (the writing replica)   ARGV[3] n
-  then 11 per memory: app number (1-based, into KEYS), hex id, fingerprint,
-  record JSON (without validity), created (16 digits), hex user or "-",
+  then 13 per memory: app number (1-based, into KEYS), hex id, fingerprint,
+  record JSON (without validity and embedding), created (16 digits), hex user or "-",
   hex group or "" (no supersession key), valid from, invalid at or "",
   embedding dimension or 0, valid from as 16 digits that sort (+ 10^15),
   the embedding as JSON and as float64 little-endian bytes (both "" without).
