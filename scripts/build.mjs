@@ -20,7 +20,7 @@ const root = ROOT;
 const dist = path.join(root, "dist");
 const stamp = BUILD_STAMP;
 /** Run-time files that are not TypeScript, as paths under src/ (copied to the same paths under dist/). */
-const ASSETS = ["store/redis/scripts", "store/postgres/migrations"];
+const ASSETS = ["store/redis/scripts", "store/memories/redis-scripts", "store/postgres/migrations"];
 
 if (process.argv.includes("--if-stale") && !buildIsStale()) process.exit(0);
 

@@ -99,7 +99,6 @@ import { LongTermMemoryService } from "./memories/service.js";
 import { toWireMemory, toWireScored } from "./memories/convert.js";
 import { assembleRecall, DEFAULT_RECALL_BUDGET, MAX_RECALL_PINNED } from "./memories/recall.js";
 import { checkQuery, optionalName, queryEmbedding, topK } from "./memories/validation.js";
-import { memoriesOf } from "../store/memories/available.js";
 import type { MemoryCallContext } from "./memories/tenancy.js";
 import { newEventId } from "./event-id.js";
 import type { ServiceLimits } from "./limits.js";
@@ -429,7 +428,7 @@ export class MemoryService {
     const scope: MemoryScopeFilter = { appName: session.appName, userId: session.userId, sessionId, match: "visible" };
     if (agentId !== undefined) scope.agentId = agentId;
     const now = Date.now();
-    const pinned = await memoriesOf(this.store).listMemories({ scope, asOf: now, pinned: true }, MAX_RECALL_PINNED);
+    const pinned = await this.store.memories.listMemories({ scope, asOf: now, pinned: true }, MAX_RECALL_PINNED);
     pinned.sort((a, b) => b.importance - a.importance || b.validFrom - a.validFrom);
     const relevant = await this.longTerm.rank({ filter: { scope, asOf: now, pinned: false }, query, topK: k, embedding });
     const recall = await assembleRecall({

@@ -10,7 +10,6 @@
 import { backOff } from "exponential-backoff";
 import { MemoryError } from "../errors.js";
 import { StoreIncompatibleError } from "./incompatible.js";
-import { memoriesOf } from "./memories/available.js";
 import type { LongTermMemoryStore, MemoryStore, NoticeListener, ResumedErasures, StoreCapabilities, StoreDurability } from "./types.js";
 
 /** First wait between attempts to open the store. */
@@ -106,7 +105,7 @@ export class ConnectingStore implements MemoryStore {
    * The opened store's long-term memories: UNAVAILABLE until it is open,
    * then FAILED_PRECONDITION naming the store if its driver keeps none.
    */
-  readonly memories: LongTermMemoryStore = new ConnectingMemories(() => memoriesOf(this.open));
+  readonly memories: LongTermMemoryStore = new ConnectingMemories(() => this.open.memories);
 
   /** True once the store is open. */
   get connected(): boolean {

@@ -12,11 +12,15 @@
  *   scripts/       the scripts, one per file; scripts/includes/ the Lua they share
  *   connection.ts  the command and notice connections: open, errors, close
  *   notices.ts     pub/sub notices to this replica's listeners
+ *
+ * Long-term memories (src/store/memories/redis.ts) live under
+ * <prefix>:mem:<hex app>:*, with their own change channel <prefix>:memories.
  */
 import { randomUUID } from "node:crypto";
 import type { Redis } from "ioredis";
 import { LRUCache } from "lru-cache";
 import { seqConflict, sessionNotFound } from "../errors.js";
+import { RedisMemories } from "./memories/redis.js";
 import { NoticeListeners } from "./notices.js";
 import { appSessionCap, checkCursor, duplicateEventId, evictionCount, newIncarnation, newSessionRecord, recentScopes, resumeEach, sessionExists, type RecentScope } from "./rules.js";
 import type { AppendResult, CleanupScope, ErasureResult, EventPage, EventQuery, MemoryStore, NewEvent, NewSession, NoticeListener, RecentEventsFilter, ResumedErasures, SessionQuery, SessionRecord, StoreDurability, StoreLimits, StoreStats, StoredEvent } from "./types.js";
@@ -57,6 +61,8 @@ export class RedisStore implements MemoryStore {
   readonly backend = "redis";
   readonly capabilities = { persistent: true, shared: true, retains: true };
 
+  /** Long-term memories (src/store/memories/redis.ts), on the command connection and key prefix. */
+  readonly memories: RedisMemories;
   private readonly listeners = new NoticeListeners();
   private readonly keys: RedisKeys;
   private readonly scripts: RedisScripts;
@@ -79,6 +85,7 @@ export class RedisStore implements MemoryStore {
     this.keys = new RedisKeys(keyPrefix);
     this.scripts = new RedisScripts(connection.commands, { keys: this.keys, limits });
     this.notices = new RedisNotices(connection, this.keys, this.listeners, this.decoded);
+    this.memories = new RedisMemories(connection.commands, keyPrefix, (run) => this.call(run));
   }
 
   /** Connects both connections (commands, notices) and subscribes; UNAVAILABLE when Redis cannot be reached. */
@@ -86,6 +93,12 @@ export class RedisStore implements MemoryStore {
     const connection = new RedisConnection(options);
     const store = new RedisStore(connection, options.keyPrefix, options.limits);
     await connection.connect(store.keys.channel, store.notices);
+    try {
+      await store.memories.listen();
+    } catch (err) {
+      await connection.close();
+      throw storeError(err);
+    }
     return store;
   }
 
@@ -282,7 +295,7 @@ export class RedisStore implements MemoryStore {
     const tenancy = { appName, userId };
     const token = randomUUID();
     await this.call((redis) => redis.hset(this.keys.erasures, erasureField(tenancy), token));
-    const erased: ErasureResult = { sessions: 0, events: 0 };
+    const erased: ErasureResult = { sessions: 0, events: 0, memories: 0 };
     // Each session goes through the same script as DeleteSession: counters, indexes and notices stay right.
     await this.forEachIndexed(this.keys.index(tenancy), async (id) => {
       const { outcome, events } = await this.deleteOne(id, { scope: tenancy });
@@ -290,6 +303,7 @@ export class RedisStore implements MemoryStore {
       erased.sessions++;
       erased.events += events;
     });
+    erased.memories = await this.memories.eraseUser(appName, userId);
     await this.call(() => this.scripts.run(erasedScript, { tenancy, token }));
     return erased;
   }
@@ -313,6 +327,7 @@ export class RedisStore implements MemoryStore {
 
   async close(): Promise<void> {
     this.listeners.clear();
+    this.memories.close();
     await this.connection.close();
   }
 

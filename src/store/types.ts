@@ -415,11 +415,8 @@ export interface MemoryStore {
   /** "local", "null", "redis" or "postgres". */
   readonly backend: string;
   readonly capabilities: StoreCapabilities;
-  /**
-   * Long-term memories, when the driver keeps them; absent, the memory RPCs
-   * answer FAILED_PRECONDITION naming the store (src/store/memories/available.ts).
-   */
-  readonly memories?: LongTermMemoryStore;
+  /** Long-term memories: every driver keeps them (the null store acknowledges and forgets). */
+  readonly memories: LongTermMemoryStore;
 
   /** Creates a session; ALREADY_EXISTS when the id is taken. */
   createSession(input: NewSession, call?: StoreCall): Promise<SessionRecord>;

@@ -12,9 +12,13 @@ import { eventFingerprint } from "../../src/store/fingerprint.js";
 import { durabilitySummary, RedisStore } from "../../src/store/redis.js";
 import { loadScripts } from "../../src/store/redis/scripts.js";
 import { StreamHub } from "../../src/service/stream-hub.js";
-import type { SessionNotice, StoreLimits } from "../../src/store/types.js";
+import type { MemoryChange, MemoryRecord, SessionNotice, StoreLimits } from "../../src/store/types.js";
+import { LocalStore } from "../../src/store/local.js";
+import fc from "fast-check";
 import { freePort, startRedisServer } from "../support/redis-server.js";
 import { describeStoreConformance, makeSession, newEvent, rejection, waitFor } from "./conformance.js";
+import { describeMemoriesConformance, memory } from "./memories-conformance.js";
+import { SEARCH_CANDIDATES } from "../../src/store/memories/redis.js";
 
 const url = process.env.MEMORY_TEST_REDIS_URL!;
 const prefixes: string[] = [];
@@ -56,6 +60,7 @@ async function keysOf(pattern: string): Promise<string[]> {
 const hex = (s: string) => Buffer.from(s).toString("hex");
 
 describeStoreConformance("redis", (limits) => openStore(limits), { persistent: true, shared: true, retains: true });
+describeMemoriesConformance("redis", () => openStore());
 
 describe("RedisStore specifics", () => {
   it("resumeErasures finishes an erasure recorded as in progress; a finished erasure leaves no record", async () => {
@@ -70,7 +75,7 @@ describe("RedisStore specifics", () => {
       expect(await store.resumeErasures()).toEqual({ users: 1, sessions: 2, events: 2 });
       expect(await admin.hlen(`${prefix}:erasures`)).toBe(0);
       expect((await store.listSessions({ limit: 10 })).map((s) => s.sessionId)).toEqual(["keep"]);
-      expect(await store.deleteUserData("app", "stays")).toEqual({ sessions: 1, events: 0 });
+      expect(await store.deleteUserData("app", "stays")).toEqual({ sessions: 1, events: 0, memories: 0 });
       expect(await admin.exists(`${prefix}:erasures`)).toBe(0);
     } finally {
       await store.close();
@@ -478,6 +483,229 @@ describe("RedisStore specifics", () => {
     } finally {
       await store.close();
       await server.destroy();
+    }
+  });
+});
+
+describe("RedisStore long-term memories", () => {
+  const appKeys = (prefix: string, app = "app") => `${prefix}:mem:${hex(app)}:*`;
+  const describeChange = (c: MemoryChange) => (c.kind === "deleted" ? `deleted ${c.memories.map((m) => m.memoryId).sort()}` : `${c.kind} ${c.memory.memoryId}`);
+
+  it("two replicas writing one supersession key at once leave exactly one memory of it valid, and delete none", async () => {
+    const prefix = `t${process.pid}_${++counter}`;
+    const [one, two] = await Promise.all([openStore(DEFAULT_LIMITS, prefix), openStore(DEFAULT_LIMITS, prefix)]);
+    try {
+      const perReplica = 25;
+      // Every write starts now: each one must close whichever memory of the key holds when it lands.
+      const writer = (store: RedisStore, name: string) =>
+        Promise.all(
+          Array.from({ length: perReplica }, (_, i) =>
+            store.memories.writeMemories([memory({ memoryId: `${name}-${i}`, userId: "u", key: "drink", text: `drink ${name} ${i}`, validFrom: 5000 })]),
+          ),
+        );
+      await Promise.all([writer(one, "one"), writer(two, "two")]);
+      const all = await one.memories.listMemories({ scope: { appName: "app", userId: "u", match: "exact" } }, 1000);
+      expect(all).toHaveLength(2 * perReplica);
+      const holding = all.filter((m) => m.invalidAt === undefined);
+      expect(holding).toHaveLength(1);
+      // Every other one was closed by a memory of the key, none deleted.
+      const ids = new Set(all.map((m) => m.memoryId));
+      for (const m of all) if (m !== holding[0]) expect(ids.has(m.supersededBy!)).toBe(true);
+      expect(await two.memories.listMemories({ scope: { appName: "app", userId: "u", match: "exact" }, asOf: 5000 }, 1000)).toEqual(holding);
+    } finally {
+      await Promise.all([one.close(), two.close()]);
+    }
+  });
+
+  it("a watch on one replica sees the writes, supersessions and deletions made through another, and its own once", async () => {
+    const prefix = `t${process.pid}_${++counter}`;
+    const [writer, watcher] = await Promise.all([openStore(DEFAULT_LIMITS, prefix), openStore(DEFAULT_LIMITS, prefix)]);
+    try {
+      const changes: MemoryChange[] = [];
+      watcher.memories.subscribeMemories("app", (c) => changes.push(c));
+      await writer.memories.writeMemories([memory({ memoryId: "a", key: "k", text: "one", validFrom: 1000 })]);
+      await writer.memories.writeMemories([memory({ memoryId: "b", key: "k", text: "two", validFrom: 2000 })]);
+      await writer.memories.deleteMemories("app", ["a"]);
+      await watcher.memories.writeMemories([memory({ memoryId: "c", text: "three" })]);
+      await waitFor(() => changes.length >= 5);
+      // Its own change again from the channel would come within this pause.
+      await sleep(200);
+      expect(changes.map(describeChange)).toEqual(["written a", "superseded a", "written b", "deleted a", "written c"]);
+      expect(changes[1]).toMatchObject({ memory: { memoryId: "a", invalidAt: 2000, supersededBy: "b", text: "one" } });
+    } finally {
+      await Promise.all([writer.close(), watcher.close()]);
+    }
+  });
+
+  it("a watch hears the other replica again after its subscription connection was dropped", async () => {
+    const prefix = `t${process.pid}_${++counter}`;
+    const [writer, watcher] = await Promise.all([openStore(DEFAULT_LIMITS, prefix), openStore(DEFAULT_LIMITS, prefix)]);
+    try {
+      const seen: string[] = [];
+      watcher.memories.subscribeMemories("app", (c) => c.kind === "written" && seen.push(c.memory.memoryId));
+      // CLIENT KILL has no name filter: find the watcher's memories connection (src/store/memories/redis.ts names it).
+      const subscribers = async () =>
+        ((await admin.call("CLIENT", "LIST", "TYPE", "pubsub")) as string)
+          .split("\n")
+          .filter((line) => line.includes(` name=${prefix}:memories `))
+          .map((line) => /(?:^|\s)id=(\d+)/.exec(line)![1]);
+      const before = await subscribers();
+      expect(before).toHaveLength(2);
+      for (const id of before) await admin.call("CLIENT", "KILL", "ID", id);
+      // Bounded: until both replicas subscribed again on new connections.
+      for (let i = 0; i < 100; i++) {
+        const now = await subscribers();
+        if (now.length === 2 && now.every((id) => !before.includes(id))) break;
+        await sleep(50);
+      }
+      await writer.memories.writeMemories([memory({ memoryId: "after", text: "written after the drop" })]);
+      await waitFor(() => seen.length >= 1);
+      expect(seen).toEqual(["after"]);
+    } finally {
+      await Promise.all([writer.close(), watcher.close()]);
+    }
+  });
+
+  it("agrees with the local driver on random writes, retries and deletions of a few keys (supersession read from two index entries)", async () => {
+    const prefix = `t${process.pid}_${++counter}`;
+    const redis = await openStore(DEFAULT_LIMITS, prefix);
+    const spec = fc.record({
+      userId: fc.constantFrom(undefined, "u1", "u2"),
+      key: fc.constantFrom("", "k1", "k2"),
+      // Few distinct starts: equal ones (closed where they began) and back-dated writes are common.
+      validFrom: fc.integer({ min: 0, max: 6 }).map((i) => 1000 + 10 * i),
+      span: fc.option(fc.integer({ min: 1, max: 30 }), { nil: undefined }),
+    });
+    const op = fc.oneof(
+      { weight: 4, arbitrary: fc.record({ write: fc.array(spec, { minLength: 1, maxLength: 3 }) }) },
+      { weight: 1, arbitrary: fc.record({ retry: fc.nat() }) },
+      { weight: 1, arbitrary: fc.record({ remove: fc.nat() }) },
+    );
+    let run = 0;
+    try {
+      await fc.assert(
+        // Ids that sort as written, or against it: ties between index entries are broken by id.
+        fc.asyncProperty(fc.array(op, { minLength: 1, maxLength: 30 }), fc.boolean(), async (ops, descending) => {
+          const app = `model-${++run}`;
+          const local = new LocalStore(DEFAULT_LIMITS);
+          const written: MemoryRecord[] = [];
+          // supersededBy compared by what it points at: equal starts may name different (equally valid) peers.
+          const startOf = new Map<string, number>();
+          const norm = (ms: readonly MemoryRecord[]) =>
+            ms
+              .map((m) => ({ id: m.memoryId, from: m.validFrom, until: m.invalidAt, by: m.supersededBy === undefined ? undefined : startOf.get(m.supersededBy) }))
+              .sort((a, b) => (a.id < b.id ? -1 : 1));
+          try {
+            for (const step of ops) {
+              if ("write" in step) {
+                const batch = step.write.map((w) => {
+                  const id = `m${String(descending ? 999 - written.length : written.length).padStart(3, "0")}`;
+                  const m = memory({ memoryId: id, appName: app, userId: w.userId, key: w.key, text: id, validFrom: w.validFrom, invalidAt: w.span && w.validFrom + w.span }, 5000 + written.length);
+                  written.push(m);
+                  startOf.set(id, m.validFrom);
+                  return m;
+                });
+                const [want, got] = await Promise.all([local.memories.writeMemories(batch), redis.memories.writeMemories(batch)]);
+                expect(norm(got.memories)).toEqual(norm(want.memories));
+                expect(norm(got.superseded)).toEqual(norm(want.superseded));
+              } else if ("retry" in step && written.length > 0) {
+                const again = [written[step.retry % written.length]];
+                expect(norm((await redis.memories.writeMemories(again)).memories)).toEqual(norm((await local.memories.writeMemories(again)).memories));
+              } else if ("remove" in step && written.length > 0) {
+                const ids = [written[step.remove % written.length].memoryId];
+                expect(norm(await redis.memories.deleteMemories(app, ids))).toEqual(norm(await local.memories.deleteMemories(app, ids)));
+              }
+            }
+            const everything = { scope: { appName: app, match: "within" as const } };
+            expect(norm(await redis.memories.listMemories(everything, 1000))).toEqual(norm(await local.memories.listMemories(everything, 1000)));
+          } finally {
+            await local.close();
+          }
+        }),
+        { numRuns: 60, seed: 18 },
+      );
+    } finally {
+      await redis.close();
+    }
+  });
+
+  it("returns each memory with its embedding from every call, though scans read records without them", async () => {
+    const prefix = `t${process.pid}_${++counter}`;
+    const [store, replica] = await Promise.all([openStore(DEFAULT_LIMITS, prefix), openStore(DEFAULT_LIMITS, prefix)]);
+    try {
+      const changes: MemoryChange[] = [];
+      replica.memories.subscribeMemories("app", (c) => changes.push(c));
+      const embedding = [0.1, -0.2, 1 / 3];
+      const old = memory({ memoryId: "old", key: "k", text: "tea at noon", validFrom: 1000, embedding });
+      await store.memories.writeMemories([old]);
+      const { superseded } = await store.memories.writeMemories([memory({ memoryId: "new", key: "k", text: "coffee at noon", validFrom: 2000, embedding: [1, 0, 0] })]);
+      expect(superseded).toEqual([{ ...old, invalidAt: 2000, supersededBy: "new" }]);
+      const everything = { scope: { appName: "app", match: "within" as const } };
+      expect((await store.memories.listMemories(everything, 10)).map((m) => m.embedding)).toEqual([[1, 0, 0], embedding]);
+      expect((await store.memories.searchMemories(everything, "tea", 10))[0].memory).toEqual(superseded[0]);
+      expect((await store.memories.nearestMemories(everything, [0.1, -0.2, 0.3], 1))[0].memory).toEqual(superseded[0]);
+      expect(await store.memories.deleteMemories("app", ["old"])).toEqual(superseded);
+      await waitFor(() => changes.length >= 4);
+      expect(changes.map((c) => (c.kind === "deleted" ? c.memories[0].embedding : c.memory.embedding))).toEqual([embedding, embedding, [1, 0, 0], embedding]);
+      expect(await keysOf(`${prefix}:mem:${hex("app")}:vec`)).toHaveLength(1);
+      expect(await admin.hlen(`${prefix}:mem:${hex("app")}:vec`)).toBe(1);
+    } finally {
+      await Promise.all([store.close(), replica.close()]);
+    }
+  });
+
+  it("an erasure resumed after a crash removes the user's memories too", async () => {
+    const prefix = `t${process.pid}_${++counter}`;
+    const store = await openStore(DEFAULT_LIMITS, prefix);
+    try {
+      await store.memories.writeMemories([
+        memory({ memoryId: "gone-1", userId: "gone", text: "one" }),
+        memory({ memoryId: "gone-2", userId: "gone", agentId: "x", key: "k", text: "two" }),
+        memory({ memoryId: "stays", userId: "stays", text: "three" }),
+      ]);
+      // A replica died right after recording the erasure.
+      await admin.hset(`${prefix}:erasures`, `${hex("app")}:${hex("gone")}`, "token-of-a-dead-replica");
+      await store.resumeErasures();
+      expect(await store.memories.getMemory("app", "gone-1")).toBeUndefined();
+      expect(await store.memories.getMemory("app", "gone-2")).toBeUndefined();
+      expect(await store.memories.getMemory("app", "stays")).toBeDefined();
+    } finally {
+      await store.close();
+    }
+  });
+
+  it("forgetting every memory of an app leaves no record and no index entry behind, only the app's embedding dimension", async () => {
+    const prefix = `t${process.pid}_${++counter}`;
+    const store = await openStore(DEFAULT_LIMITS, prefix);
+    try {
+      await store.memories.writeMemories([
+        memory({ memoryId: "a", userId: "u", key: "k", text: "a", validFrom: 1000, embedding: [1, 0] }),
+        memory({ memoryId: "b", userId: "u", key: "k", text: "b", validFrom: 2000 }),
+        memory({ memoryId: "c", agentId: "x", fact: { subject: "s", predicate: "p", object: "o" }, text: "c" }),
+        memory({ memoryId: "d", text: "d" }),
+      ]);
+      await store.memories.deleteMemories("app", ["d"]);
+      await store.memories.deleteMemoriesInScope({ appName: "app", match: "within" });
+      expect(await keysOf(appKeys(prefix))).toEqual([`${prefix}:mem:${hex("app")}:meta`]);
+    } finally {
+      await store.close();
+    }
+  });
+
+  it(`searches only the newest ${SEARCH_CANDIDATES} memories of a scope (the documented limit); listing still finds older ones`, async () => {
+    const prefix = `t${process.pid}_${++counter}`;
+    const store = await openStore(DEFAULT_LIMITS, prefix);
+    try {
+      await store.memories.writeMemories([memory({ memoryId: "oldest", text: "needle in the haystack" }, 1000)]);
+      const hay = Array.from({ length: SEARCH_CANDIDATES }, (_, i) => memory({ memoryId: `hay-${i}`, text: `hay ${i}` }, 2000 + i));
+      const everything = { scope: { appName: "app", match: "within" as const } };
+      expect((await store.memories.searchMemories(everything, "needle", 10)).map((r) => r.memory.memoryId)).toEqual(["oldest"]);
+      for (let i = 0; i < hay.length; i += 500) await store.memories.writeMemories(hay.slice(i, i + 500));
+      expect(await store.memories.searchMemories(everything, "needle", 10)).toEqual([]);
+      expect(await store.memories.searchMemories(everything, "hay", 1)).toHaveLength(1);
+      expect((await store.memories.listMemories(everything, 1, { createdAt: 2000, memoryId: "hay-0" })).map((m) => m.memoryId)).toEqual(["oldest"]);
+    } finally {
+      await store.close();
     }
   });
 });

@@ -30,7 +30,6 @@ import {
   type WriteMemoriesResponse,
 } from "@engram-memory/client/gen/engram/v1/memories_pb.js";
 import { invalidArgument, MemoryError } from "../../errors.js";
-import { memoriesOf } from "../../store/memories/available.js";
 import { scopeSelects } from "../../store/memories/rules.js";
 import type { LongTermMemoryStore, MemoryChange, MemoryCursor, MemoryFilter, MemoryRecord, MemoryStore } from "../../store/types.js";
 import type { ServiceLimits } from "../limits.js";
@@ -77,7 +76,7 @@ export class LongTermMemoryService {
 
   /** The store's memories, or FAILED_PRECONDITION naming a store that keeps none. */
   private get memories(): LongTermMemoryStore {
-    return memoriesOf(this.store);
+    return this.store.memories;
   }
 
   async writeMemories(req: WriteMemoriesRequest, ctx: MemoryCallContext = {}): Promise<WriteMemoriesResponse> {
@@ -251,8 +250,6 @@ export class LongTermMemoryService {
     if (query.trim() === "") throw invalidArgument("query", "is required (the text to search for)");
     const k = topK("top_k", req.topK);
     const eventTypes = req.eventTypes.map((t, i) => requireEventType(`event_types[${i}]`, t));
-    // Offered where the store keeps memories: the same stores, the same answer elsewhere.
-    memoriesOf(this.store);
     if (!appAllowed(ctx.tenant, appName)) return create(SearchEventsResponseSchema, {});
     if (ctx.tenant?.userId !== undefined) {
       if (userId !== undefined && userId !== ctx.tenant.userId) return create(SearchEventsResponseSchema, {});

@@ -8,7 +8,6 @@
  * Nothing survives a restart.
  */
 import { createRequire } from "node:module";
-import MiniSearch from "minisearch";
 import type SortedBTree from "sorted-btree";
 import type {
   LongTermMemoryStore,
@@ -22,6 +21,7 @@ import type {
   RankedMemory,
 } from "../types.js";
 import { notifyEach } from "../notices.js";
+import { LEXICAL_QUERY, lexicalDocument, newLexicalIndex } from "./lexical.js";
 import { cosine, embeddingDimensionMismatch, exactScopeKey, filterSelects, memoryIdTaken, scopeSelects, supersessionKey } from "./rules.js";
 
 // sorted-btree is CommonJS with `exports.default` (see src/store/local.ts).
@@ -33,24 +33,13 @@ function compareCursor(a: MemoryCursor, b: MemoryCursor): number {
   return a.memoryId < b.memoryId ? -1 : a.memoryId > b.memoryId ? 1 : 0;
 }
 
-/** What BM25 indexes of a memory: its text, and its fact's words. */
-interface IndexedMemory {
-  id: string;
-  text: string;
-  fact: string;
-}
-
-function indexed(m: MemoryRecord): IndexedMemory {
-  return { id: m.memoryId, text: m.text, fact: m.fact ? `${m.fact.subject} ${m.fact.predicate} ${m.fact.object}` : "" };
-}
-
 /** One app's memories. */
 class AppMemories {
   readonly byId = new Map<string, MemoryRecord>();
   readonly order = new BTree<MemoryCursor, MemoryRecord>(undefined, compareCursor);
   /** Memories that supersede each other, by exact scope and supersession key. */
   readonly groups = new Map<string, MemoryRecord[]>();
-  readonly index = new MiniSearch<IndexedMemory>({ fields: ["text", "fact"], storeFields: [], idField: "id" });
+  readonly index = newLexicalIndex();
   readonly listeners = new Set<MemoryChangeListener>();
   /** The dimension of the app's embeddings, set by the first one written. */
   dimension?: number;
@@ -73,7 +62,7 @@ class AppMemories {
       if (group) group.push(m);
       else this.groups.set(key, [m]);
     }
-    this.index.add(indexed(m));
+    this.index.add(lexicalDocument(m));
   }
 
   remove(m: MemoryRecord): void {
@@ -171,8 +160,7 @@ export class LocalMemories implements LongTermMemoryStore {
     const app = this.apps.get(filter.scope.appName);
     if (!app || query.trim() === "") return [];
     const out: RankedMemory[] = [];
-    // Exact terms, any of them (OR): BM25 does the weighting, as in context retrieval.
-    for (const hit of app.index.search(query, { prefix: false, fuzzy: false, combineWith: "OR" })) {
+    for (const hit of app.index.search(query, LEXICAL_QUERY)) {
       const memory = app.byId.get(hit.id as string);
       if (!memory || !filterSelects(filter, memory)) continue;
       out.push({ memory, score: hit.score });

@@ -1,0 +1,40 @@
+--[[
+  Removes memories of one app with their index entries, atomically, and
+  publishes what it removed (src/store/memories/redis.ts says the layout).
+
+  KEYS[1] records   KEYS[2] validity   KEYS[3] index entries   KEYS[4] order
+  KEYS[5] by user   KEYS[6] groups   KEYS[7] held   KEYS[8] embeddings
+  KEYS[9] vectors
+  ARGV[1] notice channel   ARGV[2] origin   ARGV[3] n
+  then 2 per memory: hex id, and the index entry it must still have, or ""
+  for any (a deletion by scope passes the entry it selected, so a memory
+  written again meanwhile under the same id, maybe in another scope, stays).
+
+  Replies {notice} when it removed any ({} otherwise); the notice lists each
+  removed memory as [record, validity, embedding or null].
+]]
+local channel, origin, n = ARGV[1], ARGV[2], tonumber(ARGV[3])
+local removed = {}
+for i = 1, n do
+  local id, expected = ARGV[2 + 2 * i], ARGV[3 + 2 * i]
+  local entry = redis.call("HGET", KEYS[3], id)
+  if entry and (expected == "" or expected == entry) then
+    local created, user, group, from = string.match(entry, "^([^:]*):([^:]*):([^:]*):([^:]*):")
+    removed[#removed + 1] = "[" .. redis.call("HGET", KEYS[1], id) .. ',"' .. redis.call("HGET", KEYS[2], id) .. '",' .. (redis.call("HGET", KEYS[8], id) or "null") .. "]"
+    redis.call("HDEL", KEYS[1], id)
+    redis.call("HDEL", KEYS[2], id)
+    redis.call("HDEL", KEYS[3], id)
+    redis.call("HDEL", KEYS[8], id)
+    redis.call("HDEL", KEYS[9], id)
+    redis.call("ZREM", KEYS[4], created .. ":" .. id)
+    redis.call("ZREM", KEYS[5], user .. ":" .. created .. ":" .. id)
+    if group ~= "" then
+      redis.call("ZREM", KEYS[6], group .. ":" .. from .. ":" .. id)
+      redis.call("ZREM", KEYS[7], group .. ":" .. from .. ":" .. id)
+    end
+  end
+end
+if #removed == 0 then return {} end
+local notice = '{"o":"' .. origin .. '","d":[' .. table.concat(removed, ",") .. "]}"
+redis.call("PUBLISH", channel, notice)
+return {notice}

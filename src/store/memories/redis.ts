@@ -1,0 +1,466 @@
+/**
+ * Long-term memories of the Redis store. Per app, under
+ * `<prefix>:mem:<hex app>:` (memory ids, user ids and supersession groups are
+ * hex-encoded in members, so that no value can collide with another or with a
+ * separator; hash fields are hex ids too):
+ *
+ *   rec      hash: hex id -> JSON of the record without its validity and embedding (never changes)
+ *   emb      hash: hex id -> the embedding as JSON (returned with the memory)
+ *   vec      hash: hex id -> the embedding as float64 little-endian bytes (ranked by
+ *            cosine without parsing JSON)
+ *   val      hash: hex id -> "<validFrom>:<invalidAt or empty>:<hex supersededBy or empty>"
+ *   ix       hash: hex id -> "<created>:<hex user or ->:<hex group or empty>:<from>:<fingerprint>",
+ *            the memory's index entries and identity (idempotency, deletion)
+ *   order    zset, score 0: "<created>:<hex id>" (created: 16 digits), newest last
+ *   user     zset, score 0: "<hex user or ->:<created>:<hex id>", a user's own
+ *            (or, under "-", the memories of no user) newest last
+ *   groups   zset, score 0: "<hex group>:<from>:<hex id>", the memories that
+ *            supersede each other (group: exact scope and supersession key,
+ *            rules.ts) by validFrom (from: 16 digits, validFrom + 10^15)
+ *   held     zset, the same entries, of those that held for a while only (not
+ *            closed where they began): their validities never overlap, so a
+ *            write finds what it supersedes in O(log n) (write-n.lua)
+ *   meta     hash: dim (the app's embedding dimension, set by the first embedding)
+ *   <prefix>:memories  pub/sub channel: the changes of every write and deletion
+ *
+ * Every write batch is one Lua script (redis-scripts/write-n.lua): checks,
+ * supersession and index upkeep happen atomically, so replicas writing one
+ * key at once leave exactly one memory of it valid. Deletions are one script
+ * per call (or per page of a scope). Scans (listing, ranking candidates)
+ * read records without their embeddings, which are fetched only for the
+ * memories returned (or, as vectors, for vector ranking). Lexical ranking
+ * runs in this process: MiniSearch (BM25, as the local driver) over at most
+ * SEARCH_CANDIDATES of the newest memories the scope's index holds; vector
+ * ranking is cosine over the same candidates. Listing walks the scope's
+ * index newest first and filters with rules.ts, the one place the semantics
+ * live.
+ */
+import { randomUUID } from "node:crypto";
+import { readdirSync, readFileSync } from "node:fs";
+import path from "node:path";
+import { fileURLToPath } from "node:url";
+import type { Redis } from "ioredis";
+import type {
+  LongTermMemoryStore,
+  MemoryChange,
+  MemoryChangeListener,
+  MemoryCursor,
+  MemoryFilter,
+  MemoryRecord,
+  MemoryScopeFilter,
+  MemoryWriteResult,
+  RankedMemory,
+} from "../types.js";
+import { KeyedListeners } from "../notices.js";
+import { LEXICAL_QUERY, lexicalDocument, newLexicalIndex } from "./lexical.js";
+import { cosine, embeddingDimensionMismatch, exactScopeKey, filterSelects, memoryIdTaken, scopeSelects, supersessionKey } from "./rules.js";
+
+/**
+ * How many of the newest memories in the scope's index a search or vector
+ * ranking considers (before its filter): the Redis store's scale limit for
+ * ranking. Memories older than these in a scope are still listed, got and
+ * deleted, but never found by SearchMemories or Recall (README, Long-term memory).
+ */
+export const SEARCH_CANDIDATES = 2000;
+/** Index entries read per round trip while gathering search candidates. */
+const CANDIDATE_PAGE = 500;
+/** Index entries read per round trip while listing. */
+const LIST_PAGE = 200;
+/** Memories removed per script call by a deletion by scope or an erasure. */
+const DELETE_PAGE = 500;
+
+const SCRIPTS_DIR = path.join(path.dirname(fileURLToPath(import.meta.url)), "redis-scripts");
+
+type Reply = Array<string | number | null>;
+type ScriptRunner = (...keysAndArgs: Array<string | number | Buffer>) => Promise<Reply>;
+
+const hex = (s: string) => Buffer.from(s, "utf8").toString("hex");
+const unhex = (s: string) => Buffer.from(s, "hex").toString("utf8");
+/** Fixed width, so that entries sort by creation time as strings. */
+const created = (createdAt: number) => String(createdAt).padStart(16, "0");
+
+/** Runs a Redis call, mapping what it throws to a MemoryError (the store's own mapping). */
+export type RedisCall = <T>(run: () => Promise<T>) => Promise<T>;
+
+/** The keys of one app's memories, in the order the scripts take them. */
+interface AppKeys {
+  records: string;
+  validity: string;
+  entries: string;
+  order: string;
+  byUser: string;
+  groups: string;
+  meta: string;
+  held: string;
+  embeddings: string;
+  vectors: string;
+}
+
+/** One index a listing walks: a zset and the prefix its members have before "<created>:<hex id>". */
+interface IndexSource {
+  key: string;
+  prefix: string;
+}
+
+/** The member suffix "<created>:<hex id>" a cursor or memory sorts by. */
+function orderSuffix(m: MemoryCursor): string {
+  return `${created(m.createdAt)}:${hex(m.memoryId)}`;
+}
+
+/** The hex group of a memory ("" without a supersession key): its exact scope and key. */
+function groupOf(m: MemoryRecord): string {
+  const key = supersessionKey(m);
+  return key === "" ? "" : hex(`${exactScopeKey(m)}\u0001${key}`);
+}
+
+/** The user part of a memory's index entries: its hex user, or "-" for none. */
+function userOf(m: Pick<MemoryRecord, "userId">): string {
+  return m.userId === undefined ? "-" : hex(m.userId);
+}
+
+/** validFrom as 16 digits that sort as it does: timestamps from year 1 (about -6.2 * 10^13 ms) on are positive past 10^15. */
+const sortableFrom = (validFrom: number) => String(validFrom + 1e15).padStart(16, "0");
+
+/** The index entry write-n.lua stores for a memory (ix), a pure function of its record. */
+function entryOf(m: MemoryRecord): string {
+  return `${created(m.createdAt)}:${userOf(m)}:${groupOf(m)}:${sortableFrom(m.validFrom)}:${m.fingerprint}`;
+}
+
+/**
+ * A record from its stored JSON (or that JSON parsed, as a notice carries
+ * it), validity string and embedding (JSON, parsed, or none: "" or null).
+ */
+function decode(record: string | object, validity: string, embedding?: string | number[] | null): MemoryRecord {
+  const [validFrom, invalidAt, supersededBy] = validity.split(":");
+  const memory = (typeof record === "string" ? JSON.parse(record) : record) as MemoryRecord;
+  if (embedding) memory.embedding = typeof embedding === "string" ? (JSON.parse(embedding) as number[]) : embedding;
+  memory.validFrom = Number(validFrom);
+  if (invalidAt !== "") memory.invalidAt = Number(invalidAt);
+  if (supersededBy !== "") memory.supersededBy = unhex(supersededBy);
+  return memory;
+}
+
+/** The JSON write-n.lua stores: everything but the validity, which supersession changes, and the embedding, kept apart. */
+function encode(m: MemoryRecord): string {
+  const { validFrom: _from, invalidAt: _until, supersededBy: _by, embedding: _embedding, ...rest } = m;
+  return JSON.stringify(rest);
+}
+
+/** An embedding as the vectors hash keeps it. */
+function vectorBytes(embedding: readonly number[]): Buffer {
+  return Buffer.from(Float64Array.from(embedding).buffer);
+}
+
+/** An embedding from the vectors hash (copied: a Buffer from ioredis need not be 8-byte aligned). */
+function vectorOf(bytes: Buffer): number[] {
+  const copy = new Float64Array(bytes.length / 8);
+  Buffer.from(copy.buffer).set(bytes);
+  return Array.from(copy);
+}
+
+/** Loads redis-scripts/<name>-<keys>.lua as commands; "n" keys: the caller passes the key count first. */
+function defineScripts(redis: Redis): Record<"write" | "delete", ScriptRunner> {
+  const scripts: Record<string, ScriptRunner> = {};
+  for (const file of readdirSync(SCRIPTS_DIR)) {
+    const match = /^([a-z]+)-(\d+|n)\.lua$/.exec(file);
+    if (!match) continue;
+    const command = `engram_memories_${match[1]}`;
+    const lua = readFileSync(path.join(SCRIPTS_DIR, file), "utf8");
+    redis.defineCommand(command, match[2] === "n" ? { lua } : { numberOfKeys: Number(match[2]), lua });
+    scripts[match[1]] = (redis as unknown as Record<string, ScriptRunner>)[command].bind(redis);
+  }
+  return scripts as Record<"write" | "delete", ScriptRunner>;
+}
+
+/** The Redis LongTermMemoryStore: a RedisStore's `memories`, on its command connection and key prefix. */
+export class RedisMemories implements LongTermMemoryStore {
+  /** Tells this replica's notices from others': its own changes are delivered at once, not again from the channel. */
+  private readonly origin = randomUUID();
+  private readonly channel: string;
+  private readonly scripts: Record<"write" | "delete", ScriptRunner>;
+  private readonly listeners = new KeyedListeners<MemoryChange>();
+  /** A connection of its own for the channel: subscribed while the store is open. */
+  private subscriber?: Redis;
+
+  constructor(
+    private readonly redis: Redis,
+    private readonly prefix: string,
+    private readonly call: RedisCall,
+  ) {
+    this.channel = `${prefix}:memories`;
+    this.scripts = defineScripts(redis);
+  }
+
+  /** Subscribes to the changes other replicas publish; rejects when Redis cannot be reached. */
+  async listen(): Promise<void> {
+    const subscriber = this.redis.duplicate({ connectionName: `${this.prefix}:memories`, commandTimeout: undefined });
+    // Without a listener ioredis reports every failed reconnect as an unhandled error event.
+    subscriber.on("error", () => {});
+    subscriber.on("message", (channel: string, message: string) => {
+      if (channel === this.channel && this.listeners.size > 0) this.deliver(message, false);
+    });
+    this.subscriber = subscriber;
+    // ioredis subscribes again by itself after a reconnect; changes published meanwhile are lost, as WatchMemories says.
+    try {
+      await subscriber.connect();
+      await subscriber.subscribe(this.channel);
+    } catch (err) {
+      subscriber.disconnect();
+      throw err;
+    }
+  }
+
+  /** Drops the subscription and every listener (the store is closing). */
+  close(): void {
+    this.listeners.clear();
+    this.subscriber?.disconnect();
+  }
+
+  async writeMemories(memories: readonly MemoryRecord[]): Promise<MemoryWriteResult> {
+    const apps = new Map<string, number>();
+    const keys: string[] = [];
+    for (const m of memories) {
+      if (apps.has(m.appName)) continue;
+      apps.set(m.appName, apps.size + 1);
+      keys.push(...Object.values(this.keysOf(m.appName)));
+    }
+    const args: Array<string | number | Buffer> = [this.channel, this.origin, memories.length];
+    for (const m of memories) {
+      args.push(
+        apps.get(m.appName)!,
+        hex(m.memoryId),
+        m.fingerprint,
+        encode(m),
+        created(m.createdAt),
+        userOf(m),
+        groupOf(m),
+        m.validFrom,
+        m.invalidAt ?? "",
+        m.embedding?.length ?? 0,
+        sortableFrom(m.validFrom),
+        m.embedding ? JSON.stringify(m.embedding) : "",
+        m.embedding ? vectorBytes(m.embedding) : "",
+      );
+    }
+    const reply = await this.call(() => this.scripts.write(keys.length, ...keys, ...args));
+    if (reply[0] === "TAKEN") {
+      const i = reply[1] as number;
+      throw memoryIdTaken(`memories[${i}].memory_id`, memories[i].memoryId);
+    }
+    if (reply[0] === "DIMENSION") throw embeddingDimensionMismatch(`memories[${reply[1]}].embedding`, reply[2] as number, reply[3] as number);
+    if (reply[1] !== "") this.deliver(reply[1] as string, true);
+    const records: MemoryRecord[] = [];
+    for (let i = 2; i < reply.length; i += 3) records.push(decode(reply[i] as string, reply[i + 1] as string, reply[i + 2] as string));
+    return { memories: records.slice(0, memories.length), superseded: records.slice(memories.length) };
+  }
+
+  async getMemory(appName: string, memoryId: string): Promise<MemoryRecord | undefined> {
+    const keys = this.keysOf(appName);
+    const id = hex(memoryId);
+    const replies = (await this.call(() => this.redis.pipeline().hget(keys.records, id).hget(keys.validity, id).hget(keys.embeddings, id).exec()))!;
+    const [record, validity, embedding] = replies.map(([err, value]) => {
+      if (err) throw err;
+      return value as string | null;
+    });
+    return record === null || validity === null ? undefined : decode(record, validity, embedding);
+  }
+
+  async searchMemories(filter: MemoryFilter, query: string, limit: number): Promise<RankedMemory[]> {
+    if (query.trim() === "") return [];
+    const candidates = await this.candidates(filter);
+    const byId = new Map(candidates.map((m) => [m.memoryId, m]));
+    const index = newLexicalIndex();
+    index.addAll(candidates.map(lexicalDocument));
+    const hits = index.search(query, LEXICAL_QUERY).slice(0, limit);
+    const found = await this.withEmbeddings(filter.scope.appName, hits.map((hit) => byId.get(hit.id as string)!));
+    return hits.map((hit, i) => ({ memory: found[i], score: hit.score }));
+  }
+
+  async nearestMemories(filter: MemoryFilter, embedding: readonly number[], limit: number): Promise<RankedMemory[]> {
+    const candidates = await this.candidates(filter);
+    if (candidates.length === 0) return [];
+    const keys = this.keysOf(filter.scope.appName);
+    const vectors = await this.call(() => this.redis.hmgetBuffer(keys.vectors, ...candidates.map((m) => hex(m.memoryId))));
+    const out: RankedMemory[] = [];
+    candidates.forEach((candidate, i) => {
+      const bytes = vectors[i];
+      // A dimension is 8 bytes: only embeddings of the query's dimension compare.
+      if (!bytes || bytes.length !== 8 * embedding.length) return;
+      const vector = vectorOf(bytes);
+      out.push({ memory: { ...candidate, embedding: vector }, score: cosine(embedding, vector) });
+    });
+    return out.sort((a, b) => b.score - a.score).slice(0, limit);
+  }
+
+  async listMemories(filter: MemoryFilter, limit: number, after?: MemoryCursor): Promise<MemoryRecord[]> {
+    const out: MemoryRecord[] = [];
+    if (limit <= 0) return out;
+    for await (const memory of this.newestFirst(filter.scope, Math.min(Math.max(limit, LIST_PAGE), 1000), after)) {
+      if (!filterSelects(filter, memory)) continue;
+      out.push(memory);
+      if (out.length === limit) break;
+    }
+    return this.withEmbeddings(filter.scope.appName, out);
+  }
+
+  async deleteMemories(appName: string, memoryIds: readonly string[]): Promise<MemoryRecord[]> {
+    if (memoryIds.length === 0) return [];
+    return this.remove(appName, memoryIds.map((id) => [hex(id), ""]));
+  }
+
+  async deleteMemoriesInScope(scope: MemoryScopeFilter): Promise<MemoryRecord[]> {
+    const removed: MemoryRecord[] = [];
+    let page: Array<[string, string]> = [];
+    // Removed a page at a time as the walk goes: its cursor is past them, so nothing is skipped or seen twice.
+    for await (const memory of this.newestFirst(scope, DELETE_PAGE)) {
+      if (!scopeSelects(scope, memory)) continue;
+      page.push([hex(memory.memoryId), entryOf(memory)]);
+      if (page.length === DELETE_PAGE) {
+        removed.push(...(await this.remove(scope.appName, page)));
+        page = [];
+      }
+    }
+    if (page.length > 0) removed.push(...(await this.remove(scope.appName, page)));
+    return removed;
+  }
+
+  subscribeMemories(appName: string, listener: MemoryChangeListener): () => void {
+    return this.listeners.subscribe(appName, listener);
+  }
+
+  /**
+   * Every memory of (appName, userId), whatever its agent, session or
+   * validity: DeleteUserData's share. Idempotent, so an erasure resumed after
+   * a crash (resumeErasures) finishes it.
+   */
+  async eraseUser(appName: string, userId: string): Promise<number> {
+    return (await this.deleteMemoriesInScope({ appName, userId, match: "within" })).length;
+  }
+
+  /** The memories of a scan (read without embeddings), each with its embedding when it has one. */
+  private async withEmbeddings(appName: string, memories: MemoryRecord[]): Promise<MemoryRecord[]> {
+    if (memories.length === 0) return memories;
+    const embeddings = await this.call(() => this.redis.hmget(this.keysOf(appName).embeddings, ...memories.map((m) => hex(m.memoryId))));
+    return memories.map((m, i) => (embeddings[i] ? { ...m, embedding: JSON.parse(embeddings[i]!) as number[] } : m));
+  }
+
+  /** Runs delete-9.lua over [hex id, expected entry] pairs; the removed records. */
+  private async remove(appName: string, pairs: ReadonlyArray<readonly [string, string]>): Promise<MemoryRecord[]> {
+    const k = this.keysOf(appName);
+    const reply = await this.call(() =>
+      this.scripts.delete(k.records, k.validity, k.entries, k.order, k.byUser, k.groups, k.held, k.embeddings, k.vectors, this.channel, this.origin, pairs.length, ...pairs.flat()),
+    );
+    if (reply.length === 0) return [];
+    return this.deliver(reply[0] as string, true);
+  }
+
+  /** The newest SEARCH_CANDIDATES memories of the scope's index that the filter selects. */
+  private async candidates(filter: MemoryFilter): Promise<MemoryRecord[]> {
+    const out: MemoryRecord[] = [];
+    let scanned = 0;
+    // Pages smaller than the bound: a scope read from two indexes fetches little more than it scans.
+    for await (const memory of this.newestFirst(filter.scope, CANDIDATE_PAGE)) {
+      if (filterSelects(filter, memory)) out.push(memory);
+      if (++scanned === SEARCH_CANDIDATES) break;
+    }
+    return out;
+  }
+
+  /**
+   * The memories of the indexes that can hold what the scope selects, newest
+   * first (created, then id, descending), after the cursor, merged from each
+   * index read `pageSize` entries at a time. The caller still filters: an
+   * index holds a superset of the scope (e.g. a user's memories of any agent).
+   */
+  private async *newestFirst(scope: MemoryScopeFilter, pageSize: number, after?: MemoryCursor): AsyncGenerator<MemoryRecord> {
+    const keys = this.keysOf(scope.appName);
+    const walks = this.sourcesOf(scope, keys).map((source) => ({
+      ...source,
+      cursor: after === undefined ? undefined : orderSuffix(after),
+      buffer: [] as Array<{ suffix: string; memory?: MemoryRecord }>,
+      done: false,
+    }));
+    for (;;) {
+      await Promise.all(
+        walks
+          .filter((w) => w.buffer.length === 0 && !w.done)
+          .map(async (w) => {
+            const upper = w.cursor !== undefined ? `(${w.prefix}${w.cursor}` : w.prefix === "" ? "+" : `(${w.prefix.slice(0, -1)};`;
+            const lower = w.prefix === "" ? "-" : `[${w.prefix}`;
+            const members = await this.call(() => this.redis.zrevrangebylex(w.key, upper, lower, "LIMIT", 0, pageSize));
+            if (members.length < pageSize) w.done = true;
+            if (members.length === 0) return;
+            const suffixes = members.map((m) => m.slice(w.prefix.length));
+            w.cursor = suffixes[suffixes.length - 1];
+            const ids = suffixes.map((s) => s.slice(s.indexOf(":") + 1));
+            const [[, records], [, validities]] = (await this.call(() => this.redis.pipeline().hmget(keys.records, ...ids).hmget(keys.validity, ...ids).exec()))! as Array<
+              [unknown, Array<string | null>]
+            >;
+            // A memory deleted between the two reads is skipped.
+            w.buffer = suffixes.map((suffix, i) => ({
+              suffix,
+              memory: records[i] === null || validities[i] === null ? undefined : decode(records[i]!, validities[i]!),
+            }));
+          }),
+      );
+      let next: (typeof walks)[number] | undefined;
+      for (const w of walks) if (w.buffer.length > 0 && (!next || w.buffer[0].suffix > next.buffer[0].suffix)) next = w;
+      if (!next) return;
+      const { memory } = next.buffer.shift()!;
+      if (memory) yield memory;
+    }
+  }
+
+  /**
+   * The indexes holding every memory the scope can select: a named user's
+   * own (and, for VISIBLE, the memories of no user); without a user, the
+   * whole app for WITHIN, else the memories of no user.
+   */
+  private sourcesOf(scope: MemoryScopeFilter, keys: AppKeys): IndexSource[] {
+    const noUser = { key: keys.byUser, prefix: "-:" };
+    if (scope.userId !== undefined) {
+      const own = { key: keys.byUser, prefix: `${hex(scope.userId)}:` };
+      return scope.match === "visible" ? [own, noUser] : [own];
+    }
+    return scope.match === "within" ? [{ key: keys.order, prefix: "" }] : [noUser];
+  }
+
+  /** Decodes a notice of the scripts and hands its changes to this replica's listeners; the records it removed. */
+  private deliver(notice: string, own: boolean): MemoryRecord[] {
+    let parsed: { o: string; c?: Array<[string, object, string, number[] | null]>; d?: Array<[object, string, number[] | null]> };
+    try {
+      parsed = JSON.parse(notice);
+    } catch {
+      return [];
+    }
+    // Our own changes were delivered when the script returned.
+    const emit = own || parsed.o !== this.origin;
+    for (const [kind, record, validity, embedding] of parsed.c ?? []) {
+      const memory = decode(record, validity, embedding);
+      if (emit) this.emit(memory.appName, { kind: kind === "s" ? "superseded" : "written", memory });
+    }
+    const removed = (parsed.d ?? []).map(([record, validity, embedding]) => decode(record, validity, embedding));
+    if (emit && removed.length > 0) this.emit(removed[0].appName, { kind: "deleted", memories: removed });
+    return removed;
+  }
+
+  private emit(appName: string, change: MemoryChange): void {
+    this.listeners.emit(appName, change);
+  }
+
+  private keysOf(appName: string): AppKeys {
+    const base = `${this.prefix}:mem:${hex(appName)}`;
+    return {
+      records: `${base}:rec`,
+      validity: `${base}:val`,
+      entries: `${base}:ix`,
+      order: `${base}:order`,
+      byUser: `${base}:user`,
+      groups: `${base}:groups`,
+      meta: `${base}:meta`,
+      held: `${base}:held`,
+      embeddings: `${base}:emb`,
+      vectors: `${base}:vec`,
+    };
+  }
+}
