@@ -74,9 +74,10 @@ export interface MemoryClientOptions {
   /** API key of a server running with MEMORY_AUTH=true: sent as `authorization: Bearer <key>` on every call. */
   apiKey?: string;
   /**
-   * Retries of calls that are safe to repeat (reads, getOrCreateSession, and
-   * appends without expectedSeq, which carry an event_id) after UNAVAILABLE or
-   * a broken connection (default 2; 0 disables).
+   * Retries of calls that are safe to repeat (reads, getOrCreateSession,
+   * appends without expectedSeq, which carry an event_id, writeMemories, whose
+   * memories carry a memory_id, and deleteMemories) after UNAVAILABLE or a
+   * broken connection (default 2; 0 disables).
    */
   retries?: number;
   /** Reconnection of streamSessionEvents. */
