@@ -9,6 +9,7 @@ import * as events from "./commands/events.js";
 import * as exportSessions from "./commands/export.js";
 import * as importSessions from "./commands/import.js";
 import * as keys from "./commands/keys.js";
+import * as memories from "./commands/memories.js";
 import * as serve from "./commands/serve.js";
 import * as sessions from "./commands/sessions.js";
 import * as stats from "./commands/stats.js";
@@ -20,4 +21,4 @@ export interface Subcommand {
 }
 
 /** The subcommand table. */
-export const SUBCOMMANDS: readonly Subcommand[] = [serve, sessions, events, tail, context, stats, exportSessions, importSessions, erase, keys];
+export const SUBCOMMANDS: readonly Subcommand[] = [serve, sessions, events, tail, context, memories, stats, exportSessions, importSessions, erase, keys];

@@ -4,7 +4,7 @@
  */
 import Table from "cli-table3";
 import { InvalidArgumentError } from "commander";
-import type { JsonValue, MemoryEvent, Session } from "@engram-memory/client";
+import type { JsonValue, Memory, MemoryEvent, Session } from "@engram-memory/client";
 
 /** A borderless, left-aligned table (the kubectl look), without colour codes. */
 export function table(head: string[], rows: Array<Array<string | number>>): string {
@@ -72,6 +72,29 @@ export function eventJson(e: MemoryEvent) {
     metadata: e.metadata,
     seq: e.seq,
     session_id: e.sessionId,
+  };
+}
+
+/** A memory in the wire's snake_case JSON shape (unset scope fields left out). */
+export function memoryJson(m: Memory) {
+  return {
+    memory_id: m.memoryId,
+    app_name: m.appName,
+    ...(m.userId === undefined ? {} : { user_id: m.userId }),
+    ...(m.agentId === undefined ? {} : { agent_id: m.agentId }),
+    ...(m.sessionId === undefined ? {} : { session_id: m.sessionId }),
+    text: m.text,
+    ...(m.fact ? { fact: m.fact } : {}),
+    key: m.key,
+    topics: m.topics,
+    importance: m.importance,
+    pinned: m.pinned,
+    metadata: m.metadata,
+    ...(m.source ? { source: { session_id: m.source.sessionId, from_seq: m.source.fromSeq, to_seq: m.source.toSeq } } : {}),
+    created_at: iso(m.createdAt),
+    valid_from: iso(m.validFrom),
+    invalid_at: iso(m.invalidAt),
+    superseded_by: m.supersededBy,
   };
 }
 

@@ -147,7 +147,7 @@ describe("usage errors", () => {
   it("lists every subcommand in --help and exits 0", async () => {
     const help = await runEngram(["--help"]);
     expect(help.code).toBe(0);
-    for (const sub of ["serve", "sessions", "events", "tail", "context", "stats", "export", "import", "erase"]) {
+    for (const sub of ["serve", "sessions", "events", "tail", "context", "memories", "stats", "export", "import", "erase"]) {
       expect(help.stdout).toMatch(new RegExp(`^  ${sub}\\b`, "m"));
     }
   });

@@ -500,6 +500,7 @@ func (c *Client) CleanupWhere(ctx context.Context, maxAge time.Duration, filter 
 type UserDataErased struct {
 	RemovedSessions uint64
 	RemovedEvents   uint64
+	RemovedMemories uint64 // long-term memories of the user (user_id equal to it)
 }
 
 // DeleteUserData erases one user of one app: every session and event of
@@ -511,7 +512,11 @@ func (c *Client) DeleteUserData(ctx context.Context, appName, userID string) (*U
 	if err != nil {
 		return nil, err
 	}
-	return &UserDataErased{RemovedSessions: res.Msg.GetRemovedSessions(), RemovedEvents: res.Msg.GetRemovedEvents()}, nil
+	return &UserDataErased{
+		RemovedSessions: res.Msg.GetRemovedSessions(),
+		RemovedEvents:   res.Msg.GetRemovedEvents(),
+		RemovedMemories: res.Msg.GetRemovedMemories(),
+	}, nil
 }
 
 // invalid wraps a client-side encoding problem as INVALID_ARGUMENT.

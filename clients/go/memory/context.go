@@ -120,7 +120,11 @@ func (c *Client) BuildConversationContext(ctx context.Context, sessionID string,
 	if err != nil {
 		return nil, err
 	}
-	msg := res.Msg
+	return fromContext(res.Msg), nil
+}
+
+// fromContext converts a context as the server built it (also Recall's part).
+func fromContext(msg *engramv1.BuildConversationContextResponse) *ConversationContext {
 	out := &ConversationContext{
 		Text:             msg.GetText(),
 		EventsIncluded:   msg.GetEventsIncluded(),
@@ -153,5 +157,5 @@ func (c *Client) BuildConversationContext(ctx context.Context, sessionID string,
 		}
 		out.Messages = append(out.Messages, cm)
 	}
-	return out, nil
+	return out
 }

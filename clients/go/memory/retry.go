@@ -25,8 +25,9 @@ const (
 )
 
 // WithRetries sets how many times calls that are safe to repeat (reads,
-// GetOrCreateSession, and appends without ExpectSeq, whose events carry an
-// event id) are retried after UNAVAILABLE. Default DefaultRetries; 0
+// GetOrCreateSession, appends without ExpectSeq, whose events carry an
+// event id, WriteMemories, whose memories carry a memory id, and
+// DeleteMemories) are retried after UNAVAILABLE. Default DefaultRetries; 0
 // disables retries.
 func WithRetries(n int) Option {
 	return func(c *config) {

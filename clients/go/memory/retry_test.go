@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"io"
 	"net"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -153,6 +154,30 @@ func TestRetryAfterLostResponse(t *testing.T) {
 		for i, ev := range evs {
 			if got := page.Events[i+1]; got.EventID != ev.EventID || got.Seq != ev.Seq {
 				t.Fatalf("returned %s@%d, stored %s@%d", ev.EventID, ev.Seq, got.EventID, got.Seq)
+			}
+		}
+	})
+
+	t.Run("WriteMemories", func(t *testing.T) {
+		ctx := testCtx(t)
+		app := uniq(t, "lost-memories")
+		proxy := startLossyProxy(t, mainServer.URL[len("http://"):])
+		written, err := memory.New(proxy.URL()).WriteMemories(ctx, []memory.Memory{
+			{AppName: app, UserID: "u", Text: "stored once"}, {AppName: app, UserID: "u", Text: "and this too"},
+		})
+		if err != nil {
+			t.Fatalf("retried write failed: %v", err)
+		}
+		if proxy.dropped.Load() != 1 {
+			t.Fatalf("the proxy cut %d responses, want 1", proxy.dropped.Load())
+		}
+		page := must[*memory.MemoryPage](t)(direct.ListMemories(ctx, memory.ListMemoriesParams{MemoryFilter: memory.MemoryFilter{Scope: memory.Scope{AppName: app}}}))
+		if len(page.Memories) != 2 {
+			t.Fatalf("app holds %d memories after a retried batch of 2, want 2", len(page.Memories))
+		}
+		for _, m := range written.Memories {
+			if !slices.ContainsFunc(page.Memories, func(s memory.Memory) bool { return s.MemoryID == m.MemoryID }) {
+				t.Fatalf("returned %s, stored %v", m.MemoryID, page.Memories)
 			}
 		}
 	})

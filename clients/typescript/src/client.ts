@@ -5,9 +5,50 @@
 import { durationFromMs } from "@bufbuild/protobuf/wkt";
 import { Code, ConnectError, createClient, type Client, type Interceptor, type Transport } from "@connectrpc/connect";
 import * as pb from "./gen/engram/v1/memory_pb.js";
-import { contextRequest, fromEventInput, toContext, toEvent, toNumber, toSeq, toSession } from "./convert.js";
+import {
+  contextRequest,
+  filterFields,
+  fromEventInput,
+  fromMemoryInput,
+  scopeFields,
+  toContext,
+  toEvent,
+  toEventHit,
+  toMemory,
+  toMemoryChange,
+  toNumber,
+  toRecall,
+  toScoredMemory,
+  toSeq,
+  toSession,
+} from "./convert.js";
 import { createTransport, type ClosableTransport, type Protocol } from "./transport.js";
-import type { CallOptions, ContextOptions, ConversationContext, EventInput, JsonObject, JsonValue, MemoryEvent, MemoryStats, Session, UserDataErased } from "./types.js";
+import type {
+  CallOptions,
+  ContextOptions,
+  ConversationContext,
+  EventHit,
+  EventInput,
+  EventSearch,
+  JsonObject,
+  JsonValue,
+  MemoriesWritten,
+  Memory,
+  MemoryChange,
+  MemoryDeletion,
+  MemoryEvent,
+  MemoryListing,
+  MemoryPage,
+  MemoryScope,
+  MemorySearch,
+  MemoryStats,
+  MemoryInput,
+  Recall,
+  RecallOptions,
+  ScoredMemory,
+  Session,
+  UserDataErased,
+} from "./types.js";
 
 /** How a resumable stream reconnects. */
 export interface ReconnectOptions {
@@ -33,9 +74,10 @@ export interface MemoryClientOptions {
   /** API key of a server running with MEMORY_AUTH=true: sent as `authorization: Bearer <key>` on every call. */
   apiKey?: string;
   /**
-   * Retries of calls that are safe to repeat (reads, getOrCreateSession, and
-   * appends without expectedSeq, which carry an event_id) after UNAVAILABLE or
-   * a broken connection (default 2; 0 disables).
+   * Retries of calls that are safe to repeat (reads, getOrCreateSession,
+   * appends without expectedSeq, which carry an event_id, writeMemories, whose
+   * memories carry a memory_id, and deleteMemories) after UNAVAILABLE or a
+   * broken connection (default 2; 0 disables).
    */
   retries?: number;
   /** Reconnection of streamSessionEvents. */
@@ -76,6 +118,12 @@ export interface StreamOptions extends ReconnectOptions {
    * awaited before reconnecting.
    */
   onReconnect?: (err: ConnectError, attempt: number) => void | Promise<void>;
+}
+
+/** Options of watchMemories. */
+export interface WatchOptions {
+  /** Aborting ends the iteration (the loop simply finishes). */
+  signal?: AbortSignal;
 }
 
 const MAX_PAGE = 1000;
@@ -396,7 +444,142 @@ export class MemoryClient {
    */
   async deleteUserData(appName: string, userId: string, opts?: CallOptions): Promise<UserDataErased> {
     const res = await this.rpc.deleteUserData({ appName, userId }, opts);
-    return { removedSessions: toNumber(res.removedSessions, "removed_sessions"), removedEvents: toNumber(res.removedEvents, "removed_events") };
+    return {
+      removedSessions: toNumber(res.removedSessions, "removed_sessions"),
+      removedEvents: toNumber(res.removedEvents, "removed_events"),
+      removedMemories: toNumber(res.removedMemories, "removed_memories"),
+    };
+  }
+
+  /**
+   * Stores a batch of long-term memories atomically (all or none). A memory
+   * without memoryId gets a UUID before the first try, so the call is
+   * retried like a read: writing the same id again returns the stored
+   * original. A memory with the supersession key of a valid one in the same
+   * scope closes that one's validity (returned in `superseded`).
+   */
+  async writeMemories(memories: MemoryInput[], opts?: CallOptions): Promise<MemoriesWritten> {
+    if (!Array.isArray(memories)) throw new TypeError("memories must be an array");
+    const req = { memories: memories.map(fromMemoryInput) };
+    const res = await this.retrying(() => this.rpc.writeMemories(req, opts), opts);
+    return { memories: res.memories.map(toMemory), superseded: res.superseded.map(toMemory) };
+  }
+
+  /** One memory; NOT_FOUND when there is none (or the API key may not see it). */
+  async getMemory(appName: string, memoryId: string, opts?: CallOptions): Promise<Memory> {
+    const res = await this.retrying(() => this.rpc.getMemory({ appName, memoryId }, opts), opts);
+    return toMemory(res.memory);
+  }
+
+  /**
+   * The memories of a scope ranked by relevance to `query` (lexical, fused
+   * with vector similarity, recency and importance), best first. The scope
+   * selects what a caller in it may recall ("visible") unless `scopeMatch` says otherwise.
+   */
+  async searchMemories(search: MemorySearch, opts?: CallOptions): Promise<ScoredMemory[]> {
+    const req = { ...filterFields(search), query: search.query ?? "", topK: search.topK ?? 0, queryEmbedding: search.queryEmbedding ?? [] };
+    const res = await this.retrying(() => this.rpc.searchMemories(req, opts), opts);
+    return res.results.map(toScoredMemory);
+  }
+
+  /** One page of a scope's memories, newest first (see listMemories for every page). */
+  async listMemoriesPage(listing: MemoryListing, opts?: CallOptions): Promise<MemoryPage> {
+    const req = {
+      ...filterFields(listing),
+      key: listing.key,
+      subject: listing.subject,
+      predicate: listing.predicate,
+      pageSize: listing.pageSize ?? 0,
+      pageToken: listing.pageToken ?? "",
+    };
+    const res = await this.retrying(() => this.rpc.listMemories(req, opts), opts);
+    return { memories: res.memories.map(toMemory), nextPageToken: res.nextPageToken };
+  }
+
+  /**
+   * Every memory of a scope (within it, unless `scopeMatch` says otherwise),
+   * newest first, fetching pages as the loop asks for them.
+   */
+  async *listMemories(listing: MemoryListing, opts?: CallOptions): AsyncGenerator<Memory, void, undefined> {
+    let pageToken = listing.pageToken ?? "";
+    // Each page advances the cursor; the bound only guards against a server that would not.
+    for (let pages = 0; pages < 1_000_000; pages++) {
+      const page = await this.listMemoriesPage({ ...listing, pageToken }, opts);
+      yield* page.memories;
+      if (!page.nextPageToken || page.memories.length === 0 || page.nextPageToken === pageToken) return;
+      pageToken = page.nextPageToken;
+    }
+  }
+
+  /**
+   * Forgets memories by ids, or every memory a scope selects, and returns how
+   * many this call removed. Retried like a read (forgetting twice forgets the
+   * same), so after a lost response the count is what the retry removed.
+   */
+  async deleteMemories(deletion: MemoryDeletion, opts?: CallOptions): Promise<number> {
+    const req = { ...scopeFields(deletion), memoryIds: deletion.memoryIds ?? [] };
+    const res = await this.retrying(() => this.rpc.deleteMemories(req, opts), opts);
+    return toNumber(res.deletedCount, "deleted_count");
+  }
+
+  /**
+   * Follows the writes, supersessions and deletions of a scope's memories
+   * live ("visible" to it unless `scopeMatch` says otherwise). The first
+   * change is `{ type: "started" }`: everything after it is delivered.
+   * Heartbeats are not yielded. Changes made while no watch is open are not
+   * replayed, so the watch does not reconnect by itself: when it throws
+   * (the server restarting answers UNAVAILABLE), list or search, then watch again.
+   * Aborting `signal` (or breaking out of the loop) ends it.
+   */
+  async *watchMemories(scope: MemoryScope, options: WatchOptions = {}): AsyncGenerator<MemoryChange, void, undefined> {
+    const signal = options.signal;
+    if (signal?.aborted) return;
+    const req = scopeFields(scope);
+    // Our own controller so that leaving the loop early cancels the call.
+    const controller = new AbortController();
+    const onAbort = () => controller.abort(signal?.reason);
+    signal?.addEventListener("abort", onAbort, { once: true });
+    try {
+      for await (const res of this.rpc.watchMemories(req, { signal: controller.signal })) {
+        const change = toMemoryChange(res);
+        if (change) yield change;
+      }
+    } catch (err) {
+      if (controller.signal.aborted || this.closed) return;
+      throw ConnectError.from(err);
+    } finally {
+      signal?.removeEventListener("abort", onAbort);
+      controller.abort();
+    }
+  }
+
+  /**
+   * Episodic recall: the events of an app's (or one user's) sessions that
+   * best match `query`, with session, seq and a snippet, best first.
+   */
+  async searchEvents(search: EventSearch, opts?: CallOptions): Promise<EventHit[]> {
+    const req = { appName: search.appName, userId: search.userId, query: search.query, topK: search.topK ?? 0, eventTypes: search.eventTypes ?? [] };
+    const res = await this.retrying(() => this.rpc.searchEvents(req, opts), opts);
+    return res.hits.map(toEventHit);
+  }
+
+  /**
+   * Everything an agent should know before its next model call, within one
+   * token budget: the pinned memories of the session's user, the memories
+   * most relevant to `query`, and the session's context, rendered as one text block.
+   */
+  async recall(sessionId: string, options: RecallOptions = {}, opts?: CallOptions): Promise<Recall> {
+    const req = {
+      sessionId,
+      query: options.query ?? "",
+      tokenBudget: options.tokenBudget ?? 0,
+      agentId: options.agentId,
+      tokenizer: options.tokenizer ?? "",
+      topK: options.topK ?? 0,
+      queryEmbedding: options.queryEmbedding ?? [],
+    };
+    const res = await this.retrying(() => this.rpc.recall(req, opts), opts);
+    return toRecall(res);
   }
 
   /** Closes the client's connections; open streams end. */

@@ -2,8 +2,26 @@
 import { create, fromJson, toJson, type JsonObject, type JsonValue } from "@bufbuild/protobuf";
 import { ValueSchema, timestampDate, timestampFromDate, type Timestamp } from "@bufbuild/protobuf/wkt";
 import { randomUUID } from "node:crypto";
+import * as pbm from "./gen/engram/v1/memories_pb.js";
 import * as pb from "./gen/engram/v1/memory_pb.js";
-import type { ChatMessage, ContentPart, ContextOptions, ConversationContext, EventInput, MemoryEvent, Session } from "./types.js";
+import type {
+  ChatMessage,
+  ContentPart,
+  ContextOptions,
+  ConversationContext,
+  EventHit,
+  EventInput,
+  Memory,
+  MemoryChange,
+  MemoryEvent,
+  MemoryFilter,
+  MemoryInput,
+  MemoryScope,
+  Recall,
+  ScopeMatch,
+  ScoredMemory,
+  Session,
+} from "./types.js";
 
 /** A uint64 from the wire as a number; throws rather than round. */
 export function toNumber(value: bigint, field: string): number {
@@ -123,5 +141,132 @@ export function toContext(r: pb.BuildConversationContextResponse): ConversationC
       eventsDropped: s.eventsDropped,
       retrievalUsed: s.retrievalUsed,
     })),
+  };
+}
+
+const SCOPE_MATCH: Record<ScopeMatch, pbm.ScopeMatch> = {
+  visible: pbm.ScopeMatch.VISIBLE,
+  within: pbm.ScopeMatch.WITHIN,
+  exact: pbm.ScopeMatch.EXACT,
+};
+
+/** A scope as the request fields every memory RPC shares. */
+export function scopeFields(s: MemoryScope): { appName: string; userId?: string; agentId?: string; sessionId?: string; scopeMatch: pbm.ScopeMatch } {
+  if (!s || typeof s.appName !== "string") throw new TypeError("appName must be a string");
+  let scopeMatch = pbm.ScopeMatch.UNSPECIFIED;
+  if (s.scopeMatch !== undefined) {
+    if (!Object.hasOwn(SCOPE_MATCH, s.scopeMatch)) throw new RangeError(`scopeMatch must be "visible", "within" or "exact", got ${JSON.stringify(s.scopeMatch)}`);
+    scopeMatch = SCOPE_MATCH[s.scopeMatch];
+  }
+  return { appName: s.appName, userId: s.userId, agentId: s.agentId, sessionId: s.sessionId, scopeMatch };
+}
+
+/** The filter fields searchMemories and listMemories share. */
+export function filterFields(f: MemoryFilter) {
+  return {
+    ...scopeFields(f),
+    topics: f.topics ?? [],
+    asOf: f.asOf ? timestampFromDate(f.asOf) : undefined,
+    includeInvalid: f.includeInvalid ?? false,
+    pinned: f.pinned,
+  };
+}
+
+/** A memory to write, with a memory_id assigned when it has none (so that a retry is idempotent). */
+export function fromMemoryInput(m: MemoryInput): pbm.Memory {
+  if (!m || typeof m.text !== "string") throw new TypeError("memory.text must be a string");
+  return create(pbm.MemorySchema, {
+    memoryId: m.memoryId ?? randomUUID(),
+    appName: m.appName,
+    userId: m.userId,
+    agentId: m.agentId,
+    sessionId: m.sessionId,
+    text: m.text,
+    fact: m.fact ? { subject: m.fact.subject, predicate: m.fact.predicate, object: m.fact.object } : undefined,
+    key: m.key ?? "",
+    topics: m.topics ?? [],
+    importance: m.importance ?? 0,
+    pinned: m.pinned ?? false,
+    metadata: m.metadata as JsonObject | undefined,
+    source: m.source
+      ? {
+          sessionId: m.source.sessionId,
+          fromSeq: toSeq(m.source.fromSeq ?? 0, "source.fromSeq"),
+          toSeq: toSeq(m.source.toSeq ?? 0, "source.toSeq"),
+        }
+      : undefined,
+    validFrom: m.validFrom ? timestampFromDate(m.validFrom) : undefined,
+    invalidAt: m.invalidAt ? timestampFromDate(m.invalidAt) : undefined,
+    embedding: m.embedding ?? [],
+  });
+}
+
+/** A stored memory as a plain object. */
+export function toMemory(m: pbm.Memory | undefined): Memory {
+  if (!m) throw new Error("server answered without a memory");
+  const out: Memory = {
+    memoryId: m.memoryId,
+    appName: m.appName,
+    text: m.text,
+    key: m.key,
+    topics: [...m.topics],
+    importance: m.importance,
+    pinned: m.pinned,
+    metadata: m.metadata ?? {},
+    createdAt: date(m.createdAt),
+    validFrom: date(m.validFrom),
+    invalidAt: date(m.invalidAt),
+    supersededBy: m.supersededBy,
+    embedding: [...m.embedding],
+  };
+  if (m.userId !== undefined) out.userId = m.userId;
+  if (m.agentId !== undefined) out.agentId = m.agentId;
+  if (m.sessionId !== undefined) out.sessionId = m.sessionId;
+  if (m.fact) out.fact = { subject: m.fact.subject, predicate: m.fact.predicate, object: m.fact.object };
+  if (m.source) {
+    out.source = { sessionId: m.source.sessionId, fromSeq: toNumber(m.source.fromSeq, "from_seq"), toSeq: toNumber(m.source.toSeq, "to_seq") };
+  }
+  return out;
+}
+
+/** A search result as a plain object. */
+export function toScoredMemory(r: pbm.ScoredMemory): ScoredMemory {
+  return { memory: toMemory(r.memory), score: r.score, lexicalScore: r.lexicalScore, vectorScore: r.vectorScore };
+}
+
+/** A watch frame as a change; undefined for heartbeats (and frames this client does not know). */
+export function toMemoryChange(r: pbm.WatchMemoriesResponse): MemoryChange | undefined {
+  const frame = r.frame;
+  switch (frame.case) {
+    case "started":
+      return { type: "started" };
+    case "written":
+      return { type: "written", memory: toMemory(frame.value) };
+    case "superseded":
+      return { type: "superseded", memory: toMemory(frame.value) };
+    case "deleted":
+      return { type: "deleted", memoryIds: [...frame.value.memoryIds] };
+    default:
+      return undefined;
+  }
+}
+
+/** An event search hit as a plain object. */
+export function toEventHit(h: pb.EventHit): EventHit {
+  return { sessionId: h.sessionId, seq: toNumber(h.seq, "seq"), snippet: h.snippet, score: h.score, event: toEvent(h.event) };
+}
+
+/** Recall's answer as a plain object. */
+export function toRecall(r: pb.RecallResponse): Recall {
+  return {
+    text: r.text,
+    pinned: r.pinned.map(toMemory),
+    memories: r.memories.map(toScoredMemory),
+    context: r.context ? toContext(r.context) : undefined,
+    pinnedTokens: r.pinnedTokens,
+    memoryTokens: r.memoryTokens,
+    contextTokens: r.contextTokens,
+    tokensUsed: r.tokensUsed,
+    tokenizer: r.tokenizer,
   };
 }

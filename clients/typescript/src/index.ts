@@ -3,7 +3,7 @@
  * AI agents, over gRPC (HTTP/2), Connect (HTTP/1.1) or gRPC-Web.
  */
 export { MemoryClient, createMemoryClient } from "./client.js";
-export type { AddEventOptions, CleanupOptions, MemoryClientOptions, ReconnectOptions, StreamOptions } from "./client.js";
+export type { AddEventOptions, CleanupOptions, MemoryClientOptions, ReconnectOptions, StreamOptions, WatchOptions } from "./client.js";
 export { createConnectTransport, createGrpcTransport, createGrpcWebTransport, createTransport } from "./transport.js";
 export type { ClosableTransport, Protocol, TransportOptions } from "./transport.js";
 export {
@@ -27,13 +27,33 @@ export type {
   ContextOptions,
   ContextSection,
   ConversationContext,
+  EventHit,
   EventInput,
+  EventSearch,
   JsonObject,
   JsonValue,
+  MemoriesWritten,
+  Memory,
+  MemoryChange,
+  MemoryDeletion,
   MemoryEvent,
+  MemoryFact,
+  MemoryFilter,
+  MemoryInput,
+  MemoryListing,
+  MemoryPage,
+  MemoryScope,
+  MemorySearch,
+  MemorySource,
   MemoryStats,
+  Recall,
+  RecallOptions,
+  ScopeMatch,
+  ScoredMemory,
   Session,
   UserDataErased,
 } from "./types.js";
 /** The generated protobuf-es messages and the MemoryService descriptor. */
 export * as pb from "./gen/engram/v1/memory_pb.js";
+/** The generated long-term memory messages (memories.proto). */
+export * as pbMemories from "./gen/engram/v1/memories_pb.js";

@@ -135,6 +135,8 @@ export interface MemoryStats {
 export interface UserDataErased {
   removedSessions: number;
   removedEvents: number;
+  /** Long-term memories of the user (user_id equal to it). */
+  removedMemories: number;
 }
 
 /** Per-call options. */
@@ -142,4 +144,234 @@ export interface CallOptions {
   signal?: AbortSignal;
   timeoutMs?: number;
   headers?: ConstructorParameters<typeof Headers>[0];
+}
+
+/**
+ * How a scope filter selects memories. "visible": what a caller in that scope
+ * may recall (each dimension unset/shared or equal); "within": everything
+ * inside the scope (unset filter dimensions match any value); "exact": that
+ * scope only. The RPC's default applies when omitted: visible for search and
+ * watch, within for list and delete.
+ */
+export type ScopeMatch = "visible" | "within" | "exact";
+
+/** A scope of memories: an app and any subset of user, agent and session (unset: shared across it). */
+export interface MemoryScope {
+  appName: string;
+  userId?: string;
+  agentId?: string;
+  sessionId?: string;
+  /** How the scope selects memories (the RPC's default when omitted). */
+  scopeMatch?: ScopeMatch;
+}
+
+/** A fact as subject, predicate and object ("user" "prefers" "tea"). */
+export interface MemoryFact {
+  subject: string;
+  predicate: string;
+  object: string;
+}
+
+/** The events a memory was drawn from (seqs 0 when unknown). */
+export interface MemorySource {
+  sessionId: string;
+  fromSeq: number;
+  toSeq: number;
+}
+
+/** One stored long-term memory. Scope fields are undefined when the memory is shared across them. */
+export interface Memory {
+  memoryId: string;
+  appName: string;
+  userId?: string;
+  agentId?: string;
+  sessionId?: string;
+  text: string;
+  fact?: MemoryFact;
+  /** Supersession key ("" when the fact's subject and predicate, if any, serve as one). */
+  key: string;
+  topics: string[];
+  /** 0..1. */
+  importance: number;
+  /** A core memory: recall always includes it. */
+  pinned: boolean;
+  metadata: JsonObject;
+  source?: MemorySource;
+  createdAt: Date | undefined;
+  validFrom: Date | undefined;
+  /** When it stopped holding; undefined while it still holds. */
+  invalidAt: Date | undefined;
+  /** The memory whose write closed this one's validity ("" when none). */
+  supersededBy: string;
+  embedding: number[];
+}
+
+/** A memory to write; only appName and text are required. */
+export interface MemoryInput {
+  /**
+   * Idempotency key. When omitted the client generates a UUID before the
+   * first try, so that its own retries cannot store the memory twice.
+   */
+  memoryId?: string;
+  appName: string;
+  userId?: string;
+  agentId?: string;
+  sessionId?: string;
+  text: string;
+  fact?: MemoryFact;
+  /** Supersession key: a newer memory with the same key in the same scope closes this one's validity. */
+  key?: string;
+  topics?: string[];
+  /** 0..1. */
+  importance?: number;
+  pinned?: boolean;
+  metadata?: JsonObject;
+  source?: { sessionId: string; fromSeq?: number | bigint; toSeq?: number | bigint };
+  /** From when it holds (the server's clock when omitted). */
+  validFrom?: Date;
+  /** Until when it held, for a memory written as already past. */
+  invalidAt?: Date;
+  /** Embedding of `text` (one dimension per app). */
+  embedding?: number[];
+}
+
+/** What writeMemories stored. */
+export interface MemoriesWritten {
+  /** The stored memories in input order (the originals of retried ids). */
+  memories: Memory[];
+  /** Memories whose validity this write closed, as they are now. */
+  superseded: Memory[];
+}
+
+/** Filters shared by searchMemories and listMemories. */
+export interface MemoryFilter extends MemoryScope {
+  /** Only memories with at least one of these topics. */
+  topics?: string[];
+  /** Only memories valid at that time (now when omitted). */
+  asOf?: Date;
+  /** Also memories no longer (or not yet) valid; not with asOf. */
+  includeInvalid?: boolean;
+  /** Only pinned (true) or unpinned (false) memories. */
+  pinned?: boolean;
+}
+
+/** A searchMemories query. */
+export interface MemorySearch extends MemoryFilter {
+  /** Text to rank by; empty ranks by importance and recency alone. */
+  query?: string;
+  /** Most results, 1..100 (10 when omitted). */
+  topK?: number;
+  /** Embedding of the query, for vector similarity. */
+  queryEmbedding?: number[];
+}
+
+/** A search result. */
+export interface ScoredMemory {
+  memory: Memory;
+  /** The fused score it was ranked by (higher first). */
+  score: number;
+  /** Its BM25 score for the query (0 when it did not match). */
+  lexicalScore: number;
+  /** Cosine similarity with the query embedding (0 when either is missing). */
+  vectorScore: number;
+}
+
+/** A listMemories query. */
+export interface MemoryListing extends MemoryFilter {
+  /** Only memories with this explicit key. */
+  key?: string;
+  /** Only memories whose fact has this subject. */
+  subject?: string;
+  /** Only memories whose fact has this predicate. */
+  predicate?: string;
+  /** Memories per request, 1..1000 (100 when omitted). */
+  pageSize?: number;
+  /** Continue from a previous page's nextPageToken. */
+  pageToken?: string;
+}
+
+/** One page of listMemoriesPage, newest first. */
+export interface MemoryPage {
+  memories: Memory[];
+  /** Cursor of the next page; "" on the last one. */
+  nextPageToken: string;
+}
+
+/**
+ * What deleteMemories forgets: the listed ids, or (without ids) every memory
+ * the scope selects ("within" by default; with no scope field, scopeMatch must
+ * be given: "within" forgets the whole app, "exact" its app-wide memories).
+ */
+export interface MemoryDeletion extends MemoryScope {
+  memoryIds?: string[];
+}
+
+/** One change a watchMemories iterator yields. */
+export type MemoryChange =
+  /** The watch is live: every change after it is delivered. Always first. */
+  | { type: "started" }
+  /** A memory was written. */
+  | { type: "written"; memory: Memory }
+  /** A memory's validity was closed by a newer one (its new state). */
+  | { type: "superseded"; memory: Memory }
+  /** Memories were forgotten. */
+  | { type: "deleted"; memoryIds: string[] };
+
+/** A searchEvents query: episodic recall over the events of an app's (or a user's) sessions. */
+export interface EventSearch {
+  appName: string;
+  /** Only sessions of this user. */
+  userId?: string;
+  /** Required: the text to search for. */
+  query: string;
+  /** Most hits, 1..100 (10 when omitted). */
+  topK?: number;
+  /** Only events of these types. */
+  eventTypes?: string[];
+}
+
+/** One event matching searchEvents. */
+export interface EventHit {
+  sessionId: string;
+  seq: number;
+  /** The event's text around the first match. */
+  snippet: string;
+  /** Its BM25 score (higher first). */
+  score: number;
+  event: MemoryEvent;
+}
+
+/** Options of recall. */
+export interface RecallOptions {
+  /** Text to rank memories by (usually the latest user message). */
+  query?: string;
+  /** Most tokens the whole recall may take (4000 when omitted). */
+  tokenBudget?: number;
+  /** The calling agent: memories of other agents are left out. */
+  agentId?: string;
+  /** "o200k_base" (default), "cl100k_base" or "chars4". */
+  tokenizer?: string;
+  /** Most relevant memories considered, 1..100 (10 when omitted). */
+  topK?: number;
+  /** Embedding of the query, for vector similarity. */
+  queryEmbedding?: number[];
+}
+
+/** Recall's answer: pinned memories, relevant memories and the session's context, within one budget. */
+export interface Recall {
+  /** Every part rendered as one text block, ready for a system prompt. */
+  text: string;
+  /** Pinned memories that fit, most important first. */
+  pinned: Memory[];
+  /** Relevant memories that fit, best first. */
+  memories: ScoredMemory[];
+  /** The session's context, within what the memories left of the budget (undefined when none fit). */
+  context: ConversationContext | undefined;
+  pinnedTokens: number;
+  memoryTokens: number;
+  contextTokens: number;
+  /** Tokens of `text` in all (at most the budget). */
+  tokensUsed: number;
+  /** The tokenizer that counted. */
+  tokenizer: string;
 }

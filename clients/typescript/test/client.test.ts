@@ -260,9 +260,9 @@ describe("createMemoryClient", () => {
       await client.addEvents(a, [{ eventType: "user_message", content: "one" }, { eventType: "agent_response", content: "two" }]);
       await client.addEvent(b, "user_message", "three");
       await client.addEvent(kept, "user_message", "four");
-      expect(await client.deleteUserData("erase", "gone")).toEqual({ removedSessions: 2, removedEvents: 3 });
+      expect(await client.deleteUserData("erase", "gone")).toEqual({ removedSessions: 2, removedEvents: 3, removedMemories: 0 });
       expect((await errorOf(client.getSession(a))).code).toBe(Code.NotFound);
-      expect(await client.deleteUserData("erase", "gone")).toEqual({ removedSessions: 0, removedEvents: 0 });
+      expect(await client.deleteUserData("erase", "gone")).toEqual({ removedSessions: 0, removedEvents: 0, removedMemories: 0 });
       expect((await client.getSessionEvents(kept)).map((e) => e.content)).toEqual(["four"]);
     } finally {
       client.close();
