@@ -57,10 +57,11 @@ const PROFILES: Record<string, Omit<Profile, "backends" | "sections"> & { sectio
     pairMs: 200,
     memoriesEvalConversations: 3,
     memoriesPerApp: 300,
+    memoriesPointMs: 300,
   },
-  quick: { name: "quick", concurrencies: [1, 16, 64], durationMs: 400, warmupMs: 100, sizes: FULL_SIZES, memoryEvents: 100_000, fanoutSubscribers: [100, 1000], fanoutMs: 1000, sections: ALL_SECTIONS, targetPairs: 3, pairMs: 400, memoriesPerApp: 10_000 },
-  default: { name: "default", concurrencies: [1, 16, 64], durationMs: 2500, warmupMs: 500, sizes: FULL_SIZES, memoryEvents: 500_000, fanoutSubscribers: [100, 1000], fanoutMs: 4000, sections: ALL_SECTIONS, targetPairs: 7, pairMs: 1500, memoriesPerApp: 10_000 },
-  full: { name: "full", concurrencies: [1, 16, 64], durationMs: 8000, warmupMs: 1000, sizes: FULL_SIZES, memoryEvents: 500_000, fanoutSubscribers: [100, 1000], fanoutMs: 10_000, sections: ALL_SECTIONS, targetPairs: 9, pairMs: 3000, memoriesPerApp: 10_000 },
+  quick: { name: "quick", concurrencies: [1, 16, 64], durationMs: 400, warmupMs: 100, sizes: FULL_SIZES, memoryEvents: 100_000, fanoutSubscribers: [100, 1000], fanoutMs: 1000, sections: ALL_SECTIONS, targetPairs: 3, pairMs: 400, memoriesPerApp: 10_000, memoriesPointMs: 2000 },
+  default: { name: "default", concurrencies: [1, 16, 64], durationMs: 2500, warmupMs: 500, sizes: FULL_SIZES, memoryEvents: 500_000, fanoutSubscribers: [100, 1000], fanoutMs: 4000, sections: ALL_SECTIONS, targetPairs: 7, pairMs: 1500, memoriesPerApp: 10_000, memoriesPointMs: 5000 },
+  full: { name: "full", concurrencies: [1, 16, 64], durationMs: 8000, warmupMs: 1000, sizes: FULL_SIZES, memoryEvents: 500_000, fanoutSubscribers: [100, 1000], fanoutMs: 10_000, sections: ALL_SECTIONS, targetPairs: 9, pairMs: 3000, memoriesPerApp: 10_000, memoriesPointMs: 10_000 },
 };
 
 function parseProfile(argv: string[]): { profile: Profile; out: string } {
@@ -344,7 +345,7 @@ async function main(): Promise<void> {
     if (profile.sections.has("memories")) {
       const { runMemoriesBench } = await import("./memories.js");
       results.memories = await runMemoriesBench(profile, {
-        load: (spec) => loadgen.request<LoadResult>({ ...spec, durationMs: profile.durationMs, warmupMs: profile.warmupMs } satisfies LoadSpec),
+        load: (spec) => loadgen.request<LoadResult>({ ...spec, durationMs: profile.memoriesPointMs, warmupMs: profile.warmupMs } satisfies LoadSpec),
         log,
         serverNodeArgs: SERVER_NODE_ARGS,
       });

@@ -31,6 +31,8 @@ export interface Profile {
   memoriesEvalConversations?: number;
   /** Synthetic memories per app for the memories section's SearchMemories / Recall speed points. */
   memoriesPerApp: number;
+  /** Length of each of those points: a call there takes tens of ms, so c=16 needs longer than the transport points. */
+  memoriesPointMs: number;
 }
 
 /** One measured point: a workload on a backend at a concurrency. */
