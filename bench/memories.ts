@@ -97,9 +97,10 @@ function wireMemory(m: LoadedMemory): MessageInitShape<typeof MemorySchema> {
   };
 }
 
-/** Writes the memories app by app in valid_from order; counts the closures against invalidAtOf(). */
-async function writeEvalMemories(client: MemoryClient, memories: LoadedMemory[]): Promise<MemoriesRecall["supersededAsPredicted"]> {
+/** Writes the memories app by app in valid_from order; counts the closures against invalidAtOf(), and the memories stored with a vector. */
+async function writeEvalMemories(client: MemoryClient, memories: LoadedMemory[]): Promise<Pick<MemoriesRecall, "supersededAsPredicted" | "embeddedMemories">> {
   const predicted = invalidAtOf(memories);
+  let embeddedMemories = 0;
   const closed = new Map<string, number>();
   const byApp = new Map<string, LoadedMemory[]>();
   for (const m of memories) byApp.set(m.app_name, [...(byApp.get(m.app_name) ?? []), m]);
@@ -107,14 +108,16 @@ async function writeEvalMemories(client: MemoryClient, memories: LoadedMemory[])
     // Stable: memories of the same instant keep the set's order.
     const ordered = [...appMemories].sort((a, b) => Date.parse(a.valid_from) - Date.parse(b.valid_from));
     for (let start = 0; start < ordered.length; start += WRITE_BATCH) {
-      const { superseded } = await client.writeMemories({ memories: ordered.slice(start, start + WRITE_BATCH).map(wireMemory) }, { timeoutMs: 120_000 });
+      const written = await client.writeMemories({ memories: ordered.slice(start, start + WRITE_BATCH).map(wireMemory) }, { timeoutMs: 120_000 });
+      embeddedMemories += written.memories.filter((m) => m.embedding.length > 0).length;
+      const superseded = written.superseded;
       for (const m of superseded) closed.set(m.memoryId, m.invalidAt ? Number(timestampMs(m.invalidAt)) : Number.NaN);
     }
   }
   let ok = 0;
   for (const [id, at] of predicted) if (closed.get(id) === Date.parse(at)) ok++;
   const unexpected = [...closed.keys()].filter((id) => !predicted.has(id)).length;
-  return { ok, of: predicted.size, unexpected };
+  return { supersededAsPredicted: { ok, of: predicted.size, unexpected }, embeddedMemories };
 }
 
 /** Asks every question; the ids each search returned, best first. */
@@ -160,7 +163,7 @@ async function measureRecall(
   const client = clientOf(engram);
   try {
     let started = Date.now();
-    const supersededAsPredicted = await writeEvalMemories(client, subset.memories);
+    const { supersededAsPredicted, embeddedMemories } = await writeEvalMemories(client, subset.memories);
     const writeSeconds = (Date.now() - started) / 1000;
     started = Date.now();
     const ranked = await askEvalQuestions(client, subset.set, subset.questions);
@@ -174,6 +177,7 @@ async function measureRecall(
       evenConversations: recallOfHalf(subset.questions, ranked, false),
       notValidAvoided: { ok: avoided, of: withNotValid.length },
       supersededAsPredicted,
+      embeddedMemories,
       writeSeconds: Math.round(writeSeconds * 10) / 10,
       askSeconds: Math.round(askSeconds * 10) / 10,
     };
@@ -181,7 +185,7 @@ async function measureRecall(
     deps.log(
       `memories ${ranking}: recall@5 ${r.all.toFixed(3)} (odd ${result.oddConversations.toFixed(3)}, even ${result.evenConversations.toFixed(3)}); ` +
         Object.entries(r).filter(([k]) => k !== "all").map(([k, v]) => `${k} ${v.toFixed(3)}`).join(", ") +
-        `; not-valid avoided ${avoided}/${withNotValid.length}; superseded as predicted ${supersededAsPredicted.ok}/${supersededAsPredicted.of} (${supersededAsPredicted.unexpected} unexpected)`,
+        `; not-valid avoided ${avoided}/${withNotValid.length}; superseded as predicted ${supersededAsPredicted.ok}/${supersededAsPredicted.of} (${supersededAsPredicted.unexpected} unexpected); ${embeddedMemories} stored with a vector`,
     );
     return result;
   } finally {

@@ -121,6 +121,8 @@ export interface MemoriesRecall {
   notValidAvoided: { ok: number; of: number };
   /** Memories the writes closed at the instant invalidAtOf() predicts, of those it predicts; `unexpected`: closed though not predicted. */
   supersededAsPredicted: { ok: number; of: number; unexpected: number };
+  /** Memories the server stored with a vector (the endpoint's): all of them for hybrid, none for lexical. */
+  embeddedMemories: number;
   writeSeconds: number;
   askSeconds: number;
 }

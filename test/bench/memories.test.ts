@@ -43,6 +43,8 @@ describe("benchmark memories section (tiny profile)", () => {
     expect(memories.conversations).toBe(3);
     expect(memories.questions).toBe(evalSubset(loadMemoriesEval(), 3).questions.length);
     expect(memories.recall.map((r) => r.ranking)).toEqual(["lexical", "hybrid"]);
+    // Hybrid means the server embedded every memory through MEMORY_EMBEDDINGS_URL; lexical, none.
+    expect(memories.recall.map((r) => r.embeddedMemories)).toEqual([0, memories.memories]);
     for (const r of memories.recall) {
       expect(Object.keys(r.recall).sort()).toEqual(["all", ...QUESTION_CATEGORIES].sort());
       for (const value of [...Object.values(r.recall), r.oddConversations, r.evenConversations]) {
