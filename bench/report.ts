@@ -202,6 +202,26 @@ export function renderMarkdown(results: BenchResults): string {
   if (results.context !== undefined) {
     lines.push("## Context assembly (bench/context.bench.ts)", "", "```json", JSON.stringify(results.context, null, 2), "```", "");
   }
+  if (results.memories) {
+    const mem = results.memories;
+    const categories = Object.keys(mem.recall[0]?.recall ?? {});
+    lines.push(
+      "## Long-term memory (local store)",
+      "",
+      `recall@5 on bench/memories-eval/ (${mem.conversations} conversations, ${mem.memories} memories, ${mem.questions} questions), lexical vs hybrid (embeddings: ${mem.embeddingModel}). Odd/even: the questions of odd- and even-numbered conversations (tuning on odd only).`,
+      "",
+      `| Ranking | ${categories.join(" | ")} | odd | even | not-valid avoided | superseded as predicted |`,
+      `| --- | ${categories.map(() => "---:").join(" | ")} | ---: | ---: | ---: | ---: |`,
+    );
+    for (const r of mem.recall) {
+      const s = r.supersededAsPredicted;
+      lines.push(
+        `| ${r.ranking} | ${categories.map((c) => r.recall[c]!.toFixed(3)).join(" | ")} | ${r.oddConversations.toFixed(3)} | ${r.evenConversations.toFixed(3)} | ${r.notValidAvoided.ok}/${r.notValidAvoided.of} | ${s.ok}/${s.of}${s.unexpected ? ` (+${s.unexpected} unexpected)` : ""} |`,
+      );
+    }
+    lines.push("");
+  }
+  table(`Long-term memory speed (local store, ${results.memories?.memoriesPerApp ?? 0} memories per app)`, results.memories?.speed ?? []);
   if (results.notes.length > 0) {
     lines.push("## Notes", "", ...results.notes.map((n) => `- ${n}`), "");
   }

@@ -11,7 +11,7 @@
  * Profiles: default (~8 min), --quick (~2 min), --full (8 s points),
  * --tiny (the harness test: local only, one concurrency, 0.3 s points).
  * Other flags: --out DIR, --backends local,redis,postgres, --skip SECTION,...
- * (sections: baselines, references, fanout, memory, peers, context, plot),
+ * (sections: baselines, references, fanout, memory, peers, context, memories, plot),
  * --only SECTION,..., --workloads NAME,... (server workloads whose names
  * start with one of these, e.g. AddEvent: to rerun one point while profiling).
  * BENCH_SERVER_NODE_ARGS (e.g. "--cpu-prof --cpu-prof-dir=/tmp/prof") is
@@ -39,7 +39,7 @@ import type { BenchResults, Point, Profile, TargetPairs } from "./types.js";
 const SERVER_NODE_ARGS = process.env.BENCH_SERVER_NODE_ARGS?.split(" ").filter(Boolean) ?? [];
 /** CPU the calibration echo spends per call on top of the bare echo's. */
 const CALIBRATION_BURN_US = 50;
-const ALL_SECTIONS = ["baselines", "references", "fanout", "memory", "peers", "context", "plot"];
+const ALL_SECTIONS = ["baselines", "references", "fanout", "memory", "peers", "context", "memories", "plot"];
 const FULL_SIZES: SeedSizes = { readSessions: [10, 1000, 10_000], listSessions: 10_000, contextEvents: 200 };
 
 const PROFILES: Record<string, Omit<Profile, "backends" | "sections"> & { sections: string[] }> = {
@@ -55,10 +55,13 @@ const PROFILES: Record<string, Omit<Profile, "backends" | "sections"> & { sectio
     sections: ["memory"],
     targetPairs: 1,
     pairMs: 200,
+    memoriesEvalConversations: 3,
+    memoriesPerApp: 300,
+    memoriesPointMs: 300,
   },
-  quick: { name: "quick", concurrencies: [1, 16, 64], durationMs: 400, warmupMs: 100, sizes: FULL_SIZES, memoryEvents: 100_000, fanoutSubscribers: [100, 1000], fanoutMs: 1000, sections: ALL_SECTIONS, targetPairs: 3, pairMs: 400 },
-  default: { name: "default", concurrencies: [1, 16, 64], durationMs: 2500, warmupMs: 500, sizes: FULL_SIZES, memoryEvents: 500_000, fanoutSubscribers: [100, 1000], fanoutMs: 4000, sections: ALL_SECTIONS, targetPairs: 7, pairMs: 1500 },
-  full: { name: "full", concurrencies: [1, 16, 64], durationMs: 8000, warmupMs: 1000, sizes: FULL_SIZES, memoryEvents: 500_000, fanoutSubscribers: [100, 1000], fanoutMs: 10_000, sections: ALL_SECTIONS, targetPairs: 9, pairMs: 3000 },
+  quick: { name: "quick", concurrencies: [1, 16, 64], durationMs: 400, warmupMs: 100, sizes: FULL_SIZES, memoryEvents: 100_000, fanoutSubscribers: [100, 1000], fanoutMs: 1000, sections: ALL_SECTIONS, targetPairs: 3, pairMs: 400, memoriesPerApp: 10_000, memoriesPointMs: 2000 },
+  default: { name: "default", concurrencies: [1, 16, 64], durationMs: 2500, warmupMs: 500, sizes: FULL_SIZES, memoryEvents: 500_000, fanoutSubscribers: [100, 1000], fanoutMs: 4000, sections: ALL_SECTIONS, targetPairs: 7, pairMs: 1500, memoriesPerApp: 10_000, memoriesPointMs: 5000 },
+  full: { name: "full", concurrencies: [1, 16, 64], durationMs: 8000, warmupMs: 1000, sizes: FULL_SIZES, memoryEvents: 500_000, fanoutSubscribers: [100, 1000], fanoutMs: 10_000, sections: ALL_SECTIONS, targetPairs: 9, pairMs: 3000, memoriesPerApp: 10_000, memoriesPointMs: 10_000 },
 };
 
 function parseProfile(argv: string[]): { profile: Profile; out: string } {
@@ -338,6 +341,14 @@ async function main(): Promise<void> {
       } catch (err) {
         results.notes.push(`bench/context.bench.ts failed: ${err instanceof Error ? err.message : String(err)}`);
       }
+    }
+    if (profile.sections.has("memories")) {
+      const { runMemoriesBench } = await import("./memories.js");
+      results.memories = await runMemoriesBench(profile, {
+        load: (spec) => loadgen.request<LoadResult>({ ...spec, durationMs: profile.memoriesPointMs, warmupMs: profile.warmupMs } satisfies LoadSpec),
+        log,
+        serverNodeArgs: SERVER_NODE_ARGS,
+      });
     }
   } finally {
     for (const cleanup of cleanups.reverse()) await cleanup().catch(() => {});

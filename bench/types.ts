@@ -27,6 +27,12 @@ export interface Profile {
   /** Alternating echo / AddEvent measurements per backend for the target ratios, and the length of each. */
   targetPairs: number;
   pairMs: number;
+  /** Conversations of bench/memories-eval/ the memories section writes and asks about (the first n); undefined: all. */
+  memoriesEvalConversations?: number;
+  /** Synthetic memories per app for the memories section's SearchMemories / Recall speed points. */
+  memoriesPerApp: number;
+  /** Length of each of those points: a call there takes tens of ms, so c=16 needs longer than the transport points. */
+  memoriesPointMs: number;
 }
 
 /** One measured point: a workload on a backend at a concurrency. */
@@ -101,6 +107,40 @@ export interface TargetPairs {
   engram: number[];
 }
 
+/** recall@5 of one ranking over the long-term memory evaluation set (bench/memories-eval/README.md). */
+export interface MemoriesRecall {
+  /** "lexical": no embeddings; "hybrid": MEMORY_EMBEDDINGS_URL set, memories and queries embedded by the server. */
+  ranking: "lexical" | "hybrid";
+  /** recall@5 over every question ("all") and per category. */
+  recall: Record<string, number>;
+  /** recall@5 over the questions of the odd-numbered conversations (c01, c03…: the half fusion weights may be tuned on)… */
+  oddConversations: number;
+  /** …and of the even-numbered ones (held out). App-wide questions count in neither half. */
+  evenConversations: number;
+  /** Questions with not_valid_ids whose answer returned none of them. */
+  notValidAvoided: { ok: number; of: number };
+  /** Memories the writes closed at the instant invalidAtOf() predicts, of those it predicts; `unexpected`: closed though not predicted. */
+  supersededAsPredicted: { ok: number; of: number; unexpected: number };
+  /** Memories the server stored with a vector (the endpoint's): all of them for hybrid, none for lexical. */
+  embeddedMemories: number;
+  writeSeconds: number;
+  askSeconds: number;
+}
+
+/** The long-term memory section: quality on the evaluation set, speed on synthetic memories. */
+export interface MemoriesResult {
+  conversations: number;
+  memories: number;
+  questions: number;
+  /** The embeddings model of the hybrid runs. */
+  embeddingModel: string;
+  recall: MemoriesRecall[];
+  /** Synthetic memories per app behind the speed points. */
+  memoriesPerApp: number;
+  /** SearchMemories and Recall on the local store (kind "server"). */
+  speed: Point[];
+}
+
 /** Everything a run measured. */
 export interface BenchResults {
   meta: Record<string, unknown>;
@@ -111,5 +151,6 @@ export interface BenchResults {
   memory?: MemoryResult;
   peers: PeerPoint[];
   context?: unknown;
+  memories?: MemoriesResult;
   notes: string[];
 }

@@ -10,6 +10,7 @@
 import { ConfigError, describeConfig, loadConfig, type Config } from "./config.js";
 import { log } from "./log.js";
 import { MemoryService } from "./service/memory-service.js";
+import { embeddingsClientFromConfig } from "./service/memories/embeddings.js";
 import { DEFAULT_SERVICE_LIMITS } from "./service/limits.js";
 import { Metrics } from "./service/metrics.js";
 import { startServer } from "./server/server.js";
@@ -63,6 +64,7 @@ async function main(): Promise<void> {
     limits: { ...DEFAULT_SERVICE_LIMITS, maxEventBytes: config.maxEventBytes, maxBatchEvents: config.maxBatchEvents },
     contextLimit: config.contextLimit,
     heartbeatMs: config.heartbeatMs,
+    embeddings: embeddingsClientFromConfig(config),
   });
   const server = await startServer(service, config, log, metrics);
   if (config.auth) log.info({ keys: config.memoryEnabled && config.memoryType !== "local" ? config.memoryType : config.authKeysFile }, "API keys required on every call");

@@ -95,6 +95,7 @@ import type {
   WriteMemoriesRequest,
   WriteMemoriesResponse,
 } from "@engram-memory/client/gen/engram/v1/memories_pb.js";
+import type { EmbeddingsClient } from "./memories/embeddings.js";
 import { LongTermMemoryService } from "./memories/service.js";
 import { toWireMemory, toWireScored } from "./memories/convert.js";
 import { assembleRecall, DEFAULT_RECALL_BUDGET, MAX_RECALL_PINNED } from "./memories/recall.js";
@@ -166,6 +167,8 @@ export interface MemoryServiceOptions {
   contextLimit: number;
   /** Idle time between stream heartbeats. */
   heartbeatMs: number;
+  /** The MEMORY_EMBEDDINGS_URL endpoint's client, when set (src/service/memories/embeddings.ts). */
+  embeddings?: EmbeddingsClient;
 }
 
 /** The memory service; one instance per process. */
@@ -190,7 +193,7 @@ export class MemoryService {
     readonly options: MemoryServiceOptions,
   ) {
     this.hub = new StreamHub(store, { heartbeatMs: options.heartbeatMs, pageSize: STREAM_PAGE_EVENTS });
-    this.longTerm = new LongTermMemoryService(store, { limits: options.limits, heartbeatMs: options.heartbeatMs });
+    this.longTerm = new LongTermMemoryService(store, { limits: options.limits, heartbeatMs: options.heartbeatMs, embeddings: options.embeddings });
   }
 
   async createSession(req: CreateSessionRequest, call?: StoreCall): Promise<CreateSessionResponse> {
@@ -411,7 +414,7 @@ export class MemoryService {
   }
 
   /** Pinned memories, relevant memories and the session's context within one token budget (src/service/memories/recall.ts). */
-  async recall(req: RecallRequest): Promise<RecallResponse> {
+  async recall(req: RecallRequest, call: MemoryCallContext = {}): Promise<RecallResponse> {
     const sessionId = requireId("session_id", req.sessionId);
     if (req.tokenBudget > MAX_TOKEN_BUDGET) throw invalidArgument("token_budget", `must be at most ${MAX_TOKEN_BUDGET}`);
     const budget = req.tokenBudget === 0 ? DEFAULT_RECALL_BUDGET : req.tokenBudget;
@@ -430,7 +433,7 @@ export class MemoryService {
     const now = Date.now();
     const pinned = await this.store.memories.listMemories({ scope, asOf: now, pinned: true }, MAX_RECALL_PINNED);
     pinned.sort((a, b) => b.importance - a.importance || b.validFrom - a.validFrom);
-    const relevant = await this.longTerm.rank({ filter: { scope, asOf: now, pinned: false }, query, topK: k, embedding });
+    const relevant = await this.longTerm.rank({ filter: { scope, asOf: now, pinned: false }, query, topK: k, embedding }, call);
     const recall = await assembleRecall({
       pinned,
       relevant,

@@ -9,6 +9,7 @@ import { fileURLToPath } from "node:url";
 import { pino } from "pino";
 import { loadConfig, type Config } from "../../src/config.js";
 import { MemoryService } from "../../src/service/memory-service.js";
+import { embeddingsClientFromConfig } from "../../src/service/memories/embeddings.js";
 import { DEFAULT_SERVICE_LIMITS } from "../../src/service/limits.js";
 import { startServer, type RunningServer } from "../../src/server/server.js";
 import type { MemoryStore } from "../../src/store/types.js";
@@ -40,6 +41,7 @@ export async function startTestServer(opts: {
     limits: { ...DEFAULT_SERVICE_LIMITS, maxEventBytes: config.maxEventBytes, maxBatchEvents: config.maxBatchEvents },
     contextLimit: config.contextLimit,
     heartbeatMs: config.heartbeatMs,
+    embeddings: embeddingsClientFromConfig(config),
   });
   const server = await startServer(service, config, pino({ level: "silent" }));
   return {

@@ -39,6 +39,7 @@ import { toWireEvent } from "../convert.js";
 import { EventHitSchema, SearchEventsResponseSchema, type SearchEventsRequest, type SearchEventsResponse } from "@engram-memory/client/gen/engram/v1/memory_pb.js";
 import { searchEvents } from "./event-search.js";
 import { toWireMemory, toWireScored } from "./convert.js";
+import type { EmbeddingsClient } from "./embeddings.js";
 import { fuseRankings, type FusedMemory } from "./ranking.js";
 import { appAllowed, mayForget, mayRead, memoryNotFound, ownUser, requireApp, type MemoryCallContext } from "./tenancy.js";
 import { checkQuery, MAX_BATCH_MEMORIES, MAX_DELETE_IDS, memoryFilter, newMemory, optionalName, queryEmbedding, scopeFilter, topK } from "./validation.js";
@@ -56,7 +57,7 @@ export interface MemoryQuery {
   filter: MemoryFilter;
   query: string;
   topK: number;
-  /** The seam for vector similarity: an embedding of the query (from the client today, from MEMORY_EMBEDDINGS_URL later). */
+  /** An embedding of the query from the client; without one, the server embeds the query when MEMORY_EMBEDDINGS_URL is set. */
   embedding?: readonly number[];
 }
 
@@ -65,6 +66,12 @@ export interface LongTermMemoryOptions {
   limits: ServiceLimits;
   /** Idle time between watch heartbeats. */
   heartbeatMs: number;
+  /**
+   * The MEMORY_EMBEDDINGS_URL endpoint: embeds written memories that come
+   * without a vector and queries that come without one. Absent: only
+   * client vectors exist, and ranking without them is lexical.
+   */
+  embeddings?: EmbeddingsClient;
 }
 
 /** The long-term memory service; one per process. */
@@ -94,6 +101,7 @@ export class LongTermMemoryService {
       seen.add(id);
       return record;
     });
+    await this.embedMemories(records, ctx);
     const result = await this.memories.writeMemories(records);
     return create(WriteMemoriesResponseSchema, { memories: result.memories.map(toWireMemory), superseded: result.superseded.map(toWireMemory) });
   }
@@ -110,7 +118,7 @@ export class LongTermMemoryService {
     const filter = memoryFilter(scopeFilter(req, "visible"), req, Date.now());
     const query: MemoryQuery = { filter, query: checkQuery("query", req.query), topK: topK("top_k", req.topK), embedding: queryEmbedding("query_embedding", req.queryEmbedding) };
     if (!this.readScope(ctx, filter)) return create(SearchMemoriesResponseSchema, {});
-    const results = await this.rank(query);
+    const results = await this.rank(query, ctx);
     return create(SearchMemoriesResponseSchema, { results: results.map(toWireScored) });
   }
 
@@ -118,18 +126,45 @@ export class LongTermMemoryService {
    * The best memories for a query: lexical (BM25) candidates, vector
    * candidates when the query has an embedding and the store vector search,
    * and, for an empty query, the newest memories; fused by reciprocal rank
-   * with importance and recency (src/service/memories/ranking.ts).
+   * with importance and recency (src/service/memories/ranking.ts). A query
+   * without a client embedding is embedded by the endpoint, when there is
+   * one and the store searches by vector; its failure fails the call.
    */
-  async rank(q: MemoryQuery): Promise<FusedMemory[]> {
+  async rank(q: MemoryQuery, call: MemoryCallContext = {}): Promise<FusedMemory[]> {
     const memories = this.memories;
     const candidates = Math.min(MAX_CANDIDATES, Math.max(MIN_CANDIDATES, q.topK * CANDIDATES_PER_RESULT));
     const hasQuery = q.query.trim() !== "";
+    const nearest = memories.nearestMemories?.bind(memories);
+    const embeddings = this.options.embeddings;
+    const embedding =
+      q.embedding ?? (hasQuery && nearest && embeddings ? await embeddings.embedOne(q.query, { field: "query", deadline: call.deadline, signal: call.signal }) : undefined);
     const [lexical, vector, unranked] = await Promise.all([
       hasQuery ? memories.searchMemories(q.filter, q.query, candidates) : [],
-      q.embedding && memories.nearestMemories ? memories.nearestMemories(q.filter, q.embedding, candidates) : undefined,
-      hasQuery || q.embedding ? undefined : memories.listMemories(q.filter, MAX_CANDIDATES),
+      embedding && nearest ? nearest(q.filter, embedding, candidates) : undefined,
+      hasQuery || embedding ? undefined : memories.listMemories(q.filter, MAX_CANDIDATES),
     ]);
     return fuseRankings({ lexical, vector, unranked }, q.topK);
+  }
+
+  /**
+   * Gives the memories of a write that came without a vector the endpoint's
+   * embedding of their text, in one batched call before the store's atomic
+   * write. Its failure fails the whole write (nothing is stored): a memory
+   * stored without a vector would stay invisible to vector search forever,
+   * with nothing to tell the client to write it again.
+   */
+  private async embedMemories(records: MemoryRecord[], call: MemoryCallContext): Promise<void> {
+    const embeddings = this.options.embeddings;
+    if (!embeddings) return;
+    const missing = records.flatMap((record, i) => (record.embedding ? [] : [{ record, i }]));
+    if (missing.length === 0) return;
+    // The endpoint refuses a batch as a whole: name the one memory when it is one, the batch's texts otherwise.
+    const field = missing.length === 1 ? `memories[${missing[0]!.i}].text` : "memories[].text";
+    const vectors = await embeddings.embed(
+      missing.map((m) => m.record.text),
+      { field, deadline: call.deadline, signal: call.signal },
+    );
+    missing.forEach((m, j) => (m.record.embedding = vectors[j]));
   }
 
   async listMemories(req: ListMemoriesRequest, ctx: MemoryCallContext = {}): Promise<ListMemoriesResponse> {

@@ -30,6 +30,10 @@ export interface MemoryTenant {
 /** What a memory handler may be told beyond its request. */
 export interface MemoryCallContext {
   tenant?: MemoryTenant;
+  /** Epoch ms by which the client wants its answer: bounds the embeddings endpoint's requests too. */
+  deadline?: number;
+  /** Aborted when the client cancels (streams and Connect calls): abandons the embeddings endpoint's requests. */
+  signal?: AbortSignal;
 }
 
 /** True when the key may use the app. */

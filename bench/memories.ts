@@ -1,0 +1,329 @@
+/**
+ * The long-term memory section of `npm run bench` (issue 18, "Quality and
+ * speed"), on the local store:
+ *
+ * - Quality: recall@5 on the labelled evaluation set (bench/memories-eval/),
+ *   scored exactly as its README says, once with lexical ranking (no
+ *   embeddings) and once hybrid (MEMORY_EMBEDDINGS_URL pointing at the test
+ *   model server: all-MiniLM-L6-v2 from a PyPI package). Each run is a fresh
+ *   Engram process: every app's memories are written with WriteMemories in
+ *   valid_from order (so the server closes superseded ones, checked against
+ *   invalidAtOf()), then every question is asked with SearchMemories in the
+ *   asker's scope, as_of when it has one, top_k 5.
+ * - Speed: SearchMemories and Recall (4k-token budget) latency and server
+ *   CPU per call over `memoriesPerApp` synthetic memories of one app, through
+ *   the load generator: lexical, hybrid with the client's query vector (the
+ *   server's own ranking cost), and hybrid with the endpoint embedding each
+ *   query (the model's time included).
+ */
+import { create, toBinary } from "@bufbuild/protobuf";
+import { timestampFromMs, timestampMs } from "@bufbuild/protobuf/wkt";
+import { createClient, type Client } from "@connectrpc/connect";
+import { createGrpcTransport } from "@connectrpc/connect-node";
+import { MemorySchema, SearchMemoriesRequestSchema } from "@engram-memory/client/gen/engram/v1/memories_pb.js";
+import { MemoryService, RecallRequestSchema } from "@engram-memory/client/gen/engram/v1/memory_pb.js";
+import type { MessageInitShape } from "@bufbuild/protobuf";
+import { EmbeddingsClient } from "../src/service/memories/embeddings.js";
+import type { LoadResult } from "./lib/closed-loop.js";
+import { startEngram, type EngramProcess } from "./lib/processes.js";
+import type { LoadSpec } from "./loadgen.js";
+import {
+  allMemories,
+  allQuestions,
+  appOfQuestion,
+  invalidAtOf,
+  isHitAtK,
+  loadMemoriesEval,
+  recallByCategory,
+  type EvalQuestion,
+  type LoadedMemory,
+  type MemoriesEvalSet,
+} from "./memories-eval/dataset.js";
+import type { MemoriesRecall, MemoriesResult, Point, Profile } from "./types.js";
+import { SERVICE } from "./workloads.js";
+
+/** The k of recall@k, as the evaluation set's README scores it. */
+const TOP_K = 5;
+/** Memories per WriteMemories call (the server's MAX_BATCH_MEMORIES). */
+const WRITE_BATCH = 100;
+/** Distinct queries the speed points cycle through. */
+const SPEED_QUERIES = 32;
+/** Users the synthetic memories are spread over; half the memories are app-wide. */
+const SPEED_USERS = 50;
+/** The app of the synthetic memories. */
+const SPEED_APP = "bench-memories";
+/** Recall's budget in the speed points (the issue's goal is stated for 4k). */
+const RECALL_BUDGET = 4000;
+
+/** What the section needs from the runner. */
+export interface MemoriesBenchDeps {
+  /** Runs one closed-loop point through the runner's load generator. */
+  load: (spec: Omit<LoadSpec, "durationMs" | "warmupMs">) => Promise<LoadResult>;
+  log: (message: string) => void;
+  serverNodeArgs: string[];
+}
+
+type MemoryClient = Client<typeof MemoryService>;
+
+/** A typed gRPC client of one Engram process (writes and questions; the speed points use the load generator). */
+function clientOf(engram: EngramProcess): MemoryClient {
+  return createClient(MemoryService, createGrpcTransport({ baseUrl: `http://${engram.address}` }));
+}
+
+/** The set cut to its first `n` conversations, with only the questions whose labels all name memories written. */
+export function evalSubset(set: MemoriesEvalSet, n: number | undefined): { memories: LoadedMemory[]; questions: EvalQuestion[]; set: MemoriesEvalSet } {
+  const cut: MemoriesEvalSet = n === undefined ? set : { conversations: set.conversations.slice(0, n), appWideQuestions: set.appWideQuestions };
+  const memories = allMemories(cut);
+  const written = new Set(memories.map((m) => m.memory_id));
+  const questions = allQuestions(cut).filter((q) => [...q.gold.memory_ids, ...(q.gold.not_valid_ids ?? [])].every((id) => written.has(id)));
+  return { memories, questions, set: cut };
+}
+
+/** The Memory message of an evaluation-set memory. */
+function wireMemory(m: LoadedMemory): MessageInitShape<typeof MemorySchema> {
+  return {
+    memoryId: m.memory_id,
+    appName: m.app_name,
+    userId: m.scope.user_id,
+    agentId: m.scope.agent_id,
+    sessionId: m.scope.session_id,
+    text: m.text,
+    fact: m.fact,
+    key: m.key ?? "",
+    topics: m.topics,
+    importance: m.importance,
+    validFrom: timestampFromMs(Date.parse(m.valid_from)),
+    source: { sessionId: m.source.session_id, fromSeq: BigInt(m.source.from_seq), toSeq: BigInt(m.source.to_seq) },
+  };
+}
+
+/** Writes the memories app by app in valid_from order; counts the closures against invalidAtOf(), and the memories stored with a vector. */
+async function writeEvalMemories(client: MemoryClient, memories: LoadedMemory[]): Promise<Pick<MemoriesRecall, "supersededAsPredicted" | "embeddedMemories">> {
+  const predicted = invalidAtOf(memories);
+  let embeddedMemories = 0;
+  const closed = new Map<string, number>();
+  const byApp = new Map<string, LoadedMemory[]>();
+  for (const m of memories) byApp.set(m.app_name, [...(byApp.get(m.app_name) ?? []), m]);
+  for (const appMemories of byApp.values()) {
+    // Stable: memories of the same instant keep the set's order.
+    const ordered = [...appMemories].sort((a, b) => Date.parse(a.valid_from) - Date.parse(b.valid_from));
+    for (let start = 0; start < ordered.length; start += WRITE_BATCH) {
+      const written = await client.writeMemories({ memories: ordered.slice(start, start + WRITE_BATCH).map(wireMemory) }, { timeoutMs: 120_000 });
+      embeddedMemories += written.memories.filter((m) => m.embedding.length > 0).length;
+      const superseded = written.superseded;
+      for (const m of superseded) closed.set(m.memoryId, m.invalidAt ? Number(timestampMs(m.invalidAt)) : Number.NaN);
+    }
+  }
+  let ok = 0;
+  for (const [id, at] of predicted) if (closed.get(id) === Date.parse(at)) ok++;
+  const unexpected = [...closed.keys()].filter((id) => !predicted.has(id)).length;
+  return { supersededAsPredicted: { ok, of: predicted.size, unexpected }, embeddedMemories };
+}
+
+/** Asks every question; the ids each search returned, best first. */
+async function askEvalQuestions(client: MemoryClient, set: MemoriesEvalSet, questions: EvalQuestion[]): Promise<string[][]> {
+  const ranked: string[][] = [];
+  for (const q of questions) {
+    const { results } = await client.searchMemories(
+      {
+        appName: appOfQuestion(set, q) ?? "",
+        userId: q.asker.user_id,
+        agentId: q.asker.agent_id,
+        sessionId: q.asker.session_id,
+        query: q.query,
+        topK: TOP_K,
+        asOf: q.as_of ? timestampFromMs(Date.parse(q.as_of)) : undefined,
+        includeInvalid: false,
+      },
+      { timeoutMs: 60_000 },
+    );
+    ranked.push(results.map((r) => r.memory?.memoryId ?? ""));
+  }
+  return ranked;
+}
+
+/** recall@5 over the questions of odd- (or even-) numbered conversations. */
+function recallOfHalf(questions: EvalQuestion[], ranked: string[][], odd: boolean): number {
+  const picked = questions.flatMap((q, i) => {
+    const number = q.conversation ? Number(/^c(\d+)/.exec(q.conversation)?.[1]) : Number.NaN;
+    return Number.isFinite(number) && number % 2 === (odd ? 1 : 0) ? [i] : [];
+  });
+  if (picked.length === 0) return 0;
+  return picked.filter((i) => isHitAtK(ranked[i], questions[i].gold, TOP_K)).length / picked.length;
+}
+
+/** One ranking's pass over the set on a fresh server. */
+async function measureRecall(
+  ranking: MemoriesRecall["ranking"],
+  env: Record<string, string>,
+  subset: ReturnType<typeof evalSubset>,
+  deps: MemoriesBenchDeps,
+): Promise<MemoriesRecall> {
+  const engram = await startEngram(["--memory-type", "local"], env, deps.serverNodeArgs);
+  const client = clientOf(engram);
+  try {
+    let started = Date.now();
+    const { supersededAsPredicted, embeddedMemories } = await writeEvalMemories(client, subset.memories);
+    const writeSeconds = (Date.now() - started) / 1000;
+    started = Date.now();
+    const ranked = await askEvalQuestions(client, subset.set, subset.questions);
+    const askSeconds = (Date.now() - started) / 1000;
+    const withNotValid = subset.questions.flatMap((q, i) => ((q.gold.not_valid_ids ?? []).length > 0 ? [i] : []));
+    const avoided = withNotValid.filter((i) => !subset.questions[i].gold.not_valid_ids!.some((id) => ranked[i].includes(id))).length;
+    const result: MemoriesRecall = {
+      ranking,
+      recall: recallByCategory(subset.questions, ranked, TOP_K),
+      oddConversations: recallOfHalf(subset.questions, ranked, true),
+      evenConversations: recallOfHalf(subset.questions, ranked, false),
+      notValidAvoided: { ok: avoided, of: withNotValid.length },
+      supersededAsPredicted,
+      embeddedMemories,
+      writeSeconds: Math.round(writeSeconds * 10) / 10,
+      askSeconds: Math.round(askSeconds * 10) / 10,
+    };
+    const r = result.recall;
+    deps.log(
+      `memories ${ranking}: recall@5 ${r.all.toFixed(3)} (odd ${result.oddConversations.toFixed(3)}, even ${result.evenConversations.toFixed(3)}); ` +
+        Object.entries(r).filter(([k]) => k !== "all").map(([k, v]) => `${k} ${v.toFixed(3)}`).join(", ") +
+        `; not-valid avoided ${avoided}/${withNotValid.length}; superseded as predicted ${supersededAsPredicted.ok}/${supersededAsPredicted.of} (${supersededAsPredicted.unexpected} unexpected); ${embeddedMemories} stored with a vector`,
+    );
+    return result;
+  } finally {
+    await engram.stop();
+  }
+}
+
+/** A small deterministic generator (mulberry32), so every run writes the same synthetic memories. */
+function seededRandom(seed: number): () => number {
+  let a = seed >>> 0;
+  return () => {
+    a = (a + 0x6d2b79f5) >>> 0;
+    let t = a;
+    t = Math.imul(t ^ (t >>> 15), t | 1);
+    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
+    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
+  };
+}
+
+const PEOPLE = ["Maria", "Kenji", "Aisha", "Tom", "Priya", "Lars", "Chen", "Fatima", "Diego", "Noor", "Olga", "Sam"];
+const VERBS = ["prefers", "booked", "dislikes", "is learning", "bought", "cancelled", "recommended", "is allergic to", "moved", "visited", "asked about", "forgot"];
+const THINGS = ["green tea", "a window seat", "the Lisbon flight", "Spanish verbs", "a road bike", "the dentist appointment", "sourdough bread", "peanuts", "the team standup", "the Porto office", "the quarterly budget", "a beagle puppy", "the router firmware", "night shifts", "the gym membership", "vegetarian recipes"];
+const WHEN = ["last week", "on Monday", "in March", "for the conference", "after the release", "before the holidays", "this morning", "every Friday"];
+
+/** Synthetic memory texts: person, verb, thing, time; reproducible. */
+function syntheticTexts(count: number, seed: number): string[] {
+  const random = seededRandom(seed);
+  const pick = <T>(list: readonly T[]) => list[Math.floor(random() * list.length)]!;
+  return Array.from({ length: count }, (_, i) => `${pick(PEOPLE)} ${pick(VERBS)} ${pick(THINGS)} ${pick(WHEN)} (note ${i})`);
+}
+
+/** Writes the synthetic memories (half app-wide, half over SPEED_USERS users) with the given vectors. */
+async function writeSynthetic(client: MemoryClient, texts: string[], vectors: number[][] | undefined): Promise<void> {
+  for (let start = 0; start < texts.length; start += WRITE_BATCH) {
+    const memories = texts.slice(start, start + WRITE_BATCH).map((text, j) => {
+      const i = start + j;
+      return {
+        memoryId: `syn-${i}`,
+        appName: SPEED_APP,
+        userId: i % 2 === 0 ? undefined : `user-${i % SPEED_USERS}`,
+        text,
+        importance: (i % 10) / 10,
+        embedding: vectors?.[i],
+      };
+    });
+    await client.writeMemories({ memories }, { timeoutMs: 120_000 });
+  }
+}
+
+/** SearchMemories and Recall points over `count` synthetic memories of one app. */
+async function measureSpeed(profile: Profile, embeddings: { url: string; model: string }, deps: MemoriesBenchDeps): Promise<Point[]> {
+  const count = profile.memoriesPerApp;
+  const texts = syntheticTexts(count, 18);
+  const queries = syntheticTexts(SPEED_QUERIES, 81).map((t) => t.replace(/ \(note \d+\)$/, "?"));
+  const embedder = new EmbeddingsClient({ url: embeddings.url, model: embeddings.model, timeoutMs: 120_000, batchSize: 256, maxRetries: 2 });
+  let started = Date.now();
+  const vectors = await embedder.embed(texts);
+  const queryVectors = await embedder.embed(queries);
+  deps.log(`memories speed: ${count} synthetic memories embedded in ${((Date.now() - started) / 1000).toFixed(1)} s`);
+  const label = count >= 1000 ? `${count / 1000}k` : String(count);
+  const concurrencies = profile.concurrencies.filter((c) => c <= 16);
+  const points: Point[] = [];
+  // Lexical and client-vector points on a server without the endpoint; endpoint points on one with it: same memories, same vectors.
+  const servers = [
+    { endpoint: false, env: {} as Record<string, string> },
+    { endpoint: true, env: { MEMORY_EMBEDDINGS_URL: embeddings.url, MEMORY_EMBEDDINGS_MODEL: embeddings.model } },
+  ];
+  for (const server of servers) {
+    const engram = await startEngram(["--memory-type", "local"], server.env, deps.serverNodeArgs);
+    const client = clientOf(engram);
+    try {
+      started = Date.now();
+      await writeSynthetic(client, texts, vectors);
+      const sessionId = "bench-recall";
+      await client.getOrCreateSession({ sessionId, appName: SPEED_APP, userId: "user-1" });
+      await client.addEvents({
+        sessionId,
+        events: queries.slice(0, 20).map((q, i) => ({ eventType: i % 2 === 0 ? "user_message" : "agent_response", content: { kind: { case: "stringValue", value: q } } })),
+      });
+      deps.log(`memories speed: ${count} memories written in ${((Date.now() - started) / 1000).toFixed(1)} s (endpoint ${server.endpoint ? "set" : "unset"})`);
+      const search = (withVector: boolean) =>
+        queries.map((query, i) =>
+          Buffer.from(toBinary(SearchMemoriesRequestSchema, create(SearchMemoriesRequestSchema, { appName: SPEED_APP, query, topK: 10, queryEmbedding: withVector ? queryVectors[i] : [] }))).toString("base64"),
+        );
+      const recall = (withVector: boolean) =>
+        queries.map((query, i) =>
+          Buffer.from(toBinary(RecallRequestSchema, create(RecallRequestSchema, { sessionId, query, tokenBudget: RECALL_BUDGET, topK: 10, queryEmbedding: withVector ? queryVectors[i] : [] }))).toString("base64"),
+        );
+      const workloads = server.endpoint
+        ? [
+            { name: `SearchMemories hybrid, query embedded by the endpoint (${label} memories)`, method: "SearchMemories", requests: search(false) },
+            { name: `Recall 4k budget hybrid, query embedded by the endpoint (${label} memories)`, method: "Recall", requests: recall(false) },
+          ]
+        : [
+            { name: `SearchMemories lexical (${label} memories)`, method: "SearchMemories", requests: search(false) },
+            { name: `SearchMemories hybrid, client query vector (${label} memories)`, method: "SearchMemories", requests: search(true) },
+            { name: `Recall 4k budget lexical (${label} memories)`, method: "Recall", requests: recall(false) },
+            { name: `Recall 4k budget hybrid, client query vector (${label} memories)`, method: "Recall", requests: recall(true) },
+          ];
+      for (const workload of workloads) {
+        // One call first: what a method loads on first use (the tokenizer) is not what is measured.
+        await deps.load({ target: engram.address, method: SERVICE + workload.method, requests: workload.requests.slice(0, 1), cpuPids: {}, concurrency: 1 });
+        for (const concurrency of concurrencies) {
+          const result = await deps.load({ target: engram.address, method: SERVICE + workload.method, requests: workload.requests, cycle: true, cpuPids: { server: [engram.pid] }, concurrency });
+          const point: Point = { kind: "server", backend: "local", workload: workload.name, concurrency, ...result };
+          points.push(point);
+          deps.log(`local              ${workload.name.padEnd(60)} c=${String(concurrency).padEnd(3)} ${String(result.throughput).padStart(7)}/s p50 ${result.p50Us}µs p99 ${result.p99Us}µs server cpu ${result.cpuUsPerCall.server}µs${result.errors ? ` errors ${result.errors}: ${result.firstError}` : ""}`);
+        }
+      }
+    } finally {
+      await engram.stop();
+    }
+  }
+  return points;
+}
+
+/** The whole section; starts (and stops) its own embeddings model server. */
+export async function runMemoriesBench(profile: Profile, deps: MemoriesBenchDeps): Promise<MemoriesResult> {
+  const { startEmbeddingsServer } = await import("../test/support/embeddings-server.js");
+  const model = await startEmbeddingsServer();
+  try {
+    const subset = evalSubset(loadMemoriesEval(), profile.memoriesEvalConversations);
+    deps.log(`memories: ${subset.set.conversations.length} conversations, ${subset.memories.length} memories, ${subset.questions.length} questions; embeddings ${model.model} at ${model.url}`);
+    const recall = [
+      await measureRecall("lexical", {}, subset, deps),
+      await measureRecall("hybrid", { MEMORY_EMBEDDINGS_URL: model.url, MEMORY_EMBEDDINGS_MODEL: model.model }, subset, deps),
+    ];
+    const speed = await measureSpeed(profile, model, deps);
+    return {
+      conversations: subset.set.conversations.length,
+      memories: subset.memories.length,
+      questions: subset.questions.length,
+      embeddingModel: model.model,
+      recall,
+      memoriesPerApp: profile.memoriesPerApp,
+      speed,
+    };
+  } finally {
+    await model.stop();
+  }
+}
