@@ -10,6 +10,7 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { PostgresStore } from "../../src/store/postgres.js";
 import { connectClient, grpcJsClient, type MemoryClient } from "../support/clients.js";
 import { spawnServer, startTestServer, type TestServer } from "../support/engram.js";
+import { FAY_WATCH_FRAMES, watchFaysScope } from "../support/memory-watch.js";
 
 const url = process.env.MEMORY_TEST_POSTGRES_URL!;
 const schema = `memrpc_${process.pid}_${Math.random().toString(36).slice(2, 8)}`;
@@ -43,32 +44,7 @@ describe("long-term memory on PostgreSQL, two replicas", () => {
   });
 
   it("WatchMemories on one replica sees the writes, supersessions and deletions made through the other", async () => {
-    const app = "replicas";
-    const abort = new AbortController();
-    const frames: string[] = [];
-    let started!: () => void;
-    const ready = new Promise<void>((resolve) => (started = resolve));
-    const done = (async () => {
-      try {
-        for await (const f of watcher.watchMemories({ appName: app, userId: "fay" }, { signal: AbortSignal.any([abort.signal, AbortSignal.timeout(10_000)]) })) {
-          const frame = f.frame;
-          if (frame.case === "started") started();
-          else if (frame.case === "written" || frame.case === "superseded") frames.push(`${frame.case} ${frame.value.memoryId} ${frame.value.text}`);
-          else if (frame.case === "deleted") frames.push(`deleted ${frame.value.memoryIds.join(",")}`);
-          if (frames.length === 5) abort.abort();
-        }
-      } catch {
-        // Aborted by the test (or its 10 s bound: the frames then say what was missing).
-      }
-    })();
-    await ready;
-    await writer.writeMemories({ memories: [{ memoryId: "w-1", appName: app, userId: "fay", key: "mood", text: "fay is calm" }] });
-    await writer.writeMemories({ memories: [{ memoryId: "w-other", appName: app, userId: "gus", text: "gus is busy" }] });
-    await writer.writeMemories({ memories: [{ memoryId: "w-shared", appName: app, text: "the office is open" }] });
-    await writer.writeMemories({ memories: [{ memoryId: "w-2", appName: app, userId: "fay", key: "mood", text: "fay is excited" }] });
-    await writer.deleteMemories({ appName: app, memoryIds: ["w-1", "w-other"] });
-    await done;
-    expect(frames).toEqual(["written w-1 fay is calm", "written w-shared the office is open", "superseded w-1 fay is calm", "written w-2 fay is excited", "deleted w-1"]);
+    expect(await watchFaysScope(watcher, writer, "replicas", 10_000)).toEqual(FAY_WATCH_FRAMES);
   });
 
   it("Recall on one replica: pinned, lexically and vector-relevant memories written through the other, and the session's context", async () => {

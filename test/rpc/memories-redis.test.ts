@@ -9,6 +9,7 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { RedisStore } from "../../src/store/redis.js";
 import { PROTOCOLS, type MemoryClient } from "../support/clients.js";
 import { startTestServer, type TestServer } from "../support/engram.js";
+import { FAY_WATCH_FRAMES, watchFaysScope } from "../support/memory-watch.js";
 
 const url = process.env.MEMORY_TEST_REDIS_URL!;
 const keyPrefix = `memrpc${process.pid}`;
@@ -47,31 +48,7 @@ describe.each(PROTOCOLS)("long-term memory on two Redis replicas over %s", (prot
   });
 
   it("a watch on one replica sees the writes, supersessions and deletions made through the other", async () => {
-    const abort = new AbortController();
-    const frames: string[] = [];
-    let started!: () => void;
-    const ready = new Promise<void>((resolve) => (started = resolve));
-    const done = (async () => {
-      try {
-        for await (const f of reader.watchMemories({ appName: app, userId: "fay" }, { signal: AbortSignal.any([abort.signal, AbortSignal.timeout(20_000)]) })) {
-          const frame = f.frame;
-          if (frame.case === "started") started();
-          else if (frame.case === "written" || frame.case === "superseded") frames.push(`${frame.case} ${frame.value.memoryId}`);
-          else if (frame.case === "deleted") frames.push(`deleted ${frame.value.memoryIds.join(",")}`);
-          if (frames.length === 5) abort.abort();
-        }
-      } catch {
-        // Aborted by the test (or timed out: the assertion says what was missing).
-      }
-    })();
-    await ready;
-    await writer.writeMemories({ memories: [{ memoryId: "w-1", appName: app, userId: "fay", key: "mood", text: "fay is calm" }] });
-    await writer.writeMemories({ memories: [{ memoryId: "w-other", appName: app, userId: "gus", text: "gus is busy" }] });
-    await writer.writeMemories({ memories: [{ memoryId: "w-shared", appName: app, text: "the office is open" }] });
-    await writer.writeMemories({ memories: [{ memoryId: "w-2", appName: app, userId: "fay", key: "mood", text: "fay is excited" }] });
-    await writer.deleteMemories({ appName: app, memoryIds: ["w-1", "w-other"] });
-    await done;
-    expect(frames).toEqual(["written w-1", "written w-shared", "superseded w-1", "written w-2", "deleted w-1"]);
+    expect(await watchFaysScope(reader, writer, app)).toEqual(FAY_WATCH_FRAMES);
   });
 
   it("writes of one key through both replicas at once leave exactly one memory valid, found by search on either", async () => {

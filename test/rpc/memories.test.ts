@@ -9,6 +9,7 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { ScopeMatch } from "@engram-memory/client/gen/engram/v1/memories_pb.js";
 import { errorOf, PROTOCOLS, type MemoryClient } from "../support/clients.js";
 import { startTestServer, type TestServer } from "../support/engram.js";
+import { FAY_WATCH_FRAMES, watchFaysScope } from "../support/memory-watch.js";
 
 let server: TestServer;
 beforeAll(async () => {
@@ -172,31 +173,7 @@ describe.each(PROTOCOLS)("long-term memory over %s", (protocol, clientFor) => {
   });
 
   it("watches a scope live: writes, supersessions and deletions it can see, nothing of other users", async () => {
-    const abort = new AbortController();
-    const frames: string[] = [];
-    let started!: () => void;
-    const ready = new Promise<void>((resolve) => (started = resolve));
-    const done = (async () => {
-      try {
-        for await (const f of client.watchMemories({ appName: app, userId: "fay" }, { signal: AbortSignal.any([abort.signal, AbortSignal.timeout(20_000)]) })) {
-          const frame = f.frame;
-          if (frame.case === "started") started();
-          else if (frame.case === "written" || frame.case === "superseded") frames.push(`${frame.case} ${frame.value.memoryId}`);
-          else if (frame.case === "deleted") frames.push(`deleted ${frame.value.memoryIds.join(",")}`);
-          if (frames.length === 5) abort.abort();
-        }
-      } catch {
-        // Aborted by the test.
-      }
-    })();
-    await ready;
-    await client.writeMemories({ memories: [{ memoryId: "w-1", appName: app, userId: "fay", key: "mood", text: "fay is calm" }] });
-    await client.writeMemories({ memories: [{ memoryId: "w-other", appName: app, userId: "gus", text: "gus is busy" }] });
-    await client.writeMemories({ memories: [{ memoryId: "w-shared", appName: app, text: "the office is open" }] });
-    await client.writeMemories({ memories: [{ memoryId: "w-2", appName: app, userId: "fay", key: "mood", text: "fay is excited" }] });
-    await client.deleteMemories({ appName: app, memoryIds: ["w-1", "w-other"] });
-    await done;
-    expect(frames).toEqual(["written w-1", "written w-shared", "superseded w-1", "written w-2", "deleted w-1"]);
+    expect(await watchFaysScope(client, client, app)).toEqual(FAY_WATCH_FRAMES);
   });
 
   describe("SearchEvents", () => {

@@ -1,0 +1,45 @@
+/**
+ * The watch scenario the memory RPC suites share (one server, two replicas on
+ * Redis, two on PostgreSQL): `watcher` follows user fay's scope while
+ * `writer` writes fay's memory, another user's, an app-wide one, a newer
+ * version of fay's (superseding the first) and then forgets two of them.
+ */
+import type { MemoryClient } from "./clients.js";
+
+/** What fay's watch must see of the scenario, in order: nothing of gus. */
+export const FAY_WATCH_FRAMES = [
+  "written w-1 fay is calm",
+  "written w-shared the office is open",
+  "superseded w-1 fay is calm",
+  "written w-2 fay is excited",
+  "deleted w-1",
+];
+
+/** Runs the scenario; resolves with the frames the watch saw (as FAY_WATCH_FRAMES spells them) once it saw as many, or after `withinMs`. */
+export async function watchFaysScope(watcher: MemoryClient, writer: MemoryClient, appName: string, withinMs = 20_000): Promise<string[]> {
+  const abort = new AbortController();
+  const frames: string[] = [];
+  let started!: () => void;
+  const ready = new Promise<void>((resolve) => (started = resolve));
+  const done = (async () => {
+    try {
+      for await (const f of watcher.watchMemories({ appName, userId: "fay" }, { signal: AbortSignal.any([abort.signal, AbortSignal.timeout(withinMs)]) })) {
+        const frame = f.frame;
+        if (frame.case === "started") started();
+        else if (frame.case === "written" || frame.case === "superseded") frames.push(`${frame.case} ${frame.value.memoryId} ${frame.value.text}`);
+        else if (frame.case === "deleted") frames.push(`deleted ${frame.value.memoryIds.join(",")}`);
+        if (frames.length === FAY_WATCH_FRAMES.length) abort.abort();
+      }
+    } catch {
+      // Aborted here, or timed out: the frames then say what was missing.
+    }
+  })();
+  await ready;
+  await writer.writeMemories({ memories: [{ memoryId: "w-1", appName, userId: "fay", key: "mood", text: "fay is calm" }] });
+  await writer.writeMemories({ memories: [{ memoryId: "w-other", appName, userId: "gus", text: "gus is busy" }] });
+  await writer.writeMemories({ memories: [{ memoryId: "w-shared", appName, text: "the office is open" }] });
+  await writer.writeMemories({ memories: [{ memoryId: "w-2", appName, userId: "fay", key: "mood", text: "fay is excited" }] });
+  await writer.deleteMemories({ appName, memoryIds: ["w-1", "w-other"] });
+  await done;
+  return frames;
+}
