@@ -160,7 +160,10 @@ describe("RedisStore specifics", () => {
   it("writes sessions, events, ids, recent entries and notices in the one format every release reads and writes", async () => {
     const prefix = `t${process.pid}_${++counter}`;
     const store = await openStore(DEFAULT_LIMITS, prefix);
-    const raw = new Redis(url);
+    // Connected (its ready check done) before it subscribes: a ready check racing the SUBSCRIBE on a
+    // loaded machine fails in subscriber mode, and the notices never arrive.
+    const raw = new Redis(url, { lazyConnect: true });
+    await raw.connect();
     try {
       const id = "sé:1";
       const session = await store.createSession({ sessionId: id, appName: "äpp", userId: "u", metadata: { k: "v" }, now: 1000 });

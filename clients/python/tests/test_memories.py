@@ -132,8 +132,10 @@ async def test_supersession_closes_the_old_fact_and_include_invalid_shows_both(c
 
 
 async def test_lists_newest_first_page_by_page_with_filters(client: EngramClient, app: str) -> None:
-    for i in range(5):  # one write each: created_at orders them
+    # One write each, a few ms apart: created_at (in ms) orders them, not the id that breaks its ties.
+    for i in range(5):
         await client.write_memory(app, f"note {i}", memory_id=f"n{i}", user_id="fay", topics=["odd"] if i % 2 else [])
+        await asyncio.sleep(0.005)
     await client.write_memory(app, "Fay likes jazz", memory_id="jazz", user_id="fay", fact=("fay", "likes", "jazz"))
 
     page, token = await client.list_memories_page(app, user_id="fay", page_size=2)

@@ -1,6 +1,7 @@
 """Long-term memory through the generated blocking EngramClientSync: every memory method once."""
 from __future__ import annotations
 
+import time
 import uuid
 from collections.abc import Iterator
 
@@ -34,7 +35,9 @@ def test_sync_write_get_supersede_search_and_list(sync_client: EngramClientSync,
     both = sync_client.search_memories(app, "Kai drinks", user_id="kai", include_invalid=True)
     assert sorted(r.memory.memory_id for r in both) == sorted(["tea", first.memory_id])
 
+    # A few ms apart: created_at (in ms) orders them, not the id that breaks its ties.
     for i in range(3):
+        time.sleep(0.005)
         sync_client.write_memory(app, f"note {i}", memory_id=f"n{i}", user_id="kai")
     page, token = sync_client.list_memories_page(app, user_id="kai", page_size=2)
     assert [m.memory_id for m in page] == ["n2", "n1"] and token
