@@ -639,7 +639,8 @@ describe("RedisStore long-term memories", () => {
       const changes: MemoryChange[] = [];
       replica.memories.subscribeMemories("app", (c) => changes.push(c));
       const embedding = [0.1, -0.2, 1 / 3];
-      const old = memory({ memoryId: "old", key: "k", text: "tea at noon", validFrom: 1000, embedding });
+      // Created a second apart, so the listing's newest-first order does not fall to the ids.
+      const old = memory({ memoryId: "old", key: "k", text: "tea at noon", validFrom: 1000, embedding }, Date.now() - 1000);
       await store.memories.writeMemories([old]);
       const { superseded } = await store.memories.writeMemories([memory({ memoryId: "new", key: "k", text: "coffee at noon", validFrom: 2000, embedding: [1, 0, 0] })]);
       expect(superseded).toEqual([{ ...old, invalidAt: 2000, supersededBy: "new" }]);
