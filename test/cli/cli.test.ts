@@ -247,15 +247,16 @@ describe("engram tail", () => {
 });
 
 describe("engram erase", () => {
-  it("erases every session and event of one user of one app, and says what it removed", async () => {
+  it("erases every session, event and memory of one user of one app, and says what it removed", async () => {
     await memory.createSession("erase-bot", "carol", "s-erase-1");
     await memory.createSession("erase-bot", "carol", "s-erase-2");
     await memory.addEvent("s-erase-1", "user_message", "forget me");
+    await memory.writeMemories([{ appName: "erase-bot", userId: "carol", text: "carol likes tea" }]);
     const human = await runEngram(["erase", "--url", url, "--app", "erase-bot", "--user", "carol"]);
     expect(human.code).toBe(0);
-    expect(human.stdout).toBe("erased 2 sessions, 1 events\n");
+    expect(human.stdout).toBe("erased 2 sessions, 1 events, 1 memories\n");
     const json = await runEngram(["erase", "--url", url, "--app", "erase-bot", "--user", "carol", "--json"]);
-    expect(JSON.parse(json.stdout)).toEqual({ removed_sessions: 0, removed_events: 0 });
+    expect(JSON.parse(json.stdout)).toEqual({ removed_sessions: 0, removed_events: 0, removed_memories: 0 });
     // Everyone else is still there.
     expect((await memory.getSession("s-alice")).userId).toBe("alice");
   });

@@ -13,7 +13,7 @@ export function register(program: Command): void {
   withConnectionOptions(
     program
       .command("erase")
-      .description("erase one user of one app: every session and event of theirs (safe to run again)")
+      .description("erase one user of one app: every session, event and memory of theirs (safe to run again)")
       .requiredOption("--app <name>", "the user's app_name")
       .requiredOption("--user <id>", "the user_id to erase"),
   ).action(async (opts: EraseOptions) => {
@@ -21,10 +21,10 @@ export function register(program: Command): void {
     try {
       const erased = await memory.deleteUserData(opts.app, opts.user);
       if (opts.json) {
-        printJson({ removed_sessions: erased.removedSessions, removed_events: erased.removedEvents });
+        printJson({ removed_sessions: erased.removedSessions, removed_events: erased.removedEvents, removed_memories: erased.removedMemories });
         return;
       }
-      process.stdout.write(`erased ${erased.removedSessions} sessions, ${erased.removedEvents} events\n`);
+      process.stdout.write(`erased ${erased.removedSessions} sessions, ${erased.removedEvents} events, ${erased.removedMemories} memories\n`);
     } finally {
       memory.close();
     }
