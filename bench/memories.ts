@@ -15,6 +15,12 @@
  *   the load generator: lexical, hybrid with the client's query vector (the
  *   server's own ranking cost), and hybrid with the endpoint embedding each
  *   query (the model's time included).
+ * - The same SearchMemories and Recall points on the shared stores the run
+ *   has (PostgreSQL, Redis), at each of `memoriesBackendCounts`: one server
+ *   per store, the memories written up to each count in turn. Only the first
+ *   `memoriesPerApp` memories carry a vector (embedding 100k texts with the
+ *   model takes longer than the run), so the hybrid points run only at counts
+ *   where every memory has one; above, the points are lexical.
  */
 import { create, toBinary } from "@bufbuild/protobuf";
 import { timestampFromMs, timestampMs } from "@bufbuild/protobuf/wkt";
@@ -57,6 +63,8 @@ const RECALL_BUDGET = 4000;
 
 /** What the section needs from the runner. */
 export interface MemoriesBenchDeps {
+  /** The shared stores to measure besides local: the server flags that select each, and the store's processes charged per call. */
+  stores: { backend: string; args: string[]; cpuPids: Record<string, number[]> }[];
   /** Runs one closed-loop point through the runner's load generator. */
   load: (spec: Omit<LoadSpec, "durationMs" | "warmupMs">) => Promise<LoadResult>;
   log: (message: string) => void;
@@ -217,9 +225,9 @@ function syntheticTexts(count: number, seed: number): string[] {
   return Array.from({ length: count }, (_, i) => `${pick(PEOPLE)} ${pick(VERBS)} ${pick(THINGS)} ${pick(WHEN)} (note ${i})`);
 }
 
-/** Writes the synthetic memories (half app-wide, half over SPEED_USERS users) with the given vectors. */
-async function writeSynthetic(client: MemoryClient, texts: string[], vectors: number[][] | undefined): Promise<void> {
-  for (let start = 0; start < texts.length; start += WRITE_BATCH) {
+/** Writes synthetic memories `from` onwards (half app-wide, half over SPEED_USERS users) with the given vectors, where there is one. */
+async function writeSynthetic(client: MemoryClient, texts: string[], vectors: number[][] | undefined, from = 0): Promise<void> {
+  for (let start = from; start < texts.length; start += WRITE_BATCH) {
     const memories = texts.slice(start, start + WRITE_BATCH).map((text, j) => {
       const i = start + j;
       return {
@@ -235,17 +243,75 @@ async function writeSynthetic(client: MemoryClient, texts: string[], vectors: nu
   }
 }
 
-/** SearchMemories and Recall points over `count` synthetic memories of one app. */
-async function measureSpeed(profile: Profile, embeddings: { url: string; model: string }, deps: MemoriesBenchDeps): Promise<Point[]> {
+/** The texts, queries and vectors the speed points share. */
+interface SpeedCorpus {
+  texts: string[];
+  queries: string[];
+  vectors: number[][];
+  queryVectors: number[][];
+}
+
+/** A count as the points name it: 10k, 100k. */
+function countLabel(count: number): string {
+  return count >= 1000 ? `${count / 1000}k` : String(count);
+}
+
+/** The Recall session (20 events of user-1) the Recall points ask in. */
+async function createRecallSession(client: MemoryClient, queries: string[]): Promise<string> {
+  const sessionId = "bench-recall";
+  await client.getOrCreateSession({ sessionId, appName: SPEED_APP, userId: "user-1" });
+  await client.addEvents({
+    sessionId,
+    events: queries.slice(0, 20).map((q, i) => ({ eventType: i % 2 === 0 ? "user_message" : "agent_response", content: { kind: { case: "stringValue", value: q } } })),
+  });
+  return sessionId;
+}
+
+/** Encoded SearchMemories / Recall requests, one a query, with or without the client's query vector. */
+function speedRequests(corpus: SpeedCorpus, sessionId: string) {
+  return {
+    search: (withVector: boolean) =>
+      corpus.queries.map((query, i) =>
+        Buffer.from(toBinary(SearchMemoriesRequestSchema, create(SearchMemoriesRequestSchema, { appName: SPEED_APP, query, topK: 10, queryEmbedding: withVector ? corpus.queryVectors[i] : [] }))).toString("base64"),
+      ),
+    recall: (withVector: boolean) =>
+      corpus.queries.map((query, i) =>
+        Buffer.from(toBinary(RecallRequestSchema, create(RecallRequestSchema, { sessionId, query, tokenBudget: RECALL_BUDGET, topK: 10, queryEmbedding: withVector ? corpus.queryVectors[i] : [] }))).toString("base64"),
+      ),
+  };
+}
+
+/** Runs each workload at each concurrency (after one unmeasured call) against one server. */
+async function runSpeedPoints(
+  engram: EngramProcess,
+  backend: string,
+  cpuPids: Record<string, number[]>,
+  workloads: { name: string; method: string; requests: string[] }[],
+  concurrencies: number[],
+  deps: MemoriesBenchDeps,
+): Promise<Point[]> {
+  const points: Point[] = [];
+  for (const workload of workloads) {
+    // One call first: what a method loads on first use (the tokenizer) is not what is measured.
+    await deps.load({ target: engram.address, method: SERVICE + workload.method, requests: workload.requests.slice(0, 1), cpuPids: {}, concurrency: 1 });
+    for (const concurrency of concurrencies) {
+      const result = await deps.load({ target: engram.address, method: SERVICE + workload.method, requests: workload.requests, cycle: true, cpuPids: { server: [engram.pid], ...cpuPids }, concurrency });
+      const point: Point = { kind: "server", backend, workload: workload.name, concurrency, ...result };
+      points.push(point);
+      const backendCpu = result.cpuUsPerCall.postgres ?? result.cpuUsPerCall.redis;
+      deps.log(
+        `${backend.padEnd(18)} ${workload.name.padEnd(60)} c=${String(concurrency).padEnd(3)} ${String(result.throughput).padStart(7)}/s p50 ${result.p50Us}µs p99 ${result.p99Us}µs server cpu ${result.cpuUsPerCall.server}µs` +
+          `${backendCpu !== undefined ? ` ${backend} cpu ${backendCpu}µs` : ""}${result.errors ? ` errors ${result.errors}: ${result.firstError}` : ""}`,
+      );
+    }
+  }
+  return points;
+}
+
+/** SearchMemories and Recall points over `count` synthetic memories of one app, on the local store. */
+async function measureLocalSpeed(profile: Profile, corpus: SpeedCorpus, embeddings: { url: string; model: string }, deps: MemoriesBenchDeps): Promise<Point[]> {
   const count = profile.memoriesPerApp;
-  const texts = syntheticTexts(count, 18);
-  const queries = syntheticTexts(SPEED_QUERIES, 81).map((t) => t.replace(/ \(note \d+\)$/, "?"));
-  const embedder = new EmbeddingsClient({ url: embeddings.url, model: embeddings.model, timeoutMs: 120_000, batchSize: 256, maxRetries: 2 });
-  let started = Date.now();
-  const vectors = await embedder.embed(texts);
-  const queryVectors = await embedder.embed(queries);
-  deps.log(`memories speed: ${count} synthetic memories embedded in ${((Date.now() - started) / 1000).toFixed(1)} s`);
-  const label = count >= 1000 ? `${count / 1000}k` : String(count);
+  const label = countLabel(count);
   const concurrencies = profile.concurrencies.filter((c) => c <= 16);
   const points: Point[] = [];
   // Lexical and client-vector points on a server without the endpoint; endpoint points on one with it: same memories, same vectors.
@@ -257,23 +323,10 @@ async function measureSpeed(profile: Profile, embeddings: { url: string; model: 
     const engram = await startEngram(["--memory-type", "local"], server.env, deps.serverNodeArgs);
     const client = clientOf(engram);
     try {
-      started = Date.now();
-      await writeSynthetic(client, texts, vectors);
-      const sessionId = "bench-recall";
-      await client.getOrCreateSession({ sessionId, appName: SPEED_APP, userId: "user-1" });
-      await client.addEvents({
-        sessionId,
-        events: queries.slice(0, 20).map((q, i) => ({ eventType: i % 2 === 0 ? "user_message" : "agent_response", content: { kind: { case: "stringValue", value: q } } })),
-      });
+      const started = Date.now();
+      await writeSynthetic(client, corpus.texts.slice(0, count), corpus.vectors);
+      const { search, recall } = speedRequests(corpus, await createRecallSession(client, corpus.queries));
       deps.log(`memories speed: ${count} memories written in ${((Date.now() - started) / 1000).toFixed(1)} s (endpoint ${server.endpoint ? "set" : "unset"})`);
-      const search = (withVector: boolean) =>
-        queries.map((query, i) =>
-          Buffer.from(toBinary(SearchMemoriesRequestSchema, create(SearchMemoriesRequestSchema, { appName: SPEED_APP, query, topK: 10, queryEmbedding: withVector ? queryVectors[i] : [] }))).toString("base64"),
-        );
-      const recall = (withVector: boolean) =>
-        queries.map((query, i) =>
-          Buffer.from(toBinary(RecallRequestSchema, create(RecallRequestSchema, { sessionId, query, tokenBudget: RECALL_BUDGET, topK: 10, queryEmbedding: withVector ? queryVectors[i] : [] }))).toString("base64"),
-        );
       const workloads = server.endpoint
         ? [
             { name: `SearchMemories hybrid, query embedded by the endpoint (${label} memories)`, method: "SearchMemories", requests: search(false) },
@@ -285,20 +338,57 @@ async function measureSpeed(profile: Profile, embeddings: { url: string; model: 
             { name: `Recall 4k budget lexical (${label} memories)`, method: "Recall", requests: recall(false) },
             { name: `Recall 4k budget hybrid, client query vector (${label} memories)`, method: "Recall", requests: recall(true) },
           ];
-      for (const workload of workloads) {
-        // One call first: what a method loads on first use (the tokenizer) is not what is measured.
-        await deps.load({ target: engram.address, method: SERVICE + workload.method, requests: workload.requests.slice(0, 1), cpuPids: {}, concurrency: 1 });
-        for (const concurrency of concurrencies) {
-          const result = await deps.load({ target: engram.address, method: SERVICE + workload.method, requests: workload.requests, cycle: true, cpuPids: { server: [engram.pid] }, concurrency });
-          const point: Point = { kind: "server", backend: "local", workload: workload.name, concurrency, ...result };
-          points.push(point);
-          deps.log(`local              ${workload.name.padEnd(60)} c=${String(concurrency).padEnd(3)} ${String(result.throughput).padStart(7)}/s p50 ${result.p50Us}µs p99 ${result.p99Us}µs server cpu ${result.cpuUsPerCall.server}µs${result.errors ? ` errors ${result.errors}: ${result.firstError}` : ""}`);
-        }
-      }
+      points.push(...(await runSpeedPoints(engram, "local", {}, workloads, concurrencies, deps)));
     } finally {
       await engram.stop();
     }
   }
+  return points;
+}
+
+/** The same points on one shared store, at each of the profile's counts: one server, memories written up to each count in turn. */
+async function measureStoreSpeed(store: MemoriesBenchDeps["stores"][number], profile: Profile, corpus: SpeedCorpus, deps: MemoriesBenchDeps): Promise<Point[]> {
+  const concurrencies = profile.concurrencies.filter((c) => c <= 16);
+  const points: Point[] = [];
+  const engram = await startEngram(store.args, {}, deps.serverNodeArgs);
+  const client = clientOf(engram);
+  try {
+    const { search, recall } = speedRequests(corpus, await createRecallSession(client, corpus.queries));
+    let written = 0;
+    for (const count of [...profile.memoriesBackendCounts].sort((a, b) => a - b)) {
+      const started = Date.now();
+      await writeSynthetic(client, corpus.texts.slice(0, count), corpus.vectors, written);
+      written = count;
+      deps.log(`memories speed: ${store.backend} now has ${count} memories (written in ${((Date.now() - started) / 1000).toFixed(1)} s)`);
+      const label = countLabel(count);
+      const hybrid = count <= corpus.vectors.length;
+      const workloads = [
+        { name: `SearchMemories lexical (${label} memories)`, method: "SearchMemories", requests: search(false) },
+        ...(hybrid ? [{ name: `SearchMemories hybrid, client query vector (${label} memories)`, method: "SearchMemories", requests: search(true) }] : []),
+        { name: `Recall 4k budget lexical (${label} memories)`, method: "Recall", requests: recall(false) },
+        ...(hybrid ? [{ name: `Recall 4k budget hybrid, client query vector (${label} memories)`, method: "Recall", requests: recall(true) }] : []),
+      ];
+      points.push(...(await runSpeedPoints(engram, store.backend, store.cpuPids, workloads, concurrencies, deps)));
+    }
+  } finally {
+    await engram.stop();
+  }
+  return points;
+}
+
+/** Every speed point: local at `memoriesPerApp`, then each shared store at each of `memoriesBackendCounts`. */
+async function measureSpeed(profile: Profile, embeddings: { url: string; model: string }, deps: MemoriesBenchDeps): Promise<Point[]> {
+  const largest = Math.max(profile.memoriesPerApp, ...(deps.stores.length > 0 ? profile.memoriesBackendCounts : []));
+  const texts = syntheticTexts(largest, 18);
+  const queries = syntheticTexts(SPEED_QUERIES, 81).map((t) => t.replace(/ \(note \d+\)$/, "?"));
+  const embedder = new EmbeddingsClient({ url: embeddings.url, model: embeddings.model, timeoutMs: 120_000, batchSize: 256, maxRetries: 2 });
+  const started = Date.now();
+  const vectors = await embedder.embed(texts.slice(0, profile.memoriesPerApp));
+  const queryVectors = await embedder.embed(queries);
+  deps.log(`memories speed: ${vectors.length} synthetic memories embedded in ${((Date.now() - started) / 1000).toFixed(1)} s`);
+  const corpus: SpeedCorpus = { texts, queries, vectors, queryVectors };
+  const points = await measureLocalSpeed(profile, corpus, embeddings, deps);
+  for (const store of deps.stores) points.push(...(await measureStoreSpeed(store, profile, corpus, deps)));
   return points;
 }
 

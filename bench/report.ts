@@ -221,7 +221,7 @@ export function renderMarkdown(results: BenchResults): string {
     }
     lines.push("");
   }
-  table(`Long-term memory speed (local store, ${results.memories?.memoriesPerApp ?? 0} memories per app)`, results.memories?.speed ?? []);
+  table(`Long-term memory speed (memories per app in each workload's name)`, results.memories?.speed ?? []);
   if (results.notes.length > 0) {
     lines.push("## Notes", "", ...results.notes.map((n) => `- ${n}`), "");
   }

@@ -57,11 +57,12 @@ const PROFILES: Record<string, Omit<Profile, "backends" | "sections"> & { sectio
     pairMs: 200,
     memoriesEvalConversations: 3,
     memoriesPerApp: 300,
+    memoriesBackendCounts: [300],
     memoriesPointMs: 300,
   },
-  quick: { name: "quick", concurrencies: [1, 16, 64], durationMs: 400, warmupMs: 100, sizes: FULL_SIZES, memoryEvents: 100_000, fanoutSubscribers: [100, 1000], fanoutMs: 1000, sections: ALL_SECTIONS, targetPairs: 3, pairMs: 400, memoriesPerApp: 10_000, memoriesPointMs: 2000 },
-  default: { name: "default", concurrencies: [1, 16, 64], durationMs: 2500, warmupMs: 500, sizes: FULL_SIZES, memoryEvents: 500_000, fanoutSubscribers: [100, 1000], fanoutMs: 4000, sections: ALL_SECTIONS, targetPairs: 7, pairMs: 1500, memoriesPerApp: 10_000, memoriesPointMs: 5000 },
-  full: { name: "full", concurrencies: [1, 16, 64], durationMs: 8000, warmupMs: 1000, sizes: FULL_SIZES, memoryEvents: 500_000, fanoutSubscribers: [100, 1000], fanoutMs: 10_000, sections: ALL_SECTIONS, targetPairs: 9, pairMs: 3000, memoriesPerApp: 10_000, memoriesPointMs: 10_000 },
+  quick: { name: "quick", concurrencies: [1, 16, 64], durationMs: 400, warmupMs: 100, sizes: FULL_SIZES, memoryEvents: 100_000, fanoutSubscribers: [100, 1000], fanoutMs: 1000, sections: ALL_SECTIONS, targetPairs: 3, pairMs: 400, memoriesPerApp: 10_000, memoriesBackendCounts: [10_000, 100_000], memoriesPointMs: 2000 },
+  default: { name: "default", concurrencies: [1, 16, 64], durationMs: 2500, warmupMs: 500, sizes: FULL_SIZES, memoryEvents: 500_000, fanoutSubscribers: [100, 1000], fanoutMs: 4000, sections: ALL_SECTIONS, targetPairs: 7, pairMs: 1500, memoriesPerApp: 10_000, memoriesBackendCounts: [10_000, 100_000], memoriesPointMs: 5000 },
+  full: { name: "full", concurrencies: [1, 16, 64], durationMs: 8000, warmupMs: 1000, sizes: FULL_SIZES, memoryEvents: 500_000, fanoutSubscribers: [100, 1000], fanoutMs: 10_000, sections: ALL_SECTIONS, targetPairs: 9, pairMs: 3000, memoriesPerApp: 10_000, memoriesBackendCounts: [10_000, 100_000], memoriesPointMs: 10_000 },
 };
 
 function parseProfile(argv: string[]): { profile: Profile; out: string } {
@@ -348,6 +349,12 @@ async function main(): Promise<void> {
         load: (spec) => loadgen.request<LoadResult>({ ...spec, durationMs: profile.memoriesPointMs, warmupMs: profile.warmupMs } satisfies LoadSpec),
         log,
         serverNodeArgs: SERVER_NODE_ARGS,
+        stores: profile.backends.flatMap((backend) => {
+          if (backend !== "postgres" && backend !== "redis") return [];
+          const url = backend === "redis" ? backing.redis!.url : backing.postgres!.url;
+          const args = ["--memory-type", backend, backend === "redis" ? "--redis-url" : "--postgres-url", url, "--key-prefix", `bench_memories_${Date.now()}`];
+          return [{ backend, args, cpuPids: cpuPidsFor(backend, undefined, backing) }];
+        }),
       });
     }
   } finally {

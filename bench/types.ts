@@ -31,6 +31,8 @@ export interface Profile {
   memoriesEvalConversations?: number;
   /** Synthetic memories per app for the memories section's SearchMemories / Recall speed points. */
   memoriesPerApp: number;
+  /** Memories per app at which the memories section measures each shared store (PostgreSQL, Redis) the run has. */
+  memoriesBackendCounts: number[];
   /** Length of each of those points: a call there takes tens of ms, so c=16 needs longer than the transport points. */
   memoriesPointMs: number;
 }
@@ -137,7 +139,7 @@ export interface MemoriesResult {
   recall: MemoriesRecall[];
   /** Synthetic memories per app behind the speed points. */
   memoriesPerApp: number;
-  /** SearchMemories and Recall on the local store (kind "server"). */
+  /** SearchMemories and Recall on the local store at memoriesPerApp, then on each shared store at each of memoriesBackendCounts (kind "server"). */
   speed: Point[];
 }
 

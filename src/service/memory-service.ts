@@ -424,16 +424,19 @@ export class MemoryService {
     if (!isTokenizerName(tokenizer)) throw invalidArgument("tokenizer", `must be one of ${TOKENIZER_NAMES.join(", ")}`);
     const k = topK("top_k", req.topK);
     const embedding = queryEmbedding("query_embedding", req.queryEmbedding);
-    const session = await this.store.getSession(sessionId);
+    // The session and the tokenizer do not depend on each other: fetch them together.
+    const [session, counter] = await Promise.all([this.store.getSession(sessionId), this.tokenizers.get(tokenizer)]);
     if (!session) throw sessionNotFound(sessionId);
-    const counter = await this.tokenizers.get(tokenizer);
     // What a caller in this session may recall: its user's, its agent's (when named), the session's and the shared memories.
     const scope: MemoryScopeFilter = { appName: session.appName, userId: session.userId, sessionId, match: "visible" };
     if (agentId !== undefined) scope.agentId = agentId;
     const now = Date.now();
-    const pinned = await this.store.memories.listMemories({ scope, asOf: now, pinned: true }, MAX_RECALL_PINNED);
+    // Pinned and relevant memories are independent reads: one store round trip's wait, not two.
+    const [pinned, relevant] = await Promise.all([
+      this.store.memories.listMemories({ scope, asOf: now, pinned: true }, MAX_RECALL_PINNED),
+      this.longTerm.rank({ filter: { scope, asOf: now, pinned: false }, query, topK: k, embedding }, call),
+    ]);
     pinned.sort((a, b) => b.importance - a.importance || b.validFrom - a.validFrom);
-    const relevant = await this.longTerm.rank({ filter: { scope, asOf: now, pinned: false }, query, topK: k, embedding }, call);
     const recall = await assembleRecall({
       pinned,
       relevant,

@@ -656,6 +656,22 @@ describe("an older release refuses a schema migrated by a newer one", () => {
 });
 
 describe("PostgresStore long-term memories", () => {
+  it("ranks only the newest 1,000 memories a search matches: an older, better match is found once no more than 1,000 newer ones match", async () => {
+    const store = await openStore(LIMITS, freshSchema());
+    try {
+      // Written newest last; the oldest repeats the word, so it would rank first if it were ranked at all.
+      const oldest = { ...memory({ memoryId: "oldest", text: "espresso espresso espresso" }), createdAt: 1 };
+      const newer = Array.from({ length: 1000 }, (_, i) => ({ ...memory({ memoryId: `newer-${i}`, text: `espresso and a long list of other words number ${i}` }), createdAt: 2 + i }));
+      await store.memories.writeMemories([oldest, ...newer]);
+      const filter = { scope: { appName: "app", match: "within" as const }, asOf: Date.now() };
+      expect((await store.memories.searchMemories(filter, "espresso", 5)).map((r) => r.memory.memoryId)).not.toContain("oldest");
+      await store.memories.deleteMemories("app", ["newer-0"]);
+      expect((await store.memories.searchMemories(filter, "espresso", 5))[0]?.memory.memoryId).toBe("oldest");
+    } finally {
+      await store.close();
+    }
+  });
+
   it("two replicas writing the same key at once leave exactly one valid memory, the others closed in a chain", async () => {
     const schema = freshSchema();
     const a = await openStore(LIMITS, schema);

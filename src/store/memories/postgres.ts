@@ -7,7 +7,10 @@
  *   text's lexemes, built from to_tsvector (so no user text can make it
  *   fail to parse): a memory matching any term is a candidate and matching
  *   more (and closer) terms ranks higher, as BM25 over OR does in the other
- *   stores; an AND query would drop a memory for one word it lacks.
+ *   stores; an AND query would drop a memory for one word it lacks. Only
+ *   the newest LEXICAL_CANDIDATES matches are ranked: ts_rank_cd over every
+ *   match made a search's cost grow with the app (a bounded candidate set,
+ *   stated in the README, as for vectors).
  * - A batch is one transaction. Before reading anything it takes
  *   transaction-scoped advisory locks on every memory id and every
  *   supersession group (app, exact scope, key) it touches (a large batch:
@@ -45,6 +48,8 @@ import { embeddingDimensionMismatch, exactScopeKey, memoryIdTaken, supersessionK
 const FINE_LOCKS_MAX = 16;
 /** Embedded memories nearestMemories compares at most (the newest the filter selects). */
 export const NEAREST_CANDIDATES = 2000;
+/** Matching memories searchMemories ranks at most (the newest the filter selects). */
+export const LEXICAL_CANDIDATES = 1000;
 /** Memories one delete statement (forget, erasure) removes at most: one bounded transaction each. */
 const DELETE_BATCH_MEMORIES = 10_000;
 /** NOTIFY payloads must stay under 8000 bytes. */
@@ -457,14 +462,36 @@ export class PostgresMemories implements LongTermMemoryStore {
     const tsquery = OR_QUERY(p.add(query));
     const where = filterSql(p, filter);
     // Normalization 1: the rank divided by 1 + log(length), so a long memory does not win by repeating words.
-    const { rows } = await this.db.query<MemoryRow & { score: number }>(
-      `SELECT ${COLUMNS}, ts_rank_cd(search, q.tsq, 1) AS score
-       FROM ${this.s}.memories, (SELECT ${tsquery} AS tsq) q
-       WHERE search @@ q.tsq AND ${where}
+    // Ranked as ids, then the whole rows of the best: sorting every match's
+    // whole row (its embedding is ~1.5 kB at 384 dimensions) doubled the
+    // time of a search whose words match thousands of memories.
+    // The newest matches first, then ranked: with the LIMIT the planner may walk
+    // the newest-first index and stop early when the words are common.
+    const { rows: best } = await this.db.query<{ memory_id: string; score: number }>(
+      `SELECT memory_id, ts_rank_cd(search, tsq, 1) AS score FROM (
+         SELECT memory_id, created_ms, search, q.tsq
+         FROM ${this.s}.memories, (SELECT ${tsquery} AS tsq) q
+         WHERE search @@ q.tsq AND ${where}
+         ORDER BY created_ms DESC, memory_id DESC LIMIT ${p.add(Math.max(limit, LEXICAL_CANDIDATES))}
+       ) newest
        ORDER BY score DESC, created_ms DESC, memory_id DESC LIMIT ${p.add(limit)}`,
       p.values,
     );
-    return rows.map((row) => ({ memory: toRecord(row), score: row.score }));
+    return this.rowsOf(filter.scope.appName, best.map((b) => ({ memoryId: b.memory_id, score: b.score })));
+  }
+
+  /** The whole rows of ranked ids, in the ranking's order; a memory deleted between the two reads is left out. */
+  private async rowsOf(appName: string, best: { memoryId: string; score: number }[]): Promise<RankedMemory[]> {
+    if (best.length === 0) return [];
+    const { rows } = await this.db.query<MemoryRow>(`SELECT ${COLUMNS} FROM ${this.s}.memories WHERE app_name = $1 AND memory_id = ANY($2::text[])`, [
+      appName,
+      best.map((b) => b.memoryId),
+    ]);
+    const byId = new Map(rows.map((row) => [row.memory_id, toRecord(row)]));
+    return best.flatMap(({ memoryId, score }) => {
+      const memory = byId.get(memoryId);
+      return memory ? [{ memory, score }] : [];
+    });
   }
 
   async nearestMemories(filter: MemoryFilter, embedding: readonly number[], limit: number): Promise<RankedMemory[]> {
@@ -477,17 +504,7 @@ export class PostgresMemories implements LongTermMemoryStore {
       .map((row) => ({ memoryId: row.memory_id, score: cosineToStored(embedding, row.embedding) }))
       .sort((a, b) => b.score - a.score)
       .slice(0, limit);
-    if (best.length === 0) return [];
-    const { rows } = await this.db.query<MemoryRow>(`SELECT ${COLUMNS} FROM ${this.s}.memories WHERE app_name = $1 AND memory_id = ANY($2::text[])`, [
-      filter.scope.appName,
-      best.map((b) => b.memoryId),
-    ]);
-    const byId = new Map(rows.map((row) => [row.memory_id, toRecord(row)]));
-    // A memory deleted between the two reads is left out.
-    return best.flatMap(({ memoryId, score }) => {
-      const memory = byId.get(memoryId);
-      return memory ? [{ memory, score }] : [];
-    });
+    return this.rowsOf(filter.scope.appName, best);
   }
 
   async listMemories(filter: MemoryFilter, limit: number, after?: MemoryCursor): Promise<MemoryRecord[]> {
