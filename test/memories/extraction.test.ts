@@ -10,7 +10,7 @@ import type { Memory } from "@engram-memory/client/gen/engram/v1/memories_pb.js"
 import { ConfigError, loadConfig } from "../../src/config.js";
 import { extractedMemoryId } from "../../src/service/memories/extraction.js";
 import { connectClient, type MemoryClient } from "../support/clients.js";
-import { startTestServer, type TestServer } from "../support/engram.js";
+import { spawnServer, startTestServer, type TestServer } from "../support/engram.js";
 import { freePort } from "../support/host.js";
 import { startScriptedChatServer, type ScriptedAnswer, type ScriptedChatServer } from "../support/scripted-chat-server.js";
 
@@ -85,6 +85,8 @@ describe("fact extraction from appended events (scripted chat endpoint)", () => 
     // The endpoint was asked for JSON, with the model configured.
     expect(chat.bodies.at(-1)).toMatchObject({ model: "scripted", response_format: { type: "json_object" } });
     expect(chat.transcripts.at(-1)).toContain("[user_message] Hi! I just moved to Porto.");
+    // No key configured: no authorization header at all (OPENAI_API_KEY is never read).
+    expect(chat.authorizations.at(-1)).toBeUndefined();
   });
 
   it("supersedes an earlier fact through a later one with the same subject and predicate", async () => {
@@ -166,6 +168,36 @@ describe("extraction never holds up an append", () => {
       await server.stop();
     }
   });
+});
+
+describe("the server process (src/main.ts)", () => {
+  it("extracts when MEMORY_EXTRACTION_URL is set and counts facts and failures in /metrics", async () => {
+    const chat = await startScriptedChatServer(script);
+    const proc = await spawnServer({ MEMORY_EXTRACTION_URL: chat.url, MEMORY_EXTRACTION_MODEL: "scripted", MEMORY_EXTRACTION_API_KEY: "sk-test-secret" });
+    try {
+      const client = connectClient(proc.baseUrl);
+      await client.createSession({ appName: "extract", userId: "maria", sessionId: "proc-1" });
+      await client.addEvent({ sessionId: "proc-1", event: { eventType: "user_message", content: text("I moved to Porto") } });
+      await client.addEvent({ sessionId: "proc-1", event: { eventType: "user_message", content: text("fail please") } });
+      const memories = await pollMemories(client, { appName: "extract", userId: "maria" }, (m) => m.length >= 2);
+      expect(memories).toHaveLength(2);
+      // The key went to the endpoint only, and is masked in the logged configuration.
+      expect(proc.lines.join("\n")).not.toContain("sk-test-secret");
+      expect(chat.authorizations).toContain("Bearer sk-test-secret");
+      let metrics = "";
+      for (let attempt = 0; attempt < 50; attempt++) {
+        metrics = await (await fetch(`${proc.baseUrl}/metrics`, { signal: AbortSignal.timeout(5000) })).text();
+        if (/^engram_extraction_failed_requests_total 1$/m.test(metrics)) break;
+        await new Promise((r) => setTimeout(r, 100));
+      }
+      expect(metrics).toMatch(/^engram_extraction_facts_total 2$/m);
+      expect(metrics).toMatch(/^engram_extraction_failed_requests_total 1$/m);
+      expect(metrics).toMatch(/^engram_extraction_dropped_ranges_total 0$/m);
+    } finally {
+      await proc.kill();
+      await chat.stop();
+    }
+  }, 60_000);
 });
 
 describe("extraction settings", () => {

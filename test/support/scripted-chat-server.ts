@@ -16,6 +16,8 @@ export interface ScriptedChatServer {
   url: string;
   /** The user message (the transcript) of every request so far, in arrival order. */
   transcripts: string[];
+  /** The authorization header of every request (undefined when absent). */
+  authorizations: Array<string | undefined>;
   /** The request bodies as parsed JSON. */
   bodies: Array<Record<string, unknown>>;
   stop(): Promise<void>;
@@ -25,6 +27,7 @@ export interface ScriptedChatServer {
 export async function startScriptedChatServer(script: (transcript: string) => ScriptedAnswer): Promise<ScriptedChatServer> {
   const transcripts: string[] = [];
   const bodies: Array<Record<string, unknown>> = [];
+  const authorizations: Array<string | undefined> = [];
   const server = createServer((req: IncomingMessage, res: ServerResponse) => {
     let raw = "";
     req.on("data", (chunk) => (raw += chunk));
@@ -35,6 +38,7 @@ export async function startScriptedChatServer(script: (transcript: string) => Sc
       }
       const body = JSON.parse(raw) as { messages?: Array<{ role: string; content: string }> };
       bodies.push(body as Record<string, unknown>);
+      authorizations.push(req.headers.authorization);
       const transcript = body.messages?.find((m) => m.role === "user")?.content ?? "";
       transcripts.push(transcript);
       const answer = script(transcript);
@@ -59,6 +63,7 @@ export async function startScriptedChatServer(script: (transcript: string) => Sc
   return {
     url: `http://127.0.0.1:${port}/v1`,
     transcripts,
+    authorizations,
     bodies,
     stop: async () => {
       server.closeAllConnections();
