@@ -114,6 +114,8 @@ export interface Config {
   extractionQueueSize: number;
   /** Extraction requests in flight at once. */
   extractionConcurrency: number;
+  /** Event types whose text is sent for extraction; others are left out. */
+  extractionEventTypes: string[];
 }
 
 /** A configuration mistake, reported to the operator as is. */
@@ -193,6 +195,7 @@ export const SETTINGS: Setting[] = [
   { env: "MEMORY_EXTRACTION_MAX_EVENTS", flag: "extraction-max-events", key: "extractionMaxEvents", kind: "int", default: "20", min: 1, max: 1000, doc: "Events per extraction request; a longer append is extracted as several ranges." },
   { env: "MEMORY_EXTRACTION_QUEUE_SIZE", flag: "extraction-queue-size", key: "extractionQueueSize", kind: "int", default: "1000", min: 1, doc: "Event ranges waiting for extraction; past it new ranges are dropped and counted (engram_extraction_dropped_ranges_total)." },
   { env: "MEMORY_EXTRACTION_CONCURRENCY", flag: "extraction-concurrency", key: "extractionConcurrency", kind: "int", default: "2", min: 1, max: 64, doc: "Extraction requests in flight at once." },
+  { env: "MEMORY_EXTRACTION_EVENT_TYPES", flag: "extraction-event-types", key: "extractionEventTypes", kind: "list", default: "user_message,agent_response", doc: "Comma-separated event types whose text is sent for extraction; other events (tool calls and results, say) are left out." },
 ];
 
 const MEMORY_TYPES: readonly string[] = ["local", "redis", "postgres"];

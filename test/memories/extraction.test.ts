@@ -32,7 +32,7 @@ function script(transcript: string): ScriptedAnswer {
 }
 
 function extractionConfig(url: string, extra: Record<string, unknown> = {}) {
-  return { extractionUrl: url, extractionModel: "scripted", extractionTimeoutMs: 5000, extractionMaxEvents: 20, extractionQueueSize: 100, extractionConcurrency: 2, ...extra };
+  return { extractionUrl: url, extractionModel: "scripted", extractionTimeoutMs: 5000, extractionMaxEvents: 20, extractionQueueSize: 100, extractionConcurrency: 2, extractionEventTypes: ["user_message", "agent_response"], ...extra };
 }
 
 /** Polls ListMemories (at most 50 times, 100 ms apart) until `done` holds; returns the last listing either way. */
@@ -69,6 +69,7 @@ describe("fact extraction from appended events (scripted chat endpoint)", () => 
       events: [
         { eventType: "user_message", content: text("Hi! I just moved to Porto.") },
         { eventType: "user_message", content: text("My beagle Rex loves the beach.") },
+        { eventType: "tool_result", content: text("weather in Porto: 31 degrees") },
       ],
     });
     const memories = await pollMemories(client, { appName: "extract", userId: "maria" }, (m) => m.length >= 2);
@@ -85,6 +86,8 @@ describe("fact extraction from appended events (scripted chat endpoint)", () => 
     // The endpoint was asked for JSON, with the model configured.
     expect(chat.bodies.at(-1)).toMatchObject({ model: "scripted", response_format: { type: "json_object" } });
     expect(chat.transcripts.at(-1)).toContain("[user_message] Hi! I just moved to Porto.");
+    // Only the MEMORY_EXTRACTION_EVENT_TYPES are sent; the range ends at the last of them.
+    expect(chat.transcripts.at(-1)).not.toContain("weather");
     // No key configured: no authorization header at all (OPENAI_API_KEY is never read).
     expect(chat.authorizations.at(-1)).toBeUndefined();
   });
