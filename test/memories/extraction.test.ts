@@ -19,8 +19,12 @@ const facts = (...triples: Array<[string, string, string]>): ScriptedAnswer => (
   content: JSON.stringify({ facts: triples.map(([subject, predicate, object]) => ({ subject, predicate, object })) }),
 });
 
+/** Answers the request held by the "held back" script entry, once it arrived. */
+let releaseHeld: ((answer: ScriptedAnswer) => void) | undefined;
+
 /** The scripted answers: keyed by words of the transcript. */
-function script(transcript: string): ScriptedAnswer {
+function script(transcript: string): ScriptedAnswer | Promise<ScriptedAnswer> {
+  if (transcript.includes("held back")) return new Promise((resolve) => (releaseHeld = resolve));
   if (transcript.includes("Porto")) return facts(["maria", "lives in", "porto"], ["maria", "owns", "a beagle named rex"]);
   if (transcript.includes("Lisbon")) return facts(["maria", "lives in", "lisbon"]);
   if (transcript.includes("not json")) return { content: "Sure! Maria lives somewhere." };
@@ -116,6 +120,17 @@ describe("fact extraction from appended events (scripted chat endpoint)", () => 
     expect(chat.transcripts.length - requestsBefore).toBe(2);
     const memories = (await client.listMemories({ appName: "extract", userId: "rui", includeInvalid: true })).memories;
     expect(memories.map((m) => m.memoryId).sort()).toEqual([0, 1].map((i) => extractedMemoryId("ex-3", 1, 1, i)).sort());
+  });
+
+  it("takes back facts whose user was erased while the endpoint was answering", async () => {
+    await client.createSession({ appName: "extract", userId: "erased", sessionId: "ex-5" });
+    await client.addEvent({ sessionId: "ex-5", event: { eventType: "user_message", content: text("this is held back: I live in Porto") } });
+    for (let attempt = 0; attempt < 50 && !releaseHeld; attempt++) await new Promise((r) => setTimeout(r, 100));
+    expect(releaseHeld).toBeDefined();
+    await client.deleteUserData({ appName: "extract", userId: "erased" });
+    releaseHeld!(facts(["erased", "lives in", "porto"]));
+    await server.service.extractor!.idle();
+    expect((await client.listMemories({ appName: "extract", userId: "erased", includeInvalid: true })).memories).toEqual([]);
   });
 
   it("skips answers that are not JSON or not facts, and keeps the good facts of a mixed answer", async () => {

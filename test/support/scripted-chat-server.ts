@@ -23,15 +23,15 @@ export interface ScriptedChatServer {
   stop(): Promise<void>;
 }
 
-/** Starts the endpoint; `script` picks the answer from the request's user message. */
-export async function startScriptedChatServer(script: (transcript: string) => ScriptedAnswer): Promise<ScriptedChatServer> {
+/** Starts the endpoint; `script` picks the answer from the request's user message (and may take its time: a promise). */
+export async function startScriptedChatServer(script: (transcript: string) => ScriptedAnswer | Promise<ScriptedAnswer>): Promise<ScriptedChatServer> {
   const transcripts: string[] = [];
   const bodies: Array<Record<string, unknown>> = [];
   const authorizations: Array<string | undefined> = [];
   const server = createServer((req: IncomingMessage, res: ServerResponse) => {
     let raw = "";
     req.on("data", (chunk) => (raw += chunk));
-    req.on("end", () => {
+    req.on("end", async () => {
       if (req.method !== "POST" || req.url !== "/v1/chat/completions") {
         res.writeHead(404, { "content-type": "application/json" }).end(JSON.stringify({ error: { message: "no such path" } }));
         return;
@@ -41,7 +41,7 @@ export async function startScriptedChatServer(script: (transcript: string) => Sc
       authorizations.push(req.headers.authorization);
       const transcript = body.messages?.find((m) => m.role === "user")?.content ?? "";
       transcripts.push(transcript);
-      const answer = script(transcript);
+      const answer = await script(transcript);
       if (answer === "hang") return; // held open until stop()
       if ("status" in answer) {
         res.writeHead(answer.status, { "content-type": "application/json" }).end(JSON.stringify({ error: { message: "scripted failure" } }));

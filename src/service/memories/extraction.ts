@@ -47,6 +47,8 @@ export interface ExtractionSettings {
   queueSize: number;
   /** Requests in flight at once. */
   concurrency: number;
+  /** Event types whose text is sent; others are left out. */
+  eventTypes: readonly string[];
 }
 
 /** What extraction did so far on this replica (exported as engram_extraction_* metrics). */
@@ -124,10 +126,13 @@ export class FactExtractor {
 
   /**
    * Queues the events of a successful append for extraction and returns at
-   * once; never throws. Events without text are left out; the rest go in
-   * ranges of at most `maxEvents`.
+   * once; never throws. Events of other types than `eventTypes` are left
+   * out; the rest go in ranges of at most `maxEvents` (from_seq and to_seq
+   * are the first and last kept event's), the same ranges for a retry of
+   * the same append.
    */
-  onAppended(sessionId: string, events: readonly StoredEvent[]): void {
+  onAppended(sessionId: string, appended: readonly StoredEvent[]): void {
+    const events = appended.filter((e) => this.settings.eventTypes.includes(e.eventType));
     for (let start = 0; start < events.length; start += this.settings.maxEvents) {
       const range = events.slice(start, start + this.settings.maxEvents);
       if (this.queue.length >= this.settings.queueSize) {
@@ -197,6 +202,13 @@ export class FactExtractor {
     });
     if (memories.length === 0) return;
     await this.memories.writeMemories(create(WriteMemoriesRequestSchema, { memories }));
+    // An erasure (DeleteUserData) or deletion that ran while the endpoint was answering must not be undone by facts
+    // arriving after it: look again, and take them back. An erasure after this point removes them itself.
+    const after = await this.store.getSession(range.sessionId);
+    if (!after || after.incarnation !== session.incarnation) {
+      await this.store.memories.deleteMemories(session.appName, memories.map((m) => m.memoryId));
+      return;
+    }
     this.counts.facts += memories.length;
   }
 
@@ -268,5 +280,6 @@ export function extractionSettingsFromConfig(config: Config): ExtractionSettings
     maxEvents: config.extractionMaxEvents,
     queueSize: config.extractionQueueSize,
     concurrency: config.extractionConcurrency,
+    eventTypes: config.extractionEventTypes,
   };
 }
