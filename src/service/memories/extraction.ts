@@ -19,6 +19,8 @@
  *   replicas, each extracts the appends it served.
  * - Bad answers (not JSON, wrong shapes, facts the memory validation refuses)
  *   are skipped and counted, never thrown: this runs with no caller to tell.
+ * - A session deleted or erased before or while its range is extracted gets
+ *   no facts: it is looked up again after the write, which is taken back.
  */
 import { createHash } from "node:crypto";
 import { create } from "@bufbuild/protobuf";
