@@ -100,6 +100,22 @@ export interface Config {
   embeddingsBatchSize: number;
   /** Retries of a failed embeddings request (connection, 408, 409, 429, 5xx). */
   embeddingsMaxRetries: number;
+  /** Base URL of the OpenAI-compatible chat API facts are extracted with (…/v1); unset: no extraction. */
+  extractionUrl?: string;
+  /** Model name sent to the extraction API; required with extractionUrl. */
+  extractionModel?: string;
+  /** Bearer key for the extraction API; never logged. */
+  extractionApiKey?: string;
+  /** Longest one extraction request may take, retries included. */
+  extractionTimeoutMs: number;
+  /** Events per extraction request: a longer append goes as several ranges. */
+  extractionMaxEvents: number;
+  /** Event ranges waiting for extraction; past it new ones are dropped (and counted). */
+  extractionQueueSize: number;
+  /** Extraction requests in flight at once. */
+  extractionConcurrency: number;
+  /** Event types whose text is sent for extraction; others are left out. */
+  extractionEventTypes: string[];
 }
 
 /** A configuration mistake, reported to the operator as is. */
@@ -172,6 +188,14 @@ export const SETTINGS: Setting[] = [
   { env: "MEMORY_EMBEDDINGS_TIMEOUT_MS", flag: "embeddings-timeout-ms", key: "embeddingsTimeoutMs", kind: "int", default: "10000", min: 100, doc: "Longest one embeddings request may take, retries included, before the call fails UNAVAILABLE." },
   { env: "MEMORY_EMBEDDINGS_BATCH_SIZE", flag: "embeddings-batch-size", key: "embeddingsBatchSize", kind: "int", default: "64", min: 1, max: 2048, doc: "Texts per embeddings request (at most 2048, OpenAI's limit); more go as several requests." },
   { env: "MEMORY_EMBEDDINGS_MAX_RETRIES", flag: "embeddings-max-retries", key: "embeddingsMaxRetries", kind: "int", default: "2", min: 0, max: 10, doc: "Retries, with backoff, of an embeddings request that failed to connect or got 408, 409, 429 or 5xx." },
+  { env: "MEMORY_EXTRACTION_URL", flag: "extraction-url", key: "extractionUrl", kind: "string", doc: "Base URL of an OpenAI-compatible chat completions API (requests go to <url>/chat/completions) that extracts facts from appended events in the background; unset: no extraction." },
+  { env: "MEMORY_EXTRACTION_MODEL", flag: "extraction-model", key: "extractionModel", kind: "string", doc: "Model name sent to the extraction API; required with MEMORY_EXTRACTION_URL." },
+  { env: "MEMORY_EXTRACTION_API_KEY", flag: "extraction-api-key", key: "extractionApiKey", kind: "string", doc: "Bearer key for the extraction API (prefer the variable to the flag); unset: no authorization header." },
+  { env: "MEMORY_EXTRACTION_TIMEOUT_MS", flag: "extraction-timeout-ms", key: "extractionTimeoutMs", kind: "int", default: "30000", min: 100, doc: "Longest one extraction request may take, retries included; past it the range is given up (counted as a failed request)." },
+  { env: "MEMORY_EXTRACTION_MAX_EVENTS", flag: "extraction-max-events", key: "extractionMaxEvents", kind: "int", default: "20", min: 1, max: 1000, doc: "Events per extraction request; a longer append is extracted as several ranges." },
+  { env: "MEMORY_EXTRACTION_QUEUE_SIZE", flag: "extraction-queue-size", key: "extractionQueueSize", kind: "int", default: "1000", min: 1, doc: "Event ranges waiting for extraction; past it new ranges are dropped and counted (engram_extraction_dropped_ranges_total)." },
+  { env: "MEMORY_EXTRACTION_CONCURRENCY", flag: "extraction-concurrency", key: "extractionConcurrency", kind: "int", default: "2", min: 1, max: 64, doc: "Extraction requests in flight at once." },
+  { env: "MEMORY_EXTRACTION_EVENT_TYPES", flag: "extraction-event-types", key: "extractionEventTypes", kind: "list", default: "user_message,agent_response", doc: "Comma-separated event types whose text is sent for extraction; other events (tool calls and results, say) are left out." },
 ];
 
 const MEMORY_TYPES: readonly string[] = ["local", "redis", "postgres"];
@@ -246,6 +270,7 @@ export function loadConfig(argv: string[] = process.argv.slice(2), env: NodeJS.P
     throw new ConfigError(`MEMORY_HEADERS_TIMEOUT_MS (${result.headersTimeoutMs}) must not exceed MEMORY_REQUEST_TIMEOUT_MS (${result.requestTimeoutMs}): headers are part of the request`);
   }
   checkEmbeddings(result);
+  checkExtraction(result);
   return result;
 }
 
@@ -352,7 +377,29 @@ function checkEmbeddings(config: Config): void {
   }
 }
 
-/** The configuration as printed at start, with credentials in URLs and the embeddings key masked. */
+/** Like the embeddings settings: a model or key without MEMORY_EXTRACTION_URL is a typo to report. */
+function checkExtraction(config: Config): void {
+  if (config.extractionUrl === undefined) {
+    const orphan = [
+      ["MEMORY_EXTRACTION_MODEL", config.extractionModel],
+      ["MEMORY_EXTRACTION_API_KEY", config.extractionApiKey],
+    ].find(([, value]) => value !== undefined);
+    if (orphan) throw new ConfigError(`${orphan[0]} needs MEMORY_EXTRACTION_URL (the OpenAI-compatible chat API to call)`);
+    return;
+  }
+  let url: URL | undefined;
+  try {
+    url = new URL(config.extractionUrl);
+  } catch {
+    // reported below
+  }
+  if (!url || (url.protocol !== "http:" && url.protocol !== "https:")) {
+    throw new ConfigError(`MEMORY_EXTRACTION_URL: expected an http(s) base URL such as https://api.openai.com/v1, got ${JSON.stringify(config.extractionUrl)}`);
+  }
+  if (!config.extractionModel) throw new ConfigError("MEMORY_EXTRACTION_URL needs MEMORY_EXTRACTION_MODEL (e.g. gpt-4o-mini, llama3.1)");
+}
+
+/** The configuration as printed at start, with credentials in URLs and the embeddings and extraction keys masked. */
 export function describeConfig(config: Config): Record<string, unknown> {
   const mask = (url?: string) => url?.replace(/\/\/([^:@/]*):[^@/]*@/, "//$1:***@");
   return {
@@ -361,6 +408,8 @@ export function describeConfig(config: Config): Record<string, unknown> {
     postgresUrl: mask(config.postgresUrl),
     embeddingsUrl: mask(config.embeddingsUrl),
     embeddingsApiKey: config.embeddingsApiKey === undefined ? undefined : "***",
+    extractionUrl: mask(config.extractionUrl),
+    extractionApiKey: config.extractionApiKey === undefined ? undefined : "***",
     retentionApps: Object.fromEntries(config.retentionApps),
   };
 }

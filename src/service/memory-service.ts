@@ -96,6 +96,7 @@ import type {
   WriteMemoriesResponse,
 } from "@engram-memory/client/gen/engram/v1/memories_pb.js";
 import type { EmbeddingsClient } from "./memories/embeddings.js";
+import { FactExtractor, type ExtractionSettings } from "./memories/extraction.js";
 import { LongTermMemoryService } from "./memories/service.js";
 import { toWireMemory, toWireScored } from "./memories/convert.js";
 import { assembleRecall, DEFAULT_RECALL_BUDGET, MAX_RECALL_PINNED } from "./memories/recall.js";
@@ -169,6 +170,8 @@ export interface MemoryServiceOptions {
   heartbeatMs: number;
   /** The MEMORY_EMBEDDINGS_URL endpoint's client, when set (src/service/memories/embeddings.ts). */
   embeddings?: EmbeddingsClient;
+  /** The MEMORY_EXTRACTION_URL endpoint, when set: facts are extracted from appended events in the background (src/service/memories/extraction.ts). */
+  extraction?: ExtractionSettings;
 }
 
 /** The memory service; one instance per process. */
@@ -187,6 +190,8 @@ export class MemoryService {
 
   /** Long-term memories (src/service/memories/). */
   readonly longTerm: LongTermMemoryService;
+  /** Background fact extraction from appended events; absent unless MEMORY_EXTRACTION_URL is set. */
+  readonly extractor?: FactExtractor;
 
   constructor(
     readonly store: MemoryStore,
@@ -194,6 +199,7 @@ export class MemoryService {
   ) {
     this.hub = new StreamHub(store, { heartbeatMs: options.heartbeatMs, pageSize: STREAM_PAGE_EVENTS });
     this.longTerm = new LongTermMemoryService(store, { limits: options.limits, heartbeatMs: options.heartbeatMs, embeddings: options.embeddings });
+    if (options.extraction) this.extractor = new FactExtractor(store, this.longTerm, options.limits, options.extraction);
   }
 
   async createSession(req: CreateSessionRequest, call?: StoreCall): Promise<CreateSessionResponse> {
@@ -256,6 +262,8 @@ export class MemoryService {
     const event = this.newEvent("event", req.event);
     const expectedSeq = req.expectedSeq === undefined ? undefined : seqNumber("expected_seq", req.expectedSeq);
     const result = await this.store.appendEvents(sessionId, [event], expectedSeq, call);
+    // After the append succeeded, and only queued: extraction never delays or fails it. A retry is re-extracted to the same ids.
+    this.extractor?.onAppended(sessionId, result.events);
     // A literal, as create() would build it without reflection (every append answers one).
     return { $typeName: "engram.v1.AddEventResponse", event: this.wire(result.events[0]) };
   }
@@ -273,6 +281,7 @@ export class MemoryService {
     });
     const expectedSeq = req.expectedSeq === undefined ? undefined : seqNumber("expected_seq", req.expectedSeq);
     const result = await this.store.appendEvents(sessionId, events, expectedSeq, call);
+    this.extractor?.onAppended(sessionId, result.events);
     return create(AddEventsResponseSchema, { events: result.events.map((e) => this.wire(e)) });
   }
 

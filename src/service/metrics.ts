@@ -10,6 +10,7 @@ import { performance } from "node:perf_hooks";
 import { collectDefaultMetrics, Counter, Gauge, Registry, type Metric } from "prom-client";
 import type { MemoryErrorCode } from "../errors.js";
 import type { MemoryStore } from "../store/types.js";
+import type { ExtractionCounts } from "./memories/extraction.js";
 import { VERSION } from "../version.js";
 
 const LATENCY_BUCKETS = [0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5];
@@ -207,6 +208,25 @@ export class Metrics {
         this.set((await store.stats().catch(() => ({ totalEvents: Number.NaN }))).totalEvents);
       },
     });
+  }
+
+  /** Exports background fact extraction's counts (MEMORY_EXTRACTION_URL), read at scrape time. */
+  watchExtraction(counts: Readonly<ExtractionCounts>): void {
+    const counter = (name: string, help: string, read: () => number) =>
+      new Counter({
+        name,
+        help,
+        registers: [this.registry],
+        collect() {
+          this.reset();
+          this.inc(read());
+        },
+      });
+    counter("engram_extraction_facts_total", "Facts extracted from appended events and written as long-term memories by this replica.", () => counts.facts);
+    counter("engram_extraction_failed_requests_total", "Extraction requests that failed (endpoint down, timed out, refused) or whose answer was not the JSON asked for.", () => counts.failedRequests);
+    counter("engram_extraction_skipped_facts_total", "Extracted facts skipped for a wrong shape or a value the memory validation refuses.", () => counts.skippedFacts);
+    counter("engram_extraction_dropped_ranges_total", "Event ranges not extracted because the extraction queue was full (MEMORY_EXTRACTION_QUEUE_SIZE).", () => counts.droppedRanges);
+    counter("engram_extraction_failed_writes_total", "Extracted facts' writes the store refused (unreachable, or a re-extracted range answered differently: ALREADY_EXISTS).", () => counts.failedWrites);
   }
 
   /** Every removal so far by reason (sessions by theirs, events_trimmed), for the removal log: counts only. */

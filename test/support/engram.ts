@@ -10,6 +10,7 @@ import { pino } from "pino";
 import { loadConfig, type Config } from "../../src/config.js";
 import { MemoryService } from "../../src/service/memory-service.js";
 import { embeddingsClientFromConfig } from "../../src/service/memories/embeddings.js";
+import { extractionSettingsFromConfig } from "../../src/service/memories/extraction.js";
 import { DEFAULT_SERVICE_LIMITS } from "../../src/service/limits.js";
 import { startServer, type RunningServer } from "../../src/server/server.js";
 import type { MemoryStore } from "../../src/store/types.js";
@@ -42,6 +43,7 @@ export async function startTestServer(opts: {
     contextLimit: config.contextLimit,
     heartbeatMs: config.heartbeatMs,
     embeddings: embeddingsClientFromConfig(config),
+    extraction: extractionSettingsFromConfig(config),
   });
   const server = await startServer(service, config, pino({ level: "silent" }));
   return {
