@@ -15,6 +15,7 @@
  * (an auth error's text may quote the key).
  */
 import OpenAI from "openai";
+import { openAICompatibleClient } from "./openai-endpoint.js";
 import type { Config } from "../../config.js";
 import { MemoryError } from "../../errors.js";
 import { EMBEDDING_DIMENSION_MISMATCH, MAX_EMBEDDING_DIMENSION } from "./similarity.js";
@@ -60,19 +61,7 @@ export class EmbeddingsClient {
   private learntDimension: number | undefined;
 
   constructor(readonly settings: EmbeddingsSettings) {
-    this.openai = new OpenAI({
-      baseURL: settings.url,
-      // The library insists on a key; without one the header is removed below, so nothing is sent.
-      apiKey: settings.apiKey ?? "unused",
-      defaultHeaders: settings.apiKey === undefined ? { Authorization: null } : undefined,
-      // Explicit, so that OPENAI_API_KEY, OPENAI_ORG_ID and OPENAI_PROJECT_ID in the server's environment never reach this endpoint.
-      organization: null,
-      project: null,
-      timeout: settings.timeoutMs,
-      maxRetries: settings.maxRetries,
-      // Never print on its own: every failure becomes a MemoryError that keeps the library's error as its cause.
-      logLevel: "off",
-    });
+    this.openai = openAICompatibleClient(settings);
   }
 
   /** The length of this endpoint's vectors: the configured one, else the one its first answer had; undefined before any. */

@@ -25,6 +25,7 @@
 import { createHash } from "node:crypto";
 import { create } from "@bufbuild/protobuf";
 import OpenAI from "openai";
+import { openAICompatibleClient } from "./openai-endpoint.js";
 import { MemoryFactSchema, MemorySchema, MemorySourceSchema, WriteMemoriesRequestSchema, type Memory } from "@engram-memory/client/gen/engram/v1/memories_pb.js";
 import type { Config } from "../../config.js";
 import type { MemoryStore, StoredEvent } from "../../store/types.js";
@@ -113,17 +114,7 @@ export class FactExtractor {
     private readonly limits: ServiceLimits,
     readonly settings: ExtractionSettings,
   ) {
-    this.openai = new OpenAI({
-      baseURL: settings.url,
-      // As for embeddings (./embeddings.ts): no key means no header, and OPENAI_* in the environment is never read.
-      apiKey: settings.apiKey ?? "unused",
-      defaultHeaders: settings.apiKey === undefined ? { Authorization: null } : undefined,
-      organization: null,
-      project: null,
-      timeout: settings.timeoutMs,
-      maxRetries: 1,
-      logLevel: "off",
-    });
+    this.openai = openAICompatibleClient({ ...settings, maxRetries: 1 });
   }
 
   /**
