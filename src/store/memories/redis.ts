@@ -36,7 +36,6 @@
  * live.
  */
 import { randomUUID } from "node:crypto";
-import { readdirSync, readFileSync } from "node:fs";
 import path from "node:path";
 import { fileURLToPath } from "node:url";
 import type { Redis } from "ioredis";
@@ -52,6 +51,7 @@ import type {
   RankedMemory,
 } from "../types.js";
 import { KeyedListeners } from "../notices.js";
+import { loadScripts } from "../redis/scripts.js";
 import { LEXICAL_QUERY, lexicalDocument, newLexicalIndex } from "./lexical.js";
 import { cosine, embeddingDimensionMismatch, exactScopeKey, filterSelects, memoryIdTaken, scopeSelects, supersessionKey } from "./rules.js";
 
@@ -161,13 +161,10 @@ function vectorOf(bytes: Buffer): number[] {
 /** Loads redis-scripts/<name>-<keys>.lua as commands; "n" keys: the caller passes the key count first. */
 function defineScripts(redis: Redis): Record<"write" | "delete", ScriptRunner> {
   const scripts: Record<string, ScriptRunner> = {};
-  for (const file of readdirSync(SCRIPTS_DIR)) {
-    const match = /^([a-z]+)-(\d+|n)\.lua$/.exec(file);
-    if (!match) continue;
-    const command = `engram_memories_${match[1]}`;
-    const lua = readFileSync(path.join(SCRIPTS_DIR, file), "utf8");
-    redis.defineCommand(command, match[2] === "n" ? { lua } : { numberOfKeys: Number(match[2]), lua });
-    scripts[match[1]] = (redis as unknown as Record<string, ScriptRunner>)[command].bind(redis);
+  for (const [name, { lua, numberOfKeys }] of loadScripts(SCRIPTS_DIR)) {
+    const command = `engram_memories_${name}`;
+    redis.defineCommand(command, numberOfKeys === undefined ? { lua } : { numberOfKeys, lua });
+    scripts[name] = (redis as unknown as Record<string, ScriptRunner>)[command].bind(redis);
   }
   return scripts as Record<"write" | "delete", ScriptRunner>;
 }

@@ -246,13 +246,18 @@ export const erasedScript: Script<ErasedInput, boolean> = {
   },
 };
 
-/** The text of every script, includes resolved, and its key count; by name. */
-export function loadScripts(dir = SCRIPTS_DIR): Map<string, { lua: string; numberOfKeys: number }> {
-  const scripts = new Map<string, { lua: string; numberOfKeys: number }>();
+/**
+ * The text of every script in `dir` (<name>-<key count>.lua), includes
+ * resolved, and its key count, by name; `numberOfKeys` is undefined for
+ * <name>-n.lua, whose caller passes the key count first.
+ */
+export function loadScripts(dir = SCRIPTS_DIR): Map<string, { lua: string; numberOfKeys: number | undefined }> {
+  const scripts = new Map<string, { lua: string; numberOfKeys: number | undefined }>();
   for (const file of readdirSync(dir)) {
-    const match = /^([a-z]+)-(\d+)\.lua$/.exec(file);
+    const match = /^([a-z]+)-(\d+|n)\.lua$/.exec(file);
     if (!match) continue;
-    scripts.set(match[1], { lua: resolveIncludes(readFileSync(path.join(dir, file), "utf8"), dir, file), numberOfKeys: Number(match[2]) });
+    const lua = resolveIncludes(readFileSync(path.join(dir, file), "utf8"), dir, file);
+    scripts.set(match[1], { lua, numberOfKeys: match[2] === "n" ? undefined : Number(match[2]) });
   }
   return scripts;
 }
@@ -282,7 +287,7 @@ export class RedisScripts {
   ) {
     for (const [name, { lua, numberOfKeys }] of loadScripts()) {
       // defineCommand runs EVALSHA and falls back to EVAL (loading it) when Redis does not know the script yet.
-      redis.defineCommand(`engram_${name}`, { numberOfKeys, lua });
+      redis.defineCommand(`engram_${name}`, numberOfKeys === undefined ? { lua } : { numberOfKeys, lua });
       const command = (redis as unknown as Record<string, (...keysAndArgs: Arg[]) => Promise<Reply>>)[`engram_${name}`].bind(redis);
       this.commands.set(name, command);
     }
