@@ -37,4 +37,16 @@ if [ ${#failed[@]} -gt 0 ]; then
   echo "FAILED steps: ${failed[*]}"
 fi
 echo "server: $passed passed, $failing failed"
+# CI shows only the tail of this output: name each failing test and its first
+# error lines here, so a failure can be read without the full log.
+node -e '
+try {
+  const r = require("./.tmp/vitest.json");
+  for (const file of r.testResults) for (const t of file.assertionResults)
+    if (t.status === "failed") {
+      console.log("FAILED test: " + file.name.replace(process.cwd() + "/", "") + " > " + t.fullName);
+      for (const m of t.failureMessages ?? []) console.log("  " + m.split("\n").slice(0, 6).join("\n  "));
+    }
+} catch {}'
+
 [ ${#failed[@]} -eq 0 ]
