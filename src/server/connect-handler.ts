@@ -3,17 +3,24 @@
  * gRPC-Web) behind a guard for request bodies. connect-es reports a binary
  * body it cannot decode as INTERNAL, and a JSON one with protobuf-es' message,
  * which names a field's type but not where it sits in the request; a client's
- * malformed body is its mistake, so the guard decodes bodies first (the same
- * parsers as the gRPC path, src/server/parse-request.ts) and answers
- * INVALID_ARGUMENT naming the field or part, in the protocol's own error
- * format. The decode is repeated by connect afterwards; this costs a little
- * CPU on the HTTP/1.1 path only (gRPC over h2c is parsed once, in
- * grpc-adapter.ts). Connect GET requests (the message in the query) and gzip
- * or br unary bodies get the same guard, and JSON is decoded as strict UTF-8 (connect-es' default
- * decoder turns a bad byte into U+FFFD).
+ * malformed body is its mistake, so the guard answers INVALID_ARGUMENT naming
+ * the field or part, in the protocol's own error format, decoding with the
+ * same parsers as the gRPC path (src/server/parse-request.ts).
+ *
+ * Unary Connect requests (POST bodies and GET messages) are decoded once, by
+ * connect: the guard decodes them itself only when connect's answer is an
+ * error, to name the field. Both decode with the same rules (the same
+ * recursion limit, strict UTF-8, unknown JSON fields refused), so a body one
+ * accepts the other accepts. Decoding every body twice cost ~5% of a Connect
+ * JSON call's server CPU (bench/README.md). Enveloped bodies (Connect
+ * streams, gRPC-Web), whose errors travel in a 200 answer, are still decoded
+ * ahead of connect. Gzip or br unary bodies get the same guard, and JSON is
+ * decoded as strict UTF-8 (connect-es' default decoder turns a bad byte into
+ * U+FFFD).
  */
 import type { IncomingMessage, ServerResponse } from "node:http";
 import { brotliDecompressSync, gunzipSync } from "node:zlib";
+import type { DescMessage } from "@bufbuild/protobuf";
 import { createConnectRouter, type ConnectRouter } from "@connectrpc/connect";
 import type { UniversalHandler, UniversalServerRequest, UniversalServerResponse } from "@connectrpc/connect/protocol";
 import {
@@ -144,19 +151,40 @@ function bodyFormat(contentType: string): { binary: boolean; enveloped: boolean 
   return undefined;
 }
 
-/** Decodes a body (or a GET's message) ahead of connect, binary or JSON; returns an error response, or undefined to go on. */
-async function guardRequestBody(req: UniversalServerRequest, handler: UniversalHandler, limit: number): Promise<UniversalServerResponse | undefined> {
+/**
+ * What the guard does for one request: `rejection`, an answer given instead
+ * of connect's; or `explain`, run when connect answered a unary request with
+ * an error before (or after) the handler, which decodes the message our way
+ * and returns the answer naming the field when that is what failed.
+ */
+interface BodyGuard {
+  rejection?: UniversalServerResponse;
+  explain?: () => UniversalServerResponse | undefined;
+}
+
+/** Decodes `message` our way; the protocol's error answer naming the field when it does not decode, else undefined. */
+function decodeOrExplain(contentType: string, input: DescMessage, message: Uint8Array, binary: boolean): UniversalServerResponse | undefined {
+  try {
+    (binary ? parseRequest : parseJsonRequest)(input, message);
+    return undefined;
+  } catch (err) {
+    return invalidBody(contentType, err as MemoryError);
+  }
+}
+
+/** Checks a body (or a GET's message) around connect, binary or JSON. */
+async function guardRequestBody(req: UniversalServerRequest, handler: UniversalHandler, limit: number): Promise<BodyGuard> {
   const input = handler.method.input;
   if (req.method === "GET") {
     // A method without GET support: connect answers that itself.
-    if (!handler.allowedMethods.includes("GET")) return undefined;
+    if (!handler.allowedMethods.includes("GET")) return {};
+    let message: { bytes: Uint8Array; json: boolean } | undefined;
     try {
-      const message = getRequestMessage(req);
-      if (message) (message.json ? parseJsonRequest : parseRequest)(input, message.bytes);
-      return undefined;
+      message = getRequestMessage(req);
     } catch (err) {
-      return invalidBody("application/json", err as MemoryError);
+      return { rejection: invalidBody("application/json", err as MemoryError) };
     }
+    return message ? { explain: () => decodeOrExplain("application/json", input, message.bytes, !message.json) } : {};
   }
   const contentType = req.header.get("content-type") ?? "";
   const format = bodyFormat(contentType);
@@ -164,20 +192,23 @@ async function guardRequestBody(req: UniversalServerRequest, handler: UniversalH
   const compressed = req.header.has("connect-content-encoding") || (encoding !== undefined && encoding !== "identity");
   // A gzip or br unary body is inflated here too, so that its field errors are named as a plain one's are.
   const inflate = encoding === "gzip" ? gunzipSync : encoding === "br" ? brotliDecompressSync : undefined;
-  if (req.method !== "POST" || !format || (!format.enveloped && compressed && !inflate)) return undefined;
+  if (req.method !== "POST" || !format || (!format.enveloped && compressed && !inflate)) return {};
   // Leave an announced oversized body untouched: connect refuses it from the header alone.
-  if (Number(req.header.get("content-length") ?? 0) > limit + 5) return undefined;
+  if (Number(req.header.get("content-length") ?? 0) > limit + 5) return {};
   const { bytes, body } = await readBody(req.body as AsyncIterable<Uint8Array>, limit + 5);
   req.body = body;
-  if (!bytes) return undefined;
-  const message = format.enveloped ? firstEnvelope(bytes) : inflate ? inflated(inflate, bytes, limit) : bytes;
-  if (message === undefined) return undefined;
-  try {
-    (format.binary ? parseRequest : parseJsonRequest)(input, message);
-    return undefined;
-  } catch (err) {
-    return invalidBody(contentType, err as MemoryError);
+  if (!bytes) return {};
+  if (!format.enveloped) {
+    return {
+      explain: () => {
+        const message = inflate ? inflated(inflate, bytes, limit) : bytes;
+        return message === undefined ? undefined : decodeOrExplain(contentType, input, message, format.binary);
+      },
+    };
   }
+  const message = firstEnvelope(bytes);
+  if (message === undefined) return {};
+  return { rejection: decodeOrExplain(contentType, input, message, format.binary) };
 }
 
 /** A compressed body inflated up to `limit` bytes; undefined (left to connect, which refuses it itself) when it is corrupt or larger. */
@@ -232,7 +263,12 @@ export function createConnectHandler(options: ConnectHandlerOptions) {
     if (!handler) return options.fallback(req, res);
     const uReq = universalRequestFromNodeRequest(req, res, undefined, undefined);
     guardRequestBody(uReq, handler, options.maxMessageBytes)
-      .then((rejection) => rejection ?? handler(uReq))
+      .then(async (guard) => {
+        if (guard.rejection) return guard.rejection;
+        const uRes = await handler(uReq);
+        // A unary Connect error is a non-200 status; when the body is what failed, say which field.
+        return (uRes.status !== 200 && guard.explain?.()) || uRes;
+      })
       .then((uRes) => universalResponseToNodeResponse(uRes, res))
       .catch((err) => {
         if (uReq.signal.aborted) return;
