@@ -7,6 +7,7 @@
  * (except a page token when paging): the client does as little as a client
  * can, so that the server, not the client, is what is measured.
  */
+import http from "node:http";
 import http2 from "node:http2";
 import * as grpc from "@grpc/grpc-js";
 import { create, fromBinary, toBinary } from "@bufbuild/protobuf";
@@ -34,9 +35,12 @@ export interface LoadSpec {
   cpuPids: Record<string, number[]>;
   /**
    * Client: "h2" (default) frames gRPC by hand on node:http2, the lightest client there is;
-   * "grpc-js" with pre-serialized buffers; "connect" (connect-node's gRPC transport with messages).
+   * "grpc-js" with pre-serialized buffers; "connect" (connect-node's gRPC transport with messages);
+   * "http1": plain HTTP/1.1 requests on keep-alive connections (one per worker), as `http` says.
    */
-  client?: "h2" | "grpc-js" | "connect";
+  client?: "h2" | "grpc-js" | "connect" | "http1";
+  /** For "http1": the verb, one path per request (requests[i] is its body, empty for GET) and the body's content type. */
+  http?: { verb: "GET" | "POST"; paths: string[]; contentType?: string };
 }
 
 const identity = (b: Buffer) => b;
@@ -135,10 +139,41 @@ function h2Caller(spec: LoadSpec): { call: Call; close(): void } {
   return { call, close: () => session.close() };
 }
 
+/**
+ * Plain HTTP/1.1 (Connect JSON, REST, Motorhead's API) on keep-alive
+ * connections, one per worker at most; a non-2xx answer is an error.
+ */
+function http1Caller(spec: LoadSpec, requests: Uint8Array[]): { call: Call; close(): void } {
+  const [host, port] = spec.target.split(":");
+  const agent = new http.Agent({ keepAlive: true, maxSockets: spec.concurrency });
+  const { verb, paths, contentType } = spec.http!;
+  // Bodies may repeat across workers (Motorhead's path names the session): each request object has its path.
+  const pathOf = new Map(requests.map((r, i) => [r, paths[i]]));
+  const call: Call = (request) =>
+    new Promise((resolve, reject) => {
+      const headers: Record<string, string | number> = { "content-length": request.length };
+      if (contentType) headers["content-type"] = contentType;
+      const req = http.request({ host, port: Number(port), method: verb, path: pathOf.get(request)!, agent, headers }, (res) => {
+        const chunks: Buffer[] = [];
+        res.on("data", (d: Buffer) => chunks.push(d));
+        res.on("end", () => {
+          const body = Buffer.concat(chunks);
+          if (res.statusCode! >= 200 && res.statusCode! < 300) resolve(body);
+          else reject(new Error(`HTTP ${res.statusCode}: ${body.toString().slice(0, 200)}`));
+        });
+        res.on("error", reject);
+      });
+      req.on("error", reject);
+      req.end(request);
+    });
+  return { call, close: () => agent.destroy() };
+}
+
 /** Runs one load point. */
 export async function runLoad(spec: LoadSpec): Promise<LoadResult> {
-  const { call, close } = spec.client === "connect" ? connectCaller(spec) : spec.client === "grpc-js" ? grpcJsCaller(spec) : h2Caller(spec);
   const requests = spec.requests.map((r) => Buffer.from(r, "base64"));
+  const { call, close } =
+    spec.client === "connect" ? connectCaller(spec) : spec.client === "grpc-js" ? grpcJsCaller(spec) : spec.client === "http1" ? http1Caller(spec, requests) : h2Caller(spec);
   const tokens = new Array<string>(spec.concurrency).fill("");
   const pageRequest = (token: string) =>
     Buffer.from(toBinary(ListSessionsRequestSchema, create(ListSessionsRequestSchema, { appName: spec.paging!.appName, pageSize: spec.paging!.pageSize, pageToken: token })));

@@ -6,7 +6,7 @@
  */
 import { writeFileSync } from "node:fs";
 import path from "node:path";
-import type { BenchResults, Point } from "./types.js";
+import type { BenchResults, MotorheadFigures, MotorheadParty, MotorheadRow, Point } from "./types.js";
 
 /** A target ratio, its figure and whether it was met. */
 export interface TargetCheck {
@@ -131,6 +131,35 @@ export function checkTargets(results: BenchResults): TargetCheck[] {
       met: ours.throughput > peer.throughput,
     });
   }
+  checks.push(...motorheadTargets(results));
+  return checks;
+}
+
+/** Median, low and high over rounds of `party`'s figure ÷ `versus`'s, each round with its own. */
+function roundRatios(row: MotorheadRow, party: MotorheadParty, versus: MotorheadParty, key: keyof MotorheadFigures): { median: number; min: number; max: number } {
+  const ratios = row.rounds[party].map((x, i) => x[key] / row.rounds[versus][i][key]);
+  return { median: median(ratios), min: Math.min(...ratios), max: Math.max(...ratios) };
+}
+
+/** Issue 23's goals against Motorhead, and Connect JSON against gRPC, on the rounds' medians of ratios. */
+function motorheadTargets(results: BenchResults): TargetCheck[] {
+  const checks: TargetCheck[] = [];
+  for (const row of results.motorhead?.rows ?? []) {
+    const at = `${row.workload}, c=${row.concurrency}, Redis`;
+    const cpu = (party: MotorheadParty, versus: MotorheadParty, goal: number) => {
+      const r = roundRatios(row, party, versus, "serverCpuUs");
+      checks.push({ target: `${party} server CPU/call ≤ ${goal}× ${versus}'s (${at})`, measured: `pair ratios ${fmt(r.min, 2)}–${fmt(r.max, 2)}`, ratio: r.median, goal, met: r.median <= goal });
+    };
+    cpu("Engram gRPC", "Motorhead", 1);
+    cpu("Engram Connect JSON", "Motorhead", 1.25);
+    cpu("Engram Connect JSON", "Engram gRPC", 1.2);
+    if (row.concurrency === 16) {
+      for (const [party, goal] of [["Engram gRPC", 1], ["Engram Connect JSON", 0.9]] as const) {
+        const r = roundRatios(row, party, "Motorhead", "throughput");
+        checks.push({ target: `${party} calls/s ≥ ${goal}× Motorhead's (${at})`, measured: `pair ratios ${fmt(r.min, 2)}–${fmt(r.max, 2)}`, ratio: r.median, goal, met: r.median >= goal });
+      }
+    }
+  }
   return checks;
 }
 
@@ -197,6 +226,31 @@ export function renderMarkdown(results: BenchResults): string {
   if (results.peers.length > 0) {
     lines.push("## Peers (same box, same backend)", "", "| Peer | Backend | Workload | Conc. | Ops/s | p50 ms | p99 ms | Errors |", "| --- | --- | --- | ---: | ---: | ---: | ---: | ---: |");
     for (const p of results.peers) lines.push(`| ${p.peer} | ${p.backend} | ${p.workload} | ${p.concurrency} | ${fmt(p.throughput)} | ${ms(p.p50Us)} | ${ms(p.p99Us)} | ${p.errors} |`);
+    lines.push("");
+  }
+  if (results.motorhead) {
+    const mh = results.motorhead;
+    lines.push(
+      "## Motorhead on the same redis-server",
+      "",
+      `Motorhead ${mh.commit} (\`${mh.binary}\`), Engram's Redis store over gRPC and over Connect JSON (HTTP/1.1). ${mh.rounds} rounds of ${mh.pointMs} ms points, the three parties in rotating order each round; figures are medians over rounds, ratios the median (and range) of the per-round ratios to Motorhead. CPU is µs per call of the server process and of redis-server.`,
+      "",
+      "| Workload | Conc. | Party | Calls/s | p50 ms | p99 ms | Server CPU µs/call | Redis CPU µs/call | Calls/s ÷ Motorhead | Server CPU ÷ Motorhead |",
+      "| --- | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+    );
+    for (const row of mh.rows) {
+      for (const party of Object.keys(row.rounds) as MotorheadParty[]) {
+        const m = (key: keyof MotorheadFigures) => median(row.rounds[party].map((x) => x[key]));
+        const ratio = (key: keyof MotorheadFigures) => {
+          if (party === "Motorhead") return "";
+          const r = roundRatios(row, party, "Motorhead", key);
+          return `${fmt(r.median, 2)} (${fmt(r.min, 2)}–${fmt(r.max, 2)})`;
+        };
+        lines.push(
+          `| ${row.workload} | ${row.concurrency} | ${party} | ${fmt(m("throughput"))} | ${ms(m("p50Us"))} | ${ms(m("p99Us"))} | ${fmt(m("serverCpuUs"))} | ${fmt(m("redisCpuUs"))} | ${ratio("throughput")} | ${ratio("serverCpuUs")} |`,
+        );
+      }
+    }
     lines.push("");
   }
   if (results.context !== undefined) {

@@ -11,7 +11,7 @@
  * Profiles: default (~8 min), --quick (~2 min), --full (8 s points),
  * --tiny (the harness test: local only, one concurrency, 0.3 s points).
  * Other flags: --out DIR, --backends local,redis,postgres, --skip SECTION,...
- * (sections: baselines, references, fanout, memory, peers, context, memories, plot),
+ * (sections: baselines, references, fanout, memory, peers, motorhead, context, memories, plot),
  * --only SECTION,..., --workloads NAME,... (server workloads whose names
  * start with one of these, e.g. AddEvent: to rerun one point while profiling).
  * BENCH_SERVER_NODE_ARGS (e.g. "--cpu-prof --cpu-prof-dir=/tmp/prof") is
@@ -39,7 +39,7 @@ import type { BenchResults, Point, Profile, TargetPairs } from "./types.js";
 const SERVER_NODE_ARGS = process.env.BENCH_SERVER_NODE_ARGS?.split(" ").filter(Boolean) ?? [];
 /** CPU the calibration echo spends per call on top of the bare echo's. */
 const CALIBRATION_BURN_US = 50;
-const ALL_SECTIONS = ["baselines", "references", "fanout", "memory", "peers", "context", "memories", "plot"];
+const ALL_SECTIONS = ["baselines", "references", "fanout", "memory", "peers", "motorhead", "context", "memories", "plot"];
 const FULL_SIZES: SeedSizes = { readSessions: [10, 1000, 10_000], listSessions: 10_000, contextEvents: 200 };
 
 const PROFILES: Record<string, Omit<Profile, "backends" | "sections"> & { sections: string[] }> = {
@@ -83,7 +83,8 @@ function parseProfile(argv: string[]): { profile: Profile; out: string } {
   const base = PROFILES[values.tiny ? "tiny" : values.quick ? "quick" : values.full ? "full" : "default"];
   const sections = new Set(values.only ? values.only.split(",") : base.sections);
   for (const s of values.skip?.split(",") ?? []) sections.delete(s);
-  const backends = values.backends?.split(",") ?? (base.name === "tiny" ? ["local"] : ["local", "redis", "postgres"]);
+  // --backends "" runs no backend's server workloads (e.g. only the Motorhead comparison, which starts its own Engram).
+  const backends = values.backends?.split(",").filter(Boolean) ?? (base.name === "tiny" ? ["local"] : ["local", "redis", "postgres"]);
   const workloads = values.workloads?.split(",");
   return { profile: { ...base, backends, sections, workloads }, out: path.resolve(values.out ?? path.join(REPO_ROOT, "bench/results")) };
 }
@@ -130,7 +131,7 @@ interface Backing {
 
 async function startBacking(profile: Profile): Promise<Backing> {
   const backing: Backing = {};
-  const needRedis = profile.backends.includes("redis") || profile.sections.has("fanout") || profile.sections.has("peers");
+  const needRedis = profile.backends.includes("redis") || profile.sections.has("fanout") || profile.sections.has("peers") || profile.sections.has("motorhead");
   const needPostgres = profile.backends.includes("postgres") || profile.sections.has("peers");
   if (needRedis) {
     const { startRedisServer } = await import("../test/support/redis-server.js");
@@ -334,6 +335,11 @@ async function main(): Promise<void> {
       const peers = await runPeers(profile, backing, log);
       results.peers = peers.points;
       results.notes.push(...peers.notes);
+    }
+    if (profile.sections.has("motorhead") && backing.redis) {
+      const { MOTORHEAD_ENV, runMotorhead } = await import("./peers/motorhead.js");
+      if (process.env[MOTORHEAD_ENV]) results.motorhead = await runMotorhead(profile, backing.redis, loadgen, log, SERVER_NODE_ARGS);
+      else results.notes.push(`Motorhead: not run (${MOTORHEAD_ENV} names no binary; bench/README.md says how to build one).`);
     }
     if (profile.sections.has("context") && existsSync(path.join(REPO_ROOT, "bench/context.bench.ts"))) {
       try {

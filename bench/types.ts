@@ -143,6 +143,37 @@ export interface MemoriesResult {
   speed: Point[];
 }
 
+/** The three parties of the Motorhead comparison (bench/peers/motorhead.ts). */
+export type MotorheadParty = "Engram gRPC" | "Engram Connect JSON" | "Motorhead";
+
+/** One party's figures in one round. */
+export interface MotorheadFigures {
+  throughput: number;
+  p50Us: number;
+  p99Us: number;
+  /** CPU µs per call of the server process (Engram's node, or the Motorhead process serving the workload). */
+  serverCpuUs: number;
+  /** CPU µs per call of redis-server. */
+  redisCpuUs: number;
+}
+
+/** One workload at one concurrency: every party's figures, round by round (same index = same round). */
+export interface MotorheadRow {
+  workload: string;
+  concurrency: number;
+  rounds: Record<MotorheadParty, MotorheadFigures[]>;
+}
+
+/** Engram against Motorhead on the same redis-server. */
+export interface MotorheadComparison {
+  binary: string;
+  /** The Motorhead commit built (ENGRAM_BENCH_MOTORHEAD_COMMIT). */
+  commit: string;
+  rounds: number;
+  pointMs: number;
+  rows: MotorheadRow[];
+}
+
 /** Everything a run measured. */
 export interface BenchResults {
   meta: Record<string, unknown>;
@@ -152,6 +183,7 @@ export interface BenchResults {
   fanout: FanoutResult[];
   memory?: MemoryResult;
   peers: PeerPoint[];
+  motorhead?: MotorheadComparison;
   context?: unknown;
   memories?: MemoriesResult;
   notes: string[];

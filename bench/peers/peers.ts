@@ -2,7 +2,8 @@
  * Peer memory servers on the same box and backend. Google ADK's
  * DatabaseSessionService (PyPI google-adk[db], in bench/.venv) is driven by
  * bench/peers/adk_load.py over the same PostgreSQL; peers that cannot be
- * installed from a registry here are reported as such, with the reason.
+ * installed from a registry here are reported as such, with the reason. Motorhead, built from its source outside
+ * the checkout, is compared in bench/peers/motorhead.ts.
  */
 import { execFileSync, spawn } from "node:child_process";
 import { existsSync } from "node:fs";
@@ -46,7 +47,6 @@ export async function runPeers(
 ): Promise<{ points: PeerPoint[]; notes: string[] }> {
   const points: PeerPoint[] = [];
   const notes = [
-    "Motorhead (Rust, Redis): not installable here. It is not published on crates.io (`cargo info motorhead`: \"could not find `motorhead` in registry\"); the PyPI package named motorhead is an unrelated MongoDB ODM; its source is only on GitHub, which this machine cannot reach. No Motorhead figures.",
     "Redis agent-memory-server (PyPI agent-memory-server 0.15.2): not run. It requires the Redis Query Engine (RediSearch, Redis Stack or Redis 8) for its indexes, and Debian's redis-server here is 7.0 without modules.",
   ];
   if (!backing.postgres) return { points, notes };
