@@ -1,4 +1,4 @@
-module github.com/engram-memory/engram/clients/go
+module github.com/engram-memory-server/engram/clients/go
 
 go 1.26.0
 

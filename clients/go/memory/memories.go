@@ -11,7 +11,7 @@ import (
 	"github.com/google/uuid"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
-	engramv1 "github.com/engram-memory/engram/clients/go/gen/engram/v1"
+	engramv1 "github.com/engram-memory-server/engram/clients/go/gen/engram/v1"
 )
 
 // ScopeMatch says how a Scope selects memories.

@@ -10,7 +10,7 @@ import (
 
 	"connectrpc.com/connect"
 
-	engramv1 "github.com/engram-memory/engram/clients/go/gen/engram/v1"
+	engramv1 "github.com/engram-memory-server/engram/clients/go/gen/engram/v1"
 )
 
 // StreamOptions tune a Stream. The zero value is usable.
