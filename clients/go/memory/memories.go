@@ -385,6 +385,8 @@ func (c *Client) WatchMemories(ctx context.Context, scope Scope) iter.Seq2[Memor
 			err = ctx.Err()
 		} else if err == nil {
 			err = connect.NewError(connect.CodeUnavailable, errors.New("memory: watch ended by the server"))
+		} else {
+			err = cutOffAsUnavailable(err)
 		}
 		yield(MemoryChange{}, err)
 	}
