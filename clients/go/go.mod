@@ -1,6 +1,6 @@
-module github.com/engram-memory/engram/clients/go
+module github.com/engram-memory-server/engram/clients/go
 
-go 1.26.0
+go 1.25.0
 
 tool (
 	connectrpc.com/connect/cmd/protoc-gen-connect-go
@@ -8,10 +8,10 @@ tool (
 )
 
 require (
-	connectrpc.com/connect v1.21.1
+	connectrpc.com/connect v1.21.0
 	google.golang.org/protobuf v1.36.12
 )
 
-require google.golang.org/genproto/googleapis/rpc v0.0.0-20261110000943-09e21b237f2c
-
 require github.com/google/uuid v1.6.0
+
+require google.golang.org/genproto/googleapis/rpc v0.0.0-20260817212433-ac3dfec99bb1

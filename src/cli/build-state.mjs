@@ -25,9 +25,13 @@ function newestUnder(dir) {
 /**
  * True when dist/ is missing or older than a file under src/, the TypeScript
  * client's src/ (the server runs its generated contract code) or the build's configuration.
+ * An installed package (npm's tarball, the Docker image) ships dist/ without
+ * the TypeScript sources, and its files' times are when they were unpacked,
+ * so there the build is current whenever it is there.
  */
 export function buildIsStale() {
   if (!existsSync(BUILD_STAMP)) return true;
+  if (!existsSync(path.join(ROOT, "src", "main.ts"))) return false;
   const built = statSync(BUILD_STAMP).mtimeMs;
   const inputs = ["package.json", "tsconfig.json", "tsconfig.build.json"].map((file) => path.join(ROOT, file)).filter((file) => existsSync(file));
   const sources = [path.join(ROOT, "src"), path.join(ROOT, "clients", "typescript", "src")];

@@ -79,13 +79,18 @@ export interface ServerProcess {
  * relay) or, with `compiled`, the build (`node dist/main.js`, made by
  * `npm run build`), on port 0, and waits for its "listening" log line.
  * `openFiles` runs it under `prlimit --nofile` (soft and hard), as `ulimit -n` would.
+ * `entry` runs another script instead (an installed package's bin), from `cwd`.
  */
-export async function spawnServer(env: Record<string, string> = {}, args: string[] = [], opts: { openFiles?: number; compiled?: boolean } = {}): Promise<ServerProcess> {
-  const entry = opts.compiled ? ["dist/main.js"] : ["--import", "tsx", "src/main.ts"];
+export async function spawnServer(
+  env: Record<string, string> = {},
+  args: string[] = [],
+  opts: { openFiles?: number; compiled?: boolean; entry?: string[]; cwd?: string } = {},
+): Promise<ServerProcess> {
+  const entry = opts.entry ?? (opts.compiled ? ["dist/main.js"] : ["--import", "tsx", "src/main.ts"]);
   const command = [process.execPath, ...entry, "--host", "127.0.0.1", "--port", "0", ...args];
   if (opts.openFiles !== undefined) command.unshift("prlimit", `--nofile=${opts.openFiles}:${opts.openFiles}`);
   const child = spawn(command[0], command.slice(1), {
-    cwd: REPO_ROOT,
+    cwd: opts.cwd ?? REPO_ROOT,
     env: { ...process.env, MEMORY_STREAM_HEARTBEAT_MS: "200", ...env },
     stdio: ["ignore", "pipe", "pipe"],
   });

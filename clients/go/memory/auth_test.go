@@ -11,8 +11,8 @@ import (
 
 	"connectrpc.com/connect"
 
-	"github.com/engram-memory/engram/clients/go/internal/testserver"
-	"github.com/engram-memory/engram/clients/go/memory"
+	"github.com/engram-memory-server/engram/clients/go/internal/testserver"
+	"github.com/engram-memory-server/engram/clients/go/memory"
 )
 
 // createKey makes an API key with the repository's `engram keys` CLI in the key file.

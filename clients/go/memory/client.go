@@ -23,8 +23,8 @@ import (
 	"connectrpc.com/connect"
 	"google.golang.org/protobuf/types/known/durationpb"
 
-	engramv1 "github.com/engram-memory/engram/clients/go/gen/engram/v1"
-	"github.com/engram-memory/engram/clients/go/gen/engram/v1/engramv1connect"
+	engramv1 "github.com/engram-memory-server/engram/clients/go/gen/engram/v1"
+	"github.com/engram-memory-server/engram/clients/go/gen/engram/v1/engramv1connect"
 )
 
 // Protocol is the wire protocol the client uses.

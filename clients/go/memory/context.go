@@ -3,7 +3,7 @@ package memory
 import (
 	"context"
 
-	engramv1 "github.com/engram-memory/engram/clients/go/gen/engram/v1"
+	engramv1 "github.com/engram-memory-server/engram/clients/go/gen/engram/v1"
 )
 
 // ChatMessage is one message in the OpenAI chat shape.

@@ -9,7 +9,7 @@ import (
 	"google.golang.org/protobuf/types/known/structpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
-	engramv1 "github.com/engram-memory/engram/clients/go/gen/engram/v1"
+	engramv1 "github.com/engram-memory-server/engram/clients/go/gen/engram/v1"
 )
 
 // Session is one conversation of one user with one app.

@@ -11,7 +11,7 @@ import (
 	"github.com/google/uuid"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
-	engramv1 "github.com/engram-memory/engram/clients/go/gen/engram/v1"
+	engramv1 "github.com/engram-memory-server/engram/clients/go/gen/engram/v1"
 )
 
 // ScopeMatch says how a Scope selects memories.
@@ -385,6 +385,8 @@ func (c *Client) WatchMemories(ctx context.Context, scope Scope) iter.Seq2[Memor
 			err = ctx.Err()
 		} else if err == nil {
 			err = connect.NewError(connect.CodeUnavailable, errors.New("memory: watch ended by the server"))
+		} else {
+			err = cutOffAsUnavailable(err)
 		}
 		yield(MemoryChange{}, err)
 	}

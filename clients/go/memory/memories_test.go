@@ -10,7 +10,7 @@ import (
 
 	"connectrpc.com/connect"
 
-	"github.com/engram-memory/engram/clients/go/memory"
+	"github.com/engram-memory-server/engram/clients/go/memory"
 )
 
 // memoryIDs lists the ids of memories, in order.

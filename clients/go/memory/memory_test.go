@@ -12,8 +12,8 @@ import (
 
 	"connectrpc.com/connect"
 
-	"github.com/engram-memory/engram/clients/go/internal/testserver"
-	"github.com/engram-memory/engram/clients/go/memory"
+	"github.com/engram-memory-server/engram/clients/go/internal/testserver"
+	"github.com/engram-memory-server/engram/clients/go/memory"
 )
 
 var (

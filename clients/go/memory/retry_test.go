@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/engram-memory/engram/clients/go/memory"
+	"github.com/engram-memory-server/engram/clients/go/memory"
 )
 
 // lossyProxy relays TCP connections on 127.0.0.1 to a real server, but the

@@ -3,6 +3,7 @@ package memory
 import (
 	"context"
 	"errors"
+	"io"
 	"iter"
 	"math/rand/v2"
 	"sync"
@@ -10,7 +11,7 @@ import (
 
 	"connectrpc.com/connect"
 
-	engramv1 "github.com/engram-memory/engram/clients/go/gen/engram/v1"
+	engramv1 "github.com/engram-memory-server/engram/clients/go/gen/engram/v1"
 )
 
 // StreamOptions tune a Stream. The zero value is usable.
@@ -201,6 +202,8 @@ func (s *Stream) Next() bool {
 		} else if err == nil {
 			// The server ended the stream without an error status: resume.
 			err = connect.NewError(connect.CodeUnavailable, errors.New("memory: stream ended by the server"))
+		} else {
+			err = cutOffAsUnavailable(err)
 		}
 		s.retry(err)
 	}
@@ -335,6 +338,17 @@ func (s *Stream) sleep(d time.Duration) bool {
 	case <-s.ctx.Done():
 		return false
 	}
+}
+
+// cutOffAsUnavailable reports a stream cut off mid-message as what it is, the
+// connection failing (UNAVAILABLE), not a client mistake: connect-go up to
+// v1.21.0 (the newest that go 1.25 builds) says INVALID_ARGUMENT, later ones
+// INTERNAL. Other errors pass through.
+func cutOffAsUnavailable(err error) error {
+	if errors.Is(err, io.ErrUnexpectedEOF) && connect.CodeOf(err) == connect.CodeInvalidArgument {
+		return connect.NewError(connect.CodeUnavailable, err)
+	}
+	return err
 }
 
 // retryable reports whether a stream error is worth a reconnect: the server

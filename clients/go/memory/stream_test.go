@@ -9,8 +9,8 @@ import (
 
 	"connectrpc.com/connect"
 
-	"github.com/engram-memory/engram/clients/go/internal/testserver"
-	"github.com/engram-memory/engram/clients/go/memory"
+	"github.com/engram-memory-server/engram/clients/go/internal/testserver"
+	"github.com/engram-memory-server/engram/clients/go/memory"
 )
 
 // next reads one event with a deadline so a broken stream fails the test

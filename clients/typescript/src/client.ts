@@ -22,7 +22,7 @@ import {
   toSeq,
   toSession,
 } from "./convert.js";
-import { createTransport, type ClosableTransport, type Protocol } from "./transport.js";
+import type { ClosableTransport, Protocol, TransportFactory } from "./protocol.js";
 import type {
   CallOptions,
   ContextOptions,
@@ -64,7 +64,7 @@ export interface ReconnectOptions {
 export interface MemoryClientOptions {
   /** Server address, e.g. "http://127.0.0.1:8000". */
   baseUrl: string;
-  /** Wire protocol (default "grpc": gRPC over HTTP/2 cleartext). */
+  /** Wire protocol (default "grpc", gRPC over HTTP/2 cleartext, in Node.js; "connect" in browsers and edge runtimes). */
   protocol?: Protocol;
   /** Connect protocol only: binary protobuf instead of JSON. */
   useBinaryFormat?: boolean;
@@ -599,15 +599,21 @@ function bearer(apiKey: string): Interceptor {
   };
 }
 
-/** A MemoryClient over gRPC (default), Connect or gRPC-Web. */
-export function createMemoryClient(options: MemoryClientOptions): MemoryClient {
-  if (!options || typeof options.baseUrl !== "string") throw new TypeError("createMemoryClient: baseUrl is required");
-  const protocol = options.protocol ?? "grpc";
-  const transport = createTransport(protocol, {
-    baseUrl: options.baseUrl,
-    interceptors: options.apiKey ? [bearer(options.apiKey), ...(options.interceptors ?? [])] : options.interceptors,
-    defaultTimeoutMs: options.timeoutMs,
-    useBinaryFormat: options.useBinaryFormat,
-  });
-  return new MemoryClient(transport, { protocol, retries: options.retries, reconnect: options.reconnect });
+/**
+ * createMemoryClient for one platform: its transports (node:http and HTTP/2 in
+ * Node.js, fetch in browsers and edge runtimes) and the protocol it uses when
+ * the options name none. The entry points (index.ts, web.ts) each make one.
+ */
+export function memoryClientFactory(createTransport: TransportFactory, defaultProtocol: Protocol): (options: MemoryClientOptions) => MemoryClient {
+  return (options) => {
+    if (!options || typeof options.baseUrl !== "string") throw new TypeError("createMemoryClient: baseUrl is required");
+    const protocol = options.protocol ?? defaultProtocol;
+    const transport = createTransport(protocol, {
+      baseUrl: options.baseUrl,
+      interceptors: options.apiKey ? [bearer(options.apiKey), ...(options.interceptors ?? [])] : options.interceptors,
+      defaultTimeoutMs: options.timeoutMs,
+      useBinaryFormat: options.useBinaryFormat,
+    });
+    return new MemoryClient(transport, { protocol, retries: options.retries, reconnect: options.reconnect });
+  };
 }

@@ -1,7 +1,6 @@
 /** Conversions between the generated protobuf-es messages and plain objects. */
 import { create, fromJson, toJson, type JsonObject, type JsonValue } from "@bufbuild/protobuf";
 import { ValueSchema, timestampDate, timestampFromDate, type Timestamp } from "@bufbuild/protobuf/wkt";
-import { randomUUID } from "node:crypto";
 import * as pbm from "./gen/engram/v1/memories_pb.js";
 import * as pb from "./gen/engram/v1/memory_pb.js";
 import type {
@@ -76,7 +75,7 @@ export function toEvent(e: pb.Event | undefined): MemoryEvent {
 export function fromEventInput(e: EventInput): pb.EventInput {
   if (!e || typeof e.eventType !== "string") throw new TypeError("event.eventType must be a string");
   return create(pb.EventInputSchema, {
-    eventId: e.eventId ?? randomUUID(),
+    eventId: e.eventId ?? crypto.randomUUID(),
     eventType: e.eventType,
     content: e.content === undefined ? undefined : fromJson(ValueSchema, e.content as JsonValue),
     metadata: e.metadata as JsonObject | undefined,
@@ -176,7 +175,7 @@ export function filterFields(f: MemoryFilter) {
 export function fromMemoryInput(m: MemoryInput): pbm.Memory {
   if (!m || typeof m.text !== "string") throw new TypeError("memory.text must be a string");
   return create(pbm.MemorySchema, {
-    memoryId: m.memoryId ?? randomUUID(),
+    memoryId: m.memoryId ?? crypto.randomUUID(),
     appName: m.appName,
     userId: m.userId,
     agentId: m.agentId,

@@ -1,59 +1,14 @@
 /**
- * @engram-memory/client: a TypeScript client of Engram, the memory server for
- * AI agents, over gRPC (HTTP/2), Connect (HTTP/1.1) or gRPC-Web.
+ * @engram-memory/client in Node.js: a TypeScript client of Engram, the memory
+ * server for AI agents, over gRPC (HTTP/2), Connect (HTTP/1.1) or gRPC-Web.
+ * Browsers and edge runtimes get web.ts instead (package.json's conditional
+ * export), with the same API over fetch.
  */
-export { MemoryClient, createMemoryClient } from "./client.js";
-export type { AddEventOptions, CleanupOptions, MemoryClientOptions, ReconnectOptions, StreamOptions, WatchOptions } from "./client.js";
+import { memoryClientFactory } from "./client.js";
+import { createTransport } from "./transport.js";
+
+export * from "./common.js";
 export { createConnectTransport, createGrpcTransport, createGrpcWebTransport, createTransport } from "./transport.js";
-export type { ClosableTransport, Protocol, TransportOptions } from "./transport.js";
-export {
-  Code,
-  ConnectError,
-  CURRENT_SEQ_TRAILER,
-  LAST_SEQ_TRAILER,
-  codeOf,
-  currentSeqOf,
-  errorDetailsOf,
-  fieldOf,
-  lastSeqOf,
-  reasonOf,
-  retryDelayMsOf,
-} from "./errors.js";
-export type { ErrorDetails, FieldViolation } from "./errors.js";
-export type {
-  CallOptions,
-  ChatMessage,
-  ContentPart,
-  ContextOptions,
-  ContextSection,
-  ConversationContext,
-  EventHit,
-  EventInput,
-  EventSearch,
-  JsonObject,
-  JsonValue,
-  MemoriesWritten,
-  Memory,
-  MemoryChange,
-  MemoryDeletion,
-  MemoryEvent,
-  MemoryFact,
-  MemoryFilter,
-  MemoryInput,
-  MemoryListing,
-  MemoryPage,
-  MemoryScope,
-  MemorySearch,
-  MemorySource,
-  MemoryStats,
-  Recall,
-  RecallOptions,
-  ScopeMatch,
-  ScoredMemory,
-  Session,
-  UserDataErased,
-} from "./types.js";
-/** The generated protobuf-es messages and the MemoryService descriptor. */
-export * as pb from "./gen/engram/v1/memory_pb.js";
-/** The generated long-term memory messages (memories.proto). */
-export * as pbMemories from "./gen/engram/v1/memories_pb.js";
+
+/** A MemoryClient over gRPC (default), Connect or gRPC-Web, on Node.js's HTTP/2 and HTTP/1.1. */
+export const createMemoryClient = memoryClientFactory(createTransport, "grpc");

@@ -4,41 +4,20 @@
  * @connectrpc/connect-node. Each factory returns the transport together with a
  * `close()` that releases its connections (the HTTP/2 session or the HTTP/1.1
  * keep-alive agent), so that a process can exit once the client is closed.
+ * Node.js only (node:http, node:https, HTTP/2): browsers and edge runtimes get
+ * transport-web.ts through the package's conditional export.
  */
 import http from "node:http";
 import https from "node:https";
-import type { Interceptor, Transport } from "@connectrpc/connect";
 import {
   Http2SessionManager,
   createConnectTransport as createNodeConnectTransport,
   createGrpcTransport as createNodeGrpcTransport,
   createGrpcWebTransport as createNodeGrpcWebTransport,
 } from "@connectrpc/connect-node";
+import type { ClosableTransport, Protocol, TransportOptions } from "./protocol.js";
 
-/** The wire protocols Engram serves. */
-export type Protocol = "grpc" | "connect" | "grpc-web";
-
-/** Options shared by every transport factory. */
-export interface TransportOptions {
-  /** Server address, e.g. "http://127.0.0.1:8000" (https:// for TLS). */
-  baseUrl: string;
-  /** Interceptors run on every call (auth headers, logging, ...). */
-  interceptors?: Interceptor[];
-  /** Deadline applied to calls that do not set their own (ms); none by default. */
-  defaultTimeoutMs?: number;
-  /** Connect protocol only: binary protobuf instead of JSON (default false: JSON). */
-  useBinaryFormat?: boolean;
-  /** gRPC only: HTTP/2 PING interval that keeps idle connections checked (ms). */
-  pingIntervalMs?: number;
-}
-
-/** A transport and the means to release its connections. */
-export interface ClosableTransport {
-  transport: Transport;
-  protocol: Protocol;
-  /** Closes the connections; calls made afterwards fail. */
-  close(): void;
-}
+export type { ClosableTransport, Protocol, TransportOptions } from "./protocol.js";
 
 /** gRPC over HTTP/2 (h2c for http:// URLs, as `npm start` serves). */
 export function createGrpcTransport(options: TransportOptions): ClosableTransport {

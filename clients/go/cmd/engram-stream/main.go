@@ -36,7 +36,7 @@ import (
 
 	"connectrpc.com/connect"
 
-	"github.com/engram-memory/engram/clients/go/memory"
+	"github.com/engram-memory-server/engram/clients/go/memory"
 )
 
 func main() {

@@ -14,8 +14,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/engram-memory/engram/clients/go/internal/testserver"
-	"github.com/engram-memory/engram/clients/go/memory"
+	"github.com/engram-memory-server/engram/clients/go/internal/testserver"
+	"github.com/engram-memory-server/engram/clients/go/memory"
 )
 
 var (

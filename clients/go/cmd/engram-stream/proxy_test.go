@@ -13,7 +13,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/engram-memory/engram/clients/go/memory"
+	"github.com/engram-memory-server/engram/clients/go/memory"
 )
 
 // proxy forwards TCP connections to target and can cut them all, as a

@@ -5,7 +5,7 @@ import (
 	"fmt"
 	"log"
 
-	"github.com/engram-memory/engram/clients/go/memory"
+	"github.com/engram-memory-server/engram/clients/go/memory"
 )
 
 func main() {

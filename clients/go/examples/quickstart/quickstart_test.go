@@ -4,7 +4,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/engram-memory/engram/clients/go/internal/testserver"
+	"github.com/engram-memory-server/engram/clients/go/internal/testserver"
 )
 
 // TestReadmeExample checks that this program is the README's example and

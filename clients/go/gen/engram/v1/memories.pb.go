@@ -1778,8 +1778,8 @@ const file_engram_v1_memories_proto_rawDesc = "" +
 	"\x17SCOPE_MATCH_UNSPECIFIED\x10\x00\x12\x17\n" +
 	"\x13SCOPE_MATCH_VISIBLE\x10\x01\x12\x16\n" +
 	"\x12SCOPE_MATCH_WITHIN\x10\x02\x12\x15\n" +
-	"\x11SCOPE_MATCH_EXACT\x10\x03B\xa6\x01\n" +
-	"\rcom.engram.v1B\rMemoriesProtoP\x01ZAgithub.com/engram-memory/engram/clients/go/gen/engram/v1;engramv1\xa2\x02\x03EXX\xaa\x02\tEngram.V1\xca\x02\tEngram\\V1\xe2\x02\x15Engram\\V1\\GPBMetadata\xea\x02\n" +
+	"\x11SCOPE_MATCH_EXACT\x10\x03B\xad\x01\n" +
+	"\rcom.engram.v1B\rMemoriesProtoP\x01ZHgithub.com/engram-memory-server/engram/clients/go/gen/engram/v1;engramv1\xa2\x02\x03EXX\xaa\x02\tEngram.V1\xca\x02\tEngram\\V1\xe2\x02\x15Engram\\V1\\GPBMetadata\xea\x02\n" +
 	"Engram::V1b\x06proto3"
 
 var (

@@ -3348,8 +3348,8 @@ const file_engram_v1_memory_proto_rawDesc = "" +
 	"\x0eDeleteMemories\x12 .engram.v1.DeleteMemoriesRequest\x1a!.engram.v1.DeleteMemoriesResponse\"\x03\x90\x02\x02\x12T\n" +
 	"\rWatchMemories\x12\x1f.engram.v1.WatchMemoriesRequest\x1a .engram.v1.WatchMemoriesResponse0\x01\x12T\n" +
 	"\fSearchEvents\x12\x1e.engram.v1.SearchEventsRequest\x1a\x1f.engram.v1.SearchEventsResponse\"\x03\x90\x02\x01\x12B\n" +
-	"\x06Recall\x12\x18.engram.v1.RecallRequest\x1a\x19.engram.v1.RecallResponse\"\x03\x90\x02\x01B\xa4\x01\n" +
-	"\rcom.engram.v1B\vMemoryProtoP\x01ZAgithub.com/engram-memory/engram/clients/go/gen/engram/v1;engramv1\xa2\x02\x03EXX\xaa\x02\tEngram.V1\xca\x02\tEngram\\V1\xe2\x02\x15Engram\\V1\\GPBMetadata\xea\x02\n" +
+	"\x06Recall\x12\x18.engram.v1.RecallRequest\x1a\x19.engram.v1.RecallResponse\"\x03\x90\x02\x01B\xab\x01\n" +
+	"\rcom.engram.v1B\vMemoryProtoP\x01ZHgithub.com/engram-memory-server/engram/clients/go/gen/engram/v1;engramv1\xa2\x02\x03EXX\xaa\x02\tEngram.V1\xca\x02\tEngram\\V1\xe2\x02\x15Engram\\V1\\GPBMetadata\xea\x02\n" +
 	"Engram::V1b\x06proto3"
 
 var (

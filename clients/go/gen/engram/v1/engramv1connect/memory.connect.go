@@ -25,7 +25,7 @@ import (
 	connect "connectrpc.com/connect"
 	context "context"
 	errors "errors"
-	v1 "github.com/engram-memory/engram/clients/go/gen/engram/v1"
+	v1 "github.com/engram-memory-server/engram/clients/go/gen/engram/v1"
 	http "net/http"
 	strings "strings"
 )
