@@ -203,7 +203,7 @@ export class MemoryService {
   }
 
   async createSession(req: CreateSessionRequest, call?: StoreCall): Promise<CreateSessionResponse> {
-    const sessionId = req.sessionId === undefined ? randomUUID() : requireId("session_id", req.sessionId);
+    const sessionId = req.sessionId === undefined ? (this.store.newSessionId?.() ?? randomUUID()) : requireId("session_id", req.sessionId);
     const session = await this.store.createSession(
       {
         sessionId,

@@ -1,7 +1,9 @@
 /**
  * The null store (MEMORY_ENABLED=false): every call succeeds and nothing is
  * kept, like KAOS's NullMemory. Appends are acknowledged with seqs counted from
- * 1 within the call; reads find empty sessions, all of one incarnation ("").
+ * 1 within the call; event reads find empty sessions, all of one incarnation
+ * (""). As NullMemory, a session created without an id is "null-session" and
+ * looking a session up finds none (GetSession: NOT_FOUND).
  */
 import type {
   LongTermMemoryStore,
@@ -41,8 +43,14 @@ export class NullStore implements MemoryStore {
     return { session: await this.createSession(input), created: true };
   }
 
-  async getSession(sessionId: string): Promise<SessionRecord | undefined> {
-    return emptySession(sessionId);
+  /** KAOS's NullMemory.create_session answers this id when given none. */
+  newSessionId(): string {
+    return "null-session";
+  }
+
+  /** Nothing is kept, so no session is found (KAOS's NullMemory.get_session returns None). */
+  async getSession(): Promise<SessionRecord | undefined> {
+    return undefined;
   }
 
   async listSessions(): Promise<SessionRecord[]> {

@@ -417,6 +417,11 @@ export interface MemoryStore {
   readonly capabilities: StoreCapabilities;
   /** Long-term memories: every driver keeps them (the null store acknowledges and forgets). */
   readonly memories: LongTermMemoryStore;
+  /**
+   * The id given to a session created without one; a random UUID when absent.
+   * The null store names every such session "null-session", as KAOS's NullMemory does.
+   */
+  newSessionId?(): string;
 
   /** Creates a session; ALREADY_EXISTS when the id is taken. */
   createSession(input: NewSession, call?: StoreCall): Promise<SessionRecord>;
