@@ -49,8 +49,6 @@ from google.genai import types  # noqa: E402
 
 from engram_memory import EngramClient  # noqa: E402
 from engram_memory.adk import EngramMemoryService, EngramSessionService  # noqa: E402
-from engram_memory.errors import EngramError  # noqa: E402
-from engram_server import EngramServer  # noqa: E402
 
 
 @pytest.fixture
@@ -62,24 +60,6 @@ def service(client: EngramClient) -> EngramSessionService:
 def app(sid: str) -> str:
     """An app of its own per test, so listings and app state see only the test's sessions."""
     return f"app-{sid}"
-
-
-_state_support: dict[str, bool] = {}
-
-
-@pytest.fixture
-async def keeps_state(server: EngramServer, client: EngramClient) -> None:
-    """Skips (saying why) on a server that does not keep session state yet (UpdateSession unimplemented)."""
-    if "ok" not in _state_support:
-        from engram_memory._gen.engram.v1 import memory_pb2 as pb
-
-        try:
-            await client._call(client.stub.UpdateSession, pb.UpdateSessionRequest(session_id="state-probe"))
-            _state_support["ok"] = True
-        except EngramError as err:
-            _state_support["ok"] = err.code.name != "UNIMPLEMENTED"
-    if not _state_support["ok"]:
-        pytest.skip("the server does not implement session state (UpdateSession) yet")
 
 
 def _event(author: str = "user", **kwargs: Any) -> Event:
@@ -222,7 +202,6 @@ async def test_events_are_engram_events_other_clients_read(
 # ---- 4, 5, 6, 7, 14: state ---------------------------------------------------------
 
 
-@pytest.mark.usefixtures("keeps_state")
 async def test_state_scopes(service: EngramSessionService, app: str) -> None:
     s1 = await service.create_session(
         app_name=app, user_id="u1", session_id=f"{app}-s1", state={"app:k1": "v1", "user:k1": "u1", "sk1": "s"}
@@ -245,7 +224,6 @@ async def test_state_scopes(service: EngramSessionService, app: str) -> None:
     assert listed[s1.id]["sk2"] == 1
 
 
-@pytest.mark.usefixtures("keeps_state")
 async def test_temp_state_is_live_only(service: EngramSessionService, app: str) -> None:
     session = await service.create_session(app_name=app, user_id="u")
     first = _event(author="agent1", actions=EventActions(state_delta={"temp:out": "from a1", "sk": "v"}))
@@ -257,7 +235,6 @@ async def test_temp_state_is_live_only(service: EngramSessionService, app: str) 
     assert "temp:out" not in got.events[0].actions.state_delta
 
 
-@pytest.mark.usefixtures("keeps_state")
 async def test_get_user_state(service: EngramSessionService, app: str) -> None:
     assert await service.get_user_state(app_name=app, user_id="u1") == {}
     session = await service.create_session(app_name=app, user_id="u1")
