@@ -46,7 +46,7 @@ def test_readme_long_term_memory_example_runs(server: EngramServer, tmp_path: Pa
 
 #: Each Integrations snippet (in this README and the repository's) and a line it prints.
 INTEGRATIONS = {
-    "engram_memory.adk": "adk state: {'topic': 'billing', 'user:tier': 'gold'} 1 helpdesk",
+    "engram_memory.adk": "adk state: [('topic', 'billing'), ('user:tier', 'gold')] 1 helpdesk",
     "engram_memory.openai_agents": "openai popped: Hi!",
     "engram_memory.langchain": "langchain: ['I am Alice', 'Hello Alice.']",
     "engram_memory.langgraph": "langgraph: sister My sister lives in Porto",
