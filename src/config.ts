@@ -143,7 +143,7 @@ export const SETTINGS: Setting[] = [
   { env: "HOST", flag: "host", key: "host", kind: "string", default: "127.0.0.1", doc: "Address to listen on (0.0.0.0 for all interfaces)." },
   { env: "PORT", flag: "port", key: "port", kind: "int", default: "8000", min: 0, doc: "Port for gRPC, Connect, gRPC-Web and REST (0 picks a free one)." },
   { env: "AGENT_NAME", flag: "agent-name", key: "agentName", kind: "string", default: "engram", doc: "Name reported as `agent` by the KAOS REST endpoints." },
-  { env: "MEMORY_ENABLED", flag: "memory-enabled", key: "memoryEnabled", kind: "bool", default: "true", doc: "false selects the null store: every call succeeds, nothing is kept." },
+  { env: "MEMORY_ENABLED", flag: "memory-enabled", key: "memoryEnabled", kind: "bool", default: "true", doc: "false selects the null store: nothing is kept; as KAOS's NullMemory, a session created without an id is `null-session` and `GetSession` finds none (NOT_FOUND)." },
   { env: "MEMORY_TYPE", flag: "memory-type", key: "memoryType", kind: "string", default: "local", doc: "local, redis or postgres." },
   { env: "MEMORY_CONTEXT_LIMIT", flag: "context-limit", key: "contextLimit", kind: "int", default: "6", min: 1, doc: "Default max_events of BuildConversationContext." },
   { env: "MEMORY_MAX_SESSIONS", flag: "max-sessions", key: "maxSessions", kind: "int", min: 0, doc: `Sessions kept; past it the least recently updated 10% are evicted; 0: no cap. Default: ${LOCAL_DEFAULTS.maxSessions} on local (memory), 0 on redis and postgres.` },

@@ -13,7 +13,7 @@ import {
   type ListEventsResponse,
   type ListSessionsResponse,
 } from "@engram-memory/client/gen/engram/v1/memory_pb.js";
-import { invalidArgument } from "../errors.js";
+import { invalidArgument, MemoryError } from "../errors.js";
 import type { CallGuard, CallInfo } from "../service/guard/index.js";
 import type { Metrics } from "../service/metrics.js";
 import type { HealthMonitor } from "./health.js";
@@ -24,15 +24,22 @@ import { valueToJson } from "../service/convert.js";
 /** KAOS caps listing limits at 1000 rather than refusing them. */
 const MAX_LIMIT = 1000;
 
+/**
+ * GET /memory/sessions without `limit` or `page_token` lists every session, as
+ * KAOS does, in pages of MAX_LIMIT; past this many ids the answer stops and
+ * carries a `next_page_token`, so one request stays bounded in memory and time.
+ */
+export const MAX_UNPAGED_SESSIONS = 10_000;
+
 function sendJson(res: ServerResponse, status: number, body: unknown): void {
   const bytes = Buffer.from(JSON.stringify(body));
   res.writeHead(status, { "content-type": "application/json", "content-length": bytes.length });
   res.end(bytes);
 }
 
-function limitParam(params: URLSearchParams): number {
+function limitParam(params: URLSearchParams, fallback = 100): number {
   const raw = params.get("limit");
-  if (raw === null || raw === "") return 100;
+  if (raw === null || raw === "") return fallback;
   if (!/^\d+$/.test(raw) || Number(raw) < 1) throw invalidArgument("limit", "must be a positive whole number");
   return Math.min(Number(raw), MAX_LIMIT);
 }
@@ -108,24 +115,32 @@ export function createRestHandler(opts: {
         case "/memory/events": {
           const sessionId = optionalParam(url.searchParams, "session_id");
           const limit = limitParam(url.searchParams);
-          const out = (await listEvents(create(ListEventsRequestSchema, { sessionId, limit }), call)) as ListEventsResponse;
-          const events = out.events.map(kaosEvent);
+          let found: Event[];
+          try {
+            found = ((await listEvents(create(ListEventsRequestSchema, { sessionId, limit }), call)) as ListEventsResponse).events;
+          } catch (err) {
+            // KAOS answers an unknown session with no events (its get_session_events returns []), not 404.
+            if (!(sessionId !== undefined && err instanceof MemoryError && err.reason === "SESSION_NOT_FOUND")) throw err;
+            found = [];
+          }
+          const events = found.map(kaosEvent);
           sendJson(res, 200, { agent: agentName, events, total: events.length });
           break;
         }
         case "/memory/sessions": {
-          const limit = limitParam(url.searchParams);
-          const out = (await listSessions(
-            create(ListSessionsRequestSchema, {
-              appName: optionalParam(url.searchParams, "app_name"),
-              userId: optionalParam(url.searchParams, "user_id"),
-              pageSize: limit,
-              pageToken: url.searchParams.get("page_token") ?? "",
-            }),
-            call,
-          )) as ListSessionsResponse;
-          const sessions = out.sessions.map((s) => s.sessionId);
-          sendJson(res, 200, { agent: agentName, sessions, total: sessions.length, next_page_token: out.nextPageToken });
+          // KAOS lists every session; a page only when the caller asks for one (limit or page_token).
+          const paged = url.searchParams.has("limit") || url.searchParams.has("page_token");
+          const pageSize = limitParam(url.searchParams, MAX_LIMIT);
+          const appName = optionalParam(url.searchParams, "app_name");
+          const userId = optionalParam(url.searchParams, "user_id");
+          let pageToken = url.searchParams.get("page_token") ?? "";
+          const sessions: string[] = [];
+          do {
+            const out = (await listSessions(create(ListSessionsRequestSchema, { appName, userId, pageSize, pageToken }), call)) as ListSessionsResponse;
+            for (const s of out.sessions) sessions.push(s.sessionId);
+            pageToken = out.nextPageToken;
+          } while (!paged && pageToken !== "" && sessions.length < MAX_UNPAGED_SESSIONS);
+          sendJson(res, 200, { agent: agentName, sessions, total: sessions.length, next_page_token: pageToken });
           break;
         }
       }

@@ -1,7 +1,9 @@
 /**
  * The null store (MEMORY_ENABLED=false): every call succeeds and nothing is
  * kept, like KAOS's NullMemory. Appends are acknowledged with seqs counted from
- * 1 within the call; reads find empty sessions, all of one incarnation ("").
+ * 1 within the call; event reads find empty sessions, all of one incarnation
+ * (""). As NullMemory, a session created without an id is "null-session" and
+ * looking a session up finds none (GetSession: NOT_FOUND).
  */
 import type {
   LongTermMemoryStore,
@@ -14,13 +16,15 @@ import type {
   NewEvent,
   NewSession,
   SessionRecord,
+  SessionUpdate,
+  SharedState,
   StoreStats,
   StoredEvent,
   StoreDurability,
 } from "./types.js";
 
 function emptySession(sessionId: string, now = Date.now()): SessionRecord {
-  return { sessionId, appName: "", userId: "", metadata: {}, createdAt: now, updatedAt: now, headSeq: 0, firstSeq: 1, incarnation: "" };
+  return { sessionId, appName: "", userId: "", metadata: {}, createdAt: now, updatedAt: now, headSeq: 0, firstSeq: 1, incarnation: "", state: {}, version: 0 };
 }
 
 /** The MemoryStore that keeps nothing. */
@@ -41,12 +45,27 @@ export class NullStore implements MemoryStore {
     return { session: await this.createSession(input), created: true };
   }
 
-  async getSession(sessionId: string): Promise<SessionRecord | undefined> {
-    return emptySession(sessionId);
+  /** KAOS's NullMemory.create_session answers this id when given none. */
+  newSessionId(): string {
+    return "null-session";
+  }
+
+  /** Nothing is kept, so no session is found (KAOS's NullMemory.get_session returns None). */
+  async getSession(): Promise<SessionRecord | undefined> {
+    return undefined;
   }
 
   async listSessions(): Promise<SessionRecord[]> {
     return [];
+  }
+
+  /** Acknowledged with what it was given (nothing is kept). */
+  async updateSession(sessionId: string, update: SessionUpdate): Promise<SessionRecord> {
+    return { ...emptySession(sessionId, update.now), metadata: update.metadata ?? {} };
+  }
+
+  async sharedState(): Promise<SharedState> {
+    return { app: {}, user: {} };
   }
 
   async deleteSession(): Promise<boolean> {
@@ -62,6 +81,7 @@ export class NullStore implements MemoryStore {
       content: e.content,
       metadata: e.metadata,
       timestamp: e.timestamp,
+      ...(e.stateDelta && { stateDelta: e.stateDelta }),
     }));
     return { events: stored, replayed: false };
   }

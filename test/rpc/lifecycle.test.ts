@@ -204,6 +204,11 @@ describe("MEMORY_ENABLED=false (the null store)", () => {
       expect((await client.getSessionEvents({ sessionId: id })).events).toEqual([]);
       expect(await client.getStats({})).toMatchObject({ backend: "null", totalSessions: 0n, totalEvents: 0n });
       expect((await client.listSessions({})).sessions).toEqual([]);
+      // As KAOS's NullMemory: a session created without an id is "null-session", and none is ever found.
+      expect((await client.createSession({ appName: "app", userId: "u" })).session!.sessionId).toBe("null-session");
+      expect((await errorOf(client.getSession({ sessionId: id }))).code).toBe(Code.NotFound);
+      const events = await fetch(`${proc.baseUrl}/memory/events?session_id=${id}`);
+      expect(await events.json()).toMatchObject({ events: [], total: 0 });
     } finally {
       await proc.kill();
     }

@@ -148,13 +148,37 @@ describe("KAOS REST endpoints", () => {
     expect(sessions.total).toBe(sessions.sessions.length);
   });
 
-  it("answers 400 naming the parameter, 404 for an unknown session, 405 for writes", async () => {
+  it("answers 400 naming the parameter and 405 for writes", async () => {
     const bad = await fetch(`${server.baseUrl}/memory/events?limit=-1`);
     expect(bad.status).toBe(400);
     expect((await jsonOf(bad)).error).toMatch(/^limit/);
-    const missing = await fetch(`${server.baseUrl}/memory/events?session_id=${sid("missing")}`);
-    expect(missing.status).toBe(404);
     expect((await fetch(`${server.baseUrl}/memory/events`, { method: "POST" })).status).toBe(405);
+  });
+
+  it("GET /memory/events answers an unknown session with 200 and no events, as KAOS", async () => {
+    const missing = await fetch(`${server.baseUrl}/memory/events?session_id=${sid("missing")}`);
+    expect(missing.status).toBe(200);
+    expect(await jsonOf(missing)).toEqual({ agent: "test-agent", events: [], total: 0 });
+  });
+
+  it("GET /memory/sessions lists every session with its true total, and pages only when asked", async () => {
+    const client = connectClient(server.baseUrl);
+    const app = `many-${sid()}`;
+    const ids = Array.from({ length: 152 }, (_, i) => `s-${String(i).padStart(3, "0")}`);
+    for (let i = 0; i < ids.length; i += 38) {
+      await Promise.all(ids.slice(i, i + 38).map((id) => client.createSession({ appName: app, userId: "u", sessionId: `${app}-${id}` })));
+    }
+    const all = await jsonOf(await fetch(`${server.baseUrl}/memory/sessions?app_name=${app}`));
+    expect(all.total).toBe(152);
+    expect(all.sessions).toEqual(ids.map((id) => `${app}-${id}`));
+    expect(all.next_page_token).toBe("");
+
+    const first = await jsonOf(await fetch(`${server.baseUrl}/memory/sessions?app_name=${app}&limit=100`));
+    expect(first.sessions).toHaveLength(100);
+    expect(first.next_page_token).not.toBe("");
+    const rest = await jsonOf(await fetch(`${server.baseUrl}/memory/sessions?app_name=${app}&page_token=${encodeURIComponent(first.next_page_token)}`));
+    expect([...first.sessions, ...rest.sessions]).toEqual(all.sessions);
+    expect(rest.next_page_token).toBe("");
   });
 });
 

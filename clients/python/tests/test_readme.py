@@ -7,6 +7,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from engram_server import EngramServer
 
 README = Path(__file__).resolve().parents[1] / "README.md"
@@ -40,3 +42,24 @@ def test_readme_long_term_memory_example_runs(server: EngramServer, tmp_path: Pa
     ever = [line for line in lines if line.startswith("ever:")]
     assert ever[0] == "ever: Berlin until None"
     assert ever[1].startswith("ever: Lyon until 20") and len(ever) == 2
+
+
+#: Each Integrations snippet (in this README and the repository's) and a line it prints.
+INTEGRATIONS = {
+    "engram_memory.adk": "adk state: [('topic', 'billing'), ('user:tier', 'gold')] 1 helpdesk",
+    "engram_memory.openai_agents": "openai popped: Hi!",
+    "engram_memory.langchain": "langchain: ['I am Alice', 'Hello Alice.']",
+    "engram_memory.langgraph": "langgraph: sister My sister lives in Porto",
+}
+
+
+@pytest.mark.parametrize("readme", [README, README.parents[2] / "README.md"], ids=["client", "repository"])
+@pytest.mark.parametrize("module", sorted(INTEGRATIONS))
+def test_readme_integration_snippets_run(readme: Path, module: str, server: EngramServer, tmp_path: Path) -> None:
+    blocks = re.findall(r"```python\n(.*?)```", readme.read_text(), flags=re.S)
+    example = next(b for b in blocks if f"from {module} import" in b and "asyncio.run(main())" in b)
+    assert ADDRESS in example
+    script = tmp_path / "example.py"
+    script.write_text(example.replace(ADDRESS, f'"{server.target}"'))
+    out = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=90, check=True).stdout
+    assert INTEGRATIONS[module] in out.splitlines()

@@ -7,13 +7,16 @@ from __future__ import annotations
 
 from collections.abc import AsyncGenerator, Iterable, Mapping
 from datetime import timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from engram_memory._defaults import DEFAULT_TARGET, MAX_PAGE_SIZE
 from engram_memory.errors import NotFoundError
 from engram_memory.models import MemoryEvent, SessionInfo
 
 from .client import EngramClient
+
+if TYPE_CHECKING:
+    from pydantic_ai.messages import ModelMessage
 
 __all__ = ["EngramMemory"]
 
@@ -120,6 +123,38 @@ class EngramMemory:
         (``close()`` on the sync API).
         """
         return self.client.stream_session_events(session_id, after_seq, event_types)
+
+    # ---- Pydantic AI (PAIS), with the pydantic-ai extra -------------------------
+
+    async def build_message_history(self, session_id: str, context_limit: int = 6) -> list[ModelMessage] | None:
+        """PAIS's message history for the turn being answered, or None when there is none.
+
+        The newest prompt event is the current turn and is left out; of the other
+        events the newest ``context_limit`` are kept (all when 0), prompts and
+        ``agent_response`` events replayed as user prompts and text answers. See
+        :func:`engram_memory.pydantic_ai.kaos_message_history`.
+        """
+        from engram_memory.pydantic_ai import kaos_message_history
+
+        # The newest context_limit + 1 events hold the window whether or not the current prompt is among them.
+        events = await self.get_session_events(session_id, limit=context_limit + 1 if context_limit > 0 else None)
+        return kaos_message_history(events, context_limit)
+
+    async def store_pydantic_message(self, session_id: str, msg: ModelMessage) -> None:
+        """Stores a run's message as PAIS does: its tool calls and returns, as one atomic batch.
+
+        Nothing is stored for an unknown session (as :meth:`add_event` returns False). See
+        :func:`engram_memory.pydantic_ai.kaos_tool_events`.
+        """
+        from engram_memory.pydantic_ai import kaos_tool_events
+
+        events = kaos_tool_events(msg)
+        if not events:
+            return
+        try:
+            await self.client.add_events(session_id, events)
+        except NotFoundError:
+            return
 
     # ---- context, stats, cleanup ----------------------------------------------
 

@@ -16,6 +16,14 @@ Install with the ``pydantic-ai`` extra. Messages map to events as follows
 Other parts (thinking, files, native tools, ...) are not stored. Loading keeps
 tool calls and returns paired: a call whose return is missing (or a return
 whose call is missing) is left out, as LLM APIs reject either.
+
+:meth:`EngramMemory.build_message_history` and
+:meth:`EngramMemory.store_pydantic_message` are PAIS's (KAOS's Pydantic AI
+server's) own narrower pair, built on :func:`kaos_message_history` and
+:func:`kaos_tool_events` here: its agent server stores the prompt and the
+answer itself and replays only those, and records tool calls and returns as
+``{"tool", "arguments"}`` / ``{"tool", "result"}`` events (``delegation_*``
+for its ``delegate_to_*`` tools).
 """
 from __future__ import annotations
 
@@ -45,7 +53,19 @@ from .errors import NotFoundError
 from .memory import EngramMemory
 from .models import MemoryEvent, parse_timestamp
 
-__all__ = ["events_to_messages", "load_message_history", "messages_to_events", "save_new_messages"]
+__all__ = [
+    "events_to_messages",
+    "kaos_message_history",
+    "kaos_tool_events",
+    "load_message_history",
+    "messages_to_events",
+    "save_new_messages",
+]
+
+#: Event types PAIS replays as the user's side of a turn.
+KAOS_PROMPT_TYPES = ("user_message", "task_delegation_received")
+#: Tools whose name starts so are PAIS's delegations to sub-agents.
+KAOS_DELEGATION_PREFIX = "delegate_to_"
 
 #: Metadata key grouping the events of one ModelMessage.
 MESSAGE_KEY = "pydantic_ai_message"
@@ -305,3 +325,71 @@ async def load_message_history(
     except NotFoundError:
         return []
     return events_to_messages(events)
+
+
+def kaos_message_history(events: Sequence[MemoryEvent], context_limit: int = 6) -> list[ModelMessage] | None:
+    """PAIS's message history of a session's events, or None when there is nothing to replay.
+
+    The newest prompt (``user_message`` or ``task_delegation_received``) is the turn
+    being answered, so it is left out; of the rest the newest ``context_limit``
+    events are kept (all when 0). Prompts become user prompts and
+    ``agent_response`` events text answers; other events count toward the limit
+    but are not replayed. A session of at most one event has no history (None).
+    """
+    if len(events) <= 1:
+        return None
+    current = next((i for i in range(len(events) - 1, -1, -1) if events[i].event_type in KAOS_PROMPT_TYPES), None)
+    replayable = [e for i, e in enumerate(events) if i != current]
+    if context_limit and len(replayable) > context_limit:
+        replayable = replayable[-context_limit:]
+    history: list[ModelMessage] = []
+    for event in replayable:
+        if event.event_type in KAOS_PROMPT_TYPES:
+            history.append(ModelRequest(parts=[UserPromptPart(content=str(event.content))]))
+        elif event.event_type == "agent_response":
+            history.append(ModelResponse(parts=[TextPart(content=str(event.content))]))
+    return history or None
+
+
+def _kaos_result(content: Any) -> Any:
+    """A tool's return as PAIS stores it: JSON text parsed, other scalars as text."""
+    if isinstance(content, (dict, list)):
+        return _jsonable(content)
+    if isinstance(content, str):
+        try:
+            return json.loads(content)
+        except ValueError:
+            return content
+    return str(content)
+
+
+def kaos_tool_events(message: ModelMessage) -> list[MemoryEvent]:
+    """The events PAIS stores for one message of a run: its tool calls and tool returns only.
+
+    A call is ``tool_call`` ``{"tool", "arguments"}`` and a return ``tool_result``
+    ``{"tool", "result"}``; for ``delegate_to_*`` tools ``delegation_request`` and
+    ``delegation_response``. Prompts and text answers give none (the agent
+    server stores those itself).
+    """
+    events: list[MemoryEvent] = []
+    if isinstance(message, ModelResponse):
+        for rpart in message.parts:
+            if isinstance(rpart, ToolCallPart):
+                delegation = rpart.tool_name.startswith(KAOS_DELEGATION_PREFIX)
+                events.append(
+                    MemoryEvent.create(
+                        "delegation_request" if delegation else "tool_call",
+                        {"tool": rpart.tool_name, "arguments": _jsonable(rpart.args)},
+                    )
+                )
+    else:
+        for part in message.parts:
+            if isinstance(part, ToolReturnPart):
+                delegation = part.tool_name.startswith(KAOS_DELEGATION_PREFIX)
+                events.append(
+                    MemoryEvent.create(
+                        "delegation_response" if delegation else "tool_result",
+                        {"tool": part.tool_name, "result": _kaos_result(part.content)},
+                    )
+                )
+    return events
