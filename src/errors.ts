@@ -102,6 +102,20 @@ export function seqConflict(expected: number, current: number): MemoryError {
   );
 }
 
+/** Trailer carrying the session's version on an expected_version mismatch. */
+export const CURRENT_VERSION_TRAILER = "engram-current-version";
+
+/** FAILED_PRECONDITION for an expected_version (UpdateSession) that does not match the session's version. */
+export function versionConflict(expected: number, current: number): MemoryError {
+  const problem = `expected ${expected} but the session's current version is ${current}`;
+  return new MemoryError("FAILED_PRECONDITION", `expected_version: ${problem}`, { [CURRENT_VERSION_TRAILER]: String(current) }, {
+    field: "expected_version",
+    fieldProblem: problem,
+    reason: "VERSION_CONFLICT",
+    info: { current_version: String(current), expected_version: String(expected) },
+  });
+}
+
 /** OUT_OF_RANGE for a cursor that points into events no longer retained. */
 export function cursorEvicted(afterSeq: number, firstSeq: number): MemoryError {
   const problem = `events after seq ${afterSeq} are no longer retained (oldest retained seq is ${firstSeq})`;

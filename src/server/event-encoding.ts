@@ -24,6 +24,7 @@ const METADATA = (4 << 3) | 2;
 const TIMESTAMP = (5 << 3) | 2;
 const SEQ = (6 << 3) | 0;
 const SESSION_ID = (7 << 3) | 2;
+const STATE_DELTA = (8 << 3) | 2;
 const VALUE_NULL = (1 << 3) | 0;
 const VALUE_NUMBER = (2 << 3) | 1;
 const VALUE_STRING = (3 << 3) | 2;
@@ -326,6 +327,7 @@ export function encodeEvent(event: Event): Buffer {
   const seq = Number(event.seq);
   if (seq !== 0) n += 1 + varintSize(seq);
   if (event.sessionId !== "") n += 1 + delimited(sizes.text(event.sessionId));
+  if (event.stateDelta !== undefined) n += 1 + delimited(sizes.jsonStruct(event.stateDelta));
 
   const w = new Writer(Buffer.allocUnsafe(n), sizes.lengths);
   if (event.eventId !== "") {
@@ -355,6 +357,10 @@ export function encodeEvent(event: Event): Buffer {
   if (event.sessionId !== "") {
     w.byte(SESSION_ID);
     w.text(event.sessionId);
+  }
+  if (event.stateDelta !== undefined) {
+    w.byte(STATE_DELTA);
+    w.jsonStruct(event.stateDelta);
   }
   if (w.pos !== n) throw new Error(`event encoding wrote ${w.pos} of ${n} bytes`);
   return w.buf;

@@ -78,8 +78,8 @@ export function timestampToMs(field: string, ts: Timestamp): number {
   return Number(ts.seconds) * 1000 + Math.floor(ts.nanos / 1_000_000);
 }
 
-/** Store record -> wire Session. */
-export function toWireSession(r: SessionRecord): Session {
+/** Store record -> wire Session; `state`: its merged state (src/store/state.ts mergeState), the session's own when absent. */
+export function toWireSession(r: SessionRecord, state: JsonObject = r.state): Session {
   return create(SessionSchema, {
     sessionId: r.sessionId,
     appName: r.appName,
@@ -90,6 +90,8 @@ export function toWireSession(r: SessionRecord): Session {
     headSeq: BigInt(r.headSeq),
     firstSeq: BigInt(r.firstSeq),
     eventCount: BigInt(r.headSeq - r.firstSeq + 1),
+    state,
+    version: BigInt(r.version),
   });
 }
 
@@ -105,5 +107,6 @@ export function toWireEvent(e: StoredEvent): Event {
     timestamp: { $typeName: "google.protobuf.Timestamp", seconds: BigInt(seconds), nanos: (e.timestamp - seconds * 1000) * 1_000_000 },
     seq: BigInt(e.seq),
     sessionId: e.sessionId,
+    stateDelta: e.stateDelta,
   };
 }

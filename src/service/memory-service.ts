@@ -65,6 +65,8 @@ import {
   type ListSessionsResponse,
   type StreamSessionEventsRequest,
   type StreamSessionEventsResponse,
+  type UpdateSessionRequest,
+  type UpdateSessionResponse,
 } from "@engram-memory/client/gen/engram/v1/memory_pb.js";
 import { invalidArgument, sessionNotFound } from "../errors.js";
 import { eventFingerprint } from "../store/fingerprint.js";
@@ -80,7 +82,8 @@ import {
   type ContextMessage,
 } from "./context/index.js";
 import { isTokenizerName } from "./context/tokenizer.js";
-import { timestampToMs, toWireEvent, toWireSession, valueToJson } from "./convert.js";
+import { timestampToMs, toWireEvent, valueToJson } from "./convert.js";
+import { renameStateField, SessionStateService } from "./state/service.js";
 import type {
   DeleteMemoriesRequest,
   DeleteMemoriesResponse,
@@ -192,12 +195,15 @@ export class MemoryService {
   readonly longTerm: LongTermMemoryService;
   /** Background fact extraction from appended events; absent unless MEMORY_EXTRACTION_URL is set. */
   readonly extractor?: FactExtractor;
+  /** Session state (src/service/state/). */
+  readonly state: SessionStateService;
 
   constructor(
     readonly store: MemoryStore,
     readonly options: MemoryServiceOptions,
   ) {
     this.hub = new StreamHub(store, { heartbeatMs: options.heartbeatMs, pageSize: STREAM_PAGE_EVENTS });
+    this.state = new SessionStateService(store, options.limits.maxJsonDepth);
     this.longTerm = new LongTermMemoryService(store, { limits: options.limits, heartbeatMs: options.heartbeatMs, embeddings: options.embeddings });
     if (options.extraction) this.extractor = new FactExtractor(store, this.longTerm, options.limits, options.extraction);
   }
@@ -214,7 +220,7 @@ export class MemoryService {
       },
       call,
     );
-    return create(CreateSessionResponseSchema, { session: toWireSession(session) });
+    return create(CreateSessionResponseSchema, { session: await this.state.wireSession(session, call) });
   }
 
   async getOrCreateSession(req: GetOrCreateSessionRequest, call?: StoreCall): Promise<GetOrCreateSessionResponse> {
@@ -228,14 +234,14 @@ export class MemoryService {
       },
       call,
     );
-    return create(GetOrCreateSessionResponseSchema, { session: toWireSession(result.session), created: result.created });
+    return create(GetOrCreateSessionResponseSchema, { session: await this.state.wireSession(result.session, call), created: result.created });
   }
 
   async getSession(req: GetSessionRequest, call?: StoreCall): Promise<GetSessionResponse> {
     const sessionId = requireId("session_id", req.sessionId);
     const session = await this.store.getSession(sessionId, call);
     if (!session) throw sessionNotFound(sessionId);
-    return create(GetSessionResponseSchema, { session: toWireSession(session) });
+    return create(GetSessionResponseSchema, { session: await this.state.wireSession(session, call) });
   }
 
   async listSessions(req: ListSessionsRequest, call?: StoreCall): Promise<ListSessionsResponse> {
@@ -248,7 +254,12 @@ export class MemoryService {
     const rows = await this.store.listSessions({ appName, userId, afterSessionId: after, limit: limit + 1 }, call);
     const page = rows.slice(0, limit);
     const nextPageToken = rows.length > limit ? encodePageToken(page[page.length - 1].sessionId, filters) : "";
-    return create(ListSessionsResponseSchema, { sessions: page.map(toWireSession), nextPageToken });
+    return create(ListSessionsResponseSchema, { sessions: await this.state.wireSessions(page, call), nextPageToken });
+  }
+
+  /** Metadata and state under an optional expected version (src/service/state/). */
+  async updateSession(req: UpdateSessionRequest, call?: StoreCall): Promise<UpdateSessionResponse> {
+    return this.state.updateSession(req, call);
   }
 
   async deleteSession(req: DeleteSessionRequest, call?: StoreCall): Promise<DeleteSessionResponse> {
@@ -261,7 +272,9 @@ export class MemoryService {
     if (!req.event) throw invalidArgument("event", "is required");
     const event = this.newEvent("event", req.event);
     const expectedSeq = req.expectedSeq === undefined ? undefined : seqNumber("expected_seq", req.expectedSeq);
-    const result = await this.store.appendEvents(sessionId, [event], expectedSeq, call);
+    const result = await this.store.appendEvents(sessionId, [event], expectedSeq, call).catch((err: unknown) => {
+      throw renameStateField(err, "event");
+    });
     // After the append succeeded, and only queued: extraction never delays or fails it. A retry is re-extracted to the same ids.
     this.extractor?.onAppended(sessionId, result.events);
     // A literal, as create() would build it without reflection (every append answers one).
@@ -280,7 +293,9 @@ export class MemoryService {
       seen.add(e.eventId);
     });
     const expectedSeq = req.expectedSeq === undefined ? undefined : seqNumber("expected_seq", req.expectedSeq);
-    const result = await this.store.appendEvents(sessionId, events, expectedSeq, call);
+    const result = await this.store.appendEvents(sessionId, events, expectedSeq, call).catch((err: unknown) => {
+      throw renameStateField(err, "events");
+    });
     this.extractor?.onAppended(sessionId, result.events);
     return create(AddEventsResponseSchema, { events: result.events.map((e) => this.wire(e)) });
   }
@@ -480,15 +495,18 @@ export class MemoryService {
     const metadata = this.metadata(`${field}.metadata`, input.metadata);
     checkEventSize(field, content, metadata, this.options.limits);
     checkSummaryCovers(field, eventType, metadata);
-    return {
+    const stateDelta = this.state.eventDelta(field, input.stateDelta);
+    const event: NewEvent = {
       eventId,
       eventType,
       content,
       metadata,
       timestamp: input.timestamp ? timestampToMs(`${field}.timestamp`, input.timestamp) : Date.now(),
       // Only a client-chosen id can be retried; a generated one never collides.
-      fingerprint: clientId ? eventFingerprint(eventType, content, metadata) : "",
+      fingerprint: clientId ? eventFingerprint(eventType, content, metadata, stateDelta) : "",
     };
+    if (stateDelta) event.stateDelta = stateDelta;
+    return event;
   }
 
   private wireMessage(m: ContextMessage): ChatMessage {

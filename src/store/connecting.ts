@@ -149,6 +149,14 @@ export class ConnectingStore implements MemoryStore {
     return this.open.listSessions(...args);
   }
 
+  async updateSession(...args: Parameters<MemoryStore["updateSession"]>): ReturnType<MemoryStore["updateSession"]> {
+    return this.open.updateSession(...args);
+  }
+
+  async sharedState(...args: Parameters<MemoryStore["sharedState"]>): ReturnType<MemoryStore["sharedState"]> {
+    return this.open.sharedState(...args);
+  }
+
   async deleteSession(...args: Parameters<MemoryStore["deleteSession"]>): ReturnType<MemoryStore["deleteSession"]> {
     return this.open.deleteSession(...args);
   }

@@ -16,7 +16,7 @@ import Denque from "denque";
 import { createRequire } from "node:module";
 import type SortedBTree from "sorted-btree";
 import TinyQueue from "tinyqueue";
-import { seqConflict, sessionNotFound } from "../errors.js";
+import { seqConflict, sessionNotFound, versionConflict } from "../errors.js";
 import { eventFingerprint } from "./fingerprint.js";
 import {
   appSessionCap,
@@ -47,12 +47,15 @@ import type {
   RecentEventsFilter,
   SessionQuery,
   SessionRecord,
+  SessionUpdate,
+  SharedState,
   StoreLimits,
   StoreStats,
   StoredEvent,
   StoreDurability,
 } from "./types.js";
 import { NoticeListeners } from "./notices.js";
+import { addChanges, applyChanges, checkStateCaps, noChanges, splitStateDelta, type ScopedChanges } from "./state.js";
 import { LocalMemories } from "./memories/local.js";
 
 // sorted-btree is CommonJS with `exports.default`; loaders disagree on what an ESM
@@ -163,6 +166,9 @@ interface TailCursor {
   ingest: number;
 }
 
+/** Key of a user's state in LocalStore.userStates. */
+const userStateKey = (appName: string, userId: string) => JSON.stringify([appName, userId]);
+
 /** Ingest position of a session's newest event; -1 when it holds none. */
 const lastIngest = (s: LocalSession) => s.ingests.peekBack() ?? -1;
 
@@ -197,6 +203,10 @@ export class LocalStore implements MemoryStore {
   private ingested = 0;
   /** Each recent scope's sessions by last append, by scopeKey; a list goes when its last session does. */
   private readonly appendOrders = new Map<string, AppendOrder>();
+  /** App-wide state by app_name. States are replaced on change, never mutated: records handed out keep theirs. */
+  private readonly appStates = new Map<string, JsonObject>();
+  /** Users' state by JSON [app_name, user_id]. */
+  private readonly userStates = new Map<string, JsonObject>();
 
   constructor(private readonly limits: StoreLimits) {
     this.dedupe = dedupeWindow(limits);
@@ -232,6 +242,23 @@ export class LocalStore implements MemoryStore {
     return out;
   }
 
+  async updateSession(sessionId: string, update: SessionUpdate): Promise<SessionRecord> {
+    const s = this.byId.get(sessionId);
+    if (!s) throw sessionNotFound(sessionId);
+    if (update.expectedVersion !== undefined && update.expectedVersion !== s.record.version) {
+      throw versionConflict(update.expectedVersion, s.record.version);
+    }
+    this.applyState(s.record, splitStateDelta(update.stateDelta));
+    if (update.metadata) s.record.metadata = update.metadata;
+    s.record.updatedAt = update.now;
+    this.touch(s);
+    return { ...s.record };
+  }
+
+  async sharedState(appName: string, userId: string): Promise<SharedState> {
+    return { app: this.appStates.get(appName) ?? {}, user: this.userStates.get(userStateKey(appName, userId)) ?? {} };
+  }
+
   async deleteSession(sessionId: string): Promise<boolean> {
     const s = this.byId.get(sessionId);
     if (!s) return false;
@@ -249,8 +276,14 @@ export class LocalStore implements MemoryStore {
     if (expectedSeq !== undefined && expectedSeq !== s.record.headSeq) {
       throw seqConflict(expectedSeq, s.record.headSeq);
     }
-    const stored: StoredEvent[] = [];
     const record = s.record;
+    // Checked and applied before any event is stored: a refused state leaves the log as it was.
+    const changes = splitStateDelta(undefined);
+    events.forEach((e, i) => {
+      if (!originals[i] && e.stateDelta) addChanges(changes, splitStateDelta(e.stateDelta));
+    });
+    if (!noChanges(changes)) this.applyState(record, changes);
+    const stored: StoredEvent[] = [];
     for (let i = 0; i < events.length; i++) {
       const original = originals[i];
       if (original) {
@@ -269,6 +302,7 @@ export class LocalStore implements MemoryStore {
         metadata: isEmptyObject(e.metadata) ? EMPTY_METADATA : e.metadata,
         timestamp: e.timestamp,
       };
+      if (e.stateDelta) event.stateDelta = e.stateDelta;
       s.events.push(event);
       s.fingerprints.push(e.fingerprint);
       s.ingests.push(++this.ingested);
@@ -376,6 +410,7 @@ export class LocalStore implements MemoryStore {
       erased.events += s.events.length;
       this.remove(s);
     }
+    this.userStates.delete(userStateKey(appName, userId));
     erased.memories = this.memories.eraseUser(appName, userId);
     return erased;
   }
@@ -485,6 +520,24 @@ export class LocalStore implements MemoryStore {
     }
   }
 
+  /**
+   * Applies state changes to the session, its user and its app, all or none:
+   * every cap is checked before anything changes. Bumps the version.
+   */
+  private applyState(record: SessionRecord, changes: ScopedChanges): void {
+    const userKey = userStateKey(record.appName, record.userId);
+    const session = applyChanges(record.state, changes.session);
+    const user = applyChanges(this.userStates.get(userKey) ?? {}, changes.user);
+    const app = applyChanges(this.appStates.get(record.appName) ?? {}, changes.app);
+    checkStateCaps("state_delta", "session", session);
+    checkStateCaps("state_delta", "user", user);
+    checkStateCaps("state_delta", "app", app);
+    record.state = session;
+    if (changes.user.size > 0) this.userStates.set(userKey, user);
+    if (changes.app.size > 0) this.appStates.set(record.appName, app);
+    record.version++;
+  }
+
   /** Appends `s` to the recency list as the most recently updated. */
   private link(s: LocalSession): void {
     s.older = this.mostRecent;
@@ -533,14 +586,15 @@ export class LocalStore implements MemoryStore {
     let freshCount = 0;
     for (const e of events) {
       let original = e.fingerprint === "" ? undefined : s.byEventId.get(e.eventId);
-      if (original && eventFingerprint(original.eventType, original.content, original.metadata) !== e.fingerprint) {
+      if (original && eventFingerprint(original.eventType, original.content, original.metadata, original.stateDelta) !== e.fingerprint) {
         throw duplicateEventId(e.eventId);
       }
       const trimmed = original || e.fingerprint === "" ? undefined : s.trimmedById?.get(e.eventId);
       if (trimmed) {
         if (trimmed.fingerprint !== e.fingerprint) throw duplicateEventId(e.eventId);
-        const { eventId, eventType, content, metadata, timestamp } = e;
+        const { eventId, eventType, content, metadata, timestamp, stateDelta } = e;
         original = { sessionId: s.record.sessionId, seq: trimmed.seq, eventId, eventType, content, metadata, timestamp };
+        if (stateDelta) original.stateDelta = stateDelta;
       }
       if (!original) freshCount++;
       originals.push(original);

@@ -14,13 +14,15 @@ import type {
   NewEvent,
   NewSession,
   SessionRecord,
+  SessionUpdate,
+  SharedState,
   StoreStats,
   StoredEvent,
   StoreDurability,
 } from "./types.js";
 
 function emptySession(sessionId: string, now = Date.now()): SessionRecord {
-  return { sessionId, appName: "", userId: "", metadata: {}, createdAt: now, updatedAt: now, headSeq: 0, firstSeq: 1, incarnation: "" };
+  return { sessionId, appName: "", userId: "", metadata: {}, createdAt: now, updatedAt: now, headSeq: 0, firstSeq: 1, incarnation: "", state: {}, version: 0 };
 }
 
 /** The MemoryStore that keeps nothing. */
@@ -49,6 +51,15 @@ export class NullStore implements MemoryStore {
     return [];
   }
 
+  /** Acknowledged with what it was given (nothing is kept). */
+  async updateSession(sessionId: string, update: SessionUpdate): Promise<SessionRecord> {
+    return { ...emptySession(sessionId, update.now), metadata: update.metadata ?? {} };
+  }
+
+  async sharedState(): Promise<SharedState> {
+    return { app: {}, user: {} };
+  }
+
   async deleteSession(): Promise<boolean> {
     return true;
   }
@@ -62,6 +73,7 @@ export class NullStore implements MemoryStore {
       content: e.content,
       metadata: e.metadata,
       timestamp: e.timestamp,
+      ...(e.stateDelta && { stateDelta: e.stateDelta }),
     }));
     return { events: stored, replayed: false };
   }

@@ -12,7 +12,8 @@ import { readdirSync, readFileSync } from "node:fs";
 import path from "node:path";
 import { fileURLToPath } from "node:url";
 import pg from "pg";
-import { asMemoryError, MemoryError, seqConflict, sessionNotFound } from "../errors.js";
+import { asMemoryError, MemoryError, seqConflict, sessionNotFound, versionConflict } from "../errors.js";
+import { addChanges, applyChanges, checkStateCaps, noChanges, splitStateDelta, type ScopedChanges } from "./state.js";
 import { eventFingerprint } from "./fingerprint.js";
 import { GroupCommit, type Pending } from "./postgres/group-commit.js";
 import { appEventCaps, appSessionCap, checkCursor, dedupeWindow, duplicateEventId, evictionCount, newIncarnation, resumeEach, sessionExists } from "./rules.js";
@@ -32,6 +33,8 @@ import type {
   ResumedErasures,
   SessionQuery,
   SessionRecord,
+  SessionUpdate,
+  SharedState,
   StoreCall,
   StoreDurability,
   StoreLimits,
@@ -98,8 +101,8 @@ const LISTEN_BACKOFF_MAX_MS = 5000;
 
 /** Epoch milliseconds of a timestamptz column, exact (extract returns numeric). */
 const ms = (column: string) => `(extract(epoch from ${column}) * 1000)::bigint`;
-const SESSION_COLUMNS = `session_id, app_name, user_id, metadata, ${ms("created_at")} AS created_ms, ${ms("updated_at")} AS updated_ms, head_seq, first_seq, incarnation`;
-const EVENT_COLUMNS = `seq, event_id, event_type, content, metadata, ${ms('"timestamp"')} AS ts_ms`;
+const SESSION_COLUMNS = `session_id, app_name, user_id, metadata, ${ms("created_at")} AS created_ms, ${ms("updated_at")} AS updated_ms, head_seq, first_seq, incarnation, state, version`;
+const EVENT_COLUMNS = `seq, event_id, event_type, content, metadata, ${ms('"timestamp"')} AS ts_ms, state_delta`;
 
 /** ISO 8601 in UTC: PostgreSQL parses it exactly, whatever the session's TimeZone. */
 const iso = (epochMs: number) => new Date(epochMs).toISOString();
@@ -114,6 +117,8 @@ interface SessionRow {
   head_seq: string;
   first_seq: string;
   incarnation: string;
+  state: JsonObject;
+  version: string;
 }
 
 interface EventRow {
@@ -124,6 +129,8 @@ interface EventRow {
   metadata: JsonObject;
   ts_ms: string;
   fingerprint?: string;
+  /** Absent from append_many_retained's rows (the retry's own delta stands in: same fingerprint, same delta). */
+  state_delta?: JsonObject | null;
 }
 
 function toSession(row: SessionRow): SessionRecord {
@@ -137,11 +144,13 @@ function toSession(row: SessionRow): SessionRecord {
     headSeq: Number(row.head_seq),
     firstSeq: Number(row.first_seq),
     incarnation: row.incarnation,
+    state: row.state,
+    version: Number(row.version),
   };
 }
 
 function toEvent(sessionId: string, row: EventRow): StoredEvent {
-  return {
+  const event: StoredEvent = {
     sessionId,
     seq: Number(row.seq),
     eventId: row.event_id,
@@ -150,6 +159,8 @@ function toEvent(sessionId: string, row: EventRow): StoredEvent {
     metadata: row.metadata,
     timestamp: Number(row.ts_ms),
   };
+  if (row.state_delta) event.stateDelta = row.state_delta;
+  return event;
 }
 
 /**
@@ -158,13 +169,19 @@ function toEvent(sessionId: string, row: EventRow): StoredEvent {
  * the event as submitted.
  */
 function retried(sessionId: string, submitted: NewEvent, original: EventRow): StoredEvent {
-  if (original.event_type !== null) return toEvent(sessionId, original);
-  const { eventId, eventType, content, metadata, timestamp } = submitted;
-  return { sessionId, seq: Number(original.seq), eventId, eventType, content, metadata, timestamp };
+  let event: StoredEvent;
+  if (original.event_type !== null) {
+    event = toEvent(sessionId, original);
+  } else {
+    const { eventId, eventType, content, metadata, timestamp } = submitted;
+    event = { sessionId, seq: Number(original.seq), eventId, eventType, content, metadata, timestamp };
+  }
+  if (submitted.stateDelta) event.stateDelta = submitted.stateDelta;
+  return event;
 }
 
 /** Payload identity of a submitted event; generated ids carry none, so compute it. */
-const fingerprintOf = (e: NewEvent) => e.fingerprint || eventFingerprint(e.eventType, e.content, e.metadata);
+const fingerprintOf = (e: NewEvent) => e.fingerprint || eventFingerprint(e.eventType, e.content, e.metadata, e.stateDelta);
 
 const CONNECTION_CODES = new Set(["ECONNREFUSED", "ECONNRESET", "ETIMEDOUT", "EPIPE", "ENOTFOUND", "EHOSTUNREACH", "ENETUNREACH", "EAI_AGAIN", "ECONNABORTED"]);
 /** SQLSTATEs meaning the server went away or cannot serve now (class 08, 57P0x, too many connections, statement or lock timeout). */
@@ -444,6 +461,34 @@ export class PostgresStore implements MemoryStore {
     return rows.map(toSession);
   }
 
+  async updateSession(sessionId: string, update: SessionUpdate, call?: StoreCall): Promise<SessionRecord> {
+    return this.attempt(() =>
+      this.transaction(async (client) => {
+        const { rows } = await client.query<SessionRow>(`SELECT ${SESSION_COLUMNS} FROM ${this.s}.sessions WHERE session_id = $1 FOR UPDATE`, [sessionId]);
+        if (rows.length === 0) throw sessionNotFound(sessionId);
+        const session = toSession(rows[0]);
+        if (update.expectedVersion !== undefined && update.expectedVersion !== session.version) throw versionConflict(update.expectedVersion, session.version);
+        await this.writeState(client, session, splitStateDelta(update.stateDelta));
+        const updated = await client.query<SessionRow>(
+          `UPDATE ${this.s}.sessions SET metadata = COALESCE($2::jsonb, metadata), updated_at = $3
+           WHERE session_id = $1 RETURNING ${SESSION_COLUMNS}`,
+          [sessionId, update.metadata ? JSON.stringify(update.metadata) : null, iso(update.now)],
+        );
+        return toSession(updated.rows[0]);
+      }, call),
+    );
+  }
+
+  async sharedState(appName: string, userId: string, call?: StoreCall): Promise<SharedState> {
+    const { rows } = await this.query<{ app: JsonObject | null; user: JsonObject | null }>(
+      `SELECT (SELECT state FROM ${this.s}.app_state WHERE app_name = $1) AS app,
+              (SELECT state FROM ${this.s}.user_state WHERE app_name = $1 AND user_id = $2) AS user`,
+      [appName, userId],
+      call,
+    );
+    return { app: rows[0].app ?? {}, user: rows[0].user ?? {} };
+  }
+
   async deleteSession(sessionId: string, call?: StoreCall): Promise<boolean> {
     const { rows } = await this.query(this.deleteSessionsSql("session_id = $3", ""), [this.channel, this.slot(), sessionId], call);
     return rows.length > 0;
@@ -458,6 +503,8 @@ export class PostgresStore implements MemoryStore {
     const metadata = events.map((e) => JSON.stringify(e.metadata));
     let bytes = 0;
     for (let i = 0; i < events.length; i++) bytes += contents[i].length + metadata[i].length + APPEND_EVENT_OVERHEAD_BYTES;
+    // An append that changes state runs in a transaction of its own (appendWithState); the rest are group-committed.
+    if (events.some((e) => e.stateDelta)) return this.appendWithState({ sessionId, events, contents, metadata, expectedSeq }, call);
     // Keyed by session: append_many_retained takes each session at most once per batch.
     return this.appends.submit({ sessionId, events, contents, metadata, expectedSeq }, bytes, call?.deadline, sessionId);
   }
@@ -540,6 +587,7 @@ export class PostgresStore implements MemoryStore {
       for (const row of rows) erased.events += Number(row.events);
     }
     erased.memories = await this.memories.eraseUser(appName, userId);
+    await this.query(`DELETE FROM ${this.s}.user_state WHERE app_name = $1 AND user_id = $2`, [appName, userId], call);
     await this.query(`DELETE FROM ${this.s}.erasures WHERE app_name = $1 AND user_id = $2 AND token = $3`, [appName, userId, token], call);
     return erased;
   }
@@ -653,6 +701,78 @@ export class PostgresStore implements MemoryStore {
     });
   }
 
+  /**
+   * An append whose events carry state deltas: append_many_retained and the
+   * state changes of the events it appended (never of retries) in one
+   * transaction, so a refused append changes no state and a state past a cap
+   * appends nothing. Its notice (sent at commit) carries the head only;
+   * readers read the events back, deltas included.
+   */
+  private async appendWithState(request: AppendRequest, call: StoreCall | undefined): Promise<AppendResult> {
+    return this.attempt(() =>
+      this.transaction(async (client) => {
+        const sql = this.appendBatchSql();
+        const rows = (await client.query<AppendRow>(sql, this.appendBatchParams([request], false, undefined))).rows;
+        const result = this.appendOutcome(request, rows, false);
+        if (result.replayed) return result;
+        const changes = splitStateDelta(undefined);
+        const seqs: number[] = [];
+        const deltas: string[] = [];
+        request.events.forEach((e, i) => {
+          const stored = result.events[i];
+          // A retry in the batch answers its original, whose id is the same but which was stored before.
+          if (!e.stateDelta || rows.some((row) => row.status === null && row.event_id === e.eventId)) return;
+          addChanges(changes, splitStateDelta(e.stateDelta));
+          seqs.push(stored.seq);
+          deltas.push(JSON.stringify(e.stateDelta));
+        });
+        if (!noChanges(changes)) {
+          const { rows: sessions } = await client.query<SessionRow>(`SELECT ${SESSION_COLUMNS} FROM ${this.s}.sessions WHERE session_id = $1`, [request.sessionId]);
+          await this.writeState(client, toSession(sessions[0]), changes);
+        }
+        if (seqs.length > 0) {
+          await client.query(
+            `UPDATE ${this.s}.events e SET state_delta = d.delta::jsonb
+             FROM unnest($2::bigint[], $3::text[]) AS d(seq, delta) WHERE e.session_id = $1 AND e.seq = d.seq`,
+            [request.sessionId, seqs, deltas],
+          );
+        }
+        // Counted here, not in appendOutcome: a state refused above rolls the trim back with the append.
+        this.eventsTrimmed += Number(rows[rows.length - 1].trimmed ?? 0);
+        return result;
+      }, call),
+    );
+  }
+
+  /**
+   * Applies state changes to a session locked by this transaction, its
+   * user's and its app's state (locked in that order), all or none: each is
+   * checked against the caps of src/store/state.ts before anything is
+   * written. Bumps the session's version.
+   */
+  private async writeState(client: pg.PoolClient, session: SessionRecord, changes: ScopedChanges): Promise<void> {
+    const { appName, userId } = session;
+    let user: JsonObject | undefined;
+    let app: JsonObject | undefined;
+    if (changes.user.size > 0) {
+      await client.query(`INSERT INTO ${this.s}.user_state (app_name, user_id, state) VALUES ($1, $2, '{}') ON CONFLICT DO NOTHING`, [appName, userId]);
+      const { rows } = await client.query<{ state: JsonObject }>(`SELECT state FROM ${this.s}.user_state WHERE app_name = $1 AND user_id = $2 FOR UPDATE`, [appName, userId]);
+      user = applyChanges(rows[0].state, changes.user);
+      checkStateCaps("state_delta", "user", user);
+    }
+    if (changes.app.size > 0) {
+      await client.query(`INSERT INTO ${this.s}.app_state (app_name, state) VALUES ($1, '{}') ON CONFLICT DO NOTHING`, [appName]);
+      const { rows } = await client.query<{ state: JsonObject }>(`SELECT state FROM ${this.s}.app_state WHERE app_name = $1 FOR UPDATE`, [appName]);
+      app = applyChanges(rows[0].state, changes.app);
+      checkStateCaps("state_delta", "app", app);
+    }
+    const own = applyChanges(session.state, changes.session);
+    checkStateCaps("state_delta", "session", own);
+    if (user) await client.query(`UPDATE ${this.s}.user_state SET state = $3 WHERE app_name = $1 AND user_id = $2`, [appName, userId, JSON.stringify(user)]);
+    if (app) await client.query(`UPDATE ${this.s}.app_state SET state = $2 WHERE app_name = $1`, [appName, JSON.stringify(app)]);
+    await client.query(`UPDATE ${this.s}.sessions SET state = $2, version = version + 1 WHERE session_id = $1`, [session.sessionId, JSON.stringify(own)]);
+  }
+
   /** One append in its own statement, waiting for its session's row lock (up to its deadline); not counted in the batch slots. */
   private writeAlone(p: Pending<AppendRequest, AppendResult>): void {
     this.attempt(() => this.appendBatchQuery([p.request], false, p.deadline)).then(
@@ -671,9 +791,19 @@ export class PostgresStore implements MemoryStore {
 
   private async appendBatchQuery(requests: AppendRequest[], skipLocked: boolean, deadline: number | undefined): Promise<AppendRow[]> {
     const left = timeLeft(deadline);
+    const params = this.appendBatchParams(requests, skipLocked, left);
+    return (await this.pool.query<AppendRow>(this.statement(this.appendBatchSql(), params, left))).rows;
+  }
+
+  /** The append_many_retained statement. */
+  private appendBatchSql(): string {
+    return `SELECT * FROM ${this.s}.append_many_retained($1::text[], $2::bigint[], $3::int[], $4::text[], $5::text[], $6::text[], $7::text[], $8::timestamptz[], $9::text[], $10, $11::text[], $12::bigint[], $13, $14, $15, $16, $17, $18, $19, $20::timestamptz)`;
+  }
+
+  /** append_many_retained's arguments for a batch; `left`: the lock timeout in ms, or undefined for none. */
+  private appendBatchParams(requests: AppendRequest[], skipLocked: boolean, left: number | undefined): unknown[] {
     const events = requests.flatMap((r) => r.events);
-    const sql = `SELECT * FROM ${this.s}.append_many_retained($1::text[], $2::bigint[], $3::int[], $4::text[], $5::text[], $6::text[], $7::text[], $8::timestamptz[], $9::text[], $10, $11::text[], $12::bigint[], $13, $14, $15, $16, $17, $18, $19, $20::timestamptz)`;
-    const params = [
+    return [
       requests.map((r) => r.sessionId),
       requests.map((r) => r.expectedSeq ?? null),
       requests.flatMap((r, i) => r.events.map(() => i + 1)),
@@ -695,11 +825,10 @@ export class PostgresStore implements MemoryStore {
       left ?? null,
       iso(Date.now()),
     ];
-    return (await this.pool.query<AppendRow>(this.statement(sql, params, left))).rows;
   }
 
   /** One append's answer from its rows of append_many_retained: the retried events' rows, then its outcome row. */
-  private appendOutcome({ sessionId, events, expectedSeq }: AppendRequest, rows: AppendRow[]): AppendResult {
+  private appendOutcome({ sessionId, events, expectedSeq }: AppendRequest, rows: AppendRow[], countTrimmed = true): AppendResult {
     const outcome = rows[rows.length - 1];
     const headSeq = Number(outcome.head_seq);
     switch (outcome.status) {
@@ -712,7 +841,7 @@ export class PostgresStore implements MemoryStore {
     }
     const originals = new Map(rows.slice(0, -1).map((row) => [row.event_id!, row as EventRow]));
     if (outcome.status === "replayed") return { events: events.map((e) => retried(sessionId, e, originals.get(e.eventId)!)), replayed: true };
-    this.eventsTrimmed += Number(outcome.trimmed ?? 0);
+    if (countTrimmed) this.eventsTrimmed += Number(outcome.trimmed ?? 0);
     return { events: this.planAppend(sessionId, events, originals, headSeq), replayed: false };
   }
 
@@ -722,7 +851,9 @@ export class PostgresStore implements MemoryStore {
     return events.map((e) => {
       const original = originals.get(e.eventId);
       if (original) return retried(sessionId, e, original);
-      return { sessionId, seq: ++head, eventId: e.eventId, eventType: e.eventType, content: e.content, metadata: e.metadata, timestamp: e.timestamp };
+      const event: StoredEvent = { sessionId, seq: ++head, eventId: e.eventId, eventType: e.eventType, content: e.content, metadata: e.metadata, timestamp: e.timestamp };
+      if (e.stateDelta) event.stateDelta = e.stateDelta;
+      return event;
     });
   }
 

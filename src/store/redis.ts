@@ -19,16 +19,29 @@
 import { randomUUID } from "node:crypto";
 import type { Redis } from "ioredis";
 import { LRUCache } from "lru-cache";
-import { seqConflict, sessionNotFound } from "../errors.js";
+import { seqConflict, sessionNotFound, versionConflict } from "../errors.js";
+import { stateTooLarge } from "./state.js";
 import { RedisMemories } from "./memories/redis.js";
 import { NoticeListeners } from "./notices.js";
 import { appSessionCap, checkCursor, duplicateEventId, evictionCount, newIncarnation, newSessionRecord, recentScopes, resumeEach, sessionExists, type RecentScope } from "./rules.js";
-import type { AppendResult, CleanupScope, ErasureResult, EventPage, EventQuery, MemoryStore, NewEvent, NewSession, NoticeListener, RecentEventsFilter, ResumedErasures, SessionQuery, SessionRecord, StoreDurability, StoreLimits, StoreStats, StoredEvent } from "./types.js";
-import { decodeEvent, decodeSession, DecodedEvents } from "./redis/codec.js";
+import type { AppendResult, CleanupScope, ErasureResult, EventPage, EventQuery, MemoryStore, NewEvent, NewSession, NoticeListener, RecentEventsFilter, ResumedErasures, SessionQuery, SessionRecord, SessionUpdate, SharedState, StoreDurability, StoreLimits, StoreStats, StoredEvent } from "./types.js";
+import { decodeEvent, decodeSession, DecodedEvents, stateOf } from "./redis/codec.js";
 import { RedisConnection, storeError } from "./redis/connection.js";
 import { erasureField, erasureTenancy, recentMemberRef, RedisKeys, type Tenancy } from "./redis/keys.js";
 import { RedisNotices } from "./redis/notices.js";
-import { appendScript, createScript, deleteScript, erasedScript, readScript, RedisScripts, type AppendOutcome, type DeleteConditions, type DeleteOutcome } from "./redis/scripts.js";
+import {
+  appendScript,
+  createScript,
+  deleteScript,
+  erasedScript,
+  readScript,
+  RedisScripts,
+  updateScript,
+  type AppendOutcome,
+  type DeleteConditions,
+  type DeleteOutcome,
+  type UpdateOutcome,
+} from "./redis/scripts.js";
 
 export { durabilitySummary } from "./redis/connection.js";
 
@@ -153,6 +166,37 @@ export class RedisStore implements MemoryStore {
     return out;
   }
 
+  async updateSession(sessionId: string, update: SessionUpdate): Promise<SessionRecord> {
+    let updated: UpdateOutcome = { outcome: "NOT_FOUND" };
+    for (let attempt = 0; attempt < MOVED_TRIES; attempt++) {
+      const tenancy = await this.tenancyOf(sessionId, attempt > 0);
+      if (!tenancy) break;
+      updated = await this.call(() => this.scripts.run(updateScript, { sessionId, tenancy, update }));
+      if (updated.outcome !== "MOVED") break;
+    }
+    switch (updated.outcome) {
+      case "MOVED":
+      case "NOT_FOUND":
+        this.tenancies.delete(sessionId);
+        throw sessionNotFound(sessionId);
+      case "CONFLICT":
+        throw versionConflict(update.expectedVersion!, updated.version);
+      case "TOO_LARGE":
+        throw stateTooLarge("state_delta", updated.scope, updated.entries, updated.bytes);
+    }
+    return decodeSession(sessionId, updated.fields)!;
+  }
+
+  async sharedState(appName: string, userId: string): Promise<SharedState> {
+    // One MULTI: both states as of one moment.
+    const results = await this.call((redis) => redis.multi().hgetall(this.keys.appState(appName)).hgetall(this.keys.userState({ appName, userId })).exec());
+    const [app, user] = results!.map(([err, fields]) => {
+      if (err) throw storeError(err);
+      return stateOf(fields as Record<string, string>);
+    });
+    return { app, user };
+  }
+
   async deleteSession(sessionId: string): Promise<boolean> {
     return (await this.deleteOne(sessionId, {})).outcome === "DELETED";
   }
@@ -176,13 +220,17 @@ export class RedisStore implements MemoryStore {
         throw duplicateEventId(appended.eventId);
       case "CONFLICT":
         throw seqConflict(expectedSeq!, appended.headSeq);
+      case "TOO_LARGE":
+        throw stateTooLarge("state_delta", appended.scope, appended.entries, appended.bytes);
     }
     this.eventsTrimmed += appended.trimmed;
     const stored: StoredEvent[] = events.map((e, i) => {
       const { seq, original } = appended.events[i];
       if (original) return decodeEvent(sessionId, seq, original);
       // A new event, or the retry of one trimmed inside the dedupe window: as submitted.
-      return { sessionId, seq, eventId: e.eventId, eventType: e.eventType, content: e.content, metadata: e.metadata, timestamp: e.timestamp };
+      const event: StoredEvent = { sessionId, seq, eventId: e.eventId, eventType: e.eventType, content: e.content, metadata: e.metadata, timestamp: e.timestamp };
+      if (e.stateDelta) event.stateDelta = e.stateDelta;
+      return event;
     });
     return { events: stored, replayed: appended.replayed };
   }
@@ -304,6 +352,7 @@ export class RedisStore implements MemoryStore {
       erased.events += events;
     });
     erased.memories = await this.memories.eraseUser(appName, userId);
+    await this.call((redis) => redis.del(this.keys.userState(tenancy)));
     await this.call(() => this.scripts.run(erasedScript, { tenancy, token }));
     return erased;
   }

@@ -76,7 +76,7 @@ export function newIncarnation(): string {
 /** The record of a session just created from `input`: no events yet. */
 export function newSessionRecord(input: NewSession, incarnation: string): SessionRecord {
   const { sessionId, appName, userId, metadata, now } = input;
-  return { sessionId, appName, userId, metadata, createdAt: now, updatedAt: now, headSeq: 0, firstSeq: 1, incarnation };
+  return { sessionId, appName, userId, metadata, createdAt: now, updatedAt: now, headSeq: 0, firstSeq: 1, incarnation, state: {}, version: 0 };
 }
 
 /**

@@ -31,6 +31,10 @@ export interface SessionRecord {
    * incarnations existed.
    */
   incarnation: string;
+  /** The session's own state (ADK's model; src/store/state.ts): keys without prefix. {} when none. */
+  state: JsonObject;
+  /** Increases by one with each updateSession and each append that carried a non-empty state delta; 0 until then. */
+  version: number;
 }
 
 /** An event as a client submits it, validated and with ids and time filled in. */
@@ -48,6 +52,11 @@ export interface NewEvent {
    * and its id is a flat string (src/service/event-id.ts).
    */
   fingerprint: string;
+  /**
+   * State changes applied with the append (temp: keys already dropped; a
+   * null value deletes the key); absent when none. Stored with the event.
+   */
+  stateDelta?: JsonObject;
 }
 
 /** An event as stored, with its position in the session. */
@@ -60,6 +69,20 @@ export interface StoredEvent {
   metadata: JsonObject;
   /** Epoch milliseconds. */
   timestamp: number;
+  /** The state changes the event carried; absent when none. */
+  stateDelta?: JsonObject;
+}
+
+/** What updateSession changes; absent fields stay as they are. */
+export interface SessionUpdate {
+  /** Replaces the metadata. */
+  metadata?: JsonObject;
+  /** State changes, as NewEvent.stateDelta. */
+  stateDelta?: JsonObject;
+  /** Only when the session's version equals it; otherwise FAILED_PRECONDITION (versionConflict). */
+  expectedVersion?: number;
+  /** Epoch ms: becomes updatedAt. */
+  now: number;
 }
 
 /** Input of createSession / getOrCreateSession. */
@@ -410,6 +433,12 @@ export interface LongTermMemoryStore {
   subscribeMemories(appName: string, listener: MemoryChangeListener): () => void;
 }
 
+/** The state shared beyond one session (src/store/state.ts): the app's and the user's, keys without prefix. */
+export interface SharedState {
+  app: JsonObject;
+  user: JsonObject;
+}
+
 /** The storage contract every driver implements. */
 export interface MemoryStore {
   /** "local", "null", "redis" or "postgres". */
@@ -426,6 +455,14 @@ export interface MemoryStore {
   getSession(sessionId: string, call?: StoreCall): Promise<SessionRecord | undefined>;
   /** Sessions in session_id order after the cursor, filtered; at most `limit`. */
   listSessions(query: SessionQuery, call?: StoreCall): Promise<SessionRecord[]>;
+  /**
+   * Changes the session's metadata and state in one atomic step and bumps
+   * its version. A state that would pass a cap of src/store/state.ts:
+   * INVALID_ARGUMENT (field "state_delta") and nothing changes. NOT_FOUND.
+   */
+  updateSession(sessionId: string, update: SessionUpdate, call?: StoreCall): Promise<SessionRecord>;
+  /** The app's state and the user's state of that app ({} when none), as one read. */
+  sharedState(appName: string, userId: string, call?: StoreCall): Promise<SharedState>;
   /** Removes the session and every event of it; false when absent. */
   deleteSession(sessionId: string, call?: StoreCall): Promise<boolean>;
 
@@ -437,7 +474,10 @@ export interface MemoryStore {
    * A retained or remembered eventId with another fingerprint: ALREADY_EXISTS. When every event is such a
    * retry the call succeeds whatever expectedSeq says; otherwise an
    * expectedSeq other than the head: FAILED_PRECONDITION. Unknown session:
-   * NOT_FOUND.
+   * NOT_FOUND. The state deltas of the appended events (never of retries)
+   * apply in order in the same atomic step, bumping the session's version
+   * once; a state that would pass a cap: INVALID_ARGUMENT (field
+   * "state_delta") and nothing is appended.
    */
   appendEvents(sessionId: string, events: readonly NewEvent[], expectedSeq?: number, call?: StoreCall): Promise<AppendResult>;
   /** Reads in seq order; OUT_OF_RANGE when afterSeq < firstSeq - 1; NOT_FOUND. */

@@ -25,6 +25,7 @@ const storedEvent = fc.record({
   metadata: jsonObject,
   // Years 1..9999, before and after 1970, with and without milliseconds.
   timestamp: fc.integer({ min: -62135596800000, max: 253402300799999 }),
+  stateDelta: fc.option(jsonObject, { nil: undefined }),
 });
 
 describe("toWireEvent", () => {
@@ -39,6 +40,7 @@ describe("toWireEvent", () => {
           timestamp: timestampFromMs(stored.timestamp),
           seq: BigInt(stored.seq),
           sessionId: stored.sessionId,
+          stateDelta: stored.stateDelta,
         });
         expect(toWireEvent(stored)).toEqual(reference);
       }),

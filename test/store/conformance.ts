@@ -10,6 +10,7 @@ import { MemoryError } from "../../src/errors.js";
 import { eventFingerprint } from "../../src/store/fingerprint.js";
 import { pino } from "pino";
 import { RetentionSweeper } from "../../src/service/retention.js";
+import { describeStateConformance } from "./state-conformance.js";
 import type { JsonObject, JsonValue, MemoryStore, NewEvent, RecentEventsFilter, SessionNotice, StoreCapabilities, StoreLimits } from "../../src/store/types.js";
 
 /** Makes a fresh, empty store with the given limits. */
@@ -20,16 +21,22 @@ let counter = 0;
 const silentLog = pino({ level: "silent" });
 
 /** A NewEvent as the service would build it; a client-chosen id when `eventId` is given. */
-export function newEvent(eventType: string, content: JsonValue, opts: { eventId?: string; metadata?: JsonObject; timestamp?: number } = {}): NewEvent {
+export function newEvent(
+  eventType: string,
+  content: JsonValue,
+  opts: { eventId?: string; metadata?: JsonObject; timestamp?: number; stateDelta?: JsonObject } = {},
+): NewEvent {
   const metadata = opts.metadata ?? {};
-  return {
+  const event: NewEvent = {
     eventId: opts.eventId ?? `gen-${process.pid}-${++counter}-${Math.random().toString(36).slice(2)}`,
     eventType,
     content,
     metadata,
     timestamp: opts.timestamp ?? Date.now(),
-    fingerprint: opts.eventId ? eventFingerprint(eventType, content, metadata) : "",
+    fingerprint: opts.eventId ? eventFingerprint(eventType, content, metadata, opts.stateDelta) : "",
   };
+  if (opts.stateDelta) event.stateDelta = opts.stateDelta;
+  return event;
 }
 
 /** Creates a session with defaults. */
@@ -826,6 +833,8 @@ export function describeStoreConformance(name: string, factory: StoreFactory, ca
         expect(fresh1).toMatchObject({ replayed: false, events: [{ seq: 1, content: "another payload" }] });
       });
     });
+
+    describeStateConformance(fresh, capabilities);
 
     describe("6. tenancy and hostile ids", () => {
       it("keeps (app a, user b:c) and (app a:b, user c) apart", async () => {

@@ -801,11 +801,35 @@ describe("PostgresStore long-term memories", () => {
     await admin.query(`DELETE FROM ${quoted}.schema_migrations WHERE version >= 10`);
     const store = await openStore(LIMITS, schema);
     try {
-      const { rows } = await admin.query(`SELECT max(version)::int AS v FROM ${quoted}.schema_migrations`);
-      expect(rows[0].v).toBe(10);
+      const { rows } = await admin.query(`SELECT count(*)::int AS n FROM ${quoted}.schema_migrations WHERE version = 10`);
+      expect(rows[0].n).toBe(1);
       expect((await store.readEvents("s1", { limit: 10 })).events).toHaveLength(1);
       await store.memories.writeMemories([memory({ memoryId: "m", userId: "u", text: "remembered after the upgrade", embedding: [1, 0] })]);
       expect((await store.memories.searchMemories({ scope: { appName: "app", userId: "u", match: "visible" } }, "upgrade", 5)).map((r) => r.memory.memoryId)).toEqual(["m"]);
+    } finally {
+      await store.close();
+    }
+  });
+
+  it("migration 0012 (session state) applies to a schema an earlier release left, keeping its sessions and events", async () => {
+    const schema = freshSchema();
+    const quoted = pg.escapeIdentifier(schema);
+    const first = await PostgresStore.open({ url, schema, limits: LIMITS });
+    await makeSession(first, "s1");
+    await first.appendEvents("s1", [newEvent("user_message", 1)]);
+    await first.close();
+    // What the release before 0012 left: no state columns or tables.
+    await admin.query(`ALTER TABLE ${quoted}.sessions DROP COLUMN state, DROP COLUMN version`);
+    await admin.query(`ALTER TABLE ${quoted}.events DROP COLUMN state_delta`);
+    await admin.query(`DROP TABLE ${quoted}.app_state, ${quoted}.user_state`);
+    await admin.query(`DELETE FROM ${quoted}.schema_migrations WHERE version = 12`);
+    const store = await openStore(LIMITS, schema);
+    try {
+      expect(await store.getSession("s1")).toMatchObject({ headSeq: 1, state: {}, version: 0 });
+      expect((await store.readEvents("s1", { limit: 10 })).events[0].stateDelta).toBeUndefined();
+      await store.appendEvents("s1", [newEvent("agent_response", 2, { eventId: "e2", stateDelta: { a: 1, "user:b": 2 } })]);
+      expect(await store.getSession("s1")).toMatchObject({ headSeq: 2, state: { a: 1 }, version: 1 });
+      expect(await store.sharedState("app", "user")).toEqual({ app: {}, user: { b: 2 } });
     } finally {
       await store.close();
     }

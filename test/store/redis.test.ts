@@ -203,9 +203,36 @@ describe("RedisStore specifics", () => {
     }
   });
 
+  it("writes session state, its deltas and versions in the one format every release reads and writes", async () => {
+    const prefix = `t${process.pid}_${++counter}`;
+    const store = await openStore(DEFAULT_LIMITS, prefix);
+    try {
+      const id = "st:1";
+      await store.createSession({ sessionId: id, appName: "äpp", userId: "ü", metadata: {}, now: 1000 });
+      const base = `${prefix}:s:${hex(id)}`;
+      const stateDelta = { topic: "ü", "user:lang": "en", "app:n": 1 };
+      const event = { eventId: "e", eventType: "agent_response", content: "x", metadata: {}, timestamp: 5, fingerprint: "", stateDelta };
+      await store.appendEvents(id, [event]);
+      // The delta is the fourth element of the event's JSON (a release before state reads three).
+      expect(await admin.hget(`${base}:ev`, "1")).toBe('14:agent_response1:e[5,"x",{},{"topic":"ü","user:lang":"en","app:n":1}]');
+      // Entries "st:<key>" -> value JSON, with their count and bytes (key bytes + value bytes: 5 + 4 for topic).
+      expect(await admin.hgetall(base)).toMatchObject({ "st:topic": '"ü"', stn: "1", stb: "9", ver: "1" });
+      expect(await admin.hgetall(`${prefix}:st:au:${hex("äpp")}:${hex("ü")}`)).toEqual({ "st:lang": '"en"', stn: "1", stb: "8" });
+      expect(await admin.hgetall(`${prefix}:st:a:${hex("äpp")}`)).toEqual({ "st:n": "1", stn: "1", stb: "2" });
+      // Written by hand as another release would: read back.
+      await admin.hset(`${prefix}:st:a:${hex("äpp")}`, "st:hand", '{"a":[1]}', "stn", "2", "stb", "15");
+      expect(await store.sharedState("äpp", "ü")).toEqual({ app: { n: 1, hand: { a: [1] } }, user: { lang: "en" } });
+      // The last entry deleted leaves no key behind.
+      await store.updateSession(id, { stateDelta: { "user:lang": null }, now: 2000 });
+      expect(await admin.exists(`${prefix}:st:au:${hex("äpp")}:${hex("ü")}`)).toBe(0);
+    } finally {
+      await store.close();
+    }
+  });
+
   it("loads every script with its includes pasted in once, and names a missing include", async () => {
     const scripts = loadScripts();
-    expect([...scripts.keys()].sort()).toEqual(["append", "create", "delete", "erased", "read"]);
+    expect([...scripts.keys()].sort()).toEqual(["append", "create", "delete", "erased", "read", "update"]);
     for (const [name, { lua }] of scripts) {
       expect(lua, name).not.toMatch(/@include/);
       expect(lua.match(/local function readFrame\(/g)?.length ?? 0, name).toBeLessThanOrEqual(1);
@@ -213,7 +240,9 @@ describe("RedisStore specifics", () => {
     expect(scripts.get("append")!.lua).toContain("local function readFrame(");
     expect(scripts.get("read")!.lua).toContain("local function readFrame(");
     expect(scripts.get("delete")!.lua).toContain("local function recentMember(");
-    expect(scripts.get("append")!.numberOfKeys).toBe(10);
+    expect(scripts.get("append")!.numberOfKeys).toBe(12);
+    expect(scripts.get("append")!.lua).toContain("local function applyStateChanges(");
+    expect(scripts.get("update")!.lua).toContain("local function applyStateChanges(");
 
     const { mkdtempSync, writeFileSync, mkdirSync, rmSync } = await import("node:fs");
     const dir = mkdtempSync(path.join(tmpdir(), "engram-lua-"));

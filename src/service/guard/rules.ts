@@ -27,6 +27,7 @@ const RULES: Readonly<Record<string, MethodRule>> = {
   getSession: { role: "read", scope: "session" },
   listSessions: { role: "read", scope: "listSessions" },
   deleteSession: { role: "write", scope: "session" },
+  updateSession: { role: "write", scope: "session" },
   addEvent: { role: "write", scope: "session" },
   addEvents: { role: "write", scope: "session" },
   getSessionEvents: { role: "read", scope: "session" },

@@ -6,8 +6,12 @@
  *
  *   frame           "<byte length>:<bytes>"
  *   encoded event   frame(event type) frame(event id) JSON [timestamp, content, metadata]
+ *                   or [timestamp, content, metadata, state delta] for an event carrying one
+ *                   (a release before session state reads the first three and ignores it)
+ *   state entry     hash field "st:<key>" -> value JSON (scripts/includes/state.lua)
  */
 import { LRUCache } from "lru-cache";
+import { splitStateDelta } from "../state.js";
 import type { JsonObject, JsonValue, NewEvent, SessionRecord, StoredEvent } from "../types.js";
 
 /** "<byte length>:<text>", so Lua can cut fields out of a value without a JSON decoder. */
@@ -26,7 +30,9 @@ export function readFrame(bytes: Buffer, pos: number): { text: string; end: numb
 
 /** Encodes an event for the events hash: type and id framed, then JSON of the rest. */
 export function encodeEvent(e: NewEvent): string {
-  return frame(e.eventType) + frame(e.eventId) + JSON.stringify([e.timestamp, e.content, e.metadata]);
+  const fields: JsonValue[] = [e.timestamp, e.content, e.metadata];
+  if (e.stateDelta) fields.push(e.stateDelta);
+  return frame(e.eventType) + frame(e.eventId) + JSON.stringify(fields);
 }
 
 /** The stored event behind an encoding of encodeEvent (or of an older release: the format is the same). */
@@ -35,8 +41,10 @@ export function decodeEvent(sessionId: string, seq: number, encoded: string): St
   const type = readFrame(bytes, 0);
   const id = type && readFrame(bytes, type.end);
   if (!id) throw new SyntaxError(`malformed stored event ${seq} of session ${JSON.stringify(sessionId)}`);
-  const [timestamp, content, metadata] = JSON.parse(bytes.toString("utf8", id.end)) as [number, JsonValue, JsonObject];
-  return { sessionId, seq, eventId: id.text, eventType: type.text, content, metadata, timestamp };
+  const [timestamp, content, metadata, stateDelta] = JSON.parse(bytes.toString("utf8", id.end)) as [number, JsonValue, JsonObject, JsonObject?];
+  const event: StoredEvent = { sessionId, seq, eventId: id.text, eventType: type.text, content, metadata, timestamp };
+  if (stateDelta) event.stateDelta = stateDelta;
+  return event;
 }
 
 /**
@@ -83,7 +91,32 @@ export function decodeSession(sessionId: string, fields: Record<string, string>)
     firstSeq: Number(fields.first),
     // Sessions stored before incarnations have none.
     incarnation: fields.inc ?? "",
+    state: stateOf(fields),
+    version: Number(fields.ver ?? 0),
   };
+}
+
+/** Prefix of a state entry's hash field. */
+const STATE_FIELD = "st:";
+
+/** The state held in a hash's fields (a session's, a user's or an app's): its "st:<key>" entries. */
+export function stateOf(fields: Record<string, string>): JsonObject {
+  const state: JsonObject = {};
+  for (const [field, value] of Object.entries(fields)) {
+    if (field.startsWith(STATE_FIELD)) state[field.slice(STATE_FIELD.length)] = JSON.parse(value) as JsonValue;
+  }
+  return state;
+}
+
+/** A state delta as the scripts take it (includes/state.lua): a count, then scope, key and value JSON ("" deletes) per change. */
+export function encodeStateChanges(delta: JsonObject | undefined): Array<string | number> {
+  const out: Array<string | number> = [0];
+  if (!delta) return out;
+  for (const [scope, changes] of Object.entries(splitStateDelta(delta))) {
+    for (const [key, value] of changes) out.push(scope[0], key, value === null ? "" : JSON.stringify(value));
+  }
+  out[0] = (out.length - 1) / 3;
+  return out;
 }
 
 /** The fields of a flat [field, value, ...] reply (HGETALL inside a script). */

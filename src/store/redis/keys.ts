@@ -4,7 +4,9 @@
  * or act as a pattern. These names are the data format shared by every
  * replica of every release: change them only with a migration.
  *
- *   s:<hex id>           hash: app, user, meta, created, updated, head, first, inc (incarnation)
+ *   s:<hex id>           hash: app, user, meta, created, updated, head, first, inc (incarnation),
+ *                        ver (state version, absent: 0), and the session's state:
+ *                        "st:<key>" -> value JSON, stn (entries), stb (bytes) (scripts/includes/state.lua)
  *   s:<hex id>:ev        hash: seq -> encoded event (seqs first..head, consecutive; codec.ts)
  *   s:<hex id>:id        hash: event id -> "seq:fingerprint" (idempotency; trimmed
  *                        events' ids stay for the dedupe window)
@@ -19,6 +21,9 @@
  *                        its session's tenancy, so a scoped listing reads its
  *                        own index and no other tenant's appends crowd it out
  *   stats                hash: sessions, events, ingested (kept by the scripts: O(1) stats)
+ *   st:a:<hex app>, st:au:<hex app>:<hex user>
+ *                        hashes: an app's and a user's state, fields as the session's
+ *                        ("st:<key>", stn, stb); the user's goes with DeleteUserData
  *   erasures             hash: "<hex app>:<hex user>" -> token, erasures in progress (resumeErasures)
  *   notices              pub/sub channel: {"s": id, "h": head, "i": incarnation} or {"s": id, "d": 1, "i": incarnation}
  *                        (notices.ts reads them)
@@ -78,6 +83,16 @@ export class RedisKeys {
   /** The session's trimmed ids by trim time (the dedupe window). */
   trimmedIds(sessionId: string): string {
     return `${this.session(sessionId)}:tr`;
+  }
+
+  /** The app's state (session state's "app:" keys). */
+  appState(appName: string): string {
+    return this.key(`st:a:${hex(appName)}`);
+  }
+
+  /** The user's state in one app (session state's "user:" keys). */
+  userState(tenancy: Tenancy): string {
+    return this.key(`st:au:${hex(tenancy.appName)}:${hex(tenancy.userId)}`);
   }
 
   /** The session index answering one filter (all, app, user, app + user). */

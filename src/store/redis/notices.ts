@@ -7,7 +7,7 @@
  * {"s": id, "d": 1, "i": incarnation}; an append's header may add "k": <count>
  * and be followed by a newline and the last `k` events up to the head, each
  * one frame of its stored encoding (codec.ts), so replicas deliver them
- * without reading them back (append-10.lua says when).
+ * without reading them back (append-12.lua says when).
  */
 import type { NoticeListeners } from "../notices.js";
 import type { SessionNotice, StoredEvent } from "../types.js";

@@ -15,8 +15,9 @@ import { fileURLToPath } from "node:url";
 import type { Redis } from "ioredis";
 import { eventFingerprint } from "../fingerprint.js";
 import { appEventCaps, dedupeWindow } from "../rules.js";
-import type { CleanupScope, NewEvent, NewSession, StoreLimits } from "../types.js";
-import { encodeEvent, fieldsOf } from "./codec.js";
+import { MAX_STATE_BYTES, MAX_STATE_KEYS } from "../state.js";
+import type { CleanupScope, NewEvent, NewSession, SessionUpdate, StoreLimits } from "../types.js";
+import { encodeEvent, encodeStateChanges, fieldsOf } from "./codec.js";
 import { erasureField, recentMemberPrefix, type RedisKeys, type Tenancy } from "./keys.js";
 
 /** Where the script files are (copied next to the compiled code by scripts/build.mjs). */
@@ -25,7 +26,7 @@ export const SCRIPTS_DIR = path.join(path.dirname(fileURLToPath(import.meta.url)
 /** Entries kept in each recent-events index: twice the ListEvents cap of 1000, as slack for removals. */
 export const RECENT_CAP = 2000;
 /**
- * Largest notice that carries the appended events themselves (append-10.lua):
+ * Largest notice that carries the appended events themselves (append-12.lua):
  * every replica then streams them without reading them back, one Redis round
  * trip per event per replica saved. Larger appends announce only the head.
  */
@@ -75,7 +76,7 @@ export const createScript: Script<CreateInput, { outcome: "EXISTS" } | { outcome
   },
 };
 
-/** Input of append-10.lua: the events go to `sessionId`, whose indexes are named from `tenancy`. */
+/** Input of append-12.lua: the events go to `sessionId`, whose indexes are named from `tenancy`. */
 export interface AppendInput {
   sessionId: string;
   tenancy: Tenancy;
@@ -94,6 +95,7 @@ export type AppendOutcome =
   | { outcome: "NOT_FOUND" | "MOVED" }
   | { outcome: "DUPLICATE"; eventId: string }
   | { outcome: "CONFLICT"; headSeq: number }
+  | StateTooLarge
   | { outcome: "OK"; replayed: boolean; events: Array<{ seq: number; original?: string }>; trimmed: number };
 
 /** Appends a batch of events to one session. */
@@ -106,6 +108,8 @@ export const appendScript: Script<AppendInput, AppendOutcome> = {
       keys.stats,
       ...keys.recentOf(tenancy),
       keys.trimmedIds(sessionId),
+      keys.userState(tenancy),
+      keys.appState(tenancy.appName),
       sessionId,
       JSON.stringify(sessionId),
       expectedSeq === undefined ? "" : expectedSeq,
@@ -119,12 +123,14 @@ export const appendScript: Script<AppendInput, AppendOutcome> = {
     for (const e of events) {
       // Generated ids come with fingerprint "": fingerprint them anyway, so a
       // retry naming such an id (or a re-sent command) is recognised as the same event.
-      const fingerprint = e.fingerprint || eventFingerprint(e.eventType, e.content, e.metadata);
+      const fingerprint = e.fingerprint || eventFingerprint(e.eventType, e.content, e.metadata, e.stateDelta);
       args.push(e.eventId, fingerprint, e.timestamp, encodeEvent(e));
     }
     const { windowMs, maxIds } = dedupeWindow(limits);
     const caps = appEventCaps(limits);
     args.push(NOTICE_EVENTS_MAX_BYTES, tenancy.appName, tenancy.userId, windowMs, maxIds, caps.length, ...caps.flat());
+    args.push(MAX_STATE_KEYS, MAX_STATE_BYTES);
+    for (const e of events) args.push(...encodeStateChanges(e.stateDelta));
     return args;
   },
   decode(reply, { events }) {
@@ -136,6 +142,8 @@ export const appendScript: Script<AppendInput, AppendOutcome> = {
         return { outcome: "DUPLICATE", eventId: reply[1] as string };
       case "CONFLICT":
         return { outcome: "CONFLICT", headSeq: reply[1] as number };
+      case "TOO_LARGE":
+        return stateTooLargeOf(reply);
     }
     const stored = events.map((_, i) => {
       // "": appended now; null: a retry of an event trimmed inside the dedupe window. Both: as submitted.
@@ -145,6 +153,67 @@ export const appendScript: Script<AppendInput, AppendOutcome> = {
     // A replay (every event known) has no trimmed count.
     const trimmed = (reply[4 + 2 * events.length] as number | undefined) ?? 0;
     return { outcome: "OK", replayed: reply[1] === 1, events: stored, trimmed };
+  },
+};
+
+/** A state change refused by a script: which state would have held how many entries and bytes. */
+export interface StateTooLarge {
+  outcome: "TOO_LARGE";
+  scope: "session" | "user" | "app";
+  entries: number;
+  bytes: number;
+}
+
+function stateTooLargeOf(reply: Reply): StateTooLarge {
+  const scope = ({ s: "session", u: "user", a: "app" } as const)[reply[1] as "s" | "u" | "a"];
+  return { outcome: "TOO_LARGE", scope, entries: reply[2] as number, bytes: reply[3] as number };
+}
+
+/** Input of update-4.lua: the session, the tenancy its state keys are named from, the update. */
+export interface UpdateInput {
+  sessionId: string;
+  tenancy: Tenancy;
+  update: SessionUpdate;
+}
+
+/** An update's outcome; "OK" carries the session hash's fields after it. */
+export type UpdateOutcome =
+  | { outcome: "NOT_FOUND" | "MOVED" }
+  | { outcome: "CONFLICT"; version: number }
+  | StateTooLarge
+  | { outcome: "OK"; fields: Record<string, string> };
+
+/** Updates a session's metadata and state (UpdateSession). */
+export const updateScript: Script<UpdateInput, UpdateOutcome> = {
+  name: "update",
+  args({ keys }, { sessionId, tenancy, update }) {
+    return [
+      keys.session(sessionId),
+      keys.updated,
+      keys.userState(tenancy),
+      keys.appState(tenancy.appName),
+      sessionId,
+      tenancy.appName,
+      tenancy.userId,
+      update.expectedVersion ?? "",
+      update.now,
+      update.metadata ? JSON.stringify(update.metadata) : "",
+      MAX_STATE_KEYS,
+      MAX_STATE_BYTES,
+      ...encodeStateChanges(update.stateDelta),
+    ];
+  },
+  decode(reply) {
+    switch (reply[0]) {
+      case "NOT_FOUND":
+      case "MOVED":
+        return { outcome: reply[0] };
+      case "CONFLICT":
+        return { outcome: "CONFLICT", version: reply[1] as number };
+      case "TOO_LARGE":
+        return stateTooLargeOf(reply);
+    }
+    return { outcome: "OK", fields: fieldsOf(reply[1] as string[]) };
   },
 };
 

@@ -20,6 +20,18 @@
 //                         context).
 //   content:              any JSON value, at most 256 KiB once serialised
 //                         (configurable), nested at most 64 levels deep.
+//   state_delta:          a JSON object of state changes (ADK's model, see
+//                         Session.state). Keys are 1..256 UTF-8 bytes;
+//                         "app:<key>" changes the app-wide state,
+//                         "user:<key>" the user's state (shared by every
+//                         session of that app_name and user_id), "temp:<key>"
+//                         is dropped (never stored), any other key the
+//                         session's own state. A null value deletes the key.
+//                         At most 64 KiB once serialised, nested at most 64
+//                         levels deep; a state (session, user or app) holds
+//                         at most 1000 keys and 1 MiB, and a change that would
+//                         pass a limit is refused with INVALID_ARGUMENT
+//                         naming the field, changing nothing.
 
 package engramv1
 
@@ -61,7 +73,15 @@ type Session struct {
 	// Seq of the oldest event still retained (head_seq + 1 when none is).
 	FirstSeq uint64 `protobuf:"varint,8,opt,name=first_seq,json=firstSeq,proto3" json:"first_seq,omitempty"`
 	// Number of events currently retained.
-	EventCount    uint64 `protobuf:"varint,9,opt,name=event_count,json=eventCount,proto3" json:"event_count,omitempty"`
+	EventCount uint64 `protobuf:"varint,9,opt,name=event_count,json=eventCount,proto3" json:"event_count,omitempty"`
+	// The session's state as ADK merges it: the session's own keys, plus the
+	// app-wide state's keys prefixed "app:" and the user's state's keys
+	// prefixed "user:". Changed by events' state_delta and UpdateSession.
+	State *structpb.Struct `protobuf:"bytes,10,opt,name=state,proto3" json:"state,omitempty"`
+	// Increases by one with each UpdateSession and each append whose events
+	// carry a non-empty state_delta; 0 until then. UpdateSession's
+	// expected_version is checked against it.
+	Version       uint64 `protobuf:"varint,11,opt,name=version,proto3" json:"version,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -159,6 +179,20 @@ func (x *Session) GetEventCount() uint64 {
 	return 0
 }
 
+func (x *Session) GetState() *structpb.Struct {
+	if x != nil {
+		return x.State
+	}
+	return nil
+}
+
+func (x *Session) GetVersion() uint64 {
+	if x != nil {
+		return x.Version
+	}
+	return 0
+}
+
 // Event is one entry of a session's log.
 type Event struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -175,7 +209,10 @@ type Event struct {
 	// Position in the session: 1, 2, 3, ... without gaps. Set by the server.
 	Seq uint64 `protobuf:"varint,6,opt,name=seq,proto3" json:"seq,omitempty"`
 	// The session holding the event. Set by the server.
-	SessionId     string `protobuf:"bytes,7,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
+	SessionId string `protobuf:"bytes,7,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
+	// The state changes the event carried, without "temp:" keys; absent when
+	// none. Streams and reads return it with the event.
+	StateDelta    *structpb.Struct `protobuf:"bytes,8,opt,name=state_delta,json=stateDelta,proto3" json:"state_delta,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -257,6 +294,13 @@ func (x *Event) GetSessionId() string {
 		return x.SessionId
 	}
 	return ""
+}
+
+func (x *Event) GetStateDelta() *structpb.Struct {
+	if x != nil {
+		return x.StateDelta
+	}
+	return nil
 }
 
 // CreateSessionRequest names the owner of a new session.
@@ -726,6 +770,128 @@ func (x *ListSessionsResponse) GetNextPageToken() string {
 	return ""
 }
 
+// UpdateSessionRequest changes a session's metadata and state.
+type UpdateSessionRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Required.
+	SessionId string `protobuf:"bytes,1,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
+	// When set, replaces the session's metadata.
+	Metadata *structpb.Struct `protobuf:"bytes,2,opt,name=metadata,proto3" json:"metadata,omitempty"`
+	// When set, applied as an event's state_delta is (null deletes a key;
+	// "app:", "user:" and "temp:" keys as described at the top of this file).
+	StateDelta *structpb.Struct `protobuf:"bytes,3,opt,name=state_delta,json=stateDelta,proto3" json:"state_delta,omitempty"`
+	// When set, the update succeeds only if the session's version equals it;
+	// otherwise FAILED_PRECONDITION with the current version in the
+	// "engram-current-version" trailer (and an ErrorInfo VERSION_CONFLICT).
+	ExpectedVersion *uint64 `protobuf:"varint,4,opt,name=expected_version,json=expectedVersion,proto3,oneof" json:"expected_version,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
+}
+
+func (x *UpdateSessionRequest) Reset() {
+	*x = UpdateSessionRequest{}
+	mi := &file_engram_v1_memory_proto_msgTypes[10]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *UpdateSessionRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*UpdateSessionRequest) ProtoMessage() {}
+
+func (x *UpdateSessionRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_engram_v1_memory_proto_msgTypes[10]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use UpdateSessionRequest.ProtoReflect.Descriptor instead.
+func (*UpdateSessionRequest) Descriptor() ([]byte, []int) {
+	return file_engram_v1_memory_proto_rawDescGZIP(), []int{10}
+}
+
+func (x *UpdateSessionRequest) GetSessionId() string {
+	if x != nil {
+		return x.SessionId
+	}
+	return ""
+}
+
+func (x *UpdateSessionRequest) GetMetadata() *structpb.Struct {
+	if x != nil {
+		return x.Metadata
+	}
+	return nil
+}
+
+func (x *UpdateSessionRequest) GetStateDelta() *structpb.Struct {
+	if x != nil {
+		return x.StateDelta
+	}
+	return nil
+}
+
+func (x *UpdateSessionRequest) GetExpectedVersion() uint64 {
+	if x != nil && x.ExpectedVersion != nil {
+		return *x.ExpectedVersion
+	}
+	return 0
+}
+
+// UpdateSessionResponse holds the updated session.
+type UpdateSessionResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The session after the update, with its merged state and new version.
+	Session       *Session `protobuf:"bytes,1,opt,name=session,proto3" json:"session,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *UpdateSessionResponse) Reset() {
+	*x = UpdateSessionResponse{}
+	mi := &file_engram_v1_memory_proto_msgTypes[11]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *UpdateSessionResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*UpdateSessionResponse) ProtoMessage() {}
+
+func (x *UpdateSessionResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_engram_v1_memory_proto_msgTypes[11]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use UpdateSessionResponse.ProtoReflect.Descriptor instead.
+func (*UpdateSessionResponse) Descriptor() ([]byte, []int) {
+	return file_engram_v1_memory_proto_rawDescGZIP(), []int{11}
+}
+
+func (x *UpdateSessionResponse) GetSession() *Session {
+	if x != nil {
+		return x.Session
+	}
+	return nil
+}
+
 // DeleteSessionRequest names a session.
 type DeleteSessionRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -737,7 +903,7 @@ type DeleteSessionRequest struct {
 
 func (x *DeleteSessionRequest) Reset() {
 	*x = DeleteSessionRequest{}
-	mi := &file_engram_v1_memory_proto_msgTypes[10]
+	mi := &file_engram_v1_memory_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -749,7 +915,7 @@ func (x *DeleteSessionRequest) String() string {
 func (*DeleteSessionRequest) ProtoMessage() {}
 
 func (x *DeleteSessionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_engram_v1_memory_proto_msgTypes[10]
+	mi := &file_engram_v1_memory_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -762,7 +928,7 @@ func (x *DeleteSessionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteSessionRequest.ProtoReflect.Descriptor instead.
 func (*DeleteSessionRequest) Descriptor() ([]byte, []int) {
-	return file_engram_v1_memory_proto_rawDescGZIP(), []int{10}
+	return file_engram_v1_memory_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *DeleteSessionRequest) GetSessionId() string {
@@ -783,7 +949,7 @@ type DeleteSessionResponse struct {
 
 func (x *DeleteSessionResponse) Reset() {
 	*x = DeleteSessionResponse{}
-	mi := &file_engram_v1_memory_proto_msgTypes[11]
+	mi := &file_engram_v1_memory_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -795,7 +961,7 @@ func (x *DeleteSessionResponse) String() string {
 func (*DeleteSessionResponse) ProtoMessage() {}
 
 func (x *DeleteSessionResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_engram_v1_memory_proto_msgTypes[11]
+	mi := &file_engram_v1_memory_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -808,7 +974,7 @@ func (x *DeleteSessionResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteSessionResponse.ProtoReflect.Descriptor instead.
 func (*DeleteSessionResponse) Descriptor() ([]byte, []int) {
-	return file_engram_v1_memory_proto_rawDescGZIP(), []int{11}
+	return file_engram_v1_memory_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *DeleteSessionResponse) GetDeleted() bool {
@@ -830,14 +996,18 @@ type EventInput struct {
 	// Optional free-form metadata.
 	Metadata *structpb.Struct `protobuf:"bytes,4,opt,name=metadata,proto3" json:"metadata,omitempty"`
 	// Optional; the server's clock when omitted.
-	Timestamp     *timestamppb.Timestamp `protobuf:"bytes,5,opt,name=timestamp,proto3" json:"timestamp,omitempty"`
+	Timestamp *timestamppb.Timestamp `protobuf:"bytes,5,opt,name=timestamp,proto3" json:"timestamp,omitempty"`
+	// Optional state changes applied atomically with the append (see the
+	// state_delta rules at the top of this file; a null value deletes a key).
+	// Part of the event's identity for idempotent retries.
+	StateDelta    *structpb.Struct `protobuf:"bytes,6,opt,name=state_delta,json=stateDelta,proto3" json:"state_delta,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *EventInput) Reset() {
 	*x = EventInput{}
-	mi := &file_engram_v1_memory_proto_msgTypes[12]
+	mi := &file_engram_v1_memory_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -849,7 +1019,7 @@ func (x *EventInput) String() string {
 func (*EventInput) ProtoMessage() {}
 
 func (x *EventInput) ProtoReflect() protoreflect.Message {
-	mi := &file_engram_v1_memory_proto_msgTypes[12]
+	mi := &file_engram_v1_memory_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -862,7 +1032,7 @@ func (x *EventInput) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EventInput.ProtoReflect.Descriptor instead.
 func (*EventInput) Descriptor() ([]byte, []int) {
-	return file_engram_v1_memory_proto_rawDescGZIP(), []int{12}
+	return file_engram_v1_memory_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *EventInput) GetEventId() string {
@@ -900,6 +1070,13 @@ func (x *EventInput) GetTimestamp() *timestamppb.Timestamp {
 	return nil
 }
 
+func (x *EventInput) GetStateDelta() *structpb.Struct {
+	if x != nil {
+		return x.StateDelta
+	}
+	return nil
+}
+
 // AddEventRequest appends one event.
 type AddEventRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -917,7 +1094,7 @@ type AddEventRequest struct {
 
 func (x *AddEventRequest) Reset() {
 	*x = AddEventRequest{}
-	mi := &file_engram_v1_memory_proto_msgTypes[13]
+	mi := &file_engram_v1_memory_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -929,7 +1106,7 @@ func (x *AddEventRequest) String() string {
 func (*AddEventRequest) ProtoMessage() {}
 
 func (x *AddEventRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_engram_v1_memory_proto_msgTypes[13]
+	mi := &file_engram_v1_memory_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -942,7 +1119,7 @@ func (x *AddEventRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddEventRequest.ProtoReflect.Descriptor instead.
 func (*AddEventRequest) Descriptor() ([]byte, []int) {
-	return file_engram_v1_memory_proto_rawDescGZIP(), []int{13}
+	return file_engram_v1_memory_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *AddEventRequest) GetSessionId() string {
@@ -977,7 +1154,7 @@ type AddEventResponse struct {
 
 func (x *AddEventResponse) Reset() {
 	*x = AddEventResponse{}
-	mi := &file_engram_v1_memory_proto_msgTypes[14]
+	mi := &file_engram_v1_memory_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -989,7 +1166,7 @@ func (x *AddEventResponse) String() string {
 func (*AddEventResponse) ProtoMessage() {}
 
 func (x *AddEventResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_engram_v1_memory_proto_msgTypes[14]
+	mi := &file_engram_v1_memory_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1002,7 +1179,7 @@ func (x *AddEventResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddEventResponse.ProtoReflect.Descriptor instead.
 func (*AddEventResponse) Descriptor() ([]byte, []int) {
-	return file_engram_v1_memory_proto_rawDescGZIP(), []int{14}
+	return file_engram_v1_memory_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *AddEventResponse) GetEvent() *Event {
@@ -1027,7 +1204,7 @@ type AddEventsRequest struct {
 
 func (x *AddEventsRequest) Reset() {
 	*x = AddEventsRequest{}
-	mi := &file_engram_v1_memory_proto_msgTypes[15]
+	mi := &file_engram_v1_memory_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1039,7 +1216,7 @@ func (x *AddEventsRequest) String() string {
 func (*AddEventsRequest) ProtoMessage() {}
 
 func (x *AddEventsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_engram_v1_memory_proto_msgTypes[15]
+	mi := &file_engram_v1_memory_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1052,7 +1229,7 @@ func (x *AddEventsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddEventsRequest.ProtoReflect.Descriptor instead.
 func (*AddEventsRequest) Descriptor() ([]byte, []int) {
-	return file_engram_v1_memory_proto_rawDescGZIP(), []int{15}
+	return file_engram_v1_memory_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *AddEventsRequest) GetSessionId() string {
@@ -1087,7 +1264,7 @@ type AddEventsResponse struct {
 
 func (x *AddEventsResponse) Reset() {
 	*x = AddEventsResponse{}
-	mi := &file_engram_v1_memory_proto_msgTypes[16]
+	mi := &file_engram_v1_memory_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1099,7 +1276,7 @@ func (x *AddEventsResponse) String() string {
 func (*AddEventsResponse) ProtoMessage() {}
 
 func (x *AddEventsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_engram_v1_memory_proto_msgTypes[16]
+	mi := &file_engram_v1_memory_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1112,7 +1289,7 @@ func (x *AddEventsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddEventsResponse.ProtoReflect.Descriptor instead.
 func (*AddEventsResponse) Descriptor() ([]byte, []int) {
-	return file_engram_v1_memory_proto_rawDescGZIP(), []int{16}
+	return file_engram_v1_memory_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *AddEventsResponse) GetEvents() []*Event {
@@ -1145,7 +1322,7 @@ type GetSessionEventsRequest struct {
 
 func (x *GetSessionEventsRequest) Reset() {
 	*x = GetSessionEventsRequest{}
-	mi := &file_engram_v1_memory_proto_msgTypes[17]
+	mi := &file_engram_v1_memory_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1157,7 +1334,7 @@ func (x *GetSessionEventsRequest) String() string {
 func (*GetSessionEventsRequest) ProtoMessage() {}
 
 func (x *GetSessionEventsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_engram_v1_memory_proto_msgTypes[17]
+	mi := &file_engram_v1_memory_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1170,7 +1347,7 @@ func (x *GetSessionEventsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetSessionEventsRequest.ProtoReflect.Descriptor instead.
 func (*GetSessionEventsRequest) Descriptor() ([]byte, []int) {
-	return file_engram_v1_memory_proto_rawDescGZIP(), []int{17}
+	return file_engram_v1_memory_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *GetSessionEventsRequest) GetSessionId() string {
@@ -1230,7 +1407,7 @@ type GetSessionEventsResponse struct {
 
 func (x *GetSessionEventsResponse) Reset() {
 	*x = GetSessionEventsResponse{}
-	mi := &file_engram_v1_memory_proto_msgTypes[18]
+	mi := &file_engram_v1_memory_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1242,7 +1419,7 @@ func (x *GetSessionEventsResponse) String() string {
 func (*GetSessionEventsResponse) ProtoMessage() {}
 
 func (x *GetSessionEventsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_engram_v1_memory_proto_msgTypes[18]
+	mi := &file_engram_v1_memory_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1255,7 +1432,7 @@ func (x *GetSessionEventsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetSessionEventsResponse.ProtoReflect.Descriptor instead.
 func (*GetSessionEventsResponse) Descriptor() ([]byte, []int) {
-	return file_engram_v1_memory_proto_rawDescGZIP(), []int{18}
+	return file_engram_v1_memory_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *GetSessionEventsResponse) GetEvents() []*Event {
@@ -1292,7 +1469,7 @@ type ListEventsRequest struct {
 
 func (x *ListEventsRequest) Reset() {
 	*x = ListEventsRequest{}
-	mi := &file_engram_v1_memory_proto_msgTypes[19]
+	mi := &file_engram_v1_memory_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1304,7 +1481,7 @@ func (x *ListEventsRequest) String() string {
 func (*ListEventsRequest) ProtoMessage() {}
 
 func (x *ListEventsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_engram_v1_memory_proto_msgTypes[19]
+	mi := &file_engram_v1_memory_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1317,7 +1494,7 @@ func (x *ListEventsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListEventsRequest.ProtoReflect.Descriptor instead.
 func (*ListEventsRequest) Descriptor() ([]byte, []int) {
-	return file_engram_v1_memory_proto_rawDescGZIP(), []int{19}
+	return file_engram_v1_memory_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *ListEventsRequest) GetSessionId() string {
@@ -1345,7 +1522,7 @@ type ListEventsResponse struct {
 
 func (x *ListEventsResponse) Reset() {
 	*x = ListEventsResponse{}
-	mi := &file_engram_v1_memory_proto_msgTypes[20]
+	mi := &file_engram_v1_memory_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1357,7 +1534,7 @@ func (x *ListEventsResponse) String() string {
 func (*ListEventsResponse) ProtoMessage() {}
 
 func (x *ListEventsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_engram_v1_memory_proto_msgTypes[20]
+	mi := &file_engram_v1_memory_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1370,7 +1547,7 @@ func (x *ListEventsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListEventsResponse.ProtoReflect.Descriptor instead.
 func (*ListEventsResponse) Descriptor() ([]byte, []int) {
-	return file_engram_v1_memory_proto_rawDescGZIP(), []int{20}
+	return file_engram_v1_memory_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *ListEventsResponse) GetEvents() []*Event {
@@ -1396,7 +1573,7 @@ type StreamSessionEventsRequest struct {
 
 func (x *StreamSessionEventsRequest) Reset() {
 	*x = StreamSessionEventsRequest{}
-	mi := &file_engram_v1_memory_proto_msgTypes[21]
+	mi := &file_engram_v1_memory_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1408,7 +1585,7 @@ func (x *StreamSessionEventsRequest) String() string {
 func (*StreamSessionEventsRequest) ProtoMessage() {}
 
 func (x *StreamSessionEventsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_engram_v1_memory_proto_msgTypes[21]
+	mi := &file_engram_v1_memory_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1421,7 +1598,7 @@ func (x *StreamSessionEventsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StreamSessionEventsRequest.ProtoReflect.Descriptor instead.
 func (*StreamSessionEventsRequest) Descriptor() ([]byte, []int) {
-	return file_engram_v1_memory_proto_rawDescGZIP(), []int{21}
+	return file_engram_v1_memory_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *StreamSessionEventsRequest) GetSessionId() string {
@@ -1456,7 +1633,7 @@ type CaughtUp struct {
 
 func (x *CaughtUp) Reset() {
 	*x = CaughtUp{}
-	mi := &file_engram_v1_memory_proto_msgTypes[22]
+	mi := &file_engram_v1_memory_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1468,7 +1645,7 @@ func (x *CaughtUp) String() string {
 func (*CaughtUp) ProtoMessage() {}
 
 func (x *CaughtUp) ProtoReflect() protoreflect.Message {
-	mi := &file_engram_v1_memory_proto_msgTypes[22]
+	mi := &file_engram_v1_memory_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1481,7 +1658,7 @@ func (x *CaughtUp) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CaughtUp.ProtoReflect.Descriptor instead.
 func (*CaughtUp) Descriptor() ([]byte, []int) {
-	return file_engram_v1_memory_proto_rawDescGZIP(), []int{22}
+	return file_engram_v1_memory_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *CaughtUp) GetHeadSeq() uint64 {
@@ -1502,7 +1679,7 @@ type Heartbeat struct {
 
 func (x *Heartbeat) Reset() {
 	*x = Heartbeat{}
-	mi := &file_engram_v1_memory_proto_msgTypes[23]
+	mi := &file_engram_v1_memory_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1514,7 +1691,7 @@ func (x *Heartbeat) String() string {
 func (*Heartbeat) ProtoMessage() {}
 
 func (x *Heartbeat) ProtoReflect() protoreflect.Message {
-	mi := &file_engram_v1_memory_proto_msgTypes[23]
+	mi := &file_engram_v1_memory_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1527,7 +1704,7 @@ func (x *Heartbeat) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Heartbeat.ProtoReflect.Descriptor instead.
 func (*Heartbeat) Descriptor() ([]byte, []int) {
-	return file_engram_v1_memory_proto_rawDescGZIP(), []int{23}
+	return file_engram_v1_memory_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *Heartbeat) GetHeadSeq() uint64 {
@@ -1554,7 +1731,7 @@ type StreamSessionEventsResponse struct {
 
 func (x *StreamSessionEventsResponse) Reset() {
 	*x = StreamSessionEventsResponse{}
-	mi := &file_engram_v1_memory_proto_msgTypes[24]
+	mi := &file_engram_v1_memory_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1566,7 +1743,7 @@ func (x *StreamSessionEventsResponse) String() string {
 func (*StreamSessionEventsResponse) ProtoMessage() {}
 
 func (x *StreamSessionEventsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_engram_v1_memory_proto_msgTypes[24]
+	mi := &file_engram_v1_memory_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1579,7 +1756,7 @@ func (x *StreamSessionEventsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StreamSessionEventsResponse.ProtoReflect.Descriptor instead.
 func (*StreamSessionEventsResponse) Descriptor() ([]byte, []int) {
-	return file_engram_v1_memory_proto_rawDescGZIP(), []int{24}
+	return file_engram_v1_memory_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *StreamSessionEventsResponse) GetFrame() isStreamSessionEventsResponse_Frame {
@@ -1677,7 +1854,7 @@ type BuildConversationContextRequest struct {
 
 func (x *BuildConversationContextRequest) Reset() {
 	*x = BuildConversationContextRequest{}
-	mi := &file_engram_v1_memory_proto_msgTypes[25]
+	mi := &file_engram_v1_memory_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1689,7 +1866,7 @@ func (x *BuildConversationContextRequest) String() string {
 func (*BuildConversationContextRequest) ProtoMessage() {}
 
 func (x *BuildConversationContextRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_engram_v1_memory_proto_msgTypes[25]
+	mi := &file_engram_v1_memory_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1702,7 +1879,7 @@ func (x *BuildConversationContextRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BuildConversationContextRequest.ProtoReflect.Descriptor instead.
 func (*BuildConversationContextRequest) Descriptor() ([]byte, []int) {
-	return file_engram_v1_memory_proto_rawDescGZIP(), []int{25}
+	return file_engram_v1_memory_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *BuildConversationContextRequest) GetSessionId() string {
@@ -1781,7 +1958,7 @@ type ToolCallFunction struct {
 
 func (x *ToolCallFunction) Reset() {
 	*x = ToolCallFunction{}
-	mi := &file_engram_v1_memory_proto_msgTypes[26]
+	mi := &file_engram_v1_memory_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1793,7 +1970,7 @@ func (x *ToolCallFunction) String() string {
 func (*ToolCallFunction) ProtoMessage() {}
 
 func (x *ToolCallFunction) ProtoReflect() protoreflect.Message {
-	mi := &file_engram_v1_memory_proto_msgTypes[26]
+	mi := &file_engram_v1_memory_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1806,7 +1983,7 @@ func (x *ToolCallFunction) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ToolCallFunction.ProtoReflect.Descriptor instead.
 func (*ToolCallFunction) Descriptor() ([]byte, []int) {
-	return file_engram_v1_memory_proto_rawDescGZIP(), []int{26}
+	return file_engram_v1_memory_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *ToolCallFunction) GetName() string {
@@ -1838,7 +2015,7 @@ type ToolCall struct {
 
 func (x *ToolCall) Reset() {
 	*x = ToolCall{}
-	mi := &file_engram_v1_memory_proto_msgTypes[27]
+	mi := &file_engram_v1_memory_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1850,7 +2027,7 @@ func (x *ToolCall) String() string {
 func (*ToolCall) ProtoMessage() {}
 
 func (x *ToolCall) ProtoReflect() protoreflect.Message {
-	mi := &file_engram_v1_memory_proto_msgTypes[27]
+	mi := &file_engram_v1_memory_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1863,7 +2040,7 @@ func (x *ToolCall) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ToolCall.ProtoReflect.Descriptor instead.
 func (*ToolCall) Descriptor() ([]byte, []int) {
-	return file_engram_v1_memory_proto_rawDescGZIP(), []int{27}
+	return file_engram_v1_memory_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *ToolCall) GetId() string {
@@ -1909,7 +2086,7 @@ type ChatMessage struct {
 
 func (x *ChatMessage) Reset() {
 	*x = ChatMessage{}
-	mi := &file_engram_v1_memory_proto_msgTypes[28]
+	mi := &file_engram_v1_memory_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1921,7 +2098,7 @@ func (x *ChatMessage) String() string {
 func (*ChatMessage) ProtoMessage() {}
 
 func (x *ChatMessage) ProtoReflect() protoreflect.Message {
-	mi := &file_engram_v1_memory_proto_msgTypes[28]
+	mi := &file_engram_v1_memory_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1934,7 +2111,7 @@ func (x *ChatMessage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ChatMessage.ProtoReflect.Descriptor instead.
 func (*ChatMessage) Descriptor() ([]byte, []int) {
-	return file_engram_v1_memory_proto_rawDescGZIP(), []int{28}
+	return file_engram_v1_memory_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *ChatMessage) GetRole() string {
@@ -1994,7 +2171,7 @@ type ContentPart struct {
 
 func (x *ContentPart) Reset() {
 	*x = ContentPart{}
-	mi := &file_engram_v1_memory_proto_msgTypes[29]
+	mi := &file_engram_v1_memory_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2006,7 +2183,7 @@ func (x *ContentPart) String() string {
 func (*ContentPart) ProtoMessage() {}
 
 func (x *ContentPart) ProtoReflect() protoreflect.Message {
-	mi := &file_engram_v1_memory_proto_msgTypes[29]
+	mi := &file_engram_v1_memory_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2019,7 +2196,7 @@ func (x *ContentPart) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ContentPart.ProtoReflect.Descriptor instead.
 func (*ContentPart) Descriptor() ([]byte, []int) {
-	return file_engram_v1_memory_proto_rawDescGZIP(), []int{29}
+	return file_engram_v1_memory_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *ContentPart) GetType() string {
@@ -2056,7 +2233,7 @@ type ImageUrl struct {
 
 func (x *ImageUrl) Reset() {
 	*x = ImageUrl{}
-	mi := &file_engram_v1_memory_proto_msgTypes[30]
+	mi := &file_engram_v1_memory_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2068,7 +2245,7 @@ func (x *ImageUrl) String() string {
 func (*ImageUrl) ProtoMessage() {}
 
 func (x *ImageUrl) ProtoReflect() protoreflect.Message {
-	mi := &file_engram_v1_memory_proto_msgTypes[30]
+	mi := &file_engram_v1_memory_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2081,7 +2258,7 @@ func (x *ImageUrl) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ImageUrl.ProtoReflect.Descriptor instead.
 func (*ImageUrl) Descriptor() ([]byte, []int) {
-	return file_engram_v1_memory_proto_rawDescGZIP(), []int{30}
+	return file_engram_v1_memory_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *ImageUrl) GetUrl() string {
@@ -2117,7 +2294,7 @@ type ContextSection struct {
 
 func (x *ContextSection) Reset() {
 	*x = ContextSection{}
-	mi := &file_engram_v1_memory_proto_msgTypes[31]
+	mi := &file_engram_v1_memory_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2129,7 +2306,7 @@ func (x *ContextSection) String() string {
 func (*ContextSection) ProtoMessage() {}
 
 func (x *ContextSection) ProtoReflect() protoreflect.Message {
-	mi := &file_engram_v1_memory_proto_msgTypes[31]
+	mi := &file_engram_v1_memory_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2142,7 +2319,7 @@ func (x *ContextSection) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ContextSection.ProtoReflect.Descriptor instead.
 func (*ContextSection) Descriptor() ([]byte, []int) {
-	return file_engram_v1_memory_proto_rawDescGZIP(), []int{31}
+	return file_engram_v1_memory_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *ContextSection) GetName() string {
@@ -2210,7 +2387,7 @@ type BuildConversationContextResponse struct {
 
 func (x *BuildConversationContextResponse) Reset() {
 	*x = BuildConversationContextResponse{}
-	mi := &file_engram_v1_memory_proto_msgTypes[32]
+	mi := &file_engram_v1_memory_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2222,7 +2399,7 @@ func (x *BuildConversationContextResponse) String() string {
 func (*BuildConversationContextResponse) ProtoMessage() {}
 
 func (x *BuildConversationContextResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_engram_v1_memory_proto_msgTypes[32]
+	mi := &file_engram_v1_memory_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2235,7 +2412,7 @@ func (x *BuildConversationContextResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BuildConversationContextResponse.ProtoReflect.Descriptor instead.
 func (*BuildConversationContextResponse) Descriptor() ([]byte, []int) {
-	return file_engram_v1_memory_proto_rawDescGZIP(), []int{32}
+	return file_engram_v1_memory_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *BuildConversationContextResponse) GetText() string {
@@ -2310,7 +2487,7 @@ type GetStatsRequest struct {
 
 func (x *GetStatsRequest) Reset() {
 	*x = GetStatsRequest{}
-	mi := &file_engram_v1_memory_proto_msgTypes[33]
+	mi := &file_engram_v1_memory_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2322,7 +2499,7 @@ func (x *GetStatsRequest) String() string {
 func (*GetStatsRequest) ProtoMessage() {}
 
 func (x *GetStatsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_engram_v1_memory_proto_msgTypes[33]
+	mi := &file_engram_v1_memory_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2335,7 +2512,7 @@ func (x *GetStatsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetStatsRequest.ProtoReflect.Descriptor instead.
 func (*GetStatsRequest) Descriptor() ([]byte, []int) {
-	return file_engram_v1_memory_proto_rawDescGZIP(), []int{33}
+	return file_engram_v1_memory_proto_rawDescGZIP(), []int{35}
 }
 
 // GetStatsResponse reports totals over the store.
@@ -2355,7 +2532,7 @@ type GetStatsResponse struct {
 
 func (x *GetStatsResponse) Reset() {
 	*x = GetStatsResponse{}
-	mi := &file_engram_v1_memory_proto_msgTypes[34]
+	mi := &file_engram_v1_memory_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2367,7 +2544,7 @@ func (x *GetStatsResponse) String() string {
 func (*GetStatsResponse) ProtoMessage() {}
 
 func (x *GetStatsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_engram_v1_memory_proto_msgTypes[34]
+	mi := &file_engram_v1_memory_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2380,7 +2557,7 @@ func (x *GetStatsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetStatsResponse.ProtoReflect.Descriptor instead.
 func (*GetStatsResponse) Descriptor() ([]byte, []int) {
-	return file_engram_v1_memory_proto_rawDescGZIP(), []int{34}
+	return file_engram_v1_memory_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *GetStatsResponse) GetTotalSessions() uint64 {
@@ -2426,7 +2603,7 @@ type CleanupRequest struct {
 
 func (x *CleanupRequest) Reset() {
 	*x = CleanupRequest{}
-	mi := &file_engram_v1_memory_proto_msgTypes[35]
+	mi := &file_engram_v1_memory_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2438,7 +2615,7 @@ func (x *CleanupRequest) String() string {
 func (*CleanupRequest) ProtoMessage() {}
 
 func (x *CleanupRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_engram_v1_memory_proto_msgTypes[35]
+	mi := &file_engram_v1_memory_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2451,7 +2628,7 @@ func (x *CleanupRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CleanupRequest.ProtoReflect.Descriptor instead.
 func (*CleanupRequest) Descriptor() ([]byte, []int) {
-	return file_engram_v1_memory_proto_rawDescGZIP(), []int{35}
+	return file_engram_v1_memory_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *CleanupRequest) GetMaxAge() *durationpb.Duration {
@@ -2486,7 +2663,7 @@ type CleanupResponse struct {
 
 func (x *CleanupResponse) Reset() {
 	*x = CleanupResponse{}
-	mi := &file_engram_v1_memory_proto_msgTypes[36]
+	mi := &file_engram_v1_memory_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2498,7 +2675,7 @@ func (x *CleanupResponse) String() string {
 func (*CleanupResponse) ProtoMessage() {}
 
 func (x *CleanupResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_engram_v1_memory_proto_msgTypes[36]
+	mi := &file_engram_v1_memory_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2511,7 +2688,7 @@ func (x *CleanupResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CleanupResponse.ProtoReflect.Descriptor instead.
 func (*CleanupResponse) Descriptor() ([]byte, []int) {
-	return file_engram_v1_memory_proto_rawDescGZIP(), []int{36}
+	return file_engram_v1_memory_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *CleanupResponse) GetRemovedSessions() uint64 {
@@ -2534,7 +2711,7 @@ type DeleteUserDataRequest struct {
 
 func (x *DeleteUserDataRequest) Reset() {
 	*x = DeleteUserDataRequest{}
-	mi := &file_engram_v1_memory_proto_msgTypes[37]
+	mi := &file_engram_v1_memory_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2546,7 +2723,7 @@ func (x *DeleteUserDataRequest) String() string {
 func (*DeleteUserDataRequest) ProtoMessage() {}
 
 func (x *DeleteUserDataRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_engram_v1_memory_proto_msgTypes[37]
+	mi := &file_engram_v1_memory_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2559,7 +2736,7 @@ func (x *DeleteUserDataRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteUserDataRequest.ProtoReflect.Descriptor instead.
 func (*DeleteUserDataRequest) Descriptor() ([]byte, []int) {
-	return file_engram_v1_memory_proto_rawDescGZIP(), []int{37}
+	return file_engram_v1_memory_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *DeleteUserDataRequest) GetAppName() string {
@@ -2591,7 +2768,7 @@ type DeleteUserDataResponse struct {
 
 func (x *DeleteUserDataResponse) Reset() {
 	*x = DeleteUserDataResponse{}
-	mi := &file_engram_v1_memory_proto_msgTypes[38]
+	mi := &file_engram_v1_memory_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2603,7 +2780,7 @@ func (x *DeleteUserDataResponse) String() string {
 func (*DeleteUserDataResponse) ProtoMessage() {}
 
 func (x *DeleteUserDataResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_engram_v1_memory_proto_msgTypes[38]
+	mi := &file_engram_v1_memory_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2616,7 +2793,7 @@ func (x *DeleteUserDataResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteUserDataResponse.ProtoReflect.Descriptor instead.
 func (*DeleteUserDataResponse) Descriptor() ([]byte, []int) {
-	return file_engram_v1_memory_proto_rawDescGZIP(), []int{38}
+	return file_engram_v1_memory_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *DeleteUserDataResponse) GetRemovedSessions() uint64 {
@@ -2660,7 +2837,7 @@ type SearchEventsRequest struct {
 
 func (x *SearchEventsRequest) Reset() {
 	*x = SearchEventsRequest{}
-	mi := &file_engram_v1_memory_proto_msgTypes[39]
+	mi := &file_engram_v1_memory_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2672,7 +2849,7 @@ func (x *SearchEventsRequest) String() string {
 func (*SearchEventsRequest) ProtoMessage() {}
 
 func (x *SearchEventsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_engram_v1_memory_proto_msgTypes[39]
+	mi := &file_engram_v1_memory_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2685,7 +2862,7 @@ func (x *SearchEventsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SearchEventsRequest.ProtoReflect.Descriptor instead.
 func (*SearchEventsRequest) Descriptor() ([]byte, []int) {
-	return file_engram_v1_memory_proto_rawDescGZIP(), []int{39}
+	return file_engram_v1_memory_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *SearchEventsRequest) GetAppName() string {
@@ -2742,7 +2919,7 @@ type EventHit struct {
 
 func (x *EventHit) Reset() {
 	*x = EventHit{}
-	mi := &file_engram_v1_memory_proto_msgTypes[40]
+	mi := &file_engram_v1_memory_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2754,7 +2931,7 @@ func (x *EventHit) String() string {
 func (*EventHit) ProtoMessage() {}
 
 func (x *EventHit) ProtoReflect() protoreflect.Message {
-	mi := &file_engram_v1_memory_proto_msgTypes[40]
+	mi := &file_engram_v1_memory_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2767,7 +2944,7 @@ func (x *EventHit) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EventHit.ProtoReflect.Descriptor instead.
 func (*EventHit) Descriptor() ([]byte, []int) {
-	return file_engram_v1_memory_proto_rawDescGZIP(), []int{40}
+	return file_engram_v1_memory_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *EventHit) GetSessionId() string {
@@ -2816,7 +2993,7 @@ type SearchEventsResponse struct {
 
 func (x *SearchEventsResponse) Reset() {
 	*x = SearchEventsResponse{}
-	mi := &file_engram_v1_memory_proto_msgTypes[41]
+	mi := &file_engram_v1_memory_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2828,7 +3005,7 @@ func (x *SearchEventsResponse) String() string {
 func (*SearchEventsResponse) ProtoMessage() {}
 
 func (x *SearchEventsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_engram_v1_memory_proto_msgTypes[41]
+	mi := &file_engram_v1_memory_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2841,7 +3018,7 @@ func (x *SearchEventsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SearchEventsResponse.ProtoReflect.Descriptor instead.
 func (*SearchEventsResponse) Descriptor() ([]byte, []int) {
-	return file_engram_v1_memory_proto_rawDescGZIP(), []int{41}
+	return file_engram_v1_memory_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *SearchEventsResponse) GetHits() []*EventHit {
@@ -2876,7 +3053,7 @@ type RecallRequest struct {
 
 func (x *RecallRequest) Reset() {
 	*x = RecallRequest{}
-	mi := &file_engram_v1_memory_proto_msgTypes[42]
+	mi := &file_engram_v1_memory_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2888,7 +3065,7 @@ func (x *RecallRequest) String() string {
 func (*RecallRequest) ProtoMessage() {}
 
 func (x *RecallRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_engram_v1_memory_proto_msgTypes[42]
+	mi := &file_engram_v1_memory_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2901,7 +3078,7 @@ func (x *RecallRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RecallRequest.ProtoReflect.Descriptor instead.
 func (*RecallRequest) Descriptor() ([]byte, []int) {
-	return file_engram_v1_memory_proto_rawDescGZIP(), []int{42}
+	return file_engram_v1_memory_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *RecallRequest) GetSessionId() string {
@@ -2981,7 +3158,7 @@ type RecallResponse struct {
 
 func (x *RecallResponse) Reset() {
 	*x = RecallResponse{}
-	mi := &file_engram_v1_memory_proto_msgTypes[43]
+	mi := &file_engram_v1_memory_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2993,7 +3170,7 @@ func (x *RecallResponse) String() string {
 func (*RecallResponse) ProtoMessage() {}
 
 func (x *RecallResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_engram_v1_memory_proto_msgTypes[43]
+	mi := &file_engram_v1_memory_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3006,7 +3183,7 @@ func (x *RecallResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RecallResponse.ProtoReflect.Descriptor instead.
 func (*RecallResponse) Descriptor() ([]byte, []int) {
-	return file_engram_v1_memory_proto_rawDescGZIP(), []int{43}
+	return file_engram_v1_memory_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *RecallResponse) GetText() string {
@@ -3076,7 +3253,7 @@ var File_engram_v1_memory_proto protoreflect.FileDescriptor
 
 const file_engram_v1_memory_proto_rawDesc = "" +
 	"\n" +
-	"\x16engram/v1/memory.proto\x12\tengram.v1\x1a\x18engram/v1/memories.proto\x1a\x1egoogle/protobuf/duration.proto\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xe0\x02\n" +
+	"\x16engram/v1/memory.proto\x12\tengram.v1\x1a\x18engram/v1/memories.proto\x1a\x1egoogle/protobuf/duration.proto\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xa9\x03\n" +
 	"\aSession\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x01 \x01(\tR\tsessionId\x12\x19\n" +
@@ -3090,7 +3267,10 @@ const file_engram_v1_memory_proto_rawDesc = "" +
 	"\bhead_seq\x18\a \x01(\x04R\aheadSeq\x12\x1b\n" +
 	"\tfirst_seq\x18\b \x01(\x04R\bfirstSeq\x12\x1f\n" +
 	"\vevent_count\x18\t \x01(\x04R\n" +
-	"eventCount\"\x93\x02\n" +
+	"eventCount\x12-\n" +
+	"\x05state\x18\n" +
+	" \x01(\v2\x17.google.protobuf.StructR\x05state\x12\x18\n" +
+	"\aversion\x18\v \x01(\x04R\aversion\"\xcd\x02\n" +
 	"\x05Event\x12\x19\n" +
 	"\bevent_id\x18\x01 \x01(\tR\aeventId\x12\x1d\n" +
 	"\n" +
@@ -3100,7 +3280,9 @@ const file_engram_v1_memory_proto_rawDesc = "" +
 	"\ttimestamp\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\ttimestamp\x12\x10\n" +
 	"\x03seq\x18\x06 \x01(\x04R\x03seq\x12\x1d\n" +
 	"\n" +
-	"session_id\x18\a \x01(\tR\tsessionId\"\xb2\x01\n" +
+	"session_id\x18\a \x01(\tR\tsessionId\x128\n" +
+	"\vstate_delta\x18\b \x01(\v2\x17.google.protobuf.StructR\n" +
+	"stateDelta\"\xb2\x01\n" +
 	"\x14CreateSessionRequest\x12\x19\n" +
 	"\bapp_name\x18\x01 \x01(\tR\aappName\x12\x17\n" +
 	"\auser_id\x18\x02 \x01(\tR\x06userId\x12\"\n" +
@@ -3135,12 +3317,22 @@ const file_engram_v1_memory_proto_rawDesc = "" +
 	"\b_user_id\"n\n" +
 	"\x14ListSessionsResponse\x12.\n" +
 	"\bsessions\x18\x01 \x03(\v2\x12.engram.v1.SessionR\bsessions\x12&\n" +
-	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"5\n" +
+	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"\xe9\x01\n" +
+	"\x14UpdateSessionRequest\x12\x1d\n" +
+	"\n" +
+	"session_id\x18\x01 \x01(\tR\tsessionId\x123\n" +
+	"\bmetadata\x18\x02 \x01(\v2\x17.google.protobuf.StructR\bmetadata\x128\n" +
+	"\vstate_delta\x18\x03 \x01(\v2\x17.google.protobuf.StructR\n" +
+	"stateDelta\x12.\n" +
+	"\x10expected_version\x18\x04 \x01(\x04H\x00R\x0fexpectedVersion\x88\x01\x01B\x13\n" +
+	"\x11_expected_version\"E\n" +
+	"\x15UpdateSessionResponse\x12,\n" +
+	"\asession\x18\x01 \x01(\v2\x12.engram.v1.SessionR\asession\"5\n" +
 	"\x14DeleteSessionRequest\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x01 \x01(\tR\tsessionId\"1\n" +
 	"\x15DeleteSessionResponse\x12\x18\n" +
-	"\adeleted\x18\x01 \x01(\bR\adeleted\"\xe7\x01\n" +
+	"\adeleted\x18\x01 \x01(\bR\adeleted\"\xa1\x02\n" +
 	"\n" +
 	"EventInput\x12\x19\n" +
 	"\bevent_id\x18\x01 \x01(\tR\aeventId\x12\x1d\n" +
@@ -3148,7 +3340,9 @@ const file_engram_v1_memory_proto_rawDesc = "" +
 	"event_type\x18\x02 \x01(\tR\teventType\x120\n" +
 	"\acontent\x18\x03 \x01(\v2\x16.google.protobuf.ValueR\acontent\x123\n" +
 	"\bmetadata\x18\x04 \x01(\v2\x17.google.protobuf.StructR\bmetadata\x128\n" +
-	"\ttimestamp\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\ttimestamp\"\x96\x01\n" +
+	"\ttimestamp\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\ttimestamp\x128\n" +
+	"\vstate_delta\x18\x06 \x01(\v2\x17.google.protobuf.StructR\n" +
+	"stateDelta\"\x96\x01\n" +
 	"\x0fAddEventRequest\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x01 \x01(\tR\tsessionId\x12+\n" +
@@ -3323,13 +3517,14 @@ const file_engram_v1_memory_proto_rawDesc = "" +
 	"\x0econtext_tokens\x18\a \x01(\rR\rcontextTokens\x12\x1f\n" +
 	"\vtokens_used\x18\b \x01(\rR\n" +
 	"tokensUsed\x12\x1c\n" +
-	"\ttokenizer\x18\t \x01(\tR\ttokenizer2\xe8\x0e\n" +
+	"\ttokenizer\x18\t \x01(\tR\ttokenizer2\xbc\x0f\n" +
 	"\rMemoryService\x12R\n" +
 	"\rCreateSession\x12\x1f.engram.v1.CreateSessionRequest\x1a .engram.v1.CreateSessionResponse\x12a\n" +
 	"\x12GetOrCreateSession\x12$.engram.v1.GetOrCreateSessionRequest\x1a%.engram.v1.GetOrCreateSessionResponse\x12N\n" +
 	"\n" +
 	"GetSession\x12\x1c.engram.v1.GetSessionRequest\x1a\x1d.engram.v1.GetSessionResponse\"\x03\x90\x02\x01\x12T\n" +
 	"\fListSessions\x12\x1e.engram.v1.ListSessionsRequest\x1a\x1f.engram.v1.ListSessionsResponse\"\x03\x90\x02\x01\x12R\n" +
+	"\rUpdateSession\x12\x1f.engram.v1.UpdateSessionRequest\x1a .engram.v1.UpdateSessionResponse\x12R\n" +
 	"\rDeleteSession\x12\x1f.engram.v1.DeleteSessionRequest\x1a .engram.v1.DeleteSessionResponse\x12C\n" +
 	"\bAddEvent\x12\x1a.engram.v1.AddEventRequest\x1a\x1b.engram.v1.AddEventResponse\x12F\n" +
 	"\tAddEvents\x12\x1b.engram.v1.AddEventsRequest\x1a\x1c.engram.v1.AddEventsResponse\x12`\n" +
@@ -3364,7 +3559,7 @@ func file_engram_v1_memory_proto_rawDescGZIP() []byte {
 	return file_engram_v1_memory_proto_rawDescData
 }
 
-var file_engram_v1_memory_proto_msgTypes = make([]protoimpl.MessageInfo, 45)
+var file_engram_v1_memory_proto_msgTypes = make([]protoimpl.MessageInfo, 47)
 var file_engram_v1_memory_proto_goTypes = []any{
 	(*Session)(nil),                          // 0: engram.v1.Session
 	(*Event)(nil),                            // 1: engram.v1.Event
@@ -3376,147 +3571,157 @@ var file_engram_v1_memory_proto_goTypes = []any{
 	(*GetSessionResponse)(nil),               // 7: engram.v1.GetSessionResponse
 	(*ListSessionsRequest)(nil),              // 8: engram.v1.ListSessionsRequest
 	(*ListSessionsResponse)(nil),             // 9: engram.v1.ListSessionsResponse
-	(*DeleteSessionRequest)(nil),             // 10: engram.v1.DeleteSessionRequest
-	(*DeleteSessionResponse)(nil),            // 11: engram.v1.DeleteSessionResponse
-	(*EventInput)(nil),                       // 12: engram.v1.EventInput
-	(*AddEventRequest)(nil),                  // 13: engram.v1.AddEventRequest
-	(*AddEventResponse)(nil),                 // 14: engram.v1.AddEventResponse
-	(*AddEventsRequest)(nil),                 // 15: engram.v1.AddEventsRequest
-	(*AddEventsResponse)(nil),                // 16: engram.v1.AddEventsResponse
-	(*GetSessionEventsRequest)(nil),          // 17: engram.v1.GetSessionEventsRequest
-	(*GetSessionEventsResponse)(nil),         // 18: engram.v1.GetSessionEventsResponse
-	(*ListEventsRequest)(nil),                // 19: engram.v1.ListEventsRequest
-	(*ListEventsResponse)(nil),               // 20: engram.v1.ListEventsResponse
-	(*StreamSessionEventsRequest)(nil),       // 21: engram.v1.StreamSessionEventsRequest
-	(*CaughtUp)(nil),                         // 22: engram.v1.CaughtUp
-	(*Heartbeat)(nil),                        // 23: engram.v1.Heartbeat
-	(*StreamSessionEventsResponse)(nil),      // 24: engram.v1.StreamSessionEventsResponse
-	(*BuildConversationContextRequest)(nil),  // 25: engram.v1.BuildConversationContextRequest
-	(*ToolCallFunction)(nil),                 // 26: engram.v1.ToolCallFunction
-	(*ToolCall)(nil),                         // 27: engram.v1.ToolCall
-	(*ChatMessage)(nil),                      // 28: engram.v1.ChatMessage
-	(*ContentPart)(nil),                      // 29: engram.v1.ContentPart
-	(*ImageUrl)(nil),                         // 30: engram.v1.ImageUrl
-	(*ContextSection)(nil),                   // 31: engram.v1.ContextSection
-	(*BuildConversationContextResponse)(nil), // 32: engram.v1.BuildConversationContextResponse
-	(*GetStatsRequest)(nil),                  // 33: engram.v1.GetStatsRequest
-	(*GetStatsResponse)(nil),                 // 34: engram.v1.GetStatsResponse
-	(*CleanupRequest)(nil),                   // 35: engram.v1.CleanupRequest
-	(*CleanupResponse)(nil),                  // 36: engram.v1.CleanupResponse
-	(*DeleteUserDataRequest)(nil),            // 37: engram.v1.DeleteUserDataRequest
-	(*DeleteUserDataResponse)(nil),           // 38: engram.v1.DeleteUserDataResponse
-	(*SearchEventsRequest)(nil),              // 39: engram.v1.SearchEventsRequest
-	(*EventHit)(nil),                         // 40: engram.v1.EventHit
-	(*SearchEventsResponse)(nil),             // 41: engram.v1.SearchEventsResponse
-	(*RecallRequest)(nil),                    // 42: engram.v1.RecallRequest
-	(*RecallResponse)(nil),                   // 43: engram.v1.RecallResponse
-	nil,                                      // 44: engram.v1.BuildConversationContextRequest.SectionBudgetsEntry
-	(*structpb.Struct)(nil),                  // 45: google.protobuf.Struct
-	(*timestamppb.Timestamp)(nil),            // 46: google.protobuf.Timestamp
-	(*structpb.Value)(nil),                   // 47: google.protobuf.Value
-	(*durationpb.Duration)(nil),              // 48: google.protobuf.Duration
-	(*Memory)(nil),                           // 49: engram.v1.Memory
-	(*ScoredMemory)(nil),                     // 50: engram.v1.ScoredMemory
-	(*WriteMemoriesRequest)(nil),             // 51: engram.v1.WriteMemoriesRequest
-	(*GetMemoryRequest)(nil),                 // 52: engram.v1.GetMemoryRequest
-	(*SearchMemoriesRequest)(nil),            // 53: engram.v1.SearchMemoriesRequest
-	(*ListMemoriesRequest)(nil),              // 54: engram.v1.ListMemoriesRequest
-	(*DeleteMemoriesRequest)(nil),            // 55: engram.v1.DeleteMemoriesRequest
-	(*WatchMemoriesRequest)(nil),             // 56: engram.v1.WatchMemoriesRequest
-	(*WriteMemoriesResponse)(nil),            // 57: engram.v1.WriteMemoriesResponse
-	(*GetMemoryResponse)(nil),                // 58: engram.v1.GetMemoryResponse
-	(*SearchMemoriesResponse)(nil),           // 59: engram.v1.SearchMemoriesResponse
-	(*ListMemoriesResponse)(nil),             // 60: engram.v1.ListMemoriesResponse
-	(*DeleteMemoriesResponse)(nil),           // 61: engram.v1.DeleteMemoriesResponse
-	(*WatchMemoriesResponse)(nil),            // 62: engram.v1.WatchMemoriesResponse
+	(*UpdateSessionRequest)(nil),             // 10: engram.v1.UpdateSessionRequest
+	(*UpdateSessionResponse)(nil),            // 11: engram.v1.UpdateSessionResponse
+	(*DeleteSessionRequest)(nil),             // 12: engram.v1.DeleteSessionRequest
+	(*DeleteSessionResponse)(nil),            // 13: engram.v1.DeleteSessionResponse
+	(*EventInput)(nil),                       // 14: engram.v1.EventInput
+	(*AddEventRequest)(nil),                  // 15: engram.v1.AddEventRequest
+	(*AddEventResponse)(nil),                 // 16: engram.v1.AddEventResponse
+	(*AddEventsRequest)(nil),                 // 17: engram.v1.AddEventsRequest
+	(*AddEventsResponse)(nil),                // 18: engram.v1.AddEventsResponse
+	(*GetSessionEventsRequest)(nil),          // 19: engram.v1.GetSessionEventsRequest
+	(*GetSessionEventsResponse)(nil),         // 20: engram.v1.GetSessionEventsResponse
+	(*ListEventsRequest)(nil),                // 21: engram.v1.ListEventsRequest
+	(*ListEventsResponse)(nil),               // 22: engram.v1.ListEventsResponse
+	(*StreamSessionEventsRequest)(nil),       // 23: engram.v1.StreamSessionEventsRequest
+	(*CaughtUp)(nil),                         // 24: engram.v1.CaughtUp
+	(*Heartbeat)(nil),                        // 25: engram.v1.Heartbeat
+	(*StreamSessionEventsResponse)(nil),      // 26: engram.v1.StreamSessionEventsResponse
+	(*BuildConversationContextRequest)(nil),  // 27: engram.v1.BuildConversationContextRequest
+	(*ToolCallFunction)(nil),                 // 28: engram.v1.ToolCallFunction
+	(*ToolCall)(nil),                         // 29: engram.v1.ToolCall
+	(*ChatMessage)(nil),                      // 30: engram.v1.ChatMessage
+	(*ContentPart)(nil),                      // 31: engram.v1.ContentPart
+	(*ImageUrl)(nil),                         // 32: engram.v1.ImageUrl
+	(*ContextSection)(nil),                   // 33: engram.v1.ContextSection
+	(*BuildConversationContextResponse)(nil), // 34: engram.v1.BuildConversationContextResponse
+	(*GetStatsRequest)(nil),                  // 35: engram.v1.GetStatsRequest
+	(*GetStatsResponse)(nil),                 // 36: engram.v1.GetStatsResponse
+	(*CleanupRequest)(nil),                   // 37: engram.v1.CleanupRequest
+	(*CleanupResponse)(nil),                  // 38: engram.v1.CleanupResponse
+	(*DeleteUserDataRequest)(nil),            // 39: engram.v1.DeleteUserDataRequest
+	(*DeleteUserDataResponse)(nil),           // 40: engram.v1.DeleteUserDataResponse
+	(*SearchEventsRequest)(nil),              // 41: engram.v1.SearchEventsRequest
+	(*EventHit)(nil),                         // 42: engram.v1.EventHit
+	(*SearchEventsResponse)(nil),             // 43: engram.v1.SearchEventsResponse
+	(*RecallRequest)(nil),                    // 44: engram.v1.RecallRequest
+	(*RecallResponse)(nil),                   // 45: engram.v1.RecallResponse
+	nil,                                      // 46: engram.v1.BuildConversationContextRequest.SectionBudgetsEntry
+	(*structpb.Struct)(nil),                  // 47: google.protobuf.Struct
+	(*timestamppb.Timestamp)(nil),            // 48: google.protobuf.Timestamp
+	(*structpb.Value)(nil),                   // 49: google.protobuf.Value
+	(*durationpb.Duration)(nil),              // 50: google.protobuf.Duration
+	(*Memory)(nil),                           // 51: engram.v1.Memory
+	(*ScoredMemory)(nil),                     // 52: engram.v1.ScoredMemory
+	(*WriteMemoriesRequest)(nil),             // 53: engram.v1.WriteMemoriesRequest
+	(*GetMemoryRequest)(nil),                 // 54: engram.v1.GetMemoryRequest
+	(*SearchMemoriesRequest)(nil),            // 55: engram.v1.SearchMemoriesRequest
+	(*ListMemoriesRequest)(nil),              // 56: engram.v1.ListMemoriesRequest
+	(*DeleteMemoriesRequest)(nil),            // 57: engram.v1.DeleteMemoriesRequest
+	(*WatchMemoriesRequest)(nil),             // 58: engram.v1.WatchMemoriesRequest
+	(*WriteMemoriesResponse)(nil),            // 59: engram.v1.WriteMemoriesResponse
+	(*GetMemoryResponse)(nil),                // 60: engram.v1.GetMemoryResponse
+	(*SearchMemoriesResponse)(nil),           // 61: engram.v1.SearchMemoriesResponse
+	(*ListMemoriesResponse)(nil),             // 62: engram.v1.ListMemoriesResponse
+	(*DeleteMemoriesResponse)(nil),           // 63: engram.v1.DeleteMemoriesResponse
+	(*WatchMemoriesResponse)(nil),            // 64: engram.v1.WatchMemoriesResponse
 }
 var file_engram_v1_memory_proto_depIdxs = []int32{
-	45, // 0: engram.v1.Session.metadata:type_name -> google.protobuf.Struct
-	46, // 1: engram.v1.Session.created_at:type_name -> google.protobuf.Timestamp
-	46, // 2: engram.v1.Session.updated_at:type_name -> google.protobuf.Timestamp
-	47, // 3: engram.v1.Event.content:type_name -> google.protobuf.Value
-	45, // 4: engram.v1.Event.metadata:type_name -> google.protobuf.Struct
-	46, // 5: engram.v1.Event.timestamp:type_name -> google.protobuf.Timestamp
-	45, // 6: engram.v1.CreateSessionRequest.metadata:type_name -> google.protobuf.Struct
-	0,  // 7: engram.v1.CreateSessionResponse.session:type_name -> engram.v1.Session
-	45, // 8: engram.v1.GetOrCreateSessionRequest.metadata:type_name -> google.protobuf.Struct
-	0,  // 9: engram.v1.GetOrCreateSessionResponse.session:type_name -> engram.v1.Session
-	0,  // 10: engram.v1.GetSessionResponse.session:type_name -> engram.v1.Session
-	0,  // 11: engram.v1.ListSessionsResponse.sessions:type_name -> engram.v1.Session
-	47, // 12: engram.v1.EventInput.content:type_name -> google.protobuf.Value
-	45, // 13: engram.v1.EventInput.metadata:type_name -> google.protobuf.Struct
-	46, // 14: engram.v1.EventInput.timestamp:type_name -> google.protobuf.Timestamp
-	12, // 15: engram.v1.AddEventRequest.event:type_name -> engram.v1.EventInput
-	1,  // 16: engram.v1.AddEventResponse.event:type_name -> engram.v1.Event
-	12, // 17: engram.v1.AddEventsRequest.events:type_name -> engram.v1.EventInput
-	1,  // 18: engram.v1.AddEventsResponse.events:type_name -> engram.v1.Event
-	1,  // 19: engram.v1.GetSessionEventsResponse.events:type_name -> engram.v1.Event
-	1,  // 20: engram.v1.ListEventsResponse.events:type_name -> engram.v1.Event
-	1,  // 21: engram.v1.StreamSessionEventsResponse.event:type_name -> engram.v1.Event
-	22, // 22: engram.v1.StreamSessionEventsResponse.caught_up:type_name -> engram.v1.CaughtUp
-	23, // 23: engram.v1.StreamSessionEventsResponse.heartbeat:type_name -> engram.v1.Heartbeat
-	44, // 24: engram.v1.BuildConversationContextRequest.section_budgets:type_name -> engram.v1.BuildConversationContextRequest.SectionBudgetsEntry
-	26, // 25: engram.v1.ToolCall.function:type_name -> engram.v1.ToolCallFunction
-	27, // 26: engram.v1.ChatMessage.tool_calls:type_name -> engram.v1.ToolCall
-	29, // 27: engram.v1.ChatMessage.content_parts:type_name -> engram.v1.ContentPart
-	30, // 28: engram.v1.ContentPart.image_url:type_name -> engram.v1.ImageUrl
-	28, // 29: engram.v1.BuildConversationContextResponse.messages:type_name -> engram.v1.ChatMessage
-	31, // 30: engram.v1.BuildConversationContextResponse.sections:type_name -> engram.v1.ContextSection
-	48, // 31: engram.v1.CleanupRequest.max_age:type_name -> google.protobuf.Duration
-	1,  // 32: engram.v1.EventHit.event:type_name -> engram.v1.Event
-	40, // 33: engram.v1.SearchEventsResponse.hits:type_name -> engram.v1.EventHit
-	49, // 34: engram.v1.RecallResponse.pinned:type_name -> engram.v1.Memory
-	50, // 35: engram.v1.RecallResponse.memories:type_name -> engram.v1.ScoredMemory
-	32, // 36: engram.v1.RecallResponse.context:type_name -> engram.v1.BuildConversationContextResponse
-	2,  // 37: engram.v1.MemoryService.CreateSession:input_type -> engram.v1.CreateSessionRequest
-	4,  // 38: engram.v1.MemoryService.GetOrCreateSession:input_type -> engram.v1.GetOrCreateSessionRequest
-	6,  // 39: engram.v1.MemoryService.GetSession:input_type -> engram.v1.GetSessionRequest
-	8,  // 40: engram.v1.MemoryService.ListSessions:input_type -> engram.v1.ListSessionsRequest
-	10, // 41: engram.v1.MemoryService.DeleteSession:input_type -> engram.v1.DeleteSessionRequest
-	13, // 42: engram.v1.MemoryService.AddEvent:input_type -> engram.v1.AddEventRequest
-	15, // 43: engram.v1.MemoryService.AddEvents:input_type -> engram.v1.AddEventsRequest
-	17, // 44: engram.v1.MemoryService.GetSessionEvents:input_type -> engram.v1.GetSessionEventsRequest
-	19, // 45: engram.v1.MemoryService.ListEvents:input_type -> engram.v1.ListEventsRequest
-	21, // 46: engram.v1.MemoryService.StreamSessionEvents:input_type -> engram.v1.StreamSessionEventsRequest
-	25, // 47: engram.v1.MemoryService.BuildConversationContext:input_type -> engram.v1.BuildConversationContextRequest
-	33, // 48: engram.v1.MemoryService.GetStats:input_type -> engram.v1.GetStatsRequest
-	35, // 49: engram.v1.MemoryService.Cleanup:input_type -> engram.v1.CleanupRequest
-	37, // 50: engram.v1.MemoryService.DeleteUserData:input_type -> engram.v1.DeleteUserDataRequest
-	51, // 51: engram.v1.MemoryService.WriteMemories:input_type -> engram.v1.WriteMemoriesRequest
-	52, // 52: engram.v1.MemoryService.GetMemory:input_type -> engram.v1.GetMemoryRequest
-	53, // 53: engram.v1.MemoryService.SearchMemories:input_type -> engram.v1.SearchMemoriesRequest
-	54, // 54: engram.v1.MemoryService.ListMemories:input_type -> engram.v1.ListMemoriesRequest
-	55, // 55: engram.v1.MemoryService.DeleteMemories:input_type -> engram.v1.DeleteMemoriesRequest
-	56, // 56: engram.v1.MemoryService.WatchMemories:input_type -> engram.v1.WatchMemoriesRequest
-	39, // 57: engram.v1.MemoryService.SearchEvents:input_type -> engram.v1.SearchEventsRequest
-	42, // 58: engram.v1.MemoryService.Recall:input_type -> engram.v1.RecallRequest
-	3,  // 59: engram.v1.MemoryService.CreateSession:output_type -> engram.v1.CreateSessionResponse
-	5,  // 60: engram.v1.MemoryService.GetOrCreateSession:output_type -> engram.v1.GetOrCreateSessionResponse
-	7,  // 61: engram.v1.MemoryService.GetSession:output_type -> engram.v1.GetSessionResponse
-	9,  // 62: engram.v1.MemoryService.ListSessions:output_type -> engram.v1.ListSessionsResponse
-	11, // 63: engram.v1.MemoryService.DeleteSession:output_type -> engram.v1.DeleteSessionResponse
-	14, // 64: engram.v1.MemoryService.AddEvent:output_type -> engram.v1.AddEventResponse
-	16, // 65: engram.v1.MemoryService.AddEvents:output_type -> engram.v1.AddEventsResponse
-	18, // 66: engram.v1.MemoryService.GetSessionEvents:output_type -> engram.v1.GetSessionEventsResponse
-	20, // 67: engram.v1.MemoryService.ListEvents:output_type -> engram.v1.ListEventsResponse
-	24, // 68: engram.v1.MemoryService.StreamSessionEvents:output_type -> engram.v1.StreamSessionEventsResponse
-	32, // 69: engram.v1.MemoryService.BuildConversationContext:output_type -> engram.v1.BuildConversationContextResponse
-	34, // 70: engram.v1.MemoryService.GetStats:output_type -> engram.v1.GetStatsResponse
-	36, // 71: engram.v1.MemoryService.Cleanup:output_type -> engram.v1.CleanupResponse
-	38, // 72: engram.v1.MemoryService.DeleteUserData:output_type -> engram.v1.DeleteUserDataResponse
-	57, // 73: engram.v1.MemoryService.WriteMemories:output_type -> engram.v1.WriteMemoriesResponse
-	58, // 74: engram.v1.MemoryService.GetMemory:output_type -> engram.v1.GetMemoryResponse
-	59, // 75: engram.v1.MemoryService.SearchMemories:output_type -> engram.v1.SearchMemoriesResponse
-	60, // 76: engram.v1.MemoryService.ListMemories:output_type -> engram.v1.ListMemoriesResponse
-	61, // 77: engram.v1.MemoryService.DeleteMemories:output_type -> engram.v1.DeleteMemoriesResponse
-	62, // 78: engram.v1.MemoryService.WatchMemories:output_type -> engram.v1.WatchMemoriesResponse
-	41, // 79: engram.v1.MemoryService.SearchEvents:output_type -> engram.v1.SearchEventsResponse
-	43, // 80: engram.v1.MemoryService.Recall:output_type -> engram.v1.RecallResponse
-	59, // [59:81] is the sub-list for method output_type
-	37, // [37:59] is the sub-list for method input_type
-	37, // [37:37] is the sub-list for extension type_name
-	37, // [37:37] is the sub-list for extension extendee
-	0,  // [0:37] is the sub-list for field type_name
+	47, // 0: engram.v1.Session.metadata:type_name -> google.protobuf.Struct
+	48, // 1: engram.v1.Session.created_at:type_name -> google.protobuf.Timestamp
+	48, // 2: engram.v1.Session.updated_at:type_name -> google.protobuf.Timestamp
+	47, // 3: engram.v1.Session.state:type_name -> google.protobuf.Struct
+	49, // 4: engram.v1.Event.content:type_name -> google.protobuf.Value
+	47, // 5: engram.v1.Event.metadata:type_name -> google.protobuf.Struct
+	48, // 6: engram.v1.Event.timestamp:type_name -> google.protobuf.Timestamp
+	47, // 7: engram.v1.Event.state_delta:type_name -> google.protobuf.Struct
+	47, // 8: engram.v1.CreateSessionRequest.metadata:type_name -> google.protobuf.Struct
+	0,  // 9: engram.v1.CreateSessionResponse.session:type_name -> engram.v1.Session
+	47, // 10: engram.v1.GetOrCreateSessionRequest.metadata:type_name -> google.protobuf.Struct
+	0,  // 11: engram.v1.GetOrCreateSessionResponse.session:type_name -> engram.v1.Session
+	0,  // 12: engram.v1.GetSessionResponse.session:type_name -> engram.v1.Session
+	0,  // 13: engram.v1.ListSessionsResponse.sessions:type_name -> engram.v1.Session
+	47, // 14: engram.v1.UpdateSessionRequest.metadata:type_name -> google.protobuf.Struct
+	47, // 15: engram.v1.UpdateSessionRequest.state_delta:type_name -> google.protobuf.Struct
+	0,  // 16: engram.v1.UpdateSessionResponse.session:type_name -> engram.v1.Session
+	49, // 17: engram.v1.EventInput.content:type_name -> google.protobuf.Value
+	47, // 18: engram.v1.EventInput.metadata:type_name -> google.protobuf.Struct
+	48, // 19: engram.v1.EventInput.timestamp:type_name -> google.protobuf.Timestamp
+	47, // 20: engram.v1.EventInput.state_delta:type_name -> google.protobuf.Struct
+	14, // 21: engram.v1.AddEventRequest.event:type_name -> engram.v1.EventInput
+	1,  // 22: engram.v1.AddEventResponse.event:type_name -> engram.v1.Event
+	14, // 23: engram.v1.AddEventsRequest.events:type_name -> engram.v1.EventInput
+	1,  // 24: engram.v1.AddEventsResponse.events:type_name -> engram.v1.Event
+	1,  // 25: engram.v1.GetSessionEventsResponse.events:type_name -> engram.v1.Event
+	1,  // 26: engram.v1.ListEventsResponse.events:type_name -> engram.v1.Event
+	1,  // 27: engram.v1.StreamSessionEventsResponse.event:type_name -> engram.v1.Event
+	24, // 28: engram.v1.StreamSessionEventsResponse.caught_up:type_name -> engram.v1.CaughtUp
+	25, // 29: engram.v1.StreamSessionEventsResponse.heartbeat:type_name -> engram.v1.Heartbeat
+	46, // 30: engram.v1.BuildConversationContextRequest.section_budgets:type_name -> engram.v1.BuildConversationContextRequest.SectionBudgetsEntry
+	28, // 31: engram.v1.ToolCall.function:type_name -> engram.v1.ToolCallFunction
+	29, // 32: engram.v1.ChatMessage.tool_calls:type_name -> engram.v1.ToolCall
+	31, // 33: engram.v1.ChatMessage.content_parts:type_name -> engram.v1.ContentPart
+	32, // 34: engram.v1.ContentPart.image_url:type_name -> engram.v1.ImageUrl
+	30, // 35: engram.v1.BuildConversationContextResponse.messages:type_name -> engram.v1.ChatMessage
+	33, // 36: engram.v1.BuildConversationContextResponse.sections:type_name -> engram.v1.ContextSection
+	50, // 37: engram.v1.CleanupRequest.max_age:type_name -> google.protobuf.Duration
+	1,  // 38: engram.v1.EventHit.event:type_name -> engram.v1.Event
+	42, // 39: engram.v1.SearchEventsResponse.hits:type_name -> engram.v1.EventHit
+	51, // 40: engram.v1.RecallResponse.pinned:type_name -> engram.v1.Memory
+	52, // 41: engram.v1.RecallResponse.memories:type_name -> engram.v1.ScoredMemory
+	34, // 42: engram.v1.RecallResponse.context:type_name -> engram.v1.BuildConversationContextResponse
+	2,  // 43: engram.v1.MemoryService.CreateSession:input_type -> engram.v1.CreateSessionRequest
+	4,  // 44: engram.v1.MemoryService.GetOrCreateSession:input_type -> engram.v1.GetOrCreateSessionRequest
+	6,  // 45: engram.v1.MemoryService.GetSession:input_type -> engram.v1.GetSessionRequest
+	8,  // 46: engram.v1.MemoryService.ListSessions:input_type -> engram.v1.ListSessionsRequest
+	10, // 47: engram.v1.MemoryService.UpdateSession:input_type -> engram.v1.UpdateSessionRequest
+	12, // 48: engram.v1.MemoryService.DeleteSession:input_type -> engram.v1.DeleteSessionRequest
+	15, // 49: engram.v1.MemoryService.AddEvent:input_type -> engram.v1.AddEventRequest
+	17, // 50: engram.v1.MemoryService.AddEvents:input_type -> engram.v1.AddEventsRequest
+	19, // 51: engram.v1.MemoryService.GetSessionEvents:input_type -> engram.v1.GetSessionEventsRequest
+	21, // 52: engram.v1.MemoryService.ListEvents:input_type -> engram.v1.ListEventsRequest
+	23, // 53: engram.v1.MemoryService.StreamSessionEvents:input_type -> engram.v1.StreamSessionEventsRequest
+	27, // 54: engram.v1.MemoryService.BuildConversationContext:input_type -> engram.v1.BuildConversationContextRequest
+	35, // 55: engram.v1.MemoryService.GetStats:input_type -> engram.v1.GetStatsRequest
+	37, // 56: engram.v1.MemoryService.Cleanup:input_type -> engram.v1.CleanupRequest
+	39, // 57: engram.v1.MemoryService.DeleteUserData:input_type -> engram.v1.DeleteUserDataRequest
+	53, // 58: engram.v1.MemoryService.WriteMemories:input_type -> engram.v1.WriteMemoriesRequest
+	54, // 59: engram.v1.MemoryService.GetMemory:input_type -> engram.v1.GetMemoryRequest
+	55, // 60: engram.v1.MemoryService.SearchMemories:input_type -> engram.v1.SearchMemoriesRequest
+	56, // 61: engram.v1.MemoryService.ListMemories:input_type -> engram.v1.ListMemoriesRequest
+	57, // 62: engram.v1.MemoryService.DeleteMemories:input_type -> engram.v1.DeleteMemoriesRequest
+	58, // 63: engram.v1.MemoryService.WatchMemories:input_type -> engram.v1.WatchMemoriesRequest
+	41, // 64: engram.v1.MemoryService.SearchEvents:input_type -> engram.v1.SearchEventsRequest
+	44, // 65: engram.v1.MemoryService.Recall:input_type -> engram.v1.RecallRequest
+	3,  // 66: engram.v1.MemoryService.CreateSession:output_type -> engram.v1.CreateSessionResponse
+	5,  // 67: engram.v1.MemoryService.GetOrCreateSession:output_type -> engram.v1.GetOrCreateSessionResponse
+	7,  // 68: engram.v1.MemoryService.GetSession:output_type -> engram.v1.GetSessionResponse
+	9,  // 69: engram.v1.MemoryService.ListSessions:output_type -> engram.v1.ListSessionsResponse
+	11, // 70: engram.v1.MemoryService.UpdateSession:output_type -> engram.v1.UpdateSessionResponse
+	13, // 71: engram.v1.MemoryService.DeleteSession:output_type -> engram.v1.DeleteSessionResponse
+	16, // 72: engram.v1.MemoryService.AddEvent:output_type -> engram.v1.AddEventResponse
+	18, // 73: engram.v1.MemoryService.AddEvents:output_type -> engram.v1.AddEventsResponse
+	20, // 74: engram.v1.MemoryService.GetSessionEvents:output_type -> engram.v1.GetSessionEventsResponse
+	22, // 75: engram.v1.MemoryService.ListEvents:output_type -> engram.v1.ListEventsResponse
+	26, // 76: engram.v1.MemoryService.StreamSessionEvents:output_type -> engram.v1.StreamSessionEventsResponse
+	34, // 77: engram.v1.MemoryService.BuildConversationContext:output_type -> engram.v1.BuildConversationContextResponse
+	36, // 78: engram.v1.MemoryService.GetStats:output_type -> engram.v1.GetStatsResponse
+	38, // 79: engram.v1.MemoryService.Cleanup:output_type -> engram.v1.CleanupResponse
+	40, // 80: engram.v1.MemoryService.DeleteUserData:output_type -> engram.v1.DeleteUserDataResponse
+	59, // 81: engram.v1.MemoryService.WriteMemories:output_type -> engram.v1.WriteMemoriesResponse
+	60, // 82: engram.v1.MemoryService.GetMemory:output_type -> engram.v1.GetMemoryResponse
+	61, // 83: engram.v1.MemoryService.SearchMemories:output_type -> engram.v1.SearchMemoriesResponse
+	62, // 84: engram.v1.MemoryService.ListMemories:output_type -> engram.v1.ListMemoriesResponse
+	63, // 85: engram.v1.MemoryService.DeleteMemories:output_type -> engram.v1.DeleteMemoriesResponse
+	64, // 86: engram.v1.MemoryService.WatchMemories:output_type -> engram.v1.WatchMemoriesResponse
+	43, // 87: engram.v1.MemoryService.SearchEvents:output_type -> engram.v1.SearchEventsResponse
+	45, // 88: engram.v1.MemoryService.Recall:output_type -> engram.v1.RecallResponse
+	66, // [66:89] is the sub-list for method output_type
+	43, // [43:66] is the sub-list for method input_type
+	43, // [43:43] is the sub-list for extension type_name
+	43, // [43:43] is the sub-list for extension extendee
+	0,  // [0:43] is the sub-list for field type_name
 }
 
 func init() { file_engram_v1_memory_proto_init() }
@@ -3527,27 +3732,28 @@ func file_engram_v1_memory_proto_init() {
 	file_engram_v1_memories_proto_init()
 	file_engram_v1_memory_proto_msgTypes[2].OneofWrappers = []any{}
 	file_engram_v1_memory_proto_msgTypes[8].OneofWrappers = []any{}
-	file_engram_v1_memory_proto_msgTypes[13].OneofWrappers = []any{}
+	file_engram_v1_memory_proto_msgTypes[10].OneofWrappers = []any{}
 	file_engram_v1_memory_proto_msgTypes[15].OneofWrappers = []any{}
 	file_engram_v1_memory_proto_msgTypes[17].OneofWrappers = []any{}
 	file_engram_v1_memory_proto_msgTypes[19].OneofWrappers = []any{}
 	file_engram_v1_memory_proto_msgTypes[21].OneofWrappers = []any{}
-	file_engram_v1_memory_proto_msgTypes[24].OneofWrappers = []any{
+	file_engram_v1_memory_proto_msgTypes[23].OneofWrappers = []any{}
+	file_engram_v1_memory_proto_msgTypes[26].OneofWrappers = []any{
 		(*StreamSessionEventsResponse_Event)(nil),
 		(*StreamSessionEventsResponse_CaughtUp)(nil),
 		(*StreamSessionEventsResponse_Heartbeat)(nil),
 	}
-	file_engram_v1_memory_proto_msgTypes[25].OneofWrappers = []any{}
-	file_engram_v1_memory_proto_msgTypes[35].OneofWrappers = []any{}
-	file_engram_v1_memory_proto_msgTypes[39].OneofWrappers = []any{}
-	file_engram_v1_memory_proto_msgTypes[42].OneofWrappers = []any{}
+	file_engram_v1_memory_proto_msgTypes[27].OneofWrappers = []any{}
+	file_engram_v1_memory_proto_msgTypes[37].OneofWrappers = []any{}
+	file_engram_v1_memory_proto_msgTypes[41].OneofWrappers = []any{}
+	file_engram_v1_memory_proto_msgTypes[44].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_engram_v1_memory_proto_rawDesc), len(file_engram_v1_memory_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   45,
+			NumMessages:   47,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -19,6 +19,18 @@
 //	                      context).
 //	content:              any JSON value, at most 256 KiB once serialised
 //	                      (configurable), nested at most 64 levels deep.
+//	state_delta:          a JSON object of state changes (ADK's model, see
+//	                      Session.state). Keys are 1..256 UTF-8 bytes;
+//	                      "app:<key>" changes the app-wide state,
+//	                      "user:<key>" the user's state (shared by every
+//	                      session of that app_name and user_id), "temp:<key>"
+//	                      is dropped (never stored), any other key the
+//	                      session's own state. A null value deletes the key.
+//	                      At most 64 KiB once serialised, nested at most 64
+//	                      levels deep; a state (session, user or app) holds
+//	                      at most 1000 keys and 1 MiB, and a change that would
+//	                      pass a limit is refused with INVALID_ARGUMENT
+//	                      naming the field, changing nothing.
 package engramv1connect
 
 import (
@@ -62,6 +74,9 @@ const (
 	// MemoryServiceListSessionsProcedure is the fully-qualified name of the MemoryService's
 	// ListSessions RPC.
 	MemoryServiceListSessionsProcedure = "/engram.v1.MemoryService/ListSessions"
+	// MemoryServiceUpdateSessionProcedure is the fully-qualified name of the MemoryService's
+	// UpdateSession RPC.
+	MemoryServiceUpdateSessionProcedure = "/engram.v1.MemoryService/UpdateSession"
 	// MemoryServiceDeleteSessionProcedure is the fully-qualified name of the MemoryService's
 	// DeleteSession RPC.
 	MemoryServiceDeleteSessionProcedure = "/engram.v1.MemoryService/DeleteSession"
@@ -125,11 +140,18 @@ type MemoryServiceClient interface {
 	// ListSessions pages through sessions in session_id order, optionally
 	// filtered by app_name and user_id.
 	ListSessions(context.Context, *connect.Request[v1.ListSessionsRequest]) (*connect.Response[v1.ListSessionsResponse], error)
+	// UpdateSession replaces a session's metadata and/or applies a state delta
+	// (see state_delta above), optionally only at an expected version.
+	UpdateSession(context.Context, *connect.Request[v1.UpdateSessionRequest]) (*connect.Response[v1.UpdateSessionResponse], error)
 	// DeleteSession removes a session and all its events.
 	DeleteSession(context.Context, *connect.Request[v1.DeleteSessionRequest]) (*connect.Response[v1.DeleteSessionResponse], error)
 	// AddEvent appends one event and returns it with its server-assigned seq.
+	// The event's state_delta is applied in the same atomic step: an append
+	// that is refused changes no state, and a retry of a stored event (same
+	// event_id) does not apply its delta again.
 	AddEvent(context.Context, *connect.Request[v1.AddEventRequest]) (*connect.Response[v1.AddEventResponse], error)
-	// AddEvents appends a batch atomically: all events or none.
+	// AddEvents appends a batch atomically: all events or none, with their
+	// state deltas applied in order.
 	AddEvents(context.Context, *connect.Request[v1.AddEventsRequest]) (*connect.Response[v1.AddEventsResponse], error)
 	// GetSessionEvents reads a session's events in seq order.
 	GetSessionEvents(context.Context, *connect.Request[v1.GetSessionEventsRequest]) (*connect.Response[v1.GetSessionEventsResponse], error)
@@ -215,6 +237,12 @@ func NewMemoryServiceClient(httpClient connect.HTTPClient, baseURL string, opts 
 			baseURL+MemoryServiceListSessionsProcedure,
 			connect.WithSchema(memoryServiceMethods.ByName("ListSessions")),
 			connect.WithIdempotency(connect.IdempotencyNoSideEffects),
+			connect.WithClientOptions(opts...),
+		),
+		updateSession: connect.NewClient[v1.UpdateSessionRequest, v1.UpdateSessionResponse](
+			httpClient,
+			baseURL+MemoryServiceUpdateSessionProcedure,
+			connect.WithSchema(memoryServiceMethods.ByName("UpdateSession")),
 			connect.WithClientOptions(opts...),
 		),
 		deleteSession: connect.NewClient[v1.DeleteSessionRequest, v1.DeleteSessionResponse](
@@ -345,6 +373,7 @@ type memoryServiceClient struct {
 	getOrCreateSession       *connect.Client[v1.GetOrCreateSessionRequest, v1.GetOrCreateSessionResponse]
 	getSession               *connect.Client[v1.GetSessionRequest, v1.GetSessionResponse]
 	listSessions             *connect.Client[v1.ListSessionsRequest, v1.ListSessionsResponse]
+	updateSession            *connect.Client[v1.UpdateSessionRequest, v1.UpdateSessionResponse]
 	deleteSession            *connect.Client[v1.DeleteSessionRequest, v1.DeleteSessionResponse]
 	addEvent                 *connect.Client[v1.AddEventRequest, v1.AddEventResponse]
 	addEvents                *connect.Client[v1.AddEventsRequest, v1.AddEventsResponse]
@@ -383,6 +412,11 @@ func (c *memoryServiceClient) GetSession(ctx context.Context, req *connect.Reque
 // ListSessions calls engram.v1.MemoryService.ListSessions.
 func (c *memoryServiceClient) ListSessions(ctx context.Context, req *connect.Request[v1.ListSessionsRequest]) (*connect.Response[v1.ListSessionsResponse], error) {
 	return c.listSessions.CallUnary(ctx, req)
+}
+
+// UpdateSession calls engram.v1.MemoryService.UpdateSession.
+func (c *memoryServiceClient) UpdateSession(ctx context.Context, req *connect.Request[v1.UpdateSessionRequest]) (*connect.Response[v1.UpdateSessionResponse], error) {
+	return c.updateSession.CallUnary(ctx, req)
 }
 
 // DeleteSession calls engram.v1.MemoryService.DeleteSession.
@@ -488,11 +522,18 @@ type MemoryServiceHandler interface {
 	// ListSessions pages through sessions in session_id order, optionally
 	// filtered by app_name and user_id.
 	ListSessions(context.Context, *connect.Request[v1.ListSessionsRequest]) (*connect.Response[v1.ListSessionsResponse], error)
+	// UpdateSession replaces a session's metadata and/or applies a state delta
+	// (see state_delta above), optionally only at an expected version.
+	UpdateSession(context.Context, *connect.Request[v1.UpdateSessionRequest]) (*connect.Response[v1.UpdateSessionResponse], error)
 	// DeleteSession removes a session and all its events.
 	DeleteSession(context.Context, *connect.Request[v1.DeleteSessionRequest]) (*connect.Response[v1.DeleteSessionResponse], error)
 	// AddEvent appends one event and returns it with its server-assigned seq.
+	// The event's state_delta is applied in the same atomic step: an append
+	// that is refused changes no state, and a retry of a stored event (same
+	// event_id) does not apply its delta again.
 	AddEvent(context.Context, *connect.Request[v1.AddEventRequest]) (*connect.Response[v1.AddEventResponse], error)
-	// AddEvents appends a batch atomically: all events or none.
+	// AddEvents appends a batch atomically: all events or none, with their
+	// state deltas applied in order.
 	AddEvents(context.Context, *connect.Request[v1.AddEventsRequest]) (*connect.Response[v1.AddEventsResponse], error)
 	// GetSessionEvents reads a session's events in seq order.
 	GetSessionEvents(context.Context, *connect.Request[v1.GetSessionEventsRequest]) (*connect.Response[v1.GetSessionEventsResponse], error)
@@ -574,6 +615,12 @@ func NewMemoryServiceHandler(svc MemoryServiceHandler, opts ...connect.HandlerOp
 		svc.ListSessions,
 		connect.WithSchema(memoryServiceMethods.ByName("ListSessions")),
 		connect.WithIdempotency(connect.IdempotencyNoSideEffects),
+		connect.WithHandlerOptions(opts...),
+	)
+	memoryServiceUpdateSessionHandler := connect.NewUnaryHandler(
+		MemoryServiceUpdateSessionProcedure,
+		svc.UpdateSession,
+		connect.WithSchema(memoryServiceMethods.ByName("UpdateSession")),
 		connect.WithHandlerOptions(opts...),
 	)
 	memoryServiceDeleteSessionHandler := connect.NewUnaryHandler(
@@ -705,6 +752,8 @@ func NewMemoryServiceHandler(svc MemoryServiceHandler, opts ...connect.HandlerOp
 			memoryServiceGetSessionHandler.ServeHTTP(w, r)
 		case MemoryServiceListSessionsProcedure:
 			memoryServiceListSessionsHandler.ServeHTTP(w, r)
+		case MemoryServiceUpdateSessionProcedure:
+			memoryServiceUpdateSessionHandler.ServeHTTP(w, r)
 		case MemoryServiceDeleteSessionProcedure:
 			memoryServiceDeleteSessionHandler.ServeHTTP(w, r)
 		case MemoryServiceAddEventProcedure:
@@ -764,6 +813,10 @@ func (UnimplementedMemoryServiceHandler) GetSession(context.Context, *connect.Re
 
 func (UnimplementedMemoryServiceHandler) ListSessions(context.Context, *connect.Request[v1.ListSessionsRequest]) (*connect.Response[v1.ListSessionsResponse], error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("engram.v1.MemoryService.ListSessions is not implemented"))
+}
+
+func (UnimplementedMemoryServiceHandler) UpdateSession(context.Context, *connect.Request[v1.UpdateSessionRequest]) (*connect.Response[v1.UpdateSessionResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("engram.v1.MemoryService.UpdateSession is not implemented"))
 }
 
 func (UnimplementedMemoryServiceHandler) DeleteSession(context.Context, *connect.Request[v1.DeleteSessionRequest]) (*connect.Response[v1.DeleteSessionResponse], error) {

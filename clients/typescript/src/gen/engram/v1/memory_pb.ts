@@ -18,6 +18,18 @@
 //                         context).
 //   content:              any JSON value, at most 256 KiB once serialised
 //                         (configurable), nested at most 64 levels deep.
+//   state_delta:          a JSON object of state changes (ADK's model, see
+//                         Session.state). Keys are 1..256 UTF-8 bytes;
+//                         "app:<key>" changes the app-wide state,
+//                         "user:<key>" the user's state (shared by every
+//                         session of that app_name and user_id), "temp:<key>"
+//                         is dropped (never stored), any other key the
+//                         session's own state. A null value deletes the key.
+//                         At most 64 KiB once serialised, nested at most 64
+//                         levels deep; a state (session, user or app) holds
+//                         at most 1000 keys and 1 MiB, and a change that would
+//                         pass a limit is refused with INVALID_ARGUMENT
+//                         naming the field, changing nothing.
 
 import type { GenFile, GenMessage, GenService } from "@bufbuild/protobuf/codegenv2";
 import { fileDesc, messageDesc, serviceDesc } from "@bufbuild/protobuf/codegenv2";
@@ -31,7 +43,7 @@ import type { JsonObject, Message } from "@bufbuild/protobuf";
  * Describes the file engram/v1/memory.proto.
  */
 export const file_engram_v1_memory: GenFile = /*@__PURE__*/
-  fileDesc("ChZlbmdyYW0vdjEvbWVtb3J5LnByb3RvEgllbmdyYW0udjEihQIKB1Nlc3Npb24SEgoKc2Vzc2lvbl9pZBgBIAEoCRIQCghhcHBfbmFtZRgCIAEoCRIPCgd1c2VyX2lkGAMgASgJEikKCG1ldGFkYXRhGAQgASgLMhcuZ29vZ2xlLnByb3RvYnVmLlN0cnVjdBIuCgpjcmVhdGVkX2F0GAUgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIuCgp1cGRhdGVkX2F0GAYgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIQCghoZWFkX3NlcRgHIAEoBBIRCglmaXJzdF9zZXEYCCABKAQSEwoLZXZlbnRfY291bnQYCSABKAQi0QEKBUV2ZW50EhAKCGV2ZW50X2lkGAEgASgJEhIKCmV2ZW50X3R5cGUYAiABKAkSJwoHY29udGVudBgDIAEoCzIWLmdvb2dsZS5wcm90b2J1Zi5WYWx1ZRIpCghtZXRhZGF0YRgEIAEoCzIXLmdvb2dsZS5wcm90b2J1Zi5TdHJ1Y3QSLQoJdGltZXN0YW1wGAUgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBILCgNzZXEYBiABKAQSEgoKc2Vzc2lvbl9pZBgHIAEoCSKMAQoUQ3JlYXRlU2Vzc2lvblJlcXVlc3QSEAoIYXBwX25hbWUYASABKAkSDwoHdXNlcl9pZBgCIAEoCRIXCgpzZXNzaW9uX2lkGAMgASgJSACIAQESKQoIbWV0YWRhdGEYBCABKAsyFy5nb29nbGUucHJvdG9idWYuU3RydWN0Qg0KC19zZXNzaW9uX2lkIjwKFUNyZWF0ZVNlc3Npb25SZXNwb25zZRIjCgdzZXNzaW9uGAEgASgLMhIuZW5ncmFtLnYxLlNlc3Npb24ifQoZR2V0T3JDcmVhdGVTZXNzaW9uUmVxdWVzdBISCgpzZXNzaW9uX2lkGAEgASgJEhAKCGFwcF9uYW1lGAIgASgJEg8KB3VzZXJfaWQYAyABKAkSKQoIbWV0YWRhdGEYBCABKAsyFy5nb29nbGUucHJvdG9idWYuU3RydWN0IlIKGkdldE9yQ3JlYXRlU2Vzc2lvblJlc3BvbnNlEiMKB3Nlc3Npb24YASABKAsyEi5lbmdyYW0udjEuU2Vzc2lvbhIPCgdjcmVhdGVkGAIgASgIIicKEUdldFNlc3Npb25SZXF1ZXN0EhIKCnNlc3Npb25faWQYASABKAkiOQoSR2V0U2Vzc2lvblJlc3BvbnNlEiMKB3Nlc3Npb24YASABKAsyEi5lbmdyYW0udjEuU2Vzc2lvbiKCAQoTTGlzdFNlc3Npb25zUmVxdWVzdBIVCghhcHBfbmFtZRgBIAEoCUgAiAEBEhQKB3VzZXJfaWQYAiABKAlIAYgBARIRCglwYWdlX3NpemUYAyABKA0SEgoKcGFnZV90b2tlbhgEIAEoCUILCglfYXBwX25hbWVCCgoIX3VzZXJfaWQiVQoUTGlzdFNlc3Npb25zUmVzcG9uc2USJAoIc2Vzc2lvbnMYASADKAsyEi5lbmdyYW0udjEuU2Vzc2lvbhIXCg9uZXh0X3BhZ2VfdG9rZW4YAiABKAkiKgoURGVsZXRlU2Vzc2lvblJlcXVlc3QSEgoKc2Vzc2lvbl9pZBgBIAEoCSIoChVEZWxldGVTZXNzaW9uUmVzcG9uc2USDwoHZGVsZXRlZBgBIAEoCCK1AQoKRXZlbnRJbnB1dBIQCghldmVudF9pZBgBIAEoCRISCgpldmVudF90eXBlGAIgASgJEicKB2NvbnRlbnQYAyABKAsyFi5nb29nbGUucHJvdG9idWYuVmFsdWUSKQoIbWV0YWRhdGEYBCABKAsyFy5nb29nbGUucHJvdG9idWYuU3RydWN0Ei0KCXRpbWVzdGFtcBgFIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXAidwoPQWRkRXZlbnRSZXF1ZXN0EhIKCnNlc3Npb25faWQYASABKAkSJAoFZXZlbnQYAiABKAsyFS5lbmdyYW0udjEuRXZlbnRJbnB1dBIZCgxleHBlY3RlZF9zZXEYAyABKARIAIgBAUIPCg1fZXhwZWN0ZWRfc2VxIjMKEEFkZEV2ZW50UmVzcG9uc2USHwoFZXZlbnQYASABKAsyEC5lbmdyYW0udjEuRXZlbnQieQoQQWRkRXZlbnRzUmVxdWVzdBISCgpzZXNzaW9uX2lkGAEgASgJEiUKBmV2ZW50cxgCIAMoCzIVLmVuZ3JhbS52MS5FdmVudElucHV0EhkKDGV4cGVjdGVkX3NlcRgDIAEoBEgAiAEBQg8KDV9leHBlY3RlZF9zZXEiNQoRQWRkRXZlbnRzUmVzcG9uc2USIAoGZXZlbnRzGAEgAygLMhAuZW5ncmFtLnYxLkV2ZW50IpkBChdHZXRTZXNzaW9uRXZlbnRzUmVxdWVzdBISCgpzZXNzaW9uX2lkGAEgASgJEhMKC2V2ZW50X3R5cGVzGAIgAygJEhYKCWFmdGVyX3NlcRgDIAEoBEgAiAEBEg0KBWxpbWl0GAQgASgNEhIKCnBhZ2VfdG9rZW4YBSABKAkSDAoEdGFpbBgGIAEoDUIMCgpfYWZ0ZXJfc2VxImcKGEdldFNlc3Npb25FdmVudHNSZXNwb25zZRIgCgZldmVudHMYASADKAsyEC5lbmdyYW0udjEuRXZlbnQSFwoPbmV4dF9wYWdlX3Rva2VuGAIgASgJEhAKCGhlYWRfc2VxGAMgASgEIkoKEUxpc3RFdmVudHNSZXF1ZXN0EhcKCnNlc3Npb25faWQYASABKAlIAIgBARINCgVsaW1pdBgCIAEoDUINCgtfc2Vzc2lvbl9pZCI2ChJMaXN0RXZlbnRzUmVzcG9uc2USIAoGZXZlbnRzGAEgAygLMhAuZW5ncmFtLnYxLkV2ZW50ImsKGlN0cmVhbVNlc3Npb25FdmVudHNSZXF1ZXN0EhIKCnNlc3Npb25faWQYASABKAkSFgoJYWZ0ZXJfc2VxGAIgASgESACIAQESEwoLZXZlbnRfdHlwZXMYAyADKAlCDAoKX2FmdGVyX3NlcSIcCghDYXVnaHRVcBIQCghoZWFkX3NlcRgBIAEoBCIdCglIZWFydGJlYXQSEAoIaGVhZF9zZXEYASABKAQingEKG1N0cmVhbVNlc3Npb25FdmVudHNSZXNwb25zZRIhCgVldmVudBgBIAEoCzIQLmVuZ3JhbS52MS5FdmVudEgAEigKCWNhdWdodF91cBgCIAEoCzITLmVuZ3JhbS52MS5DYXVnaHRVcEgAEikKCWhlYXJ0YmVhdBgDIAEoCzIULmVuZ3JhbS52MS5IZWFydGJlYXRIAEIHCgVmcmFtZSKXAwofQnVpbGRDb252ZXJzYXRpb25Db250ZXh0UmVxdWVzdBISCgpzZXNzaW9uX2lkGAEgASgJEhIKCm1heF9ldmVudHMYAiABKA0SFAoMdG9rZW5fYnVkZ2V0GAMgASgNEg0KBXF1ZXJ5GAQgASgJEhEKCXRva2VuaXplchgFIAEoCRIcCg9wcmVzZXJ2ZV9zeXN0ZW0YBiABKAhIAIgBARJXCg9zZWN0aW9uX2J1ZGdldHMYByADKAsyPi5lbmdyYW0udjEuQnVpbGRDb252ZXJzYXRpb25Db250ZXh0UmVxdWVzdC5TZWN0aW9uQnVkZ2V0c0VudHJ5EhgKEHNlY3Rpb25fcHJpb3JpdHkYCCADKAkSIAoTcmV0cmlldmFsX3RocmVzaG9sZBgJIAEoDUgBiAEBGjUKE1NlY3Rpb25CdWRnZXRzRW50cnkSCwoDa2V5GAEgASgJEg0KBXZhbHVlGAIgASgNOgI4AUISChBfcHJlc2VydmVfc3lzdGVtQhYKFF9yZXRyaWV2YWxfdGhyZXNob2xkIjMKEFRvb2xDYWxsRnVuY3Rpb24SDAoEbmFtZRgBIAEoCRIRCglhcmd1bWVudHMYAiABKAkiUwoIVG9vbENhbGwSCgoCaWQYASABKAkSDAoEdHlwZRgCIAEoCRItCghmdW5jdGlvbhgDIAEoCzIbLmVuZ3JhbS52MS5Ub29sQ2FsbEZ1bmN0aW9uIqgBCgtDaGF0TWVzc2FnZRIMCgRyb2xlGAEgASgJEg8KB2NvbnRlbnQYAiABKAkSDAoEbmFtZRgDIAEoCRInCgp0b29sX2NhbGxzGAQgAygLMhMuZW5ncmFtLnYxLlRvb2xDYWxsEhQKDHRvb2xfY2FsbF9pZBgFIAEoCRItCg1jb250ZW50X3BhcnRzGAYgAygLMhYuZW5ncmFtLnYxLkNvbnRlbnRQYXJ0IlEKC0NvbnRlbnRQYXJ0EgwKBHR5cGUYASABKAkSDAoEdGV4dBgCIAEoCRImCglpbWFnZV91cmwYAyABKAsyEy5lbmdyYW0udjEuSW1hZ2VVcmwiJwoISW1hZ2VVcmwSCwoDdXJsGAEgASgJEg4KBmRldGFpbBgCIAEoCSJ8Cg5Db250ZXh0U2VjdGlvbhIMCgRuYW1lGAEgASgJEhMKC3Rva2Vuc191c2VkGAIgASgNEhcKD2V2ZW50c19pbmNsdWRlZBgDIAEoDRIWCg5ldmVudHNfZHJvcHBlZBgEIAEoDRIWCg5yZXRyaWV2YWxfdXNlZBgFIAEoCCKTAgogQnVpbGRDb252ZXJzYXRpb25Db250ZXh0UmVzcG9uc2USDAoEdGV4dBgBIAEoCRIoCghtZXNzYWdlcxgCIAMoCzIWLmVuZ3JhbS52MS5DaGF0TWVzc2FnZRIXCg9ldmVudHNfaW5jbHVkZWQYAyABKA0SFgoOZXZlbnRzX2Ryb3BwZWQYBCABKA0SEwoLdG9rZW5zX3VzZWQYBSABKA0SFgoOcmV0cmlldmFsX3VzZWQYBiABKAgSEQoJdG9rZW5pemVyGAcgASgJEhkKEWV2ZW50c19zdW1tYXJpemVkGAggASgNEisKCHNlY3Rpb25zGAkgAygLMhkuZW5ncmFtLnYxLkNvbnRleHRTZWN0aW9uIhEKD0dldFN0YXRzUmVxdWVzdCJxChBHZXRTdGF0c1Jlc3BvbnNlEhYKDnRvdGFsX3Nlc3Npb25zGAEgASgEEhQKDHRvdGFsX2V2ZW50cxgCIAEoBBIeChZhdmdfZXZlbnRzX3Blcl9zZXNzaW9uGAMgASgBEg8KB2JhY2tlbmQYBCABKAkiggEKDkNsZWFudXBSZXF1ZXN0EioKB21heF9hZ2UYASABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24SFQoIYXBwX25hbWUYAiABKAlIAIgBARIUCgd1c2VyX2lkGAMgASgJSAGIAQFCCwoJX2FwcF9uYW1lQgoKCF91c2VyX2lkIisKD0NsZWFudXBSZXNwb25zZRIYChByZW1vdmVkX3Nlc3Npb25zGAEgASgEIjoKFURlbGV0ZVVzZXJEYXRhUmVxdWVzdBIQCghhcHBfbmFtZRgBIAEoCRIPCgd1c2VyX2lkGAIgASgJImQKFkRlbGV0ZVVzZXJEYXRhUmVzcG9uc2USGAoQcmVtb3ZlZF9zZXNzaW9ucxgBIAEoBBIWCg5yZW1vdmVkX2V2ZW50cxgCIAEoBBIYChByZW1vdmVkX21lbW9yaWVzGAMgASgEInwKE1NlYXJjaEV2ZW50c1JlcXVlc3QSEAoIYXBwX25hbWUYASABKAkSFAoHdXNlcl9pZBgCIAEoCUgAiAEBEg0KBXF1ZXJ5GAMgASgJEg0KBXRvcF9rGAQgASgNEhMKC2V2ZW50X3R5cGVzGAUgAygJQgoKCF91c2VyX2lkImwKCEV2ZW50SGl0EhIKCnNlc3Npb25faWQYASABKAkSCwoDc2VxGAIgASgEEg8KB3NuaXBwZXQYAyABKAkSDQoFc2NvcmUYBCABKAESHwoFZXZlbnQYBSABKAsyEC5lbmdyYW0udjEuRXZlbnQiOQoUU2VhcmNoRXZlbnRzUmVzcG9uc2USIQoEaGl0cxgBIAMoCzITLmVuZ3JhbS52MS5FdmVudEhpdCKnAQoNUmVjYWxsUmVxdWVzdBISCgpzZXNzaW9uX2lkGAEgASgJEg0KBXF1ZXJ5GAIgASgJEhQKDHRva2VuX2J1ZGdldBgDIAEoDRIVCghhZ2VudF9pZBgEIAEoCUgAiAEBEhEKCXRva2VuaXplchgFIAEoCRINCgV0b3BfaxgGIAEoDRIXCg9xdWVyeV9lbWJlZGRpbmcYByADKAJCCwoJX2FnZW50X2lkIpgCCg5SZWNhbGxSZXNwb25zZRIMCgR0ZXh0GAEgASgJEiEKBnBpbm5lZBgCIAMoCzIRLmVuZ3JhbS52MS5NZW1vcnkSKQoIbWVtb3JpZXMYAyADKAsyFy5lbmdyYW0udjEuU2NvcmVkTWVtb3J5EjwKB2NvbnRleHQYBCABKAsyKy5lbmdyYW0udjEuQnVpbGRDb252ZXJzYXRpb25Db250ZXh0UmVzcG9uc2USFQoNcGlubmVkX3Rva2VucxgFIAEoDRIVCg1tZW1vcnlfdG9rZW5zGAYgASgNEhYKDmNvbnRleHRfdG9rZW5zGAcgASgNEhMKC3Rva2Vuc191c2VkGAggASgNEhEKCXRva2VuaXplchgJIAEoCTLoDgoNTWVtb3J5U2VydmljZRJSCg1DcmVhdGVTZXNzaW9uEh8uZW5ncmFtLnYxLkNyZWF0ZVNlc3Npb25SZXF1ZXN0GiAuZW5ncmFtLnYxLkNyZWF0ZVNlc3Npb25SZXNwb25zZRJhChJHZXRPckNyZWF0ZVNlc3Npb24SJC5lbmdyYW0udjEuR2V0T3JDcmVhdGVTZXNzaW9uUmVxdWVzdBolLmVuZ3JhbS52MS5HZXRPckNyZWF0ZVNlc3Npb25SZXNwb25zZRJOCgpHZXRTZXNzaW9uEhwuZW5ncmFtLnYxLkdldFNlc3Npb25SZXF1ZXN0Gh0uZW5ncmFtLnYxLkdldFNlc3Npb25SZXNwb25zZSIDkAIBElQKDExpc3RTZXNzaW9ucxIeLmVuZ3JhbS52MS5MaXN0U2Vzc2lvbnNSZXF1ZXN0Gh8uZW5ncmFtLnYxLkxpc3RTZXNzaW9uc1Jlc3BvbnNlIgOQAgESUgoNRGVsZXRlU2Vzc2lvbhIfLmVuZ3JhbS52MS5EZWxldGVTZXNzaW9uUmVxdWVzdBogLmVuZ3JhbS52MS5EZWxldGVTZXNzaW9uUmVzcG9uc2USQwoIQWRkRXZlbnQSGi5lbmdyYW0udjEuQWRkRXZlbnRSZXF1ZXN0GhsuZW5ncmFtLnYxLkFkZEV2ZW50UmVzcG9uc2USRgoJQWRkRXZlbnRzEhsuZW5ncmFtLnYxLkFkZEV2ZW50c1JlcXVlc3QaHC5lbmdyYW0udjEuQWRkRXZlbnRzUmVzcG9uc2USYAoQR2V0U2Vzc2lvbkV2ZW50cxIiLmVuZ3JhbS52MS5HZXRTZXNzaW9uRXZlbnRzUmVxdWVzdBojLmVuZ3JhbS52MS5HZXRTZXNzaW9uRXZlbnRzUmVzcG9uc2UiA5ACARJOCgpMaXN0RXZlbnRzEhwuZW5ncmFtLnYxLkxpc3RFdmVudHNSZXF1ZXN0Gh0uZW5ncmFtLnYxLkxpc3RFdmVudHNSZXNwb25zZSIDkAIBEmYKE1N0cmVhbVNlc3Npb25FdmVudHMSJS5lbmdyYW0udjEuU3RyZWFtU2Vzc2lvbkV2ZW50c1JlcXVlc3QaJi5lbmdyYW0udjEuU3RyZWFtU2Vzc2lvbkV2ZW50c1Jlc3BvbnNlMAESeAoYQnVpbGRDb252ZXJzYXRpb25Db250ZXh0EiouZW5ncmFtLnYxLkJ1aWxkQ29udmVyc2F0aW9uQ29udGV4dFJlcXVlc3QaKy5lbmdyYW0udjEuQnVpbGRDb252ZXJzYXRpb25Db250ZXh0UmVzcG9uc2UiA5ACARJICghHZXRTdGF0cxIaLmVuZ3JhbS52MS5HZXRTdGF0c1JlcXVlc3QaGy5lbmdyYW0udjEuR2V0U3RhdHNSZXNwb25zZSIDkAIBEkAKB0NsZWFudXASGS5lbmdyYW0udjEuQ2xlYW51cFJlcXVlc3QaGi5lbmdyYW0udjEuQ2xlYW51cFJlc3BvbnNlEloKDkRlbGV0ZVVzZXJEYXRhEiAuZW5ncmFtLnYxLkRlbGV0ZVVzZXJEYXRhUmVxdWVzdBohLmVuZ3JhbS52MS5EZWxldGVVc2VyRGF0YVJlc3BvbnNlIgOQAgISUgoNV3JpdGVNZW1vcmllcxIfLmVuZ3JhbS52MS5Xcml0ZU1lbW9yaWVzUmVxdWVzdBogLmVuZ3JhbS52MS5Xcml0ZU1lbW9yaWVzUmVzcG9uc2USSwoJR2V0TWVtb3J5EhsuZW5ncmFtLnYxLkdldE1lbW9yeVJlcXVlc3QaHC5lbmdyYW0udjEuR2V0TWVtb3J5UmVzcG9uc2UiA5ACARJaCg5TZWFyY2hNZW1vcmllcxIgLmVuZ3JhbS52MS5TZWFyY2hNZW1vcmllc1JlcXVlc3QaIS5lbmdyYW0udjEuU2VhcmNoTWVtb3JpZXNSZXNwb25zZSIDkAIBElQKDExpc3RNZW1vcmllcxIeLmVuZ3JhbS52MS5MaXN0TWVtb3JpZXNSZXF1ZXN0Gh8uZW5ncmFtLnYxLkxpc3RNZW1vcmllc1Jlc3BvbnNlIgOQAgESWgoORGVsZXRlTWVtb3JpZXMSIC5lbmdyYW0udjEuRGVsZXRlTWVtb3JpZXNSZXF1ZXN0GiEuZW5ncmFtLnYxLkRlbGV0ZU1lbW9yaWVzUmVzcG9uc2UiA5ACAhJUCg1XYXRjaE1lbW9yaWVzEh8uZW5ncmFtLnYxLldhdGNoTWVtb3JpZXNSZXF1ZXN0GiAuZW5ncmFtLnYxLldhdGNoTWVtb3JpZXNSZXNwb25zZTABElQKDFNlYXJjaEV2ZW50cxIeLmVuZ3JhbS52MS5TZWFyY2hFdmVudHNSZXF1ZXN0Gh8uZW5ncmFtLnYxLlNlYXJjaEV2ZW50c1Jlc3BvbnNlIgOQAgESQgoGUmVjYWxsEhguZW5ncmFtLnYxLlJlY2FsbFJlcXVlc3QaGS5lbmdyYW0udjEuUmVjYWxsUmVzcG9uc2UiA5ACAWIGcHJvdG8z", [file_engram_v1_memories, file_google_protobuf_duration, file_google_protobuf_struct, file_google_protobuf_timestamp]);
+  fileDesc("ChZlbmdyYW0vdjEvbWVtb3J5LnByb3RvEgllbmdyYW0udjEivgIKB1Nlc3Npb24SEgoKc2Vzc2lvbl9pZBgBIAEoCRIQCghhcHBfbmFtZRgCIAEoCRIPCgd1c2VyX2lkGAMgASgJEikKCG1ldGFkYXRhGAQgASgLMhcuZ29vZ2xlLnByb3RvYnVmLlN0cnVjdBIuCgpjcmVhdGVkX2F0GAUgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIuCgp1cGRhdGVkX2F0GAYgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIQCghoZWFkX3NlcRgHIAEoBBIRCglmaXJzdF9zZXEYCCABKAQSEwoLZXZlbnRfY291bnQYCSABKAQSJgoFc3RhdGUYCiABKAsyFy5nb29nbGUucHJvdG9idWYuU3RydWN0Eg8KB3ZlcnNpb24YCyABKAQi/wEKBUV2ZW50EhAKCGV2ZW50X2lkGAEgASgJEhIKCmV2ZW50X3R5cGUYAiABKAkSJwoHY29udGVudBgDIAEoCzIWLmdvb2dsZS5wcm90b2J1Zi5WYWx1ZRIpCghtZXRhZGF0YRgEIAEoCzIXLmdvb2dsZS5wcm90b2J1Zi5TdHJ1Y3QSLQoJdGltZXN0YW1wGAUgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBILCgNzZXEYBiABKAQSEgoKc2Vzc2lvbl9pZBgHIAEoCRIsCgtzdGF0ZV9kZWx0YRgIIAEoCzIXLmdvb2dsZS5wcm90b2J1Zi5TdHJ1Y3QijAEKFENyZWF0ZVNlc3Npb25SZXF1ZXN0EhAKCGFwcF9uYW1lGAEgASgJEg8KB3VzZXJfaWQYAiABKAkSFwoKc2Vzc2lvbl9pZBgDIAEoCUgAiAEBEikKCG1ldGFkYXRhGAQgASgLMhcuZ29vZ2xlLnByb3RvYnVmLlN0cnVjdEINCgtfc2Vzc2lvbl9pZCI8ChVDcmVhdGVTZXNzaW9uUmVzcG9uc2USIwoHc2Vzc2lvbhgBIAEoCzISLmVuZ3JhbS52MS5TZXNzaW9uIn0KGUdldE9yQ3JlYXRlU2Vzc2lvblJlcXVlc3QSEgoKc2Vzc2lvbl9pZBgBIAEoCRIQCghhcHBfbmFtZRgCIAEoCRIPCgd1c2VyX2lkGAMgASgJEikKCG1ldGFkYXRhGAQgASgLMhcuZ29vZ2xlLnByb3RvYnVmLlN0cnVjdCJSChpHZXRPckNyZWF0ZVNlc3Npb25SZXNwb25zZRIjCgdzZXNzaW9uGAEgASgLMhIuZW5ncmFtLnYxLlNlc3Npb24SDwoHY3JlYXRlZBgCIAEoCCInChFHZXRTZXNzaW9uUmVxdWVzdBISCgpzZXNzaW9uX2lkGAEgASgJIjkKEkdldFNlc3Npb25SZXNwb25zZRIjCgdzZXNzaW9uGAEgASgLMhIuZW5ncmFtLnYxLlNlc3Npb24iggEKE0xpc3RTZXNzaW9uc1JlcXVlc3QSFQoIYXBwX25hbWUYASABKAlIAIgBARIUCgd1c2VyX2lkGAIgASgJSAGIAQESEQoJcGFnZV9zaXplGAMgASgNEhIKCnBhZ2VfdG9rZW4YBCABKAlCCwoJX2FwcF9uYW1lQgoKCF91c2VyX2lkIlUKFExpc3RTZXNzaW9uc1Jlc3BvbnNlEiQKCHNlc3Npb25zGAEgAygLMhIuZW5ncmFtLnYxLlNlc3Npb24SFwoPbmV4dF9wYWdlX3Rva2VuGAIgASgJIrcBChRVcGRhdGVTZXNzaW9uUmVxdWVzdBISCgpzZXNzaW9uX2lkGAEgASgJEikKCG1ldGFkYXRhGAIgASgLMhcuZ29vZ2xlLnByb3RvYnVmLlN0cnVjdBIsCgtzdGF0ZV9kZWx0YRgDIAEoCzIXLmdvb2dsZS5wcm90b2J1Zi5TdHJ1Y3QSHQoQZXhwZWN0ZWRfdmVyc2lvbhgEIAEoBEgAiAEBQhMKEV9leHBlY3RlZF92ZXJzaW9uIjwKFVVwZGF0ZVNlc3Npb25SZXNwb25zZRIjCgdzZXNzaW9uGAEgASgLMhIuZW5ncmFtLnYxLlNlc3Npb24iKgoURGVsZXRlU2Vzc2lvblJlcXVlc3QSEgoKc2Vzc2lvbl9pZBgBIAEoCSIoChVEZWxldGVTZXNzaW9uUmVzcG9uc2USDwoHZGVsZXRlZBgBIAEoCCLjAQoKRXZlbnRJbnB1dBIQCghldmVudF9pZBgBIAEoCRISCgpldmVudF90eXBlGAIgASgJEicKB2NvbnRlbnQYAyABKAsyFi5nb29nbGUucHJvdG9idWYuVmFsdWUSKQoIbWV0YWRhdGEYBCABKAsyFy5nb29nbGUucHJvdG9idWYuU3RydWN0Ei0KCXRpbWVzdGFtcBgFIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASLAoLc3RhdGVfZGVsdGEYBiABKAsyFy5nb29nbGUucHJvdG9idWYuU3RydWN0IncKD0FkZEV2ZW50UmVxdWVzdBISCgpzZXNzaW9uX2lkGAEgASgJEiQKBWV2ZW50GAIgASgLMhUuZW5ncmFtLnYxLkV2ZW50SW5wdXQSGQoMZXhwZWN0ZWRfc2VxGAMgASgESACIAQFCDwoNX2V4cGVjdGVkX3NlcSIzChBBZGRFdmVudFJlc3BvbnNlEh8KBWV2ZW50GAEgASgLMhAuZW5ncmFtLnYxLkV2ZW50InkKEEFkZEV2ZW50c1JlcXVlc3QSEgoKc2Vzc2lvbl9pZBgBIAEoCRIlCgZldmVudHMYAiADKAsyFS5lbmdyYW0udjEuRXZlbnRJbnB1dBIZCgxleHBlY3RlZF9zZXEYAyABKARIAIgBAUIPCg1fZXhwZWN0ZWRfc2VxIjUKEUFkZEV2ZW50c1Jlc3BvbnNlEiAKBmV2ZW50cxgBIAMoCzIQLmVuZ3JhbS52MS5FdmVudCKZAQoXR2V0U2Vzc2lvbkV2ZW50c1JlcXVlc3QSEgoKc2Vzc2lvbl9pZBgBIAEoCRITCgtldmVudF90eXBlcxgCIAMoCRIWCglhZnRlcl9zZXEYAyABKARIAIgBARINCgVsaW1pdBgEIAEoDRISCgpwYWdlX3Rva2VuGAUgASgJEgwKBHRhaWwYBiABKA1CDAoKX2FmdGVyX3NlcSJnChhHZXRTZXNzaW9uRXZlbnRzUmVzcG9uc2USIAoGZXZlbnRzGAEgAygLMhAuZW5ncmFtLnYxLkV2ZW50EhcKD25leHRfcGFnZV90b2tlbhgCIAEoCRIQCghoZWFkX3NlcRgDIAEoBCJKChFMaXN0RXZlbnRzUmVxdWVzdBIXCgpzZXNzaW9uX2lkGAEgASgJSACIAQESDQoFbGltaXQYAiABKA1CDQoLX3Nlc3Npb25faWQiNgoSTGlzdEV2ZW50c1Jlc3BvbnNlEiAKBmV2ZW50cxgBIAMoCzIQLmVuZ3JhbS52MS5FdmVudCJrChpTdHJlYW1TZXNzaW9uRXZlbnRzUmVxdWVzdBISCgpzZXNzaW9uX2lkGAEgASgJEhYKCWFmdGVyX3NlcRgCIAEoBEgAiAEBEhMKC2V2ZW50X3R5cGVzGAMgAygJQgwKCl9hZnRlcl9zZXEiHAoIQ2F1Z2h0VXASEAoIaGVhZF9zZXEYASABKAQiHQoJSGVhcnRiZWF0EhAKCGhlYWRfc2VxGAEgASgEIp4BChtTdHJlYW1TZXNzaW9uRXZlbnRzUmVzcG9uc2USIQoFZXZlbnQYASABKAsyEC5lbmdyYW0udjEuRXZlbnRIABIoCgljYXVnaHRfdXAYAiABKAsyEy5lbmdyYW0udjEuQ2F1Z2h0VXBIABIpCgloZWFydGJlYXQYAyABKAsyFC5lbmdyYW0udjEuSGVhcnRiZWF0SABCBwoFZnJhbWUilwMKH0J1aWxkQ29udmVyc2F0aW9uQ29udGV4dFJlcXVlc3QSEgoKc2Vzc2lvbl9pZBgBIAEoCRISCgptYXhfZXZlbnRzGAIgASgNEhQKDHRva2VuX2J1ZGdldBgDIAEoDRINCgVxdWVyeRgEIAEoCRIRCgl0b2tlbml6ZXIYBSABKAkSHAoPcHJlc2VydmVfc3lzdGVtGAYgASgISACIAQESVwoPc2VjdGlvbl9idWRnZXRzGAcgAygLMj4uZW5ncmFtLnYxLkJ1aWxkQ29udmVyc2F0aW9uQ29udGV4dFJlcXVlc3QuU2VjdGlvbkJ1ZGdldHNFbnRyeRIYChBzZWN0aW9uX3ByaW9yaXR5GAggAygJEiAKE3JldHJpZXZhbF90aHJlc2hvbGQYCSABKA1IAYgBARo1ChNTZWN0aW9uQnVkZ2V0c0VudHJ5EgsKA2tleRgBIAEoCRINCgV2YWx1ZRgCIAEoDToCOAFCEgoQX3ByZXNlcnZlX3N5c3RlbUIWChRfcmV0cmlldmFsX3RocmVzaG9sZCIzChBUb29sQ2FsbEZ1bmN0aW9uEgwKBG5hbWUYASABKAkSEQoJYXJndW1lbnRzGAIgASgJIlMKCFRvb2xDYWxsEgoKAmlkGAEgASgJEgwKBHR5cGUYAiABKAkSLQoIZnVuY3Rpb24YAyABKAsyGy5lbmdyYW0udjEuVG9vbENhbGxGdW5jdGlvbiKoAQoLQ2hhdE1lc3NhZ2USDAoEcm9sZRgBIAEoCRIPCgdjb250ZW50GAIgASgJEgwKBG5hbWUYAyABKAkSJwoKdG9vbF9jYWxscxgEIAMoCzITLmVuZ3JhbS52MS5Ub29sQ2FsbBIUCgx0b29sX2NhbGxfaWQYBSABKAkSLQoNY29udGVudF9wYXJ0cxgGIAMoCzIWLmVuZ3JhbS52MS5Db250ZW50UGFydCJRCgtDb250ZW50UGFydBIMCgR0eXBlGAEgASgJEgwKBHRleHQYAiABKAkSJgoJaW1hZ2VfdXJsGAMgASgLMhMuZW5ncmFtLnYxLkltYWdlVXJsIicKCEltYWdlVXJsEgsKA3VybBgBIAEoCRIOCgZkZXRhaWwYAiABKAkifAoOQ29udGV4dFNlY3Rpb24SDAoEbmFtZRgBIAEoCRITCgt0b2tlbnNfdXNlZBgCIAEoDRIXCg9ldmVudHNfaW5jbHVkZWQYAyABKA0SFgoOZXZlbnRzX2Ryb3BwZWQYBCABKA0SFgoOcmV0cmlldmFsX3VzZWQYBSABKAgikwIKIEJ1aWxkQ29udmVyc2F0aW9uQ29udGV4dFJlc3BvbnNlEgwKBHRleHQYASABKAkSKAoIbWVzc2FnZXMYAiADKAsyFi5lbmdyYW0udjEuQ2hhdE1lc3NhZ2USFwoPZXZlbnRzX2luY2x1ZGVkGAMgASgNEhYKDmV2ZW50c19kcm9wcGVkGAQgASgNEhMKC3Rva2Vuc191c2VkGAUgASgNEhYKDnJldHJpZXZhbF91c2VkGAYgASgIEhEKCXRva2VuaXplchgHIAEoCRIZChFldmVudHNfc3VtbWFyaXplZBgIIAEoDRIrCghzZWN0aW9ucxgJIAMoCzIZLmVuZ3JhbS52MS5Db250ZXh0U2VjdGlvbiIRCg9HZXRTdGF0c1JlcXVlc3QicQoQR2V0U3RhdHNSZXNwb25zZRIWCg50b3RhbF9zZXNzaW9ucxgBIAEoBBIUCgx0b3RhbF9ldmVudHMYAiABKAQSHgoWYXZnX2V2ZW50c19wZXJfc2Vzc2lvbhgDIAEoARIPCgdiYWNrZW5kGAQgASgJIoIBCg5DbGVhbnVwUmVxdWVzdBIqCgdtYXhfYWdlGAEgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uEhUKCGFwcF9uYW1lGAIgASgJSACIAQESFAoHdXNlcl9pZBgDIAEoCUgBiAEBQgsKCV9hcHBfbmFtZUIKCghfdXNlcl9pZCIrCg9DbGVhbnVwUmVzcG9uc2USGAoQcmVtb3ZlZF9zZXNzaW9ucxgBIAEoBCI6ChVEZWxldGVVc2VyRGF0YVJlcXVlc3QSEAoIYXBwX25hbWUYASABKAkSDwoHdXNlcl9pZBgCIAEoCSJkChZEZWxldGVVc2VyRGF0YVJlc3BvbnNlEhgKEHJlbW92ZWRfc2Vzc2lvbnMYASABKAQSFgoOcmVtb3ZlZF9ldmVudHMYAiABKAQSGAoQcmVtb3ZlZF9tZW1vcmllcxgDIAEoBCJ8ChNTZWFyY2hFdmVudHNSZXF1ZXN0EhAKCGFwcF9uYW1lGAEgASgJEhQKB3VzZXJfaWQYAiABKAlIAIgBARINCgVxdWVyeRgDIAEoCRINCgV0b3BfaxgEIAEoDRITCgtldmVudF90eXBlcxgFIAMoCUIKCghfdXNlcl9pZCJsCghFdmVudEhpdBISCgpzZXNzaW9uX2lkGAEgASgJEgsKA3NlcRgCIAEoBBIPCgdzbmlwcGV0GAMgASgJEg0KBXNjb3JlGAQgASgBEh8KBWV2ZW50GAUgASgLMhAuZW5ncmFtLnYxLkV2ZW50IjkKFFNlYXJjaEV2ZW50c1Jlc3BvbnNlEiEKBGhpdHMYASADKAsyEy5lbmdyYW0udjEuRXZlbnRIaXQipwEKDVJlY2FsbFJlcXVlc3QSEgoKc2Vzc2lvbl9pZBgBIAEoCRINCgVxdWVyeRgCIAEoCRIUCgx0b2tlbl9idWRnZXQYAyABKA0SFQoIYWdlbnRfaWQYBCABKAlIAIgBARIRCgl0b2tlbml6ZXIYBSABKAkSDQoFdG9wX2sYBiABKA0SFwoPcXVlcnlfZW1iZWRkaW5nGAcgAygCQgsKCV9hZ2VudF9pZCKYAgoOUmVjYWxsUmVzcG9uc2USDAoEdGV4dBgBIAEoCRIhCgZwaW5uZWQYAiADKAsyES5lbmdyYW0udjEuTWVtb3J5EikKCG1lbW9yaWVzGAMgAygLMhcuZW5ncmFtLnYxLlNjb3JlZE1lbW9yeRI8Cgdjb250ZXh0GAQgASgLMisuZW5ncmFtLnYxLkJ1aWxkQ29udmVyc2F0aW9uQ29udGV4dFJlc3BvbnNlEhUKDXBpbm5lZF90b2tlbnMYBSABKA0SFQoNbWVtb3J5X3Rva2VucxgGIAEoDRIWCg5jb250ZXh0X3Rva2VucxgHIAEoDRITCgt0b2tlbnNfdXNlZBgIIAEoDRIRCgl0b2tlbml6ZXIYCSABKAkyvA8KDU1lbW9yeVNlcnZpY2USUgoNQ3JlYXRlU2Vzc2lvbhIfLmVuZ3JhbS52MS5DcmVhdGVTZXNzaW9uUmVxdWVzdBogLmVuZ3JhbS52MS5DcmVhdGVTZXNzaW9uUmVzcG9uc2USYQoSR2V0T3JDcmVhdGVTZXNzaW9uEiQuZW5ncmFtLnYxLkdldE9yQ3JlYXRlU2Vzc2lvblJlcXVlc3QaJS5lbmdyYW0udjEuR2V0T3JDcmVhdGVTZXNzaW9uUmVzcG9uc2USTgoKR2V0U2Vzc2lvbhIcLmVuZ3JhbS52MS5HZXRTZXNzaW9uUmVxdWVzdBodLmVuZ3JhbS52MS5HZXRTZXNzaW9uUmVzcG9uc2UiA5ACARJUCgxMaXN0U2Vzc2lvbnMSHi5lbmdyYW0udjEuTGlzdFNlc3Npb25zUmVxdWVzdBofLmVuZ3JhbS52MS5MaXN0U2Vzc2lvbnNSZXNwb25zZSIDkAIBElIKDVVwZGF0ZVNlc3Npb24SHy5lbmdyYW0udjEuVXBkYXRlU2Vzc2lvblJlcXVlc3QaIC5lbmdyYW0udjEuVXBkYXRlU2Vzc2lvblJlc3BvbnNlElIKDURlbGV0ZVNlc3Npb24SHy5lbmdyYW0udjEuRGVsZXRlU2Vzc2lvblJlcXVlc3QaIC5lbmdyYW0udjEuRGVsZXRlU2Vzc2lvblJlc3BvbnNlEkMKCEFkZEV2ZW50EhouZW5ncmFtLnYxLkFkZEV2ZW50UmVxdWVzdBobLmVuZ3JhbS52MS5BZGRFdmVudFJlc3BvbnNlEkYKCUFkZEV2ZW50cxIbLmVuZ3JhbS52MS5BZGRFdmVudHNSZXF1ZXN0GhwuZW5ncmFtLnYxLkFkZEV2ZW50c1Jlc3BvbnNlEmAKEEdldFNlc3Npb25FdmVudHMSIi5lbmdyYW0udjEuR2V0U2Vzc2lvbkV2ZW50c1JlcXVlc3QaIy5lbmdyYW0udjEuR2V0U2Vzc2lvbkV2ZW50c1Jlc3BvbnNlIgOQAgESTgoKTGlzdEV2ZW50cxIcLmVuZ3JhbS52MS5MaXN0RXZlbnRzUmVxdWVzdBodLmVuZ3JhbS52MS5MaXN0RXZlbnRzUmVzcG9uc2UiA5ACARJmChNTdHJlYW1TZXNzaW9uRXZlbnRzEiUuZW5ncmFtLnYxLlN0cmVhbVNlc3Npb25FdmVudHNSZXF1ZXN0GiYuZW5ncmFtLnYxLlN0cmVhbVNlc3Npb25FdmVudHNSZXNwb25zZTABEngKGEJ1aWxkQ29udmVyc2F0aW9uQ29udGV4dBIqLmVuZ3JhbS52MS5CdWlsZENvbnZlcnNhdGlvbkNvbnRleHRSZXF1ZXN0GisuZW5ncmFtLnYxLkJ1aWxkQ29udmVyc2F0aW9uQ29udGV4dFJlc3BvbnNlIgOQAgESSAoIR2V0U3RhdHMSGi5lbmdyYW0udjEuR2V0U3RhdHNSZXF1ZXN0GhsuZW5ncmFtLnYxLkdldFN0YXRzUmVzcG9uc2UiA5ACARJACgdDbGVhbnVwEhkuZW5ncmFtLnYxLkNsZWFudXBSZXF1ZXN0GhouZW5ncmFtLnYxLkNsZWFudXBSZXNwb25zZRJaCg5EZWxldGVVc2VyRGF0YRIgLmVuZ3JhbS52MS5EZWxldGVVc2VyRGF0YVJlcXVlc3QaIS5lbmdyYW0udjEuRGVsZXRlVXNlckRhdGFSZXNwb25zZSIDkAICElIKDVdyaXRlTWVtb3JpZXMSHy5lbmdyYW0udjEuV3JpdGVNZW1vcmllc1JlcXVlc3QaIC5lbmdyYW0udjEuV3JpdGVNZW1vcmllc1Jlc3BvbnNlEksKCUdldE1lbW9yeRIbLmVuZ3JhbS52MS5HZXRNZW1vcnlSZXF1ZXN0GhwuZW5ncmFtLnYxLkdldE1lbW9yeVJlc3BvbnNlIgOQAgESWgoOU2VhcmNoTWVtb3JpZXMSIC5lbmdyYW0udjEuU2VhcmNoTWVtb3JpZXNSZXF1ZXN0GiEuZW5ncmFtLnYxLlNlYXJjaE1lbW9yaWVzUmVzcG9uc2UiA5ACARJUCgxMaXN0TWVtb3JpZXMSHi5lbmdyYW0udjEuTGlzdE1lbW9yaWVzUmVxdWVzdBofLmVuZ3JhbS52MS5MaXN0TWVtb3JpZXNSZXNwb25zZSIDkAIBEloKDkRlbGV0ZU1lbW9yaWVzEiAuZW5ncmFtLnYxLkRlbGV0ZU1lbW9yaWVzUmVxdWVzdBohLmVuZ3JhbS52MS5EZWxldGVNZW1vcmllc1Jlc3BvbnNlIgOQAgISVAoNV2F0Y2hNZW1vcmllcxIfLmVuZ3JhbS52MS5XYXRjaE1lbW9yaWVzUmVxdWVzdBogLmVuZ3JhbS52MS5XYXRjaE1lbW9yaWVzUmVzcG9uc2UwARJUCgxTZWFyY2hFdmVudHMSHi5lbmdyYW0udjEuU2VhcmNoRXZlbnRzUmVxdWVzdBofLmVuZ3JhbS52MS5TZWFyY2hFdmVudHNSZXNwb25zZSIDkAIBEkIKBlJlY2FsbBIYLmVuZ3JhbS52MS5SZWNhbGxSZXF1ZXN0GhkuZW5ncmFtLnYxLlJlY2FsbFJlc3BvbnNlIgOQAgFiBnByb3RvMw", [file_engram_v1_memories, file_google_protobuf_duration, file_google_protobuf_struct, file_google_protobuf_timestamp]);
 
 /**
  * Session is one conversation of one user with one app.
@@ -101,6 +113,24 @@ export type Session = Message<"engram.v1.Session"> & {
    * @generated from field: uint64 event_count = 9;
    */
   eventCount: bigint;
+
+  /**
+   * The session's state as ADK merges it: the session's own keys, plus the
+   * app-wide state's keys prefixed "app:" and the user's state's keys
+   * prefixed "user:". Changed by events' state_delta and UpdateSession.
+   *
+   * @generated from field: google.protobuf.Struct state = 10;
+   */
+  state?: JsonObject | undefined;
+
+  /**
+   * Increases by one with each UpdateSession and each append whose events
+   * carry a non-empty state_delta; 0 until then. UpdateSession's
+   * expected_version is checked against it.
+   *
+   * @generated from field: uint64 version = 11;
+   */
+  version: bigint;
 };
 
 /**
@@ -164,6 +194,14 @@ export type Event = Message<"engram.v1.Event"> & {
    * @generated from field: string session_id = 7;
    */
   sessionId: string;
+
+  /**
+   * The state changes the event carried, without "temp:" keys; absent when
+   * none. Streams and reads return it with the event.
+   *
+   * @generated from field: google.protobuf.Struct state_delta = 8;
+   */
+  stateDelta?: JsonObject | undefined;
 };
 
 /**
@@ -419,6 +457,72 @@ export const ListSessionsResponseSchema: GenMessage<ListSessionsResponse> = /*@_
   messageDesc(file_engram_v1_memory, 9);
 
 /**
+ * UpdateSessionRequest changes a session's metadata and state.
+ *
+ * @generated from message engram.v1.UpdateSessionRequest
+ */
+export type UpdateSessionRequest = Message<"engram.v1.UpdateSessionRequest"> & {
+  /**
+   * Required.
+   *
+   * @generated from field: string session_id = 1;
+   */
+  sessionId: string;
+
+  /**
+   * When set, replaces the session's metadata.
+   *
+   * @generated from field: google.protobuf.Struct metadata = 2;
+   */
+  metadata?: JsonObject | undefined;
+
+  /**
+   * When set, applied as an event's state_delta is (null deletes a key;
+   * "app:", "user:" and "temp:" keys as described at the top of this file).
+   *
+   * @generated from field: google.protobuf.Struct state_delta = 3;
+   */
+  stateDelta?: JsonObject | undefined;
+
+  /**
+   * When set, the update succeeds only if the session's version equals it;
+   * otherwise FAILED_PRECONDITION with the current version in the
+   * "engram-current-version" trailer (and an ErrorInfo VERSION_CONFLICT).
+   *
+   * @generated from field: optional uint64 expected_version = 4;
+   */
+  expectedVersion?: bigint | undefined;
+};
+
+/**
+ * Describes the message engram.v1.UpdateSessionRequest.
+ * Use `create(UpdateSessionRequestSchema)` to create a new message.
+ */
+export const UpdateSessionRequestSchema: GenMessage<UpdateSessionRequest> = /*@__PURE__*/
+  messageDesc(file_engram_v1_memory, 10);
+
+/**
+ * UpdateSessionResponse holds the updated session.
+ *
+ * @generated from message engram.v1.UpdateSessionResponse
+ */
+export type UpdateSessionResponse = Message<"engram.v1.UpdateSessionResponse"> & {
+  /**
+   * The session after the update, with its merged state and new version.
+   *
+   * @generated from field: engram.v1.Session session = 1;
+   */
+  session?: Session | undefined;
+};
+
+/**
+ * Describes the message engram.v1.UpdateSessionResponse.
+ * Use `create(UpdateSessionResponseSchema)` to create a new message.
+ */
+export const UpdateSessionResponseSchema: GenMessage<UpdateSessionResponse> = /*@__PURE__*/
+  messageDesc(file_engram_v1_memory, 11);
+
+/**
  * DeleteSessionRequest names a session.
  *
  * @generated from message engram.v1.DeleteSessionRequest
@@ -437,7 +541,7 @@ export type DeleteSessionRequest = Message<"engram.v1.DeleteSessionRequest"> & {
  * Use `create(DeleteSessionRequestSchema)` to create a new message.
  */
 export const DeleteSessionRequestSchema: GenMessage<DeleteSessionRequest> = /*@__PURE__*/
-  messageDesc(file_engram_v1_memory, 10);
+  messageDesc(file_engram_v1_memory, 12);
 
 /**
  * DeleteSessionResponse tells whether a session was removed.
@@ -458,7 +562,7 @@ export type DeleteSessionResponse = Message<"engram.v1.DeleteSessionResponse"> &
  * Use `create(DeleteSessionResponseSchema)` to create a new message.
  */
 export const DeleteSessionResponseSchema: GenMessage<DeleteSessionResponse> = /*@__PURE__*/
-  messageDesc(file_engram_v1_memory, 11);
+  messageDesc(file_engram_v1_memory, 13);
 
 /**
  * EventInput is an event as a client submits it.
@@ -500,6 +604,15 @@ export type EventInput = Message<"engram.v1.EventInput"> & {
    * @generated from field: google.protobuf.Timestamp timestamp = 5;
    */
   timestamp?: Timestamp | undefined;
+
+  /**
+   * Optional state changes applied atomically with the append (see the
+   * state_delta rules at the top of this file; a null value deletes a key).
+   * Part of the event's identity for idempotent retries.
+   *
+   * @generated from field: google.protobuf.Struct state_delta = 6;
+   */
+  stateDelta?: JsonObject | undefined;
 };
 
 /**
@@ -507,7 +620,7 @@ export type EventInput = Message<"engram.v1.EventInput"> & {
  * Use `create(EventInputSchema)` to create a new message.
  */
 export const EventInputSchema: GenMessage<EventInput> = /*@__PURE__*/
-  messageDesc(file_engram_v1_memory, 12);
+  messageDesc(file_engram_v1_memory, 14);
 
 /**
  * AddEventRequest appends one event.
@@ -544,7 +657,7 @@ export type AddEventRequest = Message<"engram.v1.AddEventRequest"> & {
  * Use `create(AddEventRequestSchema)` to create a new message.
  */
 export const AddEventRequestSchema: GenMessage<AddEventRequest> = /*@__PURE__*/
-  messageDesc(file_engram_v1_memory, 13);
+  messageDesc(file_engram_v1_memory, 15);
 
 /**
  * AddEventResponse holds the stored event.
@@ -565,7 +678,7 @@ export type AddEventResponse = Message<"engram.v1.AddEventResponse"> & {
  * Use `create(AddEventResponseSchema)` to create a new message.
  */
 export const AddEventResponseSchema: GenMessage<AddEventResponse> = /*@__PURE__*/
-  messageDesc(file_engram_v1_memory, 14);
+  messageDesc(file_engram_v1_memory, 16);
 
 /**
  * AddEventsRequest appends a batch atomically.
@@ -600,7 +713,7 @@ export type AddEventsRequest = Message<"engram.v1.AddEventsRequest"> & {
  * Use `create(AddEventsRequestSchema)` to create a new message.
  */
 export const AddEventsRequestSchema: GenMessage<AddEventsRequest> = /*@__PURE__*/
-  messageDesc(file_engram_v1_memory, 15);
+  messageDesc(file_engram_v1_memory, 17);
 
 /**
  * AddEventsResponse holds the stored batch.
@@ -621,7 +734,7 @@ export type AddEventsResponse = Message<"engram.v1.AddEventsResponse"> & {
  * Use `create(AddEventsResponseSchema)` to create a new message.
  */
 export const AddEventsResponseSchema: GenMessage<AddEventsResponse> = /*@__PURE__*/
-  messageDesc(file_engram_v1_memory, 16);
+  messageDesc(file_engram_v1_memory, 18);
 
 /**
  * GetSessionEventsRequest reads a session's log.
@@ -679,7 +792,7 @@ export type GetSessionEventsRequest = Message<"engram.v1.GetSessionEventsRequest
  * Use `create(GetSessionEventsRequestSchema)` to create a new message.
  */
 export const GetSessionEventsRequestSchema: GenMessage<GetSessionEventsRequest> = /*@__PURE__*/
-  messageDesc(file_engram_v1_memory, 17);
+  messageDesc(file_engram_v1_memory, 19);
 
 /**
  * GetSessionEventsResponse is one page of a session's log.
@@ -714,7 +827,7 @@ export type GetSessionEventsResponse = Message<"engram.v1.GetSessionEventsRespon
  * Use `create(GetSessionEventsResponseSchema)` to create a new message.
  */
 export const GetSessionEventsResponseSchema: GenMessage<GetSessionEventsResponse> = /*@__PURE__*/
-  messageDesc(file_engram_v1_memory, 18);
+  messageDesc(file_engram_v1_memory, 20);
 
 /**
  * ListEventsRequest reads recent events.
@@ -742,7 +855,7 @@ export type ListEventsRequest = Message<"engram.v1.ListEventsRequest"> & {
  * Use `create(ListEventsRequestSchema)` to create a new message.
  */
 export const ListEventsRequestSchema: GenMessage<ListEventsRequest> = /*@__PURE__*/
-  messageDesc(file_engram_v1_memory, 19);
+  messageDesc(file_engram_v1_memory, 21);
 
 /**
  * ListEventsResponse holds recent events, oldest first.
@@ -763,7 +876,7 @@ export type ListEventsResponse = Message<"engram.v1.ListEventsResponse"> & {
  * Use `create(ListEventsResponseSchema)` to create a new message.
  */
 export const ListEventsResponseSchema: GenMessage<ListEventsResponse> = /*@__PURE__*/
-  messageDesc(file_engram_v1_memory, 20);
+  messageDesc(file_engram_v1_memory, 22);
 
 /**
  * StreamSessionEventsRequest opens a live subscription.
@@ -799,7 +912,7 @@ export type StreamSessionEventsRequest = Message<"engram.v1.StreamSessionEventsR
  * Use `create(StreamSessionEventsRequestSchema)` to create a new message.
  */
 export const StreamSessionEventsRequestSchema: GenMessage<StreamSessionEventsRequest> = /*@__PURE__*/
-  messageDesc(file_engram_v1_memory, 21);
+  messageDesc(file_engram_v1_memory, 23);
 
 /**
  * CaughtUp marks the end of the replay; live events follow.
@@ -820,7 +933,7 @@ export type CaughtUp = Message<"engram.v1.CaughtUp"> & {
  * Use `create(CaughtUpSchema)` to create a new message.
  */
 export const CaughtUpSchema: GenMessage<CaughtUp> = /*@__PURE__*/
-  messageDesc(file_engram_v1_memory, 22);
+  messageDesc(file_engram_v1_memory, 24);
 
 /**
  * Heartbeat is sent periodically while the stream is idle.
@@ -841,7 +954,7 @@ export type Heartbeat = Message<"engram.v1.Heartbeat"> & {
  * Use `create(HeartbeatSchema)` to create a new message.
  */
 export const HeartbeatSchema: GenMessage<Heartbeat> = /*@__PURE__*/
-  messageDesc(file_engram_v1_memory, 23);
+  messageDesc(file_engram_v1_memory, 25);
 
 /**
  * StreamSessionEventsResponse is one frame of a subscription.
@@ -886,7 +999,7 @@ export type StreamSessionEventsResponse = Message<"engram.v1.StreamSessionEvents
  * Use `create(StreamSessionEventsResponseSchema)` to create a new message.
  */
 export const StreamSessionEventsResponseSchema: GenMessage<StreamSessionEventsResponse> = /*@__PURE__*/
-  messageDesc(file_engram_v1_memory, 24);
+  messageDesc(file_engram_v1_memory, 26);
 
 /**
  * BuildConversationContextRequest asks for the context window of a session's
@@ -972,7 +1085,7 @@ export type BuildConversationContextRequest = Message<"engram.v1.BuildConversati
  * Use `create(BuildConversationContextRequestSchema)` to create a new message.
  */
 export const BuildConversationContextRequestSchema: GenMessage<BuildConversationContextRequest> = /*@__PURE__*/
-  messageDesc(file_engram_v1_memory, 25);
+  messageDesc(file_engram_v1_memory, 27);
 
 /**
  * ToolCallFunction is the function a tool call invokes.
@@ -1000,7 +1113,7 @@ export type ToolCallFunction = Message<"engram.v1.ToolCallFunction"> & {
  * Use `create(ToolCallFunctionSchema)` to create a new message.
  */
 export const ToolCallFunctionSchema: GenMessage<ToolCallFunction> = /*@__PURE__*/
-  messageDesc(file_engram_v1_memory, 26);
+  messageDesc(file_engram_v1_memory, 28);
 
 /**
  * ToolCall is one tool invocation of an assistant message.
@@ -1035,7 +1148,7 @@ export type ToolCall = Message<"engram.v1.ToolCall"> & {
  * Use `create(ToolCallSchema)` to create a new message.
  */
 export const ToolCallSchema: GenMessage<ToolCall> = /*@__PURE__*/
-  messageDesc(file_engram_v1_memory, 27);
+  messageDesc(file_engram_v1_memory, 29);
 
 /**
  * ChatMessage is one message in the OpenAI chat shape.
@@ -1092,7 +1205,7 @@ export type ChatMessage = Message<"engram.v1.ChatMessage"> & {
  * Use `create(ChatMessageSchema)` to create a new message.
  */
 export const ChatMessageSchema: GenMessage<ChatMessage> = /*@__PURE__*/
-  messageDesc(file_engram_v1_memory, 28);
+  messageDesc(file_engram_v1_memory, 30);
 
 /**
  * ContentPart is one part of a multi-part message (the OpenAI chat shape).
@@ -1127,7 +1240,7 @@ export type ContentPart = Message<"engram.v1.ContentPart"> & {
  * Use `create(ContentPartSchema)` to create a new message.
  */
 export const ContentPartSchema: GenMessage<ContentPart> = /*@__PURE__*/
-  messageDesc(file_engram_v1_memory, 29);
+  messageDesc(file_engram_v1_memory, 31);
 
 /**
  * ImageUrl references an image by URL (https: or data:).
@@ -1155,7 +1268,7 @@ export type ImageUrl = Message<"engram.v1.ImageUrl"> & {
  * Use `create(ImageUrlSchema)` to create a new message.
  */
 export const ImageUrlSchema: GenMessage<ImageUrl> = /*@__PURE__*/
-  messageDesc(file_engram_v1_memory, 30);
+  messageDesc(file_engram_v1_memory, 32);
 
 /**
  * ContextSection reports what one section contributed to a context.
@@ -1204,7 +1317,7 @@ export type ContextSection = Message<"engram.v1.ContextSection"> & {
  * Use `create(ContextSectionSchema)` to create a new message.
  */
 export const ContextSectionSchema: GenMessage<ContextSection> = /*@__PURE__*/
-  messageDesc(file_engram_v1_memory, 31);
+  messageDesc(file_engram_v1_memory, 33);
 
 /**
  * BuildConversationContextResponse is the assembled context.
@@ -1284,7 +1397,7 @@ export type BuildConversationContextResponse = Message<"engram.v1.BuildConversat
  * Use `create(BuildConversationContextResponseSchema)` to create a new message.
  */
 export const BuildConversationContextResponseSchema: GenMessage<BuildConversationContextResponse> = /*@__PURE__*/
-  messageDesc(file_engram_v1_memory, 32);
+  messageDesc(file_engram_v1_memory, 34);
 
 /**
  * GetStatsRequest has no fields.
@@ -1299,7 +1412,7 @@ export type GetStatsRequest = Message<"engram.v1.GetStatsRequest"> & {
  * Use `create(GetStatsRequestSchema)` to create a new message.
  */
 export const GetStatsRequestSchema: GenMessage<GetStatsRequest> = /*@__PURE__*/
-  messageDesc(file_engram_v1_memory, 33);
+  messageDesc(file_engram_v1_memory, 35);
 
 /**
  * GetStatsResponse reports totals over the store.
@@ -1341,7 +1454,7 @@ export type GetStatsResponse = Message<"engram.v1.GetStatsResponse"> & {
  * Use `create(GetStatsResponseSchema)` to create a new message.
  */
 export const GetStatsResponseSchema: GenMessage<GetStatsResponse> = /*@__PURE__*/
-  messageDesc(file_engram_v1_memory, 34);
+  messageDesc(file_engram_v1_memory, 36);
 
 /**
  * CleanupRequest removes stale sessions.
@@ -1376,7 +1489,7 @@ export type CleanupRequest = Message<"engram.v1.CleanupRequest"> & {
  * Use `create(CleanupRequestSchema)` to create a new message.
  */
 export const CleanupRequestSchema: GenMessage<CleanupRequest> = /*@__PURE__*/
-  messageDesc(file_engram_v1_memory, 35);
+  messageDesc(file_engram_v1_memory, 37);
 
 /**
  * CleanupResponse reports how many sessions were removed.
@@ -1397,7 +1510,7 @@ export type CleanupResponse = Message<"engram.v1.CleanupResponse"> & {
  * Use `create(CleanupResponseSchema)` to create a new message.
  */
 export const CleanupResponseSchema: GenMessage<CleanupResponse> = /*@__PURE__*/
-  messageDesc(file_engram_v1_memory, 36);
+  messageDesc(file_engram_v1_memory, 38);
 
 /**
  * DeleteUserDataRequest names the user to erase.
@@ -1425,7 +1538,7 @@ export type DeleteUserDataRequest = Message<"engram.v1.DeleteUserDataRequest"> &
  * Use `create(DeleteUserDataRequestSchema)` to create a new message.
  */
 export const DeleteUserDataRequestSchema: GenMessage<DeleteUserDataRequest> = /*@__PURE__*/
-  messageDesc(file_engram_v1_memory, 37);
+  messageDesc(file_engram_v1_memory, 39);
 
 /**
  * DeleteUserDataResponse reports what this call removed.
@@ -1460,7 +1573,7 @@ export type DeleteUserDataResponse = Message<"engram.v1.DeleteUserDataResponse">
  * Use `create(DeleteUserDataResponseSchema)` to create a new message.
  */
 export const DeleteUserDataResponseSchema: GenMessage<DeleteUserDataResponse> = /*@__PURE__*/
-  messageDesc(file_engram_v1_memory, 38);
+  messageDesc(file_engram_v1_memory, 40);
 
 /**
  * SearchEventsRequest searches the events of an app's (or a user's)
@@ -1510,7 +1623,7 @@ export type SearchEventsRequest = Message<"engram.v1.SearchEventsRequest"> & {
  * Use `create(SearchEventsRequestSchema)` to create a new message.
  */
 export const SearchEventsRequestSchema: GenMessage<SearchEventsRequest> = /*@__PURE__*/
-  messageDesc(file_engram_v1_memory, 39);
+  messageDesc(file_engram_v1_memory, 41);
 
 /**
  * EventHit is one event matching a search.
@@ -1559,7 +1672,7 @@ export type EventHit = Message<"engram.v1.EventHit"> & {
  * Use `create(EventHitSchema)` to create a new message.
  */
 export const EventHitSchema: GenMessage<EventHit> = /*@__PURE__*/
-  messageDesc(file_engram_v1_memory, 40);
+  messageDesc(file_engram_v1_memory, 42);
 
 /**
  * SearchEventsResponse is the ranked result.
@@ -1580,7 +1693,7 @@ export type SearchEventsResponse = Message<"engram.v1.SearchEventsResponse"> & {
  * Use `create(SearchEventsResponseSchema)` to create a new message.
  */
 export const SearchEventsResponseSchema: GenMessage<SearchEventsResponse> = /*@__PURE__*/
-  messageDesc(file_engram_v1_memory, 41);
+  messageDesc(file_engram_v1_memory, 43);
 
 /**
  * RecallRequest asks for everything an agent should know before its next
@@ -1645,7 +1758,7 @@ export type RecallRequest = Message<"engram.v1.RecallRequest"> & {
  * Use `create(RecallRequestSchema)` to create a new message.
  */
 export const RecallRequestSchema: GenMessage<RecallRequest> = /*@__PURE__*/
-  messageDesc(file_engram_v1_memory, 42);
+  messageDesc(file_engram_v1_memory, 44);
 
 /**
  * RecallResponse holds the recalled parts and their rendering.
@@ -1723,7 +1836,7 @@ export type RecallResponse = Message<"engram.v1.RecallResponse"> & {
  * Use `create(RecallResponseSchema)` to create a new message.
  */
 export const RecallResponseSchema: GenMessage<RecallResponse> = /*@__PURE__*/
-  messageDesc(file_engram_v1_memory, 43);
+  messageDesc(file_engram_v1_memory, 45);
 
 /**
  * MemoryService stores and serves agents' session event logs.
@@ -1775,6 +1888,17 @@ export const MemoryService: GenService<{
     output: typeof ListSessionsResponseSchema;
   },
   /**
+   * UpdateSession replaces a session's metadata and/or applies a state delta
+   * (see state_delta above), optionally only at an expected version.
+   *
+   * @generated from rpc engram.v1.MemoryService.UpdateSession
+   */
+  updateSession: {
+    methodKind: "unary";
+    input: typeof UpdateSessionRequestSchema;
+    output: typeof UpdateSessionResponseSchema;
+  },
+  /**
    * DeleteSession removes a session and all its events.
    *
    * @generated from rpc engram.v1.MemoryService.DeleteSession
@@ -1786,6 +1910,9 @@ export const MemoryService: GenService<{
   },
   /**
    * AddEvent appends one event and returns it with its server-assigned seq.
+   * The event's state_delta is applied in the same atomic step: an append
+   * that is refused changes no state, and a retry of a stored event (same
+   * event_id) does not apply its delta again.
    *
    * @generated from rpc engram.v1.MemoryService.AddEvent
    */
@@ -1795,7 +1922,8 @@ export const MemoryService: GenService<{
     output: typeof AddEventResponseSchema;
   },
   /**
-   * AddEvents appends a batch atomically: all events or none.
+   * AddEvents appends a batch atomically: all events or none, with their
+   * state deltas applied in order.
    *
    * @generated from rpc engram.v1.MemoryService.AddEvents
    */

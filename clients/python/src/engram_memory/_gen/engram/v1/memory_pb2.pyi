@@ -17,6 +17,18 @@ Identifier rules (violations answer INVALID_ARGUMENT naming the field):
                         context).
   content:              any JSON value, at most 256 KiB once serialised
                         (configurable), nested at most 64 levels deep.
+  state_delta:          a JSON object of state changes (ADK's model, see
+                        Session.state). Keys are 1..256 UTF-8 bytes;
+                        "app:<key>" changes the app-wide state,
+                        "user:<key>" the user's state (shared by every
+                        session of that app_name and user_id), "temp:<key>"
+                        is dropped (never stored), any other key the
+                        session's own state. A null value deletes the key.
+                        At most 64 KiB once serialised, nested at most 64
+                        levels deep; a state (session, user or app) holds
+                        at most 1000 keys and 1 MiB, and a change that would
+                        pass a limit is refused with INVALID_ARGUMENT
+                        naming the field, changing nothing.
 """
 
 from collections import abc as _abc
@@ -53,6 +65,8 @@ class Session(_message.Message):
     HEAD_SEQ_FIELD_NUMBER: _builtins.int
     FIRST_SEQ_FIELD_NUMBER: _builtins.int
     EVENT_COUNT_FIELD_NUMBER: _builtins.int
+    STATE_FIELD_NUMBER: _builtins.int
+    VERSION_FIELD_NUMBER: _builtins.int
     session_id: _builtins.str
     """Unique id of the session."""
     app_name: _builtins.str
@@ -65,6 +79,11 @@ class Session(_message.Message):
     """Seq of the oldest event still retained (head_seq + 1 when none is)."""
     event_count: _builtins.int
     """Number of events currently retained."""
+    version: _builtins.int
+    """Increases by one with each UpdateSession and each append whose events
+    carry a non-empty state_delta; 0 until then. UpdateSession's
+    expected_version is checked against it.
+    """
     @_builtins.property
     def metadata(self) -> _struct_pb2.Struct:
         """Free-form metadata given at creation."""
@@ -76,6 +95,13 @@ class Session(_message.Message):
     @_builtins.property
     def updated_at(self) -> _timestamp_pb2.Timestamp:
         """When the session was created or last appended to."""
+
+    @_builtins.property
+    def state(self) -> _struct_pb2.Struct:
+        """The session's state as ADK merges it: the session's own keys, plus the
+        app-wide state's keys prefixed "app:" and the user's state's keys
+        prefixed "user:". Changed by events' state_delta and UpdateSession.
+        """
 
     def __init__(
         self,
@@ -89,10 +115,12 @@ class Session(_message.Message):
         head_seq: _builtins.int = ...,
         first_seq: _builtins.int = ...,
         event_count: _builtins.int = ...,
+        state: _struct_pb2.Struct | None = ...,
+        version: _builtins.int = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["created_at", b"created_at", "metadata", b"metadata", "updated_at", b"updated_at"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["created_at", b"created_at", "metadata", b"metadata", "state", b"state", "updated_at", b"updated_at"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["app_name", b"app_name", "created_at", b"created_at", "event_count", b"event_count", "first_seq", b"first_seq", "head_seq", b"head_seq", "metadata", b"metadata", "session_id", b"session_id", "updated_at", b"updated_at", "user_id", b"user_id"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["app_name", b"app_name", "created_at", b"created_at", "event_count", b"event_count", "first_seq", b"first_seq", "head_seq", b"head_seq", "metadata", b"metadata", "session_id", b"session_id", "state", b"state", "updated_at", b"updated_at", "user_id", b"user_id", "version", b"version"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -111,6 +139,7 @@ class Event(_message.Message):
     TIMESTAMP_FIELD_NUMBER: _builtins.int
     SEQ_FIELD_NUMBER: _builtins.int
     SESSION_ID_FIELD_NUMBER: _builtins.int
+    STATE_DELTA_FIELD_NUMBER: _builtins.int
     event_id: _builtins.str
     """Client-supplied idempotency key, or a server-generated UUID."""
     event_type: _builtins.str
@@ -131,6 +160,12 @@ class Event(_message.Message):
     def timestamp(self) -> _timestamp_pb2.Timestamp:
         """When the event happened; set by the server when the client omits it."""
 
+    @_builtins.property
+    def state_delta(self) -> _struct_pb2.Struct:
+        """The state changes the event carried, without "temp:" keys; absent when
+        none. Streams and reads return it with the event.
+        """
+
     def __init__(
         self,
         *,
@@ -141,10 +176,11 @@ class Event(_message.Message):
         timestamp: _timestamp_pb2.Timestamp | None = ...,
         seq: _builtins.int = ...,
         session_id: _builtins.str = ...,
+        state_delta: _struct_pb2.Struct | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["content", b"content", "metadata", b"metadata", "timestamp", b"timestamp"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["content", b"content", "metadata", b"metadata", "state_delta", b"state_delta", "timestamp", b"timestamp"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["content", b"content", "event_id", b"event_id", "event_type", b"event_type", "metadata", b"metadata", "seq", b"seq", "session_id", b"session_id", "timestamp", b"timestamp"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["content", b"content", "event_id", b"event_id", "event_type", b"event_type", "metadata", b"metadata", "seq", b"seq", "session_id", b"session_id", "state_delta", b"state_delta", "timestamp", b"timestamp"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -392,6 +428,75 @@ class ListSessionsResponse(_message.Message):
 Global___ListSessionsResponse: _TypeAlias = ListSessionsResponse  # noqa: Y015
 
 @_typing.final
+class UpdateSessionRequest(_message.Message):
+    """UpdateSessionRequest changes a session's metadata and state."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    SESSION_ID_FIELD_NUMBER: _builtins.int
+    METADATA_FIELD_NUMBER: _builtins.int
+    STATE_DELTA_FIELD_NUMBER: _builtins.int
+    EXPECTED_VERSION_FIELD_NUMBER: _builtins.int
+    session_id: _builtins.str
+    """Required."""
+    expected_version: _builtins.int
+    """When set, the update succeeds only if the session's version equals it;
+    otherwise FAILED_PRECONDITION with the current version in the
+    "engram-current-version" trailer (and an ErrorInfo VERSION_CONFLICT).
+    """
+    @_builtins.property
+    def metadata(self) -> _struct_pb2.Struct:
+        """When set, replaces the session's metadata."""
+
+    @_builtins.property
+    def state_delta(self) -> _struct_pb2.Struct:
+        """When set, applied as an event's state_delta is (null deletes a key;
+        "app:", "user:" and "temp:" keys as described at the top of this file).
+        """
+
+    def __init__(
+        self,
+        *,
+        session_id: _builtins.str = ...,
+        metadata: _struct_pb2.Struct | None = ...,
+        state_delta: _struct_pb2.Struct | None = ...,
+        expected_version: _builtins.int | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_expected_version", b"_expected_version", "expected_version", b"expected_version", "metadata", b"metadata", "state_delta", b"state_delta"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_expected_version", b"_expected_version", "expected_version", b"expected_version", "metadata", b"metadata", "session_id", b"session_id", "state_delta", b"state_delta"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    _WhichOneofReturnType__expected_version: _TypeAlias = _typing.Literal["expected_version"]  # noqa: Y015
+    _WhichOneofArgType__expected_version: _TypeAlias = _typing.Literal["_expected_version", b"_expected_version"]  # noqa: Y015
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__expected_version) -> _WhichOneofReturnType__expected_version | None: ...
+
+Global___UpdateSessionRequest: _TypeAlias = UpdateSessionRequest  # noqa: Y015
+
+@_typing.final
+class UpdateSessionResponse(_message.Message):
+    """UpdateSessionResponse holds the updated session."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    SESSION_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def session(self) -> Global___Session:
+        """The session after the update, with its merged state and new version."""
+
+    def __init__(
+        self,
+        *,
+        session: Global___Session | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["session", b"session"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["session", b"session"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___UpdateSessionResponse: _TypeAlias = UpdateSessionResponse  # noqa: Y015
+
+@_typing.final
 class DeleteSessionRequest(_message.Message):
     """DeleteSessionRequest names a session."""
 
@@ -446,6 +551,7 @@ class EventInput(_message.Message):
     CONTENT_FIELD_NUMBER: _builtins.int
     METADATA_FIELD_NUMBER: _builtins.int
     TIMESTAMP_FIELD_NUMBER: _builtins.int
+    STATE_DELTA_FIELD_NUMBER: _builtins.int
     event_id: _builtins.str
     """Optional idempotency key; a UUID is generated when omitted."""
     event_type: _builtins.str
@@ -462,6 +568,13 @@ class EventInput(_message.Message):
     def timestamp(self) -> _timestamp_pb2.Timestamp:
         """Optional; the server's clock when omitted."""
 
+    @_builtins.property
+    def state_delta(self) -> _struct_pb2.Struct:
+        """Optional state changes applied atomically with the append (see the
+        state_delta rules at the top of this file; a null value deletes a key).
+        Part of the event's identity for idempotent retries.
+        """
+
     def __init__(
         self,
         *,
@@ -470,10 +583,11 @@ class EventInput(_message.Message):
         content: _struct_pb2.Value | None = ...,
         metadata: _struct_pb2.Struct | None = ...,
         timestamp: _timestamp_pb2.Timestamp | None = ...,
+        state_delta: _struct_pb2.Struct | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["content", b"content", "metadata", b"metadata", "timestamp", b"timestamp"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["content", b"content", "metadata", b"metadata", "state_delta", b"state_delta", "timestamp", b"timestamp"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["content", b"content", "event_id", b"event_id", "event_type", b"event_type", "metadata", b"metadata", "timestamp", b"timestamp"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["content", b"content", "event_id", b"event_id", "event_type", b"event_type", "metadata", b"metadata", "state_delta", b"state_delta", "timestamp", b"timestamp"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

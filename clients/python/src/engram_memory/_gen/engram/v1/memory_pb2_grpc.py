@@ -56,6 +56,11 @@ class MemoryServiceStub:
                 request_serializer=engram_dot_v1_dot_memory__pb2.ListSessionsRequest.SerializeToString,
                 response_deserializer=engram_dot_v1_dot_memory__pb2.ListSessionsResponse.FromString,
                 _registered_method=True)
+        self.UpdateSession = channel.unary_unary(
+                '/engram.v1.MemoryService/UpdateSession',
+                request_serializer=engram_dot_v1_dot_memory__pb2.UpdateSessionRequest.SerializeToString,
+                response_deserializer=engram_dot_v1_dot_memory__pb2.UpdateSessionResponse.FromString,
+                _registered_method=True)
         self.DeleteSession = channel.unary_unary(
                 '/engram.v1.MemoryService/DeleteSession',
                 request_serializer=engram_dot_v1_dot_memory__pb2.DeleteSessionRequest.SerializeToString,
@@ -183,6 +188,14 @@ class MemoryServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def UpdateSession(self, request, context):
+        """UpdateSession replaces a session's metadata and/or applies a state delta
+        (see state_delta above), optionally only at an expected version.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def DeleteSession(self, request, context):
         """DeleteSession removes a session and all its events.
         """
@@ -192,13 +205,17 @@ class MemoryServiceServicer:
 
     def AddEvent(self, request, context):
         """AddEvent appends one event and returns it with its server-assigned seq.
+        The event's state_delta is applied in the same atomic step: an append
+        that is refused changes no state, and a retry of a stored event (same
+        event_id) does not apply its delta again.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
     def AddEvents(self, request, context):
-        """AddEvents appends a batch atomically: all events or none.
+        """AddEvents appends a batch atomically: all events or none, with their
+        state deltas applied in order.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -353,6 +370,11 @@ def add_MemoryServiceServicer_to_server(servicer, server):
                     servicer.ListSessions,
                     request_deserializer=engram_dot_v1_dot_memory__pb2.ListSessionsRequest.FromString,
                     response_serializer=engram_dot_v1_dot_memory__pb2.ListSessionsResponse.SerializeToString,
+            ),
+            'UpdateSession': grpc.unary_unary_rpc_method_handler(
+                    servicer.UpdateSession,
+                    request_deserializer=engram_dot_v1_dot_memory__pb2.UpdateSessionRequest.FromString,
+                    response_serializer=engram_dot_v1_dot_memory__pb2.UpdateSessionResponse.SerializeToString,
             ),
             'DeleteSession': grpc.unary_unary_rpc_method_handler(
                     servicer.DeleteSession,
@@ -554,6 +576,33 @@ class MemoryService:
             '/engram.v1.MemoryService/ListSessions',
             engram_dot_v1_dot_memory__pb2.ListSessionsRequest.SerializeToString,
             engram_dot_v1_dot_memory__pb2.ListSessionsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def UpdateSession(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/engram.v1.MemoryService/UpdateSession',
+            engram_dot_v1_dot_memory__pb2.UpdateSessionRequest.SerializeToString,
+            engram_dot_v1_dot_memory__pb2.UpdateSessionResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -17,6 +17,18 @@ Identifier rules (violations answer INVALID_ARGUMENT naming the field):
                         context).
   content:              any JSON value, at most 256 KiB once serialised
                         (configurable), nested at most 64 levels deep.
+  state_delta:          a JSON object of state changes (ADK's model, see
+                        Session.state). Keys are 1..256 UTF-8 bytes;
+                        "app:<key>" changes the app-wide state,
+                        "user:<key>" the user's state (shared by every
+                        session of that app_name and user_id), "temp:<key>"
+                        is dropped (never stored), any other key the
+                        session's own state. A null value deletes the key.
+                        At most 64 KiB once serialised, nested at most 64
+                        levels deep; a state (session, user or app) holds
+                        at most 1000 keys and 1 MiB, and a change that would
+                        pass a limit is refused with INVALID_ARGUMENT
+                        naming the field, changing nothing.
 """
 
 from collections import abc as _abc
@@ -64,12 +76,22 @@ class MemoryServiceStub:
     """ListSessions pages through sessions in session_id order, optionally
     filtered by app_name and user_id.
     """
+    UpdateSession: _grpc.UnaryUnaryMultiCallable[_memory_pb2.UpdateSessionRequest, _memory_pb2.UpdateSessionResponse]
+    """UpdateSession replaces a session's metadata and/or applies a state delta
+    (see state_delta above), optionally only at an expected version.
+    """
     DeleteSession: _grpc.UnaryUnaryMultiCallable[_memory_pb2.DeleteSessionRequest, _memory_pb2.DeleteSessionResponse]
     """DeleteSession removes a session and all its events."""
     AddEvent: _grpc.UnaryUnaryMultiCallable[_memory_pb2.AddEventRequest, _memory_pb2.AddEventResponse]
-    """AddEvent appends one event and returns it with its server-assigned seq."""
+    """AddEvent appends one event and returns it with its server-assigned seq.
+    The event's state_delta is applied in the same atomic step: an append
+    that is refused changes no state, and a retry of a stored event (same
+    event_id) does not apply its delta again.
+    """
     AddEvents: _grpc.UnaryUnaryMultiCallable[_memory_pb2.AddEventsRequest, _memory_pb2.AddEventsResponse]
-    """AddEvents appends a batch atomically: all events or none."""
+    """AddEvents appends a batch atomically: all events or none, with their
+    state deltas applied in order.
+    """
     GetSessionEvents: _grpc.UnaryUnaryMultiCallable[_memory_pb2.GetSessionEventsRequest, _memory_pb2.GetSessionEventsResponse]
     """GetSessionEvents reads a session's events in seq order."""
     ListEvents: _grpc.UnaryUnaryMultiCallable[_memory_pb2.ListEventsRequest, _memory_pb2.ListEventsResponse]
@@ -152,12 +174,22 @@ class MemoryServiceAsyncStub(MemoryServiceStub):
     """ListSessions pages through sessions in session_id order, optionally
     filtered by app_name and user_id.
     """
+    UpdateSession: _aio.UnaryUnaryMultiCallable[_memory_pb2.UpdateSessionRequest, _memory_pb2.UpdateSessionResponse]  # type: ignore[assignment]
+    """UpdateSession replaces a session's metadata and/or applies a state delta
+    (see state_delta above), optionally only at an expected version.
+    """
     DeleteSession: _aio.UnaryUnaryMultiCallable[_memory_pb2.DeleteSessionRequest, _memory_pb2.DeleteSessionResponse]  # type: ignore[assignment]
     """DeleteSession removes a session and all its events."""
     AddEvent: _aio.UnaryUnaryMultiCallable[_memory_pb2.AddEventRequest, _memory_pb2.AddEventResponse]  # type: ignore[assignment]
-    """AddEvent appends one event and returns it with its server-assigned seq."""
+    """AddEvent appends one event and returns it with its server-assigned seq.
+    The event's state_delta is applied in the same atomic step: an append
+    that is refused changes no state, and a retry of a stored event (same
+    event_id) does not apply its delta again.
+    """
     AddEvents: _aio.UnaryUnaryMultiCallable[_memory_pb2.AddEventsRequest, _memory_pb2.AddEventsResponse]  # type: ignore[assignment]
-    """AddEvents appends a batch atomically: all events or none."""
+    """AddEvents appends a batch atomically: all events or none, with their
+    state deltas applied in order.
+    """
     GetSessionEvents: _aio.UnaryUnaryMultiCallable[_memory_pb2.GetSessionEventsRequest, _memory_pb2.GetSessionEventsResponse]  # type: ignore[assignment]
     """GetSessionEvents reads a session's events in seq order."""
     ListEvents: _aio.UnaryUnaryMultiCallable[_memory_pb2.ListEventsRequest, _memory_pb2.ListEventsResponse]  # type: ignore[assignment]
@@ -263,6 +295,16 @@ class MemoryServiceServicer(metaclass=_abc_1.ABCMeta):
         """
 
     @_abc_1.abstractmethod
+    def UpdateSession(
+        self,
+        request: _memory_pb2.UpdateSessionRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_memory_pb2.UpdateSessionResponse, _abc.Awaitable[_memory_pb2.UpdateSessionResponse]]:
+        """UpdateSession replaces a session's metadata and/or applies a state delta
+        (see state_delta above), optionally only at an expected version.
+        """
+
+    @_abc_1.abstractmethod
     def DeleteSession(
         self,
         request: _memory_pb2.DeleteSessionRequest,
@@ -276,7 +318,11 @@ class MemoryServiceServicer(metaclass=_abc_1.ABCMeta):
         request: _memory_pb2.AddEventRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_memory_pb2.AddEventResponse, _abc.Awaitable[_memory_pb2.AddEventResponse]]:
-        """AddEvent appends one event and returns it with its server-assigned seq."""
+        """AddEvent appends one event and returns it with its server-assigned seq.
+        The event's state_delta is applied in the same atomic step: an append
+        that is refused changes no state, and a retry of a stored event (same
+        event_id) does not apply its delta again.
+        """
 
     @_abc_1.abstractmethod
     def AddEvents(
@@ -284,7 +330,9 @@ class MemoryServiceServicer(metaclass=_abc_1.ABCMeta):
         request: _memory_pb2.AddEventsRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_memory_pb2.AddEventsResponse, _abc.Awaitable[_memory_pb2.AddEventsResponse]]:
-        """AddEvents appends a batch atomically: all events or none."""
+        """AddEvents appends a batch atomically: all events or none, with their
+        state deltas applied in order.
+        """
 
     @_abc_1.abstractmethod
     def GetSessionEvents(

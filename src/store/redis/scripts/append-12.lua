@@ -1,7 +1,9 @@
 --[[
   Appends a batch of events to one session, atomically and in O(batch):
   session check, event_id idempotency, expected_seq, consecutive seqs,
-  ring-buffer trim, session/indexes/counters update and the notice.
+  ring-buffer trim, session/indexes/counters update, the new events' state
+  deltas (includes/state.lua; a retry's delta is not applied again) and the
+  notice.
 
   A trimmed event's id stays in the ids hash for the dedupe window, listed in
   the trimmed-ids zset by trim time, so that a retry of it is still a retry;
@@ -21,6 +23,7 @@
           (zsets, score = ingest position: the store-wide count of events
           appended when the event was, never the client's timestamp)
   KEYS[10] trimmed ids (zset: event id by trim time)
+  KEYS[11] the user's state   KEYS[12] the app's state (hashes, includes/state.lua)
 
   ARGV[1] session id                  ARGV[2] session id as JSON (for the notice)
   ARGV[3] expected seq, "" for none   ARGV[4] now (epoch ms)
@@ -33,11 +36,14 @@
   ARGV[13 + 4n] dedupe window (ms; 0: trimmed ids are forgotten at once)
   ARGV[14 + 4n] most trimmed ids kept per session
   ARGV[15 + 4n] number of apps with their own events cap, then per app: app name, cap
+  then: most entries of a state, most bytes of a state, and per event its
+  state changes (a count, then 3 per change: includes/state.lua)
 
   Encoded event: "<len>:<event type><len>:<event id><json>" (byte lengths), so
   the type and id can be read here without decoding the JSON (includes/frames.lua).
 
   Replies {"NOT_FOUND"} | {"MOVED"} | {"DUPLICATE", event id} | {"CONFLICT", head}
+        | {"TOO_LARGE", scope, entries, bytes} (nothing appended)
         | {"OK", replayed 0/1, head, first, then per event: seq, stored encoding or ""
            (nil for a retry of a trimmed event), then the number of events trimmed}
 
@@ -49,6 +55,7 @@
 ]]
 --- @include "frames"
 --- @include "recent"
+--- @include "state"
 
 -- An ids hash entry "seq:fingerprint": its seq (the stored text) and its fingerprint.
 local function splitIndexed(indexed)
@@ -113,6 +120,21 @@ end
 
 if ARGV[3] ~= "" and tonumber(ARGV[3]) ~= head then
   return {"CONFLICT", head}
+end
+
+-- The new events' state changes, checked and written before any event is: a refused state appends nothing.
+local stateArgs = 16 + 4 * n + 2 * (tonumber(ARGV[15 + 4 * n]) or 0)
+local pending = {}
+local stateAt = stateArgs + 2
+for i = 1, n do
+  stateAt = readStateChanges(stateAt, pending, not known[i])
+end
+if hasStateChanges(pending) then
+  local refused = applyStateChanges(pending, {s = KEYS[1], u = KEYS[11], a = KEYS[12]}, tonumber(ARGV[stateArgs]), tonumber(ARGV[stateArgs + 1]))
+  if refused then
+    return refused
+  end
+  redis.call("HINCRBY", KEYS[1], "ver", 1)
 end
 
 local appended = {}
