@@ -50,10 +50,11 @@ it("keeps sessions, memories and transcripts for the Python client, holds each k
   });
   const seen = JSON.parse(stdout);
 
-  expect(seen.tools).toEqual(["append_events", "build_context", "create_session", "forget", "get_session", "list_events", "list_sessions", "read_events", "recall", "remember", "search_memories"]);
+  expect(seen.tools).toEqual(["append_events", "build_context", "create_session", "forget", "get_session", "get_state", "list_events", "list_sessions", "read_events", "recall", "remember", "search_memories", "update_session"]);
   // Alice's key is bound to her app and user: both are filled in.
   expect(seen.created.session).toMatchObject({ session_id: session, app_name: APP, user_id: "alice", metadata: { via: "python" } });
   expect(seen.appended_seqs).toEqual(["1", "2"]);
+  expect(seen.state).toEqual({ session_id: session, state: { "user:milk": "oat" }, version: "1" });
   expect(seen.read_contents).toEqual(["I only drink oat milk.", "Oat milk it is."]);
   expect(seen.context_roles).toEqual(["user", "assistant"]);
   expect(seen.remembered_user).toBe("alice");

@@ -52,6 +52,8 @@ async def as_alice(seen: dict[str, Any]) -> None:
             },
         )
         seen["appended_seqs"] = [e["seq"] for e in appended.structured_content["events"]]
+        await c.call_tool("update_session", {"session_id": SESSION, "expected_version": 0, "state_delta": {"user:milk": "oat", "temp:x": 1}})
+        seen["state"] = (await c.call_tool("get_state", {"session_id": SESSION})).structured_content
         read = await c.call_tool("read_events", {"session_id": SESSION})
         seen["read_contents"] = [e["content"] for e in read.structured_content["events"]]
         context = await c.call_tool("build_context", {"session_id": SESSION, "token_budget": 500})

@@ -107,7 +107,7 @@ describe("MCP tools", () => {
     expect(client.getServerVersion()?.name).toBe("engram");
     const { tools } = await client.listTools();
     expect(tools.map((t) => t.name).sort()).toEqual(
-      ["append_events", "build_context", "create_session", "forget", "get_session", "list_events", "list_sessions", "read_events", "recall", "remember", "search_memories"].sort(),
+      ["append_events", "build_context", "create_session", "forget", "get_session", "get_state", "list_events", "list_sessions", "read_events", "recall", "remember", "search_memories", "update_session"].sort(),
     );
     const append = tools.find((t) => t.name === "append_events")!;
     expect(append.inputSchema.required).toEqual(expect.arrayContaining(["session_id", "events"]));
@@ -147,6 +147,32 @@ describe("MCP tools", () => {
     const context = await ok(client, "build_context", { session_id: id, token_budget: 1000 });
     expect(context.text).toContain("Lisbon");
     expect(context.messages.map((m: { role: string }) => m.role)).toEqual(["user", "assistant", "user"]);
+  });
+
+  it("keeps session state: deltas with appends, update_session under an expected version, user and app keys shared, temp keys dropped", async () => {
+    const client = await mcpClient("app");
+    const id = sid("state");
+    const sibling = sid("state-sibling");
+    await ok(client, "create_session", { app_name: APP, user_id: "hana", session_id: id });
+    await ok(client, "create_session", { app_name: APP, user_id: "hana", session_id: sibling });
+    const appended = await ok(client, "append_events", {
+      session_id: id,
+      events: [{ event_type: "user_message", content: "I prefer metric units.", state_delta: { step: 1, "user:units": "metric", "temp:scratch": "x" } }],
+    });
+    expect(appended.events[0].state_delta).toEqual({ step: 1, "user:units": "metric" });
+    expect(await ok(client, "get_state", { session_id: id })).toEqual({ session_id: id, state: { step: 1, "user:units": "metric" }, version: "1" });
+
+    const updated = await ok(client, "update_session", { session_id: id, expected_version: 1, state_delta: { step: 2, "app:greeting": "hi" }, metadata: { stage: "two" } });
+    expect(updated.session).toMatchObject({ state: { step: 2, "user:units": "metric", "app:greeting": "hi" }, version: "2", metadata: { stage: "two" } });
+    // The user's and the app's keys reach the user's other session; the session's own key does not.
+    expect((await ok(client, "get_state", { session_id: sibling })).state).toEqual({ "user:units": "metric", "app:greeting": "hi" });
+
+    expect(await toolErrorText(client, "update_session", { session_id: id, expected_version: 1, state_delta: { step: 3 } })).toBe(
+      "failed_precondition: expected_version: expected 1 but the session's current version is 2",
+    );
+    expect(await toolErrorText(client, "update_session", { session_id: id, state_delta: "step=3" })).toMatch(/state_delta/);
+    await ok(client, "update_session", { session_id: id, state_delta: { step: null, "app:greeting": null } });
+    expect((await ok(client, "get_state", { session_id: id })).state).toEqual({ "user:units": "metric" });
   });
 
   it("remembers, recalls, searches and forgets long-term memories", async () => {
@@ -241,6 +267,8 @@ describe("MCP auth and tenancy", () => {
         ["read_events", { session_id: id }],
         ["build_context", { session_id: id }],
         ["recall", { session_id: id, query: "door" }],
+        ["get_state", { session_id: id }],
+        ["update_session", { session_id: id, state_delta: { hijacked: true } }],
         ["append_events", { session_id: id, events: [{ event_type: "user_message", content: "injected" }] }],
       ] as const) {
         expect(await toolErrorText(intruder, tool, args), `${label} ${tool}`).toBe(`not_found: session_id: session ${JSON.stringify(id)} not found`);
@@ -256,6 +284,7 @@ describe("MCP auth and tenancy", () => {
     expect(await toolErrorText(bob, "create_session", { app_name: APP, user_id: "alice" })).toMatch(/^permission_denied: user_id:/);
     // Nothing was injected.
     expect((await ok(alice, "read_events", { session_id: id })).events).toHaveLength(1);
+    expect((await ok(alice, "get_state", { session_id: id })).state).toEqual({});
   });
 
   it("lets a read-only key read but not write", async () => {

@@ -35,7 +35,8 @@ const METHODS = [...new Set([...ENGRAM_TOOLS.map((t) => t.method), "listSessions
 
 const INSTRUCTIONS =
   "Engram is a memory server. Sessions are ordered event logs of one user's conversation with one app: " +
-  "create_session, append_events, read_events and build_context keep and read them. Long-term memories outlive sessions: " +
+  "create_session, append_events, read_events and build_context keep and read them; get_state and update_session (or an event's state_delta) keep their state. " +
+  "Long-term memories outlive sessions: " +
   "remember stores a fact, recall gathers what matters for a session's next turn, search_memories and forget find and remove memories.";
 
 /**
@@ -101,7 +102,7 @@ function engramMcpServer(rpc: GuardedRpc, report: InternalErrorReporter): McpSer
           // zod has checked every field's type; what is left is a value proto JSON cannot hold.
           throw invalidArgument("arguments", err instanceof Error ? err.message : String(err));
         }
-        return toolResult(tool.response, await rpc(tool.method, request));
+        return toolResult(tool.response, await rpc(tool.method, request), tool.fromResponse);
       } catch (err) {
         return toolError(err, report);
       }

@@ -17,9 +17,10 @@ function codeName(code: Code): string {
   return Code[code].replace(/([a-z])([A-Z])/g, "$1_$2").toLowerCase();
 }
 
-/** A tool's answer: the RPC response as proto JSON. */
-export function toolResult(schema: DescMessage, response: unknown): CallToolResult {
-  const json = toJson(schema, response as never, JSON_WRITE_OPTIONS) as JsonObject;
+/** A tool's answer: the RPC response as proto JSON, or what `shape` makes of it. */
+export function toolResult(schema: DescMessage, response: unknown, shape?: (response: JsonObject) => JsonObject): CallToolResult {
+  const full = toJson(schema, response as never, JSON_WRITE_OPTIONS) as JsonObject;
+  const json = shape ? shape(full) : full;
   return { content: [{ type: "text", text: JSON.stringify(json) }], structuredContent: json };
 }
 

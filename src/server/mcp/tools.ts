@@ -26,6 +26,8 @@ import {
   ListSessionsResponseSchema,
   RecallRequestSchema,
   RecallResponseSchema,
+  UpdateSessionRequestSchema,
+  UpdateSessionResponseSchema,
 } from "@engram-memory/client/gen/engram/v1/memory_pb.js";
 import {
   DeleteMemoriesRequestSchema,
@@ -51,6 +53,8 @@ export interface EngramTool {
   response: DescMessage;
   /** The request's proto JSON from the checked arguments; the arguments themselves when absent. */
   toRequest?: (args: JsonObject) => JsonValue;
+  /** The tool's answer from the response's proto JSON; the response itself when absent. */
+  fromResponse?: (response: JsonObject) => JsonObject;
   annotations: ToolAnnotations;
 }
 
@@ -58,6 +62,10 @@ const uint32 = () => z.number().int().min(0).max(0xffff_ffff);
 const seq = () => z.number().int().min(0).max(Number.MAX_SAFE_INTEGER);
 const sessionId = () => z.string().describe("The session's id.");
 const jsonObject = () => z.record(z.string(), z.json());
+const stateDelta = () =>
+  jsonObject().describe(
+    'State changes: "key" sets the session\'s state, "user:key" the user\'s (shared by their sessions), "app:key" the app\'s; "temp:key" is never stored; null deletes a key.',
+  );
 const scopeMatch = () =>
   z.enum(["visible", "within", "exact"]).describe(
     "visible: memories a caller in that scope may recall (shared ones too); within: every memory inside the scope; exact: exactly that scope.",
@@ -99,6 +107,37 @@ export const ENGRAM_TOOLS: readonly EngramTool[] = [
     annotations: READ,
   },
   {
+    name: "get_state",
+    title: "Get session state",
+    description:
+      'A session\'s state: its own keys, the user\'s prefixed "user:" and the app\'s prefixed "app:", with its version (which update_session can be made to expect).',
+    input: z.strictObject({ session_id: sessionId() }),
+    method: "getSession",
+    request: GetSessionRequestSchema,
+    response: GetSessionResponseSchema,
+    fromResponse: ({ session }) => {
+      const { session_id, state, version } = session as JsonObject;
+      return { session_id, state, version };
+    },
+    annotations: READ,
+  },
+  {
+    name: "update_session",
+    title: "Update session state and metadata",
+    description:
+      "Applies a state delta to a session and/or replaces its metadata, optionally only at an expected version. Returns the session with its merged state and new version.",
+    input: z.strictObject({
+      session_id: sessionId(),
+      state_delta: stateDelta().optional(),
+      metadata: jsonObject().optional().describe("Replaces the session's metadata."),
+      expected_version: seq().optional().describe("Update only if the session's version is this (optimistic concurrency)."),
+    }),
+    method: "updateSession",
+    request: UpdateSessionRequestSchema,
+    response: UpdateSessionResponseSchema,
+    annotations: { ...WRITE, idempotentHint: false },
+  },
+  {
     name: "list_sessions",
     title: "List sessions",
     description: "Lists sessions, optionally of one app and one user, a page at a time.",
@@ -127,6 +166,7 @@ export const ENGRAM_TOOLS: readonly EngramTool[] = [
             content: z.json().optional().describe("The event's content: any JSON value, e.g. the message text."),
             metadata: jsonObject().optional(),
             event_id: z.string().optional().describe("An idempotency key: an event id already stored is not stored twice."),
+            state_delta: stateDelta().optional(),
           }),
         )
         .min(1)
