@@ -356,6 +356,24 @@ describe("MCP bad input", () => {
   });
 });
 
+describe("MCP hang-ups", () => {
+  it("keeps serving when clients hang up with their calls in flight", async () => {
+    const client = await mcpClient("app");
+    const id = sid("hangup");
+    await ok(client, "create_session", { app_name: APP, user_id: "ivan", session_id: id });
+    const call = JSON.stringify({ jsonrpc: "2.0", id: 7, method: "tools/call", params: { name: "build_context", arguments: { session_id: id, token_budget: 100 } } });
+    for (let i = 0; i < 20; i++) {
+      await new Promise<void>((resolve) => {
+        const req = http.request(`${server.baseUrl}/mcp`, { method: "POST", headers: { authorization: `Bearer ${keys.app}`, ...MCP_HEADERS }, agent: false });
+        req.on("error", () => resolve());
+        req.on("close", () => resolve());
+        req.end(call, () => setImmediate(() => req.destroy()));
+      });
+    }
+    expect((await ok(client, "get_session", { session_id: id })).session.session_id).toBe(id);
+  });
+});
+
 describe("MCP cross-site policy", () => {
   it("refuses another site's page, and a same-origin one too (DNS rebinding), before the body is read", async () => {
     const auth = { authorization: `Bearer ${keys.app}`, ...MCP_HEADERS };
