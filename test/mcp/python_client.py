@@ -11,9 +11,9 @@ import os
 import sys
 from typing import Any
 
+import httpx2
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
-from mcp.shared._httpx_utils import create_mcp_http_client
 from mcp.shared.exceptions import MCPError
 
 URL = os.environ["ENGRAM_MCP_URL"]
@@ -21,13 +21,13 @@ APP = os.environ["ENGRAM_APP"]
 SESSION = os.environ["ENGRAM_SESSION"]
 
 
-def http_client(key: str | None) -> Any:
+def http_client(key: str | None) -> httpx2.AsyncClient:
     """An HTTP client presenting `key` as a bearer token (none when None)."""
     headers = {} if key is None else {"authorization": f"Bearer {key}"}
-    return create_mcp_http_client(headers=headers)
+    return httpx2.AsyncClient(headers=headers, timeout=60)
 
 
-def client(http: Any) -> Client:
+def client(http: httpx2.AsyncClient) -> Client:
     """An MCP client over streamable HTTP through `http`."""
     return Client(streamable_http_client(URL, http_client=http))
 

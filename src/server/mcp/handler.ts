@@ -80,8 +80,8 @@ export function createMcpHandler(opts: { guard: CallGuard; report: InternalError
     const server = engramMcpServer(rpc, report);
     const transport = new StreamableHTTPServerTransport({ sessionIdGenerator: undefined, enableJsonResponse: true, maxRequestBodySize: maxMessageBytes });
     res.once("close", () => {
-      void transport.close();
-      void server.close();
+      transport.close().catch(report);
+      server.close().catch(report);
     });
     await server.connect(transport);
     await transport.handleRequest(req, res);
