@@ -70,6 +70,8 @@ export interface Config {
   maxConnectionAgeMs: number;
   /** Serve the memory inspector (web page) at /. */
   inspector: boolean;
+  /** Serve the Model Context Protocol (streamable HTTP) at /mcp. */
+  mcp: boolean;
   /** A new connection must show its protocol (or finish its TLS handshake) within this; 0: no limit. */
   firstBytesTimeoutMs: number;
   /** HTTP/1.1: a request's headers must arrive in full within this; 0: no limit. */
@@ -168,6 +170,7 @@ export const SETTINGS: Setting[] = [
   { env: "MEMORY_MAX_STREAMS", flag: "max-streams", key: "maxStreams", kind: "int", default: "10000", min: 1, doc: "Live streams per replica." },
   { env: "MEMORY_MAX_STREAMS_PER_KEY", flag: "max-streams-per-key", key: "maxStreamsPerKey", kind: "int", default: "100", min: 1, doc: "Live streams per API key per replica." },
   { env: "MEMORY_METRICS", flag: "metrics", key: "metrics", kind: "bool", default: "true", doc: "Serve Prometheus metrics at GET /metrics." },
+  { env: "MEMORY_MCP", flag: "mcp", key: "mcp", kind: "bool", default: "true", doc: "Serve the Model Context Protocol (streamable HTTP, stateless) at POST /mcp; false disables it." },
   { env: "MEMORY_TLS_CERT", flag: "tls-cert", key: "tlsCert", kind: "string", doc: "PEM certificate chain file: serve TLS (with MEMORY_TLS_KEY)." },
   { env: "MEMORY_TLS_KEY", flag: "tls-key", key: "tlsKey", kind: "string", doc: "PEM private key file of MEMORY_TLS_CERT." },
   { env: "MEMORY_TLS_CLIENT_CA", flag: "tls-client-ca", key: "tlsClientCa", kind: "string", doc: "PEM CA file: require client certificates it signed (mTLS)." },

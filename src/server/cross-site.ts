@@ -7,10 +7,10 @@
  * request comes from (Origin, Sec-Fetch-Site); curl, gRPC and the generated
  * clients send neither header and are not affected.
  *
- * On API paths (the RPC services and /memory/*) a request is refused with
- * PERMISSION_DENIED, before it is read, when
+ * On API paths (the RPC services, /memory/* and /mcp) a request is refused
+ * with PERMISSION_DENIED, before it is read, when
  * - its Origin is neither this server's own (same host and port as the Host
- *   header) nor listed in MEMORY_CORS_ORIGINS, or
+ *   header; not enough on /mcp) nor listed in MEMORY_CORS_ORIGINS, or
  * - it carries no Origin and Sec-Fetch-Site says cross-site or same-site
  *   (same-site covers another port of localhost: still another program).
  * A listed origin gets CORS answers (preflight, exposed headers) so that a
@@ -22,12 +22,20 @@ import { CURRENT_SEQ_TRAILER, LAST_SEQ_TRAILER, MemoryError } from "../errors.js
 import { RETRY_AFTER_TRAILER } from "../service/quotas.js";
 import { sendJsonError } from "./status.js";
 
-/** RPC services (also grpc health and reflection, should they ever be served over HTTP/1.1) and the REST memory endpoints. */
-const API_PATH = /^\/(?:engram\.v1\.|grpc\.health\.v1\.|grpc\.reflection\.|memory\/)/;
+/** RPC services (also grpc health and reflection, should they ever be served over HTTP/1.1), the REST memory endpoints and MCP. */
+const API_PATH = /^\/(?:engram\.v1\.|grpc\.health\.v1\.|grpc\.reflection\.|memory\/|mcp(?:\/|$))/;
 const REST_PATH = /^\/memory\//;
+/**
+ * Paths no page of this server calls (the inspector uses the RPCs), where an
+ * Origin must be listed even when it matches Host: a page whose own name was
+ * made to resolve to this server (DNS rebinding) matches Host too. MCP's
+ * transport spec asks servers to check Origin against exactly that; MCP
+ * clients outside a browser send no Origin.
+ */
+const LISTED_ORIGIN_ONLY_PATH = /^\/mcp(?:\/|$)/;
 
-/** Headers a browser client may send: Connect's and gRPC-Web's, and the ones the call guard reads. */
-const ALLOWED_HEADERS = [...cors.allowedHeaders, "authorization", "traceparent", "x-request-id"].join(", ");
+/** Headers a browser client may send: Connect's and gRPC-Web's, MCP's, and the ones the call guard reads. */
+const ALLOWED_HEADERS = [...cors.allowedHeaders, "mcp-protocol-version", "authorization", "traceparent", "x-request-id"].join(", ");
 
 /** Headers a browser client may read: the protocols' status headers and Engram's trailers (Connect unary sends them as trailer-*). */
 const EXPOSED_HEADERS = [
@@ -71,7 +79,7 @@ export function createCrossSitePolicy(allowedOrigins: readonly string[]) {
     }
     const refusal =
       origin !== undefined
-        ? isSameOrigin(origin, req.headers.host) && site !== "cross-site" && site !== "same-site"
+        ? isSameOrigin(origin, req.headers.host) && !LISTED_ORIGIN_ONLY_PATH.test(path) && site !== "cross-site" && site !== "same-site"
           ? undefined
           : `origin ${origin} is not in MEMORY_CORS_ORIGINS`
         : site === "cross-site" || site === "same-site"

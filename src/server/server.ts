@@ -2,7 +2,7 @@
  * One listening port for every protocol. Each new TCP connection is sniffed:
  * the HTTP/2 client preface ("PRI * HTTP/2.0") goes to grpc-js (gRPC over
  * h2c, the fast path), anything else to a node:http server carrying Connect,
- * gRPC-Web and REST over HTTP/1.1.
+ * gRPC-Web, REST and MCP (/mcp) over HTTP/1.1.
  */
 import { readFileSync } from "node:fs";
 import http from "node:http";
@@ -26,6 +26,7 @@ import { grpcMemoryService } from "./grpc-adapter.js";
 import { HealthMonitor } from "./health.js";
 import { addReflection } from "./reflection.js";
 import { createInspectorHandler } from "./inspector.js";
+import { createMcpHandler } from "./mcp/handler.js";
 import { createRestHandler } from "./rest.js";
 import { sendJsonError } from "./status.js";
 
@@ -38,6 +39,8 @@ export interface ServerOptions {
   shutdownGraceMs: number;
   /** Serve the memory inspector at / (default true). */
   inspector?: boolean;
+  /** Serve the Model Context Protocol at /mcp (default true). */
+  mcp?: boolean;
 }
 
 /** Hardening settings (auth, quotas, metrics, TLS); each defaults to the config's default. */
@@ -108,6 +111,7 @@ export async function startServer(
   const rest = createRestHandler({ guard, health, agentName: options.agentName, report, metrics: options.metrics === false ? undefined : metrics });
   const inspector = options.inspector === false ? undefined : createInspectorHandler(log);
   const crossSite = createCrossSitePolicy(security.corsOrigins);
+  const mcp = options.mcp === false ? undefined : createMcpHandler({ guard, report, maxMessageBytes: options.maxMessageBytes });
   const connectHandler = createConnectHandler({
     routes: connectMemoryRoutes(guard, report),
     maxMessageBytes: options.maxMessageBytes,
@@ -133,6 +137,7 @@ export async function startServer(
       return writeHead.apply(this, args);
     } as typeof writeHead;
     if (crossSite(req, res)) return;
+    if (mcp?.(req, res)) return;
     rest(req, res).then(
       (handled) => {
         if (!handled) connectHandler(req, res);

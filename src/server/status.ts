@@ -9,8 +9,9 @@
  * - RetryInfo (retry_delay) when the client should wait (MemoryError.retryAfterMs).
  * grpc-js sends them as a binary google.rpc.Status in grpc-status-details-bin;
  * connect-node as ConnectError details (Connect JSON `details: [{type, value,
- * debug}]`, gRPC-Web grpc-status-details-bin). REST, the unknown-path answer
- * and the cross-site refusal write the same JSON as Connect (errorJsonBody).
+ * debug}]`, gRPC-Web grpc-status-details-bin). REST, the unknown-path answer,
+ * the cross-site refusal and MCP's tool errors carry the same JSON as Connect
+ * (errorJsonOf).
  * The older trailers (engram-current-seq, engram-last-seq, retry-after-ms)
  * are still sent, for clients that predate the details.
  */
@@ -115,6 +116,11 @@ export function toGrpcStatus(err: unknown, report?: InternalErrorReporter): Part
   return { code: s.code as number, details: s.message, metadata };
 }
 
+/** Connect's JSON error shape of a status (`{"code", "message", "details"}`), which plain HTTP paths and MCP tool errors carry. */
+export function errorJsonOf(s: ErrorStatus): Record<string, JsonValue> {
+  return errorToJson(new ConnectError(s.message, s.code, undefined, s.details), JSON_WRITE_OPTIONS) as Record<string, JsonValue>;
+}
+
 /**
  * Writes the JSON error every plain HTTP path (REST, an unknown path, a
  * cross-site refusal) answers with: Connect's error shape
@@ -126,7 +132,7 @@ export function toGrpcStatus(err: unknown, report?: InternalErrorReporter): Part
  */
 export function sendJsonError(res: ServerResponse, err: unknown, opts: { kaos: boolean; report?: InternalErrorReporter; httpStatus?: number }): void {
   const s = statusOf(err, opts.report);
-  const json = errorToJson(new ConnectError(s.message, s.code, undefined, s.details), JSON_WRITE_OPTIONS) as Record<string, JsonValue>;
+  const json = errorJsonOf(s);
   const bytes = Buffer.from(JSON.stringify(opts.kaos ? { ...json, error: s.message } : json));
   const retryAfterMs = s.metadata["retry-after-ms"];
   if (retryAfterMs) res.setHeader("retry-after", String(Math.ceil(Number(retryAfterMs) / 1000)));

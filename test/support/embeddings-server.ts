@@ -2,13 +2,13 @@
  * Starts the test embedding server (test/support/embeddings-server.py): a
  * real small model, all-MiniLM-L6-v2 from a PyPI package, behind an
  * OpenAI-compatible /v1/embeddings on a free 127.0.0.1 port. Its Python
- * environment is made on first use by test/support/embeddings-venv.sh and
+ * environment is made on first use by test/support/python-venv.sh and
  * cached under .tmp/ (a fresh machine pays one install, later runs a check).
  */
-import { execFile, spawn } from "node:child_process";
+import { spawn } from "node:child_process";
 import path from "node:path";
-import { promisify } from "node:util";
 import { REPO_ROOT } from "./engram.js";
+import { venvPython } from "./python-venv.js";
 
 /** A running test embedding server. */
 export interface EmbeddingsServer {
@@ -27,10 +27,9 @@ const SUPPORT = path.join(REPO_ROOT, "test", "support");
 /** The model the server serves, under the name sentence-transformers gives it. */
 export const MINILM = { model: "all-MiniLM-L6-v2", dimension: 384 } as const;
 
-/** The venv's python, made (or found up to date) by embeddings-venv.sh; a first install takes about half a minute. */
-async function embeddingsPython(): Promise<string> {
-  const { stdout } = await promisify(execFile)("bash", [path.join(SUPPORT, "embeddings-venv.sh")], { cwd: REPO_ROOT, timeout: 600_000, maxBuffer: 1 << 20 });
-  return stdout.trim().split("\n").at(-1)!;
+/** The venv's python (.tmp/embeddings-venv); a first install takes about half a minute. */
+function embeddingsPython(): Promise<string> {
+  return venvPython("embeddings");
 }
 
 /**

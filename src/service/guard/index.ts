@@ -10,7 +10,8 @@
  * what only one kind needs is a step that leaves itself out for the other.
  */
 import type { MemoryService } from "../memory-service.js";
-import { authenticate } from "./auth.js";
+import type { Principal } from "../../auth/api-keys.js";
+import { authenticate, principalOf } from "./auth.js";
 import { UnaryDrain } from "./drain.js";
 import { countRemovals, observeCall } from "./observe.js";
 import { holdStreamSlot, rateLimit } from "./quota.js";
@@ -53,6 +54,17 @@ export class CallGuard {
   /** True when every call needs an API key. */
   get authEnabled(): boolean {
     return this.parts.authenticator !== undefined;
+  }
+
+  /**
+   * The key's principal, checked as every call's key is (a refusal counted
+   * the same way); undefined while auth is off. For an edge whose protocol
+   * must refuse a bad key before any RPC is named: MCP answers HTTP 401 on
+   * connect. Each RPC it then makes still runs every step.
+   */
+  async authenticate(authorization: string | undefined): Promise<Principal | undefined> {
+    const { authenticator, metrics } = this.parts;
+    return authenticator ? principalOf(authenticator, metrics, authorization) : undefined;
   }
 
   /** The guarded handler of a MemoryService method (by its local name, e.g. "addEvent"). */
