@@ -65,6 +65,8 @@ import {
   type ListSessionsResponse,
   type StreamSessionEventsRequest,
   type StreamSessionEventsResponse,
+  type WatchSessionsRequest,
+  type WatchSessionsResponse,
 } from "@engram-memory/client/gen/engram/v1/memory_pb.js";
 import { invalidArgument, sessionNotFound } from "../errors.js";
 import { eventFingerprint } from "../store/fingerprint.js";
@@ -107,6 +109,7 @@ import type { ServiceLimits } from "./limits.js";
 import { decodePageToken, encodePageToken } from "./page-token.js";
 import { jsonBytes, RecentCache } from "./recent-cache.js";
 import { StreamHub } from "./stream-hub.js";
+import { watchedCursors, watchSessions, type WatchSessionsContext } from "./watch-sessions.js";
 import {
   checkEventSize,
   checkJson,
@@ -340,6 +343,11 @@ export class MemoryService {
           break;
       }
     }
+  }
+
+  /** Several sessions on one stream (src/service/watch-sessions.ts); like a single stream, it passes no deadline to the store. */
+  async *watchSessions(req: WatchSessionsRequest, ctx: CallContext & WatchSessionsContext): AsyncGenerator<WatchSessionsResponse> {
+    yield* watchSessions(this.hub, (e) => this.wire(e), watchedCursors(req), ctx.signal, ctx);
   }
 
   async buildConversationContext(req: BuildConversationContextRequest, call?: StoreCall): Promise<BuildConversationContextResponse> {

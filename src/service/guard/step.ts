@@ -52,6 +52,8 @@ export interface GuardedCall {
   principal: Principal | undefined;
   /** The session the scope step found in the key's scope, for a method on one session. */
   session: SessionRecord | undefined;
+  /** The sessions the scope step found in the key's scope, for a method on several (WatchSessions). */
+  sessions?: readonly SessionRecord[];
   /** Run once the call has ended (a unary answer settled, a stream's frames ended, failed or were abandoned), last added first, with its status code. */
   whenEnded: Array<(code: string) => void>;
 }

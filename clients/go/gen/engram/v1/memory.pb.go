@@ -3072,6 +3072,293 @@ func (x *RecallResponse) GetTokenizer() string {
 	return ""
 }
 
+// SessionCursor is where a WatchSessions stream starts in one session.
+type SessionCursor struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Required.
+	SessionId string `protobuf:"bytes,1,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
+	// Resume after this seq. When unset, start with the oldest retained event.
+	AfterSeq      *uint64 `protobuf:"varint,2,opt,name=after_seq,json=afterSeq,proto3,oneof" json:"after_seq,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SessionCursor) Reset() {
+	*x = SessionCursor{}
+	mi := &file_engram_v1_memory_proto_msgTypes[44]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SessionCursor) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SessionCursor) ProtoMessage() {}
+
+func (x *SessionCursor) ProtoReflect() protoreflect.Message {
+	mi := &file_engram_v1_memory_proto_msgTypes[44]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SessionCursor.ProtoReflect.Descriptor instead.
+func (*SessionCursor) Descriptor() ([]byte, []int) {
+	return file_engram_v1_memory_proto_rawDescGZIP(), []int{44}
+}
+
+func (x *SessionCursor) GetSessionId() string {
+	if x != nil {
+		return x.SessionId
+	}
+	return ""
+}
+
+func (x *SessionCursor) GetAfterSeq() uint64 {
+	if x != nil && x.AfterSeq != nil {
+		return *x.AfterSeq
+	}
+	return 0
+}
+
+// WatchSessionsRequest names the sessions to follow.
+type WatchSessionsRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// 1..100 sessions, each at most once.
+	Sessions      []*SessionCursor `protobuf:"bytes,1,rep,name=sessions,proto3" json:"sessions,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *WatchSessionsRequest) Reset() {
+	*x = WatchSessionsRequest{}
+	mi := &file_engram_v1_memory_proto_msgTypes[45]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WatchSessionsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WatchSessionsRequest) ProtoMessage() {}
+
+func (x *WatchSessionsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_engram_v1_memory_proto_msgTypes[45]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WatchSessionsRequest.ProtoReflect.Descriptor instead.
+func (*WatchSessionsRequest) Descriptor() ([]byte, []int) {
+	return file_engram_v1_memory_proto_rawDescGZIP(), []int{45}
+}
+
+func (x *WatchSessionsRequest) GetSessions() []*SessionCursor {
+	if x != nil {
+		return x.Sessions
+	}
+	return nil
+}
+
+// SessionEnded says one session's part of a WatchSessions stream is over.
+type SessionEnded struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The status StreamSessionEvents would have ended with: NOT_FOUND (deleted,
+	// replaced or out of the key's scope) or OUT_OF_RANGE (cursor evicted).
+	Code string `protobuf:"bytes,1,opt,name=code,proto3" json:"code,omitempty"`
+	// Why, for a person.
+	Message       string `protobuf:"bytes,2,opt,name=message,proto3" json:"message,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SessionEnded) Reset() {
+	*x = SessionEnded{}
+	mi := &file_engram_v1_memory_proto_msgTypes[46]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SessionEnded) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SessionEnded) ProtoMessage() {}
+
+func (x *SessionEnded) ProtoReflect() protoreflect.Message {
+	mi := &file_engram_v1_memory_proto_msgTypes[46]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SessionEnded.ProtoReflect.Descriptor instead.
+func (*SessionEnded) Descriptor() ([]byte, []int) {
+	return file_engram_v1_memory_proto_rawDescGZIP(), []int{46}
+}
+
+func (x *SessionEnded) GetCode() string {
+	if x != nil {
+		return x.Code
+	}
+	return ""
+}
+
+func (x *SessionEnded) GetMessage() string {
+	if x != nil {
+		return x.Message
+	}
+	return ""
+}
+
+// WatchSessionsResponse is one frame of one followed session.
+type WatchSessionsResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The session the frame belongs to.
+	SessionId string `protobuf:"bytes,1,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
+	// What this frame carries.
+	//
+	// Types that are valid to be assigned to Frame:
+	//
+	//	*WatchSessionsResponse_Event
+	//	*WatchSessionsResponse_CaughtUp
+	//	*WatchSessionsResponse_Heartbeat
+	//	*WatchSessionsResponse_Ended
+	Frame         isWatchSessionsResponse_Frame `protobuf_oneof:"frame"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *WatchSessionsResponse) Reset() {
+	*x = WatchSessionsResponse{}
+	mi := &file_engram_v1_memory_proto_msgTypes[47]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WatchSessionsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WatchSessionsResponse) ProtoMessage() {}
+
+func (x *WatchSessionsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_engram_v1_memory_proto_msgTypes[47]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WatchSessionsResponse.ProtoReflect.Descriptor instead.
+func (*WatchSessionsResponse) Descriptor() ([]byte, []int) {
+	return file_engram_v1_memory_proto_rawDescGZIP(), []int{47}
+}
+
+func (x *WatchSessionsResponse) GetSessionId() string {
+	if x != nil {
+		return x.SessionId
+	}
+	return ""
+}
+
+func (x *WatchSessionsResponse) GetFrame() isWatchSessionsResponse_Frame {
+	if x != nil {
+		return x.Frame
+	}
+	return nil
+}
+
+func (x *WatchSessionsResponse) GetEvent() *Event {
+	if x != nil {
+		if x, ok := x.Frame.(*WatchSessionsResponse_Event); ok {
+			return x.Event
+		}
+	}
+	return nil
+}
+
+func (x *WatchSessionsResponse) GetCaughtUp() *CaughtUp {
+	if x != nil {
+		if x, ok := x.Frame.(*WatchSessionsResponse_CaughtUp); ok {
+			return x.CaughtUp
+		}
+	}
+	return nil
+}
+
+func (x *WatchSessionsResponse) GetHeartbeat() *Heartbeat {
+	if x != nil {
+		if x, ok := x.Frame.(*WatchSessionsResponse_Heartbeat); ok {
+			return x.Heartbeat
+		}
+	}
+	return nil
+}
+
+func (x *WatchSessionsResponse) GetEnded() *SessionEnded {
+	if x != nil {
+		if x, ok := x.Frame.(*WatchSessionsResponse_Ended); ok {
+			return x.Ended
+		}
+	}
+	return nil
+}
+
+type isWatchSessionsResponse_Frame interface {
+	isWatchSessionsResponse_Frame()
+}
+
+type WatchSessionsResponse_Event struct {
+	// An event, in seq order within its session.
+	Event *Event `protobuf:"bytes,2,opt,name=event,proto3,oneof"`
+}
+
+type WatchSessionsResponse_CaughtUp struct {
+	// The session's replay is complete.
+	CaughtUp *CaughtUp `protobuf:"bytes,3,opt,name=caught_up,json=caughtUp,proto3,oneof"`
+}
+
+type WatchSessionsResponse_Heartbeat struct {
+	// Keep-alive with the session's head seq.
+	Heartbeat *Heartbeat `protobuf:"bytes,4,opt,name=heartbeat,proto3,oneof"`
+}
+
+type WatchSessionsResponse_Ended struct {
+	// The session's part of the stream is over; no more frames follow for it.
+	Ended *SessionEnded `protobuf:"bytes,5,opt,name=ended,proto3,oneof"`
+}
+
+func (*WatchSessionsResponse_Event) isWatchSessionsResponse_Frame() {}
+
+func (*WatchSessionsResponse_CaughtUp) isWatchSessionsResponse_Frame() {}
+
+func (*WatchSessionsResponse_Heartbeat) isWatchSessionsResponse_Frame() {}
+
+func (*WatchSessionsResponse_Ended) isWatchSessionsResponse_Frame() {}
+
 var File_engram_v1_memory_proto protoreflect.FileDescriptor
 
 const file_engram_v1_memory_proto_rawDesc = "" +
@@ -3323,7 +3610,26 @@ const file_engram_v1_memory_proto_rawDesc = "" +
 	"\x0econtext_tokens\x18\a \x01(\rR\rcontextTokens\x12\x1f\n" +
 	"\vtokens_used\x18\b \x01(\rR\n" +
 	"tokensUsed\x12\x1c\n" +
-	"\ttokenizer\x18\t \x01(\tR\ttokenizer2\xe8\x0e\n" +
+	"\ttokenizer\x18\t \x01(\tR\ttokenizer\"^\n" +
+	"\rSessionCursor\x12\x1d\n" +
+	"\n" +
+	"session_id\x18\x01 \x01(\tR\tsessionId\x12 \n" +
+	"\tafter_seq\x18\x02 \x01(\x04H\x00R\bafterSeq\x88\x01\x01B\f\n" +
+	"\n" +
+	"_after_seq\"L\n" +
+	"\x14WatchSessionsRequest\x124\n" +
+	"\bsessions\x18\x01 \x03(\v2\x18.engram.v1.SessionCursorR\bsessions\"<\n" +
+	"\fSessionEnded\x12\x12\n" +
+	"\x04code\x18\x01 \x01(\tR\x04code\x12\x18\n" +
+	"\amessage\x18\x02 \x01(\tR\amessage\"\x84\x02\n" +
+	"\x15WatchSessionsResponse\x12\x1d\n" +
+	"\n" +
+	"session_id\x18\x01 \x01(\tR\tsessionId\x12(\n" +
+	"\x05event\x18\x02 \x01(\v2\x10.engram.v1.EventH\x00R\x05event\x122\n" +
+	"\tcaught_up\x18\x03 \x01(\v2\x13.engram.v1.CaughtUpH\x00R\bcaughtUp\x124\n" +
+	"\theartbeat\x18\x04 \x01(\v2\x14.engram.v1.HeartbeatH\x00R\theartbeat\x12/\n" +
+	"\x05ended\x18\x05 \x01(\v2\x17.engram.v1.SessionEndedH\x00R\x05endedB\a\n" +
+	"\x05frame2\xbe\x0f\n" +
 	"\rMemoryService\x12R\n" +
 	"\rCreateSession\x12\x1f.engram.v1.CreateSessionRequest\x1a .engram.v1.CreateSessionResponse\x12a\n" +
 	"\x12GetOrCreateSession\x12$.engram.v1.GetOrCreateSessionRequest\x1a%.engram.v1.GetOrCreateSessionResponse\x12N\n" +
@@ -3348,7 +3654,8 @@ const file_engram_v1_memory_proto_rawDesc = "" +
 	"\x0eDeleteMemories\x12 .engram.v1.DeleteMemoriesRequest\x1a!.engram.v1.DeleteMemoriesResponse\"\x03\x90\x02\x02\x12T\n" +
 	"\rWatchMemories\x12\x1f.engram.v1.WatchMemoriesRequest\x1a .engram.v1.WatchMemoriesResponse0\x01\x12T\n" +
 	"\fSearchEvents\x12\x1e.engram.v1.SearchEventsRequest\x1a\x1f.engram.v1.SearchEventsResponse\"\x03\x90\x02\x01\x12B\n" +
-	"\x06Recall\x12\x18.engram.v1.RecallRequest\x1a\x19.engram.v1.RecallResponse\"\x03\x90\x02\x01B\xa4\x01\n" +
+	"\x06Recall\x12\x18.engram.v1.RecallRequest\x1a\x19.engram.v1.RecallResponse\"\x03\x90\x02\x01\x12T\n" +
+	"\rWatchSessions\x12\x1f.engram.v1.WatchSessionsRequest\x1a .engram.v1.WatchSessionsResponse0\x01B\xa4\x01\n" +
 	"\rcom.engram.v1B\vMemoryProtoP\x01ZAgithub.com/engram-memory/engram/clients/go/gen/engram/v1;engramv1\xa2\x02\x03EXX\xaa\x02\tEngram.V1\xca\x02\tEngram\\V1\xe2\x02\x15Engram\\V1\\GPBMetadata\xea\x02\n" +
 	"Engram::V1b\x06proto3"
 
@@ -3364,7 +3671,7 @@ func file_engram_v1_memory_proto_rawDescGZIP() []byte {
 	return file_engram_v1_memory_proto_rawDescData
 }
 
-var file_engram_v1_memory_proto_msgTypes = make([]protoimpl.MessageInfo, 45)
+var file_engram_v1_memory_proto_msgTypes = make([]protoimpl.MessageInfo, 49)
 var file_engram_v1_memory_proto_goTypes = []any{
 	(*Session)(nil),                          // 0: engram.v1.Session
 	(*Event)(nil),                            // 1: engram.v1.Event
@@ -3410,42 +3717,46 @@ var file_engram_v1_memory_proto_goTypes = []any{
 	(*SearchEventsResponse)(nil),             // 41: engram.v1.SearchEventsResponse
 	(*RecallRequest)(nil),                    // 42: engram.v1.RecallRequest
 	(*RecallResponse)(nil),                   // 43: engram.v1.RecallResponse
-	nil,                                      // 44: engram.v1.BuildConversationContextRequest.SectionBudgetsEntry
-	(*structpb.Struct)(nil),                  // 45: google.protobuf.Struct
-	(*timestamppb.Timestamp)(nil),            // 46: google.protobuf.Timestamp
-	(*structpb.Value)(nil),                   // 47: google.protobuf.Value
-	(*durationpb.Duration)(nil),              // 48: google.protobuf.Duration
-	(*Memory)(nil),                           // 49: engram.v1.Memory
-	(*ScoredMemory)(nil),                     // 50: engram.v1.ScoredMemory
-	(*WriteMemoriesRequest)(nil),             // 51: engram.v1.WriteMemoriesRequest
-	(*GetMemoryRequest)(nil),                 // 52: engram.v1.GetMemoryRequest
-	(*SearchMemoriesRequest)(nil),            // 53: engram.v1.SearchMemoriesRequest
-	(*ListMemoriesRequest)(nil),              // 54: engram.v1.ListMemoriesRequest
-	(*DeleteMemoriesRequest)(nil),            // 55: engram.v1.DeleteMemoriesRequest
-	(*WatchMemoriesRequest)(nil),             // 56: engram.v1.WatchMemoriesRequest
-	(*WriteMemoriesResponse)(nil),            // 57: engram.v1.WriteMemoriesResponse
-	(*GetMemoryResponse)(nil),                // 58: engram.v1.GetMemoryResponse
-	(*SearchMemoriesResponse)(nil),           // 59: engram.v1.SearchMemoriesResponse
-	(*ListMemoriesResponse)(nil),             // 60: engram.v1.ListMemoriesResponse
-	(*DeleteMemoriesResponse)(nil),           // 61: engram.v1.DeleteMemoriesResponse
-	(*WatchMemoriesResponse)(nil),            // 62: engram.v1.WatchMemoriesResponse
+	(*SessionCursor)(nil),                    // 44: engram.v1.SessionCursor
+	(*WatchSessionsRequest)(nil),             // 45: engram.v1.WatchSessionsRequest
+	(*SessionEnded)(nil),                     // 46: engram.v1.SessionEnded
+	(*WatchSessionsResponse)(nil),            // 47: engram.v1.WatchSessionsResponse
+	nil,                                      // 48: engram.v1.BuildConversationContextRequest.SectionBudgetsEntry
+	(*structpb.Struct)(nil),                  // 49: google.protobuf.Struct
+	(*timestamppb.Timestamp)(nil),            // 50: google.protobuf.Timestamp
+	(*structpb.Value)(nil),                   // 51: google.protobuf.Value
+	(*durationpb.Duration)(nil),              // 52: google.protobuf.Duration
+	(*Memory)(nil),                           // 53: engram.v1.Memory
+	(*ScoredMemory)(nil),                     // 54: engram.v1.ScoredMemory
+	(*WriteMemoriesRequest)(nil),             // 55: engram.v1.WriteMemoriesRequest
+	(*GetMemoryRequest)(nil),                 // 56: engram.v1.GetMemoryRequest
+	(*SearchMemoriesRequest)(nil),            // 57: engram.v1.SearchMemoriesRequest
+	(*ListMemoriesRequest)(nil),              // 58: engram.v1.ListMemoriesRequest
+	(*DeleteMemoriesRequest)(nil),            // 59: engram.v1.DeleteMemoriesRequest
+	(*WatchMemoriesRequest)(nil),             // 60: engram.v1.WatchMemoriesRequest
+	(*WriteMemoriesResponse)(nil),            // 61: engram.v1.WriteMemoriesResponse
+	(*GetMemoryResponse)(nil),                // 62: engram.v1.GetMemoryResponse
+	(*SearchMemoriesResponse)(nil),           // 63: engram.v1.SearchMemoriesResponse
+	(*ListMemoriesResponse)(nil),             // 64: engram.v1.ListMemoriesResponse
+	(*DeleteMemoriesResponse)(nil),           // 65: engram.v1.DeleteMemoriesResponse
+	(*WatchMemoriesResponse)(nil),            // 66: engram.v1.WatchMemoriesResponse
 }
 var file_engram_v1_memory_proto_depIdxs = []int32{
-	45, // 0: engram.v1.Session.metadata:type_name -> google.protobuf.Struct
-	46, // 1: engram.v1.Session.created_at:type_name -> google.protobuf.Timestamp
-	46, // 2: engram.v1.Session.updated_at:type_name -> google.protobuf.Timestamp
-	47, // 3: engram.v1.Event.content:type_name -> google.protobuf.Value
-	45, // 4: engram.v1.Event.metadata:type_name -> google.protobuf.Struct
-	46, // 5: engram.v1.Event.timestamp:type_name -> google.protobuf.Timestamp
-	45, // 6: engram.v1.CreateSessionRequest.metadata:type_name -> google.protobuf.Struct
+	49, // 0: engram.v1.Session.metadata:type_name -> google.protobuf.Struct
+	50, // 1: engram.v1.Session.created_at:type_name -> google.protobuf.Timestamp
+	50, // 2: engram.v1.Session.updated_at:type_name -> google.protobuf.Timestamp
+	51, // 3: engram.v1.Event.content:type_name -> google.protobuf.Value
+	49, // 4: engram.v1.Event.metadata:type_name -> google.protobuf.Struct
+	50, // 5: engram.v1.Event.timestamp:type_name -> google.protobuf.Timestamp
+	49, // 6: engram.v1.CreateSessionRequest.metadata:type_name -> google.protobuf.Struct
 	0,  // 7: engram.v1.CreateSessionResponse.session:type_name -> engram.v1.Session
-	45, // 8: engram.v1.GetOrCreateSessionRequest.metadata:type_name -> google.protobuf.Struct
+	49, // 8: engram.v1.GetOrCreateSessionRequest.metadata:type_name -> google.protobuf.Struct
 	0,  // 9: engram.v1.GetOrCreateSessionResponse.session:type_name -> engram.v1.Session
 	0,  // 10: engram.v1.GetSessionResponse.session:type_name -> engram.v1.Session
 	0,  // 11: engram.v1.ListSessionsResponse.sessions:type_name -> engram.v1.Session
-	47, // 12: engram.v1.EventInput.content:type_name -> google.protobuf.Value
-	45, // 13: engram.v1.EventInput.metadata:type_name -> google.protobuf.Struct
-	46, // 14: engram.v1.EventInput.timestamp:type_name -> google.protobuf.Timestamp
+	51, // 12: engram.v1.EventInput.content:type_name -> google.protobuf.Value
+	49, // 13: engram.v1.EventInput.metadata:type_name -> google.protobuf.Struct
+	50, // 14: engram.v1.EventInput.timestamp:type_name -> google.protobuf.Timestamp
 	12, // 15: engram.v1.AddEventRequest.event:type_name -> engram.v1.EventInput
 	1,  // 16: engram.v1.AddEventResponse.event:type_name -> engram.v1.Event
 	12, // 17: engram.v1.AddEventsRequest.events:type_name -> engram.v1.EventInput
@@ -3455,68 +3766,75 @@ var file_engram_v1_memory_proto_depIdxs = []int32{
 	1,  // 21: engram.v1.StreamSessionEventsResponse.event:type_name -> engram.v1.Event
 	22, // 22: engram.v1.StreamSessionEventsResponse.caught_up:type_name -> engram.v1.CaughtUp
 	23, // 23: engram.v1.StreamSessionEventsResponse.heartbeat:type_name -> engram.v1.Heartbeat
-	44, // 24: engram.v1.BuildConversationContextRequest.section_budgets:type_name -> engram.v1.BuildConversationContextRequest.SectionBudgetsEntry
+	48, // 24: engram.v1.BuildConversationContextRequest.section_budgets:type_name -> engram.v1.BuildConversationContextRequest.SectionBudgetsEntry
 	26, // 25: engram.v1.ToolCall.function:type_name -> engram.v1.ToolCallFunction
 	27, // 26: engram.v1.ChatMessage.tool_calls:type_name -> engram.v1.ToolCall
 	29, // 27: engram.v1.ChatMessage.content_parts:type_name -> engram.v1.ContentPart
 	30, // 28: engram.v1.ContentPart.image_url:type_name -> engram.v1.ImageUrl
 	28, // 29: engram.v1.BuildConversationContextResponse.messages:type_name -> engram.v1.ChatMessage
 	31, // 30: engram.v1.BuildConversationContextResponse.sections:type_name -> engram.v1.ContextSection
-	48, // 31: engram.v1.CleanupRequest.max_age:type_name -> google.protobuf.Duration
+	52, // 31: engram.v1.CleanupRequest.max_age:type_name -> google.protobuf.Duration
 	1,  // 32: engram.v1.EventHit.event:type_name -> engram.v1.Event
 	40, // 33: engram.v1.SearchEventsResponse.hits:type_name -> engram.v1.EventHit
-	49, // 34: engram.v1.RecallResponse.pinned:type_name -> engram.v1.Memory
-	50, // 35: engram.v1.RecallResponse.memories:type_name -> engram.v1.ScoredMemory
+	53, // 34: engram.v1.RecallResponse.pinned:type_name -> engram.v1.Memory
+	54, // 35: engram.v1.RecallResponse.memories:type_name -> engram.v1.ScoredMemory
 	32, // 36: engram.v1.RecallResponse.context:type_name -> engram.v1.BuildConversationContextResponse
-	2,  // 37: engram.v1.MemoryService.CreateSession:input_type -> engram.v1.CreateSessionRequest
-	4,  // 38: engram.v1.MemoryService.GetOrCreateSession:input_type -> engram.v1.GetOrCreateSessionRequest
-	6,  // 39: engram.v1.MemoryService.GetSession:input_type -> engram.v1.GetSessionRequest
-	8,  // 40: engram.v1.MemoryService.ListSessions:input_type -> engram.v1.ListSessionsRequest
-	10, // 41: engram.v1.MemoryService.DeleteSession:input_type -> engram.v1.DeleteSessionRequest
-	13, // 42: engram.v1.MemoryService.AddEvent:input_type -> engram.v1.AddEventRequest
-	15, // 43: engram.v1.MemoryService.AddEvents:input_type -> engram.v1.AddEventsRequest
-	17, // 44: engram.v1.MemoryService.GetSessionEvents:input_type -> engram.v1.GetSessionEventsRequest
-	19, // 45: engram.v1.MemoryService.ListEvents:input_type -> engram.v1.ListEventsRequest
-	21, // 46: engram.v1.MemoryService.StreamSessionEvents:input_type -> engram.v1.StreamSessionEventsRequest
-	25, // 47: engram.v1.MemoryService.BuildConversationContext:input_type -> engram.v1.BuildConversationContextRequest
-	33, // 48: engram.v1.MemoryService.GetStats:input_type -> engram.v1.GetStatsRequest
-	35, // 49: engram.v1.MemoryService.Cleanup:input_type -> engram.v1.CleanupRequest
-	37, // 50: engram.v1.MemoryService.DeleteUserData:input_type -> engram.v1.DeleteUserDataRequest
-	51, // 51: engram.v1.MemoryService.WriteMemories:input_type -> engram.v1.WriteMemoriesRequest
-	52, // 52: engram.v1.MemoryService.GetMemory:input_type -> engram.v1.GetMemoryRequest
-	53, // 53: engram.v1.MemoryService.SearchMemories:input_type -> engram.v1.SearchMemoriesRequest
-	54, // 54: engram.v1.MemoryService.ListMemories:input_type -> engram.v1.ListMemoriesRequest
-	55, // 55: engram.v1.MemoryService.DeleteMemories:input_type -> engram.v1.DeleteMemoriesRequest
-	56, // 56: engram.v1.MemoryService.WatchMemories:input_type -> engram.v1.WatchMemoriesRequest
-	39, // 57: engram.v1.MemoryService.SearchEvents:input_type -> engram.v1.SearchEventsRequest
-	42, // 58: engram.v1.MemoryService.Recall:input_type -> engram.v1.RecallRequest
-	3,  // 59: engram.v1.MemoryService.CreateSession:output_type -> engram.v1.CreateSessionResponse
-	5,  // 60: engram.v1.MemoryService.GetOrCreateSession:output_type -> engram.v1.GetOrCreateSessionResponse
-	7,  // 61: engram.v1.MemoryService.GetSession:output_type -> engram.v1.GetSessionResponse
-	9,  // 62: engram.v1.MemoryService.ListSessions:output_type -> engram.v1.ListSessionsResponse
-	11, // 63: engram.v1.MemoryService.DeleteSession:output_type -> engram.v1.DeleteSessionResponse
-	14, // 64: engram.v1.MemoryService.AddEvent:output_type -> engram.v1.AddEventResponse
-	16, // 65: engram.v1.MemoryService.AddEvents:output_type -> engram.v1.AddEventsResponse
-	18, // 66: engram.v1.MemoryService.GetSessionEvents:output_type -> engram.v1.GetSessionEventsResponse
-	20, // 67: engram.v1.MemoryService.ListEvents:output_type -> engram.v1.ListEventsResponse
-	24, // 68: engram.v1.MemoryService.StreamSessionEvents:output_type -> engram.v1.StreamSessionEventsResponse
-	32, // 69: engram.v1.MemoryService.BuildConversationContext:output_type -> engram.v1.BuildConversationContextResponse
-	34, // 70: engram.v1.MemoryService.GetStats:output_type -> engram.v1.GetStatsResponse
-	36, // 71: engram.v1.MemoryService.Cleanup:output_type -> engram.v1.CleanupResponse
-	38, // 72: engram.v1.MemoryService.DeleteUserData:output_type -> engram.v1.DeleteUserDataResponse
-	57, // 73: engram.v1.MemoryService.WriteMemories:output_type -> engram.v1.WriteMemoriesResponse
-	58, // 74: engram.v1.MemoryService.GetMemory:output_type -> engram.v1.GetMemoryResponse
-	59, // 75: engram.v1.MemoryService.SearchMemories:output_type -> engram.v1.SearchMemoriesResponse
-	60, // 76: engram.v1.MemoryService.ListMemories:output_type -> engram.v1.ListMemoriesResponse
-	61, // 77: engram.v1.MemoryService.DeleteMemories:output_type -> engram.v1.DeleteMemoriesResponse
-	62, // 78: engram.v1.MemoryService.WatchMemories:output_type -> engram.v1.WatchMemoriesResponse
-	41, // 79: engram.v1.MemoryService.SearchEvents:output_type -> engram.v1.SearchEventsResponse
-	43, // 80: engram.v1.MemoryService.Recall:output_type -> engram.v1.RecallResponse
-	59, // [59:81] is the sub-list for method output_type
-	37, // [37:59] is the sub-list for method input_type
-	37, // [37:37] is the sub-list for extension type_name
-	37, // [37:37] is the sub-list for extension extendee
-	0,  // [0:37] is the sub-list for field type_name
+	44, // 37: engram.v1.WatchSessionsRequest.sessions:type_name -> engram.v1.SessionCursor
+	1,  // 38: engram.v1.WatchSessionsResponse.event:type_name -> engram.v1.Event
+	22, // 39: engram.v1.WatchSessionsResponse.caught_up:type_name -> engram.v1.CaughtUp
+	23, // 40: engram.v1.WatchSessionsResponse.heartbeat:type_name -> engram.v1.Heartbeat
+	46, // 41: engram.v1.WatchSessionsResponse.ended:type_name -> engram.v1.SessionEnded
+	2,  // 42: engram.v1.MemoryService.CreateSession:input_type -> engram.v1.CreateSessionRequest
+	4,  // 43: engram.v1.MemoryService.GetOrCreateSession:input_type -> engram.v1.GetOrCreateSessionRequest
+	6,  // 44: engram.v1.MemoryService.GetSession:input_type -> engram.v1.GetSessionRequest
+	8,  // 45: engram.v1.MemoryService.ListSessions:input_type -> engram.v1.ListSessionsRequest
+	10, // 46: engram.v1.MemoryService.DeleteSession:input_type -> engram.v1.DeleteSessionRequest
+	13, // 47: engram.v1.MemoryService.AddEvent:input_type -> engram.v1.AddEventRequest
+	15, // 48: engram.v1.MemoryService.AddEvents:input_type -> engram.v1.AddEventsRequest
+	17, // 49: engram.v1.MemoryService.GetSessionEvents:input_type -> engram.v1.GetSessionEventsRequest
+	19, // 50: engram.v1.MemoryService.ListEvents:input_type -> engram.v1.ListEventsRequest
+	21, // 51: engram.v1.MemoryService.StreamSessionEvents:input_type -> engram.v1.StreamSessionEventsRequest
+	25, // 52: engram.v1.MemoryService.BuildConversationContext:input_type -> engram.v1.BuildConversationContextRequest
+	33, // 53: engram.v1.MemoryService.GetStats:input_type -> engram.v1.GetStatsRequest
+	35, // 54: engram.v1.MemoryService.Cleanup:input_type -> engram.v1.CleanupRequest
+	37, // 55: engram.v1.MemoryService.DeleteUserData:input_type -> engram.v1.DeleteUserDataRequest
+	55, // 56: engram.v1.MemoryService.WriteMemories:input_type -> engram.v1.WriteMemoriesRequest
+	56, // 57: engram.v1.MemoryService.GetMemory:input_type -> engram.v1.GetMemoryRequest
+	57, // 58: engram.v1.MemoryService.SearchMemories:input_type -> engram.v1.SearchMemoriesRequest
+	58, // 59: engram.v1.MemoryService.ListMemories:input_type -> engram.v1.ListMemoriesRequest
+	59, // 60: engram.v1.MemoryService.DeleteMemories:input_type -> engram.v1.DeleteMemoriesRequest
+	60, // 61: engram.v1.MemoryService.WatchMemories:input_type -> engram.v1.WatchMemoriesRequest
+	39, // 62: engram.v1.MemoryService.SearchEvents:input_type -> engram.v1.SearchEventsRequest
+	42, // 63: engram.v1.MemoryService.Recall:input_type -> engram.v1.RecallRequest
+	45, // 64: engram.v1.MemoryService.WatchSessions:input_type -> engram.v1.WatchSessionsRequest
+	3,  // 65: engram.v1.MemoryService.CreateSession:output_type -> engram.v1.CreateSessionResponse
+	5,  // 66: engram.v1.MemoryService.GetOrCreateSession:output_type -> engram.v1.GetOrCreateSessionResponse
+	7,  // 67: engram.v1.MemoryService.GetSession:output_type -> engram.v1.GetSessionResponse
+	9,  // 68: engram.v1.MemoryService.ListSessions:output_type -> engram.v1.ListSessionsResponse
+	11, // 69: engram.v1.MemoryService.DeleteSession:output_type -> engram.v1.DeleteSessionResponse
+	14, // 70: engram.v1.MemoryService.AddEvent:output_type -> engram.v1.AddEventResponse
+	16, // 71: engram.v1.MemoryService.AddEvents:output_type -> engram.v1.AddEventsResponse
+	18, // 72: engram.v1.MemoryService.GetSessionEvents:output_type -> engram.v1.GetSessionEventsResponse
+	20, // 73: engram.v1.MemoryService.ListEvents:output_type -> engram.v1.ListEventsResponse
+	24, // 74: engram.v1.MemoryService.StreamSessionEvents:output_type -> engram.v1.StreamSessionEventsResponse
+	32, // 75: engram.v1.MemoryService.BuildConversationContext:output_type -> engram.v1.BuildConversationContextResponse
+	34, // 76: engram.v1.MemoryService.GetStats:output_type -> engram.v1.GetStatsResponse
+	36, // 77: engram.v1.MemoryService.Cleanup:output_type -> engram.v1.CleanupResponse
+	38, // 78: engram.v1.MemoryService.DeleteUserData:output_type -> engram.v1.DeleteUserDataResponse
+	61, // 79: engram.v1.MemoryService.WriteMemories:output_type -> engram.v1.WriteMemoriesResponse
+	62, // 80: engram.v1.MemoryService.GetMemory:output_type -> engram.v1.GetMemoryResponse
+	63, // 81: engram.v1.MemoryService.SearchMemories:output_type -> engram.v1.SearchMemoriesResponse
+	64, // 82: engram.v1.MemoryService.ListMemories:output_type -> engram.v1.ListMemoriesResponse
+	65, // 83: engram.v1.MemoryService.DeleteMemories:output_type -> engram.v1.DeleteMemoriesResponse
+	66, // 84: engram.v1.MemoryService.WatchMemories:output_type -> engram.v1.WatchMemoriesResponse
+	41, // 85: engram.v1.MemoryService.SearchEvents:output_type -> engram.v1.SearchEventsResponse
+	43, // 86: engram.v1.MemoryService.Recall:output_type -> engram.v1.RecallResponse
+	47, // 87: engram.v1.MemoryService.WatchSessions:output_type -> engram.v1.WatchSessionsResponse
+	65, // [65:88] is the sub-list for method output_type
+	42, // [42:65] is the sub-list for method input_type
+	42, // [42:42] is the sub-list for extension type_name
+	42, // [42:42] is the sub-list for extension extendee
+	0,  // [0:42] is the sub-list for field type_name
 }
 
 func init() { file_engram_v1_memory_proto_init() }
@@ -3541,13 +3859,20 @@ func file_engram_v1_memory_proto_init() {
 	file_engram_v1_memory_proto_msgTypes[35].OneofWrappers = []any{}
 	file_engram_v1_memory_proto_msgTypes[39].OneofWrappers = []any{}
 	file_engram_v1_memory_proto_msgTypes[42].OneofWrappers = []any{}
+	file_engram_v1_memory_proto_msgTypes[44].OneofWrappers = []any{}
+	file_engram_v1_memory_proto_msgTypes[47].OneofWrappers = []any{
+		(*WatchSessionsResponse_Event)(nil),
+		(*WatchSessionsResponse_CaughtUp)(nil),
+		(*WatchSessionsResponse_Heartbeat)(nil),
+		(*WatchSessionsResponse_Ended)(nil),
+	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_engram_v1_memory_proto_rawDesc), len(file_engram_v1_memory_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   45,
+			NumMessages:   49,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

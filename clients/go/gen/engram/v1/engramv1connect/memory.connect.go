@@ -110,6 +110,9 @@ const (
 	MemoryServiceSearchEventsProcedure = "/engram.v1.MemoryService/SearchEvents"
 	// MemoryServiceRecallProcedure is the fully-qualified name of the MemoryService's Recall RPC.
 	MemoryServiceRecallProcedure = "/engram.v1.MemoryService/Recall"
+	// MemoryServiceWatchSessionsProcedure is the fully-qualified name of the MemoryService's
+	// WatchSessions RPC.
+	MemoryServiceWatchSessionsProcedure = "/engram.v1.MemoryService/WatchSessions"
 )
 
 // MemoryServiceClient is a client for the engram.v1.MemoryService service.
@@ -178,6 +181,13 @@ type MemoryServiceClient interface {
 	// Recall returns, within one token budget, the session's pinned memories,
 	// its most relevant memories and its context, with a rendered text block.
 	Recall(context.Context, *connect.Request[v1.RecallRequest]) (*connect.Response[v1.RecallResponse], error)
+	// WatchSessions follows several sessions on one stream, so that a browser
+	// with many sessions open holds one connection instead of one per session.
+	// Each session's frames are those StreamSessionEvents would send, tagged
+	// with its session_id; a session that ends (deleted, out of the key's
+	// scope, cursor evicted) ends alone with a SessionEnded frame while the
+	// others go on.
+	WatchSessions(context.Context, *connect.Request[v1.WatchSessionsRequest]) (*connect.ServerStreamForClient[v1.WatchSessionsResponse], error)
 }
 
 // NewMemoryServiceClient constructs a client for the engram.v1.MemoryService service. By default,
@@ -336,6 +346,12 @@ func NewMemoryServiceClient(httpClient connect.HTTPClient, baseURL string, opts 
 			connect.WithIdempotency(connect.IdempotencyNoSideEffects),
 			connect.WithClientOptions(opts...),
 		),
+		watchSessions: connect.NewClient[v1.WatchSessionsRequest, v1.WatchSessionsResponse](
+			httpClient,
+			baseURL+MemoryServiceWatchSessionsProcedure,
+			connect.WithSchema(memoryServiceMethods.ByName("WatchSessions")),
+			connect.WithClientOptions(opts...),
+		),
 	}
 }
 
@@ -363,6 +379,7 @@ type memoryServiceClient struct {
 	watchMemories            *connect.Client[v1.WatchMemoriesRequest, v1.WatchMemoriesResponse]
 	searchEvents             *connect.Client[v1.SearchEventsRequest, v1.SearchEventsResponse]
 	recall                   *connect.Client[v1.RecallRequest, v1.RecallResponse]
+	watchSessions            *connect.Client[v1.WatchSessionsRequest, v1.WatchSessionsResponse]
 }
 
 // CreateSession calls engram.v1.MemoryService.CreateSession.
@@ -475,6 +492,11 @@ func (c *memoryServiceClient) Recall(ctx context.Context, req *connect.Request[v
 	return c.recall.CallUnary(ctx, req)
 }
 
+// WatchSessions calls engram.v1.MemoryService.WatchSessions.
+func (c *memoryServiceClient) WatchSessions(ctx context.Context, req *connect.Request[v1.WatchSessionsRequest]) (*connect.ServerStreamForClient[v1.WatchSessionsResponse], error) {
+	return c.watchSessions.CallServerStream(ctx, req)
+}
+
 // MemoryServiceHandler is an implementation of the engram.v1.MemoryService service.
 type MemoryServiceHandler interface {
 	// CreateSession creates a session; the server generates session_id when it
@@ -541,6 +563,13 @@ type MemoryServiceHandler interface {
 	// Recall returns, within one token budget, the session's pinned memories,
 	// its most relevant memories and its context, with a rendered text block.
 	Recall(context.Context, *connect.Request[v1.RecallRequest]) (*connect.Response[v1.RecallResponse], error)
+	// WatchSessions follows several sessions on one stream, so that a browser
+	// with many sessions open holds one connection instead of one per session.
+	// Each session's frames are those StreamSessionEvents would send, tagged
+	// with its session_id; a session that ends (deleted, out of the key's
+	// scope, cursor evicted) ends alone with a SessionEnded frame while the
+	// others go on.
+	WatchSessions(context.Context, *connect.Request[v1.WatchSessionsRequest], *connect.ServerStream[v1.WatchSessionsResponse]) error
 }
 
 // NewMemoryServiceHandler builds an HTTP handler from the service implementation. It returns the
@@ -695,6 +724,12 @@ func NewMemoryServiceHandler(svc MemoryServiceHandler, opts ...connect.HandlerOp
 		connect.WithIdempotency(connect.IdempotencyNoSideEffects),
 		connect.WithHandlerOptions(opts...),
 	)
+	memoryServiceWatchSessionsHandler := connect.NewServerStreamHandler(
+		MemoryServiceWatchSessionsProcedure,
+		svc.WatchSessions,
+		connect.WithSchema(memoryServiceMethods.ByName("WatchSessions")),
+		connect.WithHandlerOptions(opts...),
+	)
 	return "/engram.v1.MemoryService/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.URL.Path {
 		case MemoryServiceCreateSessionProcedure:
@@ -741,6 +776,8 @@ func NewMemoryServiceHandler(svc MemoryServiceHandler, opts ...connect.HandlerOp
 			memoryServiceSearchEventsHandler.ServeHTTP(w, r)
 		case MemoryServiceRecallProcedure:
 			memoryServiceRecallHandler.ServeHTTP(w, r)
+		case MemoryServiceWatchSessionsProcedure:
+			memoryServiceWatchSessionsHandler.ServeHTTP(w, r)
 		default:
 			http.NotFound(w, r)
 		}
@@ -836,4 +873,8 @@ func (UnimplementedMemoryServiceHandler) SearchEvents(context.Context, *connect.
 
 func (UnimplementedMemoryServiceHandler) Recall(context.Context, *connect.Request[v1.RecallRequest]) (*connect.Response[v1.RecallResponse], error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("engram.v1.MemoryService.Recall is not implemented"))
+}
+
+func (UnimplementedMemoryServiceHandler) WatchSessions(context.Context, *connect.Request[v1.WatchSessionsRequest], *connect.ServerStream[v1.WatchSessionsResponse]) error {
+	return connect.NewError(connect.CodeUnimplemented, errors.New("engram.v1.MemoryService.WatchSessions is not implemented"))
 }
