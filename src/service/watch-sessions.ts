@@ -108,12 +108,28 @@ export async function* watchSessions(
     }
   };
   for (const cursor of cursors) void pump(cursor);
+  // On a cancel, every pump is freed at once: the reader may never come back for (or close) a frame it was given.
+  let given: Pending | undefined; // yielded, not yet taken back
+  const release = () => {
+    closed = true;
+    given?.taken();
+    for (const pending of queue.splice(0)) pending.taken();
+  };
+  const wakeOnAbort = () => {
+    if (signal.aborted) release();
+    wake?.();
+  };
+  subscriptionSignal.addEventListener("abort", wakeOnAbort, { once: true });
   try {
     for (;;) {
       if (failure !== undefined) throw failure;
+      // A cancelled call yields nothing more: the edge may never ask for (or close) a frame yielded after its cancel.
+      if (signal.aborted) return;
       const next = queue.shift();
       if (next) {
+        given = next;
         yield next.frame;
+        given = undefined;
         next.taken();
         continue;
       }
@@ -123,8 +139,8 @@ export async function* watchSessions(
     }
   } finally {
     // Frees every pump still waiting on the reader, so each subscription sees the abort and leaves the hub.
-    closed = true;
+    subscriptionSignal.removeEventListener("abort", wakeOnAbort);
     stop.abort();
-    for (const pending of queue.splice(0)) pending.taken();
+    release();
   }
 }
