@@ -9,6 +9,7 @@ import { memory } from "./api";
 import { formatTime, h, replaceChildren } from "./dom";
 import { ToolPairing, eventRow, jsonView } from "./events";
 import { memoriesHref } from "./hrefs";
+import { followSession, type LiveMessage } from "./live";
 
 /** Stops a view. */
 export type Cleanup = () => void;
@@ -328,41 +329,23 @@ export function sessionView(root: HTMLElement, sessionId: string): Cleanup {
     }
   }
 
-  // Shows the newest events, then follows the stream from the head seq of that same read;
-  // after a lost connection it resumes after the last seq shown.
+  // Shows the newest events, then follows the session from the head seq of that same read,
+  // over the one stream this browser's tabs share (live.ts); the stream resumes by itself
+  // after a lost connection, after the last seq it gave this view.
+  let unfollow: (() => void) | undefined;
   async function follow(): Promise<void> {
-    let after: bigint | undefined;
+    unfollow?.();
     for (let failures = 0; !signal.aborted; ) {
       try {
-        if (after === undefined) {
-          const res = await memory.getSessionEvents({ sessionId, tail: WINDOW }, { signal });
-          shownEvents = [...res.events];
-          renderAll();
-          earlier.hidden = res.events.length < WINDOW;
-          after = res.headSeq;
-        }
-        const stream = memory.streamSessionEvents({ sessionId, afterSeq: after }, { signal });
-        for await (const res of stream) {
-          failures = 0;
-          const frame = res.frame;
-          if (frame.case === "event") {
-            if (frame.value.seq <= after) continue;
-            after = frame.value.seq;
-            appendEvent(frame.value);
-          } else if (frame.case === "caughtUp" || frame.case === "heartbeat") {
-            setLive("live", "live");
-            if (frame.case === "caughtUp") refreshInfo();
-          }
-        }
+        const res = await memory.getSessionEvents({ sessionId, tail: WINDOW }, { signal });
+        shownEvents = [...res.events];
+        renderAll();
+        earlier.hidden = res.events.length < WINDOW;
+        unfollow = followSession(sessionId, res.headSeq, onLive);
+        return;
       } catch (err) {
         if (signal.aborted) return;
         const ce = ConnectError.from(err);
-        if (ce.code === Code.OutOfRange) {
-          // The events after our cursor were evicted while we were away: show the newest again.
-          after = undefined;
-          replaceChildren(message, h("p", { class: "notice" }, "Events were evicted while disconnected; showing the newest again."));
-          continue;
-        }
         if ([Code.NotFound, Code.Unauthenticated, Code.PermissionDenied, Code.InvalidArgument].includes(ce.code)) {
           setLive("ended", "stopped");
           replaceChildren(message, errorBox(ce));
@@ -375,10 +358,34 @@ export function sessionView(root: HTMLElement, sessionId: string): Cleanup {
     }
   }
 
+  function onLive(live: LiveMessage): void {
+    if (signal.aborted) return;
+    if (live.kind === "event") {
+      const last = shownEvents[shownEvents.length - 1]?.seq ?? 0n;
+      if (live.event.seq > last) appendEvent(live.event);
+    } else if (live.kind === "live") {
+      if (!live_) refreshInfo();
+      live_ = true;
+      setLive("live", "live");
+    } else if (live.kind === "reconnecting") {
+      live_ = false;
+      setLive("reconnecting", "reconnecting…");
+    } else if (live.code === "OUT_OF_RANGE") {
+      // The events after our cursor were evicted while we were away: show the newest again.
+      replaceChildren(message, h("p", { class: "notice" }, "Events were evicted while disconnected; showing the newest again."));
+      void follow();
+    } else {
+      setLive("ended", "stopped");
+      replaceChildren(message, h("p", { class: "error", role: "alert" }, `${live.code}: ${live.message}`));
+    }
+  }
+  let live_ = false;
+
   void loadInfo();
   void follow();
   return () => {
     controller.abort();
+    unfollow?.();
     clearTimeout(infoTimer);
   };
 }
