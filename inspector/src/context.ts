@@ -31,8 +31,8 @@ function reasons(res: BuildConversationContextResponse, budget: number, sectionB
     if (s.eventsDropped > 0) {
       const sectionBudget = sectionBudgets[s.name];
       const why =
-        sectionBudget !== undefined && s.tokensUsed + 50 >= sectionBudget
-          ? `its budget of ${sectionBudget} tokens is spent`
+        sectionBudget !== undefined
+          ? `its budget of ${sectionBudget} tokens is spent (${s.tokensUsed} used)`
           : budget > 0 && res.tokensUsed + 50 >= budget
             ? `the total budget of ${budget} tokens is spent (lower-priority sections are trimmed first)`
             : "a tool call without its result, an unknown type, or over a budget";
