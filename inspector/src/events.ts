@@ -221,6 +221,7 @@ export function eventRow(event: MemoryEvent, pairing: ToolPairing, previous?: Me
       badge,
       h("time", { datetime: date?.toISOString() ?? "", title: formatTime(date) }, date ? formatClock(date) : ""),
       since !== undefined ? h("span", { class: "since", title: "time since the previous event shown" }, gap(since)) : null,
+      h("span", { class: "tokens", title: "tokens this event takes in a context (CountEventTokens)" }),
       h("span", { class: "event-id", title: "event_id" }, event.eventId),
       pairSlot,
     ),

@@ -205,12 +205,47 @@ export function sessionView(root: HTMLElement, sessionId: string, params: URLSea
     });
   }
 
+  // Token counts come from the server's tokenizer (CountEventTokens), for the events shown, a range at a time.
+  const tokenCounts = new Map<bigint, number>();
+  let countTimer: ReturnType<typeof setTimeout> | undefined;
+  const countTokens = () => {
+    clearTimeout(countTimer);
+    countTimer = setTimeout(() => void fillTokens(), 100);
+  };
+  async function fillTokens(): Promise<void> {
+    const missing = shown.filter((e) => !tokenCounts.has(e.seq)).map((e) => e.seq);
+    // At most a few reads per round: the rest is counted when the reader scrolls there and more is shown.
+    for (let round = 0; missing.length > 0 && round < 4 && !signal.aborted; round++) {
+      const from = missing[0]!;
+      try {
+        const res = await memory.countEventTokens({ sessionId, afterSeq: from - 1n, limit: 1000 }, { signal });
+        for (const t of res.events) tokenCounts.set(t.seq, t.tokens);
+        const last = res.events.at(-1)?.seq ?? from;
+        while (missing.length && missing[0]! <= last) missing.shift();
+        if (res.events.length === 0) break;
+        tokenizerName = res.tokenizer;
+      } catch {
+        return; // counts are a help, not the view: leave them out
+      }
+    }
+    for (const row of list.querySelectorAll<HTMLElement>("article.event")) {
+      const slot = row.querySelector(".tokens");
+      const n = tokenCounts.get(BigInt(row.dataset.seq!));
+      if (slot && n !== undefined && slot.textContent === "") {
+        slot.textContent = `${n} tok`;
+        slot.setAttribute("title", `${n} tokens in a context (${tokenizerName})`);
+      }
+    }
+  }
+  let tokenizerName = "";
+
   function renderAll(): void {
     pairing = new ToolPairing(); // pairs are found in seq order, so re-pair from the oldest shown
     list.replaceChildren(...rowsOf(shown, undefined));
     list.setAttribute("aria-busy", "false");
     updateCount();
     updateDelegations();
+    countTokens();
   }
 
   function appendEvent(event: MemoryEvent): void {
@@ -221,6 +256,7 @@ export function sessionView(root: HTMLElement, sessionId: string, params: URLSea
     shown.push(event);
     list.append(row);
     updateCount();
+    countTokens();
     if (event.eventType.startsWith("delegation")) updateDelegations();
     // Watching live: keep the newest event in view, unless the reader has scrolled up.
     if (follow) row.scrollIntoView({ block: "end" });
@@ -384,5 +420,6 @@ export function sessionView(root: HTMLElement, sessionId: string, params: URLSea
     removeEventListener("keydown", onKey);
     removeEventListener("scroll", onScroll);
     clearTimeout(infoTimer);
+    clearTimeout(countTimer);
   };
 }

@@ -218,6 +218,10 @@ describe("the inspector as a debugger", () => {
     expect(await page.textContent("#ev-2 time")).toMatch(/^\d\d:\d\d:\d\d\.250$/);
     expect(await page.textContent("#ev-2 .since")).toBe("+250 ms");
     expect(await page.textContent("#ev-4 .since")).toBe("+1.2 s");
+    // Each event's tokens, as the server's tokenizer counts them for a context.
+    const counts = await memory.rpc.countEventTokens({ sessionId: "run-1" });
+    await page.locator("#ev-7 .tokens:not(:empty)").waitFor();
+    for (const { seq, tokens } of counts.events) expect(await page.textContent(`#ev-${seq} .tokens`)).toBe(`${tokens} tok`);
     // Delegations: researcher, then searcher inside it, each with its duration.
     const researcher = page.locator(".delegation-tree > li.delegation");
     expect(await researcher.count()).toBe(1);

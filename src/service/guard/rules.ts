@@ -51,6 +51,7 @@ const RULES: Readonly<Record<string, MethodRule>> = {
   recall: { role: "read", scope: "session" },
   // Each watched session is checked as any session RPC; one outside the key's scope ends alone, NOT_FOUND, as an absent one.
   watchSessions: { role: "read", scope: "sessions" },
+  countEventTokens: { role: "read", scope: "session" },
 };
 
 /** The method's rule, once the key's role is enough for it; PERMISSION_DENIED otherwise. */

@@ -3359,6 +3359,191 @@ func (*WatchSessionsResponse_Heartbeat) isWatchSessionsResponse_Frame() {}
 
 func (*WatchSessionsResponse_Ended) isWatchSessionsResponse_Frame() {}
 
+// CountEventTokensRequest names a range of a session's events.
+type CountEventTokensRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Required.
+	SessionId string `protobuf:"bytes,1,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
+	// Only events with seq > after_seq; from the oldest retained when unset.
+	// When set and events after it were evicted, OUT_OF_RANGE.
+	AfterSeq *uint64 `protobuf:"varint,2,opt,name=after_seq,json=afterSeq,proto3,oneof" json:"after_seq,omitempty"`
+	// 1..1000; 100 when 0.
+	Limit uint32 `protobuf:"varint,3,opt,name=limit,proto3" json:"limit,omitempty"`
+	// o200k_base (default), cl100k_base or chars4, as BuildConversationContext.
+	Tokenizer     string `protobuf:"bytes,4,opt,name=tokenizer,proto3" json:"tokenizer,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CountEventTokensRequest) Reset() {
+	*x = CountEventTokensRequest{}
+	mi := &file_engram_v1_memory_proto_msgTypes[48]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CountEventTokensRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CountEventTokensRequest) ProtoMessage() {}
+
+func (x *CountEventTokensRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_engram_v1_memory_proto_msgTypes[48]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CountEventTokensRequest.ProtoReflect.Descriptor instead.
+func (*CountEventTokensRequest) Descriptor() ([]byte, []int) {
+	return file_engram_v1_memory_proto_rawDescGZIP(), []int{48}
+}
+
+func (x *CountEventTokensRequest) GetSessionId() string {
+	if x != nil {
+		return x.SessionId
+	}
+	return ""
+}
+
+func (x *CountEventTokensRequest) GetAfterSeq() uint64 {
+	if x != nil && x.AfterSeq != nil {
+		return *x.AfterSeq
+	}
+	return 0
+}
+
+func (x *CountEventTokensRequest) GetLimit() uint32 {
+	if x != nil {
+		return x.Limit
+	}
+	return 0
+}
+
+func (x *CountEventTokensRequest) GetTokenizer() string {
+	if x != nil {
+		return x.Tokenizer
+	}
+	return ""
+}
+
+// EventTokens is one event's token count.
+type EventTokens struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The event's seq.
+	Seq uint64 `protobuf:"varint,1,opt,name=seq,proto3" json:"seq,omitempty"`
+	// Tokens the event takes in a context (its message, with the per-message
+	// overhead and a fixed cost per image, as budgets are charged).
+	Tokens        uint32 `protobuf:"varint,2,opt,name=tokens,proto3" json:"tokens,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *EventTokens) Reset() {
+	*x = EventTokens{}
+	mi := &file_engram_v1_memory_proto_msgTypes[49]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *EventTokens) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*EventTokens) ProtoMessage() {}
+
+func (x *EventTokens) ProtoReflect() protoreflect.Message {
+	mi := &file_engram_v1_memory_proto_msgTypes[49]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use EventTokens.ProtoReflect.Descriptor instead.
+func (*EventTokens) Descriptor() ([]byte, []int) {
+	return file_engram_v1_memory_proto_rawDescGZIP(), []int{49}
+}
+
+func (x *EventTokens) GetSeq() uint64 {
+	if x != nil {
+		return x.Seq
+	}
+	return 0
+}
+
+func (x *EventTokens) GetTokens() uint32 {
+	if x != nil {
+		return x.Tokens
+	}
+	return 0
+}
+
+// CountEventTokensResponse holds one count per event, in seq order.
+type CountEventTokensResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The events of the range, in seq order.
+	Events []*EventTokens `protobuf:"bytes,1,rep,name=events,proto3" json:"events,omitempty"`
+	// The tokenizer that counted (chars4 after a fallback).
+	Tokenizer     string `protobuf:"bytes,2,opt,name=tokenizer,proto3" json:"tokenizer,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CountEventTokensResponse) Reset() {
+	*x = CountEventTokensResponse{}
+	mi := &file_engram_v1_memory_proto_msgTypes[50]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CountEventTokensResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CountEventTokensResponse) ProtoMessage() {}
+
+func (x *CountEventTokensResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_engram_v1_memory_proto_msgTypes[50]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CountEventTokensResponse.ProtoReflect.Descriptor instead.
+func (*CountEventTokensResponse) Descriptor() ([]byte, []int) {
+	return file_engram_v1_memory_proto_rawDescGZIP(), []int{50}
+}
+
+func (x *CountEventTokensResponse) GetEvents() []*EventTokens {
+	if x != nil {
+		return x.Events
+	}
+	return nil
+}
+
+func (x *CountEventTokensResponse) GetTokenizer() string {
+	if x != nil {
+		return x.Tokenizer
+	}
+	return ""
+}
+
 var File_engram_v1_memory_proto protoreflect.FileDescriptor
 
 const file_engram_v1_memory_proto_rawDesc = "" +
@@ -3629,7 +3814,21 @@ const file_engram_v1_memory_proto_rawDesc = "" +
 	"\tcaught_up\x18\x03 \x01(\v2\x13.engram.v1.CaughtUpH\x00R\bcaughtUp\x124\n" +
 	"\theartbeat\x18\x04 \x01(\v2\x14.engram.v1.HeartbeatH\x00R\theartbeat\x12/\n" +
 	"\x05ended\x18\x05 \x01(\v2\x17.engram.v1.SessionEndedH\x00R\x05endedB\a\n" +
-	"\x05frame2\xbe\x0f\n" +
+	"\x05frame\"\x9c\x01\n" +
+	"\x17CountEventTokensRequest\x12\x1d\n" +
+	"\n" +
+	"session_id\x18\x01 \x01(\tR\tsessionId\x12 \n" +
+	"\tafter_seq\x18\x02 \x01(\x04H\x00R\bafterSeq\x88\x01\x01\x12\x14\n" +
+	"\x05limit\x18\x03 \x01(\rR\x05limit\x12\x1c\n" +
+	"\ttokenizer\x18\x04 \x01(\tR\ttokenizerB\f\n" +
+	"\n" +
+	"_after_seq\"7\n" +
+	"\vEventTokens\x12\x10\n" +
+	"\x03seq\x18\x01 \x01(\x04R\x03seq\x12\x16\n" +
+	"\x06tokens\x18\x02 \x01(\rR\x06tokens\"h\n" +
+	"\x18CountEventTokensResponse\x12.\n" +
+	"\x06events\x18\x01 \x03(\v2\x16.engram.v1.EventTokensR\x06events\x12\x1c\n" +
+	"\ttokenizer\x18\x02 \x01(\tR\ttokenizer2\xa0\x10\n" +
 	"\rMemoryService\x12R\n" +
 	"\rCreateSession\x12\x1f.engram.v1.CreateSessionRequest\x1a .engram.v1.CreateSessionResponse\x12a\n" +
 	"\x12GetOrCreateSession\x12$.engram.v1.GetOrCreateSessionRequest\x1a%.engram.v1.GetOrCreateSessionResponse\x12N\n" +
@@ -3655,7 +3854,8 @@ const file_engram_v1_memory_proto_rawDesc = "" +
 	"\rWatchMemories\x12\x1f.engram.v1.WatchMemoriesRequest\x1a .engram.v1.WatchMemoriesResponse0\x01\x12T\n" +
 	"\fSearchEvents\x12\x1e.engram.v1.SearchEventsRequest\x1a\x1f.engram.v1.SearchEventsResponse\"\x03\x90\x02\x01\x12B\n" +
 	"\x06Recall\x12\x18.engram.v1.RecallRequest\x1a\x19.engram.v1.RecallResponse\"\x03\x90\x02\x01\x12T\n" +
-	"\rWatchSessions\x12\x1f.engram.v1.WatchSessionsRequest\x1a .engram.v1.WatchSessionsResponse0\x01B\xa4\x01\n" +
+	"\rWatchSessions\x12\x1f.engram.v1.WatchSessionsRequest\x1a .engram.v1.WatchSessionsResponse0\x01\x12`\n" +
+	"\x10CountEventTokens\x12\".engram.v1.CountEventTokensRequest\x1a#.engram.v1.CountEventTokensResponse\"\x03\x90\x02\x01B\xa4\x01\n" +
 	"\rcom.engram.v1B\vMemoryProtoP\x01ZAgithub.com/engram-memory/engram/clients/go/gen/engram/v1;engramv1\xa2\x02\x03EXX\xaa\x02\tEngram.V1\xca\x02\tEngram\\V1\xe2\x02\x15Engram\\V1\\GPBMetadata\xea\x02\n" +
 	"Engram::V1b\x06proto3"
 
@@ -3671,7 +3871,7 @@ func file_engram_v1_memory_proto_rawDescGZIP() []byte {
 	return file_engram_v1_memory_proto_rawDescData
 }
 
-var file_engram_v1_memory_proto_msgTypes = make([]protoimpl.MessageInfo, 49)
+var file_engram_v1_memory_proto_msgTypes = make([]protoimpl.MessageInfo, 52)
 var file_engram_v1_memory_proto_goTypes = []any{
 	(*Session)(nil),                          // 0: engram.v1.Session
 	(*Event)(nil),                            // 1: engram.v1.Event
@@ -3721,42 +3921,45 @@ var file_engram_v1_memory_proto_goTypes = []any{
 	(*WatchSessionsRequest)(nil),             // 45: engram.v1.WatchSessionsRequest
 	(*SessionEnded)(nil),                     // 46: engram.v1.SessionEnded
 	(*WatchSessionsResponse)(nil),            // 47: engram.v1.WatchSessionsResponse
-	nil,                                      // 48: engram.v1.BuildConversationContextRequest.SectionBudgetsEntry
-	(*structpb.Struct)(nil),                  // 49: google.protobuf.Struct
-	(*timestamppb.Timestamp)(nil),            // 50: google.protobuf.Timestamp
-	(*structpb.Value)(nil),                   // 51: google.protobuf.Value
-	(*durationpb.Duration)(nil),              // 52: google.protobuf.Duration
-	(*Memory)(nil),                           // 53: engram.v1.Memory
-	(*ScoredMemory)(nil),                     // 54: engram.v1.ScoredMemory
-	(*WriteMemoriesRequest)(nil),             // 55: engram.v1.WriteMemoriesRequest
-	(*GetMemoryRequest)(nil),                 // 56: engram.v1.GetMemoryRequest
-	(*SearchMemoriesRequest)(nil),            // 57: engram.v1.SearchMemoriesRequest
-	(*ListMemoriesRequest)(nil),              // 58: engram.v1.ListMemoriesRequest
-	(*DeleteMemoriesRequest)(nil),            // 59: engram.v1.DeleteMemoriesRequest
-	(*WatchMemoriesRequest)(nil),             // 60: engram.v1.WatchMemoriesRequest
-	(*WriteMemoriesResponse)(nil),            // 61: engram.v1.WriteMemoriesResponse
-	(*GetMemoryResponse)(nil),                // 62: engram.v1.GetMemoryResponse
-	(*SearchMemoriesResponse)(nil),           // 63: engram.v1.SearchMemoriesResponse
-	(*ListMemoriesResponse)(nil),             // 64: engram.v1.ListMemoriesResponse
-	(*DeleteMemoriesResponse)(nil),           // 65: engram.v1.DeleteMemoriesResponse
-	(*WatchMemoriesResponse)(nil),            // 66: engram.v1.WatchMemoriesResponse
+	(*CountEventTokensRequest)(nil),          // 48: engram.v1.CountEventTokensRequest
+	(*EventTokens)(nil),                      // 49: engram.v1.EventTokens
+	(*CountEventTokensResponse)(nil),         // 50: engram.v1.CountEventTokensResponse
+	nil,                                      // 51: engram.v1.BuildConversationContextRequest.SectionBudgetsEntry
+	(*structpb.Struct)(nil),                  // 52: google.protobuf.Struct
+	(*timestamppb.Timestamp)(nil),            // 53: google.protobuf.Timestamp
+	(*structpb.Value)(nil),                   // 54: google.protobuf.Value
+	(*durationpb.Duration)(nil),              // 55: google.protobuf.Duration
+	(*Memory)(nil),                           // 56: engram.v1.Memory
+	(*ScoredMemory)(nil),                     // 57: engram.v1.ScoredMemory
+	(*WriteMemoriesRequest)(nil),             // 58: engram.v1.WriteMemoriesRequest
+	(*GetMemoryRequest)(nil),                 // 59: engram.v1.GetMemoryRequest
+	(*SearchMemoriesRequest)(nil),            // 60: engram.v1.SearchMemoriesRequest
+	(*ListMemoriesRequest)(nil),              // 61: engram.v1.ListMemoriesRequest
+	(*DeleteMemoriesRequest)(nil),            // 62: engram.v1.DeleteMemoriesRequest
+	(*WatchMemoriesRequest)(nil),             // 63: engram.v1.WatchMemoriesRequest
+	(*WriteMemoriesResponse)(nil),            // 64: engram.v1.WriteMemoriesResponse
+	(*GetMemoryResponse)(nil),                // 65: engram.v1.GetMemoryResponse
+	(*SearchMemoriesResponse)(nil),           // 66: engram.v1.SearchMemoriesResponse
+	(*ListMemoriesResponse)(nil),             // 67: engram.v1.ListMemoriesResponse
+	(*DeleteMemoriesResponse)(nil),           // 68: engram.v1.DeleteMemoriesResponse
+	(*WatchMemoriesResponse)(nil),            // 69: engram.v1.WatchMemoriesResponse
 }
 var file_engram_v1_memory_proto_depIdxs = []int32{
-	49, // 0: engram.v1.Session.metadata:type_name -> google.protobuf.Struct
-	50, // 1: engram.v1.Session.created_at:type_name -> google.protobuf.Timestamp
-	50, // 2: engram.v1.Session.updated_at:type_name -> google.protobuf.Timestamp
-	51, // 3: engram.v1.Event.content:type_name -> google.protobuf.Value
-	49, // 4: engram.v1.Event.metadata:type_name -> google.protobuf.Struct
-	50, // 5: engram.v1.Event.timestamp:type_name -> google.protobuf.Timestamp
-	49, // 6: engram.v1.CreateSessionRequest.metadata:type_name -> google.protobuf.Struct
+	52, // 0: engram.v1.Session.metadata:type_name -> google.protobuf.Struct
+	53, // 1: engram.v1.Session.created_at:type_name -> google.protobuf.Timestamp
+	53, // 2: engram.v1.Session.updated_at:type_name -> google.protobuf.Timestamp
+	54, // 3: engram.v1.Event.content:type_name -> google.protobuf.Value
+	52, // 4: engram.v1.Event.metadata:type_name -> google.protobuf.Struct
+	53, // 5: engram.v1.Event.timestamp:type_name -> google.protobuf.Timestamp
+	52, // 6: engram.v1.CreateSessionRequest.metadata:type_name -> google.protobuf.Struct
 	0,  // 7: engram.v1.CreateSessionResponse.session:type_name -> engram.v1.Session
-	49, // 8: engram.v1.GetOrCreateSessionRequest.metadata:type_name -> google.protobuf.Struct
+	52, // 8: engram.v1.GetOrCreateSessionRequest.metadata:type_name -> google.protobuf.Struct
 	0,  // 9: engram.v1.GetOrCreateSessionResponse.session:type_name -> engram.v1.Session
 	0,  // 10: engram.v1.GetSessionResponse.session:type_name -> engram.v1.Session
 	0,  // 11: engram.v1.ListSessionsResponse.sessions:type_name -> engram.v1.Session
-	51, // 12: engram.v1.EventInput.content:type_name -> google.protobuf.Value
-	49, // 13: engram.v1.EventInput.metadata:type_name -> google.protobuf.Struct
-	50, // 14: engram.v1.EventInput.timestamp:type_name -> google.protobuf.Timestamp
+	54, // 12: engram.v1.EventInput.content:type_name -> google.protobuf.Value
+	52, // 13: engram.v1.EventInput.metadata:type_name -> google.protobuf.Struct
+	53, // 14: engram.v1.EventInput.timestamp:type_name -> google.protobuf.Timestamp
 	12, // 15: engram.v1.AddEventRequest.event:type_name -> engram.v1.EventInput
 	1,  // 16: engram.v1.AddEventResponse.event:type_name -> engram.v1.Event
 	12, // 17: engram.v1.AddEventsRequest.events:type_name -> engram.v1.EventInput
@@ -3766,75 +3969,78 @@ var file_engram_v1_memory_proto_depIdxs = []int32{
 	1,  // 21: engram.v1.StreamSessionEventsResponse.event:type_name -> engram.v1.Event
 	22, // 22: engram.v1.StreamSessionEventsResponse.caught_up:type_name -> engram.v1.CaughtUp
 	23, // 23: engram.v1.StreamSessionEventsResponse.heartbeat:type_name -> engram.v1.Heartbeat
-	48, // 24: engram.v1.BuildConversationContextRequest.section_budgets:type_name -> engram.v1.BuildConversationContextRequest.SectionBudgetsEntry
+	51, // 24: engram.v1.BuildConversationContextRequest.section_budgets:type_name -> engram.v1.BuildConversationContextRequest.SectionBudgetsEntry
 	26, // 25: engram.v1.ToolCall.function:type_name -> engram.v1.ToolCallFunction
 	27, // 26: engram.v1.ChatMessage.tool_calls:type_name -> engram.v1.ToolCall
 	29, // 27: engram.v1.ChatMessage.content_parts:type_name -> engram.v1.ContentPart
 	30, // 28: engram.v1.ContentPart.image_url:type_name -> engram.v1.ImageUrl
 	28, // 29: engram.v1.BuildConversationContextResponse.messages:type_name -> engram.v1.ChatMessage
 	31, // 30: engram.v1.BuildConversationContextResponse.sections:type_name -> engram.v1.ContextSection
-	52, // 31: engram.v1.CleanupRequest.max_age:type_name -> google.protobuf.Duration
+	55, // 31: engram.v1.CleanupRequest.max_age:type_name -> google.protobuf.Duration
 	1,  // 32: engram.v1.EventHit.event:type_name -> engram.v1.Event
 	40, // 33: engram.v1.SearchEventsResponse.hits:type_name -> engram.v1.EventHit
-	53, // 34: engram.v1.RecallResponse.pinned:type_name -> engram.v1.Memory
-	54, // 35: engram.v1.RecallResponse.memories:type_name -> engram.v1.ScoredMemory
+	56, // 34: engram.v1.RecallResponse.pinned:type_name -> engram.v1.Memory
+	57, // 35: engram.v1.RecallResponse.memories:type_name -> engram.v1.ScoredMemory
 	32, // 36: engram.v1.RecallResponse.context:type_name -> engram.v1.BuildConversationContextResponse
 	44, // 37: engram.v1.WatchSessionsRequest.sessions:type_name -> engram.v1.SessionCursor
 	1,  // 38: engram.v1.WatchSessionsResponse.event:type_name -> engram.v1.Event
 	22, // 39: engram.v1.WatchSessionsResponse.caught_up:type_name -> engram.v1.CaughtUp
 	23, // 40: engram.v1.WatchSessionsResponse.heartbeat:type_name -> engram.v1.Heartbeat
 	46, // 41: engram.v1.WatchSessionsResponse.ended:type_name -> engram.v1.SessionEnded
-	2,  // 42: engram.v1.MemoryService.CreateSession:input_type -> engram.v1.CreateSessionRequest
-	4,  // 43: engram.v1.MemoryService.GetOrCreateSession:input_type -> engram.v1.GetOrCreateSessionRequest
-	6,  // 44: engram.v1.MemoryService.GetSession:input_type -> engram.v1.GetSessionRequest
-	8,  // 45: engram.v1.MemoryService.ListSessions:input_type -> engram.v1.ListSessionsRequest
-	10, // 46: engram.v1.MemoryService.DeleteSession:input_type -> engram.v1.DeleteSessionRequest
-	13, // 47: engram.v1.MemoryService.AddEvent:input_type -> engram.v1.AddEventRequest
-	15, // 48: engram.v1.MemoryService.AddEvents:input_type -> engram.v1.AddEventsRequest
-	17, // 49: engram.v1.MemoryService.GetSessionEvents:input_type -> engram.v1.GetSessionEventsRequest
-	19, // 50: engram.v1.MemoryService.ListEvents:input_type -> engram.v1.ListEventsRequest
-	21, // 51: engram.v1.MemoryService.StreamSessionEvents:input_type -> engram.v1.StreamSessionEventsRequest
-	25, // 52: engram.v1.MemoryService.BuildConversationContext:input_type -> engram.v1.BuildConversationContextRequest
-	33, // 53: engram.v1.MemoryService.GetStats:input_type -> engram.v1.GetStatsRequest
-	35, // 54: engram.v1.MemoryService.Cleanup:input_type -> engram.v1.CleanupRequest
-	37, // 55: engram.v1.MemoryService.DeleteUserData:input_type -> engram.v1.DeleteUserDataRequest
-	55, // 56: engram.v1.MemoryService.WriteMemories:input_type -> engram.v1.WriteMemoriesRequest
-	56, // 57: engram.v1.MemoryService.GetMemory:input_type -> engram.v1.GetMemoryRequest
-	57, // 58: engram.v1.MemoryService.SearchMemories:input_type -> engram.v1.SearchMemoriesRequest
-	58, // 59: engram.v1.MemoryService.ListMemories:input_type -> engram.v1.ListMemoriesRequest
-	59, // 60: engram.v1.MemoryService.DeleteMemories:input_type -> engram.v1.DeleteMemoriesRequest
-	60, // 61: engram.v1.MemoryService.WatchMemories:input_type -> engram.v1.WatchMemoriesRequest
-	39, // 62: engram.v1.MemoryService.SearchEvents:input_type -> engram.v1.SearchEventsRequest
-	42, // 63: engram.v1.MemoryService.Recall:input_type -> engram.v1.RecallRequest
-	45, // 64: engram.v1.MemoryService.WatchSessions:input_type -> engram.v1.WatchSessionsRequest
-	3,  // 65: engram.v1.MemoryService.CreateSession:output_type -> engram.v1.CreateSessionResponse
-	5,  // 66: engram.v1.MemoryService.GetOrCreateSession:output_type -> engram.v1.GetOrCreateSessionResponse
-	7,  // 67: engram.v1.MemoryService.GetSession:output_type -> engram.v1.GetSessionResponse
-	9,  // 68: engram.v1.MemoryService.ListSessions:output_type -> engram.v1.ListSessionsResponse
-	11, // 69: engram.v1.MemoryService.DeleteSession:output_type -> engram.v1.DeleteSessionResponse
-	14, // 70: engram.v1.MemoryService.AddEvent:output_type -> engram.v1.AddEventResponse
-	16, // 71: engram.v1.MemoryService.AddEvents:output_type -> engram.v1.AddEventsResponse
-	18, // 72: engram.v1.MemoryService.GetSessionEvents:output_type -> engram.v1.GetSessionEventsResponse
-	20, // 73: engram.v1.MemoryService.ListEvents:output_type -> engram.v1.ListEventsResponse
-	24, // 74: engram.v1.MemoryService.StreamSessionEvents:output_type -> engram.v1.StreamSessionEventsResponse
-	32, // 75: engram.v1.MemoryService.BuildConversationContext:output_type -> engram.v1.BuildConversationContextResponse
-	34, // 76: engram.v1.MemoryService.GetStats:output_type -> engram.v1.GetStatsResponse
-	36, // 77: engram.v1.MemoryService.Cleanup:output_type -> engram.v1.CleanupResponse
-	38, // 78: engram.v1.MemoryService.DeleteUserData:output_type -> engram.v1.DeleteUserDataResponse
-	61, // 79: engram.v1.MemoryService.WriteMemories:output_type -> engram.v1.WriteMemoriesResponse
-	62, // 80: engram.v1.MemoryService.GetMemory:output_type -> engram.v1.GetMemoryResponse
-	63, // 81: engram.v1.MemoryService.SearchMemories:output_type -> engram.v1.SearchMemoriesResponse
-	64, // 82: engram.v1.MemoryService.ListMemories:output_type -> engram.v1.ListMemoriesResponse
-	65, // 83: engram.v1.MemoryService.DeleteMemories:output_type -> engram.v1.DeleteMemoriesResponse
-	66, // 84: engram.v1.MemoryService.WatchMemories:output_type -> engram.v1.WatchMemoriesResponse
-	41, // 85: engram.v1.MemoryService.SearchEvents:output_type -> engram.v1.SearchEventsResponse
-	43, // 86: engram.v1.MemoryService.Recall:output_type -> engram.v1.RecallResponse
-	47, // 87: engram.v1.MemoryService.WatchSessions:output_type -> engram.v1.WatchSessionsResponse
-	65, // [65:88] is the sub-list for method output_type
-	42, // [42:65] is the sub-list for method input_type
-	42, // [42:42] is the sub-list for extension type_name
-	42, // [42:42] is the sub-list for extension extendee
-	0,  // [0:42] is the sub-list for field type_name
+	49, // 42: engram.v1.CountEventTokensResponse.events:type_name -> engram.v1.EventTokens
+	2,  // 43: engram.v1.MemoryService.CreateSession:input_type -> engram.v1.CreateSessionRequest
+	4,  // 44: engram.v1.MemoryService.GetOrCreateSession:input_type -> engram.v1.GetOrCreateSessionRequest
+	6,  // 45: engram.v1.MemoryService.GetSession:input_type -> engram.v1.GetSessionRequest
+	8,  // 46: engram.v1.MemoryService.ListSessions:input_type -> engram.v1.ListSessionsRequest
+	10, // 47: engram.v1.MemoryService.DeleteSession:input_type -> engram.v1.DeleteSessionRequest
+	13, // 48: engram.v1.MemoryService.AddEvent:input_type -> engram.v1.AddEventRequest
+	15, // 49: engram.v1.MemoryService.AddEvents:input_type -> engram.v1.AddEventsRequest
+	17, // 50: engram.v1.MemoryService.GetSessionEvents:input_type -> engram.v1.GetSessionEventsRequest
+	19, // 51: engram.v1.MemoryService.ListEvents:input_type -> engram.v1.ListEventsRequest
+	21, // 52: engram.v1.MemoryService.StreamSessionEvents:input_type -> engram.v1.StreamSessionEventsRequest
+	25, // 53: engram.v1.MemoryService.BuildConversationContext:input_type -> engram.v1.BuildConversationContextRequest
+	33, // 54: engram.v1.MemoryService.GetStats:input_type -> engram.v1.GetStatsRequest
+	35, // 55: engram.v1.MemoryService.Cleanup:input_type -> engram.v1.CleanupRequest
+	37, // 56: engram.v1.MemoryService.DeleteUserData:input_type -> engram.v1.DeleteUserDataRequest
+	58, // 57: engram.v1.MemoryService.WriteMemories:input_type -> engram.v1.WriteMemoriesRequest
+	59, // 58: engram.v1.MemoryService.GetMemory:input_type -> engram.v1.GetMemoryRequest
+	60, // 59: engram.v1.MemoryService.SearchMemories:input_type -> engram.v1.SearchMemoriesRequest
+	61, // 60: engram.v1.MemoryService.ListMemories:input_type -> engram.v1.ListMemoriesRequest
+	62, // 61: engram.v1.MemoryService.DeleteMemories:input_type -> engram.v1.DeleteMemoriesRequest
+	63, // 62: engram.v1.MemoryService.WatchMemories:input_type -> engram.v1.WatchMemoriesRequest
+	39, // 63: engram.v1.MemoryService.SearchEvents:input_type -> engram.v1.SearchEventsRequest
+	42, // 64: engram.v1.MemoryService.Recall:input_type -> engram.v1.RecallRequest
+	45, // 65: engram.v1.MemoryService.WatchSessions:input_type -> engram.v1.WatchSessionsRequest
+	48, // 66: engram.v1.MemoryService.CountEventTokens:input_type -> engram.v1.CountEventTokensRequest
+	3,  // 67: engram.v1.MemoryService.CreateSession:output_type -> engram.v1.CreateSessionResponse
+	5,  // 68: engram.v1.MemoryService.GetOrCreateSession:output_type -> engram.v1.GetOrCreateSessionResponse
+	7,  // 69: engram.v1.MemoryService.GetSession:output_type -> engram.v1.GetSessionResponse
+	9,  // 70: engram.v1.MemoryService.ListSessions:output_type -> engram.v1.ListSessionsResponse
+	11, // 71: engram.v1.MemoryService.DeleteSession:output_type -> engram.v1.DeleteSessionResponse
+	14, // 72: engram.v1.MemoryService.AddEvent:output_type -> engram.v1.AddEventResponse
+	16, // 73: engram.v1.MemoryService.AddEvents:output_type -> engram.v1.AddEventsResponse
+	18, // 74: engram.v1.MemoryService.GetSessionEvents:output_type -> engram.v1.GetSessionEventsResponse
+	20, // 75: engram.v1.MemoryService.ListEvents:output_type -> engram.v1.ListEventsResponse
+	24, // 76: engram.v1.MemoryService.StreamSessionEvents:output_type -> engram.v1.StreamSessionEventsResponse
+	32, // 77: engram.v1.MemoryService.BuildConversationContext:output_type -> engram.v1.BuildConversationContextResponse
+	34, // 78: engram.v1.MemoryService.GetStats:output_type -> engram.v1.GetStatsResponse
+	36, // 79: engram.v1.MemoryService.Cleanup:output_type -> engram.v1.CleanupResponse
+	38, // 80: engram.v1.MemoryService.DeleteUserData:output_type -> engram.v1.DeleteUserDataResponse
+	64, // 81: engram.v1.MemoryService.WriteMemories:output_type -> engram.v1.WriteMemoriesResponse
+	65, // 82: engram.v1.MemoryService.GetMemory:output_type -> engram.v1.GetMemoryResponse
+	66, // 83: engram.v1.MemoryService.SearchMemories:output_type -> engram.v1.SearchMemoriesResponse
+	67, // 84: engram.v1.MemoryService.ListMemories:output_type -> engram.v1.ListMemoriesResponse
+	68, // 85: engram.v1.MemoryService.DeleteMemories:output_type -> engram.v1.DeleteMemoriesResponse
+	69, // 86: engram.v1.MemoryService.WatchMemories:output_type -> engram.v1.WatchMemoriesResponse
+	41, // 87: engram.v1.MemoryService.SearchEvents:output_type -> engram.v1.SearchEventsResponse
+	43, // 88: engram.v1.MemoryService.Recall:output_type -> engram.v1.RecallResponse
+	47, // 89: engram.v1.MemoryService.WatchSessions:output_type -> engram.v1.WatchSessionsResponse
+	50, // 90: engram.v1.MemoryService.CountEventTokens:output_type -> engram.v1.CountEventTokensResponse
+	67, // [67:91] is the sub-list for method output_type
+	43, // [43:67] is the sub-list for method input_type
+	43, // [43:43] is the sub-list for extension type_name
+	43, // [43:43] is the sub-list for extension extendee
+	0,  // [0:43] is the sub-list for field type_name
 }
 
 func init() { file_engram_v1_memory_proto_init() }
@@ -3866,13 +4072,14 @@ func file_engram_v1_memory_proto_init() {
 		(*WatchSessionsResponse_Heartbeat)(nil),
 		(*WatchSessionsResponse_Ended)(nil),
 	}
+	file_engram_v1_memory_proto_msgTypes[48].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_engram_v1_memory_proto_rawDesc), len(file_engram_v1_memory_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   49,
+			NumMessages:   52,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -113,6 +113,9 @@ const (
 	// MemoryServiceWatchSessionsProcedure is the fully-qualified name of the MemoryService's
 	// WatchSessions RPC.
 	MemoryServiceWatchSessionsProcedure = "/engram.v1.MemoryService/WatchSessions"
+	// MemoryServiceCountEventTokensProcedure is the fully-qualified name of the MemoryService's
+	// CountEventTokens RPC.
+	MemoryServiceCountEventTokensProcedure = "/engram.v1.MemoryService/CountEventTokens"
 )
 
 // MemoryServiceClient is a client for the engram.v1.MemoryService service.
@@ -188,6 +191,10 @@ type MemoryServiceClient interface {
 	// scope, cursor evicted) ends alone with a SessionEnded frame while the
 	// others go on.
 	WatchSessions(context.Context, *connect.Request[v1.WatchSessionsRequest]) (*connect.ServerStreamForClient[v1.WatchSessionsResponse], error)
+	// CountEventTokens says how many tokens each event of a range takes in a
+	// context, counted as BuildConversationContext counts it (the inspector
+	// shows it beside each event).
+	CountEventTokens(context.Context, *connect.Request[v1.CountEventTokensRequest]) (*connect.Response[v1.CountEventTokensResponse], error)
 }
 
 // NewMemoryServiceClient constructs a client for the engram.v1.MemoryService service. By default,
@@ -352,6 +359,13 @@ func NewMemoryServiceClient(httpClient connect.HTTPClient, baseURL string, opts 
 			connect.WithSchema(memoryServiceMethods.ByName("WatchSessions")),
 			connect.WithClientOptions(opts...),
 		),
+		countEventTokens: connect.NewClient[v1.CountEventTokensRequest, v1.CountEventTokensResponse](
+			httpClient,
+			baseURL+MemoryServiceCountEventTokensProcedure,
+			connect.WithSchema(memoryServiceMethods.ByName("CountEventTokens")),
+			connect.WithIdempotency(connect.IdempotencyNoSideEffects),
+			connect.WithClientOptions(opts...),
+		),
 	}
 }
 
@@ -380,6 +394,7 @@ type memoryServiceClient struct {
 	searchEvents             *connect.Client[v1.SearchEventsRequest, v1.SearchEventsResponse]
 	recall                   *connect.Client[v1.RecallRequest, v1.RecallResponse]
 	watchSessions            *connect.Client[v1.WatchSessionsRequest, v1.WatchSessionsResponse]
+	countEventTokens         *connect.Client[v1.CountEventTokensRequest, v1.CountEventTokensResponse]
 }
 
 // CreateSession calls engram.v1.MemoryService.CreateSession.
@@ -497,6 +512,11 @@ func (c *memoryServiceClient) WatchSessions(ctx context.Context, req *connect.Re
 	return c.watchSessions.CallServerStream(ctx, req)
 }
 
+// CountEventTokens calls engram.v1.MemoryService.CountEventTokens.
+func (c *memoryServiceClient) CountEventTokens(ctx context.Context, req *connect.Request[v1.CountEventTokensRequest]) (*connect.Response[v1.CountEventTokensResponse], error) {
+	return c.countEventTokens.CallUnary(ctx, req)
+}
+
 // MemoryServiceHandler is an implementation of the engram.v1.MemoryService service.
 type MemoryServiceHandler interface {
 	// CreateSession creates a session; the server generates session_id when it
@@ -570,6 +590,10 @@ type MemoryServiceHandler interface {
 	// scope, cursor evicted) ends alone with a SessionEnded frame while the
 	// others go on.
 	WatchSessions(context.Context, *connect.Request[v1.WatchSessionsRequest], *connect.ServerStream[v1.WatchSessionsResponse]) error
+	// CountEventTokens says how many tokens each event of a range takes in a
+	// context, counted as BuildConversationContext counts it (the inspector
+	// shows it beside each event).
+	CountEventTokens(context.Context, *connect.Request[v1.CountEventTokensRequest]) (*connect.Response[v1.CountEventTokensResponse], error)
 }
 
 // NewMemoryServiceHandler builds an HTTP handler from the service implementation. It returns the
@@ -730,6 +754,13 @@ func NewMemoryServiceHandler(svc MemoryServiceHandler, opts ...connect.HandlerOp
 		connect.WithSchema(memoryServiceMethods.ByName("WatchSessions")),
 		connect.WithHandlerOptions(opts...),
 	)
+	memoryServiceCountEventTokensHandler := connect.NewUnaryHandler(
+		MemoryServiceCountEventTokensProcedure,
+		svc.CountEventTokens,
+		connect.WithSchema(memoryServiceMethods.ByName("CountEventTokens")),
+		connect.WithIdempotency(connect.IdempotencyNoSideEffects),
+		connect.WithHandlerOptions(opts...),
+	)
 	return "/engram.v1.MemoryService/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.URL.Path {
 		case MemoryServiceCreateSessionProcedure:
@@ -778,6 +809,8 @@ func NewMemoryServiceHandler(svc MemoryServiceHandler, opts ...connect.HandlerOp
 			memoryServiceRecallHandler.ServeHTTP(w, r)
 		case MemoryServiceWatchSessionsProcedure:
 			memoryServiceWatchSessionsHandler.ServeHTTP(w, r)
+		case MemoryServiceCountEventTokensProcedure:
+			memoryServiceCountEventTokensHandler.ServeHTTP(w, r)
 		default:
 			http.NotFound(w, r)
 		}
@@ -877,4 +910,8 @@ func (UnimplementedMemoryServiceHandler) Recall(context.Context, *connect.Reques
 
 func (UnimplementedMemoryServiceHandler) WatchSessions(context.Context, *connect.Request[v1.WatchSessionsRequest], *connect.ServerStream[v1.WatchSessionsResponse]) error {
 	return connect.NewError(connect.CodeUnimplemented, errors.New("engram.v1.MemoryService.WatchSessions is not implemented"))
+}
+
+func (UnimplementedMemoryServiceHandler) CountEventTokens(context.Context, *connect.Request[v1.CountEventTokensRequest]) (*connect.Response[v1.CountEventTokensResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("engram.v1.MemoryService.CountEventTokens is not implemented"))
 }

@@ -1735,3 +1735,97 @@ class WatchSessionsResponse(_message.Message):
     def WhichOneof(self, oneof_group: _WhichOneofArgType_frame) -> _WhichOneofReturnType_frame | None: ...
 
 Global___WatchSessionsResponse: _TypeAlias = WatchSessionsResponse  # noqa: Y015
+
+@_typing.final
+class CountEventTokensRequest(_message.Message):
+    """CountEventTokensRequest names a range of a session's events."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    SESSION_ID_FIELD_NUMBER: _builtins.int
+    AFTER_SEQ_FIELD_NUMBER: _builtins.int
+    LIMIT_FIELD_NUMBER: _builtins.int
+    TOKENIZER_FIELD_NUMBER: _builtins.int
+    session_id: _builtins.str
+    """Required."""
+    after_seq: _builtins.int
+    """Only events with seq > after_seq; from the oldest retained when unset.
+    When set and events after it were evicted, OUT_OF_RANGE.
+    """
+    limit: _builtins.int
+    """1..1000; 100 when 0."""
+    tokenizer: _builtins.str
+    """o200k_base (default), cl100k_base or chars4, as BuildConversationContext."""
+    def __init__(
+        self,
+        *,
+        session_id: _builtins.str = ...,
+        after_seq: _builtins.int | None = ...,
+        limit: _builtins.int = ...,
+        tokenizer: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_after_seq", b"_after_seq", "after_seq", b"after_seq"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_after_seq", b"_after_seq", "after_seq", b"after_seq", "limit", b"limit", "session_id", b"session_id", "tokenizer", b"tokenizer"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    _WhichOneofReturnType__after_seq: _TypeAlias = _typing.Literal["after_seq"]  # noqa: Y015
+    _WhichOneofArgType__after_seq: _TypeAlias = _typing.Literal["_after_seq", b"_after_seq"]  # noqa: Y015
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__after_seq) -> _WhichOneofReturnType__after_seq | None: ...
+
+Global___CountEventTokensRequest: _TypeAlias = CountEventTokensRequest  # noqa: Y015
+
+@_typing.final
+class EventTokens(_message.Message):
+    """EventTokens is one event's token count."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    SEQ_FIELD_NUMBER: _builtins.int
+    TOKENS_FIELD_NUMBER: _builtins.int
+    seq: _builtins.int
+    """The event's seq."""
+    tokens: _builtins.int
+    """Tokens the event takes in a context (its message, with the per-message
+    overhead and a fixed cost per image, as budgets are charged).
+    """
+    def __init__(
+        self,
+        *,
+        seq: _builtins.int = ...,
+        tokens: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["seq", b"seq", "tokens", b"tokens"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___EventTokens: _TypeAlias = EventTokens  # noqa: Y015
+
+@_typing.final
+class CountEventTokensResponse(_message.Message):
+    """CountEventTokensResponse holds one count per event, in seq order."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    EVENTS_FIELD_NUMBER: _builtins.int
+    TOKENIZER_FIELD_NUMBER: _builtins.int
+    tokenizer: _builtins.str
+    """The tokenizer that counted (chars4 after a fallback)."""
+    @_builtins.property
+    def events(self) -> _containers.RepeatedCompositeFieldContainer[Global___EventTokens]:
+        """The events of the range, in seq order."""
+
+    def __init__(
+        self,
+        *,
+        events: _abc.Iterable[Global___EventTokens] | None = ...,
+        tokenizer: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["events", b"events", "tokenizer", b"tokenizer"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___CountEventTokensResponse: _TypeAlias = CountEventTokensResponse  # noqa: Y015

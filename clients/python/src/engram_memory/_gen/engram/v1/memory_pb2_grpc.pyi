@@ -140,6 +140,11 @@ class MemoryServiceStub:
     scope, cursor evicted) ends alone with a SessionEnded frame while the
     others go on.
     """
+    CountEventTokens: _grpc.UnaryUnaryMultiCallable[_memory_pb2.CountEventTokensRequest, _memory_pb2.CountEventTokensResponse]
+    """CountEventTokens says how many tokens each event of a range takes in a
+    context, counted as BuildConversationContext counts it (the inspector
+    shows it beside each event).
+    """
 
 @_typing.type_check_only
 class MemoryServiceAsyncStub(MemoryServiceStub):
@@ -235,6 +240,11 @@ class MemoryServiceAsyncStub(MemoryServiceStub):
     with its session_id; a session that ends (deleted, out of the key's
     scope, cursor evicted) ends alone with a SessionEnded frame while the
     others go on.
+    """
+    CountEventTokens: _aio.UnaryUnaryMultiCallable[_memory_pb2.CountEventTokensRequest, _memory_pb2.CountEventTokensResponse]  # type: ignore[assignment]
+    """CountEventTokens says how many tokens each event of a range takes in a
+    context, counted as BuildConversationContext counts it (the inspector
+    shows it beside each event).
     """
 
 class MemoryServiceServicer(metaclass=_abc_1.ABCMeta):
@@ -466,6 +476,17 @@ class MemoryServiceServicer(metaclass=_abc_1.ABCMeta):
         with its session_id; a session that ends (deleted, out of the key's
         scope, cursor evicted) ends alone with a SessionEnded frame while the
         others go on.
+        """
+
+    @_abc_1.abstractmethod
+    def CountEventTokens(
+        self,
+        request: _memory_pb2.CountEventTokensRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_memory_pb2.CountEventTokensResponse, _abc.Awaitable[_memory_pb2.CountEventTokensResponse]]:
+        """CountEventTokens says how many tokens each event of a range takes in a
+        context, counted as BuildConversationContext counts it (the inspector
+        shows it beside each event).
         """
 
 def add_MemoryServiceServicer_to_server(servicer: MemoryServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...
