@@ -5,6 +5,9 @@
  * "N new events ↓" while scrolled away from the newest; an event-type filter
  * ("only errors"); delegations as a tree with durations; and the context
  * panel. The URL holds the filter and the event opened at.
+ *
+ * Session state and its deltas (issue 19) get a panel beside the delegations
+ * once the state RPCs exist; they are being built on another branch.
  */
 import { ConnectError, Code } from "@connectrpc/connect";
 import { timestampDate, type Timestamp } from "@bufbuild/protobuf/wkt";

@@ -11,8 +11,8 @@ import path from "node:path";
 import { Resvg } from "@resvg/resvg-js";
 import { chromium } from "playwright-core";
 import { createMemoryClient } from "@engram-memory/client";
-import { REPO_ROOT, startTestServer } from "../../test/support/engram.js";
-import { chromiumBinary } from "../../test/inspector/chromium.js";
+import { REPO_ROOT, startTestServer } from "../support/engram.js";
+import { chromiumBinary } from "./chromium.js";
 
 const OUT = path.join(REPO_ROOT, "inspector", "screenshots");
 
