@@ -28,6 +28,10 @@ function sharedWorkerFollow(): Follow | undefined {
   const send = (req: WorkerRequest) => port.postMessage(req);
   // The worker cannot see a tab close: say so, or its follows would outlive the tab.
   addEventListener("pagehide", () => send({ op: "bye" }));
+  // A page brought back from the back/forward cache said bye already: start again.
+  addEventListener("pageshow", (ev) => {
+    if (ev.persisted) location.reload();
+  });
   return (sessionId, afterSeq, deliver) => {
     const id = nextId++;
     listeners.set(id, deliver);
