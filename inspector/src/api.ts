@@ -4,7 +4,7 @@
  * server streams work in every browser), on the page's own origin, with the
  * API key of this browser tab as a Bearer token.
  */
-import { createClient, type Interceptor } from "@connectrpc/connect";
+import { createClient, type Client, type Interceptor } from "@connectrpc/connect";
 import { createConnectTransport } from "@connectrpc/connect-web";
 import { MemoryService } from "@engram/gen";
 
@@ -16,7 +16,7 @@ export function apiKey(): string {
   try {
     return sessionStorage.getItem(API_KEY_STORAGE) ?? "";
   } catch {
-    return ""; // storage disabled: no key
+    return ""; // storage disabled (or a worker, which has none): no key
   }
 }
 
@@ -26,14 +26,15 @@ export function setApiKey(key: string): void {
   else sessionStorage.removeItem(API_KEY_STORAGE);
 }
 
-const bearer: Interceptor = (next) => (req) => {
-  const key = apiKey();
-  if (key) req.header.set("authorization", `Bearer ${key}`);
-  return next(req);
-};
+/** A MemoryService client on this origin that sends the key `keyOf()` returns at each call. */
+export function memoryClient(keyOf: () => string): Client<typeof MemoryService> {
+  const bearer: Interceptor = (next) => (req) => {
+    const key = keyOf();
+    if (key) req.header.set("authorization", `Bearer ${key}`);
+    return next(req);
+  };
+  return createClient(MemoryService, createConnectTransport({ baseUrl: location.origin, useBinaryFormat: false, interceptors: [bearer] }));
+}
 
 /** The MemoryService client every view uses. */
-export const memory = createClient(
-  MemoryService,
-  createConnectTransport({ baseUrl: location.origin, useBinaryFormat: false, interceptors: [bearer] }),
-);
+export const memory = memoryClient(apiKey);

@@ -50,3 +50,9 @@ export function formatTime(date: Date | undefined): string {
   const pad = (n: number) => String(n).padStart(2, "0");
   return `${date.getFullYear()}-${pad(date.getMonth() + 1)}-${pad(date.getDate())} ${pad(date.getHours())}:${pad(date.getMinutes())}:${pad(date.getSeconds())}`;
 }
+
+/** A date as local "HH:MM:SS.mmm" (the day is in the session's details). */
+export function formatClock(date: Date): string {
+  const pad = (n: number, w = 2) => String(n).padStart(w, "0");
+  return `${pad(date.getHours())}:${pad(date.getMinutes())}:${pad(date.getSeconds())}.${pad(date.getMilliseconds(), 3)}`;
+}

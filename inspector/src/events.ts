@@ -8,7 +8,7 @@
 import { toJson, type JsonObject, type JsonValue } from "@bufbuild/protobuf";
 import { ValueSchema, timestampDate } from "@bufbuild/protobuf/wkt";
 import type { Event as MemoryEvent } from "@engram/gen";
-import { formatTime, h, type Child } from "./dom";
+import { formatClock, formatTime, h, type Child } from "./dom";
 
 /** Event types with a colour of their own; any other type gets one derived from its name. */
 const KNOWN_TYPES = new Set([
@@ -123,27 +123,109 @@ function seqLink(seq: bigint): HTMLElement {
   }, `#${seq}`);
 }
 
-/** The row of one event. */
-export function eventRow(event: MemoryEvent, pairing: ToolPairing): HTMLElement {
+/** An event's time in epoch milliseconds (0 when it has none). */
+export function millisOf(event: MemoryEvent): number {
+  return event.timestamp ? timestampDate(event.timestamp).getTime() : 0;
+}
+
+/** The agent an event names (content.agent / target_agent / from_agent, or metadata.agent), as the server's context does. */
+export function agentOf(event: MemoryEvent): string | undefined {
+  const content = contentOf(event);
+  const metadataAgent = event.metadata?.agent;
+  return field(content, "agent") ?? field(content, "target_agent") ?? field(content, "from_agent") ?? (typeof metadataAgent === "string" && metadataAgent ? metadataAgent : undefined);
+}
+
+/** A gap between two events for a person: "+850 ms", "+2.4 s", "+3 min". */
+function gap(ms: number): string {
+  if (ms < 1000) return `+${Math.max(0, Math.round(ms))} ms`;
+  if (ms < 60_000) return `+${(ms / 1000).toFixed(1)} s`;
+  if (ms < 3_600_000) return `+${Math.round(ms / 60_000)} min`;
+  return `+${(ms / 3_600_000).toFixed(1)} h`;
+}
+
+/** Image URLs an event's content holds in the shapes the server's context reads (OpenAI parts, image_url, url), data: URLs only. */
+export function imagesOf(content: JsonValue): string[] {
+  const found: string[] = [];
+  const visit = (v: JsonValue, depth: number) => {
+    if (depth > 6 || found.length >= 8) return;
+    if (typeof v === "string") {
+      // Only inline images: the page's policy loads nothing from elsewhere, and an agent's link is not fetched by a viewer.
+      if (/^data:image\/(png|jpe?g|gif|webp);base64,/i.test(v)) found.push(v);
+      return;
+    }
+    if (v && typeof v === "object") for (const x of Array.isArray(v) ? v : Object.values(v)) visit(x, depth + 1);
+  };
+  visit(content, 0);
+  return found;
+}
+
+/** The stack trace or traceback an error event carries, if any. */
+function stackOf(content: JsonValue): string | undefined {
+  for (const name of ["stack", "stack_trace", "stacktrace", "traceback"]) {
+    const v = field(content, name);
+    if (v) return v;
+  }
+  return undefined;
+}
+
+/** Content shown for a person: a string as text, images as images, a stack trace as lines, other JSON collapsed. */
+function contentView(event: MemoryEvent, content: JsonValue): HTMLElement {
+  if (typeof content === "string") {
+    return content.startsWith("data:image/") && imagesOf(content).length ? h("div", { class: "images" }, h("img", { src: content, alt: `image of event #${event.seq}`, loading: "lazy" })) : h("div", { class: "text" }, content);
+  }
+  const images = imagesOf(content);
+  const stack = stackOf(content);
+  const messageText = field(content, "message") ?? field(content, "error");
+  return h(
+    "div",
+    {},
+    messageText && (stack || event.eventType === "error") ? h("div", { class: "error-message" }, messageText) : null,
+    stack ? h("pre", { class: "stack" }, stack) : null,
+    images.length ? h("div", { class: "images" }, ...images.map((src, i) => h("img", { src, alt: `image ${i + 1} of event #${event.seq}`, loading: "lazy" }))) : null,
+    // The raw JSON with each image's base64 elided: the image is above, and kilobytes of base64 help nobody.
+    jsonView(images.length ? elideImages(content) : content),
+  );
+}
+
+function elideImages(v: JsonValue): JsonValue {
+  if (typeof v === "string") return /^data:image\//.test(v) ? `${v.slice(0, v.indexOf(",") + 1)}…(${v.length} characters)` : v;
+  if (Array.isArray(v)) return v.map(elideImages);
+  if (v && typeof v === "object") return Object.fromEntries(Object.entries(v).map(([k, x]) => [k, elideImages(x)]));
+  return v;
+}
+
+/** The row of one event; `previous` is the event shown before it, for the time between them. */
+export function eventRow(event: MemoryEvent, pairing: ToolPairing, previous?: MemoryEvent): HTMLElement {
   const content = contentOf(event);
   const known = KNOWN_TYPES.has(event.eventType);
   const badge = h("span", { class: `badge ${known ? `type-${event.eventType}` : "type-other"}` }, event.eventType);
   if (!known) badge.style.setProperty("--hue", String(hueOf(event.eventType)));
   const pairSlot = h("span", { class: "pair" });
   const metadata = event.metadata ?? {};
+  const date = event.timestamp ? timestampDate(event.timestamp) : undefined;
+  const since = previous && date && previous.timestamp ? millisOf(event) - millisOf(previous) : undefined;
   const row = h(
     "article",
-    { class: `event ${known ? `row-${event.eventType}` : "row-other"}`, id: `ev-${event.seq}`, "data-seq": String(event.seq), "data-type": event.eventType },
+    {
+      class: `event ${known ? `row-${event.eventType}` : "row-other"}`,
+      id: `ev-${event.seq}`,
+      "data-seq": String(event.seq),
+      "data-type": event.eventType,
+      tabindex: 0,
+      "aria-label": `event ${event.seq}, ${event.eventType}`,
+    },
     h(
       "div",
       { class: "event-meta" },
       h("span", { class: "seq" }, `#${event.seq}`),
       badge,
-      h("time", { datetime: event.timestamp ? timestampDate(event.timestamp).toISOString() : "" }, formatTime(event.timestamp ? timestampDate(event.timestamp) : undefined)),
+      h("time", { datetime: date?.toISOString() ?? "", title: formatTime(date) }, date ? formatClock(date) : ""),
+      since !== undefined ? h("span", { class: "since", title: "time since the previous event shown" }, gap(since)) : null,
+      h("span", { class: "tokens", title: "tokens this event takes in a context (CountEventTokens)" }),
       h("span", { class: "event-id", title: "event_id" }, event.eventId),
       pairSlot,
     ),
-    h("div", { class: "event-content" }, typeof content === "string" ? h("div", { class: "text" }, content) : jsonView(content)),
+    h("div", { class: "event-content" }, contentView(event, content)),
     Object.keys(metadata).length > 0 ? jsonView(metadata, "metadata") : null,
   );
   if (!known) row.style.setProperty("--hue", String(hueOf(event.eventType)));

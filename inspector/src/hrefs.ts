@@ -46,7 +46,64 @@ export function memoriesHref(query: Partial<MemoriesQuery>): string {
   return `#/memories${params.size ? `?${params}` : ""}`;
 }
 
+/** The event-type filter value that selects error events. */
+export const ERRORS_ONLY = "errors";
+
+/** What the sessions list shows; it lives in the URL as "#/?app=&user=&type=&q=&page=". */
+export interface SessionsQuery {
+  /** App names starting with this ("" for any). */
+  app: string;
+  /** User ids starting with this ("" for any). */
+  user: string;
+  /** Only sessions (and search hits) with events of this type; ERRORS_ONLY for errors; "" for any. */
+  type: string;
+  /** Text to search events for with SearchEvents; "" for no search. */
+  search: string;
+  /** Page of the list, from 0. */
+  page: number;
+}
+
+/** The sessions query a fragment's parameters describe (missing ones take their defaults). */
+export function sessionsQueryOf(params: URLSearchParams): SessionsQuery {
+  const page = Number(params.get("page") ?? "1");
+  return {
+    app: params.get("app") ?? "",
+    user: params.get("user") ?? "",
+    type: params.get("type") ?? "",
+    search: params.get("q") ?? "",
+    page: Number.isInteger(page) && page > 1 ? page - 1 : 0,
+  };
+}
+
+/** The fragment of the sessions list for a query; defaults are left out to keep links short. */
+export function sessionsHref(query: Partial<SessionsQuery>): string {
+  const params = new URLSearchParams();
+  if (query.app) params.set("app", query.app);
+  if (query.user) params.set("user", query.user);
+  if (query.type) params.set("type", query.type);
+  if (query.search) params.set("q", query.search);
+  if (query.page) params.set("page", String(query.page + 1));
+  return `#/${params.size ? `?${params}` : ""}`;
+}
+
+/** What a session's view shows beyond the session: "#/session/<id>?type=&seq=". */
+export interface SessionQuery {
+  /** Only events of this type (ERRORS_ONLY for errors); "" for all. */
+  type?: string;
+  /** The event to open at (a search hit); the newest when absent. */
+  seq?: bigint;
+}
+
+/** The session query a fragment's parameters describe. */
+export function sessionQueryOf(params: URLSearchParams): SessionQuery {
+  const seq = params.get("seq");
+  return { type: params.get("type") ?? "", seq: seq && /^\d+$/.test(seq) ? BigInt(seq) : undefined };
+}
+
 /** The fragment of one session's view. */
-export function sessionHref(sessionId: string): string {
-  return `#/session/${encodeURIComponent(sessionId)}`;
+export function sessionHref(sessionId: string, query: SessionQuery = {}): string {
+  const params = new URLSearchParams();
+  if (query.type) params.set("type", query.type);
+  if (query.seq !== undefined) params.set("seq", String(query.seq));
+  return `#/session/${encodeURIComponent(sessionId)}${params.size ? `?${params}` : ""}`;
 }

@@ -1,6 +1,8 @@
-/** Maps the URL fragment to a view: "#/?app=&user=", "#/session/<id>", "#/memories?app=&user=…", "#/stats". */
+/** Maps the URL fragment to a view: "#/?app=&user=&type=&q=&page=", "#/session/<id>?type=&seq=", "#/memories?app=&user=…", "#/stats". */
 import { memoriesView } from "./memories";
-import { sessionView, sessionsView, statsView, type Cleanup } from "./views";
+import { sessionsView } from "./sessions";
+import { sessionView } from "./session";
+import { statsView, type Cleanup } from "./views";
 
 /** The view for a fragment and the nav entry to highlight. */
 export function routeOf(hash: string): { view: (root: HTMLElement) => Cleanup; nav: string } {
@@ -8,7 +10,7 @@ export function routeOf(hash: string): { view: (root: HTMLElement) => Cleanup; n
   const session = /^\/session\/(.+)$/.exec(path);
   if (session) {
     const id = decodeURIComponent(session[1]!);
-    return { view: (root) => sessionView(root, id), nav: "sessions" };
+    return { view: (root) => sessionView(root, id, new URLSearchParams(query)), nav: "sessions" };
   }
   if (path === "/memories") return { view: (root) => memoriesView(root, new URLSearchParams(query)), nav: "memories" };
   if (path === "/stats") return { view: statsView, nav: "stats" };

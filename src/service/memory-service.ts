@@ -67,6 +67,12 @@ import {
   type StreamSessionEventsResponse,
   type UpdateSessionRequest,
   type UpdateSessionResponse,
+  type WatchSessionsRequest,
+  type WatchSessionsResponse,
+  type CountEventTokensRequest,
+  type CountEventTokensResponse,
+  CountEventTokensResponseSchema,
+  EventTokensSchema,
 } from "@engram-memory/client/gen/engram/v1/memory_pb.js";
 import { invalidArgument, sessionNotFound } from "../errors.js";
 import { eventFingerprint } from "../store/fingerprint.js";
@@ -110,6 +116,7 @@ import type { ServiceLimits } from "./limits.js";
 import { decodePageToken, encodePageToken } from "./page-token.js";
 import { jsonBytes, RecentCache } from "./recent-cache.js";
 import { StreamHub } from "./stream-hub.js";
+import { watchedCursors, watchSessions, type WatchSessionsContext } from "./watch-sessions.js";
 import {
   checkEventSize,
   checkJson,
@@ -355,6 +362,25 @@ export class MemoryService {
           break;
       }
     }
+  }
+
+  /** Several sessions on one stream (src/service/watch-sessions.ts); like a single stream, it passes no deadline to the store. */
+  async *watchSessions(req: WatchSessionsRequest, ctx: CallContext & WatchSessionsContext): AsyncGenerator<WatchSessionsResponse> {
+    yield* watchSessions(this.hub, (e) => this.wire(e), watchedCursors(req), ctx.signal, ctx);
+  }
+
+  /** Each event's tokens in a context, by the same tokenizer and rendering as BuildConversationContext. */
+  async countEventTokens(req: CountEventTokensRequest, call?: StoreCall): Promise<CountEventTokensResponse> {
+    const sessionId = requireId("session_id", req.sessionId);
+    const limit = pageSize("limit", req.limit, this.options.limits);
+    const afterSeq = req.afterSeq === undefined ? undefined : seqNumber("after_seq", req.afterSeq);
+    const tokenizer = req.tokenizer === "" ? DEFAULT_TOKENIZER : req.tokenizer;
+    if (!isTokenizerName(tokenizer)) throw invalidArgument("tokenizer", `must be one of ${TOKENIZER_NAMES.join(", ")}`);
+    const [page, counter] = await Promise.all([this.store.readEvents(sessionId, { afterSeq, limit }, call), this.tokenizers.get(tokenizer)]);
+    return create(CountEventTokensResponseSchema, {
+      events: page.events.map((e) => create(EventTokensSchema, { seq: BigInt(e.seq), tokens: this.contexts.eventTokens(e, counter) })),
+      tokenizer: counter.name,
+    });
   }
 
   async buildConversationContext(req: BuildConversationContextRequest, call?: StoreCall): Promise<BuildConversationContextResponse> {

@@ -121,16 +121,22 @@ describe("memory inspector in a browser", () => {
     expect(await page.textContent('dd[data-stat="Backend"]')).toBe("local");
   });
 
-  it("pages through sessions with the list's page tokens", async () => {
+  it("pages through sessions, most recently active first", async () => {
     for (let i = 0; i < 27; i++) await memory.createSession("pager", "p", `page-${String(i).padStart(2, "0")}`);
+    await memory.addEvent("page-00", "user_message", "the oldest session is the most recently active now");
     await page.goto(`${server.baseUrl}/#/?app=pager`);
     await page.waitForSelector('tr[data-session="page-00"]');
+    expect(await page.textContent("tr[data-session]:first-child td:first-child")).toBe("page-00");
     expect(await page.locator("tr[data-session]").count()).toBe(25);
     expect(await page.isDisabled(".pager button:first-child")).toBe(true);
+    const firstPage = await page.locator("tr[data-session]").evaluateAll((rows) => rows.map((r) => r.getAttribute("data-session")));
     await page.click("text=Next →");
-    await page.waitForSelector('tr[data-session="page-26"]');
+    await page.locator(".pager .page", { hasText: "page 2 of 2" }).waitFor();
+    await page.locator("tr[data-session]").nth(1).waitFor();
     expect(await page.locator("tr[data-session]").count()).toBe(2);
-    expect(await page.textContent(".pager .page")).toBe("page 2");
+    expect(page.url()).toContain("page=2");
+    const secondPage = await page.locator("tr[data-session]").evaluateAll((rows) => rows.map((r) => r.getAttribute("data-session")));
+    expect(new Set([...firstPage, ...secondPage]).size).toBe(27);
     expect(await page.isDisabled("text=Next →")).toBe(true);
     await page.click("text=← Previous");
     await page.waitForSelector('tr[data-session="page-00"]');

@@ -139,7 +139,7 @@ describe.each(PROTOCOLS)("auth over %s", (_name, clientWith) => {
   });
 
   it("answers NOT_FOUND, word for word as for an absent session, on every session RPC and stream of another tenant", async () => {
-    const sessionRpcs = ["getSession", "deleteSession", "addEvent", "addEvents", "getSessionEvents", "streamSessionEvents", "buildConversationContext", "listEvents"];
+    const sessionRpcs = ["getSession", "deleteSession", "addEvent", "addEvents", "getSessionEvents", "streamSessionEvents", "buildConversationContext", "countEventTokens", "listEvents"];
     for (const method of sessionRpcs) {
       const foreign = await errorOf(call(b, method, requestFor(method, sessionA)));
       const absent = await errorOf(call(b, method, requestFor(method, `${sessionA}-absent`)));

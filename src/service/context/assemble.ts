@@ -133,6 +133,11 @@ export class ContextAssembler {
     return p;
   }
 
+  /** Tokens `e` takes in a context, as a budget is charged for it (CountEventTokens). */
+  eventTokens(e: StoredEvent, counter: TokenCounter): number {
+    return this.cost(this.prepare(e), counter);
+  }
+
   private cost(p: PreparedEvent, counter: TokenCounter): number {
     let n = p.tokens.get(counter.name);
     if (n === undefined) {

@@ -10,7 +10,7 @@ import type { MemoryStore, SessionRecord, StoreCall } from "../../store/types.js
 import { requireId } from "../validation.js";
 
 /** How an RPC's request is held to the key's scope (src/service/guard/scope.ts). */
-export type ScopeKind = "session" | "create" | "listSessions" | "listEvents" | "global" | "cleanup" | "erasure" | "memories";
+export type ScopeKind = "session" | "sessions" | "create" | "listSessions" | "listEvents" | "global" | "cleanup" | "erasure" | "memories";
 
 /** One RPC's rule: the least role a key needs, and its scope check. */
 export interface MethodRule {
@@ -50,6 +50,9 @@ const RULES: Readonly<Record<string, MethodRule>> = {
   searchEvents: { role: "read", scope: "memories" },
   // Recall reads the session (checked as any session RPC) and the memories its user may see.
   recall: { role: "read", scope: "session" },
+  // Each watched session is checked as any session RPC; one outside the key's scope ends alone, NOT_FOUND, as an absent one.
+  watchSessions: { role: "read", scope: "sessions" },
+  countEventTokens: { role: "read", scope: "session" },
 };
 
 /** The method's rule, once the key's role is enough for it; PERMISSION_DENIED otherwise. */

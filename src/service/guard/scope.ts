@@ -15,12 +15,14 @@ import {
   type GetOrCreateSessionResponse,
   type ListEventsRequest,
   type ListSessionsRequest,
+  type WatchSessionsRequest,
 } from "@engram-memory/client/gen/engram/v1/memory_pb.js";
 import { invalidArgument, MemoryError } from "../../errors.js";
 import { sessionExists } from "../../store/rules.js";
-import type { MemoryStore } from "../../store/types.js";
+import type { MemoryStore, SessionRecord } from "../../store/types.js";
 import type { ListEventsContext } from "../memory-service.js";
 import type { MemoryCallContext } from "../memories/tenancy.js";
+import { watchedCursors, type WatchSessionsContext } from "../watch-sessions.js";
 import { allowedRule, inScope, sessionInScope, type ScopeKind } from "./rules.js";
 import type { GuardedCall, Next, StepFactory } from "./step.js";
 
@@ -30,6 +32,30 @@ type ScopeCheck = (call: GuardedCall, principal: Principal, next: Next, store: M
 const CHECKS: Record<ScopeKind, ScopeCheck> = {
   async session(call, principal, next, store) {
     call.session = await sessionInScope(store, principal, (call.req as { sessionId: string }).sessionId, call.info);
+    return next(call);
+  },
+  /**
+   * WatchSessions: each session is looked up and held to the key's scope on
+   * its own. One that is absent or out of scope is not an error of the whole
+   * call (the other sessions' tabs stay live): the service ends it alone
+   * with NOT_FOUND, the answer an absent session gets.
+   */
+  async sessions(call, principal, next, store) {
+    const cursors = watchedCursors(call.req as WatchSessionsRequest);
+    const scoped = new Map<string, string | null>();
+    const sessions: SessionRecord[] = [];
+    for (const { sessionId } of cursors) {
+      const session = await store.getSession(sessionId, call.info);
+      if (session && inScope(principal, session)) {
+        scoped.set(sessionId, session.incarnation);
+        sessions.push(session);
+      } else {
+        scoped.set(sessionId, null);
+      }
+    }
+    const context: GuardedCall["info"] & WatchSessionsContext = { ...call.info, scoped };
+    call.info = context;
+    call.sessions = sessions;
     return next(call);
   },
   async create(call, principal, next) {

@@ -52,6 +52,8 @@ export interface GuardedCall {
   principal: Principal | undefined;
   /** The session the scope step found in the key's scope, for a method on one session. */
   session: SessionRecord | undefined;
+  /** The sessions the scope step found in the key's scope, for a method on several (WatchSessions). */
+  sessions?: readonly SessionRecord[];
   /** Run once the call has ended (a unary answer settled, a stream's frames ended, failed or were abandoned), last added first, with its status code. */
   whenEnded: Array<(code: string) => void>;
 }
@@ -116,9 +118,32 @@ function unaryHandler(method: string, chain: Next): GuardedHandler {
   };
 }
 
+/**
+ * How long after its client went away a stream still suspended at a frame
+ * is taken as ended. connect-node can leave the write of a frame pending
+ * after an HTTP/1.1 client's cancel and then never ask this generator for
+ * the next frame nor close it: without this, its stream slot would be held
+ * for good (seen with the inspector's WatchSessions, re-opened as tabs come).
+ */
+const ABANDONED_STREAM_GRACE_MS = 1000;
+
 function streamHandler(method: string, chain: Next): GuardedHandler {
   return async function* (req, info) {
     const call = startCall(method, req, info);
+    let ended = false;
+    let abandoned: ReturnType<typeof setTimeout> | undefined;
+    const end = (code: string) => {
+      if (ended) return;
+      ended = true;
+      clearTimeout(abandoned);
+      info.signal?.removeEventListener("abort", onAbort);
+      endCall(call, code);
+    };
+    const onAbort = () => {
+      abandoned = setTimeout(() => end("CANCELLED"), ABANDONED_STREAM_GRACE_MS);
+      abandoned.unref?.();
+    };
+    info.signal?.addEventListener("abort", onAbort, { once: true });
     let code = "OK";
     try {
       // The steps admit the stream before its first frame; its frames then flow straight from the service.
@@ -127,7 +152,7 @@ function streamHandler(method: string, chain: Next): GuardedHandler {
       code = codeOf(err);
       throw err;
     } finally {
-      endCall(call, code);
+      end(code);
     }
   };
 }

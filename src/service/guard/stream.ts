@@ -22,7 +22,8 @@ const RECHECK_FLOOR_MS = 100;
  * stream ends UNAUTHENTICATED within MEMORY_AUTH_CACHE_MS on every replica,
  * as its unary calls do. A session's stream follows the session
  * incarnation the scope was checked on, never a session created later under
- * its id; a stream of no session (WatchMemories) is held to the key alone,
+ * its id (WatchSessions: each of its sessions, the incarnation the scope
+ * step saw); a stream of no session (WatchMemories) is held to the key alone,
  * its scope being applied to each change by the service.
  * Absent for unary methods and while auth is off.
  */
@@ -31,16 +32,16 @@ export const whileAuthorized: StepFactory = ({ method, streaming }, { authentica
   const period = Math.max(authenticator.cacheMs / 2, RECHECK_FLOOR_MS);
   return (next) => (call) => {
     if (!call.principal) return next(call);
-    return framesWhileAuthorized({ method, session: call.session, authenticator, metrics, period }, call, next);
+    return framesWhileAuthorized({ method, session: call.session, sessions: call.sessions ?? [], authenticator, metrics, period }, call, next);
   };
 };
 
 async function* framesWhileAuthorized(
-  stream: { method: string; session: SessionRecord | undefined; authenticator: Authenticator; metrics: Metrics; period: number },
+  stream: { method: string; session: SessionRecord | undefined; sessions: readonly SessionRecord[]; authenticator: Authenticator; metrics: Metrics; period: number },
   call: GuardedCall,
   next: Next,
 ): AsyncGenerator<unknown> {
-  const { method, session, authenticator, metrics, period } = stream;
+  const { method, session, sessions, authenticator, metrics, period } = stream;
   const { authorization } = call.info;
   const ended = new AbortController();
   let refusal: MemoryError | undefined;
@@ -49,6 +50,9 @@ async function* framesWhileAuthorized(
       const now = await authenticator.authenticate(authorization, period);
       allowedRule(now, method);
       if (session && !inScope(now, session)) refusal = sessionNotFound(session.sessionId);
+      // A multi-session stream whose key no longer covers one of its sessions ends whole: the client opens it again, and that session then ends alone.
+      const lost = sessions.find((s) => !inScope(now, s));
+      if (lost) refusal = sessionNotFound(lost.sessionId);
     } catch (err) {
       // A backend that cannot answer now leaves the key as trusted as a unary call's cache would.
       if (err instanceof MemoryError && (err.code === "UNAUTHENTICATED" || err.code === "PERMISSION_DENIED")) refusal = err;

@@ -3249,6 +3249,478 @@ func (x *RecallResponse) GetTokenizer() string {
 	return ""
 }
 
+// SessionCursor is where a WatchSessions stream starts in one session.
+type SessionCursor struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Required.
+	SessionId string `protobuf:"bytes,1,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
+	// Resume after this seq. When unset, start with the oldest retained event.
+	AfterSeq      *uint64 `protobuf:"varint,2,opt,name=after_seq,json=afterSeq,proto3,oneof" json:"after_seq,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SessionCursor) Reset() {
+	*x = SessionCursor{}
+	mi := &file_engram_v1_memory_proto_msgTypes[46]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SessionCursor) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SessionCursor) ProtoMessage() {}
+
+func (x *SessionCursor) ProtoReflect() protoreflect.Message {
+	mi := &file_engram_v1_memory_proto_msgTypes[46]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SessionCursor.ProtoReflect.Descriptor instead.
+func (*SessionCursor) Descriptor() ([]byte, []int) {
+	return file_engram_v1_memory_proto_rawDescGZIP(), []int{46}
+}
+
+func (x *SessionCursor) GetSessionId() string {
+	if x != nil {
+		return x.SessionId
+	}
+	return ""
+}
+
+func (x *SessionCursor) GetAfterSeq() uint64 {
+	if x != nil && x.AfterSeq != nil {
+		return *x.AfterSeq
+	}
+	return 0
+}
+
+// WatchSessionsRequest names the sessions to follow.
+type WatchSessionsRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// 1..100 sessions, each at most once.
+	Sessions      []*SessionCursor `protobuf:"bytes,1,rep,name=sessions,proto3" json:"sessions,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *WatchSessionsRequest) Reset() {
+	*x = WatchSessionsRequest{}
+	mi := &file_engram_v1_memory_proto_msgTypes[47]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WatchSessionsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WatchSessionsRequest) ProtoMessage() {}
+
+func (x *WatchSessionsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_engram_v1_memory_proto_msgTypes[47]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WatchSessionsRequest.ProtoReflect.Descriptor instead.
+func (*WatchSessionsRequest) Descriptor() ([]byte, []int) {
+	return file_engram_v1_memory_proto_rawDescGZIP(), []int{47}
+}
+
+func (x *WatchSessionsRequest) GetSessions() []*SessionCursor {
+	if x != nil {
+		return x.Sessions
+	}
+	return nil
+}
+
+// SessionEnded says one session's part of a WatchSessions stream is over.
+type SessionEnded struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The status StreamSessionEvents would have ended with: NOT_FOUND (deleted,
+	// replaced or out of the key's scope) or OUT_OF_RANGE (cursor evicted).
+	Code string `protobuf:"bytes,1,opt,name=code,proto3" json:"code,omitempty"`
+	// Why, for a person.
+	Message       string `protobuf:"bytes,2,opt,name=message,proto3" json:"message,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SessionEnded) Reset() {
+	*x = SessionEnded{}
+	mi := &file_engram_v1_memory_proto_msgTypes[48]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SessionEnded) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SessionEnded) ProtoMessage() {}
+
+func (x *SessionEnded) ProtoReflect() protoreflect.Message {
+	mi := &file_engram_v1_memory_proto_msgTypes[48]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SessionEnded.ProtoReflect.Descriptor instead.
+func (*SessionEnded) Descriptor() ([]byte, []int) {
+	return file_engram_v1_memory_proto_rawDescGZIP(), []int{48}
+}
+
+func (x *SessionEnded) GetCode() string {
+	if x != nil {
+		return x.Code
+	}
+	return ""
+}
+
+func (x *SessionEnded) GetMessage() string {
+	if x != nil {
+		return x.Message
+	}
+	return ""
+}
+
+// WatchSessionsResponse is one frame of one followed session.
+type WatchSessionsResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The session the frame belongs to.
+	SessionId string `protobuf:"bytes,1,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
+	// What this frame carries.
+	//
+	// Types that are valid to be assigned to Frame:
+	//
+	//	*WatchSessionsResponse_Event
+	//	*WatchSessionsResponse_CaughtUp
+	//	*WatchSessionsResponse_Heartbeat
+	//	*WatchSessionsResponse_Ended
+	Frame         isWatchSessionsResponse_Frame `protobuf_oneof:"frame"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *WatchSessionsResponse) Reset() {
+	*x = WatchSessionsResponse{}
+	mi := &file_engram_v1_memory_proto_msgTypes[49]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WatchSessionsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WatchSessionsResponse) ProtoMessage() {}
+
+func (x *WatchSessionsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_engram_v1_memory_proto_msgTypes[49]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WatchSessionsResponse.ProtoReflect.Descriptor instead.
+func (*WatchSessionsResponse) Descriptor() ([]byte, []int) {
+	return file_engram_v1_memory_proto_rawDescGZIP(), []int{49}
+}
+
+func (x *WatchSessionsResponse) GetSessionId() string {
+	if x != nil {
+		return x.SessionId
+	}
+	return ""
+}
+
+func (x *WatchSessionsResponse) GetFrame() isWatchSessionsResponse_Frame {
+	if x != nil {
+		return x.Frame
+	}
+	return nil
+}
+
+func (x *WatchSessionsResponse) GetEvent() *Event {
+	if x != nil {
+		if x, ok := x.Frame.(*WatchSessionsResponse_Event); ok {
+			return x.Event
+		}
+	}
+	return nil
+}
+
+func (x *WatchSessionsResponse) GetCaughtUp() *CaughtUp {
+	if x != nil {
+		if x, ok := x.Frame.(*WatchSessionsResponse_CaughtUp); ok {
+			return x.CaughtUp
+		}
+	}
+	return nil
+}
+
+func (x *WatchSessionsResponse) GetHeartbeat() *Heartbeat {
+	if x != nil {
+		if x, ok := x.Frame.(*WatchSessionsResponse_Heartbeat); ok {
+			return x.Heartbeat
+		}
+	}
+	return nil
+}
+
+func (x *WatchSessionsResponse) GetEnded() *SessionEnded {
+	if x != nil {
+		if x, ok := x.Frame.(*WatchSessionsResponse_Ended); ok {
+			return x.Ended
+		}
+	}
+	return nil
+}
+
+type isWatchSessionsResponse_Frame interface {
+	isWatchSessionsResponse_Frame()
+}
+
+type WatchSessionsResponse_Event struct {
+	// An event, in seq order within its session.
+	Event *Event `protobuf:"bytes,2,opt,name=event,proto3,oneof"`
+}
+
+type WatchSessionsResponse_CaughtUp struct {
+	// The session's replay is complete.
+	CaughtUp *CaughtUp `protobuf:"bytes,3,opt,name=caught_up,json=caughtUp,proto3,oneof"`
+}
+
+type WatchSessionsResponse_Heartbeat struct {
+	// Keep-alive with the session's head seq.
+	Heartbeat *Heartbeat `protobuf:"bytes,4,opt,name=heartbeat,proto3,oneof"`
+}
+
+type WatchSessionsResponse_Ended struct {
+	// The session's part of the stream is over; no more frames follow for it.
+	Ended *SessionEnded `protobuf:"bytes,5,opt,name=ended,proto3,oneof"`
+}
+
+func (*WatchSessionsResponse_Event) isWatchSessionsResponse_Frame() {}
+
+func (*WatchSessionsResponse_CaughtUp) isWatchSessionsResponse_Frame() {}
+
+func (*WatchSessionsResponse_Heartbeat) isWatchSessionsResponse_Frame() {}
+
+func (*WatchSessionsResponse_Ended) isWatchSessionsResponse_Frame() {}
+
+// CountEventTokensRequest names a range of a session's events.
+type CountEventTokensRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Required.
+	SessionId string `protobuf:"bytes,1,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
+	// Only events with seq > after_seq; from the oldest retained when unset.
+	// When set and events after it were evicted, OUT_OF_RANGE.
+	AfterSeq *uint64 `protobuf:"varint,2,opt,name=after_seq,json=afterSeq,proto3,oneof" json:"after_seq,omitempty"`
+	// 1..1000; 100 when 0.
+	Limit uint32 `protobuf:"varint,3,opt,name=limit,proto3" json:"limit,omitempty"`
+	// o200k_base (default), cl100k_base or chars4, as BuildConversationContext.
+	Tokenizer     string `protobuf:"bytes,4,opt,name=tokenizer,proto3" json:"tokenizer,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CountEventTokensRequest) Reset() {
+	*x = CountEventTokensRequest{}
+	mi := &file_engram_v1_memory_proto_msgTypes[50]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CountEventTokensRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CountEventTokensRequest) ProtoMessage() {}
+
+func (x *CountEventTokensRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_engram_v1_memory_proto_msgTypes[50]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CountEventTokensRequest.ProtoReflect.Descriptor instead.
+func (*CountEventTokensRequest) Descriptor() ([]byte, []int) {
+	return file_engram_v1_memory_proto_rawDescGZIP(), []int{50}
+}
+
+func (x *CountEventTokensRequest) GetSessionId() string {
+	if x != nil {
+		return x.SessionId
+	}
+	return ""
+}
+
+func (x *CountEventTokensRequest) GetAfterSeq() uint64 {
+	if x != nil && x.AfterSeq != nil {
+		return *x.AfterSeq
+	}
+	return 0
+}
+
+func (x *CountEventTokensRequest) GetLimit() uint32 {
+	if x != nil {
+		return x.Limit
+	}
+	return 0
+}
+
+func (x *CountEventTokensRequest) GetTokenizer() string {
+	if x != nil {
+		return x.Tokenizer
+	}
+	return ""
+}
+
+// EventTokens is one event's token count.
+type EventTokens struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The event's seq.
+	Seq uint64 `protobuf:"varint,1,opt,name=seq,proto3" json:"seq,omitempty"`
+	// Tokens the event takes in a context (its message, with the per-message
+	// overhead and a fixed cost per image, as budgets are charged).
+	Tokens        uint32 `protobuf:"varint,2,opt,name=tokens,proto3" json:"tokens,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *EventTokens) Reset() {
+	*x = EventTokens{}
+	mi := &file_engram_v1_memory_proto_msgTypes[51]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *EventTokens) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*EventTokens) ProtoMessage() {}
+
+func (x *EventTokens) ProtoReflect() protoreflect.Message {
+	mi := &file_engram_v1_memory_proto_msgTypes[51]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use EventTokens.ProtoReflect.Descriptor instead.
+func (*EventTokens) Descriptor() ([]byte, []int) {
+	return file_engram_v1_memory_proto_rawDescGZIP(), []int{51}
+}
+
+func (x *EventTokens) GetSeq() uint64 {
+	if x != nil {
+		return x.Seq
+	}
+	return 0
+}
+
+func (x *EventTokens) GetTokens() uint32 {
+	if x != nil {
+		return x.Tokens
+	}
+	return 0
+}
+
+// CountEventTokensResponse holds one count per event, in seq order.
+type CountEventTokensResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The events of the range, in seq order.
+	Events []*EventTokens `protobuf:"bytes,1,rep,name=events,proto3" json:"events,omitempty"`
+	// The tokenizer that counted (chars4 after a fallback).
+	Tokenizer     string `protobuf:"bytes,2,opt,name=tokenizer,proto3" json:"tokenizer,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CountEventTokensResponse) Reset() {
+	*x = CountEventTokensResponse{}
+	mi := &file_engram_v1_memory_proto_msgTypes[52]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CountEventTokensResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CountEventTokensResponse) ProtoMessage() {}
+
+func (x *CountEventTokensResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_engram_v1_memory_proto_msgTypes[52]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CountEventTokensResponse.ProtoReflect.Descriptor instead.
+func (*CountEventTokensResponse) Descriptor() ([]byte, []int) {
+	return file_engram_v1_memory_proto_rawDescGZIP(), []int{52}
+}
+
+func (x *CountEventTokensResponse) GetEvents() []*EventTokens {
+	if x != nil {
+		return x.Events
+	}
+	return nil
+}
+
+func (x *CountEventTokensResponse) GetTokenizer() string {
+	if x != nil {
+		return x.Tokenizer
+	}
+	return ""
+}
+
 var File_engram_v1_memory_proto protoreflect.FileDescriptor
 
 const file_engram_v1_memory_proto_rawDesc = "" +
@@ -3517,7 +3989,40 @@ const file_engram_v1_memory_proto_rawDesc = "" +
 	"\x0econtext_tokens\x18\a \x01(\rR\rcontextTokens\x12\x1f\n" +
 	"\vtokens_used\x18\b \x01(\rR\n" +
 	"tokensUsed\x12\x1c\n" +
-	"\ttokenizer\x18\t \x01(\tR\ttokenizer2\xbc\x0f\n" +
+	"\ttokenizer\x18\t \x01(\tR\ttokenizer\"^\n" +
+	"\rSessionCursor\x12\x1d\n" +
+	"\n" +
+	"session_id\x18\x01 \x01(\tR\tsessionId\x12 \n" +
+	"\tafter_seq\x18\x02 \x01(\x04H\x00R\bafterSeq\x88\x01\x01B\f\n" +
+	"\n" +
+	"_after_seq\"L\n" +
+	"\x14WatchSessionsRequest\x124\n" +
+	"\bsessions\x18\x01 \x03(\v2\x18.engram.v1.SessionCursorR\bsessions\"<\n" +
+	"\fSessionEnded\x12\x12\n" +
+	"\x04code\x18\x01 \x01(\tR\x04code\x12\x18\n" +
+	"\amessage\x18\x02 \x01(\tR\amessage\"\x84\x02\n" +
+	"\x15WatchSessionsResponse\x12\x1d\n" +
+	"\n" +
+	"session_id\x18\x01 \x01(\tR\tsessionId\x12(\n" +
+	"\x05event\x18\x02 \x01(\v2\x10.engram.v1.EventH\x00R\x05event\x122\n" +
+	"\tcaught_up\x18\x03 \x01(\v2\x13.engram.v1.CaughtUpH\x00R\bcaughtUp\x124\n" +
+	"\theartbeat\x18\x04 \x01(\v2\x14.engram.v1.HeartbeatH\x00R\theartbeat\x12/\n" +
+	"\x05ended\x18\x05 \x01(\v2\x17.engram.v1.SessionEndedH\x00R\x05endedB\a\n" +
+	"\x05frame\"\x9c\x01\n" +
+	"\x17CountEventTokensRequest\x12\x1d\n" +
+	"\n" +
+	"session_id\x18\x01 \x01(\tR\tsessionId\x12 \n" +
+	"\tafter_seq\x18\x02 \x01(\x04H\x00R\bafterSeq\x88\x01\x01\x12\x14\n" +
+	"\x05limit\x18\x03 \x01(\rR\x05limit\x12\x1c\n" +
+	"\ttokenizer\x18\x04 \x01(\tR\ttokenizerB\f\n" +
+	"\n" +
+	"_after_seq\"7\n" +
+	"\vEventTokens\x12\x10\n" +
+	"\x03seq\x18\x01 \x01(\x04R\x03seq\x12\x16\n" +
+	"\x06tokens\x18\x02 \x01(\rR\x06tokens\"h\n" +
+	"\x18CountEventTokensResponse\x12.\n" +
+	"\x06events\x18\x01 \x03(\v2\x16.engram.v1.EventTokensR\x06events\x12\x1c\n" +
+	"\ttokenizer\x18\x02 \x01(\tR\ttokenizer2\xf4\x10\n" +
 	"\rMemoryService\x12R\n" +
 	"\rCreateSession\x12\x1f.engram.v1.CreateSessionRequest\x1a .engram.v1.CreateSessionResponse\x12a\n" +
 	"\x12GetOrCreateSession\x12$.engram.v1.GetOrCreateSessionRequest\x1a%.engram.v1.GetOrCreateSessionResponse\x12N\n" +
@@ -3543,7 +4048,9 @@ const file_engram_v1_memory_proto_rawDesc = "" +
 	"\x0eDeleteMemories\x12 .engram.v1.DeleteMemoriesRequest\x1a!.engram.v1.DeleteMemoriesResponse\"\x03\x90\x02\x02\x12T\n" +
 	"\rWatchMemories\x12\x1f.engram.v1.WatchMemoriesRequest\x1a .engram.v1.WatchMemoriesResponse0\x01\x12T\n" +
 	"\fSearchEvents\x12\x1e.engram.v1.SearchEventsRequest\x1a\x1f.engram.v1.SearchEventsResponse\"\x03\x90\x02\x01\x12B\n" +
-	"\x06Recall\x12\x18.engram.v1.RecallRequest\x1a\x19.engram.v1.RecallResponse\"\x03\x90\x02\x01B\xab\x01\n" +
+	"\x06Recall\x12\x18.engram.v1.RecallRequest\x1a\x19.engram.v1.RecallResponse\"\x03\x90\x02\x01\x12T\n" +
+	"\rWatchSessions\x12\x1f.engram.v1.WatchSessionsRequest\x1a .engram.v1.WatchSessionsResponse0\x01\x12`\n" +
+	"\x10CountEventTokens\x12\".engram.v1.CountEventTokensRequest\x1a#.engram.v1.CountEventTokensResponse\"\x03\x90\x02\x01B\xab\x01\n" +
 	"\rcom.engram.v1B\vMemoryProtoP\x01ZHgithub.com/engram-memory-server/engram/clients/go/gen/engram/v1;engramv1\xa2\x02\x03EXX\xaa\x02\tEngram.V1\xca\x02\tEngram\\V1\xe2\x02\x15Engram\\V1\\GPBMetadata\xea\x02\n" +
 	"Engram::V1b\x06proto3"
 
@@ -3559,7 +4066,7 @@ func file_engram_v1_memory_proto_rawDescGZIP() []byte {
 	return file_engram_v1_memory_proto_rawDescData
 }
 
-var file_engram_v1_memory_proto_msgTypes = make([]protoimpl.MessageInfo, 47)
+var file_engram_v1_memory_proto_msgTypes = make([]protoimpl.MessageInfo, 54)
 var file_engram_v1_memory_proto_goTypes = []any{
 	(*Session)(nil),                          // 0: engram.v1.Session
 	(*Event)(nil),                            // 1: engram.v1.Event
@@ -3607,48 +4114,55 @@ var file_engram_v1_memory_proto_goTypes = []any{
 	(*SearchEventsResponse)(nil),             // 43: engram.v1.SearchEventsResponse
 	(*RecallRequest)(nil),                    // 44: engram.v1.RecallRequest
 	(*RecallResponse)(nil),                   // 45: engram.v1.RecallResponse
-	nil,                                      // 46: engram.v1.BuildConversationContextRequest.SectionBudgetsEntry
-	(*structpb.Struct)(nil),                  // 47: google.protobuf.Struct
-	(*timestamppb.Timestamp)(nil),            // 48: google.protobuf.Timestamp
-	(*structpb.Value)(nil),                   // 49: google.protobuf.Value
-	(*durationpb.Duration)(nil),              // 50: google.protobuf.Duration
-	(*Memory)(nil),                           // 51: engram.v1.Memory
-	(*ScoredMemory)(nil),                     // 52: engram.v1.ScoredMemory
-	(*WriteMemoriesRequest)(nil),             // 53: engram.v1.WriteMemoriesRequest
-	(*GetMemoryRequest)(nil),                 // 54: engram.v1.GetMemoryRequest
-	(*SearchMemoriesRequest)(nil),            // 55: engram.v1.SearchMemoriesRequest
-	(*ListMemoriesRequest)(nil),              // 56: engram.v1.ListMemoriesRequest
-	(*DeleteMemoriesRequest)(nil),            // 57: engram.v1.DeleteMemoriesRequest
-	(*WatchMemoriesRequest)(nil),             // 58: engram.v1.WatchMemoriesRequest
-	(*WriteMemoriesResponse)(nil),            // 59: engram.v1.WriteMemoriesResponse
-	(*GetMemoryResponse)(nil),                // 60: engram.v1.GetMemoryResponse
-	(*SearchMemoriesResponse)(nil),           // 61: engram.v1.SearchMemoriesResponse
-	(*ListMemoriesResponse)(nil),             // 62: engram.v1.ListMemoriesResponse
-	(*DeleteMemoriesResponse)(nil),           // 63: engram.v1.DeleteMemoriesResponse
-	(*WatchMemoriesResponse)(nil),            // 64: engram.v1.WatchMemoriesResponse
+	(*SessionCursor)(nil),                    // 46: engram.v1.SessionCursor
+	(*WatchSessionsRequest)(nil),             // 47: engram.v1.WatchSessionsRequest
+	(*SessionEnded)(nil),                     // 48: engram.v1.SessionEnded
+	(*WatchSessionsResponse)(nil),            // 49: engram.v1.WatchSessionsResponse
+	(*CountEventTokensRequest)(nil),          // 50: engram.v1.CountEventTokensRequest
+	(*EventTokens)(nil),                      // 51: engram.v1.EventTokens
+	(*CountEventTokensResponse)(nil),         // 52: engram.v1.CountEventTokensResponse
+	nil,                                      // 53: engram.v1.BuildConversationContextRequest.SectionBudgetsEntry
+	(*structpb.Struct)(nil),                  // 54: google.protobuf.Struct
+	(*timestamppb.Timestamp)(nil),            // 55: google.protobuf.Timestamp
+	(*structpb.Value)(nil),                   // 56: google.protobuf.Value
+	(*durationpb.Duration)(nil),              // 57: google.protobuf.Duration
+	(*Memory)(nil),                           // 58: engram.v1.Memory
+	(*ScoredMemory)(nil),                     // 59: engram.v1.ScoredMemory
+	(*WriteMemoriesRequest)(nil),             // 60: engram.v1.WriteMemoriesRequest
+	(*GetMemoryRequest)(nil),                 // 61: engram.v1.GetMemoryRequest
+	(*SearchMemoriesRequest)(nil),            // 62: engram.v1.SearchMemoriesRequest
+	(*ListMemoriesRequest)(nil),              // 63: engram.v1.ListMemoriesRequest
+	(*DeleteMemoriesRequest)(nil),            // 64: engram.v1.DeleteMemoriesRequest
+	(*WatchMemoriesRequest)(nil),             // 65: engram.v1.WatchMemoriesRequest
+	(*WriteMemoriesResponse)(nil),            // 66: engram.v1.WriteMemoriesResponse
+	(*GetMemoryResponse)(nil),                // 67: engram.v1.GetMemoryResponse
+	(*SearchMemoriesResponse)(nil),           // 68: engram.v1.SearchMemoriesResponse
+	(*ListMemoriesResponse)(nil),             // 69: engram.v1.ListMemoriesResponse
+	(*DeleteMemoriesResponse)(nil),           // 70: engram.v1.DeleteMemoriesResponse
+	(*WatchMemoriesResponse)(nil),            // 71: engram.v1.WatchMemoriesResponse
 }
 var file_engram_v1_memory_proto_depIdxs = []int32{
-	47, // 0: engram.v1.Session.metadata:type_name -> google.protobuf.Struct
-	48, // 1: engram.v1.Session.created_at:type_name -> google.protobuf.Timestamp
-	48, // 2: engram.v1.Session.updated_at:type_name -> google.protobuf.Timestamp
-	47, // 3: engram.v1.Session.state:type_name -> google.protobuf.Struct
-	49, // 4: engram.v1.Event.content:type_name -> google.protobuf.Value
-	47, // 5: engram.v1.Event.metadata:type_name -> google.protobuf.Struct
-	48, // 6: engram.v1.Event.timestamp:type_name -> google.protobuf.Timestamp
-	47, // 7: engram.v1.Event.state_delta:type_name -> google.protobuf.Struct
-	47, // 8: engram.v1.CreateSessionRequest.metadata:type_name -> google.protobuf.Struct
+	54, // 0: engram.v1.Session.metadata:type_name -> google.protobuf.Struct
+	55, // 1: engram.v1.Session.created_at:type_name -> google.protobuf.Timestamp
+	55, // 2: engram.v1.Session.updated_at:type_name -> google.protobuf.Timestamp
+	54, // 3: engram.v1.Session.state:type_name -> google.protobuf.Struct
+	56, // 4: engram.v1.Event.content:type_name -> google.protobuf.Value
+	54, // 5: engram.v1.Event.metadata:type_name -> google.protobuf.Struct
+	55, // 6: engram.v1.Event.timestamp:type_name -> google.protobuf.Timestamp
+	54, // 7: engram.v1.Event.state_delta:type_name -> google.protobuf.Struct
+	54, // 8: engram.v1.CreateSessionRequest.metadata:type_name -> google.protobuf.Struct
 	0,  // 9: engram.v1.CreateSessionResponse.session:type_name -> engram.v1.Session
-	47, // 10: engram.v1.GetOrCreateSessionRequest.metadata:type_name -> google.protobuf.Struct
+	54, // 10: engram.v1.GetOrCreateSessionRequest.metadata:type_name -> google.protobuf.Struct
 	0,  // 11: engram.v1.GetOrCreateSessionResponse.session:type_name -> engram.v1.Session
 	0,  // 12: engram.v1.GetSessionResponse.session:type_name -> engram.v1.Session
 	0,  // 13: engram.v1.ListSessionsResponse.sessions:type_name -> engram.v1.Session
-	47, // 14: engram.v1.UpdateSessionRequest.metadata:type_name -> google.protobuf.Struct
-	47, // 15: engram.v1.UpdateSessionRequest.state_delta:type_name -> google.protobuf.Struct
+	54, // 14: engram.v1.UpdateSessionRequest.metadata:type_name -> google.protobuf.Struct
+	54, // 15: engram.v1.UpdateSessionRequest.state_delta:type_name -> google.protobuf.Struct
 	0,  // 16: engram.v1.UpdateSessionResponse.session:type_name -> engram.v1.Session
-	49, // 17: engram.v1.EventInput.content:type_name -> google.protobuf.Value
-	47, // 18: engram.v1.EventInput.metadata:type_name -> google.protobuf.Struct
-	48, // 19: engram.v1.EventInput.timestamp:type_name -> google.protobuf.Timestamp
-	47, // 20: engram.v1.EventInput.state_delta:type_name -> google.protobuf.Struct
+	56, // 17: engram.v1.EventInput.content:type_name -> google.protobuf.Value
+	54, // 18: engram.v1.EventInput.metadata:type_name -> google.protobuf.Struct
+	55, // 19: engram.v1.EventInput.timestamp:type_name -> google.protobuf.Timestamp
+	54, // 20: engram.v1.EventInput.state_delta:type_name -> google.protobuf.Struct
 	14, // 21: engram.v1.AddEventRequest.event:type_name -> engram.v1.EventInput
 	1,  // 22: engram.v1.AddEventResponse.event:type_name -> engram.v1.Event
 	14, // 23: engram.v1.AddEventsRequest.events:type_name -> engram.v1.EventInput
@@ -3658,70 +4172,80 @@ var file_engram_v1_memory_proto_depIdxs = []int32{
 	1,  // 27: engram.v1.StreamSessionEventsResponse.event:type_name -> engram.v1.Event
 	24, // 28: engram.v1.StreamSessionEventsResponse.caught_up:type_name -> engram.v1.CaughtUp
 	25, // 29: engram.v1.StreamSessionEventsResponse.heartbeat:type_name -> engram.v1.Heartbeat
-	46, // 30: engram.v1.BuildConversationContextRequest.section_budgets:type_name -> engram.v1.BuildConversationContextRequest.SectionBudgetsEntry
+	53, // 30: engram.v1.BuildConversationContextRequest.section_budgets:type_name -> engram.v1.BuildConversationContextRequest.SectionBudgetsEntry
 	28, // 31: engram.v1.ToolCall.function:type_name -> engram.v1.ToolCallFunction
 	29, // 32: engram.v1.ChatMessage.tool_calls:type_name -> engram.v1.ToolCall
 	31, // 33: engram.v1.ChatMessage.content_parts:type_name -> engram.v1.ContentPart
 	32, // 34: engram.v1.ContentPart.image_url:type_name -> engram.v1.ImageUrl
 	30, // 35: engram.v1.BuildConversationContextResponse.messages:type_name -> engram.v1.ChatMessage
 	33, // 36: engram.v1.BuildConversationContextResponse.sections:type_name -> engram.v1.ContextSection
-	50, // 37: engram.v1.CleanupRequest.max_age:type_name -> google.protobuf.Duration
+	57, // 37: engram.v1.CleanupRequest.max_age:type_name -> google.protobuf.Duration
 	1,  // 38: engram.v1.EventHit.event:type_name -> engram.v1.Event
 	42, // 39: engram.v1.SearchEventsResponse.hits:type_name -> engram.v1.EventHit
-	51, // 40: engram.v1.RecallResponse.pinned:type_name -> engram.v1.Memory
-	52, // 41: engram.v1.RecallResponse.memories:type_name -> engram.v1.ScoredMemory
+	58, // 40: engram.v1.RecallResponse.pinned:type_name -> engram.v1.Memory
+	59, // 41: engram.v1.RecallResponse.memories:type_name -> engram.v1.ScoredMemory
 	34, // 42: engram.v1.RecallResponse.context:type_name -> engram.v1.BuildConversationContextResponse
-	2,  // 43: engram.v1.MemoryService.CreateSession:input_type -> engram.v1.CreateSessionRequest
-	4,  // 44: engram.v1.MemoryService.GetOrCreateSession:input_type -> engram.v1.GetOrCreateSessionRequest
-	6,  // 45: engram.v1.MemoryService.GetSession:input_type -> engram.v1.GetSessionRequest
-	8,  // 46: engram.v1.MemoryService.ListSessions:input_type -> engram.v1.ListSessionsRequest
-	10, // 47: engram.v1.MemoryService.UpdateSession:input_type -> engram.v1.UpdateSessionRequest
-	12, // 48: engram.v1.MemoryService.DeleteSession:input_type -> engram.v1.DeleteSessionRequest
-	15, // 49: engram.v1.MemoryService.AddEvent:input_type -> engram.v1.AddEventRequest
-	17, // 50: engram.v1.MemoryService.AddEvents:input_type -> engram.v1.AddEventsRequest
-	19, // 51: engram.v1.MemoryService.GetSessionEvents:input_type -> engram.v1.GetSessionEventsRequest
-	21, // 52: engram.v1.MemoryService.ListEvents:input_type -> engram.v1.ListEventsRequest
-	23, // 53: engram.v1.MemoryService.StreamSessionEvents:input_type -> engram.v1.StreamSessionEventsRequest
-	27, // 54: engram.v1.MemoryService.BuildConversationContext:input_type -> engram.v1.BuildConversationContextRequest
-	35, // 55: engram.v1.MemoryService.GetStats:input_type -> engram.v1.GetStatsRequest
-	37, // 56: engram.v1.MemoryService.Cleanup:input_type -> engram.v1.CleanupRequest
-	39, // 57: engram.v1.MemoryService.DeleteUserData:input_type -> engram.v1.DeleteUserDataRequest
-	53, // 58: engram.v1.MemoryService.WriteMemories:input_type -> engram.v1.WriteMemoriesRequest
-	54, // 59: engram.v1.MemoryService.GetMemory:input_type -> engram.v1.GetMemoryRequest
-	55, // 60: engram.v1.MemoryService.SearchMemories:input_type -> engram.v1.SearchMemoriesRequest
-	56, // 61: engram.v1.MemoryService.ListMemories:input_type -> engram.v1.ListMemoriesRequest
-	57, // 62: engram.v1.MemoryService.DeleteMemories:input_type -> engram.v1.DeleteMemoriesRequest
-	58, // 63: engram.v1.MemoryService.WatchMemories:input_type -> engram.v1.WatchMemoriesRequest
-	41, // 64: engram.v1.MemoryService.SearchEvents:input_type -> engram.v1.SearchEventsRequest
-	44, // 65: engram.v1.MemoryService.Recall:input_type -> engram.v1.RecallRequest
-	3,  // 66: engram.v1.MemoryService.CreateSession:output_type -> engram.v1.CreateSessionResponse
-	5,  // 67: engram.v1.MemoryService.GetOrCreateSession:output_type -> engram.v1.GetOrCreateSessionResponse
-	7,  // 68: engram.v1.MemoryService.GetSession:output_type -> engram.v1.GetSessionResponse
-	9,  // 69: engram.v1.MemoryService.ListSessions:output_type -> engram.v1.ListSessionsResponse
-	11, // 70: engram.v1.MemoryService.UpdateSession:output_type -> engram.v1.UpdateSessionResponse
-	13, // 71: engram.v1.MemoryService.DeleteSession:output_type -> engram.v1.DeleteSessionResponse
-	16, // 72: engram.v1.MemoryService.AddEvent:output_type -> engram.v1.AddEventResponse
-	18, // 73: engram.v1.MemoryService.AddEvents:output_type -> engram.v1.AddEventsResponse
-	20, // 74: engram.v1.MemoryService.GetSessionEvents:output_type -> engram.v1.GetSessionEventsResponse
-	22, // 75: engram.v1.MemoryService.ListEvents:output_type -> engram.v1.ListEventsResponse
-	26, // 76: engram.v1.MemoryService.StreamSessionEvents:output_type -> engram.v1.StreamSessionEventsResponse
-	34, // 77: engram.v1.MemoryService.BuildConversationContext:output_type -> engram.v1.BuildConversationContextResponse
-	36, // 78: engram.v1.MemoryService.GetStats:output_type -> engram.v1.GetStatsResponse
-	38, // 79: engram.v1.MemoryService.Cleanup:output_type -> engram.v1.CleanupResponse
-	40, // 80: engram.v1.MemoryService.DeleteUserData:output_type -> engram.v1.DeleteUserDataResponse
-	59, // 81: engram.v1.MemoryService.WriteMemories:output_type -> engram.v1.WriteMemoriesResponse
-	60, // 82: engram.v1.MemoryService.GetMemory:output_type -> engram.v1.GetMemoryResponse
-	61, // 83: engram.v1.MemoryService.SearchMemories:output_type -> engram.v1.SearchMemoriesResponse
-	62, // 84: engram.v1.MemoryService.ListMemories:output_type -> engram.v1.ListMemoriesResponse
-	63, // 85: engram.v1.MemoryService.DeleteMemories:output_type -> engram.v1.DeleteMemoriesResponse
-	64, // 86: engram.v1.MemoryService.WatchMemories:output_type -> engram.v1.WatchMemoriesResponse
-	43, // 87: engram.v1.MemoryService.SearchEvents:output_type -> engram.v1.SearchEventsResponse
-	45, // 88: engram.v1.MemoryService.Recall:output_type -> engram.v1.RecallResponse
-	66, // [66:89] is the sub-list for method output_type
-	43, // [43:66] is the sub-list for method input_type
-	43, // [43:43] is the sub-list for extension type_name
-	43, // [43:43] is the sub-list for extension extendee
-	0,  // [0:43] is the sub-list for field type_name
+	46, // 43: engram.v1.WatchSessionsRequest.sessions:type_name -> engram.v1.SessionCursor
+	1,  // 44: engram.v1.WatchSessionsResponse.event:type_name -> engram.v1.Event
+	24, // 45: engram.v1.WatchSessionsResponse.caught_up:type_name -> engram.v1.CaughtUp
+	25, // 46: engram.v1.WatchSessionsResponse.heartbeat:type_name -> engram.v1.Heartbeat
+	48, // 47: engram.v1.WatchSessionsResponse.ended:type_name -> engram.v1.SessionEnded
+	51, // 48: engram.v1.CountEventTokensResponse.events:type_name -> engram.v1.EventTokens
+	2,  // 49: engram.v1.MemoryService.CreateSession:input_type -> engram.v1.CreateSessionRequest
+	4,  // 50: engram.v1.MemoryService.GetOrCreateSession:input_type -> engram.v1.GetOrCreateSessionRequest
+	6,  // 51: engram.v1.MemoryService.GetSession:input_type -> engram.v1.GetSessionRequest
+	8,  // 52: engram.v1.MemoryService.ListSessions:input_type -> engram.v1.ListSessionsRequest
+	10, // 53: engram.v1.MemoryService.UpdateSession:input_type -> engram.v1.UpdateSessionRequest
+	12, // 54: engram.v1.MemoryService.DeleteSession:input_type -> engram.v1.DeleteSessionRequest
+	15, // 55: engram.v1.MemoryService.AddEvent:input_type -> engram.v1.AddEventRequest
+	17, // 56: engram.v1.MemoryService.AddEvents:input_type -> engram.v1.AddEventsRequest
+	19, // 57: engram.v1.MemoryService.GetSessionEvents:input_type -> engram.v1.GetSessionEventsRequest
+	21, // 58: engram.v1.MemoryService.ListEvents:input_type -> engram.v1.ListEventsRequest
+	23, // 59: engram.v1.MemoryService.StreamSessionEvents:input_type -> engram.v1.StreamSessionEventsRequest
+	27, // 60: engram.v1.MemoryService.BuildConversationContext:input_type -> engram.v1.BuildConversationContextRequest
+	35, // 61: engram.v1.MemoryService.GetStats:input_type -> engram.v1.GetStatsRequest
+	37, // 62: engram.v1.MemoryService.Cleanup:input_type -> engram.v1.CleanupRequest
+	39, // 63: engram.v1.MemoryService.DeleteUserData:input_type -> engram.v1.DeleteUserDataRequest
+	60, // 64: engram.v1.MemoryService.WriteMemories:input_type -> engram.v1.WriteMemoriesRequest
+	61, // 65: engram.v1.MemoryService.GetMemory:input_type -> engram.v1.GetMemoryRequest
+	62, // 66: engram.v1.MemoryService.SearchMemories:input_type -> engram.v1.SearchMemoriesRequest
+	63, // 67: engram.v1.MemoryService.ListMemories:input_type -> engram.v1.ListMemoriesRequest
+	64, // 68: engram.v1.MemoryService.DeleteMemories:input_type -> engram.v1.DeleteMemoriesRequest
+	65, // 69: engram.v1.MemoryService.WatchMemories:input_type -> engram.v1.WatchMemoriesRequest
+	41, // 70: engram.v1.MemoryService.SearchEvents:input_type -> engram.v1.SearchEventsRequest
+	44, // 71: engram.v1.MemoryService.Recall:input_type -> engram.v1.RecallRequest
+	47, // 72: engram.v1.MemoryService.WatchSessions:input_type -> engram.v1.WatchSessionsRequest
+	50, // 73: engram.v1.MemoryService.CountEventTokens:input_type -> engram.v1.CountEventTokensRequest
+	3,  // 74: engram.v1.MemoryService.CreateSession:output_type -> engram.v1.CreateSessionResponse
+	5,  // 75: engram.v1.MemoryService.GetOrCreateSession:output_type -> engram.v1.GetOrCreateSessionResponse
+	7,  // 76: engram.v1.MemoryService.GetSession:output_type -> engram.v1.GetSessionResponse
+	9,  // 77: engram.v1.MemoryService.ListSessions:output_type -> engram.v1.ListSessionsResponse
+	11, // 78: engram.v1.MemoryService.UpdateSession:output_type -> engram.v1.UpdateSessionResponse
+	13, // 79: engram.v1.MemoryService.DeleteSession:output_type -> engram.v1.DeleteSessionResponse
+	16, // 80: engram.v1.MemoryService.AddEvent:output_type -> engram.v1.AddEventResponse
+	18, // 81: engram.v1.MemoryService.AddEvents:output_type -> engram.v1.AddEventsResponse
+	20, // 82: engram.v1.MemoryService.GetSessionEvents:output_type -> engram.v1.GetSessionEventsResponse
+	22, // 83: engram.v1.MemoryService.ListEvents:output_type -> engram.v1.ListEventsResponse
+	26, // 84: engram.v1.MemoryService.StreamSessionEvents:output_type -> engram.v1.StreamSessionEventsResponse
+	34, // 85: engram.v1.MemoryService.BuildConversationContext:output_type -> engram.v1.BuildConversationContextResponse
+	36, // 86: engram.v1.MemoryService.GetStats:output_type -> engram.v1.GetStatsResponse
+	38, // 87: engram.v1.MemoryService.Cleanup:output_type -> engram.v1.CleanupResponse
+	40, // 88: engram.v1.MemoryService.DeleteUserData:output_type -> engram.v1.DeleteUserDataResponse
+	66, // 89: engram.v1.MemoryService.WriteMemories:output_type -> engram.v1.WriteMemoriesResponse
+	67, // 90: engram.v1.MemoryService.GetMemory:output_type -> engram.v1.GetMemoryResponse
+	68, // 91: engram.v1.MemoryService.SearchMemories:output_type -> engram.v1.SearchMemoriesResponse
+	69, // 92: engram.v1.MemoryService.ListMemories:output_type -> engram.v1.ListMemoriesResponse
+	70, // 93: engram.v1.MemoryService.DeleteMemories:output_type -> engram.v1.DeleteMemoriesResponse
+	71, // 94: engram.v1.MemoryService.WatchMemories:output_type -> engram.v1.WatchMemoriesResponse
+	43, // 95: engram.v1.MemoryService.SearchEvents:output_type -> engram.v1.SearchEventsResponse
+	45, // 96: engram.v1.MemoryService.Recall:output_type -> engram.v1.RecallResponse
+	49, // 97: engram.v1.MemoryService.WatchSessions:output_type -> engram.v1.WatchSessionsResponse
+	52, // 98: engram.v1.MemoryService.CountEventTokens:output_type -> engram.v1.CountEventTokensResponse
+	74, // [74:99] is the sub-list for method output_type
+	49, // [49:74] is the sub-list for method input_type
+	49, // [49:49] is the sub-list for extension type_name
+	49, // [49:49] is the sub-list for extension extendee
+	0,  // [0:49] is the sub-list for field type_name
 }
 
 func init() { file_engram_v1_memory_proto_init() }
@@ -3747,13 +4271,21 @@ func file_engram_v1_memory_proto_init() {
 	file_engram_v1_memory_proto_msgTypes[37].OneofWrappers = []any{}
 	file_engram_v1_memory_proto_msgTypes[41].OneofWrappers = []any{}
 	file_engram_v1_memory_proto_msgTypes[44].OneofWrappers = []any{}
+	file_engram_v1_memory_proto_msgTypes[46].OneofWrappers = []any{}
+	file_engram_v1_memory_proto_msgTypes[49].OneofWrappers = []any{
+		(*WatchSessionsResponse_Event)(nil),
+		(*WatchSessionsResponse_CaughtUp)(nil),
+		(*WatchSessionsResponse_Heartbeat)(nil),
+		(*WatchSessionsResponse_Ended)(nil),
+	}
+	file_engram_v1_memory_proto_msgTypes[50].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_engram_v1_memory_proto_rawDesc), len(file_engram_v1_memory_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   47,
+			NumMessages:   54,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

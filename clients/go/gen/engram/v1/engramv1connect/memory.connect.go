@@ -125,6 +125,12 @@ const (
 	MemoryServiceSearchEventsProcedure = "/engram.v1.MemoryService/SearchEvents"
 	// MemoryServiceRecallProcedure is the fully-qualified name of the MemoryService's Recall RPC.
 	MemoryServiceRecallProcedure = "/engram.v1.MemoryService/Recall"
+	// MemoryServiceWatchSessionsProcedure is the fully-qualified name of the MemoryService's
+	// WatchSessions RPC.
+	MemoryServiceWatchSessionsProcedure = "/engram.v1.MemoryService/WatchSessions"
+	// MemoryServiceCountEventTokensProcedure is the fully-qualified name of the MemoryService's
+	// CountEventTokens RPC.
+	MemoryServiceCountEventTokensProcedure = "/engram.v1.MemoryService/CountEventTokens"
 )
 
 // MemoryServiceClient is a client for the engram.v1.MemoryService service.
@@ -200,6 +206,17 @@ type MemoryServiceClient interface {
 	// Recall returns, within one token budget, the session's pinned memories,
 	// its most relevant memories and its context, with a rendered text block.
 	Recall(context.Context, *connect.Request[v1.RecallRequest]) (*connect.Response[v1.RecallResponse], error)
+	// WatchSessions follows several sessions on one stream, so that a browser
+	// with many sessions open holds one connection instead of one per session.
+	// Each session's frames are those StreamSessionEvents would send, tagged
+	// with its session_id; a session that ends (deleted, out of the key's
+	// scope, cursor evicted) ends alone with a SessionEnded frame while the
+	// others go on.
+	WatchSessions(context.Context, *connect.Request[v1.WatchSessionsRequest]) (*connect.ServerStreamForClient[v1.WatchSessionsResponse], error)
+	// CountEventTokens says how many tokens each event of a range takes in a
+	// context, counted as BuildConversationContext counts it (the inspector
+	// shows it beside each event).
+	CountEventTokens(context.Context, *connect.Request[v1.CountEventTokensRequest]) (*connect.Response[v1.CountEventTokensResponse], error)
 }
 
 // NewMemoryServiceClient constructs a client for the engram.v1.MemoryService service. By default,
@@ -364,6 +381,19 @@ func NewMemoryServiceClient(httpClient connect.HTTPClient, baseURL string, opts 
 			connect.WithIdempotency(connect.IdempotencyNoSideEffects),
 			connect.WithClientOptions(opts...),
 		),
+		watchSessions: connect.NewClient[v1.WatchSessionsRequest, v1.WatchSessionsResponse](
+			httpClient,
+			baseURL+MemoryServiceWatchSessionsProcedure,
+			connect.WithSchema(memoryServiceMethods.ByName("WatchSessions")),
+			connect.WithClientOptions(opts...),
+		),
+		countEventTokens: connect.NewClient[v1.CountEventTokensRequest, v1.CountEventTokensResponse](
+			httpClient,
+			baseURL+MemoryServiceCountEventTokensProcedure,
+			connect.WithSchema(memoryServiceMethods.ByName("CountEventTokens")),
+			connect.WithIdempotency(connect.IdempotencyNoSideEffects),
+			connect.WithClientOptions(opts...),
+		),
 	}
 }
 
@@ -392,6 +422,8 @@ type memoryServiceClient struct {
 	watchMemories            *connect.Client[v1.WatchMemoriesRequest, v1.WatchMemoriesResponse]
 	searchEvents             *connect.Client[v1.SearchEventsRequest, v1.SearchEventsResponse]
 	recall                   *connect.Client[v1.RecallRequest, v1.RecallResponse]
+	watchSessions            *connect.Client[v1.WatchSessionsRequest, v1.WatchSessionsResponse]
+	countEventTokens         *connect.Client[v1.CountEventTokensRequest, v1.CountEventTokensResponse]
 }
 
 // CreateSession calls engram.v1.MemoryService.CreateSession.
@@ -509,6 +541,16 @@ func (c *memoryServiceClient) Recall(ctx context.Context, req *connect.Request[v
 	return c.recall.CallUnary(ctx, req)
 }
 
+// WatchSessions calls engram.v1.MemoryService.WatchSessions.
+func (c *memoryServiceClient) WatchSessions(ctx context.Context, req *connect.Request[v1.WatchSessionsRequest]) (*connect.ServerStreamForClient[v1.WatchSessionsResponse], error) {
+	return c.watchSessions.CallServerStream(ctx, req)
+}
+
+// CountEventTokens calls engram.v1.MemoryService.CountEventTokens.
+func (c *memoryServiceClient) CountEventTokens(ctx context.Context, req *connect.Request[v1.CountEventTokensRequest]) (*connect.Response[v1.CountEventTokensResponse], error) {
+	return c.countEventTokens.CallUnary(ctx, req)
+}
+
 // MemoryServiceHandler is an implementation of the engram.v1.MemoryService service.
 type MemoryServiceHandler interface {
 	// CreateSession creates a session; the server generates session_id when it
@@ -582,6 +624,17 @@ type MemoryServiceHandler interface {
 	// Recall returns, within one token budget, the session's pinned memories,
 	// its most relevant memories and its context, with a rendered text block.
 	Recall(context.Context, *connect.Request[v1.RecallRequest]) (*connect.Response[v1.RecallResponse], error)
+	// WatchSessions follows several sessions on one stream, so that a browser
+	// with many sessions open holds one connection instead of one per session.
+	// Each session's frames are those StreamSessionEvents would send, tagged
+	// with its session_id; a session that ends (deleted, out of the key's
+	// scope, cursor evicted) ends alone with a SessionEnded frame while the
+	// others go on.
+	WatchSessions(context.Context, *connect.Request[v1.WatchSessionsRequest], *connect.ServerStream[v1.WatchSessionsResponse]) error
+	// CountEventTokens says how many tokens each event of a range takes in a
+	// context, counted as BuildConversationContext counts it (the inspector
+	// shows it beside each event).
+	CountEventTokens(context.Context, *connect.Request[v1.CountEventTokensRequest]) (*connect.Response[v1.CountEventTokensResponse], error)
 }
 
 // NewMemoryServiceHandler builds an HTTP handler from the service implementation. It returns the
@@ -742,6 +795,19 @@ func NewMemoryServiceHandler(svc MemoryServiceHandler, opts ...connect.HandlerOp
 		connect.WithIdempotency(connect.IdempotencyNoSideEffects),
 		connect.WithHandlerOptions(opts...),
 	)
+	memoryServiceWatchSessionsHandler := connect.NewServerStreamHandler(
+		MemoryServiceWatchSessionsProcedure,
+		svc.WatchSessions,
+		connect.WithSchema(memoryServiceMethods.ByName("WatchSessions")),
+		connect.WithHandlerOptions(opts...),
+	)
+	memoryServiceCountEventTokensHandler := connect.NewUnaryHandler(
+		MemoryServiceCountEventTokensProcedure,
+		svc.CountEventTokens,
+		connect.WithSchema(memoryServiceMethods.ByName("CountEventTokens")),
+		connect.WithIdempotency(connect.IdempotencyNoSideEffects),
+		connect.WithHandlerOptions(opts...),
+	)
 	return "/engram.v1.MemoryService/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.URL.Path {
 		case MemoryServiceCreateSessionProcedure:
@@ -790,6 +856,10 @@ func NewMemoryServiceHandler(svc MemoryServiceHandler, opts ...connect.HandlerOp
 			memoryServiceSearchEventsHandler.ServeHTTP(w, r)
 		case MemoryServiceRecallProcedure:
 			memoryServiceRecallHandler.ServeHTTP(w, r)
+		case MemoryServiceWatchSessionsProcedure:
+			memoryServiceWatchSessionsHandler.ServeHTTP(w, r)
+		case MemoryServiceCountEventTokensProcedure:
+			memoryServiceCountEventTokensHandler.ServeHTTP(w, r)
 		default:
 			http.NotFound(w, r)
 		}
@@ -889,4 +959,12 @@ func (UnimplementedMemoryServiceHandler) SearchEvents(context.Context, *connect.
 
 func (UnimplementedMemoryServiceHandler) Recall(context.Context, *connect.Request[v1.RecallRequest]) (*connect.Response[v1.RecallResponse], error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("engram.v1.MemoryService.Recall is not implemented"))
+}
+
+func (UnimplementedMemoryServiceHandler) WatchSessions(context.Context, *connect.Request[v1.WatchSessionsRequest], *connect.ServerStream[v1.WatchSessionsResponse]) error {
+	return connect.NewError(connect.CodeUnimplemented, errors.New("engram.v1.MemoryService.WatchSessions is not implemented"))
+}
+
+func (UnimplementedMemoryServiceHandler) CountEventTokens(context.Context, *connect.Request[v1.CountEventTokensRequest]) (*connect.Response[v1.CountEventTokensResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("engram.v1.MemoryService.CountEventTokens is not implemented"))
 }

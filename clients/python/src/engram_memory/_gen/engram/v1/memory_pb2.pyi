@@ -1721,3 +1721,225 @@ class RecallResponse(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___RecallResponse: _TypeAlias = RecallResponse  # noqa: Y015
+
+@_typing.final
+class SessionCursor(_message.Message):
+    """SessionCursor is where a WatchSessions stream starts in one session."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    SESSION_ID_FIELD_NUMBER: _builtins.int
+    AFTER_SEQ_FIELD_NUMBER: _builtins.int
+    session_id: _builtins.str
+    """Required."""
+    after_seq: _builtins.int
+    """Resume after this seq. When unset, start with the oldest retained event."""
+    def __init__(
+        self,
+        *,
+        session_id: _builtins.str = ...,
+        after_seq: _builtins.int | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_after_seq", b"_after_seq", "after_seq", b"after_seq"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_after_seq", b"_after_seq", "after_seq", b"after_seq", "session_id", b"session_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    _WhichOneofReturnType__after_seq: _TypeAlias = _typing.Literal["after_seq"]  # noqa: Y015
+    _WhichOneofArgType__after_seq: _TypeAlias = _typing.Literal["_after_seq", b"_after_seq"]  # noqa: Y015
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__after_seq) -> _WhichOneofReturnType__after_seq | None: ...
+
+Global___SessionCursor: _TypeAlias = SessionCursor  # noqa: Y015
+
+@_typing.final
+class WatchSessionsRequest(_message.Message):
+    """WatchSessionsRequest names the sessions to follow."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    SESSIONS_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def sessions(self) -> _containers.RepeatedCompositeFieldContainer[Global___SessionCursor]:
+        """1..100 sessions, each at most once."""
+
+    def __init__(
+        self,
+        *,
+        sessions: _abc.Iterable[Global___SessionCursor] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["sessions", b"sessions"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___WatchSessionsRequest: _TypeAlias = WatchSessionsRequest  # noqa: Y015
+
+@_typing.final
+class SessionEnded(_message.Message):
+    """SessionEnded says one session's part of a WatchSessions stream is over."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    CODE_FIELD_NUMBER: _builtins.int
+    MESSAGE_FIELD_NUMBER: _builtins.int
+    code: _builtins.str
+    """The status StreamSessionEvents would have ended with: NOT_FOUND (deleted,
+    replaced or out of the key's scope) or OUT_OF_RANGE (cursor evicted).
+    """
+    message: _builtins.str
+    """Why, for a person."""
+    def __init__(
+        self,
+        *,
+        code: _builtins.str = ...,
+        message: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["code", b"code", "message", b"message"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___SessionEnded: _TypeAlias = SessionEnded  # noqa: Y015
+
+@_typing.final
+class WatchSessionsResponse(_message.Message):
+    """WatchSessionsResponse is one frame of one followed session."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    SESSION_ID_FIELD_NUMBER: _builtins.int
+    EVENT_FIELD_NUMBER: _builtins.int
+    CAUGHT_UP_FIELD_NUMBER: _builtins.int
+    HEARTBEAT_FIELD_NUMBER: _builtins.int
+    ENDED_FIELD_NUMBER: _builtins.int
+    session_id: _builtins.str
+    """The session the frame belongs to."""
+    @_builtins.property
+    def event(self) -> Global___Event:
+        """An event, in seq order within its session."""
+
+    @_builtins.property
+    def caught_up(self) -> Global___CaughtUp:
+        """The session's replay is complete."""
+
+    @_builtins.property
+    def heartbeat(self) -> Global___Heartbeat:
+        """Keep-alive with the session's head seq."""
+
+    @_builtins.property
+    def ended(self) -> Global___SessionEnded:
+        """The session's part of the stream is over; no more frames follow for it."""
+
+    def __init__(
+        self,
+        *,
+        session_id: _builtins.str = ...,
+        event: Global___Event | None = ...,
+        caught_up: Global___CaughtUp | None = ...,
+        heartbeat: Global___Heartbeat | None = ...,
+        ended: Global___SessionEnded | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["caught_up", b"caught_up", "ended", b"ended", "event", b"event", "frame", b"frame", "heartbeat", b"heartbeat"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["caught_up", b"caught_up", "ended", b"ended", "event", b"event", "frame", b"frame", "heartbeat", b"heartbeat", "session_id", b"session_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    _WhichOneofReturnType_frame: _TypeAlias = _typing.Literal["event", "caught_up", "heartbeat", "ended"]  # noqa: Y015
+    _WhichOneofArgType_frame: _TypeAlias = _typing.Literal["frame", b"frame"]  # noqa: Y015
+    def WhichOneof(self, oneof_group: _WhichOneofArgType_frame) -> _WhichOneofReturnType_frame | None: ...
+
+Global___WatchSessionsResponse: _TypeAlias = WatchSessionsResponse  # noqa: Y015
+
+@_typing.final
+class CountEventTokensRequest(_message.Message):
+    """CountEventTokensRequest names a range of a session's events."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    SESSION_ID_FIELD_NUMBER: _builtins.int
+    AFTER_SEQ_FIELD_NUMBER: _builtins.int
+    LIMIT_FIELD_NUMBER: _builtins.int
+    TOKENIZER_FIELD_NUMBER: _builtins.int
+    session_id: _builtins.str
+    """Required."""
+    after_seq: _builtins.int
+    """Only events with seq > after_seq; from the oldest retained when unset.
+    When set and events after it were evicted, OUT_OF_RANGE.
+    """
+    limit: _builtins.int
+    """1..1000; 100 when 0."""
+    tokenizer: _builtins.str
+    """o200k_base (default), cl100k_base or chars4, as BuildConversationContext."""
+    def __init__(
+        self,
+        *,
+        session_id: _builtins.str = ...,
+        after_seq: _builtins.int | None = ...,
+        limit: _builtins.int = ...,
+        tokenizer: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_after_seq", b"_after_seq", "after_seq", b"after_seq"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_after_seq", b"_after_seq", "after_seq", b"after_seq", "limit", b"limit", "session_id", b"session_id", "tokenizer", b"tokenizer"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    _WhichOneofReturnType__after_seq: _TypeAlias = _typing.Literal["after_seq"]  # noqa: Y015
+    _WhichOneofArgType__after_seq: _TypeAlias = _typing.Literal["_after_seq", b"_after_seq"]  # noqa: Y015
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__after_seq) -> _WhichOneofReturnType__after_seq | None: ...
+
+Global___CountEventTokensRequest: _TypeAlias = CountEventTokensRequest  # noqa: Y015
+
+@_typing.final
+class EventTokens(_message.Message):
+    """EventTokens is one event's token count."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    SEQ_FIELD_NUMBER: _builtins.int
+    TOKENS_FIELD_NUMBER: _builtins.int
+    seq: _builtins.int
+    """The event's seq."""
+    tokens: _builtins.int
+    """Tokens the event takes in a context (its message, with the per-message
+    overhead and a fixed cost per image, as budgets are charged).
+    """
+    def __init__(
+        self,
+        *,
+        seq: _builtins.int = ...,
+        tokens: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["seq", b"seq", "tokens", b"tokens"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___EventTokens: _TypeAlias = EventTokens  # noqa: Y015
+
+@_typing.final
+class CountEventTokensResponse(_message.Message):
+    """CountEventTokensResponse holds one count per event, in seq order."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    EVENTS_FIELD_NUMBER: _builtins.int
+    TOKENIZER_FIELD_NUMBER: _builtins.int
+    tokenizer: _builtins.str
+    """The tokenizer that counted (chars4 after a fallback)."""
+    @_builtins.property
+    def events(self) -> _containers.RepeatedCompositeFieldContainer[Global___EventTokens]:
+        """The events of the range, in seq order."""
+
+    def __init__(
+        self,
+        *,
+        events: _abc.Iterable[Global___EventTokens] | None = ...,
+        tokenizer: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["events", b"events", "tokenizer", b"tokenizer"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___CountEventTokensResponse: _TypeAlias = CountEventTokensResponse  # noqa: Y015

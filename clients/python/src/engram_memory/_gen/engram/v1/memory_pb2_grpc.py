@@ -151,6 +151,16 @@ class MemoryServiceStub:
                 request_serializer=engram_dot_v1_dot_memory__pb2.RecallRequest.SerializeToString,
                 response_deserializer=engram_dot_v1_dot_memory__pb2.RecallResponse.FromString,
                 _registered_method=True)
+        self.WatchSessions = channel.unary_stream(
+                '/engram.v1.MemoryService/WatchSessions',
+                request_serializer=engram_dot_v1_dot_memory__pb2.WatchSessionsRequest.SerializeToString,
+                response_deserializer=engram_dot_v1_dot_memory__pb2.WatchSessionsResponse.FromString,
+                _registered_method=True)
+        self.CountEventTokens = channel.unary_unary(
+                '/engram.v1.MemoryService/CountEventTokens',
+                request_serializer=engram_dot_v1_dot_memory__pb2.CountEventTokensRequest.SerializeToString,
+                response_deserializer=engram_dot_v1_dot_memory__pb2.CountEventTokensResponse.FromString,
+                _registered_method=True)
 
 
 class MemoryServiceServicer:
@@ -348,6 +358,27 @@ class MemoryServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def WatchSessions(self, request, context):
+        """WatchSessions follows several sessions on one stream, so that a browser
+        with many sessions open holds one connection instead of one per session.
+        Each session's frames are those StreamSessionEvents would send, tagged
+        with its session_id; a session that ends (deleted, out of the key's
+        scope, cursor evicted) ends alone with a SessionEnded frame while the
+        others go on.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def CountEventTokens(self, request, context):
+        """CountEventTokens says how many tokens each event of a range takes in a
+        context, counted as BuildConversationContext counts it (the inspector
+        shows it beside each event).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_MemoryServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -465,6 +496,16 @@ def add_MemoryServiceServicer_to_server(servicer, server):
                     servicer.Recall,
                     request_deserializer=engram_dot_v1_dot_memory__pb2.RecallRequest.FromString,
                     response_serializer=engram_dot_v1_dot_memory__pb2.RecallResponse.SerializeToString,
+            ),
+            'WatchSessions': grpc.unary_stream_rpc_method_handler(
+                    servicer.WatchSessions,
+                    request_deserializer=engram_dot_v1_dot_memory__pb2.WatchSessionsRequest.FromString,
+                    response_serializer=engram_dot_v1_dot_memory__pb2.WatchSessionsResponse.SerializeToString,
+            ),
+            'CountEventTokens': grpc.unary_unary_rpc_method_handler(
+                    servicer.CountEventTokens,
+                    request_deserializer=engram_dot_v1_dot_memory__pb2.CountEventTokensRequest.FromString,
+                    response_serializer=engram_dot_v1_dot_memory__pb2.CountEventTokensResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -1089,6 +1130,60 @@ class MemoryService:
             '/engram.v1.MemoryService/Recall',
             engram_dot_v1_dot_memory__pb2.RecallRequest.SerializeToString,
             engram_dot_v1_dot_memory__pb2.RecallResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def WatchSessions(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_stream(
+            request,
+            target,
+            '/engram.v1.MemoryService/WatchSessions',
+            engram_dot_v1_dot_memory__pb2.WatchSessionsRequest.SerializeToString,
+            engram_dot_v1_dot_memory__pb2.WatchSessionsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def CountEventTokens(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/engram.v1.MemoryService/CountEventTokens',
+            engram_dot_v1_dot_memory__pb2.CountEventTokensRequest.SerializeToString,
+            engram_dot_v1_dot_memory__pb2.CountEventTokensResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -154,6 +154,19 @@ class MemoryServiceStub:
     """Recall returns, within one token budget, the session's pinned memories,
     its most relevant memories and its context, with a rendered text block.
     """
+    WatchSessions: _grpc.UnaryStreamMultiCallable[_memory_pb2.WatchSessionsRequest, _memory_pb2.WatchSessionsResponse]
+    """WatchSessions follows several sessions on one stream, so that a browser
+    with many sessions open holds one connection instead of one per session.
+    Each session's frames are those StreamSessionEvents would send, tagged
+    with its session_id; a session that ends (deleted, out of the key's
+    scope, cursor evicted) ends alone with a SessionEnded frame while the
+    others go on.
+    """
+    CountEventTokens: _grpc.UnaryUnaryMultiCallable[_memory_pb2.CountEventTokensRequest, _memory_pb2.CountEventTokensResponse]
+    """CountEventTokens says how many tokens each event of a range takes in a
+    context, counted as BuildConversationContext counts it (the inspector
+    shows it beside each event).
+    """
 
 @_typing.type_check_only
 class MemoryServiceAsyncStub(MemoryServiceStub):
@@ -251,6 +264,19 @@ class MemoryServiceAsyncStub(MemoryServiceStub):
     Recall: _aio.UnaryUnaryMultiCallable[_memory_pb2.RecallRequest, _memory_pb2.RecallResponse]  # type: ignore[assignment]
     """Recall returns, within one token budget, the session's pinned memories,
     its most relevant memories and its context, with a rendered text block.
+    """
+    WatchSessions: _aio.UnaryStreamMultiCallable[_memory_pb2.WatchSessionsRequest, _memory_pb2.WatchSessionsResponse]  # type: ignore[assignment]
+    """WatchSessions follows several sessions on one stream, so that a browser
+    with many sessions open holds one connection instead of one per session.
+    Each session's frames are those StreamSessionEvents would send, tagged
+    with its session_id; a session that ends (deleted, out of the key's
+    scope, cursor evicted) ends alone with a SessionEnded frame while the
+    others go on.
+    """
+    CountEventTokens: _aio.UnaryUnaryMultiCallable[_memory_pb2.CountEventTokensRequest, _memory_pb2.CountEventTokensResponse]  # type: ignore[assignment]
+    """CountEventTokens says how many tokens each event of a range takes in a
+    context, counted as BuildConversationContext counts it (the inspector
+    shows it beside each event).
     """
 
 class MemoryServiceServicer(metaclass=_abc_1.ABCMeta):
@@ -484,6 +510,31 @@ class MemoryServiceServicer(metaclass=_abc_1.ABCMeta):
     ) -> _typing.Union[_memory_pb2.RecallResponse, _abc.Awaitable[_memory_pb2.RecallResponse]]:
         """Recall returns, within one token budget, the session's pinned memories,
         its most relevant memories and its context, with a rendered text block.
+        """
+
+    @_abc_1.abstractmethod
+    def WatchSessions(
+        self,
+        request: _memory_pb2.WatchSessionsRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_abc.Iterator[_memory_pb2.WatchSessionsResponse], _abc.AsyncIterator[_memory_pb2.WatchSessionsResponse]]:
+        """WatchSessions follows several sessions on one stream, so that a browser
+        with many sessions open holds one connection instead of one per session.
+        Each session's frames are those StreamSessionEvents would send, tagged
+        with its session_id; a session that ends (deleted, out of the key's
+        scope, cursor evicted) ends alone with a SessionEnded frame while the
+        others go on.
+        """
+
+    @_abc_1.abstractmethod
+    def CountEventTokens(
+        self,
+        request: _memory_pb2.CountEventTokensRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_memory_pb2.CountEventTokensResponse, _abc.Awaitable[_memory_pb2.CountEventTokensResponse]]:
+        """CountEventTokens says how many tokens each event of a range takes in a
+        context, counted as BuildConversationContext counts it (the inspector
+        shows it beside each event).
         """
 
 def add_MemoryServiceServicer_to_server(servicer: MemoryServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...
