@@ -219,7 +219,7 @@ const THINGS = ["green tea", "a window seat", "the Lisbon flight", "Spanish verb
 const WHEN = ["last week", "on Monday", "in March", "for the conference", "after the release", "before the holidays", "this morning", "every Friday"];
 
 /** Synthetic memory texts: person, verb, thing, time; reproducible. */
-function syntheticTexts(count: number, seed: number): string[] {
+export function syntheticTexts(count: number, seed: number): string[] {
   const random = seededRandom(seed);
   const pick = <T>(list: readonly T[]) => list[Math.floor(random() * list.length)]!;
   return Array.from({ length: count }, (_, i) => `${pick(PEOPLE)} ${pick(VERBS)} ${pick(THINGS)} ${pick(WHEN)} (note ${i})`);

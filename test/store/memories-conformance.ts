@@ -229,6 +229,18 @@ export function describeMemoriesConformance(name: string, factory: MemoriesStore
         expect(await memories.searchMemories(filter(), "drinks", 1)).toHaveLength(1);
       });
 
+      it("takes any query text as words: query syntax, quotes and backslashes never fail a search, and punctuation alone matches nothing", async () => {
+        const { memories } = await fresh();
+        await memories.writeMemories([
+          memory({ memoryId: "irish", text: "O'Neil's pub serves stout on Fridays" }),
+          memory({ memoryId: "path", text: "The backup lives in C:\\backups\\daily" }),
+        ]);
+        const found = async (query: string) => (await memories.searchMemories(filter(), query, 10)).map((r) => r.memory.memoryId);
+        expect(await found("O'Neil's 'stout' & !(pub | <-> :* \\")).toEqual(["irish"]);
+        expect(await found("backups\\daily ''' \" ) (")).toEqual(["path"]);
+        expect(await found("!!! ::: &&&")).toEqual([]);
+      });
+
       it("filters searches by topics, pinned and validity", async () => {
         const { memories } = await fresh();
         await memories.writeMemories([
