@@ -279,6 +279,9 @@ export function describeMemoriesConformance(name: string, factory: MemoriesStore
         const nearest = await memories.nearestMemories(filter(), [1, 0.1, 0], 10);
         expect(nearest.map((r) => r.memory.memoryId)).toEqual(["x", "xy"]);
         expect(nearest[0].score).toBeCloseTo(1 / Math.sqrt(1.01), 6);
+        // The app's embeddings have 3 dimensions: a query of another matches none of them.
+        expect(await memories.nearestMemories(filter(), [1, 0], 10)).toEqual([]);
+        expect(await memories.nearestMemories(filter(), [1, 0, 0, 0], 10)).toEqual([]);
       });
     });
 

@@ -57,16 +57,19 @@ const DELETE_BATCH_MEMORIES = 10_000;
 /** NOTIFY payloads must stay under 8000 bytes. */
 const MAX_NOTIFY_BYTES = 7900;
 
-/**
- * How a statement is planned. "prepared" (the default): a named prepared
- * statement per pooled connection, parsed once, whose plan PostgreSQL may
- * make generic after five calls. "custom": unnamed, planned at every call
- * with its parameters' values; for statements whose best plan depends on
- * them. A search's words are folded into a constant tsquery only in a
- * custom plan: a generic one estimated their matches blind and evaluated
- * to_tsvector of the query again for every memory it walked.
- */
-export type StatementPlan = "prepared" | "custom";
+/** How a statement is planned. */
+export interface StatementShape {
+  /**
+   * "prepared" (the default): a named prepared statement per pooled
+   * connection, parsed once, whose plan PostgreSQL may make generic after
+   * five calls. "custom": unnamed, planned at every call with its
+   * parameters' values, for statements whose best plan depends on them. A
+   * search's words fold into a constant tsquery only in a custom plan: a
+   * generic one estimated their matches blind and evaluated to_tsvector of
+   * the query again for every memory it walked.
+   */
+  plan?: "prepared" | "custom";
+}
 
 /** What the driver needs of its PostgresStore: the quoted schema, the channel, and the store's statement helpers. */
 export interface PostgresMemoriesAccess {
@@ -77,7 +80,7 @@ export interface PostgresMemoriesAccess {
   /** The store's LISTEN/NOTIFY channel. */
   channel: string;
   /** One pooled statement, retried if its connection broke, errors as MemoryError; bounded by the call's deadline when it has one. */
-  query<R extends pg.QueryResultRow>(sql: string, params: unknown[], call?: StoreCall, plan?: StatementPlan): Promise<pg.QueryResult<R>>;
+  query<R extends pg.QueryResultRow>(sql: string, params: unknown[], call?: StoreCall, shape?: StatementShape): Promise<pg.QueryResult<R>>;
   /** `fn` in one transaction, run again if the connection broke under it, errors as MemoryError. */
   transaction<T>(fn: (client: pg.PoolClient) => Promise<T>): Promise<T>;
 }
@@ -498,7 +501,7 @@ export class PostgresMemories implements LongTermMemoryStore {
        ORDER BY score DESC, created_ms DESC, memory_id DESC LIMIT ${p.add(limit)}`,
       p.values,
       undefined,
-      "custom",
+      { plan: "custom" },
     );
     return this.rowsOf(filter.scope.appName, best.map((b) => ({ memoryId: b.memory_id, score: b.score })));
   }
@@ -520,10 +523,17 @@ export class PostgresMemories implements LongTermMemoryStore {
   async nearestMemories(filter: MemoryFilter, embedding: readonly number[], limit: number): Promise<RankedMemory[]> {
     if (embedding.length === 0 || limit <= 0) return [];
     const p = new Params();
-    // First only ids and embeddings of the candidates, then the whole rows of the best.
-    const candidatesSql = newestSql(this.s, p, filter, "memory_id, created_ms, embedding", NEAREST_CANDIDATES, undefined, `embedding IS NOT NULL AND octet_length(embedding) = ${embedding.length * 4}`);
+    // First only ids and embeddings of the candidates (through 0011's
+    // indexes of embedded memories), then the
+    // whole rows of the best. Every embedding of an app has one dimension:
+    // a query of another matches none. That is checked here, not in SQL,
+    // where a condition on octet_length made PostgreSQL expect a handful of
+    // rows and sort thousands of whole embeddings on disk.
+    const candidatesSql = newestSql(this.s, p, filter, "memory_id, created_ms, embedding", NEAREST_CANDIDATES, undefined, "embedding IS NOT NULL");
     const { rows: candidates } = await this.db.query<{ memory_id: string; embedding: Buffer }>(candidatesSql, p.values);
+    const bytes = embedding.length * 4;
     const best = candidates
+      .filter((row) => row.embedding.length === bytes)
       .map((row) => ({ memoryId: row.memory_id, score: cosineToStored(embedding, row.embedding) }))
       .sort((a, b) => b.score - a.score)
       .slice(0, limit);
