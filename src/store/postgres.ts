@@ -385,7 +385,7 @@ export class PostgresStore implements MemoryStore {
       schemaName: options.schema,
       channel: this.channel,
       query: (sql, params, call, shape) => this.query(sql, params, call, shape),
-      transaction: (fn) => this.attempt(() => this.transaction(fn)),
+      transaction: (fn, call) => this.attempt(() => this.transaction(fn, call)),
     });
   }
 

@@ -81,8 +81,8 @@ export interface PostgresMemoriesAccess {
   channel: string;
   /** One pooled statement, retried if its connection broke, errors as MemoryError; bounded by the call's deadline when it has one. */
   query<R extends pg.QueryResultRow>(sql: string, params: unknown[], call?: StoreCall, shape?: StatementShape): Promise<pg.QueryResult<R>>;
-  /** `fn` in one transaction, run again if the connection broke under it, errors as MemoryError. */
-  transaction<T>(fn: (client: pg.PoolClient) => Promise<T>): Promise<T>;
+  /** `fn` in one transaction, run again if the connection broke under it, errors as MemoryError; bounded by the call's deadline when it has one. */
+  transaction<T>(fn: (client: pg.PoolClient) => Promise<T>, call?: StoreCall): Promise<T>;
 }
 
 const COLUMNS =
@@ -303,9 +303,9 @@ export class PostgresMemories implements LongTermMemoryStore {
     this.s = db.schema;
   }
 
-  async writeMemories(batch: readonly MemoryRecord[]): Promise<MemoryWriteResult> {
+  async writeMemories(batch: readonly MemoryRecord[], call?: StoreCall): Promise<MemoryWriteResult> {
     if (batch.length === 0) return { memories: [], superseded: [] };
-    const { result, changes } = await this.db.transaction((client) => this.writeBatch(client, batch));
+    const { result, changes } = await this.db.transaction((client) => this.writeBatch(client, batch), call);
     for (const [appName, appChanges] of changes) for (const change of appChanges) this.emit(appName, change);
     return result;
   }
@@ -478,12 +478,12 @@ export class PostgresMemories implements LongTermMemoryStore {
     );
   }
 
-  async getMemory(appName: string, memoryId: string): Promise<MemoryRecord | undefined> {
-    const { rows } = await this.db.query<MemoryRow>(`SELECT ${COLUMNS} FROM ${this.s}.memories WHERE app_name = $1 AND memory_id = $2`, [appName, memoryId]);
+  async getMemory(appName: string, memoryId: string, call?: StoreCall): Promise<MemoryRecord | undefined> {
+    const { rows } = await this.db.query<MemoryRow>(`SELECT ${COLUMNS} FROM ${this.s}.memories WHERE app_name = $1 AND memory_id = $2`, [appName, memoryId], call);
     return rows[0] && toRecord(rows[0]);
   }
 
-  async searchMemories(filter: MemoryFilter, query: string, limit: number): Promise<RankedMemory[]> {
+  async searchMemories(filter: MemoryFilter, query: string, limit: number, call?: StoreCall): Promise<RankedMemory[]> {
     if (query.trim() === "" || limit <= 0) return [];
     const p = new Params();
     const tsquery = OR_QUERY(p.add(query));
@@ -500,19 +500,19 @@ export class PostgresMemories implements LongTermMemoryStore {
       `SELECT memory_id, ts_rank(search, ${tsquery}, 1) AS score FROM (${newest}) newest
        ORDER BY score DESC, created_ms DESC, memory_id DESC LIMIT ${p.add(limit)}`,
       p.values,
-      undefined,
+      call,
       { plan: "custom" },
     );
-    return this.rowsOf(filter.scope.appName, best.map((b) => ({ memoryId: b.memory_id, score: b.score })));
+    return this.rowsOf(filter.scope.appName, best.map((b) => ({ memoryId: b.memory_id, score: b.score })), call);
   }
 
   /** The whole rows of ranked ids, in the ranking's order; a memory deleted between the two reads is left out. */
-  private async rowsOf(appName: string, best: { memoryId: string; score: number }[]): Promise<RankedMemory[]> {
+  private async rowsOf(appName: string, best: { memoryId: string; score: number }[], call: StoreCall | undefined): Promise<RankedMemory[]> {
     if (best.length === 0) return [];
     const { rows } = await this.db.query<MemoryRow>(`SELECT ${COLUMNS} FROM ${this.s}.memories WHERE app_name = $1 AND memory_id = ANY($2::text[])`, [
       appName,
       best.map((b) => b.memoryId),
-    ]);
+    ], call);
     const byId = new Map(rows.map((row) => [row.memory_id, toRecord(row)]));
     return best.flatMap(({ memoryId, score }) => {
       const memory = byId.get(memoryId);
@@ -520,7 +520,7 @@ export class PostgresMemories implements LongTermMemoryStore {
     });
   }
 
-  async nearestMemories(filter: MemoryFilter, embedding: readonly number[], limit: number): Promise<RankedMemory[]> {
+  async nearestMemories(filter: MemoryFilter, embedding: readonly number[], limit: number, call?: StoreCall): Promise<RankedMemory[]> {
     if (embedding.length === 0 || limit <= 0) return [];
     const p = new Params();
     // First only ids and embeddings of the candidates (through 0011's
@@ -530,32 +530,32 @@ export class PostgresMemories implements LongTermMemoryStore {
     // where a condition on octet_length made PostgreSQL expect a handful of
     // rows and sort thousands of whole embeddings on disk.
     const candidatesSql = newestSql(this.s, p, filter, "memory_id, created_ms, embedding", NEAREST_CANDIDATES, undefined, "embedding IS NOT NULL");
-    const { rows: candidates } = await this.db.query<{ memory_id: string; embedding: Buffer }>(candidatesSql, p.values);
+    const { rows: candidates } = await this.db.query<{ memory_id: string; embedding: Buffer }>(candidatesSql, p.values, call);
     const bytes = embedding.length * 4;
     const best = candidates
       .filter((row) => row.embedding.length === bytes)
       .map((row) => ({ memoryId: row.memory_id, score: cosineToStored(embedding, row.embedding) }))
       .sort((a, b) => b.score - a.score)
       .slice(0, limit);
-    return this.rowsOf(filter.scope.appName, best);
+    return this.rowsOf(filter.scope.appName, best, call);
   }
 
-  async listMemories(filter: MemoryFilter, limit: number, after?: MemoryCursor): Promise<MemoryRecord[]> {
+  async listMemories(filter: MemoryFilter, limit: number, after?: MemoryCursor, call?: StoreCall): Promise<MemoryRecord[]> {
     const p = new Params();
-    const { rows } = await this.db.query<MemoryRow>(newestSql(this.s, p, filter, COLUMNS, limit, after), p.values);
+    const { rows } = await this.db.query<MemoryRow>(newestSql(this.s, p, filter, COLUMNS, limit, after), p.values, call);
     return rows.map(toRecord);
   }
 
-  async deleteMemories(appName: string, memoryIds: readonly string[]): Promise<MemoryRecord[]> {
+  async deleteMemories(appName: string, memoryIds: readonly string[], call?: StoreCall): Promise<MemoryRecord[]> {
     if (memoryIds.length === 0) return [];
     // At most MAX_DELETE_IDS ids (the service's bound): one transaction.
-    return this.deleteInBatches(appName, "app_name = $1 AND memory_id = ANY($2::text[])", [appName, [...memoryIds]]);
+    return this.deleteInBatches(appName, "app_name = $1 AND memory_id = ANY($2::text[])", [appName, [...memoryIds]], call);
   }
 
-  async deleteMemoriesInScope(scope: MemoryScopeFilter): Promise<MemoryRecord[]> {
+  async deleteMemoriesInScope(scope: MemoryScopeFilter, call?: StoreCall): Promise<MemoryRecord[]> {
     const p = new Params();
     const where = scopeSql(p, scope).join(" AND ");
-    return this.deleteInBatches(scope.appName, where, p.values);
+    return this.deleteInBatches(scope.appName, where, p.values, call);
   }
 
   /**
@@ -573,7 +573,7 @@ export class PostgresMemories implements LongTermMemoryStore {
    * its notices; tells this replica's subscribers after each. A failure
    * leaves the batches before it done: repeating the call removes the rest.
    */
-  private async deleteInBatches(appName: string, where: string, params: unknown[]): Promise<MemoryRecord[]> {
+  private async deleteInBatches(appName: string, where: string, params: unknown[], call?: StoreCall): Promise<MemoryRecord[]> {
     const all: MemoryRecord[] = [];
     for (;;) {
       const removed = await this.db.transaction(async (client) => {
@@ -586,7 +586,7 @@ export class PostgresMemories implements LongTermMemoryStore {
         const records = rows.map(toRecord);
         await this.notifyDeleted(client, appName, records);
         return records;
-      });
+      }, call);
       if (removed.length > 0) this.emit(appName, { kind: "deleted", memories: removed });
       all.push(...removed);
       if (removed.length < DELETE_BATCH_MEMORIES) return all;
