@@ -308,40 +308,55 @@ async function runSpeedPoints(
   return points;
 }
 
-/** SearchMemories and Recall points over `count` synthetic memories of one app, on the local store. */
+/** The speed workloads at one count: lexical, and hybrid with the client's query vector where every memory written has a vector. */
+function countWorkloads(label: string, hybrid: boolean, requests: ReturnType<typeof speedRequests>) {
+  const { search, recall } = requests;
+  return [
+    { name: `SearchMemories lexical (${label} memories)`, method: "SearchMemories", requests: search(false) },
+    ...(hybrid ? [{ name: `SearchMemories hybrid, client query vector (${label} memories)`, method: "SearchMemories", requests: search(true) }] : []),
+    { name: `Recall 4k budget lexical (${label} memories)`, method: "Recall", requests: recall(false) },
+    ...(hybrid ? [{ name: `Recall 4k budget hybrid, client query vector (${label} memories)`, method: "Recall", requests: recall(true) }] : []),
+  ];
+}
+
+/**
+ * SearchMemories and Recall points on the local store: at each of
+ * `memoriesLocalCounts` on one server without the endpoint (the memories
+ * written up to each count in turn), then at `memoriesPerApp` on one with
+ * the endpoint embedding each query.
+ */
 async function measureLocalSpeed(profile: Profile, corpus: SpeedCorpus, embeddings: { url: string; model: string }, deps: MemoriesBenchDeps): Promise<Point[]> {
-  const count = profile.memoriesPerApp;
-  const label = countLabel(count);
   const concurrencies = profile.concurrencies.filter((c) => c <= 16);
   const points: Point[] = [];
-  // Lexical and client-vector points on a server without the endpoint; endpoint points on one with it: same memories, same vectors.
-  const servers = [
-    { endpoint: false, env: {} as Record<string, string> },
-    { endpoint: true, env: { MEMORY_EMBEDDINGS_URL: embeddings.url, MEMORY_EMBEDDINGS_MODEL: embeddings.model } },
-  ];
-  for (const server of servers) {
-    const engram = await startEngram(["--memory-type", "local"], server.env, deps.serverNodeArgs);
+  let engram = await startEngram(["--memory-type", "local"], {}, deps.serverNodeArgs);
+  try {
     const client = clientOf(engram);
-    try {
+    const requests = speedRequests(corpus, await createRecallSession(client, corpus.queries));
+    let written = 0;
+    for (const count of [...profile.memoriesLocalCounts].sort((a, b) => a - b)) {
       const started = Date.now();
-      await writeSynthetic(client, corpus.texts.slice(0, count), corpus.vectors);
-      const { search, recall } = speedRequests(corpus, await createRecallSession(client, corpus.queries));
-      deps.log(`memories speed: ${count} memories written in ${((Date.now() - started) / 1000).toFixed(1)} s (endpoint ${server.endpoint ? "set" : "unset"})`);
-      const workloads = server.endpoint
-        ? [
-            { name: `SearchMemories hybrid, query embedded by the endpoint (${label} memories)`, method: "SearchMemories", requests: search(false) },
-            { name: `Recall 4k budget hybrid, query embedded by the endpoint (${label} memories)`, method: "Recall", requests: recall(false) },
-          ]
-        : [
-            { name: `SearchMemories lexical (${label} memories)`, method: "SearchMemories", requests: search(false) },
-            { name: `SearchMemories hybrid, client query vector (${label} memories)`, method: "SearchMemories", requests: search(true) },
-            { name: `Recall 4k budget lexical (${label} memories)`, method: "Recall", requests: recall(false) },
-            { name: `Recall 4k budget hybrid, client query vector (${label} memories)`, method: "Recall", requests: recall(true) },
-          ];
-      points.push(...(await runSpeedPoints(engram, "local", {}, workloads, concurrencies, deps)));
-    } finally {
-      await engram.stop();
+      await writeSynthetic(client, corpus.texts.slice(0, count), corpus.vectors, written);
+      written = count;
+      deps.log(`memories speed: local now has ${count} memories (written in ${((Date.now() - started) / 1000).toFixed(1)} s)`);
+      points.push(...(await runSpeedPoints(engram, "local", {}, countWorkloads(countLabel(count), count <= corpus.vectors.length, requests), concurrencies, deps)));
     }
+  } finally {
+    await engram.stop();
+  }
+  const count = profile.memoriesPerApp;
+  const label = countLabel(count);
+  engram = await startEngram(["--memory-type", "local"], { MEMORY_EMBEDDINGS_URL: embeddings.url, MEMORY_EMBEDDINGS_MODEL: embeddings.model }, deps.serverNodeArgs);
+  try {
+    const client = clientOf(engram);
+    await writeSynthetic(client, corpus.texts.slice(0, count), corpus.vectors);
+    const { search, recall } = speedRequests(corpus, await createRecallSession(client, corpus.queries));
+    const workloads = [
+      { name: `SearchMemories hybrid, query embedded by the endpoint (${label} memories)`, method: "SearchMemories", requests: search(false) },
+      { name: `Recall 4k budget hybrid, query embedded by the endpoint (${label} memories)`, method: "Recall", requests: recall(false) },
+    ];
+    points.push(...(await runSpeedPoints(engram, "local", {}, workloads, concurrencies, deps)));
+  } finally {
+    await engram.stop();
   }
   return points;
 }
@@ -353,21 +368,14 @@ async function measureStoreSpeed(store: MemoriesBenchDeps["stores"][number], pro
   const engram = await startEngram(store.args, {}, deps.serverNodeArgs);
   const client = clientOf(engram);
   try {
-    const { search, recall } = speedRequests(corpus, await createRecallSession(client, corpus.queries));
+    const requests = speedRequests(corpus, await createRecallSession(client, corpus.queries));
     let written = 0;
     for (const count of [...profile.memoriesBackendCounts].sort((a, b) => a - b)) {
       const started = Date.now();
       await writeSynthetic(client, corpus.texts.slice(0, count), corpus.vectors, written);
       written = count;
       deps.log(`memories speed: ${store.backend} now has ${count} memories (written in ${((Date.now() - started) / 1000).toFixed(1)} s)`);
-      const label = countLabel(count);
-      const hybrid = count <= corpus.vectors.length;
-      const workloads = [
-        { name: `SearchMemories lexical (${label} memories)`, method: "SearchMemories", requests: search(false) },
-        ...(hybrid ? [{ name: `SearchMemories hybrid, client query vector (${label} memories)`, method: "SearchMemories", requests: search(true) }] : []),
-        { name: `Recall 4k budget lexical (${label} memories)`, method: "Recall", requests: recall(false) },
-        ...(hybrid ? [{ name: `Recall 4k budget hybrid, client query vector (${label} memories)`, method: "Recall", requests: recall(true) }] : []),
-      ];
+      const workloads = countWorkloads(countLabel(count), count <= corpus.vectors.length, requests);
       points.push(...(await runSpeedPoints(engram, store.backend, store.cpuPids, workloads, concurrencies, deps)));
     }
   } finally {
@@ -378,7 +386,7 @@ async function measureStoreSpeed(store: MemoriesBenchDeps["stores"][number], pro
 
 /** Every speed point: local at `memoriesPerApp`, then each shared store at each of `memoriesBackendCounts`. */
 async function measureSpeed(profile: Profile, embeddings: { url: string; model: string }, deps: MemoriesBenchDeps): Promise<Point[]> {
-  const largest = Math.max(profile.memoriesPerApp, ...(deps.stores.length > 0 ? profile.memoriesBackendCounts : []));
+  const largest = Math.max(profile.memoriesPerApp, ...profile.memoriesLocalCounts, ...(deps.stores.length > 0 ? profile.memoriesBackendCounts : []));
   const texts = syntheticTexts(largest, 18);
   const queries = syntheticTexts(SPEED_QUERIES, 81).map((t) => t.replace(/ \(note \d+\)$/, "?"));
   const embedder = new EmbeddingsClient({ url: embeddings.url, model: embeddings.model, timeoutMs: 120_000, batchSize: 256, maxRetries: 2 });

@@ -33,6 +33,8 @@ export interface Profile {
   memoriesPerApp: number;
   /** Memories per app at which the memories section measures each shared store (PostgreSQL, Redis) the run has. */
   memoriesBackendCounts: number[];
+  /** Memories per app at which it measures the local store (lexical, and hybrid where every memory has a vector). */
+  memoriesLocalCounts: number[];
   /** Length of each of those points: a call there takes tens of ms, so c=16 needs longer than the transport points. */
   memoriesPointMs: number;
 }
