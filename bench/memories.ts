@@ -22,6 +22,8 @@
  *   model takes longer than the run), so the hybrid points run only at counts
  *   where every memory has one; above, the points are lexical.
  */
+import { execFileSync } from "node:child_process";
+import path from "node:path";
 import { create, toBinary } from "@bufbuild/protobuf";
 import { timestampFromMs, timestampMs } from "@bufbuild/protobuf/wkt";
 import { createClient, type Client } from "@connectrpc/connect";
@@ -31,7 +33,7 @@ import { MemoryService, RecallRequestSchema } from "@engram-memory/client/gen/en
 import type { MessageInitShape } from "@bufbuild/protobuf";
 import { EmbeddingsClient } from "../src/service/memories/embeddings.js";
 import type { LoadResult } from "./lib/closed-loop.js";
-import { startEngram, type EngramProcess } from "./lib/processes.js";
+import { REPO_ROOT, startEngram, type EngramProcess } from "./lib/processes.js";
 import type { LoadSpec } from "./loadgen.js";
 import {
   allMemories,
@@ -45,7 +47,8 @@ import {
   type LoadedMemory,
   type MemoriesEvalSet,
 } from "./memories-eval/dataset.js";
-import type { MemoriesRecall, MemoriesResult, Point, Profile } from "./types.js";
+import { ensureVenv, PYTHON } from "./peers/peers.js";
+import type { MemoriesPeer, MemoriesRecall, MemoriesResult, Point, Profile } from "./types.js";
 import { SERVICE } from "./workloads.js";
 
 /** The k of recall@k, as the evaluation set's README scores it. */
@@ -400,6 +403,24 @@ async function measureSpeed(profile: Profile, embeddings: { url: string; model: 
   return points;
 }
 
+/**
+ * Google ADK's InMemoryMemoryService on the same questions
+ * (bench/peers/adk_memories.py, in bench/.venv with the session peer's
+ * google-adk pin): its recall@5 and in-process search latency.
+ */
+function runAdkMemoriesPeer(deps: MemoriesBenchDeps): MemoriesPeer {
+  const peer = "google-adk InMemoryMemoryService";
+  if (!ensureVenv(deps.log)) return { peer, note: "bench/.venv could not be created (pip install of google-adk failed)" };
+  try {
+    const out = execFileSync(PYTHON, [path.join(REPO_ROOT, "bench/peers/adk_memories.py")], { encoding: "utf8", timeout: 300_000 });
+    const result = JSON.parse(out.trim().split("\n").pop()!) as MemoriesPeer;
+    deps.log(`memories peer ${peer}: recall@5 ${JSON.stringify(result.recall_at_5)}; search p50 ${result.search_p50_us}µs p99 ${result.search_p99_us}µs`);
+    return result;
+  } catch (err) {
+    return { peer, note: `did not run: ${err instanceof Error ? err.message : String(err)}` };
+  }
+}
+
 /** The whole section; starts (and stops) its own embeddings model server. */
 export async function runMemoriesBench(profile: Profile, deps: MemoriesBenchDeps): Promise<MemoriesResult> {
   const { startEmbeddingsServer } = await import("../test/support/embeddings-server.js");
@@ -411,6 +432,8 @@ export async function runMemoriesBench(profile: Profile, deps: MemoriesBenchDeps
       await measureRecall("lexical", {}, subset, deps),
       await measureRecall("hybrid", { MEMORY_EMBEDDINGS_URL: model.url, MEMORY_EMBEDDINGS_MODEL: model.model }, subset, deps),
     ];
+    // The peer only on the whole set: the cut sets of the small profiles (and npm test) install nothing.
+    const peers = profile.memoriesEvalConversations === undefined ? [runAdkMemoriesPeer(deps)] : [];
     const speed = await measureSpeed(profile, model, deps);
     return {
       conversations: subset.set.conversations.length,
@@ -420,6 +443,7 @@ export async function runMemoriesBench(profile: Profile, deps: MemoriesBenchDeps
       recall,
       memoriesPerApp: profile.memoriesPerApp,
       speed,
+      peers,
     };
   } finally {
     await model.stop();

@@ -143,6 +143,17 @@ export interface MemoriesResult {
   memoriesPerApp: number;
   /** SearchMemories and Recall on the local store at memoriesPerApp, then on each shared store at each of memoriesBackendCounts (kind "server"). */
   speed: Point[];
+  /** Peers asked the same questions (the whole set only), or why one could not run. */
+  peers: MemoriesPeer[];
+}
+
+/** A peer's recall@5 by category ("all" included) and its search latency on the evaluation set, or why it did not run. */
+export interface MemoriesPeer {
+  peer: string;
+  recall_at_5?: Record<string, number>;
+  search_p50_us?: number;
+  search_p99_us?: number;
+  note?: string;
 }
 
 /** Everything a run measured. */
