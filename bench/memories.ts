@@ -22,6 +22,8 @@
  *   model takes longer than the run), so the hybrid points run only at counts
  *   where every memory has one; above, the points are lexical.
  */
+import { execFileSync } from "node:child_process";
+import path from "node:path";
 import { create, toBinary } from "@bufbuild/protobuf";
 import { timestampFromMs, timestampMs } from "@bufbuild/protobuf/wkt";
 import { createClient, type Client } from "@connectrpc/connect";
@@ -31,7 +33,7 @@ import { MemoryService, RecallRequestSchema } from "@engram-memory/client/gen/en
 import type { MessageInitShape } from "@bufbuild/protobuf";
 import { EmbeddingsClient } from "../src/service/memories/embeddings.js";
 import type { LoadResult } from "./lib/closed-loop.js";
-import { startEngram, type EngramProcess } from "./lib/processes.js";
+import { REPO_ROOT, startEngram, type EngramProcess } from "./lib/processes.js";
 import type { LoadSpec } from "./loadgen.js";
 import {
   allMemories,
@@ -45,7 +47,8 @@ import {
   type LoadedMemory,
   type MemoriesEvalSet,
 } from "./memories-eval/dataset.js";
-import type { MemoriesRecall, MemoriesResult, Point, Profile } from "./types.js";
+import { ensureVenv, PYTHON } from "./peers/peers.js";
+import type { MemoriesPeer, MemoriesRecall, MemoriesResult, Point, Profile } from "./types.js";
 import { SERVICE } from "./workloads.js";
 
 /** The k of recall@k, as the evaluation set's README scores it. */
@@ -219,7 +222,7 @@ const THINGS = ["green tea", "a window seat", "the Lisbon flight", "Spanish verb
 const WHEN = ["last week", "on Monday", "in March", "for the conference", "after the release", "before the holidays", "this morning", "every Friday"];
 
 /** Synthetic memory texts: person, verb, thing, time; reproducible. */
-function syntheticTexts(count: number, seed: number): string[] {
+export function syntheticTexts(count: number, seed: number): string[] {
   const random = seededRandom(seed);
   const pick = <T>(list: readonly T[]) => list[Math.floor(random() * list.length)]!;
   return Array.from({ length: count }, (_, i) => `${pick(PEOPLE)} ${pick(VERBS)} ${pick(THINGS)} ${pick(WHEN)} (note ${i})`);
@@ -308,40 +311,55 @@ async function runSpeedPoints(
   return points;
 }
 
-/** SearchMemories and Recall points over `count` synthetic memories of one app, on the local store. */
+/** The speed workloads at one count: lexical, and hybrid with the client's query vector where every memory written has a vector. */
+function countWorkloads(label: string, hybrid: boolean, requests: ReturnType<typeof speedRequests>) {
+  const { search, recall } = requests;
+  return [
+    { name: `SearchMemories lexical (${label} memories)`, method: "SearchMemories", requests: search(false) },
+    ...(hybrid ? [{ name: `SearchMemories hybrid, client query vector (${label} memories)`, method: "SearchMemories", requests: search(true) }] : []),
+    { name: `Recall 4k budget lexical (${label} memories)`, method: "Recall", requests: recall(false) },
+    ...(hybrid ? [{ name: `Recall 4k budget hybrid, client query vector (${label} memories)`, method: "Recall", requests: recall(true) }] : []),
+  ];
+}
+
+/**
+ * SearchMemories and Recall points on the local store: at each of
+ * `memoriesLocalCounts` on one server without the endpoint (the memories
+ * written up to each count in turn), then at `memoriesPerApp` on one with
+ * the endpoint embedding each query.
+ */
 async function measureLocalSpeed(profile: Profile, corpus: SpeedCorpus, embeddings: { url: string; model: string }, deps: MemoriesBenchDeps): Promise<Point[]> {
-  const count = profile.memoriesPerApp;
-  const label = countLabel(count);
   const concurrencies = profile.concurrencies.filter((c) => c <= 16);
   const points: Point[] = [];
-  // Lexical and client-vector points on a server without the endpoint; endpoint points on one with it: same memories, same vectors.
-  const servers = [
-    { endpoint: false, env: {} as Record<string, string> },
-    { endpoint: true, env: { MEMORY_EMBEDDINGS_URL: embeddings.url, MEMORY_EMBEDDINGS_MODEL: embeddings.model } },
-  ];
-  for (const server of servers) {
-    const engram = await startEngram(["--memory-type", "local"], server.env, deps.serverNodeArgs);
+  let engram = await startEngram(["--memory-type", "local"], {}, deps.serverNodeArgs);
+  try {
     const client = clientOf(engram);
-    try {
+    const requests = speedRequests(corpus, await createRecallSession(client, corpus.queries));
+    let written = 0;
+    for (const count of [...profile.memoriesLocalCounts].sort((a, b) => a - b)) {
       const started = Date.now();
-      await writeSynthetic(client, corpus.texts.slice(0, count), corpus.vectors);
-      const { search, recall } = speedRequests(corpus, await createRecallSession(client, corpus.queries));
-      deps.log(`memories speed: ${count} memories written in ${((Date.now() - started) / 1000).toFixed(1)} s (endpoint ${server.endpoint ? "set" : "unset"})`);
-      const workloads = server.endpoint
-        ? [
-            { name: `SearchMemories hybrid, query embedded by the endpoint (${label} memories)`, method: "SearchMemories", requests: search(false) },
-            { name: `Recall 4k budget hybrid, query embedded by the endpoint (${label} memories)`, method: "Recall", requests: recall(false) },
-          ]
-        : [
-            { name: `SearchMemories lexical (${label} memories)`, method: "SearchMemories", requests: search(false) },
-            { name: `SearchMemories hybrid, client query vector (${label} memories)`, method: "SearchMemories", requests: search(true) },
-            { name: `Recall 4k budget lexical (${label} memories)`, method: "Recall", requests: recall(false) },
-            { name: `Recall 4k budget hybrid, client query vector (${label} memories)`, method: "Recall", requests: recall(true) },
-          ];
-      points.push(...(await runSpeedPoints(engram, "local", {}, workloads, concurrencies, deps)));
-    } finally {
-      await engram.stop();
+      await writeSynthetic(client, corpus.texts.slice(0, count), corpus.vectors, written);
+      written = count;
+      deps.log(`memories speed: local now has ${count} memories (written in ${((Date.now() - started) / 1000).toFixed(1)} s)`);
+      points.push(...(await runSpeedPoints(engram, "local", {}, countWorkloads(countLabel(count), count <= corpus.vectors.length, requests), concurrencies, deps)));
     }
+  } finally {
+    await engram.stop();
+  }
+  const count = profile.memoriesPerApp;
+  const label = countLabel(count);
+  engram = await startEngram(["--memory-type", "local"], { MEMORY_EMBEDDINGS_URL: embeddings.url, MEMORY_EMBEDDINGS_MODEL: embeddings.model }, deps.serverNodeArgs);
+  try {
+    const client = clientOf(engram);
+    await writeSynthetic(client, corpus.texts.slice(0, count), corpus.vectors);
+    const { search, recall } = speedRequests(corpus, await createRecallSession(client, corpus.queries));
+    const workloads = [
+      { name: `SearchMemories hybrid, query embedded by the endpoint (${label} memories)`, method: "SearchMemories", requests: search(false) },
+      { name: `Recall 4k budget hybrid, query embedded by the endpoint (${label} memories)`, method: "Recall", requests: recall(false) },
+    ];
+    points.push(...(await runSpeedPoints(engram, "local", {}, workloads, concurrencies, deps)));
+  } finally {
+    await engram.stop();
   }
   return points;
 }
@@ -353,21 +371,14 @@ async function measureStoreSpeed(store: MemoriesBenchDeps["stores"][number], pro
   const engram = await startEngram(store.args, {}, deps.serverNodeArgs);
   const client = clientOf(engram);
   try {
-    const { search, recall } = speedRequests(corpus, await createRecallSession(client, corpus.queries));
+    const requests = speedRequests(corpus, await createRecallSession(client, corpus.queries));
     let written = 0;
     for (const count of [...profile.memoriesBackendCounts].sort((a, b) => a - b)) {
       const started = Date.now();
       await writeSynthetic(client, corpus.texts.slice(0, count), corpus.vectors, written);
       written = count;
       deps.log(`memories speed: ${store.backend} now has ${count} memories (written in ${((Date.now() - started) / 1000).toFixed(1)} s)`);
-      const label = countLabel(count);
-      const hybrid = count <= corpus.vectors.length;
-      const workloads = [
-        { name: `SearchMemories lexical (${label} memories)`, method: "SearchMemories", requests: search(false) },
-        ...(hybrid ? [{ name: `SearchMemories hybrid, client query vector (${label} memories)`, method: "SearchMemories", requests: search(true) }] : []),
-        { name: `Recall 4k budget lexical (${label} memories)`, method: "Recall", requests: recall(false) },
-        ...(hybrid ? [{ name: `Recall 4k budget hybrid, client query vector (${label} memories)`, method: "Recall", requests: recall(true) }] : []),
-      ];
+      const workloads = countWorkloads(countLabel(count), count <= corpus.vectors.length, requests);
       points.push(...(await runSpeedPoints(engram, store.backend, store.cpuPids, workloads, concurrencies, deps)));
     }
   } finally {
@@ -378,7 +389,7 @@ async function measureStoreSpeed(store: MemoriesBenchDeps["stores"][number], pro
 
 /** Every speed point: local at `memoriesPerApp`, then each shared store at each of `memoriesBackendCounts`. */
 async function measureSpeed(profile: Profile, embeddings: { url: string; model: string }, deps: MemoriesBenchDeps): Promise<Point[]> {
-  const largest = Math.max(profile.memoriesPerApp, ...(deps.stores.length > 0 ? profile.memoriesBackendCounts : []));
+  const largest = Math.max(profile.memoriesPerApp, ...profile.memoriesLocalCounts, ...(deps.stores.length > 0 ? profile.memoriesBackendCounts : []));
   const texts = syntheticTexts(largest, 18);
   const queries = syntheticTexts(SPEED_QUERIES, 81).map((t) => t.replace(/ \(note \d+\)$/, "?"));
   const embedder = new EmbeddingsClient({ url: embeddings.url, model: embeddings.model, timeoutMs: 120_000, batchSize: 256, maxRetries: 2 });
@@ -392,6 +403,24 @@ async function measureSpeed(profile: Profile, embeddings: { url: string; model: 
   return points;
 }
 
+/**
+ * Google ADK's InMemoryMemoryService on the same questions
+ * (bench/peers/adk_memories.py, in bench/.venv with the session peer's
+ * google-adk pin): its recall@5 and in-process search latency.
+ */
+function runAdkMemoriesPeer(deps: MemoriesBenchDeps): MemoriesPeer {
+  const peer = "google-adk InMemoryMemoryService";
+  if (!ensureVenv(deps.log)) return { peer, note: "bench/.venv could not be created (pip install of google-adk failed)" };
+  try {
+    const out = execFileSync(PYTHON, [path.join(REPO_ROOT, "bench/peers/adk_memories.py")], { encoding: "utf8", timeout: 300_000 });
+    const result = JSON.parse(out.trim().split("\n").pop()!) as MemoriesPeer;
+    deps.log(`memories peer ${peer}: recall@5 ${JSON.stringify(result.recall_at_5)}; search p50 ${result.search_p50_us}µs p99 ${result.search_p99_us}µs`);
+    return result;
+  } catch (err) {
+    return { peer, note: `did not run: ${err instanceof Error ? err.message : String(err)}` };
+  }
+}
+
 /** The whole section; starts (and stops) its own embeddings model server. */
 export async function runMemoriesBench(profile: Profile, deps: MemoriesBenchDeps): Promise<MemoriesResult> {
   const { startEmbeddingsServer } = await import("../test/support/embeddings-server.js");
@@ -403,6 +432,8 @@ export async function runMemoriesBench(profile: Profile, deps: MemoriesBenchDeps
       await measureRecall("lexical", {}, subset, deps),
       await measureRecall("hybrid", { MEMORY_EMBEDDINGS_URL: model.url, MEMORY_EMBEDDINGS_MODEL: model.model }, subset, deps),
     ];
+    // The peer only on the whole set: the cut sets of the small profiles (and npm test) install nothing.
+    const peers = profile.memoriesEvalConversations === undefined ? [runAdkMemoriesPeer(deps)] : [];
     const speed = await measureSpeed(profile, model, deps);
     return {
       conversations: subset.set.conversations.length,
@@ -412,6 +443,7 @@ export async function runMemoriesBench(profile: Profile, deps: MemoriesBenchDeps
       recall,
       memoriesPerApp: profile.memoriesPerApp,
       speed,
+      peers,
     };
   } finally {
     await model.stop();

@@ -13,7 +13,11 @@
  * Other flags: --out DIR, --backends local,redis,postgres, --skip SECTION,...
  * (sections: baselines, references, fanout, memory, peers, motorhead, context, memories, plot),
  * --only SECTION,..., --workloads NAME,... (server workloads whose names
- * start with one of these, e.g. AddEvent: to rerun one point while profiling).
+ * start with one of these, e.g. AddEvent: to rerun one point while profiling),
+ * --memories-counts 10k,100k,1m (the memories section's speed points at these
+ * counts on every store, local included, instead of local at 10k and the
+ * shared stores at 10k and 100k; only the first memoriesPerApp memories
+ * carry a vector, so above that the points are lexical).
  * BENCH_SERVER_NODE_ARGS (e.g. "--cpu-prof --cpu-prof-dir=/tmp/prof") is
  * passed to node for every Engram server the run starts; BENCH_SERVER=tsx
  * runs the servers from the TypeScript sources instead of dist/.
@@ -58,11 +62,12 @@ const PROFILES: Record<string, Omit<Profile, "backends" | "sections"> & { sectio
     memoriesEvalConversations: 3,
     memoriesPerApp: 300,
     memoriesBackendCounts: [300],
+    memoriesLocalCounts: [300],
     memoriesPointMs: 300,
   },
-  quick: { name: "quick", concurrencies: [1, 16, 64], durationMs: 400, warmupMs: 100, sizes: FULL_SIZES, memoryEvents: 100_000, fanoutSubscribers: [100, 1000], fanoutMs: 1000, sections: ALL_SECTIONS, targetPairs: 3, pairMs: 400, memoriesPerApp: 10_000, memoriesBackendCounts: [10_000, 100_000], memoriesPointMs: 2000 },
-  default: { name: "default", concurrencies: [1, 16, 64], durationMs: 2500, warmupMs: 500, sizes: FULL_SIZES, memoryEvents: 500_000, fanoutSubscribers: [100, 1000], fanoutMs: 4000, sections: ALL_SECTIONS, targetPairs: 7, pairMs: 1500, memoriesPerApp: 10_000, memoriesBackendCounts: [10_000, 100_000], memoriesPointMs: 5000 },
-  full: { name: "full", concurrencies: [1, 16, 64], durationMs: 8000, warmupMs: 1000, sizes: FULL_SIZES, memoryEvents: 500_000, fanoutSubscribers: [100, 1000], fanoutMs: 10_000, sections: ALL_SECTIONS, targetPairs: 9, pairMs: 3000, memoriesPerApp: 10_000, memoriesBackendCounts: [10_000, 100_000], memoriesPointMs: 10_000 },
+  quick: { name: "quick", concurrencies: [1, 16, 64], durationMs: 400, warmupMs: 100, sizes: FULL_SIZES, memoryEvents: 100_000, fanoutSubscribers: [100, 1000], fanoutMs: 1000, sections: ALL_SECTIONS, targetPairs: 3, pairMs: 400, memoriesPerApp: 10_000, memoriesBackendCounts: [10_000, 100_000], memoriesLocalCounts: [10_000], memoriesPointMs: 2000 },
+  default: { name: "default", concurrencies: [1, 16, 64], durationMs: 2500, warmupMs: 500, sizes: FULL_SIZES, memoryEvents: 500_000, fanoutSubscribers: [100, 1000], fanoutMs: 4000, sections: ALL_SECTIONS, targetPairs: 7, pairMs: 1500, memoriesPerApp: 10_000, memoriesBackendCounts: [10_000, 100_000], memoriesLocalCounts: [10_000], memoriesPointMs: 5000 },
+  full: { name: "full", concurrencies: [1, 16, 64], durationMs: 8000, warmupMs: 1000, sizes: FULL_SIZES, memoryEvents: 500_000, fanoutSubscribers: [100, 1000], fanoutMs: 10_000, sections: ALL_SECTIONS, targetPairs: 9, pairMs: 3000, memoriesPerApp: 10_000, memoriesBackendCounts: [10_000, 100_000], memoriesLocalCounts: [10_000], memoriesPointMs: 10_000 },
 };
 
 function parseProfile(argv: string[]): { profile: Profile; out: string } {
@@ -77,6 +82,7 @@ function parseProfile(argv: string[]): { profile: Profile; out: string } {
       skip: { type: "string" },
       only: { type: "string" },
       workloads: { type: "string" },
+      "memories-counts": { type: "string" },
     },
     strict: true,
   });
@@ -86,7 +92,13 @@ function parseProfile(argv: string[]): { profile: Profile; out: string } {
   // --backends "" runs no backend's server workloads (e.g. only the Motorhead comparison, which starts its own Engram).
   const backends = values.backends?.split(",").filter(Boolean) ?? (base.name === "tiny" ? ["local"] : ["local", "redis", "postgres"]);
   const workloads = values.workloads?.split(",");
-  return { profile: { ...base, backends, sections, workloads }, out: path.resolve(values.out ?? path.join(REPO_ROOT, "bench/results")) };
+  const counts = values["memories-counts"]?.split(",").map((c) => {
+    const n = Number(c.replace(/k$/i, "000").replace(/m$/i, "000000"));
+    if (!Number.isInteger(n) || n < 1) throw new Error(`--memories-counts: ${JSON.stringify(c)} is not a count (e.g. 10k,100k,1m)`);
+    return n;
+  });
+  const memoriesCounts = counts ? { memoriesBackendCounts: counts, memoriesLocalCounts: counts } : {};
+  return { profile: { ...base, backends, sections, workloads, ...memoriesCounts }, out: path.resolve(values.out ?? path.join(REPO_ROOT, "bench/results")) };
 }
 
 /** Finds the pid of a process whose command line contains every needle. */

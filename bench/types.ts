@@ -33,6 +33,8 @@ export interface Profile {
   memoriesPerApp: number;
   /** Memories per app at which the memories section measures each shared store (PostgreSQL, Redis) the run has. */
   memoriesBackendCounts: number[];
+  /** Memories per app at which it measures the local store (lexical, and hybrid where every memory has a vector). */
+  memoriesLocalCounts: number[];
   /** Length of each of those points: a call there takes tens of ms, so c=16 needs longer than the transport points. */
   memoriesPointMs: number;
 }
@@ -141,6 +143,17 @@ export interface MemoriesResult {
   memoriesPerApp: number;
   /** SearchMemories and Recall on the local store at memoriesPerApp, then on each shared store at each of memoriesBackendCounts (kind "server"). */
   speed: Point[];
+  /** Peers asked the same questions (the whole set only), or why one could not run. */
+  peers: MemoriesPeer[];
+}
+
+/** A peer's recall@5 by category ("all" included) and its search latency on the evaluation set, or why it did not run. */
+export interface MemoriesPeer {
+  peer: string;
+  recall_at_5?: Record<string, number>;
+  search_p50_us?: number;
+  search_p99_us?: number;
+  note?: string;
 }
 
 /** The three parties of the Motorhead comparison (bench/peers/motorhead.ts). */

@@ -15,10 +15,11 @@ import type { PeerPoint, Profile } from "../types.js";
 export const ADK_REQUIREMENTS = ["google-adk[db]==2.13.0", "asyncpg==0.32.0"];
 
 const VENV = path.join(REPO_ROOT, "bench/.venv");
-const PYTHON = path.join(VENV, "bin/python");
+/** The python of bench/.venv, once ensureVenv said it is ready. */
+export const PYTHON = path.join(VENV, "bin/python");
 
 /** Creates bench/.venv with google-adk when missing (PyPI through pip); returns false when that is impossible. */
-function ensureVenv(log: (message: string) => void): boolean {
+export function ensureVenv(log: (message: string) => void): boolean {
   const ready = () => {
     try {
       execFileSync(PYTHON, ["-c", "import google.adk.sessions.database_session_service, asyncpg"], { stdio: "ignore" });

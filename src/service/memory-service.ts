@@ -475,7 +475,7 @@ export class MemoryService {
     const k = topK("top_k", req.topK);
     const embedding = queryEmbedding("query_embedding", req.queryEmbedding);
     // The session and the tokenizer do not depend on each other: fetch them together.
-    const [session, counter] = await Promise.all([this.store.getSession(sessionId), this.tokenizers.get(tokenizer)]);
+    const [session, counter] = await Promise.all([this.store.getSession(sessionId, call), this.tokenizers.get(tokenizer)]);
     if (!session) throw sessionNotFound(sessionId);
     // What a caller in this session may recall: its user's, its agent's (when named), the session's and the shared memories.
     const scope: MemoryScopeFilter = { appName: session.appName, userId: session.userId, sessionId, match: "visible" };
@@ -483,7 +483,7 @@ export class MemoryService {
     const now = Date.now();
     // Pinned and relevant memories are independent reads: one store round trip's wait, not two.
     const [pinned, relevant] = await Promise.all([
-      this.store.memories.listMemories({ scope, asOf: now, pinned: true }, MAX_RECALL_PINNED),
+      this.store.memories.listMemories({ scope, asOf: now, pinned: true }, MAX_RECALL_PINNED, undefined, call),
       this.longTerm.rank({ filter: { scope, asOf: now, pinned: false }, query, topK: k, embedding }, call),
     ]);
     pinned.sort((a, b) => b.importance - a.importance || b.validFrom - a.validFrom);
@@ -492,7 +492,7 @@ export class MemoryService {
       relevant,
       budget,
       counter,
-      buildContext: (tokenBudget) => this.buildConversationContext(create(BuildConversationContextRequestSchema, { sessionId, tokenBudget, query, tokenizer })),
+      buildContext: (tokenBudget) => this.buildConversationContext(create(BuildConversationContextRequestSchema, { sessionId, tokenBudget, query, tokenizer }), call),
     });
     return create(RecallResponseSchema, {
       text: recall.text,

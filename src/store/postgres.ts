@@ -42,7 +42,7 @@ import type {
   StoredEvent,
 } from "./types.js";
 import { NoticeListeners } from "./notices.js";
-import { PostgresMemories } from "./memories/postgres.js";
+import { PostgresMemories, type StatementShape } from "./memories/postgres.js";
 import { StoreIncompatibleError } from "./incompatible.js";
 
 const { Client, Pool, escapeIdentifier } = pg;
@@ -401,8 +401,8 @@ export class PostgresStore implements MemoryStore {
       schema: this.s,
       schemaName: options.schema,
       channel: this.channel,
-      query: (sql, params) => this.query(sql, params),
-      transaction: (fn) => this.attempt(() => this.transaction(fn)),
+      query: (sql, params, call, shape) => this.query(sql, params, call, shape),
+      transaction: (fn, call) => this.attempt(() => this.transaction(fn, call)),
     });
   }
 
@@ -976,8 +976,8 @@ export class PostgresStore implements MemoryStore {
   }
 
   /** One pooled statement, retried once if its connection broke, errors as MemoryError. */
-  private async query<R extends pg.QueryResultRow = pg.QueryResultRow>(sql: string, params: unknown[] = [], call?: StoreCall): Promise<pg.QueryResult<R>> {
-    return this.attempt(() => this.poolQuery<R>(sql, params, call));
+  private async query<R extends pg.QueryResultRow = pg.QueryResultRow>(sql: string, params: unknown[] = [], call?: StoreCall, shape: StatementShape = {}): Promise<pg.QueryResult<R>> {
+    return this.attempt(() => this.poolQuery<R>(sql, params, call, shape));
   }
 
   /**
@@ -986,8 +986,8 @@ export class PostgresStore implements MemoryStore {
    * connection (its state is unknown), so a dead backend cannot hold
    * connections longer than the callers wait.
    */
-  private async poolQuery<R extends pg.QueryResultRow = pg.QueryResultRow>(sql: string, params: unknown[], call: StoreCall | undefined): Promise<pg.QueryResult<R>> {
-    return this.pool.query<R>(this.statement(sql, params, timeLeft(call?.deadline)));
+  private async poolQuery<R extends pg.QueryResultRow = pg.QueryResultRow>(sql: string, params: unknown[], call: StoreCall | undefined, shape: StatementShape = {}): Promise<pg.QueryResult<R>> {
+    return this.pool.query<R>(this.statement(sql, params, timeLeft(call?.deadline), shape));
   }
 
   /**
@@ -995,15 +995,18 @@ export class PostgresStore implements MemoryStore {
    * and plans it once, then sends only Bind/Execute, where an unnamed one is
    * parsed and planned by PostgreSQL at every call. Every text is one of a
    * few fixed per store (the schema is part of it), so the names stay few.
+   * A "custom" statement stays unnamed (see StatementShape).
    */
-  private statement(sql: string, values: unknown[], queryTimeout: number | undefined): pg.QueryConfig {
+  private statement(sql: string, values: unknown[], queryTimeout: number | undefined, shape: StatementShape = {}): pg.QueryConfig {
+    // Bounded client-side too: past it the pool discards the connection, whose state is then unknown.
+    const config = queryTimeout === undefined ? { text: sql, values } : { text: sql, values, query_timeout: queryTimeout };
+    if (shape.plan === "custom") return config as pg.QueryConfig;
     let name = this.statementNames.get(sql);
     if (name === undefined) {
       name = `engram_${createHash("sha256").update(sql).digest("hex").slice(0, 24)}`;
       this.statementNames.set(sql, name);
     }
-    // Bounded client-side too: past it the pool discards the connection, whose state is then unknown.
-    return (queryTimeout === undefined ? { name, text: sql, values } : { name, text: sql, values, query_timeout: queryTimeout }) as pg.QueryConfig;
+    return { ...config, name } as pg.QueryConfig;
   }
 
   /**

@@ -399,6 +399,7 @@ export type MemoryChangeListener = (change: MemoryChange) => void;
  * (test/store/memories-conformance.ts) runs against every implementation.
  */
 export interface LongTermMemoryStore {
+  // Each method that waits on a backend takes the call's StoreCall last, as the session methods do.
   /**
    * Stores a batch atomically: all or none. A memoryId already stored in the
    * app with the same fingerprint is a retry (its stored record is returned,
@@ -412,23 +413,23 @@ export interface LongTermMemoryStore {
    * dimension of the first one stored: another is INVALID_ARGUMENT
    * (`memories[i].embedding`) and nothing of the batch is stored.
    */
-  writeMemories(memories: readonly MemoryRecord[]): Promise<MemoryWriteResult>;
+  writeMemories(memories: readonly MemoryRecord[], call?: StoreCall): Promise<MemoryWriteResult>;
   /** One memory or undefined. */
-  getMemory(appName: string, memoryId: string): Promise<MemoryRecord | undefined>;
+  getMemory(appName: string, memoryId: string, call?: StoreCall): Promise<MemoryRecord | undefined>;
   /** The best `limit` memories matching the filter by BM25 relevance to `query`, best first; memories the query does not match are left out. */
-  searchMemories(filter: MemoryFilter, query: string, limit: number): Promise<RankedMemory[]>;
+  searchMemories(filter: MemoryFilter, query: string, limit: number, call?: StoreCall): Promise<RankedMemory[]>;
   /**
    * The `limit` memories matching the filter whose embedding (of the same
    * dimension) is most similar to `embedding` by cosine, best first.
    * Optional: stores without vector search leave it out and ranking is lexical.
    */
-  nearestMemories?(filter: MemoryFilter, embedding: readonly number[], limit: number): Promise<RankedMemory[]>;
+  nearestMemories?(filter: MemoryFilter, embedding: readonly number[], limit: number, call?: StoreCall): Promise<RankedMemory[]>;
   /** Memories matching the filter, newest first (createdAt, then memoryId, descending), after the cursor; at most `limit`. */
-  listMemories(filter: MemoryFilter, limit: number, after?: MemoryCursor): Promise<MemoryRecord[]>;
+  listMemories(filter: MemoryFilter, limit: number, after?: MemoryCursor, call?: StoreCall): Promise<MemoryRecord[]>;
   /** Removes these memories of the app; returns those it removed (absent ids are skipped). */
-  deleteMemories(appName: string, memoryIds: readonly string[]): Promise<MemoryRecord[]>;
+  deleteMemories(appName: string, memoryIds: readonly string[], call?: StoreCall): Promise<MemoryRecord[]>;
   /** Removes every memory the scope selects, whatever its validity; returns them. */
-  deleteMemoriesInScope(scope: MemoryScopeFilter): Promise<MemoryRecord[]>;
+  deleteMemoriesInScope(scope: MemoryScopeFilter, call?: StoreCall): Promise<MemoryRecord[]>;
   /** Calls `listener` on every change to the app's memories, on this replica (and others sharing the store). Returns the unsubscribe function. */
   subscribeMemories(appName: string, listener: MemoryChangeListener): () => void;
 }

@@ -136,4 +136,41 @@ describe("postgres: the client's deadline bounds its call's work in the database
       await stop();
     }
   });
+
+  it("SearchMemories and WriteMemories behind a lock on the memories table end DEADLINE_EXCEEDED and give their pooled connections back, where a call without a deadline waits", async () => {
+    const { quoted, clients, within, stop } = await start();
+    const holder = await admin.connect();
+    try {
+      const [, client] = clients[0];
+      await client.writeMemories({ memories: [{ memoryId: "m1", appName: "app", userId: "ann", text: "prefers green tea" }] });
+      await holder.query("BEGIN");
+      await holder.query(`LOCK TABLE ${quoted}.memories IN ACCESS EXCLUSIVE MODE`);
+
+      // One call per pooled connection (2), each stuck behind the lock until its deadline.
+      const [searchErr, writeErr] = await Promise.all([
+        errorOf(clients[0][1].searchMemories({ appName: "app", userId: "ann", query: "tea", topK: 5 }, { timeoutMs: DEADLINE_MS })),
+        errorOf(clients[1][1].writeMemories({ memories: [{ memoryId: "m2", appName: "app", userId: "ann", text: "walks to work" }] }, { timeoutMs: DEADLINE_MS })),
+      ]);
+      expect(searchErr.code, searchErr.message).toBe(Code.DeadlineExceeded);
+      expect(writeErr.code, writeErr.message).toBe(Code.DeadlineExceeded);
+      // Both connections were handed back: a read of another table is served while the lock is still held.
+      const served = () => client.getSession({ sessionId: "none" }, { timeoutMs: 2000 }).then(() => true, (err: { code?: Code }) => err.code === Code.NotFound);
+      expect(await within(10_000, served)).toBe(true);
+
+      // Control: a search without a deadline waits as long as the holder holds the lock.
+      let settled = false;
+      const patient = client.searchMemories({ appName: "app", userId: "ann", query: "tea", topK: 5 }).finally(() => (settled = true));
+      await sleep(DEADLINE_MS * 3);
+      expect(settled).toBe(false);
+
+      await holder.query("ROLLBACK");
+      expect((await patient).results.map((r) => r.memory?.memoryId)).toEqual(["m1"]);
+      // The write that timed out stored nothing.
+      expect((await client.listMemories({ appName: "app", userId: "ann" })).memories.map((m) => m.memoryId)).toEqual(["m1"]);
+    } finally {
+      await holder.query("ROLLBACK").catch(() => {});
+      holder.release();
+      await stop();
+    }
+  });
 });

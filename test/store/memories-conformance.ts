@@ -229,6 +229,18 @@ export function describeMemoriesConformance(name: string, factory: MemoriesStore
         expect(await memories.searchMemories(filter(), "drinks", 1)).toHaveLength(1);
       });
 
+      it("takes any query text as words: query syntax, quotes and backslashes never fail a search, and punctuation alone matches nothing", async () => {
+        const { memories } = await fresh();
+        await memories.writeMemories([
+          memory({ memoryId: "irish", text: "O'Neil's pub serves stout on Fridays" }),
+          memory({ memoryId: "path", text: "The backup lives in C:\\backups\\daily" }),
+        ]);
+        const found = async (query: string) => (await memories.searchMemories(filter(), query, 10)).map((r) => r.memory.memoryId);
+        expect(await found("O'Neil's 'stout' & !(pub | <-> :* \\")).toEqual(["irish"]);
+        expect(await found("backups\\daily ''' \" ) (")).toEqual(["path"]);
+        expect(await found("!!! ::: &&&")).toEqual([]);
+      });
+
       it("filters searches by topics, pinned and validity", async () => {
         const { memories } = await fresh();
         await memories.writeMemories([
@@ -267,6 +279,9 @@ export function describeMemoriesConformance(name: string, factory: MemoriesStore
         const nearest = await memories.nearestMemories(filter(), [1, 0.1, 0], 10);
         expect(nearest.map((r) => r.memory.memoryId)).toEqual(["x", "xy"]);
         expect(nearest[0].score).toBeCloseTo(1 / Math.sqrt(1.01), 6);
+        // The app's embeddings have 3 dimensions: a query of another matches none of them.
+        expect(await memories.nearestMemories(filter(), [1, 0], 10)).toEqual([]);
+        expect(await memories.nearestMemories(filter(), [1, 0, 0, 0], 10)).toEqual([]);
       });
     });
 

@@ -789,7 +789,7 @@ describe("PostgresStore long-term memories", () => {
     }
   });
 
-  it("migration 0010 applies to a schema an earlier release left, keeping its sessions", async () => {
+  it("migrations 0010 and 0011 apply to a schema an earlier release left, keeping its sessions", async () => {
     const schema = freshSchema();
     const quoted = pg.escapeIdentifier(schema);
     const first = await PostgresStore.open({ url, schema, limits: LIMITS });
@@ -801,11 +801,13 @@ describe("PostgresStore long-term memories", () => {
     await admin.query(`DELETE FROM ${quoted}.schema_migrations WHERE version >= 10`);
     const store = await openStore(LIMITS, schema);
     try {
-      const { rows } = await admin.query(`SELECT count(*)::int AS n FROM ${quoted}.schema_migrations WHERE version = 10`);
-      expect(rows[0].n).toBe(1);
+      const { rows } = await admin.query(`SELECT array_agg(version ORDER BY version)::int[] AS v FROM ${quoted}.schema_migrations WHERE version IN (10, 11)`);
+      expect(rows[0].v).toEqual([10, 11]);
       expect((await store.readEvents("s1", { limit: 10 })).events).toHaveLength(1);
       await store.memories.writeMemories([memory({ memoryId: "m", userId: "u", text: "remembered after the upgrade", embedding: [1, 0] })]);
-      expect((await store.memories.searchMemories({ scope: { appName: "app", userId: "u", match: "visible" } }, "upgrade", 5)).map((r) => r.memory.memoryId)).toEqual(["m"]);
+      const scope = { appName: "app", userId: "u", match: "visible" } as const;
+      expect((await store.memories.searchMemories({ scope }, "upgrade", 5)).map((r) => r.memory.memoryId)).toEqual(["m"]);
+      expect((await store.memories.nearestMemories({ scope }, [1, 0], 5)).map((r) => r.memory.memoryId)).toEqual(["m"]);
     } finally {
       await store.close();
     }

@@ -102,14 +102,14 @@ export class LongTermMemoryService {
       return record;
     });
     await this.embedMemories(records, ctx);
-    const result = await this.memories.writeMemories(records);
+    const result = await this.memories.writeMemories(records, ctx);
     return create(WriteMemoriesResponseSchema, { memories: result.memories.map(toWireMemory), superseded: result.superseded.map(toWireMemory) });
   }
 
   async getMemory(req: GetMemoryRequest, ctx: MemoryCallContext = {}): Promise<GetMemoryResponse> {
     const appName = requireName("app_name", req.appName);
     const memoryId = requireId("memory_id", req.memoryId);
-    const memory = await this.memories.getMemory(appName, memoryId);
+    const memory = await this.memories.getMemory(appName, memoryId, ctx);
     if (!memory || !mayRead(ctx.tenant, memory)) throw memoryNotFound(memoryId);
     return create(GetMemoryResponseSchema, { memory: toWireMemory(memory) });
   }
@@ -139,9 +139,9 @@ export class LongTermMemoryService {
     const embedding =
       q.embedding ?? (hasQuery && nearest && embeddings ? await embeddings.embedOne(q.query, { field: "query", deadline: call.deadline, signal: call.signal }) : undefined);
     const [lexical, vector, unranked] = await Promise.all([
-      hasQuery ? memories.searchMemories(q.filter, q.query, candidates) : [],
-      embedding && nearest ? nearest(q.filter, embedding, candidates) : undefined,
-      hasQuery || embedding ? undefined : memories.listMemories(q.filter, MAX_CANDIDATES),
+      hasQuery ? memories.searchMemories(q.filter, q.query, candidates, call) : [],
+      embedding && nearest ? nearest(q.filter, embedding, candidates, call) : undefined,
+      hasQuery || embedding ? undefined : memories.listMemories(q.filter, MAX_CANDIDATES, undefined, call),
     ]);
     return fuseRankings({ lexical, vector, unranked }, q.topK);
   }
@@ -180,7 +180,7 @@ export class LongTermMemoryService {
     const filters = ["memories", filter.scope, filter.topics, req.asOf ? filter.asOf : null, req.includeInvalid, filter.pinned ?? null, filter.key ?? null, filter.subject ?? null, filter.predicate ?? null];
     const after = req.pageToken ? decodeCursor(decodePageToken<string>(req.pageToken, "string", filters)) : undefined;
     // One extra row tells whether another page exists.
-    const rows = await this.memories.listMemories(filter, limit + 1, after);
+    const rows = await this.memories.listMemories(filter, limit + 1, after, ctx);
     const page = rows.slice(0, limit);
     const last = page[page.length - 1];
     const nextPageToken = rows.length > limit ? encodePageToken(`${last.createdAt}:${last.memoryId}`, filters) : "";
@@ -197,7 +197,7 @@ export class LongTermMemoryService {
       requireApp(ctx.tenant, "app_name", appName);
       // Another tenant's memory counts as absent: it is neither removed nor reported.
       const forgettable = ctx.tenant?.userId === undefined ? ids : await this.forgettable(appName, ids, ctx);
-      const removed = await this.memories.deleteMemories(appName, forgettable);
+      const removed = await this.memories.deleteMemories(appName, forgettable, ctx);
       return create(DeleteMemoriesResponseSchema, { deletedCount: BigInt(removed.length) });
     }
     if (!hasScope && req.scopeMatch === 0) {
@@ -208,13 +208,13 @@ export class LongTermMemoryService {
     requireApp(ctx.tenant, "app_name", appName);
     const userId = ownUser(ctx.tenant, "user_id", scope.userId);
     if (userId !== undefined) scope.userId = userId;
-    const removed = await this.memories.deleteMemoriesInScope(scope);
+    const removed = await this.memories.deleteMemoriesInScope(scope, ctx);
     return create(DeleteMemoriesResponseSchema, { deletedCount: BigInt(removed.length) });
   }
 
   /** The ids (of those given) whose memories the key may forget. */
   private async forgettable(appName: string, ids: readonly string[], ctx: MemoryCallContext): Promise<string[]> {
-    const memories = await Promise.all(ids.map((id) => this.memories.getMemory(appName, id)));
+    const memories = await Promise.all(ids.map((id) => this.memories.getMemory(appName, id, ctx)));
     return memories.filter((m): m is MemoryRecord => m !== undefined && mayForget(ctx.tenant, m)).map((m) => m.memoryId);
   }
 

@@ -3,12 +3,12 @@
  *
  * - Lexical ranking is PostgreSQL full-text search: a generated tsvector
  *   (English stemming and stop words) under a GIN index, ranked by
- *   ts_rank_cd with length normalization. The query is the OR of the query
+ *   ts_rank with length normalization. The query is the OR of the query
  *   text's lexemes, built from to_tsvector (so no user text can make it
  *   fail to parse): a memory matching any term is a candidate and matching
- *   more (and closer) terms ranks higher, as BM25 over OR does in the other
+ *   more terms (and more often) ranks higher, as BM25 over OR does in the other
  *   stores; an AND query would drop a memory for one word it lacks. Only
- *   the newest LEXICAL_CANDIDATES matches are ranked: ts_rank_cd over every
+ *   the newest LEXICAL_CANDIDATES matches are ranked: ranking every
  *   match made a search's cost grow with the app (a bounded candidate set,
  *   stated in the README, as for vectors).
  * - A batch is one transaction. Before reading anything it takes
@@ -28,6 +28,7 @@
  *   subscribers get the full records at once and skip its notices.
  */
 import { randomUUID } from "node:crypto";
+import { endianness } from "node:os";
 import type pg from "pg";
 import type {
   JsonObject,
@@ -40,6 +41,7 @@ import type {
   MemoryScopeFilter,
   MemoryWriteResult,
   RankedMemory,
+  StoreCall,
 } from "../types.js";
 import { KeyedListeners } from "../notices.js";
 import { embeddingDimensionMismatch, exactScopeKey, memoryIdTaken, supersessionKey } from "./rules.js";
@@ -55,6 +57,20 @@ const DELETE_BATCH_MEMORIES = 10_000;
 /** NOTIFY payloads must stay under 8000 bytes. */
 const MAX_NOTIFY_BYTES = 7900;
 
+/** How a statement is planned. */
+export interface StatementShape {
+  /**
+   * "prepared" (the default): a named prepared statement per pooled
+   * connection, parsed once, whose plan PostgreSQL may make generic after
+   * five calls. "custom": unnamed, planned at every call with its
+   * parameters' values, for statements whose best plan depends on them. A
+   * search's words fold into a constant tsquery only in a custom plan: a
+   * generic one estimated their matches blind and evaluated to_tsvector of
+   * the query again for every memory it walked.
+   */
+  plan?: "prepared" | "custom";
+}
+
 /** What the driver needs of its PostgresStore: the quoted schema, the channel, and the store's statement helpers. */
 export interface PostgresMemoriesAccess {
   /** The quoted schema, prefixed to every table name. */
@@ -63,10 +79,10 @@ export interface PostgresMemoriesAccess {
   schemaName: string;
   /** The store's LISTEN/NOTIFY channel. */
   channel: string;
-  /** One pooled statement, retried if its connection broke, errors as MemoryError. */
-  query<R extends pg.QueryResultRow>(sql: string, params: unknown[]): Promise<pg.QueryResult<R>>;
-  /** `fn` in one transaction, run again if the connection broke under it, errors as MemoryError. */
-  transaction<T>(fn: (client: pg.PoolClient) => Promise<T>): Promise<T>;
+  /** One pooled statement, retried if its connection broke, errors as MemoryError; bounded by the call's deadline when it has one. */
+  query<R extends pg.QueryResultRow>(sql: string, params: unknown[], call?: StoreCall, shape?: StatementShape): Promise<pg.QueryResult<R>>;
+  /** `fn` in one transaction, run again if the connection broke under it, errors as MemoryError; bounded by the call's deadline when it has one. */
+  transaction<T>(fn: (client: pg.PoolClient) => Promise<T>, call?: StoreCall): Promise<T>;
 }
 
 const COLUMNS =
@@ -112,18 +128,29 @@ function decodeEmbedding(bytes: Buffer): number[] {
   return out;
 }
 
+/** Float32Array reads the platform's byte order; the stored one is little-endian. */
+const LITTLE_ENDIAN = endianness() === "LE";
+
 /**
  * Cosine similarity of the query with a stored float32 embedding, read in
  * place (the same arithmetic as rules.ts's cosine, without building a
- * number[] per candidate).
+ * number[] per candidate). A Float32Array view over the row's bytes (a copy
+ * when they are not 4-byte aligned) reads 2,000 candidates several times
+ * faster than readFloatLE per dimension.
  */
 function cosineToStored(query: readonly number[], stored: Buffer): number {
+  const n = query.length;
+  const floats = !LITTLE_ENDIAN
+    ? Float32Array.from({ length: n }, (_, i) => stored.readFloatLE(i * 4))
+    : stored.byteOffset % 4 === 0
+      ? new Float32Array(stored.buffer, stored.byteOffset, n)
+      : new Float32Array(stored.buffer.slice(stored.byteOffset, stored.byteOffset + n * 4));
   let dot = 0;
   let nq = 0;
   let ns = 0;
-  for (let i = 0; i < query.length; i++) {
+  for (let i = 0; i < n; i++) {
     const q = query[i];
-    const x = stored.readFloatLE(i * 4);
+    const x = floats[i];
     dot += q * x;
     nq += q * q;
     ns += x * x;
@@ -199,11 +226,6 @@ function scopeSql(p: Params, scope: MemoryScopeFilter): string[] {
   return where;
 }
 
-/** The SQL condition of a whole filter (filterSelects in rules.ts). */
-function filterSql(p: Params, filter: MemoryFilter): string {
-  return filterConditions(p, filter, scopeSql(p, filter.scope));
-}
-
 /** The filter's conditions besides the scope, added to `where`. */
 function filterConditions(p: Params, filter: MemoryFilter, where: string[]): string {
   if (filter.asOf !== undefined) {
@@ -249,14 +271,19 @@ function newestSql(schema: string, p: Params, filter: MemoryFilter, columns: str
 }
 
 /**
- * The OR of the query's lexemes as a tsquery, from to_tsvector: every
- * lexeme is quoted (quotes doubled, backslashes escaped), so no user text
- * can break its syntax; NULL (nothing matches) when the query holds only
- * stop words or punctuation.
+ * The OR of the query's lexemes as a tsquery, from to_tsvector: stripped of
+ * positions, a tsvector's text is its lexemes each quoted (quotes doubled,
+ * backslashes escaped) and separated by one space, which no lexeme holds;
+ * joined by " | " instead it is a tsquery, so no user text can break its
+ * syntax. NULL (nothing matches) when the query holds only stop words or
+ * punctuation. Every function here is immutable, so with the query bound
+ * PostgreSQL folds the whole expression into a constant while planning and
+ * estimates how many memories its words match from the column's statistics.
+ * A subquery here (an InitPlan, unknown while planning) made it guess a few
+ * hundred matches for common words and sort all 31,000 of them (188 ms at
+ * 100k memories) instead of walking the newest first (12 ms).
  */
-const OR_QUERY = (param: string) =>
-  `(SELECT string_agg('''' || replace(replace(lexeme, '\\', '\\\\'), '''', '''''') || '''', ' | ')
-    FROM unnest(to_tsvector('english'::regconfig, ${param})))::tsquery`;
+const OR_QUERY = (param: string) => `NULLIF(regexp_replace(strip(to_tsvector('english'::regconfig, ${param}))::text, ''' ''', ''' | ''', 'g'), '')::tsquery`;
 
 /** A change as another replica hears of it: ids only, or ids and scope for deletions. */
 type ChangeNotice =
@@ -276,9 +303,9 @@ export class PostgresMemories implements LongTermMemoryStore {
     this.s = db.schema;
   }
 
-  async writeMemories(batch: readonly MemoryRecord[]): Promise<MemoryWriteResult> {
+  async writeMemories(batch: readonly MemoryRecord[], call?: StoreCall): Promise<MemoryWriteResult> {
     if (batch.length === 0) return { memories: [], superseded: [] };
-    const { result, changes } = await this.db.transaction((client) => this.writeBatch(client, batch));
+    const { result, changes } = await this.db.transaction((client) => this.writeBatch(client, batch), call);
     for (const [appName, appChanges] of changes) for (const change of appChanges) this.emit(appName, change);
     return result;
   }
@@ -451,42 +478,41 @@ export class PostgresMemories implements LongTermMemoryStore {
     );
   }
 
-  async getMemory(appName: string, memoryId: string): Promise<MemoryRecord | undefined> {
-    const { rows } = await this.db.query<MemoryRow>(`SELECT ${COLUMNS} FROM ${this.s}.memories WHERE app_name = $1 AND memory_id = $2`, [appName, memoryId]);
+  async getMemory(appName: string, memoryId: string, call?: StoreCall): Promise<MemoryRecord | undefined> {
+    const { rows } = await this.db.query<MemoryRow>(`SELECT ${COLUMNS} FROM ${this.s}.memories WHERE app_name = $1 AND memory_id = $2`, [appName, memoryId], call);
     return rows[0] && toRecord(rows[0]);
   }
 
-  async searchMemories(filter: MemoryFilter, query: string, limit: number): Promise<RankedMemory[]> {
+  async searchMemories(filter: MemoryFilter, query: string, limit: number, call?: StoreCall): Promise<RankedMemory[]> {
     if (query.trim() === "" || limit <= 0) return [];
     const p = new Params();
     const tsquery = OR_QUERY(p.add(query));
-    const where = filterSql(p, filter);
-    // Normalization 1: the rank divided by 1 + log(length), so a long memory does not win by repeating words.
-    // Ranked as ids, then the whole rows of the best: sorting every match's
-    // whole row (its embedding is ~1.5 kB at 384 dimensions) doubled the
-    // time of a search whose words match thousands of memories.
-    // The newest matches first, then ranked: with the LIMIT the planner may walk
-    // the newest-first index and stop early when the words are common.
+    // The newest matches first (newestSql: a user's VISIBLE scope walks the
+    // user's and the shared memories' own indexes, not every user's rows),
+    // then ranked. Ranked as ids, then the whole rows of the best: sorting
+    // every match's whole row (embedding included) doubled a search's time.
+    // ts_rank, not ts_rank_cd: cover density cost ~15 µs a memory against
+    // ts_rank's ~2 µs (most of a search's time at 1,000 candidates), and
+    // neither has IDF. Normalization 1: the rank divided by 1 + log(length),
+    // so a long memory does not win by repeating words.
+    const newest = newestSql(this.s, p, filter, "memory_id, created_ms, search", Math.max(limit, LEXICAL_CANDIDATES), undefined, `search @@ ${tsquery}`);
     const { rows: best } = await this.db.query<{ memory_id: string; score: number }>(
-      `SELECT memory_id, ts_rank_cd(search, tsq, 1) AS score FROM (
-         SELECT memory_id, created_ms, search, q.tsq
-         FROM ${this.s}.memories, (SELECT ${tsquery} AS tsq) q
-         WHERE search @@ q.tsq AND ${where}
-         ORDER BY created_ms DESC, memory_id DESC LIMIT ${p.add(Math.max(limit, LEXICAL_CANDIDATES))}
-       ) newest
+      `SELECT memory_id, ts_rank(search, ${tsquery}, 1) AS score FROM (${newest}) newest
        ORDER BY score DESC, created_ms DESC, memory_id DESC LIMIT ${p.add(limit)}`,
       p.values,
+      call,
+      { plan: "custom" },
     );
-    return this.rowsOf(filter.scope.appName, best.map((b) => ({ memoryId: b.memory_id, score: b.score })));
+    return this.rowsOf(filter.scope.appName, best.map((b) => ({ memoryId: b.memory_id, score: b.score })), call);
   }
 
   /** The whole rows of ranked ids, in the ranking's order; a memory deleted between the two reads is left out. */
-  private async rowsOf(appName: string, best: { memoryId: string; score: number }[]): Promise<RankedMemory[]> {
+  private async rowsOf(appName: string, best: { memoryId: string; score: number }[], call: StoreCall | undefined): Promise<RankedMemory[]> {
     if (best.length === 0) return [];
     const { rows } = await this.db.query<MemoryRow>(`SELECT ${COLUMNS} FROM ${this.s}.memories WHERE app_name = $1 AND memory_id = ANY($2::text[])`, [
       appName,
       best.map((b) => b.memoryId),
-    ]);
+    ], call);
     const byId = new Map(rows.map((row) => [row.memory_id, toRecord(row)]));
     return best.flatMap(({ memoryId, score }) => {
       const memory = byId.get(memoryId);
@@ -494,35 +520,42 @@ export class PostgresMemories implements LongTermMemoryStore {
     });
   }
 
-  async nearestMemories(filter: MemoryFilter, embedding: readonly number[], limit: number): Promise<RankedMemory[]> {
+  async nearestMemories(filter: MemoryFilter, embedding: readonly number[], limit: number, call?: StoreCall): Promise<RankedMemory[]> {
     if (embedding.length === 0 || limit <= 0) return [];
     const p = new Params();
-    // First only ids and embeddings of the candidates, then the whole rows of the best.
-    const candidatesSql = newestSql(this.s, p, filter, "memory_id, created_ms, embedding", NEAREST_CANDIDATES, undefined, `embedding IS NOT NULL AND octet_length(embedding) = ${embedding.length * 4}`);
-    const { rows: candidates } = await this.db.query<{ memory_id: string; embedding: Buffer }>(candidatesSql, p.values);
+    // First only ids and embeddings of the candidates (through 0011's
+    // indexes of embedded memories), then the
+    // whole rows of the best. Every embedding of an app has one dimension:
+    // a query of another matches none. That is checked here, not in SQL,
+    // where a condition on octet_length made PostgreSQL expect a handful of
+    // rows and sort thousands of whole embeddings on disk.
+    const candidatesSql = newestSql(this.s, p, filter, "memory_id, created_ms, embedding", NEAREST_CANDIDATES, undefined, "embedding IS NOT NULL");
+    const { rows: candidates } = await this.db.query<{ memory_id: string; embedding: Buffer }>(candidatesSql, p.values, call);
+    const bytes = embedding.length * 4;
     const best = candidates
+      .filter((row) => row.embedding.length === bytes)
       .map((row) => ({ memoryId: row.memory_id, score: cosineToStored(embedding, row.embedding) }))
       .sort((a, b) => b.score - a.score)
       .slice(0, limit);
-    return this.rowsOf(filter.scope.appName, best);
+    return this.rowsOf(filter.scope.appName, best, call);
   }
 
-  async listMemories(filter: MemoryFilter, limit: number, after?: MemoryCursor): Promise<MemoryRecord[]> {
+  async listMemories(filter: MemoryFilter, limit: number, after?: MemoryCursor, call?: StoreCall): Promise<MemoryRecord[]> {
     const p = new Params();
-    const { rows } = await this.db.query<MemoryRow>(newestSql(this.s, p, filter, COLUMNS, limit, after), p.values);
+    const { rows } = await this.db.query<MemoryRow>(newestSql(this.s, p, filter, COLUMNS, limit, after), p.values, call);
     return rows.map(toRecord);
   }
 
-  async deleteMemories(appName: string, memoryIds: readonly string[]): Promise<MemoryRecord[]> {
+  async deleteMemories(appName: string, memoryIds: readonly string[], call?: StoreCall): Promise<MemoryRecord[]> {
     if (memoryIds.length === 0) return [];
     // At most MAX_DELETE_IDS ids (the service's bound): one transaction.
-    return this.deleteInBatches(appName, "app_name = $1 AND memory_id = ANY($2::text[])", [appName, [...memoryIds]]);
+    return this.deleteInBatches(appName, "app_name = $1 AND memory_id = ANY($2::text[])", [appName, [...memoryIds]], call);
   }
 
-  async deleteMemoriesInScope(scope: MemoryScopeFilter): Promise<MemoryRecord[]> {
+  async deleteMemoriesInScope(scope: MemoryScopeFilter, call?: StoreCall): Promise<MemoryRecord[]> {
     const p = new Params();
     const where = scopeSql(p, scope).join(" AND ");
-    return this.deleteInBatches(scope.appName, where, p.values);
+    return this.deleteInBatches(scope.appName, where, p.values, call);
   }
 
   /**
@@ -540,7 +573,7 @@ export class PostgresMemories implements LongTermMemoryStore {
    * its notices; tells this replica's subscribers after each. A failure
    * leaves the batches before it done: repeating the call removes the rest.
    */
-  private async deleteInBatches(appName: string, where: string, params: unknown[]): Promise<MemoryRecord[]> {
+  private async deleteInBatches(appName: string, where: string, params: unknown[], call?: StoreCall): Promise<MemoryRecord[]> {
     const all: MemoryRecord[] = [];
     for (;;) {
       const removed = await this.db.transaction(async (client) => {
@@ -553,7 +586,7 @@ export class PostgresMemories implements LongTermMemoryStore {
         const records = rows.map(toRecord);
         await this.notifyDeleted(client, appName, records);
         return records;
-      });
+      }, call);
       if (removed.length > 0) this.emit(appName, { kind: "deleted", memories: removed });
       all.push(...removed);
       if (removed.length < DELETE_BATCH_MEMORIES) return all;
