@@ -21,6 +21,7 @@ import { sessionExists } from "../../store/rules.js";
 import type { MemoryStore } from "../../store/types.js";
 import type { ListEventsContext } from "../memory-service.js";
 import type { MemoryCallContext } from "../memories/tenancy.js";
+import { refuseAppStateForUserKey } from "../state/tenancy.js";
 import { allowedRule, inScope, sessionInScope, type ScopeKind } from "./rules.js";
 import type { GuardedCall, Next, StepFactory } from "./step.js";
 
@@ -30,6 +31,11 @@ type ScopeCheck = (call: GuardedCall, principal: Principal, next: Next, store: M
 const CHECKS: Record<ScopeKind, ScopeCheck> = {
   async session(call, principal, next, store) {
     call.session = await sessionInScope(store, principal, (call.req as { sessionId: string }).sessionId, call.info);
+    return next(call);
+  },
+  async sessionState(call, principal, next, store) {
+    call.session = await sessionInScope(store, principal, (call.req as { sessionId: string }).sessionId, call.info);
+    if (principal.userId !== undefined) refuseAppStateForUserKey(call.req as Parameters<typeof refuseAppStateForUserKey>[0]);
     return next(call);
   },
   async create(call, principal, next) {
