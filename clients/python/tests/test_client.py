@@ -138,8 +138,9 @@ async def test_session_state(client: EngramClient, sid: str) -> None:
     updated = await client.update_session(sid, metadata={"title": "t"}, state_delta={"step": 1}, expected_version=2)
     assert updated.metadata == {"title": "t"} and updated.version == 3
     assert updated.state == {"step": 1, "user:lang": "en", "app:motd": "hi"}
-    with pytest.raises(FailedPreconditionError):
+    with pytest.raises(FailedPreconditionError) as stale:
         await client.update_session(sid, state_delta={"step": 2}, expected_version=2)
+    assert stale.value.current_version == 3 and stale.value.reason == "VERSION_CONFLICT"
     events = await client.get_session_events(sid)
     assert [ev.state_delta for ev in events.events] == [
         {"topic": "cats", "user:lang": "en"},
