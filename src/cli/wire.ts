@@ -19,6 +19,8 @@ export function sessionFromPb(s: pb.Session): Session {
     headSeq: Number(s.headSeq),
     firstSeq: Number(s.firstSeq),
     eventCount: Number(s.eventCount),
+    state: s.state ?? {},
+    version: Number(s.version),
   };
 }
 
@@ -32,5 +34,6 @@ export function eventFromPb(e: pb.Event): MemoryEvent {
     timestamp: e.timestamp ? timestampDate(e.timestamp) : undefined,
     seq: Number(e.seq),
     sessionId: e.sessionId,
+    ...(e.stateDelta && { stateDelta: e.stateDelta }),
   };
 }

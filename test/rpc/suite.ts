@@ -10,6 +10,7 @@ import type { StreamSessionEventsResponse } from "@engram-memory/client/gen/engr
 import type { StoreLimits, MemoryStore } from "../../src/store/types.js";
 import { startTestServer, type TestServer } from "../support/engram.js";
 import { codeOf, errorOf, PROTOCOLS, type MemoryClient } from "../support/clients.js";
+import { describeStateRpc } from "./state-suite.js";
 
 /** Makes a fresh store for one server. */
 export type RpcStoreFactory = (limits: StoreLimits) => Promise<MemoryStore>;
@@ -419,6 +420,8 @@ export function describeRpcSuite(storeName: string, storeFactory?: RpcStoreFacto
         expect(await codeOf(client.cleanup({ maxAge: { seconds: -5n } }))).toBe(Code.InvalidArgument);
       });
     });
+
+    describeStateRpc(() => client);
 
     describe("erasure", () => {
       it("DeleteUserData removes every session and event of the user, counts them, ends their live streams NOT_FOUND, and keeps everyone else", async () => {

@@ -284,6 +284,39 @@ func (c *Client) DeleteSession(ctx context.Context, sessionID string) (deleted b
 	return res.Msg.GetDeleted(), nil
 }
 
+// UpdateSessionParams says what UpdateSession changes; nil fields stay as
+// they are.
+type UpdateSessionParams struct {
+	Metadata   map[string]any // replaces the metadata when non-nil
+	StateDelta map[string]any // state changes, as EventInput.StateDelta
+	// ExpectedVersion makes the update succeed only at this session version;
+	// otherwise FAILED_PRECONDITION and CurrentVersion(err) tells the current.
+	ExpectedVersion *uint64
+}
+
+// UpdateSession replaces a session's metadata and/or applies a state delta,
+// and returns the session with its merged state. Not retried on a lost
+// connection: the update may have been applied.
+func (c *Client) UpdateSession(ctx context.Context, sessionID string, p UpdateSessionParams) (*Session, error) {
+	req := &engramv1.UpdateSessionRequest{SessionId: sessionID, ExpectedVersion: p.ExpectedVersion}
+	var err error
+	if p.Metadata != nil {
+		if req.Metadata, err = toStruct(p.Metadata); err != nil {
+			return nil, invalid(err)
+		}
+	}
+	if p.StateDelta != nil {
+		if req.StateDelta, err = toStateDelta(p.StateDelta); err != nil {
+			return nil, invalid(err)
+		}
+	}
+	res, err := c.rpc.UpdateSession(ctx, connect.NewRequest(req))
+	if err != nil {
+		return nil, err
+	}
+	return fromSession(res.Msg.GetSession()), nil
+}
+
 // AppendOption configures AddEvent and AddEvents.
 type AppendOption func(*appendConfig)
 

@@ -23,6 +23,12 @@ type Session struct {
 	HeadSeq    uint64 // seq of the newest event (0 when none was ever appended)
 	FirstSeq   uint64 // seq of the oldest retained event (HeadSeq+1 when none is)
 	EventCount uint64 // events currently retained
+	// State is the merged session state (ADK's model): the session's keys,
+	// the app's as "app:<key>" and the user's as "user:<key>".
+	State map[string]any
+	// Version increases with each UpdateSession and each append carrying a
+	// state delta; see UpdateSessionParams.ExpectedVersion.
+	Version uint64
 }
 
 // Event is one stored entry of a session's log.
@@ -34,6 +40,9 @@ type Event struct {
 	Metadata  map[string]any `json:"metadata"` // never nil for events read from the server
 	Timestamp time.Time      `json:"timestamp"`
 	SessionID string         `json:"session_id"`
+	// StateDelta is the state change the event carried (without "temp:"
+	// keys); nil when none.
+	StateDelta map[string]any `json:"state_delta,omitempty"`
 }
 
 // EventInput is an event as a client submits it.
@@ -51,6 +60,11 @@ type EventInput struct {
 	Metadata map[string]any
 	// Timestamp is optional; the server's clock when zero.
 	Timestamp time.Time
+	// StateDelta is optional: state changes applied atomically with the
+	// append. "app:<key>" goes to the app-wide state, "user:<key>" to the
+	// user's, "temp:<key>" is never stored, other keys to the session's; a
+	// nil value deletes the key.
+	StateDelta map[string]any
 }
 
 // toValue converts any JSON-encodable Go value to a protobuf Value.
@@ -139,19 +153,42 @@ func toEventInput(in EventInput) (*engramv1.EventInput, error) {
 	if !in.Timestamp.IsZero() {
 		out.Timestamp = timestamppb.New(in.Timestamp)
 	}
+	if in.StateDelta != nil {
+		if out.StateDelta, err = toStateDelta(in.StateDelta); err != nil {
+			return nil, err
+		}
+	}
 	return out, nil
 }
 
 func fromEvent(e *engramv1.Event) Event {
 	return Event{
-		Seq:       e.GetSeq(),
-		EventID:   e.GetEventId(),
-		EventType: e.GetEventType(),
-		Content:   fromValue(e.GetContent()),
-		Metadata:  fromStruct(e.GetMetadata()),
-		Timestamp: fromTimestamp(e.GetTimestamp()),
-		SessionID: e.GetSessionId(),
+		Seq:        e.GetSeq(),
+		EventID:    e.GetEventId(),
+		EventType:  e.GetEventType(),
+		Content:    fromValue(e.GetContent()),
+		Metadata:   fromStruct(e.GetMetadata()),
+		Timestamp:  fromTimestamp(e.GetTimestamp()),
+		SessionID:  e.GetSessionId(),
+		StateDelta: stateDeltaOf(e.GetStateDelta()),
 	}
+}
+
+// toStateDelta converts a state delta (nil values delete keys) to a Struct.
+func toStateDelta(m map[string]any) (*structpb.Struct, error) {
+	v, err := toValue(m)
+	if err != nil {
+		return nil, fmt.Errorf("state_delta: %w", err)
+	}
+	return v.GetStructValue(), nil
+}
+
+// stateDeltaOf is nil for an event that carried no delta.
+func stateDeltaOf(s *structpb.Struct) map[string]any {
+	if s == nil {
+		return nil
+	}
+	return s.AsMap()
 }
 
 func fromEvents(in []*engramv1.Event) []Event {
@@ -176,5 +213,7 @@ func fromSession(s *engramv1.Session) *Session {
 		HeadSeq:    s.GetHeadSeq(),
 		FirstSeq:   s.GetFirstSeq(),
 		EventCount: s.GetEventCount(),
+		State:      fromStruct(s.GetState()),
+		Version:    s.GetVersion(),
 	}
 }

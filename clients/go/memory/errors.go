@@ -16,6 +16,9 @@ const (
 	// CurrentSeqKey carries the session's head seq on an expected-seq
 	// mismatch (FAILED_PRECONDITION).
 	CurrentSeqKey = "engram-current-seq"
+	// CurrentVersionKey carries the session's version on an
+	// expected-version mismatch of UpdateSession (FAILED_PRECONDITION).
+	CurrentVersionKey = "engram-current-version"
 	// LastSeqKey carries the last seq a stream delivered when the server
 	// ended it (UNAVAILABLE while shutting down).
 	LastSeqKey = "engram-last-seq"
@@ -107,6 +110,12 @@ func RetryDelay(err error) (time.Duration, bool) {
 // CurrentSeq returns the session's current head seq carried by a
 // FAILED_PRECONDITION error of an append with an expected seq.
 func CurrentSeq(err error) (uint64, bool) { return seqOf(err, "current_seq", CurrentSeqKey) }
+
+// CurrentVersion returns the session's current version carried by a
+// FAILED_PRECONDITION error of UpdateSession with an expected version.
+func CurrentVersion(err error) (uint64, bool) {
+	return seqOf(err, "current_version", CurrentVersionKey)
+}
 
 // LastSeq returns the last seq a stream delivered, carried by the error the
 // server ends a stream with when it shuts down.

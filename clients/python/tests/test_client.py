@@ -122,6 +122,32 @@ async def test_expected_seq(client: EngramClient, sid: str) -> None:
     assert info2.value.current_seq == 2
 
 
+async def test_session_state(client: EngramClient, sid: str) -> None:
+    app = f"state-{sid}"
+    await client.create_session(app, "ada", sid)
+    e = await client.add_event(
+        sid, "agent_response", "ok", state_delta={"topic": "cats", "user:lang": "en", "temp:x": 1}
+    )
+    assert e.state_delta == {"topic": "cats", "user:lang": "en"}
+    [batched] = await client.add_events(
+        sid, [{"event_type": "agent_response", "state_delta": {"app:motd": "hi", "topic": None}}]
+    )
+    assert batched.state_delta == {"app:motd": "hi", "topic": None}
+    s = await client.get_session(sid)
+    assert s.state == {"user:lang": "en", "app:motd": "hi"} and s.version == 2
+    updated = await client.update_session(sid, metadata={"title": "t"}, state_delta={"step": 1}, expected_version=2)
+    assert updated.metadata == {"title": "t"} and updated.version == 3
+    assert updated.state == {"step": 1, "user:lang": "en", "app:motd": "hi"}
+    with pytest.raises(FailedPreconditionError) as stale:
+        await client.update_session(sid, state_delta={"step": 2}, expected_version=2)
+    assert stale.value.current_version == 3 and stale.value.reason == "VERSION_CONFLICT"
+    events = await client.get_session_events(sid)
+    assert [ev.state_delta for ev in events.events] == [
+        {"topic": "cats", "user:lang": "en"},
+        {"app:motd": "hi", "topic": None},
+    ]
+
+
 async def test_error_codes(client: EngramClient, sid: str) -> None:
     await client.create_session("app", "user", sid)
     with pytest.raises(AlreadyExistsError) as exists:

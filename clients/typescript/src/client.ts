@@ -47,6 +47,7 @@ import type {
   RecallOptions,
   ScoredMemory,
   Session,
+  SessionUpdate,
   UserDataErased,
 } from "./types.js";
 
@@ -92,6 +93,8 @@ export interface AddEventOptions extends CallOptions {
   expectedSeq?: number | bigint;
   /** When the event happened (the server's clock when omitted). */
   timestamp?: Date;
+  /** State changes applied with the append (see EventInput.stateDelta). */
+  stateDelta?: JsonObject;
 }
 
 /** Options of cleanupOldSessions. */
@@ -264,6 +267,18 @@ export class MemoryClient {
     return out.slice(0, limit === Infinity ? undefined : limit);
   }
 
+  /**
+   * Replaces the session's metadata and/or applies a state delta, and returns
+   * the session with its merged state. With expectedVersion, only at that
+   * version (FAILED_PRECONDITION otherwise: read the session and try again).
+   * Not retried on a lost connection: the update may have been applied.
+   */
+  async updateSession(sessionId: string, update: SessionUpdate, opts?: CallOptions): Promise<Session> {
+    const expectedVersion = update.expectedVersion === undefined ? undefined : toSeq(update.expectedVersion, "expectedVersion");
+    const res = await this.rpc.updateSession({ sessionId, metadata: update.metadata, stateDelta: update.stateDelta, expectedVersion }, opts);
+    return toSession(res.session);
+  }
+
   /** Deletes a session and its events; false when there was none. */
   async deleteSession(sessionId: string, opts?: CallOptions): Promise<boolean> {
     const res = await this.rpc.deleteSession({ sessionId }, opts);
@@ -296,6 +311,7 @@ export class MemoryClient {
     }
     if (opts.eventId !== undefined) input.eventId = opts.eventId;
     if (opts.timestamp !== undefined) input.timestamp = opts.timestamp;
+    if (opts.stateDelta !== undefined) input.stateDelta = opts.stateDelta;
     const event = fromEventInput(input); // assigns an event_id, so a retry is idempotent
     const expectedSeq = opts.expectedSeq === undefined ? undefined : toSeq(opts.expectedSeq, "expectedSeq");
     const call = () => this.rpc.addEvent({ sessionId, event, expectedSeq }, opts);

@@ -10,9 +10,11 @@ export {
   Code,
   ConnectError,
   CURRENT_SEQ_TRAILER,
+  CURRENT_VERSION_TRAILER,
   LAST_SEQ_TRAILER,
   codeOf,
   currentSeqOf,
+  currentVersionOf,
   errorDetailsOf,
   fieldOf,
   lastSeqOf,
@@ -51,6 +53,7 @@ export type {
   ScopeMatch,
   ScoredMemory,
   Session,
+  SessionUpdate,
   UserDataErased,
 } from "./types.js";
 /** The generated protobuf-es messages and the MemoryService descriptor. */

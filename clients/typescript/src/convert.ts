@@ -56,6 +56,8 @@ export function toSession(s: pb.Session | undefined): Session {
     headSeq: toNumber(s.headSeq, "head_seq"),
     firstSeq: toNumber(s.firstSeq, "first_seq"),
     eventCount: toNumber(s.eventCount, "event_count"),
+    state: s.state ?? {},
+    version: toNumber(s.version, "version"),
   };
 }
 
@@ -69,6 +71,7 @@ export function toEvent(e: pb.Event | undefined): MemoryEvent {
     timestamp: date(e.timestamp),
     seq: toNumber(e.seq, "seq"),
     sessionId: e.sessionId,
+    ...(e.stateDelta && { stateDelta: e.stateDelta }),
   };
 }
 
@@ -80,6 +83,7 @@ export function fromEventInput(e: EventInput): pb.EventInput {
     content: e.content === undefined ? undefined : fromJson(ValueSchema, e.content as JsonValue),
     metadata: e.metadata as JsonObject | undefined,
     timestamp: e.timestamp ? timestampFromDate(e.timestamp) : undefined,
+    stateDelta: e.stateDelta,
   });
 }
 

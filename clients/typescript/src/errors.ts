@@ -13,6 +13,8 @@ export { Code, ConnectError };
 
 /** Trailer carrying the session's head seq on an expected_seq mismatch (FAILED_PRECONDITION). */
 export const CURRENT_SEQ_TRAILER = "engram-current-seq";
+/** Trailer carrying the session's version on an expected_version mismatch (UpdateSession). */
+export const CURRENT_VERSION_TRAILER = "engram-current-version";
 /** Trailer carrying the last seq a stream delivered when the server ended it. */
 export const LAST_SEQ_TRAILER = "engram-last-seq";
 
@@ -81,6 +83,11 @@ function seqOf(err: unknown, key: string, trailer: string): number | undefined {
  */
 export function currentSeqOf(err: unknown): number | undefined {
   return seqOf(err, "current_seq", CURRENT_SEQ_TRAILER);
+}
+
+/** The session's current version on an expected_version mismatch (ErrorInfo VERSION_CONFLICT), if reported. */
+export function currentVersionOf(err: unknown): number | undefined {
+  return seqOf(err, "current_version", CURRENT_VERSION_TRAILER);
 }
 
 /** The last seq a server-ended stream delivered (ErrorInfo SHUTTING_DOWN's last_seq), if reported. */

@@ -22,6 +22,23 @@ export interface Session {
   firstSeq: number;
   /** Number of events currently retained. */
   eventCount: number;
+  /**
+   * The session's state as ADK merges it: its own keys, plus the app-wide
+   * state as "app:<key>" and the user's state as "user:<key>".
+   */
+  state: JsonObject;
+  /** Increases with each updateSession and each append carrying a state delta; see updateSession's expectedVersion. */
+  version: number;
+}
+
+/** What updateSession changes; absent fields stay as they are. */
+export interface SessionUpdate {
+  /** Replaces the metadata. */
+  metadata?: JsonObject;
+  /** State changes ("app:" / "user:" / "temp:" keys as for an event's stateDelta; null deletes a key). */
+  stateDelta?: JsonObject;
+  /** Only when the session's version equals this; otherwise FAILED_PRECONDITION. */
+  expectedVersion?: number | bigint;
 }
 
 /** One stored event. */
@@ -35,6 +52,8 @@ export interface MemoryEvent {
   /** Position in the session: 1, 2, 3, ... without gaps. */
   seq: number;
   sessionId: string;
+  /** The state changes the event carried (without "temp:" keys); absent when none. */
+  stateDelta?: JsonObject;
 }
 
 /** An event to append. */
@@ -50,6 +69,12 @@ export interface EventInput {
   eventId?: string;
   /** When the event happened; the server's clock when omitted. */
   timestamp?: Date;
+  /**
+   * State changes applied atomically with the append: "app:<key>" to the
+   * app-wide state, "user:<key>" to the user's, "temp:<key>" never stored,
+   * other keys to the session's; a null value deletes the key.
+   */
+  stateDelta?: JsonObject;
 }
 
 /** One part of a multi-part message, in the OpenAI chat-completions shape. */

@@ -5,7 +5,7 @@
  */
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { startTestServer, type TestServer } from "../../../test/support/engram.js";
-import { Code, createMemoryClient, currentSeqOf, type MemoryClient, type Protocol } from "../src/index.js";
+import { Code, createMemoryClient, currentSeqOf, currentVersionOf, type MemoryClient, type Protocol } from "../src/index.js";
 import { errorOf } from "./support.js";
 
 let server: TestServer;
@@ -28,6 +28,21 @@ describe.each<[Protocol]>([["grpc"], ["connect"]])("MemoryClient over %s", (prot
   afterAll(() => {
     client?.close();
     smallClient?.close();
+  });
+
+  it("keeps session state: deltas on appends, updateSession under an expected version, the merged state on the session", async () => {
+    const sessionId = await client.createSession(id("state-app"), "ada");
+    const event = await client.addEvent(sessionId, "agent_response", "ok", undefined, { stateDelta: { topic: "cats", "user:lang": "en", "temp:x": 1 } });
+    expect(event.stateDelta).toEqual({ topic: "cats", "user:lang": "en" });
+    const [batched] = await client.addEvents(sessionId, [{ eventType: "agent_response", stateDelta: { "app:motd": "hi", topic: null } }]);
+    expect(batched.stateDelta).toEqual({ "app:motd": "hi", topic: null });
+    const session = await client.getSession(sessionId);
+    expect(session).toMatchObject({ state: { "user:lang": "en", "app:motd": "hi" }, version: 2 });
+    const updated = await client.updateSession(sessionId, { metadata: { title: "t" }, stateDelta: { step: 1 }, expectedVersion: 2 });
+    expect(updated).toMatchObject({ metadata: { title: "t" }, state: { step: 1, "user:lang": "en", "app:motd": "hi" }, version: 3 });
+    const stale = await errorOf(client.updateSession(sessionId, { stateDelta: { step: 2 }, expectedVersion: 2 }));
+    expect(stale.code).toBe(Code.FailedPrecondition);
+    expect(currentVersionOf(stale)).toBe(3);
   });
 
   it("creates, gets, lists and deletes sessions", async () => {

@@ -10,7 +10,7 @@ import type { MemoryStore, SessionRecord, StoreCall } from "../../store/types.js
 import { requireId } from "../validation.js";
 
 /** How an RPC's request is held to the key's scope (src/service/guard/scope.ts). */
-export type ScopeKind = "session" | "sessions" | "create" | "listSessions" | "listEvents" | "global" | "cleanup" | "erasure" | "memories";
+export type ScopeKind = "session" | "sessions" | "sessionState" | "create" | "listSessions" | "listEvents" | "global" | "cleanup" | "erasure" | "memories";
 
 /** One RPC's rule: the least role a key needs, and its scope check. */
 export interface MethodRule {
@@ -27,9 +27,10 @@ const RULES: Readonly<Record<string, MethodRule>> = {
   getSession: { role: "read", scope: "session" },
   listSessions: { role: "read", scope: "listSessions" },
   deleteSession: { role: "write", scope: "session" },
-  updateSession: { role: "write", scope: "session" },
-  addEvent: { role: "write", scope: "session" },
-  addEvents: { role: "write", scope: "session" },
+  // Writes that may carry state deltas: checked as any session RPC, and app-wide state is out of a user-bound key's reach.
+  updateSession: { role: "write", scope: "sessionState" },
+  addEvent: { role: "write", scope: "sessionState" },
+  addEvents: { role: "write", scope: "sessionState" },
   getSessionEvents: { role: "read", scope: "session" },
   listEvents: { role: "read", scope: "listEvents" },
   streamSessionEvents: { role: "read", scope: "session" },

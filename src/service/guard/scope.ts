@@ -22,6 +22,7 @@ import { sessionExists } from "../../store/rules.js";
 import type { MemoryStore, SessionRecord } from "../../store/types.js";
 import type { ListEventsContext } from "../memory-service.js";
 import type { MemoryCallContext } from "../memories/tenancy.js";
+import { refuseAppStateForUserKey } from "../state/tenancy.js";
 import { watchedCursors, type WatchSessionsContext } from "../watch-sessions.js";
 import { allowedRule, inScope, sessionInScope, type ScopeKind } from "./rules.js";
 import type { GuardedCall, Next, StepFactory } from "./step.js";
@@ -56,6 +57,11 @@ const CHECKS: Record<ScopeKind, ScopeCheck> = {
     const context: GuardedCall["info"] & WatchSessionsContext = { ...call.info, scoped };
     call.info = context;
     call.sessions = sessions;
+    return next(call);
+  },
+  async sessionState(call, principal, next, store) {
+    call.session = await sessionInScope(store, principal, (call.req as { sessionId: string }).sessionId, call.info);
+    if (principal.userId !== undefined) refuseAppStateForUserKey(call.req as Parameters<typeof refuseAppStateForUserKey>[0]);
     return next(call);
   },
   async create(call, principal, next) {

@@ -160,6 +160,7 @@ def event_from_pb(e: pb.Event) -> MemoryEvent:
         metadata=from_struct(e.metadata),
         seq=e.seq,
         session_id=e.session_id,
+        state_delta=from_struct(e.state_delta) if e.HasField("state_delta") else None,
     )
 
 
@@ -174,6 +175,8 @@ def session_from_pb(s: pb.Session) -> SessionInfo:
         head_seq=s.head_seq,
         first_seq=s.first_seq,
         event_count=s.event_count,
+        state=from_struct(s.state),
+        version=s.version,
     )
 
 
@@ -187,6 +190,7 @@ def event_input(
     metadata: Mapping[str, Any] | None = None,
     event_id: str | None = None,
     timestamp: datetime | str | None = None,
+    state_delta: Mapping[str, Any] | None = None,
 ) -> pb.EventInput:
     # An id assigned here, once, before the first try, is the idempotency key
     # every retry of the append carries: a retry after a lost response then
@@ -199,12 +203,18 @@ def event_input(
         msg.metadata.CopyFrom(s)
     if timestamp is not None:
         msg.timestamp.CopyFrom(to_timestamp(timestamp))
+    if state_delta is not None:
+        delta = to_struct(state_delta)
+        assert delta is not None
+        msg.state_delta.CopyFrom(delta)
     return msg
 
 
 def event_input_of(event: EventLike) -> pb.EventInput:
     if isinstance(event, MemoryEvent):
-        return event_input(event.event_type, event.content, event.metadata, event.event_id, event.timestamp)
+        return event_input(
+            event.event_type, event.content, event.metadata, event.event_id, event.timestamp, event.state_delta
+        )
     if isinstance(event, Mapping):
         if "event_type" not in event:
             raise ValueError("event: event_type is required")
@@ -214,6 +224,7 @@ def event_input_of(event: EventLike) -> pb.EventInput:
             event.get("metadata"),
             event.get("event_id"),
             event.get("timestamp"),
+            event.get("state_delta"),
         )
     raise TypeError(f"event: expected a MemoryEvent or a mapping, got {type(event).__name__}")
 
@@ -344,6 +355,26 @@ def add_event_request(session_id: str, event: pb.EventInput, expected_seq: int |
     req = pb.AddEventRequest(session_id=session_id, event=event)
     if expected_seq is not None:
         req.expected_seq = expected_seq
+    return req
+
+
+def update_session_request(
+    session_id: str,
+    metadata: Mapping[str, Any] | None,
+    state_delta: Mapping[str, Any] | None,
+    expected_version: int | None,
+) -> pb.UpdateSessionRequest:
+    req = pb.UpdateSessionRequest(session_id=session_id)
+    if metadata is not None:
+        meta = to_struct(metadata)
+        assert meta is not None
+        req.metadata.CopyFrom(meta)
+    if state_delta is not None:
+        delta = to_struct(state_delta)
+        assert delta is not None
+        req.state_delta.CopyFrom(delta)
+    if expected_version is not None:
+        req.expected_version = expected_version
     return req
 
 

@@ -210,6 +210,24 @@ class EngramClient:
             if not token or not sessions:
                 return
 
+    async def update_session(
+        self,
+        session_id: str,
+        *,
+        metadata: Mapping[str, Any] | None = None,
+        state_delta: Mapping[str, Any] | None = None,
+        expected_version: int | None = None,
+    ) -> SessionInfo:
+        """Replaces the metadata and/or applies a state delta; returns the session with its merged state.
+
+        With ``expected_version`` only at that version, else
+        FailedPreconditionError (read the session and try again). Not
+        retried on a lost connection: the update may have been applied.
+        """
+        req = cv.update_session_request(session_id, metadata, state_delta, expected_version)
+        resp: pb.UpdateSessionResponse = await self._call(self.stub.UpdateSession, req, retry=False)
+        return cv.session_from_pb(resp.session)
+
     async def delete_session(self, session_id: str) -> bool:
         """Removes a session and its events; False when it did not exist."""
         resp: pb.DeleteSessionResponse = await self._call(
@@ -229,15 +247,18 @@ class EngramClient:
         event_id: str | None = None,
         timestamp: datetime | str | None = None,
         expected_seq: int | None = None,
+        state_delta: Mapping[str, Any] | None = None,
     ) -> MemoryEvent:
         """Appends one event and returns it as stored (with its seq).
 
         ``event_id`` is an idempotency key: retrying with the same id and
         content returns the original event. With ``expected_seq`` the append
         only succeeds when the session's head seq equals it, else
-        FailedPreconditionError with ``current_seq``.
+        FailedPreconditionError with ``current_seq``. ``state_delta`` is
+        applied atomically with the append ("app:" keys to the app's state,
+        "user:" keys to the user's, "temp:" keys never stored, None deletes).
         """
-        msg = cv.event_input(event_type, content, metadata, event_id, timestamp)
+        msg = cv.event_input(event_type, content, metadata, event_id, timestamp, state_delta)
         resp: pb.AddEventResponse = await self._call(
             self.stub.AddEvent, cv.add_event_request(session_id, msg, expected_seq), retry=expected_seq is None
         )

@@ -40,6 +40,8 @@ __all__ = [
 CURRENT_SEQ_TRAILER = "engram-current-seq"
 #: Trailer carrying the last seq a stream delivered when the server ended it.
 LAST_SEQ_TRAILER = "engram-last-seq"
+#: Trailer carrying the session's version on an UpdateSession ``expected_version`` mismatch.
+CURRENT_VERSION_TRAILER = "engram-current-version"
 
 
 @dataclass(frozen=True)
@@ -91,6 +93,11 @@ class EngramError(Exception):
         self.reason = reason
         self.metadata: dict[str, str] = dict(metadata or {})
         self.retry_delay = retry_delay
+
+    @property
+    def current_version(self) -> int | None:
+        """The session's version on FAILED_PRECONDITION from an ``expected_version`` mismatch, if reported."""
+        return _int(self.metadata.get("current_version") or self.trailers.get(CURRENT_VERSION_TRAILER))
 
     @property
     def field(self) -> str | None:

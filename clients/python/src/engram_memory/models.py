@@ -65,6 +65,9 @@ class MemoryEvent:
     metadata: dict[str, Any] = field(default_factory=dict)
     seq: int = 0
     session_id: str = ""
+    #: State changes the event carried (ADK's model: "app:", "user:", "temp:"
+    #: prefixes; None deletes a key); None when it carried none.
+    state_delta: dict[str, Any] | None = None
 
     def __post_init__(self) -> None:
         if isinstance(self.timestamp, str):
@@ -102,6 +105,8 @@ class MemoryEvent:
         if include_seq:
             out["seq"] = self.seq
             out["session_id"] = self.session_id
+        if self.state_delta is not None:
+            out["state_delta"] = dict(self.state_delta)
         return out
 
     @classmethod
@@ -115,6 +120,7 @@ class MemoryEvent:
             metadata=dict(data.get("metadata") or {}),
             seq=int(data.get("seq") or 0),
             session_id=str(data.get("session_id") or ""),
+            state_delta=dict(data["state_delta"]) if data.get("state_delta") is not None else None,
         )
 
 
@@ -132,6 +138,10 @@ class SessionInfo:
     first_seq: int
     event_count: int
     events: list[MemoryEvent] = field(default_factory=list)
+    #: The merged state: the session's keys, the app's as "app:<key>", the user's as "user:<key>".
+    state: dict[str, Any] = field(default_factory=dict)
+    #: Increases with each update_session and each append carrying a state delta.
+    version: int = 0
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -145,6 +155,8 @@ class SessionInfo:
             "first_seq": self.first_seq,
             "event_count": self.event_count,
             "events": [e.to_dict() for e in self.events],
+            "state": dict(self.state),
+            "version": self.version,
         }
 
 
