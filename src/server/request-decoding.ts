@@ -210,6 +210,10 @@ function eventInput(reader: BinaryReader): EventInput {
         expect(wireType, WireType.LengthDelimited);
         event.timestamp = timestamp(reader);
         break;
+      case 6:
+        expect(wireType, WireType.LengthDelimited);
+        event.stateDelta = structFields(reader, 1, jsonValue) as JsonObject;
+        break;
       default:
         throw NOT_FAST;
     }
