@@ -14,12 +14,13 @@ import {
   type ListSessionsResponse,
 } from "@engram-memory/client/gen/engram/v1/memory_pb.js";
 import { invalidArgument, MemoryError } from "../errors.js";
-import type { CallGuard, CallInfo } from "../service/guard/index.js";
+import type { CallGuard } from "../service/guard/index.js";
 import type { Metrics } from "../service/metrics.js";
 import type { HealthMonitor } from "./health.js";
 import { sendJsonError, type InternalErrorReporter } from "./status.js";
 import { requireUtf8Query } from "./utf8.js";
 import { valueToJson } from "../service/convert.js";
+import { httpCallInfo } from "./http-call-info.js";
 
 /** KAOS caps listing limits at 1000 rather than refusing them. */
 const MAX_LIMIT = 1000;
@@ -80,15 +81,7 @@ export function createRestHandler(opts: {
     const url = new URL(req.url ?? "/", "http://localhost");
     const route = url.pathname;
     if (!routes.includes(route)) return false;
-    const abort = new AbortController();
-    res.once("close", () => abort.abort());
-    const call: CallInfo = {
-      signal: abort.signal,
-      authorization: req.headers.authorization,
-      traceparent: typeof req.headers.traceparent === "string" ? req.headers.traceparent : undefined,
-      requestId: typeof req.headers["x-request-id"] === "string" ? req.headers["x-request-id"] : undefined,
-      protocol: "rest",
-    };
+    const call = httpCallInfo(req, res, "rest");
     if (req.method !== "GET" && req.method !== "HEAD") {
       res.setHeader("allow", "GET, HEAD");
       sendJsonError(res, new ConnectError(`${req.method} is not allowed on ${route}`, Code.Unimplemented), { kaos: true, httpStatus: 405 });

@@ -20,12 +20,13 @@ import { McpServer } from "@modelcontextprotocol/sdk/server/mcp.js";
 import { StreamableHTTPServerTransport } from "@modelcontextprotocol/sdk/server/streamableHttp.js";
 import { ErrorCode } from "@modelcontextprotocol/sdk/types.js";
 import { invalidArgument } from "../../errors.js";
-import type { CallGuard, CallInfo, GuardedHandler } from "../../service/guard/index.js";
+import type { CallGuard, GuardedHandler } from "../../service/guard/index.js";
 import { VERSION } from "../../version.js";
 import { sendJsonError, type InternalErrorReporter } from "../status.js";
 import { registerTranscripts, type GuardedRpc } from "./resources.js";
 import { toolError, toolResult } from "./results.js";
 import { ENGRAM_TOOLS } from "./tools.js";
+import { httpCallInfo } from "../http-call-info.js";
 
 /** Where MCP is served. */
 export const MCP_PATH = "/mcp";
@@ -61,15 +62,7 @@ export function createMcpHandler(opts: { guard: CallGuard; report: InternalError
       sendJsonRpcError(res, 405, { allow: "POST" }, `${req.method} is not allowed on ${MCP_PATH}: this server keeps no MCP sessions (stateless streamable HTTP); POST each message`);
       return;
     }
-    const abort = new AbortController();
-    res.once("close", () => abort.abort());
-    const call: CallInfo = {
-      signal: abort.signal,
-      authorization: req.headers.authorization,
-      traceparent: typeof req.headers.traceparent === "string" ? req.headers.traceparent : undefined,
-      requestId: typeof req.headers["x-request-id"] === "string" ? req.headers["x-request-id"] : undefined,
-      protocol: "mcp",
-    };
+    const call = httpCallInfo(req, res, "mcp");
     try {
       await guard.authenticate(call.authorization);
     } catch (err) {

@@ -1,0 +1,20 @@
+/**
+ * The CallInfo of a plain HTTP/1.1 request that the edge answers itself
+ * (the KAOS REST routes and MCP), read from the request's headers the same
+ * way for both so that auth, tracing and request ids never differ by path.
+ */
+import type { IncomingMessage, ServerResponse } from "node:http";
+import type { CallInfo } from "../service/guard/index.js";
+
+/** The call's headers, with a signal aborted when the client goes away. */
+export function httpCallInfo(req: IncomingMessage, res: ServerResponse, protocol: "rest" | "mcp"): CallInfo {
+  const abort = new AbortController();
+  res.once("close", () => abort.abort());
+  return {
+    signal: abort.signal,
+    authorization: req.headers.authorization,
+    traceparent: typeof req.headers.traceparent === "string" ? req.headers.traceparent : undefined,
+    requestId: typeof req.headers["x-request-id"] === "string" ? req.headers["x-request-id"] : undefined,
+    protocol,
+  };
+}
