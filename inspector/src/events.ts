@@ -194,6 +194,32 @@ function elideImages(v: JsonValue): JsonValue {
   return v;
 }
 
+/**
+ * The state changes an event carried (its state_delta), key by key: a set key
+ * with its new value, a deleted one (null) marked as deleted. Absent when the
+ * event changed no state.
+ */
+export function stateDeltaView(event: MemoryEvent): HTMLElement | null {
+  const delta = event.stateDelta ?? {};
+  const keys = Object.keys(delta).sort();
+  if (keys.length === 0) return null;
+  return h(
+    "div",
+    { class: "state-delta", "aria-label": `state changes of event ${event.seq}` },
+    h("span", { class: "state-delta-label" }, "state"),
+    h(
+      "ul",
+      {},
+      ...keys.map((key) => {
+        const value = delta[key]!;
+        return value === null
+          ? h("li", { class: "deleted", "data-key": key }, h("code", { class: "state-key" }, key), " ", h("span", { class: "deleted-mark" }, "deleted"))
+          : h("li", { class: "set", "data-key": key }, h("code", { class: "state-key" }, key), " = ", h("span", { class: "state-value" }, preview(value, 80)));
+      }),
+    ),
+  );
+}
+
 /** The row of one event; `previous` is the event shown before it, for the time between them. */
 export function eventRow(event: MemoryEvent, pairing: ToolPairing, previous?: MemoryEvent): HTMLElement {
   const content = contentOf(event);
@@ -226,6 +252,7 @@ export function eventRow(event: MemoryEvent, pairing: ToolPairing, previous?: Me
       pairSlot,
     ),
     h("div", { class: "event-content" }, contentView(event, content)),
+    stateDeltaView(event),
     Object.keys(metadata).length > 0 ? jsonView(metadata, "metadata") : null,
   );
   if (!known) row.style.setProperty("--hue", String(hueOf(event.eventType)));

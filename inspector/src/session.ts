@@ -4,10 +4,9 @@
  * tabs' shared stream, earlier ones paging in as the reader scrolls up, with
  * "N new events ↓" while scrolled away from the newest; an event-type filter
  * ("only errors"); delegations as a tree with durations; and the context
- * panel. The URL holds the filter and the event opened at.
- *
- * Session state and its deltas (issue 19) get a panel beside the delegations
- * once the state RPCs exist; they are being built on another branch.
+ * panel; the session's state (state.ts), re-read whenever a live event
+ * carries a state_delta, and each event's delta on its row. The URL holds the
+ * filter and the event opened at.
  */
 import { ConnectError, Code } from "@connectrpc/connect";
 import { timestampDate, type Timestamp } from "@bufbuild/protobuf/wkt";
@@ -18,6 +17,7 @@ import { formatTime, h, replaceChildren } from "./dom";
 import { ToolPairing, agentOf, eventRow, jsonView, millisOf } from "./events";
 import { ERRORS_ONLY, memoriesHref, sessionHref, sessionQueryOf } from "./hrefs";
 import { followSession, type LiveMessage } from "./live";
+import { renderState, statePanel } from "./state";
 import { typesOf } from "./sessions";
 import { errorBox, sleep, type Cleanup } from "./views";
 
@@ -117,6 +117,7 @@ export function sessionView(root: HTMLElement, sessionId: string, params: URLSea
   const earlier = h("button", { type: "button", class: "earlier", hidden: true, onclick: () => void loadEarlier() }, "Load earlier events");
   const newest = h("button", { type: "button", class: "new-events", hidden: true, onclick: () => jumpToNewest() }, "Jump to newest");
   const delegations = h("section", { class: "panel delegations", hidden: true });
+  const state = statePanel();
   replaceChildren(
     root,
     h("p", {}, h("a", { href: "#/" }, "← Sessions")),
@@ -135,7 +136,7 @@ export function sessionView(root: HTMLElement, sessionId: string, params: URLSea
         list,
         newest,
       ),
-      h("div", { class: "side" }, delegations, contextPanel(sessionId)),
+      h("div", { class: "side" }, state, delegations, contextPanel(sessionId)),
     ),
   );
 
@@ -149,6 +150,7 @@ export function sessionView(root: HTMLElement, sessionId: string, params: URLSea
       const { session: s } = await memory.getSession({ sessionId }, { signal });
       if (!s) return;
       firstSeq = s.firstSeq;
+      renderState(state, s);
       replaceChildren(
         info,
         ...[
@@ -378,6 +380,8 @@ export function sessionView(root: HTMLElement, sessionId: string, params: URLSea
     if (signal.aborted) return;
     if (msg.kind === "event") {
       if (msg.event.seq <= highSeq) return;
+      // The state panel follows every delta, also those of events the filter hides or that are not shown yet.
+      if (Object.keys(msg.event.stateDelta ?? {}).length > 0) refreshInfo();
       if (atHead) appendEvent(msg.event);
       else {
         unseen++;

@@ -128,6 +128,8 @@ describe("the inspector as a debugger", () => {
     await page.selectOption('select[name="type"]', "errors");
     await page.click('.filters button[type="submit"]');
     await page.locator('tr[data-session="find-c"]').waitFor({ state: "detached" });
+    // find-c is gone as soon as the filtered view starts with an empty table: wait for its rows.
+    await page.locator('tr[data-session="find-a"]').waitFor();
     expect(await page.locator("tr[data-session]").evaluateAll((rows) => rows.map((r) => r.getAttribute("data-session")))).toEqual(["find-a"]);
     expect(page.url()).toContain("type=errors");
     // Full-text search over the events, from a URL someone shared.
@@ -267,6 +269,56 @@ describe("the inspector as a debugger", () => {
     await page.locator(".panel.context").screenshot({ path: path.join(SHOTS, "context.png") });
   });
 
+  it("shows the session's state by group with its version, follows new deltas live, and each event's delta on its row", async () => {
+    await memory.createSession("state-bot", "stella", "state-1");
+    await memory.addEvents("state-1", [
+      { eventType: "user_message", content: "I live in Lyon, plan in French please.", stateDelta: { city: "Lyon", draft: "v1", "user:language": "fr", "app:model": "planner-2" } },
+      { eventType: "tool_result", content: { tool: "search", result: "3 trains" }, stateDelta: { trains: ["08:04", "09:04", "10:04"] } },
+    ]);
+    await memory.addEvent("state-1", { eventType: "agent_response", content: "Draft done.", stateDelta: { draft: null, "user:home_station": "Part-Dieu" } });
+    // What the panel must show: GetSession's merged state and version.
+    const before = await memory.rpc.getSession({ sessionId: "state-1" });
+    await page.goto(`${server.baseUrl}/#/session/state-1`);
+    await page.locator("#ev-3").waitFor();
+    const panel = page.locator(".panel.state");
+    await panel.locator(".state-version", { hasText: `version ${before.session!.version}` }).waitFor();
+    const groupKeys = (group: string) => panel.locator(`.state-${group} dt`).evaluateAll((dts) => dts.map((dt) => dt.getAttribute("data-key")));
+    expect(await groupKeys("session")).toEqual(["city", "trains"]);
+    expect(await groupKeys("user")).toEqual(["user:home_station", "user:language"]);
+    expect(await groupKeys("app")).toEqual(["app:model"]);
+    expect(await panel.locator('dd[data-key="city"]').textContent()).toBe("Lyon");
+    expect(await panel.locator('dd[data-key="trains"]').textContent()).toContain('"08:04"');
+    // The deleted key is gone from the state, and marked deleted on the event that deleted it.
+    expect(await panel.locator('[data-key="draft"]').count()).toBe(0);
+    expect(await page.textContent('#ev-3 .state-delta li.deleted[data-key="draft"]')).toContain("deleted");
+    expect(await page.textContent('#ev-3 .state-delta li.set[data-key="user:home_station"]')).toBe('user:home_station = "Part-Dieu"');
+    expect(await page.locator("#ev-1 .state-delta li").evaluateAll((lis) => lis.map((li) => li.getAttribute("data-key")))).toEqual(["app:model", "city", "draft", "user:language"]);
+    await page.locator(".live.live").waitFor();
+    // Live: a new delta changes the panel without a reload, also when the filter hides its event.
+    await page.selectOption('select[name="event-type"]', "errors");
+    await page.locator("#ev-1").waitFor({ state: "detached" });
+    await page.locator(".live.live").waitFor();
+    // The view re-reads the session once on going live (within half a second): let that pass,
+    // so that only the delta can bring the change below (waiting longer never makes this fail).
+    await page.waitForTimeout(1500);
+    await memory.addEvent("state-1", { eventType: "agent_response", content: "Moving you to Paris.", stateDelta: { city: "Paris", "app:model": null, "user:language": "en" } });
+    const after = await memory.rpc.getSession({ sessionId: "state-1" });
+    await panel.locator(".state-version", { hasText: `version ${after.session!.version}` }).waitFor();
+    await panel.locator('dd[data-key="city"]', { hasText: "Paris" }).waitFor();
+    expect(await panel.locator('dd[data-key="user:language"]').textContent()).toBe("en");
+    expect(await panel.locator(".state-app").count()).toBe(0);
+    // And a delta streamed in on a shown event is on its row.
+    await page.selectOption('select[name="event-type"]', "");
+    await page.locator("#ev-4").waitFor();
+    await page.locator(".live.live").waitFor();
+    await memory.addEvent("state-1", { eventType: "tool_call", content: { tool: "book", arguments: { to: "Paris" } }, stateDelta: { booking: { status: "pending" }, trains: null } });
+    await page.locator('#ev-5 .state-delta li.set[data-key="booking"]').waitFor();
+    expect(await page.textContent('#ev-5 .state-delta li.deleted[data-key="trains"]')).toContain("deleted");
+    await panel.locator('dd[data-key="booking"]').waitFor();
+    await panel.locator('[data-key="trains"]').waitFor({ state: "detached" });
+    await page.screenshot({ path: path.join(SHOTS, "session-state.png"), fullPage: true });
+  });
+
   it("fits a 360 px wide screen without horizontal overflow on every main view", async () => {
     const narrow = await browser.newPage({ viewport: { width: 360, height: 740 } });
     try {
@@ -276,6 +328,7 @@ describe("the inspector as a debugger", () => {
         ["search", "#/?app=shop&q=quokka"],
         ["run", "#/session/run-1"],
         ["context", "#/session/ctx-1"],
+        ["state", "#/session/state-1"],
         ["stats", "#/stats"],
         ["memories", "#/memories?app=shop-eu&user=anna-1"],
       ];
@@ -283,6 +336,7 @@ describe("the inspector as a debugger", () => {
         await narrow.goto(`${server.baseUrl}/${fragment}`);
         await narrow.locator("main > *").first().waitFor();
         if (name === "run") await narrow.locator("#ev-7").waitFor();
+        if (name === "state") await narrow.locator('.panel.state dd[data-key="booking"]').waitFor();
         if (name === "search") await narrow.locator(".hit").first().waitFor();
         if (name === "sessions") await narrow.locator("tr[data-session]").first().waitFor();
         if (name === "context") {

@@ -1,8 +1,9 @@
 /**
  * Makes the README's inspector screenshots (inspector/screenshots/*.png):
  * starts a server on 127.0.0.1 with the test suite's helper, writes a small
- * multi-agent run into it through the TypeScript client, and photographs the
- * main views in headless Debian chromium (light and dark, wide and phone).
+ * multi-agent run (with session state) into it through the TypeScript
+ * client, and photographs the main views in headless Debian chromium (light
+ * and dark, wide and phone).
  *
  *   npm run screenshots:inspector      (after npm run build:inspector)
  */
@@ -40,15 +41,15 @@ try {
   ]);
   await memory.addEvents("trip-paris", [
     { eventType: "system", content: "You plan trips. Delegate research to the researcher.", timestamp: at(0) },
-    { eventType: "user_message", content: [{ type: "text", text: "Plan a weekend in Paris. Here are my museum visits per month:" }, { type: "image_url", image_url: { url: chartPng() } }], timestamp: at(1200) },
+    { eventType: "user_message", content: [{ type: "text", text: "Plan a weekend in Paris. Here are my museum visits per month:" }, { type: "image_url", image_url: { url: chartPng() } }], timestamp: at(1200), stateDelta: { city: "Paris", plan: "draft", "user:language": "en", "app:planner": "v2" } },
     { eventType: "delegation_request", content: { agent: "researcher", task: "find museums open late on Saturday" }, timestamp: at(1900) },
     { eventType: "tool_call", content: { tool: "search", arguments: { q: "Paris museums open late Saturday" }, tool_call_id: "call-1" }, timestamp: at(2100) },
-    { eventType: "tool_result", content: { tool: "search", result: "Musée d'Orsay until 21:45 on Thursdays; Louvre until 21:00 on Fridays", tool_call_id: "call-1" }, timestamp: at(3350) },
+    { eventType: "tool_result", content: { tool: "search", result: "Musée d'Orsay until 21:45 on Thursdays; Louvre until 21:00 on Fridays", tool_call_id: "call-1" }, timestamp: at(3350), stateDelta: { museums: ["Louvre", "Orsay"] } },
     { eventType: "delegation_request", content: { agent: "booker", task: "check tickets for the Louvre" }, timestamp: at(3500) },
     { eventType: "error", content: { message: "ticket API rate limited", stack: "HTTPError: 429 Too Many Requests\n    at fetchTickets (booker.py:57)\n    at run (booker.py:12)" }, timestamp: at(4100) },
     { eventType: "delegation_response", content: { agent: "booker", result: "retry later" }, timestamp: at(4800) },
     { eventType: "delegation_response", content: { agent: "researcher", result: "Louvre on Friday night, Orsay on Thursday" }, timestamp: at(5200) },
-    { eventType: "agent_response", content: "Friday: the Louvre until 21:00. Saturday: a walk along the Seine. Tickets: I will retry the booking shortly.", timestamp: at(6000) },
+    { eventType: "agent_response", content: "Friday: the Louvre until 21:00. Saturday: a walk along the Seine. Tickets: I will retry the booking shortly.", timestamp: at(6000), stateDelta: { plan: null, itinerary: { friday: "Louvre", saturday: "Seine" }, "user:home_city": "Lyon" } },
   ]);
 
   const shoot = async (name: string, fragment: string, opts: { width?: number; height?: number; dark?: boolean; ready?: string; context?: boolean; fullPage?: boolean } = {}) => {
