@@ -47,7 +47,7 @@ import {
   type LoadedMemory,
   type MemoriesEvalSet,
 } from "./memories-eval/dataset.js";
-import { ensureVenv, PYTHON } from "./peers/peers.js";
+import { ensureMem0Venv, ensureVenv, MEM0_PYTHON, PYTHON } from "./peers/peers.js";
 import type { MemoriesPeer, MemoriesRecall, MemoriesResult, Point, Profile } from "./types.js";
 import { SERVICE } from "./workloads.js";
 
@@ -421,6 +421,26 @@ function runAdkMemoriesPeer(deps: MemoriesBenchDeps): MemoriesPeer {
   }
 }
 
+/**
+ * The mem0 library on the same questions (bench/peers/mem0_memories.py, in
+ * .tmp/mem0-venv with the MEM0_REQUIREMENTS pins): infer=False, local Qdrant,
+ * and the section's own embeddings server as its embedder, so it ranks with
+ * the model Engram's hybrid run uses. Its recall@5 and in-process search latency.
+ */
+function runMem0MemoriesPeer(embeddings: { url: string; model: string; dimension: number }, deps: MemoriesBenchDeps): MemoriesPeer {
+  const peer = "mem0 Memory (infer=False, local Qdrant)";
+  if (!ensureMem0Venv(deps.log)) return { peer, note: ".tmp/mem0-venv could not be created (pip install of mem0ai failed)" };
+  try {
+    const args = [path.join(REPO_ROOT, "bench/peers/mem0_memories.py"), "--embeddings-url", embeddings.url, "--model", embeddings.model, "--dims", String(embeddings.dimension)];
+    const out = execFileSync(MEM0_PYTHON, args, { encoding: "utf8", timeout: 900_000 });
+    const result = JSON.parse(out.trim().split("\n").pop()!) as MemoriesPeer;
+    deps.log(`memories peer ${peer}: recall@5 ${JSON.stringify(result.recall_at_5)}; search p50 ${result.search_p50_us}µs p99 ${result.search_p99_us}µs`);
+    return result;
+  } catch (err) {
+    return { peer, note: `did not run: ${err instanceof Error ? err.message : String(err)}` };
+  }
+}
+
 /** The whole section; starts (and stops) its own embeddings model server. */
 export async function runMemoriesBench(profile: Profile, deps: MemoriesBenchDeps): Promise<MemoriesResult> {
   const { startEmbeddingsServer } = await import("../test/support/embeddings-server.js");
@@ -433,7 +453,7 @@ export async function runMemoriesBench(profile: Profile, deps: MemoriesBenchDeps
       await measureRecall("hybrid", { MEMORY_EMBEDDINGS_URL: model.url, MEMORY_EMBEDDINGS_MODEL: model.model }, subset, deps),
     ];
     // The peer only on the whole set: the cut sets of the small profiles (and npm test) install nothing.
-    const peers = profile.memoriesEvalConversations === undefined ? [runAdkMemoriesPeer(deps)] : [];
+    const peers = profile.memoriesEvalConversations === undefined ? [runAdkMemoriesPeer(deps), runMem0MemoriesPeer(model, deps)] : [];
     const speed = await measureSpeed(profile, model, deps);
     return {
       conversations: subset.set.conversations.length,

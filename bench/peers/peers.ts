@@ -40,6 +40,37 @@ export function ensureVenv(log: (message: string) => void): boolean {
   return ready();
 }
 
+/** Version pins of the mem0 peer's environment (.tmp/mem0-venv): mem0ai without extras, and the qdrant-client it resolved. */
+export const MEM0_REQUIREMENTS = ["mem0ai==2.2.1", "qdrant-client==1.20.0"];
+
+// Its own venv, not bench/.venv: mem0 and google-adk pin openai, pydantic and protobuf
+// independently, and a resolver conflict in one must not cost the other peer its figures.
+const MEM0_VENV = path.join(REPO_ROOT, ".tmp/mem0-venv");
+/** The python of .tmp/mem0-venv, once ensureMem0Venv said it is ready. */
+export const MEM0_PYTHON = path.join(MEM0_VENV, "bin/python");
+
+/** Creates .tmp/mem0-venv with mem0ai when missing (PyPI through pip); returns false when that is impossible. */
+export function ensureMem0Venv(log: (message: string) => void): boolean {
+  const ready = () => {
+    try {
+      execFileSync(MEM0_PYTHON, ["-c", "import mem0, qdrant_client"], { stdio: "ignore", env: { ...process.env, MEM0_TELEMETRY: "False" } });
+      return true;
+    } catch {
+      return false;
+    }
+  };
+  if (existsSync(MEM0_PYTHON) && ready()) return true;
+  log("peers: installing mem0ai into .tmp/mem0-venv (pip, PyPI)");
+  try {
+    if (!existsSync(MEM0_PYTHON)) execFileSync("python3", ["-m", "venv", MEM0_VENV], { stdio: "ignore" });
+    execFileSync(path.join(MEM0_VENV, "bin/pip"), ["install", "-q", ...MEM0_REQUIREMENTS], { stdio: "ignore", timeout: 600_000 });
+  } catch (err) {
+    log(`peers: could not install mem0ai: ${err instanceof Error ? err.message : String(err)}`);
+    return false;
+  }
+  return ready();
+}
+
 /** Runs every peer that can run here; returns its points and notes on those that cannot. */
 export async function runPeers(
   profile: Profile,
