@@ -521,7 +521,8 @@ describe("RedisStore specifics", () => {
 
 describe("RedisStore long-term memories", () => {
   const appKeys = (prefix: string, app = "app") => `${prefix}:mem:${hex(app)}:*`;
-  const describeChange = (c: MemoryChange) => (c.kind === "deleted" ? `deleted ${c.memories.map((m) => m.memoryId).sort()}` : `${c.kind} ${c.memory.memoryId}`);
+  const describeChange = (c: MemoryChange) =>
+    c.kind === "deleted" ? `deleted ${c.memories.map((m) => m.memoryId).sort()}` : c.kind === "remote" ? "remote" : `${c.kind} ${c.memory.memoryId}`;
 
   it("two replicas writing one supersession key at once leave exactly one memory of it valid, and delete none", async () => {
     const prefix = `t${process.pid}_${++counter}`;
@@ -679,7 +680,7 @@ describe("RedisStore long-term memories", () => {
       expect((await store.memories.nearestMemories(everything, [0.1, -0.2, 0.3], 1))[0].memory).toEqual(superseded[0]);
       expect(await store.memories.deleteMemories("app", ["old"])).toEqual(superseded);
       await waitFor(() => changes.length >= 4);
-      expect(changes.map((c) => (c.kind === "deleted" ? c.memories[0].embedding : c.memory.embedding))).toEqual([embedding, embedding, [1, 0, 0], embedding]);
+      expect(changes.map((c) => (c.kind === "deleted" ? c.memories[0].embedding : c.kind === "remote" ? undefined : c.memory.embedding))).toEqual([embedding, embedding, [1, 0, 0], embedding]);
       expect(await keysOf(`${prefix}:mem:${hex("app")}:vec`)).toHaveLength(1);
       expect(await admin.hlen(`${prefix}:mem:${hex("app")}:vec`)).toBe(1);
     } finally {
@@ -707,7 +708,7 @@ describe("RedisStore long-term memories", () => {
     }
   });
 
-  it("forgetting every memory of an app leaves no record and no index entry behind, only the app's embedding dimension", async () => {
+  it("forgetting every memory of an app leaves no record and no index entry behind, only the app's embedding dimension and change log", async () => {
     const prefix = `t${process.pid}_${++counter}`;
     const store = await openStore(DEFAULT_LIMITS, prefix);
     try {
@@ -719,7 +720,8 @@ describe("RedisStore long-term memories", () => {
       ]);
       await store.memories.deleteMemories("app", ["d"]);
       await store.memories.deleteMemoriesInScope({ appName: "app", match: "within" });
-      expect(await keysOf(appKeys(prefix))).toEqual([`${prefix}:mem:${hex("app")}:meta`]);
+      // The change log stays: a watcher resuming from before the forgetting must hear of it.
+      expect((await keysOf(appKeys(prefix))).sort()).toEqual([`${prefix}:mem:${hex("app")}:chg`, `${prefix}:mem:${hex("app")}:meta`]);
     } finally {
       await store.close();
     }
