@@ -20,6 +20,7 @@ import { spawnServer, type ServerProcess } from "../support/engram.js";
 import { freePort } from "../support/postgres-server.js";
 import { describeStoreConformance, makeSession, newEvent, rejection, waitFor } from "./conformance.js";
 import { describeMemoriesConformance, memory } from "./memories-conformance.js";
+import { MEMORY_CHANGES_RETAINED } from "../../src/store/memories/rules.js";
 
 const url = process.env.MEMORY_TEST_POSTGRES_URL!;
 const LIMITS: StoreLimits = { maxSessions: 1000, maxSessionEvents: 500 };
@@ -816,6 +817,20 @@ describe("PostgresStore long-term memories", () => {
       await store.close();
     }
   });
+
+  it(`the change log holds the newest ${MEMORY_CHANGES_RETAINED} changes of an app, no more`, async () => {
+    const schema = freshSchema();
+    const store = await openStore(LIMITS, schema);
+    try {
+      const all = Array.from({ length: MEMORY_CHANGES_RETAINED + 5 }, (_, i) => memory({ memoryId: `m${i}`, text: "x" }));
+      for (let i = 0; i < all.length; i += 1000) await store.memories.writeMemories(all.slice(i, i + 1000));
+      await store.memories.deleteMemories("app", ["m0"]);
+      const { rows } = await admin.query<{ n: string; first: string }>(`SELECT count(*) AS n, min(seq) AS first FROM ${pg.escapeIdentifier(schema)}.memory_changes WHERE app_name = 'app'`);
+      expect(rows[0]).toEqual({ n: String(MEMORY_CHANGES_RETAINED), first: "7" });
+    } finally {
+      await store.close();
+    }
+  }, 60_000);
 
   it("migration 0012 (session state) applies to a schema an earlier release left, keeping its sessions and events", async () => {
     const schema = freshSchema();

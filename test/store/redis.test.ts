@@ -19,6 +19,7 @@ import { freePort, startRedisServer } from "../support/redis-server.js";
 import { describeStoreConformance, makeSession, newEvent, rejection, waitFor } from "./conformance.js";
 import { describeMemoriesConformance, memory } from "./memories-conformance.js";
 import { SEARCH_CANDIDATES } from "../../src/store/memories/redis.js";
+import { MEMORY_CHANGES_RETAINED } from "../../src/store/memories/rules.js";
 
 const url = process.env.MEMORY_TEST_REDIS_URL!;
 const prefixes: string[] = [];
@@ -726,6 +727,21 @@ describe("RedisStore long-term memories", () => {
       await store.close();
     }
   });
+
+  it(`the change log holds the newest ${MEMORY_CHANGES_RETAINED} changes of an app, no more`, async () => {
+    const prefix = `t${process.pid}_${++counter}`;
+    const store = await openStore(DEFAULT_LIMITS, prefix);
+    try {
+      const all = Array.from({ length: MEMORY_CHANGES_RETAINED + 5 }, (_, i) => memory({ memoryId: `m${i}`, text: "x" }));
+      for (let i = 0; i < all.length; i += 1000) await store.memories.writeMemories(all.slice(i, i + 1000));
+      await store.memories.deleteMemories("app", ["m0"]);
+      const log = `${prefix}:mem:${hex("app")}:chg`;
+      expect(await admin.zcard(log)).toBe(MEMORY_CHANGES_RETAINED);
+      expect(await admin.zrange(log, 0, 0)).toEqual([`7:w:${hex("m6")}`]);
+    } finally {
+      await store.close();
+    }
+  }, 60_000);
 
   it(`searches only the newest ${SEARCH_CANDIDATES} memories of a scope (the documented limit); listing still finds older ones`, async () => {
     const prefix = `t${process.pid}_${++counter}`;
