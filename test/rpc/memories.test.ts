@@ -181,11 +181,7 @@ describe.each(PROTOCOLS)("long-term memory over %s", (protocol, clientFor) => {
   });
 
   it("answers OUT_OF_RANGE naming after for a resume point beyond the app's newest change", async () => {
-    const err = await errorOf(
-      (async () => {
-        for await (const _ of client.watchMemories({ appName: `${app}-resume-none`, after: 5n })) break;
-      })(),
-    );
+    const err = await errorOf(client.watchMemories({ appName: `${app}-resume-none`, after: 5n })[Symbol.asyncIterator]().next());
     expect(err.code).toBe(Code.OutOfRange);
     expect(err.rawMessage).toMatch(/^after: change 5 is beyond the app's newest change \(0\)/);
   });

@@ -29,7 +29,7 @@ import {
   type WriteMemoriesRequest,
   type WriteMemoriesResponse,
 } from "@engram-memory/client/gen/engram/v1/memories_pb.js";
-import { invalidArgument, MemoryError } from "../../errors.js";
+import { invalidArgument } from "../../errors.js";
 import { requireRetained, scopeSelects } from "../../store/memories/rules.js";
 import type { LongTermMemoryStore, MemoryChange, MemoryCursor, MemoryFilter, MemoryRecord, MemoryStore } from "../../store/types.js";
 import type { ServiceLimits } from "../limits.js";
@@ -269,7 +269,7 @@ export class LongTermMemoryService {
       const window = await this.memories.memoryChangeWindow(scope.appName);
       if (after !== undefined) requireRetained(after, window);
       let cursor = after ?? window.head;
-      behind = cursor < window.head;
+      behind ||= cursor < window.head;
       yield create(WatchMemoriesResponseSchema, { frame: { case: "started", value: create(WatchStartedSchema, { cursor: BigInt(cursor) }) } });
       while (!signal?.aborted) {
         if (behind) {
