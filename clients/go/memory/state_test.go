@@ -6,7 +6,7 @@ import (
 
 	"connectrpc.com/connect"
 
-	"github.com/engram-memory/engram/clients/go/memory"
+	"github.com/engram-memory-server/engram/clients/go/memory"
 )
 
 func TestSessionState(t *testing.T) {
