@@ -259,4 +259,12 @@ class ConnectingMemories implements LongTermMemoryStore {
   subscribeMemories(...args: Parameters<LongTermMemoryStore["subscribeMemories"]>): ReturnType<LongTermMemoryStore["subscribeMemories"]> {
     return this.target().subscribeMemories(...args);
   }
+
+  async memoryChangeWindow(...args: Parameters<LongTermMemoryStore["memoryChangeWindow"]>): ReturnType<LongTermMemoryStore["memoryChangeWindow"]> {
+    return this.target().memoryChangeWindow(...args);
+  }
+
+  async readMemoryChanges(...args: Parameters<LongTermMemoryStore["readMemoryChanges"]>): ReturnType<LongTermMemoryStore["readMemoryChanges"]> {
+    return this.target().readMemoryChanges(...args);
+  }
 }

@@ -7,6 +7,8 @@
  */
 import type {
   LongTermMemoryStore,
+  MemoryChangePage,
+  MemoryChangeWindow,
   MemoryRecord,
   MemoryWriteResult,
   AppendResult,
@@ -22,6 +24,7 @@ import type {
   StoredEvent,
   StoreDurability,
 } from "./types.js";
+import { requireRetained } from "./memories/rules.js";
 
 function emptySession(sessionId: string, now = Date.now()): SessionRecord {
   return { sessionId, appName: "", userId: "", metadata: {}, createdAt: now, updatedAt: now, headSeq: 0, firstSeq: 1, incarnation: "", state: {}, version: 0 };
@@ -142,6 +145,13 @@ class NullMemories implements LongTermMemoryStore {
   }
   async deleteMemoriesInScope(): Promise<[]> {
     return [];
+  }
+  async memoryChangeWindow(): Promise<MemoryChangeWindow> {
+    return { head: 0, floor: 0 };
+  }
+  async readMemoryChanges(_appName: string, after: number): Promise<MemoryChangePage> {
+    requireRetained(after, { head: 0, floor: 0 });
+    return { changes: [], through: after };
   }
   subscribeMemories(): () => void {
     return () => {};

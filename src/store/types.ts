@@ -383,11 +383,31 @@ export interface MemoryWriteResult {
   superseded: MemoryRecord[];
 }
 
-/** A change to one app's memories, for live watches. Carries the records, so a watch never reads back. */
+/**
+ * A change to one app's memories, for watches. `seq` is the change's number
+ * in the app's change log (one more than the change before it). Carries the
+ * records, so a live watch never reads back; `remote` says only that another
+ * replica made the app's changes up to `seq` (a watch reads them from the log).
+ */
 export type MemoryChange =
-  | { kind: "written"; memory: MemoryRecord }
-  | { kind: "superseded"; memory: MemoryRecord }
-  | { kind: "deleted"; memories: readonly MemoryRecord[] };
+  | { seq: number; kind: "written"; memory: MemoryRecord }
+  | { seq: number; kind: "superseded"; memory: MemoryRecord }
+  | { seq: number; kind: "deleted"; memories: readonly MemoryRecord[] }
+  | { seq: number; kind: "remote" };
+
+/** Where an app's change log stands: changes numbered floor+1..head are retained (head 0: no change yet). */
+export interface MemoryChangeWindow {
+  head: number;
+  floor: number;
+}
+
+/** A page of an app's change log. */
+export interface MemoryChangePage {
+  /** The retained changes read, oldest first (see readMemoryChanges). */
+  changes: MemoryChange[];
+  /** The number of the last change the page covers (`after` when it covers none): read on after it. */
+  through: number;
+}
 
 /** Receives the changes of one app's memories. */
 export type MemoryChangeListener = (change: MemoryChange) => void;
@@ -432,6 +452,17 @@ export interface LongTermMemoryStore {
   deleteMemoriesInScope(scope: MemoryScopeFilter, call?: StoreCall): Promise<MemoryRecord[]>;
   /** Calls `listener` on every change to the app's memories, on this replica (and others sharing the store). Returns the unsubscribe function. */
   subscribeMemories(appName: string, listener: MemoryChangeListener): () => void;
+  /** The app's change log window: its newest change number and what is retained (the last MEMORY_CHANGES_RETAINED changes). */
+  memoryChangeWindow(appName: string, call?: StoreCall): Promise<MemoryChangeWindow>;
+  /**
+   * The app's retained changes numbered after `after`, oldest first, at most
+   * `limit` of them. Written and superseded changes carry the memory as it
+   * is now; one deleted since is left out (its deletion follows), and a
+   * deletion carries its memories' ids and scope only. OUT_OF_RANGE (field
+   * `after`) when changes after it are no longer retained, or `after` is
+   * beyond the newest change.
+   */
+  readMemoryChanges(appName: string, after: number, limit: number, call?: StoreCall): Promise<MemoryChangePage>;
 }
 
 /** The state shared beyond one session (src/store/state.ts): the app's and the user's, keys without prefix. */

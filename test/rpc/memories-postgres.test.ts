@@ -10,7 +10,7 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { PostgresStore } from "../../src/store/postgres.js";
 import { connectClient, grpcJsClient, type MemoryClient } from "../support/clients.js";
 import { spawnServer, startTestServer, type TestServer } from "../support/engram.js";
-import { FAY_WATCH_FRAMES, watchFaysScope } from "../support/memory-watch.js";
+import { FAY_RESUMED_FRAMES, FAY_WATCH_FRAMES, resumeFaysWatch, watchFaysScope } from "../support/memory-watch.js";
 
 const url = process.env.MEMORY_TEST_POSTGRES_URL!;
 const schema = `memrpc_${process.pid}_${Math.random().toString(36).slice(2, 8)}`;
@@ -45,6 +45,10 @@ describe("long-term memory on PostgreSQL, two replicas", () => {
 
   it("WatchMemories on one replica sees the writes, supersessions and deletions made through the other", async () => {
     expect(await watchFaysScope(watcher, writer, "replicas", 10_000)).toEqual(FAY_WATCH_FRAMES);
+  });
+
+  it("WatchMemories on one replica resumed with after replays what the other replica changed while it was away, then goes live", async () => {
+    expect(await resumeFaysWatch(watcher, writer, "replicas-resume", 10_000)).toEqual({ frames: FAY_RESUMED_FRAMES, cursorsRise: true });
   });
 
   it("Recall on one replica: pinned, lexically and vector-relevant memories written through the other, and the session's context", async () => {

@@ -9,7 +9,7 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { RedisStore } from "../../src/store/redis.js";
 import { PROTOCOLS, type MemoryClient } from "../support/clients.js";
 import { startTestServer, type TestServer } from "../support/engram.js";
-import { FAY_WATCH_FRAMES, watchFaysScope } from "../support/memory-watch.js";
+import { FAY_RESUMED_FRAMES, FAY_WATCH_FRAMES, resumeFaysWatch, watchFaysScope } from "../support/memory-watch.js";
 
 const url = process.env.MEMORY_TEST_REDIS_URL!;
 const keyPrefix = `memrpc${process.pid}`;
@@ -49,6 +49,10 @@ describe.each(PROTOCOLS)("long-term memory on two Redis replicas over %s", (prot
 
   it("a watch on one replica sees the writes, supersessions and deletions made through the other", async () => {
     expect(await watchFaysScope(reader, writer, app)).toEqual(FAY_WATCH_FRAMES);
+  });
+
+  it("a watch on one replica resumed with after replays what the other replica changed while it was away, then goes live", async () => {
+    expect(await resumeFaysWatch(reader, writer, `${app}-resume`)).toEqual({ frames: FAY_RESUMED_FRAMES, cursorsRise: true });
   });
 
   it("writes of one key through both replicas at once leave exactly one memory valid, found by search on either", async () => {

@@ -9,7 +9,7 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { ScopeMatch } from "@engram-memory/client/gen/engram/v1/memories_pb.js";
 import { errorOf, PROTOCOLS, type MemoryClient } from "../support/clients.js";
 import { startTestServer, type TestServer } from "../support/engram.js";
-import { FAY_WATCH_FRAMES, watchFaysScope } from "../support/memory-watch.js";
+import { FAY_RESUMED_FRAMES, FAY_WATCH_FRAMES, resumeFaysWatch, watchFaysScope } from "../support/memory-watch.js";
 
 let server: TestServer;
 beforeAll(async () => {
@@ -174,6 +174,16 @@ describe.each(PROTOCOLS)("long-term memory over %s", (protocol, clientFor) => {
 
   it("watches a scope live: writes, supersessions and deletions it can see, nothing of other users", async () => {
     expect(await watchFaysScope(client, client, app)).toEqual(FAY_WATCH_FRAMES);
+  });
+
+  it("a watch resumed with after replays, in order and once, what the scope missed while away, then goes live", async () => {
+    expect(await resumeFaysWatch(client, client, `${app}-resume`)).toEqual({ frames: FAY_RESUMED_FRAMES, cursorsRise: true });
+  });
+
+  it("answers OUT_OF_RANGE naming after for a resume point beyond the app's newest change", async () => {
+    const err = await errorOf(client.watchMemories({ appName: `${app}-resume-none`, after: 5n })[Symbol.asyncIterator]().next());
+    expect(err.code).toBe(Code.OutOfRange);
+    expect(err.rawMessage).toMatch(/^after: change 5 is beyond the app's newest change \(0\)/);
   });
 
   describe("SearchEvents", () => {

@@ -5,7 +5,7 @@
  * plug in here once they keep memories.
  */
 import { afterEach, describe, expect, it } from "vitest";
-import { memoryFingerprint } from "../../src/store/memories/rules.js";
+import { MEMORY_CHANGES_RETAINED, memoryFingerprint } from "../../src/store/memories/rules.js";
 import type { LongTermMemoryStore, MemoryChange, MemoryFilter, MemoryRecord, MemoryStore, ScopeMatch } from "../../src/store/types.js";
 import { rejection } from "./conformance.js";
 
@@ -329,7 +329,7 @@ export function describeMemoriesConformance(name: string, factory: MemoriesStore
         await memories.writeMemories([memory({ memoryId: "a", key: "k", text: "one", validFrom: 1000 })]);
         await memories.writeMemories([memory({ memoryId: "b", key: "k", text: "two", validFrom: 2000 })]);
         await memories.deleteMemories("app", ["a"]);
-        const seen = () => changes.map((c) => (c.kind === "deleted" ? `deleted ${ids(c.memories)}` : `${c.kind} ${c.memory.memoryId}`));
+        const seen = () => changes.map((c) => (c.kind === "deleted" ? `deleted ${ids(c.memories)}` : c.kind === "remote" ? "remote" : `${c.kind} ${c.memory.memoryId}`));
         // Bounded wait: a shared store may deliver through its backend.
         for (let i = 0; i < 100 && changes.length < 4; i++) await new Promise((r) => setTimeout(r, 20));
         expect(seen()).toEqual(["written a", "superseded a", "written b", "deleted a"]);
@@ -358,6 +358,82 @@ export function describeMemoriesConformance(name: string, factory: MemoriesStore
           unsubscribe();
         }
       });
+    });
+
+    describe("7. change log (WatchMemories' after)", () => {
+      const describeLogged = (changes: readonly MemoryChange[]) =>
+        changes.map((c) =>
+          c.kind === "deleted"
+            ? `${c.seq} deleted ${c.memories.map((m) => `${m.memoryId}/${m.userId ?? "-"}`).join(",")}`
+            : c.kind === "remote"
+              ? `${c.seq} remote`
+              : `${c.seq} ${c.kind} ${c.memory.memoryId}`,
+        );
+
+      it("numbers an app's changes one by one, and replays those after a resume point in order, written and superseded memories as they are now", async () => {
+        const { memories } = await fresh();
+        expect(await memories.memoryChangeWindow("app")).toEqual({ head: 0, floor: 0 });
+        await memories.writeMemories([memory({ memoryId: "a", userId: "u", key: "k", text: "one", validFrom: 1000 })]);
+        await memories.writeMemories([memory({ memoryId: "elsewhere", appName: "other", text: "another app" })]);
+        await memories.writeMemories([memory({ memoryId: "b", userId: "u", key: "k", text: "two", validFrom: 2000 })]);
+        await memories.writeMemories([memory({ memoryId: "c", text: "three" }), memory({ memoryId: "d", userId: "v", text: "four" })]);
+        await memories.deleteMemories("app", ["c", "d"]);
+        // a: written (1), superseded (2); b (3); c (4); d (5); the deletion of c and d is one change (6). The other app counts apart.
+        expect(await memories.memoryChangeWindow("app")).toEqual({ head: 6, floor: 0 });
+        expect(await memories.memoryChangeWindow("other")).toEqual({ head: 1, floor: 0 });
+        const all = await memories.readMemoryChanges("app", 0, 100);
+        // c and d are gone: their writes are left out, their deletion (ids and scope only) stands for them.
+        expect(describeLogged(all.changes)).toEqual(["1 written a", "2 superseded a", "3 written b", "6 deleted c/-,d/v"]);
+        expect(all.through).toBe(6);
+        // As it is now: a's replayed write shows it superseded by b.
+        expect(all.changes[0]).toMatchObject({ kind: "written", memory: { memoryId: "a", text: "one", supersededBy: "b", invalidAt: 2000 } });
+        const deleted = all.changes[3];
+        expect(deleted.kind === "deleted" && deleted.memories.map((m) => m.text)).toEqual(["", ""]);
+        // A page: at most `limit` changes, and where to read on from.
+        const page = await memories.readMemoryChanges("app", 1, 2);
+        expect(describeLogged(page.changes)).toEqual(["2 superseded a", "3 written b"]);
+        expect(page.through).toBe(3);
+        const skipped = await memories.readMemoryChanges("app", 3, 2);
+        expect(skipped).toEqual({ changes: [], through: 5 });
+        expect(await memories.readMemoryChanges("app", 6, 10)).toEqual({ changes: [], through: 6 });
+      });
+
+      it("gives each live change its number, so a watcher knows where to resume", async () => {
+        const { memories } = await fresh();
+        const changes: MemoryChange[] = [];
+        const unsubscribe = memories.subscribeMemories("app", (c) => changes.push(c));
+        try {
+          await memories.writeMemories([memory({ memoryId: "a", key: "k", text: "one", validFrom: 1000 })]);
+          await memories.writeMemories([memory({ memoryId: "b", key: "k", text: "two", validFrom: 2000 })]);
+          await memories.deleteMemories("app", ["a"]);
+          for (let i = 0; i < 100 && changes.length < 4; i++) await new Promise((r) => setTimeout(r, 20));
+          expect(describeLogged(changes)).toEqual(["1 written a", "2 superseded a", "3 written b", "4 deleted a/-"]);
+        } finally {
+          unsubscribe();
+        }
+      });
+
+      it("answers OUT_OF_RANGE naming after for a resume point beyond the newest change", async () => {
+        const { memories } = await fresh();
+        await memories.writeMemories([memory({ memoryId: "a", text: "one" })]);
+        const err = await rejection(memories.readMemoryChanges("app", 2, 10));
+        expect(err.code).toBe("OUT_OF_RANGE");
+        expect(err.field).toBe("after");
+        expect((await rejection(memories.readMemoryChanges("never-written", 1, 10))).code).toBe("OUT_OF_RANGE");
+      });
+
+      it(`keeps the newest ${MEMORY_CHANGES_RETAINED} changes of an app: a resume point before them is OUT_OF_RANGE naming after`, async () => {
+        const { memories } = await fresh();
+        const all = Array.from({ length: MEMORY_CHANGES_RETAINED + 2 }, (_, i) => memory({ memoryId: `m${i}`, text: "x" }));
+        for (let i = 0; i < all.length; i += 1000) await memories.writeMemories(all.slice(i, i + 1000));
+        expect(await memories.memoryChangeWindow("app")).toEqual({ head: MEMORY_CHANGES_RETAINED + 2, floor: 2 });
+        const err = await rejection(memories.readMemoryChanges("app", 1, 10));
+        expect(err.code).toBe("OUT_OF_RANGE");
+        expect(err.field).toBe("after");
+        expect(err.message).toContain("no longer retained");
+        const oldest = await memories.readMemoryChanges("app", 2, 1);
+        expect(describeLogged(oldest.changes)).toEqual(["3 written m2"]);
+      }, 60_000);
     });
   });
 }

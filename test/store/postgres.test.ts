@@ -20,6 +20,7 @@ import { spawnServer, type ServerProcess } from "../support/engram.js";
 import { freePort } from "../support/postgres-server.js";
 import { describeStoreConformance, makeSession, newEvent, rejection, waitFor } from "./conformance.js";
 import { describeMemoriesConformance, memory } from "./memories-conformance.js";
+import { MEMORY_CHANGES_RETAINED } from "../../src/store/memories/rules.js";
 
 const url = process.env.MEMORY_TEST_POSTGRES_URL!;
 const LIMITS: StoreLimits = { maxSessions: 1000, maxSessionEvents: 500 };
@@ -724,7 +725,7 @@ describe("PostgresStore long-term memories", () => {
     }
   });
 
-  it("a subscriber on one replica hears of writes, supersessions and deletions made through another", async () => {
+  it("a subscriber on one replica hears how far another's changes go, and reads them from the change log", async () => {
     const schema = freshSchema();
     const watcher = await openStore(LIMITS, schema);
     const writer = await PostgresStore.open({ url, schema, limits: LIMITS });
@@ -735,11 +736,15 @@ describe("PostgresStore long-term memories", () => {
       await writer.memories.writeMemories([memory({ memoryId: "b", userId: "u", agentId: "x", key: "k", text: "two", validFrom: 2000 })]);
       await writer.memories.writeMemories([memory({ memoryId: "elsewhere", appName: "other", text: "not this app" })]);
       await writer.memories.deleteMemories("app", ["a"]);
-      await waitFor(() => changes.length >= 4, 10_000);
-      const seen = changes.map((c) => (c.kind === "deleted" ? `deleted ${c.memories.map((m) => `${m.memoryId}/${m.userId}/${m.agentId}`)}` : `${c.kind} ${c.memory.memoryId}`));
-      expect(seen).toEqual(["written a", "superseded a", "written b", "deleted a/u/x"]);
-      // Written and superseded memories arrive whole (read back by the watcher's replica).
-      expect(changes[2]).toMatchObject({ kind: "written", memory: { memoryId: "b", text: "two", userId: "u" } });
+      await waitFor(() => changes.some((c) => c.seq === 4), 10_000);
+      expect(changes.every((c) => c.kind === "remote")).toBe(true);
+      const { changes: logged, through } = await watcher.memories.readMemoryChanges("app", 0, 10);
+      expect(through).toBe(4);
+      // The log refers to a's writes, but a is gone: its deletion (ids and scope only) stands for it.
+      const seen = logged.map((c) => (c.kind === "deleted" ? `deleted ${c.memories.map((m) => `${m.memoryId}/${m.userId}/${m.agentId}`)}` : c.kind === "remote" ? "remote" : `${c.seq} ${c.kind} ${c.memory.memoryId}`));
+      expect(seen).toEqual(["3 written b", "deleted a/u/x"]);
+      // Written memories arrive whole, as they are now.
+      expect(logged[0]).toMatchObject({ kind: "written", memory: { memoryId: "b", text: "two", userId: "u" } });
     } finally {
       await writer.close();
       await watcher.close();
@@ -813,6 +818,20 @@ describe("PostgresStore long-term memories", () => {
     }
   });
 
+  it(`the change log holds the newest ${MEMORY_CHANGES_RETAINED} changes of an app, no more`, async () => {
+    const schema = freshSchema();
+    const store = await openStore(LIMITS, schema);
+    try {
+      const all = Array.from({ length: MEMORY_CHANGES_RETAINED + 5 }, (_, i) => memory({ memoryId: `m${i}`, text: "x" }));
+      for (let i = 0; i < all.length; i += 1000) await store.memories.writeMemories(all.slice(i, i + 1000));
+      await store.memories.deleteMemories("app", ["m0"]);
+      const { rows } = await admin.query<{ n: string; first: string }>(`SELECT count(*) AS n, min(seq) AS first FROM ${pg.escapeIdentifier(schema)}.memory_changes WHERE app_name = 'app'`);
+      expect(rows[0]).toEqual({ n: String(MEMORY_CHANGES_RETAINED), first: "7" });
+    } finally {
+      await store.close();
+    }
+  }, 60_000);
+
   it("migration 0012 (session state) applies to a schema an earlier release left, keeping its sessions and events", async () => {
     const schema = freshSchema();
     const quoted = pg.escapeIdentifier(schema);
@@ -820,11 +839,11 @@ describe("PostgresStore long-term memories", () => {
     await makeSession(first, "s1");
     await first.appendEvents("s1", [newEvent("user_message", 1)]);
     await first.close();
-    // What the release before 0012 left: no state columns or tables.
+    // What the release before 0012 left: no state columns or tables (nor the memory change log of 0013).
     await admin.query(`ALTER TABLE ${quoted}.sessions DROP COLUMN state, DROP COLUMN version`);
     await admin.query(`ALTER TABLE ${quoted}.events DROP COLUMN state_delta`);
-    await admin.query(`DROP TABLE ${quoted}.app_state, ${quoted}.user_state`);
-    await admin.query(`DELETE FROM ${quoted}.schema_migrations WHERE version = 12`);
+    await admin.query(`DROP TABLE ${quoted}.app_state, ${quoted}.user_state, ${quoted}.memory_changes, ${quoted}.memory_change_heads`);
+    await admin.query(`DELETE FROM ${quoted}.schema_migrations WHERE version >= 12`);
     const store = await openStore(LIMITS, schema);
     try {
       expect(await store.getSession("s1")).toMatchObject({ headSeq: 1, state: {}, version: 0 });

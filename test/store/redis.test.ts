@@ -19,6 +19,7 @@ import { freePort, startRedisServer } from "../support/redis-server.js";
 import { describeStoreConformance, makeSession, newEvent, rejection, waitFor } from "./conformance.js";
 import { describeMemoriesConformance, memory } from "./memories-conformance.js";
 import { SEARCH_CANDIDATES } from "../../src/store/memories/redis.js";
+import { MEMORY_CHANGES_RETAINED } from "../../src/store/memories/rules.js";
 
 const url = process.env.MEMORY_TEST_REDIS_URL!;
 const prefixes: string[] = [];
@@ -521,7 +522,8 @@ describe("RedisStore specifics", () => {
 
 describe("RedisStore long-term memories", () => {
   const appKeys = (prefix: string, app = "app") => `${prefix}:mem:${hex(app)}:*`;
-  const describeChange = (c: MemoryChange) => (c.kind === "deleted" ? `deleted ${c.memories.map((m) => m.memoryId).sort()}` : `${c.kind} ${c.memory.memoryId}`);
+  const describeChange = (c: MemoryChange) =>
+    c.kind === "deleted" ? `deleted ${c.memories.map((m) => m.memoryId).sort()}` : c.kind === "remote" ? "remote" : `${c.kind} ${c.memory.memoryId}`;
 
   it("two replicas writing one supersession key at once leave exactly one memory of it valid, and delete none", async () => {
     const prefix = `t${process.pid}_${++counter}`;
@@ -679,7 +681,7 @@ describe("RedisStore long-term memories", () => {
       expect((await store.memories.nearestMemories(everything, [0.1, -0.2, 0.3], 1))[0].memory).toEqual(superseded[0]);
       expect(await store.memories.deleteMemories("app", ["old"])).toEqual(superseded);
       await waitFor(() => changes.length >= 4);
-      expect(changes.map((c) => (c.kind === "deleted" ? c.memories[0].embedding : c.memory.embedding))).toEqual([embedding, embedding, [1, 0, 0], embedding]);
+      expect(changes.map((c) => (c.kind === "deleted" ? c.memories[0].embedding : c.kind === "remote" ? undefined : c.memory.embedding))).toEqual([embedding, embedding, [1, 0, 0], embedding]);
       expect(await keysOf(`${prefix}:mem:${hex("app")}:vec`)).toHaveLength(1);
       expect(await admin.hlen(`${prefix}:mem:${hex("app")}:vec`)).toBe(1);
     } finally {
@@ -707,7 +709,7 @@ describe("RedisStore long-term memories", () => {
     }
   });
 
-  it("forgetting every memory of an app leaves no record and no index entry behind, only the app's embedding dimension", async () => {
+  it("forgetting every memory of an app leaves no record and no index entry behind, only the app's embedding dimension and change log", async () => {
     const prefix = `t${process.pid}_${++counter}`;
     const store = await openStore(DEFAULT_LIMITS, prefix);
     try {
@@ -719,11 +721,27 @@ describe("RedisStore long-term memories", () => {
       ]);
       await store.memories.deleteMemories("app", ["d"]);
       await store.memories.deleteMemoriesInScope({ appName: "app", match: "within" });
-      expect(await keysOf(appKeys(prefix))).toEqual([`${prefix}:mem:${hex("app")}:meta`]);
+      // The change log stays: a watcher resuming from before the forgetting must hear of it.
+      expect((await keysOf(appKeys(prefix))).sort()).toEqual([`${prefix}:mem:${hex("app")}:chg`, `${prefix}:mem:${hex("app")}:meta`]);
     } finally {
       await store.close();
     }
   });
+
+  it(`the change log holds the newest ${MEMORY_CHANGES_RETAINED} changes of an app, no more`, async () => {
+    const prefix = `t${process.pid}_${++counter}`;
+    const store = await openStore(DEFAULT_LIMITS, prefix);
+    try {
+      const all = Array.from({ length: MEMORY_CHANGES_RETAINED + 5 }, (_, i) => memory({ memoryId: `m${i}`, text: "x" }));
+      for (let i = 0; i < all.length; i += 1000) await store.memories.writeMemories(all.slice(i, i + 1000));
+      await store.memories.deleteMemories("app", ["m0"]);
+      const log = `${prefix}:mem:${hex("app")}:chg`;
+      expect(await admin.zcard(log)).toBe(MEMORY_CHANGES_RETAINED);
+      expect(await admin.zrange(log, 0, 0)).toEqual([`7:w:${hex("m6")}`]);
+    } finally {
+      await store.close();
+    }
+  }, 60_000);
 
   it(`searches only the newest ${SEARCH_CANDIDATES} memories of a scope (the documented limit); listing still finds older ones`, async () => {
     const prefix = `t${process.pid}_${++counter}`;

@@ -43,3 +43,60 @@ export async function watchFaysScope(watcher: MemoryClient, writer: MemoryClient
   await done;
   return frames;
 }
+
+/** What fay's resumed watch must see: the changes made while it was away (as they are now), then a live one; each once. */
+export const FAY_RESUMED_FRAMES = [
+  // w-1 was superseded and then forgotten while the watch was away: its deletion stands for both.
+  "written w-shared the office is open",
+  "written w-2 fay is excited",
+  "deleted w-1",
+  "written w-3 fay is back",
+];
+
+/**
+ * The resume scenario: `watcher` follows fay's scope and sees w-1 written,
+ * then disconnects; `writer` writes and forgets while it is away (the watch
+ * scenario's changes); the watch reconnects with `after` = the cursor of the
+ * last frame it saw, and `writer` writes w-3 once it is live again. Resolves
+ * with the frames after the reconnect and whether their cursors rose strictly.
+ */
+export async function resumeFaysWatch(watcher: MemoryClient, writer: MemoryClient, appName: string, withinMs = 20_000): Promise<{ frames: string[]; cursorsRise: boolean }> {
+  let last = 0n;
+  {
+    const abort = new AbortController();
+    const signal = AbortSignal.any([abort.signal, AbortSignal.timeout(withinMs)]);
+    try {
+      for await (const f of watcher.watchMemories({ appName, userId: "fay" }, { signal })) {
+        if (f.frame.case === "started") await writer.writeMemories({ memories: [{ memoryId: "w-1", appName, userId: "fay", key: "mood", text: "fay is calm" }] });
+        if (f.frame.case === "written") {
+          last = f.cursor;
+          abort.abort();
+        }
+      }
+    } catch {
+      // Aborted: the watcher is away now.
+    }
+  }
+  await writer.writeMemories({ memories: [{ memoryId: "w-other", appName, userId: "gus", text: "gus is busy" }] });
+  await writer.writeMemories({ memories: [{ memoryId: "w-shared", appName, text: "the office is open" }] });
+  await writer.writeMemories({ memories: [{ memoryId: "w-2", appName, userId: "fay", key: "mood", text: "fay is excited" }] });
+  await writer.deleteMemories({ appName, memoryIds: ["w-1", "w-other"] });
+  const abort = new AbortController();
+  const frames: string[] = [];
+  const cursors: bigint[] = [];
+  try {
+    for await (const f of watcher.watchMemories({ appName, userId: "fay", after: last }, { signal: AbortSignal.any([abort.signal, AbortSignal.timeout(withinMs)]) })) {
+      const frame = f.frame;
+      if (frame.case === "started" || frame.case === "heartbeat") continue;
+      cursors.push(f.cursor);
+      if (frame.case === "written" || frame.case === "superseded") frames.push(`${frame.case} ${frame.value.memoryId} ${frame.value.text}`);
+      else if (frame.case === "deleted") frames.push(`deleted ${frame.value.memoryIds.join(",")}`);
+      // Caught up: one live change follows.
+      if (frame.case === "deleted") await writer.writeMemories({ memories: [{ memoryId: "w-3", appName, userId: "fay", text: "fay is back" }] });
+      if (frames.length >= FAY_RESUMED_FRAMES.length) abort.abort();
+    }
+  } catch {
+    // Aborted here, or timed out: the frames then say what was missing.
+  }
+  return { frames, cursorsRise: cursors.every((c, i) => i === 0 || c > cursors[i - 1]) && (cursors[0] ?? 0n) > last };
+}

@@ -182,6 +182,28 @@ type MemoryChange struct {
 	Kind       ChangeKind
 	Memory     *Memory  // ChangeWritten and ChangeSuperseded
 	DeletedIDs []string // ChangeDeleted
+	// Cursor is the change's number in its app (on ChangeStarted: the
+	// number the watch starts after): WatchOptions.After resumes after it.
+	Cursor uint64
+}
+
+// WatchOptions tune WatchMemories. The zero value is usable.
+type WatchOptions struct {
+	// After, when set, replays the app's changes after this cursor that the
+	// server still retains (the newest 10,000 per app), then goes live.
+	// An older cursor fails with OUT_OF_RANGE naming "after".
+	After *uint64
+	// InitialBackoff is the first wait before reconnecting (default 100ms);
+	// it doubles per consecutive failure up to MaxBackoff (default 2s).
+	InitialBackoff time.Duration
+	MaxBackoff     time.Duration
+	// MaxRetries bounds consecutive failed reconnects. 0:
+	// DefaultStreamMaxRetries (8); negative: unlimited (until ctx ends).
+	MaxRetries int
+	// OnReconnect, when set, is called before each reconnect with the
+	// attempt number, the cursor the watch resumes after and the error that
+	// ended the previous connection; a non-nil error ends the watch with it.
+	OnReconnect func(attempt int, after uint64, cause error) error
 }
 
 // SearchEventsParams is an episodic search over the events of an app's (or
@@ -341,55 +363,142 @@ func (c *Client) DeleteMemories(ctx context.Context, p DeleteMemoriesParams) (de
 }
 
 // WatchMemories follows the writes, supersessions and deletions of a
-// scope's memories live (ScopeVisible unless scope.Match says otherwise).
-// The first change is ChangeStarted: every change after it is delivered;
-// heartbeats are consumed. The server does not replay changes made while no
-// watch is open, so a broken watch is not resumed: the iterator yields the
-// error (ctx's when it ends) and stops; list or search, then watch again.
-func (c *Client) WatchMemories(ctx context.Context, scope Scope) iter.Seq2[MemoryChange, error] {
+// scope's memories (ScopeVisible unless scope.Match says otherwise). The
+// first change is ChangeStarted; with options.After, the retained changes
+// after it are replayed first. Each change carries its Cursor; heartbeats
+// are consumed. When the connection breaks (UNAVAILABLE or a transport
+// error) it reconnects with bounded exponential backoff and resumes after
+// the last cursor it saw, so nothing is skipped or repeated (ChangeStarted
+// is yielded once). Other errors (OUT_OF_RANGE: the resume point is older
+// than the server's change log; list or search, then watch again) and
+// exhausted retries are yielded last, as is ctx's error when it ends.
+func (c *Client) WatchMemories(ctx context.Context, scope Scope, options ...WatchOptions) iter.Seq2[MemoryChange, error] {
+	var o WatchOptions
+	if len(options) > 0 {
+		o = options[0]
+	}
+	if o.InitialBackoff <= 0 {
+		o.InitialBackoff = DefaultInitialBackoff
+	}
+	if o.MaxBackoff <= 0 {
+		o.MaxBackoff = DefaultMaxBackoff
+	}
+	if o.MaxBackoff < o.InitialBackoff {
+		o.MaxBackoff = o.InitialBackoff
+	}
+	if o.MaxRetries == 0 {
+		o.MaxRetries = DefaultStreamMaxRetries
+	}
 	return func(yield func(MemoryChange, error) bool) {
 		ctx, cancel := context.WithCancel(ctx)
 		defer cancel() // leaving the loop early ends the call
-		req := &engramv1.WatchMemoriesRequest{
-			AppName: scope.AppName, UserId: optional(scope.UserID), AgentId: optional(scope.AgentID),
-			SessionId: optional(scope.SessionID), ScopeMatch: engramv1.ScopeMatch(scope.Match),
+		var cursor *uint64
+		if o.After != nil {
+			after := *o.After
+			cursor = &after
 		}
-		conn, err := c.rpc.WatchMemories(ctx, connect.NewRequest(req))
-		if err != nil {
-			yield(MemoryChange{}, err)
-			return
-		}
-		defer conn.Close()
-		for conn.Receive() {
-			var change MemoryChange
-			switch f := conn.Msg().GetFrame().(type) {
-			case *engramv1.WatchMemoriesResponse_Started:
-				change = MemoryChange{Kind: ChangeStarted}
-			case *engramv1.WatchMemoriesResponse_Written:
-				m := fromMemory(f.Written)
-				change = MemoryChange{Kind: ChangeWritten, Memory: &m}
-			case *engramv1.WatchMemoriesResponse_Superseded:
-				m := fromMemory(f.Superseded)
-				change = MemoryChange{Kind: ChangeSuperseded, Memory: &m}
-			case *engramv1.WatchMemoriesResponse_Deleted:
-				change = MemoryChange{Kind: ChangeDeleted, DeletedIDs: f.Deleted.GetMemoryIds()}
-			default:
-				continue // heartbeats, and frames this client does not know
+		started, failures := false, 0
+		for attempt := 0; ; attempt++ {
+			req := &engramv1.WatchMemoriesRequest{
+				AppName: scope.AppName, UserId: optional(scope.UserID), AgentId: optional(scope.AgentID),
+				SessionId: optional(scope.SessionID), ScopeMatch: engramv1.ScopeMatch(scope.Match), After: cursor,
 			}
-			if !yield(change, nil) {
+			stop, err := c.watchOnce(ctx, req, func(change MemoryChange) bool {
+				failures = 0 // a frame arrived: this connection works
+				if change.Kind == ChangeStarted {
+					if cursor == nil {
+						at := change.Cursor
+						cursor = &at
+					}
+					if started {
+						return true
+					}
+					started = true
+					return yield(change, nil)
+				}
+				if cursor != nil && change.Cursor <= *cursor {
+					return true // never repeat
+				}
+				at := change.Cursor
+				cursor = &at
+				return yield(change, nil)
+			})
+			if stop {
+				return
+			}
+			if ctx.Err() != nil {
+				yield(MemoryChange{}, ctx.Err())
+				return
+			}
+			if !retryable(err) {
+				yield(MemoryChange{}, err)
+				return
+			}
+			failures++
+			if o.MaxRetries > 0 && failures > o.MaxRetries {
+				yield(MemoryChange{}, err)
+				return
+			}
+			var after uint64
+			if cursor != nil {
+				after = *cursor
+			}
+			if o.OnReconnect != nil {
+				if herr := o.OnReconnect(attempt+1, after, err); herr != nil {
+					yield(MemoryChange{}, herr)
+					return
+				}
+			}
+			d := o.InitialBackoff
+			for i := 1; i < failures && d < o.MaxBackoff; i++ {
+				d *= 2
+			}
+			t := time.NewTimer(min(d, o.MaxBackoff))
+			select {
+			case <-t.C:
+			case <-ctx.Done():
+				t.Stop()
+				yield(MemoryChange{}, ctx.Err())
 				return
 			}
 		}
-		err = conn.Err()
-		if ctx.Err() != nil {
-			err = ctx.Err()
-		} else if err == nil {
-			err = connect.NewError(connect.CodeUnavailable, errors.New("memory: watch ended by the server"))
-		} else {
-			err = cutOffAsUnavailable(err)
-		}
-		yield(MemoryChange{}, err)
 	}
+}
+
+// watchOnce runs one watch call, handing each change to deliver; it reports
+// whether the caller stopped, and otherwise the error that ended the call.
+func (c *Client) watchOnce(ctx context.Context, req *engramv1.WatchMemoriesRequest, deliver func(MemoryChange) bool) (bool, error) {
+	conn, err := c.rpc.WatchMemories(ctx, connect.NewRequest(req))
+	if err != nil {
+		return false, cutOffAsUnavailable(err)
+	}
+	defer conn.Close()
+	for conn.Receive() {
+		res := conn.Msg()
+		change := MemoryChange{Cursor: res.GetCursor()}
+		switch f := res.GetFrame().(type) {
+		case *engramv1.WatchMemoriesResponse_Started:
+			change.Kind, change.Cursor = ChangeStarted, f.Started.GetCursor()
+		case *engramv1.WatchMemoriesResponse_Written:
+			m := fromMemory(f.Written)
+			change.Kind, change.Memory = ChangeWritten, &m
+		case *engramv1.WatchMemoriesResponse_Superseded:
+			m := fromMemory(f.Superseded)
+			change.Kind, change.Memory = ChangeSuperseded, &m
+		case *engramv1.WatchMemoriesResponse_Deleted:
+			change.Kind, change.DeletedIDs = ChangeDeleted, f.Deleted.GetMemoryIds()
+		default:
+			continue // heartbeats, and frames this client does not know
+		}
+		if !deliver(change) {
+			return true, nil
+		}
+	}
+	err = conn.Err()
+	if err == nil {
+		return false, connect.NewError(connect.CodeUnavailable, errors.New("memory: watch ended by the server"))
+	}
+	return false, cutOffAsUnavailable(err)
 }
 
 // SearchEvents searches the events of an app's (or one user's) sessions by

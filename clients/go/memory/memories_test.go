@@ -244,6 +244,53 @@ func TestMemories(t *testing.T) {
 				}
 			})
 
+			t.Run("a watch resumed with After replays what it missed, in order and once, then goes live", func(t *testing.T) {
+				ctx := testCtx(t)
+				resumeApp := app + "-resume"
+				write := func(id, user, key, text string) {
+					must[*memory.MemoriesWritten](t)(c.WriteMemories(ctx, []memory.Memory{{MemoryID: id, AppName: resumeApp, UserID: user, Key: key, Text: text}}))
+				}
+				var last uint64
+				for change, err := range c.WatchMemories(ctx, memory.Scope{AppName: resumeApp, UserID: "pia"}) {
+					if err != nil {
+						t.Fatalf("first watch: %v", err)
+					}
+					if change.Kind == memory.ChangeStarted {
+						write("w-1", "pia", "mood", "Pia is calm")
+						continue
+					}
+					last = change.Cursor
+					break
+				}
+				write("w-other", "quin", "", "Quin is busy")
+				write("w-2", "pia", "mood", "Pia is excited")
+				must[uint64](t)(c.DeleteMemories(ctx, memory.DeleteMemoriesParams{Scope: memory.Scope{AppName: resumeApp}, MemoryIDs: []string{"w-1"}}))
+				var got []string
+				var cursors []uint64
+				for change, err := range c.WatchMemories(ctx, memory.Scope{AppName: resumeApp, UserID: "pia"}, memory.WatchOptions{After: &last}) {
+					if err != nil {
+						t.Fatalf("resumed watch ended after %v: %v", got, err)
+					}
+					switch change.Kind {
+					case memory.ChangeStarted:
+						continue
+					case memory.ChangeDeleted:
+						got = append(got, "deleted "+change.DeletedIDs[0])
+						write("w-3", "pia", "", "Pia is back") // caught up: one live change follows
+					default:
+						got = append(got, change.Kind.String()+" "+change.Memory.MemoryID)
+					}
+					cursors = append(cursors, change.Cursor)
+					if len(got) == 3 {
+						break
+					}
+				}
+				want := []string{"written w-2", "deleted w-1", "written w-3"}
+				if !slices.Equal(got, want) || last != 1 || !slices.Equal(cursors, []uint64{4, 5, 6}) {
+					t.Fatalf("changes %v at %v after %d, want %v at [4 5 6] after 1", got, cursors, last, want)
+				}
+			})
+
 			t.Run("a refused watch yields the error; an ended context ends it", func(t *testing.T) {
 				ctx := testCtx(t)
 				for _, err := range c.WatchMemories(ctx, memory.Scope{AppName: ""}) {

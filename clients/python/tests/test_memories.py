@@ -6,12 +6,14 @@ import uuid
 from collections.abc import AsyncGenerator
 from datetime import datetime, timezone
 
+import grpc
 import pytest
 from conftest import FAST_CHANNEL, FAST_RETRY
 
 from engram_memory import (
     AlreadyExistsError,
     EngramClient,
+    EngramError,
     Fact,
     InvalidArgumentError,
     LongTermMemory,
@@ -212,7 +214,7 @@ async def test_watch_passes_heartbeats_only_when_asked(client: EngramClient, app
     assert change.kind == "written" and change.memory is not None and change.memory.memory_id == "late"
 
 
-async def test_watch_resumes_after_a_broken_connection_and_says_started_again(
+async def test_watch_resumes_after_a_broken_connection_from_the_last_change_it_saw(
     server: EngramServer, client: EngramClient, app: str
 ) -> None:
     proxy = TcpProxy(server.port)
@@ -220,17 +222,51 @@ async def test_watch_resumes_after_a_broken_connection_and_says_started_again(
         async with EngramClient(proxy.target, timeout=10, options=FAST_CHANNEL, stream_retry=FAST_RETRY) as via:
             watch = via.watch_memories(app)
             try:
-                assert (await _next_change(watch)).kind == "started"
+                started = await _next_change(watch)
+                assert started.kind == "started"
+                await client.write_memory(app, "seen live", memory_id="live")
+                live = await _next_change(watch)
                 proxy.break_all()
-                # Changes while the watch is away are not replayed: it says started again once back.
-                assert (await _next_change(watch, 20)).kind == "started"
+                # Written while the watch is away: replayed after the last cursor it saw, once.
+                await client.write_memory(app, "written while away", memory_id="away")
+                away = await _next_change(watch, 20)
                 await client.write_memory(app, "written after the resume", memory_id="after")
-                change = await _next_change(watch)
+                after = await _next_change(watch)
             finally:
                 await watch.aclose()
     finally:
         proxy.close()
-    assert change.kind == "written" and change.memory is not None and change.memory.memory_id == "after"
+    changes = [live, away, after]
+    assert [(c.kind, c.memory.memory_id if c.memory else None) for c in changes] == [
+        ("written", "live"),
+        ("written", "away"),
+        ("written", "after"),
+    ]
+    assert [c.cursor for c in changes] == [started.cursor + 1, started.cursor + 2, started.cursor + 3]
+
+
+async def test_watch_with_after_replays_the_retained_changes_after_it(client: EngramClient, app: str) -> None:
+    first = await client.write_memory(app, "one", memory_id="r1")
+    await client.write_memory(app, "two", memory_id="r2")
+    await client.delete_memories(app, ["r1"])
+    watch = client.watch_memories(app, after=0)
+    try:
+        started = await _next_change(watch)
+        seen = [await _next_change(watch) for _ in range(2)]
+    finally:
+        await watch.aclose()
+    assert first.memory_id == "r1" and started.kind == "started" and started.cursor == 0
+    assert [(c.kind, c.memory.memory_id if c.memory else c.memory_ids, c.cursor) for c in seen] == [
+        ("written", "r2", 2),
+        ("deleted", ("r1",), 3),
+    ]
+    too_new = client.watch_memories(app, after=99)
+    try:
+        with pytest.raises(EngramError) as raised:
+            await _next_change(too_new)
+    finally:
+        await too_new.aclose()
+    assert raised.value.code == grpc.StatusCode.OUT_OF_RANGE and raised.value.field == "after"
 
 
 async def test_search_events_finds_a_users_events_with_session_seq_and_snippet(client: EngramClient, app: str) -> None:

@@ -124,9 +124,17 @@ export interface StreamOptions extends ReconnectOptions {
 }
 
 /** Options of watchMemories. */
-export interface WatchOptions {
+export interface WatchOptions extends ReconnectOptions {
+  /** Replay the app's changes after this cursor (of an earlier change or started), then go live. Default: live from now. */
+  after?: number | bigint;
   /** Aborting ends the iteration (the loop simply finishes). */
   signal?: AbortSignal;
+  /**
+   * Called before each reconnection with the error that ended the previous
+   * watch and the number of consecutive failures; a returned promise is
+   * awaited before reconnecting.
+   */
+  onReconnect?: (err: ConnectError, attempt: number) => void | Promise<void>;
 }
 
 const MAX_PAGE = 1000;
@@ -540,29 +548,62 @@ export class MemoryClient {
 
   /**
    * Follows the writes, supersessions and deletions of a scope's memories
-   * live ("visible" to it unless `scopeMatch` says otherwise). The first
-   * change is `{ type: "started" }`: everything after it is delivered.
-   * Heartbeats are not yielded. Changes made while no watch is open are not
-   * replayed, so the watch does not reconnect by itself: when it throws
-   * (the server restarting answers UNAVAILABLE), list or search, then watch again.
-   * Aborting `signal` (or breaking out of the loop) ends it.
+   * ("visible" to it unless `scopeMatch` says otherwise). The first change
+   * is `{ type: "started", cursor }`; with `after`, the changes the server
+   * still retains after it are replayed first. Each change carries its
+   * cursor. Heartbeats are not yielded. When the connection is lost
+   * (UNAVAILABLE, e.g. a server restart) it reconnects with bounded
+   * exponential backoff and resumes after the last cursor it saw, so nothing
+   * is skipped or repeated (`started` is yielded once). OUT_OF_RANGE (the
+   * resume point is older than the server's retained change log: list or
+   * search, then watch again), other errors and exhausted retries are
+   * thrown. Aborting `signal` (or breaking out of the loop) ends it.
    */
   async *watchMemories(scope: MemoryScope, options: WatchOptions = {}): AsyncGenerator<MemoryChange, void, undefined> {
+    const maxRetries = options.maxRetries ?? this.reconnect.maxRetries;
+    const initial = options.initialBackoffMs ?? this.reconnect.initialBackoffMs;
+    const max = options.maxBackoffMs ?? this.reconnect.maxBackoffMs;
     const signal = options.signal;
     if (signal?.aborted) return;
-    const req = scopeFields(scope);
     // Our own controller so that leaving the loop early cancels the call.
     const controller = new AbortController();
     const onAbort = () => controller.abort(signal?.reason);
     signal?.addEventListener("abort", onAbort, { once: true });
+    let cursor = options.after === undefined ? undefined : toSeq(options.after, "after");
+    let started = false;
+    let failures = 0;
     try {
-      for await (const res of this.rpc.watchMemories(req, { signal: controller.signal })) {
-        const change = toMemoryChange(res);
-        if (change) yield change;
+      for (;;) {
+        let error: ConnectError;
+        try {
+          for await (const res of this.rpc.watchMemories({ ...scopeFields(scope), after: cursor }, { signal: controller.signal })) {
+            failures = 0; // a frame arrived: this connection works
+            const change = toMemoryChange(res);
+            if (!change) continue;
+            if (change.type === "started") {
+              cursor ??= BigInt(change.cursor);
+              if (started) continue;
+              started = true;
+              yield change;
+              continue;
+            }
+            if (cursor !== undefined && BigInt(change.cursor) <= cursor) continue; // never repeat
+            cursor = BigInt(change.cursor);
+            yield change;
+          }
+          // The server ended the watch without a status error: resume as after a disconnect.
+          error = new ConnectError("watch ended by the server", Code.Unavailable);
+        } catch (err) {
+          if (controller.signal.aborted || this.closed) return;
+          error = ConnectError.from(err);
+          if (!RESUMABLE.has(error.code) && !isTransient(error)) throw error;
+        }
+        failures++;
+        if (failures > maxRetries) throw error;
+        await options.onReconnect?.(error, failures);
+        await sleep(backoffMs(failures, initial, max), controller.signal);
+        if (controller.signal.aborted || this.closed) return;
       }
-    } catch (err) {
-      if (controller.signal.aborted || this.closed) return;
-      throw ConnectError.from(err);
     } finally {
       signal?.removeEventListener("abort", onAbort);
       controller.abort();

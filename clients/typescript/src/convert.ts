@@ -242,13 +242,13 @@ export function toMemoryChange(r: pbm.WatchMemoriesResponse): MemoryChange | und
   const frame = r.frame;
   switch (frame.case) {
     case "started":
-      return { type: "started" };
+      return { type: "started", cursor: toNumber(frame.value.cursor, "cursor") };
     case "written":
-      return { type: "written", memory: toMemory(frame.value) };
+      return { type: "written", memory: toMemory(frame.value), cursor: toNumber(r.cursor, "cursor") };
     case "superseded":
-      return { type: "superseded", memory: toMemory(frame.value) };
+      return { type: "superseded", memory: toMemory(frame.value), cursor: toNumber(r.cursor, "cursor") };
     case "deleted":
-      return { type: "deleted", memoryIds: [...frame.value.memoryIds] };
+      return { type: "deleted", memoryIds: [...frame.value.memoryIds], cursor: toNumber(r.cursor, "cursor") };
     default:
       return undefined;
   }

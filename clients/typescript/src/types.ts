@@ -333,14 +333,14 @@ export interface MemoryDeletion extends MemoryScope {
 
 /** One change a watchMemories iterator yields. */
 export type MemoryChange =
-  /** The watch is live: every change after it is delivered. Always first. */
-  | { type: "started" }
-  /** A memory was written. */
-  | { type: "written"; memory: Memory }
+  /** The watch is live: every change after `cursor` (the app's change number it starts from) is delivered. Always first. */
+  | { type: "started"; cursor: number }
+  /** A memory was written (`cursor`: the change's number in its app, the point to resume after). */
+  | { type: "written"; memory: Memory; cursor: number }
   /** A memory's validity was closed by a newer one (its new state). */
-  | { type: "superseded"; memory: Memory }
+  | { type: "superseded"; memory: Memory; cursor: number }
   /** Memories were forgotten. */
-  | { type: "deleted"; memoryIds: string[] };
+  | { type: "deleted"; memoryIds: string[]; cursor: number };
 
 /** A searchEvents query: episodic recall over the events of an app's (or a user's) sessions. */
 export interface EventSearch {

@@ -197,7 +197,7 @@ describe.each<[Protocol]>([["grpc"], ["connect"]])("long-term memory over %s", (
 
   it("ends a watch when the loop breaks, and throws what the server refuses", async () => {
     for await (const change of client.watchMemories({ appName: app })) {
-      expect(change).toEqual({ type: "started" });
+      expect(change).toEqual({ type: "started", cursor: expect.any(Number) });
       break;
     }
     const failing = (async () => {

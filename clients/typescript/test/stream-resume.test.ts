@@ -99,6 +99,47 @@ describe.each<[Protocol]>([["grpc"], ["connect"]])("stream resume over %s", (pro
     expect(lastSeqs[0]).toBe(5); // the server's engram-last-seq trailer
   });
 
+  it("a memory watch resumes after a restart from the last change it saw: changes made while it was away are replayed, none twice", async () => {
+    const first: TestServer = await startTestServer();
+    let second: TestServer | undefined;
+    cleanups.push(() => first.stop(), () => second?.stop());
+    const client: MemoryClient = createMemoryClient({ baseUrl: first.baseUrl, protocol, reconnect: FAST_RECONNECT });
+    const writer: MemoryClient = createMemoryClient({ baseUrl: first.baseUrl, protocol: "connect" });
+    cleanups.push(() => client.close(), () => writer.close());
+    const appName = `watch-resume-${protocol}`;
+    const write = (memoryId: string) => writer.writeMemories([{ memoryId, appName, text: memoryId }]);
+
+    const seen: string[] = [];
+    const cursors: number[] = [];
+    const abort = new AbortController();
+    const watching = (async () => {
+      const onReconnect = async () => {
+        if (second) return;
+        // Reconnect only once a new server holds changes this watch has not seen.
+        second = await startTestServer({ store: first.store, config: { port: first.port } });
+        await write("m3");
+        await write("m4");
+      };
+      for await (const change of client.watchMemories({ appName }, { signal: abort.signal, onReconnect })) {
+        seen.push(change.type === "written" ? change.memory.memoryId : change.type);
+        cursors.push(change.cursor);
+        if (seen.length === 6) abort.abort();
+      }
+    })();
+    watching.catch(() => {});
+    await until(() => seen.length === 1, "started");
+    await write("m1");
+    await write("m2");
+    await until(() => seen.length === 3, "live changes");
+    // Graceful stop: the watch ends UNAVAILABLE; the store lives on.
+    await first.server.close();
+    await until(() => seen.length === 5, "the replayed changes", 20_000);
+    await write("m5");
+    await watching;
+    expect(seen).toEqual(["started", "m1", "m2", "m3", "m4", "m5"]);
+    expect(cursors).toEqual([0, 1, 2, 3, 4, 5]);
+  });
+
   it("resumes after the server process is killed and a new one starts on the same port", async () => {
     const a: ServerProcess = await spawnServer({ MEMORY_SHUTDOWN_GRACE_MS: "500" });
     let b: ServerProcess | undefined;

@@ -29,8 +29,8 @@ import {
   type WriteMemoriesRequest,
   type WriteMemoriesResponse,
 } from "@engram-memory/client/gen/engram/v1/memories_pb.js";
-import { invalidArgument, MemoryError } from "../../errors.js";
-import { scopeSelects } from "../../store/memories/rules.js";
+import { invalidArgument } from "../../errors.js";
+import { requireRetained, scopeSelects } from "../../store/memories/rules.js";
 import type { LongTermMemoryStore, MemoryChange, MemoryCursor, MemoryFilter, MemoryRecord, MemoryStore } from "../../store/types.js";
 import type { ServiceLimits } from "../limits.js";
 import { decodePageToken, encodePageToken } from "../page-token.js";
@@ -49,8 +49,10 @@ const CANDIDATES_PER_RESULT = 5;
 /** …and at least / at most this many. An empty query ranks the newest MAX_CANDIDATES memories of the scope. */
 const MIN_CANDIDATES = 50;
 const MAX_CANDIDATES = 500;
-/** Changes a watch holds for a reader that does not keep up; past it the watch ends RESOURCE_EXHAUSTED. */
+/** Live changes a watch holds for a reader that does not keep up; past them it reads on from the change log. */
 export const MAX_WATCH_BACKLOG = 1000;
+/** Changes a watch reads from the change log at a time. */
+const REPLAY_PAGE = 500;
 
 /** What a ranked search needs. */
 export interface MemoryQuery {
@@ -219,9 +221,15 @@ export class LongTermMemoryService {
   }
 
   /**
-   * Live changes of a scope's memories: a `started` frame once subscribed,
-   * then every write, supersession and deletion the scope selects, with
-   * heartbeats while idle. Nothing is replayed.
+   * Changes of a scope's memories: a `started` frame once subscribed (with
+   * the cursor it starts from), then, when `after` is given, the retained
+   * changes after it (read from the store's change log), then every live
+   * write, supersession and deletion the scope selects, each with its change
+   * number; heartbeats while idle. Live changes are delivered as they come
+   * while they follow one another; a gap (another replica's change, or a
+   * reader that fell MAX_WATCH_BACKLOG behind) is filled from the log, so
+   * nothing is missed or delivered twice. A reader behind the retained log
+   * ends OUT_OF_RANGE naming `after`.
    */
   async *watchMemories(req: WatchMemoriesRequest, ctx: MemoryCallContext & { signal?: AbortSignal } = {}): AsyncGenerator<WatchMemoriesResponse> {
     const scope = scopeFilter(req, "visible");
@@ -231,35 +239,59 @@ export class LongTermMemoryService {
       const userId = ownUser(ctx.tenant, "user_id", scope.userId);
       scope.userId = userId;
     }
-    const backlog: WatchMemoriesResponse[] = [];
+    const after = req.after === undefined ? undefined : resumePoint(req.after);
+    const live: MemoryChange[] = [];
     let wake: (() => void) | undefined;
-    let overflow = false;
-    const push = (frame: WatchMemoriesResponse) => {
-      if (backlog.length >= MAX_WATCH_BACKLOG) overflow = true;
-      else backlog.push(frame);
+    // Set when the live changes alone cannot continue the feed: read the log from the cursor.
+    let behind = false;
+    const onChange = (change: MemoryChange) => {
+      if (live.length >= MAX_WATCH_BACKLOG) {
+        live.length = 0;
+        behind = true;
+      } else live.push(change);
       wake?.();
     };
-    const onChange = (change: MemoryChange) => {
-      if (change.kind === "deleted") {
-        const ids = change.memories.filter((m) => scopeSelects(scope, m)).map((m) => m.memoryId);
-        if (ids.length > 0) push(create(WatchMemoriesResponseSchema, { frame: { case: "deleted", value: create(MemoriesDeletedSchema, { memoryIds: ids }) } }));
-      } else if (scopeSelects(scope, change.memory)) {
-        push(create(WatchMemoriesResponseSchema, { frame: { case: change.kind, value: toWireMemory(change.memory) } }));
-      }
-    };
+    // Subscribed before the window is read: a change committed in between is in both, and the cursor drops the copy.
     const unsubscribe = this.memories.subscribeMemories(scope.appName, onChange);
     const signal = ctx.signal;
     const onAbort = () => wake?.();
     signal?.addEventListener("abort", onAbort);
+    const framesOf = (change: MemoryChange): WatchMemoriesResponse | undefined => {
+      const cursor = BigInt(change.seq);
+      if (change.kind === "deleted") {
+        const ids = change.memories.filter((m) => scopeSelects(scope, m)).map((m) => m.memoryId);
+        return ids.length > 0 ? create(WatchMemoriesResponseSchema, { cursor, frame: { case: "deleted", value: create(MemoriesDeletedSchema, { memoryIds: ids }) } }) : undefined;
+      }
+      if (change.kind === "remote" || !scopeSelects(scope, change.memory)) return undefined;
+      return create(WatchMemoriesResponseSchema, { cursor, frame: { case: change.kind, value: toWireMemory(change.memory) } });
+    };
     try {
-      yield create(WatchMemoriesResponseSchema, { frame: { case: "started", value: create(WatchStartedSchema, {}) } });
+      const window = await this.memories.memoryChangeWindow(scope.appName);
+      if (after !== undefined) requireRetained(after, window);
+      let cursor = after ?? window.head;
+      behind ||= cursor < window.head;
+      yield create(WatchMemoriesResponseSchema, { frame: { case: "started", value: create(WatchStartedSchema, { cursor: BigInt(cursor) }) } });
       while (!signal?.aborted) {
-        if (overflow) {
-          throw new MemoryError("RESOURCE_EXHAUSTED", `the watch fell more than ${MAX_WATCH_BACKLOG} changes behind; list or search, then watch again`, {}, { reason: "WATCH_BACKLOG" });
+        if (behind) {
+          const page = await this.memories.readMemoryChanges(scope.appName, cursor, REPLAY_PAGE);
+          for (const change of page.changes) {
+            const frame = framesOf(change);
+            if (frame) yield frame;
+          }
+          behind = page.through > cursor && page.through - cursor >= REPLAY_PAGE;
+          cursor = page.through;
+          continue;
         }
-        const frame = backlog.shift();
-        if (frame) {
-          yield frame;
+        const change = live.shift();
+        if (change) {
+          if (change.seq <= cursor) continue; // delivered already (from the log)
+          if (change.seq > cursor + 1 || change.kind === "remote") {
+            behind = true; // a gap: the log has what lies between
+            continue;
+          }
+          cursor = change.seq;
+          const frame = framesOf(change);
+          if (frame) yield frame;
           continue;
         }
         let timer: NodeJS.Timeout | undefined;
@@ -310,6 +342,12 @@ export class LongTermMemoryService {
     filter.scope.userId = tenant.userId;
     return true;
   }
+}
+
+/** A watch's `after`, as a change number (the largest a change log can reach is a safe integer). */
+function resumePoint(after: bigint): number {
+  if (after > BigInt(Number.MAX_SAFE_INTEGER)) throw invalidArgument("after", `must be at most ${Number.MAX_SAFE_INTEGER}`);
+  return Number(after);
 }
 
 /** A listing cursor from its page-token position ("<createdAt>:<memoryId>"). */

@@ -13,6 +13,8 @@ import type {
   LongTermMemoryStore,
   MemoryChange,
   MemoryChangeListener,
+  MemoryChangePage,
+  MemoryChangeWindow,
   MemoryCursor,
   MemoryFilter,
   MemoryRecord,
@@ -22,7 +24,18 @@ import type {
 } from "../types.js";
 import { notifyEach } from "../notices.js";
 import { LEXICAL_QUERY, lexicalDocument, newLexicalIndex } from "./lexical.js";
-import { cosine, embeddingDimensionMismatch, exactScopeKey, filterSelects, memoryIdTaken, scopeSelects, supersessionKey } from "./rules.js";
+import {
+  cosine,
+  deletedStub,
+  embeddingDimensionMismatch,
+  exactScopeKey,
+  filterSelects,
+  MEMORY_CHANGES_RETAINED,
+  memoryIdTaken,
+  requireRetained,
+  scopeSelects,
+  supersessionKey,
+} from "./rules.js";
 
 // sorted-btree is CommonJS with `exports.default` (see src/store/local.ts).
 const BTree: typeof SortedBTree.default = createRequire(import.meta.url)("sorted-btree").default;
@@ -41,6 +54,11 @@ class AppMemories {
   readonly groups = new Map<string, MemoryRecord[]>();
   readonly index = newLexicalIndex();
   readonly listeners = new Set<MemoryChangeListener>();
+  /** The change log: references to written and superseded memories (read as they are now), ids and scope of deleted ones. */
+  readonly log: LoggedChange[] = [];
+  /** The newest change number, and the newest no longer in the log. */
+  head = 0;
+  floor = 0;
   /** The dimension of the app's embeddings, set by the first one written. */
   dimension?: number;
 
@@ -78,10 +96,25 @@ class AppMemories {
     this.index.discard(m.memoryId);
   }
 
-  emit(change: MemoryChange): void {
-    notifyEach(this.listeners, change);
+  /** Numbers a change, keeps it in the change log (the newest MEMORY_CHANGES_RETAINED) and tells the listeners. */
+  emit(change: UnnumberedChange): void {
+    const seq = ++this.head;
+    if (change.kind === "deleted") {
+      const stubs = change.memories.map((m) => deletedStub(m.appName, m.memoryId, m.userId, m.agentId, m.sessionId));
+      this.log.push({ seq, kind: "deleted", stubs });
+    } else {
+      this.log.push({ seq, kind: change.kind, memoryId: change.memory.memoryId });
+    }
+    if (this.log.length > MEMORY_CHANGES_RETAINED) this.floor = this.log.shift()!.seq;
+    notifyEach(this.listeners, { ...change, seq } as MemoryChange);
   }
 }
+
+/** A change before the app numbers it. */
+type UnnumberedChange = { kind: "written" | "superseded"; memory: MemoryRecord } | { kind: "deleted"; memories: readonly MemoryRecord[] };
+
+/** One entry of an app's change log. */
+type LoggedChange = { seq: number; kind: "written" | "superseded"; memoryId: string } | { seq: number; kind: "deleted"; stubs: MemoryRecord[] };
 
 /** The group a memory supersedes within, or undefined when it has no supersession key. */
 function groupKey(m: MemoryRecord): string | undefined {
@@ -117,7 +150,7 @@ export class LocalMemories implements LongTermMemoryStore {
     });
     const stored: MemoryRecord[] = [];
     const superseded = new Map<string, MemoryRecord>();
-    const changes: Array<{ app: AppMemories; change: MemoryChange }> = [];
+    const changes: Array<{ app: AppMemories; change: UnnumberedChange }> = [];
     memories.forEach((input, i) => {
       const app = this.app(input.appName);
       const existing = retries[i] ?? app.byId.get(input.memoryId);
@@ -220,9 +253,32 @@ export class LocalMemories implements LongTermMemoryStore {
     app.listeners.add(listener);
     return () => {
       app.listeners.delete(listener);
-      // A watch of an app with no memories must not leave an empty app behind.
-      if (app.listeners.size === 0 && app.byId.size === 0 && this.apps.get(appName) === app) this.apps.delete(appName);
+      // A watch of an app with no memories (and no change log to resume from) must not leave an empty app behind.
+      if (app.listeners.size === 0 && app.byId.size === 0 && app.head === 0 && this.apps.get(appName) === app) this.apps.delete(appName);
     };
+  }
+
+  async memoryChangeWindow(appName: string): Promise<MemoryChangeWindow> {
+    const app = this.apps.get(appName);
+    return { head: app?.head ?? 0, floor: app?.floor ?? 0 };
+  }
+
+  async readMemoryChanges(appName: string, after: number, limit: number): Promise<MemoryChangePage> {
+    const app = this.apps.get(appName);
+    requireRetained(after, { head: app?.head ?? 0, floor: app?.floor ?? 0 });
+    if (!app) return { changes: [], through: after };
+    // The log holds floor+1..head in order: change n sits at n - floor - 1.
+    const entries = app.log.slice(after - app.floor, after - app.floor + limit);
+    const changes: MemoryChange[] = [];
+    for (const entry of entries) {
+      if (entry.kind === "deleted") {
+        changes.push({ seq: entry.seq, kind: "deleted", memories: entry.stubs });
+        continue;
+      }
+      const memory = app.byId.get(entry.memoryId);
+      if (memory) changes.push({ seq: entry.seq, kind: entry.kind, memory });
+    }
+    return { changes, through: entries.length > 0 ? entries[entries.length - 1].seq : after };
   }
 
   /** Every memory of (appName, userId), whatever its agent, session or validity: DeleteUserData's share. */

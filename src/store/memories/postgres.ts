@@ -21,10 +21,15 @@
  *   memory_dimensions. Vector similarity is cosine computed here over the
  *   newest NEAREST_CANDIDATES embedded memories the filter selects (no
  *   pgvector): a bounded candidate set, stated in the README.
+ * - Every change is numbered in its app's change log (migration
+ *   0013_memory_changes.sql), inside the transaction that makes it: the
+ *   app's row of memory_change_heads is locked and advanced, so numbers
+ *   follow commit order; the log keeps the newest MEMORY_CHANGES_RETAINED
+ *   changes of the app (references to written and superseded memories, the
+ *   ids and scope of deleted ones).
  * - Changes reach other replicas by NOTIFY on the store's channel, sent at
- *   commit: ids (and the scope of deleted memories) only, since a memory
- *   may be larger than a notification; a replica with watchers of the app
- *   reads written and superseded memories back. This replica's own
+ *   commit: the app and its newest change number only; a replica's watchers
+ *   read what they have not seen from the log. This replica's own
  *   subscribers get the full records at once and skip its notices.
  */
 import { randomUUID } from "node:crypto";
@@ -35,6 +40,8 @@ import type {
   LongTermMemoryStore,
   MemoryChange,
   MemoryChangeListener,
+  MemoryChangePage,
+  MemoryChangeWindow,
   MemoryCursor,
   MemoryFilter,
   MemoryRecord,
@@ -44,7 +51,7 @@ import type {
   StoreCall,
 } from "../types.js";
 import { KeyedListeners } from "../notices.js";
-import { embeddingDimensionMismatch, exactScopeKey, memoryIdTaken, supersessionKey } from "./rules.js";
+import { changeWindowOf, deletedStub, embeddingDimensionMismatch, exactScopeKey, memoryIdTaken, requireRetained, supersessionKey } from "./rules.js";
 
 /** Advisory locks a batch takes on its ids and keys at most; a larger batch locks its apps instead (see lockBatch). */
 const FINE_LOCKS_MAX = 16;
@@ -54,8 +61,6 @@ export const NEAREST_CANDIDATES = 2000;
 export const LEXICAL_CANDIDATES = 1000;
 /** Memories one delete statement (forget, erasure) removes at most: one bounded transaction each. */
 const DELETE_BATCH_MEMORIES = 10_000;
-/** NOTIFY payloads must stay under 8000 bytes. */
-const MAX_NOTIFY_BYTES = 7900;
 
 /** How a statement is planned. */
 export interface StatementShape {
@@ -286,17 +291,17 @@ function newestSql(schema: string, p: Params, filter: MemoryFilter, columns: str
 const OR_QUERY = (param: string) => `NULLIF(regexp_replace(strip(to_tsvector('english'::regconfig, ${param}))::text, ''' ''', ''' | ''', 'g'), '')::tsquery`;
 
 /** A change as another replica hears of it: ids only, or ids and scope for deletions. */
-type ChangeNotice =
-  | { m: "w"; o: string; a: string; c: Array<["written" | "superseded", string]> }
-  | { m: "d"; o: string; a: string; r: Array<[string, string | null, string | null, string | null]> };
+/** A notice of an app's changes: m "w" (written, superseded) or "d" (deleted), origin, app, and the newest change number it made. */
+type ChangeNotice = { m: "w" | "d"; o: string; a: string; q: number };
+
+/** A change before the app's log numbers it. */
+type UnnumberedChange = { kind: "written" | "superseded"; memory: MemoryRecord } | { kind: "deleted"; memories: readonly MemoryRecord[] };
 
 /** The PostgreSQL LongTermMemoryStore, living inside a PostgresStore. */
 export class PostgresMemories implements LongTermMemoryStore {
   /** Tells this replica's notices apart from other replicas'. */
   private readonly origin = randomUUID();
   private readonly listeners = new KeyedListeners<MemoryChange>();
-  /** Notices from other replicas are read back one at a time, so their changes reach watchers in commit order. */
-  private remoteChanges: Promise<void> = Promise.resolve();
   private readonly s: string;
 
   constructor(private readonly db: PostgresMemoriesAccess) {
@@ -337,8 +342,9 @@ export class PostgresMemories implements LongTermMemoryStore {
       if (earlier !== i && batch[earlier].fingerprint !== m.fingerprint) throw memoryIdTaken(`memories[${i}].memory_id`, m.memoryId);
     });
 
-    const changes = new Map<string, MemoryChange[]>();
-    const change = (appName: string, c: MemoryChange) => {
+    const unnumbered = new Map<string, UnnumberedChange[]>();
+    const change = (appName: string, c: UnnumberedChange) => {
+      const changes = unnumbered;
       const list = changes.get(appName);
       if (list) list.push(c);
       else changes.set(appName, [c]);
@@ -381,12 +387,9 @@ export class PostgresMemories implements LongTermMemoryStore {
       change(memory.appName, { kind: "written", memory });
     }
 
-    const notices: ChangeNotice[] = [];
-    for (const [appName, appChanges] of changes) {
-      const entries = appChanges.map((c) => [c.kind, (c as { memory: MemoryRecord }).memory.memoryId] as ["written" | "superseded", string]);
-      for (const chunk of this.chunks(entries, (c) => ({ m: "w", o: this.origin, a: appName, c }))) notices.push(chunk);
-    }
-    await this.notify(client, notices);
+    const changes = new Map<string, MemoryChange[]>();
+    // Apps in one order: two batches of the same apps lock their log heads without waiting on each other in a cycle.
+    for (const appName of [...unnumbered.keys()].sort()) changes.set(appName, await this.logChanges(client, appName, "w", unnumbered.get(appName)!));
     return {
       result: {
         memories: batch.map((m) => latest.get(id(m.appName, m.memoryId))!),
@@ -584,12 +587,12 @@ export class PostgresMemories implements LongTermMemoryStore {
           params,
         );
         const records = rows.map(toRecord);
-        await this.notifyDeleted(client, appName, records);
-        return records;
+        const [change] = records.length > 0 ? await this.logChanges(client, appName, "d", [{ kind: "deleted", memories: records }]) : [];
+        return { records, change };
       }, call);
-      if (removed.length > 0) this.emit(appName, { kind: "deleted", memories: removed });
-      all.push(...removed);
-      if (removed.length < DELETE_BATCH_MEMORIES) return all;
+      if (removed.change) this.emit(appName, removed.change);
+      all.push(...removed.records);
+      if (removed.records.length < DELETE_BATCH_MEMORIES) return all;
     }
   }
 
@@ -597,40 +600,51 @@ export class PostgresMemories implements LongTermMemoryStore {
     return this.listeners.subscribe(appName, listener);
   }
 
+  async memoryChangeWindow(appName: string, call?: StoreCall): Promise<MemoryChangeWindow> {
+    const { rows } = await this.db.query<{ head: string }>(`SELECT head FROM ${this.s}.memory_change_heads WHERE app_name = $1`, [appName], call);
+    return changeWindowOf(Number(rows[0]?.head ?? 0));
+  }
+
+  async readMemoryChanges(appName: string, after: number, limit: number, call?: StoreCall): Promise<MemoryChangePage> {
+    // One snapshot for the window and the log: a trim between two reads could otherwise hide evicted changes.
+    return this.db.transaction(async (client) => {
+      await client.query("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ");
+      const { rows: heads } = await client.query<{ head: string }>(`SELECT head FROM ${this.s}.memory_change_heads WHERE app_name = $1`, [appName]);
+      requireRetained(after, changeWindowOf(Number(heads[0]?.head ?? 0)));
+      const { rows } = await client.query<{ seq: string; kind: string; memory_id: string | null; deleted: Array<[string, string | null, string | null, string | null]> | null }>(
+        `SELECT seq, kind, memory_id, deleted FROM ${this.s}.memory_changes WHERE app_name = $1 AND seq > $2 ORDER BY seq LIMIT $3`,
+        [appName, after, limit],
+      );
+      const ids = rows.flatMap((row) => (row.memory_id === null ? [] : [row.memory_id]));
+      const { rows: memoryRows } =
+        ids.length === 0 ? { rows: [] as MemoryRow[] } : await client.query<MemoryRow>(`SELECT ${COLUMNS} FROM ${this.s}.memories WHERE app_name = $1 AND memory_id = ANY($2::text[])`, [appName, ids]);
+      const byId = new Map(memoryRows.map((row) => [row.memory_id, toRecord(row)]));
+      const changes: MemoryChange[] = [];
+      for (const row of rows) {
+        const seq = Number(row.seq);
+        if (row.kind === "deleted") {
+          const memories = (row.deleted ?? []).map(([memoryId, userId, agentId, sessionId]) => deletedStub(appName, memoryId, userId, agentId, sessionId));
+          changes.push({ seq, kind: "deleted", memories });
+          continue;
+        }
+        const memory = byId.get(row.memory_id ?? "");
+        // Deleted since: its deletion follows.
+        if (memory) changes.push({ seq, kind: row.kind === "superseded" ? "superseded" : "written", memory });
+      }
+      return { changes, through: rows.length > 0 ? Number(rows[rows.length - 1].seq) : after };
+    }, call);
+  }
+
   /**
    * A notice from the store's channel (PostgresStore routes those carrying
    * `m` here). This replica's own are skipped: its subscribers heard of the
-   * change when it committed. Written and superseded memories are read back
-   * (in their state now) only when someone here watches the app.
+   * change when it committed. Another replica's tells this replica's
+   * watchers of the app how far its log has grown; they read the rest.
    */
   onNotice(payload: unknown): void {
     const notice = payload as Partial<ChangeNotice>;
-    if (typeof notice.a !== "string" || notice.o === this.origin || !this.listeners.has(notice.a)) return;
-    const appName = notice.a;
-    if (notice.m === "d" && Array.isArray(notice.r)) {
-      const memories = notice.r.map(([memoryId, userId, agentId, sessionId]) => deletedStub(appName, memoryId, userId, agentId, sessionId));
-      this.remoteChanges = this.remoteChanges.then(() => this.emit(appName, { kind: "deleted", memories }));
-      return;
-    }
-    if (notice.m !== "w" || !Array.isArray(notice.c)) return;
-    const entries = notice.c;
-    this.remoteChanges = this.remoteChanges.then(async () => {
-      let rows: MemoryRow[];
-      try {
-        rows = (await this.db.query<MemoryRow>(`SELECT ${COLUMNS} FROM ${this.s}.memories WHERE app_name = $1 AND memory_id = ANY($2::text[])`, [
-          appName,
-          entries.map(([, memoryId]) => memoryId),
-        ])).rows;
-      } catch {
-        return; // nothing is replayed: a watcher that misses a change lists or searches after reconnecting
-      }
-      const byId = new Map(rows.map((row) => [row.memory_id, toRecord(row)]));
-      for (const [kind, memoryId] of entries) {
-        const memory = byId.get(memoryId);
-        // Deleted since: its deletion notice follows.
-        if (memory) this.emit(appName, { kind, memory });
-      }
-    });
+    if (typeof notice.a !== "string" || notice.o === this.origin || typeof notice.q !== "number" || !this.listeners.has(notice.a)) return;
+    this.emit(notice.a, { seq: notice.q, kind: "remote" });
   }
 
   /** Forgets every listener (the store is closing). */
@@ -643,9 +657,38 @@ export class PostgresMemories implements LongTermMemoryStore {
   }
 
 
-  private async notifyDeleted(client: pg.PoolClient, appName: string, removed: readonly MemoryRecord[]): Promise<void> {
-    const entries = removed.map((m) => [m.memoryId, m.userId ?? null, m.agentId ?? null, m.sessionId ?? null] as [string, string | null, string | null, string | null]);
-    await this.notify(client, this.chunks(entries, (r) => ({ m: "d", o: this.origin, a: appName, r })));
+  /**
+   * Numbers an app's changes inside their transaction: advances (and locks,
+   * until commit) the app's log head, appends the changes to its log, trims
+   * the log to the newest MEMORY_CHANGES_RETAINED, and notifies other
+   * replicas at commit. The changes, numbered.
+   */
+  private async logChanges(client: pg.PoolClient, appName: string, kind: ChangeNotice["m"], changes: readonly UnnumberedChange[]): Promise<MemoryChange[]> {
+    const { rows } = await client.query<{ head: string }>(
+      `INSERT INTO ${this.s}.memory_change_heads AS h (app_name, head) VALUES ($1, $2)
+       ON CONFLICT (app_name) DO UPDATE SET head = h.head + EXCLUDED.head RETURNING head`,
+      [appName, changes.length],
+    );
+    const head = Number(rows[0].head);
+    const first = head - changes.length + 1;
+    const numbered = changes.map((c, i) => ({ ...c, seq: first + i }) as MemoryChange);
+    await client.query(
+      `INSERT INTO ${this.s}.memory_changes (app_name, seq, kind, memory_id, deleted)
+       SELECT $1, s, k, NULLIF(m, ''), d::jsonb FROM unnest($2::bigint[], $3::text[], $4::text[], $5::text[]) AS t(s, k, m, d)`,
+      [
+        appName,
+        numbered.map((c) => c.seq),
+        numbered.map((c) => c.kind),
+        numbered.map((c) => (c.kind === "deleted" ? "" : (c as { memory: MemoryRecord }).memory.memoryId)),
+        numbered.map((c) =>
+          c.kind === "deleted" ? JSON.stringify(c.memories.map((m) => [m.memoryId, m.userId ?? null, m.agentId ?? null, m.sessionId ?? null])) : null,
+        ),
+      ],
+    );
+    const floor = changeWindowOf(head).floor;
+    if (floor > 0) await client.query(`DELETE FROM ${this.s}.memory_changes WHERE app_name = $1 AND seq <= $2`, [appName, floor]);
+    await this.notify(client, [{ m: kind, o: this.origin, a: appName, q: head }]);
+    return numbered;
   }
 
   /** Sends the notices at commit (NOTIFY is transactional). */
@@ -653,35 +696,4 @@ export class PostgresMemories implements LongTermMemoryStore {
     if (notices.length === 0) return;
     await client.query("SELECT count(pg_notify($1, n)) FROM unnest($2::text[]) AS n", [this.db.channel, notices.map((n) => JSON.stringify(n))]);
   }
-
-  /** Entries split into notices that each fit in one NOTIFY payload. */
-  private chunks<E>(entries: readonly E[], notice: (part: E[]) => ChangeNotice): ChangeNotice[] {
-    const out: ChangeNotice[] = [];
-    let part: E[] = [];
-    let bytes = Buffer.byteLength(JSON.stringify(notice([])));
-    for (const entry of entries) {
-      const size = Buffer.byteLength(JSON.stringify(entry)) + 1;
-      if (part.length > 0 && bytes + size > MAX_NOTIFY_BYTES) {
-        out.push(notice(part));
-        part = [];
-        bytes = Buffer.byteLength(JSON.stringify(notice([])));
-      }
-      part.push(entry);
-      bytes += size;
-    }
-    if (part.length > 0) out.push(notice(part));
-    return out;
-  }
-}
-
-/**
- * A deleted memory as another replica hears of it: its id and scope (what a
- * watch filters and reports), nothing else; the row is gone.
- */
-function deletedStub(appName: string, memoryId: string, userId: string | null, agentId: string | null, sessionId: string | null): MemoryRecord {
-  const m: MemoryRecord = { memoryId, appName, text: "", key: "", topics: [], importance: 0, pinned: false, metadata: {}, createdAt: 0, validFrom: 0, fingerprint: "" };
-  if (userId !== null) m.userId = userId;
-  if (agentId !== null) m.agentId = agentId;
-  if (sessionId !== null) m.sessionId = sessionId;
-  return m;
 }

@@ -20,7 +20,12 @@
  *   held     zset, the same entries, of those that held for a while only (not
  *            closed where they began): their validities never overlap, so a
  *            write finds what it supersedes in O(log n) (write-n.lua)
- *   meta     hash: dim (the app's embedding dimension, set by the first embedding)
+ *   meta     hash: dim (the app's embedding dimension, set by the first embedding),
+ *            seq (the number of the app's newest change)
+ *   chg      zset, score = change number: the change log, the newest
+ *            MEMORY_CHANGES_RETAINED changes: "<seq>:w:<hex id>" (written),
+ *            "<seq>:s:<hex id>" (superseded; both read as they are now),
+ *            "<seq>:d:<JSON [id, user, agent, session] per memory>" (deleted)
  *   <prefix>:memories  pub/sub channel: the changes of every write and deletion
  *
  * Every write batch is one Lua script (redis-scripts/write-n.lua): checks,
@@ -43,6 +48,8 @@ import type {
   LongTermMemoryStore,
   MemoryChange,
   MemoryChangeListener,
+  MemoryChangePage,
+  MemoryChangeWindow,
   MemoryCursor,
   MemoryFilter,
   MemoryRecord,
@@ -53,7 +60,19 @@ import type {
 import { KeyedListeners } from "../notices.js";
 import { loadScripts } from "../redis/scripts.js";
 import { LEXICAL_QUERY, lexicalDocument, newLexicalIndex } from "./lexical.js";
-import { cosine, embeddingDimensionMismatch, exactScopeKey, filterSelects, memoryIdTaken, scopeSelects, supersessionKey } from "./rules.js";
+import {
+  changeWindowOf,
+  cosine,
+  deletedStub,
+  embeddingDimensionMismatch,
+  exactScopeKey,
+  filterSelects,
+  MEMORY_CHANGES_RETAINED,
+  memoryIdTaken,
+  requireRetained,
+  scopeSelects,
+  supersessionKey,
+} from "./rules.js";
 
 /**
  * How many of the newest memories in the scope's index a search or vector
@@ -94,6 +113,7 @@ interface AppKeys {
   held: string;
   embeddings: string;
   vectors: string;
+  changes: string;
 }
 
 /** One index a listing walks: a zset and the prefix its members have before "<created>:<hex id>". */
@@ -239,6 +259,7 @@ export class RedisMemories implements LongTermMemoryStore {
         m.embedding ? vectorBytes(m.embedding) : "",
       );
     }
+    args.push(MEMORY_CHANGES_RETAINED);
     const reply = await this.call(() => this.scripts.write(keys.length, ...keys, ...args));
     if (reply[0] === "TAKEN") {
       const i = reply[1] as number;
@@ -325,6 +346,45 @@ export class RedisMemories implements LongTermMemoryStore {
     return this.listeners.subscribe(appName, listener);
   }
 
+  async memoryChangeWindow(appName: string): Promise<MemoryChangeWindow> {
+    return changeWindowOf(Number((await this.call(() => this.redis.hget(this.keysOf(appName).meta, "seq"))) ?? 0));
+  }
+
+  async readMemoryChanges(appName: string, after: number, limit: number): Promise<MemoryChangePage> {
+    const keys = this.keysOf(appName);
+    // One transaction: the head and the log it trimmed agree.
+    const replies = (await this.call(() => this.redis.multi().hget(keys.meta, "seq").zrangebyscore(keys.changes, `(${after}`, "+inf", "LIMIT", 0, limit).exec()))!;
+    const [[headErr, head], [logErr, entries]] = replies as [[Error | null, string | null], [Error | null, string[]]];
+    if (headErr ?? logErr) throw headErr ?? logErr;
+    requireRetained(after, changeWindowOf(Number(head ?? 0)));
+    const parsed = entries.map((entry) => {
+      const [, seq, kind, rest] = /^(\d+):([wsd]):(.*)$/s.exec(entry)!;
+      return { seq: Number(seq), kind, rest };
+    });
+    const ids = parsed.filter((e) => e.kind !== "d").map((e) => e.rest);
+    const current = new Map<string, MemoryRecord>();
+    if (ids.length > 0) {
+      const [[, records], [, validities], [, embeddings]] = (await this.call(() =>
+        this.redis.pipeline().hmget(keys.records, ...ids).hmget(keys.validity, ...ids).hmget(keys.embeddings, ...ids).exec(),
+      ))! as Array<[unknown, Array<string | null>]>;
+      ids.forEach((id, i) => {
+        // Deleted since (or between the reads): its deletion follows.
+        if (records[i] !== null && validities[i] !== null) current.set(id, decode(records[i]!, validities[i]!, embeddings[i]));
+      });
+    }
+    const changes: MemoryChange[] = [];
+    for (const { seq, kind, rest } of parsed) {
+      if (kind === "d") {
+        const stubs = JSON.parse(rest) as Array<[string, string | null, string | null, string | null]>;
+        changes.push({ seq, kind: "deleted", memories: stubs.map(([memoryId, userId, agentId, sessionId]) => deletedStub(appName, memoryId, userId, agentId, sessionId)) });
+        continue;
+      }
+      const memory = current.get(rest);
+      if (memory) changes.push({ seq, kind: kind === "s" ? "superseded" : "written", memory });
+    }
+    return { changes, through: parsed.length > 0 ? parsed[parsed.length - 1].seq : after };
+  }
+
   /**
    * Every memory of (appName, userId), whatever its agent, session or
    * validity: DeleteUserData's share. Idempotent, so an erasure resumed after
@@ -345,7 +405,24 @@ export class RedisMemories implements LongTermMemoryStore {
   private async remove(appName: string, pairs: ReadonlyArray<readonly [string, string]>): Promise<MemoryRecord[]> {
     const k = this.keysOf(appName);
     const reply = await this.call(() =>
-      this.scripts.delete(k.records, k.validity, k.entries, k.order, k.byUser, k.groups, k.held, k.embeddings, k.vectors, this.channel, this.origin, pairs.length, ...pairs.flat()),
+      this.scripts.delete(
+        k.records,
+        k.validity,
+        k.entries,
+        k.order,
+        k.byUser,
+        k.groups,
+        k.held,
+        k.embeddings,
+        k.vectors,
+        k.meta,
+        k.changes,
+        this.channel,
+        this.origin,
+        pairs.length,
+        ...pairs.flat(),
+        MEMORY_CHANGES_RETAINED,
+      ),
     );
     if (reply.length === 0) return [];
     return this.deliver(reply[0] as string, true);
@@ -424,7 +501,7 @@ export class RedisMemories implements LongTermMemoryStore {
 
   /** Decodes a notice of the scripts and hands its changes to this replica's listeners; the records it removed. */
   private deliver(notice: string, own: boolean): MemoryRecord[] {
-    let parsed: { o: string; c?: Array<[string, object, string, number[] | null]>; d?: Array<[object, string, number[] | null]> };
+    let parsed: { o: string; q?: number; c?: Array<[string, object, string, number[] | null, number]>; d?: Array<[object, string, number[] | null]> };
     try {
       parsed = JSON.parse(notice);
     } catch {
@@ -432,12 +509,12 @@ export class RedisMemories implements LongTermMemoryStore {
     }
     // Our own changes were delivered when the script returned.
     const emit = own || parsed.o !== this.origin;
-    for (const [kind, record, validity, embedding] of parsed.c ?? []) {
+    for (const [kind, record, validity, embedding, seq] of parsed.c ?? []) {
       const memory = decode(record, validity, embedding);
-      if (emit) this.emit(memory.appName, { kind: kind === "s" ? "superseded" : "written", memory });
+      if (emit) this.emit(memory.appName, { seq, kind: kind === "s" ? "superseded" : "written", memory });
     }
     const removed = (parsed.d ?? []).map(([record, validity, embedding]) => decode(record, validity, embedding));
-    if (emit && removed.length > 0) this.emit(removed[0].appName, { kind: "deleted", memories: removed });
+    if (emit && removed.length > 0) this.emit(removed[0].appName, { seq: parsed.q ?? 0, kind: "deleted", memories: removed });
     return removed;
   }
 
@@ -458,6 +535,7 @@ export class RedisMemories implements LongTermMemoryStore {
       held: `${base}:held`,
       embeddings: `${base}:emb`,
       vectors: `${base}:vec`,
+      changes: `${base}:chg`,
     };
   }
 }

@@ -8,7 +8,7 @@
 import { hash } from "node:crypto";
 import stableStringify from "safe-stable-stringify";
 import { MemoryError } from "../../errors.js";
-import type { MemoryFilter, MemoryRecord, MemoryScopeFilter } from "../types.js";
+import type { MemoryChangeWindow, MemoryFilter, MemoryRecord, MemoryScopeFilter } from "../types.js";
 
 /** The scope dimensions below the app, in a fixed order. */
 const DIMENSIONS = ["userId", "agentId", "sessionId"] as const;
@@ -121,4 +121,43 @@ export function cosine(a: readonly number[], b: readonly number[]): number {
     nb += b[i] * b[i];
   }
   return na === 0 || nb === 0 ? 0 : dot / Math.sqrt(na * nb);
+}
+
+/**
+ * Changes each app's change log retains (for WatchMemories' `after`): the
+ * newest this many; a resume point before them is OUT_OF_RANGE.
+ */
+export const MEMORY_CHANGES_RETAINED = 10_000;
+
+/** An app's change log window from its newest change number: the log keeps the newest MEMORY_CHANGES_RETAINED. */
+export function changeWindowOf(head: number): MemoryChangeWindow {
+  return { head, floor: Math.max(0, head - MEMORY_CHANGES_RETAINED) };
+}
+
+/** OUT_OF_RANGE for a watch resume point (`after`) outside the app's retained change log. */
+export function changeCursorOutOfRange(after: number, window: MemoryChangeWindow): MemoryError {
+  const problem =
+    after > window.head
+      ? `change ${after} is beyond the app's newest change (${window.head})`
+      : `changes after ${after} are no longer retained (the oldest retained is ${window.floor + 1}); list or search, then watch from the cursor of started`;
+  return new MemoryError("OUT_OF_RANGE", `after: ${problem}`, {}, {
+    field: "after",
+    fieldProblem: problem,
+    reason: "CHANGES_EVICTED",
+    info: { head: String(window.head), floor: String(window.floor) },
+  });
+}
+
+/** The window check readMemoryChanges makes before reading. */
+export function requireRetained(after: number, window: MemoryChangeWindow): void {
+  if (after < window.floor || after > window.head) throw changeCursorOutOfRange(after, window);
+}
+
+/** A deleted memory as a change log keeps it: its id and scope (what a watch filters and reports), nothing else. */
+export function deletedStub(appName: string, memoryId: string, userId?: string | null, agentId?: string | null, sessionId?: string | null): MemoryRecord {
+  const m: MemoryRecord = { memoryId, appName, text: "", key: "", topics: [], importance: 0, pinned: false, metadata: {}, createdAt: 0, validFrom: 0, fingerprint: "" };
+  if (userId !== null && userId !== undefined) m.userId = userId;
+  if (agentId !== null && agentId !== undefined) m.agentId = agentId;
+  if (sessionId !== null && sessionId !== undefined) m.sessionId = sessionId;
+  return m;
 }

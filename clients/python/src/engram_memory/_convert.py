@@ -644,23 +644,34 @@ def delete_memories_request(
 
 
 def watch_memories_request(
-    app_name: str, *, user_id: str | None, agent_id: str | None, session_id: str | None, scope: ScopeMatch | None
+    app_name: str,
+    *,
+    user_id: str | None,
+    agent_id: str | None,
+    session_id: str | None,
+    scope: ScopeMatch | None,
+    after: int | None = None,
 ) -> mpb.WatchMemoriesRequest:
     return mpb.WatchMemoriesRequest(
-        app_name=app_name, user_id=user_id, agent_id=agent_id, session_id=session_id, scope_match=scope_match(scope)
+        app_name=app_name,
+        user_id=user_id,
+        agent_id=agent_id,
+        session_id=session_id,
+        scope_match=scope_match(scope),
+        after=after,
     )
 
 
 def change_from_pb(r: mpb.WatchMemoriesResponse) -> MemoryChange | None:
     kind = r.WhichOneof("frame")
     if kind == "started":
-        return MemoryChange("started")
+        return MemoryChange("started", cursor=r.started.cursor)
     if kind == "written":
-        return MemoryChange("written", memory_from_pb(r.written))
+        return MemoryChange("written", memory_from_pb(r.written), cursor=r.cursor)
     if kind == "superseded":
-        return MemoryChange("superseded", memory_from_pb(r.superseded))
+        return MemoryChange("superseded", memory_from_pb(r.superseded), cursor=r.cursor)
     if kind == "deleted":
-        return MemoryChange("deleted", memory_ids=tuple(r.deleted.memory_ids))
+        return MemoryChange("deleted", memory_ids=tuple(r.deleted.memory_ids), cursor=r.cursor)
     if kind == "heartbeat":
         return MemoryChange("heartbeat")
     return None  # an unknown frame kind from a newer server

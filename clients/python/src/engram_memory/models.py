@@ -385,15 +385,18 @@ class ScoredMemory:
 class MemoryChange:
     """One frame of watch_memories.
 
-    ``kind`` is "started" (the watch is live: every change after it comes;
-    sent again after a resume, since changes while disconnected are not
-    replayed), "written" or "superseded" (``memory`` as it is now), "deleted"
-    (``memory_ids``) or "heartbeat" (idle keep-alive).
+    ``kind`` is "started" (the watch is live: every change after ``cursor``
+    comes; sent once), "written" or "superseded" (``memory`` as it is now),
+    "deleted" (``memory_ids``) or "heartbeat" (idle keep-alive). ``cursor``
+    is the change's number in its app (on "started": the number the watch
+    starts after; 0 on heartbeats): ``watch_memories(after=...)`` resumes
+    after it.
     """
 
     kind: Literal["started", "written", "superseded", "deleted", "heartbeat"]
     memory: LongTermMemory | None = None
     memory_ids: tuple[str, ...] = ()
+    cursor: int = 0
 
 
 @dataclass(frozen=True)

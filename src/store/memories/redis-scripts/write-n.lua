@@ -4,15 +4,20 @@
   changes nothing; and being one script, two replicas writing the same
   supersession key never interleave, so exactly one memory of a key holds.
 
-  KEYS: 10 per app of the batch, app after app: records, validity, index
-  entries, order, by user, groups, meta, held, embeddings, vectors (see
-  redis.ts).
+  KEYS: 11 per app of the batch, app after app: records, validity, index
+  entries, order, by user, groups, meta, held, embeddings, vectors, change
+  log (see redis.ts).
   ARGV[1] notice channel   ARGV[2] origin (the writing replica)   ARGV[3] n
   then 13 per memory: app number (1-based, into KEYS), hex id, fingerprint,
   record JSON (without validity and embedding), created (16 digits), hex user or "-",
   hex group or "" (no supersession key), valid from, invalid at or "",
   embedding dimension or 0, valid from as 16 digits that sort (+ 10^15),
-  the embedding as JSON and as float64 little-endian bytes (both "" without).
+  the embedding as JSON and as float64 little-endian bytes (both "" without);
+  then the changes each app's log retains.
+
+  Each change is numbered by its app (meta "seq", one more per change) and
+  logged: "<seq>:w:<hex id>" or "<seq>:s:<hex id>" under score seq; the log
+  keeps the app's newest retained changes.
 
   A group's memories are indexed by valid from twice: all of them (groups),
   and those that held for a while (held). The validities of the latter never
@@ -30,14 +35,18 @@
   batch (the stored original of a retry), then of each memory the batch
   closed}, all as they are now. The notice is what was published ("" when
   nothing changed); it lists each change as [kind, record, validity,
-  embedding or null].
+  embedding or null, change number].
 ]]
 local channel, origin, n = ARGV[1], ARGV[2], tonumber(ARGV[3])
+local retained = tonumber(ARGV[4 + n * 13])
 local function arg(i, k) return ARGV[3 + (i - 1) * 13 + k] end
-local function key(app, k) return KEYS[(app - 1) * 10 + k] end
--- A stored memory as a notice lists it.
+local function key(app, k) return KEYS[(app - 1) * 11 + k] end
+-- A stored memory as a notice lists it, numbered and logged.
 local function change(kind, app, id, validity)
-  return '["' .. kind .. '",' .. redis.call("HGET", key(app, 1), id) .. ',"' .. validity .. '",' .. (redis.call("HGET", key(app, 9), id) or "null") .. "]"
+  local seq = redis.call("HINCRBY", key(app, 7), "seq", 1)
+  redis.call("ZADD", key(app, 11), seq, seq .. ":" .. kind .. ":" .. id)
+  redis.call("ZREMRANGEBYSCORE", key(app, 11), "-inf", seq - retained)
+  return '["' .. kind .. '",' .. redis.call("HGET", key(app, 1), id) .. ',"' .. validity .. '",' .. (redis.call("HGET", key(app, 9), id) or "null") .. "," .. seq .. "]"
 end
 
 -- Checks: nothing is written before all of them pass.

@@ -1285,7 +1285,13 @@ type WatchMemoriesRequest struct {
 	// Scope filter; see scope_match.
 	SessionId *string `protobuf:"bytes,4,opt,name=session_id,json=sessionId,proto3,oneof" json:"session_id,omitempty"`
 	// How the scope selects memories; VISIBLE when unspecified.
-	ScopeMatch    ScopeMatch `protobuf:"varint,5,opt,name=scope_match,json=scopeMatch,proto3,enum=engram.v1.ScopeMatch" json:"scope_match,omitempty"`
+	ScopeMatch ScopeMatch `protobuf:"varint,5,opt,name=scope_match,json=scopeMatch,proto3,enum=engram.v1.ScopeMatch" json:"scope_match,omitempty"`
+	// Resume point: replay the app's changes numbered after it (a cursor of
+	// an earlier frame), then go live. Unset: live from now, nothing replayed.
+	// 0 replays every change the store still retains. A point older than the
+	// retained change log (or beyond the newest change) is OUT_OF_RANGE
+	// naming `after`: list or search, then watch from the cursor of started.
+	After         *uint64 `protobuf:"varint,6,opt,name=after,proto3,oneof" json:"after,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1355,9 +1361,19 @@ func (x *WatchMemoriesRequest) GetScopeMatch() ScopeMatch {
 	return ScopeMatch_SCOPE_MATCH_UNSPECIFIED
 }
 
+func (x *WatchMemoriesRequest) GetAfter() uint64 {
+	if x != nil && x.After != nil {
+		return *x.After
+	}
+	return 0
+}
+
 // WatchStarted is the first frame: every change after it is delivered.
 type WatchStarted struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The app's newest change number when the watch began (or `after`, when
+	// resuming): a resume point for a watch that sees no change.
+	Cursor        uint64 `protobuf:"varint,1,opt,name=cursor,proto3" json:"cursor,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1390,6 +1406,13 @@ func (x *WatchStarted) ProtoReflect() protoreflect.Message {
 // Deprecated: Use WatchStarted.ProtoReflect.Descriptor instead.
 func (*WatchStarted) Descriptor() ([]byte, []int) {
 	return file_engram_v1_memories_proto_rawDescGZIP(), []int{15}
+}
+
+func (x *WatchStarted) GetCursor() uint64 {
+	if x != nil {
+		return x.Cursor
+	}
+	return 0
 }
 
 // WatchHeartbeat is sent periodically while a watch is idle.
@@ -1475,8 +1498,9 @@ func (x *MemoriesDeleted) GetMemoryIds() []string {
 	return nil
 }
 
-// WatchMemoriesResponse is one frame of a watch. Changes made while no watch
-// was open are not replayed: list or search after (re)connecting.
+// WatchMemoriesResponse is one frame of a watch. Each change of an app's
+// memories has a number (cursor), increasing by change; a watch opened with
+// `after` replays the retained changes after it, then follows live ones.
 type WatchMemoriesResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// What this frame carries.
@@ -1488,7 +1512,11 @@ type WatchMemoriesResponse struct {
 	//	*WatchMemoriesResponse_Superseded
 	//	*WatchMemoriesResponse_Deleted
 	//	*WatchMemoriesResponse_Heartbeat
-	Frame         isWatchMemoriesResponse_Frame `protobuf_oneof:"frame"`
+	Frame isWatchMemoriesResponse_Frame `protobuf_oneof:"frame"`
+	// The change number of a written, superseded or deleted frame (the app's,
+	// so numbers of changes outside the scope are skipped); the resume point
+	// after it. 0 on started and heartbeat frames.
+	Cursor        uint64 `protobuf:"varint,6,opt,name=cursor,proto3" json:"cursor,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1573,6 +1601,13 @@ func (x *WatchMemoriesResponse) GetHeartbeat() *WatchHeartbeat {
 		}
 	}
 	return nil
+}
+
+func (x *WatchMemoriesResponse) GetCursor() uint64 {
+	if x != nil {
+		return x.Cursor
+	}
+	return 0
 }
 
 type isWatchMemoriesResponse_Frame interface {
@@ -1746,7 +1781,7 @@ const file_engram_v1_memories_proto_rawDesc = "" +
 	"\t_agent_idB\r\n" +
 	"\v_session_id\"=\n" +
 	"\x16DeleteMemoriesResponse\x12#\n" +
-	"\rdeleted_count\x18\x01 \x01(\x04R\fdeletedCount\"\xf3\x01\n" +
+	"\rdeleted_count\x18\x01 \x01(\x04R\fdeletedCount\"\x98\x02\n" +
 	"\x14WatchMemoriesRequest\x12\x19\n" +
 	"\bapp_name\x18\x01 \x01(\tR\aappName\x12\x1c\n" +
 	"\auser_id\x18\x02 \x01(\tH\x00R\x06userId\x88\x01\x01\x12\x1e\n" +
@@ -1754,16 +1789,19 @@ const file_engram_v1_memories_proto_rawDesc = "" +
 	"\n" +
 	"session_id\x18\x04 \x01(\tH\x02R\tsessionId\x88\x01\x01\x126\n" +
 	"\vscope_match\x18\x05 \x01(\x0e2\x15.engram.v1.ScopeMatchR\n" +
-	"scopeMatchB\n" +
+	"scopeMatch\x12\x19\n" +
+	"\x05after\x18\x06 \x01(\x04H\x03R\x05after\x88\x01\x01B\n" +
 	"\n" +
 	"\b_user_idB\v\n" +
 	"\t_agent_idB\r\n" +
-	"\v_session_id\"\x0e\n" +
-	"\fWatchStarted\"\x10\n" +
+	"\v_session_idB\b\n" +
+	"\x06_after\"&\n" +
+	"\fWatchStarted\x12\x16\n" +
+	"\x06cursor\x18\x01 \x01(\x04R\x06cursor\"\x10\n" +
 	"\x0eWatchHeartbeat\"0\n" +
 	"\x0fMemoriesDeleted\x12\x1d\n" +
 	"\n" +
-	"memory_ids\x18\x01 \x03(\tR\tmemoryIds\"\xac\x02\n" +
+	"memory_ids\x18\x01 \x03(\tR\tmemoryIds\"\xc4\x02\n" +
 	"\x15WatchMemoriesResponse\x123\n" +
 	"\astarted\x18\x01 \x01(\v2\x17.engram.v1.WatchStartedH\x00R\astarted\x12-\n" +
 	"\awritten\x18\x02 \x01(\v2\x11.engram.v1.MemoryH\x00R\awritten\x123\n" +
@@ -1771,7 +1809,8 @@ const file_engram_v1_memories_proto_rawDesc = "" +
 	"superseded\x18\x03 \x01(\v2\x11.engram.v1.MemoryH\x00R\n" +
 	"superseded\x126\n" +
 	"\adeleted\x18\x04 \x01(\v2\x1a.engram.v1.MemoriesDeletedH\x00R\adeleted\x129\n" +
-	"\theartbeat\x18\x05 \x01(\v2\x19.engram.v1.WatchHeartbeatH\x00R\theartbeatB\a\n" +
+	"\theartbeat\x18\x05 \x01(\v2\x19.engram.v1.WatchHeartbeatH\x00R\theartbeat\x12\x16\n" +
+	"\x06cursor\x18\x06 \x01(\x04R\x06cursorB\a\n" +
 	"\x05frame*q\n" +
 	"\n" +
 	"ScopeMatch\x12\x1b\n" +

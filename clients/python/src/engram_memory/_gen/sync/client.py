@@ -685,22 +685,29 @@ class EngramClientSync:
         heartbeats: bool = False,
         resume: bool = True,
         retry: StreamRetry | None = None,
+        after: int | None = None,
     ) -> Generator[MemoryChange, None]:
-        """Live changes to the memories of a scope (by default: those a caller in it may see).
+        """Changes to the memories of a scope (by default: those a caller in it may see).
 
-        The first change is ``started``: every write, supersession and deletion
-        after it follows. Heartbeats are skipped unless ``heartbeats``. With
-        ``resume`` the watch reopens after UNAVAILABLE or a broken connection,
-        within ``retry``'s bounds, and sends ``started`` again: changes made
-        while it was disconnected are not replayed, so list or search after
-        each ``started`` to catch up. Close it with ``aclose()`` (``close()`` sync).
+        The first change is ``started``; with ``after`` (a ``cursor`` of an
+        earlier change), the changes the server still retains after it are
+        replayed first, then every write, supersession and deletion follows
+        live, each with its ``cursor``. Heartbeats are skipped unless
+        ``heartbeats``. With ``resume`` the watch reopens after UNAVAILABLE
+        or a broken connection, within ``retry``'s bounds, after the last
+        cursor it saw: nothing is skipped or repeated, and ``started`` comes
+        once. A resume point older than the server's change log (the newest
+        10,000 changes per app) raises OUT_OF_RANGE naming ``after``: list
+        or search, then watch again. Close it with ``aclose()`` (``close()`` sync).
         """
         policy = retry or self.stream_retry
-        req = cv.watch_memories_request(
-            app_name, user_id=user_id, agent_id=agent_id, session_id=session_id, scope=scope_match
-        )
+        cursor = after
+        started = False
         failures = 0
         while True:
+            req = cv.watch_memories_request(
+                app_name, user_id=user_id, agent_id=agent_id, session_id=session_id, scope=scope_match, after=cursor
+            )
             call = self.stub.WatchMemories(req, metadata=self.metadata)
             try:
                 for msg in call:
@@ -708,6 +715,16 @@ class EngramClientSync:
                     if change is None:
                         continue
                     failures = 0
+                    if change.kind == "started":
+                        if cursor is None:
+                            cursor = change.cursor
+                        if started:
+                            continue
+                        started = True
+                    elif change.kind != "heartbeat":
+                        if cursor is not None and change.cursor <= cursor:
+                            continue  # never repeat
+                        cursor = change.cursor
                     if change.kind != "heartbeat" or heartbeats:
                         yield change
                 return

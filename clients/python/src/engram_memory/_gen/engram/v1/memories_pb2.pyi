@@ -767,6 +767,7 @@ class WatchMemoriesRequest(_message.Message):
     AGENT_ID_FIELD_NUMBER: _builtins.int
     SESSION_ID_FIELD_NUMBER: _builtins.int
     SCOPE_MATCH_FIELD_NUMBER: _builtins.int
+    AFTER_FIELD_NUMBER: _builtins.int
     app_name: _builtins.str
     """Required."""
     user_id: _builtins.str
@@ -777,6 +778,13 @@ class WatchMemoriesRequest(_message.Message):
     """Scope filter; see scope_match."""
     scope_match: Global___ScopeMatch.ValueType
     """How the scope selects memories; VISIBLE when unspecified."""
+    after: _builtins.int
+    """Resume point: replay the app's changes numbered after it (a cursor of
+    an earlier frame), then go live. Unset: live from now, nothing replayed.
+    0 replays every change the store still retains. A point older than the
+    retained change log (or beyond the newest change) is OUT_OF_RANGE
+    naming `after`: list or search, then watch from the cursor of started.
+    """
     def __init__(
         self,
         *,
@@ -785,17 +793,22 @@ class WatchMemoriesRequest(_message.Message):
         agent_id: _builtins.str | None = ...,
         session_id: _builtins.str | None = ...,
         scope_match: Global___ScopeMatch.ValueType = ...,
+        after: _builtins.int | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["_agent_id", b"_agent_id", "_session_id", b"_session_id", "_user_id", b"_user_id", "agent_id", b"agent_id", "session_id", b"session_id", "user_id", b"user_id"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_after", b"_after", "_agent_id", b"_agent_id", "_session_id", b"_session_id", "_user_id", b"_user_id", "after", b"after", "agent_id", b"agent_id", "session_id", b"session_id", "user_id", b"user_id"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_agent_id", b"_agent_id", "_session_id", b"_session_id", "_user_id", b"_user_id", "agent_id", b"agent_id", "app_name", b"app_name", "scope_match", b"scope_match", "session_id", b"session_id", "user_id", b"user_id"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_after", b"_after", "_agent_id", b"_agent_id", "_session_id", b"_session_id", "_user_id", b"_user_id", "after", b"after", "agent_id", b"agent_id", "app_name", b"app_name", "scope_match", b"scope_match", "session_id", b"session_id", "user_id", b"user_id"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    _WhichOneofReturnType__after: _TypeAlias = _typing.Literal["after"]  # noqa: Y015
+    _WhichOneofArgType__after: _TypeAlias = _typing.Literal["_after", b"_after"]  # noqa: Y015
     _WhichOneofReturnType__agent_id: _TypeAlias = _typing.Literal["agent_id"]  # noqa: Y015
     _WhichOneofArgType__agent_id: _TypeAlias = _typing.Literal["_agent_id", b"_agent_id"]  # noqa: Y015
     _WhichOneofReturnType__session_id: _TypeAlias = _typing.Literal["session_id"]  # noqa: Y015
     _WhichOneofArgType__session_id: _TypeAlias = _typing.Literal["_session_id", b"_session_id"]  # noqa: Y015
     _WhichOneofReturnType__user_id: _TypeAlias = _typing.Literal["user_id"]  # noqa: Y015
     _WhichOneofArgType__user_id: _TypeAlias = _typing.Literal["_user_id", b"_user_id"]  # noqa: Y015
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__after) -> _WhichOneofReturnType__after | None: ...
     @_typing.overload
     def WhichOneof(self, oneof_group: _WhichOneofArgType__agent_id) -> _WhichOneofReturnType__agent_id | None: ...
     @_typing.overload
@@ -811,12 +824,19 @@ class WatchStarted(_message.Message):
 
     DESCRIPTOR: _descriptor.Descriptor
 
+    CURSOR_FIELD_NUMBER: _builtins.int
+    cursor: _builtins.int
+    """The app's newest change number when the watch began (or `after`, when
+    resuming): a resume point for a watch that sees no change.
+    """
     def __init__(
         self,
+        *,
+        cursor: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["cursor", b"cursor"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -865,8 +885,9 @@ Global___MemoriesDeleted: _TypeAlias = MemoriesDeleted  # noqa: Y015
 
 @_typing.final
 class WatchMemoriesResponse(_message.Message):
-    """WatchMemoriesResponse is one frame of a watch. Changes made while no watch
-    was open are not replayed: list or search after (re)connecting.
+    """WatchMemoriesResponse is one frame of a watch. Each change of an app's
+    memories has a number (cursor), increasing by change; a watch opened with
+    `after` replays the retained changes after it, then follows live ones.
     """
 
     DESCRIPTOR: _descriptor.Descriptor
@@ -876,6 +897,12 @@ class WatchMemoriesResponse(_message.Message):
     SUPERSEDED_FIELD_NUMBER: _builtins.int
     DELETED_FIELD_NUMBER: _builtins.int
     HEARTBEAT_FIELD_NUMBER: _builtins.int
+    CURSOR_FIELD_NUMBER: _builtins.int
+    cursor: _builtins.int
+    """The change number of a written, superseded or deleted frame (the app's,
+    so numbers of changes outside the scope are skipped); the resume point
+    after it. 0 on started and heartbeat frames.
+    """
     @_builtins.property
     def started(self) -> Global___WatchStarted:
         """The watch is live."""
@@ -904,10 +931,11 @@ class WatchMemoriesResponse(_message.Message):
         superseded: Global___Memory | None = ...,
         deleted: Global___MemoriesDeleted | None = ...,
         heartbeat: Global___WatchHeartbeat | None = ...,
+        cursor: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["deleted", b"deleted", "frame", b"frame", "heartbeat", b"heartbeat", "started", b"started", "superseded", b"superseded", "written", b"written"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["deleted", b"deleted", "frame", b"frame", "heartbeat", b"heartbeat", "started", b"started", "superseded", b"superseded", "written", b"written"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["cursor", b"cursor", "deleted", b"deleted", "frame", b"frame", "heartbeat", b"heartbeat", "started", b"started", "superseded", b"superseded", "written", b"written"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType_frame: _TypeAlias = _typing.Literal["started", "written", "superseded", "deleted", "heartbeat"]  # noqa: Y015
     _WhichOneofArgType_frame: _TypeAlias = _typing.Literal["frame", b"frame"]  # noqa: Y015

@@ -4,23 +4,33 @@
 
   KEYS[1] records   KEYS[2] validity   KEYS[3] index entries   KEYS[4] order
   KEYS[5] by user   KEYS[6] groups   KEYS[7] held   KEYS[8] embeddings
-  KEYS[9] vectors
+  KEYS[9] vectors   KEYS[10] meta   KEYS[11] change log
   ARGV[1] notice channel   ARGV[2] origin   ARGV[3] n
   then 2 per memory: hex id, and the index entry it must still have, or ""
   for any (a deletion by scope passes the entry it selected, so a memory
-  written again meanwhile under the same id, maybe in another scope, stays).
+  written again meanwhile under the same id, maybe in another scope, stays);
+  then the changes the app's log retains.
+
+  The deletion is one change of the app: numbered (meta "seq") and logged as
+  "<seq>:d:<JSON of [memory id, user, agent, session] per memory>", its
+  memories' ids and scope only.
 
   Replies {notice} when it removed any ({} otherwise); the notice lists each
-  removed memory as [record, validity, embedding or null].
+  removed memory as [record, validity, embedding or null], and "q" is the
+  change number.
 ]]
 local channel, origin, n = ARGV[1], ARGV[2], tonumber(ARGV[3])
-local removed = {}
+local retained = tonumber(ARGV[4 + 2 * n])
+local removed, stubs = {}, {}
 for i = 1, n do
   local id, expected = ARGV[2 + 2 * i], ARGV[3 + 2 * i]
   local entry = redis.call("HGET", KEYS[3], id)
   if entry and (expected == "" or expected == entry) then
     local created, user, group, from = string.match(entry, "^([^:]*):([^:]*):([^:]*):([^:]*):")
-    removed[#removed + 1] = "[" .. redis.call("HGET", KEYS[1], id) .. ',"' .. redis.call("HGET", KEYS[2], id) .. '",' .. (redis.call("HGET", KEYS[8], id) or "null") .. "]"
+    local record = redis.call("HGET", KEYS[1], id)
+    local r = cjson.decode(record)
+    stubs[#stubs + 1] = {r.memoryId, r.userId or cjson.null, r.agentId or cjson.null, r.sessionId or cjson.null}
+    removed[#removed + 1] = "[" .. record .. ',"' .. redis.call("HGET", KEYS[2], id) .. '",' .. (redis.call("HGET", KEYS[8], id) or "null") .. "]"
     redis.call("HDEL", KEYS[1], id)
     redis.call("HDEL", KEYS[2], id)
     redis.call("HDEL", KEYS[3], id)
@@ -35,6 +45,9 @@ for i = 1, n do
   end
 end
 if #removed == 0 then return {} end
-local notice = '{"o":"' .. origin .. '","d":[' .. table.concat(removed, ",") .. "]}"
+local seq = redis.call("HINCRBY", KEYS[10], "seq", 1)
+redis.call("ZADD", KEYS[11], seq, seq .. ":d:" .. cjson.encode(stubs))
+redis.call("ZREMRANGEBYSCORE", KEYS[11], "-inf", seq - retained)
+local notice = '{"o":"' .. origin .. '","q":' .. seq .. ',"d":[' .. table.concat(removed, ",") .. "]}"
 redis.call("PUBLISH", channel, notice)
 return {notice}
