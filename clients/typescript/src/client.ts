@@ -378,55 +378,23 @@ export class MemoryClient {
    * (or breaking out of the loop) ends it.
    */
   async *streamSessionEvents(sessionId: string, options: StreamOptions = {}): AsyncGenerator<MemoryEvent, void, undefined> {
-    const maxRetries = options.maxRetries ?? this.reconnect.maxRetries;
-    const initial = options.initialBackoffMs ?? this.reconnect.initialBackoffMs;
-    const max = options.maxBackoffMs ?? this.reconnect.maxBackoffMs;
-    const signal = options.signal;
-    // Our own controller so that leaving the loop early cancels the call.
-    const controller = new AbortController();
-    const onAbort = () => controller.abort(signal?.reason);
-    if (signal?.aborted) return;
-    signal?.addEventListener("abort", onAbort, { once: true });
     let cursor = options.afterSeq === undefined ? undefined : toSeq(options.afterSeq, "afterSeq");
-    let failures = 0;
-    try {
-      for (;;) {
-        let error: ConnectError;
-        try {
-          const frames = this.rpc.streamSessionEvents(
-            { sessionId, afterSeq: cursor, eventTypes: options.eventTypes ?? [] },
-            { signal: controller.signal },
-          );
-          for await (const res of frames) {
-            const frame = res.frame;
-            failures = 0; // a frame arrived: this connection works
-            if (frame.case === "event") {
-              const seq = frame.value.seq;
-              if (cursor !== undefined && seq <= cursor) continue; // never repeat
-              cursor = seq;
-              yield toEvent(frame.value);
-            } else if (frame.case === "caughtUp") {
-              options.onCaughtUp?.(toNumber(frame.value.headSeq, "head_seq"));
-            }
-          }
-          // The server ended the stream without a status error: resume as after a disconnect.
-          error = new ConnectError("stream ended by the server", Code.Unavailable);
-        } catch (err) {
-          if (controller.signal.aborted || this.closed) return;
-          error = ConnectError.from(err);
-          if (!RESUMABLE.has(error.code) && !isTransient(error)) throw error;
+    yield* this.resuming(options, "stream", {
+      open: (signal) => this.rpc.streamSessionEvents({ sessionId, afterSeq: cursor, eventTypes: options.eventTypes ?? [] }, { signal }),
+      take: (res) => {
+        const frame = res.frame;
+        if (frame.case === "event") {
+          const seq = frame.value.seq;
+          if (cursor !== undefined && seq <= cursor) return undefined; // never repeat
+          cursor = seq;
+          return toEvent(frame.value);
         }
-        failures++;
-        if (failures > maxRetries) throw error;
-        await options.onReconnect?.(error, failures);
-        await sleep(backoffMs(failures, initial, max), controller.signal);
-        if (controller.signal.aborted || this.closed) return;
-      }
-    } finally {
-      signal?.removeEventListener("abort", onAbort);
-      controller.abort();
-    }
+        if (frame.case === "caughtUp") options.onCaughtUp?.(toNumber(frame.value.headSeq, "head_seq"));
+        return undefined;
+      },
+    });
   }
+
 
   /**
    * The context for a session's next model call, as KAOS text and OpenAI-shaped
@@ -560,6 +528,39 @@ export class MemoryClient {
    * thrown. Aborting `signal` (or breaking out of the loop) ends it.
    */
   async *watchMemories(scope: MemoryScope, options: WatchOptions = {}): AsyncGenerator<MemoryChange, void, undefined> {
+    let cursor = options.after === undefined ? undefined : toSeq(options.after, "after");
+    let started = false;
+    yield* this.resuming(options, "watch", {
+      open: (signal) => this.rpc.watchMemories({ ...scopeFields(scope), after: cursor }, { signal }),
+      take: (res) => {
+        const change = toMemoryChange(res);
+        if (!change) return undefined;
+        if (change.type === "started") {
+          cursor ??= BigInt(change.cursor);
+          if (started) return undefined;
+          started = true;
+          return change;
+        }
+        if (cursor !== undefined && BigInt(change.cursor) <= cursor) return undefined; // never repeat
+        cursor = BigInt(change.cursor);
+        return change;
+      },
+    });
+  }
+
+  /**
+   * The reconnect loop of every resumable stream: opens it, yields what
+   * `take` makes of each frame (undefined: nothing to yield), and on a lost
+   * connection (UNAVAILABLE and the other resumable codes) reconnects with
+   * bounded exponential backoff; `open` resumes from the cursor `take` kept.
+   * Other errors, and exhausted retries, are thrown. Aborting
+   * `options.signal`, closing the client or leaving the loop cancels the call.
+   */
+  private async *resuming<F, T>(
+    options: ReconnectOptions & { signal?: AbortSignal; onReconnect?: (err: ConnectError, attempt: number) => void | Promise<void> },
+    what: string,
+    stream: { open: (signal: AbortSignal) => AsyncIterable<F>; take: (frame: F) => T | undefined },
+  ): AsyncGenerator<T, void, undefined> {
     const maxRetries = options.maxRetries ?? this.reconnect.maxRetries;
     const initial = options.initialBackoffMs ?? this.reconnect.initialBackoffMs;
     const max = options.maxBackoffMs ?? this.reconnect.maxBackoffMs;
@@ -569,30 +570,18 @@ export class MemoryClient {
     const controller = new AbortController();
     const onAbort = () => controller.abort(signal?.reason);
     signal?.addEventListener("abort", onAbort, { once: true });
-    let cursor = options.after === undefined ? undefined : toSeq(options.after, "after");
-    let started = false;
     let failures = 0;
     try {
       for (;;) {
         let error: ConnectError;
         try {
-          for await (const res of this.rpc.watchMemories({ ...scopeFields(scope), after: cursor }, { signal: controller.signal })) {
+          for await (const frame of stream.open(controller.signal)) {
             failures = 0; // a frame arrived: this connection works
-            const change = toMemoryChange(res);
-            if (!change) continue;
-            if (change.type === "started") {
-              cursor ??= BigInt(change.cursor);
-              if (started) continue;
-              started = true;
-              yield change;
-              continue;
-            }
-            if (cursor !== undefined && BigInt(change.cursor) <= cursor) continue; // never repeat
-            cursor = BigInt(change.cursor);
-            yield change;
+            const item = stream.take(frame);
+            if (item !== undefined) yield item;
           }
-          // The server ended the watch without a status error: resume as after a disconnect.
-          error = new ConnectError("watch ended by the server", Code.Unavailable);
+          // The server ended the stream without a status error: resume as after a disconnect.
+          error = new ConnectError(`${what} ended by the server`, Code.Unavailable);
         } catch (err) {
           if (controller.signal.aborted || this.closed) return;
           error = ConnectError.from(err);
@@ -609,6 +598,7 @@ export class MemoryClient {
       controller.abort();
     }
   }
+
 
   /**
    * Episodic recall: the events of an app's (or one user's) sessions that
