@@ -5,14 +5,13 @@
  * memories appear, superseded ones are marked (or leave, when superseded ones
  * are hidden), forgotten ones vanish.
  */
-import { ConnectError, Code } from "@connectrpc/connect";
 import { timestampDate, type Timestamp } from "@bufbuild/protobuf/wkt";
 import { ScopeMatch, type Memory, type ScoredMemory, type WatchMemoriesResponse } from "@engram/gen/memories";
 import { memory } from "./api";
 import { formatTime, h, replaceChildren } from "./dom";
 import { jsonView } from "./events";
 import { memoriesHref, memoriesQueryOf, sessionHref, type MemoriesQuery } from "./hrefs";
-import { errorBox, sleep, type Cleanup } from "./views";
+import { errorBox, retrying, type Cleanup } from "./views";
 
 const PAGE_SIZE = 25;
 /** Results a search shows (SearchMemories allows up to 100). */
@@ -286,36 +285,25 @@ export function memoriesView(root: HTMLElement, params: URLSearchParams): Cleanu
     updateCount();
   }
 
-  // Watches first and lists once the watch is live, so no change falls between the two;
-  // changes are not replayed, so after a lost connection it lists again.
+  // Watches first and lists once the watch is live, so no change falls between the two.
+  // The client resumes a lost connection from its cursor by itself; a watch that still
+  // ends (its retries spent) is opened again and lists again.
   async function follow(): Promise<void> {
-    for (let failures = 0; !signal.aborted; ) {
-      try {
-        for await (const res of memory.watchMemories(scopeOf(q), { signal })) {
-          failures = 0;
-          if (res.frame.case === "started") {
-            setLive("live", "live");
-            await reload();
-          } else if (res.frame.case === "heartbeat") {
-            setLive("live", "live");
-          } else {
-            await loading;
-            apply(res.frame);
-          }
-        }
-      } catch (err) {
-        if (signal.aborted) return;
-        const ce = ConnectError.from(err);
-        if ([Code.NotFound, Code.Unauthenticated, Code.PermissionDenied, Code.InvalidArgument].includes(ce.code)) {
-          setLive("ended", "stopped");
-          replaceChildren(message, errorBox(ce));
-          return;
+    await retrying(signal, { setLive, message }, async (connected) => {
+      for await (const res of memory.watchMemories(scopeOf(q), { signal })) {
+        connected();
+        if (res.frame.case === "started") {
+          setLive("live", "live");
+          await reload();
+        } else if (res.frame.case === "heartbeat") {
+          setLive("live", "live");
+        } else {
+          await loading;
+          apply(res.frame);
         }
       }
-      failures++;
-      setLive("reconnecting", "reconnecting…");
-      await sleep(Math.min(5000, 200 * 2 ** Math.min(failures, 5)), signal);
-    }
+      return false; // the watch ended: watch again
+    });
   }
 
   void follow();

@@ -19,7 +19,7 @@ import { ERRORS_ONLY, memoriesHref, sessionHref, sessionQueryOf } from "./hrefs"
 import { followSession, type LiveMessage } from "./live";
 import { renderState, statePanel } from "./state";
 import { typesOf } from "./sessions";
-import { errorBox, sleep, type Cleanup } from "./views";
+import { errorBox, retrying, type Cleanup } from "./views";
 
 /** Events read per page (the newest at first, then each page that scrolling up brings in). */
 const WINDOW = 200;
@@ -318,49 +318,36 @@ export function sessionView(root: HTMLElement, sessionId: string, params: URLSea
     unfollow?.();
     unfollow = undefined;
     list.setAttribute("aria-busy", "true");
-    for (let failures = 0; !signal.aborted; ) {
-      try {
-        const { session } = await memory.getSession({ sessionId }, { signal });
-        firstSeq = session?.firstSeq ?? 1n;
-        if (at === undefined || (session && at > session.headSeq)) {
-          const res = await memory.getSessionEvents({ sessionId, tail: WINDOW, eventTypes: types }, { signal });
-          shown = [...res.events];
-          lowSeq = res.events[0]?.seq ?? res.headSeq + 1n;
-          highSeq = res.headSeq;
-          atHead = true;
-        } else {
-          const from = at - BigInt(WINDOW / 2) > firstSeq ? at - BigInt(WINDOW / 2) : firstSeq;
-          const res = await memory.getSessionEvents({ sessionId, afterSeq: from - 1n, limit: WINDOW, eventTypes: types }, { signal });
-          shown = [...res.events];
-          lowSeq = from;
-          highSeq = res.events.at(-1)?.seq ?? res.headSeq;
-          atHead = res.nextPageToken === "";
-          if (atHead) highSeq = res.headSeq;
-        }
-        earlier.hidden = lowSeq <= firstSeq;
-        renderAll();
-        if (at === undefined) window.scrollTo(0, document.documentElement.scrollHeight);
-        else {
-          const target = document.getElementById(`ev-${at}`);
-          target?.scrollIntoView({ block: "center" });
-          target?.classList.add("flash", "target");
-        }
-        updateNewest();
-        unfollow = followSession(sessionId, highSeq, onLive);
-        return;
-      } catch (err) {
-        if (signal.aborted) return;
-        const ce = ConnectError.from(err);
-        if ([Code.NotFound, Code.Unauthenticated, Code.PermissionDenied, Code.InvalidArgument].includes(ce.code)) {
-          setLive("ended", "stopped");
-          replaceChildren(message, errorBox(ce));
-          return;
-        }
+    await retrying(signal, { setLive, message }, async () => {
+      const { session } = await memory.getSession({ sessionId }, { signal });
+      firstSeq = session?.firstSeq ?? 1n;
+      if (at === undefined || (session && at > session.headSeq)) {
+        const res = await memory.getSessionEvents({ sessionId, tail: WINDOW, eventTypes: types }, { signal });
+        shown = [...res.events];
+        lowSeq = res.events[0]?.seq ?? res.headSeq + 1n;
+        highSeq = res.headSeq;
+        atHead = true;
+      } else {
+        const from = at - BigInt(WINDOW / 2) > firstSeq ? at - BigInt(WINDOW / 2) : firstSeq;
+        const res = await memory.getSessionEvents({ sessionId, afterSeq: from - 1n, limit: WINDOW, eventTypes: types }, { signal });
+        shown = [...res.events];
+        lowSeq = from;
+        highSeq = res.events.at(-1)?.seq ?? res.headSeq;
+        atHead = res.nextPageToken === "";
+        if (atHead) highSeq = res.headSeq;
       }
-      failures++;
-      setLive("reconnecting", "reconnecting…");
-      await sleep(Math.min(5000, 200 * 2 ** Math.min(failures, 5)), signal);
-    }
+      earlier.hidden = lowSeq <= firstSeq;
+      renderAll();
+      if (at === undefined) window.scrollTo(0, document.documentElement.scrollHeight);
+      else {
+        const target = document.getElementById(`ev-${at}`);
+        target?.scrollIntoView({ block: "center" });
+        target?.classList.add("flash", "target");
+      }
+      updateNewest();
+      unfollow = followSession(sessionId, highSeq, onLive);
+      return true;
+    });
   }
 
   function jumpToNewest(): void {

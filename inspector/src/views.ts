@@ -65,3 +65,42 @@ export function sleep(ms: number, signal: AbortSignal): Promise<void> {
     signal.addEventListener("abort", () => (clearTimeout(t), resolve()), { once: true });
   });
 }
+
+/** Errors a retry cannot mend: the view stops and shows them. */
+const FINAL_CODES: readonly Code[] = [Code.NotFound, Code.Unauthenticated, Code.PermissionDenied, Code.InvalidArgument];
+
+/** What a view shows while `retrying` runs: its live badge and its message slot. */
+export interface RetryDisplay {
+  setLive: (state: "reconnecting" | "ended", text: string) => void;
+  message: Element;
+}
+
+/**
+ * Runs `attempt` until it returns true (done) or `signal` aborts, backing off
+ * (200 ms doubling to 5 s) and showing "reconnecting…" between tries. An
+ * error a retry cannot mend (NOT_FOUND, UNAUTHENTICATED, PERMISSION_DENIED,
+ * INVALID_ARGUMENT) stops it and is shown. `attempt` calls `connected` when a
+ * try got through, so the next failure backs off from the start again.
+ */
+export async function retrying(signal: AbortSignal, display: RetryDisplay, attempt: (connected: () => void) => Promise<boolean>): Promise<void> {
+  let failures = 0;
+  const connected = () => {
+    failures = 0;
+  };
+  while (!signal.aborted) {
+    try {
+      if (await attempt(connected)) return;
+    } catch (err) {
+      if (signal.aborted) return;
+      const ce = ConnectError.from(err);
+      if (FINAL_CODES.includes(ce.code)) {
+        display.setLive("ended", "stopped");
+        replaceChildren(display.message, errorBox(ce));
+        return;
+      }
+    }
+    failures++;
+    display.setLive("reconnecting", "reconnecting…");
+    await sleep(Math.min(5000, 200 * 2 ** Math.min(failures, 5)), signal);
+  }
+}

@@ -157,6 +157,18 @@ describe("memory inspector in a browser", () => {
     await page.locator("#ev-231").waitFor();
   });
 
+  it("stops on a session that does not exist, saying NOT_FOUND, instead of retrying", async () => {
+    // A page of its own: the browser logs the 404 answer as a console error, which this suite's page must not have.
+    const own = await browser.newPage();
+    try {
+      await own.goto(`${server.baseUrl}/#/session/no-such-session`);
+      await own.locator(".error", { hasText: "NotFound" }).waitFor();
+      await own.locator(".live.ended", { hasText: "stopped" }).waitFor();
+    } finally {
+      await own.close();
+    }
+  });
+
   it("sends the API key of this tab as a Bearer token and keeps it in sessionStorage", async () => {
     await page.fill("#api-key", "ek_test_secret");
     const request = page.waitForRequest((r) => r.url().includes("/engram.v1.MemoryService/") && r.headers()["authorization"] !== undefined);
