@@ -6,18 +6,15 @@
  * the context and stats views answer, and the API key travels as a Bearer
  * token. Screenshots go to .tmp/ for a person to look at.
  */
-import { mkdirSync, mkdtempSync, rmSync } from "node:fs";
-import { tmpdir } from "node:os";
+import { mkdirSync } from "node:fs";
 import path from "node:path";
-import { chromium, type Browser, type Page } from "playwright-core";
+import type { Browser, Page } from "playwright-core";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { createMemoryClient, type MemoryClient } from "@engram-memory/client";
+import type { MemoryClient } from "@engram-memory/client";
 import { CreateSessionRequestSchema } from "@engram-memory/client/gen/engram/v1/memory_pb.js";
-import { REPO_ROOT, startTestServer, type TestServer } from "../support/engram.js";
-import { chromiumBinary } from "./chromium.js";
+import { REPO_ROOT, type TestServer } from "../support/engram.js";
 import { create } from "@bufbuild/protobuf";
-import { generateApiKey } from "../../src/auth/api-keys.js";
-import { FileKeyStore } from "../../src/auth/file-key-store.js";
+import { launchChromium, openInspector, startKeyedServer, type InspectorHarness, type KeyedServer } from "./harness.js";
 
 const SHOTS = path.join(REPO_ROOT, ".tmp");
 
@@ -26,25 +23,15 @@ describe("memory inspector in a browser", () => {
   let browser: Browser;
   let page: Page;
   let memory: MemoryClient;
-  const consoleErrors: string[] = [];
+  let inspector: InspectorHarness;
 
   beforeAll(async () => {
     mkdirSync(SHOTS, { recursive: true });
-    server = await startTestServer();
-    memory = createMemoryClient({ baseUrl: server.baseUrl, protocol: "connect" });
-    browser = await chromium.launch({ executablePath: await chromiumBinary(), headless: true, args: ["--no-sandbox"] });
-    page = await browser.newPage({ viewport: { width: 1360, height: 900 } });
-    page.on("console", (msg) => {
-      if (msg.type() === "error") consoleErrors.push(msg.text());
-    });
-    page.on("pageerror", (err) => consoleErrors.push(String(err)));
+    inspector = await openInspector();
+    ({ server, browser, page, memory } = inspector);
   }, 600_000);
 
-  afterAll(async () => {
-    await browser?.close();
-    memory?.close();
-    await server?.stop();
-  });
+  afterAll(() => inspector?.close());
 
   it("lists a session as soon as an agent creates it", async () => {
     await page.goto(`${server.baseUrl}/`);
@@ -180,30 +167,25 @@ describe("memory inspector in a browser", () => {
   // Playwright's string predicates (waitForFunction) are evaluated with eval, which this CSP
   // forbids: wait with locators instead, so that any violation here is the page's own.
   it("ran without script errors or Content-Security-Policy violations", () => {
-    expect(consoleErrors).toEqual([]);
+    expect(inspector.consoleErrors).toEqual([]);
   });
 });
 
 describe("memory inspector against a server that requires API keys", () => {
-  let dir: string;
+  let keyed: KeyedServer;
   let secured: TestServer;
   let browser: Browser;
   let key: string;
 
   beforeAll(async () => {
-    dir = mkdtempSync(path.join(tmpdir(), "engram-inspector-keys-"));
-    const keys = new FileKeyStore(path.join(dir, "keys.json"));
-    const generated = generateApiKey({ role: "read", apps: ["*"] });
-    await keys.create(generated.record);
-    key = generated.key;
-    secured = await startTestServer({ config: { auth: true, authKeysFile: keys.path, authCacheMs: 0 } });
-    browser = await chromium.launch({ executablePath: await chromiumBinary(), headless: true, args: ["--no-sandbox"] });
+    keyed = await startKeyedServer([{ role: "read", apps: ["*"] }]);
+    ({ server: secured, keys: [key] } = keyed);
+    browser = await launchChromium();
   }, 600_000);
 
   afterAll(async () => {
     await browser?.close();
-    await secured?.stop();
-    rmSync(dir, { recursive: true, force: true });
+    await keyed?.close();
   });
 
   it("asks for a key, then shows the sessions once one is entered", async () => {

@@ -11,11 +11,11 @@
  */
 import { mkdirSync } from "node:fs";
 import path from "node:path";
-import { chromium, type Browser, type Page } from "playwright-core";
+import type { Browser, Page } from "playwright-core";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { createMemoryClient, type MemoryClient } from "@engram-memory/client";
-import { REPO_ROOT, startTestServer, type TestServer } from "../support/engram.js";
-import { chromiumBinary } from "./chromium.js";
+import type { MemoryClient } from "@engram-memory/client";
+import { REPO_ROOT, type TestServer } from "../support/engram.js";
+import { openInspector, type InspectorHarness } from "./harness.js";
 
 const SHOTS = path.join(REPO_ROOT, ".tmp", "inspector");
 /** Session tabs open at once: more than a browser's 6 HTTP/1.1 connections per host. */
@@ -44,26 +44,15 @@ describe("the inspector as a debugger", () => {
   let browser: Browser;
   let page: Page;
   let memory: MemoryClient;
-  const consoleErrors: string[] = [];
+  let inspector: InspectorHarness;
 
   beforeAll(async () => {
     mkdirSync(SHOTS, { recursive: true });
-    server = await startTestServer();
-    memory = createMemoryClient({ baseUrl: server.baseUrl, protocol: "connect" });
-    browser = await chromium.launch({ executablePath: await chromiumBinary(), headless: true, args: ["--no-sandbox"] });
-    page = await browser.newPage({ viewport: { width: 1360, height: 900 } });
-    page.setDefaultTimeout(15_000);
-    page.on("console", (msg) => {
-      if (msg.type() === "error") consoleErrors.push(msg.text());
-    });
-    page.on("pageerror", (err) => consoleErrors.push(String(err)));
+    inspector = await openInspector({ pageTimeoutMs: 15_000 });
+    ({ server, browser, page, memory } = inspector);
   }, 600_000);
 
-  afterAll(async () => {
-    await browser?.close();
-    memory?.close();
-    await server?.stop();
-  });
+  afterAll(() => inspector?.close());
 
   it(`keeps ${TABS} session tabs live, all on one stream`, async () => {
     const context = await browser.newContext({ viewport: { width: 900, height: 700 } });
@@ -356,6 +345,6 @@ describe("the inspector as a debugger", () => {
   // Playwright's string predicates (waitForFunction) are evaluated with eval, which the CSP
   // forbids: wait with locators instead, so that any violation here is the page's own.
   it("ran without script errors or Content-Security-Policy violations", () => {
-    expect(consoleErrors).toEqual([]);
+    expect(inspector.consoleErrors).toEqual([]);
   });
 });

@@ -9,18 +9,15 @@
  * shared ones, and another user's scope is refused with the server's reason.
  * Screenshots go to .tmp/ for a person to look at.
  */
-import { mkdirSync, mkdtempSync, rmSync } from "node:fs";
-import { tmpdir } from "node:os";
+import { mkdirSync } from "node:fs";
 import path from "node:path";
-import { chromium, type Browser, type Page } from "playwright-core";
+import type { Browser, Page } from "playwright-core";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { createMemoryClient, type MemoryClient } from "@engram-memory/client";
 import type { MemorySchema } from "@engram-memory/client/gen/engram/v1/memories_pb.js";
 import type { MessageInitShape } from "@bufbuild/protobuf";
-import { REPO_ROOT, startTestServer, type TestServer } from "../support/engram.js";
-import { chromiumBinary } from "./chromium.js";
-import { generateApiKey } from "../../src/auth/api-keys.js";
-import { FileKeyStore } from "../../src/auth/file-key-store.js";
+import { REPO_ROOT, type TestServer } from "../support/engram.js";
+import { launchChromium, openInspector, startKeyedServer, type InspectorHarness, type KeyedServer } from "./harness.js";
 
 const SHOTS = path.join(REPO_ROOT, ".tmp");
 const APP = "notes-bot";
@@ -32,7 +29,7 @@ describe("memories view of the inspector in a browser", () => {
   let browser: Browser;
   let page: Page;
   let client: MemoryClient;
-  const consoleErrors: string[] = [];
+  let inspector: InspectorHarness;
 
   /** Writes memories of APP (one call, so one batch) through the API, as an agent would. */
   const write = (...memories: MessageInitShape<typeof MemorySchema>[]) =>
@@ -46,15 +43,9 @@ describe("memories view of the inspector in a browser", () => {
 
   beforeAll(async () => {
     mkdirSync(SHOTS, { recursive: true });
-    server = await startTestServer();
-    client = createMemoryClient({ baseUrl: server.baseUrl, protocol: "connect" });
-    browser = await chromium.launch({ executablePath: await chromiumBinary(), headless: true, args: ["--no-sandbox"] });
-    page = await browser.newPage({ viewport: { width: 1360, height: 900 } });
-    page.setDefaultTimeout(10_000); // a missing element fails its test, well before the test timeout
-    page.on("console", (msg) => {
-      if (msg.type() === "error") consoleErrors.push(msg.text());
-    });
-    page.on("pageerror", (err) => consoleErrors.push(String(err)));
+    // A missing element fails its test, well before the test timeout.
+    inspector = await openInspector({ pageTimeoutMs: 10_000 });
+    ({ server, browser, page, memory: client } = inspector);
     await client.createSession(APP, "alice", "alice-chat");
     await client.addEvents("alice-chat", [
       { eventType: "user_message", content: "I like green tea in the afternoon" },
@@ -77,11 +68,7 @@ describe("memories view of the inspector in a browser", () => {
     await write({ memoryId: "office-hours", text: "The office closes at six" });
   }, 600_000);
 
-  afterAll(async () => {
-    await browser?.close();
-    client?.close();
-    await server?.stop();
-  });
+  afterAll(() => inspector?.close());
 
   it("lists a user's memories and the app-wide ones, newest first, with every field shown", async () => {
     await page.goto(`${server.baseUrl}/`);
@@ -224,26 +211,25 @@ describe("memories view of the inspector in a browser", () => {
 
   // Playwright's string predicates (waitForFunction) are evaluated with eval, which the CSP forbids: locators only.
   it("ran without script errors or Content-Security-Policy violations", () => {
-    expect(consoleErrors).toEqual([]);
+    expect(inspector.consoleErrors).toEqual([]);
   });
 });
 
 describe("memories view with an API key bound to one user", () => {
-  let dir: string;
+  let keyed: KeyedServer;
   let secured: TestServer;
   let browser: Browser;
   let aliceKey: string;
 
   beforeAll(async () => {
-    dir = mkdtempSync(path.join(tmpdir(), "engram-inspector-memories-keys-"));
-    const keys = new FileKeyStore(path.join(dir, "keys.json"));
-    const alice = generateApiKey({ role: "read", apps: [APP], userId: "alice" });
-    const writer = generateApiKey({ role: "write", apps: ["*"] });
-    await keys.create(alice.record);
-    await keys.create(writer.record);
-    aliceKey = alice.key;
-    secured = await startTestServer({ config: { auth: true, authKeysFile: keys.path, authCacheMs: 0 } });
-    const client = createMemoryClient({ baseUrl: secured.baseUrl, protocol: "connect", apiKey: writer.key });
+    keyed = await startKeyedServer([
+      { role: "read", apps: [APP], userId: "alice" },
+      { role: "write", apps: ["*"] },
+    ]);
+    const [alice, writerKey] = keyed.keys;
+    secured = keyed.server;
+    aliceKey = alice;
+    const client = createMemoryClient({ baseUrl: secured.baseUrl, protocol: "connect", apiKey: writerKey });
     try {
       await client.rpc.writeMemories({
         memories: [
@@ -255,13 +241,12 @@ describe("memories view with an API key bound to one user", () => {
     } finally {
       client.close();
     }
-    browser = await chromium.launch({ executablePath: await chromiumBinary(), headless: true, args: ["--no-sandbox"] });
+    browser = await launchChromium();
   }, 600_000);
 
   afterAll(async () => {
     await browser?.close();
-    await secured?.stop();
-    rmSync(dir, { recursive: true, force: true });
+    await keyed?.close();
   });
 
   it("shows the key's user their own and the shared memories, and refuses another user's with the server's reason", async () => {
