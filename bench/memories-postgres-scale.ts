@@ -3,19 +3,31 @@
  * of a throwaway PostgreSQL (1000 users, 10% app-wide, texts of 12 words
  * drawn from a 5000-word vocabulary with a skew, a 384-dimension embedding
  * each, 1% pinned), then times the driver's searchMemories, listMemories and
- * nearestMemories for one user's VISIBLE scope, one call at a time, and
- * prints the plans. Not a timed test: figures for the README.
+ * nearestMemories for one user's VISIBLE scope, one call at a time, then
+ * Recall (4k budget, a session of 30 events) through the service in this
+ * process at c=1 and c=16, with this process's and PostgreSQL's CPU per
+ * call (no RPC transport: the server's share of a Recall over the wire is
+ * this plus its protocol), and prints the plans. Not a timed test: figures
+ * for the README. `no-embeddings` seeds no vectors (1M embedded rows take
+ * ~1.5 GB).
  *
- *   node --import tsx bench/memories-postgres-scale.ts [memories=100000] [calls=200]
+ *   node --import tsx bench/memories-postgres-scale.ts [memories=100000] [calls=200] [no-embeddings]
  */
 import { performance } from "node:perf_hooks";
 import pg from "pg";
+import { create } from "@bufbuild/protobuf";
+import { AddEventsRequestSchema, CreateSessionRequestSchema, RecallRequestSchema } from "@engram-memory/client/gen/engram/v1/memory_pb.js";
+import { closedLoop } from "./lib/closed-loop.js";
+import { findPid } from "./lib/processes.js";
+import { DEFAULT_SERVICE_LIMITS } from "../src/service/limits.js";
+import { MemoryService } from "../src/service/memory-service.js";
 import { PostgresStore } from "../src/store/postgres.js";
 import type { MemoryFilter } from "../src/store/types.js";
 import { startPostgresServer } from "../test/support/postgres-server.js";
 
 const total = Number(process.argv[2] ?? 100_000);
 const calls = Number(process.argv[3] ?? 200);
+const embedded = process.argv[4] !== "no-embeddings";
 const DIMENSIONS = 384;
 
 function percentile(sorted: number[], p: number): number {
@@ -52,12 +64,12 @@ try {
     `INSERT INTO memories (app_name, memory_id, user_id, scope_key, text, topics, importance, pinned, created_ms, valid_from_ms, embedding, fingerprint)
      SELECT 'app', 'm' || n, u, CASE WHEN u IS NULL THEN '[null,null,null]' ELSE '["' || u || '",null,null]' END,
             (SELECT string_agg('word' || floor(5000 * random() ^ 3)::int, ' ') FROM generate_series(1, 12) g WHERE g > n * 0),
-            ARRAY['topic' || (n % 20)], random(), n % 97 = 0, 1700000000000 + n, 1700000000000 + n, ($1::bytea[])[1 + n % 100], 'f' || n
+            ARRAY['topic' || (n % 20)], random(), n % 97 = 0, 1700000000000 + n, 1700000000000 + n, CASE WHEN $3 THEN ($1::bytea[])[1 + n % 100] END, 'f' || n
      FROM (SELECT n, CASE WHEN n % 10 = 0 THEN NULL ELSE 'user' || (n % 1000) END AS u FROM generate_series(1, $2::int) n) s`,
-    [embeddings, total],
+    [embeddings, total, embedded],
   );
   await admin.query("ANALYZE memories");
-  console.log(`seeded ${total} memories in ${((performance.now() - seedStart) / 1000).toFixed(1)} s`);
+  console.log(`seeded ${total} memories${embedded ? "" : " without embeddings"} in ${((performance.now() - seedStart) / 1000).toFixed(1)} s`);
 
   const user: MemoryFilter = { scope: { appName: "app", userId: "user7", match: "visible" }, asOf: Date.now() };
   const query = (i: number) => `word${i % 50} word${100 + (i % 400)} word${1000 + i}`;
@@ -72,6 +84,30 @@ try {
   const app: MemoryFilter = { scope: { appName: "app", match: "within" }, asOf: Date.now() };
   await time("searchMemories, whole app WITHIN, top 50", (i) => memories.searchMemories(app, query(i), 50));
   await time("nearestMemories, whole app (2000 of them)", () => memories.nearestMemories(app, probe, 50));
+
+  // Recall as a session of user7 asks it, through the service: its reads, ranking, packing and context.
+  const service = new MemoryService(store, { limits: DEFAULT_SERVICE_LIMITS, contextLimit: 50, heartbeatMs: 1000 });
+  await service.createSession(create(CreateSessionRequestSchema, { appName: "app", userId: "user7", sessionId: "recall-session" }));
+  await service.addEvents(
+    create(AddEventsRequestSchema, {
+      sessionId: "recall-session",
+      events: Array.from({ length: 30 }, (_, i) => ({
+        eventType: i % 2 ? "agent_response" : "user_message",
+        content: { kind: { case: "stringValue" as const, value: `message ${i} about word${i} and word${i * 7}` } },
+      })),
+    }),
+  );
+  const postmaster = findPid("postgres", "-p", String(server.port));
+  for (const concurrency of [1, 16]) {
+    const result = await closedLoop({ concurrency, durationMs: 10_000, warmupMs: 2_000, cpuPids: postmaster ? { postgres: [postmaster] } : {} }, (worker, i) =>
+      service.recall(create(RecallRequestSchema, { sessionId: "recall-session", query: query(worker * 1000 + i), tokenBudget: 4000 })).then(() => undefined),
+    );
+    console.log(
+      `Recall 4k through the service, c=${concurrency}: ${result.throughput.toFixed(1)}/s p50 ${(result.p50Us / 1000).toFixed(1)} ms p99 ${(result.p99Us / 1000).toFixed(1)} ms, ` +
+        `CPU per call: service ${((result.cpuUsPerCall.client ?? NaN) / 1000).toFixed(2)} ms, PostgreSQL ${((result.cpuUsPerCall.postgres ?? NaN) / 1000).toFixed(2)} ms` +
+        (result.errors ? ` (${result.errors} errors: ${result.firstError})` : ""),
+    );
+  }
 
   for (const [name, sql, params] of [
     [

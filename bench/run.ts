@@ -23,7 +23,7 @@
  * runs the servers from the TypeScript sources instead of dist/.
  */
 import { execFileSync } from "node:child_process";
-import { existsSync, mkdirSync, readdirSync, readFileSync } from "node:fs";
+import { existsSync, mkdirSync } from "node:fs";
 import os from "node:os";
 import path from "node:path";
 import { parseArgs } from "node:util";
@@ -31,7 +31,7 @@ import { create, toBinary } from "@bufbuild/protobuf";
 import { timestampFromMs } from "@bufbuild/protobuf/wkt";
 import { AddEventResponseSchema } from "@engram-memory/client/gen/engram/v1/memory_pb.js";
 import type { LoadResult } from "./lib/closed-loop.js";
-import { forkWorker, REPO_ROOT, SERVER_BUILD, startEngram, type EngramProcess } from "./lib/processes.js";
+import { findPid, forkWorker, REPO_ROOT, SERVER_BUILD, startEngram, type EngramProcess } from "./lib/processes.js";
 import type { LoadSpec } from "./loadgen.js";
 import type { RawSpec } from "./raw-store.js";
 import { ECHO_METHOD } from "./echo-server.js";
@@ -102,19 +102,6 @@ function parseProfile(argv: string[]): { profile: Profile; out: string } {
 }
 
 /** Finds the pid of a process whose command line contains every needle. */
-function findPid(...needles: string[]): number | undefined {
-  for (const entry of readdirSync("/proc")) {
-    if (!/^\d+$/.test(entry)) continue;
-    try {
-      const cmdline = readFileSync(`/proc/${entry}/cmdline`, "utf8").replaceAll("\0", " ");
-      if (needles.every((n) => cmdline.includes(n))) return Number(entry);
-    } catch {
-      // gone
-    }
-  }
-  return undefined;
-}
-
 function log(message: string): void {
   process.stderr.write(`[bench ${new Date().toISOString().slice(11, 19)}] ${message}\n`);
 }

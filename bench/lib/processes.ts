@@ -4,7 +4,7 @@
  * CPU-time account, and their CPU is read from /proc per process.
  */
 import { fork, spawn, type ChildProcess } from "node:child_process";
-import { readFileSync } from "node:fs";
+import { readdirSync, readFileSync } from "node:fs";
 import { createInterface } from "node:readline";
 import path from "node:path";
 import { fileURLToPath } from "node:url";
@@ -209,4 +209,18 @@ export function serveRequests(handler: (message: never) => Promise<unknown>): vo
     );
   });
   process.on("disconnect", () => process.exit(0));
+}
+
+/** The id of the first process whose command line holds every needle (e.g. "postgres", "-p", port), or undefined. */
+export function findPid(...needles: string[]): number | undefined {
+  for (const entry of readdirSync("/proc")) {
+    if (!/^\d+$/.test(entry)) continue;
+    try {
+      const cmdline = readFileSync(`/proc/${entry}/cmdline`, "utf8").replaceAll("\0", " ");
+      if (needles.every((n) => cmdline.includes(n))) return Number(entry);
+    } catch {
+      // gone
+    }
+  }
+  return undefined;
 }
