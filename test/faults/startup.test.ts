@@ -111,6 +111,9 @@ describe.each(BACKENDS)("a server started while %s is unreachable", (_name, back
       await waitReady(server, 30_000);
       expect(await readyz(server)).toBe(200);
       expect(await grpcHealthStatus(server.baseUrl)).toBe("SERVING");
+      // The log line travels through the child's stdout pipe, which may be read after /readyz answers: wait for it (bounded).
+      const loggedBy = Date.now() + 5_000;
+      while (Date.now() < loggedBy && !server.lines.some((l) => l.includes('"msg":"store opened"'))) await sleep(20);
       expect(server.lines.some((l) => l.includes('"msg":"store opened"'))).toBe(true);
 
       // The key store reconnects on its own back-off schedule: allow it as long (bounded).
