@@ -6,6 +6,7 @@
  * shared state, sharded notices between stores. Every store gets a key
  * prefix of its own.
  */
+import { setTimeout as sleep } from "node:timers/promises";
 import { Cluster } from "ioredis";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { RedisStore } from "../../src/store/redis.js";
@@ -119,6 +120,75 @@ describe("RedisStore on a cluster", () => {
       const recent = await store.listRecentEvents(10);
       const expected = [1, 2].flatMap((round) => ids.map((id) => `${id}-${round}`)).slice(-10);
       expect(recent.map((e) => e.content)).toEqual(expected);
+    } finally {
+      await store.close();
+    }
+  });
+
+  it("pages sessions and appends events without a loss or a repeat while a bucket's slot migrates to another master", async () => {
+    const prefix = `c${process.pid}_${++counter}`;
+    const store = await openStore(DEFAULT_LIMITS, prefix);
+    try {
+      const keys = new RedisKeys(prefix, CLUSTER_BUCKETS);
+      const ids = Array.from({ length: 60 }, (_, i) => `m${String(i).padStart(2, "0")}`);
+      for (const id of ids) await makeSession(store, id);
+      // The bucket holding most of them: its slot moves, key by key, while the store works.
+      const byBucket = new Map<string, string[]>();
+      for (const id of ids) byBucket.set(keys.bucketOf(id), [...(byBucket.get(keys.bucketOf(id)) ?? []), id]);
+      const [, moving] = [...byBucket].sort((a, b) => b[1].length - a[1].length)[0];
+      const slot = await cluster.slotOf(keys.session(moving[0]));
+      const from = await cluster.masterOf(slot);
+      const masters = await Promise.all([0, 8000, 16383].map((other) => cluster.masterOf(other)));
+      const to = masters.find((master) => master.id !== from.id)!;
+      for (const id of moving) await store.appendEvents(id, [newEvent("user_message", 0, { eventId: `${id}-0` })]);
+
+      /** An append as a client makes it: retried with the same event id while the slot answers TRYAGAIN (UNAVAILABLE); bounded. */
+      const appendUntilDone = async (id: string, n: number) => {
+        for (let attempt = 0; attempt < 60; attempt++) {
+          try {
+            return await store.appendEvents(id, [newEvent("user_message", n, { eventId: `${id}-${n}` })]);
+          } catch (err) {
+            if ((err as { code?: string }).code !== "UNAVAILABLE") throw err;
+            await sleep(100);
+          }
+        }
+        throw new Error(`append ${id}-${n} still refused after 60 tries`);
+      };
+      const seen: string[] = [];
+      let after: string | undefined;
+      let done = false;
+      const appends: Array<Promise<unknown>> = [];
+      let round = 0;
+      await cluster.migrateSlots([slot], to, {
+        keysPerBatch: 3,
+        betweenBatches: async () => {
+          round++;
+          appends.push(appendUntilDone(moving[round % moving.length], round));
+          if (done) return;
+          const page = await store.listSessions({ limit: 4, afterSessionId: after });
+          seen.push(...page.map((s) => s.sessionId));
+          if (page.length < 4) done = true;
+          else after = page[page.length - 1].sessionId;
+        },
+      });
+      expect(await cluster.masterOf(slot)).toMatchObject({ id: to.id });
+      expect(round).toBeGreaterThan(3);
+      await Promise.all(appends);
+      for (let page = 0; page < 30 && !done; page++) {
+        const rest = await store.listSessions({ limit: 4, afterSessionId: after });
+        seen.push(...rest.map((s) => s.sessionId));
+        if (rest.length < 4) done = true;
+        else after = rest[rest.length - 1].sessionId;
+      }
+      expect(seen).toEqual(ids);
+      // Every append once, at consecutive seqs.
+      for (const id of moving) {
+        const { events } = await store.readEvents(id, { limit: 100 });
+        expect(events.map((e) => e.seq)).toEqual(events.map((_, i) => i + 1));
+        expect(new Set(events.map((e) => e.eventId)).size).toBe(events.length);
+      }
+      const total = (await Promise.all(moving.map(async (id) => (await store.readEvents(id, { limit: 100 })).events.length))).reduce((a, b) => a + b, 0);
+      expect(total).toBe(moving.length + round);
     } finally {
       await store.close();
     }

@@ -106,7 +106,8 @@ export function openRedisClient(url: string, options: RedisClientOptions = {}): 
     lazyConnect,
     scaleReads: "master",
     shardedSubscribers,
-    enableAutoPipelining: true,
+    // No auto-pipelining: a pipeline in which one command is redirected (ASK while a slot migrates) fails
+    // every command in it that is not read-only; commands sent one by one are each redirected by ioredis.
     // A failover takes about cluster-node-timeout (seconds): retry redirected and refused commands until then.
     retryDelayOnFailover: 200,
     retryDelayOnClusterDown: 300,
