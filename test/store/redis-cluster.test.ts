@@ -238,6 +238,8 @@ describe("RedisStore on a cluster", () => {
       const refused = await rejection(two.appendEvents("w1", [newEvent("user_message", "more")]));
       expect(refused.code).toBe("UNAVAILABLE");
       expect(refused.message).toMatch(/reached 1 of the 2 replicas/);
+      // The start-up line's durability comes from a master's own settings (the test cluster runs AOF).
+      expect((await one.describeDurability()).settings).toMatchObject({ appendonly: "yes" });
     } finally {
       await one.close();
       await two.close();

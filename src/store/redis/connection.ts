@@ -103,8 +103,8 @@ export type RedisClientOptions = RedisOptions & {
  */
 export function openRedisClient(url: string, options: RedisClientOptions = {}): RedisClient {
   const target = parseRedisUrl(url);
-  const { shardedSubscribers, retryStrategy, lazyConnect, enableOfflineQueue: _queue, ...perNode } = options;
-  if (target.kind === "node") return new Redis(url, { ...perNode, retryStrategy, lazyConnect, enableOfflineQueue: _queue });
+  const { shardedSubscribers, retryStrategy, lazyConnect, enableOfflineQueue, ...perNode } = options;
+  if (target.kind === "node") return new Redis(url, { ...perNode, retryStrategy, lazyConnect, enableOfflineQueue });
   const clusterOptions: ClusterOptions = {
     lazyConnect,
     scaleReads: "master",
@@ -259,7 +259,8 @@ export class RedisConnection {
     let settings: Record<string, string>;
     try {
       settings = {};
-      const node = isCluster(this.commands) ? this.commands.nodes("master")[0] : this.commands;
+      // Every master of a cluster is configured alike (an operator's job); the first one known speaks for them.
+      const node = (isCluster(this.commands) ? this.commands.nodes("master")[0] : undefined) ?? this.commands;
       for (const name of ["appendonly", "appendfsync", "save"]) {
         const pair = (await node.config("GET", name)) as string[];
         if (pair.length >= 2) settings[pair[0]] = pair[1];
