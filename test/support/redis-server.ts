@@ -18,6 +18,8 @@ export interface RedisServer {
   port: number;
   /** Its working dir: AOF files live here. */
   dir: string;
+  /** The running process's pid (undefined when stopped); it changes on restart. */
+  readonly pid: number | undefined;
   /** SIGTERM (Redis flushes the AOF), waits for exit. */
   stop(): Promise<void>;
   /** Stops it if running, then starts it again on the same port and dir, and waits until it answers. */
@@ -66,8 +68,10 @@ export async function waitForRedis(port: number, timeoutMs = 15_000): Promise<vo
 /**
  * Starts a dedicated redis-server in a temp dir, on a free loopback port or on
  * `port` (a server already told to use that port, started before Redis).
+ * `extraArgs` are appended to the command line (e.g. cluster mode), and kept
+ * across restarts.
  */
-export async function startRedisServer(opts: { appendonly?: boolean; port?: number } = {}): Promise<RedisServer> {
+export async function startRedisServer(opts: { appendonly?: boolean; port?: number; extraArgs?: readonly string[] } = {}): Promise<RedisServer> {
   const binary = await redisServerBinary();
   const dir = mkdtempSync(path.join(tmpdir(), "engram-redis-"));
   let port = 0;
@@ -85,6 +89,7 @@ export async function startRedisServer(opts: { appendonly?: boolean; port?: numb
       "--save", "",
       "--daemonize", "no",
       "--protected-mode", "yes",
+      ...(opts.extraArgs ?? []),
     ];
     log = "";
     const proc = spawn(binary, args, { stdio: ["ignore", "pipe", "pipe"] });
@@ -103,6 +108,15 @@ export async function startRedisServer(opts: { appendonly?: boolean; port?: numb
     const proc = child;
     if (!proc || proc.exitCode !== null || proc.signalCode !== null) return;
     proc.kill(sig);
+    if (sig !== "SIGTERM") return exited;
+    // Redis refuses a SIGTERM while it writes its initial AOF (a replica right after a full
+    // sync logs "Writing initial AOF, can't exit." and runs on): ask again, bounded, then SIGKILL.
+    for (let attempt = 0; attempt < 100; attempt++) {
+      const gone = await Promise.race([exited.then(() => true), sleep(200).then(() => false)]);
+      if (gone) return;
+      proc.kill("SIGTERM");
+    }
+    proc.kill("SIGKILL");
     await exited;
   };
 
@@ -128,6 +142,9 @@ export async function startRedisServer(opts: { appendonly?: boolean; port?: numb
     url: `redis://127.0.0.1:${port}`,
     port,
     dir,
+    get pid() {
+      return child && child.exitCode === null && child.signalCode === null ? child.pid : undefined;
+    },
     stop: () => signal("SIGTERM"),
     kill: () => signal("SIGKILL"),
     restart: async () => {

@@ -12,12 +12,14 @@
 import { readdirSync, readFileSync } from "node:fs";
 import path from "node:path";
 import { fileURLToPath } from "node:url";
-import type { Redis } from "ioredis";
+import { setTimeout as sleep } from "node:timers/promises";
+import { MemoryError } from "../../errors.js";
 import { eventFingerprint } from "../fingerprint.js";
 import { appEventCaps, dedupeWindow } from "../rules.js";
 import { MAX_STATE_BYTES, MAX_STATE_KEYS } from "../state.js";
 import type { CleanupScope, NewEvent, NewSession, SessionUpdate, StoreLimits } from "../types.js";
 import { encodeEvent, encodeStateChanges, fieldsOf } from "./codec.js";
+import { isCluster, type RedisClient } from "./connection.js";
 import { erasureField, recentMemberPrefix, type RedisKeys, type Tenancy } from "./keys.js";
 
 /** Where the script files are (copied next to the compiled code by scripts/build.mjs). */
@@ -47,6 +49,8 @@ export interface ScriptContext {
 /** One script: its file's name, how to call it and how to read its reply. */
 export interface Script<Input, Result> {
   name: string;
+  /** Writes nothing: no WAIT after it (MEMORY_REDIS_WAIT_REPLICAS). */
+  readOnly?: boolean;
   /** KEYS then ARGV, as the script's header lists them. */
   args(context: ScriptContext, input: Input): Arg[];
   /** The reply as a typed result (some replies are only read knowing the input, such as the number of events). */
@@ -66,7 +70,8 @@ export const createScript: Script<CreateInput, { outcome: "EXISTS" } | { outcome
   name: "create",
   args({ keys }, { session, incarnation, mode }) {
     const { sessionId, appName, userId } = session;
-    const head = [keys.session(sessionId), keys.updated, keys.stats, ...keys.indexesOf({ appName, userId })];
+    const bucket = keys.bucketOf(sessionId);
+    const head = [keys.session(sessionId), keys.updated(bucket), keys.stats(bucket), ...keys.indexesOf({ appName, userId }, bucket)];
     return [...head, sessionId, appName, userId, JSON.stringify(session.metadata), session.now, mode, incarnation];
   },
   decode(reply) {
@@ -84,6 +89,8 @@ export interface AppendInput {
   expectedSeq?: number;
   /** Epoch ms: the session's updatedAt, and the trim time of ids trimmed now. */
   now: number;
+  /** Cluster: the lowest ingest position of this append (IngestClock); undefined on one node. */
+  ingestBase?: number;
 }
 
 /**
@@ -96,20 +103,28 @@ export type AppendOutcome =
   | { outcome: "DUPLICATE"; eventId: string }
   | { outcome: "CONFLICT"; headSeq: number }
   | StateTooLarge
-  | { outcome: "OK"; replayed: boolean; events: Array<{ seq: number; original?: string }>; trimmed: number };
+  | { outcome: "OK"; replayed: boolean; events: Array<{ seq: number; original?: string }>; trimmed: number; outbox?: OutboxEntry };
+
+/** Cluster: user and app state changes written to a bucket's outbox, to apply in the app's slot (shared-3.lua). */
+export interface OutboxEntry {
+  /** The entry's field in the outbox hash: also its id once applied. */
+  field: string;
+  /** Its JSON: {"app", "user", "at", "changes": [[scope, key, value], ...]}. */
+  value: string;
+}
 
 /** Appends a batch of events to one session. */
 export const appendScript: Script<AppendInput, AppendOutcome> = {
   name: "append",
-  args({ keys, limits }, { sessionId, tenancy, events, expectedSeq, now }) {
+  args({ keys, limits }, { sessionId, tenancy, events, expectedSeq, now, ingestBase }) {
+    const bucket = keys.bucketOf(sessionId);
     const args: Arg[] = [
       ...keys.sessionKeys(sessionId),
-      keys.updated,
-      keys.stats,
-      ...keys.recentOf(tenancy),
+      keys.updated(bucket),
+      keys.stats(bucket),
+      ...keys.recentOf(tenancy, bucket),
       keys.trimmedIds(sessionId),
-      keys.userState(tenancy),
-      keys.appState(tenancy.appName),
+      ...sharedStateKeys(keys, sessionId, tenancy),
       sessionId,
       JSON.stringify(sessionId),
       expectedSeq === undefined ? "" : expectedSeq,
@@ -117,7 +132,7 @@ export const appendScript: Script<AppendInput, AppendOutcome> = {
       limits.maxSessionEvents,
       RECENT_CAP,
       recentMemberPrefix(sessionId),
-      keys.channel,
+      keys.channel(bucket),
       events.length,
     ];
     for (const e of events) {
@@ -131,6 +146,7 @@ export const appendScript: Script<AppendInput, AppendOutcome> = {
     args.push(NOTICE_EVENTS_MAX_BYTES, tenancy.appName, tenancy.userId, windowMs, maxIds, caps.length, ...caps.flat());
     args.push(MAX_STATE_KEYS, MAX_STATE_BYTES);
     for (const e of events) args.push(...encodeStateChanges(e.stateDelta));
+    args.push(keys.clustered ? recentMemberPrefix(sessionId) : "", ingestBase === undefined ? "" : ingestBase, publishCommand(keys));
     return args;
   },
   decode(reply, { events }) {
@@ -152,9 +168,27 @@ export const appendScript: Script<AppendInput, AppendOutcome> = {
     });
     // A replay (every event known) has no trimmed count.
     const trimmed = (reply[4 + 2 * events.length] as number | undefined) ?? 0;
-    return { outcome: "OK", replayed: reply[1] === 1, events: stored, trimmed };
+    const field = reply[5 + 2 * events.length];
+    const outbox = typeof field === "string" ? { field, value: reply[6 + 2 * events.length] as string } : undefined;
+    return { outcome: "OK", replayed: reply[1] === 1, events: stored, trimmed, outbox };
   },
 };
+
+/**
+ * KEYS[11..12] of append-12.lua, KEYS[3..4] of update-4.lua: the user's and
+ * the app's state on one node; on a cluster, where they are in another slot,
+ * the session bucket's outbox twice.
+ */
+function sharedStateKeys(keys: RedisKeys, sessionId: string, tenancy: Tenancy): [string, string] {
+  if (!keys.clustered) return [keys.userState(tenancy), keys.appState(tenancy.appName)];
+  const outbox = keys.outbox(keys.bucketOf(sessionId));
+  return [outbox, outbox];
+}
+
+/** PUBLISH on one node (as every release before clusters), SPUBLISH to the bucket's shard on a cluster. */
+function publishCommand(keys: RedisKeys): string {
+  return keys.clustered ? "SPUBLISH" : "PUBLISH";
+}
 
 /** A state change refused by a script: which state would have held how many entries and bytes. */
 export interface StateTooLarge {
@@ -181,7 +215,7 @@ export type UpdateOutcome =
   | { outcome: "NOT_FOUND" | "MOVED" }
   | { outcome: "CONFLICT"; version: number }
   | StateTooLarge
-  | { outcome: "OK"; fields: Record<string, string> };
+  | { outcome: "OK"; fields: Record<string, string>; outbox?: OutboxEntry };
 
 /** Updates a session's metadata and state (UpdateSession). */
 export const updateScript: Script<UpdateInput, UpdateOutcome> = {
@@ -189,9 +223,8 @@ export const updateScript: Script<UpdateInput, UpdateOutcome> = {
   args({ keys }, { sessionId, tenancy, update }) {
     return [
       keys.session(sessionId),
-      keys.updated,
-      keys.userState(tenancy),
-      keys.appState(tenancy.appName),
+      keys.updated(keys.bucketOf(sessionId)),
+      ...sharedStateKeys(keys, sessionId, tenancy),
       sessionId,
       tenancy.appName,
       tenancy.userId,
@@ -201,6 +234,7 @@ export const updateScript: Script<UpdateInput, UpdateOutcome> = {
       MAX_STATE_KEYS,
       MAX_STATE_BYTES,
       ...encodeStateChanges(update.stateDelta),
+      keys.clustered ? recentMemberPrefix(sessionId) : "",
     ];
   },
   decode(reply) {
@@ -213,7 +247,8 @@ export const updateScript: Script<UpdateInput, UpdateOutcome> = {
       case "TOO_LARGE":
         return stateTooLargeOf(reply);
     }
-    return { outcome: "OK", fields: fieldsOf(reply[1] as string[]) };
+    const outbox = typeof reply[2] === "string" ? { field: reply[2], value: reply[3] as string } : undefined;
+    return { outcome: "OK", fields: fieldsOf(reply[1] as string[]), outbox };
   },
 };
 
@@ -243,23 +278,26 @@ export interface DeleteOutcome {
 export const deleteScript: Script<DeleteInput, DeleteOutcome> = {
   name: "delete",
   args({ keys }, { sessionId, tenancy, updatedBelow, keepAtLeast }) {
-    const [recentAll, ...recentOwn] = keys.recentOf(tenancy);
+    const bucket = keys.bucketOf(sessionId);
+    const [recentAll, ...recentOwn] = keys.recentOf(tenancy, bucket);
     return [
       ...keys.sessionKeys(sessionId),
-      keys.updated,
-      keys.stats,
+      keys.updated(bucket),
+      keys.stats(bucket),
       recentAll,
-      ...keys.indexesOf(tenancy),
+      ...keys.indexesOf(tenancy, bucket),
       ...recentOwn,
       keys.trimmedIds(sessionId),
       sessionId,
       tenancy.appName,
       tenancy.userId,
       JSON.stringify(sessionId),
-      keys.channel,
+      keys.channel(bucket),
       recentMemberPrefix(sessionId),
       updatedBelow ?? "",
-      keepAtLeast ?? "",
+      // A bucket counts only its own sessions: the floor is the driver's on a cluster.
+      keys.clustered ? "" : (keepAtLeast ?? ""),
+      publishCommand(keys),
     ];
   },
   decode(reply) {
@@ -285,6 +323,7 @@ export type ReadOutcome =
 /** Reads a run of consecutive seqs of one session together with its bounds. */
 export const readScript: Script<ReadInput, ReadOutcome> = {
   name: "read",
+  readOnly: true,
   args({ keys }, { sessionId, direction, cursor, limit, types }) {
     const [sessionKey, eventsKey] = keys.sessionKeys(sessionId);
     const budget = types.length > 0 ? Math.max(limit, FILTER_SCAN) : limit;
@@ -295,6 +334,45 @@ export const readScript: Script<ReadInput, ReadOutcome> = {
     const events: Array<{ seq: number; encoded: string }> = [];
     for (let i = 5; i < reply.length; i += 2) events.push({ seq: reply[i] as number, encoded: reply[i + 1] as string });
     return { headSeq: reply[1] as number, firstSeq: reply[2] as number, lastSeq: reply[3] as number, incarnation: reply[4] as string, events };
+  },
+};
+
+/** Input of statecheck-2.lua and shared-3.lua: the user and app state changes of one write. */
+export interface SharedStateInput {
+  tenancy: Tenancy;
+  /** [scope "u" | "a", key, value JSON or "" to delete], as encodeStateChanges lists them. */
+  changes: ReadonlyArray<readonly [string, string, string]>;
+}
+
+/** Cluster: the caps of the user's and app's states checked against a write's changes, before it runs. */
+export const stateCheckScript: Script<SharedStateInput, StateTooLarge | undefined> = {
+  name: "statecheck",
+  readOnly: true,
+  args({ keys }, { tenancy, changes }) {
+    return [keys.userState(tenancy), keys.appState(tenancy.appName), MAX_STATE_KEYS, MAX_STATE_BYTES, changes.length, ...changes.flat()];
+  },
+  decode(reply) {
+    return reply[0] === "TOO_LARGE" ? stateTooLargeOf(reply) : undefined;
+  },
+};
+
+/** How long an applied outbox entry's id is remembered (shared-3.lua): far past any re-drive. */
+const APPLIED_KEPT_MS = 24 * 60 * 60 * 1000;
+
+/** Input of shared-3.lua: one outbox entry. */
+export interface ApplySharedInput extends SharedStateInput {
+  field: string;
+  now: number;
+}
+
+/** Cluster: applies one outbox entry to the user's and app's state, once; true when applied now. */
+export const applySharedScript: Script<ApplySharedInput, boolean> = {
+  name: "shared",
+  args({ keys }, { tenancy, changes, field, now }) {
+    return [keys.userState(tenancy), keys.appState(tenancy.appName), keys.stateApplied(tenancy.appName), field, now, APPLIED_KEPT_MS, changes.length, ...changes.flat()];
+  },
+  decode(reply) {
+    return (reply as unknown as number) === 1;
   },
 };
 
@@ -346,13 +424,25 @@ function resolveIncludes(lua: string, dir: string, file: string, included = new 
   });
 }
 
+/** MEMORY_REDIS_WAIT_REPLICAS: replicas that must have each write script's effects before it counts as done. */
+export interface WaitForReplicas {
+  /** 0: no WAIT. */
+  replicas: number;
+  /** WAIT's own timeout; shorter than the command timeout, so the shortfall is what answers. */
+  timeoutMs: number;
+}
+
+/** Tries of a script + WAIT pipeline refused by a cluster whose slots are moving (MOVED, ASK, TRYAGAIN: the script did not run). */
+const REDIRECTED_TRIES = 5;
+
 /** The scripts defined on one connection, run through their typed wrappers. */
 export class RedisScripts {
   private readonly commands = new Map<string, (...keysAndArgs: Arg[]) => Promise<Reply>>();
 
   constructor(
-    redis: Redis,
+    private readonly redis: RedisClient,
     private readonly context: ScriptContext,
+    private readonly wait: WaitForReplicas = { replicas: 0, timeoutMs: 0 },
   ) {
     for (const [name, { lua, numberOfKeys }] of loadScripts()) {
       // defineCommand runs EVALSHA and falls back to EVAL (loading it) when Redis does not know the script yet.
@@ -362,10 +452,43 @@ export class RedisScripts {
     }
   }
 
-  /** Runs `script` with `input`; its decoded reply. */
+  /**
+   * Runs `script` with `input`; its decoded reply. With WAIT configured, a
+   * writing script is followed by WAIT on the same connection (one
+   * pipeline, so on a cluster it reaches the node that ran the script):
+   * UNAVAILABLE naming how many replicas acknowledged when fewer than asked.
+   */
   async run<Input, Result>(script: Script<Input, Result>, input: Input): Promise<Result> {
     const command = this.commands.get(script.name);
     if (!command) throw new Error(`no script file for ${script.name} in ${SCRIPTS_DIR}`);
-    return script.decode(await command(...script.args(this.context, input)), input);
+    const args = script.args(this.context, input);
+    if (script.readOnly || this.wait.replicas === 0) return script.decode(await command(...args), input);
+    const { reply, acknowledged } = await this.runAndWait(script.name, args);
+    if (acknowledged < this.wait.replicas) {
+      throw new MemoryError(
+        "UNAVAILABLE",
+        `redis unavailable: the write reached ${acknowledged} of the ${this.wait.replicas} replicas MEMORY_REDIS_WAIT_REPLICAS asks for within ${this.wait.timeoutMs} ms; it may have been applied (retrying with the same event ids is safe)`,
+      );
+    }
+    return script.decode(reply, input);
+  }
+
+  /** The script and WAIT in one pipeline; a cluster's refusal before the script ran (slots moving) is retried. */
+  private async runAndWait(name: string, args: Arg[]): Promise<{ reply: Reply; acknowledged: number }> {
+    for (let attempt = 1; ; attempt++) {
+      const pipeline = this.redis.pipeline();
+      (pipeline as unknown as Record<string, (...keysAndArgs: Arg[]) => unknown>)[`engram_${name}`](...args);
+      pipeline.wait(this.wait.replicas, this.wait.timeoutMs);
+      const [[scriptError, reply], [waitError, acknowledged]] = (await pipeline.exec()) as Array<[Error | null, unknown]>;
+      if (scriptError) {
+        const redirected = /^(MOVED|ASK|TRYAGAIN|CLUSTERDOWN) /.test(scriptError.message);
+        if (!redirected || !isCluster(this.redis) || attempt >= REDIRECTED_TRIES) throw scriptError;
+        this.redis.refreshSlotsCache();
+        await sleep(100 * attempt);
+        continue;
+      }
+      if (waitError) throw waitError;
+      return { reply: reply as Reply, acknowledged: Number(acknowledged) };
+    }
   }
 }
