@@ -156,8 +156,13 @@ export interface MemoriesPeer {
   note?: string;
 }
 
-/** The three parties of the Motorhead comparison (bench/peers/motorhead.ts). */
-export type MotorheadParty = "Engram gRPC" | "Engram Connect JSON" | "Motorhead";
+/**
+ * The parties of the Motorhead comparison (bench/peers/motorhead.ts): Engram
+ * over each protocol, Motorhead, and the Node.js transport floors, bare
+ * servers answering Engram's bytes and doing nothing else
+ * (bench/transport-floor-server.ts).
+ */
+export type MotorheadParty = "Engram gRPC" | "Engram Connect JSON" | "Motorhead" | "Node http2 floor" | "Node HTTP/1.1 floor";
 
 /** One party's figures in one round. */
 export interface MotorheadFigures {

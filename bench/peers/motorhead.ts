@@ -6,8 +6,11 @@
  * (bench/README.md says how and which commit was measured).
  *
  * The same workloads run against Engram over gRPC, Engram over Connect JSON
- * (HTTP/1.1) and Motorhead's JSON API, in rounds that rotate the three, so
+ * (HTTP/1.1) and Motorhead's JSON API, in rounds that rotate the parties, so
  * the ratios compare measurements taken seconds apart on this shared box.
+ * Two more parties give Node.js's floor on the same calls: bare node:http2
+ * (gRPC framing by hand) and node:http servers answering the bytes Engram
+ * answered, doing nothing else (bench/transport-floor-server.ts).
  *
  * Motorhead summarizes a session with an LLM once it holds more than
  * MOTORHEAD_MAX_WINDOW_SIZE messages, and a read returns that window. Two
@@ -21,7 +24,7 @@ import http from "node:http";
 import { create, toBinary } from "@bufbuild/protobuf";
 import { AddEventsRequestSchema, GetOrCreateSessionRequestSchema, GetSessionEventsRequestSchema } from "@engram-memory/client/gen/engram/v1/memory_pb.js";
 import type { LoadResult } from "../lib/closed-loop.js";
-import { startEngram, type Worker } from "../lib/processes.js";
+import { forkWorker, startEngram, type Worker } from "../lib/processes.js";
 import type { LoadSpec } from "../loadgen.js";
 import { freePort } from "../../test/support/host.js";
 import type { MotorheadComparison, MotorheadParty, MotorheadRow, Profile } from "../types.js";
@@ -30,7 +33,7 @@ import { addEventRequest, CONTENT_100B, SeedClient, SERVICE } from "../workloads
 /** Environment variable naming the Motorhead binary. */
 export const MOTORHEAD_ENV = "ENGRAM_BENCH_MOTORHEAD";
 
-const PARTIES: MotorheadParty[] = ["Engram gRPC", "Engram Connect JSON", "Motorhead"];
+const PARTIES: MotorheadParty[] = ["Engram gRPC", "Engram Connect JSON", "Motorhead", "Node http2 floor", "Node HTTP/1.1 floor"];
 const READ_SIZES = [20, 1000];
 
 /** A Motorhead process on a loopback port. */
@@ -95,7 +98,45 @@ const readSession = (n: number) => `mh-read-${n}`;
 /** The same workload for each party, as load specs without timing. */
 type Spec = Omit<LoadSpec, "durationMs" | "warmupMs" | "concurrency" | "cpuPids">;
 
-function workloads(maxC: number, engram: string, writer: MotorheadProcess, reader: MotorheadProcess): Array<{ name: string; specs: Record<MotorheadParty, Spec>; motorhead: MotorheadProcess }> {
+/** The floor servers' ports (bench/transport-floor-server.ts). */
+interface FloorPorts {
+  grpcPort: number;
+  http1Port: number;
+}
+
+/** Engram's specs with the floor parties added: the same requests, to the floor servers. */
+function withFloors(specs: Record<"Engram gRPC" | "Engram Connect JSON" | "Motorhead", Spec>, floor: FloorPorts): Record<MotorheadParty, Spec> {
+  return {
+    ...specs,
+    "Node http2 floor": { ...specs["Engram gRPC"], target: `127.0.0.1:${floor.grpcPort}` },
+    "Node HTTP/1.1 floor": { ...specs["Engram Connect JSON"], target: `127.0.0.1:${floor.http1Port}` },
+  };
+}
+
+/**
+ * Engram's answer to one request of each workload's gRPC and Connect JSON
+ * specs, by path, for the floor servers to answer with (the two reads share
+ * a path and answer as many bytes: 20 events each).
+ */
+async function engramAnswers(engramAddress: string, specs: Array<Record<MotorheadParty, Spec>>): Promise<{ grpc: Record<string, string>; http1: Record<string, string> }> {
+  const client = new SeedClient(engramAddress);
+  const grpc: Record<string, string> = {};
+  const http1: Record<string, string> = {};
+  try {
+    for (const spec of specs) {
+      const g = spec["Engram gRPC"];
+      grpc[g.method] = (await client.call(g.method.slice(SERVICE.length), Buffer.from(g.requests[0], "base64"))).toString("base64");
+      const c = spec["Engram Connect JSON"];
+      const [, port] = engramAddress.split(":");
+      http1[c.http!.paths[0]] = Buffer.from(JSON.stringify(await httpJson(Number(port), "POST", c.http!.paths[0], JSON.parse(Buffer.from(c.requests[0], "base64").toString())))).toString("base64");
+    }
+  } finally {
+    client.close();
+  }
+  return { grpc, http1 };
+}
+
+function workloads(maxC: number, engram: string, writer: MotorheadProcess, reader: MotorheadProcess): Array<{ name: string; specs: Record<"Engram gRPC" | "Engram Connect JSON" | "Motorhead", Spec>; motorhead: MotorheadProcess }> {
   const workers = Array.from({ length: maxC }, (_, i) => i);
   const connect = (method: string, bodies: unknown[]): Spec => ({
     target: engram,
@@ -141,7 +182,7 @@ function workloads(maxC: number, engram: string, writer: MotorheadProcess, reade
           client: "http1",
           http: { verb: "GET", paths: [`/sessions/${readSession(n)}/memory`] },
         },
-      } as Record<MotorheadParty, Spec>,
+      } as Record<"Engram gRPC" | "Engram Connect JSON" | "Motorhead", Spec>,
     })),
   ];
 }
@@ -189,17 +230,22 @@ export async function runMotorhead(
   );
   const writer = await startMotorhead(binary, redis.url, 1_000_000_000);
   const reader = await startMotorhead(binary, redis.url, 19);
+  const floor = forkWorker("transport-floor-server.ts");
   const rows: MotorheadRow[] = [];
   try {
     log(`motorhead: ${binary} (writer pid ${writer.pid}, reader pid ${reader.pid}); engram pid ${engram.pid}; seeding`);
     await seedBoth(engram.address, writer, maxC);
     const check = (await httpJson(reader.port, "GET", `/sessions/${readSession(1000)}/memory`)) as { messages: unknown[] };
     if (check.messages.length !== 20) throw new Error(`motorhead read returned ${check.messages.length} messages, not 20`);
-    for (const workload of workloads(maxC, engram.address, writer, reader)) {
+    const measured = workloads(maxC, engram.address, writer, reader);
+    const floorPorts = await floor.request<FloorPorts>(await engramAnswers(engram.address, measured.map((w) => w.specs as Record<MotorheadParty, Spec>)));
+    for (const workload of measured.map((w) => ({ ...w, specs: withFloors(w.specs, floorPorts) }))) {
       const pids: Record<MotorheadParty, Record<string, number[]>> = {
         "Engram gRPC": { server: [engram.pid] },
         "Engram Connect JSON": { server: [engram.pid] },
         Motorhead: { server: [workload.motorhead.pid] },
+        "Node http2 floor": { server: [floor.pid] },
+        "Node HTTP/1.1 floor": { server: [floor.pid] },
       };
       for (const party of PARTIES) if (redis.pid) pids[party].redis = [redis.pid];
       for (const c of concurrencies) {
@@ -223,7 +269,7 @@ export async function runMotorhead(
       }
     }
   } finally {
-    await Promise.all([engram.stop(), writer.stop(), reader.stop()]);
+    await Promise.all([engram.stop(), writer.stop(), reader.stop(), floor.stop()]);
   }
   return { binary, commit: process.env[`${MOTORHEAD_ENV}_COMMIT`] ?? "not given", rounds, pointMs: profile.pairMs, rows };
 }
