@@ -23,7 +23,7 @@
  */
 import type { IncomingMessage, ServerResponse } from "node:http";
 import { brotliDecompressSync, gunzipSync } from "node:zlib";
-import { toJsonString, type DescMessage } from "@bufbuild/protobuf";
+import type { DescMessage } from "@bufbuild/protobuf";
 import { createConnectRouter, type ConnectRouter } from "@connectrpc/connect";
 import type { UniversalHandler, UniversalServerRequest, UniversalServerResponse } from "@connectrpc/connect/protocol";
 import {
@@ -38,6 +38,7 @@ import { setTrailerStatus } from "@connectrpc/connect/protocol-grpc";
 import { parseContentType as parseGrpcWebContentType } from "@connectrpc/connect/protocol-grpc-web";
 import { invalidArgument, MemoryError } from "../errors.js";
 import { ConnectUnaryFastPath } from "./connect-unary.js";
+import { jsonResponseEncoder } from "./event-json.js";
 import { binaryResponseSerializer } from "./grpc-adapter.js";
 import { JSON_READ_OPTIONS, parseJsonRequest, parseRequest, PROTO_RECURSION_LIMIT } from "./parse-request.js";
 import { JSON_WRITE_OPTIONS, toConnectError } from "./status.js";
@@ -249,9 +250,10 @@ const JSON_OPTIONS = {
   textDecoder: strictJsonDecoder,
 };
 
-/** A response type's JSON encoder: toJsonString's text with JSON_WRITE_OPTIONS, as UTF-8. */
+/** A response type's JSON encoder: toJsonString's text with JSON_WRITE_OPTIONS (events without reflection), as UTF-8. */
 function jsonResponseSerializer(desc: DescMessage): (msg: unknown) => Uint8Array {
-  return (msg) => Buffer.from(toJsonString(desc, msg as never, JSON_WRITE_OPTIONS));
+  const encode = jsonResponseEncoder(desc);
+  return (msg) => Buffer.from(encode(msg));
 }
 
 /**
