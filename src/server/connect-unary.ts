@@ -201,14 +201,22 @@ function readBody(req: IncomingMessage, limit: number): Promise<Uint8Array> {
       cleanup();
       reject(err);
     };
+    // A client gone before the body's end: nothing will come (no answer is written to a closed socket).
+    const onClose = () => {
+      if (req.complete) return;
+      cleanup();
+      reject(new ConnectError("the client closed the request", Code.Canceled));
+    };
     const cleanup = () => {
       req.off("data", onData);
       req.off("end", onEnd);
       req.off("error", onError);
+      req.off("close", onClose);
     };
     req.on("data", onData);
     req.on("end", onEnd);
     req.on("error", onError);
+    req.on("close", onClose);
   });
 }
 
