@@ -23,7 +23,7 @@
  */
 import type { IncomingMessage, ServerResponse } from "node:http";
 import { brotliDecompressSync, gunzipSync } from "node:zlib";
-import type { DescMessage } from "@bufbuild/protobuf";
+import type { DescMessage, Registry } from "@bufbuild/protobuf";
 import { createConnectRouter, type ConnectRouter } from "@connectrpc/connect";
 import type { UniversalHandler, UniversalServerRequest, UniversalServerResponse } from "@connectrpc/connect/protocol";
 import {
@@ -50,6 +50,8 @@ export interface ConnectHandlerOptions {
   maxMessageBytes: number;
   fallback: (req: IncomingMessage, res: ServerResponse) => void;
   onError: (err: unknown) => void;
+  /** Message types that google.protobuf.Any fields may carry, for JSON (MemoryService has none; the conformance service does). */
+  registry?: Registry;
 }
 
 async function* once(bytes: Uint8Array): AsyncIterable<Uint8Array> {
@@ -178,6 +180,9 @@ function decodeOrExplain(contentType: string, input: DescMessage, message: Uint8
   }
 }
 
+/** Message encodings of enveloped bodies that the router accepts (acceptCompression below) besides none. */
+const STREAM_ENCODINGS = new Set(["identity", "gzip", "br"]);
+
 /** Checks a body (or a GET's message) around connect, binary or JSON. */
 async function guardRequestBody(req: UniversalServerRequest, handler: UniversalHandler, limit: number): Promise<BodyGuard> {
   const input = handler.method.input;
@@ -199,6 +204,9 @@ async function guardRequestBody(req: UniversalServerRequest, handler: UniversalH
   // A gzip or br unary body is inflated here too, so that its field errors are named as a plain one's are.
   const inflate = encoding === "gzip" ? gunzipSync : encoding === "br" ? brotliDecompressSync : undefined;
   if (req.method !== "POST" || !format || (!format.enveloped && compressed && !inflate)) return {};
+  // An enveloped body in an encoding connect does not accept is connect's to refuse (UNIMPLEMENTED), not ours to decode.
+  const streamEncoding = format.enveloped ? (req.header.get("grpc-encoding") ?? req.header.get("connect-content-encoding"))?.trim().toLowerCase() : undefined;
+  if (streamEncoding !== undefined && !STREAM_ENCODINGS.has(streamEncoding)) return {};
   // Leave an announced oversized body untouched: connect refuses it from the header alone.
   if (Number(req.header.get("content-length") ?? 0) > limit + 5) return {};
   const { bytes, body } = await readBody(req.body as AsyncIterable<Uint8Array>, limit + 5);
@@ -251,8 +259,8 @@ const JSON_OPTIONS = {
 };
 
 /** A response type's JSON encoder: toJsonString's text with JSON_WRITE_OPTIONS (events without reflection), as UTF-8. */
-function jsonResponseSerializer(desc: DescMessage): (msg: unknown) => Uint8Array {
-  const encode = jsonResponseEncoder(desc);
+function jsonResponseSerializer(desc: DescMessage, registry: Registry | undefined): (msg: unknown) => Uint8Array {
+  const encode = jsonResponseEncoder(desc, registry);
   return (msg) => Buffer.from(encode(msg));
 }
 
@@ -282,6 +290,7 @@ function routerWithFastPath(router: ConnectRouter, fast: ConnectUnaryFastPath): 
 /** Creates the node:http request handler for Connect and gRPC-Web. */
 export function createConnectHandler(options: ConnectHandlerOptions) {
   const acceptCompression = [compressionGzip, compressionBrotli];
+  const jsonOptions = options.registry ? { ...JSON_OPTIONS, registry: options.registry } : JSON_OPTIONS;
   const router = createConnectRouter({
     readMaxBytes: options.maxMessageBytes,
     writeMaxBytes: options.maxMessageBytes,
@@ -289,15 +298,16 @@ export function createConnectHandler(options: ConnectHandlerOptions) {
     grpcWeb: true,
     grpc: false,
     acceptCompression,
-    jsonOptions: JSON_OPTIONS,
+    jsonOptions,
     binaryOptions: { recursionLimit: PROTO_RECURSION_LIMIT },
   });
   const fast = new ConnectUnaryFastPath({
     readMaxBytes: options.maxMessageBytes,
     writeMaxBytes: options.maxMessageBytes,
     acceptCompression,
-    jsonOptions: JSON_OPTIONS,
-    responseWriters: (desc) => ({ binary: binaryResponseSerializer(desc), json: jsonResponseSerializer(desc) }),
+    jsonOptions,
+    registry: options.registry,
+    responseWriters: (desc) => ({ binary: binaryResponseSerializer(desc), json: jsonResponseSerializer(desc, options.registry) }),
     onError: options.onError,
   });
   options.routes(routerWithFastPath(router, fast));

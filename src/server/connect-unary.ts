@@ -20,7 +20,7 @@
  * options) is declined, and connect-node answers it as before.
  */
 import type { IncomingMessage, ServerResponse } from "node:http";
-import { create, isMessage, type DescMessage, type DescMethod, type DescService } from "@bufbuild/protobuf";
+import { create, isMessage, type DescMessage, type DescMethod, type DescService, type Registry } from "@bufbuild/protobuf";
 import { Code, ConnectError, createContextValues, type ContextValues, type HandlerContext } from "@connectrpc/connect";
 import { compressionNegotiate, type Compression } from "@connectrpc/connect/protocol";
 import { codeToHttpStatus, errorToJsonBytes, parseContentType, parseTimeout } from "@connectrpc/connect/protocol-connect";
@@ -45,6 +45,8 @@ export interface ConnectUnaryOptions {
   writeMaxBytes: number;
   acceptCompression: Compression[];
   jsonOptions: object;
+  /** The types google.protobuf.Any fields may hold in JSON requests (the router's jsonOptions.registry). */
+  registry?: Registry;
   /** The encoders of a response type, asked once per method. */
   responseWriters: (desc: DescMessage) => ResponseWriters;
   /** Called with what failed outside any call's answer (a response node refused to write). */
@@ -273,7 +275,7 @@ export class ConnectUnaryFastPath {
       let input: unknown;
       try {
         // The same parsers as the gRPC path: INVALID_ARGUMENT naming the field (connect-es says INTERNAL for binary).
-        input = binary ? parseRequest(unary.method.input, bytes) : parseJsonRequest(unary.method.input, bytes);
+        input = binary ? parseRequest(unary.method.input, bytes) : parseJsonRequest(unary.method.input, bytes, this.options.registry);
       } catch (err) {
         throw toConnectError(err);
       }

@@ -14,7 +14,7 @@
  * without a kind, a non-finite number, a timestamp out of range) is left to
  * toJsonString, which says what is wrong.
  */
-import { ScalarType, toJsonString, type DescField, type DescMessage, type JsonValue } from "@bufbuild/protobuf";
+import { ScalarType, toJsonString, type DescField, type DescMessage, type JsonValue, type Registry } from "@bufbuild/protobuf";
 import { FeatureSet_FieldPresence, type Timestamp, type Value } from "@bufbuild/protobuf/wkt";
 import { EventSchema, type Event } from "@engram-memory/client/gen/engram/v1/memory_pb.js";
 import { JSON_WRITE_OPTIONS } from "./status.js";
@@ -189,10 +189,12 @@ function fieldWriter(field: DescField): FieldWriter | undefined {
  * A response type's JSON encoder: by hand when it carries events and its
  * other fields are plain scalars (AddEvent, AddEvents, GetSessionEvents,
  * ListEvents), else toJsonString. Either way the text toJsonString writes
- * with JSON_WRITE_OPTIONS.
+ * with JSON_WRITE_OPTIONS. `registry`: the types google.protobuf.Any fields
+ * may hold (none in MemoryService; events hold no Any).
  */
-export function jsonResponseEncoder(desc: DescMessage): (message: unknown) => string {
-  const reflective = (message: unknown) => toJsonString(desc, message as never, JSON_WRITE_OPTIONS);
+export function jsonResponseEncoder(desc: DescMessage, registry?: Registry): (message: unknown) => string {
+  const options = registry ? { ...JSON_WRITE_OPTIONS, registry } : JSON_WRITE_OPTIONS;
+  const reflective = (message: unknown) => toJsonString(desc, message as never, options);
   const carriesEvents = desc.fields.some((f) => f.message?.typeName === EventSchema.typeName);
   const writers = desc.fields.map(fieldWriter);
   if (!carriesEvents || writers.some((w) => w === undefined)) return reflective;

@@ -1,14 +1,9 @@
 /**
- * One listening port for every protocol. Each new TCP connection is sniffed:
- * the HTTP/2 client preface ("PRI * HTTP/2.0") goes to grpc-js (gRPC over
- * h2c, the fast path), anything else to a node:http server carrying Connect,
- * gRPC-Web, REST and MCP (/mcp) over HTTP/1.1.
+ * Engram's server: MemoryService, health and reflection over gRPC (h2c) and
+ * Connect, gRPC-Web, REST and MCP (/mcp) over HTTP/1.1, all on one port
+ * (shared-port.ts tells the protocols apart).
  */
-import { readFileSync } from "node:fs";
-import http from "node:http";
-import net from "node:net";
-import tls from "node:tls";
-import * as grpc from "@grpc/grpc-js";
+import type { IncomingMessage, ServerResponse } from "node:http";
 import type { Logger } from "../log.js";
 import { ConnectingKeyStore } from "../auth/connecting-key-store.js";
 import { Authenticator, openApiKeyStore } from "../auth/index.js";
@@ -20,7 +15,7 @@ import { Metrics } from "../service/metrics.js";
 import { Quotas } from "../service/quotas.js";
 import { connectMemoryRoutes } from "./connect-adapter.js";
 import { createConnectHandler } from "./connect-handler.js";
-import { ConnectionGate, enforceHttp1Deadlines, grpcConnectionOptions, http1ServerOptions, resolveMaxConnections, sniffProtocol, type ConnectionSettings } from "./connection-limits.js";
+import type { ConnectionSettings } from "./connection-limits.js";
 import { createCrossSitePolicy } from "./cross-site.js";
 import { grpcMemoryService } from "./grpc-adapter.js";
 import { HealthMonitor } from "./health.js";
@@ -28,6 +23,7 @@ import { addReflection } from "./reflection.js";
 import { createInspectorHandler } from "./inspector.js";
 import { createMcpHandler } from "./mcp/handler.js";
 import { createRestHandler } from "./rest.js";
+import { createGrpcServer, listenOnSharedPort } from "./shared-port.js";
 import { sendJsonError } from "./status.js";
 
 /** Settings of the listener. */
@@ -91,21 +87,11 @@ export async function startServer(
   const guard = new CallGuard(service, { authenticator, quotas, metrics, log });
 
   // gRPC over h2c.
-  const grpcServer = new grpc.Server({
-    "grpc.max_receive_message_length": options.maxMessageBytes,
-    "grpc.max_send_message_length": options.maxMessageBytes,
-    ...grpcConnectionOptions(security),
-    // Channelz (per-call trackers, closures and timestamps) serves only the channelz
-    // service, which is not registered: off, it leaves ~5 µs of every call's CPU.
-    "grpc.enable_channelz": 0,
-    // GOAWAY past this age: long streams reconnect (and resume) on whichever replica the balancer picks.
-    ...(options.maxConnectionAgeMs ? { "grpc.max_connection_age_ms": options.maxConnectionAgeMs, "grpc.max_connection_age_grace_ms": 30_000 } : {}),
-  });
+  const grpcServer = createGrpcServer(options.maxMessageBytes, security);
   const { definition, implementation } = grpcMemoryService(guard, report);
   grpcServer.addService(definition, implementation);
   health.grpc.addToServer(grpcServer);
   addReflection(grpcServer);
-  const injector = grpcServer.createConnectionInjector(grpc.ServerCredentials.createInsecure());
 
   // Connect, gRPC-Web and REST over HTTP/1.1.
   const rest = createRestHandler({ guard, health, agentName: options.agentName, report, metrics: options.metrics === false ? undefined : metrics });
@@ -122,20 +108,12 @@ export async function startServer(
       sendJsonError(res, new MemoryError("NOT_FOUND", "not found", {}, { reason: "PATH_NOT_FOUND" }), { kaos: true });
     },
   });
-  const httpServer = http.createServer(http1ServerOptions(security), (req, res) => {
+  const handleHttp1 = (req: IncomingMessage, res: ServerResponse) => {
     // `curl -d '{...}'` sends a form content type; on RPC paths treat it as Connect JSON.
     const type = req.headers["content-type"];
     if (req.method === "POST" && req.url?.startsWith(RPC_PATH_PREFIX) && (!type || type.startsWith("application/x-www-form-urlencoded"))) {
       req.headers["content-type"] = "application/json";
     }
-    // A response sent before the request body was read in full (an oversized message refused
-    // early) must close the connection: otherwise node would read and discard the remaining
-    // body before the connection could carry another request.
-    const writeHead = res.writeHead;
-    res.writeHead = function (this: http.ServerResponse, ...args: Parameters<typeof writeHead>) {
-      if (!req.complete && !this.headersSent) this.setHeader("connection", "close");
-      return writeHead.apply(this, args);
-    } as typeof writeHead;
     if (crossSite(req, res)) return;
     if (mcp?.(req, res)) return;
     rest(req, res).then(
@@ -148,62 +126,18 @@ export async function startServer(
         res.end();
       },
     );
-  });
-
-  enforceHttp1Deadlines(httpServer);
-
-  const gate = new ConnectionGate(resolveMaxConnections(security.maxConnections), security.maxConnectionsPerAddress, metrics, log);
-  const sockets = new Set<net.Socket>();
-  const track = (socket: net.Socket) => {
-    sockets.add(socket);
-    socket.once("close", () => sockets.delete(socket));
-    socket.on("error", () => socket.destroy());
   };
-  const listener = options.tlsCert
-    ? // TLS: ALPN tells the protocols apart ("h2" for gRPC; anything else is HTTP/1.1), no sniffing needed.
-      tls.createServer(
-        {
-          cert: readFileSync(options.tlsCert),
-          key: readFileSync(options.tlsKey!),
-          ALPNProtocols: ["h2", "http/1.1"],
-          ...(options.tlsClientCa ? { ca: readFileSync(options.tlsClientCa), requestCert: true, rejectUnauthorized: true } : {}),
-          // The TLS handshake is this transport's first bytes (0 here means Node's own 120 s).
-          ...(security.firstBytesTimeoutMs > 0 ? { handshakeTimeout: security.firstBytesTimeoutMs } : {}),
-        },
-        (socket) => {
-          track(socket);
-          gate.proven(socket);
-          if (socket.alpnProtocol === "h2") injector.injectConnection(socket);
-          else httpServer.emit("connection", socket);
-        },
-      )
-    : net.createServer((socket) => {
-        if (socket.destroyed) return; // refused by the gate
-        track(socket);
-        sniffProtocol(socket, security.firstBytesTimeoutMs, (isHttp2) => {
-          gate.proven(socket);
-          if (isHttp2) {
-            // node:http2 drains bytes already buffered on the socket itself.
-            injector.injectConnection(socket);
-          } else {
-            httpServer.emit("connection", socket);
-            // node:http reads the handle directly; the put-back bytes flow once resumed.
-            socket.resume();
-          }
-        }, () => gate.rejected("first_bytes_timeout"));
-      });
-  // Before any other listener: a connection over a cap is closed before it is read or wrapped in TLS.
-  listener.prependListener("connection", (socket: net.Socket) => void gate.admit(socket));
-  // A failed TLS handshake (wrong or missing client certificate, plain HTTP on a TLS port) only ends that connection.
-  listener.on("tlsClientError", (_err: Error, socket: tls.TLSSocket) => socket.destroy());
+
   await health.start();
-  await new Promise<void>((resolve, reject) => {
-    listener.once("error", reject);
-    listener.listen(options.port, options.host, () => resolve());
+  const { port, listener, httpServer, injector, sockets, gate } = await listenOnSharedPort({
+    host: options.host,
+    port: options.port,
+    grpcServer,
+    handleHttp1,
+    settings: security,
+    metrics,
+    log,
   });
-  // Past listening, an accept that fails (EMFILE: out of descriptors) costs that one connection, not the process.
-  listener.on("error", () => gate.rejected("accept_failed"));
-  const port = (listener.address() as net.AddressInfo).port;
 
   let closing: Promise<void> | undefined;
   return {

@@ -90,7 +90,11 @@ export function statusOf(err: unknown, report?: InternalErrorReporter): ErrorSta
     const details = err.details.filter((d): d is StatusDetail => "desc" in d);
     return { code: err.code, message: err.rawMessage, metadata: {}, details };
   }
-  if (err instanceof Error && err.name === "AbortError") return { code: Code.Canceled, message: "call cancelled", metadata: {}, details: [] };
+  if (err instanceof Error && err.name === "AbortError") {
+    // connect aborts a call whose timeout passed with DEADLINE_EXCEEDED as the reason, which a wait's AbortError carries as its cause.
+    if (err.cause instanceof ConnectError) return statusOf(err.cause, report);
+    return { code: Code.Canceled, message: "call cancelled", metadata: {}, details: [] };
+  }
   report?.(err);
   return { code: Code.Internal, message: "internal error", metadata: {}, details: [] };
 }

@@ -1,0 +1,130 @@
+/**
+ * One listening port for every protocol. Each new TCP connection is sniffed:
+ * the HTTP/2 client preface ("PRI * HTTP/2.0") goes to grpc-js (gRPC over
+ * h2c, the fast path), anything else to a node:http server (Connect,
+ * gRPC-Web, REST and MCP over HTTP/1.1); with TLS, ALPN tells them apart.
+ * What each side serves is the caller's: startServer mounts MemoryService,
+ * health, reflection, REST and MCP; the Connect conformance server
+ * (test/conformance) mounts ConformanceService on the very same edge.
+ */
+import { readFileSync } from "node:fs";
+import http from "node:http";
+import net from "node:net";
+import tls from "node:tls";
+import * as grpc from "@grpc/grpc-js";
+import type { Config } from "../config.js";
+import type { Logger } from "../log.js";
+import type { Metrics } from "../service/metrics.js";
+import { ConnectionGate, enforceHttp1Deadlines, grpcConnectionOptions, http1ServerOptions, resolveMaxConnections, sniffProtocol, type ConnectionSettings } from "./connection-limits.js";
+
+/** What the port needs to know: connection limits, TLS files and the gRPC connection age. */
+export type SharedPortSettings = ConnectionSettings & Partial<Pick<Config, "tlsCert" | "tlsKey" | "tlsClientCa" | "maxConnectionAgeMs">>;
+
+/** The gRPC server of the h2c side, with the edge's message size and connection limits; the caller adds its services. */
+export function createGrpcServer(maxMessageBytes: number, settings: SharedPortSettings): grpc.Server {
+  return new grpc.Server({
+    "grpc.max_receive_message_length": maxMessageBytes,
+    "grpc.max_send_message_length": maxMessageBytes,
+    ...grpcConnectionOptions(settings),
+    // Channelz (per-call trackers, closures and timestamps) serves only the channelz
+    // service, which is not registered: off, it leaves ~5 µs of every call's CPU.
+    "grpc.enable_channelz": 0,
+    // GOAWAY past this age: long streams reconnect (and resume) on whichever replica the balancer picks.
+    ...(settings.maxConnectionAgeMs ? { "grpc.max_connection_age_ms": settings.maxConnectionAgeMs, "grpc.max_connection_age_grace_ms": 30_000 } : {}),
+  });
+}
+
+/** A listening shared port and the parts its owner's shutdown closes, in its own order. */
+export interface SharedPort {
+  readonly port: number;
+  readonly listener: net.Server;
+  readonly httpServer: http.Server;
+  readonly injector: grpc.ConnectionInjector;
+  /** Every open connection, whichever side it went to. */
+  readonly sockets: ReadonlySet<net.Socket>;
+  readonly gate: ConnectionGate;
+}
+
+/** Where to listen, what to serve on each side, and under which limits. */
+export interface SharedPortOptions {
+  host: string;
+  port: number;
+  grpcServer: grpc.Server;
+  /** Every HTTP/1.1 request. */
+  handleHttp1: http.RequestListener;
+  settings: SharedPortSettings;
+  metrics: Metrics;
+  log: Logger;
+}
+
+/** Starts listening: gRPC connections to `grpcServer`, the rest to a node:http server calling `handleHttp1`. */
+export async function listenOnSharedPort(options: SharedPortOptions): Promise<SharedPort> {
+  const { settings, metrics, log } = options;
+  const injector = options.grpcServer.createConnectionInjector(grpc.ServerCredentials.createInsecure());
+  const httpServer = http.createServer(http1ServerOptions(settings), (req, res) => {
+    // A response sent before the request body was read in full (an oversized message refused
+    // early) must close the connection: otherwise node would read and discard the remaining
+    // body before the connection could carry another request.
+    const writeHead = res.writeHead;
+    res.writeHead = function (this: http.ServerResponse, ...args: Parameters<typeof writeHead>) {
+      if (!req.complete && !this.headersSent) this.setHeader("connection", "close");
+      return writeHead.apply(this, args);
+    } as typeof writeHead;
+    options.handleHttp1(req, res);
+  });
+
+  enforceHttp1Deadlines(httpServer);
+
+  const gate = new ConnectionGate(resolveMaxConnections(settings.maxConnections), settings.maxConnectionsPerAddress, metrics, log);
+  const sockets = new Set<net.Socket>();
+  const track = (socket: net.Socket) => {
+    sockets.add(socket);
+    socket.once("close", () => sockets.delete(socket));
+    socket.on("error", () => socket.destroy());
+  };
+  const listener = settings.tlsCert
+    ? // TLS: ALPN tells the protocols apart ("h2" for gRPC; anything else is HTTP/1.1), no sniffing needed.
+      tls.createServer(
+        {
+          cert: readFileSync(settings.tlsCert),
+          key: readFileSync(settings.tlsKey!),
+          ALPNProtocols: ["h2", "http/1.1"],
+          ...(settings.tlsClientCa ? { ca: readFileSync(settings.tlsClientCa), requestCert: true, rejectUnauthorized: true } : {}),
+          // The TLS handshake is this transport's first bytes (0 here means Node's own 120 s).
+          ...(settings.firstBytesTimeoutMs > 0 ? { handshakeTimeout: settings.firstBytesTimeoutMs } : {}),
+        },
+        (socket) => {
+          track(socket);
+          gate.proven(socket);
+          if (socket.alpnProtocol === "h2") injector.injectConnection(socket);
+          else httpServer.emit("connection", socket);
+        },
+      )
+    : net.createServer((socket) => {
+        if (socket.destroyed) return; // refused by the gate
+        track(socket);
+        sniffProtocol(socket, settings.firstBytesTimeoutMs, (isHttp2) => {
+          gate.proven(socket);
+          if (isHttp2) {
+            // node:http2 drains bytes already buffered on the socket itself.
+            injector.injectConnection(socket);
+          } else {
+            httpServer.emit("connection", socket);
+            // node:http reads the handle directly; the put-back bytes flow once resumed.
+            socket.resume();
+          }
+        }, () => gate.rejected("first_bytes_timeout"));
+      });
+  // Before any other listener: a connection over a cap is closed before it is read or wrapped in TLS.
+  listener.prependListener("connection", (socket: net.Socket) => void gate.admit(socket));
+  // A failed TLS handshake (wrong or missing client certificate, plain HTTP on a TLS port) only ends that connection.
+  listener.on("tlsClientError", (_err: Error, socket: tls.TLSSocket) => socket.destroy());
+  await new Promise<void>((resolve, reject) => {
+    listener.once("error", reject);
+    listener.listen(options.port, options.host, () => resolve());
+  });
+  // Past listening, an accept that fails (EMFILE: out of descriptors) costs that one connection, not the process.
+  listener.on("error", () => gate.rejected("accept_failed"));
+  const port = (listener.address() as net.AddressInfo).port;
+  return { port, listener, httpServer, injector, sockets, gate };
+}
