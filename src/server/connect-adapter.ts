@@ -7,18 +7,20 @@ import type { DescMethod } from "@bufbuild/protobuf";
 import type { ConnectRouter, HandlerContext } from "@connectrpc/connect";
 import { MemoryService as MemoryServiceDesc } from "@engram-memory/client/gen/engram/v1/memory_pb.js";
 import type { CallGuard, CallInfo } from "../service/guard/index.js";
+import { isFastUnaryContext, requestHeaderValue } from "./connect-unary.js";
 import { toConnectError, type InternalErrorReporter } from "./status.js";
 
 /** The call's headers as the guard needs them. */
 function callInfo(ctx: HandlerContext): CallInfo {
   const timeout = ctx.timeoutMs();
   return {
-    signal: ctx.signal,
-    authorization: ctx.requestHeader.get("authorization") ?? undefined,
-    traceparent: ctx.requestHeader.get("traceparent") ?? undefined,
+    // Unary handlers never read the signal (CallInfo.signal); on the fast path reading it would make one.
+    signal: isFastUnaryContext(ctx) ? undefined : ctx.signal,
+    authorization: requestHeaderValue(ctx, "authorization"),
+    traceparent: requestHeaderValue(ctx, "traceparent"),
     protocol: ctx.protocolName,
     deadline: timeout === undefined ? undefined : Date.now() + timeout,
-    requestId: ctx.requestHeader.get("x-request-id") ?? undefined,
+    requestId: requestHeaderValue(ctx, "x-request-id"),
   };
 }
 

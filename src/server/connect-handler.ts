@@ -1,6 +1,9 @@
 /**
- * The HTTP/1.1 RPC handler: connect-node's router (Connect JSON/binary and
- * gRPC-Web) behind a guard for request bodies. connect-es reports a binary
+ * The HTTP/1.1 RPC handler. Unary Connect POST calls go to the fast path
+ * (src/server/connect-unary.ts), which keeps connect-node's semantics at a
+ * fraction of its per-request cost; everything else (GET, streams, gRPC-Web,
+ * unusual requests) to connect-node's router behind a guard for request
+ * bodies. connect-es reports a binary
  * body it cannot decode as INTERNAL, and a JSON one with protobuf-es' message,
  * which names a field's type but not where it sits in the request; a client's
  * malformed body is its mistake, so the guard answers INVALID_ARGUMENT naming
@@ -34,6 +37,9 @@ import { codeToHttpStatus, errorToJson, parseContentType as parseConnectContentT
 import { setTrailerStatus } from "@connectrpc/connect/protocol-grpc";
 import { parseContentType as parseGrpcWebContentType } from "@connectrpc/connect/protocol-grpc-web";
 import { invalidArgument, MemoryError } from "../errors.js";
+import { ConnectUnaryFastPath } from "./connect-unary.js";
+import { jsonResponseEncoder } from "./event-json.js";
+import { binaryResponseSerializer } from "./grpc-adapter.js";
 import { JSON_READ_OPTIONS, parseJsonRequest, parseRequest, PROTO_RECURSION_LIMIT } from "./parse-request.js";
 import { JSON_WRITE_OPTIONS, toConnectError } from "./status.js";
 import { decodeUtf8, invalidUtf8Offset, notUtf8, rawQueryParams } from "./utf8.js";
@@ -252,21 +258,62 @@ const JSON_OPTIONS = {
   textDecoder: strictJsonDecoder,
 };
 
+/** A response type's JSON encoder: toJsonString's text with JSON_WRITE_OPTIONS (events without reflection), as UTF-8. */
+function jsonResponseSerializer(desc: DescMessage, registry: Registry | undefined): (msg: unknown) => Uint8Array {
+  const encode = jsonResponseEncoder(desc, registry);
+  return (msg) => Buffer.from(encode(msg));
+}
+
+/**
+ * The router as `routes` sees it: every service goes to connect-node, and
+ * one registered without options (interceptors and such, which the fast
+ * path does not run) to the unary fast path too.
+ */
+function routerWithFastPath(router: ConnectRouter, fast: ConnectUnaryFastPath): ConnectRouter {
+  const wrapped: ConnectRouter = {
+    get handlers() {
+      return router.handlers;
+    },
+    service(service, implementation, options) {
+      router.service(service, implementation, options);
+      if (options === undefined) fast.addService(service, implementation as Record<string, unknown>);
+      return wrapped;
+    },
+    rpc(method, impl, options) {
+      router.rpc(method, impl, options);
+      return wrapped;
+    },
+  };
+  return wrapped;
+}
+
 /** Creates the node:http request handler for Connect and gRPC-Web. */
 export function createConnectHandler(options: ConnectHandlerOptions) {
+  const acceptCompression = [compressionGzip, compressionBrotli];
+  const jsonOptions = options.registry ? { ...JSON_OPTIONS, registry: options.registry } : JSON_OPTIONS;
   const router = createConnectRouter({
     readMaxBytes: options.maxMessageBytes,
     writeMaxBytes: options.maxMessageBytes,
     connect: true,
     grpcWeb: true,
     grpc: false,
-    acceptCompression: [compressionGzip, compressionBrotli],
-    jsonOptions: options.registry ? { ...JSON_OPTIONS, registry: options.registry } : JSON_OPTIONS,
+    acceptCompression,
+    jsonOptions,
     binaryOptions: { recursionLimit: PROTO_RECURSION_LIMIT },
   });
-  options.routes(router);
+  const fast = new ConnectUnaryFastPath({
+    readMaxBytes: options.maxMessageBytes,
+    writeMaxBytes: options.maxMessageBytes,
+    acceptCompression,
+    jsonOptions,
+    registry: options.registry,
+    responseWriters: (desc) => ({ binary: binaryResponseSerializer(desc), json: jsonResponseSerializer(desc, options.registry) }),
+    onError: options.onError,
+  });
+  options.routes(routerWithFastPath(router, fast));
   const handlers = new Map<string, UniversalHandler>(router.handlers.map((h) => [h.requestPath, h]));
   return (req: IncomingMessage, res: ServerResponse): void => {
+    if (fast.handle(req, res)) return;
     const handler = handlers.get((req.url ?? "").split("?", 1)[0]);
     if (!handler) return options.fallback(req, res);
     const uReq = universalRequestFromNodeRequest(req, res, undefined, undefined);

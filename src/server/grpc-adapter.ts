@@ -14,7 +14,8 @@ import { encodeEvent } from "./event-encoding.js";
 import { parseRequest } from "./parse-request.js";
 import { toGrpcStatus, type InternalErrorReporter } from "./status.js";
 
-function serializer(desc: DescMessage) {
+/** A response type's binary encoder: toBinary's bytes, events from their cached encoding (shared by the Connect unary fast path). */
+export function binaryResponseSerializer(desc: DescMessage): (msg: unknown) => Buffer {
   const events = desc.fields.find((f) => f.number === 1 && f.message?.typeName === EventSchema.typeName);
   if (events) return eventsFirstSerializer(desc, events.localName, events.fieldKind === "list");
   return (msg: unknown) => Buffer.from(toBinary(desc, msg as never));
@@ -134,7 +135,7 @@ export function grpcMemoryService(
       responseStream: streaming,
       requestSerialize: (b: Buffer) => b,
       requestDeserialize: (b: Buffer) => b,
-      responseSerialize: streaming ? sharedFrameSerializer(method.output) : serializer(method.output),
+      responseSerialize: streaming ? sharedFrameSerializer(method.output) : binaryResponseSerializer(method.output),
       responseDeserialize: (b: Buffer) => b,
       originalName: method.localName,
     };

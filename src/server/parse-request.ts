@@ -3,7 +3,7 @@
  * refused the same way, with a message naming the field (or the part of the
  * request) at fault.
  */
-import { fromBinary, fromJson, fromJsonString, type DescField, type DescMessage, type JsonValue } from "@bufbuild/protobuf";
+import { fromBinary, fromJson, fromJsonString, type DescField, type DescMessage, type JsonReadOptions, type JsonValue, type Registry } from "@bufbuild/protobuf";
 import { invalidArgument, type MemoryError } from "../errors.js";
 import { DEFAULT_SERVICE_LIMITS } from "../service/limits.js";
 import { FAST_REQUEST_DECODERS } from "./request-decoding.js";
@@ -47,25 +47,27 @@ export const JSON_READ_OPTIONS = { ignoreUnknownFields: false, recursionLimit: P
  * fromJsonString), but refuses it naming what is wrong: "body" for text that
  * is not UTF-8 or not JSON, else the path of the field that does not decode
  * or is unknown (protobuf-es names only the field's type and name, or the
- * unknown key, not where it sits).
+ * unknown key, not where it sits). `registry`: the types google.protobuf.Any
+ * fields may hold (MemoryService has none; the conformance service does).
  */
-export function parseJsonRequest(desc: DescMessage, bytes: Uint8Array): unknown {
+export function parseJsonRequest(desc: DescMessage, bytes: Uint8Array, registry?: Registry): unknown {
   const text = decodeUtf8("body", bytes);
+  const options = registry ? { ...JSON_READ_OPTIONS, registry } : JSON_READ_OPTIONS;
   try {
-    return fromJsonString(desc, text, JSON_READ_OPTIONS);
+    return fromJsonString(desc, text, options);
   } catch (err) {
-    throw jsonRequestError(desc, text, err);
+    throw jsonRequestError(desc, text, err, options);
   }
 }
 
-function jsonRequestError(desc: DescMessage, text: string, err: unknown): MemoryError {
+function jsonRequestError(desc: DescMessage, text: string, err: unknown, options: Partial<JsonReadOptions>): MemoryError {
   let json: JsonValue;
   try {
     json = JSON.parse(text) as JsonValue;
   } catch (syntax) {
     return invalidArgument("body", `is not valid JSON (${syntax instanceof Error ? syntax.message : String(syntax)})`);
   }
-  const found = findJsonFieldError(desc, json, "", 0);
+  const found = findJsonFieldError(desc, json, "", 0, options);
   // Every field decodes alone but not together (a key given twice, a field set under both its names): the body's fault.
   return found ? invalidArgument(found.field, found.problem) : invalidArgument("body", jsonProblem(err));
 }
@@ -90,7 +92,7 @@ const MAX_FIELD_DEPTH = 16;
  * each field is decoded alone, and a failing message field is searched in
  * turn. Only called once parsing has failed.
  */
-function findJsonFieldError(desc: DescMessage, json: JsonValue, path: string, depth: number): { field: string; problem: string } | undefined {
+function findJsonFieldError(desc: DescMessage, json: JsonValue, path: string, depth: number, options: Partial<JsonReadOptions>): { field: string; problem: string } | undefined {
   if (json === null || typeof json !== "object" || Array.isArray(json)) {
     const got = Array.isArray(json) ? "an array" : JSON.stringify(json);
     return { field: path || "body", problem: `must be a JSON object (got ${got})` };
@@ -106,12 +108,12 @@ function findJsonFieldError(desc: DescMessage, json: JsonValue, path: string, de
     keys.set(field, key);
     let failure: unknown;
     try {
-      fromJson(desc, { [key]: value }, JSON_READ_OPTIONS);
+      fromJson(desc, { [key]: value }, options);
       continue;
     } catch (err) {
       failure = err;
     }
-    const inner = depth < MAX_FIELD_DEPTH ? findInMessageField(field, value, name, depth) : undefined;
+    const inner = depth < MAX_FIELD_DEPTH ? findInMessageField(field, value, name, depth, options) : undefined;
     return inner ?? { field: name, problem: jsonProblem(failure) };
   }
   return undefined;
@@ -126,14 +128,14 @@ function shortKey(key: string): string {
 const MAX_ECHOED_KEY = 64;
 
 /** Searches a failing message (or list of messages) field's value for the field within it that fails. */
-function findInMessageField(field: DescField, value: JsonValue, name: string, depth: number): { field: string; problem: string } | undefined {
+function findInMessageField(field: DescField, value: JsonValue, name: string, depth: number, options: Partial<JsonReadOptions>): { field: string; problem: string } | undefined {
   if (field.fieldKind === "message" && !OPAQUE_JSON_TYPES.test(field.message.typeName) && value !== null) {
-    return findJsonFieldError(field.message, value, name, depth + 1);
+    return findJsonFieldError(field.message, value, name, depth + 1, options);
   }
   if (field.fieldKind === "list" && field.listKind === "message" && !OPAQUE_JSON_TYPES.test(field.message.typeName) && Array.isArray(value)) {
     for (const [i, item] of value.entries()) {
       if (item === null) return { field: `${name}[${i}]`, problem: "must not be null" };
-      const found = findJsonFieldError(field.message, item, `${name}[${i}]`, depth + 1);
+      const found = findJsonFieldError(field.message, item, `${name}[${i}]`, depth + 1, options);
       if (found) return found;
     }
   }

@@ -7,7 +7,7 @@
  * fail when the hand-written code does not carry it.
  */
 import { Redis } from "ioredis";
-import { create, fromBinary, fromJson, isFieldSet, ScalarType, toBinary, type DescField, type DescMessage, type JsonObject } from "@bufbuild/protobuf";
+import { create, fromBinary, fromJson, isFieldSet, ScalarType, toBinary, toJsonString, type DescField, type DescMessage, type JsonObject } from "@bufbuild/protobuf";
 import { ValueSchema } from "@bufbuild/protobuf/wkt";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import {
@@ -19,6 +19,8 @@ import {
   type Event,
 } from "@engram-memory/client/gen/engram/v1/memory_pb.js";
 import { encodeEvent } from "../../src/server/event-encoding.js";
+import { eventJson, jsonResponseEncoder } from "../../src/server/event-json.js";
+import { JSON_WRITE_OPTIONS } from "../../src/server/status.js";
 import { FAST_REQUEST_DECODERS } from "../../src/server/request-decoding.js";
 import { RedisStore } from "../../src/store/redis.js";
 import { LocalStore } from "../../src/store/local.js";
@@ -135,6 +137,9 @@ const handDecoded = Object.keys(FAST_REQUEST_DECODERS).map((typeName) => {
   return desc;
 });
 
+/** Every message with an Event field: the Connect JSON encoder writes those fields by hand (src/server/event-json.ts). */
+const carriesEvents = file_engram_v1_memory.messages.filter((m) => m.fields.some((f) => f.message?.typeName === EventSchema.typeName));
+
 describe("the hand-written codec, against the proto's descriptors", () => {
   it("the filler sets every field, so a field the codec drops shows", () => {
     for (const desc of [...handDecoded, EventSchema, EventInputSchema]) expect(unsetFields(desc, filled(desc))).toEqual([]);
@@ -155,6 +160,17 @@ describe("the hand-written codec, against the proto's descriptors", () => {
     const decoded = fromBinary(EventSchema, encodeEvent(event));
     expect(unsetFields(EventSchema, decoded)).toEqual([]);
     expect(decoded).toEqual(event);
+  });
+
+  it("writes every field of Event as Connect JSON, as toJsonString does", () => {
+    const event = filled(EventSchema);
+    expect(eventJson(event)).toBe(toJsonString(EventSchema, event, JSON_WRITE_OPTIONS));
+    expect(Object.keys(JSON.parse(eventJson(event)) as object).sort()).toEqual(EventSchema.fields.map((f) => f.name).sort());
+  });
+
+  it.each(carriesEvents.map((d) => [d.typeName, d] as const))("writes every field of %s as Connect JSON, as toJsonString does", (_name, desc) => {
+    const message = filled(desc);
+    expect(jsonResponseEncoder(desc)(message)).toBe(toJsonString(desc, message, JSON_WRITE_OPTIONS));
   });
 });
 

@@ -1,0 +1,210 @@
+/**
+ * Connect JSON of engram.v1.Event, and of the responses that carry events,
+ * without reflection: the text protobuf-es' toJsonString writes with the
+ * server's JSON_WRITE_OPTIONS (proto field names, zero values shown), byte
+ * for byte (test/server/event-json.test.ts compares them over generated
+ * events; test/server/hand-written-codec.test.ts fails when a field of
+ * these messages is not written). toJsonString walks every field by
+ * reflection and builds a JSON tree before stringifying it; it was ~6% of
+ * the server's busy time under Connect JSON calls (bench/README.md).
+ *
+ * Like the binary encoder (event-encoding.ts), an event's text is made once
+ * and shared: the service hands every reader the same wire Event object for
+ * a recent event. Anything toJson would refuse or treat specially (a Value
+ * without a kind, a non-finite number, a timestamp out of range) is left to
+ * toJsonString, which says what is wrong.
+ */
+import { ScalarType, toJsonString, type DescField, type DescMessage, type JsonValue, type Registry } from "@bufbuild/protobuf";
+import { FeatureSet_FieldPresence, type Timestamp, type Value } from "@bufbuild/protobuf/wkt";
+import { EventSchema, type Event } from "@engram-memory/client/gen/engram/v1/memory_pb.js";
+import { JSON_WRITE_OPTIONS } from "./status.js";
+
+/** Thrown inside the writer for a value it leaves to toJsonString. */
+class Declined extends Error {}
+
+/** Earliest and latest instants toJson writes for a Timestamp. */
+const MIN_TIMESTAMP_MS = Date.parse("0001-01-01T00:00:00Z");
+const MAX_TIMESTAMP_MS = Date.parse("9999-12-31T23:59:59Z");
+
+const quote = JSON.stringify as (s: string) => string;
+
+function numberJson(n: unknown): string {
+  if (typeof n !== "number" || !Number.isFinite(n)) throw new Declined();
+  return String(n);
+}
+
+/** A google.protobuf.Value message's JSON (protobuf-es' valueToJson). */
+function valueJson(v: Value): string {
+  const kind = v.kind;
+  switch (kind.case) {
+    case "nullValue":
+      return "null";
+    case "numberValue":
+      return numberJson(kind.value);
+    case "boolValue":
+      return kind.value ? "true" : "false";
+    case "stringValue":
+      return quote(kind.value);
+    case "structValue": {
+      let out = "{";
+      const fields = kind.value.fields;
+      for (const key of Object.keys(fields)) {
+        // toJson builds the object by assignment: an own "__proto__" key never shows.
+        if (key === "__proto__") continue;
+        out += (out.length === 1 ? "" : ",") + quote(key) + ":" + valueJson(fields[key]);
+      }
+      return out + "}";
+    }
+    case "listValue": {
+      let out = "[";
+      for (const item of kind.value.values) out += (out.length === 1 ? "" : ",") + valueJson(item);
+      return out + "]";
+    }
+    default:
+      throw new Declined();
+  }
+}
+
+/** A Struct field held as plain JSON (protobuf-es' local form), as toJson writes it after converting it to a Struct. */
+function plainJson(v: JsonValue): string {
+  if (v === null) return "null";
+  switch (typeof v) {
+    case "number":
+      return numberJson(v);
+    case "string":
+      return quote(v);
+    case "boolean":
+      return v ? "true" : "false";
+    case "object": {
+      if (Array.isArray(v)) {
+        let out = "[";
+        for (const item of v) out += (out.length === 1 ? "" : ",") + plainJson(item);
+        return out + "]";
+      }
+      let out = "{";
+      for (const key of Object.keys(v)) {
+        if (key === "__proto__") continue; // as in valueJson
+        out += (out.length === 1 ? "" : ",") + quote(key) + ":" + plainJson(v[key]);
+      }
+      return out + "}";
+    }
+    default:
+      throw new Declined();
+  }
+}
+
+/** RFC 3339, as protobuf-es' timestampToJson writes it (0, 3, 6 or 9 fractional digits). */
+function timestampJson(t: Timestamp): string {
+  const ms = Number(t.seconds) * 1000;
+  if (!(ms >= MIN_TIMESTAMP_MS && ms <= MAX_TIMESTAMP_MS) || t.nanos < 0 || t.nanos > 999_999_999) throw new Declined();
+  let z = "Z";
+  if (t.nanos > 0) {
+    const nanos = (t.nanos + 1_000_000_000).toString().substring(1);
+    z = nanos.endsWith("000000") ? `.${nanos.substring(0, 3)}Z` : nanos.endsWith("000") ? `.${nanos.substring(0, 6)}Z` : `.${nanos}Z`;
+  }
+  return `"${new Date(ms).toISOString().replace(".000Z", z)}"`;
+}
+
+function eventJsonUncached(e: Event): string {
+  let out = `{"event_id":${quote(e.eventId)},"event_type":${quote(e.eventType)}`;
+  if (e.content !== undefined) out += `,"content":${valueJson(e.content)}`;
+  if (e.metadata !== undefined) out += `,"metadata":${plainJson(e.metadata)}`;
+  if (e.timestamp !== undefined) out += `,"timestamp":${timestampJson(e.timestamp)}`;
+  out += `,"seq":"${e.seq}","session_id":${quote(e.sessionId)}`;
+  if (e.stateDelta !== undefined) out += `,"state_delta":${plainJson(e.stateDelta)}`;
+  return out + "}";
+}
+
+/** Text of recent events: each shared wire Event is written once (see the module's doc). */
+const eventText = new WeakMap<object, string>();
+
+/** The JSON of `event`, exactly what toJsonString(EventSchema, event, JSON_WRITE_OPTIONS) writes. */
+export function eventJson(event: Event): string {
+  let text = eventText.get(event);
+  if (text === undefined) {
+    try {
+      text = eventJsonUncached(event);
+    } catch (err) {
+      if (!(err instanceof Declined)) throw err;
+      text = toJsonString(EventSchema, event, JSON_WRITE_OPTIONS);
+    }
+    eventText.set(event, text);
+  }
+  return text;
+}
+
+/** Writes one field of a response as `"name":value`, or "" when toJson leaves it out. */
+type FieldWriter = (message: Record<string, unknown>) => string;
+
+/** A field's writer when it is an Event, a list of them, or a plain scalar; undefined for anything else. */
+function fieldWriter(field: DescField): FieldWriter | undefined {
+  // A oneof member's value sits under the oneof's name: left to reflection.
+  if (field.oneof) return undefined;
+  const name = quote(field.name);
+  const key = field.localName;
+  if (field.fieldKind === "message" && field.message.typeName === EventSchema.typeName) {
+    return (m) => (m[key] === undefined ? "" : `${name}:${eventJson(m[key] as Event)}`);
+  }
+  if (field.fieldKind === "list" && field.listKind === "message" && field.message.typeName === EventSchema.typeName) {
+    return (m) => {
+      let out = `${name}:[`;
+      const events = m[key] as Event[];
+      for (let i = 0; i < events.length; i++) out += (i === 0 ? "" : ",") + eventJson(events[i]);
+      return out + "]";
+    };
+  }
+  if (field.fieldKind !== "scalar") return undefined;
+  // Implicit presence: always written (alwaysEmitImplicit); explicit (`optional`): written when set.
+  const explicit = field.presence !== FeatureSet_FieldPresence.IMPLICIT;
+  let scalar: ((v: unknown) => string) | undefined;
+  switch (field.scalar) {
+    case ScalarType.STRING:
+      scalar = (v) => quote(v as string);
+      break;
+    case ScalarType.BOOL:
+      scalar = (v) => (v ? "true" : "false");
+      break;
+    case ScalarType.INT32:
+    case ScalarType.UINT32:
+    case ScalarType.SINT32:
+    case ScalarType.FIXED32:
+    case ScalarType.SFIXED32:
+      scalar = (v) => String(v);
+      break;
+    case ScalarType.INT64:
+    case ScalarType.UINT64:
+    case ScalarType.SINT64:
+    case ScalarType.FIXED64:
+    case ScalarType.SFIXED64:
+      scalar = (v) => `"${v as bigint}"`;
+      break;
+    default:
+      return undefined;
+  }
+  const write = scalar;
+  return explicit ? (m) => (m[key] === undefined ? "" : `${name}:${write(m[key])}`) : (m) => `${name}:${write(m[key])}`;
+}
+
+/**
+ * A response type's JSON encoder: by hand when it carries events and its
+ * other fields are plain scalars (AddEvent, AddEvents, GetSessionEvents,
+ * ListEvents), else toJsonString. Either way the text toJsonString writes
+ * with JSON_WRITE_OPTIONS. `registry`: the types google.protobuf.Any fields
+ * may hold (none in MemoryService; events hold no Any).
+ */
+export function jsonResponseEncoder(desc: DescMessage, registry?: Registry): (message: unknown) => string {
+  const options = registry ? { ...JSON_WRITE_OPTIONS, registry } : JSON_WRITE_OPTIONS;
+  const reflective = (message: unknown) => toJsonString(desc, message as never, options);
+  const carriesEvents = desc.fields.some((f) => f.message?.typeName === EventSchema.typeName);
+  const writers = desc.fields.map(fieldWriter);
+  if (!carriesEvents || writers.some((w) => w === undefined)) return reflective;
+  const fields = writers as FieldWriter[];
+  return (message) => {
+    let out = "{";
+    for (const write of fields) {
+      const part = write(message as Record<string, unknown>);
+      if (part !== "") out += (out.length === 1 ? "" : ",") + part;
+    }
+    return out + "}";
+  };
+}
