@@ -24,7 +24,7 @@
 import type { IncomingMessage, ServerResponse } from "node:http";
 import { brotliDecompressSync, gunzipSync } from "node:zlib";
 import type { DescMessage, Registry } from "@bufbuild/protobuf";
-import { createConnectRouter, type ConnectRouter } from "@connectrpc/connect";
+import { Code, ConnectError, createConnectRouter, type ConnectRouter } from "@connectrpc/connect";
 import type { UniversalHandler, UniversalServerRequest, UniversalServerResponse } from "@connectrpc/connect/protocol";
 import {
   compressionBrotli,
@@ -103,7 +103,11 @@ function envelope(flags: number, payload: Uint8Array): Uint8Array {
 
 /** The protocol's own error answer for a body that does not decode, with the same details as every other error (src/server/status.ts). */
 function invalidBody(contentType: string, err: MemoryError): UniversalServerResponse {
-  const error = toConnectError(err);
+  return errorAnswer(contentType, toConnectError(err));
+}
+
+/** An error in the protocol's own form: gRPC-Web trailers, a Connect stream's end, or a unary Connect error body. */
+function errorAnswer(contentType: string, error: ConnectError): UniversalServerResponse {
   if (contentType.startsWith("application/grpc-web")) {
     // Trailers-only response: grpc-status, grpc-message and grpc-status-details-bin, as connect writes them.
     const header = new Headers({ "content-type": contentType });
@@ -144,6 +148,27 @@ function getRequestMessage(req: UniversalServerRequest): { bytes: Uint8Array; js
   const offset = invalidUtf8Offset(raw);
   if (offset !== undefined) throw notUtf8("query parameter message", offset);
   return { bytes: raw, json };
+}
+
+/** A package-qualified service and a method: "/pkg.Service/Method". */
+const PROCEDURE_PATH = /^\/[A-Za-z_][\w]*(\.[A-Za-z_][\w]*)+\/[A-Za-z_][\w]*$/;
+
+/**
+ * UNIMPLEMENTED in the protocol's own form (Connect: HTTP 404 with the
+ * code in its JSON error; gRPC-Web: trailers) for a call (a POST of their
+ * content types to a procedure's path) of a procedure this server does not
+ * have; undefined for any other request, which the fallback answers
+ * (REST's and KAOS' 404 not_found, the inspector's files).
+ */
+function unknownProcedure(req: IncomingMessage): UniversalServerResponse | undefined {
+  const path = (req.url ?? "").split("?", 1)[0];
+  const contentType = req.headers["content-type"] ?? "";
+  if (req.method !== "POST" || !PROCEDURE_PATH.test(path)) return undefined;
+  const error = new ConnectError(`${path} is not a procedure of this server`, Code.Unimplemented);
+  if (parseGrpcWebContentType(contentType)) return errorAnswer(contentType, error);
+  if (!parseConnectContentType(contentType)) return undefined;
+  // Connect answers an unknown procedure with HTTP 404 before any stream begins (its clients read 404 as unimplemented).
+  return { status: 404, header: new Headers({ "content-type": "application/json" }), body: once(Buffer.from(JSON.stringify(errorToJson(error, JSON_WRITE_OPTIONS)))) };
 }
 
 /**
@@ -315,7 +340,13 @@ export function createConnectHandler(options: ConnectHandlerOptions) {
   return (req: IncomingMessage, res: ServerResponse): void => {
     if (fast.handle(req, res)) return;
     const handler = handlers.get((req.url ?? "").split("?", 1)[0]);
-    if (!handler) return options.fallback(req, res);
+    if (!handler) {
+      const unimplemented = unknownProcedure(req);
+      if (!unimplemented) return options.fallback(req, res);
+      req.resume(); // read and drop the body, so the connection can carry the next request
+      void universalResponseToNodeResponse(unimplemented, res).catch(options.onError);
+      return;
+    }
     const uReq = universalRequestFromNodeRequest(req, res, undefined, undefined);
     guardRequestBody(uReq, handler, options.maxMessageBytes)
       .then(async (guard) => {
