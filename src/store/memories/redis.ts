@@ -1,6 +1,7 @@
 /**
  * Long-term memories of the Redis store. Per app, under
- * `<prefix>:mem:<hex app>:` (memory ids, user ids and supersession groups are
+ * `<prefix>:mem:<hex app>:` on one node and `<prefix>:mem:{<hex app>}:` on a
+ * Redis Cluster (memory ids, user ids and supersession groups are
  * hex-encoded in members, so that no value can collide with another or with a
  * separator; hash fields are hex ids too):
  *
@@ -28,6 +29,22 @@
  *            "<seq>:d:<JSON [id, user, agent, session] per memory>" (deleted)
  *   <prefix>:memories  pub/sub channel: the changes of every write and deletion
  *
+ * On a cluster every key of an app carries the app's hash tag `{<hex app>}`,
+ * so all of them live in one slot and each script stays atomic per app; the
+ * apps spread over the shards. The one-node names are unchanged (no tag), so
+ * an existing deployment's data needs no migration. Notices go to a channel
+ * per app in the app's slot, `<prefix>:memories:{<hex app>}`, by SPUBLISH
+ * from the script itself (sharded pub/sub: each shard carries its own apps'
+ * notices, instead of every node relaying all of them); a replica
+ * SSUBSCRIBEs to the channels of the apps it has watchers for, and once a
+ * subscription is acknowledged (or renewed after a failover or a slot move)
+ * tells those watchers to catch up from the change log, so nothing committed
+ * before it counts is missed. A write batch spanning apps runs one script
+ * per app on a cluster: every app's checks run first, then the writes, so a
+ * refused batch writes nothing unless another write to the same memory id
+ * lands between the checks and the writes (then the apps before the refused
+ * one are written; a retry with the same ids is idempotent).
+ *
  * Every write batch is one Lua script (redis-scripts/write-n.lua): checks,
  * supersession and index upkeep happen atomically, so replicas writing one
  * key at once leave exactly one memory of it valid. Deletions are one script
@@ -43,7 +60,7 @@
 import { randomUUID } from "node:crypto";
 import path from "node:path";
 import { fileURLToPath } from "node:url";
-import type { Redis } from "ioredis";
+import type { Cluster, Redis } from "ioredis";
 import type {
   LongTermMemoryStore,
   MemoryChange,
@@ -97,6 +114,12 @@ const hex = (s: string) => Buffer.from(s, "utf8").toString("hex");
 const unhex = (s: string) => Buffer.from(s, "hex").toString("utf8");
 /** Fixed width, so that entries sort by creation time as strings. */
 const created = (createdAt: number) => String(createdAt).padStart(16, "0");
+
+/** A connection to one Redis node or to a Redis Cluster (the layout follows from which). */
+type RedisClient = Redis | Cluster;
+
+/** Notified to an app's watchers once its channel counts again: "read the log from your cursor" (any seq past the head). */
+const CATCH_UP: MemoryChange = { seq: Number.MAX_SAFE_INTEGER, kind: "remote" };
 
 /** Runs a Redis call, mapping what it throws to a MemoryError (the store's own mapping). */
 export type RedisCall = <T>(run: () => Promise<T>) => Promise<T>;
@@ -179,7 +202,7 @@ function vectorOf(bytes: Buffer): number[] {
 }
 
 /** Loads redis-scripts/<name>-<keys>.lua as commands; "n" keys: the caller passes the key count first. */
-function defineScripts(redis: Redis): Record<"write" | "delete", ScriptRunner> {
+function defineScripts(redis: RedisClient): Record<"write" | "delete", ScriptRunner> {
   const scripts: Record<string, ScriptRunner> = {};
   for (const [name, { lua, numberOfKeys }] of loadScripts(SCRIPTS_DIR)) {
     const command = `engram_memories_${name}`;
@@ -193,34 +216,47 @@ function defineScripts(redis: Redis): Record<"write" | "delete", ScriptRunner> {
 export class RedisMemories implements LongTermMemoryStore {
   /** Tells this replica's notices from others': its own changes are delivered at once, not again from the channel. */
   private readonly origin = randomUUID();
-  private readonly channel: string;
+  /** On a Redis Cluster: hash-tagged keys, a channel per app, sharded pub/sub (the header says the layout). */
+  private readonly clustered: boolean;
   private readonly scripts: Record<"write" | "delete", ScriptRunner>;
   private readonly listeners = new KeyedListeners<MemoryChange>();
   /** A connection of its own for the channel: subscribed while the store is open. */
-  private subscriber?: Redis;
+  private subscriber?: RedisClient;
 
   constructor(
-    private readonly redis: Redis,
+    private readonly redis: RedisClient,
     private readonly prefix: string,
     private readonly call: RedisCall,
   ) {
-    this.channel = `${prefix}:memories`;
+    this.clustered = redis.isCluster;
     this.scripts = defineScripts(redis);
   }
 
   /** Subscribes to the changes other replicas publish; rejects when Redis cannot be reached. */
   async listen(): Promise<void> {
-    const subscriber = this.redis.duplicate({ connectionName: `${this.prefix}:memories`, commandTimeout: undefined });
+    const subscriber = this.clustered ? this.shardedSubscriber(this.redis as Cluster) : (this.redis as Redis).duplicate({ connectionName: `${this.prefix}:memories`, commandTimeout: undefined });
     // Without a listener ioredis reports every failed reconnect as an unhandled error event.
     subscriber.on("error", () => {});
-    subscriber.on("message", (channel: string, message: string) => {
-      if (channel === this.channel && this.listeners.size > 0) this.deliver(message, false);
-    });
+    if (this.clustered) {
+      subscriber.on("smessage", (channel: string, message: string) => {
+        if (channel.startsWith(`${this.prefix}:memories:{`) && this.listeners.size > 0) this.deliver(message, false);
+      });
+      // After a failover or a slot move ioredis subscribes again; what was published meanwhile is in the change log.
+      subscriber.on("subscribersReady", () => {
+        for (const appName of this.listeners.keys()) this.emit(appName, CATCH_UP);
+      });
+    } else {
+      const channel = this.channelOf("");
+      subscriber.on("message", (from: string, message: string) => {
+        if (from === channel && this.listeners.size > 0) this.deliver(message, false);
+      });
+    }
     this.subscriber = subscriber;
     // ioredis subscribes again by itself after a reconnect; changes published meanwhile are lost, as WatchMemories says.
     try {
       await subscriber.connect();
-      await subscriber.subscribe(this.channel);
+      // On a cluster each app's channel is subscribed while it has watchers (subscribeMemories).
+      if (!this.clustered) await subscriber.subscribe(this.channelOf(""));
     } catch (err) {
       subscriber.disconnect();
       throw err;
@@ -234,15 +270,42 @@ export class RedisMemories implements LongTermMemoryStore {
   }
 
   async writeMemories(memories: readonly MemoryRecord[]): Promise<MemoryWriteResult> {
+    // One node: the whole batch in one script. A cluster: one script per app (its slot), checked across apps first.
+    const batches = new Map<string, number[]>();
+    memories.forEach((m, i) => {
+      const app = this.clustered ? m.appName : "";
+      let batch = batches.get(app);
+      if (!batch) batches.set(app, (batch = []));
+      batch.push(i);
+    });
+    if (batches.size > 1) for (const batch of batches.values()) await this.runWrite(memories, batch, "check");
+    const written: MemoryRecord[] = new Array<MemoryRecord>(memories.length);
+    const superseded: MemoryRecord[] = [];
+    for (const batch of batches.values()) {
+      const records = await this.runWrite(memories, batch, "");
+      batch.forEach((i, j) => (written[i] = records[j]));
+      superseded.push(...records.slice(batch.length));
+    }
+    return { memories: written, superseded };
+  }
+
+  /**
+   * Runs write-n.lua on `memories[i]` for each i of `batch` (apps sharing a
+   * slot on a cluster), refusals named by their index in `memories`; the
+   * batch's records as stored, then those it closed ([] for a check).
+   */
+  private async runWrite(memories: readonly MemoryRecord[], batch: readonly number[], mode: "check" | ""): Promise<MemoryRecord[]> {
     const apps = new Map<string, number>();
     const keys: string[] = [];
-    for (const m of memories) {
-      if (apps.has(m.appName)) continue;
-      apps.set(m.appName, apps.size + 1);
-      keys.push(...Object.values(this.keysOf(m.appName)));
+    for (const i of batch) {
+      const appName = memories[i].appName;
+      if (apps.has(appName)) continue;
+      apps.set(appName, apps.size + 1);
+      keys.push(...Object.values(this.keysOf(appName)));
     }
-    const args: Array<string | number | Buffer> = [this.channel, this.origin, memories.length];
-    for (const m of memories) {
+    const args: Array<string | number | Buffer> = [this.channelOf(memories[batch[0]].appName), this.origin, batch.length];
+    for (const i of batch) {
+      const m = memories[i];
       args.push(
         apps.get(m.appName)!,
         hex(m.memoryId),
@@ -259,17 +322,18 @@ export class RedisMemories implements LongTermMemoryStore {
         m.embedding ? vectorBytes(m.embedding) : "",
       );
     }
-    args.push(MEMORY_CHANGES_RETAINED);
+    args.push(MEMORY_CHANGES_RETAINED, this.publishCommand, mode);
     const reply = await this.call(() => this.scripts.write(keys.length, ...keys, ...args));
     if (reply[0] === "TAKEN") {
-      const i = reply[1] as number;
+      const i = batch[reply[1] as number];
       throw memoryIdTaken(`memories[${i}].memory_id`, memories[i].memoryId);
     }
-    if (reply[0] === "DIMENSION") throw embeddingDimensionMismatch(`memories[${reply[1]}].embedding`, reply[2] as number, reply[3] as number);
+    if (reply[0] === "DIMENSION") throw embeddingDimensionMismatch(`memories[${batch[reply[1] as number]}].embedding`, reply[2] as number, reply[3] as number);
+    if (mode === "check") return [];
     if (reply[1] !== "") this.deliver(reply[1] as string, true);
     const records: MemoryRecord[] = [];
     for (let i = 2; i < reply.length; i += 3) records.push(decode(reply[i] as string, reply[i + 1] as string, reply[i + 2] as string));
-    return { memories: records.slice(0, memories.length), superseded: records.slice(memories.length) };
+    return records;
   }
 
   async getMemory(appName: string, memoryId: string): Promise<MemoryRecord | undefined> {
@@ -343,7 +407,14 @@ export class RedisMemories implements LongTermMemoryStore {
   }
 
   subscribeMemories(appName: string, listener: MemoryChangeListener): () => void {
-    return this.listeners.subscribe(appName, listener);
+    const first = !this.listeners.has(appName);
+    const unsubscribe = this.listeners.subscribe(appName, listener);
+    if (!this.clustered) return unsubscribe;
+    if (first) this.follow(appName);
+    return () => {
+      unsubscribe();
+      if (!this.listeners.has(appName)) this.unfollow(appName);
+    };
   }
 
   async memoryChangeWindow(appName: string): Promise<MemoryChangeWindow> {
@@ -417,11 +488,12 @@ export class RedisMemories implements LongTermMemoryStore {
         k.vectors,
         k.meta,
         k.changes,
-        this.channel,
+        this.channelOf(appName),
         this.origin,
         pairs.length,
         ...pairs.flat(),
         MEMORY_CHANGES_RETAINED,
+        this.publishCommand,
       ),
     );
     if (reply.length === 0) return [];
@@ -522,8 +594,50 @@ export class RedisMemories implements LongTermMemoryStore {
     this.listeners.emit(appName, change);
   }
 
+  /**
+   * A cluster: SSUBSCRIBEs to the app's channel; once Redis acknowledges,
+   * the app's watchers catch up from the log (what was committed before the
+   * subscription counted). ioredis keeps the channel and subscribes again
+   * after failovers and slot moves ("subscribersReady" in listen()).
+   */
+  private follow(appName: string): void {
+    const subscriber = this.subscriber as Cluster | undefined;
+    if (!subscriber) return;
+    subscriber.ssubscribe(this.channelOf(appName)).then(
+      () => this.emit(appName, CATCH_UP),
+      // Not subscribed (the shard is failing over): the subscription is renewed when it is back.
+      () => this.emit(appName, CATCH_UP),
+    );
+  }
+
+  /** A cluster: the app's last watcher left, so its channel is dropped. */
+  private unfollow(appName: string): void {
+    (this.subscriber as Cluster | undefined)?.sunsubscribe(this.channelOf(appName)).catch(() => {});
+  }
+
+  /**
+   * The sharded subscriber of a cluster: a Cluster of its own with one
+   * subscriber connection per master (ioredis' shardedSubscribers), which
+   * follows the slots as they move.
+   */
+  private shardedSubscriber(cluster: Cluster): Cluster {
+    const redisOptions = { ...cluster.options.redisOptions, connectionName: `${this.prefix}:memories`, commandTimeout: undefined };
+    return cluster.duplicate(undefined, { shardedSubscribers: true, lazyConnect: true, redisOptions });
+  }
+
+  /** PUBLISH on one node (every replica of any release hears it); SPUBLISH to the app's shard on a cluster. */
+  private get publishCommand(): string {
+    return this.clustered ? "SPUBLISH" : "PUBLISH";
+  }
+
+  /** The channel of an app's notices: one for every app on one node (today's name), the app's own in its slot on a cluster. */
+  private channelOf(appName: string): string {
+    return this.clustered ? `${this.prefix}:memories:{${hex(appName)}}` : `${this.prefix}:memories`;
+  }
+
   private keysOf(appName: string): AppKeys {
-    const base = `${this.prefix}:mem:${hex(appName)}`;
+    // On a cluster the hash tag puts every key of the app in one slot, so each script stays on one shard.
+    const base = this.clustered ? `${this.prefix}:mem:{${hex(appName)}}` : `${this.prefix}:mem:${hex(appName)}`;
     return {
       records: `${base}:rec`,
       validity: `${base}:val`,
