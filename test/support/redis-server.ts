@@ -66,8 +66,10 @@ export async function waitForRedis(port: number, timeoutMs = 15_000): Promise<vo
 /**
  * Starts a dedicated redis-server in a temp dir, on a free loopback port or on
  * `port` (a server already told to use that port, started before Redis).
+ * `extraArgs` are appended to the command line (e.g. cluster mode), and kept
+ * across restarts.
  */
-export async function startRedisServer(opts: { appendonly?: boolean; port?: number } = {}): Promise<RedisServer> {
+export async function startRedisServer(opts: { appendonly?: boolean; port?: number; extraArgs?: readonly string[] } = {}): Promise<RedisServer> {
   const binary = await redisServerBinary();
   const dir = mkdtempSync(path.join(tmpdir(), "engram-redis-"));
   let port = 0;
@@ -85,6 +87,7 @@ export async function startRedisServer(opts: { appendonly?: boolean; port?: numb
       "--save", "",
       "--daemonize", "no",
       "--protected-mode", "yes",
+      ...(opts.extraArgs ?? []),
     ];
     log = "";
     const proc = spawn(binary, args, { stdio: ["ignore", "pipe", "pipe"] });
