@@ -118,9 +118,6 @@ const created = (createdAt: number) => String(createdAt).padStart(16, "0");
 /** A connection to one Redis node or to a Redis Cluster (the layout follows from which). */
 type RedisClient = Redis | Cluster;
 
-/** Notified to an app's watchers once its channel counts again: "read the log from your cursor" (any seq past the head). */
-const CATCH_UP: MemoryChange = { seq: Number.MAX_SAFE_INTEGER, kind: "remote" };
-
 /** Runs a Redis call, mapping what it throws to a MemoryError (the store's own mapping). */
 export type RedisCall = <T>(run: () => Promise<T>) => Promise<T>;
 
@@ -222,6 +219,8 @@ export class RedisMemories implements LongTermMemoryStore {
   private readonly listeners = new KeyedListeners<MemoryChange>();
   /** A connection of its own for the channel: subscribed while the store is open. */
   private subscriber?: RedisClient;
+  /** A cluster: the apps whose channels are subscribed (or being subscribed), each settled once Redis answered. */
+  private readonly following = new Map<string, Promise<void>>();
 
   constructor(
     private readonly redis: RedisClient,
@@ -242,9 +241,7 @@ export class RedisMemories implements LongTermMemoryStore {
         if (channel.startsWith(`${this.prefix}:memories:{`) && this.listeners.size > 0) this.deliver(message, false);
       });
       // After a failover or a slot move ioredis subscribes again; what was published meanwhile is in the change log.
-      subscriber.on("subscribersReady", () => {
-        for (const appName of this.listeners.keys()) this.emit(appName, CATCH_UP);
-      });
+      subscriber.on("subscribersReady", () => void this.catchUp());
     } else {
       const channel = this.channelOf("");
       subscriber.on("message", (from: string, message: string) => {
@@ -266,6 +263,7 @@ export class RedisMemories implements LongTermMemoryStore {
   /** Drops the subscription and every listener (the store is closing). */
   close(): void {
     this.listeners.clear();
+    this.following.clear();
     this.subscriber?.disconnect();
   }
 
@@ -407,14 +405,22 @@ export class RedisMemories implements LongTermMemoryStore {
   }
 
   subscribeMemories(appName: string, listener: MemoryChangeListener): () => void {
-    const first = !this.listeners.has(appName);
     const unsubscribe = this.listeners.subscribe(appName, listener);
     if (!this.clustered) return unsubscribe;
-    if (first) this.follow(appName);
+    if (!this.following.has(appName)) this.follow(appName);
     return () => {
       unsubscribe();
       if (!this.listeners.has(appName)) this.unfollow(appName);
     };
+  }
+
+  /**
+   * On a cluster, resolves once the app's channel is subscribed (UNAVAILABLE
+   * when its shard cannot be reached); at once on one node, where one channel
+   * carries every app from the start.
+   */
+  async listening(appName: string): Promise<void> {
+    await this.following.get(appName);
   }
 
   async memoryChangeWindow(appName: string): Promise<MemoryChangeWindow> {
@@ -603,16 +609,28 @@ export class RedisMemories implements LongTermMemoryStore {
   private follow(appName: string): void {
     const subscriber = this.subscriber as Cluster | undefined;
     if (!subscriber) return;
-    subscriber.ssubscribe(this.channelOf(appName)).then(
-      () => this.emit(appName, CATCH_UP),
-      // Not subscribed (the shard is failing over): the subscription is renewed when it is back.
-      () => this.emit(appName, CATCH_UP),
-    );
+    const subscribed = this.call(async () => void (await subscriber.ssubscribe(this.channelOf(appName))));
+    // Failed (its shard is unreachable): forgotten, so that the next watcher of the app tries again.
+    subscribed.catch(() => this.following.get(appName) === subscribed && this.following.delete(appName));
+    this.following.set(appName, subscribed);
   }
 
   /** A cluster: the app's last watcher left, so its channel is dropped. */
   private unfollow(appName: string): void {
+    this.following.delete(appName);
     (this.subscriber as Cluster | undefined)?.sunsubscribe(this.channelOf(appName)).catch(() => {});
+  }
+
+  /**
+   * A cluster's subscriptions were renewed (a failover, a slot move): the
+   * notices published meanwhile are lost, so each watched app's watchers hear
+   * how far its log has grown and read what they missed from it.
+   */
+  private async catchUp(): Promise<void> {
+    for (const appName of this.listeners.keys()) {
+      const head = await this.call(() => this.redis.hget(this.keysOf(appName).meta, "seq")).catch(() => undefined);
+      if (head) this.emit(appName, { seq: Number(head), kind: "remote" });
+    }
   }
 
   /**
