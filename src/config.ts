@@ -6,6 +6,7 @@
 import { parseArgs } from "node:util";
 import type { AppRetention } from "./store/types.js";
 import { MAX_EMBEDDING_DIMENSION } from "./service/memories/similarity.js";
+import { parseRedisUrl } from "./store/redis/connection.js";
 
 /** The storage engines. */
 export type MemoryType = "local" | "redis" | "postgres";
@@ -42,6 +43,8 @@ export interface Config {
   heartbeatMs: number;
   shutdownGraceMs: number;
   redisUrl?: string;
+  /** Replicas that must acknowledge each Redis write script (WAIT) before the call succeeds; 0: none. */
+  redisWaitReplicas: number;
   postgresUrl?: string;
   /** Longest one Redis command or PostgreSQL statement may take (a call's own deadline, when shorter, wins); unset: the driver's default. */
   storeTimeoutMs?: number;
@@ -159,7 +162,8 @@ export const SETTINGS: Setting[] = [
   { env: "MEMORY_MAX_MESSAGE_BYTES", flag: "max-message-bytes", key: "maxMessageBytes", kind: "int", default: String(8 * 1024 * 1024), min: 1024, doc: "Largest request/response message on any protocol." },
   { env: "MEMORY_STREAM_HEARTBEAT_MS", flag: "stream-heartbeat-ms", key: "heartbeatMs", kind: "int", default: "15000", min: 10, doc: "Idle time between stream heartbeats (and safety re-reads)." },
   { env: "MEMORY_SHUTDOWN_GRACE_MS", flag: "shutdown-grace-ms", key: "shutdownGraceMs", kind: "int", default: "10000", min: 0, doc: "How long SIGTERM waits for in-flight calls." },
-  { env: "MEMORY_REDIS_URL", flag: "redis-url", key: "redisUrl", kind: "string", doc: "Redis URL; required with MEMORY_TYPE=redis." },
+  { env: "MEMORY_REDIS_URL", flag: "redis-url", key: "redisUrl", kind: "string", doc: "Redis URL; required with MEMORY_TYPE=redis. One server: redis://[user:pass@]host:port[/db] (rediss:// for TLS). A Redis Cluster: redis+cluster://[user:pass@]host1:port1,host2:port2,... (seed nodes; rediss+cluster:// for TLS)." },
+  { env: "MEMORY_REDIS_WAIT_REPLICAS", flag: "redis-wait-replicas", key: "redisWaitReplicas", kind: "int", default: "0", min: 0, doc: "Redis: after each write, WAIT until this many replicas have it (within half of MEMORY_STORE_TIMEOUT_MS); fewer: the call fails UNAVAILABLE naming how many acknowledged (the write may have happened; a retry with the same event ids is idempotent). 0: acknowledged by the master alone." },
   { env: "MEMORY_POSTGRES_URL", flag: "postgres-url", key: "postgresUrl", kind: "string", doc: "PostgreSQL URL; required with MEMORY_TYPE=postgres." },
   { env: "MEMORY_STORE_TIMEOUT_MS", flag: "store-timeout-ms", key: "storeTimeoutMs", kind: "int", min: 100, doc: "Longest one Redis command or PostgreSQL statement may take before the call fails UNAVAILABLE, also for calls without a deadline (a shorter call deadline wins). Default: 4000 on Redis, 15000 on PostgreSQL." },
   { env: "MEMORY_KEY_PREFIX", flag: "key-prefix", key: "keyPrefix", kind: "string", default: "engram", doc: "Redis key prefix / PostgreSQL schema name." },
@@ -256,6 +260,13 @@ export function loadConfig(argv: string[] = process.argv.slice(2), env: NodeJS.P
   }
   if (result.memoryEnabled && result.memoryType === "redis" && !result.redisUrl) {
     throw new ConfigError("MEMORY_TYPE=redis needs MEMORY_REDIS_URL (e.g. redis://127.0.0.1:6379/0)");
+  }
+  if (result.redisUrl !== undefined) {
+    try {
+      parseRedisUrl(result.redisUrl);
+    } catch (err) {
+      throw new ConfigError(`MEMORY_REDIS_URL: ${err instanceof Error ? err.message : String(err)}`);
+    }
   }
   if (result.memoryEnabled && result.memoryType === "postgres" && !result.postgresUrl) {
     throw new ConfigError("MEMORY_TYPE=postgres needs MEMORY_POSTGRES_URL (e.g. postgres://user@127.0.0.1:5432/engram)");

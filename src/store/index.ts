@@ -29,7 +29,7 @@ export async function openStore(config: Config): Promise<MemoryStore> {
       // Loaded on demand: local deployments never load ioredis.
       const { RedisStore } = await import("./redis.js");
       // open() connects, subscribes and fails with UNAVAILABLE naming the (masked) URL when Redis is unreachable.
-      return RedisStore.open({ url: config.redisUrl!, keyPrefix: config.keyPrefix, limits, commandTimeoutMs: config.storeTimeoutMs });
+      return RedisStore.open({ url: config.redisUrl!, keyPrefix: config.keyPrefix, limits, commandTimeoutMs: config.storeTimeoutMs, waitReplicas: config.redisWaitReplicas });
     }
     // END redis
     // BEGIN postgres

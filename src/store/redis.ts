@@ -26,7 +26,7 @@ import { NoticeListeners } from "./notices.js";
 import { appSessionCap, checkCursor, duplicateEventId, evictionCount, newIncarnation, newSessionRecord, recentScopes, resumeEach, sessionExists, type RecentScope } from "./rules.js";
 import type { AppendResult, CleanupScope, ErasureResult, EventPage, EventQuery, MemoryStore, NewEvent, NewSession, NoticeListener, RecentEventsFilter, ResumedErasures, SessionQuery, SessionRecord, SessionUpdate, SharedState, StoreDurability, StoreLimits, StoreStats, StoredEvent } from "./types.js";
 import { decodeEvent, decodeSession, DecodedEvents, stateOf } from "./redis/codec.js";
-import { RedisConnection, storeError } from "./redis/connection.js";
+import { DEFAULT_COMMAND_TIMEOUT_MS, RedisConnection, storeError, type RedisClient } from "./redis/connection.js";
 import { erasureField, erasureTenancy, recentMemberRef, RedisKeys, type Tenancy } from "./redis/keys.js";
 import { RedisNotices } from "./redis/notices.js";
 import {
@@ -41,6 +41,7 @@ import {
   type DeleteConditions,
   type DeleteOutcome,
   type UpdateOutcome,
+  type WaitForReplicas,
 } from "./redis/scripts.js";
 
 export { durabilitySummary } from "./redis/connection.js";
@@ -54,6 +55,8 @@ export interface RedisStoreOptions {
   limits: StoreLimits;
   /** A command not answered within this many ms fails UNAVAILABLE (default 4000). */
   commandTimeoutMs?: number;
+  /** MEMORY_REDIS_WAIT_REPLICAS: replicas that must have each write (WAIT); 0 or unset: none. */
+  waitReplicas?: number;
 }
 
 /** Sessions whose tenancy (app, user) this replica remembers, to name their recent indexes without a read. */
@@ -94,18 +97,22 @@ export class RedisStore implements MemoryStore {
     private readonly connection: RedisConnection,
     keyPrefix: string,
     private readonly limits: StoreLimits,
+    wait: WaitForReplicas,
   ) {
     this.keys = new RedisKeys(keyPrefix);
-    this.scripts = new RedisScripts(connection.commands, { keys: this.keys, limits });
+    this.scripts = new RedisScripts(connection.commands, { keys: this.keys, limits }, wait);
     this.notices = new RedisNotices(connection, this.keys, this.listeners, this.decoded);
-    this.memories = new RedisMemories(connection.commands, keyPrefix, (run) => this.call(run));
+    // RedisMemories still types its connection as one node's (cluster-memories changes that).
+    this.memories = new RedisMemories(connection.commands as Redis, keyPrefix, (run) => this.call(run));
   }
 
   /** Connects both connections (commands, notices) and subscribes; UNAVAILABLE when Redis cannot be reached. */
   static async open(options: RedisStoreOptions): Promise<RedisStore> {
     const connection = new RedisConnection(options);
-    const store = new RedisStore(connection, options.keyPrefix, options.limits);
-    await connection.connect(store.keys.channel, store.notices);
+    // WAIT gets half the command timeout: a shortfall then answers with its count before the command itself times out.
+    const wait = { replicas: options.waitReplicas ?? 0, timeoutMs: Math.max(1, Math.floor((options.commandTimeoutMs ?? DEFAULT_COMMAND_TIMEOUT_MS) / 2)) };
+    const store = new RedisStore(connection, options.keyPrefix, options.limits, wait);
+    await connection.connect([store.keys.channel], store.notices);
     try {
       await store.memories.listen();
     } catch (err) {
@@ -489,7 +496,7 @@ export class RedisStore implements MemoryStore {
   }
 
   /** Runs one call on the command connection, failures as MemoryErrors. */
-  private call<T>(run: (redis: Redis) => Promise<T>): Promise<T> {
+  private call<T>(run: (redis: RedisClient) => Promise<T>): Promise<T> {
     return this.connection.call(run);
   }
 }

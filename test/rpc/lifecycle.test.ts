@@ -11,6 +11,7 @@ import { Code } from "@connectrpc/connect";
 import { describe, expect, it } from "vitest";
 import { ErrorInfoSchema } from "@engram-memory/client/gen/google/rpc/error_details_pb.js";
 import { ConfigError, loadConfig, SETTINGS } from "../../src/config.js";
+import { parseRedisUrl } from "../../src/store/redis/connection.js";
 import { REPO_ROOT, spawnServer } from "../support/engram.js";
 import { connectClient, errorOf, grpcJsClient } from "../support/clients.js";
 import { startChaosProxy } from "../support/chaos-proxy.js";
@@ -151,6 +152,11 @@ describe("configuration", () => {
     [{ MEMORY_RETENTION_APPS: '{"bot": {"session_idle_ms": "7d"}}' }, /MEMORY_RETENTION_APPS\["bot"\]\.session_idle_ms: expected a whole number, at least 0 \(0: no cap\), got "7d"/],
     [{ MEMORY_RETENTION_APPS: '{"": {}}' }, /MEMORY_RETENTION_APPS\[""\]: an app_name is 1-256 UTF-8 bytes, got 0/],
     [{ MEMORY_KEY_PREFIX: "bad-prefix" }, /MEMORY_KEY_PREFIX/],
+    [{ MEMORY_TYPE: "redis", MEMORY_REDIS_URL: "127.0.0.1:6379" }, /MEMORY_REDIS_URL: expected redis:\/\/host:port, rediss:\/\/host:port or redis\+cluster:\/\/host1:port1,host2:port2, got "127.0.0.1:6379"/],
+    [{ MEMORY_TYPE: "redis", MEMORY_REDIS_URL: "redis+cluster://127.0.0.1:7000,127.0.0.1" }, /MEMORY_REDIS_URL: each cluster seed node must be host:port, got "127.0.0.1"/],
+    [{ MEMORY_TYPE: "redis", MEMORY_REDIS_URL: "redis+cluster://u:secret@127.0.0.1:7000/3" }, /MEMORY_REDIS_URL: a cluster has only database 0, got the path "\/3"/],
+    [{ MEMORY_TYPE: "redis", MEMORY_REDIS_URL: "redis://u:secret@127.0.0.1:6379/cache" }, /MEMORY_REDIS_URL: the path must be a database number/],
+    [{ MEMORY_REDIS_WAIT_REPLICAS: "-1" }, /MEMORY_REDIS_WAIT_REPLICAS: expected a whole number/],
     [{ MEMORY_HEADERS_TIMEOUT_MS: "20000", MEMORY_REQUEST_TIMEOUT_MS: "10000" }, /MEMORY_HEADERS_TIMEOUT_MS \(20000\) must not exceed MEMORY_REQUEST_TIMEOUT_MS/],
   ])("refuses %o", (env, message) => {
     expect(() => loadConfig([], env)).toThrow(ConfigError);
@@ -181,6 +187,20 @@ describe("configuration", () => {
       ["support-bot", { maxSessionEvents: 100, maxSessions: 50, sessionIdleMs: 604_800_000 }],
       ["__proto__", { maxSessions: 0 }],
     ]);
+  });
+
+  it("reads a cluster's seed nodes and credentials from MEMORY_REDIS_URL, and never prints its password", () => {
+    const config = loadConfig([], { MEMORY_TYPE: "redis", MEMORY_REDIS_URL: "rediss+cluster://app:s%40cret@10.0.0.1:7000,[::1]:7001/", MEMORY_REDIS_WAIT_REPLICAS: "1" });
+    expect(config.redisWaitReplicas).toBe(1);
+    expect(parseRedisUrl(config.redisUrl!)).toEqual({
+      kind: "cluster",
+      seeds: [{ host: "10.0.0.1", port: 7000 }, { host: "::1", port: 7001 }],
+      username: "app",
+      password: "s@cret",
+      tls: true,
+    });
+    expect(parseRedisUrl("redis://127.0.0.1:6379/2")).toEqual({ kind: "node", url: "redis://127.0.0.1:6379/2" });
+    expect(() => loadConfig([], { MEMORY_REDIS_URL: "redis+cluster://app:hunter2@h1:1,h2" })).toThrow(/^(?!.*hunter2)/s);
   });
 
   it("refuses unknown flags", () => {

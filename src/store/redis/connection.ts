@@ -1,24 +1,138 @@
 /**
- * The Redis store's two connections and their lifecycle: one for commands,
- * one subscribed to the notice channel (a subscribed connection can run no
- * other command), opened, watched and closed together.
+ * Connections to Redis, one server or a cluster, and the Redis store's two
+ * connections and their lifecycle: one for commands, one subscribed to the
+ * notice channels (a subscribed connection can run no other command),
+ * opened, watched and closed together.
  *
- * Outages: the command connection has no offline queue and a command timeout,
- * so calls fail UNAVAILABLE quickly instead of hanging. Commands in flight
- * when the connection drops are re-sent by ioredis after reconnecting; an
- * append is harmless to re-send because every event id (generated ones too)
- * goes through the idempotency index.
+ * MEMORY_REDIS_URL names one server (redis://, rediss://: a `Redis`) or a
+ * cluster by its seed nodes (redis+cluster://[user:pass@]h1:p1,h2:p2,...,
+ * rediss+cluster:// with TLS: an ioredis `Cluster`, which learns the other
+ * nodes and follows MOVED/ASK redirections, failovers and resharding).
+ * Everything that talks to Redis opens its client with openRedisClient().
+ *
+ * Outages: the command connection has no offline queue (one node) and a
+ * command timeout, so calls fail UNAVAILABLE quickly instead of hanging.
+ * Commands in flight when the connection drops are re-sent by ioredis after
+ * reconnecting; an append is harmless to re-send because every event id
+ * (generated ones too) goes through the idempotency index.
  */
-import { Redis, type RedisOptions } from "ioredis";
+import { Cluster, Redis, type ClusterOptions, type RedisOptions } from "ioredis";
 import { MemoryError } from "../../errors.js";
 import type { StoreDurability } from "../types.js";
 
 /** Redis errors that mean "try again later" rather than "bug". */
-const TRANSIENT_REPLY = /^(LOADING|BUSY|MASTERDOWN|READONLY|TRYAGAIN|CLUSTERDOWN|NOREPLICAS|NOSCRIPT)/;
+const TRANSIENT_REPLY = /^(LOADING|BUSY|MASTERDOWN|READONLY|TRYAGAIN|CLUSTERDOWN|NOREPLICAS|NOSCRIPT|MOVED|ASK)/;
+
+/** A command not answered within this many ms fails UNAVAILABLE, unless MEMORY_STORE_TIMEOUT_MS says otherwise. */
+export const DEFAULT_COMMAND_TIMEOUT_MS = 4000;
+
+/** A client of one Redis server or of a Redis Cluster: the commands both run alike. */
+export type RedisClient = Redis | Cluster;
+
+/** What MEMORY_REDIS_URL names: one server (its URL as ioredis takes it), or a cluster's seed nodes. */
+export type RedisTarget =
+  | { kind: "node"; url: string }
+  | { kind: "cluster"; seeds: Array<{ host: string; port: number }>; username?: string; password?: string; tls: boolean };
+
+/**
+ * MEMORY_REDIS_URL read: redis:// or rediss:// (one server), or
+ * redis+cluster:// / rediss+cluster:// with comma-separated host:port seed
+ * nodes. Throws an Error saying what is wrong (the caller names the setting).
+ */
+export function parseRedisUrl(url: string): RedisTarget {
+  const scheme = /^([a-z+]+):\/\//i.exec(url)?.[1]?.toLowerCase();
+  if (scheme === "redis" || scheme === "rediss") {
+    let parsed: URL;
+    try {
+      parsed = new URL(url);
+    } catch {
+      throw new Error(`not a valid URL: ${JSON.stringify(maskUrl(url))}`);
+    }
+    if (parsed.pathname !== "" && parsed.pathname !== "/" && !/^\/\d+$/.test(parsed.pathname)) {
+      throw new Error(`the path must be a database number (e.g. /0), got ${JSON.stringify(parsed.pathname)}`);
+    }
+    return { kind: "node", url };
+  }
+  if (scheme !== "redis+cluster" && scheme !== "rediss+cluster") {
+    throw new Error(`expected redis://host:port, rediss://host:port or redis+cluster://host1:port1,host2:port2, got ${JSON.stringify(maskUrl(url))}`);
+  }
+  let rest = url.slice(scheme.length + 3);
+  const slash = rest.indexOf("/");
+  if (slash >= 0) {
+    const path = rest.slice(slash);
+    // A cluster has only database 0.
+    if (path !== "/" && path !== "/0") throw new Error(`a cluster has only database 0, got the path ${JSON.stringify(path)}`);
+    rest = rest.slice(0, slash);
+  }
+  let username: string | undefined;
+  let password: string | undefined;
+  const at = rest.lastIndexOf("@");
+  if (at >= 0) {
+    const userinfo = rest.slice(0, at);
+    rest = rest.slice(at + 1);
+    const colon = userinfo.indexOf(":");
+    username = decodeURIComponent(colon < 0 ? userinfo : userinfo.slice(0, colon)) || undefined;
+    password = colon < 0 ? undefined : decodeURIComponent(userinfo.slice(colon + 1));
+  }
+  const seeds = rest.split(",").map((node) => {
+    const match = /^(\[[0-9a-f:.]+\]|[A-Za-z0-9.-]+):(\d{1,5})$/i.exec(node.trim());
+    const port = Number(match?.[2]);
+    if (!match || port < 1 || port > 65535) throw new Error(`each cluster seed node must be host:port, got ${JSON.stringify(node)}`);
+    return { host: match[1].replace(/^\[(.*)\]$/, "$1"), port };
+  });
+  return { kind: "cluster", seeds, username, password, tls: scheme === "rediss+cluster" };
+}
+
+/** openRedisClient's options: ioredis' own (per node on a cluster), and sharded pub/sub for a cluster's subscriber. */
+export type RedisClientOptions = RedisOptions & {
+  /** Cluster only: one subscriber connection per master, for SSUBSCRIBE. */
+  shardedSubscribers?: boolean;
+};
+
+/**
+ * A `Redis` for a redis:// or rediss:// URL, a `Cluster` for a
+ * redis+cluster:// one (parseRedisUrl). On a cluster, `options` apply to
+ * every node's connection except the ones a cluster keeps for itself:
+ * `retryStrategy` becomes the cluster's, `lazyConnect` and
+ * `enableOfflineQueue` the cluster's (the offline queue is kept: it holds
+ * commands while slots move, each still bounded by `commandTimeout`). Reads
+ * go to masters, so a read sees every write acknowledged before it.
+ */
+export function openRedisClient(url: string, options: RedisClientOptions = {}): RedisClient {
+  const target = parseRedisUrl(url);
+  const { shardedSubscribers, retryStrategy, lazyConnect, enableOfflineQueue: _queue, ...perNode } = options;
+  if (target.kind === "node") return new Redis(url, { ...perNode, retryStrategy, lazyConnect, enableOfflineQueue: _queue });
+  const clusterOptions: ClusterOptions = {
+    lazyConnect,
+    scaleReads: "master",
+    shardedSubscribers,
+    enableAutoPipelining: true,
+    // A failover takes about cluster-node-timeout (seconds): retry redirected and refused commands until then.
+    retryDelayOnFailover: 200,
+    retryDelayOnClusterDown: 300,
+    retryDelayOnTryAgain: 100,
+    retryDelayOnMoved: 0,
+    maxRedirections: 16,
+    slotsRefreshTimeout: 2000,
+    clusterRetryStrategy: retryStrategy ? (times) => retryStrategy(times) ?? null : undefined,
+    redisOptions: {
+      ...perNode,
+      username: target.username,
+      password: target.password,
+      tls: target.tls ? {} : undefined,
+    },
+  };
+  return new Cluster(target.seeds, clusterOptions);
+}
+
+/** True for a cluster client. */
+export function isCluster(client: RedisClient): client is Cluster {
+  return client instanceof Cluster;
+}
 
 /** How to reach Redis. */
 export interface ConnectionOptions {
-  /** redis:// or rediss:// URL. */
+  /** redis://, rediss://, redis+cluster:// or rediss+cluster:// URL. */
   url: string;
   /** Names the connections (CLIENT LIST) after the store's key prefix. */
   keyPrefix: string;
@@ -28,14 +142,16 @@ export interface ConnectionOptions {
 
 /** What the notice connection hands on. */
 export interface NoticeHandler {
-  /** A message on the notice channel. */
+  /** A message on a notice channel. */
   message(message: Buffer): void;
   /** The subscription is back after a reconnect: notices published meanwhile are lost. */
   resubscribed(): void;
 }
 
 /** The URL with its password masked, for messages. */
-const maskUrl = (url: string) => url.replace(/\/\/([^:@/]*):[^@/]*@/, "//$1:***@");
+export function maskUrl(url: string): string {
+  return url.replace(/\/\/([^:@/]*):[^@/]*@/, "//$1:***@");
+}
 
 /** Maps anything a Redis call throws to a MemoryError: connection trouble is UNAVAILABLE. */
 export function storeError(err: unknown): MemoryError {
@@ -56,8 +172,10 @@ export function storeError(err: unknown): MemoryError {
 /** The command and notice connections of one store. */
 export class RedisConnection {
   /** The command connection (not connected until connect()). */
-  readonly commands: Redis;
-  private readonly subscriber: Redis;
+  readonly commands: RedisClient;
+  /** True on a Redis Cluster: keys carry bucket tags, notices go over sharded pub/sub. */
+  readonly cluster: boolean;
+  private readonly subscriber: RedisClient;
   private closed = false;
   /** The command connection's last error: connect() only says "Connection is closed.", this has the reason. */
   private lastError: Error | undefined;
@@ -68,27 +186,33 @@ export class RedisConnection {
       // Fail fast while disconnected instead of queueing: callers see UNAVAILABLE, not a hang.
       enableOfflineQueue: false,
       maxRetriesPerRequest: 2,
-      commandTimeout: options.commandTimeoutMs ?? 4000,
+      commandTimeout: options.commandTimeoutMs ?? DEFAULT_COMMAND_TIMEOUT_MS,
       connectTimeout: 3000,
       retryStrategy: (attempt) => Math.min(50 * 2 ** attempt, 1000),
     };
-    this.commands = new Redis(options.url, { ...common, connectionName: `${options.keyPrefix}:commands` });
+    this.commands = openRedisClient(options.url, { ...common, connectionName: `${options.keyPrefix}:commands` });
+    this.cluster = isCluster(this.commands);
     // The subscriber's only commands are (re)subscriptions; no command timeout needed beyond connecting.
-    this.subscriber = new Redis(options.url, { ...common, commandTimeout: undefined, connectionName: `${options.keyPrefix}:notices` });
+    this.subscriber = openRedisClient(options.url, {
+      ...common,
+      commandTimeout: undefined,
+      connectionName: `${options.keyPrefix}:notices`,
+      shardedSubscribers: this.cluster,
+    });
     // Without listeners ioredis reports every failed reconnect as an unhandled error event.
     this.commands.on("error", (err: Error) => (this.lastError = err));
     this.subscriber.on("error", () => {});
   }
 
   /**
-   * Connects both and subscribes to `channel`, handing its messages to
-   * `handler`; UNAVAILABLE naming the URL (password masked) and the reason
-   * when Redis cannot be reached.
+   * Connects both and subscribes to `channels` (SSUBSCRIBE on a cluster),
+   * handing their messages to `handler`; UNAVAILABLE naming the URL
+   * (password masked) and the reason when Redis cannot be reached.
    */
-  async connect(channel: string, handler: NoticeHandler): Promise<void> {
+  async connect(channels: readonly string[], handler: NoticeHandler): Promise<void> {
     try {
       await Promise.all([this.commands.connect(), this.subscriber.connect()]);
-      await this.listen(channel, handler);
+      await this.listen(channels, handler);
     } catch (err) {
       this.commands.disconnect();
       this.subscriber.disconnect();
@@ -98,7 +222,7 @@ export class RedisConnection {
   }
 
   /** Runs one call on the command connection; UNAVAILABLE once closed, and whatever it throws as a MemoryError. */
-  async call<T>(run: (commands: Redis) => Promise<T>): Promise<T> {
+  async call<T>(run: (commands: RedisClient) => Promise<T>): Promise<T> {
     if (this.closed) throw new MemoryError("UNAVAILABLE", "redis store is closed");
     try {
       return await run(this.commands);
@@ -114,13 +238,14 @@ export class RedisConnection {
     if (this.subscriber.status !== "ready") throw new MemoryError("UNAVAILABLE", `redis unavailable: notice connection is ${this.subscriber.status}`);
   }
 
-  /** What the server's AOF and RDB settings mean for an acknowledged append. */
+  /** What the server's AOF and RDB settings mean for an acknowledged append (on a cluster: the node that answers CONFIG GET). */
   async describeDurability(): Promise<StoreDurability> {
     let settings: Record<string, string>;
     try {
       settings = {};
+      const node = isCluster(this.commands) ? this.commands.nodes("master")[0] : this.commands;
       for (const name of ["appendonly", "appendfsync", "save"]) {
-        const pair = (await this.commands.config("GET", name)) as string[];
+        const pair = (await node.config("GET", name)) as string[];
         if (pair.length >= 2) settings[pair[0]] = pair[1];
       }
     } catch (err) {
@@ -146,16 +271,29 @@ export class RedisConnection {
   }
 
   /** Subscribes the notice connection; after every reconnect, tells the handler once notices flow again. */
-  private async listen(channel: string, handler: NoticeHandler): Promise<void> {
-    const channelBytes = Buffer.from(channel);
-    this.subscriber.on("messageBuffer", (from: Buffer, message: Buffer) => {
-      if (from.equals(channelBytes)) handler.message(message);
-    });
-    await this.subscriber.subscribe(channel);
-    this.subscriber.on("ready", () => {
+  private async listen(channels: readonly string[], handler: NoticeHandler): Promise<void> {
+    const wanted = new Set(channels);
+    const onMessage = (from: Buffer, message: Buffer) => {
+      if (wanted.has(from.toString())) handler.message(message);
+    };
+    if (isCluster(this.subscriber)) {
+      const cluster = this.subscriber;
+      cluster.on("smessageBuffer", onMessage);
+      // One SSUBSCRIBE per channel: each is in a slot of its own (a bucket's), and ioredis sends it to that slot's master.
+      await Promise.all(channels.map((channel) => cluster.ssubscribe(channel)));
+      // ioredis re-subscribes every sharded subscriber after a failover or a slot move; notices published meanwhile are lost.
+      cluster.on("+subscriber", () => {
+        if (!this.closed) handler.resubscribed();
+      });
+      return;
+    }
+    const node = this.subscriber;
+    node.on("messageBuffer", onMessage);
+    await node.subscribe(...channels);
+    node.on("ready", () => {
       if (this.closed) return;
       // ioredis re-subscribes by itself; subscribing again makes the ack tell us when notices flow again.
-      this.subscriber.subscribe(channel).then(
+      node.subscribe(...channels).then(
         () => handler.resubscribed(),
         () => {},
       );

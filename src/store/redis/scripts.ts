@@ -12,12 +12,14 @@
 import { readdirSync, readFileSync } from "node:fs";
 import path from "node:path";
 import { fileURLToPath } from "node:url";
-import type { Redis } from "ioredis";
+import { setTimeout as sleep } from "node:timers/promises";
+import { MemoryError } from "../../errors.js";
 import { eventFingerprint } from "../fingerprint.js";
 import { appEventCaps, dedupeWindow } from "../rules.js";
 import { MAX_STATE_BYTES, MAX_STATE_KEYS } from "../state.js";
 import type { CleanupScope, NewEvent, NewSession, SessionUpdate, StoreLimits } from "../types.js";
 import { encodeEvent, encodeStateChanges, fieldsOf } from "./codec.js";
+import { isCluster, type RedisClient } from "./connection.js";
 import { erasureField, recentMemberPrefix, type RedisKeys, type Tenancy } from "./keys.js";
 
 /** Where the script files are (copied next to the compiled code by scripts/build.mjs). */
@@ -47,6 +49,8 @@ export interface ScriptContext {
 /** One script: its file's name, how to call it and how to read its reply. */
 export interface Script<Input, Result> {
   name: string;
+  /** Writes nothing: no WAIT after it (MEMORY_REDIS_WAIT_REPLICAS). */
+  readOnly?: boolean;
   /** KEYS then ARGV, as the script's header lists them. */
   args(context: ScriptContext, input: Input): Arg[];
   /** The reply as a typed result (some replies are only read knowing the input, such as the number of events). */
@@ -285,6 +289,7 @@ export type ReadOutcome =
 /** Reads a run of consecutive seqs of one session together with its bounds. */
 export const readScript: Script<ReadInput, ReadOutcome> = {
   name: "read",
+  readOnly: true,
   args({ keys }, { sessionId, direction, cursor, limit, types }) {
     const [sessionKey, eventsKey] = keys.sessionKeys(sessionId);
     const budget = types.length > 0 ? Math.max(limit, FILTER_SCAN) : limit;
@@ -346,13 +351,25 @@ function resolveIncludes(lua: string, dir: string, file: string, included = new 
   });
 }
 
+/** MEMORY_REDIS_WAIT_REPLICAS: replicas that must have each write script's effects before it counts as done. */
+export interface WaitForReplicas {
+  /** 0: no WAIT. */
+  replicas: number;
+  /** WAIT's own timeout; shorter than the command timeout, so the shortfall is what answers. */
+  timeoutMs: number;
+}
+
+/** Tries of a script + WAIT pipeline refused by a cluster whose slots are moving (MOVED, ASK, TRYAGAIN: the script did not run). */
+const REDIRECTED_TRIES = 5;
+
 /** The scripts defined on one connection, run through their typed wrappers. */
 export class RedisScripts {
   private readonly commands = new Map<string, (...keysAndArgs: Arg[]) => Promise<Reply>>();
 
   constructor(
-    redis: Redis,
+    private readonly redis: RedisClient,
     private readonly context: ScriptContext,
+    private readonly wait: WaitForReplicas = { replicas: 0, timeoutMs: 0 },
   ) {
     for (const [name, { lua, numberOfKeys }] of loadScripts()) {
       // defineCommand runs EVALSHA and falls back to EVAL (loading it) when Redis does not know the script yet.
@@ -362,10 +379,43 @@ export class RedisScripts {
     }
   }
 
-  /** Runs `script` with `input`; its decoded reply. */
+  /**
+   * Runs `script` with `input`; its decoded reply. With WAIT configured, a
+   * writing script is followed by WAIT on the same connection (one
+   * pipeline, so on a cluster it reaches the node that ran the script):
+   * UNAVAILABLE naming how many replicas acknowledged when fewer than asked.
+   */
   async run<Input, Result>(script: Script<Input, Result>, input: Input): Promise<Result> {
     const command = this.commands.get(script.name);
     if (!command) throw new Error(`no script file for ${script.name} in ${SCRIPTS_DIR}`);
-    return script.decode(await command(...script.args(this.context, input)), input);
+    const args = script.args(this.context, input);
+    if (script.readOnly || this.wait.replicas === 0) return script.decode(await command(...args), input);
+    const { reply, acknowledged } = await this.runAndWait(script.name, args);
+    if (acknowledged < this.wait.replicas) {
+      throw new MemoryError(
+        "UNAVAILABLE",
+        `redis unavailable: the write reached ${acknowledged} of the ${this.wait.replicas} replicas MEMORY_REDIS_WAIT_REPLICAS asks for within ${this.wait.timeoutMs} ms; it may have been applied (retrying with the same event ids is safe)`,
+      );
+    }
+    return script.decode(reply, input);
+  }
+
+  /** The script and WAIT in one pipeline; a cluster's refusal before the script ran (slots moving) is retried. */
+  private async runAndWait(name: string, args: Arg[]): Promise<{ reply: Reply; acknowledged: number }> {
+    for (let attempt = 1; ; attempt++) {
+      const pipeline = this.redis.pipeline();
+      (pipeline as unknown as Record<string, (...keysAndArgs: Arg[]) => unknown>)[`engram_${name}`](...args);
+      pipeline.wait(this.wait.replicas, this.wait.timeoutMs);
+      const [[scriptError, reply], [waitError, acknowledged]] = (await pipeline.exec()) as Array<[Error | null, unknown]>;
+      if (scriptError) {
+        const redirected = /^(MOVED|ASK|TRYAGAIN|CLUSTERDOWN) /.test(scriptError.message);
+        if (!redirected || !isCluster(this.redis) || attempt >= REDIRECTED_TRIES) throw scriptError;
+        this.redis.refreshSlotsCache();
+        await sleep(100 * attempt);
+        continue;
+      }
+      if (waitError) throw waitError;
+      return { reply: reply as Reply, acknowledged: Number(acknowledged) };
+    }
   }
 }
