@@ -75,6 +75,7 @@ import type {
   RankedMemory,
 } from "../types.js";
 import { KeyedListeners } from "../notices.js";
+import { isCluster, type RedisClient } from "../redis/connection.js";
 import { loadScripts } from "../redis/scripts.js";
 import { LEXICAL_QUERY, lexicalDocument, newLexicalIndex } from "./lexical.js";
 import {
@@ -114,9 +115,6 @@ const hex = (s: string) => Buffer.from(s, "utf8").toString("hex");
 const unhex = (s: string) => Buffer.from(s, "hex").toString("utf8");
 /** Fixed width, so that entries sort by creation time as strings. */
 const created = (createdAt: number) => String(createdAt).padStart(16, "0");
-
-/** A connection to one Redis node or to a Redis Cluster (the layout follows from which). */
-type RedisClient = Redis | Cluster;
 
 /** Runs a Redis call, mapping what it throws to a MemoryError (the store's own mapping). */
 export type RedisCall = <T>(run: () => Promise<T>) => Promise<T>;
@@ -227,7 +225,7 @@ export class RedisMemories implements LongTermMemoryStore {
     private readonly prefix: string,
     private readonly call: RedisCall,
   ) {
-    this.clustered = redis.isCluster;
+    this.clustered = isCluster(redis);
     this.scripts = defineScripts(redis);
   }
 

@@ -1,0 +1,236 @@
+/**
+ * Long-term memories, API keys and rate limits on a real Redis Cluster (3
+ * masters, 3 replicas: test/support/redis-cluster.ts, one per file): the
+ * memories conformance suite, the key layout of both deployments pinned
+ * (one node: today's names; a cluster: every key of an app in the app's
+ * slot), notices over sharded pub/sub between two replicas, and two
+ * in-process servers sharing the cluster for WatchMemories and API keys.
+ */
+import { setTimeout as sleep } from "node:timers/promises";
+import { Code } from "@connectrpc/connect";
+import { Cluster, Redis } from "ioredis";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { generateApiKey } from "../../src/auth/api-keys.js";
+import { openApiKeyStore } from "../../src/auth/index.js";
+import { loadConfig } from "../../src/config.js";
+import { RedisStore } from "../../src/store/redis.js";
+import type { MemoryChange, StoreLimits } from "../../src/store/types.js";
+import { codeOf, connectClient, grpcJsClient } from "../support/clients.js";
+import { startTestServer, type TestServer } from "../support/engram.js";
+import { FAY_WATCH_FRAMES, watchFaysScope } from "../support/memory-watch.js";
+import { startRedisCluster, type RedisCluster } from "../support/redis-cluster.js";
+import { rejection, waitFor } from "./conformance.js";
+import { describeMemoriesConformance, memory } from "./memories-conformance.js";
+
+const LIMITS: StoreLimits = { maxSessions: 1000, maxSessionEvents: 500 };
+const hex = (s: string) => Buffer.from(s).toString("hex");
+let counter = 0;
+const freshPrefix = () => `cm${process.pid}_${++counter}`;
+
+let cluster: RedisCluster;
+/** A cluster client for the tests' own reads (CLUSTER KEYSLOT, SCAN per master). */
+let admin: Cluster;
+
+beforeAll(async () => {
+  cluster = await startRedisCluster();
+  admin = new Cluster(cluster.nodes.map((node) => ({ host: "127.0.0.1", port: node.port })));
+}, 180_000);
+
+afterAll(async () => {
+  admin?.disconnect();
+  await cluster?.stop();
+});
+
+/** A store (one replica) on the cluster, under `prefix`. */
+const openOnCluster = (prefix = freshPrefix()) => RedisStore.open({ url: cluster.url, keyPrefix: prefix, limits: LIMITS });
+
+/** Every key of one node matching `pattern` (made of test-chosen characters only). */
+async function scanAll(node: Redis, pattern: string): Promise<string[]> {
+  const out: string[] = [];
+  let cursor = "0";
+  do {
+    const [next, keys] = await node.scan(cursor, "MATCH", pattern, "COUNT", 1000);
+    out.push(...keys);
+    cursor = next;
+  } while (cursor !== "0");
+  return out;
+}
+
+/** Every key under `prefix` on every master of the cluster. */
+async function clusterKeys(prefix: string): Promise<string[]> {
+  const out: string[] = [];
+  for (const node of admin.nodes("master")) out.push(...(await scanAll(node, `${prefix}:*`)));
+  return out.sort();
+}
+
+/** App names whose slots are served by `count` different masters (found by CLUSTER KEYSLOT). */
+async function appsOnDistinctMasters(count: number): Promise<string[]> {
+  const byMaster = new Map<number, string>();
+  for (let i = 0; byMaster.size < count && i < 200; i++) {
+    const app = `spread-${i}`;
+    const master = await cluster.masterOf(`{${hex(app)}}`);
+    if (!byMaster.has(master.index)) byMaster.set(master.index, app);
+  }
+  return [...byMaster.values()];
+}
+
+describeMemoriesConformance("redis cluster", () => openOnCluster());
+
+describe("memories key layout", () => {
+  const SUFFIXES = ["chg", "emb", "groups", "held", "ix", "meta", "order", "rec", "user", "val", "vec"];
+  /** One memory of each kind of index entry: a user's, with a key (groups, held) and an embedding (emb, vec). */
+  const everyKey = [memory({ memoryId: "m", userId: "u", key: "k", text: "t", embedding: [1, 0] })];
+
+  it("on one node keeps today's names byte for byte, and publishes on the one channel <prefix>:memories", async () => {
+    const prefix = freshPrefix();
+    const url = process.env.MEMORY_TEST_REDIS_URL!;
+    const store = await RedisStore.open({ url, keyPrefix: prefix, limits: LIMITS });
+    const node = new Redis(url);
+    try {
+      const channels = await node.pubsub("CHANNELS", `${prefix}:*`);
+      expect(channels).toContain(`${prefix}:memories`);
+      await store.memories.writeMemories(everyKey);
+      expect((await scanAll(node, `${prefix}:mem:*`)).sort()).toEqual(SUFFIXES.map((s) => `${prefix}:mem:${hex("app")}:${s}`));
+    } finally {
+      await store.close();
+      const keys = await scanAll(node, `${prefix}:*`);
+      if (keys.length > 0) await node.del(...keys);
+      await node.quit();
+    }
+  });
+
+  it("on a cluster tags every key of an app with the app, so all of them share its slot, and apps spread over the masters", async () => {
+    const prefix = freshPrefix();
+    const store = await openOnCluster(prefix);
+    try {
+      const apps = await appsOnDistinctMasters(3);
+      expect(apps).toHaveLength(3);
+      for (const appName of apps) await store.memories.writeMemories(everyKey.map((m) => ({ ...m, appName })));
+      const keys = (await clusterKeys(prefix)).filter((key) => key.startsWith(`${prefix}:mem:`));
+      expect(keys).toEqual(apps.flatMap((app) => SUFFIXES.map((s) => `${prefix}:mem:{${hex(app)}}:${s}`)).sort());
+      for (const app of apps) {
+        const slots = new Set(await Promise.all(SUFFIXES.map(async (s) => Number(await admin.cluster("KEYSLOT", `${prefix}:mem:{${hex(app)}}:${s}`)))));
+        expect(slots.size).toBe(1);
+      }
+    } finally {
+      await store.close();
+    }
+  });
+});
+
+describe("memories on two replicas sharing the cluster", () => {
+  const describeChange = (c: MemoryChange) => (c.kind === "deleted" ? `deleted ${c.memories.map((m) => m.memoryId)}` : c.kind === "remote" ? "remote" : `${c.kind} ${c.memory.memoryId}`);
+
+  it("a watch on one replica hears the changes made through the other, over each app's sharded channel on its own master, and only its app's", async () => {
+    const prefix = freshPrefix();
+    const [writer, watcher] = await Promise.all([openOnCluster(prefix), openOnCluster(prefix)]);
+    try {
+      const apps = await appsOnDistinctMasters(3);
+      const heard = new Map<string, string[]>(apps.map((app) => [app, []]));
+      for (const app of apps) {
+        watcher.memories.subscribeMemories(app, (c) => heard.get(app)!.push(describeChange(c)));
+        await watcher.memories.listening!(app);
+      }
+      for (const appName of apps) {
+        await writer.memories.writeMemories([memory({ appName, memoryId: "a", key: "k", text: "one", validFrom: 1000 })]);
+        await writer.memories.writeMemories([memory({ appName, memoryId: "b", key: "k", text: "two", validFrom: 2000 })]);
+        await writer.memories.deleteMemories(appName, ["a"]);
+      }
+      await waitFor(() => [...heard.values()].every((changes) => changes.length >= 4));
+      for (const app of apps) expect(heard.get(app)).toEqual(["written a", "superseded a", "written b", "deleted a"]);
+      // Each app's channel is in its slot: SPUBLISH reached the shard serving the app, and the watcher subscribed there.
+      for (const app of apps) {
+        const master = await cluster.masterOf(`{${hex(app)}}`);
+        expect(await cluster.admin(master).call("PUBSUB", "SHARDCHANNELS", `${prefix}:memories:*`)).toEqual([`${prefix}:memories:{${hex(app)}}`]);
+      }
+    } finally {
+      await Promise.all([writer.close(), watcher.close()]);
+    }
+  });
+
+  it("a batch spanning apps on different masters is checked across all of them first: a refusal writes none of it", async () => {
+    const prefix = freshPrefix();
+    const store = await openOnCluster(prefix);
+    try {
+      const [first, second] = await appsOnDistinctMasters(2);
+      await store.memories.writeMemories([memory({ appName: second, memoryId: "taken", text: "stored first" })]);
+      const err = await rejection(
+        store.memories.writeMemories([
+          memory({ appName: first, memoryId: "new", text: "would be written" }),
+          memory({ appName: second, memoryId: "taken", text: "other content" }),
+        ]),
+      );
+      expect(err.code).toBe("ALREADY_EXISTS");
+      expect(err.field).toBe("memories[1].memory_id");
+      expect(await store.memories.getMemory(first, "new")).toBeUndefined();
+      // Accepted, the batch answers in input order whichever app's script ran first.
+      const { memories } = await store.memories.writeMemories([
+        memory({ appName: second, memoryId: "two", text: "b" }),
+        memory({ appName: first, memoryId: "one", text: "a" }),
+        memory({ appName: second, memoryId: "three", text: "c" }),
+      ]);
+      expect(memories.map((m) => `${m.appName}/${m.memoryId}`)).toEqual([`${second}/two`, `${first}/one`, `${second}/three`]);
+    } finally {
+      await store.close();
+    }
+  });
+});
+
+describe("two servers on the cluster", () => {
+  const keyPrefix = freshPrefix();
+  let one: TestServer;
+  let two: TestServer;
+  beforeAll(async () => {
+    const config = { memoryType: "redis" as const, memoryEnabled: true, redisUrl: cluster.url, keyPrefix, auth: true, authCacheMs: 200 };
+    [one, two] = await Promise.all([1, 2].map(async () => startTestServer({ store: await RedisStore.open({ url: cluster.url, keyPrefix, limits: LIMITS }), config })));
+  }, 60_000);
+  afterAll(async () => {
+    await Promise.all([one?.stop(), two?.stop()]);
+  });
+
+  it("an API key made on the cluster works on both servers; a key from nowhere does not; its revocation reaches both", async () => {
+    const keys = await openApiKeyStore(loadConfig([], { MEMORY_TYPE: "redis", MEMORY_REDIS_URL: cluster.url, MEMORY_KEY_PREFIX: keyPrefix }));
+    try {
+      const made = generateApiKey({ role: "write", apps: ["keyed-app"] });
+      await keys.create(made.record);
+      const clients = [grpcJsClient(one.address, { headers: { authorization: `Bearer ${made.key}` } }), connectClient(two.baseUrl, { headers: { authorization: `Bearer ${made.key}` } })];
+      const stranger = connectClient(one.baseUrl, { headers: { authorization: `Bearer ${generateApiKey({ role: "admin", apps: ["*"] }).key}` } });
+      try {
+        await clients[0].writeMemories({ memories: [{ appName: "keyed-app", memoryId: "k1", text: "written through one" }] });
+        expect((await clients[1].getMemory({ appName: "keyed-app", memoryId: "k1" })).memory?.text).toBe("written through one");
+        expect(await codeOf(stranger.getMemory({ appName: "keyed-app", memoryId: "k1" }))).toBe(Code.Unauthenticated);
+        expect(await keys.revoke(made.record.id)).toBe(true);
+        // The servers trust a checked key for MEMORY_AUTH_CACHE_MS (200 ms here): bounded wait until both refuse it.
+        for (const client of clients) {
+          let code = await codeOf(client.getMemory({ appName: "keyed-app", memoryId: "k1" }));
+          for (let i = 0; i < 100 && code !== Code.Unauthenticated; i++) {
+            await sleep(100);
+            code = await codeOf(client.getMemory({ appName: "keyed-app", memoryId: "k1" }));
+          }
+          expect(code).toBe(Code.Unauthenticated);
+        }
+      } finally {
+        for (const client of [...clients, stranger]) client.close();
+      }
+    } finally {
+      await keys.close();
+    }
+  });
+
+  it("WatchMemories on one server sees the writes, supersessions and deletions made through the other", async () => {
+    const keys = await openApiKeyStore(loadConfig([], { MEMORY_TYPE: "redis", MEMORY_REDIS_URL: cluster.url, MEMORY_KEY_PREFIX: keyPrefix }));
+    const made = generateApiKey({ role: "write", apps: ["*"] });
+    await keys.create(made.record);
+    await keys.close();
+    const headers = { authorization: `Bearer ${made.key}` };
+    const [appName] = await appsOnDistinctMasters(1);
+    const watcher = connectClient(two.baseUrl, { headers });
+    const writer = grpcJsClient(one.address, { headers });
+    try {
+      expect(await watchFaysScope(watcher, writer, appName)).toEqual(FAY_WATCH_FRAMES);
+    } finally {
+      watcher.close();
+      writer.close();
+    }
+  });
+});
