@@ -10,8 +10,24 @@
  *   codec.ts       stored values: frames, encoded events, session hashes, the decode cache
  *   scripts.ts     the Lua scripts, typed: args builder + reply decoder each; the loader
  *   scripts/       the scripts, one per file; scripts/includes/ the Lua they share
- *   connection.ts  the command and notice connections: open, errors, close
+ *   connection.ts  the command and notice connections: open (one node or a cluster), errors, close
  *   notices.ts     pub/sub notices to this replica's listeners
+ *
+ * On a Redis Cluster (keys.ts: sessions in buckets, one slot each) every
+ * script still touches one slot; listings, stats, cleanup, eviction and
+ * erasure read every bucket and merge. Session state's app: and user: keys
+ * live in the app's slot, so a write that changes them is two steps there:
+ * the write script checks nothing about them but files them in its bucket's
+ * outbox (after statecheck-2.lua checked the caps), then shared-3.lua applies
+ * the entry in the app's slot, once (an applied id is remembered), and the
+ * entry is removed. An entry left by a replica that died between the two
+ * steps is applied by any replica's outbox sweep (OUTBOX_SWEEP_MS). The
+ * guarantee is weaker than one node's single atomic script: the shared
+ * states change just after the events are stored, not with them (a
+ * sharedState read in between sees the old value); a re-driven entry may
+ * land after a later change of the same key; two writes racing under a cap
+ * may together exceed it. Events, seqs, idempotency and session state keep
+ * the one-node guarantees.
  *
  * Long-term memories (src/store/memories/redis.ts) live under
  * <prefix>:mem:<hex app>:*, with their own change channel <prefix>:memories.
@@ -25,21 +41,25 @@ import { RedisMemories } from "./memories/redis.js";
 import { NoticeListeners } from "./notices.js";
 import { appSessionCap, checkCursor, duplicateEventId, evictionCount, newIncarnation, newSessionRecord, recentScopes, resumeEach, sessionExists, type RecentScope } from "./rules.js";
 import type { AppendResult, CleanupScope, ErasureResult, EventPage, EventQuery, MemoryStore, NewEvent, NewSession, NoticeListener, RecentEventsFilter, ResumedErasures, SessionQuery, SessionRecord, SessionUpdate, SharedState, StoreDurability, StoreLimits, StoreStats, StoredEvent } from "./types.js";
-import { decodeEvent, decodeSession, DecodedEvents, stateOf } from "./redis/codec.js";
+import { MemoryError } from "../errors.js";
+import { decodeEvent, decodeSession, DecodedEvents, encodeStateChanges, stateOf } from "./redis/codec.js";
 import { DEFAULT_COMMAND_TIMEOUT_MS, RedisConnection, storeError, type RedisClient } from "./redis/connection.js";
-import { erasureField, erasureTenancy, recentMemberRef, RedisKeys, type Tenancy } from "./redis/keys.js";
+import { CLUSTER_BUCKETS, erasureField, erasureTenancy, recentMemberRef, RedisKeys, type Bucket, type Tenancy } from "./redis/keys.js";
 import { RedisNotices } from "./redis/notices.js";
 import {
   appendScript,
+  applySharedScript,
   createScript,
   deleteScript,
   erasedScript,
   readScript,
   RedisScripts,
+  stateCheckScript,
   updateScript,
   type AppendOutcome,
   type DeleteConditions,
   type DeleteOutcome,
+  type OutboxEntry,
   type UpdateOutcome,
   type WaitForReplicas,
 } from "./redis/scripts.js";
@@ -67,6 +87,8 @@ const CLEANUP_BATCH = 100;
 const INDEX_BATCH = 100;
 /** Tries of a script that answers MOVED (the session id was re-created for another tenancy meanwhile). */
 const MOVED_TRIES = 3;
+/** Cluster: how often each replica applies outbox entries left behind, and how old an entry must be to count as left. */
+const OUTBOX_SWEEP_MS = 10_000;
 
 /** The Redis-backed MemoryStore; open it with RedisStore.open(). */
 export class RedisStore implements MemoryStore {
@@ -92,14 +114,19 @@ export class RedisStore implements MemoryStore {
   private readonly tenancies = new LRUCache<string, Tenancy>({ max: TENANCY_CACHE });
   /** Events of recent reads and notices (codec.ts says why). */
   private readonly decoded = new DecodedEvents();
+  /** Cluster: the last ingest position this replica handed out (nextIngestBase). */
+  private lastIngest = 0;
+  /** Cluster: the outbox sweep's timer. */
+  private outboxSweep?: NodeJS.Timeout;
 
   private constructor(
     private readonly connection: RedisConnection,
     keyPrefix: string,
     private readonly limits: StoreLimits,
     wait: WaitForReplicas,
+    buckets: number,
   ) {
-    this.keys = new RedisKeys(keyPrefix);
+    this.keys = new RedisKeys(keyPrefix, buckets);
     this.scripts = new RedisScripts(connection.commands, { keys: this.keys, limits }, wait);
     this.notices = new RedisNotices(connection, this.keys, this.listeners, this.decoded);
     // RedisMemories still types its connection as one node's (cluster-memories changes that).
@@ -111,14 +138,23 @@ export class RedisStore implements MemoryStore {
     const connection = new RedisConnection(options);
     // WAIT gets half the command timeout: a shortfall then answers with its count before the command itself times out.
     const wait = { replicas: options.waitReplicas ?? 0, timeoutMs: Math.max(1, Math.floor((options.commandTimeoutMs ?? DEFAULT_COMMAND_TIMEOUT_MS) / 2)) };
-    const store = new RedisStore(connection, options.keyPrefix, options.limits, wait);
-    await connection.connect([store.keys.channel], store.notices);
+    await connection.connect();
+    let store: RedisStore;
+    try {
+      const buckets = connection.cluster ? await recordedBuckets(connection, options.keyPrefix) : 0;
+      store = new RedisStore(connection, options.keyPrefix, options.limits, wait, buckets);
+    } catch (err) {
+      await connection.close();
+      throw storeError(err);
+    }
+    await connection.subscribe(store.keys.channels(), store.notices);
     try {
       await store.memories.listen();
     } catch (err) {
       await connection.close();
       throw storeError(err);
     }
+    if (store.keys.clustered) store.startOutboxSweep();
     return store;
   }
 
@@ -150,21 +186,20 @@ export class RedisStore implements MemoryStore {
   }
 
   async listSessions(query: SessionQuery): Promise<SessionRecord[]> {
-    const index = this.keys.index(query);
     const out: SessionRecord[] = [];
     let after = query.afterSessionId;
     // A session deleted between the index read and the fetch is skipped; read on to fill the page.
     for (let rounds = 0; rounds < 10 && out.length < query.limit; rounds++) {
       const want = query.limit - out.length;
-      const ids = await this.call((redis) => redis.zrangebylex(index, after === undefined ? "-" : `(${after}`, "+", "LIMIT", 0, want));
+      // Each bucket's first `want` after the cursor, merged: the first `want` of all (keys.ts: ids in byte order).
+      const perBucket = await Promise.all(
+        this.keys.buckets.map((bucket) => this.call((redis) => redis.zrangebylex(this.keys.index(query, bucket), after === undefined ? "-" : `(${after}`, "+", "LIMIT", 0, want))),
+      );
+      const ids = perBucket.flat().sort(byteOrder).slice(0, want);
       if (ids.length === 0) break;
-      const pipeline = this.connection.commands.pipeline();
-      for (const id of ids) pipeline.hgetall(this.keys.session(id));
-      const results = await this.call(() => pipeline.exec());
+      const sessions = await Promise.all(ids.map((id) => this.call((redis) => redis.hgetall(this.keys.session(id)))));
       for (const [i, id] of ids.entries()) {
-        const [err, fields] = results![i];
-        if (err) throw storeError(err);
-        const record = decodeSession(id, fields as Record<string, string>);
+        const record = decodeSession(id, sessions[i]);
         if (record) out.push(record);
       }
       if (ids.length < want) break;
@@ -178,6 +213,7 @@ export class RedisStore implements MemoryStore {
     for (let attempt = 0; attempt < MOVED_TRIES; attempt++) {
       const tenancy = await this.tenancyOf(sessionId, attempt > 0);
       if (!tenancy) break;
+      await this.checkSharedState(tenancy, [update.stateDelta]);
       updated = await this.call(() => this.scripts.run(updateScript, { sessionId, tenancy, update }));
       if (updated.outcome !== "MOVED") break;
     }
@@ -191,6 +227,7 @@ export class RedisStore implements MemoryStore {
       case "TOO_LARGE":
         throw stateTooLarge("state_delta", updated.scope, updated.entries, updated.bytes);
     }
+    if (updated.outbox) await this.applyOutboxEntry(this.keys.bucketOf(sessionId), updated.outbox);
     return decodeSession(sessionId, updated.fields)!;
   }
 
@@ -215,7 +252,9 @@ export class RedisStore implements MemoryStore {
     for (let attempt = 0; attempt < MOVED_TRIES; attempt++) {
       const tenancy = await this.tenancyOf(sessionId, attempt > 0);
       if (!tenancy) break;
-      appended = await this.call(() => this.scripts.run(appendScript, { sessionId, tenancy, events, expectedSeq, now }));
+      await this.checkSharedState(tenancy, events.map((e) => e.stateDelta));
+      const ingestBase = this.keys.clustered ? this.nextIngestBase(events.length) : undefined;
+      appended = await this.call(() => this.scripts.run(appendScript, { sessionId, tenancy, events, expectedSeq, now, ingestBase }));
       if (appended.outcome !== "MOVED") break;
     }
     switch (appended.outcome) {
@@ -231,6 +270,7 @@ export class RedisStore implements MemoryStore {
         throw stateTooLarge("state_delta", appended.scope, appended.entries, appended.bytes);
     }
     this.eventsTrimmed += appended.trimmed;
+    if (appended.outbox) await this.applyOutboxEntry(this.keys.bucketOf(sessionId), appended.outbox);
     const stored: StoredEvent[] = events.map((e, i) => {
       const { seq, original } = appended.events[i];
       if (original) return decodeEvent(sessionId, seq, original);
@@ -280,39 +320,31 @@ export class RedisStore implements MemoryStore {
     if (filter.sessionId !== undefined) return (await this.readTail(filter.sessionId, limit)).events;
     const scopes = recentScopes(filter);
     if (scopes.length === 0) return [];
-    // The newest `limit` of each index read, merged by ingest position.
-    const reads = this.connection.commands.pipeline();
-    for (const scope of scopes) reads.zrevrange(this.keys.recent(scope), 0, limit - 1, "WITHSCORES");
-    const pages = await this.call(() => reads.exec());
+    // The newest `limit` of each index read (of each bucket), merged by ingest position.
+    const reads = scopes.flatMap((scope) => this.keys.buckets.map((bucket) => this.keys.recent(scope, bucket)));
+    const pages = await Promise.all(reads.map((index) => this.call((redis) => redis.zrevrange(index, 0, limit - 1, "WITHSCORES"))));
     const entries: Array<{ member: string; ingest: number }> = [];
-    for (const [err, page] of pages!) {
-      if (err) throw storeError(err);
-      const flat = page as string[];
+    for (const flat of pages) {
       for (let i = 0; i < flat.length; i += 2) entries.push({ member: flat[i], ingest: Number(flat[i + 1]) });
     }
     entries.sort((a, b) => b.ingest - a.ingest);
     const refs = entries.slice(0, limit).map(({ member }) => recentMemberRef(member));
     if (refs.length === 0) return [];
-    const pipeline = this.connection.commands.pipeline();
-    for (const ref of refs) pipeline.hget(this.keys.events(ref.sessionId), String(ref.seq));
+    const values = Promise.all(refs.map((ref) => this.call((redis) => redis.hget(this.keys.events(ref.sessionId), String(ref.seq)))));
     // Entries are removed with their events; checking each session's tenancy
     // anyway means an entry left behind (a replica of an older release) can
     // never show a later session of the same id to the wrong tenant.
     const scoped = filter.appNames !== undefined || filter.userId !== undefined;
     const owners = scoped ? [...new Set(refs.map((ref) => ref.sessionId))] : [];
-    for (const id of owners) pipeline.hmget(this.keys.session(id), "app", "user");
-    const results = (await this.call(() => pipeline.exec()))!;
+    const tenancies = await Promise.all(owners.map((id) => this.call((redis) => redis.hmget(this.keys.session(id), "app", "user"))));
     const allowed = new Set<string>();
     for (const [i, id] of owners.entries()) {
-      const [err, fields] = results[refs.length + i];
-      if (err) throw storeError(err);
-      const [appName, userId] = fields as Array<string | null>;
+      const [appName, userId] = tenancies[i];
       if (appName !== null && userId !== null && scopes.some((scope) => inRecentScope(scope, appName, userId))) allowed.add(id);
     }
     const out: StoredEvent[] = [];
-    for (const [i, ref] of refs.entries()) {
-      const [err, value] = results[i];
-      if (err) throw storeError(err);
+    for (const [i, value] of (await values).entries()) {
+      const ref = refs[i];
       // Gone between the two reads (trimmed or deleted): skip it.
       if (typeof value === "string" && (!scoped || allowed.has(ref.sessionId))) out.push(decodeEvent(ref.sessionId, ref.seq, value));
     }
@@ -320,29 +352,38 @@ export class RedisStore implements MemoryStore {
   }
 
   async stats(): Promise<StoreStats> {
-    const [sessions, events] = await this.call((redis) => redis.hmget(this.keys.stats, "sessions", "events"));
-    return { totalSessions: Number(sessions ?? 0), totalEvents: Number(events ?? 0) };
+    const counts = await Promise.all(this.keys.buckets.map((bucket) => this.call((redis) => redis.hmget(this.keys.stats(bucket), "sessions", "events"))));
+    let totalSessions = 0;
+    let totalEvents = 0;
+    for (const [sessions, events] of counts) {
+      totalSessions += Number(sessions ?? 0);
+      totalEvents += Number(events ?? 0);
+    }
+    return { totalSessions, totalEvents };
   }
 
   async cleanup(cutoff: number, scope: CleanupScope = {}): Promise<number> {
     let removed = 0;
     if (scope.userId !== undefined) {
       // Only one user's sessions: walk their index instead of every stale session of every tenant.
-      await this.forEachIndexed(this.keys.index(scope), async (id) => {
+      await this.forEachIndexed(scope, async (id) => {
         if ((await this.deleteOne(id, { updatedBelow: cutoff, scope })).outcome === "DELETED") removed++;
       });
       return removed;
     }
-    // Sessions left in place (out of scope, or updated meanwhile) are stepped over, so every batch makes progress.
-    let skipped = 0;
-    for (;;) {
-      const ids = await this.call((redis) => redis.zrangebyscore(this.keys.updated, "-inf", `(${cutoff}`, "LIMIT", skipped, CLEANUP_BATCH));
-      for (const id of ids) {
-        if ((await this.deleteOne(id, { updatedBelow: cutoff, scope })).outcome === "DELETED") removed++;
-        else skipped++;
+    for (const bucket of this.keys.buckets) {
+      // Sessions left in place (out of scope, or updated meanwhile) are stepped over, so every batch makes progress.
+      let skipped = 0;
+      for (;;) {
+        const ids = await this.call((redis) => redis.zrangebyscore(this.keys.updated(bucket), "-inf", `(${cutoff}`, "LIMIT", skipped, CLEANUP_BATCH));
+        for (const id of ids) {
+          if ((await this.deleteOne(id, { updatedBelow: cutoff, scope })).outcome === "DELETED") removed++;
+          else skipped++;
+        }
+        if (ids.length < CLEANUP_BATCH) break;
       }
-      if (ids.length < CLEANUP_BATCH) return removed;
     }
+    return removed;
   }
 
   async deleteUserData(appName: string, userId: string): Promise<ErasureResult> {
@@ -352,13 +393,15 @@ export class RedisStore implements MemoryStore {
     await this.call((redis) => redis.hset(this.keys.erasures, erasureField(tenancy), token));
     const erased: ErasureResult = { sessions: 0, events: 0, memories: 0 };
     // Each session goes through the same script as DeleteSession: counters, indexes and notices stay right.
-    await this.forEachIndexed(this.keys.index(tenancy), async (id) => {
+    await this.forEachIndexed(tenancy, async (id) => {
       const { outcome, events } = await this.deleteOne(id, { scope: tenancy });
       if (outcome !== "DELETED") return;
       erased.sessions++;
       erased.events += events;
     });
     erased.memories = await this.memories.eraseUser(appName, userId);
+    // Cluster: user state changes still in an outbox would bring the state back once applied.
+    if (this.keys.clustered) await this.dropOutboxEntries(tenancy);
     await this.call((redis) => redis.del(this.keys.userState(tenancy)));
     await this.call(() => this.scripts.run(erasedScript, { tenancy, token }));
     return erased;
@@ -382,6 +425,7 @@ export class RedisStore implements MemoryStore {
   }
 
   async close(): Promise<void> {
+    clearInterval(this.outboxSweep);
     this.listeners.clear();
     this.memories.close();
     await this.connection.close();
@@ -396,13 +440,20 @@ export class RedisStore implements MemoryStore {
     const appCap = appSessionCap(this.limits, appName);
     if (appCap > 0) await this.evictAppOverLimit(appName, appCap);
     const { maxSessions } = this.limits;
-    if (maxSessions === 0 || totalSessions <= maxSessions) return;
+    if (maxSessions === 0) return;
+    // A cluster's create script counts its bucket only: the store's count is the sum.
+    const total = this.keys.clustered ? (await this.stats()).totalSessions : totalSessions;
+    if (total <= maxSessions) return;
     const count = evictionCount(maxSessions);
-    const oldest = await this.call((redis) => redis.zrange(this.keys.updated, 0, count - 1, "WITHSCORES"));
-    for (let i = 0; i < oldest.length; i += 2) {
+    const perBucket = await Promise.all(this.keys.buckets.map((bucket) => this.call((redis) => redis.zrange(this.keys.updated(bucket), 0, count - 1, "WITHSCORES"))));
+    const oldest = perBucket
+      .flatMap((flat) => pairsOf(flat))
+      .sort((a, b) => a.score - b.score)
+      .slice(0, count);
+    for (const { member, score } of oldest) {
       // Re-checked in the script: a session updated since is kept, and
-      // concurrent evictions (other replicas) stop at the same floor.
-      const { outcome } = await this.deleteOne(oldest[i], { updatedBelow: Number(oldest[i + 1]) + 1, keepAtLeast: maxSessions + 1 - count });
+      // concurrent evictions (other replicas) stop at the same floor (one node; keys.ts).
+      const { outcome } = await this.deleteOne(member, { updatedBelow: score + 1, keepAtLeast: maxSessions + 1 - count });
       if (outcome === "DELETED") this.sessionsEvicted++;
     }
   }
@@ -414,12 +465,19 @@ export class RedisStore implements MemoryStore {
    * of creations. Replicas creating at once may each evict a tenth.
    */
   private async evictAppOverLimit(appName: string, cap: number): Promise<void> {
-    const appIndex = this.keys.index({ appName });
-    if ((await this.call((redis) => redis.zcard(appIndex))) <= cap) return;
-    const ids = await this.call((redis) => redis.zrange(appIndex, 0, -1));
-    const scores = await this.call((redis) => redis.zmscore(this.keys.updated, ...ids));
-    const oldest = ids
-      .map((id, i) => ({ id, updated: scores[i] === null ? Number.NaN : Number(scores[i]) }))
+    const appIndex = (bucket: Bucket) => this.keys.index({ appName }, bucket);
+    const sizes = await Promise.all(this.keys.buckets.map((bucket) => this.call((redis) => redis.zcard(appIndex(bucket)))));
+    if (sizes.reduce((a, b) => a + b, 0) <= cap) return;
+    const perBucket = await Promise.all(
+      this.keys.buckets.map(async (bucket) => {
+        const ids = await this.call((redis) => redis.zrange(appIndex(bucket), 0, -1));
+        if (ids.length === 0) return [];
+        const scores = await this.call((redis) => redis.zmscore(this.keys.updated(bucket), ...ids));
+        return ids.map((id, i) => ({ id, updated: scores[i] === null ? Number.NaN : Number(scores[i]) }));
+      }),
+    );
+    const oldest = perBucket
+      .flat()
       .filter((s) => !Number.isNaN(s.updated))
       .sort((a, b) => a.updated - b.updated)
       .slice(0, evictionCount(cap));
@@ -453,18 +511,93 @@ export class RedisStore implements MemoryStore {
   }
 
   /**
-   * Runs `remove` on every session id of a tenancy index, a page at a time
-   * (the page's sessions concurrently), in id order from the start: ids
-   * already passed are never revisited, so a stale entry cannot loop it.
+   * Runs `remove` on every session id of a tenancy's index, bucket by
+   * bucket, a page at a time (the page's sessions concurrently), in id order
+   * from the start: ids already passed are never revisited, so a stale entry
+   * cannot loop it.
    */
-  private async forEachIndexed(index: string, remove: (sessionId: string) => Promise<void>): Promise<void> {
-    let after: string | undefined;
-    for (;;) {
-      const ids = await this.call((redis) => redis.zrangebylex(index, after === undefined ? "-" : `(${after}`, "+", "LIMIT", 0, INDEX_BATCH));
-      await Promise.all(ids.map(remove));
-      if (ids.length < INDEX_BATCH) return;
-      after = ids[ids.length - 1];
+  private async forEachIndexed(scope: RecentScope, remove: (sessionId: string) => Promise<void>): Promise<void> {
+    for (const bucket of this.keys.buckets) {
+      const index = this.keys.index(scope, bucket);
+      let after: string | undefined;
+      for (;;) {
+        const ids = await this.call((redis) => redis.zrangebylex(index, after === undefined ? "-" : `(${after}`, "+", "LIMIT", 0, INDEX_BATCH));
+        await Promise.all(ids.map(remove));
+        if (ids.length < INDEX_BATCH) break;
+        after = ids[ids.length - 1];
+      }
     }
+  }
+
+  /**
+   * Cluster: refuses (INVALID_ARGUMENT, as one node's script would) user and
+   * app state changes past a cap before the write that carries them runs
+   * (statecheck-2.lua). On one node the write script checks them itself.
+   */
+  private async checkSharedState(tenancy: Tenancy, deltas: ReadonlyArray<NewEvent["stateDelta"]>): Promise<void> {
+    if (!this.keys.clustered) return;
+    const changes = sharedChangesOf(deltas);
+    if (changes.length === 0) return;
+    const refused = await this.call(() => this.scripts.run(stateCheckScript, { tenancy, changes }));
+    if (refused) throw stateTooLarge("state_delta", refused.scope, refused.entries, refused.bytes);
+  }
+
+  /** Cluster: applies one outbox entry in the app's slot (once: shared-3.lua), then removes it from its bucket's outbox. */
+  private async applyOutboxEntry(bucket: Bucket, entry: OutboxEntry): Promise<void> {
+    const { app, user, changes } = JSON.parse(entry.value) as { app: string; user: string; changes: Array<[string, string, string]> };
+    await this.call(() => this.scripts.run(applySharedScript, { tenancy: { appName: app, userId: user }, changes, field: entry.field, now: Date.now() }));
+    await this.call((redis) => redis.hdel(this.keys.outbox(bucket), entry.field));
+  }
+
+  /** Cluster: every OUTBOX_SWEEP_MS, applies the entries a replica left behind (it died, or Redis failed, between the two steps). */
+  private startOutboxSweep(): void {
+    const sweep = () => {
+      this.applyLeftOutboxEntries(Date.now() - OUTBOX_SWEEP_MS).catch(() => {
+        // Redis unreachable: the next sweep tries again.
+      });
+    };
+    this.outboxSweep = setInterval(sweep, OUTBOX_SWEEP_MS);
+    this.outboxSweep.unref();
+    sweep();
+  }
+
+  /** Cluster: applies every outbox entry written before `before` (epoch ms); how many it applied or found applied. */
+  async applyLeftOutboxEntries(before = Number.POSITIVE_INFINITY): Promise<number> {
+    let applied = 0;
+    for (const bucket of this.keys.buckets) {
+      const entries = await this.call((redis) => redis.hgetall(this.keys.outbox(bucket)));
+      for (const [field, value] of Object.entries(entries)) {
+        if ((JSON.parse(value) as { at: number }).at >= before) continue;
+        await this.applyOutboxEntry(bucket, { field, value });
+        applied++;
+      }
+    }
+    return applied;
+  }
+
+  /** Cluster: drops every outbox entry of one user (DeleteUserData). */
+  private async dropOutboxEntries(tenancy: Tenancy): Promise<void> {
+    for (const bucket of this.keys.buckets) {
+      const entries = await this.call((redis) => redis.hgetall(this.keys.outbox(bucket)));
+      const fields = Object.entries(entries)
+        .filter(([, value]) => {
+          const { app, user } = JSON.parse(value) as { app: string; user: string };
+          return app === tenancy.appName && user === tenancy.userId;
+        })
+        .map(([field]) => field);
+      if (fields.length > 0) await this.call((redis) => redis.hdel(this.keys.outbox(bucket), ...fields));
+    }
+  }
+
+  /**
+   * Cluster: the first ingest position of an append of `count` events: this
+   * replica's clock in µs, never below a position it handed out before, so
+   * one replica's appends merge across buckets in the order they were made.
+   */
+  private nextIngestBase(count: number): number {
+    const base = Math.max(Date.now() * 1000, this.lastIngest);
+    this.lastIngest = base + count;
+    return base;
   }
 
   /** The session's (app, user), from the cache unless `reread`; undefined when there is no such session. */
@@ -499,6 +632,43 @@ export class RedisStore implements MemoryStore {
   private call<T>(run: (redis: RedisClient) => Promise<T>): Promise<T> {
     return this.connection.call(run);
   }
+}
+
+/**
+ * Cluster: the bucket count recorded under `<prefix>:buckets`, written
+ * (CLUSTER_BUCKETS) by the first store to open: every later one, of any
+ * release, reads the same count, so a session's bucket never changes.
+ */
+async function recordedBuckets(connection: RedisConnection, keyPrefix: string): Promise<number> {
+  const key = new RedisKeys(keyPrefix, CLUSTER_BUCKETS).bucketCount;
+  await connection.call((redis) => redis.set(key, CLUSTER_BUCKETS, "NX"));
+  const recorded = Number(await connection.call((redis) => redis.get(key)));
+  if (!Number.isInteger(recorded) || recorded < 1) throw new MemoryError("FAILED_PRECONDITION", `${key} holds ${recorded}, not a bucket count: this key prefix holds something else`);
+  return recorded;
+}
+
+/** Byte order of UTF-8 strings: how a zset with equal scores sorts its members. */
+function byteOrder(a: string, b: string): number {
+  return Buffer.compare(Buffer.from(a, "utf8"), Buffer.from(b, "utf8"));
+}
+
+/** A flat [member, score, ...] reply as pairs. */
+function pairsOf(flat: readonly string[]): Array<{ member: string; score: number }> {
+  const pairs: Array<{ member: string; score: number }> = [];
+  for (let i = 0; i < flat.length; i += 2) pairs.push({ member: flat[i], score: Number(flat[i + 1]) });
+  return pairs;
+}
+
+/** The user ("u") and app ("a") state changes of some deltas, in order, as [scope, key, value] (encodeStateChanges). */
+function sharedChangesOf(deltas: ReadonlyArray<NewEvent["stateDelta"]>): Array<[string, string, string]> {
+  const out: Array<[string, string, string]> = [];
+  for (const delta of deltas) {
+    const flat = encodeStateChanges(delta);
+    for (let i = 1; i < flat.length; i += 3) {
+      if (flat[i] === "u" || flat[i] === "a") out.push([String(flat[i]), String(flat[i + 1]), String(flat[i + 2])]);
+    }
+  }
+  return out;
 }
 
 /** True when a session of (appName, userId) belongs in the recent scope. */

@@ -233,7 +233,7 @@ describe("RedisStore specifics", () => {
 
   it("loads every script with its includes pasted in once, and names a missing include", async () => {
     const scripts = loadScripts();
-    expect([...scripts.keys()].sort()).toEqual(["append", "create", "delete", "erased", "read", "update"]);
+    expect([...scripts.keys()].sort()).toEqual(["append", "create", "delete", "erased", "read", "shared", "statecheck", "update"]);
     for (const [name, { lua }] of scripts) {
       expect(lua, name).not.toMatch(/@include/);
       expect(lua.match(/local function readFrame\(/g)?.length ?? 0, name).toBeLessThanOrEqual(1);
@@ -471,6 +471,30 @@ describe("RedisStore specifics", () => {
     expect(durabilitySummary({ appendonly: "yes", appendfsync: "always" })).toContain("power failure");
     expect(durabilitySummary({ appendonly: "no", appendfsync: "everysec", save: "3600 1" })).toMatch(/^no AOF: only RDB snapshots/);
     expect(durabilitySummary({ appendonly: "no", appendfsync: "everysec", save: "" })).toMatch(/lost when Redis restarts/);
+  });
+
+  it("with MEMORY_REDIS_WAIT_REPLICAS=1 and no replica, a write answers UNAVAILABLE saying 0 of 1 acknowledged; its retry is idempotent", async () => {
+    const prefix = `t${process.pid}_${++counter}`;
+    prefixes.push(prefix);
+    // WAIT gets half the command timeout: 300 ms here.
+    const waiting = await RedisStore.open({ url, keyPrefix: prefix, limits: DEFAULT_LIMITS, commandTimeoutMs: 600, waitReplicas: 1 });
+    const plain = await openStore(DEFAULT_LIMITS, prefix);
+    try {
+      const created = await rejection(makeSession(waiting, "w1"));
+      expect(created.code).toBe("UNAVAILABLE");
+      expect(created.message).toMatch(/reached 0 of the 1 replicas MEMORY_REDIS_WAIT_REPLICAS asks for/);
+      // The write happened on the master all the same: the error says it may have.
+      expect(await plain.getSession("w1")).toBeDefined();
+      const event = newEvent("user_message", "x", { eventId: "e1" });
+      expect((await rejection(waiting.appendEvents("w1", [event]))).code).toBe("UNAVAILABLE");
+      // Reads do not wait.
+      expect((await waiting.readEvents("w1", { limit: 10 })).events.map((e) => e.eventId)).toEqual(["e1"]);
+      const retried = await plain.appendEvents("w1", [event]);
+      expect(retried).toMatchObject({ replayed: true, events: [{ seq: 1 }] });
+    } finally {
+      await waiting.close();
+      await plain.close();
+    }
   });
 
   it("fails UNAVAILABLE quickly when Redis is unreachable, and recovers when it is back", async () => {

@@ -204,21 +204,33 @@ export class RedisConnection {
     this.subscriber.on("error", () => {});
   }
 
-  /**
-   * Connects both and subscribes to `channels` (SSUBSCRIBE on a cluster),
-   * handing their messages to `handler`; UNAVAILABLE naming the URL
-   * (password masked) and the reason when Redis cannot be reached.
-   */
-  async connect(channels: readonly string[], handler: NoticeHandler): Promise<void> {
+  /** Connects both; UNAVAILABLE naming the URL (password masked) and the reason when Redis cannot be reached. */
+  async connect(): Promise<void> {
     try {
       await Promise.all([this.commands.connect(), this.subscriber.connect()]);
+    } catch (err) {
+      throw this.connectError(err);
+    }
+  }
+
+  /**
+   * Subscribes to `channels` (SSUBSCRIBE on a cluster), handing their
+   * messages to `handler`; UNAVAILABLE as connect() when that fails.
+   */
+  async subscribe(channels: readonly string[], handler: NoticeHandler): Promise<void> {
+    try {
       await this.listen(channels, handler);
     } catch (err) {
-      this.commands.disconnect();
-      this.subscriber.disconnect();
-      const cause = this.lastError?.message ?? (err instanceof Error ? err.message : String(err));
-      throw new MemoryError("UNAVAILABLE", `cannot connect to Redis at ${maskUrl(this.options.url)}: ${cause}`, {}, { cause: err });
+      throw this.connectError(err);
     }
+  }
+
+  /** Disconnects both (they stop reconnecting) and says why connecting failed. */
+  private connectError(err: unknown): MemoryError {
+    this.commands.disconnect();
+    this.subscriber.disconnect();
+    const cause = this.lastError?.message ?? (err instanceof Error ? err.message : String(err));
+    return new MemoryError("UNAVAILABLE", `cannot connect to Redis at ${maskUrl(this.options.url)}: ${cause}`, {}, { cause: err });
   }
 
   /** Runs one call on the command connection; UNAVAILABLE once closed, and whatever it throws as a MemoryError. */

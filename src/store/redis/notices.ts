@@ -1,5 +1,6 @@
 /**
- * Session notices over Redis pub/sub: what the append and delete scripts
+ * Session notices over Redis pub/sub (sharded pub/sub on a cluster, one
+ * channel per bucket: keys.ts): what the append and delete scripts
  * publish, read back into SessionNotices for this replica's listeners, and
  * the catch-up after the notice connection was down.
  *
@@ -46,18 +47,13 @@ export class RedisNotices implements NoticeHandler {
   private async renotify(): Promise<void> {
     const ids = this.listeners.sessionIds();
     if (ids.length === 0) return;
-    try {
-      const pipeline = this.connection.commands.pipeline();
-      for (const id of ids) pipeline.hmget(this.keys.session(id), "head", "inc");
-      const results = (await pipeline.exec()) ?? [];
-      for (const [i, id] of ids.entries()) {
-        const [err, fields] = results[i] ?? [new Error("no reply")];
-        if (err) continue;
-        const [head, incarnation] = fields as [string | null, string | null];
-        this.listeners.notify(head === null ? { sessionId: id, deleted: true } : { sessionId: id, headSeq: Number(head), incarnation: incarnation ?? "" });
-      }
-    } catch {
-      // The heartbeat re-reads of the streams catch up instead.
+    // One read per session (on a cluster they live in different slots); the heartbeat re-reads of the streams catch up on any that fails.
+    const results = await Promise.allSettled(ids.map((id) => this.connection.commands.hmget(this.keys.session(id), "head", "inc")));
+    for (const [i, id] of ids.entries()) {
+      const result = results[i];
+      if (result.status === "rejected") continue;
+      const [head, incarnation] = result.value;
+      this.listeners.notify(head === null ? { sessionId: id, deleted: true } : { sessionId: id, headSeq: Number(head), incarnation: incarnation ?? "" });
     }
   }
 }

@@ -70,7 +70,8 @@ export const createScript: Script<CreateInput, { outcome: "EXISTS" } | { outcome
   name: "create",
   args({ keys }, { session, incarnation, mode }) {
     const { sessionId, appName, userId } = session;
-    const head = [keys.session(sessionId), keys.updated, keys.stats, ...keys.indexesOf({ appName, userId })];
+    const bucket = keys.bucketOf(sessionId);
+    const head = [keys.session(sessionId), keys.updated(bucket), keys.stats(bucket), ...keys.indexesOf({ appName, userId }, bucket)];
     return [...head, sessionId, appName, userId, JSON.stringify(session.metadata), session.now, mode, incarnation];
   },
   decode(reply) {
@@ -88,6 +89,8 @@ export interface AppendInput {
   expectedSeq?: number;
   /** Epoch ms: the session's updatedAt, and the trim time of ids trimmed now. */
   now: number;
+  /** Cluster: the lowest ingest position of this append (IngestClock); undefined on one node. */
+  ingestBase?: number;
 }
 
 /**
@@ -100,20 +103,28 @@ export type AppendOutcome =
   | { outcome: "DUPLICATE"; eventId: string }
   | { outcome: "CONFLICT"; headSeq: number }
   | StateTooLarge
-  | { outcome: "OK"; replayed: boolean; events: Array<{ seq: number; original?: string }>; trimmed: number };
+  | { outcome: "OK"; replayed: boolean; events: Array<{ seq: number; original?: string }>; trimmed: number; outbox?: OutboxEntry };
+
+/** Cluster: user and app state changes written to a bucket's outbox, to apply in the app's slot (shared-3.lua). */
+export interface OutboxEntry {
+  /** The entry's field in the outbox hash: also its id once applied. */
+  field: string;
+  /** Its JSON: {"app", "user", "at", "changes": [[scope, key, value], ...]}. */
+  value: string;
+}
 
 /** Appends a batch of events to one session. */
 export const appendScript: Script<AppendInput, AppendOutcome> = {
   name: "append",
-  args({ keys, limits }, { sessionId, tenancy, events, expectedSeq, now }) {
+  args({ keys, limits }, { sessionId, tenancy, events, expectedSeq, now, ingestBase }) {
+    const bucket = keys.bucketOf(sessionId);
     const args: Arg[] = [
       ...keys.sessionKeys(sessionId),
-      keys.updated,
-      keys.stats,
-      ...keys.recentOf(tenancy),
+      keys.updated(bucket),
+      keys.stats(bucket),
+      ...keys.recentOf(tenancy, bucket),
       keys.trimmedIds(sessionId),
-      keys.userState(tenancy),
-      keys.appState(tenancy.appName),
+      ...sharedStateKeys(keys, sessionId, tenancy),
       sessionId,
       JSON.stringify(sessionId),
       expectedSeq === undefined ? "" : expectedSeq,
@@ -121,7 +132,7 @@ export const appendScript: Script<AppendInput, AppendOutcome> = {
       limits.maxSessionEvents,
       RECENT_CAP,
       recentMemberPrefix(sessionId),
-      keys.channel,
+      keys.channel(bucket),
       events.length,
     ];
     for (const e of events) {
@@ -135,6 +146,7 @@ export const appendScript: Script<AppendInput, AppendOutcome> = {
     args.push(NOTICE_EVENTS_MAX_BYTES, tenancy.appName, tenancy.userId, windowMs, maxIds, caps.length, ...caps.flat());
     args.push(MAX_STATE_KEYS, MAX_STATE_BYTES);
     for (const e of events) args.push(...encodeStateChanges(e.stateDelta));
+    args.push(keys.clustered ? recentMemberPrefix(sessionId) : "", ingestBase === undefined ? "" : ingestBase, publishCommand(keys));
     return args;
   },
   decode(reply, { events }) {
@@ -156,9 +168,27 @@ export const appendScript: Script<AppendInput, AppendOutcome> = {
     });
     // A replay (every event known) has no trimmed count.
     const trimmed = (reply[4 + 2 * events.length] as number | undefined) ?? 0;
-    return { outcome: "OK", replayed: reply[1] === 1, events: stored, trimmed };
+    const field = reply[5 + 2 * events.length];
+    const outbox = typeof field === "string" ? { field, value: reply[6 + 2 * events.length] as string } : undefined;
+    return { outcome: "OK", replayed: reply[1] === 1, events: stored, trimmed, outbox };
   },
 };
+
+/**
+ * KEYS[11..12] of append-12.lua, KEYS[3..4] of update-4.lua: the user's and
+ * the app's state on one node; on a cluster, where they are in another slot,
+ * the session bucket's outbox twice.
+ */
+function sharedStateKeys(keys: RedisKeys, sessionId: string, tenancy: Tenancy): [string, string] {
+  if (!keys.clustered) return [keys.userState(tenancy), keys.appState(tenancy.appName)];
+  const outbox = keys.outbox(keys.bucketOf(sessionId));
+  return [outbox, outbox];
+}
+
+/** PUBLISH on one node (as every release before clusters), SPUBLISH to the bucket's shard on a cluster. */
+function publishCommand(keys: RedisKeys): string {
+  return keys.clustered ? "SPUBLISH" : "PUBLISH";
+}
 
 /** A state change refused by a script: which state would have held how many entries and bytes. */
 export interface StateTooLarge {
@@ -185,7 +215,7 @@ export type UpdateOutcome =
   | { outcome: "NOT_FOUND" | "MOVED" }
   | { outcome: "CONFLICT"; version: number }
   | StateTooLarge
-  | { outcome: "OK"; fields: Record<string, string> };
+  | { outcome: "OK"; fields: Record<string, string>; outbox?: OutboxEntry };
 
 /** Updates a session's metadata and state (UpdateSession). */
 export const updateScript: Script<UpdateInput, UpdateOutcome> = {
@@ -193,9 +223,8 @@ export const updateScript: Script<UpdateInput, UpdateOutcome> = {
   args({ keys }, { sessionId, tenancy, update }) {
     return [
       keys.session(sessionId),
-      keys.updated,
-      keys.userState(tenancy),
-      keys.appState(tenancy.appName),
+      keys.updated(keys.bucketOf(sessionId)),
+      ...sharedStateKeys(keys, sessionId, tenancy),
       sessionId,
       tenancy.appName,
       tenancy.userId,
@@ -205,6 +234,7 @@ export const updateScript: Script<UpdateInput, UpdateOutcome> = {
       MAX_STATE_KEYS,
       MAX_STATE_BYTES,
       ...encodeStateChanges(update.stateDelta),
+      keys.clustered ? recentMemberPrefix(sessionId) : "",
     ];
   },
   decode(reply) {
@@ -217,7 +247,8 @@ export const updateScript: Script<UpdateInput, UpdateOutcome> = {
       case "TOO_LARGE":
         return stateTooLargeOf(reply);
     }
-    return { outcome: "OK", fields: fieldsOf(reply[1] as string[]) };
+    const outbox = typeof reply[2] === "string" ? { field: reply[2], value: reply[3] as string } : undefined;
+    return { outcome: "OK", fields: fieldsOf(reply[1] as string[]), outbox };
   },
 };
 
@@ -247,23 +278,26 @@ export interface DeleteOutcome {
 export const deleteScript: Script<DeleteInput, DeleteOutcome> = {
   name: "delete",
   args({ keys }, { sessionId, tenancy, updatedBelow, keepAtLeast }) {
-    const [recentAll, ...recentOwn] = keys.recentOf(tenancy);
+    const bucket = keys.bucketOf(sessionId);
+    const [recentAll, ...recentOwn] = keys.recentOf(tenancy, bucket);
     return [
       ...keys.sessionKeys(sessionId),
-      keys.updated,
-      keys.stats,
+      keys.updated(bucket),
+      keys.stats(bucket),
       recentAll,
-      ...keys.indexesOf(tenancy),
+      ...keys.indexesOf(tenancy, bucket),
       ...recentOwn,
       keys.trimmedIds(sessionId),
       sessionId,
       tenancy.appName,
       tenancy.userId,
       JSON.stringify(sessionId),
-      keys.channel,
+      keys.channel(bucket),
       recentMemberPrefix(sessionId),
       updatedBelow ?? "",
-      keepAtLeast ?? "",
+      // A bucket counts only its own sessions: the floor is the driver's on a cluster.
+      keys.clustered ? "" : (keepAtLeast ?? ""),
+      publishCommand(keys),
     ];
   },
   decode(reply) {
@@ -300,6 +334,45 @@ export const readScript: Script<ReadInput, ReadOutcome> = {
     const events: Array<{ seq: number; encoded: string }> = [];
     for (let i = 5; i < reply.length; i += 2) events.push({ seq: reply[i] as number, encoded: reply[i + 1] as string });
     return { headSeq: reply[1] as number, firstSeq: reply[2] as number, lastSeq: reply[3] as number, incarnation: reply[4] as string, events };
+  },
+};
+
+/** Input of statecheck-2.lua and shared-3.lua: the user and app state changes of one write. */
+export interface SharedStateInput {
+  tenancy: Tenancy;
+  /** [scope "u" | "a", key, value JSON or "" to delete], as encodeStateChanges lists them. */
+  changes: ReadonlyArray<readonly [string, string, string]>;
+}
+
+/** Cluster: the caps of the user's and app's states checked against a write's changes, before it runs. */
+export const stateCheckScript: Script<SharedStateInput, StateTooLarge | undefined> = {
+  name: "statecheck",
+  readOnly: true,
+  args({ keys }, { tenancy, changes }) {
+    return [keys.userState(tenancy), keys.appState(tenancy.appName), MAX_STATE_KEYS, MAX_STATE_BYTES, changes.length, ...changes.flat()];
+  },
+  decode(reply) {
+    return reply[0] === "TOO_LARGE" ? stateTooLargeOf(reply) : undefined;
+  },
+};
+
+/** How long an applied outbox entry's id is remembered (shared-3.lua): far past any re-drive. */
+const APPLIED_KEPT_MS = 24 * 60 * 60 * 1000;
+
+/** Input of shared-3.lua: one outbox entry. */
+export interface ApplySharedInput extends SharedStateInput {
+  field: string;
+  now: number;
+}
+
+/** Cluster: applies one outbox entry to the user's and app's state, once; true when applied now. */
+export const applySharedScript: Script<ApplySharedInput, boolean> = {
+  name: "shared",
+  args({ keys }, { tenancy, changes, field, now }) {
+    return [keys.userState(tenancy), keys.appState(tenancy.appName), keys.stateApplied(tenancy.appName), field, now, APPLIED_KEPT_MS, changes.length, ...changes.flat()];
+  },
+  decode(reply) {
+    return (reply as unknown as number) === 1;
   },
 };
 

@@ -23,7 +23,8 @@
           (zsets, score = ingest position: the store-wide count of events
           appended when the event was, never the client's timestamp)
   KEYS[10] trimmed ids (zset: event id by trim time)
-  KEYS[11] the user's state   KEYS[12] the app's state (hashes, includes/state.lua)
+  KEYS[11] the user's state   KEYS[12] the app's state (hashes, includes/state.lua);
+           on a cluster both are the bucket's outbox (see the last ARGVs)
 
   ARGV[1] session id                  ARGV[2] session id as JSON (for the notice)
   ARGV[3] expected seq, "" for none   ARGV[4] now (epoch ms)
@@ -37,7 +38,17 @@
   ARGV[14 + 4n] most trimmed ids kept per session
   ARGV[15 + 4n] number of apps with their own events cap, then per app: app name, cap
   then: most entries of a state, most bytes of a state, and per event its
-  state changes (a count, then 3 per change: includes/state.lua)
+  state changes (a count, then 3 per change: includes/state.lua), then:
+  the outbox entry prefix ("<hex id>!"; "" on one node: user and app changes
+  go to KEYS[11..12] with the rest. On a cluster they are in another slot:
+  they go to the outbox, KEYS[11], as field "<prefix><incarnation>!<version>"
+  -> JSON {"app", "user", "at", "changes": [[scope, key, value], ...]}, for
+  the driver to apply in the app's slot (shared-3.lua); their caps were
+  checked there before this call (statecheck-2.lua)),
+  the ingest base ("" on one node: positions count the events appended;
+  a cluster: the replica's clock in µs, positions then never go below it
+  nor below the bucket's last one), and the publish command (PUBLISH, or
+  SPUBLISH on a cluster: the channel is the bucket's, in this slot)
 
   Encoded event: "<len>:<event type><len>:<event id><json>" (byte lengths), so
   the type and id can be read here without decoding the JSON (includes/frames.lua).
@@ -45,7 +56,8 @@
   Replies {"NOT_FOUND"} | {"MOVED"} | {"DUPLICATE", event id} | {"CONFLICT", head}
         | {"TOO_LARGE", scope, entries, bytes} (nothing appended)
         | {"OK", replayed 0/1, head, first, then per event: seq, stored encoding or ""
-           (nil for a retry of a trimmed event), then the number of events trimmed}
+           (nil for a retry of a trimmed event), then the number of events trimmed,
+           then (cluster, when the new events change app or user state) the outbox field and its value}
 
   The notice is '{"s":<session id>,"h":<head>,"i":<incarnation>}', or, when the retained new
   events fit in the notice limit, '{"s":...,"h":...,"i":...,"k":<count>}' followed by
@@ -129,17 +141,35 @@ local stateAt = stateArgs + 2
 for i = 1, n do
   stateAt = readStateChanges(stateAt, pending, not known[i])
 end
+-- Absent (a caller of the one-node layout that predates them): one node's behaviour.
+local outboxPrefix, ingestBase, publish = ARGV[stateAt] or "", ARGV[stateAt + 1] or "", ARGV[stateAt + 2] or "PUBLISH"
+local outboxField, outboxValue
 if hasStateChanges(pending) then
+  local shared = nil
+  if outboxPrefix ~= "" then
+    shared = takeSharedChanges(pending)
+  end
   local refused = applyStateChanges(pending, {s = KEYS[1], u = KEYS[11], a = KEYS[12]}, tonumber(ARGV[stateArgs]), tonumber(ARGV[stateArgs + 1]))
   if refused then
     return refused
   end
-  redis.call("HINCRBY", KEYS[1], "ver", 1)
+  local version = redis.call("HINCRBY", KEYS[1], "ver", 1)
+  if shared then
+    outboxField = outboxPrefix .. (session[3] or "") .. "!" .. version
+    outboxValue = cjson.encode({app = session[4], user = session[5], at = now, changes = shared})
+    redis.call("HSET", KEYS[11], outboxField, outboxValue)
+  end
 end
 
 local appended = {}
 -- Ingest positions of this append's new events: fresh, consecutive, store-wide.
-local ingest = redis.call("HINCRBY", KEYS[5], "ingested", fresh) - fresh
+local ingest
+if ingestBase == "" then
+  ingest = redis.call("HINCRBY", KEYS[5], "ingested", fresh) - fresh
+else
+  ingest = math.max(tonumber(redis.call("HGET", KEYS[5], "ingested") or "0"), tonumber(ingestBase))
+  redis.call("HSET", KEYS[5], "ingested", string.format("%.0f", ingest + fresh))
+end
 
 for i = 1, n do
   local base = 9 + (i - 1) * 4
@@ -225,8 +255,12 @@ if kept > 0 and size <= (tonumber(ARGV[10 + 4 * n]) or 0) then
 else
   notice = notice .. '}'
 end
-redis.call("PUBLISH", ARGV[8], notice)
+redis.call(publish, ARGV[8], notice)
 reply[3] = head
 reply[4] = first
 reply[#reply + 1] = trimmed
+if outboxField then
+  reply[#reply + 1] = outboxField
+  reply[#reply + 1] = outboxValue
+end
 return reply

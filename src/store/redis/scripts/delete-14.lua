@@ -18,7 +18,9 @@
   ARGV[4] session id as JSON (for the notice)   ARGV[5] notice channel
   ARGV[6] recent member prefix
   ARGV[7] delete only when updatedAt < this ("" for always)
-  ARGV[8] delete only when more than this many sessions exist ("" for always)
+  ARGV[8] delete only when more than this many sessions exist ("" for always;
+          always "" on a cluster, where KEYS[5] counts one bucket's)
+  ARGV[9] the publish command: PUBLISH, or SPUBLISH on a cluster (the bucket's channel, in this slot)
 
   Replies {"DELETED", <events it held>} | {"GONE"} | {"MOVED"} | {"KEPT"}
   The notice is '{"s":<session id>,"d":1,"i":<incarnation>}'.
@@ -68,5 +70,5 @@ redis.call("HINCRBY", KEYS[5], "sessions", -1)
 -- first - head - 1, not -(head - first + 1): Lua would send "-0", which HINCRBY refuses.
 redis.call("HINCRBY", KEYS[5], "events", first - head - 1)
 -- The incarnation is base64url (or "" for sessions stored before incarnations): no JSON escaping needed.
-redis.call("PUBLISH", ARGV[5], '{"s":' .. ARGV[4] .. ',"d":1,"i":"' .. (s[6] or "") .. '"}')
+redis.call(ARGV[9] or "PUBLISH", ARGV[5], '{"s":' .. ARGV[4] .. ',"d":1,"i":"' .. (s[6] or "") .. '"}')
 return {"DELETED", head - first + 1}

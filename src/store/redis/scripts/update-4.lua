@@ -4,17 +4,20 @@
   against the caps, then everything is written and the version bumped.
 
   KEYS[1] session hash        KEYS[2] sessions by updatedAt (zset)
-  KEYS[3] the user's state    KEYS[4] the app's state (hashes, includes/state.lua)
+  KEYS[3] the user's state    KEYS[4] the app's state (hashes, includes/state.lua);
+          on a cluster both are the bucket's outbox (append-12.lua says why)
 
   ARGV[1] session id   ARGV[2] app name   ARGV[3] user id (the tenancy KEYS[3..4]
   were named from, checked against the session's: {"MOVED"})
   ARGV[4] expected version, "" for any   ARGV[5] now (epoch ms)
   ARGV[6] new metadata (JSON), "" to keep it
   ARGV[7] most entries of a state   ARGV[8] most bytes of a state
-  ARGV[9] number of state changes, then 3 per change (includes/state.lua)
+  ARGV[9] number of state changes, then 3 per change (includes/state.lua),
+  then the outbox entry prefix ("" on one node; append-12.lua)
 
   Replies {"NOT_FOUND"} | {"MOVED"} | {"CONFLICT", version}
-        | {"TOO_LARGE", scope, entries, bytes} | {"OK", <HGETALL of the session>}
+        | {"TOO_LARGE", scope, entries, bytes}
+        | {"OK", <HGETALL of the session>[, outbox field, its value]}
 ]]
 --- @include "state"
 
@@ -31,7 +34,11 @@ if ARGV[4] ~= "" and tonumber(ARGV[4]) ~= version then
 end
 
 local pending = {}
-readStateChanges(9, pending, true)
+local outboxPrefix = ARGV[readStateChanges(9, pending, true)] or ""
+local shared = nil
+if outboxPrefix ~= "" then
+  shared = takeSharedChanges(pending)
+end
 local refused = applyStateChanges(pending, {s = KEYS[1], u = KEYS[3], a = KEYS[4]}, tonumber(ARGV[7]), tonumber(ARGV[8]))
 if refused then
   return refused
@@ -41,4 +48,10 @@ if ARGV[6] ~= "" then
 end
 redis.call("HSET", KEYS[1], "ver", version + 1, "updated", ARGV[5])
 redis.call("ZADD", KEYS[2], ARGV[5], ARGV[1])
+if shared then
+  local field = outboxPrefix .. (redis.call("HGET", KEYS[1], "inc") or "") .. "!" .. (version + 1)
+  local value = cjson.encode({app = session[1], user = session[2], at = tonumber(ARGV[5]), changes = shared})
+  redis.call("HSET", KEYS[3], field, value)
+  return {"OK", redis.call("HGETALL", KEYS[1]), field, value}
+end
 return {"OK", redis.call("HGETALL", KEYS[1])}

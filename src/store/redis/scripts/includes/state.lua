@@ -92,3 +92,23 @@ local function applyStateChanges(pending, hashes, maxKeys, maxBytes)
   end
   return nil
 end
+
+-- Cluster: removes the user ("u") and app ("a") changes from `pending` and
+-- returns them as a list of {scope, key, value}, or nil when there are none
+-- (they are applied in another slot: shared-3.lua).
+local function takeSharedChanges(pending)
+  local shared = {}
+  for _, scope in ipairs({"u", "a"}) do
+    local changes = pending[scope]
+    if changes then
+      for _, key in ipairs(changes.order) do
+        shared[#shared + 1] = {scope, key, changes.values[key]}
+      end
+      pending[scope] = nil
+    end
+  end
+  if #shared == 0 then
+    return nil
+  end
+  return shared
+end
