@@ -119,6 +119,9 @@ const created = (createdAt: number) => String(createdAt).padStart(16, "0");
 /** Runs a Redis call, mapping what it throws to a MemoryError (the store's own mapping). */
 export type RedisCall = <T>(run: () => Promise<T>) => Promise<T>;
 
+/** How many keys one app's memories have (AppKeys). */
+const APP_KEY_COUNT = 11;
+
 /** The keys of one app's memories, in the order the scripts take them. */
 interface AppKeys {
   records: string;
@@ -201,7 +204,9 @@ function defineScripts(redis: RedisClient): Record<"write" | "delete", ScriptRun
   const scripts: Record<string, ScriptRunner> = {};
   for (const [name, { lua, numberOfKeys }] of loadScripts(SCRIPTS_DIR)) {
     const command = `engram_memories_${name}`;
-    redis.defineCommand(command, numberOfKeys === undefined ? { lua } : { numberOfKeys, lua });
+    // A cluster call holds one app's keys: a fixed count, so ioredis' auto-pipelining routes it by its first key, not by the count.
+    const keys = numberOfKeys ?? (isCluster(redis) ? APP_KEY_COUNT : undefined);
+    redis.defineCommand(command, keys === undefined ? { lua } : { numberOfKeys: keys, lua });
     scripts[name] = (redis as unknown as Record<string, ScriptRunner>)[command].bind(redis);
   }
   return scripts as Record<"write" | "delete", ScriptRunner>;
@@ -319,7 +324,8 @@ export class RedisMemories implements LongTermMemoryStore {
       );
     }
     args.push(MEMORY_CHANGES_RETAINED, this.publishCommand, mode);
-    const reply = await this.call(() => this.scripts.write(keys.length, ...keys, ...args));
+    // On a cluster the key count is fixed (defineScripts): one app per call.
+    const reply = await this.call(() => (this.clustered ? this.scripts.write(...keys, ...args) : this.scripts.write(keys.length, ...keys, ...args)));
     if (reply[0] === "TAKEN") {
       const i = batch[reply[1] as number];
       throw memoryIdTaken(`memories[${i}].memory_id`, memories[i].memoryId);
