@@ -15,6 +15,7 @@ let client: Cluster;
 beforeAll(async () => {
   cluster = await startRedisCluster();
   client = new Cluster(cluster.nodes.map((node) => ({ host: "127.0.0.1", port: node.port })), { clusterRetryStrategy: () => 100 });
+  client.on("error", () => {}); // the full-restart case takes every node away
 }, 120_000);
 
 afterAll(async () => {
@@ -81,6 +82,15 @@ describe("the test Redis Cluster", () => {
     expect((await cluster.masterOf(slot)).index).toBe(to.index);
     expect(await client.mget(...keys)).toEqual(keys);
   }, 60_000);
+
+  it("comes back whole with its data after a full stop and restart (stopAll, restartAll)", async () => {
+    await client.set("harness:{restart}:k", "kept");
+    expect(await cluster.admin(await cluster.masterOf("harness:{restart}:k")).call("WAIT", "1", "5000")).toBe(1);
+    await cluster.stopAll();
+    expect(cluster.nodes.map((node) => node.server.pid)).toEqual(cluster.nodes.map(() => undefined));
+    await cluster.restartAll();
+    expect(await client.get("harness:{restart}:k")).toBe("kept");
+  }, 90_000);
 
   it("reshards slots with redis-cli --cluster reshard", async () => {
     const from = await cluster.masterOf(0);

@@ -69,6 +69,14 @@ export interface RedisCluster {
   waitForFailover(failed: ClusterNode, timeoutMs?: number): Promise<ClusterNode>;
   /** Starts `node` again on its port and dir (its nodes.conf and AOF kept) and waits until the cluster is whole. */
   restartNode(node: ClusterNode): Promise<void>;
+  /** SIGSTOP: the node keeps its sockets but answers nothing (a hung or partitioned node) until resume(). */
+  pause(node: ClusterNode): void;
+  /** SIGCONT after pause(). */
+  resume(node: ClusterNode): void;
+  /** SIGTERM to every node (each flushes its AOF): the whole cluster is down until restartAll(). */
+  stopAll(): Promise<void>;
+  /** Restarts every node (stopping any still running) and waits until the cluster is whole: an operator's full restart. */
+  restartAll(): Promise<void>;
   /**
    * Moves `slots` to master `to` the way `redis-cli --cluster reshard` does
    * (SETSLOT IMPORTING/MIGRATING, MIGRATE the keys in batches, SETSLOT NODE),
@@ -298,6 +306,25 @@ export async function startRedisCluster(): Promise<RedisCluster> {
     await recordReplicas();
   };
 
+  const signal = (node: ClusterNode, sig: NodeJS.Signals) => {
+    const pid = node.server.pid;
+    if (pid === undefined) throw new Error(`cluster: ${node.address} is not running`);
+    process.kill(pid, sig);
+  };
+
+  const stopAll = async () => {
+    await Promise.all(nodes.map((node) => node.server.stop()));
+    for (const node of nodes) node.running = false;
+  };
+
+  const restartAll = async () => {
+    await stopAll();
+    await Promise.all(nodes.map((node) => node.server.restart()));
+    for (const node of nodes) node.running = true;
+    await waitForOk(60_000);
+    await recordReplicas();
+  };
+
   const migrateSlots = async (slots: readonly number[], to: ClusterNode, opts: { keysPerBatch?: number; betweenBatches?: () => Promise<void> } = {}) => {
     const keysPerBatch = opts.keysPerBatch ?? 100;
     const target = await ready(to);
@@ -344,6 +371,10 @@ export async function startRedisCluster(): Promise<RedisCluster> {
     killMaster,
     waitForFailover,
     restartNode,
+    pause: (node) => signal(node, "SIGSTOP"),
+    resume: (node) => signal(node, "SIGCONT"),
+    stopAll,
+    restartAll,
     migrateSlots,
     reshard,
     waitForOk,

@@ -18,6 +18,8 @@ export interface RedisServer {
   port: number;
   /** Its working dir: AOF files live here. */
   dir: string;
+  /** The running process's pid (undefined when stopped); it changes on restart. */
+  readonly pid: number | undefined;
   /** SIGTERM (Redis flushes the AOF), waits for exit. */
   stop(): Promise<void>;
   /** Stops it if running, then starts it again on the same port and dir, and waits until it answers. */
@@ -106,6 +108,15 @@ export async function startRedisServer(opts: { appendonly?: boolean; port?: numb
     const proc = child;
     if (!proc || proc.exitCode !== null || proc.signalCode !== null) return;
     proc.kill(sig);
+    if (sig !== "SIGTERM") return exited;
+    // Redis refuses a SIGTERM while it writes its initial AOF (a replica right after a full
+    // sync logs "Writing initial AOF, can't exit." and runs on): ask again, bounded, then SIGKILL.
+    for (let attempt = 0; attempt < 100; attempt++) {
+      const gone = await Promise.race([exited.then(() => true), sleep(200).then(() => false)]);
+      if (gone) return;
+      proc.kill("SIGTERM");
+    }
+    proc.kill("SIGKILL");
     await exited;
   };
 
@@ -131,6 +142,9 @@ export async function startRedisServer(opts: { appendonly?: boolean; port?: numb
     url: `redis://127.0.0.1:${port}`,
     port,
     dir,
+    get pid() {
+      return child && child.exitCode === null && child.signalCode === null ? child.pid : undefined;
+    },
     stop: () => signal("SIGTERM"),
     kill: () => signal("SIGKILL"),
     restart: async () => {
