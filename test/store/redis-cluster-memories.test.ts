@@ -148,6 +148,30 @@ describe("memories on two replicas sharing the cluster", () => {
     }
   });
 
+  it("listening() resolves only once the app's shard has acknowledged the subscription, so a watch reads its window after that", async () => {
+    const prefix = freshPrefix();
+    const store = await openOnCluster(prefix);
+    const [appName] = await appsOnDistinctMasters(1);
+    const master = await cluster.masterOf(`{${hex(appName)}}`);
+    let listening = false;
+    // A paused master answers nothing; paused well under cluster-node-timeout, so no failover starts.
+    cluster.pause(master);
+    try {
+      store.memories.subscribeMemories(appName, () => {});
+      void store.memories.listening!(appName).then(() => (listening = true));
+      await sleep(300);
+      expect(listening).toBe(false);
+    } finally {
+      cluster.resume(master);
+    }
+    try {
+      await store.memories.listening!(appName);
+      expect(await cluster.admin(master).call("PUBSUB", "SHARDCHANNELS", `${prefix}:memories:*`)).toEqual([`${prefix}:memories:{${hex(appName)}}`]);
+    } finally {
+      await store.close();
+    }
+  });
+
   it("a batch spanning apps on different masters is checked across all of them first: a refusal writes none of it", async () => {
     const prefix = freshPrefix();
     const store = await openOnCluster(prefix);
@@ -233,4 +257,50 @@ describe("two servers on the cluster", () => {
       writer.close();
     }
   });
+
+  // Last in the file: it kills a master (restarted afterwards, as a replica).
+  it("a watch on one server keeps hearing the other after its app's master is killed and its replica promoted", async () => {
+    const keys = await openApiKeyStore(loadConfig([], { MEMORY_TYPE: "redis", MEMORY_REDIS_URL: cluster.url, MEMORY_KEY_PREFIX: keyPrefix }));
+    const made = generateApiKey({ role: "write", apps: ["*"] });
+    await keys.create(made.record);
+    await keys.close();
+    const headers = { authorization: `Bearer ${made.key}` };
+    const [appName] = await appsOnDistinctMasters(1);
+    const watcher = connectClient(two.baseUrl, { headers });
+    const writer = grpcJsClient(one.address, { headers });
+    const abort = new AbortController();
+    const written: string[] = [];
+    let started!: () => void;
+    const ready = new Promise<void>((resolve) => (started = resolve));
+    const watch = (async () => {
+      try {
+        for await (const f of watcher.watchMemories({ appName }, { signal: AbortSignal.any([abort.signal, AbortSignal.timeout(60_000)]) })) {
+          if (f.frame.case === "started") started();
+          if (f.frame.case === "written") written.push(f.frame.value.memoryId);
+          if (written.includes("after")) return;
+        }
+      } catch {
+        // Aborted or timed out: `written` says what arrived.
+      }
+    })();
+    await ready;
+    const killed = await cluster.killMaster(`{${hex(appName)}}`);
+    try {
+      await cluster.waitForFailover(killed);
+      // Bounded: the writer's store may take a few tries to learn the new master.
+      let code = await codeOf(writer.writeMemories({ memories: [{ appName, memoryId: "after", text: "written after the failover" }] }));
+      for (let i = 0; i < 30 && code !== "ok"; i++) {
+        await sleep(500);
+        code = await codeOf(writer.writeMemories({ memories: [{ appName, memoryId: "after", text: "written after the failover" }] }));
+      }
+      expect(code).toBe("ok");
+      await watch;
+      expect(written).toContain("after");
+    } finally {
+      abort.abort();
+      watcher.close();
+      writer.close();
+      await cluster.restartNode(killed);
+    }
+  }, 120_000);
 });
