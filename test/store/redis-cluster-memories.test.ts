@@ -212,16 +212,25 @@ describe("two servers on the cluster", () => {
     await Promise.all([one?.stop(), two?.stop()]);
   });
 
-  it("an API key made on the cluster works on both servers; a key from nowhere does not; its revocation reaches both", async () => {
+  it("an API key made on the cluster works on both servers and shares one rate budget; a key from nowhere does not; its revocation reaches both", async () => {
     const keys = await openApiKeyStore(loadConfig([], { MEMORY_TYPE: "redis", MEMORY_REDIS_URL: cluster.url, MEMORY_KEY_PREFIX: keyPrefix }));
     try {
-      const made = generateApiKey({ role: "write", apps: ["keyed-app"] });
+      const made = generateApiKey({ role: "write", apps: ["keyed-app"], rateLimit: 5 });
       await keys.create(made.record);
       const clients = [grpcJsClient(one.address, { headers: { authorization: `Bearer ${made.key}` } }), connectClient(two.baseUrl, { headers: { authorization: `Bearer ${made.key}` } })];
       const stranger = connectClient(one.baseUrl, { headers: { authorization: `Bearer ${generateApiKey({ role: "admin", apps: ["*"] }).key}` } });
       try {
         await clients[0].writeMemories({ memories: [{ appName: "keyed-app", memoryId: "k1", text: "written through one" }] });
         expect((await clients[1].getMemory({ appName: "keyed-app", memoryId: "k1" })).memory?.text).toBe("written through one");
+        await sleep(1100); // a fresh one-second window
+        // 12 calls at once, half to each server: 5 per second in all (counted on the cluster), not per server.
+        const outcomes = await Promise.all(Array.from({ length: 12 }, (_, i) => codeOf(clients[i % 2].getMemory({ appName: "keyed-app", memoryId: "k1" }))));
+        const ok = outcomes.filter((o) => o === "ok").length;
+        expect(outcomes.filter((o) => o !== "ok").every((o) => o === Code.ResourceExhausted)).toBe(true);
+        expect(ok).toBeGreaterThan(0);
+        // One window of 5 across both (one more if the calls straddle a window's end; per-server counting would let 10 through).
+        expect(ok).toBeLessThanOrEqual(6);
+        await sleep(1100);
         expect(await codeOf(stranger.getMemory({ appName: "keyed-app", memoryId: "k1" }))).toBe(Code.Unauthenticated);
         expect(await keys.revoke(made.record.id)).toBe(true);
         // The servers trust a checked key for MEMORY_AUTH_CACHE_MS (200 ms here): bounded wait until both refuse it.
