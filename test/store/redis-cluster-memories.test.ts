@@ -200,6 +200,81 @@ describe("memories on two replicas sharing the cluster", () => {
   });
 });
 
+describe("an app's slot moving to another master", () => {
+  it("loses no memory, breaks no listing cursor and no change log, and refuses a write only with UNAVAILABLE while half-moved", async () => {
+    const prefix = freshPrefix();
+    const store = await openOnCluster(prefix);
+    try {
+      const appName = `moving-${prefix}`;
+      const slot = await cluster.slotOf(`{${hex(appName)}}`);
+      const from = await cluster.masterOf(slot);
+      const to = cluster.nodes.find((node) => node.index !== from.index && node.index < 3 && node.running)!;
+      // Created a millisecond apart, newest last, so the listing's order is known; every kind of key (a user's,
+      // keyed, with an embedding), so all 11 of the app's keys move, one at a time.
+      const before = Array.from({ length: 120 }, (_, i) =>
+        memory({ appName, memoryId: `m${String(i).padStart(3, "0")}`, userId: i % 2 ? "u" : undefined, key: `k${i}`, text: `memory ${i}`, embedding: [1, i] }, 1_000_000 + i),
+      );
+      await store.memories.writeMemories(before);
+      const everything = { scope: { appName, match: "within" as const } };
+      const listed: string[] = [];
+      const nextPage = async () => {
+        const last = listed.length === 0 ? undefined : before.find((m) => m.memoryId === listed[listed.length - 1]);
+        const page = await store.memories.listMemories(everything, 10, last && { createdAt: last.createdAt, memoryId: last.memoryId });
+        listed.push(...page.map((m) => m.memoryId));
+      };
+      await nextPage();
+      const during: string[] = [];
+      const refusals: string[] = [];
+      /** What a call answered while the slot was half-moved: its value, or the code it failed with (then recorded). */
+      const settle = async <T>(call: Promise<T>): Promise<T | undefined> => {
+        try {
+          return await call;
+        } catch (err) {
+          refusals.push((err as { code?: string }).code ?? String(err));
+          return undefined;
+        }
+      };
+      let states = 0;
+      let answered = 0;
+      // One key at a time: every call below meets the slot with the app's keys split between the two masters.
+      await cluster.migrateSlots([slot], to, {
+        keysPerBatch: 1,
+        betweenBatches: async () => {
+          states++;
+          // A page arrives whole or not at all (UNAVAILABLE: its reads span both masters); the cursor stays where it was.
+          await settle(nextPage());
+          // Read back whole or not at all: never a record without its validity or embedding, never "absent".
+          const read = await settle(store.memories.getMemory(appName, before[7].memoryId));
+          if (read !== undefined) {
+            expect(read).toEqual(before[7]);
+            answered++;
+          }
+          const memoryId = `during-${during.length}`;
+          during.push(memoryId);
+          await settle(store.memories.writeMemories([memory({ appName, memoryId, text: "written while the slot moves" }, 2_000_000 + during.length - 1)]));
+        },
+      });
+      // The app's 11 keys (and any other key that shares the slot).
+      expect(states).toBeGreaterThanOrEqual(11);
+      // A read whose keys are all on one side still answers while the others move.
+      expect(answered).toBeGreaterThan(0);
+      while (listed.length < before.length) await nextPage();
+      // Every memory of before, newest first, once each (what was written during the move is newer than the cursor).
+      expect(listed).toEqual(before.map((m) => m.memoryId).reverse());
+      expect(refusals.every((code) => code === "UNAVAILABLE")).toBe(true);
+      // A refused write is retried after the move (idempotent by memory_id): then every one is there.
+      for (const [i, memoryId] of during.entries()) await store.memories.writeMemories([memory({ appName, memoryId, text: "written while the slot moves" }, 2_000_000 + i)]);
+      expect((await store.memories.listMemories(everything, 1000)).map((m) => m.memoryId).sort()).toEqual([...before.map((m) => m.memoryId), ...during].sort());
+      // The change log has every change once, numbered without holes.
+      const log = await store.memories.readMemoryChanges(appName, 0, 1000);
+      expect(log.changes.map((c) => c.seq)).toEqual(Array.from({ length: before.length + during.length }, (_, i) => i + 1));
+      expect((await cluster.masterOf(slot)).index).toBe(to.index);
+    } finally {
+      await store.close();
+    }
+  }, 120_000);
+});
+
 describe("two servers on the cluster", () => {
   const keyPrefix = freshPrefix();
   let one: TestServer;

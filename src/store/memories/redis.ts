@@ -341,7 +341,9 @@ export class RedisMemories implements LongTermMemoryStore {
   async getMemory(appName: string, memoryId: string): Promise<MemoryRecord | undefined> {
     const keys = this.keysOf(appName);
     const id = hex(memoryId);
-    const replies = (await this.call(() => this.redis.pipeline().hget(keys.records, id).hget(keys.validity, id).hget(keys.embeddings, id).exec()))!;
+    // A transaction, not a pipeline: while the app's slot moves between masters its keys may sit on both,
+    // and ioredis re-sends a whole pipeline to the node that has one of them (the others then read as absent).
+    const replies = (await this.call(() => this.redis.multi().hget(keys.records, id).hget(keys.validity, id).hget(keys.embeddings, id).exec()))!;
     const [record, validity, embedding] = replies.map(([err, value]) => {
       if (err) throw err;
       return value as string | null;
@@ -446,7 +448,8 @@ export class RedisMemories implements LongTermMemoryStore {
     const current = new Map<string, MemoryRecord>();
     if (ids.length > 0) {
       const [[, records], [, validities], [, embeddings]] = (await this.call(() =>
-        this.redis.pipeline().hmget(keys.records, ...ids).hmget(keys.validity, ...ids).hmget(keys.embeddings, ...ids).exec(),
+        // One transaction (see getMemory): the three hashes read together even while the slot moves.
+        this.redis.multi().hmget(keys.records, ...ids).hmget(keys.validity, ...ids).hmget(keys.embeddings, ...ids).exec(),
       ))! as Array<[unknown, Array<string | null>]>;
       ids.forEach((id, i) => {
         // Deleted since (or between the reads): its deletion follows.
@@ -549,7 +552,7 @@ export class RedisMemories implements LongTermMemoryStore {
             const suffixes = members.map((m) => m.slice(w.prefix.length));
             w.cursor = suffixes[suffixes.length - 1];
             const ids = suffixes.map((s) => s.slice(s.indexOf(":") + 1));
-            const [[, records], [, validities]] = (await this.call(() => this.redis.pipeline().hmget(keys.records, ...ids).hmget(keys.validity, ...ids).exec()))! as Array<
+            const [[, records], [, validities]] = (await this.call(() => this.redis.multi().hmget(keys.records, ...ids).hmget(keys.validity, ...ids).exec()))! as Array<
               [unknown, Array<string | null>]
             >;
             // A memory deleted between the two reads is skipped.
