@@ -236,6 +236,8 @@ describe("an app's slot moving to another master", () => {
       };
       let states = 0;
       let answered = 0;
+      /** Writes that succeeded while the slot moved: each one change more. */
+      let stored = 0;
       // One key at a time: every call below meets the slot with the app's keys split between the two masters.
       await cluster.migrateSlots([slot], to, {
         keysPerBatch: 1,
@@ -249,9 +251,18 @@ describe("an app's slot moving to another master", () => {
             expect(read).toEqual(before[7]);
             answered++;
           }
+          // Reads at once (ioredis may batch them into one pipeline): each right or UNAVAILABLE, never empty.
+          const [window, page, again] = await Promise.all([
+            settle(store.memories.memoryChangeWindow(appName)),
+            settle(store.memories.listMemories(everything, 3)),
+            settle(store.memories.getMemory(appName, before[8].memoryId)),
+          ]);
+          if (window !== undefined) expect(window.head).toBe(before.length + stored);
+          if (page !== undefined) expect(page).toHaveLength(3);
+          if (again !== undefined) expect(again).toEqual(before[8]);
           const memoryId = `during-${during.length}`;
           during.push(memoryId);
-          await settle(store.memories.writeMemories([memory({ appName, memoryId, text: "written while the slot moves" }, 2_000_000 + during.length - 1)]));
+          if (await settle(store.memories.writeMemories([memory({ appName, memoryId, text: "written while the slot moves" }, 2_000_000 + during.length - 1)]))) stored++;
         },
       });
       // The app's 11 keys (and any other key that shares the slot).

@@ -60,7 +60,7 @@
 import { randomUUID } from "node:crypto";
 import path from "node:path";
 import { fileURLToPath } from "node:url";
-import type { Cluster, Redis } from "ioredis";
+import type { ChainableCommander, Cluster, Redis } from "ioredis";
 import type {
   LongTermMemoryStore,
   MemoryChange,
@@ -341,13 +341,7 @@ export class RedisMemories implements LongTermMemoryStore {
   async getMemory(appName: string, memoryId: string): Promise<MemoryRecord | undefined> {
     const keys = this.keysOf(appName);
     const id = hex(memoryId);
-    // A transaction, not a pipeline: while the app's slot moves between masters its keys may sit on both,
-    // and ioredis re-sends a whole pipeline to the node that has one of them (the others then read as absent).
-    const replies = (await this.call(() => this.redis.multi().hget(keys.records, id).hget(keys.validity, id).hget(keys.embeddings, id).exec()))!;
-    const [record, validity, embedding] = replies.map(([err, value]) => {
-      if (err) throw err;
-      return value as string | null;
-    });
+    const [record, validity, embedding] = (await this.transaction((tx) => tx.hget(keys.records, id).hget(keys.validity, id).hget(keys.embeddings, id))) as Array<string | null>;
     return record === null || validity === null ? undefined : decode(record, validity, embedding);
   }
 
@@ -366,7 +360,7 @@ export class RedisMemories implements LongTermMemoryStore {
     const candidates = await this.candidates(filter);
     if (candidates.length === 0) return [];
     const keys = this.keysOf(filter.scope.appName);
-    const vectors = await this.call(() => this.redis.hmgetBuffer(keys.vectors, ...candidates.map((m) => hex(m.memoryId))));
+    const [vectors] = (await this.transaction((tx) => tx.hmgetBuffer(keys.vectors, ...candidates.map((m) => hex(m.memoryId))))) as [Array<Buffer | null>];
     const out: RankedMemory[] = [];
     candidates.forEach((candidate, i) => {
       const bytes = vectors[i];
@@ -430,15 +424,13 @@ export class RedisMemories implements LongTermMemoryStore {
   }
 
   async memoryChangeWindow(appName: string): Promise<MemoryChangeWindow> {
-    return changeWindowOf(Number((await this.call(() => this.redis.hget(this.keysOf(appName).meta, "seq"))) ?? 0));
+    return changeWindowOf(await this.head(appName));
   }
 
   async readMemoryChanges(appName: string, after: number, limit: number): Promise<MemoryChangePage> {
     const keys = this.keysOf(appName);
     // One transaction: the head and the log it trimmed agree.
-    const replies = (await this.call(() => this.redis.multi().hget(keys.meta, "seq").zrangebyscore(keys.changes, `(${after}`, "+inf", "LIMIT", 0, limit).exec()))!;
-    const [[headErr, head], [logErr, entries]] = replies as [[Error | null, string | null], [Error | null, string[]]];
-    if (headErr ?? logErr) throw headErr ?? logErr;
+    const [head, entries] = (await this.transaction((tx) => tx.hget(keys.meta, "seq").zrangebyscore(keys.changes, `(${after}`, "+inf", "LIMIT", 0, limit))) as [string | null, string[]];
     requireRetained(after, changeWindowOf(Number(head ?? 0)));
     const parsed = entries.map((entry) => {
       const [, seq, kind, rest] = /^(\d+):([wsd]):(.*)$/s.exec(entry)!;
@@ -447,10 +439,9 @@ export class RedisMemories implements LongTermMemoryStore {
     const ids = parsed.filter((e) => e.kind !== "d").map((e) => e.rest);
     const current = new Map<string, MemoryRecord>();
     if (ids.length > 0) {
-      const [[, records], [, validities], [, embeddings]] = (await this.call(() =>
-        // One transaction (see getMemory): the three hashes read together even while the slot moves.
-        this.redis.multi().hmget(keys.records, ...ids).hmget(keys.validity, ...ids).hmget(keys.embeddings, ...ids).exec(),
-      ))! as Array<[unknown, Array<string | null>]>;
+      const [records, validities, embeddings] = (await this.transaction((tx) => tx.hmget(keys.records, ...ids).hmget(keys.validity, ...ids).hmget(keys.embeddings, ...ids))) as Array<
+        Array<string | null>
+      >;
       ids.forEach((id, i) => {
         // Deleted since (or between the reads): its deletion follows.
         if (records[i] !== null && validities[i] !== null) current.set(id, decode(records[i]!, validities[i]!, embeddings[i]));
@@ -481,7 +472,7 @@ export class RedisMemories implements LongTermMemoryStore {
   /** The memories of a scan (read without embeddings), each with its embedding when it has one. */
   private async withEmbeddings(appName: string, memories: MemoryRecord[]): Promise<MemoryRecord[]> {
     if (memories.length === 0) return memories;
-    const embeddings = await this.call(() => this.redis.hmget(this.keysOf(appName).embeddings, ...memories.map((m) => hex(m.memoryId))));
+    const [embeddings] = (await this.transaction((tx) => tx.hmget(this.keysOf(appName).embeddings, ...memories.map((m) => hex(m.memoryId))))) as [Array<string | null>];
     return memories.map((m, i) => (embeddings[i] ? { ...m, embedding: JSON.parse(embeddings[i]!) as number[] } : m));
   }
 
@@ -546,15 +537,13 @@ export class RedisMemories implements LongTermMemoryStore {
           .map(async (w) => {
             const upper = w.cursor !== undefined ? `(${w.prefix}${w.cursor}` : w.prefix === "" ? "+" : `(${w.prefix.slice(0, -1)};`;
             const lower = w.prefix === "" ? "-" : `[${w.prefix}`;
-            const members = await this.call(() => this.redis.zrevrangebylex(w.key, upper, lower, "LIMIT", 0, pageSize));
+            const [members] = (await this.transaction((tx) => tx.zrevrangebylex(w.key, upper, lower, "LIMIT", 0, pageSize))) as [string[]];
             if (members.length < pageSize) w.done = true;
             if (members.length === 0) return;
             const suffixes = members.map((m) => m.slice(w.prefix.length));
             w.cursor = suffixes[suffixes.length - 1];
             const ids = suffixes.map((s) => s.slice(s.indexOf(":") + 1));
-            const [[, records], [, validities]] = (await this.call(() => this.redis.multi().hmget(keys.records, ...ids).hmget(keys.validity, ...ids).exec()))! as Array<
-              [unknown, Array<string | null>]
-            >;
+            const [records, validities] = (await this.transaction((tx) => tx.hmget(keys.records, ...ids).hmget(keys.validity, ...ids))) as Array<Array<string | null>>;
             // A memory deleted between the two reads is skipped.
             w.buffer = suffixes.map((suffix, i) => ({
               suffix,
@@ -603,6 +592,32 @@ export class RedisMemories implements LongTermMemoryStore {
     return removed;
   }
 
+  /** The number of the app's newest change (0: none yet). */
+  private async head(appName: string): Promise<number> {
+    const [seq] = (await this.transaction((tx) => tx.hget(this.keysOf(appName).meta, "seq"))) as [string | null];
+    return Number(seq ?? 0);
+  }
+
+  /**
+   * Runs the reads `build` queues on one app's keys as one transaction
+   * (MULTI/EXEC); their replies in order. Never a pipeline or a lone command:
+   * while the app's slot moves between masters (resharding) its keys sit on
+   * both, and ioredis re-sends a pipeline, auto-pipelined lone commands
+   * included, whole to the node holding one of them, where the keys still on
+   * the other read as absent (a memory not found, an empty log). A
+   * transaction is redirected whole, or refused (TRYAGAIN, retried, then
+   * UNAVAILABLE); on one node it also reads the keys at one instant.
+   */
+  private transaction(build: (tx: ChainableCommander) => ChainableCommander): Promise<unknown[]> {
+    return this.call(async () => {
+      const replies = (await build(this.redis.multi()).exec())!;
+      return replies.map(([err, value]) => {
+        if (err) throw err;
+        return value;
+      });
+    });
+  }
+
   private emit(appName: string, change: MemoryChange): void {
     this.listeners.emit(appName, change);
   }
@@ -635,8 +650,8 @@ export class RedisMemories implements LongTermMemoryStore {
    */
   private async catchUp(): Promise<void> {
     for (const appName of this.listeners.keys()) {
-      const head = await this.call(() => this.redis.hget(this.keysOf(appName).meta, "seq")).catch(() => undefined);
-      if (head) this.emit(appName, { seq: Number(head), kind: "remote" });
+      const head = await this.head(appName).catch(() => 0);
+      if (head > 0) this.emit(appName, { seq: head, kind: "remote" });
     }
   }
 
