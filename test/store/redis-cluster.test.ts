@@ -238,6 +238,8 @@ describe("RedisStore on a cluster", () => {
       const refused = await rejection(two.appendEvents("w1", [newEvent("user_message", "more")]));
       expect(refused.code).toBe("UNAVAILABLE");
       expect(refused.message).toMatch(/reached 1 of the 2 replicas/);
+      // The start-up line's durability comes from a master's own settings (the test cluster runs AOF).
+      expect((await one.describeDurability()).settings).toMatchObject({ appendonly: "yes" });
     } finally {
       await one.close();
       await two.close();
@@ -264,4 +266,37 @@ describe("RedisStore on a cluster", () => {
       await reader.close();
     }
   });
+
+  // Last in the file: it kills a master (its replica takes over; the cluster stays whole, one replica short).
+  it("after kill -9 of a bucket's master, a listener hears appends again once the replica is promoted, and hears the head it missed", async () => {
+    const prefix = `c${process.pid}_${++counter}`;
+    const writer = await openStore(DEFAULT_LIMITS, prefix);
+    const reader = await openStore(DEFAULT_LIMITS, prefix);
+    try {
+      const keys = new RedisKeys(prefix, CLUSTER_BUCKETS);
+      await makeSession(writer, "k1");
+      const heard: SessionNotice[] = [];
+      reader.subscribe("k1", (notice) => heard.push(notice));
+      await writer.appendEvents("k1", [newEvent("user_message", 1)]);
+      await waitFor(() => heard.some((n) => n.headSeq === 1), 10_000);
+      const killed = await cluster.killMaster(keys.session("k1"));
+      await cluster.waitForFailover(killed, 30_000);
+      // Appends resume on the promoted replica (bounded retries while clients learn the new master).
+      for (let attempt = 0; ; attempt++) {
+        try {
+          await writer.appendEvents("k1", [newEvent("user_message", 2, { eventId: "after-failover" })]);
+          break;
+        } catch (err) {
+          if (attempt >= 50 || (err as { code?: string }).code !== "UNAVAILABLE") throw err;
+          await sleep(200);
+        }
+      }
+      // The reader's sharded subscription moved to the new master: either the notice itself, or the head re-read after resubscribing.
+      await waitFor(() => heard.some((n) => n.headSeq !== undefined && n.headSeq >= 2), 20_000);
+      expect((await reader.readEvents("k1", { limit: 10 })).events.map((e) => e.seq)).toEqual([1, 2]);
+    } finally {
+      await writer.close();
+      await reader.close();
+    }
+  }, 90_000);
 });

@@ -23,6 +23,9 @@ import type { StoreDurability } from "../types.js";
 /** Redis errors that mean "try again later" rather than "bug". */
 const TRANSIENT_REPLY = /^(LOADING|BUSY|MASTERDOWN|READONLY|TRYAGAIN|CLUSTERDOWN|NOREPLICAS|NOSCRIPT|MOVED|ASK)/;
 
+/** Cluster: resubscriptions within this many ms count as one (the handler re-reads every listened session's head). */
+const RESUBSCRIBED_BURST_MS = 100;
+
 /** A command not answered within this many ms fails UNAVAILABLE, unless MEMORY_STORE_TIMEOUT_MS says otherwise. */
 export const DEFAULT_COMMAND_TIMEOUT_MS = 4000;
 
@@ -100,8 +103,8 @@ export type RedisClientOptions = RedisOptions & {
  */
 export function openRedisClient(url: string, options: RedisClientOptions = {}): RedisClient {
   const target = parseRedisUrl(url);
-  const { shardedSubscribers, retryStrategy, lazyConnect, enableOfflineQueue: _queue, ...perNode } = options;
-  if (target.kind === "node") return new Redis(url, { ...perNode, retryStrategy, lazyConnect, enableOfflineQueue: _queue });
+  const { shardedSubscribers, retryStrategy, lazyConnect, enableOfflineQueue, ...perNode } = options;
+  if (target.kind === "node") return new Redis(url, { ...perNode, retryStrategy, lazyConnect, enableOfflineQueue });
   const clusterOptions: ClusterOptions = {
     lazyConnect,
     scaleReads: "master",
@@ -256,7 +259,8 @@ export class RedisConnection {
     let settings: Record<string, string>;
     try {
       settings = {};
-      const node = isCluster(this.commands) ? this.commands.nodes("master")[0] : this.commands;
+      // Every master of a cluster is configured alike (an operator's job); the first one known speaks for them.
+      const node = (isCluster(this.commands) ? this.commands.nodes("master")[0] : undefined) ?? this.commands;
       for (const name of ["appendonly", "appendfsync", "save"]) {
         const pair = (await node.config("GET", name)) as string[];
         if (pair.length >= 2) settings[pair[0]] = pair[1];
@@ -294,9 +298,16 @@ export class RedisConnection {
       cluster.on("smessageBuffer", onMessage);
       // One SSUBSCRIBE per channel: each is in a slot of its own (a bucket's), and ioredis sends it to that slot's master.
       await Promise.all(channels.map((channel) => cluster.ssubscribe(channel)));
-      // ioredis re-subscribes every sharded subscriber after a failover or a slot move; notices published meanwhile are lost.
-      cluster.on("+subscriber", () => {
-        if (!this.closed) handler.resubscribed();
+      // After a topology change (failover, slot moved) ioredis replaces the sharded subscribers and subscribes
+      // them again ("subscribersReady"); notices published meanwhile are lost. A burst of changes is told once.
+      let burst: NodeJS.Timeout | undefined;
+      cluster.on("subscribersReady", () => {
+        if (this.closed || burst) return;
+        burst = setTimeout(() => {
+          burst = undefined;
+          if (!this.closed) handler.resubscribed();
+        }, RESUBSCRIBED_BURST_MS);
+        burst.unref();
       });
       return;
     }
