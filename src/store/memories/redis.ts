@@ -204,7 +204,7 @@ function defineScripts(redis: RedisClient): Record<"write" | "delete", ScriptRun
   const scripts: Record<string, ScriptRunner> = {};
   for (const [name, { lua, numberOfKeys }] of loadScripts(SCRIPTS_DIR)) {
     const command = `engram_memories_${name}`;
-    // A cluster call holds one app's keys: a fixed count, so ioredis' auto-pipelining routes it by its first key, not by the count.
+    // A cluster call holds one app's keys: a fixed count, so ioredis' auto-pipelining (when on) routes it by its first key, not by the count.
     const keys = numberOfKeys ?? (isCluster(redis) ? APP_KEY_COUNT : undefined);
     redis.defineCommand(command, keys === undefined ? { lua } : { numberOfKeys: keys, lua });
     scripts[name] = (redis as unknown as Record<string, ScriptRunner>)[command].bind(redis);
@@ -600,13 +600,13 @@ export class RedisMemories implements LongTermMemoryStore {
 
   /**
    * Runs the reads `build` queues on one app's keys as one transaction
-   * (MULTI/EXEC); their replies in order. Never a pipeline or a lone command:
-   * while the app's slot moves between masters (resharding) its keys sit on
-   * both, and ioredis re-sends a pipeline, auto-pipelined lone commands
-   * included, whole to the node holding one of them, where the keys still on
-   * the other read as absent (a memory not found, an empty log). A
-   * transaction is redirected whole, or refused (TRYAGAIN, retried, then
-   * UNAVAILABLE); on one node it also reads the keys at one instant.
+   * (MULTI/EXEC); their replies in order. Never a pipeline: while the app's
+   * slot moves between masters (resharding) its keys sit on both, and ioredis
+   * re-sends a pipeline whose command met ASK whole to the node holding that
+   * key, where the keys still on the other read as absent (a memory not
+   * found, an empty page; lone commands too when auto-pipelining batches
+   * them). A transaction is redirected whole, or refused (TRYAGAIN, retried,
+   * then UNAVAILABLE); on one node it also reads the keys at one instant.
    */
   private transaction(build: (tx: ChainableCommander) => ChainableCommander): Promise<unknown[]> {
     return this.call(async () => {
