@@ -38,9 +38,10 @@ export class Quotas {
     const keyPrefix = `${config.keyPrefix}:rl`;
     // When the shared counter store is down, each replica limits on its own instead of failing calls.
     const insurance = (points: number) => new RateLimiterMemory({ points, duration: 1, keyPrefix });
-    if (config.memoryEnabled && config.memoryType === "redis") {
+    // Without a URL (a test's store handed in ready-made) there is no shared Redis to count in.
+    if (config.memoryEnabled && config.memoryType === "redis" && config.redisUrl !== undefined) {
       // One counter key per API key (`<prefix>:rl:<key id>`): on a cluster the keys spread over the shards by id.
-      const redis = openRedisClient(config.redisUrl!, { enableOfflineQueue: false, commandTimeout: 1000, maxRetriesPerRequest: 1 });
+      const redis = openRedisClient(config.redisUrl, { enableOfflineQueue: false, commandTimeout: 1000, maxRetriesPerRequest: 1 });
       redis.on("error", () => {});
       return new Quotas(
         config,
