@@ -214,6 +214,34 @@ export function renderMarkdown(results: BenchResults): string {
     }
     lines.push("");
   }
+  if (results.cluster) {
+    const cl = results.cluster;
+    const cpu = (p: Point, ...names: string[]) => fmt(names.reduce((sum, name) => sum + (p.cpuUsPerCall[name] ?? 0), 0), 0);
+    lines.push(
+      `## AddEvent on Redis Cluster (${cl.masters} masters, ${cl.replicasPerMaster} replica each) next to one node`,
+      "",
+      "Each setup behind its own Engram process, same load generator, same run. CPU µs per call: the Engram process; Redis (the one node, or the masters + the replicas).",
+      "",
+      "| Setup | Conc. | Ops/s | p50 ms | p99 ms | Server CPU µs | Redis CPU µs (masters + replicas) | ÷ one node |",
+      "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+    );
+    for (const p of cl.points) {
+      const single = cl.points.find((q) => q.backend === "redis one node" && q.concurrency === p.concurrency);
+      const redisCpu = p.backend === "redis one node" ? cpu(p, "redis") : `${cpu(p, "redis masters")} + ${cpu(p, "redis replicas")}`;
+      lines.push(
+        `| ${p.backend.replace(/^redis /, "")} | ${p.concurrency} | ${fmt(p.throughput)} | ${ms(p.p50Us)} | ${ms(p.p99Us)} | ${cpu(p, "server")} | ${redisCpu} | ${single ? (p.throughput / single.throughput).toFixed(2) : "–"} |`,
+      );
+    }
+    const base = cl.rounds.throughput["one node"];
+    if (base.length > 0) {
+      const summary = (setup: "cluster" | "cluster, WAIT 1") => {
+        const ratios = cl.rounds.throughput[setup].map((t, i) => t / base[i]);
+        return `${setup} ÷ one node **${fmt(median(ratios), 2)}** (${fmt(Math.min(...ratios), 2)}–${fmt(Math.max(...ratios), 2)})`;
+      };
+      lines.push("", `Median of ${base.length} rounds at c=${cl.rounds.concurrency} (each round measures every setup, in rotating order): ${summary("cluster")}; ${summary("cluster, WAIT 1")}.`);
+    }
+    lines.push("");
+  }
   if (results.memory) {
     const mem = results.memory;
     lines.push(

@@ -11,7 +11,7 @@
  * Profiles: default (~8 min), --quick (~2 min), --full (8 s points),
  * --tiny (the harness test: local only, one concurrency, 0.3 s points).
  * Other flags: --out DIR, --backends local,redis,postgres, --skip SECTION,...
- * (sections: baselines, references, fanout, memory, peers, motorhead, context, memories, plot),
+ * (sections: baselines, references, fanout, memory, peers, motorhead, context, memories, cluster, plot),
  * --only SECTION,..., --workloads NAME,... (server workloads whose names
  * start with one of these, e.g. AddEvent: to rerun one point while profiling),
  * --memories-counts 10k,100k,1m (the memories section's speed points at these
@@ -43,7 +43,7 @@ import type { BenchResults, Point, Profile, TargetPairs } from "./types.js";
 const SERVER_NODE_ARGS = process.env.BENCH_SERVER_NODE_ARGS?.split(" ").filter(Boolean) ?? [];
 /** CPU the calibration echo spends per call on top of the bare echo's. */
 const CALIBRATION_BURN_US = 50;
-const ALL_SECTIONS = ["baselines", "references", "fanout", "memory", "peers", "motorhead", "context", "memories", "plot"];
+const ALL_SECTIONS = ["baselines", "references", "fanout", "memory", "peers", "motorhead", "context", "memories", "cluster", "plot"];
 const FULL_SIZES: SeedSizes = { readSessions: [10, 1000, 10_000], listSessions: 10_000, contextEvents: 200 };
 
 const PROFILES: Record<string, Omit<Profile, "backends" | "sections"> & { sections: string[] }> = {
@@ -130,7 +130,7 @@ interface Backing {
 
 async function startBacking(profile: Profile): Promise<Backing> {
   const backing: Backing = {};
-  const needRedis = profile.backends.includes("redis") || profile.sections.has("fanout") || profile.sections.has("peers") || profile.sections.has("motorhead");
+  const needRedis = ["fanout", "peers", "motorhead", "cluster"].some((section) => profile.sections.has(section)) || profile.backends.includes("redis");
   const needPostgres = profile.backends.includes("postgres") || profile.sections.has("peers");
   if (needRedis) {
     const { startRedisServer } = await import("../test/support/redis-server.js");
@@ -360,6 +360,15 @@ async function main(): Promise<void> {
           const args = ["--memory-type", backend, backend === "redis" ? "--redis-url" : "--postgres-url", url, "--key-prefix", `bench_memories_${Date.now()}`];
           return [{ backend, args, cpuPids: cpuPidsFor(backend, undefined, backing) }];
         }),
+      });
+    }
+    if (profile.sections.has("cluster") && backing.redis) {
+      const { runCluster } = await import("./cluster.js");
+      results.cluster = await runCluster(profile, {
+        load: (spec, durationMs) => loadgen.request<LoadResult>({ ...spec, durationMs: durationMs ?? profile.durationMs, warmupMs: profile.warmupMs } satisfies LoadSpec),
+        log,
+        serverNodeArgs: SERVER_NODE_ARGS,
+        single: backing.redis,
       });
     }
   } finally {

@@ -192,6 +192,19 @@ export interface MotorheadComparison {
   rows: MotorheadRow[];
 }
 
+/** The Redis setups of the cluster section: one redis-server, a 3-master cluster, and that cluster with MEMORY_REDIS_WAIT_REPLICAS=1. */
+export type ClusterSetup = "one node" | "cluster" | "cluster, WAIT 1";
+
+/** AddEvent on a Redis Cluster next to one redis-server (bench/cluster.ts). */
+export interface ClusterBench {
+  masters: number;
+  replicasPerMaster: number;
+  /** AddEvent at every concurrency of the profile, backend "redis <setup>". */
+  points: Point[];
+  /** Rounds at one concurrency, each measuring every setup in rotating order (calls/s, same index = same round). */
+  rounds: { concurrency: number; throughput: Record<ClusterSetup, number[]> };
+}
+
 /** Everything a run measured. */
 export interface BenchResults {
   meta: Record<string, unknown>;
@@ -204,5 +217,6 @@ export interface BenchResults {
   motorhead?: MotorheadComparison;
   context?: unknown;
   memories?: MemoriesResult;
+  cluster?: ClusterBench;
   notes: string[];
 }

@@ -1,23 +1,29 @@
 /**
  * API keys in Redis: one hash `<prefix>:apikeys` (public id -> JSON record),
  * next to the memory it guards, so every replica sees a revocation.
+ *
+ * On a Redis Cluster the name is the same: every command touches this one
+ * key, and a key without a hash tag is hashed whole, so it has a slot of its
+ * own (no tag needed; one-node data stays readable as it is). Lookups are few
+ * (the authenticator caches a checked key for MEMORY_AUTH_CACHE_MS), so one
+ * shard serving them all is not a bottleneck.
  */
-import { Redis } from "ioredis";
 import { MemoryError } from "../errors.js";
+import { openRedisClient, type RedisClient } from "../store/redis/connection.js";
 import type { ApiKeyRecord, ApiKeyStore } from "./api-keys.js";
 
 /** Keys kept in the configured Redis. */
 export class RedisKeyStore implements ApiKeyStore {
   private readonly key: string;
 
-  private constructor(private readonly redis: Redis, keyPrefix: string) {
+  private constructor(private readonly redis: RedisClient, keyPrefix: string) {
     this.key = `${keyPrefix}:apikeys`;
   }
 
   /** Connects; rejects UNAVAILABLE when Redis cannot be reached. */
   static async open(url: string, keyPrefix: string): Promise<RedisKeyStore> {
     // Like the memory store's connection: no offline queue, so an outage fails fast instead of hanging.
-    const redis = new Redis(url, { lazyConnect: true, enableOfflineQueue: false, commandTimeout: 4000, maxRetriesPerRequest: 1, connectTimeout: 4000 });
+    const redis = openRedisClient(url, { lazyConnect: true, enableOfflineQueue: false, commandTimeout: 4000, maxRetriesPerRequest: 1, connectTimeout: 4000 });
     redis.on("error", () => {}); // reconnects by itself; calls fail UNAVAILABLE meanwhile
     try {
       await redis.connect();

@@ -4,7 +4,6 @@
  * per key) and live streams per key and per replica (counted in-process:
  * a stream holds resources of the replica that serves it).
  */
-import { Redis } from "ioredis";
 import pg from "pg";
 import {
   RateLimiterMemory,
@@ -15,6 +14,7 @@ import {
 } from "rate-limiter-flexible";
 import type { Config } from "../config.js";
 import { MemoryError } from "../errors.js";
+import { openRedisClient } from "../store/redis/connection.js";
 
 /** Trailer / error metadata telling the client how long to wait before retrying. */
 export const RETRY_AFTER_TRAILER = "retry-after-ms";
@@ -38,8 +38,10 @@ export class Quotas {
     const keyPrefix = `${config.keyPrefix}:rl`;
     // When the shared counter store is down, each replica limits on its own instead of failing calls.
     const insurance = (points: number) => new RateLimiterMemory({ points, duration: 1, keyPrefix });
-    if (config.memoryEnabled && config.memoryType === "redis") {
-      const redis = new Redis(config.redisUrl!, { enableOfflineQueue: false, commandTimeout: 1000, maxRetriesPerRequest: 1 });
+    // Without a URL (a test's store handed in ready-made) there is no shared Redis to count in.
+    if (config.memoryEnabled && config.memoryType === "redis" && config.redisUrl !== undefined) {
+      // One counter key per API key (`<prefix>:rl:<key id>`): on a cluster the keys spread over the shards by id.
+      const redis = openRedisClient(config.redisUrl, { enableOfflineQueue: false, commandTimeout: 1000, maxRetriesPerRequest: 1 });
       redis.on("error", () => {});
       return new Quotas(
         config,

@@ -260,6 +260,11 @@ class ConnectingMemories implements LongTermMemoryStore {
     return this.target().subscribeMemories(...args);
   }
 
+  /** Waits for the opened store's subscription to the app, when it subscribes per app. */
+  async listening(appName: string): Promise<void> {
+    await this.target().listening?.(appName);
+  }
+
   async memoryChangeWindow(...args: Parameters<LongTermMemoryStore["memoryChangeWindow"]>): ReturnType<LongTermMemoryStore["memoryChangeWindow"]> {
     return this.target().memoryChangeWindow(...args);
   }

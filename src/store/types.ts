@@ -452,6 +452,13 @@ export interface LongTermMemoryStore {
   deleteMemoriesInScope(scope: MemoryScopeFilter, call?: StoreCall): Promise<MemoryRecord[]>;
   /** Calls `listener` on every change to the app's memories, on this replica (and others sharing the store). Returns the unsubscribe function. */
   subscribeMemories(appName: string, listener: MemoryChangeListener): () => void;
+  /**
+   * Resolves once the changes other replicas make to the app reach this
+   * replica's subscribers; a watch waits for it after subscribing, before it
+   * reads the change window. Optional: stores that hear every app from the
+   * start leave it out (a Redis Cluster subscribes per app, in its shard).
+   */
+  listening?(appName: string): Promise<void>;
   /** The app's change log window: its newest change number and what is retained (the last MEMORY_CHANGES_RETAINED changes). */
   memoryChangeWindow(appName: string, call?: StoreCall): Promise<MemoryChangeWindow>;
   /**

@@ -3,7 +3,7 @@
  * shaped like a run's (no server is started here; harness.test.ts runs one).
  */
 import { describe, expect, it } from "vitest";
-import { checkTargets } from "../../bench/report.js";
+import { checkTargets, renderMarkdown } from "../../bench/report.js";
 import type { BenchResults, Point } from "../../bench/types.js";
 
 function point(backend: string, workload: string, throughput: number, cpuUsPerCall: Record<string, number>): Point {
@@ -69,5 +69,30 @@ describe("report target checks", () => {
     // 0.8 × 11,000/s × 329 µs = 2.90 cores of 2.
     expect(budget.measured).toBe("8,800/s × 329 µs (server 136 + postgres 112 + client 81) = 2.90 cores");
     expect(budget.met).toBe(false);
+  });
+});
+
+describe("report: the Redis Cluster section", () => {
+  it("gives each setup's ratio to one node at the same concurrency, and the median of the rounds' ratios", () => {
+    const at = (backend: string, throughput: number, cpu: Record<string, number>) => ({ ...point(backend, "AddEvent", throughput, cpu), concurrency: 16 });
+    const run: BenchResults = {
+      ...results([]),
+      meta: { cpus: 2, concurrencies: [16], loadAverageAtStart: [1, 1, 1] },
+      cluster: {
+        masters: 3,
+        replicasPerMaster: 1,
+        points: [
+          at("redis one node", 1000, { server: 400, redis: 50 }),
+          at("redis cluster", 1500, { server: 420, "redis masters": 60, "redis replicas": 30 }),
+          at("redis cluster, WAIT 1", 500, { server: 600, "redis masters": 90, "redis replicas": 40 }),
+        ],
+        rounds: { concurrency: 16, throughput: { "one node": [1000, 1000, 1000], cluster: [1200, 1500, 2000], "cluster, WAIT 1": [400, 500, 900] } },
+      },
+    };
+    const md = renderMarkdown(run);
+    expect(md).toContain("| cluster | 16 | 1,500 | 1.00 | 5.00 | 420 | 60 + 30 | 1.50 |");
+    expect(md).toContain("| cluster, WAIT 1 | 16 | 500 | 1.00 | 5.00 | 600 | 90 + 40 | 0.50 |");
+    expect(md).toContain("cluster ÷ one node **1.50** (1.20–2.00)");
+    expect(md).toContain("cluster, WAIT 1 ÷ one node **0.50** (0.40–0.90)");
   });
 });

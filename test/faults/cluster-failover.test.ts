@@ -84,24 +84,34 @@ afterAll(async () => {
   if (figures.length > 0) console.log(`failover figures:\n${figures.map((f) => JSON.stringify(f)).join("\n")}`);
 }, 60_000);
 
-/** The master holding most keys under `prefix`: where the sessions' writes hurt most. */
-async function busiestMaster(prefix: string): Promise<{ master: ClusterNode; key: string }> {
-  let best: { master: ClusterNode; key: string; count: number } | undefined;
+/**
+ * The master holding most of `sessions` (found by their hex ids in key
+ * names, keys.ts): where killing hurts most. A key of it, to kill it by.
+ */
+async function busiestMaster(prefix: string, sessions: readonly string[]): Promise<{ master: ClusterNode; key: string }> {
+  const counts = new Map<ClusterNode, { key: string; sessions: number }>();
   for (const slot of [0, 8192, 16_383]) {
     const master = await cluster.masterOf(slot);
-    const keys: string[] = [];
-    let cursor = "0";
-    // Bounded: a few hundred keys per prefix at most.
-    for (let page = 0; page < 100; page++) {
-      const [next, batch] = (await cluster.admin(master).scan(cursor, "MATCH", `${prefix}*`, "COUNT", 1000)) as [string, string[]];
-      keys.push(...batch);
-      cursor = next;
-      if (cursor === "0") break;
+    for (const sessionId of sessions) {
+      const pattern = `${prefix}*${Buffer.from(sessionId).toString("hex")}*`;
+      let cursor = "0";
+      // Bounded: a few hundred keys per prefix at most.
+      for (let page = 0; page < 100; page++) {
+        const [next, keys] = (await cluster.admin(master).scan(cursor, "MATCH", pattern, "COUNT", 1000)) as [string, string[]];
+        if (keys.length > 0) {
+          const entry = counts.get(master) ?? { key: keys[0], sessions: 0 };
+          entry.sessions++;
+          counts.set(master, entry);
+          break;
+        }
+        cursor = next;
+        if (cursor === "0") break;
+      }
     }
-    if (keys.length > 0 && (!best || keys.length > best.count)) best = { master, key: keys[0], count: keys.length };
   }
-  if (!best) throw new Error(`no key under ${prefix} on any master`);
-  return best;
+  const best = [...counts.entries()].sort((a, b) => b[1].sessions - a[1].sessions)[0];
+  if (!best) throw new Error(`no session of ${prefix} found on any master`);
+  return { master: best[0], key: best[1].key };
 }
 
 /** Every event of a session, paged (bounded). */
@@ -121,7 +131,7 @@ async function readAll(client: MemoryClient, sessionId: string): Promise<Array<{
  * sessions, `fault()` once enough appends are acknowledged, writers until
  * writes have resumed on every session, then the history check.
  */
-async function underWriteLoad(wait: number, label: string, fault: () => Promise<ClusterNode>): Promise<Figures> {
+async function underWriteLoad(wait: number, label: string, fault: (sessions: readonly string[]) => Promise<ClusterNode>): Promise<Figures> {
   const { client } = servers.get(wait)!;
   const run = `${label}-${++unique}`;
   const sessions = Array.from({ length: SESSIONS }, (_, i) => `${run}-s${i}`);
@@ -164,7 +174,7 @@ async function underWriteLoad(wait: number, label: string, fault: () => Promise<
   };
   try {
     await until("60 acknowledged appends", 20_000, () => acked().length >= 60);
-    killed = await fault();
+    killed = await fault(sessions);
     killedAt = Date.now();
     await cluster.waitForFailover(killed);
     // With WAIT 1 and one replica per master, the promoted master has no replica to wait for
@@ -220,8 +230,8 @@ describe("Redis Cluster failover under write load", () => {
   for (const wait of [0, 1]) {
     it(`kill -9 of a master, MEMORY_REDIS_WAIT_REPLICAS=${wait}: a replica is promoted, writes resume, no seq hole and no duplicate${wait ? ", nothing acknowledged is lost" : ""}`, async () => {
       for (let round = 0; round < ROUNDS; round++) {
-        const f = await underWriteLoad(wait, "kill9", async () => {
-          const { key } = await busiestMaster(servers.get(wait)!.prefix);
+        const f = await underWriteLoad(wait, "kill9", async (sessions) => {
+          const { key } = await busiestMaster(servers.get(wait)!.prefix, sessions);
           return cluster.killMaster(key);
         });
         expect(f.holes).toBe(0);
@@ -235,8 +245,8 @@ describe("Redis Cluster failover under write load", () => {
   for (const wait of [0, 1]) {
     it(`a lagging replica promoted, MEMORY_REDIS_WAIT_REPLICAS=${wait}: ${wait ? "nothing acknowledged is lost: what the replica missed was never acknowledged" : "the appends acknowledged while it lagged are lost, and still no seq hole or duplicate"}`, async () => {
       for (let round = 0; round < ROUNDS; round++) {
-        const f = await underWriteLoad(wait, "lagging", async () => {
-          const { key, master } = await busiestMaster(servers.get(wait)!.prefix);
+        const f = await underWriteLoad(wait, "lagging", async (sessions) => {
+          const { key, master } = await busiestMaster(servers.get(wait)!.prefix, sessions);
           const [replica] = await cluster.replicasOf(master);
           // Freeze the replica, then cut its link from the master's side: it keeps what reached
           // its socket until now (the kernel buffers it) and can neither read nor reconnect after.

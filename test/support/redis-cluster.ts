@@ -58,6 +58,8 @@ export interface RedisCluster {
   slotOf(key: string): Promise<number>;
   /** The node serving `slotOrKey` as master now, as a running node sees it. */
   masterOf(slotOrKey: SlotOrKey): Promise<ClusterNode>;
+  /** The slot ranges [from, to] `master` serves, ascending, as a running node sees them. */
+  rangesOf(master: ClusterNode): Promise<Array<[number, number]>>;
   /** The replicas of `master`, as a running node sees them. */
   replicasOf(master: ClusterNode): Promise<ClusterNode[]>;
   /** kill -9 of the master serving `slotOrKey`; resolves with that node once it is dead. */
@@ -229,6 +231,11 @@ export async function startRedisCluster(): Promise<RedisCluster> {
     return node;
   };
 
+  const rangesOf = async (master: ClusterNode) => {
+    const line = (await viewOf(running()[0])).find((candidate) => candidate.id === master.id);
+    return [...(line?.ranges ?? [])].sort((a, b) => a[0] - b[0]);
+  };
+
   const replicasOf = async (master: ClusterNode) => {
     const view = await viewOf(running()[0]);
     return view.filter((line) => line.masterId === master.id).map((line) => byId(line.id)!);
@@ -327,6 +334,7 @@ export async function startRedisCluster(): Promise<RedisCluster> {
 
   const migrateSlots = async (slots: readonly number[], to: ClusterNode, opts: { keysPerBatch?: number; betweenBatches?: () => Promise<void> } = {}) => {
     const keysPerBatch = opts.keysPerBatch ?? 100;
+    let hookError: unknown;
     const target = await ready(to);
     for (const slot of slots) {
       const from = await masterOf(slot);
@@ -340,7 +348,8 @@ export async function startRedisCluster(): Promise<RedisCluster> {
         if (keys.length === 0) break;
         if (batch >= 10_000) throw new Error(`cluster: slot ${slot} still holds keys on ${from.address} after 10000 batches`);
         await source.call("MIGRATE", "127.0.0.1", String(to.port), "", "0", "10000", "REPLACE", "KEYS", ...keys);
-        await opts.betweenBatches?.();
+        // A failing hook must not leave the slot half-migrated for the next test: finish, then throw.
+        if (hookError === undefined) await opts.betweenBatches?.().catch((err: unknown) => (hookError = err ?? new Error("betweenBatches failed")));
       }
       // Target first, then source, then everyone (what redis-cli does), so no node ever redirects in a loop.
       await target.call("CLUSTER", "SETSLOT", String(slot), "NODE", to.id);
@@ -352,6 +361,7 @@ export async function startRedisCluster(): Promise<RedisCluster> {
       }
     }
     await waitForOk();
+    if (hookError !== undefined) throw hookError;
   };
 
   const reshard = async (from: ClusterNode, to: ClusterNode, count: number) => {
@@ -367,6 +377,7 @@ export async function startRedisCluster(): Promise<RedisCluster> {
     nodes,
     slotOf,
     masterOf,
+    rangesOf,
     replicasOf,
     killMaster,
     waitForFailover,

@@ -266,6 +266,8 @@ export class LongTermMemoryService {
       return create(WatchMemoriesResponseSchema, { cursor, frame: { case: change.kind, value: toWireMemory(change.memory) } });
     };
     try {
+      // Where notices are subscribed per app (a Redis Cluster), the window is read once others' changes reach us.
+      await this.memories.listening?.(scope.appName);
       const window = await this.memories.memoryChangeWindow(scope.appName);
       if (after !== undefined) requireRetained(after, window);
       let cursor = after ?? window.head;

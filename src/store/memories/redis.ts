@@ -1,6 +1,7 @@
 /**
  * Long-term memories of the Redis store. Per app, under
- * `<prefix>:mem:<hex app>:` (memory ids, user ids and supersession groups are
+ * `<prefix>:mem:<hex app>:` on one node and `<prefix>:mem:{<hex app>}:` on a
+ * Redis Cluster (memory ids, user ids and supersession groups are
  * hex-encoded in members, so that no value can collide with another or with a
  * separator; hash fields are hex ids too):
  *
@@ -28,6 +29,22 @@
  *            "<seq>:d:<JSON [id, user, agent, session] per memory>" (deleted)
  *   <prefix>:memories  pub/sub channel: the changes of every write and deletion
  *
+ * On a cluster every key of an app carries the app's hash tag `{<hex app>}`,
+ * so all of them live in one slot and each script stays atomic per app; the
+ * apps spread over the shards. The one-node names are unchanged (no tag), so
+ * an existing deployment's data needs no migration. Notices go to a channel
+ * per app in the app's slot, `<prefix>:memories:{<hex app>}`, by SPUBLISH
+ * from the script itself (sharded pub/sub: each shard carries its own apps'
+ * notices, instead of every node relaying all of them); a replica
+ * SSUBSCRIBEs to the channels of the apps it has watchers for, and once a
+ * subscription is acknowledged (or renewed after a failover or a slot move)
+ * tells those watchers to catch up from the change log, so nothing committed
+ * before it counts is missed. A write batch spanning apps runs one script
+ * per app on a cluster: every app's checks run first, then the writes, so a
+ * refused batch writes nothing unless another write to the same memory id
+ * lands between the checks and the writes (then the apps before the refused
+ * one are written; a retry with the same ids is idempotent).
+ *
  * Every write batch is one Lua script (redis-scripts/write-n.lua): checks,
  * supersession and index upkeep happen atomically, so replicas writing one
  * key at once leave exactly one memory of it valid. Deletions are one script
@@ -43,7 +60,7 @@
 import { randomUUID } from "node:crypto";
 import path from "node:path";
 import { fileURLToPath } from "node:url";
-import type { Redis } from "ioredis";
+import type { ChainableCommander, Cluster, Redis } from "ioredis";
 import type {
   LongTermMemoryStore,
   MemoryChange,
@@ -58,6 +75,7 @@ import type {
   RankedMemory,
 } from "../types.js";
 import { KeyedListeners } from "../notices.js";
+import { isCluster, type RedisClient } from "../redis/connection.js";
 import { loadScripts } from "../redis/scripts.js";
 import { LEXICAL_QUERY, lexicalDocument, newLexicalIndex } from "./lexical.js";
 import {
@@ -100,6 +118,9 @@ const created = (createdAt: number) => String(createdAt).padStart(16, "0");
 
 /** Runs a Redis call, mapping what it throws to a MemoryError (the store's own mapping). */
 export type RedisCall = <T>(run: () => Promise<T>) => Promise<T>;
+
+/** How many keys one app's memories have (AppKeys). */
+const APP_KEY_COUNT = 11;
 
 /** The keys of one app's memories, in the order the scripts take them. */
 interface AppKeys {
@@ -179,11 +200,13 @@ function vectorOf(bytes: Buffer): number[] {
 }
 
 /** Loads redis-scripts/<name>-<keys>.lua as commands; "n" keys: the caller passes the key count first. */
-function defineScripts(redis: Redis): Record<"write" | "delete", ScriptRunner> {
+function defineScripts(redis: RedisClient): Record<"write" | "delete", ScriptRunner> {
   const scripts: Record<string, ScriptRunner> = {};
   for (const [name, { lua, numberOfKeys }] of loadScripts(SCRIPTS_DIR)) {
     const command = `engram_memories_${name}`;
-    redis.defineCommand(command, numberOfKeys === undefined ? { lua } : { numberOfKeys, lua });
+    // A cluster call holds one app's keys: a fixed count, so ioredis' auto-pipelining (when on) routes it by its first key, not by the count.
+    const keys = numberOfKeys ?? (isCluster(redis) ? APP_KEY_COUNT : undefined);
+    redis.defineCommand(command, keys === undefined ? { lua } : { numberOfKeys: keys, lua });
     scripts[name] = (redis as unknown as Record<string, ScriptRunner>)[command].bind(redis);
   }
   return scripts as Record<"write" | "delete", ScriptRunner>;
@@ -193,34 +216,47 @@ function defineScripts(redis: Redis): Record<"write" | "delete", ScriptRunner> {
 export class RedisMemories implements LongTermMemoryStore {
   /** Tells this replica's notices from others': its own changes are delivered at once, not again from the channel. */
   private readonly origin = randomUUID();
-  private readonly channel: string;
+  /** On a Redis Cluster: hash-tagged keys, a channel per app, sharded pub/sub (the header says the layout). */
+  private readonly clustered: boolean;
   private readonly scripts: Record<"write" | "delete", ScriptRunner>;
   private readonly listeners = new KeyedListeners<MemoryChange>();
   /** A connection of its own for the channel: subscribed while the store is open. */
-  private subscriber?: Redis;
+  private subscriber?: RedisClient;
+  /** A cluster: the apps whose channels are subscribed (or being subscribed), each settled once Redis answered. */
+  private readonly following = new Map<string, Promise<void>>();
 
   constructor(
-    private readonly redis: Redis,
+    private readonly redis: RedisClient,
     private readonly prefix: string,
     private readonly call: RedisCall,
   ) {
-    this.channel = `${prefix}:memories`;
+    this.clustered = isCluster(redis);
     this.scripts = defineScripts(redis);
   }
 
   /** Subscribes to the changes other replicas publish; rejects when Redis cannot be reached. */
   async listen(): Promise<void> {
-    const subscriber = this.redis.duplicate({ connectionName: `${this.prefix}:memories`, commandTimeout: undefined });
+    const subscriber = this.clustered ? this.shardedSubscriber(this.redis as Cluster) : (this.redis as Redis).duplicate({ connectionName: `${this.prefix}:memories`, commandTimeout: undefined });
     // Without a listener ioredis reports every failed reconnect as an unhandled error event.
     subscriber.on("error", () => {});
-    subscriber.on("message", (channel: string, message: string) => {
-      if (channel === this.channel && this.listeners.size > 0) this.deliver(message, false);
-    });
+    if (this.clustered) {
+      subscriber.on("smessage", (channel: string, message: string) => {
+        if (channel.startsWith(`${this.prefix}:memories:{`) && this.listeners.size > 0) this.deliver(message, false);
+      });
+      // After a failover or a slot move ioredis subscribes again; what was published meanwhile is in the change log.
+      subscriber.on("subscribersReady", () => void this.catchUp());
+    } else {
+      const channel = this.channelOf("");
+      subscriber.on("message", (from: string, message: string) => {
+        if (from === channel && this.listeners.size > 0) this.deliver(message, false);
+      });
+    }
     this.subscriber = subscriber;
     // ioredis subscribes again by itself after a reconnect; changes published meanwhile are lost, as WatchMemories says.
     try {
       await subscriber.connect();
-      await subscriber.subscribe(this.channel);
+      // On a cluster each app's channel is subscribed while it has watchers (subscribeMemories).
+      if (!this.clustered) await subscriber.subscribe(this.channelOf(""));
     } catch (err) {
       subscriber.disconnect();
       throw err;
@@ -230,19 +266,47 @@ export class RedisMemories implements LongTermMemoryStore {
   /** Drops the subscription and every listener (the store is closing). */
   close(): void {
     this.listeners.clear();
+    this.following.clear();
     this.subscriber?.disconnect();
   }
 
   async writeMemories(memories: readonly MemoryRecord[]): Promise<MemoryWriteResult> {
+    // One node: the whole batch in one script. A cluster: one script per app (its slot), checked across apps first.
+    const batches = new Map<string, number[]>();
+    memories.forEach((m, i) => {
+      const app = this.clustered ? m.appName : "";
+      let batch = batches.get(app);
+      if (!batch) batches.set(app, (batch = []));
+      batch.push(i);
+    });
+    if (batches.size > 1) for (const batch of batches.values()) await this.runWrite(memories, batch, "check");
+    const written: MemoryRecord[] = new Array<MemoryRecord>(memories.length);
+    const superseded: MemoryRecord[] = [];
+    for (const batch of batches.values()) {
+      const records = await this.runWrite(memories, batch, "");
+      batch.forEach((i, j) => (written[i] = records[j]));
+      superseded.push(...records.slice(batch.length));
+    }
+    return { memories: written, superseded };
+  }
+
+  /**
+   * Runs write-n.lua on `memories[i]` for each i of `batch` (apps sharing a
+   * slot on a cluster), refusals named by their index in `memories`; the
+   * batch's records as stored, then those it closed ([] for a check).
+   */
+  private async runWrite(memories: readonly MemoryRecord[], batch: readonly number[], mode: "check" | ""): Promise<MemoryRecord[]> {
     const apps = new Map<string, number>();
     const keys: string[] = [];
-    for (const m of memories) {
-      if (apps.has(m.appName)) continue;
-      apps.set(m.appName, apps.size + 1);
-      keys.push(...Object.values(this.keysOf(m.appName)));
+    for (const i of batch) {
+      const appName = memories[i].appName;
+      if (apps.has(appName)) continue;
+      apps.set(appName, apps.size + 1);
+      keys.push(...Object.values(this.keysOf(appName)));
     }
-    const args: Array<string | number | Buffer> = [this.channel, this.origin, memories.length];
-    for (const m of memories) {
+    const args: Array<string | number | Buffer> = [this.channelOf(memories[batch[0]].appName), this.origin, batch.length];
+    for (const i of batch) {
+      const m = memories[i];
       args.push(
         apps.get(m.appName)!,
         hex(m.memoryId),
@@ -259,27 +323,25 @@ export class RedisMemories implements LongTermMemoryStore {
         m.embedding ? vectorBytes(m.embedding) : "",
       );
     }
-    args.push(MEMORY_CHANGES_RETAINED);
-    const reply = await this.call(() => this.scripts.write(keys.length, ...keys, ...args));
+    args.push(MEMORY_CHANGES_RETAINED, this.publishCommand, mode);
+    // On a cluster the key count is fixed (defineScripts): one app per call.
+    const reply = await this.call(() => (this.clustered ? this.scripts.write(...keys, ...args) : this.scripts.write(keys.length, ...keys, ...args)));
     if (reply[0] === "TAKEN") {
-      const i = reply[1] as number;
+      const i = batch[reply[1] as number];
       throw memoryIdTaken(`memories[${i}].memory_id`, memories[i].memoryId);
     }
-    if (reply[0] === "DIMENSION") throw embeddingDimensionMismatch(`memories[${reply[1]}].embedding`, reply[2] as number, reply[3] as number);
+    if (reply[0] === "DIMENSION") throw embeddingDimensionMismatch(`memories[${batch[reply[1] as number]}].embedding`, reply[2] as number, reply[3] as number);
+    if (mode === "check") return [];
     if (reply[1] !== "") this.deliver(reply[1] as string, true);
     const records: MemoryRecord[] = [];
     for (let i = 2; i < reply.length; i += 3) records.push(decode(reply[i] as string, reply[i + 1] as string, reply[i + 2] as string));
-    return { memories: records.slice(0, memories.length), superseded: records.slice(memories.length) };
+    return records;
   }
 
   async getMemory(appName: string, memoryId: string): Promise<MemoryRecord | undefined> {
     const keys = this.keysOf(appName);
     const id = hex(memoryId);
-    const replies = (await this.call(() => this.redis.pipeline().hget(keys.records, id).hget(keys.validity, id).hget(keys.embeddings, id).exec()))!;
-    const [record, validity, embedding] = replies.map(([err, value]) => {
-      if (err) throw err;
-      return value as string | null;
-    });
+    const [record, validity, embedding] = (await this.transaction((tx) => tx.hget(keys.records, id).hget(keys.validity, id).hget(keys.embeddings, id))) as Array<string | null>;
     return record === null || validity === null ? undefined : decode(record, validity, embedding);
   }
 
@@ -298,7 +360,7 @@ export class RedisMemories implements LongTermMemoryStore {
     const candidates = await this.candidates(filter);
     if (candidates.length === 0) return [];
     const keys = this.keysOf(filter.scope.appName);
-    const vectors = await this.call(() => this.redis.hmgetBuffer(keys.vectors, ...candidates.map((m) => hex(m.memoryId))));
+    const [vectors] = (await this.transaction((tx) => tx.hmgetBuffer(keys.vectors, ...candidates.map((m) => hex(m.memoryId))))) as [Array<Buffer | null>];
     const out: RankedMemory[] = [];
     candidates.forEach((candidate, i) => {
       const bytes = vectors[i];
@@ -343,19 +405,32 @@ export class RedisMemories implements LongTermMemoryStore {
   }
 
   subscribeMemories(appName: string, listener: MemoryChangeListener): () => void {
-    return this.listeners.subscribe(appName, listener);
+    const unsubscribe = this.listeners.subscribe(appName, listener);
+    if (!this.clustered) return unsubscribe;
+    if (!this.following.has(appName)) this.follow(appName);
+    return () => {
+      unsubscribe();
+      if (!this.listeners.has(appName)) this.unfollow(appName);
+    };
+  }
+
+  /**
+   * On a cluster, resolves once the app's channel is subscribed (UNAVAILABLE
+   * when its shard cannot be reached); at once on one node, where one channel
+   * carries every app from the start.
+   */
+  async listening(appName: string): Promise<void> {
+    await this.following.get(appName);
   }
 
   async memoryChangeWindow(appName: string): Promise<MemoryChangeWindow> {
-    return changeWindowOf(Number((await this.call(() => this.redis.hget(this.keysOf(appName).meta, "seq"))) ?? 0));
+    return changeWindowOf(await this.head(appName));
   }
 
   async readMemoryChanges(appName: string, after: number, limit: number): Promise<MemoryChangePage> {
     const keys = this.keysOf(appName);
     // One transaction: the head and the log it trimmed agree.
-    const replies = (await this.call(() => this.redis.multi().hget(keys.meta, "seq").zrangebyscore(keys.changes, `(${after}`, "+inf", "LIMIT", 0, limit).exec()))!;
-    const [[headErr, head], [logErr, entries]] = replies as [[Error | null, string | null], [Error | null, string[]]];
-    if (headErr ?? logErr) throw headErr ?? logErr;
+    const [head, entries] = (await this.transaction((tx) => tx.hget(keys.meta, "seq").zrangebyscore(keys.changes, `(${after}`, "+inf", "LIMIT", 0, limit))) as [string | null, string[]];
     requireRetained(after, changeWindowOf(Number(head ?? 0)));
     const parsed = entries.map((entry) => {
       const [, seq, kind, rest] = /^(\d+):([wsd]):(.*)$/s.exec(entry)!;
@@ -364,9 +439,9 @@ export class RedisMemories implements LongTermMemoryStore {
     const ids = parsed.filter((e) => e.kind !== "d").map((e) => e.rest);
     const current = new Map<string, MemoryRecord>();
     if (ids.length > 0) {
-      const [[, records], [, validities], [, embeddings]] = (await this.call(() =>
-        this.redis.pipeline().hmget(keys.records, ...ids).hmget(keys.validity, ...ids).hmget(keys.embeddings, ...ids).exec(),
-      ))! as Array<[unknown, Array<string | null>]>;
+      const [records, validities, embeddings] = (await this.transaction((tx) => tx.hmget(keys.records, ...ids).hmget(keys.validity, ...ids).hmget(keys.embeddings, ...ids))) as Array<
+        Array<string | null>
+      >;
       ids.forEach((id, i) => {
         // Deleted since (or between the reads): its deletion follows.
         if (records[i] !== null && validities[i] !== null) current.set(id, decode(records[i]!, validities[i]!, embeddings[i]));
@@ -397,7 +472,7 @@ export class RedisMemories implements LongTermMemoryStore {
   /** The memories of a scan (read without embeddings), each with its embedding when it has one. */
   private async withEmbeddings(appName: string, memories: MemoryRecord[]): Promise<MemoryRecord[]> {
     if (memories.length === 0) return memories;
-    const embeddings = await this.call(() => this.redis.hmget(this.keysOf(appName).embeddings, ...memories.map((m) => hex(m.memoryId))));
+    const [embeddings] = (await this.transaction((tx) => tx.hmget(this.keysOf(appName).embeddings, ...memories.map((m) => hex(m.memoryId))))) as [Array<string | null>];
     return memories.map((m, i) => (embeddings[i] ? { ...m, embedding: JSON.parse(embeddings[i]!) as number[] } : m));
   }
 
@@ -417,11 +492,12 @@ export class RedisMemories implements LongTermMemoryStore {
         k.vectors,
         k.meta,
         k.changes,
-        this.channel,
+        this.channelOf(appName),
         this.origin,
         pairs.length,
         ...pairs.flat(),
         MEMORY_CHANGES_RETAINED,
+        this.publishCommand,
       ),
     );
     if (reply.length === 0) return [];
@@ -461,15 +537,13 @@ export class RedisMemories implements LongTermMemoryStore {
           .map(async (w) => {
             const upper = w.cursor !== undefined ? `(${w.prefix}${w.cursor}` : w.prefix === "" ? "+" : `(${w.prefix.slice(0, -1)};`;
             const lower = w.prefix === "" ? "-" : `[${w.prefix}`;
-            const members = await this.call(() => this.redis.zrevrangebylex(w.key, upper, lower, "LIMIT", 0, pageSize));
+            const [members] = (await this.transaction((tx) => tx.zrevrangebylex(w.key, upper, lower, "LIMIT", 0, pageSize))) as [string[]];
             if (members.length < pageSize) w.done = true;
             if (members.length === 0) return;
             const suffixes = members.map((m) => m.slice(w.prefix.length));
             w.cursor = suffixes[suffixes.length - 1];
             const ids = suffixes.map((s) => s.slice(s.indexOf(":") + 1));
-            const [[, records], [, validities]] = (await this.call(() => this.redis.pipeline().hmget(keys.records, ...ids).hmget(keys.validity, ...ids).exec()))! as Array<
-              [unknown, Array<string | null>]
-            >;
+            const [records, validities] = (await this.transaction((tx) => tx.hmget(keys.records, ...ids).hmget(keys.validity, ...ids))) as Array<Array<string | null>>;
             // A memory deleted between the two reads is skipped.
             w.buffer = suffixes.map((suffix, i) => ({
               suffix,
@@ -518,12 +592,92 @@ export class RedisMemories implements LongTermMemoryStore {
     return removed;
   }
 
+  /** The number of the app's newest change (0: none yet). */
+  private async head(appName: string): Promise<number> {
+    const [seq] = (await this.transaction((tx) => tx.hget(this.keysOf(appName).meta, "seq"))) as [string | null];
+    return Number(seq ?? 0);
+  }
+
+  /**
+   * Runs the reads `build` queues on one app's keys as one transaction
+   * (MULTI/EXEC); their replies in order. Never a pipeline: while the app's
+   * slot moves between masters (resharding) its keys sit on both, and ioredis
+   * re-sends a pipeline whose command met ASK whole to the node holding that
+   * key, where the keys still on the other read as absent (a memory not
+   * found, an empty page; lone commands too when auto-pipelining batches
+   * them). A transaction is redirected whole, or refused (TRYAGAIN, retried,
+   * then UNAVAILABLE); on one node it also reads the keys at one instant.
+   */
+  private transaction(build: (tx: ChainableCommander) => ChainableCommander): Promise<unknown[]> {
+    return this.call(async () => {
+      const replies = (await build(this.redis.multi()).exec())!;
+      return replies.map(([err, value]) => {
+        if (err) throw err;
+        return value;
+      });
+    });
+  }
+
   private emit(appName: string, change: MemoryChange): void {
     this.listeners.emit(appName, change);
   }
 
+  /**
+   * A cluster: SSUBSCRIBEs to the app's channel; once Redis acknowledges,
+   * the app's watchers catch up from the log (what was committed before the
+   * subscription counted). ioredis keeps the channel and subscribes again
+   * after failovers and slot moves ("subscribersReady" in listen()).
+   */
+  private follow(appName: string): void {
+    const subscriber = this.subscriber as Cluster | undefined;
+    if (!subscriber) return;
+    const subscribed = this.call(async () => void (await subscriber.ssubscribe(this.channelOf(appName))));
+    // Failed (its shard is unreachable): forgotten, so that the next watcher of the app tries again.
+    subscribed.catch(() => this.following.get(appName) === subscribed && this.following.delete(appName));
+    this.following.set(appName, subscribed);
+  }
+
+  /** A cluster: the app's last watcher left, so its channel is dropped. */
+  private unfollow(appName: string): void {
+    this.following.delete(appName);
+    (this.subscriber as Cluster | undefined)?.sunsubscribe(this.channelOf(appName)).catch(() => {});
+  }
+
+  /**
+   * A cluster's subscriptions were renewed (a failover, a slot move): the
+   * notices published meanwhile are lost, so each watched app's watchers hear
+   * how far its log has grown and read what they missed from it.
+   */
+  private async catchUp(): Promise<void> {
+    for (const appName of this.listeners.keys()) {
+      const head = await this.head(appName).catch(() => 0);
+      if (head > 0) this.emit(appName, { seq: head, kind: "remote" });
+    }
+  }
+
+  /**
+   * The sharded subscriber of a cluster: a Cluster of its own with one
+   * subscriber connection per master (ioredis' shardedSubscribers), which
+   * follows the slots as they move.
+   */
+  private shardedSubscriber(cluster: Cluster): Cluster {
+    const redisOptions = { ...cluster.options.redisOptions, connectionName: `${this.prefix}:memories`, commandTimeout: undefined };
+    return cluster.duplicate(undefined, { shardedSubscribers: true, lazyConnect: true, redisOptions });
+  }
+
+  /** PUBLISH on one node (every replica of any release hears it); SPUBLISH to the app's shard on a cluster. */
+  private get publishCommand(): string {
+    return this.clustered ? "SPUBLISH" : "PUBLISH";
+  }
+
+  /** The channel of an app's notices: one for every app on one node (today's name), the app's own in its slot on a cluster. */
+  private channelOf(appName: string): string {
+    return this.clustered ? `${this.prefix}:memories:{${hex(appName)}}` : `${this.prefix}:memories`;
+  }
+
   private keysOf(appName: string): AppKeys {
-    const base = `${this.prefix}:mem:${hex(appName)}`;
+    // On a cluster the hash tag puts every key of the app in one slot, so each script stays on one shard.
+    const base = this.clustered ? `${this.prefix}:mem:{${hex(appName)}}` : `${this.prefix}:mem:${hex(appName)}`;
     return {
       records: `${base}:rec`,
       validity: `${base}:val`,

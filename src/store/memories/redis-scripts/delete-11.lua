@@ -9,7 +9,9 @@
   then 2 per memory: hex id, and the index entry it must still have, or ""
   for any (a deletion by scope passes the entry it selected, so a memory
   written again meanwhile under the same id, maybe in another scope, stays);
-  then the changes the app's log retains.
+  then the changes the app's log retains, and the command that publishes
+  the notice ("PUBLISH" on one node, "SPUBLISH" to the app's channel on a
+  cluster).
 
   The deletion is one change of the app: numbered (meta "seq") and logged as
   "<seq>:d:<JSON of [memory id, user, agent, session] per memory>", its
@@ -20,7 +22,7 @@
   change number.
 ]]
 local channel, origin, n = ARGV[1], ARGV[2], tonumber(ARGV[3])
-local retained = tonumber(ARGV[4 + 2 * n])
+local retained, publish = tonumber(ARGV[4 + 2 * n]), ARGV[5 + 2 * n]
 local removed, stubs = {}, {}
 for i = 1, n do
   local id, expected = ARGV[2 + 2 * i], ARGV[3 + 2 * i]
@@ -49,5 +51,5 @@ local seq = redis.call("HINCRBY", KEYS[10], "seq", 1)
 redis.call("ZADD", KEYS[11], seq, seq .. ":d:" .. cjson.encode(stubs))
 redis.call("ZREMRANGEBYSCORE", KEYS[11], "-inf", seq - retained)
 local notice = '{"o":"' .. origin .. '","q":' .. seq .. ',"d":[' .. table.concat(removed, ",") .. "]}"
-redis.call("PUBLISH", channel, notice)
+redis.call(publish, channel, notice)
 return {notice}

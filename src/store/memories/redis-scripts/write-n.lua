@@ -13,7 +13,11 @@
   hex group or "" (no supersession key), valid from, invalid at or "",
   embedding dimension or 0, valid from as 16 digits that sort (+ 10^15),
   the embedding as JSON and as float64 little-endian bytes (both "" without);
-  then the changes each app's log retains.
+  then the changes each app's log retains, the command that publishes the
+  notice ("PUBLISH" on one node; "SPUBLISH" on a cluster, where the channel
+  carries the app's hash tag, so it is in the slot of the keys), and "check"
+  to run the checks only (a batch of several apps on a cluster, checked
+  across its apps before any is written) or "" to write.
 
   Each change is numbered by its app (meta "seq", one more per change) and
   logged: "<seq>:w:<hex id>" or "<seq>:s:<hex id>" under score seq; the log
@@ -35,10 +39,10 @@
   batch (the stored original of a retry), then of each memory the batch
   closed}, all as they are now. The notice is what was published ("" when
   nothing changed); it lists each change as [kind, record, validity,
-  embedding or null, change number].
+  embedding or null, change number]. A check that passes replies {"OK"}.
 ]]
 local channel, origin, n = ARGV[1], ARGV[2], tonumber(ARGV[3])
-local retained = tonumber(ARGV[4 + n * 13])
+local retained, publish, checkOnly = tonumber(ARGV[4 + n * 13]), ARGV[5 + n * 13], ARGV[6 + n * 13] == "check"
 local function arg(i, k) return ARGV[3 + (i - 1) * 13 + k] end
 local function key(app, k) return KEYS[(app - 1) * 11 + k] end
 -- A stored memory as a notice lists it, numbered and logged.
@@ -64,6 +68,7 @@ for i = 1, n do
   if seen[batchKey] and seen[batchKey] ~= fingerprint then return {"TAKEN", i - 1} end
   seen[batchKey] = seen[batchKey] or fingerprint
 end
+if checkOnly then return {"OK"} end
 
 local changes, closed, closedSeen = {}, {}, {}
 for i = 1, n do
@@ -123,7 +128,7 @@ end
 local notice = ""
 if #changes > 0 then
   notice = '{"o":"' .. origin .. '","c":[' .. table.concat(changes, ",") .. "]}"
-  redis.call("PUBLISH", channel, notice)
+  redis.call(publish, channel, notice)
 end
 local reply = {"OK", notice}
 for i = 1, n do
