@@ -30,10 +30,11 @@
  * the one-node guarantees.
  *
  * Long-term memories (src/store/memories/redis.ts) live under
- * <prefix>:mem:<hex app>:*, with their own change channel <prefix>:memories.
+ * <prefix>:mem:<hex app>:*, with their own change channel <prefix>:memories;
+ * on a cluster under <prefix>:mem:{<hex app>}:* (one slot per app), with a
+ * sharded channel per app, <prefix>:memories:{<hex app>}.
  */
 import { randomUUID } from "node:crypto";
-import type { Redis } from "ioredis";
 import { LRUCache } from "lru-cache";
 import { seqConflict, sessionNotFound, versionConflict } from "../errors.js";
 import { stateTooLarge } from "./state.js";
@@ -129,8 +130,7 @@ export class RedisStore implements MemoryStore {
     this.keys = new RedisKeys(keyPrefix, buckets);
     this.scripts = new RedisScripts(connection.commands, { keys: this.keys, limits }, wait);
     this.notices = new RedisNotices(connection, this.keys, this.listeners, this.decoded);
-    // RedisMemories still types its connection as one node's (cluster-memories changes that).
-    this.memories = new RedisMemories(connection.commands as Redis, keyPrefix, (run) => this.call(run));
+    this.memories = new RedisMemories(connection.commands, keyPrefix, (run) => this.call(run), wait);
   }
 
   /** Connects both connections (commands, notices) and subscribes; UNAVAILABLE when Redis cannot be reached. */

@@ -491,6 +491,13 @@ describe("RedisStore specifics", () => {
       expect((await waiting.readEvents("w1", { limit: 10 })).events.map((e) => e.eventId)).toEqual(["e1"]);
       const retried = await plain.appendEvents("w1", [event]);
       expect(retried).toMatchObject({ replayed: true, events: [{ seq: 1 }] });
+      // Memory writes and deletions wait the same way.
+      const written = await rejection(waiting.memories.writeMemories([memory({ appName: "wait-app", memoryId: "m1", text: "waits for a replica" })]));
+      expect(written.code).toBe("UNAVAILABLE");
+      expect(written.message).toMatch(/reached 0 of the 1 replicas/);
+      expect(await plain.memories.getMemory("wait-app", "m1")).toBeDefined();
+      expect((await rejection(waiting.memories.deleteMemories("wait-app", ["m1"]))).code).toBe("UNAVAILABLE");
+      expect(await plain.memories.getMemory("wait-app", "m1")).toBeUndefined();
     } finally {
       await waiting.close();
       await plain.close();

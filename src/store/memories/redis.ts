@@ -76,7 +76,7 @@ import type {
 } from "../types.js";
 import { KeyedListeners } from "../notices.js";
 import { isCluster, type RedisClient } from "../redis/connection.js";
-import { loadScripts } from "../redis/scripts.js";
+import { loadScripts, runThenWait, type WaitForReplicas } from "../redis/scripts.js";
 import { LEXICAL_QUERY, lexicalDocument, newLexicalIndex } from "./lexical.js";
 import {
   changeWindowOf,
@@ -229,6 +229,8 @@ export class RedisMemories implements LongTermMemoryStore {
     private readonly redis: RedisClient,
     private readonly prefix: string,
     private readonly call: RedisCall,
+    /** MEMORY_REDIS_WAIT_REPLICAS, as the session store waits: after each write and delete script. */
+    private readonly wait: WaitForReplicas = { replicas: 0, timeoutMs: 0 },
   ) {
     this.clustered = isCluster(redis);
     this.scripts = defineScripts(redis);
@@ -325,7 +327,7 @@ export class RedisMemories implements LongTermMemoryStore {
     }
     args.push(MEMORY_CHANGES_RETAINED, this.publishCommand, mode);
     // On a cluster the key count is fixed (defineScripts): one app per call.
-    const reply = await this.call(() => (this.clustered ? this.scripts.write(...keys, ...args) : this.scripts.write(keys.length, ...keys, ...args)));
+    const reply = await this.call(() => this.runWriting("write", this.clustered ? [...keys, ...args] : [keys.length, ...keys, ...args]));
     if (reply[0] === "TAKEN") {
       const i = batch[reply[1] as number];
       throw memoryIdTaken(`memories[${i}].memory_id`, memories[i].memoryId);
@@ -480,7 +482,7 @@ export class RedisMemories implements LongTermMemoryStore {
   private async remove(appName: string, pairs: ReadonlyArray<readonly [string, string]>): Promise<MemoryRecord[]> {
     const k = this.keysOf(appName);
     const reply = await this.call(() =>
-      this.scripts.delete(
+      this.runWriting("delete", [
         k.records,
         k.validity,
         k.entries,
@@ -498,10 +500,16 @@ export class RedisMemories implements LongTermMemoryStore {
         ...pairs.flat(),
         MEMORY_CHANGES_RETAINED,
         this.publishCommand,
-      ),
+      ]),
     );
     if (reply.length === 0) return [];
     return this.deliver(reply[0] as string, true);
+  }
+
+  /** A writing script (write-n.lua, delete-11.lua), then WAIT when MEMORY_REDIS_WAIT_REPLICAS asks for it. */
+  private runWriting(script: "write" | "delete", keysAndArgs: Array<string | number | Buffer>): Promise<Reply> {
+    if (this.wait.replicas === 0) return this.scripts[script](...keysAndArgs);
+    return runThenWait(this.redis, `engram_memories_${script}`, keysAndArgs, this.wait) as Promise<Reply>;
   }
 
   /** The newest SEARCH_CANDIDATES memories of the scope's index that the filter selects. */

@@ -454,41 +454,48 @@ export class RedisScripts {
 
   /**
    * Runs `script` with `input`; its decoded reply. With WAIT configured, a
-   * writing script is followed by WAIT on the same connection (one
-   * pipeline, so on a cluster it reaches the node that ran the script):
-   * UNAVAILABLE naming how many replicas acknowledged when fewer than asked.
+   * writing script is followed by WAIT (runThenWait).
    */
   async run<Input, Result>(script: Script<Input, Result>, input: Input): Promise<Result> {
     const command = this.commands.get(script.name);
     if (!command) throw new Error(`no script file for ${script.name} in ${SCRIPTS_DIR}`);
     const args = script.args(this.context, input);
     if (script.readOnly || this.wait.replicas === 0) return script.decode(await command(...args), input);
-    const { reply, acknowledged } = await this.runAndWait(script.name, args);
-    if (acknowledged < this.wait.replicas) {
+    return script.decode(await runThenWait(this.redis, `engram_${script.name}`, args, this.wait), input);
+  }
+}
+
+/**
+ * Runs the command `command` (a script defineCommand made) with `keysAndArgs`
+ * and, when `wait.replicas` > 0, WAIT in the same pipeline, so on a cluster
+ * it reaches the node that ran the script; a cluster's refusal before the
+ * script ran (slots moving) is tried again. UNAVAILABLE naming how many
+ * replicas acknowledged when fewer than asked: the write may have happened,
+ * and a retry with the same ids is idempotent. Every writing script of the
+ * store (sessions and memories) goes through here.
+ */
+export async function runThenWait(redis: RedisClient, command: string, keysAndArgs: Array<Arg | Buffer>, wait: WaitForReplicas): Promise<Reply> {
+  const runner = (target: object) => (target as Record<string, (...a: Array<Arg | Buffer>) => unknown>)[command].bind(target);
+  if (wait.replicas === 0) return (await runner(redis)(...keysAndArgs)) as Reply;
+  for (let attempt = 1; ; attempt++) {
+    const pipeline = redis.pipeline();
+    runner(pipeline)(...keysAndArgs);
+    pipeline.wait(wait.replicas, wait.timeoutMs);
+    const [[scriptError, reply], [waitError, acknowledged]] = (await pipeline.exec()) as Array<[Error | null, unknown]>;
+    if (scriptError) {
+      const redirected = /^(MOVED|ASK|TRYAGAIN|CLUSTERDOWN) /.test(scriptError.message);
+      if (!redirected || !isCluster(redis) || attempt >= REDIRECTED_TRIES) throw scriptError;
+      redis.refreshSlotsCache();
+      await sleep(100 * attempt);
+      continue;
+    }
+    if (waitError) throw waitError;
+    if (Number(acknowledged) < wait.replicas) {
       throw new MemoryError(
         "UNAVAILABLE",
-        `redis unavailable: the write reached ${acknowledged} of the ${this.wait.replicas} replicas MEMORY_REDIS_WAIT_REPLICAS asks for within ${this.wait.timeoutMs} ms; it may have been applied (retrying with the same event ids is safe)`,
+        `redis unavailable: the write reached ${Number(acknowledged)} of the ${wait.replicas} replicas MEMORY_REDIS_WAIT_REPLICAS asks for within ${wait.timeoutMs} ms; it may have been applied (retrying with the same ids is safe)`,
       );
     }
-    return script.decode(reply, input);
-  }
-
-  /** The script and WAIT in one pipeline; a cluster's refusal before the script ran (slots moving) is retried. */
-  private async runAndWait(name: string, args: Arg[]): Promise<{ reply: Reply; acknowledged: number }> {
-    for (let attempt = 1; ; attempt++) {
-      const pipeline = this.redis.pipeline();
-      (pipeline as unknown as Record<string, (...keysAndArgs: Arg[]) => unknown>)[`engram_${name}`](...args);
-      pipeline.wait(this.wait.replicas, this.wait.timeoutMs);
-      const [[scriptError, reply], [waitError, acknowledged]] = (await pipeline.exec()) as Array<[Error | null, unknown]>;
-      if (scriptError) {
-        const redirected = /^(MOVED|ASK|TRYAGAIN|CLUSTERDOWN) /.test(scriptError.message);
-        if (!redirected || !isCluster(this.redis) || attempt >= REDIRECTED_TRIES) throw scriptError;
-        this.redis.refreshSlotsCache();
-        await sleep(100 * attempt);
-        continue;
-      }
-      if (waitError) throw waitError;
-      return { reply: reply as Reply, acknowledged: Number(acknowledged) };
-    }
+    return reply as Reply;
   }
 }
