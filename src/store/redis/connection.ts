@@ -98,7 +98,8 @@ export type RedisClientOptions = RedisOptions & {
  * every node's connection except the ones a cluster keeps for itself:
  * `retryStrategy` becomes the cluster's, `lazyConnect` and
  * `enableOfflineQueue` the cluster's (the offline queue is kept: it holds
- * commands while slots move, each still bounded by `commandTimeout`). Reads
+ * commands while the client re-learns the slots; a queued command has no
+ * timeout of its own, so RedisConnection.call bounds each call). Reads
  * go to masters, so a read sees every write acknowledged before it.
  */
 export function openRedisClient(url: string, options: RedisClientOptions = {}): RedisClient {
@@ -237,11 +238,21 @@ export class RedisConnection {
     return new MemoryError("UNAVAILABLE", `cannot connect to Redis at ${maskUrl(this.options.url)}: ${cause}`, {}, { cause: err });
   }
 
-  /** Runs one call on the command connection; UNAVAILABLE once closed, and whatever it throws as a MemoryError. */
+  /**
+   * Runs one call on the command connection; UNAVAILABLE once closed, and
+   * whatever it throws as a MemoryError. On a cluster the whole call is also
+   * bounded by the command timeout: ioredis' Cluster keeps its offline queue
+   * (it holds commands while the client re-learns the slots), and a command
+   * waiting there has no timeout of its own, so with every node down a call
+   * would otherwise hang until the cluster came back. A call given up this
+   * way may still run later, as one whose reply timed out may have: a write
+   * retried with the same ids is idempotent.
+   */
   async call<T>(run: (commands: RedisClient) => Promise<T>): Promise<T> {
     if (this.closed) throw new MemoryError("UNAVAILABLE", "redis store is closed");
     try {
-      return await run(this.commands);
+      if (!this.cluster) return await run(this.commands);
+      return await boundedBy(run(this.commands), this.options.commandTimeoutMs ?? DEFAULT_COMMAND_TIMEOUT_MS);
     } catch (err) {
       throw storeError(err);
     }
@@ -342,4 +353,17 @@ export function durabilitySummary(settings: Record<string, string>): string {
     return `no AOF and no RDB snapshots: every append is lost when Redis restarts ${raw}`;
   }
   return `no AOF: only RDB snapshots (save "${settings.save}"); appends since the last snapshot are lost when Redis restarts ${raw}`;
+}
+
+/** `work`'s outcome, or UNAVAILABLE once `ms` have passed without one. */
+async function boundedBy<T>(work: Promise<T>, ms: number): Promise<T> {
+  let timer: NodeJS.Timeout | undefined;
+  const timeout = new Promise<never>((_, reject) => {
+    timer = setTimeout(() => reject(new MemoryError("UNAVAILABLE", `redis cluster unavailable: no answer within ${ms} ms (MEMORY_STORE_TIMEOUT_MS)`)), ms);
+  });
+  try {
+    return await Promise.race([work, timeout]);
+  } finally {
+    clearTimeout(timer);
+  }
 }
