@@ -105,7 +105,8 @@ async function underLoad(label: string, move: (tick: () => Promise<void>) => Pro
         } catch (err) {
           const code = ConnectError.from(err).code;
           writeErrors.push(`${eventId}: ${String(err)}`);
-          expect([Code.Unavailable, Code.DeadlineExceeded], `${eventId}: ${String(err)}`).toContain(code);
+          // Only "could not tell" is acceptable (checked after the load, not in this background loop).
+          if (code !== Code.Unavailable && code !== Code.DeadlineExceeded) readErrors.push(`write ${eventId}: ${String(err)}`);
           await sleep(50);
         }
       }

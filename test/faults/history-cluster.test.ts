@@ -2,9 +2,12 @@
  * The history checker (history.ts) on a Redis Cluster of 3 masters + 3
  * replicas dedicated to this file. The blackhole freezes every node
  * (SIGSTOP): connections stay open and the kernel still accepts bytes, but
- * nothing is answered, as with the chaos proxy's blackhole; all nodes thaw
- * together, so no replica is promoted for it. 8 s keeps the file short and
- * still spans several store timeouts (2 s).
+ * nothing is answered, as with the chaos proxy's blackhole. All nodes thaw
+ * together; should a replica still be promoted while they compare notes,
+ * it lacks nothing acknowledged (what a master answered before the freeze
+ * was already in its replica's socket), so the checker's "nothing lost"
+ * holds either way. 8 s keeps the file short and still spans several store
+ * timeouts (2 s).
  */
 import { startRedisCluster, type RedisCluster } from "../support/redis-cluster.js";
 import { describeHistorySuite } from "./history.js";

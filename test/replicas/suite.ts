@@ -193,8 +193,17 @@ async function eventually<T>(probe: () => Promise<T>, want: T, timeoutMs: number
   }
 }
 
-/** Registers the replica suite for one backend. */
-export function describeReplicaSuite(backend: () => ReplicaBackend, setup: { beforeAll(): Promise<void>; afterAll(): Promise<void> }): void {
+/**
+ * Registers the replica suite for one backend. `knownBugs.outage` names a
+ * store bug that makes case 4 fail on this backend: the case then runs as
+ * expected to fail (it.fails), so it turns red the day the bug is fixed and
+ * the note must go.
+ */
+export function describeReplicaSuite(
+  backend: () => ReplicaBackend,
+  setup: { beforeAll(): Promise<void>; afterAll(): Promise<void> },
+  knownBugs: { outage?: string } = {},
+): void {
   describe("replicas on a shared backend", () => {
     let b: ReplicaBackend;
     let one: Replica | undefined;
@@ -306,7 +315,7 @@ export function describeReplicaSuite(backend: () => ReplicaBackend, setup: { bef
       for (const { seqs } of await Promise.all(followers)) expect(seqs).toEqual(range(total));
     }, 90_000);
 
-    it("4. a backend outage: calls fail UNAVAILABLE within their deadline, health goes NOT_SERVING and back, nothing crashes", async () => {
+    (knownBugs.outage ? it.fails : it)(`4. a backend outage: calls fail UNAVAILABLE within their deadline, health goes NOT_SERVING and back, nothing crashes${knownBugs.outage ? ` (known bug: ${knownBugs.outage})` : ""}`, async () => {
       const id = sessionId("outage");
       await one!.grpc.createSession({ appName: "app", userId: "u", sessionId: id });
       await one!.grpc.addEvent({ sessionId: id, event: { eventType: "user_message", eventId: "before" } });

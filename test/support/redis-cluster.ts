@@ -187,7 +187,8 @@ export async function startRedisCluster(): Promise<RedisCluster> {
     let client = admins.get(node.index);
     if (!client) {
       // No retries and no offline queue: a dead node answers with an error at once, not after a wait.
-      client = new Redis({ host: "127.0.0.1", port: node.port, lazyConnect: false, maxRetriesPerRequest: 0, enableOfflineQueue: false, retryStrategy: () => 200 });
+      // A command timeout too: a paused node must make a query fail, not hang the test.
+      client = new Redis({ host: "127.0.0.1", port: node.port, lazyConnect: false, maxRetriesPerRequest: 0, enableOfflineQueue: false, retryStrategy: () => 200, commandTimeout: 5000 });
       client.on("error", () => {}); // a killed node is expected here
       admins.set(node.index, client);
     }
@@ -200,6 +201,13 @@ export async function startRedisCluster(): Promise<RedisCluster> {
     return client;
   };
   const running = () => nodes.filter((node) => node.running);
+  const paused = new Set<number>();
+  /** A running node that answers (not paused), to ask for the cluster's view. */
+  const witness = () => {
+    const node = running().find((candidate) => !paused.has(candidate.index));
+    if (!node) throw new Error("cluster: no running node answers");
+    return node;
+  };
   const byId = (id: string) => nodes.find((node) => node.id === id);
   const viewOf = async (node: ClusterNode) => parseClusterNodes(String(await (await ready(node)).call("CLUSTER", "NODES")));
 
@@ -219,12 +227,12 @@ export async function startRedisCluster(): Promise<RedisCluster> {
     throw err;
   }
 
-  const slotOf = async (key: string) => Number(await (await ready(running()[0])).call("CLUSTER", "KEYSLOT", key));
+  const slotOf = async (key: string) => Number(await (await ready(witness())).call("CLUSTER", "KEYSLOT", key));
   const toSlot = async (slotOrKey: SlotOrKey) => (typeof slotOrKey === "number" ? slotOrKey : slotOf(slotOrKey));
 
   const masterOf = async (slotOrKey: SlotOrKey) => {
     const slot = await toSlot(slotOrKey);
-    const view = await viewOf(running()[0]);
+    const view = await viewOf(witness());
     const line = view.find((candidate) => candidate.flags.includes("master") && !isFailed(candidate) && serves(candidate, slot));
     const node = line && byId(line.id);
     if (!node) throw new Error(`cluster: no live master serves slot ${slot}`);
@@ -232,12 +240,12 @@ export async function startRedisCluster(): Promise<RedisCluster> {
   };
 
   const rangesOf = async (master: ClusterNode) => {
-    const line = (await viewOf(running()[0])).find((candidate) => candidate.id === master.id);
+    const line = (await viewOf(witness())).find((candidate) => candidate.id === master.id);
     return [...(line?.ranges ?? [])].sort((a, b) => a[0] - b[0]);
   };
 
   const replicasOf = async (master: ClusterNode) => {
-    const view = await viewOf(running()[0]);
+    const view = await viewOf(witness());
     return view.filter((line) => line.masterId === master.id).map((line) => byId(line.id)!);
   };
 
@@ -285,7 +293,7 @@ export async function startRedisCluster(): Promise<RedisCluster> {
 
   const waitForFailover = async (failed: ClusterNode, timeoutMs = 30_000) => {
     const promoted = await until(`a replica of ${failed.address} promoted`, timeoutMs, async () => {
-      const view = await viewOf(running()[0]);
+      const view = await viewOf(witness());
       const line = view.find((candidate) => formerReplicas.get(failed.id)?.has(candidate.id) && candidate.flags.includes("master") && candidate.ranges.length > 0);
       const node = line && byId(line.id);
       return node?.running ? node : undefined;
@@ -297,7 +305,7 @@ export async function startRedisCluster(): Promise<RedisCluster> {
   // Who replicated whom at creation and after each change: a promotion must come from failed's own replicas.
   const formerReplicas = new Map<string, Set<string>>();
   const recordReplicas = async () => {
-    for (const line of await viewOf(running()[0])) {
+    for (const line of await viewOf(witness())) {
       if (!line.masterId) continue;
       const set = formerReplicas.get(line.masterId) ?? new Set<string>();
       set.add(line.id);
@@ -382,8 +390,14 @@ export async function startRedisCluster(): Promise<RedisCluster> {
     killMaster,
     waitForFailover,
     restartNode,
-    pause: (node) => signal(node, "SIGSTOP"),
-    resume: (node) => signal(node, "SIGCONT"),
+    pause: (node) => {
+      signal(node, "SIGSTOP");
+      paused.add(node.index);
+    },
+    resume: (node) => {
+      signal(node, "SIGCONT");
+      paused.delete(node.index);
+    },
     stopAll,
     restartAll,
     migrateSlots,
