@@ -328,7 +328,7 @@ export function describeReplicaSuite(
             () => r.connect.listSessions({}, { timeoutMs: 4000 } as never),
           ]) {
             const started = Date.now();
-            expect(await codeOf(call())).toBe(Code.Unavailable);
+            expect(await codeOf(call()), `replica ${[one, two].indexOf(r)} call ${call.toString().slice(0, 60)}`).toBe(Code.Unavailable);
             expect(Date.now() - started).toBeLessThan(4000);
           }
           await eventually(() => healthCheck(r.proc.address), "NOT_SERVING", 8000);

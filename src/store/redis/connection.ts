@@ -240,8 +240,9 @@ export class RedisConnection {
 
   /**
    * Runs one call on the command connection; UNAVAILABLE once closed, and
-   * whatever it throws as a MemoryError. On a cluster the whole call is also
-   * bounded by the command timeout: ioredis' Cluster keeps its offline queue
+   * whatever it throws as a MemoryError. On a cluster, UNAVAILABLE at once
+   * while the client is not connected, and the whole call is also bounded by
+   * the command timeout: ioredis' Cluster keeps its offline queue
    * (it holds commands while the client re-learns the slots), and a command
    * waiting there has no timeout of its own, so with every node down a call
    * would otherwise hang until the cluster came back. A call given up this
@@ -252,6 +253,8 @@ export class RedisConnection {
     if (this.closed) throw new MemoryError("UNAVAILABLE", "redis store is closed");
     try {
       if (!this.cluster) return await run(this.commands);
+      // Not connected to the cluster at all (every node down, or not yet reached): fail now, as one node's client does.
+      if (this.commands.status !== "ready") throw new MemoryError("UNAVAILABLE", `redis cluster unavailable: the client is ${this.commands.status}`);
       return await boundedBy(run(this.commands), this.options.commandTimeoutMs ?? DEFAULT_COMMAND_TIMEOUT_MS);
     } catch (err) {
       throw storeError(err);
