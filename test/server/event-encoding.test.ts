@@ -3,30 +3,17 @@
  * reflective toBinary writes, for every event the service can produce
  * (and for odd ones it never produces), and decode back to the same event.
  */
-import { create, fromBinary, fromJson, toBinary, type JsonObject } from "@bufbuild/protobuf";
+import { create, fromBinary, fromJson, toBinary } from "@bufbuild/protobuf";
 import { timestampFromMs, ValueSchema } from "@bufbuild/protobuf/wkt";
 import fc from "fast-check";
 import { describe, expect, it } from "vitest";
 import { EventSchema } from "@engram-memory/client/gen/engram/v1/memory_pb.js";
 import { encodeEvent } from "../../src/server/event-encoding.js";
 import { toWireEvent } from "../../src/service/convert.js";
-import { jsonValue } from "../support/arbitraries.js";
+import { storedEvent as storedEventArbitrary } from "../support/arbitraries.js";
 
 const text = fc.string({ unit: "binary", maxLength: 40 });
-const json = jsonValue(text);
-const jsonObject = fc.dictionary(text, json, { maxKeys: 5 }) as fc.Arbitrary<JsonObject>;
-
-const storedEvent = fc.record({
-  sessionId: text,
-  seq: fc.oneof(fc.constant(0), fc.integer({ min: 1, max: 2 ** 40 }), fc.constant(Number.MAX_SAFE_INTEGER)),
-  eventId: text,
-  eventType: text,
-  content: json,
-  metadata: jsonObject,
-  // Years 1..9999, before and after 1970, with and without milliseconds.
-  timestamp: fc.integer({ min: -62135596800000, max: 253402300799999 }),
-  stateDelta: fc.option(jsonObject, { nil: undefined }),
-});
+const storedEvent = storedEventArbitrary(text);
 
 describe("toWireEvent", () => {
   it("builds what protobuf-es' create() and fromJson() build", () => {

@@ -3,7 +3,7 @@
  * text protobuf-es' toJsonString writes with the server's JSON options, for
  * every event the service can produce and for odd ones it never produces.
  */
-import { create, toJsonString, type DescMessage, type JsonObject } from "@bufbuild/protobuf";
+import { create, toJsonString, type DescMessage } from "@bufbuild/protobuf";
 import fc from "fast-check";
 import { describe, expect, it } from "vitest";
 import {
@@ -17,24 +17,11 @@ import {
 import { eventJson, jsonResponseEncoder } from "../../src/server/event-json.js";
 import { JSON_WRITE_OPTIONS } from "../../src/server/status.js";
 import { toWireEvent } from "../../src/service/convert.js";
-import { jsonValue } from "../support/arbitraries.js";
+import { storedEvent as storedEventArbitrary } from "../support/arbitraries.js";
 
 // Keys include "__proto__", which toJson drops (it builds objects by assignment).
 const text = fc.oneof({ weight: 9, arbitrary: fc.string({ unit: "binary", maxLength: 40 }) }, { weight: 1, arbitrary: fc.constantFrom("__proto__", "0", "10", "-1") });
-const json = jsonValue(text);
-const jsonObject = fc.dictionary(text, json, { maxKeys: 5 }) as fc.Arbitrary<JsonObject>;
-
-const storedEvent = fc.record({
-  sessionId: text,
-  seq: fc.oneof(fc.constant(0), fc.integer({ min: 1, max: 2 ** 40 }), fc.constant(Number.MAX_SAFE_INTEGER)),
-  eventId: text,
-  eventType: text,
-  content: json,
-  metadata: jsonObject,
-  // Years 1..9999, before and after 1970, with and without milliseconds.
-  timestamp: fc.integer({ min: -62135596800000, max: 253402300799999 }),
-  stateDelta: fc.option(jsonObject, { nil: undefined }),
-});
+const storedEvent = storedEventArbitrary(text);
 
 const RUNS = Number(process.env.ENCODING_RUNS ?? 2000);
 

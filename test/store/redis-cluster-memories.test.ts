@@ -298,6 +298,18 @@ describe("two servers on the cluster", () => {
     await Promise.all([one?.stop(), two?.stop()]);
   });
 
+  /** The authorization header of a new write key for every app, stored on the cluster as an operator's CLI would. */
+  async function writerHeaders(): Promise<{ authorization: string }> {
+    const keys = await openApiKeyStore(loadConfig([], { MEMORY_TYPE: "redis", MEMORY_REDIS_URL: cluster.url, MEMORY_KEY_PREFIX: keyPrefix }));
+    try {
+      const made = generateApiKey({ role: "write", apps: ["*"] });
+      await keys.create(made.record);
+      return { authorization: `Bearer ${made.key}` };
+    } finally {
+      await keys.close();
+    }
+  }
+
   it("an API key made on the cluster works on both servers and shares one rate budget; a key from nowhere does not; its revocation reaches both", async () => {
     const keys = await openApiKeyStore(loadConfig([], { MEMORY_TYPE: "redis", MEMORY_REDIS_URL: cluster.url, MEMORY_KEY_PREFIX: keyPrefix }));
     try {
@@ -337,11 +349,7 @@ describe("two servers on the cluster", () => {
   });
 
   it("WatchMemories on one server sees the writes, supersessions and deletions made through the other", async () => {
-    const keys = await openApiKeyStore(loadConfig([], { MEMORY_TYPE: "redis", MEMORY_REDIS_URL: cluster.url, MEMORY_KEY_PREFIX: keyPrefix }));
-    const made = generateApiKey({ role: "write", apps: ["*"] });
-    await keys.create(made.record);
-    await keys.close();
-    const headers = { authorization: `Bearer ${made.key}` };
+    const headers = await writerHeaders();
     const [appName] = await appsOnDistinctMasters(1);
     const watcher = connectClient(two.baseUrl, { headers });
     const writer = grpcJsClient(one.address, { headers });
@@ -355,11 +363,7 @@ describe("two servers on the cluster", () => {
 
   // Last in the file: it kills a master (restarted afterwards, as a replica).
   it("a watch on one server keeps hearing the other after its app's master is killed and its replica promoted", async () => {
-    const keys = await openApiKeyStore(loadConfig([], { MEMORY_TYPE: "redis", MEMORY_REDIS_URL: cluster.url, MEMORY_KEY_PREFIX: keyPrefix }));
-    const made = generateApiKey({ role: "write", apps: ["*"] });
-    await keys.create(made.record);
-    await keys.close();
-    const headers = { authorization: `Bearer ${made.key}` };
+    const headers = await writerHeaders();
     const [appName] = await appsOnDistinctMasters(1);
     const watcher = connectClient(two.baseUrl, { headers });
     const writer = grpcJsClient(one.address, { headers });

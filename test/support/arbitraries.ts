@@ -1,5 +1,5 @@
 /** fast-check arbitraries shared by the property tests of the wire encoders and decoders. */
-import type { JsonValue } from "@bufbuild/protobuf";
+import type { JsonObject, JsonValue } from "@bufbuild/protobuf";
 import fc from "fast-check";
 
 /**
@@ -20,4 +20,24 @@ export function jsonValue(text: fc.Arbitrary<string>, { infinities = false } = {
       fc.dictionary(text, tie("value"), { maxKeys: 4 }),
     ),
   })).value;
+}
+
+/**
+ * A stored event as a store returns it, every field drawn (strings from
+ * `text`): the input of the wire encoders' property tests (binary and JSON).
+ */
+export function storedEvent(text: fc.Arbitrary<string>) {
+  const json = jsonValue(text);
+  const jsonObject = fc.dictionary(text, json, { maxKeys: 5 }) as fc.Arbitrary<JsonObject>;
+  return fc.record({
+    sessionId: text,
+    seq: fc.oneof(fc.constant(0), fc.integer({ min: 1, max: 2 ** 40 }), fc.constant(Number.MAX_SAFE_INTEGER)),
+    eventId: text,
+    eventType: text,
+    content: json,
+    metadata: jsonObject,
+    // Years 1..9999, before and after 1970, with and without milliseconds.
+    timestamp: fc.integer({ min: -62135596800000, max: 253402300799999 }),
+    stateDelta: fc.option(jsonObject, { nil: undefined }),
+  });
 }
