@@ -28,12 +28,4 @@ describeReplicaSuite(
       await cluster?.stop();
     },
   },
-  {
-    // With every node down, a node's connection of the cluster client queues its commands (ioredis
-    // keeps a cluster node's offline queue), where no command timeout applies. The store bounds each call
-    // by MEMORY_STORE_TIMEOUT_MS (src/store/redis/connection.ts), so a call without a deadline answers
-    // UNAVAILABLE by then instead of hanging; but a call whose deadline is no later than that (4 s here,
-    // the default store timeout) still ends DEADLINE_EXCEEDED, where one node answers UNAVAILABLE at once.
-    outage: "a cluster node's offline queue holds a call until MEMORY_STORE_TIMEOUT_MS, not failing it at once",
-  },
 );

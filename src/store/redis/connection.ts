@@ -182,6 +182,8 @@ export class RedisConnection {
   readonly cluster: boolean;
   private readonly subscriber: RedisClient;
   private closed = false;
+  /** Cluster: how to fail each call in flight, should the client lose the whole cluster. */
+  private readonly inFlight = new Set<(err: MemoryError) => void>();
   /** The command connection's last error: connect() only says "Connection is closed.", this has the reason. */
   private lastError: Error | undefined;
 
@@ -206,6 +208,13 @@ export class RedisConnection {
     });
     // Without listeners ioredis reports every failed reconnect as an unhandled error event.
     this.commands.on("error", (err: Error) => (this.lastError = err));
+    // A cluster client that lost every node: the calls waiting on it answer now (call()).
+    if (this.cluster) {
+      this.commands.on("close", () => {
+        const lost = new MemoryError("UNAVAILABLE", "redis cluster unavailable: the connection to every node was lost");
+        for (const giveUp of this.inFlight) giveUp(lost);
+      });
+    }
     this.subscriber.on("error", () => {});
   }
 
@@ -245,9 +254,10 @@ export class RedisConnection {
    * the command timeout: ioredis' Cluster keeps its offline queue
    * (it holds commands while the client re-learns the slots), and a command
    * waiting there has no timeout of its own, so with every node down a call
-   * would otherwise hang until the cluster came back. A call given up this
-   * way may still run later, as one whose reply timed out may have: a write
-   * retried with the same ids is idempotent.
+   * would otherwise hang until the cluster came back. Calls in flight when
+   * the client loses the whole cluster (its "close") fail UNAVAILABLE then.
+   * A call given up this way may still run later, as one whose reply timed
+   * out may have: a write retried with the same ids is idempotent.
    */
   async call<T>(run: (commands: RedisClient) => Promise<T>): Promise<T> {
     if (this.closed) throw new MemoryError("UNAVAILABLE", "redis store is closed");
@@ -255,7 +265,14 @@ export class RedisConnection {
       if (!this.cluster) return await run(this.commands);
       // Not connected to the cluster at all (every node down, or not yet reached): fail now, as one node's client does.
       if (this.commands.status !== "ready") throw new MemoryError("UNAVAILABLE", `redis cluster unavailable: the client is ${this.commands.status}`);
-      return await boundedBy(run(this.commands), this.options.commandTimeoutMs ?? DEFAULT_COMMAND_TIMEOUT_MS);
+      let giveUp!: (err: MemoryError) => void;
+      const lost = new Promise<never>((_, reject) => (giveUp = reject));
+      this.inFlight.add(giveUp);
+      try {
+        return await boundedBy(Promise.race([run(this.commands), lost]), this.options.commandTimeoutMs ?? DEFAULT_COMMAND_TIMEOUT_MS);
+      } finally {
+        this.inFlight.delete(giveUp);
+      }
     } catch (err) {
       throw storeError(err);
     }
