@@ -265,16 +265,24 @@ export class RedisConnection {
       if (!this.cluster) return await run(this.commands);
       // Not connected to the cluster at all (every node down, or not yet reached): fail now, as one node's client does.
       if (this.commands.status !== "ready") throw new MemoryError("UNAVAILABLE", `redis cluster unavailable: the client is ${this.commands.status}`);
-      let giveUp!: (err: MemoryError) => void;
-      const lost = new Promise<never>((_, reject) => (giveUp = reject));
-      this.inFlight.add(giveUp);
-      try {
-        return await boundedBy(Promise.race([run(this.commands), lost]), this.options.commandTimeoutMs ?? DEFAULT_COMMAND_TIMEOUT_MS);
-      } finally {
-        this.inFlight.delete(giveUp);
-      }
+      return await this.givenUpInTime(run(this.commands));
     } catch (err) {
       throw storeError(err);
+    }
+  }
+
+  /** Cluster: `work`'s outcome, or UNAVAILABLE once the command timeout passes or the client loses every node, whichever comes first. */
+  private async givenUpInTime<T>(work: Promise<T>): Promise<T> {
+    const ms = this.options.commandTimeoutMs ?? DEFAULT_COMMAND_TIMEOUT_MS;
+    let giveUp!: (err: MemoryError) => void;
+    const givenUp = new Promise<never>((_, reject) => (giveUp = reject));
+    const timer = setTimeout(() => giveUp(new MemoryError("UNAVAILABLE", `redis cluster unavailable: no answer within ${ms} ms (MEMORY_STORE_TIMEOUT_MS)`)), ms);
+    this.inFlight.add(giveUp);
+    try {
+      return await Promise.race([work, givenUp]);
+    } finally {
+      clearTimeout(timer);
+      this.inFlight.delete(giveUp);
     }
   }
 
@@ -373,17 +381,4 @@ export function durabilitySummary(settings: Record<string, string>): string {
     return `no AOF and no RDB snapshots: every append is lost when Redis restarts ${raw}`;
   }
   return `no AOF: only RDB snapshots (save "${settings.save}"); appends since the last snapshot are lost when Redis restarts ${raw}`;
-}
-
-/** `work`'s outcome, or UNAVAILABLE once `ms` have passed without one. */
-async function boundedBy<T>(work: Promise<T>, ms: number): Promise<T> {
-  let timer: NodeJS.Timeout | undefined;
-  const timeout = new Promise<never>((_, reject) => {
-    timer = setTimeout(() => reject(new MemoryError("UNAVAILABLE", `redis cluster unavailable: no answer within ${ms} ms (MEMORY_STORE_TIMEOUT_MS)`)), ms);
-  });
-  try {
-    return await Promise.race([work, timeout]);
-  } finally {
-    clearTimeout(timer);
-  }
 }
