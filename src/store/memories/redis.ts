@@ -109,7 +109,6 @@ const DELETE_PAGE = 500;
 const SCRIPTS_DIR = path.join(path.dirname(fileURLToPath(import.meta.url)), "redis-scripts");
 
 type Reply = Array<string | number | null>;
-type ScriptRunner = (...keysAndArgs: Array<string | number | Buffer>) => Promise<Reply>;
 
 const hex = (s: string) => Buffer.from(s, "utf8").toString("hex");
 const unhex = (s: string) => Buffer.from(s, "hex").toString("utf8");
@@ -200,16 +199,13 @@ function vectorOf(bytes: Buffer): number[] {
 }
 
 /** Loads redis-scripts/<name>-<keys>.lua as commands; "n" keys: the caller passes the key count first. */
-function defineScripts(redis: RedisClient): Record<"write" | "delete", ScriptRunner> {
-  const scripts: Record<string, ScriptRunner> = {};
+function defineScripts(redis: RedisClient): void {
   for (const [name, { lua, numberOfKeys }] of loadScripts(SCRIPTS_DIR)) {
     const command = `engram_memories_${name}`;
     // A cluster call holds one app's keys: a fixed count, so ioredis' auto-pipelining (when on) routes it by its first key, not by the count.
     const keys = numberOfKeys ?? (isCluster(redis) ? APP_KEY_COUNT : undefined);
     redis.defineCommand(command, keys === undefined ? { lua } : { numberOfKeys: keys, lua });
-    scripts[name] = (redis as unknown as Record<string, ScriptRunner>)[command].bind(redis);
   }
-  return scripts as Record<"write" | "delete", ScriptRunner>;
 }
 
 /** The Redis LongTermMemoryStore: a RedisStore's `memories`, on its command connection and key prefix. */
@@ -218,7 +214,6 @@ export class RedisMemories implements LongTermMemoryStore {
   private readonly origin = randomUUID();
   /** On a Redis Cluster: hash-tagged keys, a channel per app, sharded pub/sub (the header says the layout). */
   private readonly clustered: boolean;
-  private readonly scripts: Record<"write" | "delete", ScriptRunner>;
   private readonly listeners = new KeyedListeners<MemoryChange>();
   /** A connection of its own for the channel: subscribed while the store is open. */
   private subscriber?: RedisClient;
@@ -233,7 +228,7 @@ export class RedisMemories implements LongTermMemoryStore {
     private readonly wait: WaitForReplicas = { replicas: 0, timeoutMs: 0 },
   ) {
     this.clustered = isCluster(redis);
-    this.scripts = defineScripts(redis);
+    defineScripts(redis);
   }
 
   /** Subscribes to the changes other replicas publish; rejects when Redis cannot be reached. */
@@ -508,7 +503,6 @@ export class RedisMemories implements LongTermMemoryStore {
 
   /** A writing script (write-n.lua, delete-11.lua), then WAIT when MEMORY_REDIS_WAIT_REPLICAS asks for it. */
   private runWriting(script: "write" | "delete", keysAndArgs: Array<string | number | Buffer>): Promise<Reply> {
-    if (this.wait.replicas === 0) return this.scripts[script](...keysAndArgs);
     return runThenWait(this.redis, `engram_memories_${script}`, keysAndArgs, this.wait) as Promise<Reply>;
   }
 
