@@ -99,10 +99,27 @@ describe("RedisStore specifics", () => {
       await waitFor(() => notices.length === 1);
       expect(notices[0].events?.map((e) => e.content)).toEqual(["streamed"]);
       const decodedKeys = [...(replica as unknown as { decoded: Map<string, unknown> }).decoded.keys()];
-      expect(decodedKeys.some((k) => k.startsWith("1:2:s1"))).toBe(true);
-      expect(decodedKeys.some((k) => k.startsWith("1:2:s2"))).toBe(false);
+      expect(decodedKeys).toContain("1:s1");
+      expect(decodedKeys).not.toContain("1:s2");
     } finally {
       await Promise.all([writer.close(), replica.close()]);
+    }
+  });
+
+  it("reads a session recreated under its id as it is now, not as this replica decoded it before", async () => {
+    const store = await openStore();
+    try {
+      await makeSession(store, "s1");
+      await store.appendEvents("s1", [newEvent("user_message", "before")]);
+      expect((await store.readEvents("s1", { afterSeq: 0, limit: 10 })).events.map((e) => e.content)).toEqual(["before"]);
+      expect(await store.deleteSession("s1")).toBe(true);
+      await makeSession(store, "s1");
+      await store.appendEvents("s1", [newEvent("user_message", "after")]);
+      // The same session id and seq, another stored text: the decoded "before" must not be served.
+      const read = (await store.readEvents("s1", { afterSeq: 0, limit: 10 })).events;
+      expect(read.map((e) => [e.seq, e.content])).toEqual([[1, "after"]]);
+    } finally {
+      await store.close();
     }
   });
 
