@@ -9,6 +9,9 @@
  * the session's events. The test holds the memories table (LOCK TABLE in an
  * open transaction) until PostgreSQL shows Recall's memory read waiting on
  * it, replaces the session through the server meanwhile, and lets go.
+ * Fact extraction, which reads an appended session again in the background,
+ * is forced the same way: its one worker is held on a scripted chat
+ * endpoint while the scoped append's range waits behind it.
  * The writes and the other reads have no such point between their check and
  * their one store call that a test can hold without a hook in the store: the
  * store conformance suite (test/store/conformance.ts, "5c") forces their
@@ -26,6 +29,7 @@ import { FileKeyStore } from "../../src/auth/file-key-store.js";
 import { PostgresStore } from "../../src/store/postgres.js";
 import { connectClient, errorOf, type MemoryClient } from "../support/clients.js";
 import { startTestServer, type TestServer } from "../support/engram.js";
+import { startScriptedChatServer, type ScriptedAnswer, type ScriptedChatServer } from "../support/scripted-chat-server.js";
 
 const url = process.env.MEMORY_TEST_POSTGRES_URL!;
 const schema = `replaced_${process.pid}_${Math.random().toString(36).slice(2, 8)}`;
@@ -35,6 +39,8 @@ const OTHER_APP = "replaced-other";
 const REACH_TIMEOUT_MS = 20_000;
 
 let dir: string;
+let keyFile: FileKeyStore;
+const keys: Record<"alice" | "everyApp" | "other", string> = { alice: "", everyApp: "", other: "" };
 let server: TestServer;
 let admin: pg.Client;
 let alice: MemoryClient;
@@ -44,21 +50,18 @@ const text = (s: string) => ({ kind: { case: "stringValue" as const, value: s } 
 
 beforeAll(async () => {
   dir = mkdtempSync(path.join(tmpdir(), "engram-replaced-"));
-  const keyFile = new FileKeyStore(path.join(dir, "keys.json"));
+  keyFile = new FileKeyStore(path.join(dir, "keys.json"));
   const keyFor = async (scope: Pick<ApiKeyRecord, "role" | "apps" | "userId">) => {
     const { key, record } = generateApiKey(scope);
     await keyFile.create(record);
     return key;
   };
-  const keys = {
-    alice: await keyFor({ role: "write", apps: [APP], userId: "alice" }),
-    everyApp: await keyFor({ role: "admin", apps: ["*"] }),
-    other: await keyFor({ role: "write", apps: [OTHER_APP] }),
-  };
+  keys.alice = await keyFor({ role: "write", apps: [APP], userId: "alice" });
+  keys.everyApp = await keyFor({ role: "admin", apps: ["*"] });
+  keys.other = await keyFor({ role: "write", apps: [OTHER_APP] });
   const store = await PostgresStore.open({ url, schema, limits: { maxSessions: 0, maxSessionEvents: 0 } });
   server = await startTestServer({ store, config: { auth: true, authKeysFile: keyFile.path, authCacheMs: 0 } });
-  const client = (key: string) => connectClient(server.baseUrl, { headers: { authorization: `Bearer ${key}` } });
-  [alice, everyApp, other] = [client(keys.alice), client(keys.everyApp), client(keys.other)];
+  [alice, everyApp, other] = clientsOf(server);
   admin = new pg.Client({ connectionString: url });
   await admin.connect();
 });
@@ -69,6 +72,18 @@ afterAll(async () => {
   await admin?.end();
   rmSync(dir, { recursive: true, force: true });
 });
+
+/** Clients of `target` with alice's, the every-app admin's and the other tenant's keys. */
+function clientsOf(target: TestServer): [MemoryClient, MemoryClient, MemoryClient] {
+  const client = (key: string) => connectClient(target.baseUrl, { headers: { authorization: `Bearer ${key}` } });
+  return [client(keys.alice), client(keys.everyApp), client(keys.other)];
+}
+
+/** Another tenant takes `sessionId` over: an admin key deletes the session, the other app's key creates it again. */
+async function replace(sessionId: string, admin: MemoryClient, otherTenant: MemoryClient): Promise<void> {
+  expect((await admin.deleteSession({ sessionId })).deleted).toBe(true);
+  await otherTenant.createSession({ appName: OTHER_APP, userId: "bob", sessionId });
+}
 
 /**
  * Runs `call` while the schema's memories table is locked, runs `meanwhile`
@@ -111,9 +126,7 @@ describe("a session replaced by another tenant between a scoped key's check and 
     const outcome = await whileMemoriesHeld(
       () => alice.recall({ sessionId, query: "words", tokenizer: "chars4" }),
       async () => {
-        // Another tenant takes the id over: an admin key deletes the session, the other app's key creates it again.
-        expect((await everyApp.deleteSession({ sessionId })).deleted).toBe(true);
-        await other.createSession({ appName: OTHER_APP, userId: "bob", sessionId });
+        await replace(sessionId, everyApp, other);
         await other.addEvent({ sessionId, event: { eventType: "user_message", content: text("bob's secret words") } });
       },
     );
@@ -139,5 +152,64 @@ describe("a session replaced by another tenant between a scoped key's check and 
     expect(outcome.status).toBe("fulfilled");
     const recall = (outcome as PromiseFulfilledResult<Awaited<ReturnType<MemoryClient["recall"]>>>).value;
     expect(recall.context?.text).toContain("alice's own words");
+  });
+});
+
+describe("a session replaced by another tenant between a scoped key's append and its fact extraction", () => {
+  /** Answers the request held back, once it arrived. */
+  let releaseHeld: ((answer: ScriptedAnswer) => void) | undefined;
+  let chat: ScriptedChatServer;
+  let extracting: TestServer;
+  let clients: [MemoryClient, MemoryClient, MemoryClient];
+  const fact = { content: JSON.stringify({ facts: [{ subject: "alice", predicate: "lives in", object: "porto" }] }) };
+
+  beforeAll(async () => {
+    chat = await startScriptedChatServer((transcript) => (transcript.includes("held back") ? new Promise((resolve) => (releaseHeld = resolve)) : fact));
+    extracting = await startTestServer({
+      config: {
+        auth: true,
+        authKeysFile: keyFile.path,
+        authCacheMs: 0,
+        extractionUrl: chat.url,
+        extractionModel: "scripted",
+        extractionTimeoutMs: 30_000,
+        extractionMaxEvents: 20,
+        extractionQueueSize: 10,
+        // One worker: the range appended while it is held waits in the queue.
+        extractionConcurrency: 1,
+        extractionEventTypes: ["user_message"],
+      },
+    });
+    clients = clientsOf(extracting);
+  });
+  afterAll(async () => {
+    releaseHeld?.({ content: JSON.stringify({ facts: [] }) });
+    await extracting?.stop();
+    await chat?.stop();
+  });
+
+  it("files no facts of alice's words under the session that took the id", async () => {
+    const [aliceHere, everyAppHere, otherHere] = clients;
+    await aliceHere.createSession({ sessionId: "blocker" });
+    await aliceHere.addEvent({ sessionId: "blocker", event: { eventType: "user_message", content: text("held back") } });
+    for (let i = 0; i < 200 && releaseHeld === undefined; i++) await sleep(25);
+    expect(releaseHeld, "the extraction worker is held").toBeDefined();
+    await aliceHere.createSession({ sessionId: "taken-over" });
+    await aliceHere.addEvent({ sessionId: "taken-over", event: { eventType: "user_message", content: text("I live in Porto") } });
+    await replace("taken-over", everyAppHere, otherHere);
+    releaseHeld!({ content: JSON.stringify({ facts: [] }) });
+    await extracting.service.extractor!.idle();
+    expect(chat.transcripts.some((t) => t.includes("Porto"))).toBe(false);
+    expect((await everyAppHere.listMemories({ appName: OTHER_APP, userId: "bob" })).memories).toEqual([]);
+    expect((await everyAppHere.listMemories({ appName: APP, userId: "alice" })).memories).toEqual([]);
+  });
+
+  it("files the facts of a session left alone (the control)", async () => {
+    const [aliceHere, everyAppHere] = clients;
+    await aliceHere.createSession({ sessionId: "left-alone" });
+    await aliceHere.addEvent({ sessionId: "left-alone", event: { eventType: "user_message", content: text("I live in Porto") } });
+    await extracting.service.extractor!.idle();
+    const memories = (await everyAppHere.listMemories({ appName: APP, userId: "alice" })).memories;
+    expect(memories.map((m) => m.fact?.object)).toEqual(["porto"]);
   });
 });

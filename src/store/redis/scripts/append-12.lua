@@ -85,6 +85,7 @@ if not session[1] then
 end
 local n = tonumber(ARGV[9])
 local stateArgs = 16 + 4 * n + 2 * (tonumber(ARGV[15 + 4 * n]) or 0)
+-- The expected incarnation comes last, after every event's state changes: skip them (reading nothing) to find it.
 local expectedAt = stateArgs + 2
 for _ = 1, n do
   expectedAt = readStateChanges(expectedAt, nil, false)
