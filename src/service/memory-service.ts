@@ -283,7 +283,7 @@ export class MemoryService {
       throw renameStateField(err, "event");
     });
     // After the append succeeded, and only queued: extraction never delays or fails it. A retry is re-extracted to the same ids.
-    this.extractor?.onAppended(sessionId, result.events);
+    this.extractor?.onAppended(sessionId, result.events, call?.expectedIncarnation);
     // A literal, as create() would build it without reflection (every append answers one).
     return { $typeName: "engram.v1.AddEventResponse", event: this.wire(result.events[0]) };
   }
@@ -303,7 +303,7 @@ export class MemoryService {
     const result = await this.store.appendEvents(sessionId, events, expectedSeq, call).catch((err: unknown) => {
       throw renameStateField(err, "events");
     });
-    this.extractor?.onAppended(sessionId, result.events);
+    this.extractor?.onAppended(sessionId, result.events, call?.expectedIncarnation);
     return create(AddEventsResponseSchema, { events: result.events.map((e) => this.wire(e)) });
   }
 

@@ -21,10 +21,12 @@ import { eventFingerprint } from "./fingerprint.js";
 import {
   appSessionCap,
   checkCursor,
+  checkIncarnation,
   dedupeWindow,
   duplicateEventId,
   evictionCount,
   isEmptyObject,
+  isExpectedIncarnation,
   newIncarnation,
   newSessionRecord,
   recentScopes,
@@ -49,6 +51,7 @@ import type {
   SessionRecord,
   SessionUpdate,
   SharedState,
+  StoreCall,
   StoreLimits,
   StoreStats,
   StoredEvent,
@@ -225,9 +228,9 @@ export class LocalStore implements MemoryStore {
     return { session: { ...this.insert(input).record }, created: true };
   }
 
-  async getSession(sessionId: string): Promise<SessionRecord | undefined> {
+  async getSession(sessionId: string, call?: StoreCall): Promise<SessionRecord | undefined> {
     const s = this.byId.get(sessionId);
-    return s && { ...s.record };
+    return s && isExpectedIncarnation(s.record.incarnation, call) ? { ...s.record } : undefined;
   }
 
   async listSessions(query: SessionQuery): Promise<SessionRecord[]> {
@@ -242,9 +245,8 @@ export class LocalStore implements MemoryStore {
     return out;
   }
 
-  async updateSession(sessionId: string, update: SessionUpdate): Promise<SessionRecord> {
-    const s = this.byId.get(sessionId);
-    if (!s) throw sessionNotFound(sessionId);
+  async updateSession(sessionId: string, update: SessionUpdate, call?: StoreCall): Promise<SessionRecord> {
+    const s = this.session(sessionId, call);
     if (update.expectedVersion !== undefined && update.expectedVersion !== s.record.version) {
       throw versionConflict(update.expectedVersion, s.record.version);
     }
@@ -259,16 +261,15 @@ export class LocalStore implements MemoryStore {
     return { app: this.appStates.get(appName) ?? {}, user: this.userStates.get(userStateKey(appName, userId)) ?? {} };
   }
 
-  async deleteSession(sessionId: string): Promise<boolean> {
-    const s = this.byId.get(sessionId);
+  async deleteSession(sessionId: string, call?: StoreCall): Promise<boolean> {
+    const s = call?.expectedIncarnation === undefined ? this.byId.get(sessionId) : this.session(sessionId, call);
     if (!s) return false;
     this.remove(s);
     return true;
   }
 
-  async appendEvents(sessionId: string, events: readonly NewEvent[], expectedSeq?: number): Promise<AppendResult> {
-    const s = this.byId.get(sessionId);
-    if (!s) throw sessionNotFound(sessionId);
+  async appendEvents(sessionId: string, events: readonly NewEvent[], expectedSeq?: number, call?: StoreCall): Promise<AppendResult> {
+    const s = this.session(sessionId, call);
     const now = Date.now();
     this.forgetExpiredIds(s, now);
     const { originals, freshCount } = this.findRetries(s, events);
@@ -331,9 +332,8 @@ export class LocalStore implements MemoryStore {
     return { events: stored, replayed: false };
   }
 
-  async readEvents(sessionId: string, query: EventQuery): Promise<EventPage> {
-    const s = this.byId.get(sessionId);
-    if (!s) throw sessionNotFound(sessionId);
+  async readEvents(sessionId: string, query: EventQuery, call?: StoreCall): Promise<EventPage> {
+    const s = this.session(sessionId, call);
     const { headSeq, firstSeq } = s.record;
     const afterSeq = query.afterSeq ?? firstSeq - 1;
     checkCursor(afterSeq, firstSeq, headSeq);
@@ -346,9 +346,8 @@ export class LocalStore implements MemoryStore {
     return { events, headSeq, firstSeq, incarnation: s.record.incarnation };
   }
 
-  async readTail(sessionId: string, limit: number, eventTypes?: readonly string[]): Promise<EventPage> {
-    const s = this.byId.get(sessionId);
-    if (!s) throw sessionNotFound(sessionId);
+  async readTail(sessionId: string, limit: number, eventTypes?: readonly string[], call?: StoreCall): Promise<EventPage> {
+    const s = this.session(sessionId, call);
     const types = eventTypes && eventTypes.length > 0 ? new Set(eventTypes) : undefined;
     const events: StoredEvent[] = [];
     for (let i = s.events.length - 1; i >= 0 && events.length < limit; i--) {
@@ -359,8 +358,8 @@ export class LocalStore implements MemoryStore {
     return { events, headSeq: s.record.headSeq, firstSeq: s.record.firstSeq, incarnation: s.record.incarnation };
   }
 
-  async listRecentEvents(limit: number, filter: RecentEventsFilter = {}): Promise<StoredEvent[]> {
-    if (filter.sessionId !== undefined) return (await this.readTail(filter.sessionId, limit)).events;
+  async listRecentEvents(limit: number, filter: RecentEventsFilter = {}, call?: StoreCall): Promise<StoredEvent[]> {
+    if (filter.sessionId !== undefined) return (await this.readTail(filter.sessionId, limit, undefined, call)).events;
     // A k-way merge of session tails, newest first. Sessions join the merge
     // in last-append order, each only once its newest event could be next:
     // every session not yet joined holds nothing newer than the next one of
@@ -428,6 +427,14 @@ export class LocalStore implements MemoryStore {
   async close(): Promise<void> {
     this.listeners.clear();
     this.memories.close();
+  }
+
+  /** The session an operation names; NOT_FOUND when absent or of another incarnation than the call expects. */
+  private session(sessionId: string, call: StoreCall | undefined): LocalSession {
+    const s = this.byId.get(sessionId);
+    if (!s) throw sessionNotFound(sessionId);
+    checkIncarnation(sessionId, s.record.incarnation, call);
+    return s;
   }
 
   private insert(input: NewSession): LocalSession {

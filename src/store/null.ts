@@ -3,7 +3,8 @@
  * kept, like KAOS's NullMemory. Appends are acknowledged with seqs counted from
  * 1 within the call; event reads find empty sessions, all of one incarnation
  * (""). As NullMemory, a session created without an id is "null-session" and
- * looking a session up finds none (GetSession: NOT_FOUND).
+ * looking a session up finds none (GetSession: NOT_FOUND). A call expecting
+ * another incarnation than "" is NOT_FOUND, as on every store.
  */
 import type {
   LongTermMemoryStore,
@@ -14,17 +15,20 @@ import type {
   AppendResult,
   ErasureResult,
   EventPage,
+  EventQuery,
   MemoryStore,
   NewEvent,
   NewSession,
   SessionRecord,
   SessionUpdate,
   SharedState,
+  StoreCall,
   StoreStats,
   StoredEvent,
   StoreDurability,
 } from "./types.js";
 import { requireRetained } from "./memories/rules.js";
+import { checkIncarnation } from "./rules.js";
 
 function emptySession(sessionId: string, now = Date.now()): SessionRecord {
   return { sessionId, appName: "", userId: "", metadata: {}, createdAt: now, updatedAt: now, headSeq: 0, firstSeq: 1, incarnation: "", state: {}, version: 0 };
@@ -63,7 +67,8 @@ export class NullStore implements MemoryStore {
   }
 
   /** Acknowledged with what it was given (nothing is kept). */
-  async updateSession(sessionId: string, update: SessionUpdate): Promise<SessionRecord> {
+  async updateSession(sessionId: string, update: SessionUpdate, call?: StoreCall): Promise<SessionRecord> {
+    checkIncarnation(sessionId, "", call);
     return { ...emptySession(sessionId, update.now), metadata: update.metadata ?? {} };
   }
 
@@ -71,11 +76,13 @@ export class NullStore implements MemoryStore {
     return { app: {}, user: {} };
   }
 
-  async deleteSession(): Promise<boolean> {
+  async deleteSession(sessionId: string, call?: StoreCall): Promise<boolean> {
+    checkIncarnation(sessionId, "", call);
     return true;
   }
 
-  async appendEvents(sessionId: string, events: readonly NewEvent[]): Promise<AppendResult> {
+  async appendEvents(sessionId: string, events: readonly NewEvent[], _expectedSeq?: number, call?: StoreCall): Promise<AppendResult> {
+    checkIncarnation(sessionId, "", call);
     const stored: StoredEvent[] = events.map((e, i) => ({
       sessionId,
       seq: i + 1,
@@ -89,11 +96,13 @@ export class NullStore implements MemoryStore {
     return { events: stored, replayed: false };
   }
 
-  async readEvents(): Promise<EventPage> {
+  async readEvents(sessionId: string, _query: EventQuery, call?: StoreCall): Promise<EventPage> {
+    checkIncarnation(sessionId, "", call);
     return { events: [], headSeq: 0, firstSeq: 1, incarnation: "" };
   }
 
-  async readTail(): Promise<EventPage> {
+  async readTail(sessionId: string, _limit: number, _eventTypes?: readonly string[], call?: StoreCall): Promise<EventPage> {
+    checkIncarnation(sessionId, "", call);
     return { events: [], headSeq: 0, firstSeq: 1, incarnation: "" };
   }
 

@@ -16,7 +16,19 @@ import { asMemoryError, MemoryError, seqConflict, sessionNotFound, versionConfli
 import { addChanges, applyChanges, checkStateCaps, noChanges, splitStateDelta, type ScopedChanges } from "./state.js";
 import { eventFingerprint } from "./fingerprint.js";
 import { GroupCommit, type Pending } from "./postgres/group-commit.js";
-import { appEventCaps, appSessionCap, checkCursor, dedupeWindow, duplicateEventId, evictionCount, newIncarnation, resumeEach, sessionExists } from "./rules.js";
+import {
+  appEventCaps,
+  appSessionCap,
+  checkCursor,
+  checkIncarnation,
+  dedupeWindow,
+  duplicateEventId,
+  evictionCount,
+  isExpectedIncarnation,
+  newIncarnation,
+  resumeEach,
+  sessionExists,
+} from "./rules.js";
 import type {
   AppendResult,
   CleanupScope,
@@ -287,9 +299,11 @@ interface AppendRequest {
   contents: string[];
   metadata: string[];
   expectedSeq?: number;
+  /** The session's incarnation the caller expects (StoreCall.expectedIncarnation); undefined: any. */
+  incarnation?: string;
 }
 
-/** A row of append_many_retained(): per append (`idx`, from 1), one row per retried event, then its outcome row. */
+/** A row of append_many_checked(): per append (`idx`, from 1), one row per retried event, then its outcome row. */
 interface AppendRow {
   idx: number;
   status: "not_found" | "busy" | "duplicate" | "conflict" | "replayed" | "appended" | null;
@@ -438,7 +452,8 @@ export class PostgresStore implements MemoryStore {
   }
 
   async getSession(sessionId: string, call?: StoreCall): Promise<SessionRecord | undefined> {
-    return this.attempt(() => this.selectSession(sessionId, call));
+    const session = await this.attempt(() => this.selectSession(sessionId, call));
+    return session && isExpectedIncarnation(session.incarnation, call) ? session : undefined;
   }
 
   async listSessions(query: SessionQuery, call?: StoreCall): Promise<SessionRecord[]> {
@@ -467,6 +482,8 @@ export class PostgresStore implements MemoryStore {
         const { rows } = await client.query<SessionRow>(`SELECT ${SESSION_COLUMNS} FROM ${this.s}.sessions WHERE session_id = $1 FOR UPDATE`, [sessionId]);
         if (rows.length === 0) throw sessionNotFound(sessionId);
         const session = toSession(rows[0]);
+        // Under the row lock: the session cannot be replaced before this transaction ends.
+        checkIncarnation(sessionId, session.incarnation, call);
         if (update.expectedVersion !== undefined && update.expectedVersion !== session.version) throw versionConflict(update.expectedVersion, session.version);
         await this.writeState(client, session, splitStateDelta(update.stateDelta));
         const updated = await client.query<SessionRow>(
@@ -490,8 +507,14 @@ export class PostgresStore implements MemoryStore {
   }
 
   async deleteSession(sessionId: string, call?: StoreCall): Promise<boolean> {
-    const { rows } = await this.query(this.deleteSessionsSql("session_id = $3", ""), [this.channel, this.slot(), sessionId], call);
-    return rows.length > 0;
+    const incarnation = call?.expectedIncarnation;
+    if (incarnation === undefined) {
+      const { rows } = await this.query(this.deleteSessionsSql("session_id = $3", ""), [this.channel, this.slot(), sessionId], call);
+      return rows.length > 0;
+    }
+    const { rows } = await this.query(this.deleteSessionsSql("session_id = $3 AND incarnation = $4", ""), [this.channel, this.slot(), sessionId, incarnation], call);
+    if (rows.length === 0) throw sessionNotFound(sessionId);
+    return true;
   }
 
   async appendEvents(sessionId: string, events: readonly NewEvent[], expectedSeq?: number, call?: StoreCall): Promise<AppendResult> {
@@ -504,9 +527,10 @@ export class PostgresStore implements MemoryStore {
     let bytes = 0;
     for (let i = 0; i < events.length; i++) bytes += contents[i].length + metadata[i].length + APPEND_EVENT_OVERHEAD_BYTES;
     // An append that changes state runs in a transaction of its own (appendWithState); the rest are group-committed.
-    if (events.some((e) => e.stateDelta)) return this.appendWithState({ sessionId, events, contents, metadata, expectedSeq }, call);
-    // Keyed by session: append_many_retained takes each session at most once per batch.
-    return this.appends.submit({ sessionId, events, contents, metadata, expectedSeq }, bytes, call?.deadline, sessionId);
+    const request: AppendRequest = { sessionId, events, contents, metadata, expectedSeq, incarnation: call?.expectedIncarnation };
+    if (events.some((e) => e.stateDelta)) return this.appendWithState(request, call);
+    // Keyed by session: append_many_checked takes each session at most once per batch.
+    return this.appends.submit(request, bytes, call?.deadline, sessionId);
   }
 
   async readEvents(sessionId: string, query: EventQuery, call?: StoreCall): Promise<EventPage> {
@@ -668,9 +692,11 @@ export class PostgresStore implements MemoryStore {
   }
 
   /**
-   * Writes a batch of appends with one append_many_retained statement (migration
-   * 0006: the sessions' row locks, then the retry lookups, writes, trims,
-   * heads and counters for the whole batch, and the notices; one
+   * Writes a batch of appends with one append_many_checked statement
+   * (migrations 0006 and 0015: the sessions' row locks, each append's
+   * expected incarnation checked as its lock is taken, then the retry
+   * lookups, writes, trims, heads and counters for the whole batch, and the
+   * notices; one
    * transaction, each append answered on its own). A
    * broken connection retries the whole batch: every append in it is
    * idempotent by event id. A session another transaction holds is skipped
@@ -702,7 +728,7 @@ export class PostgresStore implements MemoryStore {
   }
 
   /**
-   * An append whose events carry state deltas: append_many_retained and the
+   * An append whose events carry state deltas: append_many_checked and the
    * state changes of the events it appended (never of retries) in one
    * transaction, so a refused append changes no state and a state past a cap
    * appends nothing. Its notice (sent at commit) carries the head only;
@@ -795,12 +821,12 @@ export class PostgresStore implements MemoryStore {
     return (await this.pool.query<AppendRow>(this.statement(this.appendBatchSql(), params, left))).rows;
   }
 
-  /** The append_many_retained statement. */
+  /** The append_many_checked statement (migration 0015: append_many_retained with each append's expected incarnation). */
   private appendBatchSql(): string {
-    return `SELECT * FROM ${this.s}.append_many_retained($1::text[], $2::bigint[], $3::int[], $4::text[], $5::text[], $6::text[], $7::text[], $8::timestamptz[], $9::text[], $10, $11::text[], $12::bigint[], $13, $14, $15, $16, $17, $18, $19, $20::timestamptz)`;
+    return `SELECT * FROM ${this.s}.append_many_checked($1::text[], $2::bigint[], $3::int[], $4::text[], $5::text[], $6::text[], $7::text[], $8::timestamptz[], $9::text[], $10, $11::text[], $12::bigint[], $13, $14, $15, $16, $17, $18, $19, $20::timestamptz, $21::text[])`;
   }
 
-  /** append_many_retained's arguments for a batch; `left`: the lock timeout in ms, or undefined for none. */
+  /** append_many_checked's arguments for a batch; `left`: the lock timeout in ms, or undefined for none. */
   private appendBatchParams(requests: AppendRequest[], skipLocked: boolean, left: number | undefined): unknown[] {
     const events = requests.flatMap((r) => r.events);
     return [
@@ -824,10 +850,11 @@ export class PostgresStore implements MemoryStore {
       MAX_NOTIFY_BYTES,
       left ?? null,
       iso(Date.now()),
+      requests.map((r) => r.incarnation ?? null),
     ];
   }
 
-  /** One append's answer from its rows of append_many_retained: the retried events' rows, then its outcome row. */
+  /** One append's answer from its rows of append_many_checked: the retried events' rows, then its outcome row. */
   private appendOutcome({ sessionId, events, expectedSeq }: AppendRequest, rows: AppendRow[], countTrimmed = true): AppendResult {
     const outcome = rows[rows.length - 1];
     const headSeq = Number(outcome.head_seq);
@@ -845,7 +872,7 @@ export class PostgresStore implements MemoryStore {
     return { events: this.planAppend(sessionId, events, originals, headSeq), replayed: false };
   }
 
-  /** The appended batch as stored: retries as first stored, new events numbered from headSeq in order (as append_many_retained does). */
+  /** The appended batch as stored: retries as first stored, new events numbered from headSeq in order (as append_many_checked does). */
   private planAppend(sessionId: string, events: readonly NewEvent[], originals: Map<string, EventRow>, headSeq: number): StoredEvent[] {
     let head = headSeq;
     return events.map((e) => {
@@ -871,6 +898,8 @@ export class PostgresStore implements MemoryStore {
       call,
     );
     if (rows.length === 0) throw sessionNotFound(sessionId);
+    // Read in the same statement as the events: they are that incarnation's.
+    checkIncarnation(sessionId, rows[0].incarnation, call);
     const events = rows.filter((row) => row.seq != null).map((row) => toEvent(sessionId, row as EventRow));
     return { events, headSeq: Number(rows[0].head_seq), firstSeq: Number(rows[0].first_seq), incarnation: rows[0].incarnation };
   }

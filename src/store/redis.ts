@@ -40,8 +40,21 @@ import { seqConflict, sessionNotFound, versionConflict } from "../errors.js";
 import { stateTooLarge } from "./state.js";
 import { RedisMemories } from "./memories/redis.js";
 import { NoticeListeners } from "./notices.js";
-import { appSessionCap, checkCursor, duplicateEventId, evictionCount, newIncarnation, newSessionRecord, recentScopes, resumeEach, sessionExists, type RecentScope } from "./rules.js";
-import type { AppendResult, CleanupScope, ErasureResult, EventPage, EventQuery, MemoryStore, NewEvent, NewSession, NoticeListener, RecentEventsFilter, ResumedErasures, SessionQuery, SessionRecord, SessionUpdate, SharedState, StoreDurability, StoreLimits, StoreStats, StoredEvent } from "./types.js";
+import {
+  appSessionCap,
+  checkCursor,
+  checkIncarnation,
+  duplicateEventId,
+  evictionCount,
+  isExpectedIncarnation,
+  newIncarnation,
+  newSessionRecord,
+  recentScopes,
+  resumeEach,
+  sessionExists,
+  type RecentScope,
+} from "./rules.js";
+import type { AppendResult, CleanupScope, ErasureResult, EventPage, EventQuery, MemoryStore, NewEvent, NewSession, NoticeListener, RecentEventsFilter, ResumedErasures, SessionQuery, SessionRecord, SessionUpdate, SharedState, StoreCall, StoreDurability, StoreLimits, StoreStats, StoredEvent } from "./types.js";
 import { MemoryError } from "../errors.js";
 import { decodeEvent, decodeSession, DecodedEvents, encodeStateChanges, stateOf } from "./redis/codec.js";
 import { DEFAULT_COMMAND_TIMEOUT_MS, RedisConnection, storeError, type RedisClient } from "./redis/connection.js";
@@ -180,9 +193,10 @@ export class RedisStore implements MemoryStore {
     return { session: newSessionRecord(input, incarnation), created: true };
   }
 
-  async getSession(sessionId: string): Promise<SessionRecord | undefined> {
+  async getSession(sessionId: string, call?: StoreCall): Promise<SessionRecord | undefined> {
     const fields = await this.call((redis) => redis.hgetall(this.keys.session(sessionId)));
-    return decodeSession(sessionId, fields);
+    const session = decodeSession(sessionId, fields);
+    return session && isExpectedIncarnation(session.incarnation, call) ? session : undefined;
   }
 
   async listSessions(query: SessionQuery): Promise<SessionRecord[]> {
@@ -208,18 +222,19 @@ export class RedisStore implements MemoryStore {
     return out;
   }
 
-  async updateSession(sessionId: string, update: SessionUpdate): Promise<SessionRecord> {
+  async updateSession(sessionId: string, update: SessionUpdate, call?: StoreCall): Promise<SessionRecord> {
     let updated: UpdateOutcome = { outcome: "NOT_FOUND" };
     for (let attempt = 0; attempt < MOVED_TRIES; attempt++) {
       const tenancy = await this.tenancyOf(sessionId, attempt > 0);
       if (!tenancy) break;
       await this.checkSharedState(tenancy, [update.stateDelta]);
-      updated = await this.call(() => this.scripts.run(updateScript, { sessionId, tenancy, update }));
+      updated = await this.call(() => this.scripts.run(updateScript, { sessionId, tenancy, update, incarnation: call?.expectedIncarnation }));
       if (updated.outcome !== "MOVED") break;
     }
     switch (updated.outcome) {
       case "MOVED":
       case "NOT_FOUND":
+      case "REPLACED":
         this.tenancies.delete(sessionId);
         throw sessionNotFound(sessionId);
       case "CONFLICT":
@@ -241,11 +256,14 @@ export class RedisStore implements MemoryStore {
     return { app, user };
   }
 
-  async deleteSession(sessionId: string): Promise<boolean> {
-    return (await this.deleteOne(sessionId, {})).outcome === "DELETED";
+  async deleteSession(sessionId: string, call?: StoreCall): Promise<boolean> {
+    const incarnation = call?.expectedIncarnation;
+    const deleted = (await this.deleteOne(sessionId, { incarnation })).outcome === "DELETED";
+    if (!deleted && incarnation !== undefined) throw sessionNotFound(sessionId);
+    return deleted;
   }
 
-  async appendEvents(sessionId: string, events: readonly NewEvent[], expectedSeq?: number): Promise<AppendResult> {
+  async appendEvents(sessionId: string, events: readonly NewEvent[], expectedSeq?: number, call?: StoreCall): Promise<AppendResult> {
     const now = Date.now();
     let appended: AppendOutcome = { outcome: "NOT_FOUND" };
     // A cached tenancy is wrong only when the id was deleted and taken by another tenancy: re-read it then.
@@ -254,12 +272,13 @@ export class RedisStore implements MemoryStore {
       if (!tenancy) break;
       await this.checkSharedState(tenancy, events.map((e) => e.stateDelta));
       const ingestBase = this.keys.clustered ? this.nextIngestBase(events.length) : undefined;
-      appended = await this.call(() => this.scripts.run(appendScript, { sessionId, tenancy, events, expectedSeq, now, ingestBase }));
+      appended = await this.call(() => this.scripts.run(appendScript, { sessionId, tenancy, events, expectedSeq, now, ingestBase, incarnation: call?.expectedIncarnation }));
       if (appended.outcome !== "MOVED") break;
     }
     switch (appended.outcome) {
       case "MOVED":
       case "NOT_FOUND":
+      case "REPLACED":
         this.tenancies.delete(sessionId);
         throw sessionNotFound(sessionId);
       case "DUPLICATE":
@@ -282,12 +301,12 @@ export class RedisStore implements MemoryStore {
     return { events: stored, replayed: appended.replayed };
   }
 
-  async readEvents(sessionId: string, query: EventQuery): Promise<EventPage> {
+  async readEvents(sessionId: string, query: EventQuery, call?: StoreCall): Promise<EventPage> {
     const types = query.eventTypes ?? [];
     const events: StoredEvent[] = [];
     let cursor = query.afterSeq;
     for (;;) {
-      const page = await this.readRun(sessionId, "asc", cursor, query.limit - events.length, types);
+      const page = await this.readRun(sessionId, "asc", cursor, query.limit - events.length, types, call);
       // Continuation reads re-check the cursor too: a trim racing a filtered
       // read surfaces as OUT_OF_RANGE, never as a silent gap.
       checkCursor(cursor ?? page.firstSeq - 1, page.firstSeq, page.headSeq);
@@ -299,13 +318,13 @@ export class RedisStore implements MemoryStore {
     }
   }
 
-  async readTail(sessionId: string, limit: number, eventTypes?: readonly string[]): Promise<EventPage> {
+  async readTail(sessionId: string, limit: number, eventTypes?: readonly string[], call?: StoreCall): Promise<EventPage> {
     const types = eventTypes ?? [];
     const events: StoredEvent[] = [];
     let before: number | undefined;
     let bounds = { headSeq: 0, firstSeq: 1, incarnation: "" };
     for (;;) {
-      const page = await this.readRun(sessionId, "desc", before, limit - events.length, types);
+      const page = await this.readRun(sessionId, "desc", before, limit - events.length, types, call);
       if (before === undefined) bounds = { headSeq: page.headSeq, firstSeq: page.firstSeq, incarnation: page.incarnation };
       events.push(...page.events);
       // Older events trimmed meanwhile were evicted anyway: the tail just ends there.
@@ -316,8 +335,8 @@ export class RedisStore implements MemoryStore {
     return { events, ...bounds };
   }
 
-  async listRecentEvents(limit: number, filter: RecentEventsFilter = {}): Promise<StoredEvent[]> {
-    if (filter.sessionId !== undefined) return (await this.readTail(filter.sessionId, limit)).events;
+  async listRecentEvents(limit: number, filter: RecentEventsFilter = {}, call?: StoreCall): Promise<StoredEvent[]> {
+    if (filter.sessionId !== undefined) return (await this.readTail(filter.sessionId, limit, undefined, call)).events;
     const scopes = recentScopes(filter);
     if (scopes.length === 0) return [];
     // The newest `limit` of each index read (of each bucket), merged by ingest position.
@@ -490,20 +509,22 @@ export class RedisStore implements MemoryStore {
    * Runs delete-14.lua for one session, re-reading its tenancy when it moved.
    * With `scope`, only a session of that app and/or user (and of no excepted
    * app) is removed: one out of scope, or re-created meanwhile under the same
-   * id for someone else, is "KEPT". `events`: what a "DELETED" session held.
+   * id for someone else, is "KEPT". With `incarnation`, a session of another
+   * one is "REPLACED". `events`: what a "DELETED" session held.
    */
   private async deleteOne(sessionId: string, cond: DeleteConditions): Promise<DeleteOutcome> {
-    const { scope, updatedBelow, keepAtLeast } = cond;
+    const { scope, updatedBelow, keepAtLeast, incarnation } = cond;
     for (let attempt = 0; attempt < MOVED_TRIES; attempt++) {
-      const [appName, userId, updated] = await this.call((redis) => redis.hmget(this.keys.session(sessionId), "app", "user", "updated"));
+      const [appName, userId, updated, current] = await this.call((redis) => redis.hmget(this.keys.session(sessionId), "app", "user", "updated", "inc"));
       if (appName === null || userId === null) return { outcome: "GONE", events: 0 };
+      if (incarnation !== undefined && incarnation !== (current ?? "")) return { outcome: "REPLACED", events: 0 };
       // The script checks the tenancy it is given, so a session moved to another app or user meanwhile is MOVED, never removed out of scope.
       if (scope?.appName !== undefined && appName !== scope.appName) return { outcome: "KEPT", events: 0 };
       if (scope?.userId !== undefined && userId !== scope.userId) return { outcome: "KEPT", events: 0 };
       if (scope?.exceptAppNames?.includes(appName)) return { outcome: "KEPT", events: 0 };
       // Not stale now: no script call (the script re-checks anyway, atomically).
       if (updatedBelow !== undefined && Number(updated) >= updatedBelow) return { outcome: "KEPT", events: 0 };
-      const deleted = await this.call(() => this.scripts.run(deleteScript, { sessionId, tenancy: { appName, userId }, updatedBelow, keepAtLeast }));
+      const deleted = await this.call(() => this.scripts.run(deleteScript, { sessionId, tenancy: { appName, userId }, updatedBelow, keepAtLeast, incarnation }));
       if (deleted.outcome === "DELETED" || deleted.outcome === "GONE") this.tenancies.delete(sessionId);
       if (deleted.outcome !== "MOVED") return deleted;
     }
@@ -614,16 +635,18 @@ export class RedisStore implements MemoryStore {
     return tenancy;
   }
 
-  /** One read-2.lua call: a run of seqs with the session's bounds. */
+  /** One read-2.lua call: a run of seqs with the session's bounds (and its incarnation, read with them: checked against the call's). */
   private async readRun(
     sessionId: string,
     direction: "asc" | "desc",
     cursor: number | undefined,
     limit: number,
     types: readonly string[],
+    call: StoreCall | undefined,
   ): Promise<EventPage & { lastSeq: number }> {
     const run = await this.call(() => this.scripts.run(readScript, { sessionId, direction, cursor, limit, types }));
     if (!run) throw sessionNotFound(sessionId);
+    checkIncarnation(sessionId, run.incarnation, call);
     const events = run.events.map(({ seq, encoded }) => this.decoded.decode(sessionId, seq, encoded));
     return { headSeq: run.headSeq, firstSeq: run.firstSeq, lastSeq: run.lastSeq, incarnation: run.incarnation, events };
   }

@@ -3,8 +3,8 @@
  * PostgreSQL answer the same codes and messages.
  */
 import { randomBytes } from "node:crypto";
-import { cursorEvicted, MemoryError } from "../errors.js";
-import type { ErasureResult, NewSession, RecentEventsFilter, ResumedErasures, SessionRecord, StoreLimits } from "./types.js";
+import { cursorEvicted, MemoryError, sessionNotFound } from "../errors.js";
+import type { ErasureResult, NewSession, RecentEventsFilter, ResumedErasures, SessionRecord, StoreCall, StoreLimits } from "./types.js";
 
 /** Shared cursor rule: OUT_OF_RANGE for a cursor before the retained window or past the head. */
 export function checkCursor(afterSeq: number, firstSeq: number, headSeq: number): void {
@@ -71,6 +71,16 @@ export function isEmptyObject(object: object): boolean {
  */
 export function newIncarnation(): string {
   return randomBytes(12).toString("base64url");
+}
+
+/** True when the call may act on the session of this incarnation: it expects none, or this one (StoreCall.expectedIncarnation). */
+export function isExpectedIncarnation(incarnation: string, call: StoreCall | undefined): boolean {
+  return call?.expectedIncarnation === undefined || call.expectedIncarnation === incarnation;
+}
+
+/** NOT_FOUND, exactly as for an absent session, when the call expects another incarnation than the session's `incarnation`. */
+export function checkIncarnation(sessionId: string, incarnation: string, call: StoreCall | undefined): void {
+  if (!isExpectedIncarnation(incarnation, call)) throw sessionNotFound(sessionId);
 }
 
 /** The record of a session just created from `input`: no events yet. */

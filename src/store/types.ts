@@ -284,6 +284,17 @@ export interface StoreLimits {
 export interface StoreCall {
   /** Epoch ms by which the caller wants its answer (the client's gRPC deadline or Connect timeout); absent: only the driver's own timeouts bound it. */
   readonly deadline?: number;
+  /**
+   * The incarnation (SessionRecord.incarnation) of the session the call
+   * names, as the caller's scope check saw it: an operation on one session
+   * answers as if the session were absent (getSession undefined, the others
+   * NOT_FOUND, deleteSession included) and changes nothing when the id now
+   * names another incarnation, checked in the same atomic step as the
+   * operation. Between a scoped key's check and its call the session can be
+   * deleted and created again by another tenant. Absent: any incarnation (no
+   * check, no cost); operations on no single session ignore it.
+   */
+  readonly expectedIncarnation?: string;
 }
 
 /** A fact as subject, predicate and object. */
@@ -507,7 +518,7 @@ export interface MemoryStore {
   updateSession(sessionId: string, update: SessionUpdate, call?: StoreCall): Promise<SessionRecord>;
   /** The app's state and the user's state of that app ({} when none), as one read. */
   sharedState(appName: string, userId: string, call?: StoreCall): Promise<SharedState>;
-  /** Removes the session and every event of it; false when absent. */
+  /** Removes the session and every event of it; false when absent (NOT_FOUND when the call expects an incarnation). */
   deleteSession(sessionId: string, call?: StoreCall): Promise<boolean>;
 
   /**

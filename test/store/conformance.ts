@@ -11,7 +11,7 @@ import { eventFingerprint } from "../../src/store/fingerprint.js";
 import { pino } from "pino";
 import { RetentionSweeper } from "../../src/service/retention.js";
 import { describeStateConformance } from "./state-conformance.js";
-import type { JsonObject, JsonValue, MemoryStore, NewEvent, RecentEventsFilter, SessionNotice, StoreCapabilities, StoreLimits } from "../../src/store/types.js";
+import type { JsonObject, JsonValue, MemoryStore, NewEvent, RecentEventsFilter, SessionNotice, SessionRecord, StoreCall, StoreCapabilities, StoreLimits } from "../../src/store/types.js";
 
 /** Makes a fresh, empty store with the given limits. */
 export type StoreFactory = (limits: StoreLimits) => Promise<MemoryStore>;
@@ -678,6 +678,73 @@ export function describeStoreConformance(name: string, factory: StoreFactory, ca
         } finally {
           unsubscribe();
         }
+      });
+    });
+
+    describe("5c. calls expecting an incarnation (StoreCall.expectedIncarnation)", () => {
+      /**
+       * s1 of (app, user), written to, deleted and created again by another
+       * tenant, as between a scoped key's check and its call: the first
+       * incarnation as a stale expectation, the second as the current one.
+       */
+      const replaced = async (store: MemoryStore) => {
+        const first = await makeSession(store, "s1");
+        await store.appendEvents("s1", [newEvent("user_message", "mine")]);
+        await store.deleteSession("s1");
+        await makeSession(store, "s1", "other-app", "other-user");
+        await store.appendEvents("s1", [newEvent("user_message", "theirs", { eventId: "e1" })]);
+        const live = (await store.getSession("s1"))!;
+        return { stale: { expectedIncarnation: first.incarnation }, current: { expectedIncarnation: live.incarnation }, live };
+      };
+      /** The other tenant's session, events and shared state exactly as they were. */
+      const expectUnchanged = async (store: MemoryStore, live: SessionRecord) => {
+        expect(await store.getSession("s1")).toEqual(live);
+        expect((await store.readEvents("s1", { limit: 10 })).events.map((e) => e.content)).toEqual(["theirs"]);
+        expect(await store.sharedState("other-app", "other-user")).toEqual({ app: {}, user: {} });
+        expect(await store.stats()).toEqual({ totalSessions: 1, totalEvents: 1 });
+      };
+      const operations: Array<[string, (store: MemoryStore, call: StoreCall) => Promise<unknown>]> = [
+        ["readEvents", (store, call) => store.readEvents("s1", { limit: 10 }, call)],
+        ["readEvents after a cursor, filtered", (store, call) => store.readEvents("s1", { afterSeq: 0, eventTypes: ["user_message"], limit: 10 }, call)],
+        ["readTail", (store, call) => store.readTail("s1", 10, undefined, call)],
+        ["readTail, filtered", (store, call) => store.readTail("s1", 10, ["user_message"], call)],
+        ["listRecentEvents of the session", (store, call) => store.listRecentEvents(10, { sessionId: "s1" }, call)],
+        ["appendEvents", (store, call) => store.appendEvents("s1", [newEvent("user_message", "late")], undefined, call)],
+        ["appendEvents under expected_seq", (store, call) => store.appendEvents("s1", [newEvent("user_message", "late")], 1, call)],
+        // A retry of an id the other session holds must not answer that session's stored event either.
+        ["appendEvents retrying an event id the session holds", (store, call) => store.appendEvents("s1", [newEvent("user_message", "theirs", { eventId: "e1" })], undefined, call)],
+        ["appendEvents carrying a state delta", (store, call) => store.appendEvents("s1", [newEvent("user_message", "late", { stateDelta: { k: 1, "user:u": 1, "app:a": 1 } })], undefined, call)],
+        ["updateSession", (store, call) => store.updateSession("s1", { metadata: { late: true }, stateDelta: { k: 1, "user:u": 1, "app:a": 1 }, now: Date.now() }, call)],
+        ["updateSession under expected_version", (store, call) => store.updateSession("s1", { metadata: { late: true }, expectedVersion: 0, now: Date.now() }, call)],
+        ["deleteSession", (store, call) => store.deleteSession("s1", call)],
+      ];
+      for (const [operation, run] of operations) {
+        it(`${operation} expecting an incarnation that is no longer the session's is NOT_FOUND and changes nothing`, async () => {
+          const store = await fresh();
+          const { stale, current, live } = await replaced(store);
+          const err = await rejection(run(store, stale));
+          expect(err.code).toBe("NOT_FOUND");
+          expect(err.message).toBe('session_id: session "s1" not found');
+          expect(err.reason).toBe("SESSION_NOT_FOUND");
+          await expectUnchanged(store, live);
+          // The same call expecting the session's own incarnation goes through.
+          await run(store, current);
+        });
+      }
+
+      it("getSession expecting an incarnation that is no longer the session's finds none; the current one finds it", async () => {
+        const store = await fresh();
+        const { stale, current, live } = await replaced(store);
+        expect(await store.getSession("s1", stale)).toBeUndefined();
+        expect(await store.getSession("s1", current)).toEqual(live);
+      });
+
+      it("deleteSession expecting an incarnation of a session that is gone is NOT_FOUND, not false", async () => {
+        const store = await fresh();
+        const { current } = await replaced(store);
+        expect(await store.deleteSession("s1", current)).toBe(true);
+        expect((await rejection(store.deleteSession("s1", current))).code).toBe("NOT_FOUND");
+        expect(await store.deleteSession("s1")).toBe(false);
       });
     });
 

@@ -92,7 +92,7 @@ describe("PostgresStore specifics", () => {
     }
   });
 
-  it("keeps only the functions this release calls: migration 0009 drops the append functions of 0003 and 0004", async () => {
+  it("keeps only the functions this release and the previous one call: migration 0009 drops the append functions of 0003 and 0004", async () => {
     const schema = freshSchema();
     const store = await openStore(LIMITS, schema);
     try {
@@ -100,8 +100,9 @@ describe("PostgresStore specifics", () => {
         "SELECT p.proname FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace WHERE n.nspname = $1 ORDER BY p.proname",
         [schema],
       );
-      // append_many_retained: every append (src/store/postgres.ts); events_copy_tenancy: the insert trigger of 0007.
-      expect(rows.map((r) => r.proname)).toEqual(["append_many_retained", "events_copy_tenancy"]);
+      // append_many_checked (0015): every append (src/store/postgres.ts); append_many_retained (0006): the previous
+      // release's appends during a rolling upgrade; events_copy_tenancy: the insert trigger of 0007.
+      expect(rows.map((r) => r.proname)).toEqual(["append_many_checked", "append_many_retained", "events_copy_tenancy"]);
       await makeSession(store, "s1");
       expect((await store.appendEvents("s1", [newEvent("user_message", 1)])).events.map((e) => e.seq)).toEqual([1]);
     } finally {

@@ -19,13 +19,13 @@ import {
 } from "@engram-memory/client/gen/engram/v1/memory_pb.js";
 import { invalidArgument, MemoryError } from "../../errors.js";
 import { sessionExists } from "../../store/rules.js";
-import type { MemoryStore, SessionRecord } from "../../store/types.js";
+import type { MemoryStore, SessionRecord, StoreCall } from "../../store/types.js";
 import type { ListEventsContext } from "../memory-service.js";
 import type { MemoryCallContext } from "../memories/tenancy.js";
 import { refuseAppStateForUserKey } from "../state/tenancy.js";
 import { watchedCursors, type WatchSessionsContext } from "../watch-sessions.js";
 import { allowedRule, inScope, sessionInScope, type ScopeKind } from "./rules.js";
-import type { GuardedCall, Next, StepFactory } from "./step.js";
+import type { CallInfo, GuardedCall, Next, StepFactory } from "./step.js";
 
 /** One scope check: runs the rest of the chain (or answers for it) once the request is within the key's scope. */
 type ScopeCheck = (call: GuardedCall, principal: Principal, next: Next, store: MemoryStore) => ReturnType<Next>;
@@ -33,6 +33,7 @@ type ScopeCheck = (call: GuardedCall, principal: Principal, next: Next, store: M
 const CHECKS: Record<ScopeKind, ScopeCheck> = {
   async session(call, principal, next, store) {
     call.session = await sessionInScope(store, principal, (call.req as { sessionId: string }).sessionId, call.info);
+    expectIncarnation(call, principal, call.session);
     return next(call);
   },
   /**
@@ -61,6 +62,7 @@ const CHECKS: Record<ScopeKind, ScopeCheck> = {
   },
   async sessionState(call, principal, next, store) {
     call.session = await sessionInScope(store, principal, (call.req as { sessionId: string }).sessionId, call.info);
+    expectIncarnation(call, principal, call.session);
     if (principal.userId !== undefined) refuseAppStateForUserKey(call.req as Parameters<typeof refuseAppStateForUserKey>[0]);
     return next(call);
   },
@@ -104,7 +106,7 @@ const CHECKS: Record<ScopeKind, ScopeCheck> = {
   async listEvents(call, principal, next, store) {
     const r = call.req as ListEventsRequest;
     if (r.sessionId !== undefined) {
-      await sessionInScope(store, principal, r.sessionId, call.info);
+      expectIncarnation(call, principal, await sessionInScope(store, principal, r.sessionId, call.info));
       return next(call);
     }
     const everyApp = principal.apps.includes(ANY_APP);
@@ -137,6 +139,21 @@ export const scope: StepFactory = ({ method }, { authenticator, store }) => {
     return CHECKS[allowedRule(principal, method).scope](call, principal, next, store);
   };
 };
+
+/**
+ * Holds the rest of a scoped key's call to the session incarnation its scope
+ * was checked on (StoreCall.expectedIncarnation): session ids are the
+ * client's, so between this check and the service's store calls the session
+ * can be deleted and created again under its id by another tenant, whose
+ * session each store then refuses NOT_FOUND, as one out of scope. A key for
+ * every app and user may use any session of the id: it passes nothing, and
+ * its calls cost what they did.
+ */
+function expectIncarnation(call: GuardedCall, principal: Principal, session: SessionRecord): void {
+  if (principal.apps.includes(ANY_APP) && principal.userId === undefined) return;
+  const info: CallInfo & StoreCall = { ...call.info, expectedIncarnation: session.incarnation };
+  call.info = info;
+}
 
 /**
  * Cleanup with a key short of every app (or bound to a user) must name its

@@ -58,8 +58,10 @@ export async function searchEvents(store: MemoryStore, search: EventSearch): Pro
   for (;;) {
     const sessions = await store.listSessions({ appName: search.appName, userId: search.userId, afterSessionId: after, limit: SESSION_PAGE });
     for (const session of sessions) {
-      // A session removed since it was listed simply has nothing to offer.
-      const page = await store.readTail(session.sessionId, MAX_EVENTS_PER_SESSION, search.eventTypes).catch(() => undefined);
+      // A session removed since it was listed simply has nothing to offer; so has one created again under its id
+      // meanwhile (another tenant's, perhaps): the read expects the listed incarnation.
+      const listed = { expectedIncarnation: session.incarnation };
+      const page = await store.readTail(session.sessionId, MAX_EVENTS_PER_SESSION, search.eventTypes, listed).catch(() => undefined);
       for (const event of page?.events ?? []) {
         const text = contentText(event.content);
         const lower = text.toLowerCase();

@@ -84,6 +84,8 @@ const SYSTEM_PROMPT = [
 interface PendingRange {
   sessionId: string;
   events: StoredEvent[];
+  /** The incarnation the events were appended to, when the append expected one (a scoped key's); undefined: not known. */
+  incarnation?: string;
 }
 
 /** A fact triple as the model answered it. */
@@ -122,9 +124,11 @@ export class FactExtractor {
    * once; never throws. Events of other types than `eventTypes` are left
    * out; the rest go in ranges of at most `maxEvents` (from_seq and to_seq
    * are the first and last kept event's), the same ranges for a retry of
-   * the same append.
+   * the same append. `incarnation`: the session incarnation the append
+   * expected, when it did: facts are never filed under a session created
+   * since under the same id.
    */
-  onAppended(sessionId: string, appended: readonly StoredEvent[]): void {
+  onAppended(sessionId: string, appended: readonly StoredEvent[], incarnation?: string): void {
     const events = appended.filter((e) => this.settings.eventTypes.includes(e.eventType));
     for (let start = 0; start < events.length; start += this.settings.maxEvents) {
       const range = events.slice(start, start + this.settings.maxEvents);
@@ -132,7 +136,7 @@ export class FactExtractor {
         this.counts.droppedRanges++;
         continue;
       }
-      this.queue.push({ sessionId, events: range });
+      this.queue.push({ sessionId, events: range, incarnation });
     }
     this.drain();
   }
@@ -167,8 +171,8 @@ export class FactExtractor {
       .map((e) => `[${e.type}] ${e.text}`)
       .join("\n");
     if (transcript === "") return;
-    const session = await this.store.getSession(range.sessionId);
-    // Deleted (or erased) since the append: nothing to remember it for.
+    const session = await this.store.getSession(range.sessionId, { expectedIncarnation: range.incarnation });
+    // Deleted (or erased, or replaced by a session created under its id) since the append: nothing to remember it for.
     if (!session) return;
     const facts = await this.ask(transcript);
     if (facts === undefined || facts.length === 0) return;

@@ -91,15 +91,18 @@ export interface AppendInput {
   now: number;
   /** Cluster: the lowest ingest position of this append (IngestClock); undefined on one node. */
   ingestBase?: number;
+  /** The session's incarnation the caller expects (StoreCall.expectedIncarnation); undefined: any. */
+  incarnation?: string;
 }
 
 /**
  * An append's outcome. "MOVED": the session now has another tenancy than the
- * one given (re-read it, call again). "OK": per event its seq, and its stored
+ * one given (re-read it, call again). "REPLACED": the id names another
+ * incarnation than the expected one. "OK": per event its seq, and its stored
  * encoding when it was stored before (a retry of an event still retained).
  */
 export type AppendOutcome =
-  | { outcome: "NOT_FOUND" | "MOVED" }
+  | { outcome: "NOT_FOUND" | "MOVED" | "REPLACED" }
   | { outcome: "DUPLICATE"; eventId: string }
   | { outcome: "CONFLICT"; headSeq: number }
   | StateTooLarge
@@ -116,7 +119,7 @@ export interface OutboxEntry {
 /** Appends a batch of events to one session. */
 export const appendScript: Script<AppendInput, AppendOutcome> = {
   name: "append",
-  args({ keys, limits }, { sessionId, tenancy, events, expectedSeq, now, ingestBase }) {
+  args({ keys, limits }, { sessionId, tenancy, events, expectedSeq, now, ingestBase, incarnation }) {
     const bucket = keys.bucketOf(sessionId);
     const args: Arg[] = [
       ...keys.sessionKeys(sessionId),
@@ -147,12 +150,14 @@ export const appendScript: Script<AppendInput, AppendOutcome> = {
     args.push(MAX_STATE_KEYS, MAX_STATE_BYTES);
     for (const e of events) args.push(...encodeStateChanges(e.stateDelta));
     args.push(keys.clustered ? recentMemberPrefix(sessionId) : "", ingestBase === undefined ? "" : ingestBase, publishCommand(keys));
+    if (incarnation !== undefined) args.push(incarnation);
     return args;
   },
   decode(reply, { events }) {
     switch (reply[0]) {
       case "NOT_FOUND":
       case "MOVED":
+      case "REPLACED":
         return { outcome: reply[0] };
       case "DUPLICATE":
         return { outcome: "DUPLICATE", eventId: reply[1] as string };
@@ -208,11 +213,13 @@ export interface UpdateInput {
   sessionId: string;
   tenancy: Tenancy;
   update: SessionUpdate;
+  /** The session's incarnation the caller expects (StoreCall.expectedIncarnation); undefined: any. */
+  incarnation?: string;
 }
 
 /** An update's outcome; "OK" carries the session hash's fields after it. */
 export type UpdateOutcome =
-  | { outcome: "NOT_FOUND" | "MOVED" }
+  | { outcome: "NOT_FOUND" | "MOVED" | "REPLACED" }
   | { outcome: "CONFLICT"; version: number }
   | StateTooLarge
   | { outcome: "OK"; fields: Record<string, string>; outbox?: OutboxEntry };
@@ -220,8 +227,8 @@ export type UpdateOutcome =
 /** Updates a session's metadata and state (UpdateSession). */
 export const updateScript: Script<UpdateInput, UpdateOutcome> = {
   name: "update",
-  args({ keys }, { sessionId, tenancy, update }) {
-    return [
+  args({ keys }, { sessionId, tenancy, update, incarnation }) {
+    const args: Arg[] = [
       keys.session(sessionId),
       keys.updated(keys.bucketOf(sessionId)),
       ...sharedStateKeys(keys, sessionId, tenancy),
@@ -236,11 +243,14 @@ export const updateScript: Script<UpdateInput, UpdateOutcome> = {
       ...encodeStateChanges(update.stateDelta),
       keys.clustered ? recentMemberPrefix(sessionId) : "",
     ];
+    if (incarnation !== undefined) args.push(incarnation);
+    return args;
   },
   decode(reply) {
     switch (reply[0]) {
       case "NOT_FOUND":
       case "MOVED":
+      case "REPLACED":
         return { outcome: reply[0] };
       case "CONFLICT":
         return { outcome: "CONFLICT", version: reply[1] as number };
@@ -263,24 +273,26 @@ export interface DeleteInput {
   updatedBelow?: number;
   /** Only when more than this many sessions exist. */
   keepAtLeast?: number;
+  /** Only the session of this incarnation (StoreCall.expectedIncarnation): another one is "REPLACED". Undefined: any. */
+  incarnation?: string;
 }
 
 /** What the driver's deletions pass on to the script: conditions and a scope the driver checks itself. */
-export type DeleteConditions = Pick<DeleteInput, "updatedBelow" | "keepAtLeast"> & { scope?: CleanupScope };
+export type DeleteConditions = Pick<DeleteInput, "updatedBelow" | "keepAtLeast" | "incarnation"> & { scope?: CleanupScope };
 
 /** A deletion's outcome; `events`: what a DELETED session held. */
 export interface DeleteOutcome {
-  outcome: "DELETED" | "GONE" | "MOVED" | "KEPT";
+  outcome: "DELETED" | "GONE" | "MOVED" | "KEPT" | "REPLACED";
   events: number;
 }
 
 /** Deletes a session with every key and index entry of it. */
 export const deleteScript: Script<DeleteInput, DeleteOutcome> = {
   name: "delete",
-  args({ keys }, { sessionId, tenancy, updatedBelow, keepAtLeast }) {
+  args({ keys }, { sessionId, tenancy, updatedBelow, keepAtLeast, incarnation }) {
     const bucket = keys.bucketOf(sessionId);
     const [recentAll, ...recentOwn] = keys.recentOf(tenancy, bucket);
-    return [
+    const args: Arg[] = [
       ...keys.sessionKeys(sessionId),
       keys.updated(bucket),
       keys.stats(bucket),
@@ -299,6 +311,8 @@ export const deleteScript: Script<DeleteInput, DeleteOutcome> = {
       keys.clustered ? "" : (keepAtLeast ?? ""),
       publishCommand(keys),
     ];
+    if (incarnation !== undefined) args.push(incarnation);
+    return args;
   },
   decode(reply) {
     return { outcome: reply[0] as DeleteOutcome["outcome"], events: Number(reply[1] ?? 0) };

@@ -47,13 +47,17 @@
   checked there before this call (statecheck-2.lua)),
   the ingest base ("" on one node: positions count the events appended;
   a cluster: the replica's clock in µs, positions then never go below it
-  nor below the bucket's last one), and the publish command (PUBLISH, or
-  SPUBLISH on a cluster: the channel is the bucket's, in this slot)
+  nor below the bucket's last one), the publish command (PUBLISH, or
+  SPUBLISH on a cluster: the channel is the bucket's, in this slot), and,
+  when the caller expects one, the session's incarnation
+  (StoreCall.expectedIncarnation; absent: any): another one is a session
+  created since under this id, never the caller's: {"REPLACED"}, before
+  anything is read or written (a retry's originals included)
 
   Encoded event: "<len>:<event type><len>:<event id><json>" (byte lengths), so
   the type and id can be read here without decoding the JSON (includes/frames.lua).
 
-  Replies {"NOT_FOUND"} | {"MOVED"} | {"DUPLICATE", event id} | {"CONFLICT", head}
+  Replies {"NOT_FOUND"} | {"REPLACED"} | {"MOVED"} | {"DUPLICATE", event id} | {"CONFLICT", head}
         | {"TOO_LARGE", scope, entries, bytes} (nothing appended)
         | {"OK", replayed 0/1, head, first, then per event: seq, stored encoding or ""
            (nil for a retry of a trimmed event), then the number of events trimmed,
@@ -80,6 +84,16 @@ if not session[1] then
   return {"NOT_FOUND"}
 end
 local n = tonumber(ARGV[9])
+local stateArgs = 16 + 4 * n + 2 * (tonumber(ARGV[15 + 4 * n]) or 0)
+-- The expected incarnation comes last, after every event's state changes: skip them (reading nothing) to find it.
+local expectedAt = stateArgs + 2
+for _ = 1, n do
+  expectedAt = readStateChanges(expectedAt, nil, false)
+end
+local expected = ARGV[expectedAt + 3]
+if expected and expected ~= (session[3] or "") then
+  return {"REPLACED"}
+end
 if session[4] ~= ARGV[11 + 4 * n] or session[5] ~= ARGV[12 + 4 * n] then
   return {"MOVED"}
 end
@@ -135,7 +149,6 @@ if ARGV[3] ~= "" and tonumber(ARGV[3]) ~= head then
 end
 
 -- The new events' state changes, checked and written before any event is: a refused state appends nothing.
-local stateArgs = 16 + 4 * n + 2 * (tonumber(ARGV[15 + 4 * n]) or 0)
 local pending = {}
 local stateAt = stateArgs + 2
 for i = 1, n do

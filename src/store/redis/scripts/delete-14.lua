@@ -21,8 +21,11 @@
   ARGV[8] delete only when more than this many sessions exist ("" for always;
           always "" on a cluster, where KEYS[5] counts one bucket's)
   ARGV[9] the publish command: PUBLISH, or SPUBLISH on a cluster (the bucket's channel, in this slot)
+  ARGV[10] when the caller expects one, the session's incarnation
+           (StoreCall.expectedIncarnation; absent: any): another one is a
+           session created since under this id: {"REPLACED"}, kept
 
-  Replies {"DELETED", <events it held>} | {"GONE"} | {"MOVED"} | {"KEPT"}
+  Replies {"DELETED", <events it held>} | {"GONE"} | {"REPLACED"} | {"MOVED"} | {"KEPT"}
   The notice is '{"s":<session id>,"d":1,"i":<incarnation>}'.
 ]]
 --- @include "recent"
@@ -30,6 +33,9 @@
 local s = redis.call("HMGET", KEYS[1], "app", "user", "updated", "head", "first", "inc")
 if not s[1] then
   return {"GONE"}
+end
+if ARGV[10] and ARGV[10] ~= (s[6] or "") then
+  return {"REPLACED"}
 end
 if s[1] ~= ARGV[2] or s[2] ~= ARGV[3] then
   return {"MOVED"}

@@ -13,17 +13,27 @@
   ARGV[6] new metadata (JSON), "" to keep it
   ARGV[7] most entries of a state   ARGV[8] most bytes of a state
   ARGV[9] number of state changes, then 3 per change (includes/state.lua),
-  then the outbox entry prefix ("" on one node; append-12.lua)
+  then the outbox entry prefix ("" on one node; append-12.lua), then, when
+  the caller expects one, the session's incarnation
+  (StoreCall.expectedIncarnation; absent: any): another one is a session
+  created since under this id: {"REPLACED"}, nothing changed
 
-  Replies {"NOT_FOUND"} | {"MOVED"} | {"CONFLICT", version}
+  Replies {"NOT_FOUND"} | {"REPLACED"} | {"MOVED"} | {"CONFLICT", version}
         | {"TOO_LARGE", scope, entries, bytes}
         | {"OK", <HGETALL of the session>[, outbox field, its value]}
 ]]
 --- @include "state"
 
-local session = redis.call("HMGET", KEYS[1], "app", "user", "ver")
+local session = redis.call("HMGET", KEYS[1], "app", "user", "ver", "inc")
 if not session[1] then
   return {"NOT_FOUND"}
+end
+local pending = {}
+local afterChanges = readStateChanges(9, pending, true)
+local outboxPrefix = ARGV[afterChanges] or ""
+local expected = ARGV[afterChanges + 1]
+if expected and expected ~= (session[4] or "") then
+  return {"REPLACED"}
 end
 if session[1] ~= ARGV[2] or session[2] ~= ARGV[3] then
   return {"MOVED"}
@@ -33,8 +43,6 @@ if ARGV[4] ~= "" and tonumber(ARGV[4]) ~= version then
   return {"CONFLICT", version}
 end
 
-local pending = {}
-local outboxPrefix = ARGV[readStateChanges(9, pending, true)] or ""
 local shared = nil
 if outboxPrefix ~= "" then
   shared = takeSharedChanges(pending)
