@@ -1,6 +1,10 @@
 /**
  * The small REST surface over HTTP/1.1: KAOS-compatible memory endpoints and
  * liveness/readiness probes. It calls the same MemoryService as the RPC paths.
+ *
+ * Every HTTP/1.1 request is offered here first, so a request that is not
+ * REST's is declined synchronously, its target read without a URL
+ * (request-target.ts).
  */
 import type { IncomingMessage, ServerResponse } from "node:http";
 import { create } from "@bufbuild/protobuf";
@@ -21,6 +25,7 @@ import { sendJsonError, type InternalErrorReporter } from "./status.js";
 import { requireUtf8Query } from "./utf8.js";
 import { valueToJson } from "../service/convert.js";
 import { httpCallInfo } from "./http-call-info.js";
+import { requestTarget } from "./request-target.js";
 
 /** KAOS caps listing limits at 1000 rather than refusing them. */
 const MAX_LIMIT = 1000;
@@ -63,7 +68,7 @@ function kaosEvent(e: Event) {
   };
 }
 
-/** Handles REST requests; returns false when the path is not a REST one. */
+/** Handles REST requests; returns false, synchronously, when the path is not a REST one. */
 export function createRestHandler(opts: {
   guard: CallGuard;
   health: HealthMonitor;
@@ -76,20 +81,14 @@ export function createRestHandler(opts: {
   const service = guard.service;
   const listEvents = guard.handler("listEvents", false);
   const listSessions = guard.handler("listSessions", false);
-  const routes = ["/healthz", "/readyz", "/memory/events", "/memory/sessions", ...(metrics ? ["/metrics"] : [])];
-  return async (req: IncomingMessage, res: ServerResponse): Promise<boolean> => {
-    const url = new URL(req.url ?? "/", "http://localhost");
-    const route = url.pathname;
-    if (!routes.includes(route)) return false;
+  const routes = new Set(["/healthz", "/readyz", "/memory/events", "/memory/sessions", ...(metrics ? ["/metrics"] : [])]);
+  /** Answers a REST route; what it throws past its own error answers is the handler's to report. */
+  async function serve(route: string, search: string, req: IncomingMessage, res: ServerResponse): Promise<void> {
     const call = httpCallInfo(req, res, "rest");
-    if (req.method !== "GET" && req.method !== "HEAD") {
-      res.setHeader("allow", "GET, HEAD");
-      sendJsonError(res, new ConnectError(`${req.method} is not allowed on ${route}`, Code.Unimplemented), { kaos: true, httpStatus: 405 });
-      return true;
-    }
     try {
       // URLSearchParams reads a bad percent-encoded byte as U+FFFD: refuse it rather than look it up or store it.
-      requireUtf8Query(url.search);
+      requireUtf8Query(search);
+      const params = new URLSearchParams(search);
       switch (route) {
         case "/metrics": {
           const body = await metrics!.registry.metrics();
@@ -106,8 +105,8 @@ export function createRestHandler(opts: {
           break;
         }
         case "/memory/events": {
-          const sessionId = optionalParam(url.searchParams, "session_id");
-          const limit = limitParam(url.searchParams);
+          const sessionId = optionalParam(params, "session_id");
+          const limit = limitParam(params);
           let found: Event[];
           try {
             found = ((await listEvents(create(ListEventsRequestSchema, { sessionId, limit }), call)) as ListEventsResponse).events;
@@ -122,11 +121,11 @@ export function createRestHandler(opts: {
         }
         case "/memory/sessions": {
           // KAOS lists every session; a page only when the caller asks for one (limit or page_token).
-          const paged = url.searchParams.has("limit") || url.searchParams.has("page_token");
-          const pageSize = limitParam(url.searchParams, MAX_LIMIT);
-          const appName = optionalParam(url.searchParams, "app_name");
-          const userId = optionalParam(url.searchParams, "user_id");
-          let pageToken = url.searchParams.get("page_token") ?? "";
+          const paged = params.has("limit") || params.has("page_token");
+          const pageSize = limitParam(params, MAX_LIMIT);
+          const appName = optionalParam(params, "app_name");
+          const userId = optionalParam(params, "user_id");
+          let pageToken = params.get("page_token") ?? "";
           const sessions: string[] = [];
           do {
             const out = (await listSessions(create(ListSessionsRequestSchema, { appName, userId, pageSize, pageToken }), call)) as ListSessionsResponse;
@@ -140,6 +139,21 @@ export function createRestHandler(opts: {
     } catch (err) {
       sendRestError(res, err, report);
     }
+  }
+  return (req: IncomingMessage, res: ServerResponse): boolean => {
+    const target = requestTarget(req.url);
+    if (target === undefined || !routes.has(target.pathname)) return false;
+    const route = target.pathname;
+    if (req.method !== "GET" && req.method !== "HEAD") {
+      res.setHeader("allow", "GET, HEAD");
+      sendJsonError(res, new ConnectError(`${req.method} is not allowed on ${route}`, Code.Unimplemented), { kaos: true, httpStatus: 405 });
+      return true;
+    }
+    serve(route, target.search, req, res).catch((err: unknown) => {
+      report(err);
+      if (!res.headersSent) res.writeHead(500);
+      res.end();
+    });
     return true;
   };
 }
