@@ -4,7 +4,13 @@
  *
  * Every HTTP/1.1 request is offered here first, so a request that is not
  * REST's is declined synchronously, its target read without a URL
- * (request-target.ts).
+ * (request-target.ts). A REST call pays only for what it uses: its call has
+ * no AbortSignal (it runs unary methods, which never read one, as on the
+ * gRPC edge), and each event's KAOS JSON is written once per shared wire
+ * Event. Profiled (bench/README.md, issue 23), the AbortController aborted
+ * at every response's close (a DOMException each), the per-call
+ * kaosEvent + JSON.stringify and the query's UTF-8 check were what a REST
+ * read cost beyond a gRPC one.
  */
 import type { IncomingMessage, ServerResponse } from "node:http";
 import { create } from "@bufbuild/protobuf";
@@ -24,7 +30,7 @@ import type { HealthMonitor } from "./health.js";
 import { sendJsonError, type InternalErrorReporter } from "./status.js";
 import { requireUtf8Query } from "./utf8.js";
 import { valueToJson } from "../service/convert.js";
-import { httpCallInfo } from "./http-call-info.js";
+import { httpCallHeaders } from "./http-call-info.js";
 import { requestTarget } from "./request-target.js";
 
 /** KAOS caps listing limits at 1000 rather than refusing them. */
@@ -38,7 +44,11 @@ const MAX_LIMIT = 1000;
 export const MAX_UNPAGED_SESSIONS = 10_000;
 
 function sendJson(res: ServerResponse, status: number, body: unknown): void {
-  const bytes = Buffer.from(JSON.stringify(body));
+  sendJsonText(res, status, JSON.stringify(body));
+}
+
+function sendJsonText(res: ServerResponse, status: number, text: string): void {
+  const bytes = Buffer.from(text);
   res.writeHead(status, { "content-type": "application/json", "content-length": bytes.length });
   res.end(bytes);
 }
@@ -56,7 +66,7 @@ function optionalParam(params: URLSearchParams, name: string): string | undefine
 }
 
 /** The KAOS MemoryEvent.to_dict() shape. */
-function kaosEvent(e: Event) {
+export function kaosEvent(e: Event) {
   return {
     event_id: e.eventId,
     timestamp: new Date(timestampMs(e.timestamp!)).toISOString(),
@@ -66,6 +76,23 @@ function kaosEvent(e: Event) {
     seq: Number(e.seq),
     session_id: e.sessionId,
   };
+}
+
+/**
+ * Text of recent events: the service hands every reader the same wire Event
+ * for a recent event (as event-json.ts relies on), so each is written once.
+ * An event kaosEvent refuses is not kept: it throws again on the next read.
+ */
+const kaosEventText = new WeakMap<Event, string>();
+
+/** JSON.stringify(kaosEvent(e)), made once per wire Event. */
+export function kaosEventJson(e: Event): string {
+  let text = kaosEventText.get(e);
+  if (text === undefined) {
+    text = JSON.stringify(kaosEvent(e));
+    kaosEventText.set(e, text);
+  }
+  return text;
 }
 
 /** Handles REST requests; returns false, synchronously, when the path is not a REST one. */
@@ -82,9 +109,12 @@ export function createRestHandler(opts: {
   const listEvents = guard.handler("listEvents", false);
   const listSessions = guard.handler("listSessions", false);
   const routes = new Set(["/healthz", "/readyz", "/memory/events", "/memory/sessions", ...(metrics ? ["/metrics"] : [])]);
+  // JSON.stringify({ agent, events, total }), with each event's text made once (kaosEventJson).
+  const eventsPrefix = `{"agent":${JSON.stringify(agentName)},"events":[`;
   /** Answers a REST route; what it throws past its own error answers is the handler's to report. */
   async function serve(route: string, search: string, req: IncomingMessage, res: ServerResponse): Promise<void> {
-    const call = httpCallInfo(req, res, "rest");
+    // Unary methods only, which never read a signal (CallInfo.signal).
+    const call = httpCallHeaders(req, "rest");
     try {
       // URLSearchParams reads a bad percent-encoded byte as U+FFFD: refuse it rather than look it up or store it.
       requireUtf8Query(search);
@@ -115,8 +145,9 @@ export function createRestHandler(opts: {
             if (!(sessionId !== undefined && err instanceof MemoryError && err.reason === "SESSION_NOT_FOUND")) throw err;
             found = [];
           }
-          const events = found.map(kaosEvent);
-          sendJson(res, 200, { agent: agentName, events, total: events.length });
+          let text = eventsPrefix;
+          for (let i = 0; i < found.length; i++) text += (i === 0 ? "" : ",") + kaosEventJson(found[i]);
+          sendJsonText(res, 200, `${text}],"total":${found.length}}`);
           break;
         }
         case "/memory/sessions": {

@@ -6,6 +6,7 @@
 import http from "node:http";
 import { createRequire } from "node:module";
 import path from "node:path";
+import { create } from "@bufbuild/protobuf";
 import * as grpc from "@grpc/grpc-js";
 import * as protoLoader from "@grpc/proto-loader";
 import { Code } from "@connectrpc/connect";
@@ -13,6 +14,8 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { startTestServer, type TestServer } from "../support/engram.js";
 import { connectClient, errorOf, grpcWebClient, type MemoryClient } from "../support/clients.js";
 import { sid } from "./suite.js";
+import { ListEventsRequestSchema } from "@engram-memory/client/gen/engram/v1/memory_pb.js";
+import { kaosEvent } from "../../src/server/rest.js";
 
 // eslint-disable-next-line @typescript-eslint/no-explicit-any
 const jsonOf = async (res: Response): Promise<any> => res.json();
@@ -169,6 +172,28 @@ describe("KAOS REST endpoints", () => {
     expect(bad.status).toBe(400);
     expect((await jsonOf(bad)).error).toMatch(/^limit/);
     expect((await fetch(`${server.baseUrl}/memory/events`, { method: "POST" })).status).toBe(405);
+  });
+
+  it("writes JSON.stringify of each event's KAOS shape, byte for byte, on every read of the same events", async () => {
+    const client = connectClient(server.baseUrl);
+    const id = sid();
+    await client.createSession({ appName: "app", userId: "u", sessionId: id });
+    const struct = { fields: { text: { kind: { case: "stringValue" as const, value: 'quote " and \\ and \u00e9 \u{1F600}' } }, n: { kind: { case: "numberValue" as const, value: 1.5 } }, ok: { kind: { case: "boolValue" as const, value: true } }, none: { kind: { case: "nullValue" as const, value: 0 } }, list: { kind: { case: "listValue" as const, value: { values: [{ kind: { case: "numberValue" as const, value: -2 } }] } } } } };
+    await client.addEvents({
+      sessionId: id,
+      events: [
+        { eventType: "tool_call", content: { kind: { case: "structValue", value: struct } }, metadata: { nested: { a: [1, "two", null] }, "</script>": "x" } },
+        { eventType: "user_message", content: { kind: { case: "stringValue", value: "plain" } } },
+        { eventType: "agent_response" },
+      ],
+    });
+    const { events } = await server.service.listEvents(create(ListEventsRequestSchema, { sessionId: id, limit: 10 }));
+    const expected = JSON.stringify({ agent: "test-agent", events: events.map(kaosEvent), total: events.length });
+    for (let read = 0; read < 2; read++) {
+      const res = await fetch(`${server.baseUrl}/memory/events?session_id=${id}&limit=10`);
+      expect(res.headers.get("content-type")).toBe("application/json");
+      expect(await res.text()).toBe(expected);
+    }
   });
 
   it.each([
