@@ -65,7 +65,7 @@ function optionalParam(params: URLSearchParams, name: string): string | undefine
   return v === null || v === "" ? undefined : v;
 }
 
-/** The KAOS MemoryEvent.to_dict() shape. */
+/** The KAOS MemoryEvent.to_dict() shape (what an answer's event text is the JSON.stringify of). */
 export function kaosEvent(e: Event) {
   return {
     event_id: e.eventId,
@@ -86,7 +86,7 @@ export function kaosEvent(e: Event) {
 const kaosEventText = new WeakMap<Event, string>();
 
 /** JSON.stringify(kaosEvent(e)), made once per wire Event. */
-export function kaosEventJson(e: Event): string {
+function kaosEventJson(e: Event): string {
   let text = kaosEventText.get(e);
   if (text === undefined) {
     text = JSON.stringify(kaosEvent(e));
