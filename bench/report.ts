@@ -137,7 +137,7 @@ export function checkTargets(results: BenchResults): TargetCheck[] {
 
 /** Median, low and high over rounds of `party`'s figure ÷ `versus`'s, each round with its own. */
 function roundRatios(row: MotorheadRow, party: MotorheadParty, versus: MotorheadParty, key: keyof MotorheadFigures): { median: number; min: number; max: number } {
-  const ratios = row.rounds[party].map((x, i) => x[key] / row.rounds[versus][i][key]);
+  const ratios = row.rounds[party]!.map((x, i) => x[key] / row.rounds[versus]![i][key]);
   return { median: median(ratios), min: Math.min(...ratios), max: Math.max(...ratios) };
 }
 
@@ -153,6 +153,7 @@ function motorheadTargets(results: BenchResults): TargetCheck[] {
     cpu("Engram gRPC", "Motorhead", 1);
     cpu("Engram Connect JSON", "Motorhead", 1.25);
     cpu("Engram Connect JSON", "Engram gRPC", 1.2);
+    if (row.rounds["Engram REST"]) cpu("Engram REST", "Engram gRPC", 1.2);
     if (row.concurrency === 16) {
       for (const [party, goal] of [["Engram gRPC", 1], ["Engram Connect JSON", 0.9]] as const) {
         const r = roundRatios(row, party, "Motorhead", "throughput");
@@ -261,14 +262,14 @@ export function renderMarkdown(results: BenchResults): string {
     lines.push(
       "## Motorhead on the same redis-server",
       "",
-      `Motorhead ${mh.commit} (\`${mh.binary}\`), Engram's Redis store over gRPC and over Connect JSON (HTTP/1.1). ${mh.rounds} rounds of ${mh.pointMs} ms points, the parties in rotating order each round (the two Node floors are bare servers answering Engram's bytes, bench/transport-floor-server.ts); figures are medians over rounds, ratios the median (and range) of the per-round ratios to Motorhead. CPU is µs per call of the server process and of redis-server.`,
+      `Motorhead ${mh.commit} (\`${mh.binary}\`), Engram's Redis store over gRPC, over Connect JSON (HTTP/1.1) and over KAOS REST (\`GET /memory/events\`, reads only: KAOS has no REST append). ${mh.rounds} rounds of ${mh.pointMs} ms points, the parties in rotating order each round (the two Node floors are bare servers answering Engram's bytes, bench/transport-floor-server.ts); figures are medians over rounds, ratios the median (and range) of the per-round ratios to Motorhead. CPU is µs per call of the server process and of redis-server.`,
       "",
       "| Workload | Conc. | Party | Calls/s | p50 ms | p99 ms | Server CPU µs/call | Redis CPU µs/call | Calls/s ÷ Motorhead | Server CPU ÷ Motorhead |",
       "| --- | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
     );
     for (const row of mh.rows) {
       for (const party of Object.keys(row.rounds) as MotorheadParty[]) {
-        const m = (key: keyof MotorheadFigures) => median(row.rounds[party].map((x) => x[key]));
+        const m = (key: keyof MotorheadFigures) => median(row.rounds[party]!.map((x) => x[key]));
         const ratio = (key: keyof MotorheadFigures) => {
           if (party === "Motorhead") return "";
           const r = roundRatios(row, party, "Motorhead", key);

@@ -158,11 +158,11 @@ export interface MemoriesPeer {
 
 /**
  * The parties of the Motorhead comparison (bench/peers/motorhead.ts): Engram
- * over each protocol, Motorhead, and the Node.js transport floors, bare
- * servers answering Engram's bytes and doing nothing else
- * (bench/transport-floor-server.ts).
+ * over each protocol (REST is KAOS' GET /memory/events, reads only), Motorhead,
+ * and the Node.js transport floors, bare servers answering Engram's bytes and
+ * doing nothing else (bench/transport-floor-server.ts).
  */
-export type MotorheadParty = "Engram gRPC" | "Engram Connect JSON" | "Motorhead" | "Node http2 floor" | "Node HTTP/1.1 floor";
+export type MotorheadParty = "Engram gRPC" | "Engram Connect JSON" | "Engram REST" | "Motorhead" | "Node http2 floor" | "Node HTTP/1.1 floor";
 
 /** One party's figures in one round. */
 export interface MotorheadFigures {
@@ -175,11 +175,11 @@ export interface MotorheadFigures {
   redisCpuUs: number;
 }
 
-/** One workload at one concurrency: every party's figures, round by round (same index = same round). */
+/** One workload at one concurrency: every party's figures, round by round (same index = same round); a party with no such call (REST has no append) is absent. */
 export interface MotorheadRow {
   workload: string;
   concurrency: number;
-  rounds: Record<MotorheadParty, MotorheadFigures[]>;
+  rounds: Partial<Record<MotorheadParty, MotorheadFigures[]>>;
 }
 
 /** Engram against Motorhead on the same redis-server. */

@@ -6,8 +6,10 @@
  * (bench/README.md says how and which commit was measured).
  *
  * The same workloads run against Engram over gRPC, Engram over Connect JSON
- * (HTTP/1.1) and Motorhead's JSON API, in rounds that rotate the parties, so
- * the ratios compare measurements taken seconds apart on this shared box.
+ * (HTTP/1.1), Engram's KAOS REST reads (GET /memory/events; KAOS has no REST
+ * append, so that party sits out the append) and Motorhead's JSON API, in
+ * rounds that rotate the parties, so the ratios compare measurements taken
+ * seconds apart on this shared box.
  * Two more parties give Node.js's floor on the same calls: bare node:http2
  * (gRPC framing by hand) and node:http servers answering the bytes Engram
  * answered, doing nothing else (bench/transport-floor-server.ts).
@@ -33,7 +35,7 @@ import { addEventRequest, CONTENT_100B, SeedClient, SERVICE } from "../workloads
 /** Environment variable naming the Motorhead binary. */
 export const MOTORHEAD_ENV = "ENGRAM_BENCH_MOTORHEAD";
 
-const PARTIES: MotorheadParty[] = ["Engram gRPC", "Engram Connect JSON", "Motorhead", "Node http2 floor", "Node HTTP/1.1 floor"];
+const PARTIES: MotorheadParty[] = ["Engram gRPC", "Engram Connect JSON", "Engram REST", "Motorhead", "Node http2 floor", "Node HTTP/1.1 floor"];
 const READ_SIZES = [20, 1000];
 
 /** A Motorhead process on a loopback port. */
@@ -104,8 +106,11 @@ interface FloorPorts {
   http1Port: number;
 }
 
+/** Each workload's specs of the parties measured directly (REST only where KAOS has the call). */
+type DirectSpecs = Record<"Engram gRPC" | "Engram Connect JSON" | "Motorhead", Spec> & { "Engram REST"?: Spec };
+
 /** Engram's specs with the floor parties added: the same requests, to the floor servers. */
-function withFloors(specs: Record<"Engram gRPC" | "Engram Connect JSON" | "Motorhead", Spec>, floor: FloorPorts): Record<MotorheadParty, Spec> {
+function withFloors(specs: DirectSpecs, floor: FloorPorts): Partial<Record<MotorheadParty, Spec>> {
   return {
     ...specs,
     "Node http2 floor": { ...specs["Engram gRPC"], target: `127.0.0.1:${floor.grpcPort}` },
@@ -118,7 +123,7 @@ function withFloors(specs: Record<"Engram gRPC" | "Engram Connect JSON" | "Motor
  * specs, by path, for the floor servers to answer with (the two reads share
  * a path and answer as many bytes: 20 events each).
  */
-async function engramAnswers(engramAddress: string, specs: Array<Record<MotorheadParty, Spec>>): Promise<{ grpc: Record<string, string>; http1: Record<string, string> }> {
+async function engramAnswers(engramAddress: string, specs: DirectSpecs[]): Promise<{ grpc: Record<string, string>; http1: Record<string, string> }> {
   const client = new SeedClient(engramAddress);
   const grpc: Record<string, string> = {};
   const http1: Record<string, string> = {};
@@ -136,7 +141,7 @@ async function engramAnswers(engramAddress: string, specs: Array<Record<Motorhea
   return { grpc, http1 };
 }
 
-function workloads(maxC: number, engram: string, writer: MotorheadProcess, reader: MotorheadProcess): Array<{ name: string; specs: Record<"Engram gRPC" | "Engram Connect JSON" | "Motorhead", Spec>; motorhead: MotorheadProcess }> {
+function workloads(maxC: number, engram: string, writer: MotorheadProcess, reader: MotorheadProcess): Array<{ name: string; specs: DirectSpecs; motorhead: MotorheadProcess }> {
   const workers = Array.from({ length: maxC }, (_, i) => i);
   const connect = (method: string, bodies: unknown[]): Spec => ({
     target: engram,
@@ -175,6 +180,8 @@ function workloads(maxC: number, engram: string, writer: MotorheadProcess, reade
           requests: [b64(Buffer.from(toBinary(GetSessionEventsRequestSchema, create(GetSessionEventsRequestSchema, { sessionId: readSession(n), tail: 20 }))))],
         },
         "Engram Connect JSON": connect("GetSessionEvents", [{ sessionId: readSession(n), tail: 20 }]),
+        // KAOS' read of a session's newest events: the same tail read in the store (listRecentEvents with a session).
+        "Engram REST": { target: engram, method: "", requests: [""], client: "http1", http: { verb: "GET", paths: [`/memory/events?session_id=${readSession(n)}&limit=20`] } },
         Motorhead: {
           target: `127.0.0.1:${reader.port}`,
           method: "",
@@ -182,7 +189,7 @@ function workloads(maxC: number, engram: string, writer: MotorheadProcess, reade
           client: "http1",
           http: { verb: "GET", paths: [`/sessions/${readSession(n)}/memory`] },
         },
-      } as Record<"Engram gRPC" | "Engram Connect JSON" | "Motorhead", Spec>,
+      } as DirectSpecs,
     })),
   ];
 }
@@ -237,34 +244,38 @@ export async function runMotorhead(
     await seedBoth(engram.address, writer, maxC);
     const check = (await httpJson(reader.port, "GET", `/sessions/${readSession(1000)}/memory`)) as { messages: unknown[] };
     if (check.messages.length !== 20) throw new Error(`motorhead read returned ${check.messages.length} messages, not 20`);
+    const restCheck = (await httpJson(Number(engram.address.split(":")[1]), "GET", `/memory/events?session_id=${readSession(1000)}&limit=20`)) as { events: unknown[] };
+    if (restCheck.events.length !== 20) throw new Error(`Engram's REST read returned ${restCheck.events.length} events, not 20`);
     const measured = workloads(maxC, engram.address, writer, reader);
-    const floorPorts = await floor.request<FloorPorts>(await engramAnswers(engram.address, measured.map((w) => w.specs as Record<MotorheadParty, Spec>)));
+    const floorPorts = await floor.request<FloorPorts>(await engramAnswers(engram.address, measured.map((w) => w.specs)));
     for (const workload of measured.map((w) => ({ ...w, specs: withFloors(w.specs, floorPorts) }))) {
+      const parties = PARTIES.filter((p) => workload.specs[p] !== undefined);
       const pids: Record<MotorheadParty, Record<string, number[]>> = {
         "Engram gRPC": { server: [engram.pid] },
         "Engram Connect JSON": { server: [engram.pid] },
+        "Engram REST": { server: [engram.pid] },
         Motorhead: { server: [workload.motorhead.pid] },
         "Node http2 floor": { server: [floor.pid] },
         "Node HTTP/1.1 floor": { server: [floor.pid] },
       };
       for (const party of PARTIES) if (redis.pid) pids[party].redis = [redis.pid];
       for (const c of concurrencies) {
-        const row: MotorheadRow = { workload: workload.name, concurrency: c, rounds: Object.fromEntries(PARTIES.map((p) => [p, []])) as unknown as MotorheadRow["rounds"] };
+        const row: MotorheadRow = { workload: workload.name, concurrency: c, rounds: Object.fromEntries(parties.map((p) => [p, []])) };
         // Warm-up of every party at this concurrency (JIT, connection pools), unmeasured.
-        for (const party of PARTIES) await loadgen.request<LoadResult>({ ...workload.specs[party], concurrency: c, durationMs: 1000, warmupMs: 200, cpuPids: {} } satisfies LoadSpec);
+        for (const party of parties) await loadgen.request<LoadResult>({ ...workload.specs[party]!, concurrency: c, durationMs: 1000, warmupMs: 200, cpuPids: {} } satisfies LoadSpec);
         for (let round = 0; round < rounds; round++) {
           // Rotate the order each round, so no party always runs first (or right after the same one).
-          const order = PARTIES.map((_, i) => PARTIES[(i + round) % PARTIES.length]);
+          const order = parties.map((_, i) => parties[(i + round) % parties.length]);
           for (const party of order) {
-            const r = await loadgen.request<LoadResult>({ ...workload.specs[party], concurrency: c, durationMs: profile.pairMs, warmupMs: Math.min(300, profile.warmupMs), cpuPids: pids[party] } satisfies LoadSpec);
+            const r = await loadgen.request<LoadResult>({ ...workload.specs[party]!, concurrency: c, durationMs: profile.pairMs, warmupMs: Math.min(300, profile.warmupMs), cpuPids: pids[party] } satisfies LoadSpec);
             if (r.errors > 0) throw new Error(`${party} ${workload.name} c=${c}: ${r.errors} errors (${r.firstError})`);
-            row.rounds[party].push({ throughput: r.throughput, p50Us: r.p50Us, p99Us: r.p99Us, serverCpuUs: r.cpuUsPerCall.server, redisCpuUs: r.cpuUsPerCall.redis ?? Number.NaN });
+            row.rounds[party]!.push({ throughput: r.throughput, p50Us: r.p50Us, p99Us: r.p99Us, serverCpuUs: r.cpuUsPerCall.server, redisCpuUs: r.cpuUsPerCall.redis ?? Number.NaN });
           }
         }
         rows.push(row);
-        const m = (party: MotorheadParty, key: "throughput" | "serverCpuUs") => median(row.rounds[party].map((x) => x[key]));
+        const m = (party: MotorheadParty, key: "throughput" | "serverCpuUs") => median(row.rounds[party]!.map((x) => x[key]));
         log(
-          `motorhead: ${workload.name} c=${c}: ${PARTIES.map((p) => `${p} ${Math.round(m(p, "throughput"))}/s ${Math.round(m(p, "serverCpuUs"))}µs`).join("; ")}`,
+          `motorhead: ${workload.name} c=${c}: ${parties.map((p) => `${p} ${Math.round(m(p, "throughput"))}/s ${Math.round(m(p, "serverCpuUs"))}µs`).join("; ")}`,
         );
       }
     }

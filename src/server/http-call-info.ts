@@ -10,8 +10,16 @@ import type { CallInfo } from "../service/guard/index.js";
 export function httpCallInfo(req: IncomingMessage, res: ServerResponse, protocol: "rest" | "mcp"): CallInfo {
   const abort = new AbortController();
   res.once("close", () => abort.abort());
+  return { ...httpCallHeaders(req, protocol), signal: abort.signal };
+}
+
+/**
+ * The call's headers alone, for a call that runs unary methods only: they
+ * never read a signal (CallInfo.signal), and making one cost a REST read an
+ * AbortController and a DOMException at every response's close.
+ */
+export function httpCallHeaders(req: IncomingMessage, protocol: "rest" | "mcp"): CallInfo {
   return {
-    signal: abort.signal,
     authorization: req.headers.authorization,
     traceparent: typeof req.headers.traceparent === "string" ? req.headers.traceparent : undefined,
     requestId: typeof req.headers["x-request-id"] === "string" ? req.headers["x-request-id"] : undefined,

@@ -11,6 +11,7 @@ import path from "node:path";
 import { fileURLToPath } from "node:url";
 import { Code, ConnectError } from "@connectrpc/connect";
 import type { Logger } from "../log.js";
+import { requestTarget } from "./request-target.js";
 import { sendJsonError } from "./status.js";
 
 /** Where the committed build of inspector/ lives. */
@@ -88,7 +89,9 @@ export function createInspectorHandler(log: Logger, dir = INSPECTOR_DIST_DIR): (
   const files = existsSync(path.join(dir, "index.html")) ? loadFiles(dir) : new Map<string, StaticFile>();
   if (files.size === 0) log.warn({ dir }, "inspector assets not found; run `npm run build:inspector`");
   return (req, res) => {
-    const pathname = new URL(req.url ?? "/", "http://localhost").pathname;
+    // A target URL cannot parse names no file (and must not throw out of the server's request handler).
+    const pathname = requestTarget(req.url)?.pathname;
+    if (pathname === undefined) return false;
     const key = pathname === "/" ? "/index.html" : pathname;
     const file = files.get(key);
     if (!file) {

@@ -1,6 +1,16 @@
 /**
  * The small REST surface over HTTP/1.1: KAOS-compatible memory endpoints and
  * liveness/readiness probes. It calls the same MemoryService as the RPC paths.
+ *
+ * Every HTTP/1.1 request is offered here first, so a request that is not
+ * REST's is declined synchronously, its target read without a URL
+ * (request-target.ts). A REST call pays only for what it uses: its call has
+ * no AbortSignal (it runs unary methods, which never read one, as on the
+ * gRPC edge), and each event's KAOS JSON is written once per shared wire
+ * Event. Profiled (bench/README.md, issue 23), the AbortController aborted
+ * at every response's close (a DOMException each), the per-call
+ * kaosEvent + JSON.stringify and the query's UTF-8 check were what a REST
+ * read cost beyond a gRPC one.
  */
 import type { IncomingMessage, ServerResponse } from "node:http";
 import { create } from "@bufbuild/protobuf";
@@ -20,7 +30,8 @@ import type { HealthMonitor } from "./health.js";
 import { sendJsonError, type InternalErrorReporter } from "./status.js";
 import { requireUtf8Query } from "./utf8.js";
 import { valueToJson } from "../service/convert.js";
-import { httpCallInfo } from "./http-call-info.js";
+import { httpCallHeaders } from "./http-call-info.js";
+import { requestTarget } from "./request-target.js";
 
 /** KAOS caps listing limits at 1000 rather than refusing them. */
 const MAX_LIMIT = 1000;
@@ -33,7 +44,11 @@ const MAX_LIMIT = 1000;
 export const MAX_UNPAGED_SESSIONS = 10_000;
 
 function sendJson(res: ServerResponse, status: number, body: unknown): void {
-  const bytes = Buffer.from(JSON.stringify(body));
+  sendJsonText(res, status, JSON.stringify(body));
+}
+
+function sendJsonText(res: ServerResponse, status: number, text: string): void {
+  const bytes = Buffer.from(text);
   res.writeHead(status, { "content-type": "application/json", "content-length": bytes.length });
   res.end(bytes);
 }
@@ -50,8 +65,8 @@ function optionalParam(params: URLSearchParams, name: string): string | undefine
   return v === null || v === "" ? undefined : v;
 }
 
-/** The KAOS MemoryEvent.to_dict() shape. */
-function kaosEvent(e: Event) {
+/** The KAOS MemoryEvent.to_dict() shape (what an answer's event text is the JSON.stringify of). */
+export function kaosEvent(e: Event) {
   return {
     event_id: e.eventId,
     timestamp: new Date(timestampMs(e.timestamp!)).toISOString(),
@@ -63,7 +78,24 @@ function kaosEvent(e: Event) {
   };
 }
 
-/** Handles REST requests; returns false when the path is not a REST one. */
+/**
+ * Text of recent events: the service hands every reader the same wire Event
+ * for a recent event (as event-json.ts relies on), so each is written once.
+ * An event kaosEvent refuses is not kept: it throws again on the next read.
+ */
+const kaosEventText = new WeakMap<Event, string>();
+
+/** JSON.stringify(kaosEvent(e)), made once per wire Event. */
+function kaosEventJson(e: Event): string {
+  let text = kaosEventText.get(e);
+  if (text === undefined) {
+    text = JSON.stringify(kaosEvent(e));
+    kaosEventText.set(e, text);
+  }
+  return text;
+}
+
+/** Handles REST requests; returns false, synchronously, when the path is not a REST one. */
 export function createRestHandler(opts: {
   guard: CallGuard;
   health: HealthMonitor;
@@ -76,20 +108,17 @@ export function createRestHandler(opts: {
   const service = guard.service;
   const listEvents = guard.handler("listEvents", false);
   const listSessions = guard.handler("listSessions", false);
-  const routes = ["/healthz", "/readyz", "/memory/events", "/memory/sessions", ...(metrics ? ["/metrics"] : [])];
-  return async (req: IncomingMessage, res: ServerResponse): Promise<boolean> => {
-    const url = new URL(req.url ?? "/", "http://localhost");
-    const route = url.pathname;
-    if (!routes.includes(route)) return false;
-    const call = httpCallInfo(req, res, "rest");
-    if (req.method !== "GET" && req.method !== "HEAD") {
-      res.setHeader("allow", "GET, HEAD");
-      sendJsonError(res, new ConnectError(`${req.method} is not allowed on ${route}`, Code.Unimplemented), { kaos: true, httpStatus: 405 });
-      return true;
-    }
+  const routes = new Set(["/healthz", "/readyz", "/memory/events", "/memory/sessions", ...(metrics ? ["/metrics"] : [])]);
+  // JSON.stringify({ agent, events, total }), with each event's text made once (kaosEventJson).
+  const eventsPrefix = `{"agent":${JSON.stringify(agentName)},"events":[`;
+  /** Answers a REST route; what it throws past its own error answers is the handler's to report. */
+  async function serve(route: string, search: string, req: IncomingMessage, res: ServerResponse): Promise<void> {
+    // Unary methods only, which never read a signal (CallInfo.signal).
+    const call = httpCallHeaders(req, "rest");
     try {
       // URLSearchParams reads a bad percent-encoded byte as U+FFFD: refuse it rather than look it up or store it.
-      requireUtf8Query(url.search);
+      requireUtf8Query(search);
+      const params = new URLSearchParams(search);
       switch (route) {
         case "/metrics": {
           const body = await metrics!.registry.metrics();
@@ -106,8 +135,8 @@ export function createRestHandler(opts: {
           break;
         }
         case "/memory/events": {
-          const sessionId = optionalParam(url.searchParams, "session_id");
-          const limit = limitParam(url.searchParams);
+          const sessionId = optionalParam(params, "session_id");
+          const limit = limitParam(params);
           let found: Event[];
           try {
             found = ((await listEvents(create(ListEventsRequestSchema, { sessionId, limit }), call)) as ListEventsResponse).events;
@@ -116,17 +145,18 @@ export function createRestHandler(opts: {
             if (!(sessionId !== undefined && err instanceof MemoryError && err.reason === "SESSION_NOT_FOUND")) throw err;
             found = [];
           }
-          const events = found.map(kaosEvent);
-          sendJson(res, 200, { agent: agentName, events, total: events.length });
+          let text = eventsPrefix;
+          for (let i = 0; i < found.length; i++) text += (i === 0 ? "" : ",") + kaosEventJson(found[i]);
+          sendJsonText(res, 200, `${text}],"total":${found.length}}`);
           break;
         }
         case "/memory/sessions": {
           // KAOS lists every session; a page only when the caller asks for one (limit or page_token).
-          const paged = url.searchParams.has("limit") || url.searchParams.has("page_token");
-          const pageSize = limitParam(url.searchParams, MAX_LIMIT);
-          const appName = optionalParam(url.searchParams, "app_name");
-          const userId = optionalParam(url.searchParams, "user_id");
-          let pageToken = url.searchParams.get("page_token") ?? "";
+          const paged = params.has("limit") || params.has("page_token");
+          const pageSize = limitParam(params, MAX_LIMIT);
+          const appName = optionalParam(params, "app_name");
+          const userId = optionalParam(params, "user_id");
+          let pageToken = params.get("page_token") ?? "";
           const sessions: string[] = [];
           do {
             const out = (await listSessions(create(ListSessionsRequestSchema, { appName, userId, pageSize, pageToken }), call)) as ListSessionsResponse;
@@ -140,6 +170,21 @@ export function createRestHandler(opts: {
     } catch (err) {
       sendRestError(res, err, report);
     }
+  }
+  return (req: IncomingMessage, res: ServerResponse): boolean => {
+    const target = requestTarget(req.url);
+    if (target === undefined || !routes.has(target.pathname)) return false;
+    const route = target.pathname;
+    if (req.method !== "GET" && req.method !== "HEAD") {
+      res.setHeader("allow", "GET, HEAD");
+      sendJsonError(res, new ConnectError(`${req.method} is not allowed on ${route}`, Code.Unimplemented), { kaos: true, httpStatus: 405 });
+      return true;
+    }
+    serve(route, target.search, req, res).catch((err: unknown) => {
+      report(err);
+      if (!res.headersSent) res.writeHead(500);
+      res.end();
+    });
     return true;
   };
 }

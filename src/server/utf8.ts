@@ -91,6 +91,8 @@ export function rawQueryParams(search: string): Array<{ name: Buffer; value: Buf
 
 /** Refuses a query string whose parameter names or values are not UTF-8 once percent-decoded. */
 export function requireUtf8Query(search: string): void {
+  // Without a "%" every byte is a character's own UTF-8 (or "+" as a space): nothing to refuse, and nothing to decode on each REST call.
+  if (!search.includes("%")) return;
   for (const { name, value } of rawQueryParams(search)) {
     const key = decodeUtf8("query parameter name", name);
     decodeUtf8(`query parameter ${key}`, value);

@@ -3,8 +3,10 @@
  * malformed bytes on each), the KAOS REST endpoints, health (grpc.health.v1,
  * /healthz, /readyz) and server reflection.
  */
+import http from "node:http";
 import { createRequire } from "node:module";
 import path from "node:path";
+import { create } from "@bufbuild/protobuf";
 import * as grpc from "@grpc/grpc-js";
 import * as protoLoader from "@grpc/proto-loader";
 import { Code } from "@connectrpc/connect";
@@ -12,9 +14,26 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { startTestServer, type TestServer } from "../support/engram.js";
 import { connectClient, errorOf, grpcWebClient, type MemoryClient } from "../support/clients.js";
 import { sid } from "./suite.js";
+import { ListEventsRequestSchema } from "@engram-memory/client/gen/engram/v1/memory_pb.js";
+import { kaosEvent } from "../../src/server/rest.js";
 
 // eslint-disable-next-line @typescript-eslint/no-explicit-any
 const jsonOf = async (res: Response): Promise<any> => res.json();
+
+/** One request whose target is sent exactly as given (fetch and URL strings would resolve its dot segments first), on a fresh connection. */
+function rawRequest(method: string, target: string): Promise<{ status: number; text: string }> {
+  return new Promise((resolve, reject) => {
+    const req = http.request({ host: "127.0.0.1", port: server.port, method, path: target, agent: false, timeout: 10_000 }, (res) => {
+      let text = "";
+      res.setEncoding("utf8");
+      res.on("data", (chunk) => (text += chunk));
+      res.on("end", () => resolve({ status: res.statusCode!, text }));
+    });
+    req.on("timeout", () => req.destroy(new Error(`${method} ${target}: no answer in 10 s`)));
+    req.on("error", reject);
+    req.end();
+  });
+}
 
 let server: TestServer;
 beforeAll(async () => {
@@ -153,6 +172,58 @@ describe("KAOS REST endpoints", () => {
     expect(bad.status).toBe(400);
     expect((await jsonOf(bad)).error).toMatch(/^limit/);
     expect((await fetch(`${server.baseUrl}/memory/events`, { method: "POST" })).status).toBe(405);
+  });
+
+  it("writes JSON.stringify of each event's KAOS shape, byte for byte, on every read of the same events", async () => {
+    const client = connectClient(server.baseUrl);
+    const id = sid();
+    await client.createSession({ appName: "app", userId: "u", sessionId: id });
+    const struct = { fields: { text: { kind: { case: "stringValue" as const, value: 'quote " and \\ and \u00e9 \u{1F600}' } }, n: { kind: { case: "numberValue" as const, value: 1.5 } }, ok: { kind: { case: "boolValue" as const, value: true } }, none: { kind: { case: "nullValue" as const, value: 0 } }, list: { kind: { case: "listValue" as const, value: { values: [{ kind: { case: "numberValue" as const, value: -2 } }] } } } } };
+    await client.addEvents({
+      sessionId: id,
+      events: [
+        { eventType: "tool_call", content: { kind: { case: "structValue", value: struct } }, metadata: { nested: { a: [1, "two", null] }, "</script>": "x" } },
+        { eventType: "user_message", content: { kind: { case: "stringValue", value: "plain" } } },
+        { eventType: "agent_response" },
+      ],
+    });
+    const { events } = await server.service.listEvents(create(ListEventsRequestSchema, { sessionId: id, limit: 10 }));
+    const expected = JSON.stringify({ agent: "test-agent", events: events.map(kaosEvent), total: events.length });
+    for (let read = 0; read < 2; read++) {
+      const res = await fetch(`${server.baseUrl}/memory/events?session_id=${id}&limit=10`);
+      expect(res.headers.get("content-type")).toBe("application/json");
+      expect(await res.text()).toBe(expected);
+    }
+  });
+
+  it.each([
+    ["GET", "/memory/./events?session_id={id}", 200, '"total":1'],
+    ["GET", "/memory/x/../events?session_id={id}&limit=1", 200, '"total":1'],
+    ["GET", "/memory/%2e%2e/memory/events?session_id={id}", 200, '"total":1'],
+    ["GET", "/memory/events?session_id={id}&limit=%31", 200, '"total":1'],
+    ["GET", "/memory/events?session_id={id}&limit=1%FF", 400, '"error":"query parameter limit: is not valid UTF-8'],
+    ["GET", "/memory/events?session_id={id}&limit=abc", 400, '"error":"limit: must be a positive whole number"'],
+    ["GET", "/mcp/../healthz", 200, '{"status":"ok"}'],
+    ["POST", "/memory/x/../events", 405, '"error":"POST is not allowed on /memory/events"'],
+    ["GET", "//memory/events", 404, '"code":"not_found"'],
+    ["GET", "/memory/events/", 404, '"code":"not_found"'],
+  ])("%s %s answers %i as URL reads the target", async (method, target, status, fragment) => {
+    const client = connectClient(server.baseUrl);
+    const id = sid();
+    await client.createSession({ appName: "app", userId: "u", sessionId: id });
+    await client.addEvent({ sessionId: id, event: { eventType: "user_message", content: { kind: { case: "stringValue", value: "hi" } } } });
+    const answer = await rawRequest(method, target.replace("{id}", id));
+    expect(answer.status).toBe(status);
+    expect(answer.text).toContain(fragment);
+  });
+
+  it("answers a target URL cannot parse (//[) with 404 not_found, and keeps serving", async () => {
+    for (const method of ["GET", "POST"]) {
+      const answer = await rawRequest(method, "//[");
+      expect(answer.status).toBe(404);
+      expect(JSON.parse(answer.text)).toMatchObject({ code: "not_found", error: "not found" });
+    }
+    expect((await fetch(`${server.baseUrl}/healthz`)).status).toBe(200);
   });
 
   it("GET /memory/events answers an unknown session with 200 and no events, as KAOS", async () => {

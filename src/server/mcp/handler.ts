@@ -27,6 +27,7 @@ import { registerTranscripts, type GuardedRpc } from "./resources.js";
 import { toolError, toolResult } from "./results.js";
 import { ENGRAM_TOOLS } from "./tools.js";
 import { httpCallInfo } from "../http-call-info.js";
+import { requestTarget } from "../request-target.js";
 
 /** Where MCP is served. */
 export const MCP_PATH = "/mcp";
@@ -48,7 +49,8 @@ export function createMcpHandler(opts: { guard: CallGuard; report: InternalError
   const { guard, report, maxMessageBytes } = opts;
   const handlers = new Map<string, GuardedHandler>(METHODS.map((m) => [m, guard.handler(m, false)]));
   return (req: IncomingMessage, res: ServerResponse): boolean => {
-    if (new URL(req.url ?? "/", "http://localhost").pathname !== MCP_PATH) return false;
+    // Asked of every HTTP/1.1 request: read without a URL when the target is plain, and a target URL cannot parse is not ours.
+    if (requestTarget(req.url)?.pathname !== MCP_PATH) return false;
     serve(req, res).catch((err: unknown) => {
       report(err);
       if (!res.headersSent) res.writeHead(500);
