@@ -34,11 +34,21 @@ export async function watchFaysScope(watcher: MemoryClient, writer: MemoryClient
       // Aborted here, or timed out: the frames then say what was missing.
     }
   })();
+  // Each change is made once the watch saw the one before: a watcher on another replica reads the
+  // changes from the store when told of them, and a memory deleted by then is reported by its
+  // deletion alone (the README's "as it is by then"), which would drop "superseded w-1" under load.
+  const deadline = Date.now() + withinMs;
+  const seen = async (count: number) => {
+    while (frames.length < count && Date.now() < deadline) await new Promise((resolve) => setTimeout(resolve, 20));
+  };
   await ready;
   await writer.writeMemories({ memories: [{ memoryId: "w-1", appName, userId: "fay", key: "mood", text: "fay is calm" }] });
+  await seen(1);
   await writer.writeMemories({ memories: [{ memoryId: "w-other", appName, userId: "gus", text: "gus is busy" }] });
   await writer.writeMemories({ memories: [{ memoryId: "w-shared", appName, text: "the office is open" }] });
+  await seen(2);
   await writer.writeMemories({ memories: [{ memoryId: "w-2", appName, userId: "fay", key: "mood", text: "fay is excited" }] });
+  await seen(4);
   await writer.deleteMemories({ appName, memoryIds: ["w-1", "w-other"] });
   await done;
   return frames;
