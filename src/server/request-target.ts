@@ -9,7 +9,8 @@
  * is read without a URL: for those the parser would hand back the target's
  * own text. Anything else still goes through `URL`, and a target it cannot
  * parse (such as `//[`, which it reads as an invalid host) is nobody's
- * route; it used to throw out of the request handler and stop the server.
+ * route: URL throws on it, and a throw out of the request handler would
+ * stop the server.
  */
 
 /**
