@@ -20,7 +20,9 @@
  * - Embeddings are float32 bytea; the app's dimension lives in
  *   memory_dimensions. Vector similarity is cosine computed here over the
  *   newest NEAREST_CANDIDATES embedded memories the filter selects (no
- *   pgvector): a bounded candidate set, stated in the README.
+ *   pgvector): a bounded candidate set, stated in the README. The candidates
+ *   come as ids; their embeddings from a bounded cache of decoded vectors
+ *   (EMBEDDING_CACHE_BYTES), PostgreSQL sending only the ones it lacks.
  * - Every change is numbered in its app's change log (migration
  *   0013_memory_changes.sql), inside the transaction that makes it: the
  *   app's row of memory_change_heads is locked and advanced, so numbers
@@ -34,6 +36,7 @@
  */
 import { randomUUID } from "node:crypto";
 import { endianness } from "node:os";
+import { LRUCache } from "lru-cache";
 import type pg from "pg";
 import type {
   JsonObject,
@@ -59,6 +62,8 @@ const FINE_LOCKS_MAX = 16;
 export const NEAREST_CANDIDATES = 2000;
 /** Matching memories searchMemories ranks at most (the newest the filter selects). */
 export const LEXICAL_CANDIDATES = 1000;
+/** Bytes of decoded embeddings (float32) nearestMemories keeps between calls, in all apps: ~43,000 vectors of 384 dimensions. */
+export const EMBEDDING_CACHE_BYTES = 64 * 1024 * 1024;
 /** Memories one delete statement (forget, erasure) removes at most: one bounded transaction each. */
 const DELETE_BATCH_MEMORIES = 10_000;
 
@@ -136,20 +141,20 @@ function decodeEmbedding(bytes: Buffer): number[] {
 /** Float32Array reads the platform's byte order; the stored one is little-endian. */
 const LITTLE_ENDIAN = endianness() === "LE";
 
+/** A stored float32 embedding as its own Float32Array (copied: the row's bytes share a pooled buffer the cache must not pin). */
+function storedFloats(stored: Buffer): Float32Array {
+  const n = stored.length / 4;
+  if (!LITTLE_ENDIAN) return Float32Array.from({ length: n }, (_, i) => stored.readFloatLE(i * 4));
+  return new Float32Array(stored.buffer.slice(stored.byteOffset, stored.byteOffset + n * 4));
+}
+
 /**
- * Cosine similarity of the query with a stored float32 embedding, read in
- * place (the same arithmetic as rules.ts's cosine, without building a
- * number[] per candidate). A Float32Array view over the row's bytes (a copy
- * when they are not 4-byte aligned) reads 2,000 candidates several times
- * faster than readFloatLE per dimension.
+ * Cosine similarity of the query with a stored embedding (the same
+ * arithmetic as rules.ts's cosine, over float32 values as stored, without
+ * building a number[] per candidate).
  */
-function cosineToStored(query: readonly number[], stored: Buffer): number {
+function cosineToStored(query: readonly number[], floats: Float32Array): number {
   const n = query.length;
-  const floats = !LITTLE_ENDIAN
-    ? Float32Array.from({ length: n }, (_, i) => stored.readFloatLE(i * 4))
-    : stored.byteOffset % 4 === 0
-      ? new Float32Array(stored.buffer, stored.byteOffset, n)
-      : new Float32Array(stored.buffer.slice(stored.byteOffset, stored.byteOffset + n * 4));
   let dot = 0;
   let nq = 0;
   let ns = 0;
@@ -290,6 +295,12 @@ function newestSql(schema: string, p: Params, filter: MemoryFilter, columns: str
  */
 const OR_QUERY = (param: string) => `NULLIF(regexp_replace(strip(to_tsvector('english'::regconfig, ${param}))::text, ''' ''', ''' | ''', 'g'), '')::tsquery`;
 
+/** A decoded embedding of nearestMemories' cache, and the row version it came from. */
+interface CachedEmbedding {
+  version: string;
+  floats: Float32Array;
+}
+
 /** A change as another replica hears of it: ids only, or ids and scope for deletions. */
 /** A notice of an app's changes: m "w" (written, superseded) or "d" (deleted), origin, app, and the newest change number it made. */
 type ChangeNotice = { m: "w" | "d"; o: string; a: string; q: number };
@@ -303,6 +314,19 @@ export class PostgresMemories implements LongTermMemoryStore {
   private readonly origin = randomUUID();
   private readonly listeners = new KeyedListeners<MemoryChange>();
   private readonly s: string;
+  /**
+   * Decoded embeddings by app and memory id, each with the version of the
+   * row it was read from: its xmin (the transaction that wrote that row
+   * version) and created_ms. A row's embedding never changes while the row
+   * lives; a memory deleted and written again under the same id is a new
+   * row, so a new xmin, and a stale entry is never used (wraparound would
+   * also need the same created_ms). Shipping 2,000 candidate embeddings as
+   * hex (~6 MB) per vector search was most of its cost on both sides.
+   */
+  private readonly embeddings = new LRUCache<string, CachedEmbedding>({
+    maxSize: EMBEDDING_CACHE_BYTES,
+    sizeCalculation: (entry) => entry.floats.byteLength + 64,
+  });
 
   constructor(private readonly db: PostgresMemoriesAccess) {
     this.s = db.schema;
@@ -526,21 +550,59 @@ export class PostgresMemories implements LongTermMemoryStore {
   async nearestMemories(filter: MemoryFilter, embedding: readonly number[], limit: number, call?: StoreCall): Promise<RankedMemory[]> {
     if (embedding.length === 0 || limit <= 0) return [];
     const p = new Params();
-    // First only ids and embeddings of the candidates (through 0011's
-    // indexes of embedded memories), then the
-    // whole rows of the best. Every embedding of an app has one dimension:
-    // a query of another matches none. That is checked here, not in SQL,
-    // where a condition on octet_length made PostgreSQL expect a handful of
-    // rows and sort thousands of whole embeddings on disk.
-    const candidatesSql = newestSql(this.s, p, filter, "memory_id, created_ms, embedding", NEAREST_CANDIDATES, undefined, "embedding IS NOT NULL");
-    const { rows: candidates } = await this.db.query<{ memory_id: string; embedding: Buffer }>(candidatesSql, p.values, call);
-    const bytes = embedding.length * 4;
+    const appName = filter.scope.appName;
+    // First the candidates as ids, row versions and sizes (through 0011's
+    // indexes of embedded memories), then the embeddings the cache lacks,
+    // then the whole rows of the best. Every embedding of an app has one
+    // dimension: a query of another matches none. That is checked here, not
+    // in SQL, where a condition on octet_length made PostgreSQL expect a
+    // handful of rows and sort thousands of whole embeddings on disk.
+    const candidatesSql = newestSql(
+      this.s,
+      p,
+      filter,
+      "memory_id, created_ms, xmin::text || ':' || created_ms AS version, octet_length(embedding) AS bytes",
+      NEAREST_CANDIDATES,
+      undefined,
+      "embedding IS NOT NULL",
+    );
+    const { rows } = await this.db.query<{ memory_id: string; version: string; bytes: number }>(candidatesSql, p.values, call);
+    const candidates = rows.filter((row) => row.bytes === embedding.length * 4);
+    const vectors = await this.embeddingsOf(appName, candidates, call);
     const best = candidates
-      .filter((row) => row.embedding.length === bytes)
-      .map((row) => ({ memoryId: row.memory_id, score: cosineToStored(embedding, row.embedding) }))
+      .flatMap((row) => {
+        const floats = vectors.get(row.memory_id);
+        // Deleted since the candidates were read: left out, as rowsOf would.
+        return floats?.length === embedding.length ? [{ memoryId: row.memory_id, score: cosineToStored(embedding, floats) }] : [];
+      })
       .sort((a, b) => b.score - a.score)
       .slice(0, limit);
-    return this.rowsOf(filter.scope.appName, best, call);
+    return this.rowsOf(appName, best, call);
+  }
+
+  /** The decoded embeddings of candidate rows: the cache's where it holds their row version, the rest read (and cached) in one statement. */
+  private async embeddingsOf(appName: string, candidates: readonly { memory_id: string; version: string }[], call: StoreCall | undefined): Promise<Map<string, Float32Array>> {
+    const vectors = new Map<string, Float32Array>();
+    const missing: string[] = [];
+    for (const { memory_id: memoryId, version } of candidates) {
+      const cached = this.embeddings.get(`${appName}\u0000${memoryId}`);
+      if (cached?.version === version) vectors.set(memoryId, cached.floats);
+      else missing.push(memoryId);
+    }
+    if (missing.length === 0) return vectors;
+    const { rows } = await this.db.query<{ memory_id: string; version: string; embedding: Buffer | null }>(
+      `SELECT memory_id, xmin::text || ':' || created_ms AS version, embedding FROM ${this.s}.memories WHERE app_name = $1 AND memory_id = ANY($2::text[])`,
+      [appName, missing],
+      call,
+    );
+    for (const row of rows) {
+      if (row.embedding === null) continue;
+      const floats = storedFloats(row.embedding);
+      // The row as read now (it may have changed since the candidates were listed): scored and cached under its own version.
+      this.embeddings.set(`${appName}\u0000${row.memory_id}`, { version: row.version, floats });
+      vectors.set(row.memory_id, floats);
+    }
+    return vectors;
   }
 
   async listMemories(filter: MemoryFilter, limit: number, after?: MemoryCursor, call?: StoreCall): Promise<MemoryRecord[]> {
