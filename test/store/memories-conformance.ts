@@ -294,7 +294,10 @@ export function describeMemoriesConformance(name: string, factory: MemoriesStore
         await memories.deleteMemories("app", ["m"]);
         await memories.writeMemories([memory({ memoryId: "m", text: "second", embedding: [0, 1, 0] }), memory({ memoryId: "k2", text: "k2", key: "k", embedding: [0, 1, 1] })]);
         expect(await scores([1, 0, 0])).toEqual({ m: expect.closeTo(0, 6), k2: expect.closeTo(0, 6) });
-        expect(await scores([0, 1, 0])).toEqual({ m: expect.closeTo(1, 6), k2: expect.closeTo(Math.SQRT1_2, 6) });
+        await memories.deleteMemories("app", ["m"]);
+        await memories.writeMemories([memory({ memoryId: "m", text: "third", embedding: [0, 0, 2] })]);
+        expect(await scores([0, 1, 0])).toEqual({ m: expect.closeTo(0, 6), k2: expect.closeTo(Math.SQRT1_2, 6) });
+        expect(await scores([0, 0, 1])).toEqual({ m: expect.closeTo(1, 6), k2: expect.closeTo(Math.SQRT1_2, 6) });
       });
     });
 

@@ -64,6 +64,8 @@ export const NEAREST_CANDIDATES = 2000;
 export const LEXICAL_CANDIDATES = 1000;
 /** Bytes of decoded embeddings (float32) nearestMemories keeps between calls, in all apps: ~43,000 vectors of 384 dimensions. */
 export const EMBEDDING_CACHE_BYTES = 64 * 1024 * 1024;
+/** Apps whose cache warmth nearestMemories remembers (the least recently searched forgotten first: their next search reads embeddings with its candidates). */
+const WARM_APPS_MAX = 10_000;
 /** Memories one delete statement (forget, erasure) removes at most: one bounded transaction each. */
 const DELETE_BATCH_MEMORIES = 10_000;
 
@@ -308,6 +310,13 @@ function newestSql(schema: string, p: Params, filter: MemoryFilter, columns: str
  */
 const OR_QUERY = (param: string) => `NULLIF(regexp_replace(strip(to_tsvector('english'::regconfig, ${param}))::text, ''' ''', ''' | ''', 'g'), '')::tsquery`;
 
+/** A candidate of nearestMemories: its id and row version, and its embedding when read with it. */
+interface EmbeddedRow {
+  memory_id: string;
+  version: string;
+  embedding?: Buffer | null;
+}
+
 /** A decoded embedding of nearestMemories' cache, and the row version it came from. */
 interface CachedEmbedding {
   version: string;
@@ -342,6 +351,8 @@ export class PostgresMemories implements LongTermMemoryStore {
     maxSize: EMBEDDING_CACHE_BYTES,
     sizeCalculation: (entry) => entry.floats.byteLength + 64,
   });
+  /** Whether an app's next vector search finds its candidates' vectors cached, by app; absent: never searched (see embeddingsOf). */
+  private readonly warmApps = new LRUCache<string, boolean>({ max: WARM_APPS_MAX });
 
   constructor(private readonly db: PostgresMemoriesAccess) {
     this.s = db.schema;
@@ -573,22 +584,24 @@ export class PostgresMemories implements LongTermMemoryStore {
     if (embedding.length === 0 || limit <= 0) return [];
     const p = new Params();
     const appName = filter.scope.appName;
-    // First the candidates as ids, row versions and sizes (through 0011's
-    // indexes of embedded memories), then the embeddings the cache lacks,
-    // then the whole rows of the best. Every embedding of an app has one
+    // The candidates (through 0011's indexes of embedded memories) with
+    // their row versions and sizes, and, while the app's vectors are not
+    // cached, their embeddings; then the embeddings the cache lacks; then
+    // the whole rows of the best. Every embedding of an app has one
     // dimension: a query of another matches none. That is checked here, not
     // in SQL, where a condition on octet_length made PostgreSQL expect a
     // handful of rows and sort thousands of whole embeddings on disk.
+    const inline = this.warmApps.get(appName) !== true;
     const candidatesSql = newestSql(
       this.s,
       p,
       filter,
-      "memory_id, created_ms, xmin::text || ':' || created_ms AS version, octet_length(embedding) AS bytes",
+      `memory_id, created_ms, xmin::text || ':' || created_ms AS version, octet_length(embedding) AS bytes${inline ? ", embedding" : ""}`,
       NEAREST_CANDIDATES,
       undefined,
       "embedding IS NOT NULL",
     );
-    const { rows } = await this.db.query<{ memory_id: string; version: string; bytes: number }>(candidatesSql, p.values, call);
+    const { rows } = await this.db.query<EmbeddedRow & { bytes: number }>(candidatesSql, p.values, call);
     const candidates = rows.filter((row) => row.bytes === embedding.length * 4);
     const vectors = await this.embeddingsOf(appName, candidates, call);
     const querySquares = squaredNorm(embedding);
@@ -603,29 +616,43 @@ export class PostgresMemories implements LongTermMemoryStore {
     return this.rowsOf(appName, best, call);
   }
 
-  /** The decoded embeddings of candidate rows: the cache's where it holds their row version, the rest read (and cached) in one statement. */
-  private async embeddingsOf(appName: string, candidates: readonly { memory_id: string; version: string }[], call: StoreCall | undefined): Promise<Map<string, CachedEmbedding>> {
+  /**
+   * The decoded embeddings of candidate rows: those a row carries (decoded
+   * unless the cache holds its version), the cache's, and the rest read in
+   * one statement; every one read is cached. An app is warm (its next
+   * search reads no embedding with its candidates) after its first search
+   * and while at least half of a search's candidates were cached before it:
+   * reading 2,000 missing ones by id after their ids costs about twice the
+   * one statement that reads them with the candidates, so an app whose
+   * vectors do not stay cached reads them with its candidates until they do.
+   */
+  private async embeddingsOf(appName: string, candidates: readonly EmbeddedRow[], call: StoreCall | undefined): Promise<Map<string, CachedEmbedding>> {
     const vectors = new Map<string, CachedEmbedding>();
     const missing: string[] = [];
-    for (const { memory_id: memoryId, version } of candidates) {
-      const cached = this.embeddings.get(`${appName}\u0000${memoryId}`);
-      if (cached?.version === version) vectors.set(memoryId, cached);
-      else missing.push(memoryId);
+    const remember = (row: EmbeddedRow & { embedding: Buffer }) => {
+      const floats = storedFloats(row.embedding);
+      const entry = { version: row.version, floats, squares: squaredNorm(floats) };
+      this.embeddings.set(`${appName}\u0000${row.memory_id}`, entry);
+      vectors.set(row.memory_id, entry);
+    };
+    let hits = 0;
+    for (const row of candidates) {
+      const cached = this.embeddings.get(`${appName}\u0000${row.memory_id}`);
+      if (cached?.version === row.version) {
+        hits++;
+        vectors.set(row.memory_id, cached);
+      } else if (row.embedding) remember({ ...row, embedding: row.embedding });
+      else missing.push(row.memory_id);
     }
+    this.warmApps.set(appName, hits * 2 >= candidates.length || this.warmApps.get(appName) === undefined);
     if (missing.length === 0) return vectors;
-    const { rows } = await this.db.query<{ memory_id: string; version: string; embedding: Buffer | null }>(
+    const { rows } = await this.db.query<EmbeddedRow>(
       `SELECT memory_id, xmin::text || ':' || created_ms AS version, embedding FROM ${this.s}.memories WHERE app_name = $1 AND memory_id = ANY($2::text[])`,
       [appName, missing],
       call,
     );
-    for (const row of rows) {
-      if (row.embedding === null) continue;
-      const floats = storedFloats(row.embedding);
-      const entry = { version: row.version, floats, squares: squaredNorm(floats) };
-      // The row as read now (it may have changed since the candidates were listed): scored and cached under its own version.
-      this.embeddings.set(`${appName}\u0000${row.memory_id}`, entry);
-      vectors.set(row.memory_id, entry);
-    }
+    // Each row as read now (it may have changed since the candidates were listed): scored and cached under its own version.
+    for (const row of rows) if (row.embedding) remember({ ...row, embedding: row.embedding });
     return vectors;
   }
 
