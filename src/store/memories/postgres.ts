@@ -760,9 +760,11 @@ export class PostgresMemories implements LongTermMemoryStore {
     this.emit(notice.a, { seq: notice.q, kind: "remote" });
   }
 
-  /** Forgets every listener (the store is closing). */
+  /** Forgets every listener and cached vector (the store is closing). */
   close(): void {
     this.listeners.clear();
+    this.embeddings.clear();
+    this.warmApps.clear();
   }
 
   private emit(appName: string, change: MemoryChange): void {
