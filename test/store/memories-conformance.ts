@@ -283,6 +283,22 @@ export function describeMemoriesConformance(name: string, factory: MemoriesStore
         expect(await memories.nearestMemories(filter(), [1, 0], 10)).toEqual([]);
         expect(await memories.nearestMemories(filter(), [1, 0, 0, 0], 10)).toEqual([]);
       });
+
+      it("ranks a memory written again under a deleted one's id by its new embedding, and a superseded one no more", async () => {
+        const { memories } = await fresh();
+        const nearest = memories.nearestMemories?.bind(memories);
+        if (!nearest) return;
+        await memories.writeMemories([memory({ memoryId: "m", text: "first", embedding: [1, 0, 0] }), memory({ memoryId: "k1", text: "k1", key: "k", embedding: [0, 0, 1] })]);
+        const scores = async (query: number[]) => Object.fromEntries((await nearest(filter(), query, 10)).map((r) => [r.memory.memoryId, r.score]));
+        expect(await scores([1, 0, 0])).toEqual({ m: expect.closeTo(1, 6), k1: expect.closeTo(0, 6) });
+        await memories.deleteMemories("app", ["m"]);
+        await memories.writeMemories([memory({ memoryId: "m", text: "second", embedding: [0, 1, 0] }), memory({ memoryId: "k2", text: "k2", key: "k", embedding: [0, 1, 1] })]);
+        expect(await scores([1, 0, 0])).toEqual({ m: expect.closeTo(0, 6), k2: expect.closeTo(0, 6) });
+        await memories.deleteMemories("app", ["m"]);
+        await memories.writeMemories([memory({ memoryId: "m", text: "third", embedding: [0, 0, 2] })]);
+        expect(await scores([0, 1, 0])).toEqual({ m: expect.closeTo(0, 6), k2: expect.closeTo(Math.SQRT1_2, 6) });
+        expect(await scores([0, 0, 1])).toEqual({ m: expect.closeTo(1, 6), k2: expect.closeTo(Math.SQRT1_2, 6) });
+      });
     });
 
     describe("5. forgetting and erasure", () => {

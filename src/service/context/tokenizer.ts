@@ -19,6 +19,15 @@ export interface TokenCounter {
   /** The tokenizer that actually counts (chars4 after a fallback). */
   readonly name: TokenizerName;
   count(text: string): number;
+  /**
+   * True when a text cut just before a "#" that follows a line break counts
+   * exactly as its two parts: the BPE pre-tokenizers (o200k_base,
+   * cl100k_base) never make one piece across that point (every piece holding
+   * a line break ends at a line break, and none starts with one and goes on
+   * past it), so Recall counts its block of "## " sections from the
+   * sections' memoised counts. chars4's ceil(length / 4) does not add up.
+   */
+  readonly additiveBeforeHeadings?: boolean;
 }
 
 /** Tells whether a string names a known tokenizer. */
@@ -80,6 +89,7 @@ export class TokenizerRegistry {
     const cache = new LRUCache<string, number>({ max: 50_000, maxSize: 32 * 1024 * 1024, sizeCalculation: (_v, k) => k.length + 1 });
     return {
       name,
+      additiveBeforeHeadings: true,
       count(text: string): number {
         if (text.length === 0) return 0;
         let n = cache.get(text);

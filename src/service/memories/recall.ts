@@ -74,6 +74,21 @@ function pack<T extends { memory?: MemoryRecord } | MemoryRecord>(items: readonl
   return { chosen, section: "", tokens: 0 };
 }
 
+/**
+ * The tokens of `sections` joined by blank lines, every one after the first
+ * opening with its "## " heading. With a counter additive before headings,
+ * the sum of each section's count with its blank line (the last's alone):
+ * those counts are memoised, and the pinned section comes back call after
+ * call, where counting the whole block again tokenized ~4,000 tokens per
+ * Recall (a third of its server CPU at 100k memories).
+ */
+function countBlock(sections: readonly string[], counter: TokenCounter): number {
+  if (!counter.additiveBeforeHeadings) return counter.count(sections.join("\n\n"));
+  let total = 0;
+  for (let i = 0; i < sections.length; i++) total += counter.count(i < sections.length - 1 ? `${sections[i]}\n\n` : sections[i]);
+  return total;
+}
+
 /** Assembles the recall; `buildContext(budget)` builds the session's context within `budget` tokens. */
 export async function assembleRecall(opts: {
   pinned: readonly MemoryRecord[];
@@ -89,7 +104,6 @@ export async function assembleRecall(opts: {
   const memories = pack(opts.relevant, RECALL_HEADINGS.memories, Math.floor(Math.max(0, left - 2) * MEMORY_SHARE), counter, (r) => r.memory);
   left -= memories.tokens;
   const head = [pinned.section, memories.section].filter((s) => s !== "");
-  const headText = head.join("\n\n");
   let context: BuildConversationContextResponse | undefined;
   let contextSection = "";
   // The context's own count (its messages) and its text's may differ a little: rebuild smaller until the whole fits.
@@ -98,7 +112,7 @@ export async function assembleRecall(opts: {
     const built = await opts.buildContext(contextBudget);
     if (built.text === "") break;
     const section = `${RECALL_HEADINGS.context}\n${built.text}`;
-    const total = counter.count([headText, section].filter((s) => s !== "").join("\n\n"));
+    const total = countBlock([...head, section], counter);
     if (total <= budget) {
       context = built;
       contextSection = section;
@@ -106,13 +120,14 @@ export async function assembleRecall(opts: {
     }
     contextBudget -= total - budget;
   }
-  let text = [headText, contextSection].filter((s) => s !== "").join("\n\n");
+  let sections = contextSection === "" ? head : [...head, contextSection];
   let relevant = memories;
-  if (contextSection === "" && text !== "" && counter.count(text) > budget) {
+  if (contextSection === "" && sections.length > 0 && countBlock(sections, counter) > budget) {
     // The join of the two memory sections tipped it over: the pinned ones alone always fit.
     relevant = { chosen: [], section: "", tokens: 0 };
-    text = pinned.section;
+    sections = [pinned.section].filter((s) => s !== "");
   }
+  const text = sections.join("\n\n");
   return {
     pinned: pinned.chosen,
     memories: relevant.chosen,
@@ -121,6 +136,6 @@ export async function assembleRecall(opts: {
     pinnedTokens: pinned.tokens,
     memoryTokens: relevant.tokens,
     contextTokens: contextSection === "" ? 0 : counter.count(contextSection),
-    tokensUsed: text === "" ? 0 : counter.count(text),
+    tokensUsed: countBlock(sections, counter),
   };
 }

@@ -20,7 +20,9 @@
  * - Embeddings are float32 bytea; the app's dimension lives in
  *   memory_dimensions. Vector similarity is cosine computed here over the
  *   newest NEAREST_CANDIDATES embedded memories the filter selects (no
- *   pgvector): a bounded candidate set, stated in the README.
+ *   pgvector): a bounded candidate set, stated in the README. The candidates
+ *   come as ids; their embeddings from a bounded cache of decoded vectors
+ *   (EMBEDDING_CACHE_BYTES), PostgreSQL sending only the ones it lacks.
  * - Every change is numbered in its app's change log (migration
  *   0013_memory_changes.sql), inside the transaction that makes it: the
  *   app's row of memory_change_heads is locked and advanced, so numbers
@@ -34,6 +36,7 @@
  */
 import { randomUUID } from "node:crypto";
 import { endianness } from "node:os";
+import { LRUCache } from "lru-cache";
 import type pg from "pg";
 import type {
   JsonObject,
@@ -59,6 +62,10 @@ const FINE_LOCKS_MAX = 16;
 export const NEAREST_CANDIDATES = 2000;
 /** Matching memories searchMemories ranks at most (the newest the filter selects). */
 export const LEXICAL_CANDIDATES = 1000;
+/** Bytes of decoded embeddings (float32) nearestMemories keeps between calls, in all apps: ~43,000 vectors of 384 dimensions. */
+export const EMBEDDING_CACHE_BYTES = 64 * 1024 * 1024;
+/** Apps whose cache warmth nearestMemories remembers (the least recently searched forgotten first: their next search reads embeddings with its candidates). */
+const WARM_APPS_MAX = 10_000;
 /** Memories one delete statement (forget, erasure) removes at most: one bounded transaction each. */
 const DELETE_BATCH_MEMORIES = 10_000;
 
@@ -94,6 +101,11 @@ const COLUMNS =
   "app_name, memory_id, user_id, agent_id, session_id, text, fact_subject, fact_predicate, fact_object, key, topics, importance, pinned, metadata, " +
   "source_session_id, source_from_seq, source_to_seq, created_ms, valid_from_ms, invalid_at_ms, superseded_by, embedding, fingerprint";
 
+/** COLUMNS of the memories table named `m` in a join. */
+const COLUMNS_OF_M = COLUMNS.split(", ")
+  .map((column) => `m.${column}`)
+  .join(", ");
+
 interface MemoryRow {
   app_name: string;
   memory_id: string;
@@ -127,40 +139,48 @@ function encodeEmbedding(embedding: readonly number[]): Buffer {
   return bytes;
 }
 
-function decodeEmbedding(bytes: Buffer): number[] {
-  const out = new Array<number>(bytes.length / 4);
-  for (let i = 0; i < out.length; i++) out[i] = bytes.readFloatLE(i * 4);
-  return out;
-}
-
 /** Float32Array reads the platform's byte order; the stored one is little-endian. */
 const LITTLE_ENDIAN = endianness() === "LE";
 
 /**
- * Cosine similarity of the query with a stored float32 embedding, read in
- * place (the same arithmetic as rules.ts's cosine, without building a
- * number[] per candidate). A Float32Array view over the row's bytes (a copy
- * when they are not 4-byte aligned) reads 2,000 candidates several times
+ * A stored float32 embedding as its own Float32Array. Copied byte for byte
+ * into a fresh (so aligned) array: the row's bytes sit at any offset of a
+ * pooled buffer, which a cached vector must not pin either; four times
  * faster than readFloatLE per dimension.
  */
-function cosineToStored(query: readonly number[], stored: Buffer): number {
-  const n = query.length;
-  const floats = !LITTLE_ENDIAN
-    ? Float32Array.from({ length: n }, (_, i) => stored.readFloatLE(i * 4))
-    : stored.byteOffset % 4 === 0
-      ? new Float32Array(stored.buffer, stored.byteOffset, n)
-      : new Float32Array(stored.buffer.slice(stored.byteOffset, stored.byteOffset + n * 4));
+function storedFloats(stored: Buffer): Float32Array {
+  const n = stored.length / 4;
+  if (!LITTLE_ENDIAN) return Float32Array.from({ length: n }, (_, i) => stored.readFloatLE(i * 4));
+  const floats = new Float32Array(n);
+  new Uint8Array(floats.buffer).set(stored);
+  return floats;
+}
+
+function decodeEmbedding(bytes: Buffer): number[] {
+  const floats = storedFloats(bytes);
+  const out = new Array<number>(floats.length);
+  for (let i = 0; i < floats.length; i++) out[i] = floats[i];
+  return out;
+}
+
+/** Sum of squares of a vector: the squared norm cosine divides by. */
+function squaredNorm(v: ArrayLike<number>): number {
+  let sum = 0;
+  for (let i = 0; i < v.length; i++) sum += v[i] * v[i];
+  return sum;
+}
+
+/**
+ * Cosine similarity of the query with a stored embedding: the same
+ * arithmetic as rules.ts's cosine over the float32 values as stored, with
+ * both squared norms computed once (the query's per search, the stored
+ * vector's when cached), so only the dot product runs per candidate.
+ */
+function cosineToStored(query: readonly number[], querySquares: number, stored: CachedEmbedding): number {
+  const { floats, squares } = stored;
   let dot = 0;
-  let nq = 0;
-  let ns = 0;
-  for (let i = 0; i < n; i++) {
-    const q = query[i];
-    const x = floats[i];
-    dot += q * x;
-    nq += q * q;
-    ns += x * x;
-  }
-  return nq === 0 || ns === 0 ? 0 : dot / Math.sqrt(nq * ns);
+  for (let i = 0; i < query.length; i++) dot += query[i] * floats[i];
+  return querySquares === 0 || squares === 0 ? 0 : dot / Math.sqrt(querySquares * squares);
 }
 
 function toRecord(row: MemoryRow): MemoryRecord {
@@ -290,6 +310,21 @@ function newestSql(schema: string, p: Params, filter: MemoryFilter, columns: str
  */
 const OR_QUERY = (param: string) => `NULLIF(regexp_replace(strip(to_tsvector('english'::regconfig, ${param}))::text, ''' ''', ''' | ''', 'g'), '')::tsquery`;
 
+/** A candidate of nearestMemories: its id and row version, and its embedding when read with it. */
+interface EmbeddedRow {
+  memory_id: string;
+  version: string;
+  embedding?: Buffer | null;
+}
+
+/** A decoded embedding of nearestMemories' cache, and the row version it came from. */
+interface CachedEmbedding {
+  version: string;
+  floats: Float32Array;
+  /** squaredNorm(floats). */
+  squares: number;
+}
+
 /** A change as another replica hears of it: ids only, or ids and scope for deletions. */
 /** A notice of an app's changes: m "w" (written, superseded) or "d" (deleted), origin, app, and the newest change number it made. */
 type ChangeNotice = { m: "w" | "d"; o: string; a: string; q: number };
@@ -303,6 +338,21 @@ export class PostgresMemories implements LongTermMemoryStore {
   private readonly origin = randomUUID();
   private readonly listeners = new KeyedListeners<MemoryChange>();
   private readonly s: string;
+  /**
+   * Decoded embeddings by app and memory id, each with the version of the
+   * row it was read from: its xmin (the transaction that wrote that row
+   * version) and created_ms. A row's embedding never changes while the row
+   * lives; a memory deleted and written again under the same id is a new
+   * row, so a new xmin, and a stale entry is never used (wraparound would
+   * also need the same created_ms). Shipping 2,000 candidate embeddings as
+   * hex (~6 MB) per vector search was most of its cost on both sides.
+   */
+  private readonly embeddings = new LRUCache<string, CachedEmbedding>({
+    maxSize: EMBEDDING_CACHE_BYTES,
+    sizeCalculation: (entry) => entry.floats.byteLength + 64,
+  });
+  /** Whether an app's next vector search finds its candidates' vectors cached, by app; absent: never searched (see embeddingsOf). */
+  private readonly warmApps = new LRUCache<string, boolean>({ max: WARM_APPS_MAX });
 
   constructor(private readonly db: PostgresMemoriesAccess) {
     this.s = db.schema;
@@ -492,21 +542,28 @@ export class PostgresMemories implements LongTermMemoryStore {
     const tsquery = OR_QUERY(p.add(query));
     // The newest matches first (newestSql: a user's VISIBLE scope walks the
     // user's and the shared memories' own indexes, not every user's rows),
-    // then ranked. Ranked as ids, then the whole rows of the best: sorting
-    // every match's whole row (embedding included) doubled a search's time.
+    // then ranked. Ranked as ids, then the whole rows of the best joined:
+    // sorting every match's whole row (embedding included) doubled a
+    // search's time.
     // ts_rank, not ts_rank_cd: cover density cost ~15 µs a memory against
     // ts_rank's ~2 µs (most of a search's time at 1,000 candidates), and
     // neither has IDF. Normalization 1: the rank divided by 1 + log(length),
     // so a long memory does not win by repeating words.
+    // One statement: the best ids joined to their rows by primary key (a
+    // second round trip for the rows cost each side more than the join).
     const newest = newestSql(this.s, p, filter, "memory_id, created_ms, search", Math.max(limit, LEXICAL_CANDIDATES), undefined, `search @@ ${tsquery}`);
-    const { rows: best } = await this.db.query<{ memory_id: string; score: number }>(
-      `SELECT memory_id, ts_rank(search, ${tsquery}, 1) AS score FROM (${newest}) newest
-       ORDER BY score DESC, created_ms DESC, memory_id DESC LIMIT ${p.add(limit)}`,
+    const { rows } = await this.db.query<MemoryRow & { score: number }>(
+      `WITH best AS (
+         SELECT memory_id, created_ms, ts_rank(search, ${tsquery}, 1) AS score FROM (${newest}) newest
+         ORDER BY score DESC, created_ms DESC, memory_id DESC LIMIT ${p.add(limit)}
+       )
+       SELECT ${COLUMNS_OF_M}, best.score FROM best JOIN ${this.s}.memories m ON m.app_name = ${p.add(filter.scope.appName)} AND m.memory_id = best.memory_id
+       ORDER BY best.score DESC, best.created_ms DESC, best.memory_id DESC`,
       p.values,
       call,
       { plan: "custom" },
     );
-    return this.rowsOf(filter.scope.appName, best.map((b) => ({ memoryId: b.memory_id, score: b.score })), call);
+    return rows.map((row) => ({ memory: toRecord(row), score: row.score }));
   }
 
   /** The whole rows of ranked ids, in the ranking's order; a memory deleted between the two reads is left out. */
@@ -526,21 +583,77 @@ export class PostgresMemories implements LongTermMemoryStore {
   async nearestMemories(filter: MemoryFilter, embedding: readonly number[], limit: number, call?: StoreCall): Promise<RankedMemory[]> {
     if (embedding.length === 0 || limit <= 0) return [];
     const p = new Params();
-    // First only ids and embeddings of the candidates (through 0011's
-    // indexes of embedded memories), then the
-    // whole rows of the best. Every embedding of an app has one dimension:
-    // a query of another matches none. That is checked here, not in SQL,
-    // where a condition on octet_length made PostgreSQL expect a handful of
-    // rows and sort thousands of whole embeddings on disk.
-    const candidatesSql = newestSql(this.s, p, filter, "memory_id, created_ms, embedding", NEAREST_CANDIDATES, undefined, "embedding IS NOT NULL");
-    const { rows: candidates } = await this.db.query<{ memory_id: string; embedding: Buffer }>(candidatesSql, p.values, call);
-    const bytes = embedding.length * 4;
+    const appName = filter.scope.appName;
+    // The candidates (through 0011's indexes of embedded memories) with
+    // their row versions and sizes, and, while the app's vectors are not
+    // cached, their embeddings; then the embeddings the cache lacks; then
+    // the whole rows of the best. Every embedding of an app has one
+    // dimension: a query of another matches none. That is checked here, not
+    // in SQL, where a condition on octet_length made PostgreSQL expect a
+    // handful of rows and sort thousands of whole embeddings on disk.
+    const inline = this.warmApps.get(appName) !== true;
+    const candidatesSql = newestSql(
+      this.s,
+      p,
+      filter,
+      `memory_id, created_ms, xmin::text || ':' || created_ms AS version, octet_length(embedding) AS bytes${inline ? ", embedding" : ""}`,
+      NEAREST_CANDIDATES,
+      undefined,
+      "embedding IS NOT NULL",
+    );
+    const { rows } = await this.db.query<EmbeddedRow & { bytes: number }>(candidatesSql, p.values, call);
+    const candidates = rows.filter((row) => row.bytes === embedding.length * 4);
+    const vectors = await this.embeddingsOf(appName, candidates, call);
+    const querySquares = squaredNorm(embedding);
     const best = candidates
-      .filter((row) => row.embedding.length === bytes)
-      .map((row) => ({ memoryId: row.memory_id, score: cosineToStored(embedding, row.embedding) }))
+      .flatMap((row) => {
+        const stored = vectors.get(row.memory_id);
+        // Deleted since the candidates were read: left out, as rowsOf would.
+        return stored?.floats.length === embedding.length ? [{ memoryId: row.memory_id, score: cosineToStored(embedding, querySquares, stored) }] : [];
+      })
       .sort((a, b) => b.score - a.score)
       .slice(0, limit);
-    return this.rowsOf(filter.scope.appName, best, call);
+    return this.rowsOf(appName, best, call);
+  }
+
+  /**
+   * The decoded embeddings of candidate rows: those a row carries (decoded
+   * unless the cache holds its version), the cache's, and the rest read in
+   * one statement; every one read is cached. An app is warm (its next
+   * search reads no embedding with its candidates) after its first search
+   * and while at least half of a search's candidates were cached before it:
+   * reading 2,000 missing ones by id after their ids costs about twice the
+   * one statement that reads them with the candidates, so an app whose
+   * vectors do not stay cached reads them with its candidates until they do.
+   */
+  private async embeddingsOf(appName: string, candidates: readonly EmbeddedRow[], call: StoreCall | undefined): Promise<Map<string, CachedEmbedding>> {
+    const vectors = new Map<string, CachedEmbedding>();
+    const missing: string[] = [];
+    const remember = (row: EmbeddedRow & { embedding: Buffer }) => {
+      const floats = storedFloats(row.embedding);
+      const entry = { version: row.version, floats, squares: squaredNorm(floats) };
+      this.embeddings.set(`${appName}\u0000${row.memory_id}`, entry);
+      vectors.set(row.memory_id, entry);
+    };
+    let hits = 0;
+    for (const row of candidates) {
+      const cached = this.embeddings.get(`${appName}\u0000${row.memory_id}`);
+      if (cached?.version === row.version) {
+        hits++;
+        vectors.set(row.memory_id, cached);
+      } else if (row.embedding) remember({ ...row, embedding: row.embedding });
+      else missing.push(row.memory_id);
+    }
+    this.warmApps.set(appName, hits * 2 >= candidates.length || this.warmApps.get(appName) === undefined);
+    if (missing.length === 0) return vectors;
+    const { rows } = await this.db.query<EmbeddedRow>(
+      `SELECT memory_id, xmin::text || ':' || created_ms AS version, embedding FROM ${this.s}.memories WHERE app_name = $1 AND memory_id = ANY($2::text[])`,
+      [appName, missing],
+      call,
+    );
+    // Each row as read now (it may have changed since the candidates were listed): scored and cached under its own version.
+    for (const row of rows) if (row.embedding) remember({ ...row, embedding: row.embedding });
+    return vectors;
   }
 
   async listMemories(filter: MemoryFilter, limit: number, after?: MemoryCursor, call?: StoreCall): Promise<MemoryRecord[]> {
@@ -647,9 +760,11 @@ export class PostgresMemories implements LongTermMemoryStore {
     this.emit(notice.a, { seq: notice.q, kind: "remote" });
   }
 
-  /** Forgets every listener (the store is closing). */
+  /** Forgets every listener and cached vector (the store is closing). */
   close(): void {
     this.listeners.clear();
+    this.embeddings.clear();
+    this.warmApps.clear();
   }
 
   private emit(appName: string, change: MemoryChange): void {
