@@ -271,6 +271,28 @@ describe.each(PROTOCOLS)("long-term memory over %s", (protocol, clientFor) => {
       expect(recall.pinnedTokens + recall.memoryTokens + recall.contextTokens).toBeLessThanOrEqual(recall.tokensUsed + 3);
     });
 
+    it("leaves the memories' embeddings out of its answer unless asked for them", async () => {
+      const vectorApp = `${app}-vectors`;
+      const vectorSession = `${sessionId}-vectors`;
+      await client.createSession({ appName: vectorApp, userId: "hana", sessionId: vectorSession });
+      await client.writeMemories({
+        memories: [
+          { memoryId: "v-core", appName: vectorApp, userId: "hana", text: "Hana is vegetarian", pinned: true, embedding: [0, 0, 1] },
+          { memoryId: "v-sister", appName: vectorApp, userId: "hana", text: "Hana's sister lives in Porto", embedding: [1, 0, 0] },
+        ],
+      });
+      const request = { sessionId: vectorSession, query: "sister in Porto", queryEmbedding: [1, 0, 0] };
+      const plain = await client.recall(request);
+      expect(plain.pinned.map((m) => [m.memoryId, m.embedding])).toEqual([["v-core", []]]);
+      expect(plain.memories.map((r) => [r.memory?.memoryId, r.memory?.embedding])).toEqual([["v-sister", []]]);
+      // The vectors still ranked it: only the answer leaves them out.
+      expect(plain.memories[0].vectorScore).toBeCloseTo(1);
+      const full = await client.recall({ ...request, includeEmbeddings: true });
+      expect(full.pinned.map((m) => [m.memoryId, m.embedding])).toEqual([["v-core", [0, 0, 1]]]);
+      expect(full.memories.map((r) => [r.memory?.memoryId, r.memory?.embedding])).toEqual([["v-sister", [1, 0, 0]]]);
+      expect(full.text).toBe(plain.text);
+    });
+
     it("names an agent to include its memories", async () => {
       const recall = await client.recall({ sessionId, query: "trains to Porto", agentId: "booker" });
       expect(recall.memories.map((r) => r.memory?.memoryId)).toContain("r-agent");

@@ -233,6 +233,9 @@ type RecallParams struct {
 	Tokenizer      string    // o200k_base (default), cl100k_base or chars4
 	TopK           uint32    // most relevant memories considered, 1..100; 10 when 0
 	QueryEmbedding []float32 // optional, for vector similarity
+	// IncludeEmbeddings returns each memory with its embedding; left out by
+	// default, as the answer is for a prompt.
+	IncludeEmbeddings bool
 }
 
 // Recall is everything an agent should know before its next model call,
@@ -522,7 +525,7 @@ func (c *Client) SearchEvents(ctx context.Context, p SearchEventsParams) ([]Even
 func (c *Client) Recall(ctx context.Context, sessionID string, p RecallParams) (*Recall, error) {
 	req := &engramv1.RecallRequest{
 		SessionId: sessionID, Query: p.Query, TokenBudget: p.TokenBudget, AgentId: optional(p.AgentID),
-		Tokenizer: p.Tokenizer, TopK: p.TopK, QueryEmbedding: p.QueryEmbedding,
+		Tokenizer: p.Tokenizer, TopK: p.TopK, QueryEmbedding: p.QueryEmbedding, IncludeEmbeddings: p.IncludeEmbeddings,
 	}
 	res, err := retried(ctx, c, c.rpc.Recall, req)
 	if err != nil {

@@ -345,6 +345,24 @@ func TestMemories(t *testing.T) {
 				if r.Tokenizer != "chars4" || int(r.TokensUsed) != (len(r.Text)+3)/4 || r.PinnedTokens == 0 || r.MemoryTokens == 0 || r.ContextTokens == 0 {
 					t.Fatalf("token counts %+v for %d characters", r, len(r.Text))
 				}
+				must[*memory.MemoriesWritten](t)(c.WriteMemories(ctx, []memory.Memory{
+					{MemoryID: "r-seat", AppName: app, UserID: "rae", Text: "Rae wants a window seat", Embedding: []float32{1, 0, 0}},
+				}))
+				seatOf := func(r *memory.Recall) []float32 {
+					for _, m := range r.Memories {
+						if m.Memory.MemoryID == "r-seat" {
+							return m.Memory.Embedding
+						}
+					}
+					t.Fatalf("r-seat not recalled: %v", scoredIDs(r.Memories))
+					return nil
+				}
+				if got := seatOf(must[*memory.Recall](t)(c.Recall(ctx, sid, memory.RecallParams{Query: "window seat", QueryEmbedding: []float32{1, 0, 0}}))); len(got) != 0 {
+					t.Fatalf("embedding %v without IncludeEmbeddings", got)
+				}
+				if got := seatOf(must[*memory.Recall](t)(c.Recall(ctx, sid, memory.RecallParams{Query: "window seat", QueryEmbedding: []float32{1, 0, 0}, IncludeEmbeddings: true}))); !slices.Equal(got, []float32{1, 0, 0}) {
+					t.Fatalf("embedding %v with IncludeEmbeddings", got)
+				}
 				tight := must[*memory.Recall](t)(c.Recall(ctx, sid, memory.RecallParams{Query: "sister in Porto", TokenBudget: 20}))
 				if tight.TokensUsed > 20 || tight.Context != nil {
 					t.Fatalf("budget 20: used %d, context %+v", tight.TokensUsed, tight.Context)

@@ -316,3 +316,14 @@ async def test_recall_returns_pinned_relevant_memories_and_the_sessions_context_
     assert "agent" in [r.memory.memory_id for r in with_agent.memories]
     small = await client.recall(sid, "sister in Porto", token_budget=20)
     assert small.tokens_used <= 20
+
+
+async def test_recall_leaves_embeddings_out_unless_asked(client: EngramClient, app: str, sid: str) -> None:
+    await client.create_session(app, "hana", sid)
+    await client.write_memories(
+        [{"app_name": app, "memory_id": "seat", "user_id": "hana", "text": "Window seat", "embedding": [1.0, 0.0]}]
+    )
+    plain = await client.recall(sid, "window seat", query_embedding=[1.0, 0.0])
+    assert [(r.memory.memory_id, r.memory.embedding) for r in plain.memories] == [("seat", [])]
+    full = await client.recall(sid, "window seat", query_embedding=[1.0, 0.0], include_embeddings=True)
+    assert [(r.memory.memory_id, r.memory.embedding) for r in full.memories] == [("seat", [1.0, 0.0])]

@@ -29,6 +29,11 @@ export function toWireMemory(m: MemoryRecord): Memory {
   });
 }
 
+/** The record without its embedding, as Recall answers by default (its answer is for a prompt). */
+export function withoutEmbedding(m: MemoryRecord): MemoryRecord {
+  return m.embedding === undefined ? m : { ...m, embedding: undefined };
+}
+
 /** A ranked memory -> wire ScoredMemory. */
 export function toWireScored(r: FusedMemory): ScoredMemory {
   return create(ScoredMemorySchema, { memory: toWireMemory(r.memory), score: r.score, lexicalScore: r.lexicalScore, vectorScore: r.vectorScore });

@@ -698,6 +698,7 @@ def recall_request(
     tokenizer: str,
     top_k: int,
     query_embedding: Iterable[float] | None,
+    include_embeddings: bool = False,
 ) -> pb.RecallRequest:
     return pb.RecallRequest(
         session_id=session_id,
@@ -707,6 +708,7 @@ def recall_request(
         tokenizer=tokenizer,
         top_k=top_k,
         query_embedding=list(query_embedding or ()),
+        include_embeddings=include_embeddings,
     )
 
 

@@ -762,12 +762,14 @@ class EngramClient:
         tokenizer: str = "",
         top_k: int = 0,
         query_embedding: Iterable[float] | None = None,
+        include_embeddings: bool = False,
     ) -> RecallResult:
         """Everything to know before the session's next model call, within one token budget
         (4000 when 0): the pinned memories of the session's app and user, the memories most
         relevant to ``query`` (``top_k``, 10 when 0), and the session's context, rendered as
         one text block with the tokens of each part. With ``agent_id`` that agent's memories
-        are included and other agents' left out.
+        are included and other agents' left out. The memories come without their embeddings
+        unless ``include_embeddings`` is set.
         """
         req = cv.recall_request(
             session_id,
@@ -777,6 +779,7 @@ class EngramClient:
             tokenizer=tokenizer,
             top_k=top_k,
             query_embedding=query_embedding,
+            include_embeddings=include_embeddings,
         )
         resp: pb.RecallResponse = await self._call(self.stub.Recall, req)
         return cv.recall_from_pb(resp)

@@ -3047,8 +3047,12 @@ type RecallRequest struct {
 	TopK uint32 `protobuf:"varint,6,opt,name=top_k,json=topK,proto3" json:"top_k,omitempty"`
 	// Embedding of the query, for vector similarity. Optional.
 	QueryEmbedding []float32 `protobuf:"fixed32,7,rep,packed,name=query_embedding,json=queryEmbedding,proto3" json:"query_embedding,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// Return each memory with its embedding. Off by default: the answer is
+	// for a prompt, and a memory's vector (~1.5 kB at 384 dimensions) would be
+	// most of its bytes and of the CPU spent encoding it.
+	IncludeEmbeddings bool `protobuf:"varint,8,opt,name=include_embeddings,json=includeEmbeddings,proto3" json:"include_embeddings,omitempty"`
+	unknownFields     protoimpl.UnknownFields
+	sizeCache         protoimpl.SizeCache
 }
 
 func (x *RecallRequest) Reset() {
@@ -3128,6 +3132,13 @@ func (x *RecallRequest) GetQueryEmbedding() []float32 {
 		return x.QueryEmbedding
 	}
 	return nil
+}
+
+func (x *RecallRequest) GetIncludeEmbeddings() bool {
+	if x != nil {
+		return x.IncludeEmbeddings
+	}
+	return false
 }
 
 // RecallResponse holds the recalled parts and their rendering.
@@ -3968,7 +3979,7 @@ const file_engram_v1_memory_proto_rawDesc = "" +
 	"\x05score\x18\x04 \x01(\x01R\x05score\x12&\n" +
 	"\x05event\x18\x05 \x01(\v2\x10.engram.v1.EventR\x05event\"?\n" +
 	"\x14SearchEventsResponse\x12'\n" +
-	"\x04hits\x18\x01 \x03(\v2\x13.engram.v1.EventHitR\x04hits\"\xf0\x01\n" +
+	"\x04hits\x18\x01 \x03(\v2\x13.engram.v1.EventHitR\x04hits\"\x9f\x02\n" +
 	"\rRecallRequest\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x01 \x01(\tR\tsessionId\x12\x14\n" +
@@ -3977,7 +3988,8 @@ const file_engram_v1_memory_proto_rawDesc = "" +
 	"\bagent_id\x18\x04 \x01(\tH\x00R\aagentId\x88\x01\x01\x12\x1c\n" +
 	"\ttokenizer\x18\x05 \x01(\tR\ttokenizer\x12\x13\n" +
 	"\x05top_k\x18\x06 \x01(\rR\x04topK\x12'\n" +
-	"\x0fquery_embedding\x18\a \x03(\x02R\x0equeryEmbeddingB\v\n" +
+	"\x0fquery_embedding\x18\a \x03(\x02R\x0equeryEmbedding\x12-\n" +
+	"\x12include_embeddings\x18\b \x01(\bR\x11includeEmbeddingsB\v\n" +
 	"\t_agent_id\"\xfb\x02\n" +
 	"\x0eRecallResponse\x12\x12\n" +
 	"\x04text\x18\x01 \x01(\tR\x04text\x12)\n" +

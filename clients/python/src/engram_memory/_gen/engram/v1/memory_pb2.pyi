@@ -1621,6 +1621,7 @@ class RecallRequest(_message.Message):
     TOKENIZER_FIELD_NUMBER: _builtins.int
     TOP_K_FIELD_NUMBER: _builtins.int
     QUERY_EMBEDDING_FIELD_NUMBER: _builtins.int
+    INCLUDE_EMBEDDINGS_FIELD_NUMBER: _builtins.int
     session_id: _builtins.str
     """Required: the session; its app_name and user_id scope the memories."""
     query: _builtins.str
@@ -1635,6 +1636,11 @@ class RecallRequest(_message.Message):
     """o200k_base (default), cl100k_base or chars4, as BuildConversationContext."""
     top_k: _builtins.int
     """Most relevant memories considered, 1..100; 10 when 0."""
+    include_embeddings: _builtins.bool
+    """Return each memory with its embedding. Off by default: the answer is
+    for a prompt, and a memory's vector (~1.5 kB at 384 dimensions) would be
+    most of its bytes and of the CPU spent encoding it.
+    """
     @_builtins.property
     def query_embedding(self) -> _containers.RepeatedScalarFieldContainer[_builtins.float]:
         """Embedding of the query, for vector similarity. Optional."""
@@ -1649,10 +1655,11 @@ class RecallRequest(_message.Message):
         tokenizer: _builtins.str = ...,
         top_k: _builtins.int = ...,
         query_embedding: _abc.Iterable[_builtins.float] | None = ...,
+        include_embeddings: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["_agent_id", b"_agent_id", "agent_id", b"agent_id"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_agent_id", b"_agent_id", "agent_id", b"agent_id", "query", b"query", "query_embedding", b"query_embedding", "session_id", b"session_id", "token_budget", b"token_budget", "tokenizer", b"tokenizer", "top_k", b"top_k"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_agent_id", b"_agent_id", "agent_id", b"agent_id", "include_embeddings", b"include_embeddings", "query", b"query", "query_embedding", b"query_embedding", "session_id", b"session_id", "token_budget", b"token_budget", "tokenizer", b"tokenizer", "top_k", b"top_k"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType__agent_id: _TypeAlias = _typing.Literal["agent_id"]  # noqa: Y015
     _WhichOneofArgType__agent_id: _TypeAlias = _typing.Literal["_agent_id", b"_agent_id"]  # noqa: Y015
