@@ -204,6 +204,25 @@ describe("a session replaced by another tenant between a scoped key's append and
     expect((await everyAppHere.listMemories({ appName: APP, userId: "alice" })).memories).toEqual([]);
   });
 
+  it("files no facts of alice's words under the session that took the id, when the append named no incarnation (a key for every app)", async () => {
+    const [, everyAppHere, otherHere] = clients;
+    releaseHeld = undefined;
+    await everyAppHere.createSession({ appName: APP, userId: "alice", sessionId: "blocker-2" });
+    await everyAppHere.addEvent({ sessionId: "blocker-2", event: { eventType: "user_message", content: text("held back") } });
+    for (let i = 0; i < 200 && releaseHeld === undefined; i++) await sleep(25);
+    expect(releaseHeld, "the extraction worker is held").toBeDefined();
+    await everyAppHere.createSession({ appName: APP, userId: "alice", sessionId: "taken-over-2" });
+    await everyAppHere.addEvent({ sessionId: "taken-over-2", event: { eventType: "user_message", content: text("I moved to Lisbon") } });
+    await replace("taken-over-2", everyAppHere, otherHere);
+    // The session that took the id has an event of its own at the same seq.
+    await otherHere.addEvent({ sessionId: "taken-over-2", event: { eventType: "user_message", content: text("bob's own words") } });
+    releaseHeld!({ content: JSON.stringify({ facts: [] }) });
+    await extracting.service.extractor!.idle();
+    // Bob's own event is his to have extracted (the scripted endpoint answers it as any other); alice's words never left.
+    expect(chat.transcripts.some((t) => t.includes("bob's own words"))).toBe(true);
+    expect(chat.transcripts.some((t) => t.includes("Lisbon"))).toBe(false);
+  });
+
   it("files the facts of a session left alone (the control)", async () => {
     const [aliceHere, everyAppHere] = clients;
     await aliceHere.createSession({ sessionId: "left-alone" });

@@ -28,7 +28,7 @@ import OpenAI from "openai";
 import { openAICompatibleClient } from "./openai-endpoint.js";
 import { MemoryFactSchema, MemorySchema, MemorySourceSchema, WriteMemoriesRequestSchema, type Memory } from "@engram-memory/client/gen/engram/v1/memories_pb.js";
 import type { Config } from "../../config.js";
-import type { MemoryStore, StoredEvent } from "../../store/types.js";
+import type { EventPage, MemoryStore, StoredEvent } from "../../store/types.js";
 import { contentText } from "../context/index.js";
 import type { ServiceLimits } from "../limits.js";
 import type { LongTermMemoryService } from "./service.js";
@@ -171,7 +171,10 @@ export class FactExtractor {
       .map((e) => `[${e.type}] ${e.text}`)
       .join("\n");
     if (transcript === "") return;
-    const session = await this.store.getSession(range.sessionId, { expectedIncarnation: range.incarnation });
+    const incarnation = range.incarnation ?? (await this.incarnationHolding(range));
+    // Replaced by a session created under its id, whose events at these seqs are others: not its to remember.
+    if (incarnation === undefined) return;
+    const session = await this.store.getSession(range.sessionId, { expectedIncarnation: incarnation });
     // Deleted (or erased, or replaced by a session created under its id) since the append: nothing to remember it for.
     if (!session) return;
     const facts = await this.ask(transcript);
@@ -207,6 +210,33 @@ export class FactExtractor {
       return;
     }
     this.counts.facts += memories.length;
+  }
+
+  /**
+   * The incarnation of the session now holding the range's events, when the
+   * append did not say which it went to (a call without a scoped key): the
+   * session's events at the range's seqs are read again, and only if they
+   * are exactly the range's (ids, types, timestamps, contents) does the
+   * incarnation they were read from count as the range's. A session deleted
+   * and created again under the id since holds other events there (or none):
+   * undefined, so one tenant's words are never filed under another's
+   * session. Undefined too when they can no longer be read (gone, trimmed).
+   */
+  private async incarnationHolding(range: PendingRange): Promise<string | undefined> {
+    const fromSeq = range.events[0]!.seq;
+    const toSeq = range.events[range.events.length - 1]!.seq;
+    let page: EventPage;
+    try {
+      page = await this.store.readEvents(range.sessionId, { afterSeq: fromSeq - 1, limit: toSeq - fromSeq + 1 });
+    } catch {
+      return undefined;
+    }
+    const stored = new Map(page.events.map((e) => [e.seq, e]));
+    const same = range.events.every((e) => {
+      const now = stored.get(e.seq);
+      return now !== undefined && now.eventId === e.eventId && now.eventType === e.eventType && now.timestamp === e.timestamp && JSON.stringify(now.content) === JSON.stringify(e.content);
+    });
+    return same ? page.incarnation : undefined;
   }
 
   /** The facts the endpoint found in a transcript; undefined (counted) when the request or its answer failed. */
