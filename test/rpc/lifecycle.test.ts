@@ -37,15 +37,16 @@ describe("SIGTERM", () => {
     watch.on("data", (d) => statuses.push(d.status));
     watch.on("error", () => {});
 
-    const streams = [grpcClient, connect].map(async (client) => {
+    const seen: Array<Awaited<ReturnType<typeof collect>>> = [[], []];
+    const streams = [grpcClient, connect].map(async (client, i) => {
       const controller = new AbortController();
-      const frames: Awaited<ReturnType<typeof collect>> = [];
+      const frames = seen[i];
       const err = await errorOf(collect(client.streamSessionEvents({ sessionId: id }, { signal: controller.signal }), (f) => (frames.push(...f.slice(frames.length)), false), controller, 20_000));
       return { err, frames };
     });
-    const deadline = Date.now() + 5000;
-    while (statuses.length === 0 && Date.now() < deadline) await new Promise((r) => setTimeout(r, 20));
-    await new Promise((r) => setTimeout(r, 300));
+    // SIGTERM once health is watched and both streams are live (they sent the three events), not after a guess at how long that takes.
+    const deadline = Date.now() + 10_000;
+    while ((statuses.length === 0 || seen.some((frames) => seqsOf(frames).length < 3)) && Date.now() < deadline) await new Promise((r) => setTimeout(r, 20));
 
     const started = Date.now();
     const exit = proc.kill("SIGTERM");
