@@ -76,7 +76,7 @@ import {
 } from "@engram-memory/client/gen/engram/v1/memory_pb.js";
 import { invalidArgument, sessionNotFound } from "../errors.js";
 import { eventFingerprint } from "../store/fingerprint.js";
-import type { JsonObject, MemoryRecord, MemoryScopeFilter, MemoryStore, NewEvent, RecentEventsFilter, StoreCall, StoredEvent } from "../store/types.js";
+import type { JsonObject, MemoryScopeFilter, MemoryStore, NewEvent, RecentEventsFilter, StoreCall, StoredEvent } from "../store/types.js";
 import {
   checkSummaryCovers,
   ContextAssembler,
@@ -107,7 +107,7 @@ import type {
 import type { EmbeddingsClient } from "./memories/embeddings.js";
 import { FactExtractor, type ExtractionSettings } from "./memories/extraction.js";
 import { LongTermMemoryService } from "./memories/service.js";
-import { toWireMemory, toWireScored, withoutEmbedding } from "./memories/convert.js";
+import { toWireMemory, toWireScored } from "./memories/convert.js";
 import { assembleRecall, DEFAULT_RECALL_BUDGET, MAX_RECALL_PINNED } from "./memories/recall.js";
 import { checkQuery, optionalName, queryEmbedding, topK } from "./memories/validation.js";
 import type { MemoryCallContext } from "./memories/tenancy.js";
@@ -495,11 +495,11 @@ export class MemoryService {
       buildContext: (tokenBudget) => this.buildConversationContext(create(BuildConversationContextRequestSchema, { sessionId, tokenBudget, query, tokenizer }), call),
     });
     // Vectors only when asked for: encoding 110 of 384 dimensions took ~21 ms (binary) or ~7 ms (JSON) of a call.
-    const shown = req.includeEmbeddings ? (m: MemoryRecord) => m : withoutEmbedding;
+    const withEmbeddings = req.includeEmbeddings;
     return create(RecallResponseSchema, {
       text: recall.text,
-      pinned: recall.pinned.map((m) => toWireMemory(shown(m))),
-      memories: recall.memories.map((r) => toWireScored({ ...r, memory: shown(r.memory) })),
+      pinned: recall.pinned.map((m) => toWireMemory(m, withEmbeddings)),
+      memories: recall.memories.map((r) => toWireScored(r, withEmbeddings)),
       context: recall.context,
       pinnedTokens: recall.pinnedTokens,
       memoryTokens: recall.memoryTokens,

@@ -293,6 +293,23 @@ describe.each(PROTOCOLS)("long-term memory over %s", (protocol, clientFor) => {
       expect(full.text).toBe(plain.text);
     });
 
+    it("leaves the embeddings out of SearchMemories and ListMemories unless asked, and GetMemory keeps them", async () => {
+      const vectorApp = `${app}-listed-vectors`;
+      await client.writeMemories({ memories: [{ memoryId: "l-seat", appName: vectorApp, userId: "hana", text: "Hana wants a window seat", embedding: [1, 0, 0] }] });
+      const search = { appName: vectorApp, userId: "hana", query: "window seat", queryEmbedding: [1, 0, 0] };
+      const plain = await client.searchMemories(search);
+      expect(plain.results.map((r) => [r.memory?.memoryId, r.memory?.embedding])).toEqual([["l-seat", []]]);
+      expect(plain.results[0].vectorScore).toBeCloseTo(1);
+      const full = await client.searchMemories({ ...search, includeEmbeddings: true });
+      expect(full.results.map((r) => [r.memory?.memoryId, r.memory?.embedding])).toEqual([["l-seat", [1, 0, 0]]]);
+      const listed = await client.listMemories({ appName: vectorApp });
+      expect(listed.memories.map((m) => [m.memoryId, m.embedding])).toEqual([["l-seat", []]]);
+      const exported = await client.listMemories({ appName: vectorApp, includeEmbeddings: true });
+      expect(exported.memories.map((m) => [m.memoryId, m.embedding])).toEqual([["l-seat", [1, 0, 0]]]);
+      const { memory } = await client.getMemory({ appName: vectorApp, memoryId: "l-seat" });
+      expect(memory?.embedding).toEqual([1, 0, 0]);
+    });
+
     it("names an agent to include its memories", async () => {
       const recall = await client.recall({ sessionId, query: "trains to Porto", agentId: "booker" });
       expect(recall.memories.map((r) => r.memory?.memoryId)).toContain("r-agent");

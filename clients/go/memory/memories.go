@@ -112,6 +112,9 @@ type SearchMemoriesParams struct {
 	Query          string    // text to rank by; empty ranks by importance and recency
 	TopK           uint32    // 1..100; 10 when 0
 	QueryEmbedding []float32 // optional, for vector similarity
+	// IncludeEmbeddings returns each memory with its embedding; left out by
+	// default (ranking uses it either way).
+	IncludeEmbeddings bool
 }
 
 // ScoredMemory is a search result.
@@ -130,6 +133,9 @@ type ListMemoriesParams struct {
 	Predicate string // only memories whose fact has this predicate
 	PageSize  uint32 // 1..1000; 100 when 0
 	PageToken string // from a previous page's NextPageToken
+	// IncludeEmbeddings returns each memory with its embedding (an export, a
+	// re-index); left out by default.
+	IncludeEmbeddings bool
 }
 
 // MemoryPage is one page of memories, newest first.
@@ -293,6 +299,7 @@ func (c *Client) SearchMemories(ctx context.Context, p SearchMemoriesParams) ([]
 		AppName: p.AppName, UserId: optional(p.UserID), AgentId: optional(p.AgentID), SessionId: optional(p.SessionID),
 		ScopeMatch: engramv1.ScopeMatch(p.Match), Query: p.Query, TopK: p.TopK, Topics: p.Topics,
 		AsOf: timestamp(p.AsOf), IncludeInvalid: p.IncludeInvalid, Pinned: p.Pinned, QueryEmbedding: p.QueryEmbedding,
+		IncludeEmbeddings: p.IncludeEmbeddings,
 	}
 	res, err := retried(ctx, c, c.rpc.SearchMemories, req)
 	if err != nil {
@@ -313,7 +320,7 @@ func (c *Client) ListMemories(ctx context.Context, p ListMemoriesParams) (*Memor
 		ScopeMatch: engramv1.ScopeMatch(p.Match), Topics: p.Topics, AsOf: timestamp(p.AsOf),
 		IncludeInvalid: p.IncludeInvalid, Pinned: p.Pinned,
 		Key: optional(p.Key), Subject: optional(p.Subject), Predicate: optional(p.Predicate),
-		PageSize: p.PageSize, PageToken: p.PageToken,
+		PageSize: p.PageSize, PageToken: p.PageToken, IncludeEmbeddings: p.IncludeEmbeddings,
 	}
 	res, err := retried(ctx, c, c.rpc.ListMemories, req)
 	if err != nil {

@@ -363,6 +363,29 @@ func TestMemories(t *testing.T) {
 				if got := seatOf(must[*memory.Recall](t)(c.Recall(ctx, sid, memory.RecallParams{Query: "window seat", QueryEmbedding: []float32{1, 0, 0}, IncludeEmbeddings: true}))); !slices.Equal(got, []float32{1, 0, 0}) {
 					t.Fatalf("embedding %v with IncludeEmbeddings", got)
 				}
+				seatScope := memory.MemoryFilter{Scope: memory.Scope{AppName: app, UserID: "rae", Match: memory.ScopeExact}}
+				for _, include := range []bool{false, true} {
+					found := must[[]memory.ScoredMemory](t)(c.SearchMemories(ctx, memory.SearchMemoriesParams{
+						MemoryFilter: seatScope, Query: "window seat", QueryEmbedding: []float32{1, 0, 0}, IncludeEmbeddings: include,
+					}))
+					listed := must[*memory.MemoryPage](t)(c.ListMemories(ctx, memory.ListMemoriesParams{MemoryFilter: seatScope, IncludeEmbeddings: include}))
+					seats := 0
+					for _, m := range listed.Memories {
+						found = append(found, memory.ScoredMemory{Memory: m})
+					}
+					for _, r := range found {
+						if r.Memory.MemoryID != "r-seat" {
+							continue
+						}
+						seats++
+						if include != (len(r.Memory.Embedding) == 3) {
+							t.Fatalf("IncludeEmbeddings %v: r-seat came with embedding %v", include, r.Memory.Embedding)
+						}
+					}
+					if seats != 2 {
+						t.Fatalf("r-seat found %d times in the search and the listing, want 2", seats)
+					}
+				}
 				tight := must[*memory.Recall](t)(c.Recall(ctx, sid, memory.RecallParams{Query: "sister in Porto", TokenBudget: 20}))
 				if tight.TokensUsed > 20 || tight.Context != nil {
 					t.Fatalf("budget 20: used %d, context %+v", tight.TokensUsed, tight.Context)

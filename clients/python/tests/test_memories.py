@@ -327,3 +327,19 @@ async def test_recall_leaves_embeddings_out_unless_asked(client: EngramClient, a
     assert [(r.memory.memory_id, r.memory.embedding) for r in plain.memories] == [("seat", [])]
     full = await client.recall(sid, "window seat", query_embedding=[1.0, 0.0], include_embeddings=True)
     assert [(r.memory.memory_id, r.memory.embedding) for r in full.memories] == [("seat", [1.0, 0.0])]
+
+
+async def test_search_and_list_leave_embeddings_out_unless_asked(client: EngramClient, app: str) -> None:
+    await client.write_memories(
+        [{"app_name": app, "memory_id": "aisle", "user_id": "ines", "text": "Aisle seat", "embedding": [0.0, 1.0]}]
+    )
+    found = await client.search_memories(app, "aisle seat", user_id="ines", query_embedding=[0.0, 1.0])
+    assert [(r.memory.memory_id, r.memory.embedding) for r in found] == [("aisle", [])]
+    found = await client.search_memories(
+        app, "aisle seat", user_id="ines", query_embedding=[0.0, 1.0], include_embeddings=True
+    )
+    assert [(r.memory.memory_id, r.memory.embedding) for r in found] == [("aisle", [0.0, 1.0])]
+    page, _ = await client.list_memories_page(app, user_id="ines")
+    assert [(m.memory_id, m.embedding) for m in page] == [("aisle", [])]
+    every = [m async for m in client.list_memories(app, user_id="ines", include_embeddings=True)]
+    assert [(m.memory_id, m.embedding) for m in every] == [("aisle", [0.0, 1.0])]

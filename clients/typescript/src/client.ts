@@ -469,7 +469,7 @@ export class MemoryClient {
    * selects what a caller in it may recall ("visible") unless `scopeMatch` says otherwise.
    */
   async searchMemories(search: MemorySearch, opts?: CallOptions): Promise<ScoredMemory[]> {
-    const req = { ...filterFields(search), query: search.query ?? "", topK: search.topK ?? 0, queryEmbedding: search.queryEmbedding ?? [] };
+    const req = { ...filterFields(search), query: search.query ?? "", topK: search.topK ?? 0, queryEmbedding: search.queryEmbedding ?? [], includeEmbeddings: search.includeEmbeddings ?? false };
     const res = await this.retrying(() => this.rpc.searchMemories(req, opts), opts);
     return res.results.map(toScoredMemory);
   }
@@ -483,6 +483,7 @@ export class MemoryClient {
       predicate: listing.predicate,
       pageSize: listing.pageSize ?? 0,
       pageToken: listing.pageToken ?? "",
+      includeEmbeddings: listing.includeEmbeddings ?? false,
     };
     const res = await this.retrying(() => this.rpc.listMemories(req, opts), opts);
     return { memories: res.memories.map(toMemory), nextPageToken: res.nextPageToken };
@@ -624,6 +625,7 @@ export class MemoryClient {
       tokenizer: options.tokenizer ?? "",
       topK: options.topK ?? 0,
       queryEmbedding: options.queryEmbedding ?? [],
+      includeEmbeddings: options.includeEmbeddings ?? false,
     };
     const res = await this.retrying(() => this.rpc.recall(req, opts), opts);
     return toRecall(res);

@@ -288,6 +288,8 @@ export interface MemorySearch extends MemoryFilter {
   topK?: number;
   /** Embedding of the query, for vector similarity. */
   queryEmbedding?: number[];
+  /** Return each memory with its embedding (left out by default; ranking uses it either way). */
+  includeEmbeddings?: boolean;
 }
 
 /** A search result. */
@@ -313,6 +315,8 @@ export interface MemoryListing extends MemoryFilter {
   pageSize?: number;
   /** Continue from a previous page's nextPageToken. */
   pageToken?: string;
+  /** Return each memory with its embedding (an export, a re-index); left out by default. */
+  includeEmbeddings?: boolean;
 }
 
 /** One page of listMemoriesPage, newest first. */
@@ -380,6 +384,8 @@ export interface RecallOptions {
   topK?: number;
   /** Embedding of the query, for vector similarity. */
   queryEmbedding?: number[];
+  /** Return each memory with its embedding (left out by default: the answer is for a prompt). */
+  includeEmbeddings?: boolean;
 }
 
 /** Recall's answer: pinned memories, relevant memories and the session's context, within one budget. */

@@ -244,6 +244,22 @@ describe.each<[Protocol]>([["grpc"], ["connect"]])("long-term memory over %s", (
     expect((await errorOf(client.recall(`${sessionId}-absent`))).code).toBe(Code.NotFound);
   });
 
+  it("returns embeddings from searchMemories, listMemories and recall only when asked, and from getMemory always", async () => {
+    const sessionId = `vectors-${protocol}`;
+    await client.createSession(app, "vic", sessionId);
+    await client.writeMemories([{ memoryId: "v-seat", appName: app, userId: "vic", text: "Vic wants a window seat", embedding: [1, 0, 0] }]);
+    const search = { appName: app, userId: "vic", scopeMatch: "exact" as const, query: "window seat", queryEmbedding: [1, 0, 0] };
+    expect((await client.searchMemories(search)).map((r) => r.memory.embedding)).toEqual([[]]);
+    expect((await client.searchMemories({ ...search, includeEmbeddings: true })).map((r) => r.memory.embedding)).toEqual([[1, 0, 0]]);
+    const listing = { appName: app, userId: "vic", scopeMatch: "exact" as const };
+    expect((await client.listMemoriesPage(listing)).memories.map((m) => m.embedding)).toEqual([[]]);
+    expect((await client.listMemoriesPage({ ...listing, includeEmbeddings: true })).memories.map((m) => m.embedding)).toEqual([[1, 0, 0]]);
+    const seatOf = (r: { memories: { memory: { memoryId: string; embedding: number[] } }[] }) => r.memories.find((m) => m.memory.memoryId === "v-seat")?.memory.embedding;
+    expect(seatOf(await client.recall(sessionId, { query: "window seat", queryEmbedding: [1, 0, 0] }))).toEqual([]);
+    expect(seatOf(await client.recall(sessionId, { query: "window seat", queryEmbedding: [1, 0, 0], includeEmbeddings: true }))).toEqual([1, 0, 0]);
+    expect((await client.getMemory(app, "v-seat")).embedding).toEqual([1, 0, 0]);
+  });
+
   it("retries a write whose response was lost and stores it once, under the id assigned before the first try", async () => {
     // The first call reaches the server and is handled; its response is replaced by UNAVAILABLE.
     let lost = 0;

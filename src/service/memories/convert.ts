@@ -5,8 +5,8 @@ import { MemoryFactSchema, MemorySchema, MemorySourceSchema, ScoredMemorySchema,
 import type { MemoryRecord } from "../../store/types.js";
 import type { FusedMemory } from "./ranking.js";
 
-/** Store record -> wire Memory. */
-export function toWireMemory(m: MemoryRecord): Memory {
+/** Store record -> wire Memory; without its embedding unless `withEmbedding` (the reads that default to leaving it out). */
+export function toWireMemory(m: MemoryRecord, withEmbedding = true): Memory {
   return create(MemorySchema, {
     memoryId: m.memoryId,
     appName: m.appName,
@@ -25,16 +25,11 @@ export function toWireMemory(m: MemoryRecord): Memory {
     validFrom: timestampFromMs(m.validFrom),
     invalidAt: m.invalidAt === undefined ? undefined : timestampFromMs(m.invalidAt),
     supersededBy: m.supersededBy ?? "",
-    embedding: m.embedding ?? [],
+    embedding: withEmbedding ? (m.embedding ?? []) : [],
   });
 }
 
-/** The record without its embedding, as Recall answers by default (its answer is for a prompt). */
-export function withoutEmbedding(m: MemoryRecord): MemoryRecord {
-  return m.embedding === undefined ? m : { ...m, embedding: undefined };
-}
-
-/** A ranked memory -> wire ScoredMemory. */
-export function toWireScored(r: FusedMemory): ScoredMemory {
-  return create(ScoredMemorySchema, { memory: toWireMemory(r.memory), score: r.score, lexicalScore: r.lexicalScore, vectorScore: r.vectorScore });
+/** A ranked memory -> wire ScoredMemory; its memory without the embedding unless `withEmbedding`. */
+export function toWireScored(r: FusedMemory, withEmbedding: boolean): ScoredMemory {
+  return create(ScoredMemorySchema, { memory: toWireMemory(r.memory, withEmbedding), score: r.score, lexicalScore: r.lexicalScore, vectorScore: r.vectorScore });
 }

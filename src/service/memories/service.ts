@@ -105,7 +105,7 @@ export class LongTermMemoryService {
     });
     await this.embedMemories(records, ctx);
     const result = await this.memories.writeMemories(records, ctx);
-    return create(WriteMemoriesResponseSchema, { memories: result.memories.map(toWireMemory), superseded: result.superseded.map(toWireMemory) });
+    return create(WriteMemoriesResponseSchema, { memories: result.memories.map((m) => toWireMemory(m)), superseded: result.superseded.map((m) => toWireMemory(m)) });
   }
 
   async getMemory(req: GetMemoryRequest, ctx: MemoryCallContext = {}): Promise<GetMemoryResponse> {
@@ -121,7 +121,8 @@ export class LongTermMemoryService {
     const query: MemoryQuery = { filter, query: checkQuery("query", req.query), topK: topK("top_k", req.topK), embedding: queryEmbedding("query_embedding", req.queryEmbedding) };
     if (!this.readScope(ctx, filter)) return create(SearchMemoriesResponseSchema, {});
     const results = await this.rank(query, ctx);
-    return create(SearchMemoriesResponseSchema, { results: results.map(toWireScored) });
+    // Vectors only when asked for: 100 results of 384 dimensions took ~20 ms to encode in protobuf.
+    return create(SearchMemoriesResponseSchema, { results: results.map((r) => toWireScored(r, req.includeEmbeddings)) });
   }
 
   /**
@@ -186,7 +187,7 @@ export class LongTermMemoryService {
     const page = rows.slice(0, limit);
     const last = page[page.length - 1];
     const nextPageToken = rows.length > limit ? encodePageToken(`${last.createdAt}:${last.memoryId}`, filters) : "";
-    return create(ListMemoriesResponseSchema, { memories: page.map(toWireMemory), nextPageToken });
+    return create(ListMemoriesResponseSchema, { memories: page.map((m) => toWireMemory(m, req.includeEmbeddings)), nextPageToken });
   }
 
   async deleteMemories(req: DeleteMemoriesRequest, ctx: MemoryCallContext = {}): Promise<DeleteMemoriesResponse> {

@@ -567,6 +567,7 @@ def search_memories_request(
     include_invalid: bool,
     pinned: bool | None,
     query_embedding: Iterable[float] | None,
+    include_embeddings: bool = False,
 ) -> mpb.SearchMemoriesRequest:
     # Unset (None) filters stay absent on the wire: an empty string would be a filter the server refuses.
     req = mpb.SearchMemoriesRequest(
@@ -581,6 +582,7 @@ def search_memories_request(
         include_invalid=include_invalid,
         pinned=pinned,
         query_embedding=list(query_embedding or ()),
+        include_embeddings=include_embeddings,
     )
     if as_of is not None:
         req.as_of.CopyFrom(to_timestamp(as_of))
@@ -603,6 +605,7 @@ def list_memories_request(
     predicate: str | None,
     page_size: int,
     page_token: str,
+    include_embeddings: bool = False,
 ) -> mpb.ListMemoriesRequest:
     req = mpb.ListMemoriesRequest(
         app_name=app_name,
@@ -618,6 +621,7 @@ def list_memories_request(
         predicate=predicate,
         page_size=page_size,
         page_token=page_token,
+        include_embeddings=include_embeddings,
     )
     if as_of is not None:
         req.as_of.CopyFrom(to_timestamp(as_of))

@@ -536,6 +536,7 @@ class EngramClient:
         include_invalid: bool = False,
         pinned: bool | None = None,
         query_embedding: Iterable[float] | None = None,
+        include_embeddings: bool = False,
     ) -> list[ScoredMemory]:
         """The memories best matching ``query``, best first (lexical and, with embeddings,
         vector similarity, fused with importance and recency; an empty query ranks by those alone).
@@ -545,6 +546,7 @@ class EngramClient:
         ``top_k`` 1..100 (10 when 0); ``topics``: at least one of them; ``as_of``:
         what was valid then (now when None); ``include_invalid``: superseded
         memories too (not with ``as_of``); ``pinned``: only pinned or unpinned ones.
+        The memories come without their embeddings unless ``include_embeddings`` is set.
         """
         req = cv.search_memories_request(
             app_name,
@@ -559,6 +561,7 @@ class EngramClient:
             include_invalid=include_invalid,
             pinned=pinned,
             query_embedding=query_embedding,
+            include_embeddings=include_embeddings,
         )
         resp: mpb.SearchMemoriesResponse = await self._call(self.stub.SearchMemories, req)
         return [cv.scored_from_pb(r) for r in resp.results]
@@ -580,6 +583,7 @@ class EngramClient:
         predicate: str | None = None,
         page_size: int = 0,
         page_token: str = "",
+        include_embeddings: bool = False,
     ) -> tuple[list[LongTermMemory], str]:
         """One page of memories, newest first, and the next page token ("" on the last).
 
@@ -587,6 +591,8 @@ class EngramClient:
         otherwise ("visible", "exact"); the other filters are as in
         :meth:`search_memories`, plus ``key`` and the fact's ``subject`` and
         ``predicate``. A page token only continues the filters it was issued for.
+        The memories come without their embeddings unless ``include_embeddings``
+        is set (an export, a re-index).
         """
         req = cv.list_memories_request(
             app_name,
@@ -603,6 +609,7 @@ class EngramClient:
             predicate=predicate,
             page_size=page_size,
             page_token=page_token,
+            include_embeddings=include_embeddings,
         )
         resp: mpb.ListMemoriesResponse = await self._call(self.stub.ListMemories, req)
         return [cv.memory_from_pb(m) for m in resp.memories], resp.next_page_token
@@ -623,6 +630,7 @@ class EngramClient:
         subject: str | None = None,
         predicate: str | None = None,
         page_size: int = MAX_PAGE_SIZE,
+        include_embeddings: bool = False,
     ) -> AsyncIterator[LongTermMemory]:
         """Every matching memory, newest first, paging through the server's pages
         (filters as in :meth:`list_memories_page`)."""
@@ -644,6 +652,7 @@ class EngramClient:
                 predicate=predicate,
                 page_size=page_size,
                 page_token=token,
+                include_embeddings=include_embeddings,
             )
             for m in memories:
                 yield m

@@ -751,8 +751,12 @@ type SearchMemoriesRequest struct {
 	// Embedding of the query, for vector similarity against memories that
 	// carry one of the same dimension. Optional.
 	QueryEmbedding []float32 `protobuf:"fixed32,12,rep,packed,name=query_embedding,json=queryEmbedding,proto3" json:"query_embedding,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// Return each memory with its embedding. Off by default: a vector (~1.5 kB
+	// at 384 dimensions) is most of a memory's bytes and of the CPU spent
+	// encoding it. Ranking uses the vectors either way.
+	IncludeEmbeddings bool `protobuf:"varint,13,opt,name=include_embeddings,json=includeEmbeddings,proto3" json:"include_embeddings,omitempty"`
+	unknownFields     protoimpl.UnknownFields
+	sizeCache         protoimpl.SizeCache
 }
 
 func (x *SearchMemoriesRequest) Reset() {
@@ -869,6 +873,13 @@ func (x *SearchMemoriesRequest) GetQueryEmbedding() []float32 {
 	return nil
 }
 
+func (x *SearchMemoriesRequest) GetIncludeEmbeddings() bool {
+	if x != nil {
+		return x.IncludeEmbeddings
+	}
+	return false
+}
+
 // SearchMemoriesResponse is the ranked result.
 type SearchMemoriesResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -946,9 +957,13 @@ type ListMemoriesRequest struct {
 	// 1..1000; 100 when 0.
 	PageSize uint32 `protobuf:"varint,13,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
 	// Opaque cursor from a previous response's next_page_token.
-	PageToken     string `protobuf:"bytes,14,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	PageToken string `protobuf:"bytes,14,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
+	// Return each memory with its embedding (an export, a re-index). Off by
+	// default: a vector (~1.5 kB at 384 dimensions) is most of a memory's
+	// bytes and of the CPU spent encoding it. GetMemory always returns it.
+	IncludeEmbeddings bool `protobuf:"varint,15,opt,name=include_embeddings,json=includeEmbeddings,proto3" json:"include_embeddings,omitempty"`
+	unknownFields     protoimpl.UnknownFields
+	sizeCache         protoimpl.SizeCache
 }
 
 func (x *ListMemoriesRequest) Reset() {
@@ -1077,6 +1092,13 @@ func (x *ListMemoriesRequest) GetPageToken() string {
 		return x.PageToken
 	}
 	return ""
+}
+
+func (x *ListMemoriesRequest) GetIncludeEmbeddings() bool {
+	if x != nil {
+		return x.IncludeEmbeddings
+	}
+	return false
 }
 
 // ListMemoriesResponse is one page of memories.
@@ -1710,7 +1732,7 @@ const file_engram_v1_memories_proto_rawDesc = "" +
 	"\bapp_name\x18\x01 \x01(\tR\aappName\x12\x1b\n" +
 	"\tmemory_id\x18\x02 \x01(\tR\bmemoryId\">\n" +
 	"\x11GetMemoryResponse\x12)\n" +
-	"\x06memory\x18\x01 \x01(\v2\x11.engram.v1.MemoryR\x06memory\"\xe2\x03\n" +
+	"\x06memory\x18\x01 \x01(\v2\x11.engram.v1.MemoryR\x06memory\"\x91\x04\n" +
 	"\x15SearchMemoriesRequest\x12\x19\n" +
 	"\bapp_name\x18\x01 \x01(\tR\aappName\x12\x1c\n" +
 	"\auser_id\x18\x02 \x01(\tH\x00R\x06userId\x88\x01\x01\x12\x1e\n" +
@@ -1726,14 +1748,15 @@ const file_engram_v1_memories_proto_rawDesc = "" +
 	"\x0finclude_invalid\x18\n" +
 	" \x01(\bR\x0eincludeInvalid\x12\x1b\n" +
 	"\x06pinned\x18\v \x01(\bH\x03R\x06pinned\x88\x01\x01\x12'\n" +
-	"\x0fquery_embedding\x18\f \x03(\x02R\x0equeryEmbeddingB\n" +
+	"\x0fquery_embedding\x18\f \x03(\x02R\x0equeryEmbedding\x12-\n" +
+	"\x12include_embeddings\x18\r \x01(\bR\x11includeEmbeddingsB\n" +
 	"\n" +
 	"\b_user_idB\v\n" +
 	"\t_agent_idB\r\n" +
 	"\v_session_idB\t\n" +
 	"\a_pinned\"K\n" +
 	"\x16SearchMemoriesResponse\x121\n" +
-	"\aresults\x18\x01 \x03(\v2\x17.engram.v1.ScoredMemoryR\aresults\"\xc3\x04\n" +
+	"\aresults\x18\x01 \x03(\v2\x17.engram.v1.ScoredMemoryR\aresults\"\xf2\x04\n" +
 	"\x13ListMemoriesRequest\x12\x19\n" +
 	"\bapp_name\x18\x01 \x01(\tR\aappName\x12\x1c\n" +
 	"\auser_id\x18\x02 \x01(\tH\x00R\x06userId\x88\x01\x01\x12\x1e\n" +
@@ -1752,7 +1775,8 @@ const file_engram_v1_memories_proto_rawDesc = "" +
 	"\tpredicate\x18\f \x01(\tH\x06R\tpredicate\x88\x01\x01\x12\x1b\n" +
 	"\tpage_size\x18\r \x01(\rR\bpageSize\x12\x1d\n" +
 	"\n" +
-	"page_token\x18\x0e \x01(\tR\tpageTokenB\n" +
+	"page_token\x18\x0e \x01(\tR\tpageToken\x12-\n" +
+	"\x12include_embeddings\x18\x0f \x01(\bR\x11includeEmbeddingsB\n" +
 	"\n" +
 	"\b_user_idB\v\n" +
 	"\t_agent_idB\r\n" +

@@ -537,6 +537,7 @@ class EngramClientSync:
         include_invalid: bool = False,
         pinned: bool | None = None,
         query_embedding: Iterable[float] | None = None,
+        include_embeddings: bool = False,
     ) -> list[ScoredMemory]:
         """The memories best matching ``query``, best first (lexical and, with embeddings,
         vector similarity, fused with importance and recency; an empty query ranks by those alone).
@@ -546,6 +547,7 @@ class EngramClientSync:
         ``top_k`` 1..100 (10 when 0); ``topics``: at least one of them; ``as_of``:
         what was valid then (now when None); ``include_invalid``: superseded
         memories too (not with ``as_of``); ``pinned``: only pinned or unpinned ones.
+        The memories come without their embeddings unless ``include_embeddings`` is set.
         """
         req = cv.search_memories_request(
             app_name,
@@ -560,6 +562,7 @@ class EngramClientSync:
             include_invalid=include_invalid,
             pinned=pinned,
             query_embedding=query_embedding,
+            include_embeddings=include_embeddings,
         )
         resp: mpb.SearchMemoriesResponse = self._call(self.stub.SearchMemories, req)
         return [cv.scored_from_pb(r) for r in resp.results]
@@ -581,6 +584,7 @@ class EngramClientSync:
         predicate: str | None = None,
         page_size: int = 0,
         page_token: str = "",
+        include_embeddings: bool = False,
     ) -> tuple[list[LongTermMemory], str]:
         """One page of memories, newest first, and the next page token ("" on the last).
 
@@ -588,6 +592,8 @@ class EngramClientSync:
         otherwise ("visible", "exact"); the other filters are as in
         :meth:`search_memories`, plus ``key`` and the fact's ``subject`` and
         ``predicate``. A page token only continues the filters it was issued for.
+        The memories come without their embeddings unless ``include_embeddings``
+        is set (an export, a re-index).
         """
         req = cv.list_memories_request(
             app_name,
@@ -604,6 +610,7 @@ class EngramClientSync:
             predicate=predicate,
             page_size=page_size,
             page_token=page_token,
+            include_embeddings=include_embeddings,
         )
         resp: mpb.ListMemoriesResponse = self._call(self.stub.ListMemories, req)
         return [cv.memory_from_pb(m) for m in resp.memories], resp.next_page_token
@@ -624,6 +631,7 @@ class EngramClientSync:
         subject: str | None = None,
         predicate: str | None = None,
         page_size: int = MAX_PAGE_SIZE,
+        include_embeddings: bool = False,
     ) -> Iterator[LongTermMemory]:
         """Every matching memory, newest first, paging through the server's pages
         (filters as in :meth:`list_memories_page`)."""
@@ -645,6 +653,7 @@ class EngramClientSync:
                 predicate=predicate,
                 page_size=page_size,
                 page_token=token,
+                include_embeddings=include_embeddings,
             )
             for m in memories:
                 yield m

@@ -442,6 +442,7 @@ class SearchMemoriesRequest(_message.Message):
     INCLUDE_INVALID_FIELD_NUMBER: _builtins.int
     PINNED_FIELD_NUMBER: _builtins.int
     QUERY_EMBEDDING_FIELD_NUMBER: _builtins.int
+    INCLUDE_EMBEDDINGS_FIELD_NUMBER: _builtins.int
     app_name: _builtins.str
     """Required."""
     user_id: _builtins.str
@@ -462,6 +463,11 @@ class SearchMemoriesRequest(_message.Message):
     """Also memories no longer (or not yet) valid; cannot be combined with as_of."""
     pinned: _builtins.bool
     """Only pinned (true) or unpinned (false) memories, when set."""
+    include_embeddings: _builtins.bool
+    """Return each memory with its embedding. Off by default: a vector (~1.5 kB
+    at 384 dimensions) is most of a memory's bytes and of the CPU spent
+    encoding it. Ranking uses the vectors either way.
+    """
     @_builtins.property
     def topics(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
         """Only memories with at least one of these topics, when non-empty."""
@@ -493,10 +499,11 @@ class SearchMemoriesRequest(_message.Message):
         include_invalid: _builtins.bool = ...,
         pinned: _builtins.bool | None = ...,
         query_embedding: _abc.Iterable[_builtins.float] | None = ...,
+        include_embeddings: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["_agent_id", b"_agent_id", "_pinned", b"_pinned", "_session_id", b"_session_id", "_user_id", b"_user_id", "agent_id", b"agent_id", "as_of", b"as_of", "pinned", b"pinned", "session_id", b"session_id", "user_id", b"user_id"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_agent_id", b"_agent_id", "_pinned", b"_pinned", "_session_id", b"_session_id", "_user_id", b"_user_id", "agent_id", b"agent_id", "app_name", b"app_name", "as_of", b"as_of", "include_invalid", b"include_invalid", "pinned", b"pinned", "query", b"query", "query_embedding", b"query_embedding", "scope_match", b"scope_match", "session_id", b"session_id", "top_k", b"top_k", "topics", b"topics", "user_id", b"user_id"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_agent_id", b"_agent_id", "_pinned", b"_pinned", "_session_id", b"_session_id", "_user_id", b"_user_id", "agent_id", b"agent_id", "app_name", b"app_name", "as_of", b"as_of", "include_embeddings", b"include_embeddings", "include_invalid", b"include_invalid", "pinned", b"pinned", "query", b"query", "query_embedding", b"query_embedding", "scope_match", b"scope_match", "session_id", b"session_id", "top_k", b"top_k", "topics", b"topics", "user_id", b"user_id"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType__agent_id: _TypeAlias = _typing.Literal["agent_id"]  # noqa: Y015
     _WhichOneofArgType__agent_id: _TypeAlias = _typing.Literal["_agent_id", b"_agent_id"]  # noqa: Y015
@@ -561,6 +568,7 @@ class ListMemoriesRequest(_message.Message):
     PREDICATE_FIELD_NUMBER: _builtins.int
     PAGE_SIZE_FIELD_NUMBER: _builtins.int
     PAGE_TOKEN_FIELD_NUMBER: _builtins.int
+    INCLUDE_EMBEDDINGS_FIELD_NUMBER: _builtins.int
     app_name: _builtins.str
     """Required."""
     user_id: _builtins.str
@@ -587,6 +595,11 @@ class ListMemoriesRequest(_message.Message):
     """1..1000; 100 when 0."""
     page_token: _builtins.str
     """Opaque cursor from a previous response's next_page_token."""
+    include_embeddings: _builtins.bool
+    """Return each memory with its embedding (an export, a re-index). Off by
+    default: a vector (~1.5 kB at 384 dimensions) is most of a memory's
+    bytes and of the CPU spent encoding it. GetMemory always returns it.
+    """
     @_builtins.property
     def topics(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
         """Only memories with at least one of these topics, when non-empty."""
@@ -612,10 +625,11 @@ class ListMemoriesRequest(_message.Message):
         predicate: _builtins.str | None = ...,
         page_size: _builtins.int = ...,
         page_token: _builtins.str = ...,
+        include_embeddings: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["_agent_id", b"_agent_id", "_key", b"_key", "_pinned", b"_pinned", "_predicate", b"_predicate", "_session_id", b"_session_id", "_subject", b"_subject", "_user_id", b"_user_id", "agent_id", b"agent_id", "as_of", b"as_of", "key", b"key", "pinned", b"pinned", "predicate", b"predicate", "session_id", b"session_id", "subject", b"subject", "user_id", b"user_id"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_agent_id", b"_agent_id", "_key", b"_key", "_pinned", b"_pinned", "_predicate", b"_predicate", "_session_id", b"_session_id", "_subject", b"_subject", "_user_id", b"_user_id", "agent_id", b"agent_id", "app_name", b"app_name", "as_of", b"as_of", "include_invalid", b"include_invalid", "key", b"key", "page_size", b"page_size", "page_token", b"page_token", "pinned", b"pinned", "predicate", b"predicate", "scope_match", b"scope_match", "session_id", b"session_id", "subject", b"subject", "topics", b"topics", "user_id", b"user_id"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_agent_id", b"_agent_id", "_key", b"_key", "_pinned", b"_pinned", "_predicate", b"_predicate", "_session_id", b"_session_id", "_subject", b"_subject", "_user_id", b"_user_id", "agent_id", b"agent_id", "app_name", b"app_name", "as_of", b"as_of", "include_embeddings", b"include_embeddings", "include_invalid", b"include_invalid", "key", b"key", "page_size", b"page_size", "page_token", b"page_token", "pinned", b"pinned", "predicate", b"predicate", "scope_match", b"scope_match", "session_id", b"session_id", "subject", b"subject", "topics", b"topics", "user_id", b"user_id"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType__agent_id: _TypeAlias = _typing.Literal["agent_id"]  # noqa: Y015
     _WhichOneofArgType__agent_id: _TypeAlias = _typing.Literal["_agent_id", b"_agent_id"]  # noqa: Y015
