@@ -481,10 +481,13 @@ export class MemoryService {
     const scope: MemoryScopeFilter = { appName: session.appName, userId: session.userId, sessionId, match: "visible" };
     if (agentId !== undefined) scope.agentId = agentId;
     const now = Date.now();
+    // Vectors only when asked for: encoding 110 of 384 dimensions took ~21 ms (binary) or ~7 ms (JSON) of a call,
+    // and a store that ships them per row (PostgreSQL) need not read them at all.
+    const omitEmbeddings = !req.includeEmbeddings;
     // Pinned and relevant memories are independent reads: one store round trip's wait, not two.
     const [pinned, relevant] = await Promise.all([
-      this.store.memories.listMemories({ scope, asOf: now, pinned: true }, MAX_RECALL_PINNED, undefined, call),
-      this.longTerm.rank({ filter: { scope, asOf: now, pinned: false }, query, topK: k, embedding }, call),
+      this.store.memories.listMemories({ scope, asOf: now, pinned: true, omitEmbeddings }, MAX_RECALL_PINNED, undefined, call),
+      this.longTerm.rank({ filter: { scope, asOf: now, pinned: false, omitEmbeddings }, query, topK: k, embedding }, call),
     ]);
     pinned.sort((a, b) => b.importance - a.importance || b.validFrom - a.validFrom);
     const recall = await assembleRecall({
@@ -494,8 +497,7 @@ export class MemoryService {
       counter,
       buildContext: (tokenBudget) => this.buildConversationContext(create(BuildConversationContextRequestSchema, { sessionId, tokenBudget, query, tokenizer }), call),
     });
-    // Vectors only when asked for: encoding 110 of 384 dimensions took ~21 ms (binary) or ~7 ms (JSON) of a call.
-    const withEmbeddings = req.includeEmbeddings;
+    const withEmbeddings = !omitEmbeddings;
     return create(RecallResponseSchema, {
       text: recall.text,
       pinned: recall.pinned.map((m) => toWireMemory(m, withEmbeddings)),

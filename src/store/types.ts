@@ -372,6 +372,12 @@ export interface MemoryFilter {
   key?: string;
   subject?: string;
   predicate?: string;
+  /**
+   * The caller will not show the records' embeddings (the ranking reads
+   * vectors through nearestMemories): a store that ships each record's
+   * vector from its backend may leave them out. Selects nothing.
+   */
+  omitEmbeddings?: boolean;
 }
 
 /** Where a listing of memories resumes: after this memory, newest first (createdAt, then memoryId, descending). */

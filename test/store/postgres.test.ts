@@ -674,6 +674,30 @@ describe("PostgresStore long-term memories", () => {
     }
   });
 
+  it("reads no embedding from PostgreSQL for a filter that omits them, and the same records otherwise", async () => {
+    const store = await openStore(LIMITS, freshSchema());
+    try {
+      await store.memories.writeMemories([
+        memory({ memoryId: "near", userId: "u", text: "window seat on trains", embedding: [1, 0, 0] }),
+        memory({ memoryId: "far", userId: "u", text: "aisle seat on planes", embedding: [0, 1, 0] }),
+      ]);
+      const filter = { scope: { appName: "app", userId: "u", match: "exact" as const }, asOf: Date.now() };
+      const reads = async (f: typeof filter & { omitEmbeddings?: boolean }) => [
+        ...(await store.memories.searchMemories(f, "seat", 5)).map((r) => r.memory),
+        ...(await store.memories.nearestMemories!(f, [1, 0, 0], 5)).map((r) => r.memory),
+        ...(await store.memories.listMemories(f, 5)),
+      ];
+      const full = await reads(filter);
+      expect(full).toHaveLength(6);
+      expect(full.every((m) => m.embedding?.length === 3)).toBe(true);
+      const omitted = await reads({ ...filter, omitEmbeddings: true });
+      expect(omitted.map((m) => m.embedding)).toEqual(full.map(() => undefined));
+      expect(omitted).toEqual(full.map(({ embedding: _, ...rest }) => rest));
+    } finally {
+      await store.close();
+    }
+  });
+
   it("two replicas writing the same key at once leave exactly one valid memory, the others closed in a chain", async () => {
     const schema = freshSchema();
     const a = await openStore(LIMITS, schema);

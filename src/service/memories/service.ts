@@ -118,6 +118,7 @@ export class LongTermMemoryService {
 
   async searchMemories(req: SearchMemoriesRequest, ctx: MemoryCallContext = {}): Promise<SearchMemoriesResponse> {
     const filter = memoryFilter(scopeFilter(req, "visible"), req, Date.now());
+    filter.omitEmbeddings = !req.includeEmbeddings;
     const query: MemoryQuery = { filter, query: checkQuery("query", req.query), topK: topK("top_k", req.topK), embedding: queryEmbedding("query_embedding", req.queryEmbedding) };
     if (!this.readScope(ctx, filter)) return create(SearchMemoriesResponseSchema, {});
     const results = await this.rank(query, ctx);
@@ -176,6 +177,7 @@ export class LongTermMemoryService {
     if (key !== undefined) filter.key = key;
     if (req.subject !== undefined) filter.subject = req.subject;
     if (req.predicate !== undefined) filter.predicate = req.predicate;
+    filter.omitEmbeddings = !req.includeEmbeddings;
     const limit = pageSize("page_size", req.pageSize, this.options.limits);
     if (!this.readScope(ctx, filter)) return create(ListMemoriesResponseSchema, {});
     // The token is bound to every filter field, so it cannot be replayed with another (or a widened) filter.

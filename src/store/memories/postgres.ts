@@ -97,14 +97,23 @@ export interface PostgresMemoriesAccess {
   transaction<T>(fn: (client: pg.PoolClient) => Promise<T>, call?: StoreCall): Promise<T>;
 }
 
-const COLUMNS =
-  "app_name, memory_id, user_id, agent_id, session_id, text, fact_subject, fact_predicate, fact_object, key, topics, importance, pinned, metadata, " +
-  "source_session_id, source_from_seq, source_to_seq, created_ms, valid_from_ms, invalid_at_ms, superseded_by, embedding, fingerprint";
+const COLUMN_NAMES = [
+  ...["app_name", "memory_id", "user_id", "agent_id", "session_id", "text", "fact_subject", "fact_predicate", "fact_object", "key", "topics", "importance", "pinned", "metadata"],
+  ...["source_session_id", "source_from_seq", "source_to_seq", "created_ms", "valid_from_ms", "invalid_at_ms", "superseded_by", "embedding", "fingerprint"],
+];
 
-/** COLUMNS of the memories table named `m` in a join. */
-const COLUMNS_OF_M = COLUMNS.split(", ")
-  .map((column) => `m.${column}`)
-  .join(", ");
+const COLUMNS = COLUMN_NAMES.join(", ");
+
+/**
+ * The columns a read selects, of the memories table named `table` when
+ * given; without the embedding when the filter says the caller will not show
+ * it, since each one is ~1.5 kB (384 dimensions) that PostgreSQL writes and
+ * the driver parses as ~3 kB of hex, on every row.
+ */
+function columnsFor(filter: MemoryFilter, table?: string): string {
+  const prefix = table ? `${table}.` : "";
+  return COLUMN_NAMES.map((column) => (column === "embedding" && filter.omitEmbeddings ? "NULL::bytea AS embedding" : prefix + column)).join(", ");
+}
 
 interface MemoryRow {
   app_name: string;
@@ -557,7 +566,7 @@ export class PostgresMemories implements LongTermMemoryStore {
          SELECT memory_id, created_ms, ts_rank(search, ${tsquery}, 1) AS score FROM (${newest}) newest
          ORDER BY score DESC, created_ms DESC, memory_id DESC LIMIT ${p.add(limit)}
        )
-       SELECT ${COLUMNS_OF_M}, best.score FROM best JOIN ${this.s}.memories m ON m.app_name = ${p.add(filter.scope.appName)} AND m.memory_id = best.memory_id
+       SELECT ${columnsFor(filter, "m")}, best.score FROM best JOIN ${this.s}.memories m ON m.app_name = ${p.add(filter.scope.appName)} AND m.memory_id = best.memory_id
        ORDER BY best.score DESC, best.created_ms DESC, best.memory_id DESC`,
       p.values,
       call,
@@ -567,9 +576,10 @@ export class PostgresMemories implements LongTermMemoryStore {
   }
 
   /** The whole rows of ranked ids, in the ranking's order; a memory deleted between the two reads is left out. */
-  private async rowsOf(appName: string, best: { memoryId: string; score: number }[], call: StoreCall | undefined): Promise<RankedMemory[]> {
+  private async rowsOf(filter: MemoryFilter, best: { memoryId: string; score: number }[], call: StoreCall | undefined): Promise<RankedMemory[]> {
     if (best.length === 0) return [];
-    const { rows } = await this.db.query<MemoryRow>(`SELECT ${COLUMNS} FROM ${this.s}.memories WHERE app_name = $1 AND memory_id = ANY($2::text[])`, [
+    const appName = filter.scope.appName;
+    const { rows } = await this.db.query<MemoryRow>(`SELECT ${columnsFor(filter)} FROM ${this.s}.memories WHERE app_name = $1 AND memory_id = ANY($2::text[])`, [
       appName,
       best.map((b) => b.memoryId),
     ], call);
@@ -613,7 +623,7 @@ export class PostgresMemories implements LongTermMemoryStore {
       })
       .sort((a, b) => b.score - a.score)
       .slice(0, limit);
-    return this.rowsOf(appName, best, call);
+    return this.rowsOf(filter, best, call);
   }
 
   /**
@@ -658,7 +668,7 @@ export class PostgresMemories implements LongTermMemoryStore {
 
   async listMemories(filter: MemoryFilter, limit: number, after?: MemoryCursor, call?: StoreCall): Promise<MemoryRecord[]> {
     const p = new Params();
-    const { rows } = await this.db.query<MemoryRow>(newestSql(this.s, p, filter, COLUMNS, limit, after), p.values, call);
+    const { rows } = await this.db.query<MemoryRow>(newestSql(this.s, p, filter, columnsFor(filter), limit, after), p.values, call);
     return rows.map(toRecord);
   }
 
