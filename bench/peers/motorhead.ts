@@ -10,9 +10,10 @@
  * append, so that party sits out the append) and Motorhead's JSON API, in
  * rounds that rotate the parties, so the ratios compare measurements taken
  * seconds apart on this shared box.
- * Two more parties give Node.js's floor on the same calls: bare node:http2
+ * Three more parties give Node.js's floor on the same calls: bare node:http2
  * (gRPC framing by hand) and node:http servers answering the bytes Engram
- * answered, doing nothing else (bench/transport-floor-server.ts).
+ * answered, doing nothing else, and the node:http one making one Redis
+ * round trip per call first (bench/transport-floor-server.ts).
  *
  * Motorhead summarizes a session with an LLM once it holds more than
  * MOTORHEAD_MAX_WINDOW_SIZE messages, and a read returns that window. Two
@@ -35,7 +36,7 @@ import { addEventRequest, CONTENT_100B, SeedClient, SERVICE } from "../workloads
 /** Environment variable naming the Motorhead binary. */
 export const MOTORHEAD_ENV = "ENGRAM_BENCH_MOTORHEAD";
 
-const PARTIES: MotorheadParty[] = ["Engram gRPC", "Engram Connect JSON", "Engram REST", "Motorhead", "Node http2 floor", "Node HTTP/1.1 floor"];
+const PARTIES: MotorheadParty[] = ["Engram gRPC", "Engram Connect JSON", "Engram REST", "Motorhead", "Node http2 floor", "Node HTTP/1.1 floor", "Node HTTP/1.1 + Redis floor"];
 const READ_SIZES = [20, 1000];
 
 /** A Motorhead process on a loopback port. */
@@ -104,6 +105,7 @@ type Spec = Omit<LoadSpec, "durationMs" | "warmupMs" | "concurrency" | "cpuPids"
 interface FloorPorts {
   grpcPort: number;
   http1Port: number;
+  http1RedisPort: number;
 }
 
 /** Each workload's specs of the parties measured directly (REST only where KAOS has the call). */
@@ -115,6 +117,7 @@ function withFloors(specs: DirectSpecs, floor: FloorPorts): Partial<Record<Motor
     ...specs,
     "Node http2 floor": { ...specs["Engram gRPC"], target: `127.0.0.1:${floor.grpcPort}` },
     "Node HTTP/1.1 floor": { ...specs["Engram Connect JSON"], target: `127.0.0.1:${floor.http1Port}` },
+    "Node HTTP/1.1 + Redis floor": { ...specs["Engram Connect JSON"], target: `127.0.0.1:${floor.http1RedisPort}` },
   };
 }
 
@@ -247,7 +250,7 @@ export async function runMotorhead(
     const restCheck = (await httpJson(Number(engram.address.split(":")[1]), "GET", `/memory/events?session_id=${readSession(1000)}&limit=20`)) as { events: unknown[] };
     if (restCheck.events.length !== 20) throw new Error(`Engram's REST read returned ${restCheck.events.length} events, not 20`);
     const measured = workloads(maxC, engram.address, writer, reader);
-    const floorPorts = await floor.request<FloorPorts>(await engramAnswers(engram.address, measured.map((w) => w.specs)));
+    const floorPorts = await floor.request<FloorPorts>({ ...(await engramAnswers(engram.address, measured.map((w) => w.specs))), redisUrl: redis.url });
     for (const workload of measured.map((w) => ({ ...w, specs: withFloors(w.specs, floorPorts) }))) {
       const parties = PARTIES.filter((p) => workload.specs[p] !== undefined);
       const pids: Record<MotorheadParty, Record<string, number[]>> = {
@@ -257,6 +260,7 @@ export async function runMotorhead(
         Motorhead: { server: [workload.motorhead.pid] },
         "Node http2 floor": { server: [floor.pid] },
         "Node HTTP/1.1 floor": { server: [floor.pid] },
+        "Node HTTP/1.1 + Redis floor": { server: [floor.pid] },
       };
       for (const party of PARTIES) if (redis.pid) pids[party].redis = [redis.pid];
       for (const c of concurrencies) {
