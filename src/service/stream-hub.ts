@@ -106,6 +106,8 @@ export class StreamHub {
     signal.addEventListener("abort", waiter.wake, { once: true });
     let seenHints = channel.hints;
     try {
+      // Changes made from here on reach the channel (a store may subscribe on demand).
+      if (this.store.noticesFlowing) await this.store.noticesFlowing();
       // The first read validates the session and the cursor.
       const first = await this.store.readEvents(sessionId, { afterSeq, limit: this.options.pageSize });
       const ours = incarnation ?? first.incarnation;

@@ -206,6 +206,11 @@ export class ConnectingStore implements MemoryStore {
     };
   }
 
+  /** Waits for the opened store's notice subscription, when it subscribes on demand; nothing to wait for before it opened. */
+  async noticesFlowing(): Promise<void> {
+    await this.store?.noticesFlowing?.();
+  }
+
   async ping(...args: Parameters<MemoryStore["ping"]>): ReturnType<MemoryStore["ping"]> {
     return this.open.ping(...args);
   }

@@ -432,7 +432,16 @@ export class RedisStore implements MemoryStore {
   }
 
   subscribe(sessionId: string, listener: NoticeListener): () => void {
-    return this.listeners.subscribe(sessionId, listener);
+    const unsubscribe = this.listeners.subscribe(sessionId, listener);
+    this.connection.followNotices(true);
+    return () => {
+      unsubscribe();
+      if (this.listeners.size === 0) this.connection.followNotices(false);
+    };
+  }
+
+  noticesFlowing(): Promise<void> {
+    return this.connection.noticesFlowing();
   }
 
   async ping(): Promise<void> {

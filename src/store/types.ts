@@ -595,6 +595,13 @@ export interface MemoryStore {
    * durable log from their cursor. Returns the unsubscribe function.
    */
   subscribe(sessionId: string, listener: NoticeListener): () => void;
+  /**
+   * Resolves once the changes other replicas make reach this replica's
+   * listeners (subscribe); a stream waits for it after subscribing, before
+   * its first read. Optional: stores that hear every change from the start
+   * leave it out (one Redis node subscribes while it has listeners).
+   */
+  noticesFlowing?(): Promise<void>;
 
   /** Resolves when the backend answers; rejects UNAVAILABLE otherwise. */
   ping(call?: StoreCall): Promise<void>;

@@ -432,6 +432,87 @@ describe("RedisStore specifics", () => {
     }
   });
 
+  it("subscribes the notice channel only while a listener is there; noticesFlowing() resolves once it is subscribed", async () => {
+    const prefix = `t${process.pid}_${++counter}`;
+    const listening = await openStore(DEFAULT_LIMITS, prefix);
+    const writer = await openStore(DEFAULT_LIMITS, prefix);
+    const subscribers = async () => Number(((await admin.pubsub("NUMSUB", `${prefix}:notices`)) as [string, number])[1]);
+    try {
+      // No listener on either replica: nobody receives the notices of appends.
+      await makeSession(writer, "s1");
+      await writer.appendEvents("s1", [newEvent("user_message", 1)]);
+      expect(await subscribers()).toBe(0);
+      expect(await listening.noticesFlowing()).toBeUndefined();
+      // A listener: subscribed once noticesFlowing() resolves; the other replica's appends reach it, with their events.
+      const notices: SessionNotice[] = [];
+      const unsubscribe = listening.subscribe("s1", (n) => notices.push(n));
+      await listening.noticesFlowing();
+      expect(await subscribers()).toBe(1);
+      await writer.appendEvents("s1", [newEvent("user_message", 2)]);
+      await waitFor(() => notices.length > 0);
+      expect(notices).toEqual([expect.objectContaining({ sessionId: "s1", headSeq: 2, events: [expect.objectContaining({ seq: 2, content: 2 })] })]);
+      // A listener leaving and another coming within the idle time keep the subscription.
+      unsubscribe();
+      const again = listening.subscribe("s1", (n) => notices.push(n));
+      await listening.noticesFlowing();
+      await sleep(1500);
+      expect(await subscribers()).toBe(1);
+      // The last listener gone: unsubscribed after the idle time.
+      again();
+      for (const deadline = Date.now() + 5000; (await subscribers()) !== 0; await sleep(50)) {
+        if (Date.now() > deadline) throw new Error("still subscribed 5 s after the last listener left");
+      }
+      const count = notices.length;
+      await writer.appendEvents("s1", [newEvent("user_message", 3)]);
+      await sleep(200);
+      expect(notices.length).toBe(count);
+      // Subscribed again for a new listener.
+      const last = listening.subscribe("s1", (n) => notices.push(n));
+      await listening.noticesFlowing();
+      await writer.appendEvents("s1", [newEvent("user_message", 4)]);
+      await waitFor(() => notices.some((n) => n.headSeq === 4));
+      last();
+    } finally {
+      await listening.close();
+      await writer.close();
+    }
+  });
+
+  it("a stream on a replica with no listener yet reads only once the notice channel is subscribed: an append right after its first read reaches it", async () => {
+    const prefix = `t${process.pid}_${++counter}`;
+    const replica = await openStore(DEFAULT_LIMITS, prefix);
+    const writer = await openStore(DEFAULT_LIMITS, prefix);
+    // A slow SUBSCRIBE: a stream that read before it took effect would miss the append's notice (its heartbeat is a minute away).
+    const subscriber = (replica as unknown as { connection: { subscriber: Redis } }).connection.subscriber;
+    const subscribe = subscriber.subscribe.bind(subscriber) as (...channels: string[]) => Promise<unknown>;
+    (subscriber as unknown as { subscribe: (...channels: string[]) => Promise<unknown> }).subscribe = async (...channels) => {
+      await sleep(300);
+      return subscribe(...channels);
+    };
+    const hub = new StreamHub(replica, { heartbeatMs: 60_000, pageSize: 64 });
+    const controller = new AbortController();
+    try {
+      await makeSession(writer, "s1");
+      const seen: number[] = [];
+      let caughtUp = false;
+      const stream = (async () => {
+        for await (const frame of hub.subscribe("s1", 0, [], controller.signal)) {
+          if (frame.kind === "event") seen.push(frame.event.seq);
+          else if (frame.kind === "caughtUp") caughtUp = true;
+        }
+      })();
+      await waitFor(() => caughtUp);
+      await writer.appendEvents("s1", [newEvent("user_message", "right after the first read")]);
+      await waitFor(() => seen.length === 1, 3000);
+      expect(seen).toEqual([1]);
+      controller.abort();
+      await stream;
+    } finally {
+      controller.abort();
+      await Promise.all([replica.close(), writer.close()]);
+    }
+  });
+
   it("never shows a scope an index entry left behind for a session that now belongs to another tenancy", async () => {
     const prefix = `t${process.pid}_${++counter}`;
     const store = await openStore(DEFAULT_LIMITS, prefix);

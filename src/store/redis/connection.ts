@@ -26,6 +26,13 @@ const TRANSIENT_REPLY = /^(LOADING|BUSY|MASTERDOWN|READONLY|TRYAGAIN|CLUSTERDOWN
 /** Cluster: resubscriptions within this many ms count as one (the handler re-reads every listened session's head). */
 const RESUBSCRIBED_BURST_MS = 100;
 
+/**
+ * One node: how long the notice channels stay subscribed after this
+ * replica's last listener left (RedisConnection.followNotices), so that
+ * streams opened one after another do not re-subscribe each time.
+ */
+export const NOTICES_IDLE_MS = 1000;
+
 /** A command not answered within this many ms fails UNAVAILABLE, unless MEMORY_STORE_TIMEOUT_MS says otherwise. */
 export const DEFAULT_COMMAND_TIMEOUT_MS = 4000;
 
@@ -186,6 +193,8 @@ export class RedisConnection {
   private readonly inFlight = new Set<(err: MemoryError) => void>();
   /** The command connection's last error: connect() only says "Connection is closed.", this has the reason. */
   private lastError: Error | undefined;
+  /** One node: the notice channels, their handler, whether they are subscribed (or being), the pending unsubscription. */
+  private notices?: { channels: string[]; handler: NoticeHandler; subscribed: boolean; ready: Promise<void>; idle?: NodeJS.Timeout };
 
   constructor(private readonly options: ConnectionOptions) {
     const common: RedisOptions = {
@@ -228,8 +237,9 @@ export class RedisConnection {
   }
 
   /**
-   * Subscribes to `channels` (SSUBSCRIBE on a cluster), handing their
-   * messages to `handler`; UNAVAILABLE as connect() when that fails.
+   * Hands the messages of `channels` to `handler`. On a cluster they are
+   * subscribed now (SSUBSCRIBE), for good; UNAVAILABLE as connect() when
+   * that fails. On one node only while followNotices says someone listens.
    */
   async subscribe(channels: readonly string[], handler: NoticeHandler): Promise<void> {
     try {
@@ -237,6 +247,48 @@ export class RedisConnection {
     } catch (err) {
       throw this.connectError(err);
     }
+  }
+
+  /**
+   * One node: whether this replica has listeners for notices. The channels
+   * are subscribed while it has, and NOTICES_IDLE_MS after the last one
+   * left they are unsubscribed: a replica with no stream then no longer
+   * reads and discards a message for every append of every replica (nor
+   * does Redis write one). Notices published before a subscription took
+   * effect do not reach the listeners: a stream waits for noticesFlowing()
+   * before its first read. A cluster stays subscribed.
+   */
+  followNotices(wanted: boolean): void {
+    const notices = this.notices;
+    if (!notices || this.closed || isCluster(this.subscriber)) return;
+    const node = this.subscriber;
+    if (wanted) {
+      clearTimeout(notices.idle);
+      notices.idle = undefined;
+      if (notices.subscribed) return;
+      notices.subscribed = true;
+      notices.ready = node.subscribe(...notices.channels).then(
+        () => {},
+        // Not connected: the "ready" handler subscribes once it is, and re-reads the listened heads (resubscribed()).
+        () => {},
+      );
+      return;
+    }
+    if (!notices.subscribed || notices.idle) return;
+    notices.idle = setTimeout(() => {
+      notices.idle = undefined;
+      if (this.closed || !notices.subscribed) return;
+      notices.subscribed = false;
+      node.unsubscribe(...notices.channels).catch(() => {
+        // Not connected: should ioredis subscribe them again on reconnecting, the handler ignores what comes unwanted.
+      });
+    }, NOTICES_IDLE_MS);
+    notices.idle.unref();
+  }
+
+  /** Resolves once the notice channels are subscribed (or failed to be: see followNotices); at once on a cluster. */
+  noticesFlowing(): Promise<void> {
+    return this.notices?.subscribed ? this.notices.ready : Promise.resolve();
   }
 
   /** Disconnects both (they stop reconnecting) and says why connecting failed. */
@@ -320,6 +372,7 @@ export class RedisConnection {
   async close(): Promise<void> {
     if (this.closed) return;
     this.closed = true;
+    clearTimeout(this.notices?.idle);
     await Promise.allSettled([this.commands.quit(), this.subscriber.quit()]);
     // quit() fails while disconnected; disconnect() also stops the reconnect loop.
     this.commands.disconnect();
@@ -352,9 +405,10 @@ export class RedisConnection {
     }
     const node = this.subscriber;
     node.on("messageBuffer", onMessage);
-    await node.subscribe(...channels);
+    // Subscribed on demand (followNotices).
+    const notices = (this.notices = { channels: [...channels], handler, subscribed: false, ready: Promise.resolve() });
     node.on("ready", () => {
-      if (this.closed) return;
+      if (this.closed || !notices.subscribed) return;
       // ioredis re-subscribes by itself; subscribing again makes the ack tell us when notices flow again.
       node.subscribe(...channels).then(
         () => handler.resubscribed(),

@@ -9,10 +9,12 @@
  * per script when the scripts are loaded (bullmq does the same), so a piece
  * of Lua that several scripts need (the frame reader) is written once.
  */
+import { createHash } from "node:crypto";
 import { readdirSync, readFileSync } from "node:fs";
 import path from "node:path";
 import { fileURLToPath } from "node:url";
 import { setTimeout as sleep } from "node:timers/promises";
+import { Command, type Redis } from "ioredis";
 import { MemoryError } from "../../errors.js";
 import { eventFingerprint } from "../fingerprint.js";
 import { appEventCaps, dedupeWindow } from "../rules.js";
@@ -44,6 +46,30 @@ export type Reply = Array<string | number | null | Reply>;
 export interface ScriptContext {
   keys: RedisKeys;
   limits: StoreLimits;
+  /** The append's per-session arguments, encoded (appendScript.resp); made when absent. */
+  appendRuns?: Map<string, AppendRuns>;
+}
+
+/**
+ * A run of arguments already in RESP (the Redis protocol): `count`
+ * arguments, each "$<byte length>\r\n<bytes>\r\n", as ioredis writes them.
+ */
+export interface Resp {
+  count: number;
+  text: string;
+}
+
+/** One argument in RESP; numbers as ioredis sends them (String(n)). */
+function bulk(arg: Arg): string {
+  const text = typeof arg === "string" ? arg : String(arg);
+  return `$${Buffer.byteLength(text, "utf8")}\r\n${text}\r\n`;
+}
+
+/** Arguments in RESP. */
+export function respOf(args: readonly Arg[]): Resp {
+  let text = "";
+  for (const arg of args) text += bulk(arg);
+  return { count: args.length, text };
 }
 
 /** One script: its file's name, how to call it and how to read its reply. */
@@ -55,6 +81,8 @@ export interface Script<Input, Result> {
   args(context: ScriptContext, input: Input): Arg[];
   /** The reply as a typed result (some replies are only read knowing the input, such as the number of events). */
   decode(reply: Reply, input: Input): Result;
+  /** args() in RESP, made faster than respOf(args()) (equal to it: a test compares them); one node only. */
+  resp?(context: ScriptContext, input: Input): Resp;
 }
 
 /** Input of create-7.lua. */
@@ -153,6 +181,32 @@ export const appendScript: Script<AppendInput, AppendOutcome> = {
     if (incarnation !== undefined) args.push(incarnation);
     return args;
   },
+  resp(context, { sessionId, tenancy, events, expectedSeq, now, ingestBase, incarnation }) {
+    const runs = appendRunsOf(context, sessionId, tenancy);
+    let count = runs.session.count + 2 + runs.limits.count + 1 + 4 * events.length + runs.tenancy.count + 3;
+    let text = runs.session.text + bulk(expectedSeq === undefined ? "" : expectedSeq) + bulk(now) + runs.limits.text + bulk(events.length);
+    for (const e of events) {
+      const fingerprint = e.fingerprint || eventFingerprint(e.eventType, e.content, e.metadata, e.stateDelta);
+      text += bulk(e.eventId) + bulk(fingerprint) + bulk(e.timestamp) + bulk(encodeEvent(e));
+    }
+    text += runs.tenancy.text;
+    for (const e of events) {
+      if (!e.stateDelta) {
+        count++;
+        text += "$1\r\n0\r\n";
+        continue;
+      }
+      const changes = encodeStateChanges(e.stateDelta);
+      count += changes.length;
+      for (const change of changes) text += bulk(change);
+    }
+    text += runs.tail + bulk(ingestBase === undefined ? "" : ingestBase) + runs.publish;
+    if (incarnation !== undefined) {
+      count++;
+      text += bulk(incarnation);
+    }
+    return { count, text };
+  },
   decode(reply, { events }) {
     switch (reply[0]) {
       case "NOT_FOUND":
@@ -178,6 +232,62 @@ export const appendScript: Script<AppendInput, AppendOutcome> = {
     return { outcome: "OK", replayed: reply[1] === 1, events: stored, trimmed, outbox };
   },
 };
+
+/**
+ * The arguments of append-12.lua that stay the same for every append to one
+ * session (of one tenancy), in RESP: its 12 keys, id and id as JSON; the
+ * limits, member prefix and channel; the tenancy, dedupe window, caps and
+ * state limits; the outbox prefix and the publish command. Made once per
+ * session instead of hex-encoding the id into eight key names per append.
+ */
+export interface AppendRuns {
+  appName: string;
+  userId: string;
+  /** KEYS[1..12], ARGV[1..2]. */
+  session: Resp;
+  /** ARGV[5..8]. */
+  limits: Resp;
+  /** ARGV[10 + 4n] to the state limits. */
+  tenancy: Resp;
+  /** The outbox prefix (one argument). */
+  tail: string;
+  /** The publish command (one argument). */
+  publish: string;
+}
+
+/** Sessions whose AppendRuns a store keeps; past it they are all dropped (and remade as needed). */
+const APPEND_RUNS_KEPT = 10_000;
+
+function appendRunsOf(context: ScriptContext, sessionId: string, tenancy: Tenancy): AppendRuns {
+  const cache = (context.appendRuns ??= new Map());
+  const cached = cache.get(sessionId);
+  if (cached && cached.appName === tenancy.appName && cached.userId === tenancy.userId) return cached;
+  const { keys, limits } = context;
+  const bucket = keys.bucketOf(sessionId);
+  const { windowMs, maxIds } = dedupeWindow(limits);
+  const caps = appEventCaps(limits);
+  const runs: AppendRuns = {
+    appName: tenancy.appName,
+    userId: tenancy.userId,
+    session: respOf([
+      ...keys.sessionKeys(sessionId),
+      keys.updated(bucket),
+      keys.stats(bucket),
+      ...keys.recentOf(tenancy, bucket),
+      keys.trimmedIds(sessionId),
+      ...sharedStateKeys(keys, sessionId, tenancy),
+      sessionId,
+      JSON.stringify(sessionId),
+    ]),
+    limits: respOf([limits.maxSessionEvents, RECENT_CAP, recentMemberPrefix(sessionId), keys.channel(bucket)]),
+    tenancy: respOf([NOTICE_EVENTS_MAX_BYTES, tenancy.appName, tenancy.userId, windowMs, maxIds, caps.length, ...caps.flat(), MAX_STATE_KEYS, MAX_STATE_BYTES]),
+    tail: bulk(keys.clustered ? recentMemberPrefix(sessionId) : ""),
+    publish: bulk(publishCommand(keys)),
+  };
+  if (cache.size >= APPEND_RUNS_KEPT) cache.clear();
+  cache.set(sessionId, runs);
+  return runs;
+}
 
 /**
  * KEYS[11..12] of append-12.lua, KEYS[3..4] of update-4.lua: the user's and
@@ -452,6 +562,8 @@ const REDIRECTED_TRIES = 5;
 /** The scripts defined on one connection, run through their typed wrappers. */
 export class RedisScripts {
   private readonly commands = new Map<string, (...keysAndArgs: Arg[]) => Promise<Reply>>();
+  /** One node without WAIT: each script's text, SHA1 and key count in RESP, for commands written here (runRaw). */
+  private readonly raw = new Map<string, { evalsha: string; evalHead: string; keyCount: string; keyArgs: number }>();
 
   constructor(
     private readonly redis: RedisClient,
@@ -463,6 +575,15 @@ export class RedisScripts {
       redis.defineCommand(`engram_${name}`, numberOfKeys === undefined ? { lua } : { numberOfKeys, lua });
       const command = (redis as unknown as Record<string, (...keysAndArgs: Arg[]) => Promise<Reply>>)[`engram_${name}`].bind(redis);
       this.commands.set(name, command);
+      if (!isCluster(redis) && wait.replicas === 0) {
+        const sha = createHash("sha1").update(lua).digest("hex");
+        this.raw.set(name, {
+          evalsha: `$7\r\nevalsha\r\n${bulk(sha)}`,
+          evalHead: `$4\r\neval\r\n${bulk(lua)}`,
+          keyCount: numberOfKeys === undefined ? "" : bulk(numberOfKeys),
+          keyArgs: numberOfKeys === undefined ? 0 : 1,
+        });
+      }
     }
   }
 
@@ -471,11 +592,46 @@ export class RedisScripts {
    * writing script is followed by WAIT (runThenWait).
    */
   async run<Input, Result>(script: Script<Input, Result>, input: Input): Promise<Result> {
+    const raw = this.raw.get(script.name);
+    if (raw) {
+      const args = script.resp ? script.resp(this.context, input) : respOf(script.args(this.context, input));
+      return script.decode(await this.runRaw(raw, args), input);
+    }
     const command = this.commands.get(script.name);
     if (!command) throw new Error(`no script file for ${script.name} in ${SCRIPTS_DIR}`);
     const args = script.args(this.context, input);
     if (script.readOnly || this.wait.replicas === 0) return script.decode(await command(...args), input);
     return script.decode(await runThenWait(this.redis, `engram_${script.name}`, args, this.wait), input);
+  }
+
+  /**
+   * One node: EVALSHA written here in RESP, the bytes ioredis' defined
+   * command writes, without its per-argument work (flattening, converting
+   * and framing each argument again, a second promise for the fallback);
+   * EVAL (which loads the script) when Redis does not know it. The command
+   * still goes through the client: its queue, timeout, reconnect and
+   * re-sending of unanswered commands are unchanged.
+   */
+  private async runRaw(raw: { evalsha: string; evalHead: string; keyCount: string; keyArgs: number }, args: Resp): Promise<Reply> {
+    const count = `*${args.count + raw.keyArgs + 2}\r\n`;
+    const client = this.redis as Redis;
+    try {
+      return (await client.sendCommand(new RespCommand(count + raw.evalsha + raw.keyCount + args.text))) as Reply;
+    } catch (err) {
+      if (!(err instanceof Error) || !err.message.startsWith("NOSCRIPT")) throw err;
+      return (await client.sendCommand(new RespCommand(count + raw.evalHead + raw.keyCount + args.text))) as Reply;
+    }
+  }
+}
+
+/** A command whose bytes are already RESP (RedisScripts.runRaw); its reply as strings, as a defined command's. */
+class RespCommand extends Command {
+  constructor(private readonly resp: string) {
+    super("evalsha", [], { replyEncoding: "utf8" });
+  }
+
+  override toWritable(): string {
+    return this.resp;
   }
 }
 
