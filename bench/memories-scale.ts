@@ -324,12 +324,15 @@ try {
     }),
   );
   const backends = scale.backendPids();
+  // Past 100k a local Recall takes ~0.5 s of CPU, so 16 of them in flight first complete ~10 s in: a 10 s window after 2 s of
+  // warm-up measured none at 1M. Larger sets get a warm-up past that first wave and a window long enough for tens of calls.
+  const window = total > 100_000 ? { warmupMs: 15_000, durationMs: 45_000 } : { warmupMs: 2_000, durationMs: 10_000 };
   // Hybrid: the client sends the query's vector, so the store ranks its nearest candidates by cosine too.
   const recalls: Array<[kind: string, queryEmbedding: number[]]> = embedded ? [["lexical", []], ["hybrid", probe]] : [["lexical", []]];
   for (const [recallKind, queryEmbedding] of recalls) {
     for (const concurrency of [1, 16]) {
       // The local store answers without I/O, so its calls would chain as microtasks and starve the loop's timers: each call first yields a turn.
-      const result = await closedLoop({ concurrency, durationMs: 10_000, warmupMs: 2_000, cpuPids: backends }, async (worker, i) => {
+      const result = await closedLoop({ concurrency, ...window, cpuPids: backends }, async (worker, i) => {
         await nextTurn();
         await service.recall(create(RecallRequestSchema, { sessionId: "recall-session", query: query(worker * 1000 + i), tokenBudget: 4000, queryEmbedding }));
       });
