@@ -12,7 +12,7 @@
  * Recall over the wire is this plus its protocol). On PostgreSQL it also
  * times a cold vector search and prints the plans. Not a timed test: figures
  * for bench/README.md. `no-embeddings` seeds no vectors (1M embedded rows
- * take ~1.5 GB in PostgreSQL; 1M embedded memories take ~3 GB of heap in the
+ * take ~1.5 GB in PostgreSQL; 1M embedded memories took 4.4 GB of heap in the
  * local store: give node `--max-old-space-size`).
  *
  *   node --import tsx bench/memories-scale.ts postgres|local [memories=100000] [calls=200] [no-embeddings]
@@ -324,7 +324,7 @@ try {
     }),
   );
   const backends = scale.backendPids();
-  // Past 100k a local Recall takes ~0.5 s of CPU, so 16 of them in flight first complete ~10 s in: a 10 s window after 2 s of
+  // At 1M a local Recall takes ~0.3-1 s of CPU, so 16 of them in flight first complete ~10 s in: a 10 s window after 2 s of
   // warm-up measured none at 1M. Larger sets get a warm-up past that first wave and a window long enough for tens of calls.
   const window = total > 100_000 ? { warmupMs: 15_000, durationMs: 45_000 } : { warmupMs: 2_000, durationMs: 10_000 };
   // Hybrid: the client sends the query's vector, so the store ranks its nearest candidates by cosine too.
