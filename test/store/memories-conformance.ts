@@ -268,6 +268,24 @@ export function describeMemoriesConformance(name: string, factory: MemoriesStore
         expect(seen).toEqual(["m6", "m5", "m4", "m3", "m2", "m1", "m0"]);
       });
 
+      it("lists the pinned memories alone, newest first, after a cursor, each as it is now", async () => {
+        const { memories } = await fresh();
+        await memories.writeMemories(
+          Array.from({ length: 9 }, (_, i) => memory({ memoryId: `p${i}`, text: `memory ${i}`, pinned: i % 3 !== 2, key: i === 1 ? "seat" : "" }, 1000 + i)),
+        );
+        // p1 is superseded by a newer pinned memory of its key; p4 is forgotten; p2, p5 and p8 were never pinned.
+        await memories.writeMemories([memory({ memoryId: "p9", text: "memory 9", pinned: true, key: "seat", validFrom: 5000 }, 2000)]);
+        await memories.deleteMemories("app", ["p4"]);
+        const pinned = async (rest: Partial<MemoryFilter>, limit: number, after?: { createdAt: number; memoryId: string }) =>
+          (await memories.listMemories(filter({}, { pinned: true, ...rest }), limit, after)).map((m) => m.memoryId);
+        expect(await pinned({}, 10)).toEqual(["p9", "p7", "p6", "p3", "p0"]);
+        expect(await pinned({ asOf: undefined }, 10)).toEqual(["p9", "p7", "p6", "p3", "p1", "p0"]);
+        expect(await pinned({ asOf: undefined }, 2, { createdAt: 1006, memoryId: "p6" })).toEqual(["p3", "p1"]);
+        const [closed] = await memories.listMemories(filter({}, { pinned: true, asOf: undefined }), 1, { createdAt: 1003, memoryId: "p3" });
+        expect(closed).toMatchObject({ memoryId: "p1", invalidAt: 5000, supersededBy: "p9" });
+        expect(await memories.listMemories(filter({}, { pinned: false }), 10).then((ms) => ms.map((m) => m.memoryId))).toEqual(["p8", "p5", "p2"]);
+      });
+
       it("finds the nearest embeddings by cosine when the driver offers vector search", async () => {
         const { memories } = await fresh();
         if (!memories.nearestMemories) return;
