@@ -302,6 +302,31 @@ export function describeMemoriesConformance(name: string, factory: MemoriesStore
         expect(await memories.nearestMemories(filter(), [1, 0, 0, 0], 10)).toEqual([]);
       });
 
+      it("searches by vector within the scope alone: a user's and the shared memories, never another user's, as each match says", async () => {
+        const { memories } = await fresh();
+        if (!memories.nearestMemories) return;
+        await memories.writeMemories([
+          memory({ memoryId: "ann", userId: "ann", text: "a", embedding: [1, 0, 0] }),
+          memory({ memoryId: "ann-agent", userId: "ann", agentId: "bot", text: "b", embedding: [1, 0.2, 0] }),
+          memory({ memoryId: "bob", userId: "bob", text: "c", embedding: [1, 0.1, 0] }),
+          memory({ memoryId: "shared", text: "d", embedding: [1, 0.3, 0] }),
+          memory({ memoryId: "shared-agent", agentId: "bot", text: "e", embedding: [1, 0.4, 0] }),
+        ]);
+        const near = async (scope: Parameters<typeof filter>[0]) => ids((await memories.nearestMemories!(filter(scope), [1, 0, 0], 10)).map((r) => r.memory));
+        expect(await near({ userId: "ann" })).toEqual(["ann", "shared"]);
+        expect(await near({ userId: "ann", agentId: "bot" })).toEqual(["ann", "ann-agent", "shared", "shared-agent"]);
+        expect(await near({})).toEqual(["shared"]);
+        expect(await near({ userId: "ann", match: "within" })).toEqual(["ann", "ann-agent"]);
+        expect(await near({ match: "within" })).toEqual(["ann", "ann-agent", "bob", "shared", "shared-agent"]);
+        expect(await near({ userId: "bob", match: "exact" })).toEqual(["bob"]);
+        expect(await near({ match: "exact" })).toEqual(["shared"]);
+        expect(await near({ userId: "cy" })).toEqual(["shared"]);
+        // Forgetting ann's memories leaves the others' where they were.
+        await memories.deleteMemoriesInScope({ appName: "app", userId: "ann", match: "within" });
+        expect(await near({ match: "within" })).toEqual(["bob", "shared", "shared-agent"]);
+        expect(await near({ userId: "ann" })).toEqual(["shared"]);
+      });
+
       it("ranks a memory written again under a deleted one's id by its new embedding, and a superseded one no more", async () => {
         const { memories } = await fresh();
         const nearest = memories.nearestMemories?.bind(memories);
