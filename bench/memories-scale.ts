@@ -32,6 +32,7 @@ import { LocalStore } from "../src/store/local.js";
 import { PostgresStore } from "../src/store/postgres.js";
 import type { MemoryFilter, MemoryRecord, MemoryStore } from "../src/store/types.js";
 import { startPostgresServer } from "../test/support/postgres-server.js";
+import { seededRandom } from "./lib/seeded-random.js";
 
 const USAGE = "usage: node --import tsx bench/memories-scale.ts postgres|local [memories=100000] [calls=200] [no-embeddings]";
 const kind = process.argv[2];
@@ -49,21 +50,9 @@ const NO_LIMITS = { maxSessions: 0, maxSessionEvents: 0 };
 
 // ---- The data, the same on both stores -------------------------------------------------------
 
-/** mulberry32: a small seeded generator, so both stores get the same memories run after run. */
-function seeded(seed: number): () => number {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
-
 /** 100 distinct vectors (float32 values, as the wire carries them); memory n has vectors[n % 100]. */
 const vectors: Float32Array[] = (() => {
-  const random = seeded(384);
+  const random = seededRandom(384);
   return Array.from({ length: 100 }, () => Float32Array.from({ length: DIMENSIONS }, () => random() * 2 - 1));
 })();
 
@@ -84,7 +73,7 @@ interface Synthetic {
 
 /** The memories 1..total, in batches, from one seeded generator. */
 function* synthetic(batch: number): Generator<Synthetic[]> {
-  const random = seeded(42);
+  const random = seededRandom(42);
   for (let first = 1; first <= total; first += batch) {
     const out: Synthetic[] = [];
     for (let n = first; n < first + batch && n <= total; n++) {
@@ -300,7 +289,7 @@ try {
   await time("listMemories, user VISIBLE, 100", () => memories.listMemories(user, 100));
   await time("listMemories, user VISIBLE, pinned, 100 (Recall's core)", () => memories.listMemories({ ...user, pinned: true }, 100));
   await time("listMemories, user WITHIN, topic, 100", () => memories.listMemories({ ...user, scope: { ...user.scope, match: "within" }, topics: ["topic3"] }, 100));
-  const probeRandom = seeded(7);
+  const probeRandom = seededRandom(7);
   const probe = Array.from({ length: DIMENSIONS }, () => Math.fround(probeRandom() * 2 - 1));
   if (embedded) {
     // PostgreSQL compares the newest 2,000 embedded candidates of the scope; the local store every embedded memory of the scope.

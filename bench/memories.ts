@@ -50,6 +50,7 @@ import {
 import { ensureMem0Venv, ensureVenv, MEM0_PYTHON, PYTHON } from "./peers/peers.js";
 import type { MemoriesPeer, MemoriesRecall, MemoriesResult, Point, Profile } from "./types.js";
 import { SERVICE } from "./workloads.js";
+import { seededRandom } from "./lib/seeded-random.js";
 
 /** The k of recall@k, as the evaluation set's README scores it. */
 const TOP_K = 5;
@@ -202,18 +203,6 @@ async function measureRecall(
   } finally {
     await engram.stop();
   }
-}
-
-/** A small deterministic generator (mulberry32), so every run writes the same synthetic memories. */
-function seededRandom(seed: number): () => number {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
 }
 
 const PEOPLE = ["Maria", "Kenji", "Aisha", "Tom", "Priya", "Lars", "Chen", "Fatima", "Diego", "Noor", "Olga", "Sam"];

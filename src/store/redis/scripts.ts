@@ -150,14 +150,7 @@ export const appendScript: Script<AppendInput, AppendOutcome> = {
   args({ keys, limits }, { sessionId, tenancy, events, expectedSeq, now, ingestBase, incarnation }) {
     const bucket = keys.bucketOf(sessionId);
     const args: Arg[] = [
-      ...keys.sessionKeys(sessionId),
-      keys.updated(bucket),
-      keys.stats(bucket),
-      ...keys.recentOf(tenancy, bucket),
-      keys.trimmedIds(sessionId),
-      ...sharedStateKeys(keys, sessionId, tenancy),
-      sessionId,
-      JSON.stringify(sessionId),
+      ...appendSessionArgs(keys, sessionId, tenancy),
       expectedSeq === undefined ? "" : expectedSeq,
       now,
       limits.maxSessionEvents,
@@ -269,16 +262,7 @@ function appendRunsOf(context: ScriptContext, sessionId: string, tenancy: Tenanc
   const runs: AppendRuns = {
     appName: tenancy.appName,
     userId: tenancy.userId,
-    session: respOf([
-      ...keys.sessionKeys(sessionId),
-      keys.updated(bucket),
-      keys.stats(bucket),
-      ...keys.recentOf(tenancy, bucket),
-      keys.trimmedIds(sessionId),
-      ...sharedStateKeys(keys, sessionId, tenancy),
-      sessionId,
-      JSON.stringify(sessionId),
-    ]),
+    session: respOf(appendSessionArgs(keys, sessionId, tenancy)),
     limits: respOf([limits.maxSessionEvents, RECENT_CAP, recentMemberPrefix(sessionId), keys.channel(bucket)]),
     tenancy: respOf([NOTICE_EVENTS_MAX_BYTES, tenancy.appName, tenancy.userId, windowMs, maxIds, caps.length, ...caps.flat(), MAX_STATE_KEYS, MAX_STATE_BYTES]),
     tail: bulk(keys.clustered ? recentMemberPrefix(sessionId) : ""),
@@ -287,6 +271,21 @@ function appendRunsOf(context: ScriptContext, sessionId: string, tenancy: Tenanc
   if (cache.size >= APPEND_RUNS_KEPT) cache.clear();
   cache.set(sessionId, runs);
   return runs;
+}
+
+/** KEYS[1..12] and ARGV[1..2] of append-12.lua: the session's keys, its id and its id as JSON. */
+function appendSessionArgs(keys: RedisKeys, sessionId: string, tenancy: Tenancy): Arg[] {
+  const bucket = keys.bucketOf(sessionId);
+  return [
+    ...keys.sessionKeys(sessionId),
+    keys.updated(bucket),
+    keys.stats(bucket),
+    ...keys.recentOf(tenancy, bucket),
+    keys.trimmedIds(sessionId),
+    ...sharedStateKeys(keys, sessionId, tenancy),
+    sessionId,
+    JSON.stringify(sessionId),
+  ];
 }
 
 /**
