@@ -102,17 +102,28 @@ const COLUMN_NAMES = [
   ...["source_session_id", "source_from_seq", "source_to_seq", "created_ms", "valid_from_ms", "invalid_at_ms", "superseded_by", "embedding", "fingerprint"],
 ];
 
-const COLUMNS = COLUMN_NAMES.join(", ");
+/** The column list, of the table named `prefix` (with its dot), the embedding as NULL when `withoutEmbedding`. */
+function columnList(prefix: string, withoutEmbedding: boolean): string {
+  return COLUMN_NAMES.map((column) => (column === "embedding" && withoutEmbedding ? "NULL::bytea AS embedding" : prefix + column)).join(", ");
+}
+
+const COLUMNS = columnList("", false);
+
+/** columnsFor's four lists, made once: [table or not][without the embedding or not]. */
+const COLUMN_LISTS = {
+  plain: { full: COLUMNS, lean: columnList("", true) },
+  m: { full: columnList("m.", false), lean: columnList("m.", true) },
+} as const;
 
 /**
- * The columns a read selects, of the memories table named `table` when
- * given; without the embedding when the filter says the caller will not show
- * it, since each one is ~1.5 kB (384 dimensions) that PostgreSQL writes and
- * the driver parses as ~3 kB of hex, on every row.
+ * The columns a read selects, of the memories table named `m` when asked;
+ * without the embedding when the filter says the caller will not show it,
+ * since each one is ~1.5 kB (384 dimensions) that PostgreSQL writes and the
+ * driver parses as ~3 kB of hex, on every row.
  */
-function columnsFor(filter: MemoryFilter, table?: string): string {
-  const prefix = table ? `${table}.` : "";
-  return COLUMN_NAMES.map((column) => (column === "embedding" && filter.omitEmbeddings ? "NULL::bytea AS embedding" : prefix + column)).join(", ");
+function columnsFor(filter: MemoryFilter, table?: "m"): string {
+  const lists = table ? COLUMN_LISTS.m : COLUMN_LISTS.plain;
+  return filter.omitEmbeddings ? lists.lean : lists.full;
 }
 
 interface MemoryRow {
