@@ -283,11 +283,6 @@ const JSON_OPTIONS = {
   textDecoder: strictJsonDecoder,
 };
 
-/** A response type's JSON encoder: toJsonString's text with JSON_WRITE_OPTIONS (events without reflection), as UTF-8. */
-function jsonResponseSerializer(desc: DescMessage, registry: Registry | undefined): (msg: unknown) => Uint8Array {
-  const encode = jsonResponseEncoder(desc, registry);
-  return (msg) => Buffer.from(encode(msg));
-}
 
 /**
  * The router as `routes` sees it: every service goes to connect-node, and
@@ -332,7 +327,7 @@ export function createConnectHandler(options: ConnectHandlerOptions) {
     acceptCompression,
     jsonOptions,
     registry: options.registry,
-    responseWriters: (desc) => ({ binary: binaryResponseSerializer(desc), json: jsonResponseSerializer(desc, options.registry) }),
+    responseWriters: (desc) => ({ binary: binaryResponseSerializer(desc), json: jsonResponseEncoder(desc, options.registry) }),
     onError: options.onError,
   });
   options.routes(routerWithFastPath(router, fast));

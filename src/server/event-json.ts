@@ -8,16 +8,17 @@
  * reflection and builds a JSON tree before stringifying it; it was ~6% of
  * the server's busy time under Connect JSON calls (bench/README.md).
  *
- * Like the binary encoder (event-encoding.ts), an event's text is made once
- * and shared: the service hands every reader the same wire Event object for
- * a recent event. Anything toJson would refuse or treat specially (a Value
- * without a kind, a non-finite number, a timestamp out of range) is left to
- * toJsonString, which says what is wrong.
+ * Like the binary encoder (event-encoding.ts), an event's JSON is written and
+ * encoded to UTF-8 once and its bytes shared: the service hands every reader
+ * the same wire Event object for a recent event. Anything toJson would
+ * refuse or treat specially (a Value without a kind, a non-finite number, a
+ * timestamp out of range) is left to toJsonString, which says what is wrong.
  */
 import { ScalarType, toJsonString, type DescField, type DescMessage, type JsonValue, type Registry } from "@bufbuild/protobuf";
 import { FeatureSet_FieldPresence, type Timestamp, type Value } from "@bufbuild/protobuf/wkt";
 import { EventSchema, type Event } from "@engram-memory/client/gen/engram/v1/memory_pb.js";
 import { JSON_WRITE_OPTIONS } from "./status.js";
+import { joinUtf8, type Utf8Piece } from "./body-buffer.js";
 
 /** Thrown inside the writer for a value it leaves to toJsonString. */
 class Declined extends Error {}
@@ -115,26 +116,32 @@ function eventJsonUncached(e: Event): string {
   return out + "}";
 }
 
-/** Text of recent events: each shared wire Event is written once (see the module's doc). */
-const eventText = new WeakMap<object, string>();
-
 /** The JSON of `event`, exactly what toJsonString(EventSchema, event, JSON_WRITE_OPTIONS) writes. */
 export function eventJson(event: Event): string {
-  let text = eventText.get(event);
-  if (text === undefined) {
-    try {
-      text = eventJsonUncached(event);
-    } catch (err) {
-      if (!(err instanceof Declined)) throw err;
-      text = toJsonString(EventSchema, event, JSON_WRITE_OPTIONS);
-    }
-    eventText.set(event, text);
+  try {
+    return eventJsonUncached(event);
+  } catch (err) {
+    if (!(err instanceof Declined)) throw err;
+    return toJsonString(EventSchema, event, JSON_WRITE_OPTIONS);
   }
-  return text;
 }
 
-/** Writes one field of a response as `"name":value`, or "" when toJson leaves it out. */
-type FieldWriter = (message: Record<string, unknown>) => string;
+/** UTF-8 of recent events' JSON: each shared wire Event is written and encoded once (see the module's doc). */
+const eventBytes = new WeakMap<object, Uint8Array>();
+
+/** eventJson(event) as UTF-8, made once per wire Event. */
+export function eventJsonBytes(event: Event): Uint8Array {
+  let bytes = eventBytes.get(event);
+  if (bytes === undefined) eventBytes.set(event, (bytes = Buffer.from(eventJson(event))));
+  return bytes;
+}
+
+/**
+ * Writes one field of a response as `"name":value` onto `out`, pieces of
+ * text and of events' cached bytes; nothing when toJson leaves it out.
+ * Returns whether it wrote.
+ */
+type FieldWriter = (message: Record<string, unknown>, out: Utf8Piece[]) => boolean;
 
 /** A field's writer when it is an Event, a list of them, or a plain scalar; undefined for anything else. */
 function fieldWriter(field: DescField): FieldWriter | undefined {
@@ -143,14 +150,24 @@ function fieldWriter(field: DescField): FieldWriter | undefined {
   const name = quote(field.name);
   const key = field.localName;
   if (field.fieldKind === "message" && field.message.typeName === EventSchema.typeName) {
-    return (m) => (m[key] === undefined ? "" : `${name}:${eventJson(m[key] as Event)}`);
+    const head = `${name}:`;
+    return (m, out) => {
+      if (m[key] === undefined) return false;
+      out.push(head, eventJsonBytes(m[key] as Event));
+      return true;
+    };
   }
   if (field.fieldKind === "list" && field.listKind === "message" && field.message.typeName === EventSchema.typeName) {
-    return (m) => {
-      let out = `${name}:[`;
+    const head = `${name}:[`;
+    return (m, out) => {
       const events = m[key] as Event[];
-      for (let i = 0; i < events.length; i++) out += (i === 0 ? "" : ",") + eventJson(events[i]);
-      return out + "]";
+      out.push(head);
+      for (let i = 0; i < events.length; i++) {
+        if (i > 0) out.push(",");
+        out.push(eventJsonBytes(events[i]));
+      }
+      out.push("]");
+      return true;
     };
   }
   if (field.fieldKind !== "scalar") return undefined;
@@ -182,29 +199,39 @@ function fieldWriter(field: DescField): FieldWriter | undefined {
       return undefined;
   }
   const write = scalar;
-  return explicit ? (m) => (m[key] === undefined ? "" : `${name}:${write(m[key])}`) : (m) => `${name}:${write(m[key])}`;
+  return (m, out) => {
+    if (explicit && m[key] === undefined) return false;
+    out.push(`${name}:${write(m[key])}`);
+    return true;
+  };
 }
 
 /**
- * A response type's JSON encoder: by hand when it carries events and its
- * other fields are plain scalars (AddEvent, AddEvents, GetSessionEvents,
- * ListEvents), else toJsonString. Either way the text toJsonString writes
- * with JSON_WRITE_OPTIONS. `registry`: the types google.protobuf.Any fields
- * may hold (none in MemoryService; events hold no Any).
+ * A response type's JSON encoder, as UTF-8: by hand when it carries events
+ * and its other fields are plain scalars (AddEvent, AddEvents,
+ * GetSessionEvents, ListEvents), else toJsonString. Either way the text
+ * toJsonString writes with JSON_WRITE_OPTIONS. `registry`: the types
+ * google.protobuf.Any fields may hold (none in MemoryService; events hold
+ * no Any).
  */
-export function jsonResponseEncoder(desc: DescMessage, registry?: Registry): (message: unknown) => string {
+export function jsonResponseEncoder(desc: DescMessage, registry?: Registry): (message: unknown) => Uint8Array {
   const options = registry ? { ...JSON_WRITE_OPTIONS, registry } : JSON_WRITE_OPTIONS;
-  const reflective = (message: unknown) => toJsonString(desc, message as never, options);
+  const reflective = (message: unknown) => Buffer.from(toJsonString(desc, message as never, options));
   const carriesEvents = desc.fields.some((f) => f.message?.typeName === EventSchema.typeName);
   const writers = desc.fields.map(fieldWriter);
   if (!carriesEvents || writers.some((w) => w === undefined)) return reflective;
   const fields = writers as FieldWriter[];
   return (message) => {
-    let out = "{";
+    const out: Utf8Piece[] = ["{"];
+    let written = false;
     for (const write of fields) {
-      const part = write(message as Record<string, unknown>);
-      if (part !== "") out += (out.length === 1 ? "" : ",") + part;
+      // A field's separator goes in before it writes; taken back when it writes nothing.
+      const at = out.length;
+      if (written) out.push(",");
+      if (write(message as Record<string, unknown>, out)) written = true;
+      else out.length = at;
     }
-    return out + "}";
+    out.push("}");
+    return joinUtf8(out);
   };
 }

@@ -13,6 +13,7 @@ import type { CallGuard } from "../service/guard/index.js";
 import { encodeEvent } from "./event-encoding.js";
 import { parseRequest } from "./parse-request.js";
 import { toGrpcStatus, type InternalErrorReporter } from "./status.js";
+import { bodyBuffer } from "./body-buffer.js";
 
 /** A response type's binary encoder: toBinary's bytes, events from their cached encoding (shared by the Connect unary fast path). */
 export function binaryResponseSerializer(desc: DescMessage): (msg: unknown) => Buffer {
@@ -53,7 +54,7 @@ function eventsFirstSerializer(desc: DescMessage, field: string, repeated: boole
     let size = rest?.length ?? 0;
     for (const bytes of encoded) size += 1 + varintSize(bytes.length) + bytes.length;
     // One buffer of the exact size: a BinaryWriter's chunks and its final copy showed in every append's profile.
-    const out = Buffer.allocUnsafe(size);
+    const out = bodyBuffer(size);
     let pos = 0;
     for (const bytes of encoded) {
       out[pos++] = EVENTS_TAG;

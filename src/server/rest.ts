@@ -32,6 +32,7 @@ import { requireUtf8Query } from "./utf8.js";
 import { valueToJson } from "../service/convert.js";
 import { httpCallHeaders } from "./http-call-info.js";
 import { requestTarget } from "./request-target.js";
+import { joinUtf8, type Utf8Piece } from "./body-buffer.js";
 
 /** KAOS caps listing limits at 1000 rather than refusing them. */
 const MAX_LIMIT = 1000;
@@ -44,12 +45,11 @@ const MAX_LIMIT = 1000;
 export const MAX_UNPAGED_SESSIONS = 10_000;
 
 function sendJson(res: ServerResponse, status: number, body: unknown): void {
-  sendJsonText(res, status, JSON.stringify(body));
+  sendJsonBytes(res, status, Buffer.from(JSON.stringify(body)));
 }
 
-function sendJsonText(res: ServerResponse, status: number, text: string): void {
-  const bytes = Buffer.from(text);
-  res.writeHead(status, { "content-type": "application/json", "content-length": bytes.length });
+function sendJsonBytes(res: ServerResponse, status: number, bytes: Uint8Array): void {
+  res.writeHead(status, { "content-type": "application/json", "content-length": bytes.byteLength });
   res.end(bytes);
 }
 
@@ -79,20 +79,18 @@ export function kaosEvent(e: Event) {
 }
 
 /**
- * Text of recent events: the service hands every reader the same wire Event
- * for a recent event (as event-json.ts relies on), so each is written once.
- * An event kaosEvent refuses is not kept: it throws again on the next read.
+ * UTF-8 of recent events' KAOS JSON: the service hands every reader the same
+ * wire Event for a recent event (as event-json.ts relies on), so each is
+ * written and encoded once. An event kaosEvent refuses is not kept: it
+ * throws again on the next read.
  */
-const kaosEventText = new WeakMap<Event, string>();
+const kaosEventBytes = new WeakMap<Event, Uint8Array>();
 
-/** JSON.stringify(kaosEvent(e)), made once per wire Event. */
-function kaosEventJson(e: Event): string {
-  let text = kaosEventText.get(e);
-  if (text === undefined) {
-    text = JSON.stringify(kaosEvent(e));
-    kaosEventText.set(e, text);
-  }
-  return text;
+/** JSON.stringify(kaosEvent(e)) as UTF-8, made once per wire Event. */
+function kaosEventJson(e: Event): Uint8Array {
+  let bytes = kaosEventBytes.get(e);
+  if (bytes === undefined) kaosEventBytes.set(e, (bytes = Buffer.from(JSON.stringify(kaosEvent(e)))));
+  return bytes;
 }
 
 /** Handles REST requests; returns false, synchronously, when the path is not a REST one. */
@@ -145,9 +143,13 @@ export function createRestHandler(opts: {
             if (!(sessionId !== undefined && err instanceof MemoryError && err.reason === "SESSION_NOT_FOUND")) throw err;
             found = [];
           }
-          let text = eventsPrefix;
-          for (let i = 0; i < found.length; i++) text += (i === 0 ? "" : ",") + kaosEventJson(found[i]);
-          sendJsonText(res, 200, `${text}],"total":${found.length}}`);
+          const body: Utf8Piece[] = [eventsPrefix];
+          for (let i = 0; i < found.length; i++) {
+            if (i > 0) body.push(",");
+            body.push(kaosEventJson(found[i]));
+          }
+          body.push(`],"total":${found.length}}`);
+          sendJsonBytes(res, 200, joinUtf8(body));
           break;
         }
         case "/memory/sessions": {
