@@ -262,7 +262,7 @@ export function renderMarkdown(results: BenchResults): string {
     lines.push(
       "## Motorhead on the same redis-server",
       "",
-      `Motorhead ${mh.commit} (\`${mh.binary}\`), Engram's Redis store over gRPC, over Connect JSON (HTTP/1.1) and over KAOS REST (\`GET /memory/events\`, reads only: KAOS has no REST append). ${mh.rounds} rounds of ${mh.pointMs} ms points, the parties in rotating order each round (the Node floors are bare servers answering Engram's bytes, one of them after one Redis round trip, bench/transport-floor-server.ts); figures are medians over rounds, ratios the median (and range) of the per-round ratios to Motorhead. CPU is µs per call of the server process and of redis-server.`,
+      `Motorhead ${mh.commit} (\`${mh.binary}\`), Engram's Redis store over gRPC, over Connect JSON (HTTP/1.1) and over KAOS REST (\`GET /memory/events\`, reads only: KAOS has no REST append). ${mh.rounds} rounds of ${mh.pointMs} ms points, the parties in rotating order each round (the Node floors are bare servers answering Engram's bytes, two of them after one Redis round trip, bench/transport-floor-server.ts); figures are medians over rounds, ratios the median (and range) of the per-round ratios to Motorhead. CPU is µs per call of the server process and of redis-server.`,
       "",
       "| Workload | Conc. | Party | Calls/s | p50 ms | p99 ms | Server CPU µs/call | Redis CPU µs/call | Calls/s ÷ Motorhead | Server CPU ÷ Motorhead |",
       "| --- | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",

@@ -10,10 +10,10 @@
  * append, so that party sits out the append) and Motorhead's JSON API, in
  * rounds that rotate the parties, so the ratios compare measurements taken
  * seconds apart on this shared box.
- * Three more parties give Node.js's floor on the same calls: bare node:http2
+ * Four more parties give Node.js's floor on the same calls: bare node:http2
  * (gRPC framing by hand) and node:http servers answering the bytes Engram
- * answered, doing nothing else, and the node:http one making one Redis
- * round trip per call first (bench/transport-floor-server.ts).
+ * answered, doing nothing else, and each of them making one Redis round
+ * trip per call first (bench/transport-floor-server.ts).
  *
  * Motorhead summarizes a session with an LLM once it holds more than
  * MOTORHEAD_MAX_WINDOW_SIZE messages, and a read returns that window. Two
@@ -29,6 +29,7 @@ import { AddEventsRequestSchema, GetOrCreateSessionRequestSchema, GetSessionEven
 import type { LoadResult } from "../lib/closed-loop.js";
 import { forkWorker, startEngram, type Worker } from "../lib/processes.js";
 import type { LoadSpec } from "../loadgen.js";
+import type { FloorPorts } from "../transport-floor-server.js";
 import { freePort } from "../../test/support/host.js";
 import type { MotorheadComparison, MotorheadParty, MotorheadRow, Profile } from "../types.js";
 import { addEventRequest, CONTENT_100B, SeedClient, SERVICE } from "../workloads.js";
@@ -36,7 +37,7 @@ import { addEventRequest, CONTENT_100B, SeedClient, SERVICE } from "../workloads
 /** Environment variable naming the Motorhead binary. */
 export const MOTORHEAD_ENV = "ENGRAM_BENCH_MOTORHEAD";
 
-const PARTIES: MotorheadParty[] = ["Engram gRPC", "Engram Connect JSON", "Engram REST", "Motorhead", "Node http2 floor", "Node HTTP/1.1 floor", "Node HTTP/1.1 + Redis floor"];
+const PARTIES: MotorheadParty[] = ["Engram gRPC", "Engram Connect JSON", "Engram REST", "Motorhead", "Node http2 floor", "Node HTTP/1.1 floor", "Node HTTP/1.1 + Redis floor", "Node http2 + Redis floor"];
 const READ_SIZES = [20, 1000];
 
 /** A Motorhead process on a loopback port. */
@@ -101,13 +102,6 @@ const readSession = (n: number) => `mh-read-${n}`;
 /** The same workload for each party, as load specs without timing. */
 type Spec = Omit<LoadSpec, "durationMs" | "warmupMs" | "concurrency" | "cpuPids">;
 
-/** The floor servers' ports (bench/transport-floor-server.ts). */
-interface FloorPorts {
-  grpcPort: number;
-  http1Port: number;
-  http1RedisPort: number;
-}
-
 /** Each workload's specs of the parties measured directly (REST only where KAOS has the call). */
 type DirectSpecs = Record<"Engram gRPC" | "Engram Connect JSON" | "Motorhead", Spec> & { "Engram REST"?: Spec };
 
@@ -118,6 +112,7 @@ function withFloors(specs: DirectSpecs, floor: FloorPorts): Partial<Record<Motor
     "Node http2 floor": { ...specs["Engram gRPC"], target: `127.0.0.1:${floor.grpcPort}` },
     "Node HTTP/1.1 floor": { ...specs["Engram Connect JSON"], target: `127.0.0.1:${floor.http1Port}` },
     "Node HTTP/1.1 + Redis floor": { ...specs["Engram Connect JSON"], target: `127.0.0.1:${floor.http1RedisPort}` },
+    "Node http2 + Redis floor": { ...specs["Engram gRPC"], target: `127.0.0.1:${floor.grpcRedisPort}` },
   };
 }
 
@@ -261,6 +256,7 @@ export async function runMotorhead(
         "Node http2 floor": { server: [floor.pid] },
         "Node HTTP/1.1 floor": { server: [floor.pid] },
         "Node HTTP/1.1 + Redis floor": { server: [floor.pid] },
+        "Node http2 + Redis floor": { server: [floor.pid] },
       };
       for (const party of PARTIES) if (redis.pid) pids[party].redis = [redis.pid];
       for (const c of concurrencies) {
