@@ -1,8 +1,10 @@
 /**
  * Connect JSON decoding of the append requests (AddEventRequest,
- * AddEventsRequest) without reflection. protobuf-es' fromJsonString (its
- * scan for duplicate keys, then the reflective walk) was ~7% of a Connect
- * JSON AddEvent's server CPU under load (bench/README.md, issue 23).
+ * AddEventsRequest) and of the flat requests (only strings, unsigned
+ * integers and lists of strings: the reads) without reflection.
+ * protobuf-es' fromJsonString (its scan for duplicate keys, then the
+ * reflective walk) was ~7% of a Connect JSON AddEvent's server CPU under
+ * load (bench/README.md, issue 23).
  *
  * It builds what fromJsonString builds with JSON_READ_OPTIONS for the bodies
  * JSON.stringify-style encoders send (connect-es, the bench, most JS
@@ -17,7 +19,7 @@
  * test/server/json-request-decoding.test.ts compares the two over generated
  * requests, in both field-name styles.
  */
-import type { JsonObject, JsonValue } from "@bufbuild/protobuf";
+import { create, ScalarType, type DescMessage, type JsonObject, type JsonValue } from "@bufbuild/protobuf";
 import type { Value } from "@bufbuild/protobuf/wkt";
 import type { AddEventRequest, AddEventsRequest, EventInput } from "@engram-memory/client/gen/engram/v1/memory_pb.js";
 
@@ -27,7 +29,7 @@ const MAX_FAST_DEPTH = 32;
 /** Thrown inside the fast path when the body needs the reflective one; never escapes this module. */
 const NOT_FAST = new Error("not on the fast path");
 
-/** Largest uint64, the range of expected_seq. */
+/** Largest uint64. */
 const MAX_UINT64 = 2n ** 64n - 1n;
 
 function isObject(json: JsonValue | undefined): json is JsonObject {
@@ -121,7 +123,8 @@ function eventInput(json: JsonValue): EventInput {
   return event;
 }
 
-function expectedSeq(json: JsonValue): bigint {
+/** A uint64 field (a JSON number or a decimal string), as protobuf-es reads it. */
+function uint64(json: JsonValue): bigint {
   if (typeof json === "number") {
     if (!Number.isSafeInteger(json) || json < 0 || Object.is(json, -0)) throw NOT_FAST;
     return BigInt(json);
@@ -162,7 +165,7 @@ function appendFields(json: JsonObject, request: { sessionId: string; expectedSe
   const sessionId = field(json, "session_id", "sessionId");
   if (sessionId !== undefined) request.sessionId = text(sessionId);
   const seq = field(json, "expected_seq", "expectedSeq");
-  if (seq !== undefined) request.expectedSeq = expectedSeq(seq);
+  if (seq !== undefined) request.expectedSeq = uint64(seq);
 }
 
 /** AddEventRequest as fromJsonString decodes it with JSON_READ_OPTIONS, or undefined when only the reflective path may decode it. */
@@ -196,3 +199,76 @@ export const FAST_JSON_REQUEST_DECODERS: Readonly<Record<string, (body: string) 
   "engram.v1.AddEventRequest": decodeAddEventRequestJson,
   "engram.v1.AddEventsRequest": decodeAddEventsRequestJson,
 };
+
+/**
+ * A scalar field's reader: the JSON value as protobuf-es reads it, or
+ * NOT_FAST. The scalar types MemoryService's flat requests use (strings,
+ * uint32 and uint64 numbers); any other type makes a message not flat.
+ */
+function scalarReader(scalar: ScalarType): ((json: JsonValue) => unknown) | undefined {
+  switch (scalar) {
+    case ScalarType.STRING:
+      return text;
+    case ScalarType.UINT32:
+      // A JSON number only (protobuf-es also takes a numeric string: left to it).
+      return (json) => {
+        if (typeof json !== "number" || !Number.isInteger(json) || json < 0 || json > 0xffff_ffff) throw NOT_FAST;
+        return json;
+      };
+    case ScalarType.UINT64:
+      return uint64;
+    default:
+      return undefined;
+  }
+}
+
+/**
+ * A decoder for a request whose fields are all plain scalars (strings,
+ * unsigned integers) or lists of strings: the read requests
+ * (GetSessionEvents, ListEvents, GetSession...). Made from the message's
+ * descriptor, so it follows the proto; undefined for any other message.
+ */
+function flatRequestDecoder(desc: DescMessage): ((body: string) => unknown) | undefined {
+  if (desc.oneofs.length > 0) return undefined;
+  const readers = new Map<string, { localName: string; read: (json: JsonValue) => unknown; list: boolean }>();
+  for (const f of desc.fields) {
+    let read: ((json: JsonValue) => unknown) | undefined;
+    let list = false;
+    if (f.fieldKind === "scalar") read = scalarReader(f.scalar);
+    else if (f.fieldKind === "list" && f.listKind === "scalar" && f.scalar === ScalarType.STRING) {
+      list = true;
+      read = (json) => {
+        if (!Array.isArray(json)) throw NOT_FAST;
+        return json.map(text);
+      };
+    }
+    if (!read) return undefined;
+    const entry = { localName: f.localName, read, list };
+    readers.set(f.name, entry);
+    if (f.jsonName !== f.name) readers.set(f.jsonName, entry);
+  }
+  return (body) =>
+    fast(body, (json) => {
+      const message = create(desc) as Record<string, unknown>;
+      const seen = new Set<string>();
+      for (const key in json) {
+        const entry = readers.get(key);
+        if (!entry || seen.has(entry.localName)) throw NOT_FAST;
+        seen.add(entry.localName);
+        message[entry.localName] = entry.read(json[key]);
+      }
+      return message;
+    });
+}
+
+const decoders = new WeakMap<DescMessage, ((body: string) => unknown) | null>();
+
+/** The fast JSON decoder of a request type, if it has one (the appends', or a flat request's). */
+export function fastJsonDecoder(desc: DescMessage): ((body: string) => unknown) | undefined {
+  let decoder = decoders.get(desc);
+  if (decoder === undefined) {
+    decoder = FAST_JSON_REQUEST_DECODERS[desc.typeName] ?? flatRequestDecoder(desc) ?? null;
+    decoders.set(desc, decoder);
+  }
+  return decoder ?? undefined;
+}

@@ -6,7 +6,7 @@
 import { fromBinary, fromJson, fromJsonString, type DescField, type DescMessage, type JsonReadOptions, type JsonValue, type Registry } from "@bufbuild/protobuf";
 import { invalidArgument, type MemoryError } from "../errors.js";
 import { DEFAULT_SERVICE_LIMITS } from "../service/limits.js";
-import { FAST_JSON_REQUEST_DECODERS } from "./json-request-decoding.js";
+import { fastJsonDecoder } from "./json-request-decoding.js";
 import { FAST_REQUEST_DECODERS } from "./request-decoding.js";
 import { decodeUtf8, invalidUtf8Field, notUtf8 } from "./utf8.js";
 
@@ -53,8 +53,8 @@ export const JSON_READ_OPTIONS = { ignoreUnknownFields: false, recursionLimit: P
  */
 export function parseJsonRequest(desc: DescMessage, bytes: Uint8Array, registry?: Registry): unknown {
   const text = decodeUtf8("body", bytes);
-  // Appends first try a decoder without reflection; it declines anything it does not decode exactly as below.
-  const decoded = FAST_JSON_REQUEST_DECODERS[desc.typeName]?.(text);
+  // Appends and flat requests first try a decoder without reflection; it declines anything it does not decode exactly as below.
+  const decoded = fastJsonDecoder(desc)?.(text);
   if (decoded !== undefined) return decoded;
   const options = registry ? { ...JSON_READ_OPTIONS, registry } : JSON_READ_OPTIONS;
   try {
