@@ -20,8 +20,8 @@
  * requests, in both field-name styles.
  */
 import { create, ScalarType, type DescMessage, type JsonObject, type JsonValue } from "@bufbuild/protobuf";
-import type { Value } from "@bufbuild/protobuf/wkt";
 import type { AddEventRequest, AddEventsRequest, EventInput } from "@engram-memory/client/gen/engram/v1/memory_pb.js";
+import { jsonToValue } from "../service/convert.js";
 
 /** Nesting this deep (inside content, metadata, state_delta) leaves the fast path; the reflective one enforces the limit. */
 const MAX_FAST_DEPTH = 32;
@@ -55,35 +55,10 @@ function onlyKnownKeys(object: JsonObject, known: ReadonlySet<string>): void {
   for (const key in object) if (!known.has(key)) throw NOT_FAST;
 }
 
-/** google.protobuf.Value from JSON, as the message protobuf-es makes of it. */
-function value(json: JsonValue, depth: number): Value {
-  if (depth > MAX_FAST_DEPTH) throw NOT_FAST;
-  switch (typeof json) {
-    case "string":
-      return { $typeName: "google.protobuf.Value", kind: { case: "stringValue", value: json } };
-    case "number":
-      return { $typeName: "google.protobuf.Value", kind: { case: "numberValue", value: json } };
-    case "boolean":
-      return { $typeName: "google.protobuf.Value", kind: { case: "boolValue", value: json } };
-    default:
-      break;
-  }
-  if (json === null) return { $typeName: "google.protobuf.Value", kind: { case: "nullValue", value: 0 } };
-  if (Array.isArray(json)) {
-    return { $typeName: "google.protobuf.Value", kind: { case: "listValue", value: { $typeName: "google.protobuf.ListValue", values: json.map((item) => value(item, depth + 1)) } } };
-  }
-  const fields: Record<string, Value> = {};
-  for (const key in json) {
-    if (key === "__proto__") throw NOT_FAST;
-    fields[key] = value(json[key], depth + 1);
-  }
-  return { $typeName: "google.protobuf.Value", kind: { case: "structValue", value: { $typeName: "google.protobuf.Struct", fields } } };
-}
-
 /**
  * A Struct field's JSON object as protobuf-es keeps it (plain JSON): the
  * parsed object itself, once checked for what protobuf-es would treat
- * otherwise.
+ * otherwise (checkPlain).
  */
 function struct(json: JsonValue | undefined): JsonObject {
   if (!isObject(json)) throw NOT_FAST;
@@ -91,6 +66,7 @@ function struct(json: JsonValue | undefined): JsonObject {
   return json;
 }
 
+/** Leaves the fast path for a "__proto__" key (an assignment quirk in protobuf-es) or deep nesting, anywhere in `json`. */
 function checkPlain(json: JsonValue, depth: number): void {
   if (typeof json !== "object" || json === null) return;
   if (depth > MAX_FAST_DEPTH) throw NOT_FAST;
@@ -115,7 +91,10 @@ function eventInput(json: JsonValue): EventInput {
   const eventType = field(json, "event_type", "eventType");
   if (eventType !== undefined) event.eventType = text(eventType);
   const content = json.content;
-  if (content !== undefined) event.content = value(content, 1);
+  if (content !== undefined) {
+    checkPlain(content, 1);
+    event.content = jsonToValue(content);
+  }
   const metadata = json.metadata;
   if (metadata !== undefined) event.metadata = struct(metadata);
   const stateDelta = field(json, "state_delta", "stateDelta");
