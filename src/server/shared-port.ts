@@ -34,6 +34,20 @@ export function createGrpcServer(maxMessageBytes: number, settings: SharedPortSe
   });
 }
 
+/**
+ * A response sent before the request body was read in full (an oversized
+ * message refused early) closes the connection: otherwise node would read
+ * and discard the rest of the body before the connection could carry
+ * another request. A class rather than a writeHead wrapped per request:
+ * the wrapper was a closure and a new own property on every response.
+ */
+class ClosingEarlyResponse extends http.ServerResponse {
+  override writeHead(statusCode: number, ...rest: unknown[]): this {
+    if (!this.req.complete && !this.headersSent) this.setHeader("connection", "close");
+    return (super.writeHead as (statusCode: number, ...rest: unknown[]) => this).call(this, statusCode, ...rest);
+  }
+}
+
 /** A listening shared port and the parts its owner's shutdown closes, in its own order. */
 export interface SharedPort {
   readonly port: number;
@@ -61,17 +75,7 @@ export interface SharedPortOptions {
 export async function listenOnSharedPort(options: SharedPortOptions): Promise<SharedPort> {
   const { settings, metrics, log } = options;
   const injector = options.grpcServer.createConnectionInjector(grpc.ServerCredentials.createInsecure());
-  const httpServer = http.createServer(http1ServerOptions(settings), (req, res) => {
-    // A response sent before the request body was read in full (an oversized message refused
-    // early) must close the connection: otherwise node would read and discard the remaining
-    // body before the connection could carry another request.
-    const writeHead = res.writeHead;
-    res.writeHead = function (this: http.ServerResponse, ...args: Parameters<typeof writeHead>) {
-      if (!req.complete && !this.headersSent) this.setHeader("connection", "close");
-      return writeHead.apply(this, args);
-    } as typeof writeHead;
-    options.handleHttp1(req, res);
-  });
+  const httpServer = http.createServer({ ...http1ServerOptions(settings), ServerResponse: ClosingEarlyResponse }, options.handleHttp1);
 
   enforceHttp1Deadlines(httpServer);
 

@@ -6,6 +6,7 @@
  * body, successes and errors alike, compressed or not.
  */
 import http from "node:http";
+import net from "node:net";
 import { brotliCompressSync, gunzipSync, gzipSync } from "node:zlib";
 import { create, toBinary } from "@bufbuild/protobuf";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
@@ -100,6 +101,21 @@ describe("the unary fast path answers as connect-node does", () => {
     expect(fast.body.toString("hex")).toBe(reference.body.toString("hex"));
     // One write of a known length (connect-node's answers naming a field went chunked).
     expect(fast.headers["content-length"]).toBe(String(fast.body.length));
+  });
+
+  it("answers a body announced past the limit before reading it, and closes the connection rather than read the rest", async () => {
+    const socket = net.connect(server.port, "127.0.0.1");
+    const received: Buffer[] = [];
+    socket.on("data", (d: Buffer) => received.push(d));
+    const closed = new Promise<void>((resolve) => socket.once("close", () => resolve()));
+    const length = 10 * MAX_MESSAGE_BYTES;
+    // The head and the first bytes of a body that never comes whole.
+    socket.write(`POST /engram.v1.MemoryService/GetSession HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: ${length}\r\n\r\n{"session_id":"`);
+    const timeout = new Promise<"timeout">((resolve) => setTimeout(() => resolve("timeout"), 5_000).unref());
+    expect(await Promise.race([closed.then(() => "closed" as const), timeout])).toBe("closed");
+    const answer = Buffer.concat(received).toString("latin1");
+    expect(answer).toMatch(/^HTTP\/1\.1 429 /);
+    expect(answer.toLowerCase()).toContain("\r\nconnection: close\r\n");
   });
 
   it("compresses a response of 1 KiB or more when the client accepts gzip, and a smaller one not", async () => {
