@@ -211,20 +211,18 @@ function scalarReader(scalar: ScalarType): ((json: JsonValue) => unknown) | unde
  */
 function flatRequestDecoder(desc: DescMessage): ((body: string) => unknown) | undefined {
   if (desc.oneofs.length > 0) return undefined;
-  const readers = new Map<string, { localName: string; read: (json: JsonValue) => unknown; list: boolean }>();
+  const readers = new Map<string, { localName: string; read: (json: JsonValue) => unknown }>();
   for (const f of desc.fields) {
     let read: ((json: JsonValue) => unknown) | undefined;
-    let list = false;
     if (f.fieldKind === "scalar") read = scalarReader(f.scalar);
     else if (f.fieldKind === "list" && f.listKind === "scalar" && f.scalar === ScalarType.STRING) {
-      list = true;
       read = (json) => {
         if (!Array.isArray(json)) throw NOT_FAST;
         return json.map(text);
       };
     }
     if (!read) return undefined;
-    const entry = { localName: f.localName, read, list };
+    const entry = { localName: f.localName, read };
     readers.set(f.name, entry);
     if (f.jsonName !== f.name) readers.set(f.jsonName, entry);
   }
