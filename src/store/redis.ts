@@ -656,7 +656,7 @@ export class RedisStore implements MemoryStore {
     const run = await this.call(() => this.scripts.run(readScript, { sessionId, direction, cursor, limit, types }));
     if (!run) throw sessionNotFound(sessionId);
     checkIncarnation(sessionId, run.incarnation, call);
-    const events = run.events.map(({ seq, encoded }) => this.decoded.decode(sessionId, seq, encoded));
+    const events = this.decoded.decodeRun(sessionId, run.events);
     return { headSeq: run.headSeq, firstSeq: run.firstSeq, lastSeq: run.lastSeq, incarnation: run.incarnation, events };
   }
 

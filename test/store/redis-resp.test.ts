@@ -27,7 +27,8 @@ function fakeClient(noScriptFirst = false) {
   let refuse = noScriptFirst;
   const client: Record<string, unknown> = {
     defineCommand(name: string) {
-      client[name] = () => Promise.reject(new Error("the defined command is not to be used on one node"));
+      // ioredis defines `<name>Buffer` too (bulk strings as Buffers).
+      client[name] = client[`${name}Buffer`] = () => Promise.reject(new Error("the defined command is not to be used on one node"));
     },
     sendCommand(command: Command) {
       sent.push(command.toWritable({}) as string);

@@ -11,8 +11,8 @@
  * without reading them back (append-12.lua says when).
  */
 import type { NoticeListeners } from "../notices.js";
-import type { SessionNotice, StoredEvent } from "../types.js";
-import { readFrame, type DecodedEvents } from "./codec.js";
+import type { SessionNotice } from "../types.js";
+import { frameAt, type DecodedEvents, type EncodedEvent } from "./codec.js";
 import type { NoticeHandler, RedisConnection } from "./connection.js";
 import type { RedisKeys } from "./keys.js";
 
@@ -77,13 +77,13 @@ export function parseNotice(message: Buffer, wanted: (sessionId: string) => bool
   if (!wanted(header.s)) return undefined;
   const headOnly: SessionNotice = { sessionId: header.s, headSeq: header.h, incarnation };
   if (!header.k || newline < 0 || header.h === undefined || incarnation === undefined) return headOnly;
-  const events: StoredEvent[] = [];
+  const run: EncodedEvent[] = [];
   let pos = newline + 1;
   for (let seq = header.h - header.k + 1; seq <= header.h; seq++) {
-    const event = readFrame(message, pos);
+    const event = frameAt(message, pos);
     if (!event) return headOnly;
-    events.push(decoded.decode(header.s, seq, event.text));
+    run.push({ seq, encoded: message.subarray(event.start, event.end) });
     pos = event.end;
   }
-  return { ...headOnly, events };
+  return { ...headOnly, events: decoded.decodeRun(header.s, run) };
 }

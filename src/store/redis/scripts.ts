@@ -39,8 +39,8 @@ const NOTICE_EVENTS_MAX_BYTES = 64 * 1024;
 const FILTER_SCAN = 500;
 
 type Arg = string | number;
-/** What a script returns, as ioredis hands it over. */
-export type Reply = Array<string | number | null | Reply>;
+/** What a script returns, as ioredis hands it over (bulk strings as Buffers for a script with `buffers`). */
+export type Reply = Array<string | number | null | Buffer | Reply>;
 
 /** What every args builder may use besides its input: the key names and the store's limits. */
 export interface ScriptContext {
@@ -77,6 +77,12 @@ export interface Script<Input, Result> {
   name: string;
   /** Writes nothing: no WAIT after it (MEMORY_REDIS_WAIT_REPLICAS). */
   readOnly?: boolean;
+  /**
+   * Its reply's bulk strings as Buffers, not strings: for replies whose
+   * values are compared and cached as bytes (a read's encoded events),
+   * where converting each to a string first is wasted work.
+   */
+  buffers?: boolean;
   /** KEYS then ARGV, as the script's header lists them. */
   args(context: ScriptContext, input: Input): Arg[];
   /** The reply as a typed result (some replies are only read knowing the input, such as the number of events). */
@@ -440,23 +446,25 @@ export interface ReadInput {
 
 /** A run of one session's events with its bounds; `lastSeq`: the last seq looked at. Undefined: no such session. */
 export type ReadOutcome =
-  | { headSeq: number; firstSeq: number; lastSeq: number; incarnation: string; events: Array<{ seq: number; encoded: string }> }
+  | { headSeq: number; firstSeq: number; lastSeq: number; incarnation: string; events: Array<{ seq: number; encoded: Buffer }> }
   | undefined;
 
 /** Reads a run of consecutive seqs of one session together with its bounds. */
 export const readScript: Script<ReadInput, ReadOutcome> = {
   name: "read",
   readOnly: true,
+  buffers: true,
   args({ keys }, { sessionId, direction, cursor, limit, types }) {
     const [sessionKey, eventsKey] = keys.sessionKeys(sessionId);
     const budget = types.length > 0 ? Math.max(limit, FILTER_SCAN) : limit;
     return [sessionKey, eventsKey, direction, cursor ?? "", limit, budget, types.length, ...types];
   },
   decode(reply) {
-    if (reply[0] === "NOT_FOUND") return undefined;
-    const events: Array<{ seq: number; encoded: string }> = [];
-    for (let i = 5; i < reply.length; i += 2) events.push({ seq: reply[i] as number, encoded: reply[i + 1] as string });
-    return { headSeq: reply[1] as number, firstSeq: reply[2] as number, lastSeq: reply[3] as number, incarnation: reply[4] as string, events };
+    // "NOT_FOUND" or "OK": two bytes tell them apart.
+    if ((reply[0] as Buffer).length !== 2) return undefined;
+    const events: Array<{ seq: number; encoded: Buffer }> = [];
+    for (let i = 5; i < reply.length; i += 2) events.push({ seq: reply[i] as number, encoded: reply[i + 1] as Buffer });
+    return { headSeq: reply[1] as number, firstSeq: reply[2] as number, lastSeq: reply[3] as number, incarnation: (reply[4] as Buffer).toString(), events };
   },
 };
 
@@ -572,8 +580,9 @@ export class RedisScripts {
     for (const [name, { lua, numberOfKeys }] of loadScripts()) {
       // defineCommand runs EVALSHA and falls back to EVAL (loading it) when Redis does not know the script yet.
       redis.defineCommand(`engram_${name}`, numberOfKeys === undefined ? { lua } : { numberOfKeys, lua });
-      const command = (redis as unknown as Record<string, (...keysAndArgs: Arg[]) => Promise<Reply>>)[`engram_${name}`].bind(redis);
-      this.commands.set(name, command);
+      for (const variant of [`engram_${name}`, `engram_${name}Buffer`]) {
+        this.commands.set(variant, (redis as unknown as Record<string, (...keysAndArgs: Arg[]) => Promise<Reply>>)[variant].bind(redis));
+      }
       if (!isCluster(redis) && wait.replicas === 0) {
         const sha = createHash("sha1").update(lua).digest("hex");
         this.raw.set(name, {
@@ -594,13 +603,15 @@ export class RedisScripts {
     const raw = this.raw.get(script.name);
     if (raw) {
       const args = script.resp ? script.resp(this.context, input) : respOf(script.args(this.context, input));
-      return script.decode(await this.runRaw(raw, args), input);
+      return script.decode(await this.runRaw(raw, args, script.buffers === true), input);
     }
-    const command = this.commands.get(script.name);
+    // defineCommand also made `<name>Buffer`, whose reply keeps bulk strings as Buffers.
+    const name = `engram_${script.name}${script.buffers ? "Buffer" : ""}`;
+    const command = this.commands.get(name);
     if (!command) throw new Error(`no script file for ${script.name} in ${SCRIPTS_DIR}`);
     const args = script.args(this.context, input);
     if (script.readOnly || this.wait.replicas === 0) return script.decode(await command(...args), input);
-    return script.decode(await runThenWait(this.redis, `engram_${script.name}`, args, this.wait), input);
+    return script.decode(await runThenWait(this.redis, name, args, this.wait), input);
   }
 
   /**
@@ -611,22 +622,25 @@ export class RedisScripts {
    * still goes through the client: its queue, timeout, reconnect and
    * re-sending of unanswered commands are unchanged.
    */
-  private async runRaw(raw: { evalsha: string; evalHead: string; keyCount: string; keyArgs: number }, args: Resp): Promise<Reply> {
+  private async runRaw(raw: { evalsha: string; evalHead: string; keyCount: string; keyArgs: number }, args: Resp, buffers: boolean): Promise<Reply> {
     const count = `*${args.count + raw.keyArgs + 2}\r\n`;
     const client = this.redis as Redis;
     try {
-      return (await client.sendCommand(new RespCommand(count + raw.evalsha + raw.keyCount + args.text))) as Reply;
+      return (await client.sendCommand(new RespCommand(count + raw.evalsha + raw.keyCount + args.text, buffers))) as Reply;
     } catch (err) {
       if (!(err instanceof Error) || !err.message.startsWith("NOSCRIPT")) throw err;
-      return (await client.sendCommand(new RespCommand(count + raw.evalHead + raw.keyCount + args.text))) as Reply;
+      return (await client.sendCommand(new RespCommand(count + raw.evalHead + raw.keyCount + args.text, buffers))) as Reply;
     }
   }
 }
 
-/** A command whose bytes are already RESP (RedisScripts.runRaw); its reply as strings, as a defined command's. */
+/** A command whose bytes are already RESP (RedisScripts.runRaw); its reply as strings, as a defined command's, or as Buffers (`<name>Buffer`'s). */
 class RespCommand extends Command {
-  constructor(private readonly resp: string) {
-    super("evalsha", [], { replyEncoding: "utf8" });
+  constructor(
+    private readonly resp: string,
+    buffers: boolean,
+  ) {
+    super("evalsha", [], { replyEncoding: buffers ? null : "utf8" });
   }
 
   override toWritable(): string {
