@@ -9,7 +9,7 @@ import { describe, expect, it } from "vitest";
 import { DecodedEvents, encodeEvent, type EncodedEvent } from "../../src/store/redis/codec.js";
 
 function encoded(seq: number, content: string): Buffer {
-  return Buffer.from(encodeEvent({ eventType: "user_message", eventId: `e${seq}`, content, metadata: {}, timestamp: 1_700_000_000_000 + seq }));
+  return Buffer.from(encodeEvent({ eventType: "user_message", eventId: `e${seq}`, content, metadata: {}, timestamp: 1_700_000_000_000 + seq, fingerprint: "" }));
 }
 
 /** The run's events as views of one buffer, as a reply or a notice hands them over. */
