@@ -65,11 +65,11 @@ describe("DecodedEvents", () => {
     for (let first = 1; first <= 5000; first += 500) {
       decoded.decodeRun("long", viewsOf(Array.from({ length: 500 }, (_, i) => ({ seq: first + i, content: "x" }))));
     }
-    expect(decoded.has("long", 5000)).toBe(true);
-    expect(decoded.has("long", 1)).toBe(false);
-    let held = 0;
-    for (let seq = 1; seq <= 5000; seq++) if (decoded.has("long", seq)) held++;
-    expect(held).toBe(4096);
+    const held = Array.from({ length: 5000 }, (_, i) => i + 1).filter((seq) => decoded.has("long", seq));
+    // At most 4096, cut to 7/8 of that at once when over: the newest decoded, none older missing.
+    expect(held.length).toBeLessThanOrEqual(4096);
+    expect(held.length).toBeGreaterThanOrEqual(3584);
+    expect(held).toEqual(Array.from({ length: held.length }, (_, i) => 5001 - held.length + i));
   });
 
   it("counts exactly what it holds, and stays within its bytes, for any runs", () => {

@@ -58,6 +58,8 @@ const DECODED_BYTES_MAX = 16 * 1024 * 1024;
 const DECODED_SESSION_BYTES_MAX = DECODED_BYTES_MAX / 4;
 /** Decoded events one session keeps at most. */
 const DECODED_SESSION_EVENTS_MAX = 4096;
+/** A session over either cap drops its oldest-decoded events down to this share of both. */
+const EVICTED_DOWN_TO = 7 / 8;
 
 /** An encoded event (its bytes as stored) and its seq: a read's reply, a notice. */
 export interface EncodedEvent {
@@ -118,10 +120,15 @@ export class DecodedEvents {
       events.push(event);
     }
     if (bytes === cached?.bytes) return events;
-    for (const [seq, entry] of bySeq) {
-      if (bySeq.size <= DECODED_SESSION_EVENTS_MAX && bytes <= DECODED_SESSION_BYTES_MAX) break;
-      bySeq.delete(seq);
-      bytes -= entrySize(entry.encoded);
+    if (bySeq.size > DECODED_SESSION_EVENTS_MAX || bytes > DECODED_SESSION_BYTES_MAX) {
+      // Down to 7/8 of each cap at once: a Map walked from its start steps over
+      // every entry deleted there since its last rehash, so evicting one event per
+      // new one (a session streamed past its cap) cost ~3 µs an event.
+      for (const [seq, entry] of bySeq) {
+        if (bySeq.size <= EVICTED_DOWN_TO * DECODED_SESSION_EVENTS_MAX && bytes <= EVICTED_DOWN_TO * DECODED_SESSION_BYTES_MAX) break;
+        bySeq.delete(seq);
+        bytes -= entrySize(entry.encoded);
+      }
     }
     this.sessions.set(sessionId, { bySeq, bytes });
     return events;
