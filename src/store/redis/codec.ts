@@ -52,7 +52,7 @@ export function decodeEvent(sessionId: string, seq: number, encoded: string | Bu
   return event;
 }
 
-/** Bytes of decoded events DecodedEvents keeps, in all sessions (counted as the stored text's UTF-16 size plus 200 per event, as before it held bytes). */
+/** Bytes of decoded events DecodedEvents keeps, in all sessions: each event counted as 200 plus twice its stored bytes (what its text took as a UTF-16 string, when the cache held text). */
 const DECODED_BYTES_MAX = 16 * 1024 * 1024;
 /** Of those, one session's at most: its oldest-decoded events go first. */
 const DECODED_SESSION_BYTES_MAX = DECODED_BYTES_MAX / 4;
