@@ -125,7 +125,11 @@ function findJsonFieldError(desc: DescMessage, json: JsonValue, path: string, de
 
 /** An unknown key as a path segment: a client's key can be as long as the body, and the message echoes it. */
 function shortKey(key: string): string {
-  return key.length <= MAX_ECHOED_KEY ? key : `${key.slice(0, MAX_ECHOED_KEY)}…`;
+  // Well-formed, because the key is echoed twice: in the message (JSON, which
+  // can carry a lone surrogate) and in the BadRequest detail (protobuf UTF-8,
+  // which turns one into U+FFFD). Both must name the same field.
+  const echoed = key.length <= MAX_ECHOED_KEY ? key : `${key.slice(0, MAX_ECHOED_KEY)}…`;
+  return echoed.toWellFormed();
 }
 
 /** Characters of an unknown key echoed in an error. */

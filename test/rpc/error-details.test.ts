@@ -137,6 +137,21 @@ describe("one JSON error shape: Connect, REST and an unknown path", () => {
     expect(violation).toMatchObject({ field: "event.contnet", description: "unknown field" });
   });
 
+  it("an unknown key with a lone surrogate, or cut inside a pair, is named alike in the message and in the detail", async () => {
+    const longKey = `${"k".repeat(63)}😀tail`;
+    for (const [key, named] of [["\\ud800x", "\ufffdx"], [JSON.stringify(longKey).slice(1, -1), `${"k".repeat(63)}\ufffd…`]] as const) {
+      const { status, body } = await fetchJson(`${server.baseUrl}/engram.v1.MemoryService/AddEvent`, {
+        method: "POST",
+        headers: { "content-type": "application/json" },
+        body: `{"session_id": "s", "event": {"event_type": "user_message", "${key}": 1}}`,
+      });
+      expect(status).toBe(400);
+      expect(body.message).toBe(`event.${named}: unknown field`);
+      const violation = fromBinary(BadRequestSchema, base64Decode(body.details![0]!.value)).fieldViolations[0];
+      expect(violation?.field).toBe(`event.${named}`);
+    }
+  });
+
   it("gRPC-Web: a JSON body's unknown field comes back in grpc-status-details-bin", async () => {
     const bytes = Buffer.from('{"session_id": "s", "verbose": true}');
     const res = await fetch(`${server.baseUrl}/engram.v1.MemoryService/GetSession`, {
