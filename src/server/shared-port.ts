@@ -36,16 +36,76 @@ export function createGrpcServer(maxMessageBytes: number, settings: SharedPortSe
 
 /**
  * A response sent before the request body was read in full (an oversized
- * message refused early) closes the connection: otherwise node would read
- * and discard the rest of the body before the connection could carry
- * another request. A class rather than a writeHead wrapped per request:
+ * message or an unknown encoding refused from the head) closes the
+ * connection: otherwise node would read and discard the rest of the body
+ * before the connection could carry another request. It closes lingering
+ * (see closeLingering). A class rather than a writeHead wrapped per request:
  * the wrapper was a closure and a new own property on every response.
  */
 class ClosingEarlyResponse extends http.ServerResponse {
   override writeHead(statusCode: number, ...rest: unknown[]): this {
-    if (!this.req.complete && !this.headersSent) this.setHeader("connection", "close");
+    if (!this.req.complete && !this.headersSent) {
+      this.setHeader("connection", "close");
+      if (this.socket) closeLingering(this.socket, this.req);
+    }
     return (super.writeHead as (statusCode: number, ...rest: unknown[]) => this).call(this, statusCode, ...rest);
   }
+}
+
+/** A lingering close waits at most this long in all, */
+export const LINGER_MAX_MS = 5_000;
+/** and this long for the client's next bytes; */
+export const LINGER_IDLE_MS = 1_000;
+/** it drops at most this many bytes of the unread body (a larger body announced is not waited for). */
+export const LINGER_MAX_BYTES = 16 * 1024 * 1024;
+
+/**
+ * Makes the close node's server does after this response (socket.destroySoon,
+ * once the answer is written) a lingering one: the write side is shut after
+ * the answer, then the rest of the request's body is read and dropped until
+ * the client has sent it all or closed, and only then is the connection
+ * closed. Closing at once with the client still sending makes the kernel
+ * answer its next bytes with a reset, and a client that has not yet read the
+ * answer sees "connection reset" or "broken pipe" instead of it. Bounded by
+ * LINGER_MAX_MS, LINGER_IDLE_MS and LINGER_MAX_BYTES.
+ */
+function closeLingering(socket: net.Socket, req: http.IncomingMessage): void {
+  const announced = Number(req.headers["content-length"]);
+  if (announced > LINGER_MAX_BYTES) return; // node's own close: waiting for that much would be worse than the reset
+  socket.destroySoon = () => {
+    socket.end();
+    if (req.complete) return destroyOnceWritten(socket);
+    // Node drops the rest of the body in its parser (req._dump) without emitting it, so progress is read from
+    // the socket's byte count, which also counts reads of a handle node's parser consumes directly.
+    const start = Date.now();
+    const startBytes = socket.bytesRead;
+    let lastBytes = startBytes;
+    let lastProgress = start;
+    const tick = setInterval(() => {
+      const now = Date.now();
+      if (socket.bytesRead !== lastBytes) {
+        lastBytes = socket.bytesRead;
+        lastProgress = now;
+      }
+      if (lastBytes - startBytes > LINGER_MAX_BYTES || now - lastProgress >= LINGER_IDLE_MS || now - start >= LINGER_MAX_MS) close();
+    }, LINGER_TICK_MS);
+    function close(): void {
+      clearInterval(tick);
+      destroyOnceWritten(socket);
+    }
+    req.once("end", close); // the body's last byte read
+    socket.once("end", close); // the client closed its side
+    socket.once("close", () => clearInterval(tick));
+  };
+}
+
+/** How often a lingering close looks at what was read. */
+const LINGER_TICK_MS = 100;
+
+/** Closes the socket once what was written to it is out: destroying it at once would drop writes still queued. */
+function destroyOnceWritten(socket: net.Socket): void {
+  if (socket.writableFinished) socket.destroy();
+  else socket.once("finish", () => socket.destroy());
 }
 
 /** A listening shared port and the parts its owner's shutdown closes, in its own order. */

@@ -11,6 +11,7 @@ import { brotliCompressSync, gunzipSync, gzipSync } from "node:zlib";
 import { create, toBinary } from "@bufbuild/protobuf";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { AddEventRequestSchema, GetSessionEventsRequestSchema } from "@engram-memory/client/gen/engram/v1/memory_pb.js";
+import { LINGER_IDLE_MS, LINGER_MAX_BYTES, LINGER_MAX_MS } from "../../src/server/shared-port.js";
 import { startTestServer, type TestServer } from "../support/engram.js";
 import { connectClient } from "../support/clients.js";
 import { sid } from "./suite.js";
@@ -103,19 +104,85 @@ describe("the unary fast path answers as connect-node does", () => {
     expect(fast.headers["content-length"]).toBe(String(fast.body.length));
   });
 
-  it("answers a body announced past the limit before reading it, and closes the connection rather than read the rest", async () => {
-    const socket = net.connect(server.port, "127.0.0.1");
+  /** A raw HTTP/1.1 connection that keeps writing after the server's FIN, as a client still sending its body does. */
+  function rawConnection() {
+    const socket = net.connect({ port: server.port, host: "127.0.0.1", allowHalfOpen: true });
     const received: Buffer[] = [];
     socket.on("data", (d: Buffer) => received.push(d));
-    const closed = new Promise<void>((resolve) => socket.once("close", () => resolve()));
+    const errors: Error[] = [];
+    socket.on("error", (err) => errors.push(err));
+    const ended = new Promise<void>((resolve) => socket.once("end", () => resolve()));
+    const closed = new Promise<"closed">((resolve) => socket.once("close", () => resolve("closed")));
+    const within = (ms: number) => new Promise<"timeout">((resolve) => setTimeout(() => resolve("timeout"), ms).unref());
+    const answer = () => Buffer.concat(received).toString("latin1");
+    return { socket, errors, ended, closed, within, answer };
+  }
+  const head = (length: number) =>
+    `POST /engram.v1.MemoryService/GetSession HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: ${length}\r\n\r\n{"session_id":"`;
+
+  /** Writes a byte every `gapMs` (at most `probes` times) until the server's close shows as a reset; whether it did. */
+  async function resetBy(c: ReturnType<typeof rawConnection>, probes: number, gapMs: number): Promise<boolean> {
+    for (let i = 0; i < probes && c.errors.length === 0; i++) {
+      c.socket.write("x");
+      await Promise.race([c.closed, c.within(gapMs)]);
+    }
+    return c.errors.length > 0;
+  }
+
+  it("answers a body announced past the limit before reading it, and closes at once when the rest is too large to wait for", async () => {
+    const c = rawConnection();
+    c.socket.write(head(LINGER_MAX_BYTES + 1));
+    await c.ended;
+    expect(c.answer()).toMatch(/^HTTP\/1\.1 429 /);
+    expect(c.answer().toLowerCase()).toContain("\r\nconnection: close\r\n");
+    expect(await resetBy(c, 10, 200)).toBe(true);
+  });
+
+  it("closes lingering after an early answer: the rest of the body is read and dropped, so the client still sending sees no reset", async () => {
+    const c = rawConnection();
     const length = 10 * MAX_MESSAGE_BYTES;
-    // The head and the first bytes of a body that never comes whole.
-    socket.write(`POST /engram.v1.MemoryService/GetSession HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: ${length}\r\n\r\n{"session_id":"`);
-    const timeout = new Promise<"timeout">((resolve) => setTimeout(() => resolve("timeout"), 5_000).unref());
-    expect(await Promise.race([closed.then(() => "closed" as const), timeout])).toBe("closed");
-    const answer = Buffer.concat(received).toString("latin1");
-    expect(answer).toMatch(/^HTTP\/1\.1 429 /);
-    expect(answer.toLowerCase()).toContain("\r\nconnection: close\r\n");
+    const first = head(length);
+    c.socket.write(first);
+    await c.ended; // the answer is whole, and the server has shut its side
+    expect(c.answer()).toMatch(/^HTTP\/1\.1 429 [^]*\r\nconnection: close\r\n/i);
+    // The rest, in pieces: each would meet a reset if the server had closed at once.
+    let left = length - Buffer.byteLength(first) + first.indexOf("\r\n\r\n") + 4;
+    for (let i = 0; i < 8 && left > 0; i++) {
+      const piece = Math.min(left, Math.ceil(length / 8));
+      await new Promise<void>((resolve) => c.socket.write("x".repeat(piece), () => resolve()));
+      left -= piece;
+      await new Promise((resolve) => setTimeout(resolve, 25));
+    }
+    c.socket.end();
+    expect(await Promise.race([c.closed, c.within(5_000)])).toBe("closed");
+    expect(c.errors).toEqual([]);
+  });
+
+  it("a lingering close drops at most LINGER_MAX_BYTES of a chunked body, then closes", async () => {
+    const c = rawConnection();
+    c.socket.write("POST /engram.v1.MemoryService/GetSession HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ntransfer-encoding: chunked\r\n\r\n");
+    const MiB = 1024 * 1024;
+    const chunk = `${MiB.toString(16)}\r\n${"x".repeat(MiB)}\r\n`;
+    let sent = 0;
+    // Past the message limit the server answers and lingers; the client goes on sending, well past the bound.
+    for (let i = 0; i < 4 * (LINGER_MAX_BYTES / MiB) && c.errors.length === 0; i++) {
+      await Promise.race([new Promise<void>((resolve) => c.socket.write(chunk, () => resolve())), c.closed]);
+      sent += MiB;
+    }
+    await Promise.race([c.closed, c.within(5_000)]);
+    expect(c.answer()).toMatch(/^HTTP\/1\.1 429 /);
+    expect(c.errors.length).toBeGreaterThan(0);
+    expect(sent).toBeLessThan(4 * LINGER_MAX_BYTES);
+  });
+
+  it("a lingering close does not wait for a client that stops sending", async () => {
+    const c = rawConnection();
+    c.socket.write(head(10 * MAX_MESSAGE_BYTES));
+    await c.ended;
+    expect(c.answer()).toMatch(/^HTTP\/1\.1 429 /);
+    // The client neither sends the rest nor closes: a byte now and then, further apart than the idle
+    // bound, is dropped until the server gives up on it and closes.
+    expect(await resetBy(c, Math.ceil(LINGER_MAX_MS / LINGER_IDLE_MS) + 2, LINGER_IDLE_MS * 1.5)).toBe(true);
   });
 
   it("compresses a response of 1 KiB or more when the client accepts gzip, and a smaller one not", async () => {
