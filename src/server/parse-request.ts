@@ -7,7 +7,7 @@ import { fromBinary, fromJson, fromJsonString, type DescField, type DescMessage,
 import { invalidArgument, type MemoryError } from "../errors.js";
 import { DEFAULT_SERVICE_LIMITS } from "../service/limits.js";
 import { fastJsonDecoder } from "./json-request-decoding.js";
-import { FAST_REQUEST_DECODERS } from "./request-decoding.js";
+import { fastBinaryDecoder } from "./request-decoding.js";
 import { decodeUtf8, invalidUtf8Field, notUtf8 } from "./utf8.js";
 
 /**
@@ -20,8 +20,8 @@ export const PROTO_RECURSION_LIMIT = 2 * DEFAULT_SERVICE_LIMITS.maxJsonDepth + 1
 
 /** Parses a binary request; INVALID_ARGUMENT (never INTERNAL) when the bytes are not a valid message. */
 export function parseRequest(desc: DescMessage, bytes: Uint8Array): unknown {
-  // Appends first try a decoder without reflection; it declines anything it does not decode exactly as below.
-  const decoded = FAST_REQUEST_DECODERS[desc.typeName]?.(bytes);
+  // Appends and flat requests first try a decoder without reflection; it declines anything it does not decode exactly as below.
+  const decoded = fastBinaryDecoder(desc)?.(bytes);
   if (decoded !== undefined) return decoded;
   try {
     return fromBinary(desc, bytes, { recursionLimit: PROTO_RECURSION_LIMIT });

@@ -2,16 +2,19 @@
  * The gRPC edge writes responses holding events from the events' cached
  * bytes; the result must be exactly protobuf-es' toBinary of the response.
  */
-import { create, toBinary } from "@bufbuild/protobuf";
+import { create, toBinary, type DescMessage } from "@bufbuild/protobuf";
 import { timestampFromMs } from "@bufbuild/protobuf/wkt";
+import fc from "fast-check";
 import { describe, expect, it } from "vitest";
 import {
   AddEventResponseSchema,
   AddEventsResponseSchema,
   GetSessionEventsResponseSchema,
   EventSchema,
+  MemoryService,
   type Event,
 } from "@engram-memory/client/gen/engram/v1/memory_pb.js";
+import { scalarValue } from "../support/arbitraries.js";
 import { grpcMemoryService } from "../../src/server/grpc-adapter.js";
 import type { CallGuard } from "../../src/service/guard/index.js";
 
@@ -53,6 +56,27 @@ describe("gRPC response serializers", () => {
       create(GetSessionEventsResponseSchema, {}),
     ]) {
       expect(serialize("GetSessionEvents", page)).toBe(Buffer.from(toBinary(GetSessionEventsResponseSchema, page)).toString("hex"));
+    }
+  });
+
+  /** Unary methods whose response holds Event(s) in field 1 and other fields: found from the descriptors. */
+  const withOtherFields = MemoryService.methods.filter(
+    (m) => m.methodKind === "unary" && m.output.fields.length > 1 && m.output.fields.some((f) => f.number === 1 && f.message?.typeName === EventSchema.typeName),
+  );
+
+  it("every events response with other scalar fields: toBinary's bytes for any values of them, set or not", () => {
+    expect(withOtherFields.map((m) => m.name)).toContain("GetSessionEvents");
+    for (const method of withOtherFields) {
+      const desc: DescMessage = method.output;
+      const scalars: Record<string, fc.Arbitrary<unknown>> = {};
+      for (const f of desc.fields) if (f.fieldKind === "scalar" && !f.oneof) scalars[f.localName] = scalarValue(f, fc.string({ unit: "grapheme", maxLength: 12 }));
+      fc.assert(
+        fc.property(fc.record(scalars, { requiredKeys: [] }), fc.nat(3), (init, n) => {
+          const message = create(desc, { ...init, events: Array.from({ length: n }, (_, i) => event(i + 1, 10 * i)) } as never);
+          expect(serialize(method.name, message)).toBe(Buffer.from(toBinary(desc, message)).toString("hex"));
+        }),
+        { numRuns: 300 },
+      );
     }
   });
 });

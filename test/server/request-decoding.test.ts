@@ -1,5 +1,5 @@
 /**
- * The append requests' decoder without reflection must build exactly what
+ * The append and flat requests' decoders without reflection must build exactly what
  * protobuf-es' fromBinary builds, or decline (undefined) and leave the bytes
  * to fromBinary; it must never accept bytes fromBinary refuses.
  */
@@ -8,10 +8,10 @@ import { BinaryWriter, WireType } from "@bufbuild/protobuf/wire";
 import { ValueSchema } from "@bufbuild/protobuf/wkt";
 import fc from "fast-check";
 import { describe, expect, it } from "vitest";
-import { AddEventRequestSchema, AddEventsRequestSchema, EventInputSchema } from "@engram-memory/client/gen/engram/v1/memory_pb.js";
-import { decodeAddEventRequest, decodeAddEventsRequest } from "../../src/server/request-decoding.js";
+import { AddEventRequestSchema, AddEventsRequestSchema, EventInputSchema, GetSessionEventsRequestSchema, GetSessionRequestSchema, MemoryService } from "@engram-memory/client/gen/engram/v1/memory_pb.js";
+import { decodeAddEventRequest, decodeAddEventsRequest, FAST_REQUEST_DECODERS, fastBinaryDecoder } from "../../src/server/request-decoding.js";
 import { parseRequest, PROTO_RECURSION_LIMIT } from "../../src/server/parse-request.js";
-import { jsonValue } from "../support/arbitraries.js";
+import { flatMessage, jsonValue } from "../support/arbitraries.js";
 
 const RUNS = Number(process.env.ENCODING_RUNS ?? 2000);
 const text = fc.string({ unit: "binary", maxLength: 24 });
@@ -124,5 +124,47 @@ describe("decodeAddEventsRequest", () => {
       }),
       { numRuns: RUNS },
     );
+  });
+});
+
+/** MemoryService's request types the flat decoder takes: found from the descriptors, so a new flat request is tested too. */
+const flatRequests = [...new Map(MemoryService.methods.map((m) => [m.input.typeName, m.input])).values()].filter(
+  (desc) => FAST_REQUEST_DECODERS[desc.typeName] === undefined && fastBinaryDecoder(desc) !== undefined,
+);
+
+describe("the flat request decoder", () => {
+  it("takes the read requests, and no request holding a message or an enum", () => {
+    const names = flatRequests.map((d) => d.typeName);
+    expect(names).toContain(GetSessionEventsRequestSchema.typeName);
+    expect(names).toContain(GetSessionRequestSchema.typeName);
+    expect(fastBinaryDecoder(MemoryService.method.searchMemories.input)).toBeUndefined();
+  });
+
+  it.each(flatRequests.map((d) => [d.typeName, d] as const))("decodes %s exactly as fromBinary does, and mangled bytes alike or not at all", (_name, desc) => {
+    const decode = fastBinaryDecoder(desc)!;
+    fc.assert(
+      fc.property(flatMessage(desc, text), fc.nat(), fc.nat(255), fc.uint8Array({ maxLength: 8 }), (init, at, byte, extra) => {
+        const bytes = toBinary(desc, create(desc, init as never));
+        // A well-formed request (valid UTF-8 throughout) is always on the fast path.
+        const wellFormed = Object.values(init).flat().every((v) => typeof v !== "string" || v.isWellFormed());
+        expect(agrees(desc, decode, bytes) || !wellFormed).toBe(true);
+        const i = bytes.length === 0 ? 0 : at % bytes.length;
+        const variants = [bytes.subarray(0, i), Uint8Array.from(bytes, (b, j) => (j === i ? byte : b)), new Uint8Array([...bytes.subarray(0, i), ...extra, ...bytes.subarray(i)])];
+        for (const v of variants) agrees(desc, decode, v);
+      }),
+      { numRuns: Math.ceil(RUNS / 4) },
+    );
+  });
+
+  it("declines what protobuf merges, keeps or reads its own way: a singular field twice, an unknown field, a wrong wire type", () => {
+    const decode = fastBinaryDecoder(GetSessionEventsRequestSchema)!;
+    const once = toBinary(GetSessionEventsRequestSchema, create(GetSessionEventsRequestSchema, { sessionId: "s", tail: 20 }));
+    expect(decode(once)).toStrictEqual(fromBinary(GetSessionEventsRequestSchema, once));
+    const twice = new Uint8Array([...once, ...toBinary(GetSessionEventsRequestSchema, create(GetSessionEventsRequestSchema, { tail: 5 }))]);
+    const unknown = new BinaryWriter().raw(once).tag(15, WireType.Varint).uint32(1).finish();
+    const wrongType = new BinaryWriter().tag(6, WireType.LengthDelimited).string("20").finish();
+    for (const bytes of [twice, unknown, wrongType]) expect(decode(bytes)).toBeUndefined();
+    // The reflective path still answers them: last wins.
+    expect(parseRequest(GetSessionEventsRequestSchema, twice)).toMatchObject({ sessionId: "s", tail: 5 });
   });
 });

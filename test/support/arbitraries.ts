@@ -1,5 +1,5 @@
 /** fast-check arbitraries shared by the property tests of the wire encoders and decoders. */
-import type { JsonObject, JsonValue } from "@bufbuild/protobuf";
+import { ScalarType, type DescField, type DescMessage, type JsonObject, type JsonValue } from "@bufbuild/protobuf";
 import fc from "fast-check";
 
 /**
@@ -40,4 +40,33 @@ export function storedEvent(text: fc.Arbitrary<string>) {
     timestamp: fc.integer({ min: -62135596800000, max: 253402300799999 }),
     stateDelta: fc.option(jsonObject, { nil: undefined }),
   });
+}
+
+/** A value of a flat request's scalar field, over the field's whole range; strings from `text`. */
+export function scalarValue(field: DescField & { fieldKind: "scalar" }, text: fc.Arbitrary<string>): fc.Arbitrary<unknown> {
+  switch (field.scalar) {
+    case ScalarType.STRING:
+      return text;
+    case ScalarType.BOOL:
+      return fc.boolean();
+    case ScalarType.INT32:
+    case ScalarType.SINT32:
+    case ScalarType.SFIXED32:
+      return fc.integer();
+    case ScalarType.UINT32:
+    case ScalarType.FIXED32:
+      return fc.nat({ max: 2 ** 32 - 1 });
+    case ScalarType.UINT64:
+    case ScalarType.FIXED64:
+      return fc.bigInt({ min: 0n, max: 2n ** 64n - 1n });
+    default:
+      return fc.bigInt({ min: -(2n ** 63n), max: 2n ** 63n - 1n });
+  }
+}
+
+/** Any message of a flat request type (scalars and lists of strings), each field set or not. */
+export function flatMessage(desc: DescMessage, text: fc.Arbitrary<string>): fc.Arbitrary<Record<string, unknown>> {
+  const fields: Record<string, fc.Arbitrary<unknown>> = {};
+  for (const field of desc.fields) fields[field.localName] = field.fieldKind === "scalar" ? scalarValue(field, text) : fc.array(text, { maxLength: 3 });
+  return fc.record(fields, { requiredKeys: [] });
 }
