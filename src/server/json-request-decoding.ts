@@ -22,6 +22,7 @@
 import { create, ScalarType, type DescMessage, type JsonObject, type JsonValue } from "@bufbuild/protobuf";
 import type { AddEventRequest, AddEventsRequest, EventInput } from "@engram-memory/client/gen/engram/v1/memory_pb.js";
 import { jsonToValue } from "../service/convert.js";
+import { perMessageType } from "./request-decoding.js";
 
 /** Nesting this deep (inside content, metadata, state_delta) leaves the fast path; the reflective one enforces the limit. */
 const MAX_FAST_DEPTH = 32;
@@ -240,14 +241,5 @@ function flatRequestDecoder(desc: DescMessage): ((body: string) => unknown) | un
     });
 }
 
-const decoders = new WeakMap<DescMessage, ((body: string) => unknown) | null>();
-
 /** The fast JSON decoder of a request type, if it has one (the appends', or a flat request's). */
-export function fastJsonDecoder(desc: DescMessage): ((body: string) => unknown) | undefined {
-  let decoder = decoders.get(desc);
-  if (decoder === undefined) {
-    decoder = FAST_JSON_REQUEST_DECODERS[desc.typeName] ?? flatRequestDecoder(desc) ?? null;
-    decoders.set(desc, decoder);
-  }
-  return decoder ?? undefined;
-}
+export const fastJsonDecoder = perMessageType((desc) => FAST_JSON_REQUEST_DECODERS[desc.typeName] ?? flatRequestDecoder(desc));

@@ -352,14 +352,18 @@ function flatRequestDecoder(desc: DescMessage): ((bytes: Uint8Array) => unknown)
     });
 }
 
-const decoders = new WeakMap<DescMessage, ((bytes: Uint8Array) => unknown) | null>();
+/** `make` memoised per message type, its undefined included (made once). */
+export function perMessageType<T>(make: (desc: DescMessage) => T | undefined): (desc: DescMessage) => T | undefined {
+  const made = new WeakMap<DescMessage, T | null>();
+  return (desc) => {
+    let value = made.get(desc);
+    if (value === undefined) {
+      value = make(desc) ?? null;
+      made.set(desc, value);
+    }
+    return value ?? undefined;
+  };
+}
 
 /** The fast binary decoder of a request type, if it has one (the appends', or a flat request's). */
-export function fastBinaryDecoder(desc: DescMessage): ((bytes: Uint8Array) => unknown) | undefined {
-  let decoder = decoders.get(desc);
-  if (decoder === undefined) {
-    decoder = FAST_REQUEST_DECODERS[desc.typeName] ?? flatRequestDecoder(desc) ?? null;
-    decoders.set(desc, decoder);
-  }
-  return decoder ?? undefined;
-}
+export const fastBinaryDecoder = perMessageType((desc) => FAST_REQUEST_DECODERS[desc.typeName] ?? flatRequestDecoder(desc));
