@@ -45,15 +45,17 @@ function encodedEvent(event: object): Uint8Array {
  */
 function eventsFirstSerializer(desc: DescMessage, field: string, repeated: boolean) {
   // AddEvent's, AddEvents' and ListEvents' responses hold nothing else: no second encoding pass.
-  const eventsOnly = desc.fields.length === 1;
-  const others = desc.fields.filter((f) => f.localName !== field);
-  const restOf = scalarFieldsWriter(others) ?? ((message: Record<string, unknown>) => toBinary(desc, { ...message, [field]: repeated ? [] : undefined } as never));
+  const restOf =
+    desc.fields.length === 1
+      ? undefined
+      : (scalarFieldsWriter(desc.fields.filter((f) => f.localName !== field)) ??
+        ((message: Record<string, unknown>) => toBinary(desc, { ...message, [field]: repeated ? [] : undefined } as never)));
   return (msg: unknown) => {
     const message = msg as Record<string, unknown>;
     const value = message[field];
     const list = repeated ? (value as object[]) : value === undefined ? [] : [value as object];
     const encoded = list.map(encodedEvent);
-    const rest = eventsOnly ? undefined : restOf(message);
+    const rest = restOf?.(message);
     let size = rest?.length ?? 0;
     for (const bytes of encoded) size += 1 + varintSize(bytes.length) + bytes.length;
     // One buffer of the exact size: a BinaryWriter's chunks and its final copy showed in every append's profile.
