@@ -10,7 +10,16 @@
  *   stores; an AND query would drop a memory for one word it lacks. Only
  *   the newest LEXICAL_CANDIDATES matches are ranked: ranking every
  *   match made a search's cost grow with the app (a bounded candidate set,
- *   stated in the README, as for vectors).
+ *   stated in the README, as for vectors). A word in more memories than
+ *   that window holds (by the table's statistics: commonLexemes) does not
+ *   choose candidates when the query has a rarer word: the window is the
+ *   newest matches of the rarer words, and only when they rank fewer than
+ *   the answer asks for is the rest filled from the newest memories that
+ *   match only the common words; every candidate is ranked on every word.
+ *   So an old memory with a rare word of the query is not crowded out of
+ *   the window by newer ones that only share a common word, and a search
+ *   whose rare words match enough reads their few matches instead of the
+ *   common words' many.
  * - A batch is one transaction. Before reading anything it takes
  *   transaction-scoped advisory locks on every memory id and every
  *   supersession group (app, exact scope, key) it touches (a large batch:
@@ -62,6 +71,8 @@ const FINE_LOCKS_MAX = 16;
 export const NEAREST_CANDIDATES = 2000;
 /** Matching memories searchMemories ranks at most (the newest the filter selects). */
 export const LEXICAL_CANDIDATES = 1000;
+/** How long the common lexemes read from the table's statistics are used before they are read again. */
+const COMMON_LEXEMES_TTL_MS = 60_000;
 /** Bytes of decoded embeddings (float32) nearestMemories keeps between calls, in all apps: ~43,000 vectors of 384 dimensions. */
 export const EMBEDDING_CACHE_BYTES = 64 * 1024 * 1024;
 /** Apps whose cache warmth nearestMemories remembers (the least recently searched forgotten first: their next search reads embeddings with its candidates). */
@@ -330,6 +341,11 @@ function newestSql(schema: string, p: Params, filter: MemoryFilter, columns: str
  */
 const OR_QUERY = (param: string) => `NULLIF(regexp_replace(strip(to_tsvector('english'::regconfig, ${param}))::text, ''' ''', ''' | ''', 'g'), '')::tsquery`;
 
+/** The OR of lexemes as tsquery text: each quoted as a stripped tsvector's text quotes it (quotes doubled, backslashes escaped). */
+function orQueryText(lexemes: readonly string[]): string {
+  return lexemes.map((lexeme) => `'${lexeme.replaceAll("\\", "\\\\").replaceAll("'", "''")}'`).join(" | ");
+}
+
 /** A candidate of nearestMemories: its id and row version, and its embedding when read with it. */
 interface EmbeddedRow {
   memory_id: string;
@@ -373,6 +389,9 @@ export class PostgresMemories implements LongTermMemoryStore {
   });
   /** Whether an app's next vector search finds its candidates' vectors cached, by app; absent: never searched (see embeddingsOf). */
   private readonly warmApps = new LRUCache<string, boolean>({ max: WARM_APPS_MAX });
+  /** The common lexemes (see commonLexemes) and when they were read; a read in progress is shared. */
+  private common: { lexemes: ReadonlySet<string>; readAt: number } | undefined;
+  private commonRead: Promise<ReadonlySet<string>> | undefined;
 
   constructor(private readonly db: PostgresMemoriesAccess) {
     this.s = db.schema;
@@ -559,7 +578,11 @@ export class PostgresMemories implements LongTermMemoryStore {
   async searchMemories(filter: MemoryFilter, query: string, limit: number, call?: StoreCall): Promise<RankedMemory[]> {
     if (query.trim() === "" || limit <= 0) return [];
     const p = new Params();
-    const tsquery = OR_QUERY(p.add(query));
+    const split = await this.rareAndCommon(query, call);
+    // Without common words, the query's words as an expression PostgreSQL folds while planning (OR_QUERY).
+    const all = split ? `${p.add(orQueryText(split.all))}::tsquery` : OR_QUERY(p.add(query));
+    const rare = split ? `${p.add(orQueryText(split.rare))}::tsquery` : all;
+    const columns = "memory_id, created_ms, search";
     // The newest matches first (newestSql: a user's VISIBLE scope walks the
     // user's and the shared memories' own indexes, not every user's rows),
     // then ranked. Ranked as ids, then the whole rows of the best joined:
@@ -568,15 +591,23 @@ export class PostgresMemories implements LongTermMemoryStore {
     // ts_rank, not ts_rank_cd: cover density cost ~15 µs a memory against
     // ts_rank's ~2 µs (most of a search's time at 1,000 candidates), and
     // neither has IDF. Normalization 1: the rank divided by 1 + log(length),
-    // so a long memory does not win by repeating words.
+    // so a long memory does not win by repeating words. Every candidate is
+    // ranked on all the query's words.
+    const l = p.add(limit);
+    const ranked = (window: string) =>
+      `(SELECT memory_id, created_ms, ts_rank(search, ${all}, 1) AS score FROM (${window}) newest ORDER BY score DESC, created_ms DESC, memory_id DESC LIMIT ${l})`;
+    let best = ranked(newestSql(this.s, p, filter, columns, Math.max(limit, LEXICAL_CANDIDATES), undefined, `search @@ ${rare}`));
+    if (rare !== all) {
+      // The rare words' window, then, only if it ranks fewer than `limit`
+      // (the Append under the LIMIT stops before its second part), the
+      // newest `limit` memories that match only the common words.
+      const fill = ranked(newestSql(this.s, p, filter, columns, limit, undefined, `search @@ ${all} AND NOT search @@ ${rare}`));
+      best = `SELECT * FROM (${best} UNION ALL ${fill} LIMIT ${l}) rare_then_common`;
+    }
     // One statement: the best ids joined to their rows by primary key (a
     // second round trip for the rows cost each side more than the join).
-    const newest = newestSql(this.s, p, filter, "memory_id, created_ms, search", Math.max(limit, LEXICAL_CANDIDATES), undefined, `search @@ ${tsquery}`);
     const { rows } = await this.db.query<MemoryRow & { score: number }>(
-      `WITH best AS (
-         SELECT memory_id, created_ms, ts_rank(search, ${tsquery}, 1) AS score FROM (${newest}) newest
-         ORDER BY score DESC, created_ms DESC, memory_id DESC LIMIT ${p.add(limit)}
-       )
+      `WITH best AS (${best})
        SELECT ${columnsFor(filter, "m")}, best.score FROM best JOIN ${this.s}.memories m ON m.app_name = ${p.add(filter.scope.appName)} AND m.memory_id = best.memory_id
        ORDER BY best.score DESC, best.created_ms DESC, best.memory_id DESC`,
       p.values,
@@ -584,6 +615,58 @@ export class PostgresMemories implements LongTermMemoryStore {
       { plan: "custom" },
     );
     return rows.map((row) => ({ memory: toRecord(row), score: row.score }));
+  }
+
+  /**
+   * The query's lexemes (as the search column makes them: English stemming
+   * and stop words), all of them and those that are not common, when it has
+   * both common and rarer ones; undefined otherwise (no common lexemes
+   * known, or the query's words all common or all rare), and then without
+   * asking PostgreSQL when none are known.
+   */
+  private async rareAndCommon(query: string, call: StoreCall | undefined): Promise<{ all: string[]; rare: string[] } | undefined> {
+    const common = await this.commonLexemes(call);
+    if (common.size === 0) return undefined;
+    const { rows } = await this.db.query<{ lexemes: string[] }>(`SELECT tsvector_to_array(to_tsvector('english'::regconfig, $1)) AS lexemes`, [query], call);
+    const all = rows[0]?.lexemes ?? [];
+    const rare = all.filter((lexeme) => !common.has(lexeme));
+    return rare.length > 0 && rare.length < all.length ? { all, rare } : undefined;
+  }
+
+  /**
+   * The lexemes PostgreSQL's statistics of the memories table (ANALYZE, run
+   * by autovacuum) estimate in at least LEXICAL_CANDIDATES memories, of every
+   * app: a word that alone could fill a search's window. Read again after
+   * COMMON_LEXEMES_TTL_MS; none before the table has been analyzed, and
+   * none on a table that small, so a search then works as if every word
+   * were rare. A failed read leaves the last known ones (or none).
+   */
+  private async commonLexemes(call: StoreCall | undefined): Promise<ReadonlySet<string>> {
+    const known = this.common;
+    if (known && Date.now() - known.readAt < COMMON_LEXEMES_TTL_MS) return known.lexemes;
+    this.commonRead ??= this.db
+      .query<{ lexemes: string[] | null }>(
+        `SELECT ARRAY(
+           SELECT lexeme FROM unnest(s.most_common_elems::text::text[], s.most_common_elem_freqs) AS e(lexeme, freq)
+           WHERE lexeme IS NOT NULL AND freq * c.reltuples >= $3
+         ) AS lexemes
+         FROM pg_stats s
+         JOIN pg_namespace n ON n.nspname = s.schemaname
+         JOIN pg_class c ON c.relnamespace = n.oid AND c.relname = s.tablename
+         WHERE s.schemaname = $1 AND s.tablename = $2 AND s.attname = 'search'`,
+        [this.db.schemaName, "memories", LEXICAL_CANDIDATES],
+        call,
+      )
+      .then(
+        ({ rows }) => {
+          const lexemes = new Set(rows[0]?.lexemes ?? []);
+          this.common = { lexemes, readAt: Date.now() };
+          return lexemes;
+        },
+        () => known?.lexemes ?? new Set<string>(),
+      )
+      .finally(() => (this.commonRead = undefined));
+    return this.commonRead;
   }
 
   /** The whole rows of ranked ids, in the ranking's order; a memory deleted between the two reads is left out. */
