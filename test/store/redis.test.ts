@@ -889,4 +889,24 @@ describe("RedisStore long-term memories", () => {
       await store.close();
     }
   });
+
+  it("ranks a scope searched again on what its window holds now: its kept index is not reused once one memory's text changed under the same id", async () => {
+    const prefix = `t${process.pid}_${++counter}`;
+    const [one, two] = await Promise.all([openStore(DEFAULT_LIMITS, prefix), openStore(DEFAULT_LIMITS, prefix)]);
+    try {
+      const scope = { scope: { appName: "app", userId: "u", match: "exact" as const } };
+      await one.memories.writeMemories([memory({ memoryId: "a", userId: "u", text: "alpha apple" }, 1000), memory({ memoryId: "b", userId: "u", text: "beta banana" }, 1001)]);
+      const found = async (query: string) => (await one.memories.searchMemories(scope, query, 5)).map((r) => r.memory.memoryId);
+      expect(await found("alpha")).toEqual(["a"]);
+      expect(await found("gamma")).toEqual([]);
+      // Another replica replaces "a": the same ids, as many memories, the same created time; only the text differs.
+      await two.memories.deleteMemories("app", ["a"]);
+      await two.memories.writeMemories([memory({ memoryId: "a", userId: "u", text: "gamma grape" }, 1000)]);
+      expect(await found("gamma")).toEqual(["a"]);
+      expect(await found("alpha")).toEqual([]);
+      expect((await one.memories.searchMemories(scope, "banana", 5))[0]?.memory.text).toBe("beta banana");
+    } finally {
+      await Promise.all([one.close(), two.close()]);
+    }
+  });
 });

@@ -77,7 +77,7 @@ import type {
 import { KeyedListeners } from "../notices.js";
 import { isCluster, type RedisClient } from "../redis/connection.js";
 import { loadScripts, runThenWait, type WaitForReplicas } from "../redis/scripts.js";
-import { LEXICAL_QUERY, lexicalDocument, newLexicalIndex } from "./lexical.js";
+import { LEXICAL_QUERY, LexicalIndexCache, lexicalDocument } from "./lexical.js";
 import {
   changeWindowOf,
   cosine,
@@ -215,6 +215,8 @@ export class RedisMemories implements LongTermMemoryStore {
   /** On a Redis Cluster: hash-tagged keys, a channel per app, sharded pub/sub (the header says the layout). */
   private readonly clustered: boolean;
   private readonly listeners = new KeyedListeners<MemoryChange>();
+  /** BM25 indexes of recent candidate sets (searchMemories), reused while a scope's window is unchanged. */
+  private readonly lexicalIndexes = new LexicalIndexCache();
   /** A connection of its own for the channel: subscribed while the store is open. */
   private subscriber?: RedisClient;
   /** A cluster: the apps whose channels are subscribed (or being subscribed), each settled once Redis answered. */
@@ -346,9 +348,7 @@ export class RedisMemories implements LongTermMemoryStore {
     if (query.trim() === "") return [];
     const candidates = await this.candidates(filter);
     const byId = new Map(candidates.map((m) => [m.memoryId, m]));
-    const index = newLexicalIndex();
-    index.addAll(candidates.map(lexicalDocument));
-    const hits = index.search(query, LEXICAL_QUERY).slice(0, limit);
+    const hits = this.lexicalIndexes.indexOf(candidates.map(lexicalDocument)).search(query, LEXICAL_QUERY).slice(0, limit);
     const found = await this.withEmbeddings(filter.scope.appName, hits.map((hit) => byId.get(hit.id as string)!));
     return hits.map((hit, i) => ({ memory: found[i], score: hit.score }));
   }
