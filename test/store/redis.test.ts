@@ -909,4 +909,22 @@ describe("RedisStore long-term memories", () => {
       await Promise.all([one.close(), two.close()]);
     }
   });
+
+  it("a pinned listing passes over records without \"pinned\":true undecoded, and still lists exactly the pinned memories: one whose metadata or text says pinned is not", async () => {
+    const prefix = `t${process.pid}_${++counter}`;
+    const store = await openStore(DEFAULT_LIMITS, prefix);
+    try {
+      await store.memories.writeMemories([
+        memory({ memoryId: "core", userId: "u", text: 'is "pinned":true about itself', pinned: true }, 1000),
+        memory({ memoryId: "meta", userId: "u", text: "plain", metadata: { pinned: true } }, 1001),
+        memory({ memoryId: "text", userId: "u", text: '"pinned":true' }, 1002),
+        memory({ memoryId: "shared", text: "for everyone", pinned: true }, 1003),
+      ]);
+      const pinned = { scope: { appName: "app", userId: "u", match: "visible" as const }, pinned: true };
+      expect((await store.memories.listMemories(pinned, 10)).map((m) => m.memoryId)).toEqual(["shared", "core"]);
+      expect((await store.memories.listMemories({ ...pinned, pinned: false }, 10)).map((m) => m.memoryId)).toEqual(["text", "meta"]);
+    } finally {
+      await store.close();
+    }
+  });
 });

@@ -372,7 +372,9 @@ export class RedisMemories implements LongTermMemoryStore {
   async listMemories(filter: MemoryFilter, limit: number, after?: MemoryCursor): Promise<MemoryRecord[]> {
     const out: MemoryRecord[] = [];
     if (limit <= 0) return out;
-    for await (const memory of this.newestFirst(filter.scope, Math.min(Math.max(limit, LIST_PAGE), 1000), after)) {
+    // A pinned memory's stored JSON holds `"pinned":true` (encode): a record without it is passed over undecoded.
+    const mayBeSelected = filter.pinned === true ? (record: string) => record.includes('"pinned":true') : undefined;
+    for await (const memory of this.newestFirst(filter.scope, Math.min(Math.max(limit, LIST_PAGE), 1000), after, mayBeSelected)) {
       if (!filterSelects(filter, memory)) continue;
       out.push(memory);
       if (out.length === limit) break;
@@ -524,7 +526,12 @@ export class RedisMemories implements LongTermMemoryStore {
    * index read `pageSize` entries at a time. The caller still filters: an
    * index holds a superset of the scope (e.g. a user's memories of any agent).
    */
-  private async *newestFirst(scope: MemoryScopeFilter, pageSize: number, after?: MemoryCursor): AsyncGenerator<MemoryRecord> {
+  private async *newestFirst(
+    scope: MemoryScopeFilter,
+    pageSize: number,
+    after?: MemoryCursor,
+    mayBeSelected?: (record: string) => boolean,
+  ): AsyncGenerator<MemoryRecord> {
     const keys = this.keysOf(scope.appName);
     const walks = this.sourcesOf(scope, keys).map((source) => ({
       ...source,
@@ -549,7 +556,7 @@ export class RedisMemories implements LongTermMemoryStore {
             // A memory deleted between the two reads is skipped.
             w.buffer = suffixes.map((suffix, i) => ({
               suffix,
-              memory: records[i] === null || validities[i] === null ? undefined : decode(records[i]!, validities[i]!),
+              memory: records[i] === null || validities[i] === null || mayBeSelected?.(records[i]!) === false ? undefined : decode(records[i]!, validities[i]!),
             }));
           }),
       );
