@@ -44,10 +44,9 @@ export const LEXICAL_INDEX_CACHE_CHARS = 2 * 1024 * 1024;
  * MiniSearch's index of 2,000 of them was more than half of a search's CPU
  * (53-73 ms a search before, 26-28 ms with an index kept), and a scope
  * searched again while nothing in its window changed gets the same index
- * back. The key is a hash of every
- * document's id, text and fact, in order, so an index is only reused for
- * exactly the documents it was built from: a search ranks as if it had
- * built its own.
+ * back. The key is a hash of every document's id, text and fact, in order,
+ * so an index is only reused for exactly the documents it was built from: a
+ * search ranks as if it had built its own.
  */
 export class LexicalIndexCache {
   private readonly indexes = new LRUCache<string, MiniSearch<LexicalDocument>>({ maxSize: LEXICAL_INDEX_CACHE_CHARS });

@@ -525,6 +525,8 @@ export class RedisMemories implements LongTermMemoryStore {
    * first (created, then id, descending), after the cursor, merged from each
    * index read `pageSize` entries at a time. The caller still filters: an
    * index holds a superset of the scope (e.g. a user's memories of any agent).
+   * A record whose stored JSON fails `mayBeSelected` is passed over without
+   * being decoded (a cheap test that only rules out what the filter cannot select).
    */
   private async *newestFirst(
     scope: MemoryScopeFilter,
