@@ -639,7 +639,8 @@ export class PostgresMemories implements LongTermMemoryStore {
    * app: a word that alone could fill a search's window. Read again after
    * COMMON_LEXEMES_TTL_MS; none before the table has been analyzed, and
    * none on a table that small, so a search then works as if every word
-   * were rare. A failed read leaves the last known ones (or none).
+   * were rare. A failed read keeps the last known ones (or none) until the
+   * next read is due, so searches do not each pay for a read that fails.
    */
   private async commonLexemes(call: StoreCall | undefined): Promise<ReadonlySet<string>> {
     const known = this.common;
@@ -658,13 +659,13 @@ export class PostgresMemories implements LongTermMemoryStore {
         call,
       )
       .then(
-        ({ rows }) => {
-          const lexemes = new Set(rows[0]?.lexemes ?? []);
-          this.common = { lexemes, readAt: Date.now() };
-          return lexemes;
-        },
+        ({ rows }) => new Set(rows[0]?.lexemes ?? []),
         () => known?.lexemes ?? new Set<string>(),
       )
+      .then((lexemes) => {
+        this.common = { lexemes, readAt: Date.now() };
+        return lexemes;
+      })
       .finally(() => (this.commonRead = undefined));
     return this.commonRead;
   }
