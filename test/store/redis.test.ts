@@ -19,7 +19,7 @@ import fc from "fast-check";
 import { freePort, startRedisServer } from "../support/redis-server.js";
 import { describeStoreConformance, makeSession, newEvent, rejection, waitFor } from "./conformance.js";
 import { describeMemoriesConformance, memory } from "./memories-conformance.js";
-import { SEARCH_CANDIDATES } from "../../src/store/memories/redis.js";
+import { RedisMemories, SEARCH_CANDIDATES } from "../../src/store/memories/redis.js";
 import { MEMORY_CHANGES_RETAINED } from "../../src/store/memories/rules.js";
 
 const url = process.env.MEMORY_TEST_REDIS_URL!;
@@ -926,5 +926,162 @@ describe("RedisStore long-term memories", () => {
     } finally {
       await store.close();
     }
+  });
+
+  describe("the pinned index", () => {
+    /** Each test's app: its meta hash and pinned index, under the store's prefix. */
+    const keysOfApp = (prefix: string) => ({ meta: `${prefix}:mem:${hex("app")}:meta`, pinned: `${prefix}:mem:${hex("app")}:pin` });
+    /** Whether the index is complete, as pinned-5.lua defines it. */
+    async function complete(meta: string): Promise<boolean> {
+      const [seq, chain, ready, build] = await admin.hmget(meta, "seq", "pinchain", "pinready", "pinbuild");
+      return ready !== null && ready === build && chain === (seq ?? "0");
+    }
+    /** Polls until the index is complete, for at most 5 s. */
+    async function untilComplete(meta: string): Promise<void> {
+      const deadline = Date.now() + 5_000;
+      while (!(await complete(meta))) {
+        if (Date.now() > deadline) throw new Error("the pinned index was not completed in 5 s");
+        await sleep(10);
+      }
+    }
+    /** The index entries a set of pinned memories should have. */
+    const entriesOf = (ms: readonly MemoryRecord[]) =>
+      ms.flatMap((m) => {
+        const at = `${String(m.createdAt).padStart(16, "0")}:${hex(m.memoryId)}`;
+        return [`o:${at}`, `u:${m.userId === undefined ? "-" : hex(m.userId)}:${at}`];
+      }).sort();
+    /** 600 memories of users u and v and of no user, one in 25 pinned. */
+    const mixed = () =>
+      Array.from({ length: 600 }, (_, i) => memory({ memoryId: `m${i}`, userId: i % 3 === 0 ? undefined : i % 3 === 1 ? "u" : "v", text: `memory ${i}`, pinned: i % 25 === 0 }, 1_000 + i));
+    const uVisible = { scope: { appName: "app", userId: "u", match: "visible" as const }, pinned: true };
+    /** What a pinned listing for u must return, newest first. */
+    const expectedFor = (ms: readonly MemoryRecord[]) =>
+      ms.filter((m) => m.pinned && (m.userId === "u" || m.userId === undefined)).sort((a, b) => b.createdAt - a.createdAt).map((m) => m.memoryId);
+
+    it("is kept by every write and deletion, and a pinned listing reads it alone while it is complete", async () => {
+      const prefix = `t${process.pid}_${++counter}`;
+      const store = await openStore(DEFAULT_LIMITS, prefix);
+      const { meta, pinned } = keysOfApp(prefix);
+      try {
+        const written = mixed();
+        for (let i = 0; i < written.length; i += 200) await store.memories.writeMemories(written.slice(i, i + 200));
+        expect(await complete(meta)).toBe(true);
+        expect((await admin.zrange(pinned, 0, -1)).sort()).toEqual(entriesOf(written.filter((m) => m.pinned)));
+        expect((await store.memories.listMemories(uVisible, 100)).map((m) => m.memoryId)).toEqual(expectedFor(written));
+        expect((await store.memories.listMemories({ scope: { appName: "app", match: "within" }, pinned: true }, 100)).map((m) => m.memoryId)).toEqual(
+          written.filter((m) => m.pinned).reverse().map((m) => m.memoryId),
+        );
+        // The listing trusts the index: an entry taken out of it (by hand, here) is not listed.
+        await admin.zrem(pinned, ...entriesOf([written[0]]));
+        expect((await store.memories.listMemories(uVisible, 100)).map((m) => m.memoryId)).toEqual(expectedFor(written).filter((id) => id !== "m0"));
+        await admin.zadd(pinned, 0, entriesOf([written[0]])[0], 0, entriesOf([written[0]])[1]);
+
+        await store.memories.deleteMemories("app", ["m75", "m76"]);
+        const left = written.filter((m) => m.memoryId !== "m75" && m.memoryId !== "m76");
+        expect(await complete(meta)).toBe(true);
+        expect((await admin.zrange(pinned, 0, -1)).sort()).toEqual(entriesOf(left.filter((m) => m.pinned)));
+        expect((await store.deleteUserData("app", "u")).memories).toBe(left.filter((m) => m.userId === "u").length);
+        const kept = left.filter((m) => m.userId !== "u");
+        expect(await complete(meta)).toBe(true);
+        expect((await admin.zrange(pinned, 0, -1)).sort()).toEqual(entriesOf(kept.filter((m) => m.pinned)));
+        expect((await store.memories.listMemories(uVisible, 100)).map((m) => m.memoryId)).toEqual(expectedFor(kept));
+      } finally {
+        await store.close();
+      }
+    });
+
+    it("a change it did not see (an older release's write) or memories from before it make listings walk the scope until a build completes it", async () => {
+      const prefix = `t${process.pid}_${++counter}`;
+      const store = await openStore(DEFAULT_LIMITS, prefix);
+      const { meta, pinned } = keysOfApp(prefix);
+      try {
+        const written = mixed();
+        await store.memories.writeMemories(written);
+        // An older release writes a pinned memory of u: counted in seq, in no pinned index, the chain left behind.
+        const late = memory({ memoryId: "late", userId: "u", text: "written by an older release", pinned: true }, 5_000);
+        await store.memories.writeMemories([late]);
+        await admin.zrem(pinned, ...entriesOf([late]));
+        await admin.hset(meta, "pinchain", Number(await admin.hget(meta, "seq")) - 1);
+        expect(await complete(meta)).toBe(false);
+        const all = [...written, late];
+        expect((await store.memories.listMemories(uVisible, 100)).map((m) => m.memoryId)).toEqual(expectedFor(all));
+        // That listing started a build: once it completes, the index holds the late memory too.
+        await untilComplete(meta);
+        expect((await admin.zrange(pinned, 0, -1)).sort()).toEqual(entriesOf(all.filter((m) => m.pinned)));
+        expect((await store.memories.listMemories(uVisible, 100)).map((m) => m.memoryId)).toEqual(expectedFor(all));
+
+        // Memories stored before any release kept the index: no chain, no index.
+        await admin.del(pinned);
+        await admin.hdel(meta, "pinchain", "pinready", "pinbuild");
+        expect(await complete(meta)).toBe(false);
+        // This replica started a build a moment ago, so another one does it now.
+        const other = await openStore(DEFAULT_LIMITS, prefix);
+        try {
+          expect((await other.memories.listMemories(uVisible, 100)).map((m) => m.memoryId)).toEqual(expectedFor(all));
+          await untilComplete(meta);
+          expect((await admin.zrange(pinned, 0, -1)).sort()).toEqual(entriesOf(all.filter((m) => m.pinned)));
+        } finally {
+          await other.close();
+        }
+      } finally {
+        await store.close();
+      }
+    });
+
+    it("a listing that reads the index while another replica's build begins (and empties it) lists by walking the scope instead", async () => {
+      const prefix = `t${process.pid}_${++counter}`;
+      const store = await openStore(DEFAULT_LIMITS, prefix);
+      const { meta, pinned } = keysOfApp(prefix);
+      const memories = store.memories as unknown as { listFrom: (...args: unknown[]) => Promise<MemoryRecord[]> };
+      try {
+        const written = mixed();
+        await store.memories.writeMemories(written);
+        expect(await complete(meta)).toBe(true);
+        const listFrom = memories.listFrom.bind(memories);
+        // Between the listing's check of the index and its read of it, a build begins as pinned-5.lua's "begin" does.
+        memories.listFrom = async (...args: unknown[]) => {
+          if (args[3] !== undefined) {
+            await admin.del(pinned);
+            await admin.hdel(meta, "pinready");
+            await admin.hset(meta, "pinbuild", "another replica's build");
+          }
+          return listFrom(...args);
+        };
+        expect((await store.memories.listMemories(uVisible, 100)).map((m) => m.memoryId)).toEqual(expectedFor(written));
+      } finally {
+        await store.close();
+      }
+    });
+
+    it("a build that writes and deletions overtake, or that another build overtakes, still leaves it exact", async () => {
+      const prefix = `t${process.pid}_${++counter}`;
+      const store = await openStore(DEFAULT_LIMITS, prefix);
+      const { meta, pinned } = keysOfApp(prefix);
+      const memories = store.memories as RedisMemories;
+      try {
+        // 3,000 memories: six pages of a build, with changes landing between them.
+        const base = Array.from({ length: 3_000 }, (_, i) => memory({ memoryId: `b${i}`, userId: i % 2 === 0 ? "u" : undefined, text: `base ${i}`, pinned: i % 7 === 0 }, 10_000 + i));
+        for (let i = 0; i < base.length; i += 500) await memories.writeMemories(base.slice(i, i + 500));
+        const builds = [memories.buildPinnedIndex("app"), (async () => {
+          await sleep(1);
+          return memories.buildPinnedIndex("app");
+        })()];
+        const changes = (async () => {
+          for (let round = 0; round < 20; round++) {
+            await memories.writeMemories([memory({ memoryId: `new${round}`, userId: "u", text: `new ${round}`, pinned: round % 2 === 0 }, 5_000 + round)]);
+            await memories.deleteMemories("app", [`b${round * 7}`]);
+          }
+        })();
+        const [first, second] = await Promise.all([...builds, changes]);
+        // At most one of two overlapping builds completes: the later one begins afresh.
+        expect([first, second]).toContain(true);
+        expect(await complete(meta)).toBe(true);
+        const records = Object.values(await admin.hgetall(`${prefix}:mem:${hex("app")}:rec`)).map((json) => JSON.parse(json) as MemoryRecord);
+        expect((await admin.zrange(pinned, 0, -1)).sort()).toEqual(entriesOf(records.filter((m) => m.pinned)));
+        expect(records.filter((m) => m.pinned).length).toBe(Math.ceil(3_000 / 7) - 20 + 10);
+      } finally {
+        await store.close();
+      }
+    });
   });
 });

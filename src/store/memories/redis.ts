@@ -27,6 +27,10 @@
  *            MEMORY_CHANGES_RETAINED changes: "<seq>:w:<hex id>" (written),
  *            "<seq>:s:<hex id>" (superseded; both read as they are now),
  *            "<seq>:d:<JSON [id, user, agent, session] per memory>" (deleted)
+ *   pin      zset, score 0: the pinned memories, each twice: "o:<created>:<hex id>"
+ *            (as order) and "u:<hex user or ->:<created>:<hex id>" (as user);
+ *            used while meta's pinready, pinbuild, pinchain and seq say it is
+ *            complete (redis-scripts/pinned-5.lua), else rebuilt
  *   <prefix>:memories  pub/sub channel: the changes of every write and deletion
  *
  * On a cluster every key of an app carries the app's hash tag `{<hex app>}`,
@@ -55,7 +59,9 @@
  * SEARCH_CANDIDATES of the newest memories the scope's index holds; vector
  * ranking is cosine over the same candidates. Listing walks the scope's
  * index newest first and filters with rules.ts, the one place the semantics
- * live.
+ * live; a listing of pinned memories walks the pinned index instead, so
+ * Recall's core memories cost what there are of them, not what the scope
+ * holds.
  */
 import { randomUUID } from "node:crypto";
 import path from "node:path";
@@ -105,6 +111,15 @@ const CANDIDATE_PAGE = 500;
 const LIST_PAGE = 200;
 /** Memories removed per script call by a deletion by scope or an erasure. */
 const DELETE_PAGE = 500;
+/** Memories scanned per script call while building an app's pinned index (each call holds Redis for ~1 ms). */
+const PINNED_BUILD_PAGE = 500;
+/**
+ * The least time between two builds of one app's pinned index started by one
+ * replica: while replicas of an older release keep writing (a rolling
+ * upgrade), every build is outdated at once, and pinned listings walk the
+ * scope meanwhile.
+ */
+export const PINNED_INDEX_REBUILD_INTERVAL_MS = 60_000;
 
 const SCRIPTS_DIR = path.join(path.dirname(fileURLToPath(import.meta.url)), "redis-scripts");
 
@@ -119,7 +134,7 @@ const created = (createdAt: number) => String(createdAt).padStart(16, "0");
 export type RedisCall = <T>(run: () => Promise<T>) => Promise<T>;
 
 /** How many keys one app's memories have (AppKeys). */
-const APP_KEY_COUNT = 11;
+const APP_KEY_COUNT = 12;
 
 /** The keys of one app's memories, in the order the scripts take them. */
 interface AppKeys {
@@ -134,6 +149,7 @@ interface AppKeys {
   embeddings: string;
   vectors: string;
   changes: string;
+  pinned: string;
 }
 
 /** One index a listing walks: a zset and the prefix its members have before "<created>:<hex id>". */
@@ -221,6 +237,9 @@ export class RedisMemories implements LongTermMemoryStore {
   private subscriber?: RedisClient;
   /** A cluster: the apps whose channels are subscribed (or being subscribed), each settled once Redis answered. */
   private readonly following = new Map<string, Promise<void>>();
+  /** Per app, when this replica last began building its pinned index (rate-limited: PINNED_INDEX_REBUILD_INTERVAL_MS). */
+  private readonly pinnedBuilds = new Map<string, number>();
+  private builds = 0;
 
   constructor(
     private readonly redis: RedisClient,
@@ -320,6 +339,7 @@ export class RedisMemories implements LongTermMemoryStore {
         sortableFrom(m.validFrom),
         m.embedding ? JSON.stringify(m.embedding) : "",
         m.embedding ? vectorBytes(m.embedding) : "",
+        m.pinned ? "1" : "",
       );
     }
     args.push(MEMORY_CHANGES_RETAINED, this.publishCommand, mode);
@@ -370,16 +390,30 @@ export class RedisMemories implements LongTermMemoryStore {
   }
 
   async listMemories(filter: MemoryFilter, limit: number, after?: MemoryCursor): Promise<MemoryRecord[]> {
+    if (limit <= 0) return [];
+    const { appName } = filter.scope;
+    if (filter.pinned === true) {
+      const build = await this.completePinnedIndex(appName);
+      if (build !== undefined) {
+        const listed = await this.listFrom(filter, limit, after, this.pinnedSourcesOf(filter.scope));
+        // A build that began meanwhile emptied the index, maybe before the pages were read: then listed again by walking the scope.
+        if ((await this.pinnedBuild(appName)).ready === build) return this.withEmbeddings(appName, listed);
+      }
+    }
+    return this.withEmbeddings(appName, await this.listFrom(filter, limit, after));
+  }
+
+  /** The first `limit` memories the filter selects after the cursor, from the scope's indexes or from `sources`. */
+  private async listFrom(filter: MemoryFilter, limit: number, after?: MemoryCursor, sources?: IndexSource[]): Promise<MemoryRecord[]> {
     const out: MemoryRecord[] = [];
-    if (limit <= 0) return out;
     // A pinned memory's stored JSON holds `"pinned":true` (encode): a record without it is passed over undecoded.
     const mayBeSelected = filter.pinned === true ? (record: string) => record.includes('"pinned":true') : undefined;
-    for await (const memory of this.newestFirst(filter.scope, Math.min(Math.max(limit, LIST_PAGE), 1000), after, mayBeSelected)) {
+    for await (const memory of this.newestFirst(filter.scope, Math.min(Math.max(limit, LIST_PAGE), 1000), after, mayBeSelected, sources)) {
       if (!filterSelects(filter, memory)) continue;
       out.push(memory);
       if (out.length === limit) break;
     }
-    return this.withEmbeddings(filter.scope.appName, out);
+    return out;
   }
 
   async deleteMemories(appName: string, memoryIds: readonly string[]): Promise<MemoryRecord[]> {
@@ -491,6 +525,7 @@ export class RedisMemories implements LongTermMemoryStore {
         k.vectors,
         k.meta,
         k.changes,
+        k.pinned,
         this.channelOf(appName),
         this.origin,
         pairs.length,
@@ -503,7 +538,7 @@ export class RedisMemories implements LongTermMemoryStore {
     return this.deliver(reply[0] as string, true);
   }
 
-  /** A writing script (write-n.lua, delete-11.lua), then WAIT when MEMORY_REDIS_WAIT_REPLICAS asks for it. */
+  /** A writing script (write-n.lua, delete-12.lua), then WAIT when MEMORY_REDIS_WAIT_REPLICAS asks for it. */
   private runWriting(script: "write" | "delete", keysAndArgs: Array<string | number | Buffer>): Promise<Reply> {
     return runThenWait(this.redis, `engram_memories_${script}`, keysAndArgs, this.wait) as Promise<Reply>;
   }
@@ -527,15 +562,17 @@ export class RedisMemories implements LongTermMemoryStore {
    * index holds a superset of the scope (e.g. a user's memories of any agent).
    * A record whose stored JSON fails `mayBeSelected` is passed over without
    * being decoded (a cheap test that only rules out what the filter cannot select).
+   * `sources`: other indexes to walk (holding a subset of what the scope's do).
    */
   private async *newestFirst(
     scope: MemoryScopeFilter,
     pageSize: number,
     after?: MemoryCursor,
     mayBeSelected?: (record: string) => boolean,
+    sources?: IndexSource[],
   ): AsyncGenerator<MemoryRecord> {
     const keys = this.keysOf(scope.appName);
-    const walks = this.sourcesOf(scope, keys).map((source) => ({
+    const walks = (sources ?? this.sourcesOf(scope, keys)).map((source) => ({
       ...source,
       cursor: after === undefined ? undefined : orderSuffix(after),
       buffer: [] as Array<{ suffix: string; memory?: MemoryRecord }>,
@@ -582,6 +619,67 @@ export class RedisMemories implements LongTermMemoryStore {
       return scope.match === "visible" ? [own, noUser] : [own];
     }
     return scope.match === "within" ? [{ key: keys.order, prefix: "" }] : [noUser];
+  }
+
+  /** The pinned index's entries of what the scope can select, as sourcesOf's (pinned memories only). */
+  private pinnedSourcesOf(scope: MemoryScopeFilter): IndexSource[] {
+    const key = this.keysOf(scope.appName).pinned;
+    const noUser = { key, prefix: "u:-:" };
+    if (scope.userId !== undefined) {
+      const own = { key, prefix: `u:${hex(scope.userId)}:` };
+      return scope.match === "visible" ? [own, noUser] : [own];
+    }
+    return scope.match === "within" ? [{ key, prefix: "o:" }] : [noUser];
+  }
+
+  /** The app's pinned index state (pinned-5.lua): the build it is complete from, if any, and whether changes since were all kept. */
+  private async pinnedBuild(appName: string): Promise<{ ready?: string; chained: boolean }> {
+    const [[seq, chain, ready, build]] = (await this.transaction((tx) => tx.hmget(this.keysOf(appName).meta, "seq", "pinchain", "pinready", "pinbuild"))) as [Array<string | null>];
+    return { ready: ready !== null && ready === build ? ready : undefined, chained: chain === (seq ?? "0") };
+  }
+
+  /**
+   * The build the app's pinned index is complete from, when it holds every
+   * pinned memory (pinned-5.lua says when); when not, starts building it (at
+   * most once per PINNED_INDEX_REBUILD_INTERVAL_MS per app from this
+   * replica) and answers undefined, so the caller walks the scope meanwhile.
+   */
+  private async completePinnedIndex(appName: string): Promise<string | undefined> {
+    const { ready, chained } = await this.pinnedBuild(appName);
+    if (ready !== undefined && chained) return ready;
+    const now = Date.now();
+    const last = this.pinnedBuilds.get(appName);
+    if (last === undefined || now - last >= PINNED_INDEX_REBUILD_INTERVAL_MS) {
+      // Entries past the interval rate-limit nothing: dropped, so many apps from an older release do not pile up.
+      if (this.pinnedBuilds.size >= 10_000) for (const [app, at] of this.pinnedBuilds) if (now - at >= PINNED_INDEX_REBUILD_INTERVAL_MS) this.pinnedBuilds.delete(app);
+      this.pinnedBuilds.set(appName, now);
+      // A failed build leaves the index unused; the next one starts after the interval.
+      this.buildPinnedIndex(appName).catch(() => {});
+    }
+    return undefined;
+  }
+
+  /**
+   * Builds the app's pinned index afresh (pinned-5.lua), a page per call;
+   * false when another build overtook it. Started by pinned listings that
+   * find the index incomplete; public for tests that race it with writes.
+   */
+  async buildPinnedIndex(appName: string): Promise<boolean> {
+    const k = this.keysOf(appName);
+    const token = `${this.origin}:${++this.builds}`;
+    const run = (...args: string[]) => this.call(() => this.runPinned([k.records, k.entries, k.order, k.meta, k.pinned, ...args]));
+    await run("begin", token);
+    let after = "";
+    do {
+      const reply = await run("page", token, after, String(PINNED_BUILD_PAGE));
+      if (reply[0] === "ABORTED") return false;
+      after = reply[1] as string;
+    } while (after !== "");
+    return (await run("finish", token))[0] === "OK";
+  }
+
+  private runPinned(keysAndArgs: string[]): Promise<Reply> {
+    return (this.redis as unknown as Record<string, (...args: string[]) => Promise<Reply>>).engram_memories_pinned(...keysAndArgs);
   }
 
   /** Decodes a notice of the scripts and hands its changes to this replica's listeners; the records it removed. */
@@ -701,6 +799,7 @@ export class RedisMemories implements LongTermMemoryStore {
       embeddings: `${base}:emb`,
       vectors: `${base}:vec`,
       changes: `${base}:chg`,
+      pinned: `${base}:pin`,
     };
   }
 }

@@ -4,15 +4,16 @@
   changes nothing; and being one script, two replicas writing the same
   supersession key never interleave, so exactly one memory of a key holds.
 
-  KEYS: 11 per app of the batch, app after app: records, validity, index
+  KEYS: 12 per app of the batch, app after app: records, validity, index
   entries, order, by user, groups, meta, held, embeddings, vectors, change
-  log (see redis.ts).
+  log, pinned (see redis.ts).
   ARGV[1] notice channel   ARGV[2] origin (the writing replica)   ARGV[3] n
-  then 13 per memory: app number (1-based, into KEYS), hex id, fingerprint,
+  then 14 per memory: app number (1-based, into KEYS), hex id, fingerprint,
   record JSON (without validity and embedding), created (16 digits), hex user or "-",
   hex group or "" (no supersession key), valid from, invalid at or "",
   embedding dimension or 0, valid from as 16 digits that sort (+ 10^15),
-  the embedding as JSON and as float64 little-endian bytes (both "" without);
+  the embedding as JSON and as float64 little-endian bytes (both "" without),
+  "1" for a pinned memory or "";
   then the changes each app's log retains, the command that publishes the
   notice ("PUBLISH" on one node; "SPUBLISH" on a cluster, where the channel
   carries the app's hash tag, so it is in the slot of the keys), and "check"
@@ -22,6 +23,13 @@
   Each change is numbered by its app (meta "seq", one more per change) and
   logged: "<seq>:w:<hex id>" or "<seq>:s:<hex id>" under score seq; the log
   keeps the app's newest retained changes.
+
+  A pinned memory gets two entries in the pinned index, "o:<created>:<hex id>"
+  and "u:<hex user or ->:<created>:<hex id>". The index is complete only
+  while every change of the app was made by a script that keeps it (meta
+  "pinchain" equal to "seq"; pinned-5.lua builds it when it is not): a batch
+  that finds the chain intact extends it over its own changes, and the first
+  batch of an app with no memory yet starts it.
 
   A group's memories are indexed by valid from twice: all of them (groups),
   and those that held for a while (held). The validities of the latter never
@@ -42,9 +50,9 @@
   embedding or null, change number]. A check that passes replies {"OK"}.
 ]]
 local channel, origin, n = ARGV[1], ARGV[2], tonumber(ARGV[3])
-local retained, publish, checkOnly = tonumber(ARGV[4 + n * 13]), ARGV[5 + n * 13], ARGV[6 + n * 13] == "check"
-local function arg(i, k) return ARGV[3 + (i - 1) * 13 + k] end
-local function key(app, k) return KEYS[(app - 1) * 11 + k] end
+local retained, publish, checkOnly = tonumber(ARGV[4 + n * 14]), ARGV[5 + n * 14], ARGV[6 + n * 14] == "check"
+local function arg(i, k) return ARGV[3 + (i - 1) * 14 + k] end
+local function key(app, k) return KEYS[(app - 1) * 12 + k] end
 -- A stored memory as a notice lists it, numbered and logged.
 local function change(kind, app, id, validity)
   local seq = redis.call("HINCRBY", key(app, 7), "seq", 1)
@@ -69,6 +77,22 @@ for i = 1, n do
   seen[batchKey] = seen[batchKey] or fingerprint
 end
 if checkOnly then return {"OK"} end
+
+-- Per app: whether its pinned index is complete before this batch (so stays complete after it).
+local chained = {}
+for i = 1, n do
+  local app = tonumber(arg(i, 1))
+  if chained[app] == nil then
+    local seq, chain = redis.call("HGET", key(app, 7), "seq") or "0", redis.call("HGET", key(app, 7), "pinchain")
+    if not chain and redis.call("ZCARD", key(app, 4)) == 0 then
+      -- No memory yet: an empty index is complete.
+      redis.call("DEL", key(app, 12))
+      redis.call("HSET", key(app, 7), "pinbuild", "empty", "pinready", "empty", "pinchain", seq)
+      chain = seq
+    end
+    chained[app] = chain == seq
+  end
+end
 
 local changes, closed, closedSeen = {}, {}, {}
 for i = 1, n do
@@ -120,9 +144,14 @@ for i = 1, n do
     redis.call("HSET", key(app, 3), id, created .. ":" .. user .. ":" .. group .. ":" .. sortable .. ":" .. fingerprint)
     redis.call("ZADD", key(app, 4), 0, created .. ":" .. id)
     redis.call("ZADD", key(app, 5), 0, user .. ":" .. created .. ":" .. id)
+    if arg(i, 14) == "1" then redis.call("ZADD", key(app, 12), 0, "o:" .. created .. ":" .. id, 0, "u:" .. user .. ":" .. created .. ":" .. id) end
     if dim > 0 then redis.call("HSETNX", key(app, 7), "dim", dim) end
     changes[#changes + 1] = change("w", app, id, validity)
   end
+end
+
+for app, intact in pairs(chained) do
+  if intact then redis.call("HSET", key(app, 7), "pinchain", redis.call("HGET", key(app, 7), "seq") or "0") end
 end
 
 local notice = ""
