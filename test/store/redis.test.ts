@@ -931,6 +931,16 @@ describe("RedisStore long-term memories", () => {
   describe("the pinned index", () => {
     /** Each test's app: its meta hash and pinned index, under the store's prefix. */
     const keysOfApp = (prefix: string) => ({ meta: `${prefix}:mem:${hex("app")}:meta`, pinned: `${prefix}:mem:${hex("app")}:pin` });
+    /** Runs a test on a store of its own, with its app's meta hash and pinned index, and closes the store. */
+    async function withStore(test: (store: RedisStore, keys: { meta: string; pinned: string }, prefix: string) => Promise<void>): Promise<void> {
+      const prefix = `t${process.pid}_${++counter}`;
+      const store = await openStore(DEFAULT_LIMITS, prefix);
+      try {
+        await test(store, keysOfApp(prefix), prefix);
+      } finally {
+        await store.close();
+      }
+    }
     /** Whether the index is complete, as pinned-5.lua defines it. */
     async function complete(meta: string): Promise<boolean> {
       const [seq, chain, ready, build] = await admin.hmget(meta, "seq", "pinchain", "pinready", "pinbuild");
@@ -959,10 +969,7 @@ describe("RedisStore long-term memories", () => {
       ms.filter((m) => m.pinned && (m.userId === "u" || m.userId === undefined)).sort((a, b) => b.createdAt - a.createdAt).map((m) => m.memoryId);
 
     it("is kept by every write and deletion, and a pinned listing reads it alone while it is complete", async () => {
-      const prefix = `t${process.pid}_${++counter}`;
-      const store = await openStore(DEFAULT_LIMITS, prefix);
-      const { meta, pinned } = keysOfApp(prefix);
-      try {
+      await withStore(async (store, { meta, pinned }) => {
         const written = mixed();
         for (let i = 0; i < written.length; i += 200) await store.memories.writeMemories(written.slice(i, i + 200));
         expect(await complete(meta)).toBe(true);
@@ -985,16 +992,11 @@ describe("RedisStore long-term memories", () => {
         expect(await complete(meta)).toBe(true);
         expect((await admin.zrange(pinned, 0, -1)).sort()).toEqual(entriesOf(kept.filter((m) => m.pinned)));
         expect((await store.memories.listMemories(uVisible, 100)).map((m) => m.memoryId)).toEqual(expectedFor(kept));
-      } finally {
-        await store.close();
-      }
+      });
     });
 
     it("a change it did not see (an older release's write) or memories from before it make listings walk the scope until a build completes it", async () => {
-      const prefix = `t${process.pid}_${++counter}`;
-      const store = await openStore(DEFAULT_LIMITS, prefix);
-      const { meta, pinned } = keysOfApp(prefix);
-      try {
+      await withStore(async (store, { meta, pinned }, prefix) => {
         const written = mixed();
         await store.memories.writeMemories(written);
         // An older release writes a pinned memory of u: counted in seq, in no pinned index, the chain left behind.
@@ -1023,17 +1025,12 @@ describe("RedisStore long-term memories", () => {
         } finally {
           await other.close();
         }
-      } finally {
-        await store.close();
-      }
+      });
     });
 
     it("a listing that reads the index while another replica's build begins (and empties it) lists by walking the scope instead", async () => {
-      const prefix = `t${process.pid}_${++counter}`;
-      const store = await openStore(DEFAULT_LIMITS, prefix);
-      const { meta, pinned } = keysOfApp(prefix);
+      await withStore(async (store, { meta, pinned }) => {
       const memories = store.memories as unknown as { listFrom: (...args: unknown[]) => Promise<MemoryRecord[]> };
-      try {
         const written = mixed();
         await store.memories.writeMemories(written);
         expect(await complete(meta)).toBe(true);
@@ -1048,17 +1045,12 @@ describe("RedisStore long-term memories", () => {
           return listFrom(...args);
         };
         expect((await store.memories.listMemories(uVisible, 100)).map((m) => m.memoryId)).toEqual(expectedFor(written));
-      } finally {
-        await store.close();
-      }
+      });
     });
 
     it("a build that writes and deletions overtake, or that another build overtakes, still leaves it exact", async () => {
-      const prefix = `t${process.pid}_${++counter}`;
-      const store = await openStore(DEFAULT_LIMITS, prefix);
-      const { meta, pinned } = keysOfApp(prefix);
+      await withStore(async (store, { meta, pinned }, prefix) => {
       const memories = store.memories as RedisMemories;
-      try {
         // 3,000 memories: six pages of a build, with changes landing between them.
         const base = Array.from({ length: 3_000 }, (_, i) => memory({ memoryId: `b${i}`, userId: i % 2 === 0 ? "u" : undefined, text: `base ${i}`, pinned: i % 7 === 0 }, 10_000 + i));
         for (let i = 0; i < base.length; i += 500) await memories.writeMemories(base.slice(i, i + 500));
@@ -1079,9 +1071,7 @@ describe("RedisStore long-term memories", () => {
         const records = Object.values(await admin.hgetall(`${prefix}:mem:${hex("app")}:rec`)).map((json) => JSON.parse(json) as MemoryRecord);
         expect((await admin.zrange(pinned, 0, -1)).sort()).toEqual(entriesOf(records.filter((m) => m.pinned)));
         expect(records.filter((m) => m.pinned).length).toBe(Math.ceil(3_000 / 7) - 20 + 10);
-      } finally {
-        await store.close();
-      }
+      });
     });
   });
 });
