@@ -39,10 +39,10 @@ local entries = redis.call("ZRANGEBYLEX", KEYS[3], after == "" and "-" or "(" ..
 for _, entry in ipairs(entries) do
   -- "<created, 16 digits>:<hex id>"
   local created, id = string.sub(entry, 1, 16), string.sub(entry, 18)
-  local record = redis.call("HGET", KEYS[1], id)
+  local record, indexed = redis.call("HGET", KEYS[1], id), redis.call("HGET", KEYS[2], id)
   -- The record's JSON says "pinned":true only as the field itself or inside metadata: decoded to tell.
-  if record and string.find(record, '"pinned":true', 1, true) and cjson.decode(record).pinned == true then
-    local user = string.match(redis.call("HGET", KEYS[2], id), "^[^:]*:([^:]*):")
+  if record and indexed and string.find(record, '"pinned":true', 1, true) and cjson.decode(record).pinned == true then
+    local user = string.match(indexed, "^[^:]*:([^:]*):")
     redis.call("ZADD", KEYS[5], 0, "o:" .. created .. ":" .. id, 0, "u:" .. user .. ":" .. created .. ":" .. id)
   end
 end
