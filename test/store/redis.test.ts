@@ -944,7 +944,8 @@ describe("RedisStore long-term memories", () => {
     /** Whether the index is complete, as pinned-5.lua defines it. */
     async function complete(meta: string): Promise<boolean> {
       const [seq, chain, ready, build] = await admin.hmget(meta, "seq", "pinchain", "pinready", "pinbuild");
-      return ready !== null && ready === build && chain === (seq ?? "0");
+      const count = await admin.zcard(meta.replace(/:meta$/, ":order"));
+      return ready !== null && ready === build && chain === `${seq ?? "0"}:${count}`;
     }
     /** Polls until the index is complete, for at most 5 s. */
     async function untilComplete(meta: string): Promise<void> {
@@ -995,42 +996,54 @@ describe("RedisStore long-term memories", () => {
       });
     });
 
-    it("a change it did not see (an older release's write) or memories from before it make listings walk the scope until a build completes it", async () => {
+    it("a change it did not see (an older release's write, counted in seq or not) or memories from before it make listings walk the scope until a build completes it", async () => {
       await withStore(async (store, { meta, pinned }, prefix) => {
         const written = mixed();
         await store.memories.writeMemories(written);
-        // An older release writes a pinned memory of u: counted in seq, in no pinned index, the chain left behind.
-        const late = memory({ memoryId: "late", userId: "u", text: "written by an older release", pinned: true }, 5_000);
-        await store.memories.writeMemories([late]);
-        await admin.zrem(pinned, ...entriesOf([late]));
-        await admin.hset(meta, "pinchain", Number(await admin.hget(meta, "seq")) - 1);
-        expect(await complete(meta)).toBe(false);
-        const all = [...written, late];
-        expect((await store.memories.listMemories(uVisible, 100)).map((m) => m.memoryId)).toEqual(expectedFor(all));
-        // That listing started a build: once it completes, the index holds the late memory too.
-        await untilComplete(meta);
-        expect((await admin.zrange(pinned, 0, -1)).sort()).toEqual(entriesOf(all.filter((m) => m.pinned)));
-        expect((await store.memories.listMemories(uVisible, 100)).map((m) => m.memoryId)).toEqual(expectedFor(all));
+        const all = [...written];
+        /**
+         * A pinned memory of u written as an older release writes it: in no
+         * pinned index, the chain left as it was before it (its stamp's seq
+         * one behind, or, for a release that did not count changes in seq,
+         * level with it), its memory count one behind.
+         */
+        async function olderReleaseWrites(memoryId: string, countedInSeq: boolean): Promise<void> {
+          const older = memory({ memoryId, userId: "u", text: "written by an older release", pinned: true }, 5_000 + all.length);
+          await store.memories.writeMemories([older]);
+          all.push(older);
+          await admin.zrem(pinned, ...entriesOf([older]));
+          const seq = Number(await admin.hget(meta, "seq"));
+          await admin.hset(meta, "pinchain", `${countedInSeq ? seq - 1 : seq}:${(await admin.zcard(`${prefix}:mem:${hex("app")}:order`)) - 1}`);
+          expect(await complete(meta)).toBe(false);
+        }
+        // Each replica starts one build per app a minute: each case is listed by a replica of its own.
+        for (const [memoryId, countedInSeq] of [["counted", true], ["uncounted", false]] as const) {
+          await olderReleaseWrites(memoryId, countedInSeq);
+          const replica = await openStore(DEFAULT_LIMITS, prefix);
+          try {
+            expect((await replica.memories.listMemories(uVisible, 100)).map((m) => m.memoryId)).toEqual(expectedFor(all));
+            // That listing started a build: once it completes, the index holds the older release's memory too.
+            await untilComplete(meta);
+            expect((await admin.zrange(pinned, 0, -1)).sort()).toEqual(entriesOf(all.filter((m) => m.pinned)));
+            expect((await replica.memories.listMemories(uVisible, 100)).map((m) => m.memoryId)).toEqual(expectedFor(all));
+          } finally {
+            await replica.close();
+          }
+        }
 
         // Memories stored before any release kept the index: no chain, no index.
         await admin.del(pinned);
         await admin.hdel(meta, "pinchain", "pinready", "pinbuild");
         expect(await complete(meta)).toBe(false);
-        // This replica started a build a moment ago, so another one does it now.
-        const other = await openStore(DEFAULT_LIMITS, prefix);
-        try {
-          expect((await other.memories.listMemories(uVisible, 100)).map((m) => m.memoryId)).toEqual(expectedFor(all));
-          await untilComplete(meta);
-          expect((await admin.zrange(pinned, 0, -1)).sort()).toEqual(entriesOf(all.filter((m) => m.pinned)));
-        } finally {
-          await other.close();
-        }
+        expect((await store.memories.listMemories(uVisible, 100)).map((m) => m.memoryId)).toEqual(expectedFor(all));
+        await untilComplete(meta);
+        expect((await admin.zrange(pinned, 0, -1)).sort()).toEqual(entriesOf(all.filter((m) => m.pinned)));
       });
     });
 
     it("a listing that reads the index while another replica's build begins (and empties it) lists by walking the scope instead", async () => {
       await withStore(async (store, { meta, pinned }) => {
-      const memories = store.memories as unknown as { listFrom: (...args: unknown[]) => Promise<MemoryRecord[]> };
+        const memories = store.memories as unknown as { listFrom: (...args: unknown[]) => Promise<MemoryRecord[]> };
         const written = mixed();
         await store.memories.writeMemories(written);
         expect(await complete(meta)).toBe(true);

@@ -29,8 +29,9 @@
  *            "<seq>:d:<JSON [id, user, agent, session] per memory>" (deleted)
  *   pin      zset, score 0: the pinned memories, each twice: "o:<created>:<hex id>"
  *            (as order) and "u:<hex user or ->:<created>:<hex id>" (as user);
- *            used while meta's pinready, pinbuild, pinchain and seq say it is
- *            complete (redis-scripts/pinned-5.lua), else rebuilt
+ *            used while meta's pinready, pinbuild and pinchain, seq and the
+ *            order's count say it is complete (redis-scripts/pinned-5.lua),
+ *            else rebuilt
  *   <prefix>:memories  pub/sub channel: the changes of every write and deletion
  *
  * On a cluster every key of an app carries the app's hash tag `{<hex app>}`,
@@ -634,8 +635,9 @@ export class RedisMemories implements LongTermMemoryStore {
 
   /** The app's pinned index state (pinned-5.lua): the build it is complete from, if any, and whether changes since were all kept. */
   private async pinnedBuild(appName: string): Promise<{ ready?: string; chained: boolean }> {
-    const [[seq, chain, ready, build]] = (await this.transaction((tx) => tx.hmget(this.keysOf(appName).meta, "seq", "pinchain", "pinready", "pinbuild"))) as [Array<string | null>];
-    return { ready: ready !== null && ready === build ? ready : undefined, chained: chain === (seq ?? "0") };
+    const keys = this.keysOf(appName);
+    const [[seq, chain, ready, build], count] = (await this.transaction((tx) => tx.hmget(keys.meta, "seq", "pinchain", "pinready", "pinbuild").zcard(keys.order))) as [Array<string | null>, number];
+    return { ready: ready !== null && ready === build ? ready : undefined, chained: chain === `${seq ?? "0"}:${count}` };
   }
 
   /**

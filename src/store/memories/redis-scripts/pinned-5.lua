@@ -3,12 +3,17 @@
   layout), a page per call, while writes go on.
 
   The index is complete while meta "pinready" names the latest build
-  ("pinbuild") and "pinchain" equals "seq": every memory stored before the
-  build began was scanned into it, and every change since was made by a
-  script that keeps it (write-n.lua, delete-12.lua), since each of those
-  extends the chain only when it finds it intact. A change by a script that
-  does not keep it (an older release, during a rolling upgrade) leaves the
-  chain behind "seq", and readers walk the scope's index until a new build.
+  ("pinbuild") and "pinchain" equals the app's stamp, "<seq>:<memories in
+  order>": every memory stored before the build began was scanned into it,
+  and every change since was made by a script that keeps it (write-n.lua,
+  delete-12.lua), since each of those extends the chain only when it finds
+  it intact. A change by a script that does not keep it (an older release,
+  during a rolling upgrade) leaves the chain behind the stamp, and readers
+  walk the scope's index until a new build: releases since the change log
+  count every change in "seq"; the earliest ones did not, but every memory
+  they wrote or deleted changed the count (a write and a deletion of theirs
+  between two changes of this release would offset each other: a rolling
+  upgrade from them can miss a pinned memory until the next build).
 
   KEYS[1] records   KEYS[2] index entries   KEYS[3] order   KEYS[4] meta
   KEYS[5] pinned
@@ -26,7 +31,7 @@ local meta, mode, token = KEYS[4], ARGV[1], ARGV[2]
 if mode == "begin" then
   redis.call("DEL", KEYS[5])
   redis.call("HDEL", meta, "pinready")
-  redis.call("HSET", meta, "pinbuild", token, "pinchain", redis.call("HGET", meta, "seq") or "0")
+  redis.call("HSET", meta, "pinbuild", token, "pinchain", (redis.call("HGET", meta, "seq") or "0") .. ":" .. redis.call("ZCARD", KEYS[3]))
   return {"OK"}
 end
 if redis.call("HGET", meta, "pinbuild") ~= token then return {"ABORTED"} end

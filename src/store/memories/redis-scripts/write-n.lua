@@ -26,9 +26,10 @@
 
   A pinned memory gets two entries in the pinned index, "o:<created>:<hex id>"
   and "u:<hex user or ->:<created>:<hex id>". The index is complete only
-  while every change of the app was made by a script that keeps it (meta
-  "pinchain" equal to "seq"; pinned-5.lua builds it when it is not): a batch
-  that finds the chain intact extends it over its own changes, and the first
+  while every change of the app was made by a script that keeps it: meta
+  "pinchain" equal to the app's stamp, "<seq>:<memories in order>"
+  (pinned-5.lua says why both, and builds it when it is not). A batch that
+  finds the chain intact extends it over its own changes, and the first
   batch of an app with no memory yet starts it.
 
   A group's memories are indexed by valid from twice: all of them (groups),
@@ -53,6 +54,8 @@ local channel, origin, n = ARGV[1], ARGV[2], tonumber(ARGV[3])
 local retained, publish, checkOnly = tonumber(ARGV[4 + n * 14]), ARGV[5 + n * 14], ARGV[6 + n * 14] == "check"
 local function arg(i, k) return ARGV[3 + (i - 1) * 14 + k] end
 local function key(app, k) return KEYS[(app - 1) * 12 + k] end
+-- The app's change number and memory count (pinned-5.lua).
+local function stamp(app) return (redis.call("HGET", key(app, 7), "seq") or "0") .. ":" .. redis.call("ZCARD", key(app, 4)) end
 -- A stored memory as a notice lists it, numbered and logged.
 local function change(kind, app, id, validity)
   local seq = redis.call("HINCRBY", key(app, 7), "seq", 1)
@@ -83,14 +86,14 @@ local chained = {}
 for i = 1, n do
   local app = tonumber(arg(i, 1))
   if chained[app] == nil then
-    local seq, chain = redis.call("HGET", key(app, 7), "seq") or "0", redis.call("HGET", key(app, 7), "pinchain")
+    local now, chain = stamp(app), redis.call("HGET", key(app, 7), "pinchain")
     if not chain and redis.call("ZCARD", key(app, 4)) == 0 then
       -- No memory yet: an empty index is complete.
       redis.call("DEL", key(app, 12))
-      redis.call("HSET", key(app, 7), "pinbuild", "empty", "pinready", "empty", "pinchain", seq)
-      chain = seq
+      redis.call("HSET", key(app, 7), "pinbuild", "empty", "pinready", "empty", "pinchain", now)
+      chain = now
     end
-    chained[app] = chain == seq
+    chained[app] = chain == now
   end
 end
 
@@ -151,7 +154,7 @@ for i = 1, n do
 end
 
 for app, intact in pairs(chained) do
-  if intact then redis.call("HSET", key(app, 7), "pinchain", redis.call("HGET", key(app, 7), "seq") or "0") end
+  if intact then redis.call("HSET", key(app, 7), "pinchain", stamp(app)) end
 end
 
 local notice = ""
