@@ -7,7 +7,7 @@ import { tmpdir } from "node:os";
 import path from "node:path";
 import { setTimeout as sleep } from "node:timers/promises";
 import { Redis } from "ioredis";
-import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { afterAll, beforeAll, describe, expect, it, vi } from "vitest";
 import { eventFingerprint } from "../../src/store/fingerprint.js";
 import { durabilitySummary, RedisStore } from "../../src/store/redis.js";
 import type { DecodedEvents } from "../../src/store/redis/codec.js";
@@ -887,6 +887,45 @@ describe("RedisStore long-term memories", () => {
       expect((await store.memories.listMemories(everything, 1, { createdAt: 2000, memoryId: "hay-0" })).map((m) => m.memoryId)).toEqual(["oldest"]);
     } finally {
       await store.close();
+    }
+  });
+
+  it("a scope searched again reuses its window of candidates until the app changes, whichever replica changed it", async () => {
+    const prefix = `t${process.pid}_${++counter}`;
+    const [one, two] = await Promise.all([openStore(DEFAULT_LIMITS, prefix), openStore(DEFAULT_LIMITS, prefix)]);
+    try {
+      const visible = () => ({ scope: { appName: "app", userId: "u", match: "visible" as const }, asOf: Date.now() });
+      const found = async (query: string) => (await one.memories.searchMemories(visible(), query, 5)).map((r) => r.memory.memoryId);
+      await two.memories.writeMemories([memory({ memoryId: "a", userId: "u", text: "alpha apple" }, 1000), memory({ memoryId: "b", text: "beta banana" }, 1001)]);
+      expect(await found("alpha")).toEqual(["a"]);
+      // A record changed behind the store's back (no write script, so no change of the app): the kept window still has the old text.
+      const records = `${prefix}:mem:${hex("app")}:rec`;
+      const original = (await admin.hget(records, hex("a")))!;
+      await admin.hset(records, hex("a"), original.replace("alpha apple", "gamma grape"));
+      expect(await found("gamma")).toEqual([]);
+      expect(await found("alpha")).toEqual(["a"]);
+      // Any change of the app, by another replica, and the window is read again.
+      await two.memories.writeMemories([memory({ memoryId: "c", userId: "u", text: "alpha again" }, 1002)]);
+      expect(await found("gamma")).toEqual(["a"]);
+      expect(await found("alpha")).toEqual(["c"]);
+      await two.memories.deleteMemories("app", ["c"]);
+      expect(await found("alpha")).toEqual([]);
+      // A memory closed by a later one of its key (its validity changes, its record does not).
+      await two.memories.writeMemories([memory({ memoryId: "old", userId: "u", key: "drink", text: "likes tea" }, 1003)]);
+      expect(await found("likes")).toEqual(["old"]);
+      await two.memories.writeMemories([memory({ memoryId: "new", userId: "u", key: "drink", text: "likes coffee" }, 1004)]);
+      expect(await found("likes")).toEqual(["new"]);
+      // Searches that find the app changed at once read its window once between them.
+      const reads = vi.spyOn(one.memories as unknown as { readWindow: () => Promise<MemoryRecord[]> }, "readWindow");
+      await two.memories.writeMemories([memory({ memoryId: "d", userId: "u", text: "delta" }, 1005)]);
+      expect(await Promise.all(Array.from({ length: 8 }, () => found("delta")))).toEqual(Array.from({ length: 8 }, () => ["d"]));
+      expect(reads).toHaveBeenCalledTimes(1);
+      reads.mockRestore();
+      // Another user's scope and the whole app keep windows of their own.
+      expect((await one.memories.searchMemories({ scope: { appName: "app", match: "within" }, asOf: Date.now() }, "banana", 5)).map((r) => r.memory.memoryId)).toEqual(["b"]);
+      expect((await one.memories.searchMemories({ scope: { appName: "app", userId: "v", match: "exact" } }, "likes", 5)).map((r) => r.memory.memoryId)).toEqual([]);
+    } finally {
+      await Promise.all([one.close(), two.close()]);
     }
   });
 

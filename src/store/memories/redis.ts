@@ -67,6 +67,7 @@
 import { randomUUID } from "node:crypto";
 import path from "node:path";
 import { fileURLToPath } from "node:url";
+import { LRUCache } from "lru-cache";
 import type { ChainableCommander, Cluster, Redis } from "ioredis";
 import type {
   LongTermMemoryStore,
@@ -106,6 +107,12 @@ import {
  * deleted, but never found by SearchMemories or Recall (README, Long-term memory).
  */
 export const SEARCH_CANDIDATES = 2000;
+/**
+ * How many scopes' candidate windows a replica keeps (each at most
+ * SEARCH_CANDIDATES decoded memories, ~2 MB of heap for short ones), reused
+ * while their app is unchanged.
+ */
+export const CANDIDATE_WINDOWS_KEPT = 16;
 /** Index entries read per round trip while gathering search candidates. */
 const CANDIDATE_PAGE = 500;
 /** Index entries read per round trip while listing. */
@@ -234,6 +241,13 @@ export class RedisMemories implements LongTermMemoryStore {
   private readonly listeners = new KeyedListeners<MemoryChange>();
   /** BM25 indexes of recent candidate sets (searchMemories), reused while a scope's window is unchanged. */
   private readonly lexicalIndexes = new LexicalIndexCache();
+  /**
+   * The candidate windows of recently searched scopes (their indexes), each
+   * with the app's stamp it was read under (stampOf). Their records are
+   * shared by every search that reuses them, as the local store shares its
+   * own: nothing that reads a record changes it.
+   */
+  private readonly candidateWindows = new LRUCache<string, { stamp: string; memories: Promise<MemoryRecord[]> }>({ max: CANDIDATE_WINDOWS_KEPT });
   /** A connection of its own for the channel: subscribed while the store is open. */
   private subscriber?: RedisClient;
   /** A cluster: the apps whose channels are subscribed (or being subscribed), each settled once Redis answered. */
@@ -544,16 +558,48 @@ export class RedisMemories implements LongTermMemoryStore {
     return runThenWait(this.redis, `engram_memories_${script}`, keysAndArgs, this.wait) as Promise<Reply>;
   }
 
-  /** The newest SEARCH_CANDIDATES memories of the scope's index that the filter selects. */
+  /**
+   * The newest SEARCH_CANDIDATES memories of the scope's index that the
+   * filter selects: from the window kept for the scope while the app's stamp
+   * is the one it was read under, else read afresh (and kept).
+   */
   private async candidates(filter: MemoryFilter): Promise<MemoryRecord[]> {
-    const out: MemoryRecord[] = [];
-    let scanned = 0;
-    // Pages smaller than the bound: a scope read from two indexes fetches little more than it scans.
-    for await (const memory of this.newestFirst(filter.scope, CANDIDATE_PAGE)) {
-      if (filterSelects(filter, memory)) out.push(memory);
-      if (++scanned === SEARCH_CANDIDATES) break;
+    const keys = this.keysOf(filter.scope.appName);
+    const sources = this.sourcesOf(filter.scope, keys);
+    const windowKey = sources.map((source) => `${source.key}\u0000${source.prefix}`).join("\u0000");
+    // The stamp before the window: a change landing while the window is read moves the stamp, so the next search reads again.
+    const stamp = await this.stampOf(keys);
+    let window = this.candidateWindows.get(windowKey);
+    if (window?.stamp !== stamp) {
+      // One read for every search of the scope that finds the same stamp, however many wait for it.
+      const kept = { stamp, memories: this.readWindow(filter.scope, sources) };
+      this.candidateWindows.set(windowKey, kept);
+      kept.memories.catch(() => this.candidateWindows.get(windowKey) === kept && this.candidateWindows.delete(windowKey));
+      window = kept;
     }
-    return out;
+    return (await window.memories).filter((memory) => filterSelects(filter, memory));
+  }
+
+  /** The newest SEARCH_CANDIDATES memories of the sources. */
+  private async readWindow(scope: MemoryScopeFilter, sources: IndexSource[]): Promise<MemoryRecord[]> {
+    const memories: MemoryRecord[] = [];
+    // Pages smaller than the bound: a scope read from two indexes fetches little more than it scans.
+    for await (const memory of this.newestFirst(scope, CANDIDATE_PAGE, undefined, undefined, sources)) {
+      memories.push(memory);
+      if (memories.length === SEARCH_CANDIDATES) break;
+    }
+    return memories;
+  }
+
+  /**
+   * The app's stamp, "<change number>:<memories>": every write and deletion
+   * of a memory changes it (each release numbers its changes, and the first
+   * releases, which did not, changed the count), and so does closing one's
+   * validity (a change of its own).
+   */
+  private async stampOf(keys: AppKeys): Promise<string> {
+    const [seq, count] = (await this.transaction((tx) => tx.hget(keys.meta, "seq").zcard(keys.order))) as [string | null, number];
+    return `${seq ?? "0"}:${count}`;
   }
 
   /**
