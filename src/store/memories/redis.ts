@@ -57,8 +57,10 @@
  * read records without their embeddings, which are fetched only for the
  * memories returned (or, as vectors, for vector ranking). Lexical ranking
  * runs in this process: MiniSearch (BM25, as the local driver) over at most
- * SEARCH_CANDIDATES of the newest memories the scope's index holds; vector
- * ranking is cosine over the same candidates. Listing walks the scope's
+ * SEARCH_CANDIDATES of the newest memories the scope's index holds (kept
+ * decoded per scope while the app's stamp, its change number and memory
+ * count, stays the same); vector ranking is cosine over the same
+ * candidates. Listing walks the scope's
  * index newest first and filters with rules.ts, the one place the semantics
  * live; a listing of pinned memories walks the pinned index instead, so
  * Recall's core memories cost what there are of them, not what the scope
