@@ -20,6 +20,7 @@ import { freePort, startRedisServer } from "../support/redis-server.js";
 import { describeStoreConformance, makeSession, newEvent, rejection, waitFor } from "./conformance.js";
 import { describeMemoriesConformance, memory } from "./memories-conformance.js";
 import { RedisMemories, SEARCH_CANDIDATES } from "../../src/store/memories/redis.js";
+import type { LexicalIndexCache } from "../../src/store/memories/lexical.js";
 import { MEMORY_CHANGES_RETAINED } from "../../src/store/memories/rules.js";
 
 const url = process.env.MEMORY_TEST_REDIS_URL!;
@@ -921,6 +922,14 @@ describe("RedisStore long-term memories", () => {
       expect(await Promise.all(Array.from({ length: 8 }, () => found("delta")))).toEqual(Array.from({ length: 8 }, () => ["d"]));
       expect(reads).toHaveBeenCalledTimes(1);
       reads.mockRestore();
+      // The same records searched again: their BM25 index is found without hashing their texts; once the window changed, it is hashed again.
+      const hashed = vi.spyOn((one.memories as unknown as { lexicalIndexes: LexicalIndexCache }).lexicalIndexes, "keyedIndexOf");
+      expect(await found("delta")).toEqual(["d"]);
+      expect(hashed).not.toHaveBeenCalled();
+      await two.memories.writeMemories([memory({ memoryId: "e", userId: "u", text: "delta two" }, 1006)]);
+      expect((await found("delta")).sort()).toEqual(["d", "e"]);
+      expect(hashed).toHaveBeenCalledTimes(1);
+      hashed.mockRestore();
       // Another user's scope and the whole app keep windows of their own.
       expect((await one.memories.searchMemories({ scope: { appName: "app", match: "within" }, asOf: Date.now() }, "banana", 5)).map((r) => r.memory.memoryId)).toEqual(["b"]);
       expect((await one.memories.searchMemories({ scope: { appName: "app", userId: "v", match: "exact" } }, "likes", 5)).map((r) => r.memory.memoryId)).toEqual([]);

@@ -53,17 +53,27 @@ export class LexicalIndexCache {
 
   /** The index of these documents, built now or kept from an earlier call with the same ones. */
   indexOf(documents: readonly LexicalDocument[]): MiniSearch<LexicalDocument> {
+    return this.keyedIndexOf(documents).index;
+  }
+
+  /** The index kept under a key keyedIndexOf gave, while it is kept. */
+  kept(key: string): MiniSearch<LexicalDocument> | undefined {
+    return this.indexes.get(key);
+  }
+
+  /** indexOf, with the key it is kept under (for a caller that can tell the same documents apart more cheaply than hashing them). */
+  keyedIndexOf(documents: readonly LexicalDocument[]): { key: string; index: MiniSearch<LexicalDocument> } {
     const parts: string[] = [];
     for (const d of documents) parts.push(`${d.id.length}:${d.id}${d.text.length}:${d.text}${d.fact.length}:${d.fact}`);
     // Each part length-prefixed, so no text can imitate a boundary.
     const content = parts.join("");
     const key = hash("sha256", content, "base64");
     const kept = this.indexes.get(key);
-    if (kept) return kept;
+    if (kept) return { key, index: kept };
     const index = newLexicalIndex();
     index.addAll(documents);
     // A set larger than the whole budget is not kept (lru-cache refuses it).
     this.indexes.set(key, index, { size: Math.max(1, content.length) });
-    return index;
+    return { key, index };
   }
 }

@@ -162,6 +162,17 @@ interface AppKeys {
   pinned: string;
 }
 
+/**
+ * A scope's newest SEARCH_CANDIDATES memories, read under the app's stamp
+ * (RedisMemories.windowOf), and the last subset of them a search ranked,
+ * with the key of its BM25 index in the LexicalIndexCache.
+ */
+interface CandidateWindow {
+  stamp: string;
+  memories: Promise<MemoryRecord[]>;
+  ranking?: { memories: MemoryRecord[]; byId: Map<string, MemoryRecord>; indexKey?: string };
+}
+
 /** One index a listing walks: a zset and the prefix its members have before "<created>:<hex id>". */
 interface IndexSource {
   key: string;
@@ -249,7 +260,7 @@ export class RedisMemories implements LongTermMemoryStore {
    * shared by every search that reuses them, as the local store shares its
    * own: nothing that reads a record changes it.
    */
-  private readonly candidateWindows = new LRUCache<string, { stamp: string; memories: Promise<MemoryRecord[]> }>({ max: CANDIDATE_WINDOWS_KEPT });
+  private readonly candidateWindows = new LRUCache<string, CandidateWindow>({ max: CANDIDATE_WINDOWS_KEPT });
   /** A connection of its own for the channel: subscribed while the store is open. */
   private subscriber?: RedisClient;
   /** A cluster: the apps whose channels are subscribed (or being subscribed), each settled once Redis answered. */
@@ -383,9 +394,17 @@ export class RedisMemories implements LongTermMemoryStore {
 
   async searchMemories(filter: MemoryFilter, query: string, limit: number): Promise<RankedMemory[]> {
     if (query.trim() === "") return [];
-    const candidates = await this.candidates(filter);
-    const byId = new Map(candidates.map((m) => [m.memoryId, m]));
-    const hits = this.lexicalIndexes.indexOf(candidates.map(lexicalDocument)).search(query, LEXICAL_QUERY).slice(0, limit);
+    const window = await this.windowOf(filter.scope);
+    const candidates = (await window.memories).filter((memory) => filterSelects(filter, memory));
+    // The same records as the window's last search ranked (the same objects: a window's records never change): no hash of their texts to find the index.
+    let ranking = window.ranking;
+    if (!ranking || ranking.memories.length !== candidates.length || ranking.memories.some((memory, i) => memory !== candidates[i])) {
+      ranking = window.ranking = { memories: candidates, byId: new Map(candidates.map((m) => [m.memoryId, m])) };
+    }
+    let index = ranking.indexKey === undefined ? undefined : this.lexicalIndexes.kept(ranking.indexKey);
+    if (!index) ({ key: ranking.indexKey, index } = this.lexicalIndexes.keyedIndexOf(candidates.map(lexicalDocument)));
+    const hits = index.search(query, LEXICAL_QUERY).slice(0, limit);
+    const { byId } = ranking;
     const found = await this.withEmbeddings(filter.scope.appName, hits.map((hit) => byId.get(hit.id as string)!));
     return hits.map((hit, i) => ({ memory: found[i], score: hit.score }));
   }
@@ -566,20 +585,23 @@ export class RedisMemories implements LongTermMemoryStore {
    * is the one it was read under, else read afresh (and kept).
    */
   private async candidates(filter: MemoryFilter): Promise<MemoryRecord[]> {
-    const keys = this.keysOf(filter.scope.appName);
-    const sources = this.sourcesOf(filter.scope, keys);
+    return (await (await this.windowOf(filter.scope)).memories).filter((memory) => filterSelects(filter, memory));
+  }
+
+  /** The scope's candidate window: the one kept while the app's stamp is the one it was read under, else read afresh (and kept). */
+  private async windowOf(scope: MemoryScopeFilter): Promise<CandidateWindow> {
+    const keys = this.keysOf(scope.appName);
+    const sources = this.sourcesOf(scope, keys);
     const windowKey = sources.map((source) => `${source.key}\u0000${source.prefix}`).join("\u0000");
     // The stamp before the window: a change landing while the window is read moves the stamp, so the next search reads again.
     const stamp = await this.stampOf(keys);
-    let window = this.candidateWindows.get(windowKey);
-    if (window?.stamp !== stamp) {
-      // One read for every search of the scope that finds the same stamp, however many wait for it.
-      const kept = { stamp, memories: this.readWindow(filter.scope, sources) };
-      this.candidateWindows.set(windowKey, kept);
-      kept.memories.catch(() => this.candidateWindows.get(windowKey) === kept && this.candidateWindows.delete(windowKey));
-      window = kept;
-    }
-    return (await window.memories).filter((memory) => filterSelects(filter, memory));
+    const kept = this.candidateWindows.get(windowKey);
+    if (kept?.stamp === stamp) return kept;
+    // One read for every search of the scope that finds the same stamp, however many wait for it.
+    const window: CandidateWindow = { stamp, memories: this.readWindow(scope, sources) };
+    this.candidateWindows.set(windowKey, window);
+    window.memories.catch(() => this.candidateWindows.get(windowKey) === window && this.candidateWindows.delete(windowKey));
+    return window;
   }
 
   /** The newest SEARCH_CANDIDATES memories of the sources. */
