@@ -891,6 +891,22 @@ describe("RedisStore long-term memories", () => {
     }
   });
 
+  it("leaves the embeddings out of what it returns when the filter omits them (omitEmbeddings), and only then", async () => {
+    const store = await openStore();
+    try {
+      await store.memories.writeMemories([memory({ memoryId: "v", userId: "u", text: "vector memory", embedding: [0.5, 0.25], pinned: true })]);
+      const scope = { appName: "app", userId: "u", match: "visible" as const };
+      for (const omitEmbeddings of [false, true]) {
+        const expected = omitEmbeddings ? undefined : [0.5, 0.25];
+        expect((await store.memories.searchMemories({ scope, omitEmbeddings }, "vector", 5))[0].memory.embedding).toEqual(expected);
+        expect((await store.memories.listMemories({ scope, omitEmbeddings }, 5))[0].embedding).toEqual(expected);
+        expect((await store.memories.listMemories({ scope, omitEmbeddings, pinned: true }, 5))[0].embedding).toEqual(expected);
+      }
+    } finally {
+      await store.close();
+    }
+  });
+
   it("a scope searched again reuses its window of candidates until the app changes, whichever replica changed it", async () => {
     const prefix = `t${process.pid}_${++counter}`;
     const [one, two] = await Promise.all([openStore(DEFAULT_LIMITS, prefix), openStore(DEFAULT_LIMITS, prefix)]);

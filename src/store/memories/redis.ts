@@ -405,7 +405,7 @@ export class RedisMemories implements LongTermMemoryStore {
     if (!index) ({ key: ranking.indexKey, index } = this.lexicalIndexes.keyedIndexOf(candidates.map(lexicalDocument)));
     const hits = index.search(query, LEXICAL_QUERY).slice(0, limit);
     const { byId } = ranking;
-    const found = await this.withEmbeddings(filter.scope.appName, hits.map((hit) => byId.get(hit.id as string)!));
+    const found = await this.withEmbeddings(filter, hits.map((hit) => byId.get(hit.id as string)!));
     return hits.map((hit, i) => ({ memory: found[i], score: hit.score }));
   }
 
@@ -433,10 +433,10 @@ export class RedisMemories implements LongTermMemoryStore {
       if (build !== undefined) {
         const listed = await this.listFrom(filter, limit, after, this.pinnedSourcesOf(filter.scope));
         // A build that began meanwhile emptied the index, maybe before the pages were read: then listed again by walking the scope.
-        if ((await this.pinnedBuild(appName)).ready === build) return this.withEmbeddings(appName, listed);
+        if ((await this.pinnedBuild(appName)).ready === build) return this.withEmbeddings(filter, listed);
       }
     }
-    return this.withEmbeddings(appName, await this.listFrom(filter, limit, after));
+    return this.withEmbeddings(filter, await this.listFrom(filter, limit, after));
   }
 
   /** The first `limit` memories the filter selects after the cursor, from the scope's indexes or from `sources`. */
@@ -538,14 +538,14 @@ export class RedisMemories implements LongTermMemoryStore {
     return (await this.deleteMemoriesInScope({ appName, userId, match: "within" })).length;
   }
 
-  /** The memories of a scan (read without embeddings), each with its embedding when it has one. */
-  private async withEmbeddings(appName: string, memories: MemoryRecord[]): Promise<MemoryRecord[]> {
-    if (memories.length === 0) return memories;
-    const [embeddings] = (await this.transaction((tx) => tx.hmget(this.keysOf(appName).embeddings, ...memories.map((m) => hex(m.memoryId))))) as [Array<string | null>];
+  /** The memories of a scan (read without embeddings), each with its embedding when it has one, unless the filter omits them. */
+  private async withEmbeddings(filter: MemoryFilter, memories: MemoryRecord[]): Promise<MemoryRecord[]> {
+    if (memories.length === 0 || filter.omitEmbeddings) return memories;
+    const [embeddings] = (await this.transaction((tx) => tx.hmget(this.keysOf(filter.scope.appName).embeddings, ...memories.map((m) => hex(m.memoryId))))) as [Array<string | null>];
     return memories.map((m, i) => (embeddings[i] ? { ...m, embedding: JSON.parse(embeddings[i]!) as number[] } : m));
   }
 
-  /** Runs delete-9.lua over [hex id, expected entry] pairs; the removed records. */
+  /** Runs delete-12.lua over [hex id, expected entry] pairs; the removed records. */
   private async remove(appName: string, pairs: ReadonlyArray<readonly [string, string]>): Promise<MemoryRecord[]> {
     const k = this.keysOf(appName);
     const reply = await this.call(() =>
