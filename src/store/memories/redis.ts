@@ -223,6 +223,9 @@ function encode(m: MemoryRecord): string {
   return JSON.stringify(rest);
 }
 
+/** An app's stamp (RedisMemories.stampOf) from its meta's seq and its order index's count, as the scripts write it. */
+const stampFrom = (seq: string | null, count: number) => `${seq ?? "0"}:${count}`;
+
 /** An embedding as the vectors hash keeps it. */
 function vectorBytes(embedding: readonly number[]): Buffer {
   return Buffer.from(Float64Array.from(embedding).buffer);
@@ -623,7 +626,7 @@ export class RedisMemories implements LongTermMemoryStore {
    */
   private async stampOf(keys: AppKeys): Promise<string> {
     const [seq, count] = (await this.transaction((tx) => tx.hget(keys.meta, "seq").zcard(keys.order))) as [string | null, number];
-    return `${seq ?? "0"}:${count}`;
+    return stampFrom(seq, count);
   }
 
   /**
@@ -707,7 +710,7 @@ export class RedisMemories implements LongTermMemoryStore {
   private async pinnedBuild(appName: string): Promise<{ ready?: string; chained: boolean }> {
     const keys = this.keysOf(appName);
     const [[seq, chain, ready, build], count] = (await this.transaction((tx) => tx.hmget(keys.meta, "seq", "pinchain", "pinready", "pinbuild").zcard(keys.order))) as [Array<string | null>, number];
-    return { ready: ready !== null && ready === build ? ready : undefined, chained: chain === `${seq ?? "0"}:${count}` };
+    return { ready: ready !== null && ready === build ? ready : undefined, chained: chain === stampFrom(seq, count) };
   }
 
   /**
