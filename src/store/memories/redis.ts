@@ -434,7 +434,7 @@ export class RedisMemories implements LongTermMemoryStore {
     if (filter.pinned === true) {
       const build = await this.completePinnedIndex(appName);
       if (build !== undefined) {
-        const listed = await this.listFrom(filter, limit, after, this.pinnedSourcesOf(filter.scope));
+        const listed = await this.listFrom(filter, limit, after, this.sourcesOf(filter.scope, this.keysOf(appName), true));
         // A build that began meanwhile emptied the index, maybe before the pages were read: then listed again by walking the scope.
         if ((await this.pinnedBuild(appName)).ready === build) return this.withEmbeddings(filter, listed);
       }
@@ -684,26 +684,17 @@ export class RedisMemories implements LongTermMemoryStore {
   /**
    * The indexes holding every memory the scope can select: a named user's
    * own (and, for VISIBLE, the memories of no user); without a user, the
-   * whole app for WITHIN, else the memories of no user.
+   * whole app for WITHIN, else the memories of no user. `pinned`: the same
+   * entries of the pinned index (its "u:" and "o:" halves), pinned memories only.
    */
-  private sourcesOf(scope: MemoryScopeFilter, keys: AppKeys): IndexSource[] {
-    const noUser = { key: keys.byUser, prefix: "-:" };
+  private sourcesOf(scope: MemoryScopeFilter, keys: AppKeys, pinned = false): IndexSource[] {
+    const [byUser, users, whole] = pinned ? [keys.pinned, "u:", { key: keys.pinned, prefix: "o:" }] : [keys.byUser, "", { key: keys.order, prefix: "" }];
+    const noUser = { key: byUser, prefix: `${users}-:` };
     if (scope.userId !== undefined) {
-      const own = { key: keys.byUser, prefix: `${hex(scope.userId)}:` };
+      const own = { key: byUser, prefix: `${users}${hex(scope.userId)}:` };
       return scope.match === "visible" ? [own, noUser] : [own];
     }
-    return scope.match === "within" ? [{ key: keys.order, prefix: "" }] : [noUser];
-  }
-
-  /** The pinned index's entries of what the scope can select, as sourcesOf's (pinned memories only). */
-  private pinnedSourcesOf(scope: MemoryScopeFilter): IndexSource[] {
-    const key = this.keysOf(scope.appName).pinned;
-    const noUser = { key, prefix: "u:-:" };
-    if (scope.userId !== undefined) {
-      const own = { key, prefix: `u:${hex(scope.userId)}:` };
-      return scope.match === "visible" ? [own, noUser] : [own];
-    }
-    return scope.match === "within" ? [{ key, prefix: "o:" }] : [noUser];
+    return scope.match === "within" ? [whole] : [noUser];
   }
 
   /** The app's pinned index state (pinned-5.lua): the build it is complete from, if any, and whether changes since were all kept. */

@@ -25,9 +25,8 @@
 local channel, origin, n = ARGV[1], ARGV[2], tonumber(ARGV[3])
 local retained, publish = tonumber(ARGV[4 + 2 * n]), ARGV[5 + 2 * n]
 local removed, stubs = {}, {}
--- The app's change number and memory count (pinned-5.lua).
-local function stamp() return (redis.call("HGET", KEYS[10], "seq") or "0") .. ":" .. redis.call("ZCARD", KEYS[4]) end
-local chained = redis.call("HGET", KEYS[10], "pinchain") == stamp()
+--- @include "stamp"
+local chained = redis.call("HGET", KEYS[10], "pinchain") == appStamp(KEYS[10], KEYS[4])
 for i = 1, n do
   local id, expected = ARGV[2 + 2 * i], ARGV[3 + 2 * i]
   local entry = redis.call("HGET", KEYS[3], id)
@@ -53,7 +52,7 @@ for i = 1, n do
 end
 if #removed == 0 then return {} end
 local seq = redis.call("HINCRBY", KEYS[10], "seq", 1)
-if chained then redis.call("HSET", KEYS[10], "pinchain", stamp()) end
+if chained then redis.call("HSET", KEYS[10], "pinchain", appStamp(KEYS[10], KEYS[4])) end
 redis.call("ZADD", KEYS[11], seq, seq .. ":d:" .. cjson.encode(stubs))
 redis.call("ZREMRANGEBYSCORE", KEYS[11], "-inf", seq - retained)
 local notice = '{"o":"' .. origin .. '","q":' .. seq .. ',"d":[' .. table.concat(removed, ",") .. "]}"

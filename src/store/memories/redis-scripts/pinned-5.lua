@@ -21,17 +21,18 @@
   per build)   for "page": ARGV[3] the order entry the last page ended at
   ("" for the first) and ARGV[4] the page size.
 
-  "begin" empties the index and starts the chain at the app's seq; "page"
+  "begin" empties the index and starts the chain at the app's stamp; "page"
   scans the next page of the app's memories, oldest first, and replies
   {"OK", the page's last entry, or "" after the last page}, or {"ABORTED"}
   once another build has begun; "finish" marks the index complete if no
   other build began meanwhile.
 ]]
+--- @include "stamp"
 local meta, mode, token = KEYS[4], ARGV[1], ARGV[2]
 if mode == "begin" then
   redis.call("DEL", KEYS[5])
   redis.call("HDEL", meta, "pinready")
-  redis.call("HSET", meta, "pinbuild", token, "pinchain", (redis.call("HGET", meta, "seq") or "0") .. ":" .. redis.call("ZCARD", KEYS[3]))
+  redis.call("HSET", meta, "pinbuild", token, "pinchain", appStamp(meta, KEYS[3]))
   return {"OK"}
 end
 if redis.call("HGET", meta, "pinbuild") ~= token then return {"ABORTED"} end

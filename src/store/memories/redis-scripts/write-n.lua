@@ -54,8 +54,8 @@ local channel, origin, n = ARGV[1], ARGV[2], tonumber(ARGV[3])
 local retained, publish, checkOnly = tonumber(ARGV[4 + n * 14]), ARGV[5 + n * 14], ARGV[6 + n * 14] == "check"
 local function arg(i, k) return ARGV[3 + (i - 1) * 14 + k] end
 local function key(app, k) return KEYS[(app - 1) * 12 + k] end
--- The app's change number and memory count (pinned-5.lua).
-local function stamp(app) return (redis.call("HGET", key(app, 7), "seq") or "0") .. ":" .. redis.call("ZCARD", key(app, 4)) end
+--- @include "stamp"
+local function stamp(app) return appStamp(key(app, 7), key(app, 4)) end
 -- A stored memory as a notice lists it, numbered and logged.
 local function change(kind, app, id, validity)
   local seq = redis.call("HINCRBY", key(app, 7), "seq", 1)
