@@ -494,5 +494,86 @@ export function describeMemoriesConformance(name: string, factory: MemoriesStore
         expect(describeLogged(oldest.changes)).toEqual(["3 written m2"]);
       }, 60_000);
     });
+    describe("8. finding what was stored", () => {
+      /** A unit vector pointing mostly along axis i of `dims`, a little along the next one. */
+      const axis = (i: number, dims: number, lean = 0.05) => Array.from({ length: dims }, (_, d) => (d === i ? 1 : d === (i + 1) % dims ? lean : 0));
+      const NEEDLES = 10;
+      const DIMS = 32;
+      /** More newer memories than any window a store ever ranked (2,000), so a store that ranks a window fails. */
+      const FILLER = 2_100;
+
+      it(`finds each of ${NEEDLES} old memories by keyword and by vector after ${FILLER} newer ones in the same scope`, async () => {
+        const { memories } = await fresh();
+        const start = 1_000_000;
+        const needles = Array.from({ length: NEEDLES }, (_, i) =>
+          memory({ memoryId: `needle-${i}`, userId: "u", text: `The user's locker code is hidden under needleword${String.fromCharCode(97 + i)}zz`, embedding: axis(i, DIMS, 0) }, start + i),
+        );
+        await memories.writeMemories(needles);
+        for (let batch = 0; batch < FILLER / 100; batch++) {
+          await memories.writeMemories(
+            Array.from({ length: 100 }, (_, j) => {
+              const n = batch * 100 + j;
+              // Filler shares the needles' common words and leans towards their axes, but never points along one.
+              return memory({ memoryId: `filler-${n}`, userId: "u", text: `The user's locker code note number ${n}`, embedding: axis(NEEDLES + (n % (DIMS - NEEDLES)), DIMS, 0.5) }, start + 1000 + n);
+            }),
+          );
+        }
+        for (let i = 0; i < NEEDLES; i++) {
+          const byWord = await memories.searchMemories(filter({ userId: "u" }), `needleword${String.fromCharCode(97 + i)}zz locker`, 5);
+          expect(byWord.map((r) => r.memory.memoryId), `keyword for needle-${i}`).toContain(`needle-${i}`);
+          expect(byWord[0].memory.memoryId).toBe(`needle-${i}`);
+        }
+        if (!memories.nearestMemories) return;
+        for (let i = 0; i < NEEDLES; i++) {
+          // Within 0.02 of the needle's own embedding.
+          const query = axis(i, DIMS, 0.02);
+          const byVector = await memories.nearestMemories(filter({ userId: "u" }), query, 5);
+          expect(byVector[0]?.memory.memoryId, `vector for needle-${i}`).toBe(`needle-${i}`);
+        }
+      }, 120_000);
+
+      it("analyzes text the same way on every store: stemming, Unicode normalization, case and CJK segmentation", async () => {
+        const { memories } = await fresh();
+        const cases: Array<{ text: string; query: string }> = [
+          { text: "Alice now prefers aisle seats on long flights", query: "book a flight seat" },
+          { text: "Meeting at the Cafe\u0301 de Flore", query: "caf\u00e9" },
+          { text: "私の名前は太郎です", query: "太郎" },
+          { text: "我喜欢吃苹果", query: "苹果" },
+          { text: "Ｆｕｌｌ-width ＡＢＣ corp", query: "abc" },
+          { text: "STRASSE closed", query: "straße" },
+          { text: "She was running marathons", query: "RUN" },
+        ];
+        await memories.writeMemories(cases.map((c, i) => memory({ memoryId: `case-${i}`, text: c.text })));
+        for (const [i, c] of cases.entries()) {
+          const found = (await memories.searchMemories(filter(), c.query, 10)).map((r) => r.memory.memoryId);
+          expect(found, `${JSON.stringify(c.query)} in ${JSON.stringify(c.text)}`).toEqual([`case-${i}`]);
+        }
+        // Stop words alone match nothing; a word that is only a stop word in one text does not join them.
+        expect(await memories.searchMemories(filter(), "the of and", 10)).toEqual([]);
+      });
+
+      it("ranks a memory that matches every query term above newer ones that match fewer", async () => {
+        const { memories } = await fresh();
+        await memories.writeMemories([memory({ memoryId: "best", userId: "u", text: "Alice is allergic to peanuts and shellfish" }, 1000)]);
+        await memories.writeMemories(
+          Array.from({ length: 30 }, (_, i) => memory({ memoryId: `newer-${i}`, userId: "u", text: `Alice mentioned ${i % 2 ? "peanuts" : "shellfish"} at dinner ${i}` }, 2000 + i)),
+        );
+        const results = await memories.searchMemories(filter({ userId: "u" }), "allergic peanuts shellfish", 5);
+        expect(results[0].memory.memoryId).toBe("best");
+      });
+
+      it("scores a caller's memories by what the caller may see alone: another user's memories change no score", async () => {
+        const { memories } = await fresh();
+        await memories.writeMemories([memory({ memoryId: "mine", userId: "u1", text: "my zebra sighting at the park" }), memory({ memoryId: "other", userId: "u1", text: "a walk at the park" })]);
+        const scores = async () => (await memories.searchMemories(filter({ userId: "u1" }), "zebra park", 10)).map((r) => [r.memory.memoryId, r.score]);
+        const before = await scores();
+        for (let round = 0; round < 3; round++) {
+          await memories.writeMemories(Array.from({ length: 5 }, (_, i) => memory({ memoryId: `u2-${round}-${i}`, userId: "u2", text: `zebra number ${i} seen by u2 at the zoo` })));
+          const after = await scores();
+          expect(after.map(([id]) => id)).toEqual(before.map(([id]) => id));
+          for (const [i, [, score]] of after.entries()) expect(score).toBeCloseTo(before[i][1] as number, 9);
+        }
+      });
+    });
   });
 }
