@@ -97,12 +97,16 @@ describe("fact extraction from appended events (scripted chat endpoint)", () => 
   });
 
   it("supersedes an earlier fact through a later one with the same subject and predicate", async () => {
-    await client.createSession({ appName: "extract", userId: "maria", sessionId: "ex-2" });
+    // Its own user, so that it needs no earlier test: first Porto, then Lisbon.
+    await client.createSession({ appName: "extract-move", userId: "maria", sessionId: "ex-2a" });
+    await client.addEvent({ sessionId: "ex-2a", event: { eventType: "user_message", content: text("Hi! I just moved to Porto.") } });
+    await pollMemories(client, { appName: "extract-move", userId: "maria" }, (m) => m.some((x) => x.fact?.object === "porto"));
+    await client.createSession({ appName: "extract-move", userId: "maria", sessionId: "ex-2" });
     await client.addEvent({ sessionId: "ex-2", event: { eventType: "user_message", content: text("We left for Lisbon last month.") } });
-    const valid = await pollMemories(client, { appName: "extract", userId: "maria" }, (m) => m.some((x) => x.fact?.object === "lisbon"));
+    const valid = await pollMemories(client, { appName: "extract-move", userId: "maria" }, (m) => m.some((x) => x.fact?.object === "lisbon"));
     const lives = valid.filter((m) => m.fact?.predicate === "lives in");
     expect(lives.map((m) => m.fact?.object)).toEqual(["lisbon"]);
-    const all = (await client.listMemories({ appName: "extract", userId: "maria", includeInvalid: true, predicate: "lives in" })).memories;
+    const all = (await client.listMemories({ appName: "extract-move", userId: "maria", includeInvalid: true, predicate: "lives in" })).memories;
     const porto = all.find((m) => m.fact?.object === "porto")!;
     expect(porto.invalidAt).toBeDefined();
     expect(porto.supersededBy).toBe(extractedMemoryId("ex-2", 1, 1, 0));

@@ -653,6 +653,9 @@ export function describeStoreConformance(name: string, factory: StoreFactory, ca
       it("a session created again under a deleted one's id is another incarnation, in every read and notice", async () => {
         const store = await fresh();
         const first = await makeSession(store, "s1");
+        // Every comparison below would hold for two undefined incarnations.
+        expect(first.incarnation).toEqual(expect.any(String));
+        expect(first.incarnation).not.toBe("");
         await store.appendEvents("s1", [newEvent("user_message", 1)]);
         expect((await store.getSession("s1"))?.incarnation).toBe(first.incarnation);
         expect((await store.readEvents("s1", { limit: 10 })).incarnation).toBe(first.incarnation);
