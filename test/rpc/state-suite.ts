@@ -9,7 +9,7 @@ import { describe, expect, it } from "vitest";
 import { MAX_STATE_DELTA_BYTES } from "../../src/service/state/validation.js";
 import { MAX_STATE_KEYS } from "../../src/store/state.js";
 import { errorOf, type MemoryClient } from "../support/clients.js";
-import { collect, sid } from "./suite.js";
+import { collect, sid } from "./fixtures.js";
 
 /** Registers the state cases; `client` answers the suite's client once its server runs. */
 export function describeStateRpc(client: () => MemoryClient): void {

@@ -6,42 +6,16 @@
 import { setTimeout as sleep } from "node:timers/promises";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { Code } from "@connectrpc/connect";
-import type { StreamSessionEventsResponse } from "@engram-memory/client/gen/engram/v1/memory_pb.js";
 import type { StoreLimits, MemoryStore } from "../../src/store/types.js";
 import { startTestServer, type TestServer } from "../support/engram.js";
 import { codeOf, errorOf, PROTOCOLS, type MemoryClient } from "../support/clients.js";
 import { describeStateRpc } from "./state-suite.js";
+import { collect, seqsOf, sid } from "./fixtures.js";
 
 /** Makes a fresh store for one server. */
 export type RpcStoreFactory = (limits: StoreLimits) => Promise<MemoryStore>;
 
-let unique = 0;
-/** A session id no other test uses. */
-export const sid = (label = "s") => `${label}-${process.pid}-${++unique}-${Date.now().toString(36)}`;
-
-/** Reads frames until `until` says stop (or the stream ends); bounded by a timeout. */
-export async function collect(
-  stream: AsyncIterable<StreamSessionEventsResponse>,
-  until: (frames: StreamSessionEventsResponse[]) => boolean,
-  controller: AbortController,
-  timeoutMs = 10_000,
-): Promise<StreamSessionEventsResponse[]> {
-  const frames: StreamSessionEventsResponse[] = [];
-  const timer = setTimeout(() => controller.abort(), timeoutMs);
-  try {
-    for await (const frame of stream) {
-      frames.push(frame);
-      if (until(frames)) break;
-    }
-  } finally {
-    clearTimeout(timer);
-  }
-  return frames;
-}
-
-/** Seqs of the event frames. */
-export const seqsOf = (frames: StreamSessionEventsResponse[]) =>
-  frames.flatMap((f) => (f.frame.case === "event" ? [Number(f.frame.value.seq)] : []));
+export { collect, seqsOf, sid };
 
 /** Registers the whole RPC suite for one store. */
 export function describeRpcSuite(storeName: string, storeFactory?: RpcStoreFactory): void {

@@ -7,53 +7,19 @@
 import { setTimeout as sleep } from "node:timers/promises";
 import { afterEach, describe, expect, it } from "vitest";
 import { MemoryError } from "../../src/errors.js";
-import { eventFingerprint } from "../../src/store/fingerprint.js";
 import { pino } from "pino";
 import { RetentionSweeper } from "../../src/service/retention.js";
 import { describeStateConformance } from "./state-conformance.js";
-import type { JsonObject, JsonValue, MemoryStore, NewEvent, RecentEventsFilter, SessionNotice, SessionRecord, StoreCall, StoreCapabilities, StoreLimits } from "../../src/store/types.js";
+import { makeSession, newEvent, rejection, waitFor } from "./fixtures.js";
+import type { JsonValue, MemoryStore, RecentEventsFilter, SessionNotice, SessionRecord, StoreCall, StoreCapabilities, StoreLimits } from "../../src/store/types.js";
 
 /** Makes a fresh, empty store with the given limits. */
 export type StoreFactory = (limits: StoreLimits) => Promise<MemoryStore>;
 
+export { makeSession, newEvent, rejection, waitFor };
+
 const DEFAULT_LIMITS: StoreLimits = { maxSessions: 1000, maxSessionEvents: 500 };
-let counter = 0;
 const silentLog = pino({ level: "silent" });
-
-/** A NewEvent as the service would build it; a client-chosen id when `eventId` is given. */
-export function newEvent(
-  eventType: string,
-  content: JsonValue,
-  opts: { eventId?: string; metadata?: JsonObject; timestamp?: number; stateDelta?: JsonObject } = {},
-): NewEvent {
-  const metadata = opts.metadata ?? {};
-  const event: NewEvent = {
-    eventId: opts.eventId ?? `gen-${process.pid}-${++counter}-${Math.random().toString(36).slice(2)}`,
-    eventType,
-    content,
-    metadata,
-    timestamp: opts.timestamp ?? Date.now(),
-    fingerprint: opts.eventId ? eventFingerprint(eventType, content, metadata, opts.stateDelta) : "",
-  };
-  if (opts.stateDelta) event.stateDelta = opts.stateDelta;
-  return event;
-}
-
-/** Creates a session with defaults. */
-export async function makeSession(store: MemoryStore, sessionId: string, appName = "app", userId = "user") {
-  return store.createSession({ sessionId, appName, userId, metadata: {}, now: Date.now() });
-}
-
-/** The MemoryError a call rejects with; fails the test when it resolves. */
-export async function rejection(p: Promise<unknown>): Promise<MemoryError> {
-  try {
-    await p;
-  } catch (err) {
-    expect(err).toBeInstanceOf(MemoryError);
-    return err as MemoryError;
-  }
-  throw new Error("expected a MemoryError, but the call succeeded");
-}
 
 /** Registers the whole conformance suite for one driver. */
 export function describeStoreConformance(name: string, factory: StoreFactory, capabilities: StoreCapabilities): void {
@@ -943,13 +909,4 @@ export function describeStoreConformance(name: string, factory: StoreFactory, ca
       });
     });
   });
-}
-
-/** Polls `check` every 10 ms for up to 5 s. */
-export async function waitFor(check: () => boolean, timeoutMs = 5000): Promise<void> {
-  const deadline = Date.now() + timeoutMs;
-  while (!check()) {
-    if (Date.now() > deadline) throw new Error("condition not met in time");
-    await sleep(10);
-  }
 }

@@ -7,7 +7,7 @@
 import { afterEach, describe, expect, it } from "vitest";
 import { MEMORY_CHANGES_RETAINED, memoryFingerprint } from "../../src/store/memories/rules.js";
 import type { LongTermMemoryStore, MemoryChange, MemoryFilter, MemoryRecord, MemoryStore, ScopeMatch } from "../../src/store/types.js";
-import { rejection } from "./conformance.js";
+import { rejection } from "./fixtures.js";
 
 /** Makes a fresh, empty store that keeps memories. */
 export type MemoriesStoreFactory = () => Promise<MemoryStore>;

@@ -9,7 +9,7 @@ import { setTimeout as sleep } from "node:timers/promises";
 import { describe, expect, it } from "vitest";
 import { MAX_STATE_BYTES, MAX_STATE_KEYS } from "../../src/store/state.js";
 import type { JsonObject, MemoryStore, SessionNotice, StoreCapabilities, StoreLimits } from "../../src/store/types.js";
-import { makeSession, newEvent, rejection, waitFor } from "./conformance.js";
+import { makeSession, newEvent, rejection, waitFor } from "./fixtures.js";
 
 /** Registers the state cases; `fresh` makes an empty store (closed by the caller's afterEach). */
 export function describeStateConformance(fresh: (limits?: Partial<StoreLimits>) => Promise<MemoryStore>, capabilities: StoreCapabilities): void {
