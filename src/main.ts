@@ -122,6 +122,17 @@ function exitRefused(err: StoreIncompatibleError): never {
   process.exit(2);
 }
 
+/** A human line for a port the server cannot listen on (taken, or privileged): a configuration problem, not a crash. */
+function listenFailureOf(err: unknown): string | undefined {
+  const e = err as NodeJS.ErrnoException & { port?: number; address?: string };
+  if (e?.syscall !== "listen") return undefined;
+  const where = `port ${e.port ?? "?"}${e.address ? ` on ${e.address}` : ""}`;
+  if (e.code === "EADDRINUSE") return `${where} is in use (set PORT or --port)`;
+  if (e.code === "EACCES") return `${where} needs privileges this process lacks (set PORT or --port to 1024 or above)`;
+  if (e.code === "EADDRNOTAVAIL") return `${e.address ?? "the address"} is not an address of this machine (set HOST or --host)`;
+  return undefined;
+}
+
 main().catch((err) => {
   if (err instanceof ConfigError) {
     log.fatal(`configuration error: ${err.message}`);
@@ -129,6 +140,12 @@ main().catch((err) => {
     process.exit(2);
   }
   if (err instanceof StoreIncompatibleError) exitRefused(err);
+  const listenFailure = listenFailureOf(err);
+  if (listenFailure) {
+    log.fatal({ err }, listenFailure);
+    process.stderr.write(`engram: ${listenFailure}\n`);
+    process.exit(2);
+  }
   log.fatal({ err }, "failed to start");
   process.exit(1);
 });

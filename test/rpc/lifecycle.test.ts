@@ -3,6 +3,7 @@
  * null store (MEMORY_ENABLED=false), against real server processes.
  */
 import { readFileSync } from "node:fs";
+import net from "node:net";
 import { createRequire } from "node:module";
 import path from "node:path";
 import * as grpc from "@grpc/grpc-js";
@@ -206,6 +207,19 @@ describe("configuration", () => {
 
   it("refuses unknown flags", () => {
     expect(() => loadConfig(["--prot", "1"], {})).toThrow(ConfigError);
+  });
+
+  it("a port already in use exits 2 with one human line naming the port and the setting", async () => {
+    const holder = net.createServer();
+    await new Promise<void>((resolve) => holder.listen(0, "127.0.0.1", resolve));
+    const port = (holder.address() as net.AddressInfo).port;
+    try {
+      await expect(spawnServer({}, ["--port", String(port)])).rejects.toThrow(
+        new RegExp(`exited with 2.*engram: port ${port} on 127\\.0\\.0\\.1 is in use \\(set PORT or --port\\)\\n`, "s"),
+      );
+    } finally {
+      holder.close();
+    }
   });
 
   it("a server with an unknown MEMORY_TYPE exits 2 with a clear message", async () => {
