@@ -1,8 +1,11 @@
 /**
  * gRPC server reflection (grpc.reflection.v1 and v1alpha), so grpcurl and
  * `buf curl` can discover and call the API. It serves the exact descriptors
- * that buf generated: our contract (from the TypeScript client package, which
- * owns the one generated copy) and health and reflection (src/gen).
+ * that buf generated: our contract and the google.rpc error details its
+ * errors carry (from the TypeScript client package, which owns the one
+ * generated copy; the details so that grpcurl and `buf curl` can decode an
+ * error's BadRequest, ErrorInfo and RetryInfo), and health and reflection
+ * (src/gen).
  * @grpc/reflection is not used: it rebuilds descriptors through protobufjs,
  * losing imports and qualified type names, which those tools reject.
  */
@@ -11,6 +14,7 @@ import { create, fromBinary, toBinary, type MessageInitShape } from "@bufbuild/p
 import type { GenFile } from "@bufbuild/protobuf/codegenv2";
 import { FileDescriptorProtoSchema, type DescriptorProto } from "@bufbuild/protobuf/wkt";
 import { file_engram_v1_memory } from "@engram-memory/client/gen/engram/v1/memory_pb.js";
+import { file_google_rpc_error_details } from "@engram-memory/client/gen/google/rpc/error_details_pb.js";
 import { file_health_v1_health } from "../gen/health/v1/health_pb.js";
 import {
   file_grpc_reflection_v1_reflection,
@@ -92,7 +96,7 @@ function answer(index: DescriptorIndex, req: ServerReflectionRequest): ServerRef
 /** Adds grpc.reflection.v1 and v1alpha (same wire format) to a grpc-js server. */
 export function addReflection(server: grpc.Server): void {
   const index = new DescriptorIndex();
-  for (const file of [file_engram_v1_memory, file_health_v1_health, file_grpc_reflection_v1_reflection, file_grpc_reflection_v1alpha_reflection]) {
+  for (const file of [file_engram_v1_memory, file_google_rpc_error_details, file_health_v1_health, file_grpc_reflection_v1_reflection, file_grpc_reflection_v1alpha_reflection]) {
     index.addFile(file);
   }
   for (const pkg of ["grpc.reflection.v1", "grpc.reflection.v1alpha"]) {

@@ -65,4 +65,18 @@ describe("README: the long-term memory example works as written", () => {
     expect(recall.memories.map((r) => r.memory.memory_id)).toEqual(["drink-2"]);
     expect(recall.text).toContain("Alice switched to green tea");
   });
+
+  it("grpcurl decodes an error's google.rpc details through reflection", async () => {
+    const args = ["-plaintext", "-d", JSON.stringify({ app_name: "", memory_id: "m" }), `127.0.0.1:${server.port}`, "engram.v1.MemoryService/GetMemory"];
+    const failed = await run(path.join(grpcurlDir, "grpcurl"), args, { encoding: "utf8", timeout: 30_000 }).then(
+      () => undefined,
+      (err: { stdout: string; stderr: string }) => err,
+    );
+    expect(failed, "GetMemory without app_name must fail").toBeDefined();
+    const printed = `${failed!.stdout}${failed!.stderr}`;
+    expect(printed).not.toContain("not recognized");
+    expect(printed).toContain("InvalidArgument");
+    expect(printed).toContain('"@type": "type.googleapis.com/google.rpc.BadRequest"');
+    expect(printed).toContain('"field": "app_name"');
+  });
 });
