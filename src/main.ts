@@ -6,6 +6,8 @@
  * answers but must not be used by this release (StoreIncompatibleError: a
  * PostgreSQL schema migrated by a newer one) stops the server like a
  * configuration error, whether found at the first attempt or a later one.
+ * A backend that refuses one of the store's scripts (StoreScriptRefusedError)
+ * keeps it unready too, logged as an error naming the script, and retried.
  */
 import { ConfigError, describeConfig, loadConfig, type Config } from "./config.js";
 import { log } from "./log.js";
@@ -17,7 +19,7 @@ import { Metrics } from "./service/metrics.js";
 import { startServer } from "./server/server.js";
 import { describeRetention, RemovalLog, RetentionSweeper } from "./service/retention.js";
 import { ConnectingStore } from "./store/connecting.js";
-import { StoreIncompatibleError } from "./store/incompatible.js";
+import { StoreIncompatibleError, StoreScriptRefusedError } from "./store/incompatible.js";
 import { openStore, storeLimits } from "./store/index.js";
 import type { MemoryStore } from "./store/types.js";
 import { VERSION } from "./version.js";
@@ -34,17 +36,26 @@ async function logDurability(store: MemoryStore, config: Config): Promise<void> 
  * network store only) a ConnectingStore that keeps trying in the background.
  */
 async function openStoreOrKeepTrying(config: Config): Promise<MemoryStore> {
-  const failed = (err: unknown, attempt: number) =>
-    log.warn({ attempt, reason: err instanceof Error ? err.message : String(err) }, "cannot open the store yet; serving unready and retrying with back-off");
+  const failed = (err: unknown, attempt: number) => {
+    // A script the backend refuses is this release's fault on that backend: an error, saying which script and why, in one line.
+    if (err instanceof StoreScriptRefusedError) log.error({ attempt, script: err.script, reason: err.reason }, `${err.message}; serving unready and retrying with back-off`);
+    else log.warn({ attempt, reason: err instanceof Error ? err.message : String(err) }, "cannot open the store yet; serving unready and retrying with back-off");
+  };
   try {
     return await openStore(config);
   } catch (err) {
     if (err instanceof ConfigError || err instanceof StoreIncompatibleError || !config.memoryEnabled || config.memoryType === "local") throw err;
     failed(err, 0);
-    return new ConnectingStore(config.memoryType, () => openStore(config), {
-      failed,
-      opened: (_store, attempts) => log.info({ backend: config.memoryType, attempts }, "store opened"),
-    });
+    return new ConnectingStore(
+      config.memoryType,
+      () => openStore(config),
+      {
+        failed,
+        opened: (_store, attempts) => log.info({ backend: config.memoryType, attempts }, "store opened"),
+      },
+      {},
+      err,
+    );
   }
 }
 

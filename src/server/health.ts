@@ -15,6 +15,7 @@ const SERVICE_NAMES = ["", "engram.v1.MemoryService"];
 export class HealthMonitor {
   readonly grpc = new HealthImplementation(Object.fromEntries(SERVICE_NAMES.map((n) => [n, "SERVING" as ServingStatus])));
   private current: ServingStatus = "SERVING";
+  private notServingReason?: string;
   private timer?: NodeJS.Timeout;
   private stopping = false;
 
@@ -27,6 +28,11 @@ export class HealthMonitor {
   /** SERVING or NOT_SERVING. */
   get status(): ServingStatus {
     return this.current;
+  }
+
+  /** Why it is NOT_SERVING (the failed ping's message, or shutting down); undefined while SERVING. */
+  get reason(): string | undefined {
+    return this.current === "SERVING" ? undefined : this.notServingReason;
   }
 
   /**
@@ -45,6 +51,7 @@ export class HealthMonitor {
   /** Pings the store once and updates the status. */
   async check(): Promise<void> {
     let ok = true;
+    let reason: string | undefined;
     try {
       // A blackholed backend must not hold the status at SERVING: the ping has a deadline of its own,
       // passed down to the driver (StoreCall) and enforced here for any driver that ignores it.
@@ -59,9 +66,11 @@ export class HealthMonitor {
       }
     } catch (err) {
       ok = false;
+      reason = err instanceof Error ? err.message : String(err);
       if (this.current === "SERVING") this.log.warn({ err }, "store unreachable; reporting NOT_SERVING");
     }
     if (this.stopping) return;
+    this.notServingReason = reason;
     if (ok && this.current !== "SERVING") this.log.info("store reachable again; reporting SERVING");
     this.set(ok ? "SERVING" : "NOT_SERVING");
   }
@@ -69,6 +78,7 @@ export class HealthMonitor {
   /** Reports NOT_SERVING for good (graceful shutdown). */
   shutdown(): void {
     this.stopping = true;
+    this.notServingReason = "shutting down";
     clearTimeout(this.timer);
     this.set("NOT_SERVING");
   }

@@ -128,8 +128,8 @@ export function createRestHandler(opts: {
           sendJson(res, 200, { status: "ok" });
           break;
         case "/readyz": {
-          const status = health.status;
-          sendJson(res, status === "SERVING" ? 200 : 503, { status, backend: service.store.backend });
+          const { status, reason } = health;
+          sendJson(res, status === "SERVING" ? 200 : 503, { status, backend: service.store.backend, ...(reason === undefined ? {} : { reason }) });
           break;
         }
         case "/memory/events": {

@@ -9,6 +9,8 @@
 import { performance } from "node:perf_hooks";
 import { collectDefaultMetrics, Counter, Gauge, Registry, type Metric } from "prom-client";
 import type { MemoryErrorCode } from "../errors.js";
+import { ConnectingStore } from "../store/connecting.js";
+import { StoreScriptRefusedError } from "../store/incompatible.js";
 import type { MemoryStore } from "../store/types.js";
 import type { ExtractionCounts } from "./memories/extraction.js";
 import { VERSION } from "../version.js";
@@ -198,6 +200,17 @@ export class Metrics {
       collect() {
         this.reset();
         this.inc(store.sessionsEvicted);
+      },
+    });
+    new Gauge({
+      name: "engram_store_script_refused",
+      help: "1 for the store script the backend refuses to load (it cannot compile it, or its ACL forbids SCRIPT LOAD), while this replica stays unready for it; no series otherwise.",
+      labelNames: ["script"],
+      registers: [registry],
+      collect() {
+        this.reset();
+        const failure = store instanceof ConnectingStore ? store.failure : undefined;
+        if (failure instanceof StoreScriptRefusedError) this.set({ script: failure.script }, 1);
       },
     });
     new Gauge({

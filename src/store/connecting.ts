@@ -70,6 +70,7 @@ interface PendingSubscription {
 /** Wraps a network store being opened in the background, after a first attempt failed; see the file comment. */
 export class ConnectingStore implements MemoryStore {
   private store?: MemoryStore;
+  private lastFailure: unknown;
   private closed = false;
   private readonly pending = new Set<PendingSubscription>();
   /** Resolves with the opened store; rejects when closed before it opened, or with the StoreIncompatibleError that stopped the retries. */
@@ -80,11 +81,17 @@ export class ConnectingStore implements MemoryStore {
     open: () => Promise<MemoryStore>,
     observer: OpenObserver,
     schedule: RetrySchedule = {},
+    /** Why the caller's own first attempt failed, reported by ping() until an attempt here fails too. */
+    firstFailure?: unknown,
   ) {
+    this.lastFailure = firstFailure;
     let attempts = 0;
     const attempt = () => {
       attempts++;
-      return open();
+      return open().catch((err: unknown) => {
+        this.lastFailure = err;
+        throw err;
+      });
     };
     this.opened = openWithRetry(attempt, observer.failed, () => this.closed, schedule).then(async (store) => {
       if (this.closed) {
@@ -106,6 +113,11 @@ export class ConnectingStore implements MemoryStore {
    * then FAILED_PRECONDITION naming the store if its driver keeps none.
    */
   readonly memories: LongTermMemoryStore = new ConnectingMemories(() => this.open.memories);
+
+  /** Why the last attempt to open the store failed (undefined once it is open, or before any attempt failed). */
+  get failure(): unknown {
+    return this.store ? undefined : this.lastFailure;
+  }
 
   /** True once the store is open. */
   get connected(): boolean {
@@ -211,7 +223,13 @@ export class ConnectingStore implements MemoryStore {
     await this.store?.noticesFlowing?.();
   }
 
+  /** The opened store's ping; until it is open, UNAVAILABLE with the last attempt's reason (shown on /readyz). */
   async ping(...args: Parameters<MemoryStore["ping"]>): ReturnType<MemoryStore["ping"]> {
+    const failure = this.failure;
+    if (!this.store && failure !== undefined) {
+      const reason = failure instanceof Error ? failure.message : String(failure);
+      throw new MemoryError("UNAVAILABLE", `the ${this.backend} store is not connected yet (${reason}); the server keeps retrying`);
+    }
     return this.open.ping(...args);
   }
 

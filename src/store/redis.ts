@@ -60,6 +60,7 @@ import { decodeEvent, decodeSession, DecodedEvents, encodeStateChanges, stateOf 
 import { DEFAULT_COMMAND_TIMEOUT_MS, RedisConnection, storeError, type RedisClient } from "./redis/connection.js";
 import { CLUSTER_BUCKETS, erasureField, erasureTenancy, recentMemberRef, RedisKeys, type Bucket, type Tenancy } from "./redis/keys.js";
 import { RedisNotices } from "./redis/notices.js";
+import { checkScripts } from "./redis/script-check.js";
 import {
   appendScript,
   applySharedScript,
@@ -146,12 +147,22 @@ export class RedisStore implements MemoryStore {
     this.memories = new RedisMemories(connection.commands, keyPrefix, (run) => this.call(run), wait);
   }
 
-  /** Connects both connections (commands, notices) and subscribes; UNAVAILABLE when Redis cannot be reached. */
+  /**
+   * Connects both connections (commands, notices), loads every script
+   * (StoreScriptRefusedError when Redis refuses one) and subscribes;
+   * UNAVAILABLE when Redis cannot be reached.
+   */
   static async open(options: RedisStoreOptions): Promise<RedisStore> {
     const connection = new RedisConnection(options);
     // WAIT gets half the command timeout: a shortfall then answers with its count before the command itself times out.
     const wait = { replicas: options.waitReplicas ?? 0, timeoutMs: Math.max(1, Math.floor((options.commandTimeoutMs ?? DEFAULT_COMMAND_TIMEOUT_MS) / 2)) };
     await connection.connect();
+    try {
+      await checkScripts(connection.commands);
+    } catch (err) {
+      await connection.close();
+      throw err;
+    }
     let store: RedisStore;
     try {
       const buckets = connection.cluster ? await recordedBuckets(connection, options.keyPrefix) : 0;

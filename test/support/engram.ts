@@ -80,11 +80,13 @@ export interface ServerProcess {
  * `npm run build`), on port 0, and waits for its "listening" log line.
  * `openFiles` runs it under `prlimit --nofile` (soft and hard), as `ulimit -n` would.
  * `entry` runs another script instead (an installed package's bin), from `cwd`.
+ * `startTimeoutMs` (30 s) bounds the wait for "listening": longer for sources
+ * tsx has not compiled before (a copy of src/).
  */
 export async function spawnServer(
   env: Record<string, string> = {},
   args: string[] = [],
-  opts: { openFiles?: number; compiled?: boolean; entry?: string[]; cwd?: string } = {},
+  opts: { openFiles?: number; compiled?: boolean; entry?: string[]; cwd?: string; startTimeoutMs?: number } = {},
 ): Promise<ServerProcess> {
   const entry = opts.entry ?? (opts.compiled ? ["dist/main.js"] : ["--import", "tsx", "src/main.ts"]);
   const command = [process.execPath, ...entry, "--host", "127.0.0.1", "--port", "0", ...args];
@@ -101,7 +103,8 @@ export async function spawnServer(
     child.once("exit", (code, signal) => resolve({ code, signal })),
   );
   const port = await new Promise<number>((resolve, reject) => {
-    const timer = setTimeout(() => reject(new Error(`server did not start in 30 s: ${stderr}${lines.join("\n")}`)), 30_000);
+    const startTimeoutMs = opts.startTimeoutMs ?? 30_000;
+    const timer = setTimeout(() => reject(new Error(`server did not start in ${startTimeoutMs / 1000} s: ${stderr}${lines.join("\n")}`)), startTimeoutMs);
     createInterface({ input: child.stdout! }).on("line", (line) => {
       lines.push(line);
       try {

@@ -1,6 +1,6 @@
 /**
  * Starts a throw-away Redis Cluster for tests: 3 masters and 3 replicas of
- * Debian's redis-server (startRedisServer, one temp dir each) on free
+ * Debian's redis-server or another build (startRedisServer, one temp dir each) on free
  * loopback ports, joined with `redis-cli --cluster create --cluster-replicas 1`.
  * It gives the store its `redis+cluster://` URL and the fault tests their
  * levers: kill -9 the master of a key's slot, wait for its replica's
@@ -25,6 +25,7 @@ import { setTimeout as sleep } from "node:timers/promises";
 import { promisify } from "node:util";
 import { Redis } from "ioredis";
 import { debianBinary, freePort, onPath } from "./host.js";
+import type { RedisBuild } from "./redis-builds.js";
 import { startRedisServer, type RedisServer } from "./redis-server.js";
 
 const execFileAsync = promisify(execFile);
@@ -157,13 +158,14 @@ async function until<T>(what: string, timeoutMs: number, check: () => Promise<T 
   }
 }
 
-async function startNode(index: number): Promise<ClusterNode> {
+async function startNode(index: number, build: RedisBuild | undefined): Promise<ClusterNode> {
   // The bus port is chosen by us; should another process grab it first, start-up fails: retry with fresh ports.
   for (let attempt = 0; ; attempt++) {
     const busPort = await freePort();
     try {
       const server = await startRedisServer({
         appendonly: true,
+        build,
         extraArgs: [
           "--cluster-enabled", "yes",
           "--cluster-config-file", "nodes.conf",
@@ -179,8 +181,8 @@ async function startNode(index: number): Promise<ClusterNode> {
   }
 }
 
-/** Starts 3 masters + 3 replicas and waits until the cluster is whole; see the file header. */
-export async function startRedisCluster(): Promise<RedisCluster> {
+/** Starts 3 masters + 3 replicas (of `build`, Debian's by default) and waits until the cluster is whole; see the file header. */
+export async function startRedisCluster(opts: { build?: RedisBuild } = {}): Promise<RedisCluster> {
   const nodes: ClusterNode[] = [];
   const admins = new Map<number, Redis>();
   const admin = (node: ClusterNode): Redis => {
@@ -218,7 +220,7 @@ export async function startRedisCluster(): Promise<RedisCluster> {
   };
 
   try {
-    for (let index = 0; index < 6; index++) nodes.push(await startNode(index));
+    for (let index = 0; index < 6; index++) nodes.push(await startNode(index, opts.build));
     for (const node of nodes) node.id = String(await (await ready(node)).call("CLUSTER", "MYID"));
     // redis-cli makes the first three masters and gives each one replica (it may warn that they share a host).
     await redisCli(["--cluster", "create", ...nodes.map((node) => node.address), "--cluster-replicas", "1", "--cluster-yes"], 60_000);

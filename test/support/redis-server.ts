@@ -11,6 +11,7 @@ import { tmpdir } from "node:os";
 import path from "node:path";
 import { setTimeout as sleep } from "node:timers/promises";
 import { debianBinary, freePort, onPath } from "./host.js";
+import type { RedisBuild } from "./redis-builds.js";
 
 /** A running (or stopped) test redis-server. */
 export interface RedisServer {
@@ -69,10 +70,11 @@ export async function waitForRedis(port: number, timeoutMs = 15_000): Promise<vo
  * Starts a dedicated redis-server in a temp dir, on a free loopback port or on
  * `port` (a server already told to use that port, started before Redis).
  * `extraArgs` are appended to the command line (e.g. cluster mode), and kept
- * across restarts.
+ * across restarts. `build` runs another Redis than Debian's redis-server (one
+ * built from Redis' source: test/support/redis-builds.ts).
  */
-export async function startRedisServer(opts: { appendonly?: boolean; port?: number; extraArgs?: readonly string[] } = {}): Promise<RedisServer> {
-  const binary = await redisServerBinary();
+export async function startRedisServer(opts: { appendonly?: boolean; port?: number; extraArgs?: readonly string[]; build?: RedisBuild } = {}): Promise<RedisServer> {
+  const binary = opts.build?.binary ?? (await redisServerBinary());
   const dir = mkdtempSync(path.join(tmpdir(), "engram-redis-"));
   let port = 0;
   let child: ChildProcess | undefined;
@@ -89,10 +91,11 @@ export async function startRedisServer(opts: { appendonly?: boolean; port?: numb
       "--save", "",
       "--daemonize", "no",
       "--protected-mode", "yes",
+      ...(opts.build?.args ?? []),
       ...(opts.extraArgs ?? []),
     ];
     log = "";
-    const proc = spawn(binary, args, { stdio: ["ignore", "pipe", "pipe"] });
+    const proc = spawn(binary, args, { stdio: ["ignore", "pipe", "pipe"], env: { ...process.env, ...opts.build?.env } });
     proc.stdout!.on("data", (d) => (log = (log + d).slice(-4000)));
     proc.stderr!.on("data", (d) => (log = (log + d).slice(-4000)));
     child = proc;

@@ -131,7 +131,8 @@ const PINNED_BUILD_PAGE = 500;
  */
 export const PINNED_INDEX_REBUILD_INTERVAL_MS = 60_000;
 
-const SCRIPTS_DIR = path.join(path.dirname(fileURLToPath(import.meta.url)), "redis-scripts");
+/** Where the long-term memory scripts are (the Redis store loads them at open: src/store/redis/script-check.ts). */
+export const SCRIPTS_DIR = path.join(path.dirname(fileURLToPath(import.meta.url)), "redis-scripts");
 
 type Reply = Array<string | number | null>;
 

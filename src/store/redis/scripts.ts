@@ -524,18 +524,30 @@ export const erasedScript: Script<ErasedInput, boolean> = {
   },
 };
 
+/** One script as the store sends it: its text with includes resolved, its file's name and its key count. */
+export interface ScriptText {
+  file: string;
+  lua: string;
+  /** Undefined for <name>-n.lua, whose caller passes the key count first. */
+  numberOfKeys: number | undefined;
+}
+
 /**
- * The text of every script in `dir` (<name>-<key count>.lua), includes
- * resolved, and its key count, by name; `numberOfKeys` is undefined for
- * <name>-n.lua, whose caller passes the key count first.
+ * Every script in `dir` (<name>-<key count>.lua) by name, includes resolved:
+ * the text the store sends, byte for byte.
+ *
+ * Its comments must not hold "[[" inside a --[[ ... ]] block: Redis' own
+ * build of Lua (LUA_COMPAT_LSTR 1), that of the official images and Redis
+ * Stack, refuses the whole script for it, while Debian's Lua accepts it
+ * (test/store/redis-scripts.test.ts loads each on both).
  */
-export function loadScripts(dir = SCRIPTS_DIR): Map<string, { lua: string; numberOfKeys: number | undefined }> {
-  const scripts = new Map<string, { lua: string; numberOfKeys: number | undefined }>();
+export function loadScripts(dir = SCRIPTS_DIR): Map<string, ScriptText> {
+  const scripts = new Map<string, ScriptText>();
   for (const file of readdirSync(dir)) {
     const match = /^([a-z]+)-(\d+|n)\.lua$/.exec(file);
     if (!match) continue;
     const lua = resolveIncludes(readFileSync(path.join(dir, file), "utf8"), dir, file);
-    scripts.set(match[1], { lua, numberOfKeys: match[2] === "n" ? undefined : Number(match[2]) });
+    scripts.set(match[1], { file, lua, numberOfKeys: match[2] === "n" ? undefined : Number(match[2]) });
   }
   return scripts;
 }

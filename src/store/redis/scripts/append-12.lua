@@ -42,7 +42,7 @@
   the outbox entry prefix ("<hex id>!"; "" on one node: user and app changes
   go to KEYS[11..12] with the rest. On a cluster they are in another slot:
   they go to the outbox, KEYS[11], as field "<prefix><incarnation>!<version>"
-  -> JSON {"app", "user", "at", "changes": [[scope, key, value], ...]}, for
+  -> JSON {"app", "user", "at", "changes": [ [scope, key, value], ... ]}, for
   the driver to apply in the app's slot (shared-3.lua); their caps were
   checked there before this call (statecheck-2.lua)),
   the ingest base ("" on one node: positions count the events appended;
