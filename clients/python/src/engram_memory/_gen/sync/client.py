@@ -173,7 +173,7 @@ class EngramClientSync:
 
     def get_session(self, session_id: str) -> SessionInfo:
         """One session (NotFoundError when absent)."""
-        resp = self._call(self.stub.GetSession, pb.GetSessionRequest(session_id=session_id))
+        resp = self._call(self.stub.GetSession, cv.message(pb.GetSessionRequest, session_id=session_id))
         return cv.session_from_pb(resp.session)
 
     def list_sessions_page(
@@ -224,7 +224,7 @@ class EngramClientSync:
     def delete_session(self, session_id: str) -> bool:
         """Removes a session and its events; False when it did not exist."""
         resp: pb.DeleteSessionResponse = self._call(
-            self.stub.DeleteSession, pb.DeleteSessionRequest(session_id=session_id)
+            self.stub.DeleteSession, cv.message(pb.DeleteSessionRequest, session_id=session_id)
         )
         return resp.deleted
 
@@ -439,7 +439,7 @@ class EngramClientSync:
         calling again removes the rest (its counts are what that call removed).
         """
         resp: pb.DeleteUserDataResponse = self._call(
-            self.stub.DeleteUserData, pb.DeleteUserDataRequest(app_name=app_name, user_id=user_id)
+            self.stub.DeleteUserData, cv.message(pb.DeleteUserDataRequest, app_name=app_name, user_id=user_id)
         )
         return cv.erased_from_pb(resp)
 
@@ -510,7 +510,7 @@ class EngramClientSync:
     def get_memory(self, app_name: str, memory_id: str) -> LongTermMemory:
         """One memory, valid or superseded (NotFoundError when absent or outside the key's scope)."""
         resp: mpb.GetMemoryResponse = self._call(
-            self.stub.GetMemory, mpb.GetMemoryRequest(app_name=app_name, memory_id=memory_id)
+            self.stub.GetMemory, cv.message(mpb.GetMemoryRequest, app_name=app_name, memory_id=memory_id)
         )
         return cv.memory_from_pb(resp.memory)
 
