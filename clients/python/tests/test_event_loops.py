@@ -95,6 +95,28 @@ def test_one_openai_agents_session_serves_two_asyncio_runs_and_two_threads(serve
     assert sorted(str(item["content"]) for item in items) == ["turn 0", "turn 1", "turn 2", "turn 3"]
 
 
+def test_one_adk_session_service_serves_two_asyncio_runs_and_two_threads(server: EngramServer) -> None:
+    pytest.importorskip("google.adk")
+    from google.adk.events.event import Event
+    from google.genai import types
+
+    from engram_memory.adk import EngramSessionService
+
+    service = EngramSessionService(EngramClient(server.target, timeout=10))
+    app = f"loops-{uuid.uuid4().hex[:12]}"
+    asyncio.run(service.create_session(app_name=app, user_id="u", session_id="main"))
+
+    async def step(i: int) -> None:
+        session = await service.get_session(app_name=app, user_id="u", session_id="main")
+        assert session is not None
+        said = types.Content(role="user", parts=[types.Part(text=f"turn {i}")])
+        await service.append_event(session, Event(invocation_id=f"inv-{i}", author="user", content=said))
+
+    _twice_then_in_threads(step)
+    final = asyncio.run(service.get_session(app_name=app, user_id="u", session_id="main"))
+    assert final is not None and len(final.events) == 4
+
+
 def test_the_sync_client_is_shared_by_threads(server: EngramServer) -> None:
     sid = f"loops-{uuid.uuid4().hex[:12]}"
     with EngramClientSync(server.target, timeout=10) as client:
