@@ -48,7 +48,7 @@ from google.adk.sessions.base_session_service import GetSessionConfig  # noqa: E
 from google.genai import types  # noqa: E402
 
 from engram_memory import EngramClient  # noqa: E402
-from engram_memory.adk import EngramMemoryService, EngramSessionService  # noqa: E402
+from engram_memory.adk import EngramMemoryService, EngramSessionService, engram_session_id  # noqa: E402
 
 
 @pytest.fixture
@@ -179,7 +179,7 @@ async def test_partial_events_are_not_stored(service: EngramSessionService, app:
     assert session.events == []
     got = await service.get_session(app_name=app, user_id="u", session_id=session.id)
     assert got is not None and got.events == []
-    assert (await client.get_session_events(session.id)).events == []
+    assert (await client.get_session_events(engram_session_id(app, "u", session.id))).events == []
 
 
 async def test_events_are_engram_events_other_clients_read(
@@ -188,13 +188,13 @@ async def test_events_are_engram_events_other_clients_read(
     session = await service.create_session(app_name=app, user_id="u")
     await service.append_event(session, _event(content=types.Content(role="user", parts=[types.Part(text="hi")])))
     await service.append_event(session, _event(author="agent", content=types.Content(parts=[types.Part(text="yo")])))
-    stored = (await client.get_session_events(session.id)).events
+    stored = (await client.get_session_events(engram_session_id(app, "u", session.id))).events
     assert [(e.event_type, e.event_id) for e in stored] == [
         ("user_message", session.events[0].id),
         ("agent_response", session.events[1].id),
     ]
     # An event another tool wrote is not an ADK event: the session service leaves it out.
-    await client.add_event(session.id, "user_message", "from elsewhere")
+    await client.add_event(engram_session_id(app, "u", session.id), "user_message", "from elsewhere")
     got = await service.get_session(app_name=app, user_id="u", session_id=session.id)
     assert got is not None and [e.id for e in got.events] == [e.id for e in session.events]
 
@@ -295,7 +295,8 @@ async def test_a_runner_keeps_sessions_and_events_in_engram(
         ("user", "I live in Porto"),
         ("assistant", "Hello Alice."),
     ]
-    assert [e.event_type for e in (await client.get_session_events(session.id)).events] == [
+    engram_id = engram_session_id(app, "alice", session.id)
+    assert [e.event_type for e in (await client.get_session_events(engram_id)).events] == [
         "user_message",
         "agent_response",
     ]
@@ -339,3 +340,74 @@ async def test_the_memory_service_remembers_sessions_and_searches_memories_and_e
     assert (await memory_service.search_memory(app_name=app, user_id="alice", query="vegetarian")).memories == []
 
 
+
+
+async def test_the_same_session_id_serves_each_user_and_app_apart(service: EngramSessionService, app: str) -> None:
+    alice = await service.create_session(app_name=app, user_id="alice", session_id="main", state={"who": "alice"})
+    bob = await service.create_session(app_name=app, user_id="bob", session_id="main", state={"who": "bob"})
+    other_app = await service.create_session(app_name=f"{app}-2", user_id="alice", session_id="main")
+    assert alice.id == bob.id == other_app.id == "main"
+    await service.append_event(alice, _event(content=_said("alice's turn")))
+    got_alice = await service.get_session(app_name=app, user_id="alice", session_id="main")
+    got_bob = await service.get_session(app_name=app, user_id="bob", session_id="main")
+    assert got_alice is not None and got_bob is not None
+    assert (got_alice.state["who"], len(got_alice.events)) == ("alice", 1)
+    assert (got_bob.state["who"], got_bob.events) == ("bob", [])
+    assert [s.id for s in (await service.list_sessions(app_name=app, user_id="bob")).sessions] == ["main"]
+    with pytest.raises(AlreadyExistsError):
+        await service.create_session(app_name=app, user_id="bob", session_id="main")
+    await service.delete_session(app_name=app, user_id="bob", session_id="main")
+    assert await service.get_session(app_name=app, user_id="alice", session_id="main") is not None
+
+
+async def test_a_session_stored_under_its_adk_id_before_namespacing_is_still_used(
+    service: EngramSessionService, app: str, client: EngramClient
+) -> None:
+    legacy_id = f"{app}-legacy"
+    await client.create_session(app, "u", legacy_id)  # how sessions were stored before
+    session = await service.get_session(app_name=app, user_id="u", session_id=legacy_id)
+    assert session is not None and session.id == legacy_id
+    await service.append_event(session, _event(content=_said("still here")))
+    assert [e.event_type for e in (await client.get_session_events(legacy_id)).events] == ["user_message"]
+    with pytest.raises(AlreadyExistsError):
+        await service.create_session(app_name=app, user_id="u", session_id=legacy_id)
+    assert [s.id for s in (await service.list_sessions(app_name=app, user_id="u")).sessions] == [legacy_id]
+    await service.delete_session(app_name=app, user_id="u", session_id=legacy_id)
+    assert await service.get_session(app_name=app, user_id="u", session_id=legacy_id) is None
+
+
+async def test_a_none_in_a_state_delta_deletes_the_key(service: EngramSessionService, app: str) -> None:
+    # ADK stores None; Engram's state delta (a protobuf Struct) spends null on deletion, and
+    # this bridge cannot say "set to null" through it (see the README).
+    session = await service.create_session(app_name=app, user_id="u", state={"k": 1})
+    await service.append_event(session, _event(actions=EventActions(state_delta={"k": None})))
+    got = await service.get_session(app_name=app, user_id="u", session_id=session.id)
+    assert got is not None and "k" not in got.state
+
+
+async def test_re_adding_an_event_with_edited_text_updates_its_memory(
+    service: EngramSessionService, memory_service: EngramMemoryService, app: str
+) -> None:
+    session = await service.create_session(app_name=app, user_id="u")
+    event = _event(content=_said("I live in Porto"))
+    await service.append_event(session, event)
+    await memory_service.add_session_to_memory(session)
+    edited = event.model_copy(update={"content": _said("I live in Lisbon now")})
+    await memory_service.add_events_to_memory(app_name=app, user_id="u", events=[edited], session_id=session.id)
+    found = await memory_service.search_memory(app_name=app, user_id="u", query="live")
+    assert [m.content.parts[0].text for m in found.memories if m.content.parts] == ["I live in Lisbon now"]
+
+
+async def test_equally_good_memories_come_back_in_the_order_they_were_added(
+    memory_service: EngramMemoryService, app: str
+) -> None:
+    from google.adk.memory.memory_entry import MemoryEntry
+
+    for text in ("apple one", "apple two", "apple three"):
+        await memory_service.add_memory(app_name=app, user_id="u", memories=[MemoryEntry(content=_said(text))])
+    found = await memory_service.search_memory(app_name=app, user_id="u", query="apple")
+    assert [m.content.parts[0].text for m in found.memories if m.content.parts] == [
+        "apple one",
+        "apple two",
+        "apple three",
+    ]

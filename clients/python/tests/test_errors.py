@@ -102,3 +102,26 @@ def test_the_sync_client_reads_the_same_details(
             except ResourceExhaustedError as err:
                 refused.append(err)
         assert refused and all(e.retry_delay is not None and e.retry_delay > 0 for e in refused)
+
+
+async def test_a_value_of_the_wrong_type_raises_a_type_error_naming_its_field(client: EngramClient) -> None:
+    with pytest.raises(TypeError, match=r"^session_id: expected str, got int 123$"):
+        await client.get_session(123)  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match=r"^session_id: expected str"):
+        await client.create_session("app", "user", 7)  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match=r"^page_size: expected int, got str"):
+        await client.list_sessions_page(page_size="10")  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match=r"^memory_ids: expected an iterable of str"):
+        await client.delete_memories("app", [1, 2])  # type: ignore[list-item]
+
+
+async def test_a_set_is_refused_rather_than_stored_as_a_list(client: EngramClient, sid: str) -> None:
+    await client.create_session("app", "user", sid)
+    with pytest.raises(TypeError, match=r"^content: a set is not JSON"):
+        await client.add_event(sid, "user_message", {"a", "b"})
+    with pytest.raises(TypeError, match=r"^metadata: a frozenset is not JSON"):
+        await client.add_event(sid, "user_message", "hi", metadata={"tags": frozenset({"x"})})
+    with pytest.raises(TypeError, match=r"^state_delta: a set is not JSON"):
+        await client.update_session(sid, state_delta={"k": {1}})
+    assert (await client.add_event(sid, "user_message", ("a", "b"))).content == ["a", "b"]  # a tuple is a list
+    assert [e.content async for e in client.iter_session_events(sid)] == [["a", "b"]]

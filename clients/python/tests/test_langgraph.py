@@ -1,6 +1,8 @@
 """EngramStore as LangGraph's BaseStore, against a real server, and a graph that uses it."""
 from __future__ import annotations
 
+import asyncio
+from collections.abc import Sequence
 from typing import Any, TypedDict
 
 import pytest
@@ -8,10 +10,11 @@ import pytest
 pytest.importorskip("langgraph")
 
 from langgraph.graph import END, START, StateGraph  # noqa: E402
-from langgraph.store.base import BaseStore  # noqa: E402
+from langgraph.store.base import BaseStore, GetOp, IndexConfig, InvalidNamespaceError, PutOp  # noqa: E402
 
 from engram_memory import EngramClient  # noqa: E402
 from engram_memory.langgraph import EngramStore  # noqa: E402
+from engram_server import EngramServer  # noqa: E402
 
 
 @pytest.fixture
@@ -72,9 +75,110 @@ async def test_list_namespaces(store: EngramStore) -> None:
     assert await store.alist_namespaces(max_depth=1) == [("docs",), ("notes",)]
 
 
-async def test_the_blocking_api_says_to_use_the_async_one(store: EngramStore) -> None:
-    with pytest.raises(NotImplementedError, match="async"):
-        store.get(("a",), "b")
+def _blocking_round_trip(store: EngramStore) -> None:
+    ns = ("users", "carol")
+    assert store.get(ns, "pet") is None
+    store.put(ns, "pet", {"text": "a cat called Miso"})
+    item = store.get(ns, "pet")
+    assert item is not None and item.value == {"text": "a cat called Miso"}
+    assert [i.key for i in store.search(("users",), query="cat")] == ["pet"]
+    assert store.list_namespaces() == [ns]
+    assert store.batch([GetOp(ns, "pet"), PutOp(ns, "pet", None), GetOp(ns, "pet")])[2] is None
+    store.delete(ns, "pet")
+
+
+def test_the_blocking_api_works_outside_any_event_loop(client: EngramClient, sid: str) -> None:
+    _blocking_round_trip(EngramStore(client, f"lg-sync-{sid}"))
+
+
+async def test_the_blocking_api_works_from_a_thread_of_an_async_app(client: EngramClient, sid: str) -> None:
+    store = EngramStore(client, f"lg-thread-{sid}")
+    await asyncio.to_thread(_blocking_round_trip, store)
+    await store.aput(("async",), "k", {"v": 1})  # the async API keeps working beside it
+    assert await asyncio.to_thread(store.get, ("async",), "k") is not None
+
+
+def test_a_sync_graph_uses_the_blocking_api(client: EngramClient, sid: str) -> None:
+    store = EngramStore(client, f"lg-graph-{sid}")
+
+    def respond(state: _Turn, *, store: BaseStore) -> dict[str, Any]:
+        ns = ("memories", state["user"])
+        if state["said"].startswith("remember "):
+            store.put(ns, "fact", {"text": state["said"].removeprefix("remember ")})
+            return {"reply": "ok"}
+        known = store.search(ns, query=state["said"])
+        return {"reply": known[0].value["text"] if known else "I don't know"}
+
+    graph = StateGraph(_Turn)
+    graph.add_node("respond", respond)
+    graph.add_edge(START, "respond")
+    graph.add_edge("respond", END)
+    app = graph.compile(store=store)
+    app.invoke({"user": "dan", "said": "remember my bike is red", "reply": ""})
+    assert app.invoke({"user": "dan", "said": "what colour is my bike", "reply": ""})["reply"] == "my bike is red"
+
+
+@pytest.mark.parametrize(
+    "namespace", [("a.b",), ("",), ("ok", ""), ("a\x00",)], ids=["period", "empty", "empty-second", "nul"]
+)
+async def test_invalid_namespace_labels_are_refused_as_langgraph_refuses_them(
+    store: EngramStore, namespace: tuple[str, ...]
+) -> None:
+    with pytest.raises(InvalidNamespaceError):
+        await store.aput(namespace, "k", {"v": 1})
+    with pytest.raises(InvalidNamespaceError):  # ops handed straight to abatch are checked too
+        await store.abatch([PutOp(namespace, "k", {"v": 1})])
+    with pytest.raises(InvalidNamespaceError):
+        store.batch([GetOp(namespace, "k")])
+    with pytest.raises(InvalidNamespaceError):
+        await store.aput(("langgraph", "x"), "k", {"v": 1})
+
+
+async def test_index_false_and_index_fields_choose_what_a_search_matches(store: EngramStore) -> None:
+    ns = ("notes",)
+    await store.aput(ns, "indexed", {"title": "tomato soup", "body": "onions"})
+    await store.aput(ns, "hidden", {"title": "tomato salad"}, index=False)
+    await store.aput(ns, "title-only", {"title": "bread", "body": "tomato"}, index=["title"])
+
+    found = await store.asearch(ns, query="tomato", limit=1)
+    assert [(i.key, i.score is not None) for i in found] == [("indexed", True)]
+    # Unindexed items only fill the remaining places, unscored; a field not indexed is not matched.
+    found = await store.asearch(ns, query="tomato", limit=10)
+    assert [(i.key, i.score is None) for i in found] == [("indexed", False), ("hidden", True)]
+    assert {i.key for i in await store.asearch(ns, query="bread")} == {"title-only", "hidden"}
+    item = await store.aget(ns, "hidden")
+    assert item is not None and item.value == {"title": "tomato salad"}
+
+
+def _letters(texts: Sequence[str]) -> list[list[float]]:
+    """A deterministic embedding: how often each letter a..z occurs."""
+    return [[float(t.lower().count(chr(c))) + 0.01 for c in range(ord("a"), ord("z") + 1)] for t in texts]
+
+
+async def test_an_index_config_embeds_the_indexed_fields_and_searches_by_them(client: EngramClient, sid: str) -> None:
+    index: IndexConfig = {"dims": 26, "embed": _letters, "fields": ["text"]}
+    store = EngramStore(client, f"lg-embed-{sid}", index=index)
+    await store.aput(("docs",), "zz", {"text": "zzz buzz fizz", "other": "aaa"})
+    await store.aput(("docs",), "aa", {"text": "banana", "other": "zzz"})
+    stored = [m async for m in client.list_memories(store.app_name)]
+    assert {m.text for m in stored} == {"zzz buzz fizz", "banana"}
+    vectors = [m.embedding async for m in client.list_memories(store.app_name, include_embeddings=True)]
+    assert [len(v) for v in vectors] == [26, 26]
+    assert [i.key for i in await store.asearch(("docs",), query="buzz", limit=1)] == ["zz"]
+
+
+async def test_a_burst_of_6000_operations_outlasts_the_deadline_without_hitting_it(
+    server: EngramServer, sid: str
+) -> None:
+    # A 3 s deadline per call, a burst that takes far longer as a whole: puts handed
+    # over in one batch travel 100 per call, and concurrent calls queue in the store.
+    async with EngramClient(server.target, timeout=3) as short:
+        store = EngramStore(short, f"lg-burst-{sid}")
+        await store.abatch([PutOp(("batched",), f"k{n}", {"n": n}) for n in range(4000)])
+        await asyncio.gather(*(store.aput(("concurrent",), f"k{n}", {"n": n}) for n in range(2000)))
+        assert len([m async for m in short.list_memories(store.app_name)]) == 6000
+        item = await store.aget(("batched",), "k3999")
+        assert item is not None and item.value == {"n": 3999}
 
 
 class _Turn(TypedDict):

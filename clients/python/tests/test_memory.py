@@ -126,3 +126,39 @@ def test_sync_client_rpcs(server: EngramServer) -> None:
         assert c.delete_session(sid)
         with pytest.raises(NotFoundError):
             c.get_session(sid)
+
+
+async def test_pais_write_recall_and_forget_long_term_memories(memory: EngramMemory) -> None:
+    app, user = f"pais-{uuid.uuid4().hex[:8]}", "alice"
+    tea = await memory.write("Alice drinks green tea every morning", app_name=app, user_id=user, topics=["food"])
+    coffee = await memory.write("Alice dislikes coffee", app_name=app, user_id=user)
+    await memory.write("Bob drinks coffee", app_name=app, user_id="bob")
+    assert tea.memory_id and tea.user_id == user and tea.topics == ["food"]
+
+    found = await memory.recall("green tea", app_name=app, user_id=user)
+    assert found[0].memory.memory_id == tea.memory_id
+    assert {s.memory.memory_id for s in await memory.recall("coffee", app_name=app, user_id=user)} == {
+        coffee.memory_id
+    }
+    assert len(await memory.recall(app_name=app, user_id=user, limit=1)) == 1
+
+    assert await memory.forget(tea.memory_id, app_name=app) == 1
+    assert await memory.forget([tea.memory_id], app_name=app) == 0  # forgetting twice is harmless
+    assert [s.memory.memory_id for s in await memory.recall("tea", app_name=app, user_id=user)] == []
+
+    assert await memory.forget(app_name=app, user_id=user) == 1  # the whole scope: Alice's last memory
+    assert await memory.recall(app_name=app, user_id=user) == []
+    assert [s.memory.text for s in await memory.recall(app_name=app, user_id="bob")] == ["Bob drinks coffee"]
+
+
+def test_pais_forget_without_ids_or_scope_refuses_to_forget_the_whole_app(server: EngramServer) -> None:
+    with EngramMemorySync(server.target) as memory:
+        try:
+            memory.forget(app_name="pais")
+        except ValueError as err:
+            assert "memory_ids" in str(err)
+        else:
+            raise AssertionError("forget() without ids or scope must raise")
+        stored = memory.write("kept", app_name="pais-sync", user_id="carol")
+        assert memory.recall("kept", app_name="pais-sync", user_id="carol")[0].memory.memory_id == stored.memory_id
+        assert memory.forget(stored.memory_id, app_name="pais-sync") == 1

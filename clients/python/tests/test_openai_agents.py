@@ -104,3 +104,24 @@ async def test_items_keep_their_json_types(client: EngramClient, sid: str) -> No
     assert await session.get_items() == [item]
     got: Any = (await session.get_items())[0]
     assert isinstance(got["extra"]["n"], int)
+
+
+async def test_session_settings_set_the_default_limit_of_get_items(client: EngramClient, sid: str) -> None:
+    from agents import RunConfig
+    from agents.memory import SessionSettings
+
+    items: list[Any] = [{"role": "user", "content": str(n)} for n in range(5)]
+    session = EngramSession(sid, client, session_settings=SessionSettings(limit=2))
+    await session.add_items(items)
+    assert await session.get_items() == items[-2:]
+    assert await session.get_items(limit=4) == items[-4:]  # an explicit limit wins
+    assert EngramSession(sid, client).session_settings == SessionSettings()
+    assert await EngramSession(sid, client, session_settings={"limit": 3}).get_items() == items[-3:]
+
+    # The runner reads the session's settings (overlaid by the run's) for the history it sends.
+    model = ScriptedModel([[assistant_message("ok")], [assistant_message("ok")]])
+    agent = Agent(name="limited", model=model)
+    await Runner.run(agent, "next", session=session)
+    assert _texts(model.calls[-1].input) == [("user", "3"), ("user", "4"), ("user", "next")]
+    await Runner.run(agent, "last", session=session, run_config=RunConfig(session_settings=SessionSettings(limit=1)))
+    assert _texts(model.calls[-1].input) == [("assistant", "ok"), ("user", "last")]

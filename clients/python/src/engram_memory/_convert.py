@@ -5,11 +5,13 @@ import dataclasses
 import json
 import math
 import uuid
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import date, datetime, timedelta, timezone
-from typing import Any
+from typing import Any, TypeVar
 
 from google.protobuf import duration_pb2, struct_pb2, timestamp_pb2
+from google.protobuf.descriptor import FieldDescriptor
+from google.protobuf.message import Message
 
 from ._gen.engram.v1 import memories_pb2 as mpb
 from ._gen.engram.v1 import memory_pb2 as pb
@@ -50,22 +52,62 @@ def _json_default(obj: Any) -> Any:
     dump = getattr(obj, "model_dump", None)
     if callable(dump):
         return dump(mode="json")
-    if isinstance(obj, (set, frozenset, tuple)):
+    if isinstance(obj, (set, frozenset)):
+        raise TypeError(f"a {type(obj).__name__} is not JSON (it has no order): pass a list")
+    if isinstance(obj, tuple):
         return list(obj)
     if isinstance(obj, bytes):
         return obj.decode("utf-8", "replace")
     return str(obj)
 
 
-def jsonable(value: Any) -> Any:
-    """Makes ``value`` plain JSON (dict/list/str/number/bool/None)."""
+def jsonable(value: Any, field: str = "content") -> Any:
+    """Makes ``value`` plain JSON (dict/list/str/number/bool/None); errors name ``field``."""
     if value is None or isinstance(value, (str, bool, int)):
         return value
     if isinstance(value, float):
         if not math.isfinite(value):
-            raise ValueError("content: NaN and infinities are not JSON")
+            raise ValueError(f"{field}: NaN and infinities are not JSON")
         return value
-    return json.loads(json.dumps(value, default=_json_default, allow_nan=False))
+    try:
+        return json.loads(json.dumps(value, default=_json_default, allow_nan=False))
+    except TypeError as err:
+        raise TypeError(f"{field}: {err}") from None
+    except ValueError as err:
+        raise ValueError(f"{field}: NaN and infinities are not JSON ({err})") from None
+
+
+_Message = TypeVar("_Message", bound=Message)
+
+_FIELD_TYPES = {
+    FieldDescriptor.TYPE_STRING: "str",
+    FieldDescriptor.TYPE_BOOL: "bool",
+    FieldDescriptor.TYPE_DOUBLE: "float",
+    FieldDescriptor.TYPE_FLOAT: "float",
+    FieldDescriptor.TYPE_BYTES: "bytes",
+    FieldDescriptor.TYPE_ENUM: "int",
+}
+
+
+def message(cls: Callable[..., _Message], **fields: Any) -> _Message:
+    """``cls(**fields)``, but a value of the wrong type raises a TypeError naming its field
+    (protobuf's own says "bad argument type for built-in operation")."""
+    try:
+        return cls(**fields)
+    except (TypeError, ValueError):
+        descriptor = getattr(cls, "DESCRIPTOR", None)
+        for name, value in fields.items():
+            try:
+                cls(**{name: value})
+            except (TypeError, ValueError) as err:
+                field = descriptor.fields_by_name.get(name) if descriptor is not None else None
+                expected = _FIELD_TYPES.get(field.type, "int") if field is not None else "another type"
+                if field is not None and field.type == FieldDescriptor.TYPE_MESSAGE:
+                    expected = field.message_type.name
+                if field is not None and field.is_repeated:
+                    expected = f"an iterable of {expected}"
+                raise TypeError(f"{name}: expected {expected}, got {type(value).__name__} {value!r}") from err
+        raise
 
 
 def _fill_value(v: struct_pb2.Value, obj: Any) -> None:
@@ -94,16 +136,27 @@ def _fill_struct(s: struct_pb2.Struct, obj: Mapping[str, Any]) -> None:
         _fill_value(s.fields[str(key)], item)
 
 
-def to_value(obj: Any) -> struct_pb2.Value:
+def set_field(msg: Message, name: str, value: Any) -> None:
+    """``msg.<name> = value``, but a value of the wrong type raises a TypeError naming the field."""
+    try:
+        setattr(msg, name, value)
+    except (TypeError, ValueError):
+        message(type(msg), **{name: value})  # raises, naming the field
+        raise
+
+
+def to_value(obj: Any, field: str = "content") -> struct_pb2.Value:
     v = struct_pb2.Value()
-    _fill_value(v, jsonable(obj))
+    _fill_value(v, jsonable(obj, field))
     return v
 
 
-def to_struct(obj: Mapping[str, Any] | None) -> struct_pb2.Struct | None:
+def to_struct(obj: Mapping[str, Any] | None, field: str = "metadata") -> struct_pb2.Struct | None:
     if obj is None:
         return None
-    plain = jsonable(dict(obj))
+    if not isinstance(obj, Mapping):
+        raise TypeError(f"{field}: expected a mapping, got {type(obj).__name__}")
+    plain = jsonable(dict(obj), field)
     s = struct_pb2.Struct()
     _fill_struct(s, plain)
     return s
@@ -204,7 +257,7 @@ def event_input(
     if timestamp is not None:
         msg.timestamp.CopyFrom(to_timestamp(timestamp))
     if state_delta is not None:
-        delta = to_struct(state_delta)
+        delta = to_struct(state_delta, "state_delta")
         assert delta is not None
         msg.state_delta.CopyFrom(delta)
     return msg
@@ -250,7 +303,7 @@ def context_request(
     retrieval_threshold: int | None = None,
 ) -> pb.BuildConversationContextRequest:
     """The request of build_conversation_context; unset options take the server's defaults."""
-    req = pb.BuildConversationContextRequest(
+    req = message(pb.BuildConversationContextRequest,
         session_id=session_id,
         max_events=max_events,
         token_budget=token_budget,
@@ -260,9 +313,9 @@ def context_request(
         section_priority=list(section_priority or []),
     )
     if preserve_system is not None:
-        req.preserve_system = preserve_system
+        set_field(req, "preserve_system", preserve_system)
     if retrieval_threshold is not None:
-        req.retrieval_threshold = retrieval_threshold
+        set_field(req, "retrieval_threshold", retrieval_threshold)
     return req
 
 
@@ -321,9 +374,9 @@ def frame_from_pb(r: pb.StreamSessionEventsResponse) -> StreamFrame | None:
 def create_session_request(
     app_name: str, user_id: str, session_id: str | None, metadata: Mapping[str, Any] | None
 ) -> pb.CreateSessionRequest:
-    req = pb.CreateSessionRequest(app_name=app_name, user_id=user_id)
+    req = message(pb.CreateSessionRequest, app_name=app_name, user_id=user_id)
     if session_id is not None:
-        req.session_id = session_id
+        set_field(req, "session_id", session_id)
     s = to_struct(metadata)
     if s is not None:
         req.metadata.CopyFrom(s)
@@ -333,7 +386,7 @@ def create_session_request(
 def get_or_create_request(
     session_id: str, app_name: str, user_id: str, metadata: Mapping[str, Any] | None
 ) -> pb.GetOrCreateSessionRequest:
-    req = pb.GetOrCreateSessionRequest(session_id=session_id, app_name=app_name, user_id=user_id)
+    req = message(pb.GetOrCreateSessionRequest, session_id=session_id, app_name=app_name, user_id=user_id)
     s = to_struct(metadata)
     if s is not None:
         req.metadata.CopyFrom(s)
@@ -343,18 +396,18 @@ def get_or_create_request(
 def list_sessions_request(
     app_name: str | None, user_id: str | None, page_size: int, page_token: str
 ) -> pb.ListSessionsRequest:
-    req = pb.ListSessionsRequest(page_size=page_size, page_token=page_token)
+    req = message(pb.ListSessionsRequest, page_size=page_size, page_token=page_token)
     if app_name is not None:
-        req.app_name = app_name
+        set_field(req, "app_name", app_name)
     if user_id is not None:
-        req.user_id = user_id
+        set_field(req, "user_id", user_id)
     return req
 
 
 def add_event_request(session_id: str, event: pb.EventInput, expected_seq: int | None) -> pb.AddEventRequest:
-    req = pb.AddEventRequest(session_id=session_id, event=event)
+    req = message(pb.AddEventRequest, session_id=session_id, event=event)
     if expected_seq is not None:
-        req.expected_seq = expected_seq
+        set_field(req, "expected_seq", expected_seq)
     return req
 
 
@@ -364,24 +417,24 @@ def update_session_request(
     state_delta: Mapping[str, Any] | None,
     expected_version: int | None,
 ) -> pb.UpdateSessionRequest:
-    req = pb.UpdateSessionRequest(session_id=session_id)
+    req = message(pb.UpdateSessionRequest, session_id=session_id)
     if metadata is not None:
         meta = to_struct(metadata)
         assert meta is not None
         req.metadata.CopyFrom(meta)
     if state_delta is not None:
-        delta = to_struct(state_delta)
+        delta = to_struct(state_delta, "state_delta")
         assert delta is not None
         req.state_delta.CopyFrom(delta)
     if expected_version is not None:
-        req.expected_version = expected_version
+        set_field(req, "expected_version", expected_version)
     return req
 
 
 def add_events_request(session_id: str, events: Iterable[EventLike], expected_seq: int | None) -> pb.AddEventsRequest:
-    req = pb.AddEventsRequest(session_id=session_id, events=event_inputs(events))
+    req = message(pb.AddEventsRequest, session_id=session_id, events=event_inputs(events))
     if expected_seq is not None:
-        req.expected_seq = expected_seq
+        set_field(req, "expected_seq", expected_seq)
     return req
 
 
@@ -393,27 +446,27 @@ def get_session_events_request(
     page_token: str,
     tail: int,
 ) -> pb.GetSessionEventsRequest:
-    req = pb.GetSessionEventsRequest(
+    req = message(pb.GetSessionEventsRequest,
         session_id=session_id, event_types=list(event_types or ()), limit=limit, page_token=page_token, tail=tail
     )
     if after_seq is not None:
-        req.after_seq = after_seq
+        set_field(req, "after_seq", after_seq)
     return req
 
 
 def list_events_request(session_id: str | None, limit: int) -> pb.ListEventsRequest:
-    req = pb.ListEventsRequest(limit=limit)
+    req = message(pb.ListEventsRequest, limit=limit)
     if session_id is not None:
-        req.session_id = session_id
+        set_field(req, "session_id", session_id)
     return req
 
 
 def stream_request(
     session_id: str, after_seq: int | None, event_types: Iterable[str] | None
 ) -> pb.StreamSessionEventsRequest:
-    req = pb.StreamSessionEventsRequest(session_id=session_id, event_types=list(event_types or ()))
+    req = message(pb.StreamSessionEventsRequest, session_id=session_id, event_types=list(event_types or ()))
     if after_seq is not None:
-        req.after_seq = after_seq
+        set_field(req, "after_seq", after_seq)
     return req
 
 
@@ -421,7 +474,7 @@ def cleanup_request(
     max_age: timedelta | float, app_name: str | None = None, user_id: str | None = None
 ) -> pb.CleanupRequest:
     # Unset (None) filters stay absent on the wire: an empty string would be a filter the server refuses.
-    return pb.CleanupRequest(max_age=to_duration(max_age), app_name=app_name, user_id=user_id)
+    return message(pb.CleanupRequest, max_age=to_duration(max_age), app_name=app_name, user_id=user_id)
 
 
 def erased_from_pb(r: pb.DeleteUserDataResponse) -> UserDataErased:
@@ -542,7 +595,7 @@ def memory_from_pb(m: mpb.Memory) -> LongTermMemory:
 
 
 def write_memories_request(memories: Iterable[MemoryLike]) -> mpb.WriteMemoriesRequest:
-    return mpb.WriteMemoriesRequest(memories=[memory_to_pb(long_term_memory_of(m)) for m in memories])
+    return message(mpb.WriteMemoriesRequest, memories=[memory_to_pb(long_term_memory_of(m)) for m in memories])
 
 
 def written_from_pb(r: mpb.WriteMemoriesResponse) -> MemoryWrite:
@@ -570,7 +623,7 @@ def search_memories_request(
     include_embeddings: bool = False,
 ) -> mpb.SearchMemoriesRequest:
     # Unset (None) filters stay absent on the wire: an empty string would be a filter the server refuses.
-    req = mpb.SearchMemoriesRequest(
+    req = message(mpb.SearchMemoriesRequest,
         app_name=app_name,
         user_id=user_id,
         agent_id=agent_id,
@@ -607,7 +660,7 @@ def list_memories_request(
     page_token: str,
     include_embeddings: bool = False,
 ) -> mpb.ListMemoriesRequest:
-    req = mpb.ListMemoriesRequest(
+    req = message(mpb.ListMemoriesRequest,
         app_name=app_name,
         user_id=user_id,
         agent_id=agent_id,
@@ -637,7 +690,7 @@ def delete_memories_request(
     session_id: str | None,
     scope: ScopeMatch | None,
 ) -> mpb.DeleteMemoriesRequest:
-    return mpb.DeleteMemoriesRequest(
+    return message(mpb.DeleteMemoriesRequest,
         app_name=app_name,
         memory_ids=list(memory_ids or ()),
         user_id=user_id,
@@ -656,7 +709,7 @@ def watch_memories_request(
     scope: ScopeMatch | None,
     after: int | None = None,
 ) -> mpb.WatchMemoriesRequest:
-    return mpb.WatchMemoriesRequest(
+    return message(mpb.WatchMemoriesRequest,
         app_name=app_name,
         user_id=user_id,
         agent_id=agent_id,
@@ -684,7 +737,7 @@ def change_from_pb(r: mpb.WatchMemoriesResponse) -> MemoryChange | None:
 def search_events_request(
     app_name: str, query: str, *, user_id: str | None, top_k: int, event_types: Iterable[str] | None
 ) -> pb.SearchEventsRequest:
-    return pb.SearchEventsRequest(
+    return message(pb.SearchEventsRequest,
         app_name=app_name, user_id=user_id, query=query, top_k=top_k, event_types=list(event_types or ())
     )
 
@@ -704,7 +757,7 @@ def recall_request(
     query_embedding: Iterable[float] | None,
     include_embeddings: bool = False,
 ) -> pb.RecallRequest:
-    return pb.RecallRequest(
+    return message(pb.RecallRequest,
         session_id=session_id,
         query=query,
         token_budget=token_budget,

@@ -1,7 +1,7 @@
 """Google ADK bridge: Engram as ADK's session service and memory service (install the ``adk`` extra).
 
 :class:`EngramSessionService` keeps ADK sessions, their events and their state
-in Engram. An ADK session is the Engram session with the same id; each ADK
+in Engram. An ADK session is the Engram session :func:`engram_session_id` names; each ADK
 event is one Engram event whose content is the event itself (ADK's JSON form,
 so every field round-trips) and whose event type says who wrote it
 (``user_message`` for the user, else ``agent_response``), so the server's
@@ -19,6 +19,8 @@ events of the user's sessions (SearchEvents).
 """
 from __future__ import annotations
 
+import hashlib
+import json
 import uuid
 from collections.abc import Mapping, Sequence
 from datetime import datetime, timezone
@@ -36,14 +38,27 @@ from google.genai import types
 from . import _convert as cv
 from ._gen.engram.v1 import memory_pb2 as pb
 from .client import EngramClient
-from .errors import AlreadyExistsError, NotFoundError
+from .errors import AlreadyExistsError, InvalidArgumentError, NotFoundError
 from .models import LongTermMemory, MemoryEvent
 
-__all__ = ["EngramMemoryService", "EngramSessionService"]
+__all__ = ["EngramMemoryService", "EngramSessionService", "engram_session_id"]
 
 #: Metadata marking the events this bridge wrote (other events of a session are not ADK events).
 SOURCE = "adk"
 _PAGE = 1000
+#: Session metadata holding the ADK session id of a session this bridge created.
+ADK_SESSION_ID = "adk_session_id"
+
+
+def engram_session_id(app_name: str, user_id: str, session_id: str) -> str:
+    """The Engram session id of ADK's (app, user, session id): ADK ids are per app and user, Engram's global."""
+    return "adk-" + hashlib.sha256(json.dumps([app_name, user_id, session_id]).encode()).hexdigest()[:40]
+
+
+def _adk_id(s: pb.Session) -> str:
+    """The ADK id of a stored session (sessions stored before namespacing kept the ADK id itself)."""
+    stored = cv.from_struct(s.metadata).get(ADK_SESSION_ID)
+    return stored if isinstance(stored, str) else s.session_id
 
 
 def _event_of(stored: MemoryEvent) -> Event | None:
@@ -55,7 +70,7 @@ def _event_of(stored: MemoryEvent) -> Event | None:
 def _session_of(s: pb.Session, events: list[Event] | None = None, newest: float | None = None) -> Session:
     """The ADK session; ``newest``: the timestamp of its newest event, when known."""
     return Session(
-        id=s.session_id,
+        id=_adk_id(s),
         app_name=s.app_name,
         user_id=s.user_id,
         state=cv.from_struct(s.state),
@@ -69,25 +84,29 @@ class EngramSessionService(BaseSessionService):
     """ADK's ``BaseSessionService`` over an Engram server.
 
     ``Runner(agent=..., app_name=..., session_service=EngramSessionService(client))``.
-    Session ids are Engram's: 1..128 printable ASCII characters without spaces,
-    one namespace for every app and user (see the README for how this differs
-    from ADK's in-memory service).
+    As in ADK, session ids are per app and user: the Engram session of ADK's
+    (app, user, id) is :func:`engram_session_id` of the three, and keeps the
+    ADK id in its metadata. Sessions stored before that, under the ADK id
+    itself, are still read, appended to and deleted.
     """
 
     def __init__(self, client: EngramClient):
         self.client = client
 
     async def _get_pb(self, app_name: str, user_id: str, session_id: str) -> pb.Session | None:
-        try:
-            resp: pb.GetSessionResponse = await self.client._call(
-                self.client.stub.GetSession, pb.GetSessionRequest(session_id=session_id)
-            )
-        except NotFoundError:
-            return None
-        # Another app's or user's session under this id is not this caller's.
-        if resp.session.app_name != app_name or resp.session.user_id != user_id:
-            return None
-        return resp.session
+        for engram_id in (engram_session_id(app_name, user_id, session_id), session_id):
+            try:
+                resp: pb.GetSessionResponse = await self.client._call(
+                    self.client.stub.GetSession, pb.GetSessionRequest(session_id=engram_id)
+                )
+            except NotFoundError:
+                continue
+            except InvalidArgumentError:
+                continue  # an ADK id that is no valid Engram id has only the namespaced session
+            # Another app's or user's session under this id is not this caller's.
+            if resp.session.app_name == app_name and resp.session.user_id == user_id:
+                return resp.session
+        return None
 
     async def create_session(
         self,
@@ -97,20 +116,25 @@ class EngramSessionService(BaseSessionService):
         state: dict[str, Any] | None = None,
         session_id: str | None = None,
     ) -> Session:
-        """Creates the session (ADK's AlreadyExistsError for a taken id) with its initial state."""
+        """Creates the session with its initial state (ADK's AlreadyExistsError for an id the user has)."""
         sid = session_id.strip() if session_id and session_id.strip() else str(uuid.uuid4())
+        taken = AdkAlreadyExistsError(f"Session with id {sid} already exists.")
+        if session_id and await self._get_pb(app_name, user_id, sid) is not None:
+            raise taken  # also one stored before namespacing
+        engram_id = engram_session_id(app_name, user_id, sid)
         try:
             created: pb.CreateSessionResponse = await self.client._call(
-                self.client.stub.CreateSession, cv.create_session_request(app_name, user_id, sid, None)
+                self.client.stub.CreateSession,
+                cv.create_session_request(app_name, user_id, engram_id, {ADK_SESSION_ID: sid}),
             )
         except AlreadyExistsError as err:
-            raise AdkAlreadyExistsError(f"Session with id {sid} already exists.") from err
+            raise taken from err
         session = created.session
         delta = {k: v for k, v in (state or {}).items() if not k.startswith(State.TEMP_PREFIX)}
         if delta:
             updated: pb.UpdateSessionResponse = await self.client._call(
                 self.client.stub.UpdateSession,
-                pb.UpdateSessionRequest(session_id=sid, state_delta=cv.to_struct(delta)),
+                pb.UpdateSessionRequest(session_id=engram_id, state_delta=cv.to_struct(delta)),
             )
             session = updated.session
         return _session_of(session)
@@ -159,8 +183,9 @@ class EngramSessionService(BaseSessionService):
 
     async def delete_session(self, *, app_name: str, user_id: str, session_id: str) -> None:
         """Deletes the session and its events (nothing when absent or another user's)."""
-        if await self._get_pb(app_name, user_id, session_id.strip()) is not None:
-            await self.client.delete_session(session_id.strip())
+        found = await self._get_pb(app_name, user_id, session_id.strip())
+        if found is not None:
+            await self.client.delete_session(found.session_id)
 
     async def get_user_state(self, *, app_name: str, user_id: str) -> dict[str, Any]:
         """The user's state (keys without ``user:``), read through one of the user's sessions; {} without one."""
@@ -191,7 +216,16 @@ class EngramSessionService(BaseSessionService):
         struct = cv.to_struct(delta) if delta else None
         if struct is not None:
             msg.state_delta.CopyFrom(struct)
-        await self.client._call(self.client.stub.AddEvent, cv.add_event_request(session.id, msg, None), retry=True)
+        engram_id = engram_session_id(session.app_name, session.user_id, session.id)
+        try:
+            await self.client._call(self.client.stub.AddEvent, cv.add_event_request(engram_id, msg, None), retry=True)
+        except NotFoundError:
+            legacy = await self._get_pb(session.app_name, session.user_id, session.id)
+            if legacy is None or legacy.session_id == engram_id:
+                raise
+            await self.client._call(
+                self.client.stub.AddEvent, cv.add_event_request(legacy.session_id, msg, None), retry=True
+            )
         event = await super().append_event(session, event)
         session.last_update_time = event.timestamp
         return event
@@ -211,6 +245,11 @@ def _entry_of_memory(m: LongTermMemory) -> MemoryEntry:
         timestamp=m.metadata.get("timestamp") or (m.created_at.isoformat() if m.created_at else None),
         custom_metadata={k: v for k, v in m.metadata.items() if k not in ("role", "author", "timestamp", "event_id")},
     )
+
+
+def _added_order(m: LongTermMemory) -> tuple[datetime, str]:
+    when = m.created_at or datetime.min.replace(tzinfo=timezone.utc)
+    return when, str(m.metadata.get("timestamp", ""))
 
 
 class EngramMemoryService(BaseMemoryService):
@@ -235,8 +274,10 @@ class EngramMemoryService(BaseMemoryService):
                 LongTermMemory(
                     app_name=app_name,
                     user_id=user_id,
-                    # Derived from the event's id: adding the same event again stores it once.
-                    memory_id=f"adk-{e.id}",
+                    # Derived from the event's id and text: adding the same event again stores it
+                    # once; adding it with edited text supersedes the earlier version (same key).
+                    memory_id=f"adk-{e.id}-{hashlib.sha256(text.encode()).hexdigest()[:16]}",
+                    key=f"adk-event:{e.id}",
                     text=text,
                     metadata={
                         "source": SOURCE,
@@ -296,21 +337,35 @@ class EngramMemoryService(BaseMemoryService):
 
     async def search_memory(self, *, app_name: str, user_id: str, query: str) -> SearchMemoryResponse:
         """The user's memories and session events best matching ``query``, memories first."""
-        found = await self.client.search_memories(app_name, query, user_id=user_id, top_k=self.top_k)
-        entries = [_entry_of_memory(hit.memory) for hit in found]
-        seen = {hit.memory.metadata.get("event_id") for hit in found}
-        for hit in await self.client.search_events(app_name, query, user_id=user_id, top_k=self.top_k):
-            event = _event_of(hit.event) if hit.event is not None else None
+        hits = await self.client.search_memories(app_name, query, user_id=user_id, top_k=self.top_k)
+        # As ADK's own services: equally good matches in the order they were added (the server's
+        # fused score also weighs recency, which would put the newest first).
+        hits.sort(key=lambda h: (-round(h.lexical_score or h.score, 9), _added_order(h.memory)))
+        entries: list[MemoryEntry] = []
+        seen: set[Any] = set()
+        for hit in hits:
+            event_id = hit.memory.metadata.get("event_id")
+            if event_id is not None and event_id in seen:
+                continue  # an event stored before ids carried its text: one entry per event
+            seen.add(event_id)
+            entries.append(_entry_of_memory(hit.memory))
+        adk_ids: dict[str, str] = {}
+        for event_hit in await self.client.search_events(app_name, query, user_id=user_id, top_k=self.top_k):
+            event = _event_of(event_hit.event) if event_hit.event is not None else None
             if event is None or event.id in seen or not _text(event.content):
                 continue
             seen.add(event.id)
+            if event_hit.session_id not in adk_ids:
+                info = await self.client.get_session(event_hit.session_id)
+                stored_id = info.metadata.get(ADK_SESSION_ID)
+                adk_ids[event_hit.session_id] = stored_id if isinstance(stored_id, str) else info.session_id
             entries.append(
                 MemoryEntry(
                     id=event.id,
                     content=event.content or types.Content(),
                     author=event.author,
                     timestamp=datetime.fromtimestamp(event.timestamp, timezone.utc).isoformat(),
-                    custom_metadata={"session_id": hit.session_id},
+                    custom_metadata={"session_id": adk_ids[event_hit.session_id]},
                 )
             )
         return SearchMemoryResponse(memories=entries)

@@ -16,7 +16,7 @@ from typing import Any, TypeVar
 import grpc
 
 from engram_memory import _convert as cv
-from engram_memory._async_io import Channel, UnaryMethod, channel_ready, close_channel, open_channel, sleep
+from engram_memory._async_io import Channel, Connections, UnaryMethod, channel_ready, open_channel, sleep
 from engram_memory._defaults import DEFAULT_CHANNEL_OPTIONS as DEFAULT_CHANNEL_OPTIONS  # importable here as before
 from engram_memory._defaults import DEFAULT_TARGET, MAX_PAGE_SIZE, Metadata, channel_options
 from engram_memory._gen.engram.v1 import memories_pb2 as mpb
@@ -53,14 +53,17 @@ _Response = TypeVar("_Response")
 class EngramClient:
     """Low-level client of the Engram memory service: every RPC, with Pythonic arguments.
 
-    ``EngramClient`` is async (grpc.aio; its channel is opened on the first
-    call, in the running event loop); ``EngramClientSync`` (generated from it)
-    blocks. Failed calls raise :class:`engram_memory.EngramError` subclasses.
+    ``EngramClient`` is async (grpc.aio): it may be used from any event loop
+    and any thread, each running loop getting its own channel on its first
+    call there. ``EngramClientSync`` (generated from it) blocks, and its one
+    channel serves every thread. Failed calls raise
+    :class:`engram_memory.EngramError` subclasses.
 
     Args:
         target: ``host:port`` (an ``http://`` prefix is accepted).
-        channel: an existing channel to use instead (``grpc.aio.Channel``, or
-            ``grpc.Channel`` for the sync client; not closed by :meth:`close`).
+        channel: an existing channel to use instead (``grpc.aio.Channel``, then
+            usable only in its loop, or ``grpc.Channel`` for the sync client;
+            not closed by :meth:`close`).
         credentials: channel credentials for TLS; plaintext (h2c) when omitted.
         options: gRPC channel options.
         timeout: deadline in seconds of every unary call (None: no deadline).
@@ -92,9 +95,9 @@ class EngramClient:
         self.target = cv.normalize_target(target)
         self._credentials = credentials
         self._options = channel_options(options)
-        self._channel: Channel | None = channel
-        self._owns_channel = channel is None
-        self._stub: pb_grpc.MemoryServiceAsyncStub | None = None
+        self._connections: Connections[pb_grpc.MemoryServiceAsyncStub] = Connections(
+            lambda: open_channel(self.target, self._credentials, self._options), pb_grpc.MemoryServiceStub, channel
+        )
         self.timeout = timeout
         # api_key: a server with MEMORY_AUTH=true wants ``authorization: Bearer <key>`` on every call.
         auth = (("authorization", f"Bearer {api_key}"),) if api_key else ()
@@ -108,14 +111,7 @@ class EngramClient:
     @property
     def stub(self) -> pb_grpc.MemoryServiceAsyncStub:
         """The generated stub (opens the channel when needed)."""
-        if self._stub is None:
-            self._stub = pb_grpc.MemoryServiceStub(self._open_channel())
-        return self._stub
-
-    def _open_channel(self) -> Channel:
-        if self._channel is None:
-            self._channel = open_channel(self.target, self._credentials, self._options)
-        return self._channel
+        return self._connections.current()[1]
 
     async def _call(
         self, method: UnaryMethod[_Request, _Response], request: _Request, *, retry: bool = False
@@ -134,12 +130,8 @@ class EngramClient:
             await sleep(unary_backoff(failures))
 
     async def close(self) -> None:
-        """Closes the channel (when this client opened it; a later call opens a new one)."""
-        if not self._owns_channel:
-            return
-        channel, self._channel, self._stub = self._channel, None, None
-        if channel is not None:
-            await close_channel(channel)
+        """Closes the channels this client opened (a later call opens a new one)."""
+        await self._connections.close()
 
     async def __aenter__(self) -> EngramClient:
         return self
@@ -149,7 +141,7 @@ class EngramClient:
 
     async def wait_for_ready(self, timeout: float = 10.0) -> None:
         """Waits until the channel is connected (raises EngramError UNAVAILABLE on timeout)."""
-        if not await channel_ready(self._open_channel(), timeout):
+        if not await channel_ready(self._connections.current()[0], timeout):
             raise EngramError(grpc.StatusCode.UNAVAILABLE, f"{self.target}: not ready after {timeout}s")
 
     # ---- sessions -------------------------------------------------------------
@@ -180,7 +172,7 @@ class EngramClient:
 
     async def get_session(self, session_id: str) -> SessionInfo:
         """One session (NotFoundError when absent)."""
-        resp = await self._call(self.stub.GetSession, pb.GetSessionRequest(session_id=session_id))
+        resp = await self._call(self.stub.GetSession, cv.message(pb.GetSessionRequest, session_id=session_id))
         return cv.session_from_pb(resp.session)
 
     async def list_sessions_page(
@@ -231,7 +223,7 @@ class EngramClient:
     async def delete_session(self, session_id: str) -> bool:
         """Removes a session and its events; False when it did not exist."""
         resp: pb.DeleteSessionResponse = await self._call(
-            self.stub.DeleteSession, pb.DeleteSessionRequest(session_id=session_id)
+            self.stub.DeleteSession, cv.message(pb.DeleteSessionRequest, session_id=session_id)
         )
         return resp.deleted
 
@@ -446,7 +438,7 @@ class EngramClient:
         calling again removes the rest (its counts are what that call removed).
         """
         resp: pb.DeleteUserDataResponse = await self._call(
-            self.stub.DeleteUserData, pb.DeleteUserDataRequest(app_name=app_name, user_id=user_id)
+            self.stub.DeleteUserData, cv.message(pb.DeleteUserDataRequest, app_name=app_name, user_id=user_id)
         )
         return cv.erased_from_pb(resp)
 
@@ -517,7 +509,7 @@ class EngramClient:
     async def get_memory(self, app_name: str, memory_id: str) -> LongTermMemory:
         """One memory, valid or superseded (NotFoundError when absent or outside the key's scope)."""
         resp: mpb.GetMemoryResponse = await self._call(
-            self.stub.GetMemory, mpb.GetMemoryRequest(app_name=app_name, memory_id=memory_id)
+            self.stub.GetMemory, cv.message(mpb.GetMemoryRequest, app_name=app_name, memory_id=memory_id)
         )
         return cv.memory_from_pb(resp.memory)
 

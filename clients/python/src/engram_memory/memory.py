@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from engram_memory._defaults import DEFAULT_TARGET, MAX_PAGE_SIZE
 from engram_memory.errors import NotFoundError
-from engram_memory.models import MemoryEvent, SessionInfo
+from engram_memory.models import LongTermMemory, MemoryEvent, ScoredMemory, SessionInfo
 
 from .client import EngramClient
 
@@ -155,6 +155,90 @@ class EngramMemory:
             await self.client.add_events(session_id, events)
         except NotFoundError:
             return
+
+    # ---- long-term memory: PAIS's write / recall / forget -----------------------
+
+    async def write(
+        self,
+        text: str,
+        *,
+        app_name: str = "agent",
+        user_id: str | None = None,
+        agent_id: str | None = None,
+        session_id: str | None = None,
+        key: str = "",
+        topics: Iterable[str] = (),
+        importance: float = 0.0,
+        pinned: bool = False,
+        metadata: Mapping[str, Any] | None = None,
+        memory_id: str = "",
+    ) -> LongTermMemory:
+        """Remembers ``text`` beyond any session and returns it as stored (with its ``memory_id``).
+
+        The scope (``app_name`` and optionally ``user_id``, ``agent_id``,
+        ``session_id``) says who recalls it; a ``key`` written again in the same
+        scope supersedes the older memory. See :meth:`EngramClient.write_memory`.
+        """
+        return await self.client.write_memory(
+            app_name,
+            text,
+            memory_id=memory_id,
+            user_id=user_id,
+            agent_id=agent_id,
+            session_id=session_id,
+            key=key,
+            topics=topics,
+            importance=importance,
+            pinned=pinned,
+            metadata=metadata,
+        )
+
+    async def recall(
+        self,
+        query: str = "",
+        *,
+        app_name: str = "agent",
+        user_id: str | None = None,
+        agent_id: str | None = None,
+        session_id: str | None = None,
+        limit: int = 10,
+        topics: Iterable[str] | None = None,
+    ) -> list[ScoredMemory]:
+        """The ``limit`` (1..100) memories a caller in the scope may see that best match
+        ``query``, best first (an empty query ranks by importance and recency).
+        See :meth:`EngramClient.search_memories`."""
+        return await self.client.search_memories(
+            app_name,
+            query,
+            user_id=user_id,
+            agent_id=agent_id,
+            session_id=session_id,
+            top_k=limit,
+            topics=topics,
+        )
+
+    async def forget(
+        self,
+        memory_ids: str | Iterable[str] | None = None,
+        *,
+        app_name: str = "agent",
+        user_id: str | None = None,
+        agent_id: str | None = None,
+        session_id: str | None = None,
+    ) -> int:
+        """Forgets memories by id (one or many), or without ids every memory within the
+        scope (``user_id`` and/or ``agent_id``, ``session_id``; at least one of them);
+        returns how many were removed (absent ids count nothing)."""
+        if memory_ids is None:
+            if user_id is None and agent_id is None and session_id is None:
+                raise ValueError("forget: pass memory_ids, or a user_id, agent_id or session_id to forget a scope")
+            return await self.client.delete_memories(
+                app_name, user_id=user_id, agent_id=agent_id, session_id=session_id, scope_match="within"
+            )
+        ids = [memory_ids] if isinstance(memory_ids, str) else list(memory_ids)
+        if not ids:
+            return 0
+        return await self.client.delete_memories(app_name, ids)
 
     # ---- context, stats, cleanup ----------------------------------------------
 

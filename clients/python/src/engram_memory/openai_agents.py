@@ -19,7 +19,8 @@ from typing import Any, cast
 
 import grpc
 from agents.items import TResponseInputItem
-from agents.memory import SessionABC
+from agents.memory import SessionABC, SessionSettings
+from agents.memory.session_settings import coerce_session_settings, resolve_session_limit
 
 from .client import EngramClient
 from .errors import EngramError, FailedPreconditionError, NotFoundError
@@ -51,14 +52,27 @@ class EngramSession(SessionABC):
 
     ``Runner.run(agent, input, session=EngramSession("chat-1", client))`` loads the
     history before the turn and stores the turn's items after it. The session is
-    created (``app_name``, ``user_id``) on the first write.
+    created (``app_name``, ``user_id``) on the first write. ``session_settings``
+    (a :class:`agents.memory.SessionSettings` or its dict) sets the default
+    ``limit`` of :meth:`get_items`, as the SDK's own sessions do.
     """
 
-    def __init__(self, session_id: str, client: EngramClient, *, app_name: str = "agent", user_id: str = "user"):
+    def __init__(
+        self,
+        session_id: str,
+        client: EngramClient,
+        *,
+        app_name: str = "agent",
+        user_id: str = "user",
+        session_settings: SessionSettings | dict[str, Any] | None = None,
+    ):
         self.session_id = session_id
         self.client = client
         self.app_name = app_name
         self.user_id = user_id
+        self.session_settings = (
+            coerce_session_settings(session_settings) if session_settings is not None else SessionSettings()
+        )
 
     async def _events(self) -> list[MemoryEvent]:
         try:
@@ -73,7 +87,8 @@ class EngramSession(SessionABC):
         return [e for e in events if e.event_type != REMOVED and e.seq not in removed]
 
     async def get_items(self, limit: int | None = None) -> list[TResponseInputItem]:
-        """The conversation's items in order; the newest ``limit`` when given."""
+        """The conversation's items in order; the newest ``limit`` (else ``session_settings.limit``) when set."""
+        limit = resolve_session_limit(limit, self.session_settings)
         live = self._live(await self._events())
         if limit is not None:
             live = live[-limit:] if limit > 0 else []

@@ -17,7 +17,7 @@ from typing import Any, TypeVar
 import grpc
 
 from engram_memory import _convert as cv
-from engram_memory._sync_io import Channel, UnaryMethod, channel_ready, close_channel, open_channel, sleep
+from engram_memory._sync_io import Channel, Connections, UnaryMethod, channel_ready, open_channel, sleep
 from engram_memory._defaults import DEFAULT_CHANNEL_OPTIONS as DEFAULT_CHANNEL_OPTIONS  # importable here as before
 from engram_memory._defaults import DEFAULT_TARGET, MAX_PAGE_SIZE, Metadata, channel_options
 from engram_memory._gen.engram.v1 import memories_pb2 as mpb
@@ -54,14 +54,17 @@ _Response = TypeVar("_Response")
 class EngramClientSync:
     """Low-level client of the Engram memory service: every RPC, with Pythonic arguments.
 
-    ``EngramClient`` is async (grpc.aio; its channel is opened on the first
-    call, in the running event loop); ``EngramClientSync`` (generated from it)
-    blocks. Failed calls raise :class:`engram_memory.EngramError` subclasses.
+    ``EngramClient`` is async (grpc.aio): it may be used from any event loop
+    and any thread, each running loop getting its own channel on its first
+    call there. ``EngramClientSync`` (generated from it) blocks, and its one
+    channel serves every thread. Failed calls raise
+    :class:`engram_memory.EngramError` subclasses.
 
     Args:
         target: ``host:port`` (an ``http://`` prefix is accepted).
-        channel: an existing channel to use instead (``grpc.aio.Channel``, or
-            ``grpc.Channel`` for the sync client; not closed by :meth:`close`).
+        channel: an existing channel to use instead (``grpc.aio.Channel``, then
+            usable only in its loop, or ``grpc.Channel`` for the sync client;
+            not closed by :meth:`close`).
         credentials: channel credentials for TLS; plaintext (h2c) when omitted.
         options: gRPC channel options.
         timeout: deadline in seconds of every unary call (None: no deadline).
@@ -93,9 +96,9 @@ class EngramClientSync:
         self.target = cv.normalize_target(target)
         self._credentials = credentials
         self._options = channel_options(options)
-        self._channel: Channel | None = channel
-        self._owns_channel = channel is None
-        self._stub: pb_grpc.MemoryServiceStub | None = None
+        self._connections: Connections[pb_grpc.MemoryServiceStub] = Connections(
+            lambda: open_channel(self.target, self._credentials, self._options), pb_grpc.MemoryServiceStub, channel
+        )
         self.timeout = timeout
         # api_key: a server with MEMORY_AUTH=true wants ``authorization: Bearer <key>`` on every call.
         auth = (("authorization", f"Bearer {api_key}"),) if api_key else ()
@@ -109,14 +112,7 @@ class EngramClientSync:
     @property
     def stub(self) -> pb_grpc.MemoryServiceStub:
         """The generated stub (opens the channel when needed)."""
-        if self._stub is None:
-            self._stub = pb_grpc.MemoryServiceStub(self._open_channel())
-        return self._stub
-
-    def _open_channel(self) -> Channel:
-        if self._channel is None:
-            self._channel = open_channel(self.target, self._credentials, self._options)
-        return self._channel
+        return self._connections.current()[1]
 
     def _call(
         self, method: UnaryMethod[_Request, _Response], request: _Request, *, retry: bool = False
@@ -135,12 +131,8 @@ class EngramClientSync:
             sleep(unary_backoff(failures))
 
     def close(self) -> None:
-        """Closes the channel (when this client opened it; a later call opens a new one)."""
-        if not self._owns_channel:
-            return
-        channel, self._channel, self._stub = self._channel, None, None
-        if channel is not None:
-            close_channel(channel)
+        """Closes the channels this client opened (a later call opens a new one)."""
+        self._connections.close()
 
     def __enter__(self) -> EngramClientSync:
         return self
@@ -150,7 +142,7 @@ class EngramClientSync:
 
     def wait_for_ready(self, timeout: float = 10.0) -> None:
         """Waits until the channel is connected (raises EngramError UNAVAILABLE on timeout)."""
-        if not channel_ready(self._open_channel(), timeout):
+        if not channel_ready(self._connections.current()[0], timeout):
             raise EngramError(grpc.StatusCode.UNAVAILABLE, f"{self.target}: not ready after {timeout}s")
 
     # ---- sessions -------------------------------------------------------------
@@ -181,7 +173,7 @@ class EngramClientSync:
 
     def get_session(self, session_id: str) -> SessionInfo:
         """One session (NotFoundError when absent)."""
-        resp = self._call(self.stub.GetSession, pb.GetSessionRequest(session_id=session_id))
+        resp = self._call(self.stub.GetSession, cv.message(pb.GetSessionRequest, session_id=session_id))
         return cv.session_from_pb(resp.session)
 
     def list_sessions_page(
@@ -232,7 +224,7 @@ class EngramClientSync:
     def delete_session(self, session_id: str) -> bool:
         """Removes a session and its events; False when it did not exist."""
         resp: pb.DeleteSessionResponse = self._call(
-            self.stub.DeleteSession, pb.DeleteSessionRequest(session_id=session_id)
+            self.stub.DeleteSession, cv.message(pb.DeleteSessionRequest, session_id=session_id)
         )
         return resp.deleted
 
@@ -447,7 +439,7 @@ class EngramClientSync:
         calling again removes the rest (its counts are what that call removed).
         """
         resp: pb.DeleteUserDataResponse = self._call(
-            self.stub.DeleteUserData, pb.DeleteUserDataRequest(app_name=app_name, user_id=user_id)
+            self.stub.DeleteUserData, cv.message(pb.DeleteUserDataRequest, app_name=app_name, user_id=user_id)
         )
         return cv.erased_from_pb(resp)
 
@@ -518,7 +510,7 @@ class EngramClientSync:
     def get_memory(self, app_name: str, memory_id: str) -> LongTermMemory:
         """One memory, valid or superseded (NotFoundError when absent or outside the key's scope)."""
         resp: mpb.GetMemoryResponse = self._call(
-            self.stub.GetMemory, mpb.GetMemoryRequest(app_name=app_name, memory_id=memory_id)
+            self.stub.GetMemory, cv.message(mpb.GetMemoryRequest, app_name=app_name, memory_id=memory_id)
         )
         return cv.memory_from_pb(resp.memory)
 
