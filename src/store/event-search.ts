@@ -12,10 +12,31 @@
  * next search, or a queue grown past PENDING_LIMIT, indexes the queued
  * events still retained. Trimmed and deleted events leave the index at once.
  */
+import { LRUCache } from "lru-cache";
 import { contentText } from "./event-text.js";
 import { InvertedIndex } from "./inverted-index.js";
 import { analyze, queryTerms } from "./memories/analyzer.js";
 import type { EventTextQuery, MemoryStore, ScoredEvent, StoredEvent } from "./types.js";
+
+/**
+ * Characters of event text whose analysis searchEventsByReading keeps. The
+ * analyzer costs ~3-4 µs a word, and a store without an index hands the
+ * same events to every search of a scope: kept by their text, the terms are
+ * reused for exactly the same text.
+ */
+const ANALYZED_CHARS_KEPT = 8 * 1024 * 1024;
+const analyzedTexts = new LRUCache<string, string[]>({ maxSize: ANALYZED_CHARS_KEPT });
+
+/** The terms of a text, from analyzedTexts when kept there. */
+function termsOf(text: string): string[] {
+  let terms = analyzedTexts.get(text);
+  if (terms === undefined) {
+    terms = analyze(text);
+    // A text longer than the whole budget is not kept (lru-cache refuses it).
+    analyzedTexts.set(text, terms, { size: Math.max(1, text.length) });
+  }
+  return terms;
+}
 
 /** Sessions read per listSessions page, when a store has no event index. */
 const SESSION_PAGE = 1000;
@@ -114,7 +135,7 @@ export function rankEvents(events: Iterable<StoredEvent>, query: EventTextQuery)
   const terms = queryTerms(query.query);
   if (terms.length === 0 || query.limit <= 0) return [];
   const index = new InvertedIndex<StoredEvent, StoredEvent>();
-  for (const event of events) indexEvent(index, "", event);
+  for (const event of events) index.add(event, "", event, termsOf(contentText(event.content)));
   const types = query.eventTypes.length > 0 ? new Set(query.eventTypes) : undefined;
   return index.search([...index.scopes()], terms, query.limit, (e) => !types || types.has(e.eventType)).map(({ value, score }) => ({ event: value, score }));
 }

@@ -37,6 +37,9 @@ export interface IndexedDocument<V> {
   readonly order: number;
   readonly postings: Array<Posting<V>>;
   alive: boolean;
+  /** The search that last scored the document, and its score there (NaN: refused by that search's filter). */
+  searchedBy: number;
+  score: number;
 }
 
 /** One scope's documents and the BM25 aggregates over them. */
@@ -60,6 +63,7 @@ export class InvertedIndex<K, V> {
   private readonly byKey = new Map<K, IndexedDocument<V>>();
   private readonly scopesByKey = new Map<string, IndexScope<V>>();
   private added = 0;
+  private searches = 0;
 
   /** Every scope holding a document. */
   scopes(): IterableIterator<IndexScope<V>> {
@@ -83,7 +87,7 @@ export class InvertedIndex<K, V> {
     if (!scope) this.scopesByKey.set(scopeKey, (scope = new IndexScope<V>(scopeKey)));
     const counts = new Map<string, number>();
     for (const term of terms) counts.set(term, (counts.get(term) ?? 0) + 1);
-    const document: IndexedDocument<V> = { value, scope, length: terms.length, order: this.added++, postings: [], alive: true };
+    const document: IndexedDocument<V> = { value, scope, length: terms.length, order: this.added++, postings: [], alive: true, searchedBy: 0, score: 0 };
     for (const [term, count] of counts) {
       let posting = scope.postings.get(term);
       if (!posting) scope.postings.set(term, (posting = { term, documents: [], frequencies: [], live: 0 }));
@@ -136,8 +140,10 @@ export class InvertedIndex<K, V> {
     }
     if (documentCount === 0 || limit <= 0) return [];
     const averageLength = totalLength / documentCount || 1;
-    // NaN marks a document `accept` refused, so it is asked once per search.
-    const scores = new Map<IndexedDocument<V>, number>();
+    // Scores accumulate on the documents themselves, stamped with this search's number:
+    // a Map from document to score cost ~0.5 µs a posting. NaN marks a document `accept` refused.
+    const search = ++this.searches;
+    const touched: Array<IndexedDocument<V>> = [];
     for (const term of new Set(terms)) {
       const postings: Array<Posting<V>> = [];
       let frequency = 0;
@@ -150,24 +156,25 @@ export class InvertedIndex<K, V> {
       }
       if (frequency === 0) continue;
       const idf = Math.log(1 + (documentCount - frequency + 0.5) / (frequency + 0.5));
+      const lengthWeight = (K1 * B) / averageLength;
+      const baseWeight = K1 * (1 - B);
       for (const posting of postings) {
         const { documents, frequencies } = posting;
         for (let i = 0; i < documents.length; i++) {
           const document = documents[i];
           if (!document.alive) continue;
-          let score = scores.get(document);
-          if (score === undefined) score = accept(document.value) ? 0 : NaN;
-          if (Number.isNaN(score)) {
-            scores.set(document, score);
-            continue;
+          if (document.searchedBy !== search) {
+            document.searchedBy = search;
+            document.score = accept(document.value) ? 0 : NaN;
+            touched.push(document);
           }
           const tf = frequencies[i];
-          scores.set(document, score + (idf * tf * (K1 + 1)) / (tf + K1 * (1 - B + (B * document.length) / averageLength)));
+          document.score += (idf * tf * (K1 + 1)) / (tf + baseWeight + lengthWeight * document.length);
         }
       }
     }
     const best = new TopK<IndexedDocument<V>>(limit, (a, b) => a.order - b.order);
-    for (const [document, score] of scores) if (score > 0) best.offer(document, score);
+    for (const document of touched) if (document.score > 0) best.offer(document, document.score);
     return best.sorted().map(({ item, score }) => ({ value: item.value, score }));
   }
 }

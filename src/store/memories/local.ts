@@ -152,6 +152,23 @@ function unitVector(v: readonly number[]): Float32Array {
   return unit;
 }
 
+/** The dot product of two vectors of the same length; four sums at once let the CPU overlap the additions. */
+function dot(a: Float32Array, b: Float32Array): number {
+  let s0 = 0;
+  let s1 = 0;
+  let s2 = 0;
+  let s3 = 0;
+  const n = a.length - (a.length % 4);
+  for (let i = 0; i < n; i += 4) {
+    s0 += a[i] * b[i];
+    s1 += a[i + 1] * b[i + 1];
+    s2 += a[i + 2] * b[i + 2];
+    s3 += a[i + 3] * b[i + 3];
+  }
+  for (let i = n; i < a.length; i++) s0 += a[i] * b[i];
+  return s0 + s1 + s2 + s3;
+}
+
 /** Among equal scores, the newer memory first. */
 function newerFirst(a: MemoryRecord, b: MemoryRecord): number {
   return compareCursor(a, b);
@@ -289,9 +306,7 @@ export class LocalMemories implements LongTermMemoryStore {
       for (const { value } of scope.documents) {
         const unit = value.unit;
         if (!unit || unit.length !== dimension || !selects(value.memory)) continue;
-        let dot = 0;
-        for (let i = 0; i < dimension; i++) dot += query[i] * unit[i];
-        best.offer(value.memory, dot);
+        best.offer(value.memory, dot(query, unit));
       }
     }
     return best.sorted().map(({ item, score }) => ({ memory: item, score }));
