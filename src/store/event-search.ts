@@ -81,6 +81,11 @@ export class LocalEventSearch<S> {
     if (app.pending.length > PENDING_LIMIT) this.catchUp(app);
   }
 
+  /** True when the app has an index (it was searched): only then do its events' changes matter here. */
+  indexes(appName: string): boolean {
+    return this.apps.has(appName);
+  }
+
   /** An event of the app was trimmed or deleted. */
   dropped(appName: string, event: StoredEvent): void {
     this.apps.get(appName)?.index.remove(event);

@@ -528,7 +528,7 @@ export class LocalStore implements MemoryStore {
       this.eventSearch.forgetApp(s.record.appName);
     } else {
       this.sessionsPerApp.set(s.record.appName, left);
-      for (let i = 0; i < s.events.length; i++) this.eventSearch.dropped(s.record.appName, s.events.peekAt(i)!);
+      if (this.eventSearch.indexes(s.record.appName)) for (let i = 0; i < s.events.length; i++) this.eventSearch.dropped(s.record.appName, s.events.peekAt(i)!);
     }
     for (const link of s.appendLinks) {
       link.order.unlink(link);
