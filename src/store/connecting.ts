@@ -9,8 +9,9 @@
  */
 import { backOff } from "exponential-backoff";
 import { MemoryError } from "../errors.js";
+import { searchEventsByReading } from "./event-search.js";
 import { StoreIncompatibleError } from "./incompatible.js";
-import type { LongTermMemoryStore, MemoryStore, NoticeListener, ResumedErasures, StoreCapabilities, StoreDurability } from "./types.js";
+import type { LongTermMemoryStore, MemoryStore, NoticeListener, ResumedErasures, ScoredEvent, StoreCapabilities, StoreDurability } from "./types.js";
 
 /** First wait between attempts to open the store. */
 export const OPEN_RETRY_INITIAL_MS = 250;
@@ -187,6 +188,12 @@ export class ConnectingStore implements MemoryStore {
 
   async listRecentEvents(...args: Parameters<MemoryStore["listRecentEvents"]>): ReturnType<MemoryStore["listRecentEvents"]> {
     return this.open.listRecentEvents(...args);
+  }
+
+  /** The opened store's searchEvents, else its events read and ranked here. */
+  async searchEvents(...args: Parameters<NonNullable<MemoryStore["searchEvents"]>>): Promise<ScoredEvent[]> {
+    const store = this.open;
+    return store.searchEvents ? store.searchEvents(...args) : searchEventsByReading(store, args[0]);
   }
 
   async stats(...args: Parameters<MemoryStore["stats"]>): ReturnType<MemoryStore["stats"]> {

@@ -42,11 +42,13 @@ import type {
   JsonObject,
   EventPage,
   EventQuery,
+  EventTextQuery,
   MemoryStore,
   NewEvent,
   NewSession,
   NoticeListener,
   RecentEventsFilter,
+  ScoredEvent,
   SessionQuery,
   SessionRecord,
   SessionUpdate,
@@ -57,6 +59,7 @@ import type {
   StoredEvent,
   StoreDurability,
 } from "./types.js";
+import { LocalEventSearch } from "./event-search.js";
 import { NoticeListeners } from "./notices.js";
 import { addChanges, applyChanges, checkStateCaps, noChanges, splitStateDelta, type ScopedChanges } from "./state.js";
 import { LocalMemories } from "./memories/local.js";
@@ -210,6 +213,11 @@ export class LocalStore implements MemoryStore {
   private readonly appStates = new Map<string, JsonObject>();
   /** Users' state by JSON [app_name, user_id]. */
   private readonly userStates = new Map<string, JsonObject>();
+  /** Event text indexes of the apps searched (searchEvents). */
+  private readonly eventSearch = new LocalEventSearch<LocalSession>(
+    (s, event) => this.byId.get(s.record.sessionId) === s && event.seq >= s.record.firstSeq,
+    (appName) => this.sessionsOfApp(appName),
+  );
 
   constructor(private readonly limits: StoreLimits) {
     this.dedupe = dedupeWindow(limits);
@@ -323,8 +331,10 @@ export class LocalStore implements MemoryStore {
       }
       this.totalEvents--;
       this.eventsTrimmed++;
+      this.eventSearch.dropped(record.appName, trimmed);
     }
     record.firstSeq = s.events.length > 0 ? s.events.peekAt(0)!.seq : record.headSeq + 1;
+    this.eventSearch.appended(record.appName, s, record.userId, stored.filter((e, i) => !originals[i] && e.seq >= record.firstSeq));
     record.updatedAt = now;
     this.touch(s);
     this.markAppended(s);
@@ -381,6 +391,10 @@ export class LocalStore implements MemoryStore {
       if (next.index > 0) heap.push({ session: next.session, index: next.index - 1, ingest: next.session.ingests.peekAt(next.index - 1)! });
     }
     return out.reverse();
+  }
+
+  async searchEvents(query: EventTextQuery): Promise<ScoredEvent[]> {
+    return this.eventSearch.search(query);
   }
 
   async stats(): Promise<StoreStats> {
@@ -509,14 +523,26 @@ export class LocalStore implements MemoryStore {
     this.idOrder.delete(id);
     this.unlink(s);
     const left = this.sessionsPerApp.get(s.record.appName)! - 1;
-    if (left === 0) this.sessionsPerApp.delete(s.record.appName);
-    else this.sessionsPerApp.set(s.record.appName, left);
+    if (left === 0) {
+      this.sessionsPerApp.delete(s.record.appName);
+      this.eventSearch.forgetApp(s.record.appName);
+    } else {
+      this.sessionsPerApp.set(s.record.appName, left);
+      if (this.eventSearch.indexes(s.record.appName)) for (let i = 0; i < s.events.length; i++) this.eventSearch.dropped(s.record.appName, s.events.peekAt(i)!);
+    }
     for (const link of s.appendLinks) {
       link.order.unlink(link);
       if (!link.order.newest) this.appendOrders.delete(link.order.key);
     }
     this.totalEvents -= s.events.length;
     this.listeners.notify({ sessionId: id, deleted: true, incarnation: s.record.incarnation });
+  }
+
+  /** The app's sessions with their retained events, for its event index. */
+  private *sessionsOfApp(appName: string): Generator<{ session: LocalSession; userId: string; events: StoredEvent[] }> {
+    for (const session of this.byId.values()) {
+      if (session.record.appName === appName) yield { session, userId: session.record.userId, events: session.events.toArray() };
+    }
   }
 
   /** Sessions from the least to the most recently updated; removing the current one while iterating is safe. */

@@ -126,6 +126,24 @@ export interface EventQuery {
   limit: number;
 }
 
+/** What searchEvents looks for: events of an app's (or one user's) sessions matching a text query. */
+export interface EventTextQuery {
+  appName: string;
+  /** Only sessions of this user when present. */
+  userId?: string;
+  /** The query as the caller wrote it; the store matches it through the shared analyzer (src/store/memories/analyzer.ts). */
+  query: string;
+  /** Only events of these types when non-empty. */
+  eventTypes: readonly string[];
+  limit: number;
+}
+
+/** An event found by searchEvents, with its relevance (greater is better). */
+export interface ScoredEvent {
+  event: StoredEvent;
+  score: number;
+}
+
 /** What a range read returns, with the session's bounds and incarnation at read time. */
 export interface EventPage {
   events: StoredEvent[];
@@ -552,6 +570,15 @@ export interface MemoryStore {
    * unknown `sessionId`.
    */
   listRecentEvents(limit: number, filter?: RecentEventsFilter, call?: StoreCall): Promise<StoredEvent[]>;
+  /**
+   * The best `limit` retained events of the query's scope by full-text
+   * relevance to any of the query's analyzed terms, best first, from an
+   * index the store keeps. Scores depend only on the events of the scope
+   * (the app's sessions, or that user's). Optional: without it SearchEvents
+   * reads the scope's events and ranks them itself
+   * (src/service/memories/event-search.ts).
+   */
+  searchEvents?(query: EventTextQuery, call?: StoreCall): Promise<ScoredEvent[]>;
 
   /** Totals over the store. */
   stats(call?: StoreCall): Promise<StoreStats>;

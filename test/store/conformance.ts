@@ -9,6 +9,7 @@ import { afterEach, describe, expect, it } from "vitest";
 import { MemoryError } from "../../src/errors.js";
 import { pino } from "pino";
 import { RetentionSweeper } from "../../src/service/retention.js";
+import { searchEvents } from "../../src/service/memories/event-search.js";
 import { describeStateConformance } from "./state-conformance.js";
 import { makeSession, newEvent, rejection, waitFor } from "./fixtures.js";
 import type { JsonValue, MemoryStore, RecentEventsFilter, SessionNotice, SessionRecord, StoreCall, StoreCapabilities, StoreLimits } from "../../src/store/types.js";
@@ -871,6 +872,74 @@ export function describeStoreConformance(name: string, factory: StoreFactory, ca
     });
 
     describeStateConformance(fresh, capabilities);
+
+    describe("9. event search (SearchEvents)", () => {
+      const search = (store: MemoryStore, query: string, opts: { appName?: string; userId?: string; eventTypes?: string[]; topK?: number } = {}) =>
+        searchEvents(store, { appName: opts.appName ?? "app", userId: opts.userId, eventTypes: opts.eventTypes ?? [], query, topK: opts.topK ?? 10 });
+      const found = async (store: MemoryStore, query: string, opts: Parameters<typeof search>[2] = {}) =>
+        (await search(store, query, opts)).map((h) => `${h.event.sessionId}/${h.event.seq}`);
+
+      it("finds an old event past many newer ones, through the shared analyzer (stems, case, CJK)", async () => {
+        const store = await fresh({ maxSessionEvents: 1000 });
+        await makeSession(store, "old");
+        await store.appendEvents("old", [newEvent("user_message", "Alice now prefers aisle SEATS on long flights"), newEvent("user_message", { text: "私の名前は太郎です" })]);
+        for (let s = 0; s < 3; s++) {
+          await makeSession(store, `newer-${s}`);
+          for (let batch = 0; batch < 3; batch++) {
+            await store.appendEvents(`newer-${s}`, Array.from({ length: 100 }, (_, i) => newEvent("user_message", `a note about the long flight, number ${batch * 100 + i}`)));
+          }
+        }
+        expect(await found(store, "book a seat")).toEqual(["old/1"]);
+        expect(await found(store, "太郎")).toEqual(["old/2"]);
+        const [hit] = await search(store, "seat flights");
+        expect(hit.event.seq).toBe(1);
+        expect(hit.score).toBeGreaterThan(0);
+        expect(hit.snippet).toBe("Alice now prefers aisle SEATS on long flights");
+        // Stop words alone match nothing.
+        expect(await found(store, "the of and")).toEqual([]);
+      });
+
+      it("follows appends, trims, deletions and erasure, and filters by event type", async () => {
+        const store = await fresh({ maxSessionEvents: 3 });
+        await makeSession(store, "s1", "app", "kim");
+        await makeSession(store, "s2", "app", "kim");
+        await store.appendEvents("s1", [newEvent("user_message", "the canoe is blue")]);
+        expect(await found(store, "canoe")).toEqual(["s1/1"]);
+        await store.appendEvents("s2", [newEvent("agent_response", "a red canoe")]);
+        expect((await found(store, "canoe")).sort()).toEqual(["s1/1", "s2/1"]);
+        expect(await found(store, "canoe", { eventTypes: ["agent_response"] })).toEqual(["s2/1"]);
+        await store.appendEvents("s1", [newEvent("user_message", "one"), newEvent("user_message", "two"), newEvent("user_message", "three")]);
+        expect(await found(store, "canoe")).toEqual(["s2/1"]);
+        await store.deleteSession("s2");
+        expect(await found(store, "canoe")).toEqual([]);
+        await makeSession(store, "s3", "app", "kim");
+        await store.appendEvents("s3", [newEvent("user_message", "canoe trip")]);
+        expect(await found(store, "canoe", { userId: "kim" })).toEqual(["s3/1"]);
+        await store.deleteUserData("app", "kim");
+        expect(await found(store, "canoe")).toEqual([]);
+      });
+
+      it("scores a user's events by that user's events alone, and never shows another user's or app's", async () => {
+        const store = await fresh();
+        await makeSession(store, "kim-1", "app", "kim");
+        await store.appendEvents("kim-1", [newEvent("user_message", "We booked the cabin by the lake"), newEvent("user_message", "The lake was cold")]);
+        const scores = async () => (await search(store, "lake cabin", { userId: "kim" })).map((h) => [h.event.seq, h.score]);
+        const before = await scores();
+        expect(before.map(([seq]) => seq)).toEqual([1, 2]);
+        for (let round = 0; round < 3; round++) {
+          await makeSession(store, `lou-${round}`, "app", "lou");
+          await store.appendEvents(`lou-${round}`, [newEvent("user_message", "Lou wants a lake cabin"), newEvent("user_message", "cabin cabin")]);
+          await makeSession(store, `other-${round}`, "other-app", "kim");
+          await store.appendEvents(`other-${round}`, [newEvent("user_message", "a lake cabin elsewhere")]);
+          const after = await scores();
+          expect(after.map(([seq]) => seq)).toEqual([1, 2]);
+          for (const [i, [, score]] of after.entries()) expect(score).toBeCloseTo(before[i][1], 9);
+        }
+        expect((await search(store, "lake cabin", { userId: "kim" })).every((h) => h.event.sessionId === "kim-1")).toBe(true);
+        expect((await found(store, "lake cabin", { topK: 20 })).length).toBe(8);
+        expect(await found(store, "lake", { appName: "nobody" })).toEqual([]);
+      });
+    });
 
     describe("6. tenancy and hostile ids", () => {
       it("keeps (app a, user b:c) and (app a:b, user c) apart", async () => {

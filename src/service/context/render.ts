@@ -4,7 +4,7 @@
  * searches. Computed once per stored object (a WeakMap, so the local store's
  * events are prepared once in their life) and independent of the request.
  */
-import stableStringify from "safe-stable-stringify";
+import { canonicalJson, contentText } from "../../store/event-text.js";
 import type { JsonObject, JsonValue, StoredEvent } from "../../store/types.js";
 import { EventType } from "../event-types.js";
 import { parseCovers, type SeqRange } from "./summaries.js";
@@ -71,18 +71,7 @@ function str(v: JsonValue | undefined): string | undefined {
   return typeof v === "string" && v.length > 0 ? v : undefined;
 }
 
-/** JSON with sorted keys: PostgreSQL's jsonb reorders keys, and every store must render the same text. */
-export function canonicalJson(v: JsonValue): string {
-  return stableStringify(v) ?? "null";
-}
-
-/** Readable text of a content value: strings as they are, {text|content|message} unwrapped, else canonical JSON. */
-export function contentText(content: JsonValue): string {
-  if (typeof content === "string") return content;
-  const obj = asObject(content);
-  const inner = obj && (str(obj.text) ?? str(obj.content) ?? str(obj.message));
-  return inner ?? canonicalJson(content);
-}
+export { canonicalJson, contentText };
 
 function imagePart(v: JsonValue | undefined): ContentPart | undefined {
   if (typeof v === "string" && v.length > 0) return { type: "image_url", text: "", imageUrl: { url: v, detail: "" } };

@@ -1,21 +1,17 @@
 /**
  * SearchEvents: full-text search over the retained events of an app's (or a
- * user's) sessions, for episodic recall. It reads the sessions through the
- * session contract (listSessions, readTail), keeps the events whose text
- * holds a query term, and ranks those by BM25 (MiniSearch) with the
- * candidates as the corpus, as context retrieval does. Its cost grows with
- * the events of the scope (every retained event is read and matched once per
- * call), which the local store bounds with its session and event caps; stores
- * with their own text index (PostgreSQL's GIN) will answer it themselves.
+ * user's) sessions, for episodic recall. Text is matched through the shared
+ * analyzer (src/store/memories/analyzer.ts) and ranked by relevance to any
+ * query term, with scores that depend only on the events of the searched
+ * scope. A store that keeps an event index answers it (the local store's
+ * inverted index); for the others (Redis) searchEventsByReading reads every
+ * retained event of the scope and ranks them the same way.
  */
-import MiniSearch from "minisearch";
-import type { MemoryStore, StoredEvent } from "../../store/types.js";
-import { contentText } from "../context/index.js";
+import { contentText } from "../../store/event-text.js";
+import { searchEventsByReading } from "../../store/event-search.js";
+import { foldText, queryTerms } from "../../store/memories/analyzer.js";
+import type { EventTextQuery, MemoryStore, StoredEvent } from "../../store/types.js";
 
-/** Sessions read per listSessions page. */
-const SESSION_PAGE = 1000;
-/** Events read per session (its newest). */
-export const MAX_EVENTS_PER_SESSION = 10_000;
 /** Characters of a snippet. */
 const SNIPPET_LENGTH = 160;
 
@@ -35,15 +31,16 @@ export interface EventSearch {
   topK: number;
 }
 
-/** The words of a text, lowercased (what a match must contain). */
-function terms(text: string): string[] {
-  return [...new Set(text.toLowerCase().match(/[\p{L}\p{N}]+/gu) ?? [])];
-}
-
-/** About SNIPPET_LENGTH characters of `text` around the first of `words` it contains. */
-function snippet(text: string, words: readonly string[]): string {
-  const lower = text.toLowerCase();
-  const at = Math.min(...words.map((w) => lower.indexOf(w)).filter((i) => i >= 0));
+/**
+ * About SNIPPET_LENGTH characters of `text` around the first place one of
+ * the query's terms starts (a stem starts its words: "seat" in "seats"),
+ * else from its start.
+ */
+function snippet(text: string, terms: readonly string[]): string {
+  const folded = foldText(text);
+  // Folding may change the length (NFKC, "ß"): positions then only approximate the original's.
+  const found = terms.map((t) => folded.indexOf(t)).filter((i) => i >= 0);
+  const at = found.length > 0 ? Math.min(...found) : 0;
   const start = Math.max(0, Math.min(at - SNIPPET_LENGTH / 4, text.length - SNIPPET_LENGTH));
   const cut = text.slice(start, start + SNIPPET_LENGTH);
   return `${start > 0 ? "…" : ""}${cut}${start + SNIPPET_LENGTH < text.length ? "…" : ""}`;
@@ -51,34 +48,9 @@ function snippet(text: string, words: readonly string[]): string {
 
 /** The best `topK` events of the scope for the query, best first. */
 export async function searchEvents(store: MemoryStore, search: EventSearch): Promise<EventSearchHit[]> {
-  const words = terms(search.query);
-  if (words.length === 0) return [];
-  const candidates: Array<{ event: StoredEvent; text: string }> = [];
-  let after: string | undefined;
-  for (;;) {
-    const sessions = await store.listSessions({ appName: search.appName, userId: search.userId, afterSessionId: after, limit: SESSION_PAGE });
-    for (const session of sessions) {
-      // A session removed since it was listed simply has nothing to offer; so has one created again under its id
-      // meanwhile (another tenant's, perhaps): the read expects the listed incarnation.
-      const listed = { expectedIncarnation: session.incarnation };
-      const page = await store.readTail(session.sessionId, MAX_EVENTS_PER_SESSION, search.eventTypes, listed).catch(() => undefined);
-      for (const event of page?.events ?? []) {
-        const text = contentText(event.content);
-        const lower = text.toLowerCase();
-        if (words.some((w) => lower.includes(w))) candidates.push({ event, text });
-      }
-    }
-    if (sessions.length < SESSION_PAGE) break;
-    after = sessions[sessions.length - 1].sessionId;
-  }
-  if (candidates.length === 0) return [];
-  const index = new MiniSearch<{ id: number; text: string }>({ fields: ["text"], storeFields: [], idField: "id" });
-  index.addAll(candidates.map((c, id) => ({ id, text: c.text })));
-  return index
-    .search(search.query, { prefix: false, fuzzy: false, combineWith: "OR" })
-    .slice(0, search.topK)
-    .map((hit) => {
-      const { event, text } = candidates[hit.id as number];
-      return { event, score: hit.score, snippet: snippet(text, words) };
-    });
+  const terms = queryTerms(search.query);
+  if (terms.length === 0) return [];
+  const query: EventTextQuery = { appName: search.appName, userId: search.userId, query: search.query, eventTypes: search.eventTypes, limit: search.topK };
+  const found = store.searchEvents ? await store.searchEvents(query) : await searchEventsByReading(store, query);
+  return found.map(({ event, score }) => ({ event, score, snippet: snippet(contentText(event.content), terms) }));
 }

@@ -1,13 +1,19 @@
 /**
- * The BM25 ranking the local and Redis memory drivers share (MiniSearch,
- * which scores with BM25+): what a memory contributes to the index, and how a
- * query is matched, written once so both drivers rank alike. PostgreSQL ranks
- * with its own full-text search instead (src/store/memories/postgres.ts).
+ * What a memory contributes to a full-text index: its text and its fact's
+ * words, through the shared analyzer. The local driver indexes these terms
+ * itself (src/store/inverted-index.ts). The MiniSearch helpers below serve
+ * the Redis driver's candidate windows only.
  */
 import { hash } from "node:crypto";
 import { LRUCache } from "lru-cache";
 import MiniSearch, { type SearchOptions } from "minisearch";
 import type { MemoryRecord } from "../types.js";
+import { analyze } from "./analyzer.js";
+
+/** The analyzed terms of a memory's text and fact, in order (repeats kept). */
+export function lexicalTerms(m: Pick<MemoryRecord, "text" | "fact">): string[] {
+  return analyze(m.fact ? `${m.text}\n${m.fact.subject} ${m.fact.predicate} ${m.fact.object}` : m.text);
+}
 
 /** What BM25 indexes of a memory: its text, and its fact's words. */
 export interface LexicalDocument {

@@ -1,11 +1,13 @@
 /**
  * Long-term memories of the in-process store. Per app: memories by id, a
  * B+tree in listing order (newest first), the groups that supersede each
- * other (same exact scope, same supersession key), and a MiniSearch index
- * for BM25 ranking (MiniSearch scores with BM25+). Searches score the app's
- * matching memories and filter them by scope and validity; a write or delete
- * runs in one synchronous pass, so a batch is atomic and nothing interleaves.
- * Nothing survives a restart.
+ * other (same exact scope, same supersession key), and an inverted index by
+ * exact scope (src/store/inverted-index.ts) holding each memory's analyzed
+ * terms and its embedding as a unit Float32Array. Searches are exact: BM25
+ * and cosine over every memory of the scopes the filter selects, with BM25's
+ * statistics taken over those scopes alone. A write or delete runs in one
+ * synchronous pass, so a batch is atomic and nothing interleaves. Nothing
+ * survives a restart.
  */
 import { createRequire } from "node:module";
 import type SortedBTree from "sorted-btree";
@@ -23,9 +25,10 @@ import type {
   RankedMemory,
 } from "../types.js";
 import { notifyEach } from "../notices.js";
-import { LEXICAL_QUERY, lexicalDocument, newLexicalIndex } from "./lexical.js";
+import { type IndexScope, InvertedIndex, TopK } from "../inverted-index.js";
+import { queryTerms } from "./analyzer.js";
+import { lexicalTerms } from "./lexical.js";
 import {
-  cosine,
   deletedStub,
   embeddingDimensionMismatch,
   exactScopeKey,
@@ -58,7 +61,8 @@ class AppMemories {
   readonly pinned = new BTree<MemoryCursor, MemoryRecord>(undefined, compareCursor);
   /** Memories that supersede each other, by exact scope and supersession key. */
   readonly groups = new Map<string, MemoryRecord[]>();
-  readonly index = newLexicalIndex();
+  /** Every memory by exact scope: its terms for BM25, its embedding for cosine. */
+  readonly index = new InvertedIndex<string, IndexedMemory>();
   readonly listeners = new Set<MemoryChangeListener>();
   /** The change log: references to written and superseded memories (read as they are now), ids and scope of deleted ones. */
   readonly log: LoggedChange[] = [];
@@ -76,6 +80,8 @@ class AppMemories {
     const key = groupKey(old);
     const group = key === undefined ? undefined : this.groups.get(key);
     if (group) group[group.indexOf(old)] = next;
+    const indexed = this.index.get(next.memoryId);
+    if (indexed) indexed.memory = next;
   }
 
   add(m: MemoryRecord): void {
@@ -88,7 +94,7 @@ class AppMemories {
       if (group) group.push(m);
       else this.groups.set(key, [m]);
     }
-    this.index.add(lexicalDocument(m));
+    this.index.add(m.memoryId, exactScopeKey(m), { memory: m, unit: m.embedding && unitVector(m.embedding) }, lexicalTerms(m));
   }
 
   remove(m: MemoryRecord): void {
@@ -101,8 +107,7 @@ class AppMemories {
       group.splice(group.indexOf(m), 1);
       if (group.length === 0) this.groups.delete(key!);
     }
-    // discard() is O(1); MiniSearch vacuums discarded ids in the background.
-    this.index.discard(m.memoryId);
+    this.index.remove(m.memoryId);
   }
 
   /** Numbers a change, keeps it in the change log (the newest MEMORY_CHANGES_RETAINED) and tells the listeners. */
@@ -129,6 +134,90 @@ type LoggedChange = { seq: number; kind: "written" | "superseded"; memoryId: str
 function groupKey(m: MemoryRecord): string | undefined {
   const key = supersessionKey(m);
   return key === "" ? undefined : `${exactScopeKey(m)}\u0001${key}`;
+}
+
+/** A memory as the index keeps it: the record as it is now, and its embedding scaled to length 1 (zeros stay zeros). */
+interface IndexedMemory {
+  memory: MemoryRecord;
+  unit?: Float32Array;
+}
+
+/** The vector scaled to length 1, so a dot product is the cosine; all zeros when it is. */
+function unitVector(v: readonly number[]): Float32Array {
+  let norm = 0;
+  for (const x of v) norm += x * x;
+  norm = Math.sqrt(norm);
+  const unit = new Float32Array(v.length);
+  if (norm > 0) for (let i = 0; i < v.length; i++) unit[i] = v[i] / norm;
+  return unit;
+}
+
+/** The dot product of two vectors of the same length; four sums at once let the CPU overlap the additions. */
+function dot(a: Float32Array, b: Float32Array): number {
+  let s0 = 0;
+  let s1 = 0;
+  let s2 = 0;
+  let s3 = 0;
+  const n = a.length - (a.length % 4);
+  for (let i = 0; i < n; i += 4) {
+    s0 += a[i] * b[i];
+    s1 += a[i + 1] * b[i + 1];
+    s2 += a[i + 2] * b[i + 2];
+    s3 += a[i + 3] * b[i + 3];
+  }
+  for (let i = n; i < a.length; i++) s0 += a[i] * b[i];
+  return s0 + s1 + s2 + s3;
+}
+
+/** Among equal scores, the newer memory first. */
+function newerFirst(a: MemoryRecord, b: MemoryRecord): number {
+  return compareCursor(a, b);
+}
+
+/** Values a scope dimension of a selected memory may take: undefined stands for "absent". */
+function allowedValues(match: MemoryScopeFilter["match"], want: string | undefined): Array<string | undefined> | "any" {
+  switch (match) {
+    case "exact":
+      return [want];
+    case "visible":
+      return want === undefined ? [undefined] : [undefined, want];
+    case "within":
+      return want === undefined ? "any" : [want];
+  }
+}
+
+/**
+ * The index scopes (exact scopes) the scope filter selects: looked up by key
+ * when each dimension allows a value or two, else every scope of the app
+ * checked against the filter.
+ */
+function scopesOf(index: InvertedIndex<string, IndexedMemory>, filter: MemoryScopeFilter): Array<IndexScope<IndexedMemory>> {
+  const users = allowedValues(filter.match, filter.userId);
+  const agents = allowedValues(filter.match, filter.agentId);
+  const sessions = allowedValues(filter.match, filter.sessionId);
+  if (users === "any" || agents === "any" || sessions === "any") {
+    const selected: Array<IndexScope<IndexedMemory>> = [];
+    for (const scope of index.scopes()) {
+      const [first] = scope.documents;
+      if (first && scopeSelects(filter, first.value.memory)) selected.push(scope);
+    }
+    return selected;
+  }
+  const selected: Array<IndexScope<IndexedMemory>> = [];
+  for (const userId of users)
+    for (const agentId of agents)
+      for (const sessionId of sessions) {
+        const scope = index.scope(exactScopeKey({ userId, agentId, sessionId }));
+        if (scope) selected.push(scope);
+      }
+  return selected;
+}
+
+/** What the filter asks of a memory of a selected scope: nothing when it names no more than a scope, else the whole filter. */
+function besidesScope(filter: MemoryFilter): (m: MemoryRecord) => boolean {
+  const { scope: _scope, omitEmbeddings: _omit, ...rest } = filter;
+  const scopeOnly = Object.values(rest).every((v) => v === undefined || (Array.isArray(v) && v.length === 0));
+  return scopeOnly ? () => true : (m) => filterSelects(filter, m);
 }
 
 /** The in-process LongTermMemoryStore. */
@@ -200,26 +289,27 @@ export class LocalMemories implements LongTermMemoryStore {
 
   async searchMemories(filter: MemoryFilter, query: string, limit: number): Promise<RankedMemory[]> {
     const app = this.apps.get(filter.scope.appName);
-    if (!app || query.trim() === "") return [];
-    const out: RankedMemory[] = [];
-    for (const hit of app.index.search(query, LEXICAL_QUERY)) {
-      const memory = app.byId.get(hit.id as string);
-      if (!memory || !filterSelects(filter, memory)) continue;
-      out.push({ memory, score: hit.score });
-      if (out.length === limit) break;
-    }
-    return out;
+    const terms = queryTerms(query);
+    if (!app || terms.length === 0) return [];
+    const selects = besidesScope(filter);
+    return app.index.search(scopesOf(app.index, filter.scope), terms, limit, (m) => selects(m.memory)).map(({ value, score }) => ({ memory: value.memory, score }));
   }
 
   async nearestMemories(filter: MemoryFilter, embedding: readonly number[], limit: number): Promise<RankedMemory[]> {
     const app = this.apps.get(filter.scope.appName);
-    if (!app) return [];
-    const out: RankedMemory[] = [];
-    for (const memory of app.byId.values()) {
-      if (!memory.embedding || memory.embedding.length !== embedding.length || !filterSelects(filter, memory)) continue;
-      out.push({ memory, score: cosine(embedding, memory.embedding) });
+    if (!app || limit <= 0) return [];
+    const query = unitVector(embedding);
+    const dimension = query.length;
+    const selects = besidesScope(filter);
+    const best = new TopK<MemoryRecord>(limit, newerFirst);
+    for (const scope of scopesOf(app.index, filter.scope)) {
+      for (const { value } of scope.documents) {
+        const unit = value.unit;
+        if (!unit || unit.length !== dimension || !selects(value.memory)) continue;
+        best.offer(value.memory, dot(query, unit));
+      }
     }
-    return out.sort((a, b) => b.score - a.score).slice(0, limit);
+    return best.sorted().map(({ item, score }) => ({ memory: item, score }));
   }
 
   async listMemories(filter: MemoryFilter, limit: number, after?: MemoryCursor): Promise<MemoryRecord[]> {
