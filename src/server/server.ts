@@ -23,7 +23,7 @@ import { addReflection } from "./reflection.js";
 import { createInspectorHandler } from "./inspector.js";
 import { createMcpHandler } from "./mcp/handler.js";
 import { createRestHandler } from "./rest.js";
-import { createGrpcServer, listenOnSharedPort } from "./shared-port.js";
+import { createConnectionGate, createGrpcServer, listenOnSharedPort } from "./shared-port.js";
 import { sendJsonError } from "./status.js";
 
 /** Settings of the listener. */
@@ -87,7 +87,8 @@ export async function startServer(
   const guard = new CallGuard(service, { authenticator, quotas, metrics, log });
 
   // gRPC over h2c.
-  const grpcServer = createGrpcServer(options.maxMessageBytes, security);
+  const gate = createConnectionGate(security, metrics, log);
+  const grpcServer = createGrpcServer(options.maxMessageBytes, security, gate);
   const { definition, implementation } = grpcMemoryService(guard, report);
   grpcServer.addService(definition, implementation);
   health.grpc.addToServer(grpcServer);
@@ -121,14 +122,13 @@ export async function startServer(
   };
 
   await health.start();
-  const { port, listener, httpServer, injector, sockets, gate } = await listenOnSharedPort({
+  const { port, listener, httpServer, injector, sockets } = await listenOnSharedPort({
     host: options.host,
     port: options.port,
     grpcServer,
+    gate,
     handleHttp1,
     settings: security,
-    metrics,
-    log,
   });
 
   let closing: Promise<void> | undefined;
