@@ -16,6 +16,7 @@ import { Quotas } from "../service/quotas.js";
 import { connectMemoryRoutes } from "./connect-adapter.js";
 import { createConnectHandler } from "./connect-handler.js";
 import type { ConnectionSettings } from "./connection-limits.js";
+import { createHostPolicy } from "./allowed-hosts.js";
 import { createCrossSitePolicy } from "./cross-site.js";
 import { grpcMemoryService } from "./grpc-adapter.js";
 import { HealthMonitor } from "./health.js";
@@ -45,7 +46,7 @@ export type SecurityOptions = Partial<
     Config,
     | "auth" | "authKeysFile" | "authCacheMs" | "rateLimit" | "maxStreams" | "maxStreamsPerKey" | "metrics"
     | "tlsCert" | "tlsKey" | "tlsClientCa" | "maxConnectionAgeMs"
-    | "memoryEnabled" | "memoryType" | "redisUrl" | "postgresUrl" | "keyPrefix" | "corsOrigins"
+    | "memoryEnabled" | "memoryType" | "redisUrl" | "postgresUrl" | "keyPrefix" | "corsOrigins" | "allowedHosts"
     | keyof ConnectionSettings
   >
 >;
@@ -97,6 +98,7 @@ export async function startServer(
   // Connect, gRPC-Web and REST over HTTP/1.1.
   const rest = createRestHandler({ guard, health, agentName: options.agentName, report, metrics: options.metrics === false ? undefined : metrics });
   const inspector = options.inspector === false ? undefined : createInspectorHandler(log);
+  const hostPolicy = createHostPolicy({ auth: Boolean(options.auth), listenHost: options.host, allowedHosts: security.allowedHosts });
   const crossSite = createCrossSitePolicy(security.corsOrigins);
   const mcp = options.mcp === false ? undefined : createMcpHandler({ guard, report, maxMessageBytes: options.maxMessageBytes });
   const connectHandler = createConnectHandler({
@@ -110,6 +112,7 @@ export async function startServer(
     },
   });
   const handleHttp1 = (req: IncomingMessage, res: ServerResponse) => {
+    if (hostPolicy?.(req, res)) return;
     // `curl -d '{...}'` sends a form content type; on RPC paths treat it as Connect JSON.
     const type = req.headers["content-type"];
     if (req.method === "POST" && req.url?.startsWith(RPC_PATH_PREFIX) && (!type || type.startsWith("application/x-www-form-urlencoded"))) {
