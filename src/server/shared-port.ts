@@ -15,6 +15,7 @@ import * as grpc from "@grpc/grpc-js";
 import type { Config } from "../config.js";
 import type { Logger } from "../log.js";
 import type { Metrics } from "../service/metrics.js";
+import { checkGrpcRequests, oneRequestMessage } from "./grpc-protocol.js";
 import { ConnectionGate, enforceHttp1Deadlines, grpcConnectionOptions, http1ServerOptions, resolveMaxConnections, sniffProtocol, type ConnectionSettings } from "./connection-limits.js";
 
 /** What the port needs to know: connection limits, TLS files and the gRPC connection age. */
@@ -22,9 +23,10 @@ export type SharedPortSettings = ConnectionSettings & Partial<Pick<Config, "tlsC
 
 /** The gRPC server of the h2c side, with the edge's message size and connection limits; the caller adds its services. */
 export function createGrpcServer(maxMessageBytes: number, settings: SharedPortSettings, gate: ConnectionGate): grpc.Server {
-  return new grpc.Server({
+  const server = new grpc.Server({
     // The gate counts each connection's open streams: one without any may be closed to make room at a cap.
-    interceptors: [gate.grpcInterceptor],
+    // It comes first (innermost), so that it also sees the calls the outer ones end.
+    interceptors: [gate.grpcInterceptor, oneRequestMessage],
     "grpc.max_receive_message_length": maxMessageBytes,
     "grpc.max_send_message_length": maxMessageBytes,
     ...grpcConnectionOptions(settings),
@@ -34,6 +36,8 @@ export function createGrpcServer(maxMessageBytes: number, settings: SharedPortSe
     // GOAWAY past this age: long streams reconnect (and resume) on whichever replica the balancer picks.
     ...(settings.maxConnectionAgeMs ? { "grpc.max_connection_age_ms": settings.maxConnectionAgeMs, "grpc.max_connection_age_grace_ms": 30_000 } : {}),
   });
+  checkGrpcRequests(server);
+  return server;
 }
 
 /**
