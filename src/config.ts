@@ -91,6 +91,8 @@ export interface Config {
   maxConnectionsPerAddress: number;
   /** Web origins (scheme://host[:port]) whose pages may call the API cross-site; ["*"]: any page (needs auth). */
   corsOrigins: string[];
+  /** Host names (".example.com": with subdomains; "*": any) served besides loopback names and IP addresses while auth is off. */
+  allowedHosts: string[];
   /** Base URL of the OpenAI-compatible embeddings API (…/v1); unset: no embeddings from the server, ranking is lexical unless clients send vectors. */
   embeddingsUrl?: string;
   /** Model name sent to the embeddings API; required with embeddingsUrl. */
@@ -163,7 +165,7 @@ export const SETTINGS: Setting[] = [
   { env: "MEMORY_STREAM_HEARTBEAT_MS", flag: "stream-heartbeat-ms", key: "heartbeatMs", kind: "int", default: "15000", min: 10, doc: "Idle time between stream heartbeats (and safety re-reads)." },
   { env: "MEMORY_SHUTDOWN_GRACE_MS", flag: "shutdown-grace-ms", key: "shutdownGraceMs", kind: "int", default: "10000", min: 0, doc: "How long SIGTERM waits for in-flight calls." },
   { env: "MEMORY_REDIS_URL", flag: "redis-url", key: "redisUrl", kind: "string", doc: "Redis URL; required with MEMORY_TYPE=redis. One server: redis://[user:pass@]host:port[/db] (rediss:// for TLS). A Redis Cluster: redis+cluster://[user:pass@]host1:port1,host2:port2,... (seed nodes; rediss+cluster:// for TLS)." },
-  { env: "MEMORY_REDIS_WAIT_REPLICAS", flag: "redis-wait-replicas", key: "redisWaitReplicas", kind: "int", default: "0", min: 0, doc: "Redis: after each write, WAIT until this many replicas have it (within half of MEMORY_STORE_TIMEOUT_MS); fewer: the call fails UNAVAILABLE naming how many acknowledged (the write may have happened; a retry with the same event ids is idempotent). 0: acknowledged by the master alone." },
+  { env: "MEMORY_REDIS_WAIT_REPLICAS", flag: "redis-wait-replicas", key: "redisWaitReplicas", kind: "int", default: "0", min: 0, doc: "Redis: after each write, WAIT until this many replicas have it (within half of MEMORY_STORE_TIMEOUT_MS); fewer: the call fails UNAVAILABLE naming how many acknowledged (DEADLINE_EXCEEDED if its own deadline ends first) (the write may have happened; a retry with the same event ids is idempotent). 0: acknowledged by the master alone." },
   { env: "MEMORY_POSTGRES_URL", flag: "postgres-url", key: "postgresUrl", kind: "string", doc: "PostgreSQL URL; required with MEMORY_TYPE=postgres." },
   { env: "MEMORY_STORE_TIMEOUT_MS", flag: "store-timeout-ms", key: "storeTimeoutMs", kind: "int", min: 100, doc: "Longest one Redis command or PostgreSQL statement may take before the call fails UNAVAILABLE, also for calls without a deadline (a shorter call deadline wins). Default: 4000 on Redis, 15000 on PostgreSQL." },
   { env: "MEMORY_KEY_PREFIX", flag: "key-prefix", key: "keyPrefix", kind: "string", default: "engram", doc: "Redis key prefix / PostgreSQL schema name." },
@@ -185,9 +187,10 @@ export const SETTINGS: Setting[] = [
   { env: "MEMORY_REQUEST_TIMEOUT_MS", flag: "request-timeout-ms", key: "requestTimeoutMs", kind: "int", default: "60000", min: 0, doc: "HTTP/1.1: a request's headers and body must arrive in full within this (408, then closed); responses and streams are not limited; 0: no limit." },
   { env: "MEMORY_IDLE_TIMEOUT_MS", flag: "idle-timeout-ms", key: "idleTimeoutMs", kind: "int", default: "300000", min: 0, doc: "An HTTP/1.1 keep-alive connection between requests, or an HTTP/2 connection with no open stream, is closed after this; 0: never." },
   { env: "MEMORY_PING_INTERVAL_MS", flag: "ping-interval-ms", key: "pingIntervalMs", kind: "int", default: "10000", min: 10, doc: "HTTP/2 connections are pinged this often; one that has not answered within the interval (at most 10 s) is closed, which also frees connections whose HTTP/2 session was shut by the rapid-reset guard." },
-  { env: "MEMORY_MAX_CONNECTIONS", flag: "max-connections", key: "maxConnections", kind: "int", min: 0, doc: "Open connections per replica; past it the oldest connection that has not yet sent a request is closed, else the new one. Default: 90% of the open-file limit less 64; 0: unlimited." },
+  { env: "MEMORY_MAX_CONNECTIONS", flag: "max-connections", key: "maxConnections", kind: "int", min: 0, doc: "Open connections per replica; past it the oldest connection that has not yet sent a request is closed, else the one idle the longest (no request in flight, no open stream), else the new one. Default: 90% of the open-file limit less 64; 0: unlimited." },
   { env: "MEMORY_MAX_CONNECTIONS_PER_ADDRESS", flag: "max-connections-per-address", key: "maxConnectionsPerAddress", kind: "int", default: "256", min: 0, doc: "Open connections per remote address per replica, handled as MEMORY_MAX_CONNECTIONS; 0: unlimited." },
   { env: "MEMORY_CORS_ORIGINS", flag: "cors-origins", key: "corsOrigins", kind: "list", doc: "Comma-separated web origins (e.g. http://localhost:3000) whose pages may call the API cross-site; * allows any page and needs MEMORY_AUTH=true." },
+  { env: "MEMORY_ALLOWED_HOSTS", flag: "allowed-hosts", key: "allowedHosts", kind: "list", doc: "With MEMORY_AUTH off, the Host names served besides localhost, *.localhost, IP addresses and HOST (DNS rebinding guard): comma-separated, .example.com for it and its subdomains, * for any; others get 403." },
   { env: "MEMORY_EMBEDDINGS_URL", flag: "embeddings-url", key: "embeddingsUrl", kind: "string", doc: "Base URL of an OpenAI-compatible embeddings API (requests go to <url>/embeddings), e.g. https://api.openai.com/v1, http://127.0.0.1:11434/v1 (Ollama); unset: no server-side embeddings." },
   { env: "MEMORY_EMBEDDINGS_MODEL", flag: "embeddings-model", key: "embeddingsModel", kind: "string", doc: "Model name sent to the embeddings API; required with MEMORY_EMBEDDINGS_URL." },
   { env: "MEMORY_EMBEDDINGS_API_KEY", flag: "embeddings-api-key", key: "embeddingsApiKey", kind: "string", doc: "Bearer key for the embeddings API (prefer the variable to the flag); unset: no authorization header." },
@@ -248,6 +251,7 @@ export function loadConfig(argv: string[] = process.argv.slice(2), env: NodeJS.P
   }
   const result = config as unknown as Config;
   result.corsOrigins ??= [];
+  result.allowedHosts ??= [];
   result.retentionApps ??= new Map();
   // Only the in-memory store caps by default: a durable store deletes nothing unless asked.
   const local = result.memoryType === "local";
@@ -255,6 +259,7 @@ export function loadConfig(argv: string[] = process.argv.slice(2), env: NodeJS.P
   result.maxSessions ??= local ? LOCAL_DEFAULTS.maxSessions : 0;
   result.maxSessionEvents ??= local ? LOCAL_DEFAULTS.maxSessionEvents : 0;
   checkCorsOrigins(result);
+  checkAllowedHosts(result.allowedHosts);
   if (!MEMORY_TYPES.includes(result.memoryType)) {
     throw new ConfigError(`MEMORY_TYPE: unknown memory type ${JSON.stringify(result.memoryType)}; expected one of ${MEMORY_TYPES.join(", ")}`);
   }
@@ -331,6 +336,19 @@ export function parseRetentionApps(raw: string, source: string): Map<string, App
     apps.set(app, retention);
   }
   return apps;
+}
+
+/** Each MEMORY_ALLOWED_HOSTS entry is a host name as Host carries it, without scheme, port or path (they would never match); "*" stands alone. */
+function checkAllowedHosts(hosts: readonly string[]): void {
+  if (hosts.includes("*")) {
+    if (hosts.length > 1) throw new ConfigError("MEMORY_ALLOWED_HOSTS: * allows every host and must be the only entry");
+    return;
+  }
+  for (const entry of hosts) {
+    if (!/^\.?[a-z0-9_-]+(?:\.[a-z0-9_-]+)*\.?$/i.test(entry)) {
+      throw new ConfigError(`MEMORY_ALLOWED_HOSTS: ${JSON.stringify(entry)} is not a host name (write it without scheme, port or path, e.g. memory.example.com or .example.com)`);
+    }
+  }
 }
 
 /**

@@ -10,6 +10,7 @@
 import { readFileSync } from "node:fs";
 import type http from "node:http";
 import type net from "node:net";
+import { ServerInterceptingCall, type ServerInterceptor } from "@grpc/grpc-js";
 import type * as grpc from "@grpc/grpc-js";
 import type { Config } from "../config.js";
 import type { Logger } from "../log.js";
@@ -116,29 +117,50 @@ function peerOf(socket: net.Socket): string {
 }
 
 interface Tracked {
+  socket: net.Socket;
   address: string;
   /** "address:port", read at admission (a closed socket no longer knows its peer). */
   peer: string;
   proven: boolean;
+  /** HTTP/1.1 requests or HTTP/2 streams being served. */
+  calls: number;
+  /**
+   * The socket's bytesRead when it last came to rest (its last call answered),
+   * or undefined while a request may be arriving on it. An HTTP/1.1 connection
+   * that read bytes since is receiving its next request, and is not at rest.
+   */
+  readAtRest: number | undefined;
+  http2: boolean;
 }
 
 const LOG_EVERY_MS = 10_000;
 
 /**
  * Admits new connections under a per-replica and a per-address cap. When a
- * cap is reached, the oldest connection that has not yet shown its protocol
- * (an idle or half-sent one, the kind a flood is made of) is closed to make
- * room; only if there is none is the new connection refused. Refusals are
- * counted in engram_connections_rejected_total and logged at most every 10 s,
- * without addresses.
+ * cap is reached, a connection is closed to make room, in this order:
+ * - the oldest that has not yet shown its protocol (an idle or half-sent one,
+ *   the kind a flood is made of);
+ * - else the one at rest the longest: no request in flight and none arriving
+ *   (an HTTP/1.1 keep-alive connection between requests, an HTTP/2 connection
+ *   without open streams), as nginx reuses its idle keep-alive connections
+ *   when it runs out of them. Its client reconnects, as it must whenever a
+ *   server closes an idle connection;
+ * only if there is neither is the new connection refused: requests in flight
+ * and open streams are never cut. Refusals and closes are counted in
+ * engram_connections_rejected_total and logged at most every 10 s, without
+ * addresses.
  */
 export class ConnectionGate {
   private readonly open = new Map<net.Socket, Tracked>();
-  /** Admitted sockets by "address:port", so that a TLS socket (a wrapper of the admitted one) finds its connection. */
+  /** Admitted sockets by "address:port", so that a TLS socket (a wrapper of the admitted one) and a gRPC call find their connection. */
   private readonly byPeer = new Map<string, net.Socket>();
+  /** The TLS socket wrapping an admitted one, to its admitted socket. */
+  private readonly wrappers = new WeakMap<net.Socket, net.Socket>();
   /** Unproven connections in arrival order (Map keeps insertion order), overall and per address. */
   private readonly unproven = new Map<net.Socket, string>();
-  private readonly perAddress = new Map<string, { open: number; unproven: Set<net.Socket> }>();
+  /** Connections at rest, least recently active first, overall and per address. */
+  private readonly resting = new Set<Tracked>();
+  private readonly perAddress = new Map<string, { open: number; unproven: Set<net.Socket>; resting: Set<Tracked> }>();
   private readonly pendingLog = new Map<RejectReason, number>();
   private logTimer: NodeJS.Timeout | undefined;
 
@@ -154,20 +176,21 @@ export class ConnectionGate {
     const address = socket.remoteAddress ?? "unknown";
     let entry = this.perAddress.get(address);
     if (this.maxPerAddress > 0 && entry && entry.open >= this.maxPerAddress) {
-      const oldest = entry.unproven.values().next().value;
-      if (!oldest) return this.refuse(socket, "max_connections_per_address");
-      this.evict(oldest, "max_connections_per_address");
+      const victim = entry.unproven.values().next().value ?? this.longestAtRest(entry.resting);
+      if (!victim) return this.refuse(socket, "max_connections_per_address");
+      this.evict(victim, "max_connections_per_address");
     }
     if (this.maxConnections > 0 && this.open.size >= this.maxConnections) {
-      const oldest = this.unproven.keys().next().value;
-      if (!oldest) return this.refuse(socket, "max_connections");
-      this.evict(oldest, "max_connections");
+      const victim = this.unproven.keys().next().value ?? this.longestAtRest(this.resting);
+      if (!victim) return this.refuse(socket, "max_connections");
+      this.evict(victim, "max_connections");
     }
-    if (!entry) this.perAddress.set(address, (entry = { open: 0, unproven: new Set() }));
+    entry = this.perAddress.get(address); // an eviction may have removed it
+    if (!entry) this.perAddress.set(address, (entry = { open: 0, unproven: new Set(), resting: new Set() }));
     entry.open++;
     entry.unproven.add(socket);
     const peer = peerOf(socket);
-    this.open.set(socket, { address, peer, proven: false });
+    this.open.set(socket, { socket, address, peer, proven: false, calls: 0, readAtRest: undefined, http2: false });
     this.byPeer.set(peer, socket);
     this.unproven.set(socket, address);
     this.metrics.connectionsOpen.inc();
@@ -175,16 +198,63 @@ export class ConnectionGate {
     return true;
   }
 
-  /** The connection showed its protocol (or finished its TLS handshake): it is no longer the first to go when a cap is reached. */
-  proven(socket: net.Socket): void {
-    const admitted = this.byPeer.get(peerOf(socket));
+  /**
+   * The connection showed its protocol (or finished its TLS handshake): it is
+   * no longer the first to go when a cap is reached. `http2`: it went to
+   * gRPC, where a connection without streams is at rest whatever it reads
+   * (pings, settings). A plain HTTP/1.1 connection showed the start of a
+   * request, so comes to rest only once that is answered; a TLS one (proven
+   * by its handshake) is at rest until it reads more.
+   */
+  proven(socket: net.Socket, http2: boolean): void {
+    const admitted = this.admittedOf(socket) ?? this.byPeer.get(peerOf(socket));
     if (!admitted) return;
+    if (admitted !== socket) this.wrappers.set(socket, admitted);
     const tracked = this.open.get(admitted);
     if (!tracked || tracked.proven) return;
     tracked.proven = true;
+    tracked.http2 = http2;
     this.unproven.delete(admitted);
-    this.perAddress.get(tracked.address)?.unproven.delete(admitted);
+    const entry = this.perAddress.get(tracked.address)!;
+    entry.unproven.delete(admitted);
+    if (http2 || socket !== admitted) this.rest(tracked, entry);
   }
+
+  /** A request or stream started on `socket` (the admitted socket or its TLS wrapper): its connection is not at rest. */
+  callStarted(socket: net.Socket): void {
+    const tracked = this.trackedOf(socket);
+    if (!tracked || tracked.calls++ > 0) return;
+    this.resting.delete(tracked);
+    this.perAddress.get(tracked.address)?.resting.delete(tracked);
+  }
+
+  /** A request or stream on `socket` ended: with none left, its connection is at rest, the most recently active. */
+  callEnded(socket: net.Socket): void {
+    const tracked = this.trackedOf(socket);
+    if (!tracked || tracked.calls === 0 || --tracked.calls > 0) return;
+    const entry = this.perAddress.get(tracked.address);
+    if (entry) this.rest(tracked, entry);
+  }
+
+  /** A grpc-js server interceptor that counts every call as a started and ended stream of its connection. */
+  readonly grpcInterceptor: ServerInterceptor = (_method, call) => {
+    const socket = this.byPeer.get(call.getPeer());
+    if (!socket) return new ServerInterceptingCall(call);
+    this.callStarted(socket);
+    let ended = false;
+    const end = () => {
+      if (ended) return;
+      ended = true;
+      this.callEnded(socket);
+    };
+    return new ServerInterceptingCall(call, {
+      start: (next) => next({ onCancel: end }),
+      sendStatus: (status, next) => {
+        end();
+        next(status);
+      },
+    });
+  };
 
   /** Counts (and logs, rate-limited) a connection closed for `reason`. */
   rejected(reason: RejectReason): void {
@@ -200,6 +270,32 @@ export class ConnectionGate {
   /** Stops the pending log line (at shutdown). */
   close(): void {
     clearTimeout(this.logTimer);
+  }
+
+  private admittedOf(socket: net.Socket): net.Socket | undefined {
+    return this.open.has(socket) ? socket : this.wrappers.get(socket);
+  }
+
+  private trackedOf(socket: net.Socket): Tracked | undefined {
+    const admitted = this.admittedOf(socket);
+    return admitted && this.open.get(admitted);
+  }
+
+  private rest(tracked: Tracked, entry: { resting: Set<Tracked> }): void {
+    tracked.readAtRest = tracked.socket.bytesRead;
+    // Deleted first so that the set's order stays least recently active first.
+    this.resting.delete(tracked);
+    this.resting.add(tracked);
+    entry.resting.delete(tracked);
+    entry.resting.add(tracked);
+  }
+
+  /** The connection at rest the longest, if any. An HTTP/1.1 one that read bytes since is receiving a request: it is skipped. */
+  private longestAtRest(resting: Set<Tracked>): net.Socket | undefined {
+    for (const tracked of resting) {
+      if (tracked.http2 || tracked.socket.bytesRead === tracked.readAtRest) return tracked.socket;
+    }
+    return undefined;
   }
 
   private refuse(socket: net.Socket, reason: RejectReason): false {
@@ -220,8 +316,10 @@ export class ConnectionGate {
     this.open.delete(socket);
     if (this.byPeer.get(tracked.peer) === socket) this.byPeer.delete(tracked.peer);
     this.unproven.delete(socket);
+    this.resting.delete(tracked);
     const entry = this.perAddress.get(tracked.address)!;
     entry.unproven.delete(socket);
+    entry.resting.delete(tracked);
     if (--entry.open === 0) this.perAddress.delete(tracked.address);
     this.metrics.connectionsOpen.dec();
   }

@@ -7,6 +7,7 @@ import { fromBinary, fromJson, fromJsonString, type DescField, type DescMessage,
 import { invalidArgument, type MemoryError } from "../errors.js";
 import { DEFAULT_SERVICE_LIMITS } from "../service/limits.js";
 import { fastJsonDecoder } from "./json-request-decoding.js";
+import { tooDeepField } from "./nesting.js";
 import { fastBinaryDecoder } from "./request-decoding.js";
 import { decodeUtf8, invalidUtf8Field, notUtf8 } from "./utf8.js";
 
@@ -30,6 +31,10 @@ export function parseRequest(desc: DescMessage, bytes: Uint8Array): unknown {
     if ((err as { code?: unknown }).code === "ERR_ENCODING_INVALID_ENCODED_DATA") {
       const bad = invalidUtf8Field(desc, bytes);
       if (bad) throw notUtf8(bad.field, bad.offset);
+    }
+    if (/recursion/i.test(err instanceof Error ? err.message : "")) {
+      const field = tooDeepField(desc, bytes, PROTO_RECURSION_LIMIT);
+      if (field) throw invalidArgument(field, `nests deeper than ${PROTO_RECURSION_LIMIT} protobuf levels (${DEFAULT_SERVICE_LIMITS.maxJsonDepth} levels of JSON)`);
     }
     throw invalidArgument("request", `is not a valid ${desc.typeName} message (${err instanceof Error ? err.message : String(err)})`);
   }

@@ -16,6 +16,7 @@ import { Quotas } from "../service/quotas.js";
 import { connectMemoryRoutes } from "./connect-adapter.js";
 import { createConnectHandler } from "./connect-handler.js";
 import type { ConnectionSettings } from "./connection-limits.js";
+import { createHostPolicy } from "./allowed-hosts.js";
 import { createCrossSitePolicy } from "./cross-site.js";
 import { grpcMemoryService } from "./grpc-adapter.js";
 import { HealthMonitor } from "./health.js";
@@ -23,7 +24,7 @@ import { addReflection } from "./reflection.js";
 import { createInspectorHandler } from "./inspector.js";
 import { createMcpHandler } from "./mcp/handler.js";
 import { createRestHandler } from "./rest.js";
-import { createGrpcServer, listenOnSharedPort } from "./shared-port.js";
+import { createConnectionGate, createGrpcServer, listenOnSharedPort } from "./shared-port.js";
 import { sendJsonError } from "./status.js";
 
 /** Settings of the listener. */
@@ -45,7 +46,7 @@ export type SecurityOptions = Partial<
     Config,
     | "auth" | "authKeysFile" | "authCacheMs" | "rateLimit" | "maxStreams" | "maxStreamsPerKey" | "metrics"
     | "tlsCert" | "tlsKey" | "tlsClientCa" | "maxConnectionAgeMs"
-    | "memoryEnabled" | "memoryType" | "redisUrl" | "postgresUrl" | "keyPrefix" | "corsOrigins"
+    | "memoryEnabled" | "memoryType" | "redisUrl" | "postgresUrl" | "keyPrefix" | "corsOrigins" | "allowedHosts"
     | keyof ConnectionSettings
   >
 >;
@@ -87,7 +88,8 @@ export async function startServer(
   const guard = new CallGuard(service, { authenticator, quotas, metrics, log });
 
   // gRPC over h2c.
-  const grpcServer = createGrpcServer(options.maxMessageBytes, security);
+  const gate = createConnectionGate(security, metrics, log);
+  const grpcServer = createGrpcServer(options.maxMessageBytes, security, gate);
   const { definition, implementation } = grpcMemoryService(guard, report);
   grpcServer.addService(definition, implementation);
   health.grpc.addToServer(grpcServer);
@@ -96,6 +98,7 @@ export async function startServer(
   // Connect, gRPC-Web and REST over HTTP/1.1.
   const rest = createRestHandler({ guard, health, agentName: options.agentName, report, metrics: options.metrics === false ? undefined : metrics });
   const inspector = options.inspector === false ? undefined : createInspectorHandler(log);
+  const hostPolicy = createHostPolicy({ auth: Boolean(options.auth), listenHost: options.host, allowedHosts: security.allowedHosts });
   const crossSite = createCrossSitePolicy(security.corsOrigins);
   const mcp = options.mcp === false ? undefined : createMcpHandler({ guard, report, maxMessageBytes: options.maxMessageBytes });
   const connectHandler = createConnectHandler({
@@ -109,6 +112,7 @@ export async function startServer(
     },
   });
   const handleHttp1 = (req: IncomingMessage, res: ServerResponse) => {
+    if (hostPolicy?.(req, res)) return;
     // `curl -d '{...}'` sends a form content type; on RPC paths treat it as Connect JSON.
     const type = req.headers["content-type"];
     if (req.method === "POST" && req.url?.startsWith(RPC_PATH_PREFIX) && (!type || type.startsWith("application/x-www-form-urlencoded"))) {
@@ -121,14 +125,13 @@ export async function startServer(
   };
 
   await health.start();
-  const { port, listener, httpServer, injector, sockets, gate } = await listenOnSharedPort({
+  const { port, listener, httpServer, injector, sockets } = await listenOnSharedPort({
     host: options.host,
     port: options.port,
     grpcServer,
+    gate,
     handleHttp1,
     settings: security,
-    metrics,
-    log,
   });
 
   let closing: Promise<void> | undefined;

@@ -15,14 +15,18 @@ import * as grpc from "@grpc/grpc-js";
 import type { Config } from "../config.js";
 import type { Logger } from "../log.js";
 import type { Metrics } from "../service/metrics.js";
+import { checkGrpcRequests, oneRequestMessage } from "./grpc-protocol.js";
 import { ConnectionGate, enforceHttp1Deadlines, grpcConnectionOptions, http1ServerOptions, resolveMaxConnections, sniffProtocol, type ConnectionSettings } from "./connection-limits.js";
 
 /** What the port needs to know: connection limits, TLS files and the gRPC connection age. */
 export type SharedPortSettings = ConnectionSettings & Partial<Pick<Config, "tlsCert" | "tlsKey" | "tlsClientCa" | "maxConnectionAgeMs">>;
 
 /** The gRPC server of the h2c side, with the edge's message size and connection limits; the caller adds its services. */
-export function createGrpcServer(maxMessageBytes: number, settings: SharedPortSettings): grpc.Server {
-  return new grpc.Server({
+export function createGrpcServer(maxMessageBytes: number, settings: SharedPortSettings, gate: ConnectionGate): grpc.Server {
+  const server = new grpc.Server({
+    // The gate counts each connection's open streams: one without any may be closed to make room at a cap.
+    // It comes first (innermost), so that it also sees the calls the outer ones end.
+    interceptors: [gate.grpcInterceptor, oneRequestMessage],
     "grpc.max_receive_message_length": maxMessageBytes,
     "grpc.max_send_message_length": maxMessageBytes,
     ...grpcConnectionOptions(settings),
@@ -32,6 +36,8 @@ export function createGrpcServer(maxMessageBytes: number, settings: SharedPortSe
     // GOAWAY past this age: long streams reconnect (and resume) on whichever replica the balancer picks.
     ...(settings.maxConnectionAgeMs ? { "grpc.max_connection_age_ms": settings.maxConnectionAgeMs, "grpc.max_connection_age_grace_ms": 30_000 } : {}),
   });
+  checkGrpcRequests(server);
+  return server;
 }
 
 /**
@@ -112,6 +118,11 @@ function destroyOnceWritten(socket: net.Socket): void {
   else socket.once("finish", () => socket.destroy());
 }
 
+/** The connection gate of one shared port: create it first, give it to createGrpcServer and listenOnSharedPort. */
+export function createConnectionGate(settings: SharedPortSettings, metrics: Metrics, log: Logger): ConnectionGate {
+  return new ConnectionGate(resolveMaxConnections(settings.maxConnections), settings.maxConnectionsPerAddress, metrics, log);
+}
+
 /** A listening shared port and the parts its owner's shutdown closes, in its own order. */
 export interface SharedPort {
   readonly port: number;
@@ -128,22 +139,26 @@ export interface SharedPortOptions {
   host: string;
   port: number;
   grpcServer: grpc.Server;
+  /** The gate `grpcServer` was created with. */
+  gate: ConnectionGate;
   /** Every HTTP/1.1 request. */
   handleHttp1: http.RequestListener;
   settings: SharedPortSettings;
-  metrics: Metrics;
-  log: Logger;
 }
 
 /** Starts listening: gRPC connections to `grpcServer`, the rest to a node:http server calling `handleHttp1`. */
 export async function listenOnSharedPort(options: SharedPortOptions): Promise<SharedPort> {
-  const { settings, metrics, log } = options;
+  const { settings, gate } = options;
   const injector = options.grpcServer.createConnectionInjector(grpc.ServerCredentials.createInsecure());
   const httpServer = http.createServer({ ...http1ServerOptions(settings), ServerResponse: ClosingEarlyResponse }, options.handleHttp1);
 
   enforceHttp1Deadlines(httpServer);
+  // A keep-alive connection between requests may be closed to make room at a cap; one with a request in flight may not.
+  httpServer.on("request", (req: http.IncomingMessage, res: http.ServerResponse) => {
+    gate.callStarted(req.socket);
+    res.once("close", () => gate.callEnded(req.socket));
+  });
 
-  const gate = new ConnectionGate(resolveMaxConnections(settings.maxConnections), settings.maxConnectionsPerAddress, metrics, log);
   const sockets = new Set<net.Socket>();
   const track = (socket: net.Socket) => {
     sockets.add(socket);
@@ -163,7 +178,7 @@ export async function listenOnSharedPort(options: SharedPortOptions): Promise<Sh
         },
         (socket) => {
           track(socket);
-          gate.proven(socket);
+          gate.proven(socket, socket.alpnProtocol === "h2");
           if (socket.alpnProtocol === "h2") injector.injectConnection(socket);
           else httpServer.emit("connection", socket);
         },
@@ -172,7 +187,7 @@ export async function listenOnSharedPort(options: SharedPortOptions): Promise<Sh
         if (socket.destroyed) return; // refused by the gate
         track(socket);
         sniffProtocol(socket, settings.firstBytesTimeoutMs, (isHttp2) => {
-          gate.proven(socket);
+          gate.proven(socket, isHttp2);
           if (isHttp2) {
             // node:http2 drains bytes already buffered on the socket itself.
             injector.injectConnection(socket);

@@ -185,6 +185,9 @@ export interface MemoryServiceOptions {
 }
 
 /** The memory service; one instance per process. */
+/** google.protobuf.Duration's largest number of seconds (10,000 years). */
+const MAX_DURATION_SECONDS = 315_576_000_000n;
+
 export class MemoryService {
   readonly hub: StreamHub;
   /** Wire form of recent stored events, built once per stored object and shared by readers and streams. */
@@ -415,6 +418,10 @@ export class MemoryService {
   async cleanup(req: CleanupRequest, call?: StoreCall): Promise<CleanupResponse> {
     const maxAge = req.maxAge;
     if (!maxAge) throw invalidArgument("max_age", "is required");
+    // google.protobuf.Duration's range, which Connect JSON enforces while decoding and binary protobuf does not.
+    if (maxAge.seconds > MAX_DURATION_SECONDS || maxAge.seconds < -MAX_DURATION_SECONDS || Math.abs(maxAge.nanos) > 999_999_999) {
+      throw invalidArgument("max_age", "must be within ±315,576,000,000 s (10,000 years) and nanos within ±999,999,999, google.protobuf.Duration's range");
+    }
     const ms = Number(maxAge.seconds) * 1000 + Math.floor(maxAge.nanos / 1_000_000);
     if (!(ms > 0)) throw invalidArgument("max_age", "must be positive");
     const appName = optionalFilter("app_name", req.appName);

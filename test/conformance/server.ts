@@ -14,7 +14,7 @@ import { pino } from "pino";
 import { loadConfig } from "../../src/config.js";
 import { MemoryError } from "../../src/errors.js";
 import { createConnectHandler } from "../../src/server/connect-handler.js";
-import { createGrpcServer, listenOnSharedPort } from "../../src/server/shared-port.js";
+import { createConnectionGate, createGrpcServer, listenOnSharedPort } from "../../src/server/shared-port.js";
 import { sendJsonError } from "../../src/server/status.js";
 import { Metrics } from "../../src/service/metrics.js";
 import { NullStore } from "../../src/store/null.js";
@@ -54,7 +54,8 @@ async function main(): Promise<void> {
   const settings = loadConfig([], {});
   const maxMessageBytes = request.messageReceiveLimit || settings.maxMessageBytes;
 
-  const grpcServer = createGrpcServer(maxMessageBytes, settings);
+  const gate = createConnectionGate(settings, new Metrics(new NullStore()), log);
+  const grpcServer = createGrpcServer(maxMessageBytes, settings, gate);
   const { definition, implementation } = grpcConformanceService(schema, report);
   grpcServer.addService(definition, implementation);
   const connectHandler = createConnectHandler({
@@ -68,10 +69,9 @@ async function main(): Promise<void> {
     host: "127.0.0.1",
     port: 0,
     grpcServer,
+    gate,
     handleHttp1: connectHandler,
     settings,
-    metrics: new Metrics(new NullStore()),
-    log,
   });
   process.stdout.write(sizePrefixed(toBinary(schema.message("ServerCompatResponse"), create(schema.message("ServerCompatResponse"), { host: "127.0.0.1", port: shared.port } as never))));
   process.once("SIGTERM", () => {

@@ -118,7 +118,7 @@ describe("the unary fast path answers as connect-node does", () => {
     return { socket, errors, ended, closed, within, answer };
   }
   const head = (length: number) =>
-    `POST /engram.v1.MemoryService/GetSession HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: ${length}\r\n\r\n{"session_id":"`;
+    `POST /engram.v1.MemoryService/GetSession HTTP/1.1\r\nhost: 127.0.0.1\r\ncontent-type: application/json\r\ncontent-length: ${length}\r\n\r\n{"session_id":"`;
 
   /** Writes a byte every `gapMs` (at most `probes` times) until the server's close shows as a reset; whether it did. */
   async function resetBy(c: ReturnType<typeof rawConnection>, probes: number, gapMs: number): Promise<boolean> {
@@ -160,7 +160,7 @@ describe("the unary fast path answers as connect-node does", () => {
 
   it("a lingering close drops at most LINGER_MAX_BYTES of a chunked body, then closes", async () => {
     const c = rawConnection();
-    c.socket.write("POST /engram.v1.MemoryService/GetSession HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ntransfer-encoding: chunked\r\n\r\n");
+    c.socket.write("POST /engram.v1.MemoryService/GetSession HTTP/1.1\r\nhost: 127.0.0.1\r\ncontent-type: application/json\r\ntransfer-encoding: chunked\r\n\r\n");
     const MiB = 1024 * 1024;
     const chunk = `${MiB.toString(16)}\r\n${"x".repeat(MiB)}\r\n`;
     let sent = 0;

@@ -109,7 +109,7 @@ describe("cross-site pages in a browser", () => {
     browser = await chromium.launch({
       executablePath: await chromiumBinary(),
       headless: true,
-      args: ["--no-sandbox", "--host-resolver-rules=MAP evil.example 127.0.0.1, MAP app.example 127.0.0.1"],
+      args: ["--no-sandbox", "--host-resolver-rules=MAP evil.example 127.0.0.1, MAP app.example 127.0.0.1, MAP rebind.example 127.0.0.1"],
     });
   }, 600_000);
 
@@ -133,6 +133,22 @@ describe("cross-site pages in a browser", () => {
     await expect.poll(() => seen.length, { timeout: 20_000, interval: 100 }).toBeGreaterThanOrEqual(count);
     return { page, seen };
   }
+
+  it("a page whose name was rebound to the server (rebind.example) is refused 403, its same-origin calls too", async () => {
+    const page = await browser.newPage();
+    try {
+      const answer = await page.goto(`http://rebind.example:${engram.port}/`);
+      expect(answer?.status()).toBe(403);
+      const call = await page.evaluate(async () => {
+        const res = await fetch("/engram.v1.MemoryService/ListSessions", { method: "POST", headers: { "content-type": "application/json" }, body: "{}" });
+        return { status: res.status, body: await res.text() };
+      });
+      expect(call.status).toBe(403);
+      expect(call.body).toContain("MEMORY_ALLOWED_HOSTS");
+    } finally {
+      await page.close();
+    }
+  });
 
   it.each([
     ["a cross-site page (http://evil.example)", "evil.example"],

@@ -255,3 +255,80 @@ describe("a low open-file limit", () => {
     }
   });
 });
+
+/** A keep-alive HTTP/1.1 connection from `from` after one answered request, left open and idle. */
+async function keptAlive(port: number, from: string): Promise<HeldConnection> {
+  const connection = await hold(port, from);
+  const answered = new Promise<void>((resolve) => {
+    let answer = "";
+    const onData = (d: Buffer) => {
+      answer += d.toString("latin1");
+      if (answer.endsWith("}")) resolve(); // the whole JSON answer
+    };
+    connection.socket.on("data", onData);
+    connection.closed.then(() => resolve());
+  });
+  connection.socket.write("POST /engram.v1.MemoryService/GetStats HTTP/1.1\r\nHost: 127.0.0.1\r\ncontent-type: application/json\r\ncontent-length: 2\r\n\r\n{}");
+  await answered;
+  return connection;
+}
+
+/** An HTTP/2 connection from `from` with one gRPC call open (headers sent, no message yet): a stream in flight. */
+async function openGrpcStream(port: number, from: string): Promise<{ session: http2.ClientHttp2Session; closed(): boolean }> {
+  const session = http2.connect(`http://127.0.0.1:${port}`, { localAddress: from } as http2.SecureClientSessionOptions);
+  session.on("error", () => {});
+  const stream = session.request({ ":method": "POST", ":path": "/engram.v1.MemoryService/GetStats", "content-type": "application/grpc", te: "trailers" }, { endStream: false });
+  stream.on("error", () => {});
+  // Frames are read in order: once the ping is answered, the server has read the stream's headers.
+  await new Promise<void>((resolve, reject) => stream.once("ready", () => session.ping((err) => (err ? reject(err) : resolve()))));
+  return { session, closed: () => session.closed || session.destroyed || stream.closed };
+}
+
+/** An HTTP/1.1 request from `from` whose body never comes: the server has read its headers (it answered 100 Continue), so it is in flight. */
+async function inFlightRequest(port: number, from: string): Promise<HeldConnection> {
+  const connection = await hold(port, from);
+  const continued = new Promise<void>((resolve) => {
+    connection.socket.once("data", () => resolve());
+    connection.closed.then(() => resolve());
+  });
+  connection.socket.write("POST /engram.v1.MemoryService/GetStats HTTP/1.1\r\nHost: 127.0.0.1\r\ncontent-type: application/json\r\ncontent-length: 100\r\nexpect: 100-continue\r\n\r\n");
+  await continued;
+  return connection;
+}
+
+describe("an address whose connections are all kept alive or busy", () => {
+  let server: TestServer;
+
+  beforeAll(async () => {
+    // The default per-address cap (256); streams limited only by it.
+    server = await startTestServer({ config: { maxStreamsPerKey: 1_000, maxStreams: 1_000 } });
+  });
+  afterAll(() => server.stop());
+
+  it("keeps serving calls from an address holding 300 idle keep-alive connections, each after one answered request", async () => {
+    const kept: HeldConnection[] = [];
+    for (let i = 0; i < 300; i++) kept.push(await keptAlive(server.port, "127.0.0.1"));
+    // At the cap, the connections at rest the longest made room for the newer ones.
+    expect(kept.filter((c) => !c.isClosed()).length).toBeLessThanOrEqual(256);
+    expect(kept.slice(-200).filter((c) => c.isClosed())).toHaveLength(0);
+    for (let i = 0; i < 10; i++) await legitimateCalls(server);
+    expect(await metric(server.baseUrl, 'engram_connections_rejected_total{reason="max_connections_per_address"}')).toBeGreaterThanOrEqual(44);
+  });
+
+  it("keeps serving calls from an address holding 255 calls in flight, and cuts none of them", async () => {
+    // The previous test's connections are gone, so that these 255 are all the address holds.
+    const deadline = Date.now() + 5_000;
+    while ((await metric(server.baseUrl, "engram_connections_open")) > 1 && Date.now() < deadline) await sleep(50);
+    const streams = [];
+    for (let i = 0; i < 200; i++) streams.push(await openGrpcStream(server.port, "127.0.0.1"));
+    const requests: HeldConnection[] = [];
+    for (let i = 0; i < 55; i++) requests.push(await inFlightRequest(server.port, "127.0.0.1"));
+    try {
+      for (let i = 0; i < 10; i++) await legitimateCalls(server);
+      expect(streams.filter((s) => s.closed())).toHaveLength(0);
+      expect(requests.filter((c) => c.isClosed())).toHaveLength(0);
+    } finally {
+      for (const { session } of streams) session.destroy();
+    }
+  });
+});
