@@ -8,7 +8,9 @@
 import { toJson, type JsonObject, type JsonValue } from "@bufbuild/protobuf";
 import { ValueSchema, timestampDate } from "@bufbuild/protobuf/wkt";
 import type { Event as MemoryEvent } from "@engram/gen";
+import { adkEventOf, adkEventView, adkSummary } from "./adk";
 import { formatClock, formatTime, h, type Child } from "./dom";
+import { preview } from "./preview";
 
 /** Event types with a colour of their own; any other type gets one derived from its name. */
 const KNOWN_TYPES = new Set([
@@ -43,16 +45,11 @@ function hueOf(name: string): number {
   return hash % 360;
 }
 
-/** One-line preview of a JSON value ("{ tool: "weather", arguments: {…} }"), at most `max` characters. */
-export function preview(value: JsonValue, max = 120): string {
-  const inner = (v: JsonValue, depth: number): string => {
-    if (v === null || typeof v !== "object") return JSON.stringify(v);
-    if (depth > 0) return Array.isArray(v) ? `[…${v.length}]` : "{…}";
-    if (Array.isArray(v)) return `[${v.map((x) => inner(x, depth + 1)).join(", ")}]`;
-    return `{ ${Object.entries(v).map(([k, x]) => `${k}: ${inner(x, depth + 1)}`).join(", ")} }`;
-  };
-  const text = inner(value, 0);
-  return text.length > max ? `${text.slice(0, max - 1)}…` : text;
+/** An event in one line, at most `max` characters: an ADK event as its author and what it says, other content as JSON. */
+export function eventPreview(event: MemoryEvent, max = 120): string {
+  const content = contentOf(event);
+  const adk = adkEventOf(content);
+  return adk ? adkSummary(adk, max) : preview(content, max);
 }
 
 /** A JSON value, collapsed to a one-line summary that expands to the pretty-printed whole. */
@@ -170,6 +167,8 @@ function stackOf(content: JsonValue): string | undefined {
 
 /** Content shown for a person: a string as text, images as images, a stack trace as lines, other JSON collapsed. */
 function contentView(event: MemoryEvent, content: JsonValue): HTMLElement {
+  const adk = adkEventOf(content);
+  if (adk) return h("div", {}, adkEventView(adk), jsonView(content, "ADK event"));
   if (typeof content === "string") {
     return content.startsWith("data:image/") && imagesOf(content).length ? h("div", { class: "images" }, h("img", { src: content, alt: `image of event #${event.seq}`, loading: "lazy" })) : h("div", { class: "text" }, content);
   }

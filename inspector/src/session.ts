@@ -25,8 +25,8 @@ import { errorBox, retrying, type Cleanup } from "./views";
 const WINDOW = 200;
 /** Seqs a filtered page steps back at a time: a filter may match few events in a range. */
 const FILTERED_STEP = 1000;
-/** How close to the end of the page (px) still counts as "at the newest". */
-const AT_END_PX = 120;
+/** How far (px) the newest event may reach below the window and still count as in view: live events keep it in view. */
+const NEAR_NEWEST_PX = 120;
 
 function dateOf(ts: Timestamp | undefined): Date | undefined {
   return ts ? timestampDate(ts) : undefined;
@@ -187,10 +187,28 @@ export function sessionView(root: HTMLElement, sessionId: string, params: URLSea
   let atHead = true; // the range reaches the session's head: live events join it
   let unseen = 0; // live events that arrived while the reader was away from the newest
 
-  const atEnd = () => window.innerHeight + window.scrollY >= document.documentElement.scrollHeight - AT_END_PX;
+  // "At the newest" is about the last event, not the page's end: on a narrow screen the side panels follow the events.
+  const newestBox = () => list.lastElementChild?.getBoundingClientRect();
+  /** The newest event shown is in view (or nearly): a live event joins it in view. */
+  const nearNewest = () => {
+    const box = newestBox();
+    return !box || (box.bottom >= 0 && box.bottom <= window.innerHeight + NEAR_NEWEST_PX);
+  };
+  // The button floats over the page's bottom edge, so it shows only while the newest event is wholly
+  // below the window: it can never cover that event, and is gone whenever the newest is on screen.
+  const newestBelow = () => {
+    const box = newestBox();
+    return box !== undefined && box.top >= window.innerHeight;
+  };
+  /** Set when the view was put at the newest event and the reader has not scrolled away since. */
+  let pinned = false;
+  const scrollToNewest = () => {
+    list.lastElementChild?.scrollIntoView({ block: "end" });
+    pinned = true;
+  };
   const updateCount = () => (count.textContent = `${shown.length} shown`);
   const updateNewest = () => {
-    const away = !atHead || !atEnd();
+    const away = !atHead || newestBelow();
     newest.hidden = !away;
     newest.textContent = unseen > 0 ? `${unseen} new event${unseen === 1 ? "" : "s"} ↓` : "Jump to newest ↓";
     if (!away) unseen = 0;
@@ -254,7 +272,7 @@ export function sessionView(root: HTMLElement, sessionId: string, params: URLSea
   }
 
   function appendEvent(event: MemoryEvent): void {
-    const follow = atEnd();
+    const follow = nearNewest();
     highSeq = event.seq;
     if (!matches(event)) return;
     const row = rowsOf([event], shown.at(-1))[0]!;
@@ -264,7 +282,7 @@ export function sessionView(root: HTMLElement, sessionId: string, params: URLSea
     countTokens();
     if (event.eventType.startsWith("delegation")) updateDelegations();
     // Watching live: keep the newest event in view, unless the reader has scrolled up.
-    if (follow) row.scrollIntoView({ block: "end" });
+    if (follow) scrollToNewest();
     else unseen++;
     updateNewest();
     refreshInfo();
@@ -338,8 +356,9 @@ export function sessionView(root: HTMLElement, sessionId: string, params: URLSea
       }
       earlier.hidden = lowSeq <= firstSeq;
       renderAll();
-      if (at === undefined) window.scrollTo(0, document.documentElement.scrollHeight);
+      if (at === undefined) scrollToNewest();
       else {
+        pinned = false;
         const target = document.getElementById(`ev-${at}`);
         target?.scrollIntoView({ block: "center" });
         target?.classList.add("flash", "target");
@@ -353,7 +372,7 @@ export function sessionView(root: HTMLElement, sessionId: string, params: URLSea
   function jumpToNewest(): void {
     unseen = 0;
     if (atHead) {
-      window.scrollTo(0, document.documentElement.scrollHeight);
+      scrollToNewest();
       updateNewest();
     } else {
       // Opened at an older event: show the newest page instead (and say so in the URL).
@@ -401,7 +420,17 @@ export function sessionView(root: HTMLElement, sessionId: string, params: URLSea
     rows[Math.max(0, Math.min(rows.length - 1, nextIndex))]?.focus();
     ev.preventDefault();
   };
-  const onScroll = () => updateNewest();
+  const onScroll = () => {
+    pinned = pinned && nearNewest();
+    updateNewest();
+  };
+  // Rows are laid out as they come into view (content-visibility) and grow as token counts arrive:
+  // while pinned, the newest event is put back in view, so a session opens at its newest on any screen.
+  const resized = new ResizeObserver(() => {
+    if (pinned && atHead) scrollToNewest();
+    updateNewest();
+  });
+  resized.observe(list);
   addEventListener("keydown", onKey);
   addEventListener("scroll", onScroll, { passive: true });
 
@@ -411,6 +440,7 @@ export function sessionView(root: HTMLElement, sessionId: string, params: URLSea
     controller.abort();
     unfollow?.();
     observer.disconnect();
+    resized.disconnect();
     removeEventListener("keydown", onKey);
     removeEventListener("scroll", onScroll);
     clearTimeout(infoTimer);

@@ -14,7 +14,7 @@ import { timestampDate } from "@bufbuild/protobuf/wkt";
 import type { Event as MemoryEvent, Session } from "@engram/gen";
 import { memory } from "./api";
 import { formatTime, h, replaceChildren } from "./dom";
-import { contentOf, preview } from "./events";
+import { eventPreview } from "./events";
 import { sessionHref, sessionsHref, sessionsQueryOf, ERRORS_ONLY, type SessionsQuery } from "./hrefs";
 import { errorBox, type Cleanup } from "./views";
 
@@ -158,17 +158,18 @@ export function sessionsView(root: HTMLElement, params: URLSearchParams): Cleanu
     return h(
       "tr",
       { "data-session": s.sessionId, class: f.errors > 0 ? "has-errors" : undefined },
-      h("td", { class: "session-id" }, h("a", { href: sessionHref(s.sessionId) }, s.sessionId)),
-      h("td", {}, s.appName),
-      h("td", {}, s.userId),
-      h("td", { class: "num" }, String(s.eventCount)),
-      h("td", { class: "num errors" }, f.errors ? `${f.errors}${f.errorsCapped ? "+" : ""}` : "0"),
+      // data-label names each cell where a phone shows the row as a card (style.css); title holds an id cut short there.
+      h("td", { class: "session-id" }, h("a", { href: sessionHref(s.sessionId), title: s.sessionId }, s.sessionId)),
+      h("td", { class: "app", "data-label": "app", title: s.appName }, s.appName),
+      h("td", { class: "user", "data-label": "user", title: s.userId }, s.userId),
+      h("td", { class: "num events", "data-label": "events" }, String(s.eventCount)),
+      h("td", { class: "num errors", "data-label": "errors" }, f.errors ? `${f.errors}${f.errorsCapped ? "+" : ""}` : "0"),
       h(
         "td",
-        { class: "last-event" },
+        { class: "last-event", title: last ? `${last.eventType}: ${eventPreview(last, 300)}` : undefined },
         last ? h("span", { class: `badge type-${last.eventType}` }, last.eventType) : h("span", { class: "muted" }, "none"),
         last ? " " : null,
-        last ? h("span", { class: "muted" }, preview(contentOf(last), 60)) : null,
+        last ? h("span", { class: "muted" }, eventPreview(last, 60)) : null,
       ),
       h("td", { class: "when" }, formatTime(dateOf(s.updatedAt))),
     );

@@ -2,8 +2,8 @@
  * Makes the README's inspector screenshots (inspector/screenshots/*.png):
  * starts a server on 127.0.0.1 with the test suite's helper, writes a small
  * multi-agent run (with session state) into it through the TypeScript
- * client, and photographs the main views in headless Debian chromium (light
- * and dark, wide and phone).
+ * client, with a turn stored as the ADK adapter stores it, and photographs
+ * the main views in headless Debian chromium (light and dark, wide and phone).
  *
  *   npm run screenshots:inspector      (after npm run build:inspector)
  */
@@ -11,7 +11,7 @@ import { mkdirSync } from "node:fs";
 import path from "node:path";
 import { Resvg } from "@resvg/resvg-js";
 import { chromium } from "playwright-core";
-import { createMemoryClient } from "@engram-memory/client";
+import { createMemoryClient, type JsonObject } from "@engram-memory/client";
 import { REPO_ROOT, startTestServer } from "../support/engram.js";
 import { chromiumBinary } from "./chromium.js";
 
@@ -52,6 +52,26 @@ try {
     { eventType: "agent_response", content: "Friday: the Louvre until 21:00. Saturday: a walk along the Seine. Tickets: I will retry the booking shortly.", timestamp: at(6000), stateDelta: { plan: null, itinerary: { friday: "Louvre", saturday: "Seine" }, "user:home_city": "Lyon" } },
   ]);
 
+  // A turn as the Python client's ADK adapter stores it (engram_memory/adk.py): ADK's Event as JSON, metadata source "adk".
+  await memory.createSession("weather_app", "dana", "adk-weather");
+  const adkTurn = (author: string, role: string, parts: JsonObject[], ms: number) => {
+    const id = `adk-${ms}`;
+    const timestamp = (t0 + ms) / 1000;
+    return {
+      eventType: author === "user" ? "user_message" : "agent_response",
+      content: { content: { parts, role }, invocation_id: "e-42", author, actions: { state_delta: {}, artifact_delta: {} }, id, timestamp },
+      metadata: { source: "adk", author, invocation_id: "e-42" },
+      eventId: id,
+      timestamp: at(ms),
+    };
+  };
+  await memory.addEvents("adk-weather", [
+    adkTurn("user", "user", [{ text: "Will I need an umbrella in Paris on Saturday?" }], 0),
+    adkTurn("weather_agent", "model", [{ text: "Let me look at the forecast." }, { function_call: { id: "adk-call-1", name: "get_forecast", args: { city: "Paris", day: "Saturday" } } }], 900),
+    adkTurn("weather_agent", "user", [{ function_response: { id: "adk-call-1", name: "get_forecast", response: { result: "light rain after 15:00, 14°C" } } }], 1700),
+    adkTurn("weather_agent", "model", [{ text: "Yes: light rain from 3 pm, around 14°C. Take an umbrella for the afternoon." }], 2600),
+  ]);
+
   const shoot = async (name: string, fragment: string, opts: { width?: number; height?: number; dark?: boolean; ready?: string; context?: boolean; fullPage?: boolean } = {}) => {
     const page = await browser.newPage({ viewport: { width: opts.width ?? 1280, height: opts.height ?? 820 }, colorScheme: opts.dark ? "dark" : "light" });
     await page.goto(`${server.baseUrl}/${fragment}`);
@@ -67,10 +87,12 @@ try {
     await page.close();
   };
   await shoot("sessions", "#/?q=Louvre", { ready: ".hit" });
-  await shoot("session", "#/session/trip-paris", { ready: "#ev-10 .tokens:not(:empty)", height: 1100 });
+  await shoot("session", "#/session/trip-paris", { ready: "#ev-10 .tokens:not(:empty)", height: 1200 });
   await shoot("context", "#/session/trip-paris", { ready: "#ev-10", context: true, height: 1300 });
-  await shoot("session-dark", "#/session/trip-paris", { ready: "#ev-10 .tokens:not(:empty)", dark: true, height: 1100 });
-  await shoot("phone", "#/session/ticket-4411", { ready: "#ev-2", width: 360, height: 740 });
+  await shoot("session-dark", "#/session/trip-paris", { ready: "#ev-10 .tokens:not(:empty)", dark: true, height: 1200 });
+  await shoot("adk", "#/session/adk-weather", { ready: "#ev-4 .tokens:not(:empty)", height: 900 });
+  await shoot("phone", "#/session/ticket-4411", { ready: "#ev-2", width: 390, height: 844 });
+  await shoot("phone-sessions", "#/", { ready: 'tr[data-session="adk-weather"] td.last-event .badge', width: 390, height: 844 });
   console.log(`screenshots written to ${path.relative(REPO_ROOT, OUT)}/`);
 } finally {
   await browser.close();
