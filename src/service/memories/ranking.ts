@@ -1,10 +1,19 @@
 /**
  * Hybrid ranking of memories: reciprocal rank fusion (RRF, Cormack et al.
- * 2009) of the lexical (BM25) ranking, the vector ranking where embeddings
- * exist, and two weaker rankings of the same candidates by importance and by
- * recency. RRF needs no calibration between BM25 scores and cosine
- * similarities: only ranks count, so a new signal (an embedding endpoint,
- * a store's own vector index) plugs in as one more list.
+ * 2009) of the lexical (BM25) ranking and the vector ranking where
+ * embeddings exist, then a small bounded boost from importance and recency.
+ * RRF needs no calibration between BM25 scores and cosine similarities: only
+ * ranks count, so a new signal (an embedding endpoint, a store's own vector
+ * index) plugs in as one more list.
+ *
+ * Relevance comes first. The priors add at most MAX_PRIOR_BOOST, less than
+ * the gap between the first and second place of one relevance list, so a
+ * memory that leads the others in relevance stays ahead of every newer or
+ * more important one; the priors decide near-ties (equal or almost equal
+ * fused scores, deeper in the lists where ranks lie closer together) and
+ * order an empty query's memories. Two half-weight rank lists of importance
+ * and recency, as before, added up to a full extra vote: an old memory that
+ * matched best lost to newer ones that matched worse.
  */
 import type { MemoryRecord, RankedMemory } from "../../store/types.js";
 
@@ -12,8 +21,16 @@ import type { MemoryRecord, RankedMemory } from "../../store/types.js";
 export const RRF_K = 60;
 /** Weight of the relevance rankings (lexical, vector). */
 const RELEVANCE_WEIGHT = 1;
-/** Weight of the importance and recency rankings: they reorder close calls, they do not outvote relevance. */
-const PRIOR_WEIGHT = 0.5;
+/**
+ * The most importance and recency together add to a fused score: below the
+ * step between ranks 1 and 2 of one list, RELEVANCE_WEIGHT·(1/(k+1) − 1/(k+2))
+ * ≈ 0.00026, so they never lift a memory past one that ranks ahead of it in
+ * one list and no worse in the other.
+ */
+export const MAX_PRIOR_BOOST = 0.0002;
+/** Shares of the boost: importance (0–1 as written) and recency (newest candidate 1, oldest 0). */
+const IMPORTANCE_SHARE = 0.5;
+const RECENCY_SHARE = 0.5;
 
 /** A memory with its fused score and the scores it was fused from. */
 export interface FusedMemory {
@@ -71,10 +88,13 @@ export function fuseRankings(rankings: Rankings, topK: number): FusedMemory[] {
   }
   for (const m of rankings.unranked ?? []) entry(m);
   const candidates = [...byId.values()].map((f) => f.memory);
-  const importance = denseRanks(candidates, (m) => m.importance);
+  // Recency by rank among the candidates, not by age: a scope written years ago still has a newest memory.
   const recency = denseRanks(candidates, (m) => m.validFrom);
+  const oldest = Math.max(1, ...recency.values());
   for (const fused of byId.values()) {
-    fused.score += PRIOR_WEIGHT / (RRF_K + importance.get(fused.memory)!) + PRIOR_WEIGHT / (RRF_K + recency.get(fused.memory)!);
+    const importance = Math.min(1, Math.max(0, fused.memory.importance));
+    const newness = oldest === 1 ? 1 : (oldest - recency.get(fused.memory)!) / (oldest - 1);
+    fused.score += MAX_PRIOR_BOOST * (IMPORTANCE_SHARE * importance + RECENCY_SHARE * newness);
   }
   return [...byId.values()]
     .sort((a, b) => b.score - a.score || b.memory.validFrom - a.memory.validFrom || (a.memory.memoryId < b.memory.memoryId ? -1 : 1))
