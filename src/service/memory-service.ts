@@ -108,7 +108,7 @@ import type { EmbeddingsClient } from "./memories/embeddings.js";
 import { FactExtractor, type ExtractionSettings } from "./memories/extraction.js";
 import { LongTermMemoryService } from "./memories/service.js";
 import { toWireMemory, toWireScored } from "./memories/convert.js";
-import { assembleRecall, DEFAULT_RECALL_BUDGET, MAX_RECALL_PINNED } from "./memories/recall.js";
+import { assembleRecall, DEFAULT_RECALL_BUDGET, MAX_RECALL_PINNED, recallTopK } from "./memories/recall.js";
 import { checkQuery, optionalName, queryEmbedding, topK } from "./memories/validation.js";
 import type { MemoryCallContext } from "./memories/tenancy.js";
 import { newEventId } from "./event-id.js";
@@ -472,7 +472,8 @@ export class MemoryService {
     const agentId = optionalName("agent_id", req.agentId);
     const tokenizer = req.tokenizer === "" ? DEFAULT_TOKENIZER : req.tokenizer;
     if (!isTokenizerName(tokenizer)) throw invalidArgument("tokenizer", `must be one of ${TOKENIZER_NAMES.join(", ")}`);
-    const k = topK("top_k", req.topK);
+    // No top_k: as many memories as the budget could hold; the packing keeps those that fit.
+    const k = req.topK === 0 ? recallTopK(budget) : topK("top_k", req.topK);
     const embedding = queryEmbedding("query_embedding", req.queryEmbedding);
     // The session and the tokenizer do not depend on each other: fetch them together.
     const [session, counter] = await Promise.all([this.store.getSession(sessionId, call), this.tokenizers.get(tokenizer)]);
