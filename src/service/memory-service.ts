@@ -105,6 +105,7 @@ import type {
   WriteMemoriesResponse,
 } from "@engram-memory/client/gen/engram/v1/memories_pb.js";
 import type { EmbeddingsClient } from "./memories/embeddings.js";
+import type { Reranker } from "./memories/reranker.js";
 import { FactExtractor, type ExtractionSettings } from "./memories/extraction.js";
 import { LongTermMemoryService } from "./memories/service.js";
 import { toWireMemory, toWireScored } from "./memories/convert.js";
@@ -180,6 +181,8 @@ export interface MemoryServiceOptions {
   heartbeatMs: number;
   /** The MEMORY_EMBEDDINGS_URL endpoint's client, when set (src/service/memories/embeddings.ts). */
   embeddings?: EmbeddingsClient;
+  /** The MEMORY_RERANK_URL endpoint's client, when set (src/service/memories/reranker.ts). */
+  reranker?: Reranker;
   /** The MEMORY_EXTRACTION_URL endpoint, when set: facts are extracted from appended events in the background (src/service/memories/extraction.ts). */
   extraction?: ExtractionSettings;
 }
@@ -211,7 +214,7 @@ export class MemoryService {
   ) {
     this.hub = new StreamHub(store, { heartbeatMs: options.heartbeatMs, pageSize: STREAM_PAGE_EVENTS });
     this.state = new SessionStateService(store, options.limits.maxJsonDepth);
-    this.longTerm = new LongTermMemoryService(store, { limits: options.limits, heartbeatMs: options.heartbeatMs, embeddings: options.embeddings });
+    this.longTerm = new LongTermMemoryService(store, { limits: options.limits, heartbeatMs: options.heartbeatMs, embeddings: options.embeddings, reranker: options.reranker });
     if (options.extraction) this.extractor = new FactExtractor(store, this.longTerm, options.limits, options.extraction);
   }
 
