@@ -84,7 +84,8 @@ describe("the reranker stage", () => {
   let client: MemoryClient;
   beforeAll(async () => {
     reranker = await startScriptedReranker();
-    server = await startTestServer({ config: { rerankUrl: reranker.url, rerankTimeoutMs: 300, rerankTopN: 10 } });
+    // Long enough for a busy machine to answer in time; the hang case waits it out once.
+    server = await startTestServer({ config: { rerankUrl: reranker.url, rerankTimeoutMs: 5000, rerankTopN: 10 } });
     client = grpcJsClient(server.address);
     await writeMemories(client, "ada");
   });
@@ -128,7 +129,7 @@ describe("the reranker stage with MEMORY_RERANK_MODEL", () => {
   it("speaks Cohere's shape: {model, query, documents} → {results: [{index, relevance_score}]}", async () => {
     const reranker = await startScriptedReranker();
     reranker.behaviour = "cohere";
-    const server = await startTestServer({ config: { rerankUrl: reranker.url, rerankModel: "rerank-test", rerankApiKey: "k-1", rerankTimeoutMs: 2000, rerankTopN: 50 } });
+    const server = await startTestServer({ config: { rerankUrl: reranker.url, rerankModel: "rerank-test", rerankApiKey: "k-1", rerankTimeoutMs: 5000, rerankTopN: 50 } });
     const client = grpcJsClient(server.address);
     try {
       await writeMemories(client, "bo");
