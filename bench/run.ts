@@ -11,7 +11,8 @@
  * Profiles: default (~8 min), --quick (~2 min), --full (8 s points),
  * --tiny (the harness test: local only, one concurrency, 0.3 s points).
  * Other flags: --out DIR, --backends local,redis,postgres, --skip SECTION,...
- * (sections: baselines, references, fanout, memory, peers, motorhead, context, memories, cluster, plot),
+ * (sections: baselines, references, fanout, memory, peers, motorhead, context, memories, cluster, plot;
+ * and, only when named with --only, needles: bench/memories-needles.ts on each backend at --needles-count, 100k by default),
  * --only SECTION,..., --workloads NAME,... (server workloads whose names
  * start with one of these, e.g. AddEvent: to rerun one point while profiling),
  * --memories-counts 10k,100k,1m (the memories section's speed points at these
@@ -83,6 +84,7 @@ function parseProfile(argv: string[]): { profile: Profile; out: string } {
       only: { type: "string" },
       workloads: { type: "string" },
       "memories-counts": { type: "string" },
+      "needles-count": { type: "string" },
     },
     strict: true,
   });
@@ -98,7 +100,9 @@ function parseProfile(argv: string[]): { profile: Profile; out: string } {
     return n;
   });
   const memoriesCounts = counts ? { memoriesBackendCounts: counts, memoriesLocalCounts: counts } : {};
-  return { profile: { ...base, backends, sections, workloads, ...memoriesCounts }, out: path.resolve(values.out ?? path.join(REPO_ROOT, "bench/results")) };
+  const needlesCount = values["needles-count"] === undefined ? 100_000 : Number(values["needles-count"].replace(/k$/i, "000").replace(/m$/i, "000000"));
+  if (!Number.isInteger(needlesCount) || needlesCount < 1) throw new Error(`--needles-count: ${JSON.stringify(values["needles-count"])} is not a count (e.g. 100k, 1m)`);
+  return { profile: { ...base, backends, sections, workloads, needlesCount, ...memoriesCounts }, out: path.resolve(values.out ?? path.join(REPO_ROOT, "bench/results")) };
 }
 
 /** Finds the pid of a process whose command line contains every needle. */
@@ -361,6 +365,16 @@ async function main(): Promise<void> {
           return [{ backend, args, cpuPids: cpuPidsFor(backend, undefined, backing) }];
         }),
       });
+    }
+    if (profile.sections.has("needles")) {
+      // One process per store: 1M memories want the heap of their own.
+      for (const backend of profile.backends) {
+        const url = backend === "redis" ? backing.redis?.url : backend === "postgres" ? backing.postgres?.url : undefined;
+        const storeArgs = ["--memory-type", backend, ...(url ? [backend === "redis" ? "--redis-url" : "--postgres-url", url] : []), "--key-prefix", `bench_needles_${Date.now()}`];
+        const output = execFileSync(process.execPath, ["--max-old-space-size=8000", "--import", "tsx", "bench/memories-needles.ts", "--count", String(profile.needlesCount), ...storeArgs], { cwd: REPO_ROOT, encoding: "utf8", stdio: ["ignore", "pipe", "inherit"] });
+        log(output.trim());
+        results.notes.push(...output.split("\n").filter((line) => line.startsWith("needles ")));
+      }
     }
     if (profile.sections.has("cluster") && backing.redis) {
       const { runCluster } = await import("./cluster.js");

@@ -35,6 +35,8 @@ export interface Profile {
   memoriesBackendCounts: number[];
   /** Memories per app at which it measures the local store (lexical, and hybrid where every memory has a vector). */
   memoriesLocalCounts: number[];
+  /** Memories in one user's scope for the needle bench (section `needles`, bench/memories-needles.ts). */
+  needlesCount?: number;
   /** Length of each of those points: a call there takes tens of ms, so c=16 needs longer than the transport points. */
   memoriesPointMs: number;
 }

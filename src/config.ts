@@ -107,6 +107,16 @@ export interface Config {
   embeddingsBatchSize: number;
   /** Retries of a failed embeddings request (connection, 408, 409, 429, 5xx). */
   embeddingsMaxRetries: number;
+  /** A TEI- or Cohere-compatible /rerank endpoint the best fused memories are reranked by; unset: no reranking. */
+  rerankUrl?: string;
+  /** Model sent to the reranker (Cohere's request shape); unset: TEI's shape. */
+  rerankModel?: string;
+  /** Bearer key for the reranker; never logged. */
+  rerankApiKey?: string;
+  /** Longest one rerank request may take before the fused order is kept. */
+  rerankTimeoutMs: number;
+  /** Fused memories sent to the reranker per search. */
+  rerankTopN: number;
   /** Base URL of the OpenAI-compatible chat API facts are extracted with (…/v1); unset: no extraction. */
   extractionUrl?: string;
   /** Model name sent to the extraction API; required with extractionUrl. */
@@ -198,6 +208,11 @@ export const SETTINGS: Setting[] = [
   { env: "MEMORY_EMBEDDINGS_TIMEOUT_MS", flag: "embeddings-timeout-ms", key: "embeddingsTimeoutMs", kind: "int", default: "10000", min: 100, doc: "Longest one embeddings request may take, retries included, before the call fails UNAVAILABLE." },
   { env: "MEMORY_EMBEDDINGS_BATCH_SIZE", flag: "embeddings-batch-size", key: "embeddingsBatchSize", kind: "int", default: "64", min: 1, max: 2048, doc: "Texts per embeddings request (at most 2048, OpenAI's limit); more go as several requests." },
   { env: "MEMORY_EMBEDDINGS_MAX_RETRIES", flag: "embeddings-max-retries", key: "embeddingsMaxRetries", kind: "int", default: "2", min: 0, max: 10, doc: "Retries, with backoff, of an embeddings request that failed to connect or got 408, 409, 429 or 5xx." },
+  { env: "MEMORY_RERANK_URL", flag: "rerank-url", key: "rerankUrl", kind: "string", doc: "A TEI- or Cohere-compatible rerank endpoint (the full URL, e.g. http://127.0.0.1:8080/rerank): the best fused memories of each search are reordered by it; when it fails or is slow they keep the fused order (logged and counted). Unset: no reranking." },
+  { env: "MEMORY_RERANK_MODEL", flag: "rerank-model", key: "rerankModel", kind: "string", doc: "Model sent to the reranker, with Cohere's request shape ({model, query, documents}); unset: TEI's ({query, texts})." },
+  { env: "MEMORY_RERANK_API_KEY", flag: "rerank-api-key", key: "rerankApiKey", kind: "string", doc: "Bearer key for the reranker (prefer the variable to the flag); unset: no authorization header." },
+  { env: "MEMORY_RERANK_TIMEOUT_MS", flag: "rerank-timeout-ms", key: "rerankTimeoutMs", kind: "int", default: "2000", min: 10, doc: "Longest one rerank request may take; past it the search keeps the fused order." },
+  { env: "MEMORY_RERANK_TOP_N", flag: "rerank-top-n", key: "rerankTopN", kind: "int", default: "50", min: 2, max: 500, doc: "Fused memories sent to the reranker per search (the rest follow in fused order)." },
   { env: "MEMORY_EXTRACTION_URL", flag: "extraction-url", key: "extractionUrl", kind: "string", doc: "Base URL of an OpenAI-compatible chat completions API (requests go to <url>/chat/completions) that extracts facts from appended events in the background; unset: no extraction." },
   { env: "MEMORY_EXTRACTION_MODEL", flag: "extraction-model", key: "extractionModel", kind: "string", doc: "Model name sent to the extraction API; required with MEMORY_EXTRACTION_URL." },
   { env: "MEMORY_EXTRACTION_API_KEY", flag: "extraction-api-key", key: "extractionApiKey", kind: "string", doc: "Bearer key for the extraction API (prefer the variable to the flag); unset: no authorization header." },
@@ -289,6 +304,7 @@ export function loadConfig(argv: string[] = process.argv.slice(2), env: NodeJS.P
     throw new ConfigError(`MEMORY_HEADERS_TIMEOUT_MS (${result.headersTimeoutMs}) must not exceed MEMORY_REQUEST_TIMEOUT_MS (${result.requestTimeoutMs}): headers are part of the request`);
   }
   checkEmbeddings(result);
+  checkRerank(result);
   checkExtraction(result);
   return result;
 }
@@ -406,6 +422,27 @@ function checkEmbeddings(config: Config): void {
   }
   if (!config.embeddingsModel) {
     throw new ConfigError("MEMORY_EMBEDDINGS_URL needs MEMORY_EMBEDDINGS_MODEL (e.g. text-embedding-3-small, nomic-embed-text)");
+  }
+}
+
+/** Like the embeddings settings: a model or key without MEMORY_RERANK_URL is a typo to report, the URL must be http(s). */
+function checkRerank(config: Config): void {
+  if (config.rerankUrl === undefined) {
+    const orphan = [
+      ["MEMORY_RERANK_MODEL", config.rerankModel],
+      ["MEMORY_RERANK_API_KEY", config.rerankApiKey],
+    ].find(([, value]) => value !== undefined);
+    if (orphan) throw new ConfigError(`${orphan[0]} needs MEMORY_RERANK_URL (the rerank endpoint to call)`);
+    return;
+  }
+  let url: URL | undefined;
+  try {
+    url = new URL(config.rerankUrl);
+  } catch {
+    // reported below
+  }
+  if (!url || (url.protocol !== "http:" && url.protocol !== "https:")) {
+    throw new ConfigError(`MEMORY_RERANK_URL: expected an http(s) URL of a rerank endpoint such as http://127.0.0.1:8080/rerank, got ${JSON.stringify(config.rerankUrl)}`);
   }
 }
 

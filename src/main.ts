@@ -13,6 +13,7 @@ import { ConfigError, describeConfig, loadConfig, type Config } from "./config.j
 import { log } from "./log.js";
 import { MemoryService } from "./service/memory-service.js";
 import { embeddingsClientFromConfig } from "./service/memories/embeddings.js";
+import { rerankerFromConfig } from "./service/memories/reranker.js";
 import { extractionSettingsFromConfig } from "./service/memories/extraction.js";
 import { DEFAULT_SERVICE_LIMITS } from "./service/limits.js";
 import { Metrics } from "./service/metrics.js";
@@ -77,9 +78,11 @@ async function main(): Promise<void> {
     contextLimit: config.contextLimit,
     heartbeatMs: config.heartbeatMs,
     embeddings: embeddingsClientFromConfig(config),
+    reranker: rerankerFromConfig(config, (err, message) => log.warn({ err }, message)),
     extraction: extractionSettingsFromConfig(config),
   });
   if (service.extractor) metrics.watchExtraction(service.extractor.counts);
+  if (service.longTerm.reranker) metrics.watchReranker(service.longTerm.reranker.counts);
   const server = await startServer(service, config, log, metrics);
   if (config.auth) log.info({ keys: config.memoryEnabled && config.memoryType !== "local" ? config.memoryType : config.authKeysFile }, "API keys required on every call");
   log.info({ host: config.host, port: server.port, backend: store.backend, version: VERSION }, "listening");

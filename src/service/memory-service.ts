@@ -105,10 +105,11 @@ import type {
   WriteMemoriesResponse,
 } from "@engram-memory/client/gen/engram/v1/memories_pb.js";
 import type { EmbeddingsClient } from "./memories/embeddings.js";
+import type { Reranker } from "./memories/reranker.js";
 import { FactExtractor, type ExtractionSettings } from "./memories/extraction.js";
 import { LongTermMemoryService } from "./memories/service.js";
 import { toWireMemory, toWireScored } from "./memories/convert.js";
-import { assembleRecall, DEFAULT_RECALL_BUDGET, MAX_RECALL_PINNED } from "./memories/recall.js";
+import { assembleRecall, DEFAULT_RECALL_BUDGET, MAX_RECALL_PINNED, recallTopK } from "./memories/recall.js";
 import { checkQuery, optionalName, queryEmbedding, topK } from "./memories/validation.js";
 import type { MemoryCallContext } from "./memories/tenancy.js";
 import { newEventId } from "./event-id.js";
@@ -180,6 +181,8 @@ export interface MemoryServiceOptions {
   heartbeatMs: number;
   /** The MEMORY_EMBEDDINGS_URL endpoint's client, when set (src/service/memories/embeddings.ts). */
   embeddings?: EmbeddingsClient;
+  /** The MEMORY_RERANK_URL endpoint's client, when set (src/service/memories/reranker.ts). */
+  reranker?: Reranker;
   /** The MEMORY_EXTRACTION_URL endpoint, when set: facts are extracted from appended events in the background (src/service/memories/extraction.ts). */
   extraction?: ExtractionSettings;
 }
@@ -214,7 +217,7 @@ export class MemoryService {
   ) {
     this.hub = new StreamHub(store, { heartbeatMs: options.heartbeatMs, pageSize: STREAM_PAGE_EVENTS });
     this.state = new SessionStateService(store, options.limits.maxJsonDepth);
-    this.longTerm = new LongTermMemoryService(store, { limits: options.limits, heartbeatMs: options.heartbeatMs, embeddings: options.embeddings });
+    this.longTerm = new LongTermMemoryService(store, { limits: options.limits, heartbeatMs: options.heartbeatMs, embeddings: options.embeddings, reranker: options.reranker });
     if (options.extraction) this.extractor = new FactExtractor(store, this.longTerm, options.limits, options.extraction);
   }
 
@@ -479,7 +482,8 @@ export class MemoryService {
     const agentId = optionalName("agent_id", req.agentId);
     const tokenizer = req.tokenizer === "" ? DEFAULT_TOKENIZER : req.tokenizer;
     if (!isTokenizerName(tokenizer)) throw invalidArgument("tokenizer", `must be one of ${TOKENIZER_NAMES.join(", ")}`);
-    const k = topK("top_k", req.topK);
+    // No top_k: as many memories as the budget could hold; the packing keeps those that fit.
+    const k = req.topK === 0 ? recallTopK(budget) : topK("top_k", req.topK);
     const embedding = queryEmbedding("query_embedding", req.queryEmbedding);
     // The session and the tokenizer do not depend on each other: fetch them together.
     const [session, counter] = await Promise.all([this.store.getSession(sessionId, call), this.tokenizers.get(tokenizer)]);

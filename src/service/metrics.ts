@@ -13,6 +13,7 @@ import { ConnectingStore } from "../store/connecting.js";
 import { StoreScriptRefusedError } from "../store/incompatible.js";
 import type { MemoryStore } from "../store/types.js";
 import type { ExtractionCounts } from "./memories/extraction.js";
+import type { RerankCounts } from "./memories/reranker.js";
 import { VERSION } from "../version.js";
 
 const LATENCY_BUCKETS = [0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5];
@@ -240,6 +241,22 @@ export class Metrics {
     counter("engram_extraction_skipped_facts_total", "Extracted facts skipped for a wrong shape or a value the memory validation refuses.", () => counts.skippedFacts);
     counter("engram_extraction_dropped_ranges_total", "Event ranges not extracted because the extraction queue was full (MEMORY_EXTRACTION_QUEUE_SIZE).", () => counts.droppedRanges);
     counter("engram_extraction_failed_writes_total", "Extracted facts' writes the store refused (unreachable, or a re-extracted range answered differently: ALREADY_EXISTS).", () => counts.failedWrites);
+  }
+
+  /** The reranker's counts (MEMORY_RERANK_URL), read at scrape time. */
+  watchReranker(counts: Readonly<RerankCounts>): void {
+    const counter = (name: string, help: string, read: () => number) =>
+      new Counter({
+        name,
+        help,
+        registers: [this.registry],
+        collect() {
+          this.reset();
+          this.inc(read());
+        },
+      });
+    counter("engram_memory_reranked_total", "Searches whose best memories the reranker reordered.", () => counts.reranked);
+    counter("engram_memory_rerank_failures_total", "Rerank requests that failed (down, timed out, refused, or an answer of another shape): those searches kept the fused order.", () => counts.failed);
   }
 
   /** Every removal so far by reason (sessions by theirs, events_trimmed), for the removal log: counts only. */

@@ -18,14 +18,15 @@ const joinCosts: TokenCounter = {
   count: (text) => text.length + 3 * Math.max(0, text.split("\n").length - 2),
 };
 
-const pinned = (text: string) => ({ memoryId: text, appName: "app", text }) as MemoryRecord;
+const VALID_FROM = Date.UTC(2026, 0, 2, 9, 30);
+const pinned = (text: string) => ({ memoryId: text, appName: "app", text, validFrom: VALID_FROM }) as MemoryRecord;
 
 describe("Recall packing", () => {
   it("drops the last lines until the section's own count fits, when the lines counted alone fit", async () => {
     const memories = ["aaaa", "bbbb", "cccc"].map(pinned);
     const heading = RECALL_HEADINGS.pinned;
-    // Alone: the heading plus three lines of "\n- xxxx" (7 each) fit exactly; joined they cost 6 more.
-    const budget = heading.length + 3 * 7;
+    // Alone: the heading plus three lines of "\n- 2026-01-02: xxxx" (19 each) fit exactly; joined they cost 6 more.
+    const budget = heading.length + 3 * 19;
     const recall = await assembleRecall({ pinned: memories, relevant: [], budget, counter: joinCosts, buildContext: async () => ({ text: "" }) as never });
     expect(recall.tokensUsed).toBeLessThanOrEqual(budget);
     expect(recall.pinnedTokens).toBe(joinCosts.count(recall.text));
@@ -35,7 +36,7 @@ describe("Recall packing", () => {
   it("keeps every line when the section fits", async () => {
     const memories = ["aaaa", "bbbb", "cccc"].map(pinned);
     const recall = await assembleRecall({ pinned: memories, relevant: [], budget: 1000, counter: joinCosts, buildContext: async () => ({ text: "" }) as never });
-    expect(recall.text).toBe(`${RECALL_HEADINGS.pinned}\n- aaaa\n- bbbb\n- cccc`);
+    expect(recall.text).toBe(`${RECALL_HEADINGS.pinned}\n- 2026-01-02: aaaa\n- 2026-01-02: bbbb\n- 2026-01-02: cccc`);
     expect(recall.pinnedTokens).toBe(joinCosts.count(recall.text));
   });
 
@@ -61,5 +62,48 @@ describe("Recall packing", () => {
         { numRuns: 300 },
       );
     }
+  });
+});
+
+/** One token per character. */
+const chars: TokenCounter = { name: "chars4", count: (text) => text.length };
+const relevant = (n: number, extra: Partial<MemoryRecord> = {}) =>
+  Array.from({ length: n }, (_, i) => ({ memory: { ...pinned(`memory number ${i}`), ...extra }, score: 1, lexicalScore: 1, vectorScore: 0 }));
+/** A conversation that takes every token it is offered. */
+const fillsItsBudget = async (budget: number) => ({ text: "x".repeat(Math.max(0, budget)) }) as never;
+
+describe("Recall's budget", () => {
+  it("gives relevant memories what an empty conversation leaves: over 90% of the budget used", async () => {
+    const recall = await assembleRecall({ pinned: [pinned("core")], relevant: relevant(500), budget: 2000, counter: chars, buildContext: async () => ({ text: "" }) as never });
+    expect(recall.tokensUsed).toBeLessThanOrEqual(2000);
+    expect(recall.tokensUsed).toBeGreaterThanOrEqual(1800);
+    expect(recall.memoryTokens).toBeGreaterThan(1500);
+  });
+
+  it("keeps half of what pinned memories leave for relevant ones against a conversation that would take it all", async () => {
+    const recall = await assembleRecall({ pinned: [pinned("core")], relevant: relevant(500), budget: 2000, counter: chars, buildContext: fillsItsBudget });
+    const left = 2000 - recall.pinnedTokens;
+    expect(recall.tokensUsed).toBeLessThanOrEqual(2000);
+    expect(recall.memoryTokens).toBeGreaterThanOrEqual(Math.floor(left / 2) - 40);
+    expect(recall.contextTokens).toBeGreaterThanOrEqual(Math.floor(left / 2) - 40);
+  });
+
+  it("gives the conversation what few relevant memories leave of their half", async () => {
+    const recall = await assembleRecall({ pinned: [], relevant: relevant(2), budget: 2000, counter: chars, buildContext: fillsItsBudget });
+    expect(recall.memories).toHaveLength(2);
+    expect(recall.contextTokens).toBeGreaterThan(1900);
+    expect(recall.tokensUsed).toBeLessThanOrEqual(2000);
+    expect(recall.tokensUsed).toBeGreaterThanOrEqual(1990);
+  });
+
+  it("dates each memory line (valid_from) and names its source session when known", async () => {
+    const recall = await assembleRecall({
+      pinned: [{ ...pinned("core"), source: { sessionId: "s-7", fromSeq: 1, toSeq: 2 } }],
+      relevant: relevant(1),
+      budget: 1000,
+      counter: chars,
+      buildContext: async () => ({ text: "" }) as never,
+    });
+    expect(recall.text).toBe(`${RECALL_HEADINGS.pinned}\n- 2026-01-02 (session s-7): core\n\n${RECALL_HEADINGS.memories}\n- 2026-01-02: memory number 0`);
   });
 });

@@ -9,6 +9,7 @@ import { fileURLToPath } from "node:url";
 import { pino } from "pino";
 import { loadConfig, type Config } from "../../src/config.js";
 import { MemoryService } from "../../src/service/memory-service.js";
+import { rerankerFromConfig } from "../../src/service/memories/reranker.js";
 import { embeddingsClientFromConfig } from "../../src/service/memories/embeddings.js";
 import { extractionSettingsFromConfig } from "../../src/service/memories/extraction.js";
 import { DEFAULT_SERVICE_LIMITS } from "../../src/service/limits.js";
@@ -43,6 +44,7 @@ export async function startTestServer(opts: {
     contextLimit: config.contextLimit,
     heartbeatMs: config.heartbeatMs,
     embeddings: embeddingsClientFromConfig(config),
+    reranker: rerankerFromConfig(config),
     extraction: extractionSettingsFromConfig(config),
   });
   const server = await startServer(service, config, pino({ level: "silent" }));

@@ -3,12 +3,16 @@
  * token budget, counted by the tokenizer the context assembly uses. The
  * parts, in order of precedence:
  *   1. pinned (core) memories, most important first, as many as fit;
- *   2. the most relevant memories, best first, within half of what is left
- *      (so a long memory list never crowds the conversation out);
- *   3. the session's context, as BuildConversationContext builds it, within
- *      the rest.
- * The rendered text is one block with a heading per part that is not empty;
- * its token count never exceeds the budget.
+ *   2. the session's context, as BuildConversationContext builds it, within
+ *      what is left less the relevant memories' reserve: as much as the
+ *      memories want of half of what is left (so a long conversation never
+ *      crowds the memories out, nor they the conversation);
+ *   3. the most relevant memories, best first, within everything the first
+ *      two left: what the conversation does not use goes to memories.
+ * The block renders them in the order pinned, relevant, conversation, with a
+ * heading per part that is not empty; each memory line carries its date
+ * (valid_from, ISO) and its source session where known. Its token count
+ * never exceeds the budget.
  */
 import type { BuildConversationContextResponse } from "@engram-memory/client/gen/engram/v1/memory_pb.js";
 import type { MemoryRecord } from "../../store/types.js";
@@ -19,10 +23,21 @@ import type { FusedMemory } from "./ranking.js";
 export const DEFAULT_RECALL_BUDGET = 4000;
 /** Pinned memories Recall considers (the most important first). */
 export const MAX_RECALL_PINNED = 100;
-/** Share of the budget left after the pinned memories that relevant memories may take. */
+/** Relevant memories Recall ranks when top_k is 0 ("as many as fit"), at most. */
+export const MAX_RECALL_MEMORIES = 200;
+/** Budget tokens per relevant memory ranked when top_k is 0: a dated line takes ten tokens at the least. */
+const TOKENS_PER_MEMORY_LINE = 10;
+/** Share of the budget left after the pinned memories reserved for relevant memories when they want it. */
 const MEMORY_SHARE = 0.5;
 /** Times the context is rebuilt smaller when its text counts more tokens than its messages did. */
 const MAX_CONTEXT_ATTEMPTS = 3;
+/** Times the relevant memories are packed again into less when the whole block came out over the budget. */
+const MAX_MEMORY_ATTEMPTS = 3;
+
+/** The relevant memories Recall ranks for a budget when the caller gave no top_k: as many as could fit. */
+export function recallTopK(budget: number): number {
+  return Math.max(1, Math.min(MAX_RECALL_MEMORIES, Math.ceil(budget / TOKENS_PER_MEMORY_LINE)));
+}
 
 /** The headings of the rendered block. */
 export const RECALL_HEADINGS = { pinned: "## Core memories", memories: "## Relevant memories", context: "## Conversation" } as const;
@@ -39,9 +54,11 @@ export interface RecallAssembly {
   tokensUsed: number;
 }
 
-/** One memory as a line of the block. */
-function line(m: MemoryRecord): string {
-  return `- ${m.text}`;
+/** One memory as a line of the block: "- 2026-03-14 (session s-9): text", so that "when" questions can be answered. */
+export function memoryLine(m: MemoryRecord): string {
+  const date = new Date(m.validFrom).toISOString().slice(0, 10);
+  const session = m.source?.sessionId || m.sessionId;
+  return session ? `- ${date} (session ${session}): ${m.text}` : `- ${date}: ${m.text}`;
 }
 
 /**
@@ -59,7 +76,7 @@ function pack<T extends { memory?: MemoryRecord } | MemoryRecord>(items: readonl
   const lines: string[] = [];
   let estimate = counter.count(heading);
   for (const item of items) {
-    const next = `\n${line(memoryOf(item))}`;
+    const next = `\n${memoryLine(memoryOf(item))}`;
     const cost = counter.count(next);
     if (estimate + cost > budget) continue;
     chosen.push(item);
@@ -98,43 +115,51 @@ export async function assembleRecall(opts: {
   buildContext: (budget: number) => Promise<BuildConversationContextResponse>;
 }): Promise<RecallAssembly> {
   const { counter, budget } = opts;
-  // Two newlines join the sections: count them with the section that follows.
   const pinned = pack(opts.pinned, RECALL_HEADINGS.pinned, budget, counter, (m) => m);
-  let left = budget - pinned.tokens;
-  const memories = pack(opts.relevant, RECALL_HEADINGS.memories, Math.floor(Math.max(0, left - 2) * MEMORY_SHARE), counter, (r) => r.memory);
-  left -= memories.tokens;
-  const head = [pinned.section, memories.section].filter((s) => s !== "");
+  const pinnedPart = [pinned.section].filter((s) => s !== "");
+  // Two newlines join the sections: count them with the section that follows.
+  const left = Math.max(0, budget - pinned.tokens - 2);
+  const packMemories = (within: number) => pack(opts.relevant, RECALL_HEADINGS.memories, within, counter, (r) => r.memory);
+  // The memories' reserve: what they would take of their share, so the conversation may have the rest of that share.
+  const reserve = Math.min(packMemories(left).tokens, Math.floor(left * MEMORY_SHARE));
   let context: BuildConversationContextResponse | undefined;
   let contextSection = "";
-  // The context's own count (its messages) and its text's may differ a little: rebuild smaller until the whole fits.
-  let contextBudget = left - counter.count(`${RECALL_HEADINGS.context}\n`) - 2;
+  // The context's own count (its messages) and its text's may differ a little: rebuild smaller until it fits.
+  let contextBudget = left - reserve - counter.count(`${RECALL_HEADINGS.context}\n`) - 2;
   for (let attempt = 0; attempt < MAX_CONTEXT_ATTEMPTS && contextBudget > 0; attempt++) {
     const built = await opts.buildContext(contextBudget);
     if (built.text === "") break;
     const section = `${RECALL_HEADINGS.context}\n${built.text}`;
-    const total = countBlock([...head, section], counter);
-    if (total <= budget) {
+    const total = countBlock([...pinnedPart, section], counter);
+    if (total <= budget - reserve) {
       context = built;
       contextSection = section;
       break;
     }
-    contextBudget -= total - budget;
+    contextBudget -= total - (budget - reserve);
   }
-  let sections = contextSection === "" ? head : [...head, contextSection];
-  let relevant = memories;
-  if (contextSection === "" && sections.length > 0 && countBlock(sections, counter) > budget) {
-    // The join of the two memory sections tipped it over: the pinned ones alone always fit.
-    relevant = { chosen: [], section: "", tokens: 0 };
-    sections = [pinned.section].filter((s) => s !== "");
+  const contextPart = [contextSection].filter((s) => s !== "");
+  // The memories take everything else; the joins may count a little differently than estimated: pack into less until the block fits.
+  let memoryBudget = budget - countBlock([...pinnedPart, ...contextPart], counter) - 2;
+  let memories = { chosen: [] as FusedMemory[], section: "", tokens: 0 };
+  for (let attempt = 0; attempt < MAX_MEMORY_ATTEMPTS && memoryBudget > 0; attempt++) {
+    const packed = packMemories(memoryBudget);
+    if (packed.section === "") break;
+    const total = countBlock([...pinnedPart, packed.section, ...contextPart], counter);
+    if (total <= budget) {
+      memories = packed;
+      break;
+    }
+    memoryBudget -= total - budget;
   }
-  const text = sections.join("\n\n");
+  const sections = [...pinnedPart, memories.section, ...contextPart].filter((s) => s !== "");
   return {
     pinned: pinned.chosen,
-    memories: relevant.chosen,
+    memories: memories.chosen,
     context,
-    text,
+    text: sections.join("\n\n"),
     pinnedTokens: pinned.tokens,
-    memoryTokens: relevant.tokens,
+    memoryTokens: memories.tokens,
     contextTokens: contextSection === "" ? 0 : counter.count(contextSection),
     tokensUsed: countBlock(sections, counter),
   };

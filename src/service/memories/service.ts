@@ -41,6 +41,7 @@ import { searchEvents } from "./event-search.js";
 import { toWireMemory, toWireScored } from "./convert.js";
 import type { EmbeddingsClient } from "./embeddings.js";
 import { fuseRankings, type FusedMemory } from "./ranking.js";
+import type { Reranker } from "./reranker.js";
 import { appAllowed, mayForget, mayRead, memoryNotFound, ownUser, requireApp, type MemoryCallContext } from "./tenancy.js";
 import { checkQuery, MAX_BATCH_MEMORIES, MAX_DELETE_IDS, memoryFilter, newMemory, optionalName, queryEmbedding, scopeFilter, topK } from "./validation.js";
 
@@ -74,6 +75,8 @@ export interface LongTermMemoryOptions {
    * client vectors exist, and ranking without them is lexical.
    */
   embeddings?: EmbeddingsClient;
+  /** The MEMORY_RERANK_URL endpoint: reorders the best fused candidates of each ranking (./reranker.ts). */
+  reranker?: Reranker;
 }
 
 /** The long-term memory service; one per process. */
@@ -82,6 +85,11 @@ export class LongTermMemoryService {
     private readonly store: MemoryStore,
     private readonly options: LongTermMemoryOptions,
   ) {}
+
+  /** The MEMORY_RERANK_URL reranker, when set (its counts feed the metrics). */
+  get reranker(): Reranker | undefined {
+    return this.options.reranker;
+  }
 
   /** The store's memories, or FAILED_PRECONDITION naming a store that keeps none. */
   private get memories(): LongTermMemoryStore {
@@ -132,7 +140,10 @@ export class LongTermMemoryService {
    * and, for an empty query, the newest memories; fused by reciprocal rank
    * with importance and recency (src/service/memories/ranking.ts). A query
    * without a client embedding is embedded by the endpoint, when there is
-   * one and the store searches by vector; its failure fails the call.
+   * one and the store searches by vector; its failure fails the call. With
+   * a reranker and a query, the best MEMORY_RERANK_TOP_N fused candidates
+   * are reordered by it (their scores stay the fused ones); when it fails
+   * they keep the fused order.
    */
   async rank(q: MemoryQuery, call: MemoryCallContext = {}): Promise<FusedMemory[]> {
     const memories = this.memories;
@@ -147,7 +158,13 @@ export class LongTermMemoryService {
       embedding && nearest ? nearest(q.filter, embedding, candidates, call) : undefined,
       hasQuery || embedding ? undefined : memories.listMemories(q.filter, MAX_CANDIDATES, undefined, call),
     ]);
-    return fuseRankings({ lexical, vector, unranked }, q.topK);
+    const reranker = this.options.reranker;
+    if (!reranker || !hasQuery) return fuseRankings({ lexical, vector, unranked }, q.topK);
+    const fused = fuseRankings({ lexical, vector, unranked }, Math.max(q.topK, reranker.settings.topN));
+    const head = fused.slice(0, reranker.settings.topN);
+    const order = await reranker.order(q.query, head.map((f) => f.memory.text), call.signal);
+    const reranked = order ? [...order.map((i) => head[i]), ...fused.slice(head.length)] : fused;
+    return reranked.slice(0, q.topK);
   }
 
   /**

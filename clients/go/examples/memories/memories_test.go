@@ -15,7 +15,6 @@ func TestReadmeMemoriesExample(t *testing.T) {
 	for _, want := range []string{
 		"found drink-2 Alice switched to green tea\n",
 		"listed drink-2 holds: true\nlisted drink-1 holds: false\n",
-		"## Core memories\n- The shop opens at nine",
 		"Can I order a drink?",
 		"forgot 2\n",
 	} {
@@ -25,6 +24,10 @@ func TestReadmeMemoriesExample(t *testing.T) {
 	}
 	if strings.Contains(out, "found drink-1") {
 		t.Fatalf("the superseded memory was found:\n%s", out)
+	}
+	// Each memory line of Recall's text is dated (valid_from).
+	if !regexp.MustCompile(`## Core memories\n- \d{4}-\d\d-\d\d: The shop opens at nine`).MatchString(out) {
+		t.Fatalf("no dated core memory:\n%s", out)
 	}
 	if !regexp.MustCompile(`(?m)^tokens \d+ of 1000$`).MatchString(out) {
 		t.Fatalf("no token count:\n%s", out)
