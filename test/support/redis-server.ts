@@ -68,11 +68,12 @@ export async function waitForRedis(port: number, timeoutMs = 15_000): Promise<vo
 /**
  * Starts a dedicated redis-server in a temp dir, on a free loopback port or on
  * `port` (a server already told to use that port, started before Redis).
- * `extraArgs` are appended to the command line (e.g. cluster mode), and kept
- * across restarts.
+ * `extraArgs` are appended to the command line (e.g. cluster mode, a
+ * --loadmodule), and kept across restarts; `binary`: another server than
+ * Debian's redis-server (e.g. Valkey, startRedisSearchServer).
  */
-export async function startRedisServer(opts: { appendonly?: boolean; port?: number; extraArgs?: readonly string[] } = {}): Promise<RedisServer> {
-  const binary = await redisServerBinary();
+export async function startRedisServer(opts: { appendonly?: boolean; port?: number; extraArgs?: readonly string[]; binary?: string } = {}): Promise<RedisServer> {
+  const binary = opts.binary ?? (await redisServerBinary());
   const dir = mkdtempSync(path.join(tmpdir(), "engram-redis-"));
   let port = 0;
   let child: ChildProcess | undefined;
