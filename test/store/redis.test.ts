@@ -930,3 +930,63 @@ describe.each([
   });
 
 });
+
+describe("RedisStore long-term memories on the Redis Query Engine: documents", () => {
+  let admin: Redis;
+  beforeAll(() => {
+    admin = new Redis(searchUrl);
+  });
+  afterAll(() => admin.quit());
+  const ftSearches = async () => Number(/cmdstat_FT\.SEARCH:calls=(\d+)/i.exec(await admin.info("commandstats"))?.[1] ?? 0);
+  /** True when the app's documents are complete (docs-5.lua): its build finished and its chain matches its stamp. */
+  const complete = async (prefix: string) => {
+    const meta = `${prefix}:mem:${hex("app")}:meta`;
+    const [[seq, chain, ready, build], count] = [await admin.hmget(meta, "seq", "docchain", "docready", "docbuild"), await admin.zcard(`${prefix}:mem:${hex("app")}:order`)];
+    return ready !== null && ready === build && chain === `${seq ?? "0"}:${count}`;
+  };
+
+  it("memories stored before documents, and a change an older release made, are ranked in process until a build in the background gives them documents; then the index serves them", async () => {
+    const prefix = `t${process.pid}_${++counter}`;
+    const store = await openSearchStore(DEFAULT_LIMITS, prefix);
+    const base = Array.from({ length: 1_200 }, (_, i) => memory({ memoryId: `m${i}`, userId: i % 2 ? "u" : undefined, text: `note ${i} about ${i % 3 ? "tea" : "coffee"}`, embedding: [1, i / 1200], pinned: i % 100 === 0 }, 10_000 + i));
+    for (let i = 0; i < base.length; i += 500) await store.memories.writeMemories(base.slice(i, i + 500));
+    await store.close();
+    const scope = { appName: "app", userId: "u", match: "visible" as const };
+    const answers = async (s: RedisStore) => [
+      (await s.memories.searchMemories({ scope }, "coffee note", 7)).map((r) => [r.memory.memoryId, r.score]),
+      (await s.memories.nearestMemories!({ scope }, [1, 0.5], 3)).map((r) => r.memory.memoryId),
+      (await s.memories.listMemories({ scope, pinned: true }, 100)).map((m) => m.memoryId),
+    ];
+    const reopened = await openSearchStore(DEFAULT_LIMITS, prefix);
+    const indexed = await answers(reopened);
+    await reopened.close();
+    // As an older release left them: no documents, no chain; one document of a memory it deleted behind; and one more change of its own.
+    const meta = `${prefix}:mem:${hex("app")}:meta`;
+    const documents = await keysOf(`${prefix}:memdoc:*`, admin);
+    expect(documents).toHaveLength(1_200);
+    await admin.del(...documents);
+    await admin.hdel(meta, "docchain", "docready", "docbuild", "docat");
+    await admin.hset(`${prefix}:memdoc:${hex("app")}:${hex("gone")}`, "app", `h${hex("app")}`, "user", "n", "agent", "n", "session", "n", "words", "coffee", "len", "1", "dim", "0");
+    await admin.hincrby(meta, "seq", 1);
+    const upgraded = await openSearchStore(DEFAULT_LIMITS, prefix);
+    try {
+      // Until the build completes, answers come from the whole scope in process, and are the same.
+      expect(await answers(upgraded)).toEqual(indexed);
+      for (const deadline = Date.now() + 30_000; !(await complete(prefix)); await sleep(50)) if (Date.now() > deadline) throw new Error("the documents were not built in time");
+      expect(await keysOf(`${prefix}:memdoc:*`, admin)).toHaveLength(1_200);
+      const before = await ftSearches();
+      expect(await answers(upgraded)).toEqual(indexed);
+      expect(await ftSearches()).toBeGreaterThan(before);
+      // An older release's write (a change without documents) breaks the chain: in process again, until the next build.
+      await admin.hincrby(meta, "seq", 1);
+      expect(await complete(prefix)).toBe(false);
+      const during = await ftSearches();
+      expect(await answers(upgraded)).toEqual(indexed);
+      expect(await ftSearches()).toBe(during);
+      expect(await upgraded.memories.buildDocuments("app")).toBe(true);
+      expect(await complete(prefix)).toBe(true);
+    } finally {
+      await upgraded.close();
+    }
+  }, 60_000);
+});

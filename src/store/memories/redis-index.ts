@@ -16,7 +16,10 @@
  *   created      NUMERIC (listing cursors);  ord TAG SORTABLE "<created, 16 digits>:<hex id>" (newest first)
  *   words        TEXT NOSTEM: analyzedText(text + fact) (the analyzer already
  *                stemmed and dropped stop words; the index has STOPWORDS 0)
- *   len          NUMERIC SORTABLE: the number of terms (BM25's document length)
+ *   len          NUMERIC: the number of terms (BM25's document length)
+ *   rank         TAG SORTABLE "<len, 6 digits>:<tie key>" (tieKey): a term's
+ *                documents in the order its share of the score falls, equal
+ *                shares in the order ties are broken
  *   dim, vec     the embedding's dimension and FLOAT32 bytes
  *
  * One text index, `<prefix>:memidx`, holds every document (without vectors);
@@ -49,7 +52,7 @@ const SELECTION_SCHEMA = [
 export function textIndexArgs(name: string, docPrefix: string): string[] {
   return [
     name, "ON", "HASH", "PREFIX", "1", docPrefix, "STOPWORDS", "0", "SCHEMA", ...SELECTION_SCHEMA,
-    "created", "NUMERIC", "ord", "TAG", "SORTABLE", "words", "TEXT", "NOSTEM", "len", "NUMERIC", "SORTABLE",
+    "created", "NUMERIC", "ord", "TAG", "SORTABLE", "words", "TEXT", "NOSTEM", "len", "NUMERIC", "SORTABLE", "rank", "TAG", "SORTABLE",
   ];
 }
 
@@ -60,6 +63,9 @@ export function vectorIndexArgs(name: string, docPrefix: string, dim: number): s
     "vec", "VECTOR", "HNSW", "6", "TYPE", "FLOAT32", "DIM", String(dim), "DISTANCE_METRIC", "COSINE",
   ];
 }
+
+/** Equal scores rank newest first, then by hex id: the order of this key (ascending). */
+export const tieKey = (createdAt: number, hexId: string) => `${String(1e16 - createdAt).padStart(16, "0")}:${hexId}`;
 
 /** A memory's document fields but its validity and vector (which the scripts write): JSON for them. */
 export function documentFields(m: MemoryRecord): string {
@@ -78,6 +84,7 @@ export function documentFields(m: MemoryRecord): string {
     ord: `${created16(m.createdAt)}:${hex(m.memoryId)}`,
     words: terms.join(" "),
     len: String(terms.length),
+    rank: `${String(terms.length).padStart(6, "0")}:${tieKey(m.createdAt, hex(m.memoryId))}`,
     dim: String(m.embedding?.length ?? 0),
   });
 }
@@ -156,10 +163,11 @@ export class LexicalScore {
     return (K1 + 1) / (1 + K1 * (1 - B + (B * length) / this.averageLength));
   }
 
-  /** A document's score from its terms (repeats allowed), 0 when it holds no query term. */
+  /** A document's score from its terms (repeats allowed), 0 when it holds no query term; documents with the same terms score the same, to the bit. */
   score(terms: readonly string[]): number {
+    const held = new Set(terms);
     let weight = 0;
-    for (const term of new Set(terms)) weight += this.weights.get(term) ?? 0;
+    for (const [term, w] of this.weights) if (held.has(term)) weight += w;
     return weight === 0 ? 0 : weight * this.lengthFactor(terms.length);
   }
 }

@@ -103,7 +103,7 @@ import { KeyedListeners } from "../notices.js";
 import { isCluster, type RedisClient } from "../redis/connection.js";
 import { loadScripts, runThenWait, type WaitForReplicas } from "../redis/scripts.js";
 import { analyze, queryTerms } from "./analyzer.js";
-import { created16, documentFields, filterQuery, float32Bytes, LexicalScore, termQuery, termSource, textIndexArgs, vectorIndexArgs } from "./redis-index.js";
+import { created16, documentFields, filterQuery, float32Bytes, LexicalScore, termQuery, termSource, textIndexArgs, tieKey, vectorIndexArgs } from "./redis-index.js";
 import {
   changeWindowOf,
   cosine,
@@ -170,15 +170,17 @@ interface IndexSource {
   prefix: string;
 }
 
-/** A ranked memory before its record is read: its hex id, score, and "<created>:<hex id>" for ties (newest first). */
+/** A ranked memory before its record is read: its hex id, score, and tie key (redis-index.ts tieKey). */
 interface Hit {
   id: string;
   score: number;
-  ord: string;
+  tie: string;
 }
 
-/** Best first; equal scores newest first. */
-const byScore = (a: Hit, b: Hit) => b.score - a.score || (a.ord < b.ord ? 1 : a.ord > b.ord ? -1 : 0);
+/** Best first; equal scores by tie key (newest first). */
+const byScore = (a: Hit, b: Hit) => b.score - a.score || (a.tie < b.tie ? -1 : a.tie > b.tie ? 1 : 0);
+/** How far apart two sums of the same weights in another order can be: scores this close are equal. */
+const SAME_SCORE = 1e-9;
 
 /** The member suffix "<created>:<hex id>" a cursor or memory sorts by. */
 function orderSuffix(m: MemoryCursor): string {
@@ -600,30 +602,38 @@ export class RedisMemories implements LongTermMemoryStore {
       totalLength: Number(row.get("total") ?? 0),
       holding: new Map(terms.map((term, i) => [term, Number((holding[i] as unknown[])[0])])),
     });
-    const lists = [...score.terms].map(([term, weight]) => ({ term, weight, read: 0, shortest: 0, done: false }));
+    const lists = [...score.terms].map(([term, weight]) => ({ term, weight, read: 0, shortest: 0, last: "", done: false }));
     const seen = new Map<string, Hit>();
     for (let page = Math.max(limit, 64); ; page *= 2) {
       const reading = lists.filter((l) => !l.done);
       if (reading.length === 0) break;
       const replies = await this.ftPipeline(
-        reading.map((l) => ["FT.SEARCH", this.textIndex, `${selected} ${termQuery(l.term)}`, "SORTBY", "len", "ASC", "LIMIT", String(l.read), String(page), "RETURN", "2", "words", "ord", "DIALECT", "2"]),
+        reading.map((l) => ["FT.SEARCH", this.textIndex, `${selected} ${termQuery(l.term)}`, "SORTBY", "rank", "ASC", "LIMIT", String(l.read), String(page), "RETURN", "2", "words", "rank", "DIALECT", "2"]),
       );
       reading.forEach((l, i) => {
         const rows = searchRows(replies[i] as unknown[]);
         for (const [, fields] of rows) {
           const words = (fields.get("words") ?? "").split(" ");
-          const ord = fields.get("ord") ?? "";
+          const tie = (fields.get("rank") ?? "").slice(7);
           l.shortest = words.length;
-          if (!seen.has(ord)) seen.set(ord, { id: ord.slice(ord.indexOf(":") + 1), ord, score: score.score(words) });
+          l.last = tie;
+          if (!seen.has(tie)) seen.set(tie, { id: tie.slice(17), tie, score: score.score(words) });
         }
         l.read += rows.length;
         if (rows.length < page) l.done = true;
       });
-      // What a document no list has reached yet could score at most: each term's weight at the length its list has reached.
+      // What a document no list has reached yet could score at most: each term's weight at the length its list has reached;
+      // it scores that much only at that length in every list, where it comes after the last read, so it loses a tie to any
+      // hit ahead of the last read of some list.
       let bound = 0;
-      for (const l of lists) if (!l.done) bound += l.weight * score.lengthFactor(l.shortest);
-      const best = [...seen.values()].sort(byScore);
-      if (best.length >= limit && best[limit - 1].score >= bound) break;
+      let lastRead = "";
+      for (const l of lists) {
+        if (l.done) continue;
+        bound += l.weight * score.lengthFactor(l.shortest);
+        if (l.last > lastRead) lastRead = l.last;
+      }
+      const kth = [...seen.values()].sort(byScore)[limit - 1];
+      if (kth && (kth.score > bound * (1 + SAME_SCORE) || (kth.score >= bound * (1 - SAME_SCORE) && kth.tie <= lastRead))) break;
     }
     return [...seen.values()].sort(byScore).slice(0, limit);
   }
@@ -642,7 +652,7 @@ export class RedisMemories implements LongTermMemoryStore {
     const hits: Hit[] = [];
     for (const d of documents) {
       const s = score.score(d.terms);
-      if (s > 0) hits.push({ id: hex(d.memory.memoryId), ord: orderSuffix(d.memory), score: s });
+      if (s > 0) hits.push({ id: hex(d.memory.memoryId), tie: tieKey(d.memory.createdAt, hex(d.memory.memoryId)), score: s });
     }
     return hits.sort(byScore).slice(0, limit);
   }
@@ -675,7 +685,7 @@ export class RedisMemories implements LongTermMemoryStore {
       const [vectors] = (await this.transaction((tx) => tx.hmgetBuffer(keys.vectors, ...page))) as [Array<Buffer | null>];
       page.forEach((id, i) => {
         const bytes = vectors[i];
-        if (bytes && bytes.length === 8 * embedding.length) scored.push({ id, ord: "", score: cosine(embedding, vectorOf(bytes)) });
+        if (bytes && bytes.length === 8 * embedding.length) scored.push({ id, tie: "", score: cosine(embedding, vectorOf(bytes)) });
       });
     }
     return this.rankedMemories(filter, scored.sort(byScore).slice(0, limit));
