@@ -34,9 +34,26 @@ async function openStore(limits: StoreLimits = DEFAULT_LIMITS, prefix = `t${proc
   return RedisStore.open({ url, keyPrefix: prefix, limits });
 }
 
-/** A store on the test Redis with the Query Engine, under a prefix of its own (dropped with that server). */
-function openSearchStore(limits: StoreLimits = DEFAULT_LIMITS, prefix = `t${process.pid}_${++counter}`) {
-  return RedisStore.open({ url: searchUrl, keyPrefix: prefix, limits });
+/**
+ * A store on the test Redis with the Query Engine, under a prefix of its own
+ * (dropped with that server), once its new text index has scanned the
+ * keyspace (until then searches rank in process, and the tests are about the index).
+ */
+async function openSearchStore(limits: StoreLimits = DEFAULT_LIMITS, prefix = `t${process.pid}_${++counter}`) {
+  const store = await RedisStore.open({ url: searchUrl, keyPrefix: prefix, limits });
+  const client = new Redis(searchUrl);
+  try {
+    for (const deadline = Date.now() + 60_000; !(await scanned(client, `${prefix}:memidx`)); await sleep(20)) if (Date.now() > deadline) throw new Error(`${prefix}:memidx did not finish indexing`);
+  } finally {
+    client.disconnect();
+  }
+  return store;
+}
+
+/** True once an index's scan of the keyspace is done (FT.INFO indexing 0). */
+async function scanned(client: Redis, index: string): Promise<boolean> {
+  const info = (await client.call("FT.INFO", index)) as unknown[];
+  return Number(info[info.indexOf("indexing") + 1]) === 0;
 }
 
 let admin: Redis;
@@ -972,7 +989,9 @@ describe("RedisStore long-term memories on the Redis Query Engine: documents", (
     try {
       // Until the build completes, answers come from the whole scope in process, and are the same.
       expect(await answers(upgraded)).toEqual(indexed);
-      for (const deadline = Date.now() + 30_000; !(await complete(prefix)); await sleep(50)) if (Date.now() > deadline) throw new Error("the documents were not built in time");
+      for (const deadline = Date.now() + 30_000; !(await complete(prefix)) || !(await scanned(admin, `${prefix}:memidx:v2`)); await sleep(50)) {
+        if (Date.now() > deadline) throw new Error("the documents were not built in time");
+      }
       expect(await keysOf(`${prefix}:memdoc:*`, admin)).toHaveLength(1_200);
       const before = await ftSearches();
       expect(await answers(upgraded)).toEqual(indexed);
