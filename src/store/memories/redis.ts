@@ -857,7 +857,7 @@ export class RedisMemories implements LongTermMemoryStore {
     return memories.map((m, i) => (embeddings[i] ? { ...m, embedding: JSON.parse(embeddings[i]!) as number[] } : m));
   }
 
-  /** Runs delete-12.lua over [hex id, expected entry] pairs; the removed records. */
+  /** Runs delete-11.lua over [hex id, expected entry] pairs; the removed records. */
   private async remove(appName: string, pairs: ReadonlyArray<readonly [string, string]>): Promise<MemoryRecord[]> {
     const k = this.keysOf(appName);
     const reply = await this.call(() =>
@@ -886,7 +886,7 @@ export class RedisMemories implements LongTermMemoryStore {
     return this.deliver(reply[0] as string, true);
   }
 
-  /** A writing script (write-n.lua, delete-12.lua), then WAIT when MEMORY_REDIS_WAIT_REPLICAS asks for it. */
+  /** A writing script (write-n.lua, delete-11.lua), then WAIT when MEMORY_REDIS_WAIT_REPLICAS asks for it. */
   private runWriting(script: "write" | "delete", keysAndArgs: Array<string | number | Buffer>): Promise<Reply> {
     return runThenWait(this.redis, `engram_memories_${script}`, keysAndArgs, this.wait) as Promise<Reply>;
   }
