@@ -7,7 +7,7 @@ import { tmpdir } from "node:os";
 import path from "node:path";
 import { setTimeout as sleep } from "node:timers/promises";
 import { Redis } from "ioredis";
-import { afterAll, beforeAll, describe, expect, it, vi } from "vitest";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { eventFingerprint } from "../../src/store/fingerprint.js";
 import { durabilitySummary, RedisStore } from "../../src/store/redis.js";
 import type { DecodedEvents } from "../../src/store/redis/codec.js";
@@ -19,11 +19,11 @@ import fc from "fast-check";
 import { freePort, startRedisServer } from "../support/redis-server.js";
 import { describeStoreConformance, makeSession, newEvent, rejection, waitFor } from "./conformance.js";
 import { describeMemoriesConformance, memory } from "./memories-conformance.js";
-import { RedisMemories, SEARCH_CANDIDATES } from "../../src/store/memories/redis.js";
-import type { LexicalIndexCache } from "../../src/store/memories/lexical.js";
 import { MEMORY_CHANGES_RETAINED } from "../../src/store/memories/rules.js";
 
 const url = process.env.MEMORY_TEST_REDIS_URL!;
+/** The Redis with the Redis Query Engine (test/support/redis-search-server.ts); `url`'s Redis 7.0 has none. */
+const searchUrl = process.env.MEMORY_TEST_REDIS_SEARCH_URL!;
 const prefixes: string[] = [];
 let counter = 0;
 const DEFAULT_LIMITS: StoreLimits = { maxSessions: 1000, maxSessionEvents: 500 };
@@ -32,6 +32,28 @@ const DEFAULT_LIMITS: StoreLimits = { maxSessions: 1000, maxSessionEvents: 500 }
 async function openStore(limits: StoreLimits = DEFAULT_LIMITS, prefix = `t${process.pid}_${++counter}`) {
   prefixes.push(prefix);
   return RedisStore.open({ url, keyPrefix: prefix, limits });
+}
+
+/**
+ * A store on the test Redis with the Query Engine, under a prefix of its own
+ * (dropped with that server), once its new text index has scanned the
+ * keyspace (until then searches rank in process, and the tests are about the index).
+ */
+async function openSearchStore(limits: StoreLimits = DEFAULT_LIMITS, prefix = `t${process.pid}_${++counter}`) {
+  const store = await RedisStore.open({ url: searchUrl, keyPrefix: prefix, limits });
+  const client = new Redis(searchUrl);
+  try {
+    for (const deadline = Date.now() + 60_000; !(await scanned(client, `${prefix}:memidx`)); await sleep(20)) if (Date.now() > deadline) throw new Error(`${prefix}:memidx did not finish indexing`);
+  } finally {
+    client.disconnect();
+  }
+  return store;
+}
+
+/** True once an index's scan of the keyspace is done (FT.INFO indexing 0). */
+async function scanned(client: Redis, index: string): Promise<boolean> {
+  const info = (await client.call("FT.INFO", index)) as unknown[];
+  return Number(info[info.indexOf("indexing") + 1]) === 0;
 }
 
 let admin: Redis;
@@ -47,12 +69,14 @@ afterAll(async () => {
   await admin.quit();
 });
 
+const keysOfOn = (pattern: string, client: Redis) => keysOf(pattern, client);
+
 /** Every key matching a pattern made of test-chosen characters only. */
-async function keysOf(pattern: string): Promise<string[]> {
+async function keysOf(pattern: string, client = admin): Promise<string[]> {
   const out: string[] = [];
   let cursor = "0";
   do {
-    const [next, keys] = await admin.scan(cursor, "MATCH", pattern, "COUNT", 1000);
+    const [next, keys] = await client.scan(cursor, "MATCH", pattern, "COUNT", 1000);
     out.push(...keys);
     cursor = next;
   } while (cursor !== "0");
@@ -64,6 +88,7 @@ const hex = (s: string) => Buffer.from(s).toString("hex");
 
 describeStoreConformance("redis", (limits) => openStore(limits), { persistent: true, shared: true, retains: true });
 describeMemoriesConformance("redis", () => openStore());
+describeMemoriesConformance("redis on the Redis Query Engine", () => openSearchStore());
 
 describe("RedisStore specifics", () => {
   it("resumeErasures finishes an erasure recorded as in progress; a finished erasure leaves no record", async () => {
@@ -651,7 +676,19 @@ describe("RedisStore specifics", () => {
   });
 });
 
-describe("RedisStore long-term memories", () => {
+describe.each([
+  ["without the Redis Query Engine (Redis 7.0)", () => ({ open: openStore, server: url })],
+  ["on the Redis Query Engine", () => ({ open: openSearchStore, server: searchUrl })],
+])("RedisStore long-term memories %s", (_server, on) => {
+  // This server's: the tests below run on each.
+  let admin: Redis;
+  beforeAll(() => {
+    if (!searchUrl) throw new Error("MEMORY_TEST_REDIS_SEARCH_URL is not set: the global setup did not start Redis with the Query Engine");
+    admin = new Redis(on().server);
+  });
+  afterAll(() => admin.quit());
+  const openStore = (limits?: StoreLimits, prefix?: string) => on().open(limits, prefix);
+  const keysOf = (pattern: string) => keysOfOn(pattern, admin);
   const appKeys = (prefix: string, app = "app") => `${prefix}:mem:${hex(app)}:*`;
   const describeChange = (c: MemoryChange) =>
     c.kind === "deleted" ? `deleted ${c.memories.map((m) => m.memoryId).sort()}` : c.kind === "remote" ? "remote" : `${c.kind} ${c.memory.memoryId}`;
@@ -854,6 +891,7 @@ describe("RedisStore long-term memories", () => {
       await store.memories.deleteMemoriesInScope({ appName: "app", match: "within" });
       // The change log stays: a watcher resuming from before the forgetting must hear of it.
       expect((await keysOf(appKeys(prefix))).sort()).toEqual([`${prefix}:mem:${hex("app")}:chg`, `${prefix}:mem:${hex("app")}:meta`]);
+      expect(await keysOf(`${prefix}:memdoc:*`)).toEqual([]);
     } finally {
       await store.close();
     }
@@ -874,23 +912,6 @@ describe("RedisStore long-term memories", () => {
     }
   }, 60_000);
 
-  it(`searches only the newest ${SEARCH_CANDIDATES} memories of a scope (the documented limit); listing still finds older ones`, async () => {
-    const prefix = `t${process.pid}_${++counter}`;
-    const store = await openStore(DEFAULT_LIMITS, prefix);
-    try {
-      await store.memories.writeMemories([memory({ memoryId: "oldest", text: "needle in the haystack" }, 1000)]);
-      const hay = Array.from({ length: SEARCH_CANDIDATES }, (_, i) => memory({ memoryId: `hay-${i}`, text: `hay ${i}` }, 2000 + i));
-      const everything = { scope: { appName: "app", match: "within" as const } };
-      expect((await store.memories.searchMemories(everything, "needle", 10)).map((r) => r.memory.memoryId)).toEqual(["oldest"]);
-      for (let i = 0; i < hay.length; i += 500) await store.memories.writeMemories(hay.slice(i, i + 500));
-      expect(await store.memories.searchMemories(everything, "needle", 10)).toEqual([]);
-      expect(await store.memories.searchMemories(everything, "hay", 1)).toHaveLength(1);
-      expect((await store.memories.listMemories(everything, 1, { createdAt: 2000, memoryId: "hay-0" })).map((m) => m.memoryId)).toEqual(["oldest"]);
-    } finally {
-      await store.close();
-    }
-  });
-
   it("leaves the embeddings out of what it returns when the filter omits them (omitEmbeddings), and only then", async () => {
     const store = await openStore();
     try {
@@ -904,73 +925,6 @@ describe("RedisStore long-term memories", () => {
       }
     } finally {
       await store.close();
-    }
-  });
-
-  it("a scope searched again reuses its window of candidates until the app changes, whichever replica changed it", async () => {
-    const prefix = `t${process.pid}_${++counter}`;
-    const [one, two] = await Promise.all([openStore(DEFAULT_LIMITS, prefix), openStore(DEFAULT_LIMITS, prefix)]);
-    try {
-      const visible = () => ({ scope: { appName: "app", userId: "u", match: "visible" as const }, asOf: Date.now() });
-      const found = async (query: string) => (await one.memories.searchMemories(visible(), query, 5)).map((r) => r.memory.memoryId);
-      await two.memories.writeMemories([memory({ memoryId: "a", userId: "u", text: "alpha apple" }, 1000), memory({ memoryId: "b", text: "beta banana" }, 1001)]);
-      expect(await found("alpha")).toEqual(["a"]);
-      // A record changed behind the store's back (no write script, so no change of the app): the kept window still has the old text.
-      const records = `${prefix}:mem:${hex("app")}:rec`;
-      const original = (await admin.hget(records, hex("a")))!;
-      await admin.hset(records, hex("a"), original.replace("alpha apple", "gamma grape"));
-      expect(await found("gamma")).toEqual([]);
-      expect(await found("alpha")).toEqual(["a"]);
-      // Any change of the app, by another replica, and the window is read again.
-      await two.memories.writeMemories([memory({ memoryId: "c", userId: "u", text: "alpha again" }, 1002)]);
-      expect(await found("gamma")).toEqual(["a"]);
-      expect(await found("alpha")).toEqual(["c"]);
-      await two.memories.deleteMemories("app", ["c"]);
-      expect(await found("alpha")).toEqual([]);
-      // A memory closed by a later one of its key (its validity changes, its record does not).
-      await two.memories.writeMemories([memory({ memoryId: "old", userId: "u", key: "drink", text: "likes tea" }, 1003)]);
-      expect(await found("likes")).toEqual(["old"]);
-      await two.memories.writeMemories([memory({ memoryId: "new", userId: "u", key: "drink", text: "likes coffee" }, 1004)]);
-      expect(await found("likes")).toEqual(["new"]);
-      // Searches that find the app changed at once read its window once between them.
-      const reads = vi.spyOn(one.memories as unknown as { readWindow: () => Promise<MemoryRecord[]> }, "readWindow");
-      await two.memories.writeMemories([memory({ memoryId: "d", userId: "u", text: "delta" }, 1005)]);
-      expect(await Promise.all(Array.from({ length: 8 }, () => found("delta")))).toEqual(Array.from({ length: 8 }, () => ["d"]));
-      expect(reads).toHaveBeenCalledTimes(1);
-      reads.mockRestore();
-      // The same records searched again: their BM25 index is found without hashing their texts; once the window changed, it is hashed again.
-      const hashed = vi.spyOn((one.memories as unknown as { lexicalIndexes: LexicalIndexCache }).lexicalIndexes, "keyedIndexOf");
-      expect(await found("delta")).toEqual(["d"]);
-      expect(hashed).not.toHaveBeenCalled();
-      await two.memories.writeMemories([memory({ memoryId: "e", userId: "u", text: "delta two" }, 1006)]);
-      expect((await found("delta")).sort()).toEqual(["d", "e"]);
-      expect(hashed).toHaveBeenCalledTimes(1);
-      hashed.mockRestore();
-      // Another user's scope and the whole app keep windows of their own.
-      expect((await one.memories.searchMemories({ scope: { appName: "app", match: "within" }, asOf: Date.now() }, "banana", 5)).map((r) => r.memory.memoryId)).toEqual(["b"]);
-      expect((await one.memories.searchMemories({ scope: { appName: "app", userId: "v", match: "exact" } }, "likes", 5)).map((r) => r.memory.memoryId)).toEqual([]);
-    } finally {
-      await Promise.all([one.close(), two.close()]);
-    }
-  });
-
-  it("ranks a scope searched again on what its window holds now: its kept index is not reused once one memory's text changed under the same id", async () => {
-    const prefix = `t${process.pid}_${++counter}`;
-    const [one, two] = await Promise.all([openStore(DEFAULT_LIMITS, prefix), openStore(DEFAULT_LIMITS, prefix)]);
-    try {
-      const scope = { scope: { appName: "app", userId: "u", match: "exact" as const } };
-      await one.memories.writeMemories([memory({ memoryId: "a", userId: "u", text: "alpha apple" }, 1000), memory({ memoryId: "b", userId: "u", text: "beta banana" }, 1001)]);
-      const found = async (query: string) => (await one.memories.searchMemories(scope, query, 5)).map((r) => r.memory.memoryId);
-      expect(await found("alpha")).toEqual(["a"]);
-      expect(await found("gamma")).toEqual([]);
-      // Another replica replaces "a": the same ids, as many memories, the same created time; only the text differs.
-      await two.memories.deleteMemories("app", ["a"]);
-      await two.memories.writeMemories([memory({ memoryId: "a", userId: "u", text: "gamma grape" }, 1000)]);
-      expect(await found("gamma")).toEqual(["a"]);
-      expect(await found("alpha")).toEqual([]);
-      expect((await one.memories.searchMemories(scope, "banana", 5))[0]?.memory.text).toBe("beta banana");
-    } finally {
-      await Promise.all([one.close(), two.close()]);
     }
   });
 
@@ -992,163 +946,66 @@ describe("RedisStore long-term memories", () => {
     }
   });
 
-  describe("the pinned index", () => {
-    /** Each test's app: its meta hash and pinned index, under the store's prefix. */
-    const keysOfApp = (prefix: string) => ({ meta: `${prefix}:mem:${hex("app")}:meta`, pinned: `${prefix}:mem:${hex("app")}:pin` });
-    /** Runs a test on a store of its own, with its app's meta hash and pinned index, and closes the store. */
-    async function withStore(test: (store: RedisStore, keys: { meta: string; pinned: string }, prefix: string) => Promise<void>): Promise<void> {
-      const prefix = `t${process.pid}_${++counter}`;
-      const store = await openStore(DEFAULT_LIMITS, prefix);
-      try {
-        await test(store, keysOfApp(prefix), prefix);
-      } finally {
-        await store.close();
-      }
-    }
-    /** Whether the index is complete, as pinned-5.lua defines it. */
-    async function complete(meta: string): Promise<boolean> {
-      const [seq, chain, ready, build] = await admin.hmget(meta, "seq", "pinchain", "pinready", "pinbuild");
-      const count = await admin.zcard(meta.replace(/:meta$/, ":order"));
-      return ready !== null && ready === build && chain === `${seq ?? "0"}:${count}`;
-    }
-    /** Polls until the index is complete, for at most 5 s. */
-    async function untilComplete(meta: string): Promise<void> {
-      const deadline = Date.now() + 5_000;
-      while (!(await complete(meta))) {
-        if (Date.now() > deadline) throw new Error("the pinned index was not completed in 5 s");
-        await sleep(10);
-      }
-    }
-    /** The index entries a set of pinned memories should have. */
-    const entriesOf = (ms: readonly MemoryRecord[]) =>
-      ms.flatMap((m) => {
-        const at = `${String(m.createdAt).padStart(16, "0")}:${hex(m.memoryId)}`;
-        return [`o:${at}`, `u:${m.userId === undefined ? "-" : hex(m.userId)}:${at}`];
-      }).sort();
-    /** 600 memories of users u and v and of no user, one in 25 pinned. */
-    const mixed = () =>
-      Array.from({ length: 600 }, (_, i) => memory({ memoryId: `m${i}`, userId: i % 3 === 0 ? undefined : i % 3 === 1 ? "u" : "v", text: `memory ${i}`, pinned: i % 25 === 0 }, 1_000 + i));
-    const uVisible = { scope: { appName: "app", userId: "u", match: "visible" as const }, pinned: true };
-    /** What a pinned listing for u must return, newest first. */
-    const expectedFor = (ms: readonly MemoryRecord[]) =>
-      ms.filter((m) => m.pinned && (m.userId === "u" || m.userId === undefined)).sort((a, b) => b.createdAt - a.createdAt).map((m) => m.memoryId);
+});
 
-    it("is kept by every write and deletion, and a pinned listing reads it alone while it is complete", async () => {
-      await withStore(async (store, { meta, pinned }) => {
-        const written = mixed();
-        for (let i = 0; i < written.length; i += 200) await store.memories.writeMemories(written.slice(i, i + 200));
-        expect(await complete(meta)).toBe(true);
-        expect((await admin.zrange(pinned, 0, -1)).sort()).toEqual(entriesOf(written.filter((m) => m.pinned)));
-        expect((await store.memories.listMemories(uVisible, 100)).map((m) => m.memoryId)).toEqual(expectedFor(written));
-        expect((await store.memories.listMemories({ scope: { appName: "app", match: "within" }, pinned: true }, 100)).map((m) => m.memoryId)).toEqual(
-          written.filter((m) => m.pinned).reverse().map((m) => m.memoryId),
-        );
-        // The listing trusts the index: an entry taken out of it (by hand, here) is not listed.
-        await admin.zrem(pinned, ...entriesOf([written[0]]));
-        expect((await store.memories.listMemories(uVisible, 100)).map((m) => m.memoryId)).toEqual(expectedFor(written).filter((id) => id !== "m0"));
-        await admin.zadd(pinned, 0, entriesOf([written[0]])[0], 0, entriesOf([written[0]])[1]);
-
-        await store.memories.deleteMemories("app", ["m75", "m76"]);
-        const left = written.filter((m) => m.memoryId !== "m75" && m.memoryId !== "m76");
-        expect(await complete(meta)).toBe(true);
-        expect((await admin.zrange(pinned, 0, -1)).sort()).toEqual(entriesOf(left.filter((m) => m.pinned)));
-        expect((await store.deleteUserData("app", "u")).memories).toBe(left.filter((m) => m.userId === "u").length);
-        const kept = left.filter((m) => m.userId !== "u");
-        expect(await complete(meta)).toBe(true);
-        expect((await admin.zrange(pinned, 0, -1)).sort()).toEqual(entriesOf(kept.filter((m) => m.pinned)));
-        expect((await store.memories.listMemories(uVisible, 100)).map((m) => m.memoryId)).toEqual(expectedFor(kept));
-      });
-    });
-
-    it("a change it did not see (an older release's write, counted in seq or not) or memories from before it make listings walk the scope until a build completes it", async () => {
-      await withStore(async (store, { meta, pinned }, prefix) => {
-        const written = mixed();
-        await store.memories.writeMemories(written);
-        const all = [...written];
-        /**
-         * A pinned memory of u written as an older release writes it: in no
-         * pinned index, the chain left as it was before it (its stamp's seq
-         * one behind, or, for a release that did not count changes in seq,
-         * level with it), its memory count one behind.
-         */
-        async function olderReleaseWrites(memoryId: string, countedInSeq: boolean): Promise<void> {
-          const older = memory({ memoryId, userId: "u", text: "written by an older release", pinned: true }, 5_000 + all.length);
-          await store.memories.writeMemories([older]);
-          all.push(older);
-          await admin.zrem(pinned, ...entriesOf([older]));
-          const seq = Number(await admin.hget(meta, "seq"));
-          await admin.hset(meta, "pinchain", `${countedInSeq ? seq - 1 : seq}:${(await admin.zcard(`${prefix}:mem:${hex("app")}:order`)) - 1}`);
-          expect(await complete(meta)).toBe(false);
-        }
-        // Each replica starts one build per app a minute: each case is listed by a replica of its own.
-        for (const [memoryId, countedInSeq] of [["counted", true], ["uncounted", false]] as const) {
-          await olderReleaseWrites(memoryId, countedInSeq);
-          const replica = await openStore(DEFAULT_LIMITS, prefix);
-          try {
-            expect((await replica.memories.listMemories(uVisible, 100)).map((m) => m.memoryId)).toEqual(expectedFor(all));
-            // That listing started a build: once it completes, the index holds the older release's memory too.
-            await untilComplete(meta);
-            expect((await admin.zrange(pinned, 0, -1)).sort()).toEqual(entriesOf(all.filter((m) => m.pinned)));
-            expect((await replica.memories.listMemories(uVisible, 100)).map((m) => m.memoryId)).toEqual(expectedFor(all));
-          } finally {
-            await replica.close();
-          }
-        }
-
-        // Memories stored before any release kept the index: no chain, no index.
-        await admin.del(pinned);
-        await admin.hdel(meta, "pinchain", "pinready", "pinbuild");
-        expect(await complete(meta)).toBe(false);
-        expect((await store.memories.listMemories(uVisible, 100)).map((m) => m.memoryId)).toEqual(expectedFor(all));
-        await untilComplete(meta);
-        expect((await admin.zrange(pinned, 0, -1)).sort()).toEqual(entriesOf(all.filter((m) => m.pinned)));
-      });
-    });
-
-    it("a listing that reads the index while another replica's build begins (and empties it) lists by walking the scope instead", async () => {
-      await withStore(async (store, { meta, pinned }) => {
-        const memories = store.memories as unknown as { listFrom: (...args: unknown[]) => Promise<MemoryRecord[]> };
-        const written = mixed();
-        await store.memories.writeMemories(written);
-        expect(await complete(meta)).toBe(true);
-        const listFrom = memories.listFrom.bind(memories);
-        // Between the listing's check of the index and its read of it, a build begins as pinned-5.lua's "begin" does.
-        memories.listFrom = async (...args: unknown[]) => {
-          if (args[3] !== undefined) {
-            await admin.del(pinned);
-            await admin.hdel(meta, "pinready");
-            await admin.hset(meta, "pinbuild", "another replica's build");
-          }
-          return listFrom(...args);
-        };
-        expect((await store.memories.listMemories(uVisible, 100)).map((m) => m.memoryId)).toEqual(expectedFor(written));
-      });
-    });
-
-    it("a build that writes and deletions overtake, or that another build overtakes, still leaves it exact", async () => {
-      await withStore(async (store, { meta, pinned }, prefix) => {
-      const memories = store.memories as RedisMemories;
-        // 3,000 memories: six pages of a build, with changes landing between them.
-        const base = Array.from({ length: 3_000 }, (_, i) => memory({ memoryId: `b${i}`, userId: i % 2 === 0 ? "u" : undefined, text: `base ${i}`, pinned: i % 7 === 0 }, 10_000 + i));
-        for (let i = 0; i < base.length; i += 500) await memories.writeMemories(base.slice(i, i + 500));
-        const builds = [memories.buildPinnedIndex("app"), (async () => {
-          await sleep(1);
-          return memories.buildPinnedIndex("app");
-        })()];
-        const changes = (async () => {
-          for (let round = 0; round < 20; round++) {
-            await memories.writeMemories([memory({ memoryId: `new${round}`, userId: "u", text: `new ${round}`, pinned: round % 2 === 0 }, 5_000 + round)]);
-            await memories.deleteMemories("app", [`b${round * 7}`]);
-          }
-        })();
-        const [first, second] = await Promise.all([...builds, changes]);
-        // At most one of two overlapping builds completes: the later one begins afresh.
-        expect([first, second]).toContain(true);
-        expect(await complete(meta)).toBe(true);
-        const records = Object.values(await admin.hgetall(`${prefix}:mem:${hex("app")}:rec`)).map((json) => JSON.parse(json) as MemoryRecord);
-        expect((await admin.zrange(pinned, 0, -1)).sort()).toEqual(entriesOf(records.filter((m) => m.pinned)));
-        expect(records.filter((m) => m.pinned).length).toBe(Math.ceil(3_000 / 7) - 20 + 10);
-      });
-    });
+describe("RedisStore long-term memories on the Redis Query Engine: documents", () => {
+  let admin: Redis;
+  beforeAll(() => {
+    admin = new Redis(searchUrl);
   });
+  afterAll(() => admin.quit());
+  const ftSearches = async () => Number(/cmdstat_FT\.SEARCH:calls=(\d+)/i.exec(await admin.info("commandstats"))?.[1] ?? 0);
+  /** True when the app's documents are complete (docs-5.lua): its build finished and its chain matches its stamp. */
+  const complete = async (prefix: string) => {
+    const meta = `${prefix}:mem:${hex("app")}:meta`;
+    const [[seq, chain, ready, build], count] = [await admin.hmget(meta, "seq", "docchain", "docready", "docbuild"), await admin.zcard(`${prefix}:mem:${hex("app")}:order`)];
+    return ready !== null && ready === build && chain === `${seq ?? "0"}:${count}`;
+  };
+
+  it("memories stored before documents, and a change an older release made, are ranked in process until a build in the background gives them documents; then the index serves them", async () => {
+    const prefix = `t${process.pid}_${++counter}`;
+    const store = await openSearchStore(DEFAULT_LIMITS, prefix);
+    const base = Array.from({ length: 1_200 }, (_, i) => memory({ memoryId: `m${i}`, userId: i % 2 ? "u" : undefined, text: `note ${i} about ${i % 3 ? "tea" : "coffee"}`, embedding: [1, i / 1200], pinned: i % 100 === 0 }, 10_000 + i));
+    for (let i = 0; i < base.length; i += 500) await store.memories.writeMemories(base.slice(i, i + 500));
+    await store.close();
+    const scope = { appName: "app", userId: "u", match: "visible" as const };
+    const answers = async (s: RedisStore) => [
+      (await s.memories.searchMemories({ scope }, "coffee note", 7)).map((r) => [r.memory.memoryId, r.score]),
+      (await s.memories.nearestMemories!({ scope }, [1, 0.5], 3)).map((r) => r.memory.memoryId),
+      (await s.memories.listMemories({ scope, pinned: true }, 100)).map((m) => m.memoryId),
+    ];
+    const reopened = await openSearchStore(DEFAULT_LIMITS, prefix);
+    const indexed = await answers(reopened);
+    await reopened.close();
+    // As an older release left them: no documents, no chain; one document of a memory it deleted behind; and one more change of its own.
+    const meta = `${prefix}:mem:${hex("app")}:meta`;
+    const documents = await keysOf(`${prefix}:memdoc:*`, admin);
+    expect(documents).toHaveLength(1_200);
+    await admin.del(...documents);
+    await admin.hdel(meta, "docchain", "docready", "docbuild", "docat");
+    await admin.hset(`${prefix}:memdoc:${hex("app")}:${hex("gone")}`, "app", `h${hex("app")}`, "user", "n", "agent", "n", "session", "n", "words", "coffee", "len", "1", "dim", "0");
+    await admin.hincrby(meta, "seq", 1);
+    const upgraded = await openSearchStore(DEFAULT_LIMITS, prefix);
+    try {
+      // Until the build completes, answers come from the whole scope in process, and are the same.
+      expect(await answers(upgraded)).toEqual(indexed);
+      for (const deadline = Date.now() + 30_000; !(await complete(prefix)) || !(await scanned(admin, `${prefix}:memidx:v2`)); await sleep(50)) {
+        if (Date.now() > deadline) throw new Error("the documents were not built in time");
+      }
+      expect(await keysOf(`${prefix}:memdoc:*`, admin)).toHaveLength(1_200);
+      const before = await ftSearches();
+      expect(await answers(upgraded)).toEqual(indexed);
+      expect(await ftSearches()).toBeGreaterThan(before);
+      // An older release's write (a change without documents) breaks the chain: in process again, until the next build.
+      await admin.hincrby(meta, "seq", 1);
+      expect(await complete(prefix)).toBe(false);
+      const during = await ftSearches();
+      expect(await answers(upgraded)).toEqual(indexed);
+      expect(await ftSearches()).toBe(during);
+      expect(await upgraded.memories.buildDocuments("app")).toBe(true);
+      expect(await complete(prefix)).toBe(true);
+    } finally {
+      await upgraded.close();
+    }
+  }, 60_000);
 });

@@ -16,6 +16,14 @@ export default async function setup(): Promise<() => Promise<void>> {
     teardowns.push(() => redis.destroy());
   }
   // END redis
+  // BEGIN redis-search (owned by the Redis driver: its long-term memory on the Redis Query Engine)
+  if (!process.env.MEMORY_TEST_REDIS_SEARCH_URL) {
+    const { startRedisSearchServer } = await import("./redis-search-server.js");
+    const redisSearch = await startRedisSearchServer({ appendonly: true });
+    process.env.MEMORY_TEST_REDIS_SEARCH_URL = redisSearch.url;
+    teardowns.push(() => redisSearch.destroy());
+  }
+  // END redis-search
   // BEGIN postgres (owned by the PostgreSQL driver)
   if (!process.env.MEMORY_TEST_POSTGRES_URL) {
     const { startPostgresServer } = await import("./postgres-server.js");

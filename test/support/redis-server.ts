@@ -71,7 +71,8 @@ export async function waitForRedis(port: number, timeoutMs = 15_000): Promise<vo
  * `port` (a server already told to use that port, started before Redis).
  * `extraArgs` are appended to the command line (e.g. cluster mode), and kept
  * across restarts. `build` runs another Redis than Debian's redis-server (one
- * built from Redis' source: test/support/redis-builds.ts).
+ * built from Redis' source: test/support/redis-builds.ts; Valkey with the
+ * Query Engine: test/support/redis-search-server.ts).
  */
 export async function startRedisServer(opts: { appendonly?: boolean; port?: number; extraArgs?: readonly string[]; build?: RedisBuild } = {}): Promise<RedisServer> {
   const binary = opts.build?.binary ?? (await redisServerBinary());

@@ -7,7 +7,7 @@
  *
  *   rec      hash: hex id -> JSON of the record without its validity and embedding (never changes)
  *   emb      hash: hex id -> the embedding as JSON (returned with the memory)
- *   vec      hash: hex id -> the embedding as float64 little-endian bytes (ranked by
+ *   vec      hash: hex id -> the embedding as float64 little-endian bytes (exact
  *            cosine without parsing JSON)
  *   val      hash: hex id -> "<validFrom>:<invalidAt or empty>:<hex supersededBy or empty>"
  *   ix       hash: hex id -> "<created>:<hex user or ->:<hex group or empty>:<from>:<fingerprint>",
@@ -22,17 +22,41 @@
  *            closed where they began): their validities never overlap, so a
  *            write finds what it supersedes in O(log n) (write-n.lua)
  *   meta     hash: dim (the app's embedding dimension, set by the first embedding),
- *            seq (the number of the app's newest change)
+ *            seq (the number of the app's newest change), and with the Query
+ *            Engine docchain, docbuild, docready, docat (docs-5.lua: whether
+ *            the app's documents are complete)
  *   chg      zset, score = change number: the change log, the newest
  *            MEMORY_CHANGES_RETAINED changes: "<seq>:w:<hex id>" (written),
  *            "<seq>:s:<hex id>" (superseded; both read as they are now),
  *            "<seq>:d:<JSON [id, user, agent, session] per memory>" (deleted)
- *   pin      zset, score 0: the pinned memories, each twice: "o:<created>:<hex id>"
- *            (as order) and "u:<hex user or ->:<created>:<hex id>" (as user);
- *            used while meta's pinready, pinbuild and pinchain, seq and the
- *            order's count say it is complete (redis-scripts/pinned-5.lua),
- *            else rebuilt
+ *   <prefix>:memdoc:<hex app>:<hex id>  with the Redis Query Engine: the
+ *            memory's document (redis-index.ts says its fields and indexes)
  *   <prefix>:memories  pub/sub channel: the changes of every write and deletion
+ *
+ * Ranking. With the Redis Query Engine (one node with the search module:
+ * Redis 8, Redis Stack, Valkey with valkey-search's RediSearch-compatible
+ * module) searches run on its indexes over an app's whole scope, filter
+ * included in the query: SearchMemories scores with redis-index.ts's
+ * LexicalScore, whose statistics (documents, their length, how many hold
+ * each term) are counted among what the filter selects (a LIMIT 0 0 count
+ * per term and one aggregate, pipelined), never index-wide, so another
+ * user's memories change no caller's score. Each query term's documents are
+ * read shortest first (a term's share of the score falls with the length
+ * alone), and reading stops once the best `limit` score at least what any
+ * unread document could (the threshold algorithm): exact, and reading little
+ * more than the best matches. nearestMemories is a KNN query with the filter
+ * as its pre-filter (HNSW; RediSearch falls back to brute force for small
+ * filtered sets), rescored with the exact cosine of the stored float64
+ * vectors. Pinned listings (Recall's core memories) are one query sorted
+ * newest first.
+ *
+ * Without the engine (a Redis without the module, or a Redis Cluster, where
+ * RediSearch has no coordinator) nothing is dropped: searches rank the whole
+ * filtered scope in this process (exact, same scores, but O(scope) per
+ * search: README, Long-term memory), and so does an app whose documents are
+ * not complete yet (memories from before documents, or changed by an older
+ * release: docs-5.lua builds them in the background, a page per call).
+ * Start-up logs which path the store takes.
  *
  * On a cluster every key of an app carries the app's hash tag `{<hex app>}`,
  * so all of them live in one slot and each script stays atomic per app; the
@@ -51,26 +75,17 @@
  * one are written; a retry with the same ids is idempotent).
  *
  * Every write batch is one Lua script (redis-scripts/write-n.lua): checks,
- * supersession and index upkeep happen atomically, so replicas writing one
- * key at once leave exactly one memory of it valid. Deletions are one script
- * per call (or per page of a scope). Scans (listing, ranking candidates)
- * read records without their embeddings, which are fetched only for the
- * memories returned (or, as vectors, for vector ranking). Lexical ranking
- * runs in this process: MiniSearch (BM25, as the local driver) over at most
- * SEARCH_CANDIDATES of the newest memories the scope's index holds (kept
- * decoded per scope while the app's stamp, its change number and memory
- * count, stays the same); vector ranking is cosine over the same
- * candidates. Listing walks the scope's
- * index newest first and filters with rules.ts, the one place the semantics
- * live; a listing of pinned memories walks the pinned index instead, so
- * Recall's core memories cost what there are of them, not what the scope
- * holds.
+ * supersession, documents and index upkeep happen atomically, so replicas
+ * writing one key at once leave exactly one memory of it valid. Deletions
+ * are one script per call (or per page of a scope). Listing walks the
+ * scope's index newest first and filters with rules.ts, the one place the
+ * semantics live.
  */
 import { randomUUID } from "node:crypto";
 import path from "node:path";
 import { fileURLToPath } from "node:url";
-import { LRUCache } from "lru-cache";
 import type { ChainableCommander, Cluster, Redis } from "ioredis";
+import { log } from "../../log.js";
 import type {
   LongTermMemoryStore,
   MemoryChange,
@@ -87,7 +102,8 @@ import type {
 import { KeyedListeners } from "../notices.js";
 import { isCluster, type RedisClient } from "../redis/connection.js";
 import { loadScripts, runThenWait, type WaitForReplicas } from "../redis/scripts.js";
-import { LEXICAL_QUERY, LexicalIndexCache, lexicalDocument } from "./lexical.js";
+import { analyze, queryTerms } from "./analyzer.js";
+import { created16, documentFields, filterQuery, float32Bytes, LexicalScore, termQuery, termSource, textIndexArgs, tieKey, vectorIndexArgs } from "./redis-index.js";
 import {
   changeWindowOf,
   cosine,
@@ -102,34 +118,23 @@ import {
   supersessionKey,
 } from "./rules.js";
 
-/**
- * How many of the newest memories in the scope's index a search or vector
- * ranking considers (before its filter): the Redis store's scale limit for
- * ranking. Memories older than these in a scope are still listed, got and
- * deleted, but never found by SearchMemories or Recall (README, Long-term memory).
- */
-export const SEARCH_CANDIDATES = 2000;
-/**
- * How many scopes' candidate windows a replica keeps (each at most
- * SEARCH_CANDIDATES decoded memories, ~2 MB of heap for short ones), reused
- * while their app is unchanged.
- */
-export const CANDIDATE_WINDOWS_KEPT = 16;
-/** Index entries read per round trip while gathering search candidates. */
-const CANDIDATE_PAGE = 500;
-/** Index entries read per round trip while listing. */
+/** Index entries read per round trip while listing or ranking a scope in process. */
 const LIST_PAGE = 200;
+/** Index entries read per round trip while ranking a whole scope in process. */
+const SCAN_PAGE = 1000;
 /** Memories removed per script call by a deletion by scope or an erasure. */
 const DELETE_PAGE = 500;
-/** Memories scanned per script call while building an app's pinned index (each call holds Redis for ~1 ms). */
-const PINNED_BUILD_PAGE = 500;
+/** Memories given documents per script call while building an app's documents (docs-5.lua): each vector's HNSW insertion holds Redis ~0.3-1 ms. */
+const DOCUMENT_BUILD_PAGE = 100;
 /**
- * The least time between two builds of one app's pinned index started by one
+ * The least time between two builds of one app's documents started by one
  * replica: while replicas of an older release keep writing (a rolling
- * upgrade), every build is outdated at once, and pinned listings walk the
- * scope meanwhile.
+ * upgrade), every build is outdated at once, and the app ranks in process
+ * meanwhile.
  */
-export const PINNED_INDEX_REBUILD_INTERVAL_MS = 60_000;
+export const DOCUMENT_REBUILD_INTERVAL_MS = 60_000;
+/** How long an index found fully indexed is trusted before FT.INFO is asked again (a restarted server re-indexes). */
+const INDEX_READY_TRUSTED_MS = 1000;
 
 /** Where the long-term memory scripts are (the Redis store loads them at open: src/store/redis/script-check.ts). */
 export const SCRIPTS_DIR = path.join(path.dirname(fileURLToPath(import.meta.url)), "redis-scripts");
@@ -138,14 +143,12 @@ type Reply = Array<string | number | null>;
 
 const hex = (s: string) => Buffer.from(s, "utf8").toString("hex");
 const unhex = (s: string) => Buffer.from(s, "hex").toString("utf8");
-/** Fixed width, so that entries sort by creation time as strings. */
-const created = (createdAt: number) => String(createdAt).padStart(16, "0");
 
 /** Runs a Redis call, mapping what it throws to a MemoryError (the store's own mapping). */
 export type RedisCall = <T>(run: () => Promise<T>) => Promise<T>;
 
 /** How many keys one app's memories have (AppKeys). */
-const APP_KEY_COUNT = 12;
+const APP_KEY_COUNT = 11;
 
 /** The keys of one app's memories, in the order the scripts take them. */
 interface AppKeys {
@@ -160,18 +163,6 @@ interface AppKeys {
   embeddings: string;
   vectors: string;
   changes: string;
-  pinned: string;
-}
-
-/**
- * A scope's newest SEARCH_CANDIDATES memories, read under the app's stamp
- * (RedisMemories.windowOf), and the last subset of them a search ranked,
- * with the key of its BM25 index in the LexicalIndexCache.
- */
-interface CandidateWindow {
-  stamp: string;
-  memories: Promise<MemoryRecord[]>;
-  ranking?: { memories: MemoryRecord[]; byId: Map<string, MemoryRecord>; indexKey?: string };
 }
 
 /** One index a listing walks: a zset and the prefix its members have before "<created>:<hex id>". */
@@ -180,9 +171,21 @@ interface IndexSource {
   prefix: string;
 }
 
+/** A ranked memory before its record is read: its hex id, score, and tie key (redis-index.ts tieKey). */
+interface Hit {
+  id: string;
+  score: number;
+  tie: string;
+}
+
+/** Best first; equal scores by tie key (newest first). */
+const byScore = (a: Hit, b: Hit) => b.score - a.score || (a.tie < b.tie ? -1 : a.tie > b.tie ? 1 : 0);
+/** How far apart two sums of the same weights in another order can be: scores this close are equal. */
+const SAME_SCORE = 1e-9;
+
 /** The member suffix "<created>:<hex id>" a cursor or memory sorts by. */
 function orderSuffix(m: MemoryCursor): string {
-  return `${created(m.createdAt)}:${hex(m.memoryId)}`;
+  return `${created16(m.createdAt)}:${hex(m.memoryId)}`;
 }
 
 /** The hex group of a memory ("" without a supersession key): its exact scope and key. */
@@ -201,7 +204,7 @@ const sortableFrom = (validFrom: number) => String(validFrom + 1e15).padStart(16
 
 /** The index entry write-n.lua stores for a memory (ix), a pure function of its record. */
 function entryOf(m: MemoryRecord): string {
-  return `${created(m.createdAt)}:${userOf(m)}:${groupOf(m)}:${sortableFrom(m.validFrom)}:${m.fingerprint}`;
+  return `${created16(m.createdAt)}:${userOf(m)}:${groupOf(m)}:${sortableFrom(m.validFrom)}:${m.fingerprint}`;
 }
 
 /**
@@ -224,7 +227,7 @@ function encode(m: MemoryRecord): string {
   return JSON.stringify(rest);
 }
 
-/** An app's stamp (RedisMemories.stampOf) from its meta's seq and its order index's count, as the scripts write it. */
+/** An app's stamp from its meta's seq and its order index's count, as the scripts write it (includes/stamp.lua). */
 const stampFrom = (seq: string | null, count: number) => `${seq ?? "0"}:${count}`;
 
 /** An embedding as the vectors hash keeps it. */
@@ -237,6 +240,18 @@ function vectorOf(bytes: Buffer): number[] {
   const copy = new Float64Array(bytes.length / 8);
   Buffer.from(copy.buffer).set(bytes);
   return Array.from(copy);
+}
+
+/** FT.SEARCH's reply (DIALECT 2, RESP2) as [document key, its returned fields]. */
+function searchRows(reply: unknown[]): Array<[string, Map<string, string>]> {
+  const rows: Array<[string, Map<string, string>]> = [];
+  for (let i = 1; i < reply.length; i += 2) {
+    const pairs = (reply[i + 1] ?? []) as string[];
+    const fields = new Map<string, string>();
+    for (let j = 0; j + 1 < pairs.length; j += 2) fields.set(String(pairs[j]), String(pairs[j + 1]));
+    rows.push([String(reply[i]), fields]);
+  }
+  return rows;
 }
 
 /** Loads redis-scripts/<name>-<keys>.lua as commands; "n" keys: the caller passes the key count first. */
@@ -256,22 +271,20 @@ export class RedisMemories implements LongTermMemoryStore {
   /** On a Redis Cluster: hash-tagged keys, a channel per app, sharded pub/sub (the header says the layout). */
   private readonly clustered: boolean;
   private readonly listeners = new KeyedListeners<MemoryChange>();
-  /** BM25 indexes of recent candidate sets (searchMemories), reused while a scope's window is unchanged. */
-  private readonly lexicalIndexes = new LexicalIndexCache();
-  /**
-   * The candidate windows of recently searched scopes (their indexes), each
-   * with the app's stamp it was read under (stampOf). Their records are
-   * shared by every search that reuses them, as the local store shares its
-   * own: nothing that reads a record changes it.
-   */
-  private readonly candidateWindows = new LRUCache<string, CandidateWindow>({ max: CANDIDATE_WINDOWS_KEPT });
   /** A connection of its own for the channel: subscribed while the store is open. */
   private subscriber?: RedisClient;
   /** A cluster: the apps whose channels are subscribed (or being subscribed), each settled once Redis answered. */
   private readonly following = new Map<string, Promise<void>>();
-  /** Per app, when this replica last began building its pinned index (rate-limited: PINNED_INDEX_REBUILD_INTERVAL_MS). */
-  private readonly pinnedBuilds = new Map<string, number>();
+  /** With the Redis Query Engine: the documents' key prefix (`<prefix>:memdoc:`); undefined ranks in process (listen() decides). */
+  private documents?: string;
+  /** The vector indexes of each dimension: created (or found) once per replica. */
+  private readonly vectorIndexes = new Map<number, Promise<void>>();
+  /** Indexes found fully indexed, and when (INDEX_READY_TRUSTED_MS). */
+  private readonly indexedAt = new Map<string, number>();
+  /** Per app, when this replica last began building its documents (rate-limited: DOCUMENT_REBUILD_INTERVAL_MS). */
+  private readonly documentBuilds = new Map<string, number>();
   private builds = 0;
+  private closed = false;
 
   constructor(
     private readonly redis: RedisClient,
@@ -284,7 +297,169 @@ export class RedisMemories implements LongTermMemoryStore {
     defineScripts(redis);
   }
 
-  /** Subscribes to the changes other replicas publish; rejects when Redis cannot be reached. */
+  /** How this store ranks memories: "query-engine", or "in-process" (whole scopes; listen() decides and logs it). */
+  get ranking(): "query-engine" | "in-process" {
+    return this.documents === undefined ? "in-process" : "query-engine";
+  }
+
+  /** The text index's name. */
+  private get textIndex(): string {
+    return `${this.prefix}:memidx`;
+  }
+
+  /**
+   * Finds the Redis Query Engine (FT._LIST) and creates the text index when
+   * missing; without it (or on a cluster) searches rank in process. Logs
+   * which, once. Then gives the documents of apps stored before them in the
+   * background.
+   */
+  private async prepareIndex(): Promise<void> {
+    let reason: string | undefined;
+    if (this.clustered) reason = "a Redis Cluster (the Redis Query Engine has no coordinator across shards)";
+    else {
+      try {
+        const names = (await this.redis.call("FT._LIST")) as string[];
+        if (!names.includes(this.textIndex)) await this.createIndex(textIndexArgs(this.textIndex, `${this.prefix}:memdoc:`));
+        this.documents = `${this.prefix}:memdoc:`;
+      } catch (err) {
+        if (!/unknown command/i.test(String((err as Error).message))) throw err;
+        reason = "this Redis has no Redis Query Engine (no FT.* commands)";
+      }
+    }
+    if (reason === undefined) log.info({ prefix: this.prefix, index: this.textIndex }, "long-term memory: searches run on the Redis Query Engine");
+    else log.warn({ prefix: this.prefix }, `long-term memory: ${reason}; searches rank each whole scope in process (exact, O(scope) per search)`);
+    if (this.documents !== undefined) void this.buildAllDocuments().catch(() => {});
+  }
+
+  /** FT.CREATE; an index another replica created meanwhile is as good. */
+  private async createIndex(args: string[]): Promise<void> {
+    try {
+      await this.redis.call("FT.CREATE", ...args);
+    } catch (err) {
+      if (!/already exists/i.test(String((err as Error).message))) throw err;
+    }
+  }
+
+  /** The vector index of a dimension, created when missing (once per replica). */
+  private vectorIndex(dim: number): Promise<void> {
+    let created = this.vectorIndexes.get(dim);
+    if (!created) {
+      created = this.createIndex(vectorIndexArgs(`${this.textIndex}:v${dim}`, this.documents!, dim));
+      created.catch(() => this.vectorIndexes.get(dim) === created && this.vectorIndexes.delete(dim));
+      this.vectorIndexes.set(dim, created);
+    }
+    return created;
+  }
+
+  /** True when FT.INFO says the index has indexed every document it covers (a new index over old documents, a restarted server, first scan them). */
+  private async indexed(name: string): Promise<boolean> {
+    const at = this.indexedAt.get(name);
+    if (at !== undefined && Date.now() - at < INDEX_READY_TRUSTED_MS) return true;
+    const info = (await this.call(() => this.redis.call("FT.INFO", name))) as unknown[];
+    const field = info.indexOf("indexing");
+    const ready = field >= 0 && Number(info[field + 1]) === 0;
+    if (ready) this.indexedAt.set(name, Date.now());
+    return ready;
+  }
+
+  /**
+   * Whether a search of the app runs on the index: the engine is there, the
+   * app's documents are complete (else a build starts, and this search
+   * ranks in process), and the index has scanned them all.
+   */
+  private async onIndex(appName: string, index = this.textIndex): Promise<boolean> {
+    if (this.documents === undefined) return false;
+    const keys = this.keysOf(appName);
+    const [[seq, chain, ready, build], count] = (await this.transaction((tx) => tx.hmget(keys.meta, "seq", "docchain", "docready", "docbuild").zcard(keys.order))) as [
+      Array<string | null>,
+      number,
+    ];
+    if (ready === null || ready !== build || chain !== stampFrom(seq, count)) {
+      this.startDocumentBuild(appName);
+      return false;
+    }
+    return this.indexed(index);
+  }
+
+  /** Starts building the app's documents, at most once per DOCUMENT_REBUILD_INTERVAL_MS per app from this replica. */
+  private startDocumentBuild(appName: string): void {
+    const now = Date.now();
+    const last = this.documentBuilds.get(appName);
+    if (last !== undefined && now - last < DOCUMENT_REBUILD_INTERVAL_MS) return;
+    // Entries past the interval rate-limit nothing: dropped, so many apps from an older release do not pile up.
+    if (this.documentBuilds.size >= 10_000) for (const [app, at] of this.documentBuilds) if (now - at >= DOCUMENT_REBUILD_INTERVAL_MS) this.documentBuilds.delete(app);
+    this.documentBuilds.set(appName, now);
+    // A failed build leaves the app ranked in process; the next one starts after the interval.
+    this.buildDocuments(appName).catch(() => {});
+  }
+
+  /** At start: every app whose documents are not complete gets them, one app at a time, in the background. */
+  private async buildAllDocuments(): Promise<void> {
+    let cursor = "0";
+    const metaOf = new RegExp(`^${this.prefix.replace(/[^\w]/g, "\\$&")}:mem:([0-9a-f]*):meta$`);
+    do {
+      const [next, keys] = (await this.call(() => (this.redis as Redis).scan(cursor, "MATCH", `${this.prefix}:mem:*:meta`, "COUNT", 1000))) as [string, string[]];
+      cursor = next;
+      for (const key of keys) {
+        const app = metaOf.exec(key)?.[1];
+        if (app === undefined || this.closed) continue;
+        await this.onIndex(unhex(app));
+      }
+    } while (cursor !== "0" && !this.closed);
+  }
+
+  /**
+   * Builds the app's documents (docs-5.lua), a page per call, resuming an
+   * interrupted build; false when another build overtook it. Started when a
+   * search finds them incomplete; public for tests.
+   */
+  async buildDocuments(appName: string): Promise<boolean> {
+    const k = this.keysOf(appName);
+    const prefix = `${this.documents!}${hex(appName)}:`;
+    const token = `${this.origin}:${++this.builds}`;
+    const run = (...args: Array<string | Buffer | number>) => this.call(() => this.runDocs([k.records, k.validity, k.order, k.meta, `${this.baseOf(appName)}:pin`, ...args]));
+    let after = (await run("begin", token, "resume"))[1] as string;
+    for (;;) {
+      if (this.closed) return false;
+      const [members] = (await this.transaction((tx) => tx.zrangebylex(k.order, after === "" ? "-" : `(${after}`, "+", "LIMIT", 0, DOCUMENT_BUILD_PAGE))) as [string[]];
+      const ids = members.map((m) => m.slice(m.indexOf(":") + 1));
+      const args: Array<string | Buffer> = [];
+      if (ids.length > 0) {
+        const [records, embeddings] = (await this.transaction((tx) => tx.hmget(k.records, ...ids).hmget(k.embeddings, ...ids))) as Array<Array<string | null>>;
+        for (const [i, id] of ids.entries()) {
+          if (records[i] === null) continue;
+          const memory = decode(records[i]!, "0::", embeddings[i]);
+          if (memory.embedding) await this.vectorIndex(memory.embedding.length);
+          args.push(id, documentFields(memory), memory.embedding ? float32Bytes(memory.embedding) : "");
+        }
+      }
+      const last = members.length < DOCUMENT_BUILD_PAGE ? "" : members[members.length - 1];
+      if ((await run("page", token, last, prefix, args.length / 3, ...args))[0] === "ABORTED") return false;
+      if (last === "") break;
+      after = last;
+    }
+    await this.pruneDocuments(appName, token);
+    return (await run("finish", token))[0] === "OK";
+  }
+
+  /** Removes the app's documents whose memory is gone (an older release deleted it without its document). */
+  private async pruneDocuments(appName: string, token: string): Promise<void> {
+    const k = this.keysOf(appName);
+    const prefix = `${this.documents!}${hex(appName)}:`;
+    let cursor = "0";
+    do {
+      const [next, keys] = (await this.call(() => (this.redis as Redis).scan(cursor, "MATCH", `${prefix}*`, "COUNT", 1000))) as [string, string[]];
+      cursor = next;
+      const ids = keys.map((key) => key.slice(prefix.length)).filter((id) => /^[0-9a-f]*$/.test(id));
+      if (ids.length > 0) await this.call(() => this.runDocs([k.records, k.validity, k.order, k.meta, `${this.baseOf(appName)}:pin`, "prune", token, prefix, ids.length, ...ids]));
+    } while (cursor !== "0" && !this.closed);
+  }
+
+  private runDocs(keysAndArgs: Array<string | Buffer | number>): Promise<Reply> {
+    return (this.redis as unknown as Record<string, (...args: Array<string | Buffer | number>) => Promise<Reply>>).engram_memories_docs(...keysAndArgs);
+  }
+
+  /** Subscribes to the changes other replicas publish and prepares the index (prepareIndex); rejects when Redis cannot be reached. */
   async listen(): Promise<void> {
     const subscriber = this.clustered ? this.shardedSubscriber(this.redis as Cluster) : (this.redis as Redis).duplicate({ connectionName: `${this.prefix}:memories`, commandTimeout: undefined });
     // Without a listener ioredis reports every failed reconnect as an unhandled error event.
@@ -307,6 +482,7 @@ export class RedisMemories implements LongTermMemoryStore {
       await subscriber.connect();
       // On a cluster each app's channel is subscribed while it has watchers (subscribeMemories).
       if (!this.clustered) await subscriber.subscribe(this.channelOf(""));
+      await this.prepareIndex();
     } catch (err) {
       subscriber.disconnect();
       throw err;
@@ -315,6 +491,7 @@ export class RedisMemories implements LongTermMemoryStore {
 
   /** Drops the subscription and every listener (the store is closing). */
   close(): void {
+    this.closed = true;
     this.listeners.clear();
     this.following.clear();
     this.subscriber?.disconnect();
@@ -355,14 +532,16 @@ export class RedisMemories implements LongTermMemoryStore {
       keys.push(...Object.values(this.keysOf(appName)));
     }
     const args: Array<string | number | Buffer> = [this.channelOf(memories[batch[0]].appName), this.origin, batch.length];
+    if (this.documents !== undefined && mode === "") for (const dim of new Set(batch.map((i) => memories[i].embedding?.length ?? 0))) if (dim > 0) await this.call(() => this.vectorIndex(dim));
     for (const i of batch) {
       const m = memories[i];
+      const documents = this.documents === undefined || mode === "check" ? "" : `${this.documents}${hex(m.appName)}:`;
       args.push(
         apps.get(m.appName)!,
         hex(m.memoryId),
         m.fingerprint,
         encode(m),
-        created(m.createdAt),
+        created16(m.createdAt),
         userOf(m),
         groupOf(m),
         m.validFrom,
@@ -371,7 +550,9 @@ export class RedisMemories implements LongTermMemoryStore {
         sortableFrom(m.validFrom),
         m.embedding ? JSON.stringify(m.embedding) : "",
         m.embedding ? vectorBytes(m.embedding) : "",
-        m.pinned ? "1" : "",
+        documents,
+        documents === "" ? "" : documentFields(m),
+        documents !== "" && m.embedding ? float32Bytes(m.embedding) : "",
       );
     }
     args.push(MEMORY_CHANGES_RETAINED, this.publishCommand, mode);
@@ -397,61 +578,189 @@ export class RedisMemories implements LongTermMemoryStore {
   }
 
   async searchMemories(filter: MemoryFilter, query: string, limit: number): Promise<RankedMemory[]> {
-    if (query.trim() === "") return [];
-    const window = await this.windowOf(filter.scope);
-    const candidates = (await window.memories).filter((memory) => filterSelects(filter, memory));
-    // The same records as the window's last search ranked (the same objects: a window's records never change): no hash of their texts to find the index.
-    let ranking = window.ranking;
-    if (!ranking || ranking.memories.length !== candidates.length || ranking.memories.some((memory, i) => memory !== candidates[i])) {
-      ranking = window.ranking = { memories: candidates, byId: new Map(candidates.map((m) => [m.memoryId, m])) };
+    const terms = queryTerms(query);
+    if (terms.length === 0 || limit <= 0) return [];
+    const hits = (await this.onIndex(filter.scope.appName)) ? await this.searchIndex(filter, terms, limit) : await this.searchScope(filter, terms, limit);
+    return this.rankedMemories(filter, hits);
+  }
+
+  /**
+   * The best `limit` by LexicalScore, on the index: statistics among what the
+   * filter selects, then each term's documents shortest first, a page per
+   * term per round (pages doubling), until no unread document can beat the
+   * best `limit` (the header says why this is exact).
+   */
+  private async searchIndex(filter: MemoryFilter, terms: string[], limit: number): Promise<Hit[]> {
+    const selected = filterQuery(filter);
+    const [totals, ...holding] = await this.ftPipeline([
+      ["FT.AGGREGATE", this.textIndex, selected, "GROUPBY", "0", "REDUCE", "COUNT", "0", "AS", "n", "REDUCE", "SUM", "1", "@len", "AS", "total", "DIALECT", "2"],
+      ...terms.map((term) => ["FT.SEARCH", this.textIndex, `${selected} ${termQuery(term)}`, "LIMIT", "0", "0", "DIALECT", "2"]),
+    ]);
+    // One group (GROUPBY 0): [1, [name, value, ...]], or no row when nothing is selected.
+    const row = searchRows([0, "totals", (totals as unknown[])[1] ?? []])[0][1];
+    const score = new LexicalScore({
+      documents: Number(row.get("n") ?? 0),
+      totalLength: Number(row.get("total") ?? 0),
+      holding: new Map(terms.map((term, i) => [term, Number((holding[i] as unknown[])[0])])),
+    });
+    const lists = [...score.terms].map(([term, weight]) => ({ term, weight, read: 0, shortest: 0, last: "", done: false }));
+    const seen = new Map<string, Hit>();
+    for (let page = Math.max(limit, 64); ; page *= 2) {
+      const reading = lists.filter((l) => !l.done);
+      if (reading.length === 0) break;
+      const replies = await this.ftPipeline(
+        reading.map((l) => ["FT.SEARCH", this.textIndex, `${selected} ${termQuery(l.term)}`, "SORTBY", "rank", "ASC", "LIMIT", String(l.read), String(page), "RETURN", "2", "words", "rank", "DIALECT", "2"]),
+      );
+      reading.forEach((l, i) => {
+        const rows = searchRows(replies[i] as unknown[]);
+        for (const [, fields] of rows) {
+          const words = (fields.get("words") ?? "").split(" ");
+          const tie = (fields.get("rank") ?? "").slice(7);
+          l.shortest = words.length;
+          l.last = tie;
+          if (!seen.has(tie)) seen.set(tie, { id: tie.slice(17), tie, score: score.score(words) });
+        }
+        l.read += rows.length;
+        if (rows.length < page) l.done = true;
+      });
+      // What a document no list has reached yet could score at most: each term's weight at the length its list has reached;
+      // it scores that much only at that length in every list, where it comes after the last read, so it loses a tie to any
+      // hit ahead of the last read of some list.
+      let bound = 0;
+      let lastRead = "";
+      for (const l of lists) {
+        if (l.done) continue;
+        bound += l.weight * score.lengthFactor(l.shortest);
+        if (l.last > lastRead) lastRead = l.last;
+      }
+      const kth = [...seen.values()].sort(byScore)[limit - 1];
+      if (kth && (kth.score > bound * (1 + SAME_SCORE) || (kth.score >= bound * (1 - SAME_SCORE) && kth.tie <= lastRead))) break;
     }
-    let index = ranking.indexKey === undefined ? undefined : this.lexicalIndexes.kept(ranking.indexKey);
-    if (!index) ({ key: ranking.indexKey, index } = this.lexicalIndexes.keyedIndexOf(candidates.map(lexicalDocument)));
-    const hits = index.search(query, LEXICAL_QUERY).slice(0, limit);
-    const { byId } = ranking;
-    const found = await this.withEmbeddings(filter, hits.map((hit) => byId.get(hit.id as string)!));
-    return hits.map((hit, i) => ({ memory: found[i], score: hit.score }));
+    return [...seen.values()].sort(byScore).slice(0, limit);
+  }
+
+  /** The best `limit` by LexicalScore over the whole filtered scope, read and ranked in this process. */
+  private async searchScope(filter: MemoryFilter, terms: string[], limit: number): Promise<Hit[]> {
+    const documents: Array<{ memory: MemoryRecord; terms: string[] }> = [];
+    for await (const memory of this.newestFirst(filter.scope, SCAN_PAGE)) if (filterSelects(filter, memory)) documents.push({ memory, terms: analyze(termSource(memory)) });
+    const holding = new Map(terms.map((term) => [term, 0]));
+    let totalLength = 0;
+    for (const d of documents) {
+      totalLength += d.terms.length;
+      for (const term of new Set(d.terms)) if (holding.has(term)) holding.set(term, holding.get(term)! + 1);
+    }
+    const score = new LexicalScore({ documents: documents.length, totalLength, holding });
+    const hits: Hit[] = [];
+    for (const d of documents) {
+      const s = score.score(d.terms);
+      if (s > 0) hits.push({ id: hex(d.memory.memoryId), tie: tieKey(d.memory.createdAt, hex(d.memory.memoryId)), score: s });
+    }
+    return hits.sort(byScore).slice(0, limit);
   }
 
   async nearestMemories(filter: MemoryFilter, embedding: readonly number[], limit: number): Promise<RankedMemory[]> {
-    const candidates = await this.candidates(filter);
-    if (candidates.length === 0) return [];
+    if (limit <= 0 || embedding.length === 0) return [];
     const keys = this.keysOf(filter.scope.appName);
-    const [vectors] = (await this.transaction((tx) => tx.hmgetBuffer(keys.vectors, ...candidates.map((m) => hex(m.memoryId))))) as [Array<Buffer | null>];
-    const out: RankedMemory[] = [];
-    candidates.forEach((candidate, i) => {
-      const bytes = vectors[i];
-      // A dimension is 8 bytes: only embeddings of the query's dimension compare.
-      if (!bytes || bytes.length !== 8 * embedding.length) return;
-      const vector = vectorOf(bytes);
-      out.push({ memory: { ...candidate, embedding: vector }, score: cosine(embedding, vector) });
+    const [dim] = (await this.transaction((tx) => tx.hget(keys.meta, "dim"))) as [string | null];
+    // An app's embeddings all have its dimension: one of another compares with none.
+    if (Number(dim) !== embedding.length) return [];
+    const index = `${this.textIndex}:v${embedding.length}`;
+    if (this.documents !== undefined) await this.call(() => this.vectorIndex(embedding.length));
+    let ids: string[];
+    if (await this.onIndex(filter.scope.appName, index)) {
+      const [reply] = await this.ftPipeline([
+        [
+          "FT.SEARCH", index, `(${filterQuery(filter)})=>[KNN ${limit} @vec $vector AS distance]`,
+          "PARAMS", "2", "vector", float32Bytes(embedding), "SORTBY", "distance", "ASC", "LIMIT", "0", String(limit), "RETURN", "1", "ord", "DIALECT", "2",
+        ],
+      ]);
+      ids = searchRows(reply as unknown[]).map(([, fields]) => fields.get("ord")!.slice(17));
+    } else {
+      ids = [];
+      for await (const memory of this.newestFirst(filter.scope, SCAN_PAGE)) if (filterSelects(filter, memory)) ids.push(hex(memory.memoryId));
+    }
+    const scored: Hit[] = [];
+    // The exact cosine of the stored float64 vectors, a page of them per read.
+    for (let at = 0; at < ids.length; at += SCAN_PAGE) {
+      const page = ids.slice(at, at + SCAN_PAGE);
+      const [vectors] = (await this.transaction((tx) => tx.hmgetBuffer(keys.vectors, ...page))) as [Array<Buffer | null>];
+      page.forEach((id, i) => {
+        const bytes = vectors[i];
+        if (bytes && bytes.length === 8 * embedding.length) scored.push({ id, tie: "", score: cosine(embedding, vectorOf(bytes)) });
+      });
+    }
+    return this.rankedMemories(filter, scored.sort(byScore).slice(0, limit));
+  }
+
+  /** The hits' memories, read now, in the hits' order (a memory deleted meanwhile is left out). */
+  private async rankedMemories(filter: MemoryFilter, hits: Hit[]): Promise<RankedMemory[]> {
+    if (hits.length === 0) return [];
+    const keys = this.keysOf(filter.scope.appName);
+    const ids = hits.map((h) => h.id);
+    const [records, validities] = (await this.transaction((tx) => tx.hmget(keys.records, ...ids).hmget(keys.validity, ...ids))) as Array<Array<string | null>>;
+    const found: RankedMemory[] = [];
+    hits.forEach((hit, i) => {
+      if (records[i] !== null && validities[i] !== null) found.push({ memory: decode(records[i]!, validities[i]!), score: hit.score });
     });
-    return out.sort((a, b) => b.score - a.score).slice(0, limit);
+    const memories = await this.withEmbeddings(filter, found.map((f) => f.memory));
+    return found.map((f, i) => ({ memory: memories[i], score: f.score }));
+  }
+
+  /** FT commands in one round trip (one node only: the engine never runs on a cluster); their replies, or the first error. */
+  private ftPipeline(commands: Array<Array<string | Buffer>>): Promise<unknown[]> {
+    return this.call(async () => {
+      const pipeline = (this.redis as Redis).pipeline();
+      for (const [name, ...args] of commands) pipeline.call(name as string, ...args);
+      return (await pipeline.exec())!.map(([err, value]) => {
+        if (err) throw err;
+        return value;
+      });
+    });
   }
 
   async listMemories(filter: MemoryFilter, limit: number, after?: MemoryCursor): Promise<MemoryRecord[]> {
     if (limit <= 0) return [];
-    const { appName } = filter.scope;
-    if (filter.pinned === true) {
-      const build = await this.completePinnedIndex(appName);
-      if (build !== undefined) {
-        const listed = await this.listFrom(filter, limit, after, this.sourcesOf(filter.scope, this.keysOf(appName), true));
-        // A build that began meanwhile emptied the index, maybe before the pages were read: then listed again by walking the scope.
-        if ((await this.pinnedBuild(appName)).ready === build) return this.withEmbeddings(filter, listed);
-      }
-    }
-    return this.withEmbeddings(filter, await this.listFrom(filter, limit, after));
+    const indexed = filter.pinned === true && (await this.onIndex(filter.scope.appName));
+    return this.withEmbeddings(filter, indexed ? await this.listIndexed(filter, limit, after) : await this.listFrom(filter, limit, after));
   }
 
-  /** The first `limit` memories the filter selects after the cursor, from the scope's indexes or from `sources`. */
-  private async listFrom(filter: MemoryFilter, limit: number, after?: MemoryCursor, sources?: IndexSource[]): Promise<MemoryRecord[]> {
+  /** The first `limit` memories the filter selects after the cursor, from the scope's indexes. */
+  private async listFrom(filter: MemoryFilter, limit: number, after?: MemoryCursor): Promise<MemoryRecord[]> {
     const out: MemoryRecord[] = [];
     // A pinned memory's stored JSON holds `"pinned":true` (encode): a record without it is passed over undecoded.
     const mayBeSelected = filter.pinned === true ? (record: string) => record.includes('"pinned":true') : undefined;
-    for await (const memory of this.newestFirst(filter.scope, Math.min(Math.max(limit, LIST_PAGE), 1000), after, mayBeSelected, sources)) {
+    for await (const memory of this.newestFirst(filter.scope, Math.min(Math.max(limit, LIST_PAGE), 1000), after, mayBeSelected)) {
       if (!filterSelects(filter, memory)) continue;
       out.push(memory);
       if (out.length === limit) break;
+    }
+    return out;
+  }
+
+  /** listFrom on the text index: the filter's query, newest first ("<created>:<hex id>" descending), a page at a time. */
+  private async listIndexed(filter: MemoryFilter, limit: number, after?: MemoryCursor): Promise<MemoryRecord[]> {
+    const keys = this.keysOf(filter.scope.appName);
+    const cursor = after === undefined ? undefined : orderSuffix(after);
+    // Memories created with the cursor's (same millisecond, a larger id) are read and passed over.
+    const query = `${filterQuery(filter)}${after === undefined ? "" : ` @created:[-inf ${after.createdAt}]`}`;
+    const page = Math.min(Math.max(limit, LIST_PAGE), 1000);
+    const out: MemoryRecord[] = [];
+    for (let offset = 0; out.length < limit; offset += page) {
+      const [reply] = await this.ftPipeline([["FT.SEARCH", this.textIndex, query, "SORTBY", "ord", "DESC", "LIMIT", String(offset), String(page), "RETURN", "1", "ord", "DIALECT", "2"]]);
+      const ids = searchRows(reply as unknown[])
+        .map(([, fields]) => fields.get("ord")!)
+        .filter((ord) => cursor === undefined || ord < cursor)
+        .map((ord) => ord.slice(17));
+      if (ids.length > 0) {
+        const [records, validities] = (await this.transaction((tx) => tx.hmget(keys.records, ...ids).hmget(keys.validity, ...ids))) as Array<Array<string | null>>;
+        for (const [i] of ids.entries()) {
+          // A memory deleted since the query is passed over.
+          if (records[i] === null || validities[i] === null) continue;
+          const memory = decode(records[i]!, validities[i]!);
+          if (filterSelects(filter, memory) && out.length < limit) out.push(memory);
+        }
+      }
+      if ((reply as unknown[]).length - 1 < 2 * page) break;
     }
     return out;
   }
@@ -549,7 +858,7 @@ export class RedisMemories implements LongTermMemoryStore {
     return memories.map((m, i) => (embeddings[i] ? { ...m, embedding: JSON.parse(embeddings[i]!) as number[] } : m));
   }
 
-  /** Runs delete-12.lua over [hex id, expected entry] pairs; the removed records. */
+  /** Runs delete-11.lua over [hex id, expected entry] pairs; the removed records. */
   private async remove(appName: string, pairs: ReadonlyArray<readonly [string, string]>): Promise<MemoryRecord[]> {
     const k = this.keysOf(appName);
     const reply = await this.call(() =>
@@ -565,69 +874,22 @@ export class RedisMemories implements LongTermMemoryStore {
         k.vectors,
         k.meta,
         k.changes,
-        k.pinned,
         this.channelOf(appName),
         this.origin,
         pairs.length,
         ...pairs.flat(),
         MEMORY_CHANGES_RETAINED,
         this.publishCommand,
+        this.documents === undefined ? "" : `${this.documents}${hex(appName)}:`,
       ]),
     );
     if (reply.length === 0) return [];
     return this.deliver(reply[0] as string, true);
   }
 
-  /** A writing script (write-n.lua, delete-12.lua), then WAIT when MEMORY_REDIS_WAIT_REPLICAS asks for it. */
+  /** A writing script (write-n.lua, delete-11.lua), then WAIT when MEMORY_REDIS_WAIT_REPLICAS asks for it. */
   private runWriting(script: "write" | "delete", keysAndArgs: Array<string | number | Buffer>): Promise<Reply> {
     return runThenWait(this.redis, `engram_memories_${script}`, keysAndArgs, this.wait) as Promise<Reply>;
-  }
-
-  /**
-   * The newest SEARCH_CANDIDATES memories of the scope's index that the
-   * filter selects: from the window kept for the scope while the app's stamp
-   * is the one it was read under, else read afresh (and kept).
-   */
-  private async candidates(filter: MemoryFilter): Promise<MemoryRecord[]> {
-    return (await (await this.windowOf(filter.scope)).memories).filter((memory) => filterSelects(filter, memory));
-  }
-
-  /** The scope's candidate window: the one kept while the app's stamp is the one it was read under, else read afresh (and kept). */
-  private async windowOf(scope: MemoryScopeFilter): Promise<CandidateWindow> {
-    const keys = this.keysOf(scope.appName);
-    const sources = this.sourcesOf(scope, keys);
-    const windowKey = sources.map((source) => `${source.key}\u0000${source.prefix}`).join("\u0000");
-    // The stamp before the window: a change landing while the window is read moves the stamp, so the next search reads again.
-    const stamp = await this.stampOf(keys);
-    const kept = this.candidateWindows.get(windowKey);
-    if (kept?.stamp === stamp) return kept;
-    // One read for every search of the scope that finds the same stamp, however many wait for it.
-    const window: CandidateWindow = { stamp, memories: this.readWindow(scope, sources) };
-    this.candidateWindows.set(windowKey, window);
-    window.memories.catch(() => this.candidateWindows.get(windowKey) === window && this.candidateWindows.delete(windowKey));
-    return window;
-  }
-
-  /** The newest SEARCH_CANDIDATES memories of the sources. */
-  private async readWindow(scope: MemoryScopeFilter, sources: IndexSource[]): Promise<MemoryRecord[]> {
-    const memories: MemoryRecord[] = [];
-    // Pages smaller than the bound: a scope read from two indexes fetches little more than it scans.
-    for await (const memory of this.newestFirst(scope, CANDIDATE_PAGE, undefined, undefined, sources)) {
-      memories.push(memory);
-      if (memories.length === SEARCH_CANDIDATES) break;
-    }
-    return memories;
-  }
-
-  /**
-   * The app's stamp, "<change number>:<memories>": every write and deletion
-   * of a memory changes it (each release numbers its changes, and the first
-   * releases, which did not, changed the count), and so does closing one's
-   * validity (a change of its own).
-   */
-  private async stampOf(keys: AppKeys): Promise<string> {
-    const [seq, count] = (await this.transaction((tx) => tx.hget(keys.meta, "seq").zcard(keys.order))) as [string | null, number];
-    return stampFrom(seq, count);
   }
 
   /**
@@ -637,17 +899,15 @@ export class RedisMemories implements LongTermMemoryStore {
    * index holds a superset of the scope (e.g. a user's memories of any agent).
    * A record whose stored JSON fails `mayBeSelected` is passed over without
    * being decoded (a cheap test that only rules out what the filter cannot select).
-   * `sources`: other indexes to walk (holding a subset of what the scope's do).
    */
   private async *newestFirst(
     scope: MemoryScopeFilter,
     pageSize: number,
     after?: MemoryCursor,
     mayBeSelected?: (record: string) => boolean,
-    sources?: IndexSource[],
   ): AsyncGenerator<MemoryRecord> {
     const keys = this.keysOf(scope.appName);
-    const walks = (sources ?? this.sourcesOf(scope, keys)).map((source) => ({
+    const walks = this.sourcesOf(scope, keys).map((source) => ({
       ...source,
       cursor: after === undefined ? undefined : orderSuffix(after),
       buffer: [] as Array<{ suffix: string; memory?: MemoryRecord }>,
@@ -685,68 +945,15 @@ export class RedisMemories implements LongTermMemoryStore {
   /**
    * The indexes holding every memory the scope can select: a named user's
    * own (and, for VISIBLE, the memories of no user); without a user, the
-   * whole app for WITHIN, else the memories of no user. `pinned`: the same
-   * entries of the pinned index (its "u:" and "o:" halves), pinned memories only.
+   * whole app for WITHIN, else the memories of no user.
    */
-  private sourcesOf(scope: MemoryScopeFilter, keys: AppKeys, pinned = false): IndexSource[] {
-    const [byUser, users, whole] = pinned ? [keys.pinned, "u:", { key: keys.pinned, prefix: "o:" }] : [keys.byUser, "", { key: keys.order, prefix: "" }];
-    const noUser = { key: byUser, prefix: `${users}-:` };
+  private sourcesOf(scope: MemoryScopeFilter, keys: AppKeys): IndexSource[] {
+    const noUser = { key: keys.byUser, prefix: "-:" };
     if (scope.userId !== undefined) {
-      const own = { key: byUser, prefix: `${users}${hex(scope.userId)}:` };
+      const own = { key: keys.byUser, prefix: `${hex(scope.userId)}:` };
       return scope.match === "visible" ? [own, noUser] : [own];
     }
-    return scope.match === "within" ? [whole] : [noUser];
-  }
-
-  /** The app's pinned index state (pinned-5.lua): the build it is complete from, if any, and whether changes since were all kept. */
-  private async pinnedBuild(appName: string): Promise<{ ready?: string; chained: boolean }> {
-    const keys = this.keysOf(appName);
-    const [[seq, chain, ready, build], count] = (await this.transaction((tx) => tx.hmget(keys.meta, "seq", "pinchain", "pinready", "pinbuild").zcard(keys.order))) as [Array<string | null>, number];
-    return { ready: ready !== null && ready === build ? ready : undefined, chained: chain === stampFrom(seq, count) };
-  }
-
-  /**
-   * The build the app's pinned index is complete from, when it holds every
-   * pinned memory (pinned-5.lua says when); when not, starts building it (at
-   * most once per PINNED_INDEX_REBUILD_INTERVAL_MS per app from this
-   * replica) and answers undefined, so the caller walks the scope meanwhile.
-   */
-  private async completePinnedIndex(appName: string): Promise<string | undefined> {
-    const { ready, chained } = await this.pinnedBuild(appName);
-    if (ready !== undefined && chained) return ready;
-    const now = Date.now();
-    const last = this.pinnedBuilds.get(appName);
-    if (last === undefined || now - last >= PINNED_INDEX_REBUILD_INTERVAL_MS) {
-      // Entries past the interval rate-limit nothing: dropped, so many apps from an older release do not pile up.
-      if (this.pinnedBuilds.size >= 10_000) for (const [app, at] of this.pinnedBuilds) if (now - at >= PINNED_INDEX_REBUILD_INTERVAL_MS) this.pinnedBuilds.delete(app);
-      this.pinnedBuilds.set(appName, now);
-      // A failed build leaves the index unused; the next one starts after the interval.
-      this.buildPinnedIndex(appName).catch(() => {});
-    }
-    return undefined;
-  }
-
-  /**
-   * Builds the app's pinned index afresh (pinned-5.lua), a page per call;
-   * false when another build overtook it. Started by pinned listings that
-   * find the index incomplete; public for tests that race it with writes.
-   */
-  async buildPinnedIndex(appName: string): Promise<boolean> {
-    const k = this.keysOf(appName);
-    const token = `${this.origin}:${++this.builds}`;
-    const run = (...args: string[]) => this.call(() => this.runPinned([k.records, k.entries, k.order, k.meta, k.pinned, ...args]));
-    await run("begin", token);
-    let after = "";
-    do {
-      const reply = await run("page", token, after, String(PINNED_BUILD_PAGE));
-      if (reply[0] === "ABORTED") return false;
-      after = reply[1] as string;
-    } while (after !== "");
-    return (await run("finish", token))[0] === "OK";
-  }
-
-  private runPinned(keysAndArgs: string[]): Promise<Reply> {
-    return (this.redis as unknown as Record<string, (...args: string[]) => Promise<Reply>>).engram_memories_pinned(...keysAndArgs);
+    return scope.match === "within" ? [{ key: keys.order, prefix: "" }] : [noUser];
   }
 
   /** Decodes a notice of the scripts and hands its changes to this replica's listeners; the records it removed. */
@@ -851,9 +1058,13 @@ export class RedisMemories implements LongTermMemoryStore {
     return this.clustered ? `${this.prefix}:memories:{${hex(appName)}}` : `${this.prefix}:memories`;
   }
 
+  /** The prefix of an app's keys. On a cluster the hash tag puts every key of the app in one slot, so each script stays on one shard. */
+  private baseOf(appName: string): string {
+    return this.clustered ? `${this.prefix}:mem:{${hex(appName)}}` : `${this.prefix}:mem:${hex(appName)}`;
+  }
+
   private keysOf(appName: string): AppKeys {
-    // On a cluster the hash tag puts every key of the app in one slot, so each script stays on one shard.
-    const base = this.clustered ? `${this.prefix}:mem:{${hex(appName)}}` : `${this.prefix}:mem:${hex(appName)}`;
+    const base = this.baseOf(appName);
     return {
       records: `${base}:rec`,
       validity: `${base}:val`,
@@ -866,7 +1077,6 @@ export class RedisMemories implements LongTermMemoryStore {
       embeddings: `${base}:emb`,
       vectors: `${base}:vec`,
       changes: `${base}:chg`,
-      pinned: `${base}:pin`,
     };
   }
 }

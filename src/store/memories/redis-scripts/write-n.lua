@@ -4,16 +4,17 @@
   changes nothing; and being one script, two replicas writing the same
   supersession key never interleave, so exactly one memory of a key holds.
 
-  KEYS: 12 per app of the batch, app after app: records, validity, index
+  KEYS: 11 per app of the batch, app after app: records, validity, index
   entries, order, by user, groups, meta, held, embeddings, vectors, change
-  log, pinned (see redis.ts).
+  log (see redis.ts).
   ARGV[1] notice channel   ARGV[2] origin (the writing replica)   ARGV[3] n
-  then 14 per memory: app number (1-based, into KEYS), hex id, fingerprint,
+  then 16 per memory: app number (1-based, into KEYS), hex id, fingerprint,
   record JSON (without validity and embedding), created (16 digits), hex user or "-",
   hex group or "" (no supersession key), valid from, invalid at or "",
   embedding dimension or 0, valid from as 16 digits that sort (+ 10^15),
   the embedding as JSON and as float64 little-endian bytes (both "" without),
-  "1" for a pinned memory or "";
+  the app's document key prefix ("" without documents), the document's
+  fields (JSON) and its vector as FLOAT32 bytes ("" without);
   then the changes each app's log retains, the command that publishes the
   notice ("PUBLISH" on one node; "SPUBLISH" on a cluster, where the channel
   carries the app's hash tag, so it is in the slot of the keys), and "check"
@@ -24,13 +25,14 @@
   logged: "<seq>:w:<hex id>" or "<seq>:s:<hex id>" under score seq; the log
   keeps the app's newest retained changes.
 
-  A pinned memory gets two entries in the pinned index, "o:<created>:<hex id>"
-  and "u:<hex user or ->:<created>:<hex id>". The index is complete only
-  while every change of the app was made by a script that keeps it: meta
-  "pinchain" equal to the app's stamp, "<seq>:<memories in order>"
-  (pinned-5.lua says why both, and builds it when it is not). A batch that
-  finds the chain intact extends it over its own changes, and the first
-  batch of an app with no memory yet starts it.
+  With the Redis Query Engine each memory has a document (redis.ts), written
+  and deleted with it, and a memory closed gets its document's invalid_at.
+  An app's documents are complete only while every change of the app was
+  made by a script that keeps them: meta "docchain" equal to the app's
+  stamp, "<seq>:<memories in order>" (docs-5.lua says why both, and builds
+  them when they are not). A batch that finds the chain intact extends it
+  over its own changes, and the first batch of an app with no memory yet
+  starts it.
 
   A group's memories are indexed by valid from twice: all of them (groups),
   and those that held for a while (held). The validities of the latter never
@@ -51,9 +53,9 @@
   embedding or null, change number]. A check that passes replies {"OK"}.
 ]]
 local channel, origin, n = ARGV[1], ARGV[2], tonumber(ARGV[3])
-local retained, publish, checkOnly = tonumber(ARGV[4 + n * 14]), ARGV[5 + n * 14], ARGV[6 + n * 14] == "check"
-local function arg(i, k) return ARGV[3 + (i - 1) * 14 + k] end
-local function key(app, k) return KEYS[(app - 1) * 12 + k] end
+local retained, publish, checkOnly = tonumber(ARGV[4 + n * 16]), ARGV[5 + n * 16], ARGV[6 + n * 16] == "check"
+local function arg(i, k) return ARGV[3 + (i - 1) * 16 + k] end
+local function key(app, k) return KEYS[(app - 1) * 11 + k] end
 --- @include "stamp"
 local function stamp(app) return appStamp(key(app, 7), key(app, 4)) end
 -- A stored memory as a notice lists it, numbered and logged.
@@ -81,16 +83,15 @@ for i = 1, n do
 end
 if checkOnly then return {"OK"} end
 
--- Per app: whether its pinned index is complete before this batch (so stays complete after it).
+-- Per app: whether its documents are complete before this batch (so stay complete after it).
 local chained = {}
 for i = 1, n do
   local app = tonumber(arg(i, 1))
-  if chained[app] == nil then
-    local now, chain = stamp(app), redis.call("HGET", key(app, 7), "pinchain")
+  if chained[app] == nil and arg(i, 14) ~= "" then
+    local now, chain = stamp(app), redis.call("HGET", key(app, 7), "docchain")
     if not chain and redis.call("ZCARD", key(app, 4)) == 0 then
-      -- No memory yet: an empty index is complete.
-      redis.call("DEL", key(app, 12))
-      redis.call("HSET", key(app, 7), "pinbuild", "empty", "pinready", "empty", "pinchain", now)
+      -- No memory yet: no document is missing.
+      redis.call("HSET", key(app, 7), "docbuild", "empty", "docready", "empty", "docchain", now)
       chain = now
     end
     chained[app] = chain == now
@@ -116,6 +117,8 @@ for i = 1, n do
         if peerUntil == "" or tonumber(peerUntil) > from then
           local validity = peerFrom .. ":" .. validFrom .. ":" .. id
           redis.call("HSET", key(app, 2), peer, validity)
+          local doc = arg(i, 14) .. peer
+          if arg(i, 14) ~= "" and redis.call("HEXISTS", doc, "app") == 1 then redis.call("HSET", doc, "invalid_at", validFrom) end
           if peerFrom == validFrom then redis.call("ZREM", key(app, 8), held) end
           if not closedSeen[app .. ":" .. peer] then
             closedSeen[app .. ":" .. peer] = true
@@ -147,14 +150,14 @@ for i = 1, n do
     redis.call("HSET", key(app, 3), id, created .. ":" .. user .. ":" .. group .. ":" .. sortable .. ":" .. fingerprint)
     redis.call("ZADD", key(app, 4), 0, created .. ":" .. id)
     redis.call("ZADD", key(app, 5), 0, user .. ":" .. created .. ":" .. id)
-    if arg(i, 14) == "1" then redis.call("ZADD", key(app, 12), 0, "o:" .. created .. ":" .. id, 0, "u:" .. user .. ":" .. created .. ":" .. id) end
+    if arg(i, 14) ~= "" then writeDocument(arg(i, 14) .. id, arg(i, 15), validity, arg(i, 16)) end
     if dim > 0 then redis.call("HSETNX", key(app, 7), "dim", dim) end
     changes[#changes + 1] = change("w", app, id, validity)
   end
 end
 
 for app, intact in pairs(chained) do
-  if intact then redis.call("HSET", key(app, 7), "pinchain", stamp(app)) end
+  if intact then redis.call("HSET", key(app, 7), "docchain", stamp(app)) end
 end
 
 local notice = ""
