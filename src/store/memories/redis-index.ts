@@ -32,7 +32,7 @@
  * dimension never fails to index.
  */
 import type { MemoryFilter, MemoryRecord } from "../types.js";
-import { analyze } from "./analyzer.js";
+import { lexicalTerms } from "./lexical.js";
 
 const hex = (s: string) => Buffer.from(s, "utf8").toString("hex");
 
@@ -69,7 +69,7 @@ export const tieKey = (createdAt: number, hexId: string) => `${String(1e16 - cre
 
 /** A memory's document fields but its validity and vector (which the scripts write): JSON for them. */
 export function documentFields(m: MemoryRecord): string {
-  const terms = analyze(termSource(m));
+  const terms = lexicalTerms(m);
   return JSON.stringify({
     app: tagOf(m.appName),
     user: tagOf(m.userId),
@@ -92,11 +92,6 @@ export function documentFields(m: MemoryRecord): string {
 /** An embedding as a VECTOR FLOAT32 field holds it. */
 export function float32Bytes(embedding: readonly number[]): Buffer {
   return Buffer.from(Float32Array.from(embedding).buffer);
-}
-
-/** What a memory's words are made of: its text and its fact. */
-export function termSource(m: Pick<MemoryRecord, "text" | "fact">): string {
-  return m.fact ? `${m.text} ${m.fact.subject} ${m.fact.predicate} ${m.fact.object}` : m.text;
 }
 
 /**

@@ -102,8 +102,9 @@ import type {
 import { KeyedListeners } from "../notices.js";
 import { isCluster, type RedisClient } from "../redis/connection.js";
 import { loadScripts, runThenWait, type WaitForReplicas } from "../redis/scripts.js";
-import { analyze, queryTerms } from "./analyzer.js";
-import { created16, documentFields, filterQuery, float32Bytes, LexicalScore, termQuery, termSource, textIndexArgs, tieKey, vectorIndexArgs } from "./redis-index.js";
+import { queryTerms } from "./analyzer.js";
+import { lexicalTerms } from "./lexical.js";
+import { created16, documentFields, filterQuery, float32Bytes, LexicalScore, termQuery, textIndexArgs, tieKey, vectorIndexArgs } from "./redis-index.js";
 import {
   changeWindowOf,
   cosine,
@@ -642,7 +643,7 @@ export class RedisMemories implements LongTermMemoryStore {
   /** The best `limit` by LexicalScore over the whole filtered scope, read and ranked in this process. */
   private async searchScope(filter: MemoryFilter, terms: string[], limit: number): Promise<Hit[]> {
     const documents: Array<{ memory: MemoryRecord; terms: string[] }> = [];
-    for await (const memory of this.newestFirst(filter.scope, SCAN_PAGE)) if (filterSelects(filter, memory)) documents.push({ memory, terms: analyze(termSource(memory)) });
+    for await (const memory of this.newestFirst(filter.scope, SCAN_PAGE)) if (filterSelects(filter, memory)) documents.push({ memory, terms: lexicalTerms(memory) });
     const holding = new Map(terms.map((term) => [term, 0]));
     let totalLength = 0;
     for (const d of documents) {
