@@ -172,6 +172,28 @@ function unknownProcedure(req: IncomingMessage): UniversalServerResponse | undef
 }
 
 /**
+ * A Connect JSON error for connect-node's bodiless refusals (405 for a
+ * method the procedure does not take, 415 for a content type it does not
+ * serve), saying what to send instead: a bare status leaves a newcomer with
+ * curl or a browser guessing.
+ */
+function explainedRefusal(req: IncomingMessage, handler: UniversalHandler, status: number): UniversalServerResponse {
+  const path = (req.url ?? "").split("?", 1)[0];
+  const methods = handler.allowedMethods.join(" or ");
+  const how =
+    "send POST with Content-Type application/json (Connect JSON) or application/proto (Connect binary), or use gRPC-Web or gRPC" +
+    (handler.allowedMethods.includes("GET") ? "; a GET needs ?connect=v1&encoding=json&message=<the request as URL-encoded JSON>" : "");
+  const message =
+    status === 405
+      ? `${req.method} is not allowed on ${path} (it takes ${methods}): ${how}`
+      : `${req.headers["content-type"] ? `Content-Type ${JSON.stringify(req.headers["content-type"])}` : "a request without the Connect GET parameters"} is not served on ${path}: ${how}`;
+  const error = new ConnectError(message, status === 405 ? Code.Unimplemented : Code.InvalidArgument);
+  const header = new Headers({ "content-type": "application/json" });
+  if (status === 405) header.set("allow", handler.allowedMethods.join(", "));
+  return { status, header, body: once(Buffer.from(JSON.stringify(errorToJson(error, JSON_WRITE_OPTIONS)))) };
+}
+
+/**
  * How a POST body is framed and encoded, by connect's own content-type
  * parsers; undefined for what the guard leaves to connect (grpc-web-text's
  * base64, unknown types).
@@ -347,6 +369,7 @@ export function createConnectHandler(options: ConnectHandlerOptions) {
       .then(async (guard) => {
         if (guard.rejection) return guard.rejection;
         const uRes = await handler(uReq);
+        if ((uRes.status === 405 || uRes.status === 415) && uRes.body === undefined) return explainedRefusal(req, handler, uRes.status);
         // A unary Connect error is a non-200 status; when the body is what failed, say which field.
         return (uRes.status !== 200 && guard.explain?.()) || uRes;
       })

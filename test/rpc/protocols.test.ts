@@ -305,3 +305,32 @@ describe("health and reflection", () => {
     expect(Buffer.concat(files).toString("latin1")).toContain("StreamSessionEvents");
   });
 });
+
+describe("refusals a newcomer meets first carry a body saying what to send", () => {
+  const call = async (method: string, procedure: string, headers: Record<string, string>, body?: string) => {
+    const res = await fetch(`${server.baseUrl}/engram.v1.MemoryService/${procedure}`, { method, headers, body });
+    return { status: res.status, allow: res.headers.get("allow"), json: await jsonOf(res) };
+  };
+
+  it("a content type the API does not speak is 415 with a Connect error naming it and the types to send", async () => {
+    for (const contentType of ["text/plain", "application/xml"]) {
+      const answer = await call("POST", "GetStats", { "content-type": contentType }, "{}");
+      expect(answer.status, contentType).toBe(415);
+      expect(answer.json).toMatchObject({ code: "invalid_argument", message: expect.stringContaining(`Content-Type "${contentType}"`) });
+      expect(answer.json.message).toContain("application/json");
+    }
+  });
+
+  it("a GET on a method that takes only POST is 405 with Allow and a Connect error saying to POST", async () => {
+    const answer = await call("GET", "AddEvent", {});
+    expect(answer.status).toBe(405);
+    expect(answer.allow).toBe("POST");
+    expect(answer.json).toMatchObject({ code: "unimplemented", message: expect.stringContaining("send POST with Content-Type application/json") });
+  });
+
+  it("a browser's plain GET of a read-only method says how a GET must look", async () => {
+    const answer = await call("GET", "GetStats", { accept: "text/html" });
+    expect(answer.status).toBe(415);
+    expect(answer.json.message).toContain("?connect=v1&encoding=json&message=");
+  });
+});
