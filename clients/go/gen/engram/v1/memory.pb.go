@@ -3043,7 +3043,8 @@ type RecallRequest struct {
 	AgentId *string `protobuf:"bytes,4,opt,name=agent_id,json=agentId,proto3,oneof" json:"agent_id,omitempty"`
 	// o200k_base (default), cl100k_base or chars4, as BuildConversationContext.
 	Tokenizer string `protobuf:"bytes,5,opt,name=tokenizer,proto3" json:"tokenizer,omitempty"`
-	// Most relevant memories considered, 1..100; 10 when 0.
+	// Most relevant memories returned, 1..100; when 0, as many as fit in the
+	// budget (one ranked per 10 tokens of it, at most 200).
 	TopK uint32 `protobuf:"varint,6,opt,name=top_k,json=topK,proto3" json:"top_k,omitempty"`
 	// Embedding of the query, for vector similarity. Optional.
 	QueryEmbedding []float32 `protobuf:"fixed32,7,rep,packed,name=query_embedding,json=queryEmbedding,proto3" json:"query_embedding,omitempty"`

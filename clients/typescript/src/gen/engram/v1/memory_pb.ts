@@ -1739,7 +1739,8 @@ export type RecallRequest = Message<"engram.v1.RecallRequest"> & {
   tokenizer: string;
 
   /**
-   * Most relevant memories considered, 1..100; 10 when 0.
+   * Most relevant memories returned, 1..100; when 0, as many as fit in the
+   * budget (one ranked per 10 tokens of it, at most 200).
    *
    * @generated from field: uint32 top_k = 6;
    */

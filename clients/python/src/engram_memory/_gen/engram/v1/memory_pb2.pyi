@@ -1635,7 +1635,9 @@ class RecallRequest(_message.Message):
     tokenizer: _builtins.str
     """o200k_base (default), cl100k_base or chars4, as BuildConversationContext."""
     top_k: _builtins.int
-    """Most relevant memories considered, 1..100; 10 when 0."""
+    """Most relevant memories returned, 1..100; when 0, as many as fit in the
+    budget (one ranked per 10 tokens of it, at most 200).
+    """
     include_embeddings: _builtins.bool
     """Return each memory with its embedding. Off by default: the answer is
     for a prompt, and a memory's vector (~1.5 kB at 384 dimensions) would be
