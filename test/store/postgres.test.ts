@@ -23,6 +23,8 @@ import { describeMemoriesConformance, memory } from "./memories-conformance.js";
 import { MEMORY_CHANGES_RETAINED } from "../../src/store/memories/rules.js";
 
 const url = process.env.MEMORY_TEST_POSTGRES_URL!;
+/** A PostgreSQL with pgvector (global setup); `url`'s has none, for the exact path. */
+const vectorUrl = process.env.MEMORY_TEST_POSTGRES_VECTOR_URL!;
 const LIMITS: StoreLimits = { maxSessions: 1000, maxSessionEvents: 500 };
 let schemas = 0;
 /** A schema no other store, test or test file uses. */
@@ -30,15 +32,17 @@ const freshSchema = () => `t_${process.pid}_${++schemas}_${Math.random().toStrin
 
 const admin = new pg.Pool({ connectionString: url, max: 2 });
 admin.on("error", () => {});
-afterAll(() => admin.end());
+const vectorAdmin = new pg.Pool({ connectionString: vectorUrl, max: 2 });
+vectorAdmin.on("error", () => {});
+afterAll(() => Promise.all([admin.end(), vectorAdmin.end()]));
 
-/** Opens a store on a schema that is dropped when the store closes. */
+/** Opens a store on a schema that is dropped when the store closes; `extra.url` picks the server (vectorUrl). */
 async function openStore(limits: StoreLimits = LIMITS, schema = freshSchema(), extra: Partial<PostgresStoreOptions> = {}): Promise<PostgresStore> {
   const store = await PostgresStore.open({ url, schema, limits, ...extra });
   const close = store.close.bind(store);
   store.close = async () => {
     await close();
-    await admin.query(`DROP SCHEMA IF EXISTS ${pg.escapeIdentifier(schema)} CASCADE`);
+    await (extra.url === vectorUrl ? vectorAdmin : admin).query(`DROP SCHEMA IF EXISTS ${pg.escapeIdentifier(schema)} CASCADE`);
   };
   return store;
 }
@@ -46,6 +50,7 @@ async function openStore(limits: StoreLimits = LIMITS, schema = freshSchema(), e
 
 describeStoreConformance("postgres", (limits) => openStore(limits), { persistent: true, shared: true, retains: true });
 describeMemoriesConformance("postgres", () => openStore());
+describeMemoriesConformance("postgres with pgvector", () => openStore(LIMITS, freshSchema(), { url: vectorUrl }));
 
 describe("PostgresStore specifics", () => {
   const count = async (schema: string, table: string, sessionId?: string) => {
