@@ -13,6 +13,7 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { PostgresKeyStore } from "../../src/auth/postgres-key-store.js";
 import { MIGRATIONS_DIR, PostgresStore, recentEventsQuery, schemaVersionProblem, type PostgresStoreOptions } from "../../src/store/postgres.js";
 import { StoreIncompatibleError } from "../../src/store/incompatible.js";
+import type { PostgresMemories } from "../../src/store/memories/postgres.js";
 import { ConnectingStore } from "../../src/store/connecting.js";
 import type { MemoryChange, MemoryStore, SessionNotice, StoreLimits } from "../../src/store/types.js";
 import { startChaosProxy } from "../support/chaos-proxy.js";
@@ -42,7 +43,7 @@ async function openStore(limits: StoreLimits = LIMITS, schema = freshSchema(), e
   const close = store.close.bind(store);
   store.close = async () => {
     await close();
-    await (extra.url === vectorUrl ? vectorAdmin : admin).query(`DROP SCHEMA IF EXISTS ${pg.escapeIdentifier(schema)} CASCADE`);
+    await (extra.url?.startsWith(vectorUrl) ? vectorAdmin : admin).query(`DROP SCHEMA IF EXISTS ${pg.escapeIdentifier(schema)} CASCADE`);
   };
   return store;
 }
@@ -51,6 +52,87 @@ async function openStore(limits: StoreLimits = LIMITS, schema = freshSchema(), e
 describeStoreConformance("postgres", (limits) => openStore(limits), { persistent: true, shared: true, retains: true });
 describeMemoriesConformance("postgres", () => openStore());
 describeMemoriesConformance("postgres with pgvector", () => openStore(LIMITS, freshSchema(), { url: vectorUrl }));
+
+describe("PostgreSQL long-term memory search", () => {
+  const DIMS = 8;
+  /** A unit-ish vector along axis `i`, leaning `lean` along the next one. */
+  const axis = (i: number, lean = 0) => Array.from({ length: DIMS }, (_, d) => (d === i ? 1 : d === (i + 1) % DIMS ? lean : 0));
+  const within = (userId: string) => ({ scope: { appName: "app", userId, match: "within" as const }, asOf: Date.now() });
+
+  for (const [server, serverUrl] of [
+    // The index scan gives up after 50 rows, and the planner takes it wherever it can: the exact plan must fill in.
+    ["with pgvector", () => `${vectorUrl}?options=${encodeURIComponent("-c hnsw.max_scan_tuples=50 -c enable_sort=off")}`],
+    ["without pgvector", () => url],
+  ] as const) {
+    it(`${server}: a filter that keeps few memories of a dimension still gets all of them, the nearest first`, async () => {
+      const schema = freshSchema();
+      const store = await openStore(LIMITS, schema, { url: serverUrl() });
+      try {
+        const memories = store.memories!;
+        // 1,500 memories of another user all nearer the query than the three of "few".
+        for (let batch = 0; batch < 15; batch++) {
+          await memories.writeMemories(
+            Array.from({ length: 100 }, (_, j) => memory({ memoryId: `crowd-${batch}-${j}`, userId: "crowd", text: "crowd", embedding: axis(0, 0.01 * (j + 1)) })),
+          );
+        }
+        await memories.writeMemories([0.5, 2, 4].map((lean, i) => memory({ memoryId: `few-${i}`, userId: "few", text: "few", embedding: axis(0, lean) })));
+        const db = server === "with pgvector" ? vectorAdmin : admin;
+        const found = await memories.nearestMemories!(within("few"), axis(0), 10);
+        expect(found.map((r) => r.memory.memoryId)).toEqual(["few-0", "few-1", "few-2"]);
+        expect(found[0].score).toBeCloseTo(1 / Math.sqrt(1.25), 6);
+        const { rows } = await db.query("SELECT format_type(atttypid, atttypmod) AS type FROM pg_attribute WHERE attrelid = $1::regclass AND attname = 'search_vector'", [
+          `${pg.escapeIdentifier(schema)}.memories`,
+        ]);
+        expect(rows[0].type).toBe(server === "with pgvector" ? "vector" : "real[]");
+        if (server === "with pgvector") {
+          // The crowd's own search walks the dimension's HNSW index once the planner knows the table
+          // (autovacuum's ANALYZE): the five nearest are the batches' first (all alike).
+          await vectorAdmin.query(`ANALYZE ${pg.escapeIdentifier(schema)}.memories`);
+          const crowd = await memories.nearestMemories!(within("crowd"), axis(0), 5);
+          for (const r of crowd) expect(r.memory.memoryId).toMatch(/^crowd-\d+-0$/);
+          const { sql, values } = (memories as PostgresMemories).nearestQuery(within("crowd"), axis(0), 5, true);
+          const client = await vectorAdmin.connect();
+          try {
+            await client.query("BEGIN");
+            await client.query("SET LOCAL hnsw.iterative_scan = relaxed_order");
+            const { rows: plan } = await client.query(`EXPLAIN ${sql}`, values);
+            expect(plan.map((r) => r["QUERY PLAN"]).join("\n")).toContain(`Index Scan using memories_vector_${DIMS}`);
+          } finally {
+            await client.query("ROLLBACK");
+            client.release();
+          }
+        }
+      } finally {
+        await store.close();
+      }
+    });
+  }
+
+  it("re-analyzes memories stored before migration 0016, and an older release's insert is refused", async () => {
+    const schema = freshSchema();
+    const store = await openStore(LIMITS, schema, { url: vectorUrl });
+    const table = `${pg.escapeIdentifier(schema)}.memories`;
+    try {
+      const memories = store.memories!;
+      await memories.writeMemories([memory({ memoryId: "old", userId: "u", text: "The spare key is under the geranium pot", embedding: axis(3) })]);
+      // As 0016 leaves a row written before it: analyzer 0, nothing indexed.
+      await vectorAdmin.query(`UPDATE ${table} SET analyzer = 0, terms = NULL, search_vector = NULL`);
+      expect(await memories.searchMemories(within("u"), "geraniums", 5)).toEqual([]);
+      expect(await memories.nearestMemories!(within("u"), axis(3), 5)).toEqual([]);
+      expect(await memories.reanalyze()).toBe(1);
+      expect((await memories.searchMemories(within("u"), "geraniums", 5)).map((r) => r.memory.memoryId)).toEqual(["old"]);
+      expect((await memories.nearestMemories!(within("u"), axis(3), 5)).map((r) => r.memory.memoryId)).toEqual(["old"]);
+      expect(await memories.reanalyze()).toBe(0);
+      // The previous release's INSERT names no analyzer: refused, not stored unsearchable.
+      const older = vectorAdmin.query(
+        `INSERT INTO ${table} (app_name, memory_id, user_id, scope_key, text, created_ms, valid_from_ms, fingerprint) VALUES ('app', 'stale', 'u', '', 'x', 1, 1, 'f')`,
+      );
+      await expect(older).rejects.toMatchObject({ code: "23502", column: "analyzer" });
+    } finally {
+      await store.close();
+    }
+  });
+});
 
 describe("PostgresStore specifics", () => {
   const count = async (schema: string, table: string, sessionId?: string) => {

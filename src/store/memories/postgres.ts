@@ -659,7 +659,7 @@ export class PostgresMemories implements LongTermMemoryStore {
         await client.query(`SELECT set_config('hnsw.iterative_scan', 'relaxed_order', true), set_config('hnsw.ef_search', $1, true)`, [
           String(Math.min(1000, Math.max(40, limit))),
         ]);
-        const { sql, values } = this.nearestSql(filter, embedding, limit, true);
+        const { sql, values } = this.nearestQuery(filter, embedding, limit, true);
         return (await client.query<MemoryRow & { distance: number }>(sql, values)).rows;
       }, call);
       // The index scan gave up before finding k in the filter (it visits
@@ -667,7 +667,7 @@ export class PostgresMemories implements LongTermMemoryStore {
       // the exact plan reads alone. Fewer than k exist otherwise.
       if (found.length >= limit) return found.sort((a, b) => a.distance - b.distance).map(byDistance);
     }
-    const { sql, values } = this.nearestSql(filter, embedding, limit, false);
+    const { sql, values } = this.nearestQuery(filter, embedding, limit, false);
     return (await this.db.query<MemoryRow & { distance: number }>(sql, values, call, { plan: "custom" })).rows.map(byDistance);
   }
 
@@ -677,9 +677,9 @@ export class PostgresMemories implements LongTermMemoryStore {
    * dimension when `indexed` (the column cast to the dimension, and the
    * index's own predicate, both literals), else exact: every embedded row
    * of the filter of that dimension compared. A memory of another dimension
-   * never matches.
+   * never matches. Public for tests, which EXPLAIN it.
    */
-  private nearestSql(filter: MemoryFilter, embedding: readonly number[], limit: number, indexed: boolean): { sql: string; values: unknown[] } {
+  nearestQuery(filter: MemoryFilter, embedding: readonly number[], limit: number, indexed: boolean): { sql: string; values: unknown[] } {
     const p = new Params();
     const dimension = embedding.length;
     const query = p.add(this.vectorText(embedding));
