@@ -65,6 +65,8 @@ import { changeWindowOf, deletedStub, embeddingDimensionMismatch, exactScopeKey,
 const FINE_LOCKS_MAX = 16;
 /** The largest dimension pgvector's HNSW indexes a `vector` of; an app of more dimensions is searched by exact scan. */
 const HNSW_MAX_DIMENSIONS = 2000;
+/** How long the client waits for a vector index to be built over stored rows. */
+const INDEX_BUILD_TIMEOUT_MS = 24 * 3600_000;
 /** Memories the background re-analysis (reanalyze) rewrites per transaction. */
 const REANALYZE_BATCH = 500;
 /** Memories one delete statement (forget, erasure) removes at most: one bounded transaction each. */
@@ -335,8 +337,8 @@ export class PostgresMemories implements LongTermMemoryStore {
   private layout: VectorLayout = { kind: "exact" };
   /** Dimensions whose HNSW index exists (or is not wanted): ensureVectorIndex need not ask again. */
   private readonly indexedDimensions = new Set<number>();
-  /** The background re-analysis of start(), ended by close(). */
-  private reanalysis: Promise<void> | undefined;
+  /** start()'s indexing in the background (the vector indexes, then reanalyze), ended by close(). */
+  private background: Promise<void> | undefined;
   private closed = false;
 
   constructor(private readonly db: PostgresMemoriesAccess) {
@@ -346,8 +348,8 @@ export class PostgresMemories implements LongTermMemoryStore {
   /**
    * After the migrations: reads how search_vector keeps embeddings (saying
    * once, in the log, when it is the exact scan because pgvector is not
-   * there), makes sure every dimension in use has its index, and starts
-   * re-analyzing rows written before 0016 in the background.
+   * there); then, in the background, makes sure every dimension in use has
+   * its index and re-analyzes rows written before 0016.
    */
   async start(): Promise<void> {
     const { rows } = await this.db.query<{ type: string; extension_schema: string | null }>(
@@ -359,20 +361,25 @@ export class PostgresMemories implements LongTermMemoryStore {
     const [row] = rows;
     if (row && row.type !== "real[]" && row.extension_schema) {
       this.layout = { kind: "pgvector", schema: row.extension_schema };
-      const { rows: dimensions } = await this.db.query<{ dimension: number }>(`SELECT DISTINCT dimension FROM ${this.s}.memory_dimensions`, []);
-      for (const { dimension } of dimensions) await this.ensureVectorIndex(dimension);
     } else {
       log.warn(
         { schema: this.db.schemaName },
         "PostgreSQL has no pgvector (the vector extension) for this schema: vector search over long-term memories scans each scope exactly, in time linear in its memories",
       );
     }
-    this.reanalysis = this.reanalyze().then(
-      () => {},
-      (err: unknown) => {
-        if (!this.closed) log.warn({ err }, "re-analyzing long-term memories stopped; the next start-up resumes it");
-      },
-    );
+    // Indexes first: before the re-analysis fills search_vector of older rows they hold few, so writes wait on their build briefly.
+    this.background = (async () => {
+      const { rows: dimensions } = await this.db.query<{ dimension: number }>(`SELECT DISTINCT dimension FROM ${this.s}.memory_dimensions`, []);
+      for (const { dimension } of dimensions) await this.ensureVectorIndex(dimension);
+      await this.reanalyze();
+    })().catch((err: unknown) => {
+      if (!this.closed) log.warn({ err }, "indexing long-term memories stopped; the next start-up resumes it");
+    });
+  }
+
+  /** Resolves once start()'s background indexing has ended (done, or stopped and logged). */
+  async indexed(): Promise<void> {
+    await this.background;
   }
 
   /**
@@ -431,10 +438,14 @@ export class PostgresMemories implements LongTermMemoryStore {
       const v = this.layout.schema;
       await this.db.transaction(async (client) => {
         await client.query("SELECT pg_advisory_xact_lock(hashtextextended($1, 0))", [`engram:memory-vector-index:${this.db.schemaName}:${dimension}`]);
-        await client.query(
-          `CREATE INDEX IF NOT EXISTS memories_vector_${dimension} ON ${this.s}.memories
-           USING hnsw ((search_vector::${v}.vector(${dimension})) ${v}.vector_cosine_ops) WHERE ${v}.vector_dims(search_vector) = ${dimension}`,
-        );
+        // Building over rows already stored (at start-up) may outlast a statement's usual bound, on both sides.
+        await client.query("SET LOCAL statement_timeout = 0");
+        await client.query({
+          text: `CREATE INDEX IF NOT EXISTS memories_vector_${dimension} ON ${this.s}.memories
+                 USING hnsw ((search_vector::${v}.vector(${dimension})) ${v}.vector_cosine_ops) WHERE ${v}.vector_dims(search_vector) = ${dimension}`,
+          // node-pg reads query_timeout per query, though its types do not declare it.
+          query_timeout: INDEX_BUILD_TIMEOUT_MS,
+        } as pg.QueryConfig);
       });
     }
     this.indexedDimensions.add(dimension);

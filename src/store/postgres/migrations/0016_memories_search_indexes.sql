@@ -41,6 +41,9 @@ BEGIN
   SELECT extnamespace::regnamespace::text INTO extension_schema FROM pg_extension WHERE extname = 'vector';
   IF extension_schema IS NOT NULL THEN
     EXECUTE format('ALTER TABLE memories ADD COLUMN search_vector %s.vector', extension_schema);
+    -- The HNSW indexes are partial to a dimension; without statistics of it the planner takes a
+    -- dimension's rows for 0.5% of the table and sorts them all instead of walking the index.
+    EXECUTE format('CREATE STATISTICS memories_vector_dimensions ON (%s.vector_dims(search_vector)) FROM memories', extension_schema);
   ELSE
     ALTER TABLE memories ADD COLUMN search_vector real[];
   END IF;
