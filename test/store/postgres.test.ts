@@ -745,51 +745,6 @@ describe("an older release refuses a schema migrated by a newer one", () => {
 });
 
 describe("PostgresStore long-term memories", () => {
-  it("ranks only the newest 1,000 memories a search matches: an older, better match is found once no more than 1,000 newer ones match", async () => {
-    const store = await openStore(LIMITS, freshSchema());
-    try {
-      // Written newest last; the oldest repeats the word, so it would rank first if it were ranked at all.
-      const oldest = { ...memory({ memoryId: "oldest", text: "espresso espresso espresso" }), createdAt: 1 };
-      const newer = Array.from({ length: 1000 }, (_, i) => ({ ...memory({ memoryId: `newer-${i}`, text: `espresso and a long list of other words number ${i}` }), createdAt: 2 + i }));
-      await store.memories.writeMemories([oldest, ...newer]);
-      const filter = { scope: { appName: "app", match: "within" as const }, asOf: Date.now() };
-      expect((await store.memories.searchMemories(filter, "espresso", 5)).map((r) => r.memory.memoryId)).not.toContain("oldest");
-      await store.memories.deleteMemories("app", ["newer-0"]);
-      expect((await store.memories.searchMemories(filter, "espresso", 5))[0]?.memory.memoryId).toBe("oldest");
-    } finally {
-      await store.close();
-    }
-  });
-
-  it("a common word does not crowd a rare word's older matches out of the window, and fills the answer when they are few", async () => {
-    const schema = freshSchema();
-    const store = await openStore(LIMITS, schema);
-    try {
-      // "coffee" in every memory (more than the 1,000 a window holds), "espresso" and the URL only in the oldest two.
-      const old = [
-        { ...memory({ memoryId: "espresso", text: "espresso with coffee" }), createdAt: 1 },
-        { ...memory({ memoryId: "url", text: "coffee at https://example.org/o'brien?x=1" }), createdAt: 2 },
-      ];
-      const newer = Array.from({ length: 1100 }, (_, i) => ({ ...memory({ memoryId: `newer-${i}`, text: `coffee and a long list of other words number ${i}` }), createdAt: 10 + i }));
-      for (let i = 0; i < newer.length; i += 100) await store.memories.writeMemories(i === 0 ? [...old, ...newer.slice(0, 100)] : newer.slice(i, i + 100));
-      // The table's statistics say which words are common; autovacuum gathers them in production.
-      await admin.query(`ANALYZE ${pg.escapeIdentifier(schema)}.memories`);
-      const filter = { scope: { appName: "app", match: "within" as const }, asOf: Date.now() };
-      const found = await store.memories.searchMemories(filter, "espresso coffee", 5);
-      expect(found[0]?.memory.memoryId).toBe("espresso");
-      // Filled from the memories with only the common word, ranked on both words with the rare one's match.
-      expect(found).toHaveLength(5);
-      expect(found.slice(1).every((r) => r.memory.memoryId.startsWith("newer-"))).toBe(true);
-      expect(found.map((r) => r.score)).toEqual(found.map((r) => r.score).sort((a, b) => b - a));
-      // A URL's lexemes keep its quote: they go into the rare words' query quoted.
-      expect((await store.memories.searchMemories(filter, "coffee from example.org/o'brien?x=1", 3))[0]?.memory.memoryId).toBe("url");
-      // A query of the common word alone still ranks the newest 1,000 of its matches.
-      expect((await store.memories.searchMemories(filter, "coffee", 5)).map((r) => r.memory.memoryId)).not.toContain("espresso");
-    } finally {
-      await store.close();
-    }
-  }, 60_000);
-
   it("reads no embedding from PostgreSQL for a filter that omits them, and the same records otherwise", async () => {
     const store = await openStore(LIMITS, freshSchema());
     try {
@@ -1004,8 +959,8 @@ describe("PostgresStore long-term memories", () => {
       // 10,001 of u's memories and 10,001 of v's (one past the batch of 10,000 each), written in SQL for speed.
       for (const user of ["u", "v"]) {
         await admin.query(
-          `INSERT INTO ${pg.escapeIdentifier(schema)}.memories (app_name, memory_id, user_id, scope_key, text, created_ms, valid_from_ms, fingerprint)
-           SELECT 'app', $1 || n, $1, '["' || $1 || '",null,null]', 'bulk ' || n, n, n, 'f' || n FROM generate_series(1, 10001) n`,
+          `INSERT INTO ${pg.escapeIdentifier(schema)}.memories (app_name, memory_id, user_id, scope_key, text, created_ms, valid_from_ms, fingerprint, analyzer)
+           SELECT 'app', $1 || n, $1, '["' || $1 || '",null,null]', 'bulk ' || n, n, n, 'f' || n, 0 FROM generate_series(1, 10001) n`,
           [user],
         );
       }
