@@ -187,9 +187,9 @@ async function postgresStore(): Promise<ScaleStore> {
       const bytes = vectors.map((v) => Buffer.from(v.buffer, v.byteOffset, v.byteLength));
       for (const batch of synthetic(10_000)) {
         await admin.query(
-          `INSERT INTO memories (app_name, memory_id, user_id, scope_key, text, topics, importance, pinned, created_ms, valid_from_ms, embedding, fingerprint)
+          `INSERT INTO memories (app_name, memory_id, user_id, scope_key, text, topics, importance, pinned, created_ms, valid_from_ms, embedding, fingerprint, analyzer)
            SELECT $1, id, u, CASE WHEN u IS NULL THEN '[null,null,null]' ELSE '["' || u || '",null,null]' END,
-                  t, ARRAY[topic], imp, pin, created, created, CASE WHEN $2 THEN ($3::bytea[])[1 + v] END, 'f' || n
+                  t, ARRAY[topic], imp, pin, created, created, CASE WHEN $2 THEN ($3::bytea[])[1 + v] END, 'f' || n, 0
            FROM unnest($4::int[], $5::text[], $6::text[], $7::text[], $8::text[], $9::float8[], $10::bool[], $11::bigint[], $12::int[])
                 AS s(n, id, u, t, topic, imp, pin, created, v)`,
           [
@@ -208,6 +208,8 @@ async function postgresStore(): Promise<ScaleStore> {
           ],
         );
       }
+      // Seeded as rows before migration 0016 (analyzer 0): indexed for search as a start-up would.
+      await store.memories.reanalyze();
       await admin.query("ANALYZE memories");
     },
     backendPids(): Record<string, number[]> {

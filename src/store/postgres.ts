@@ -381,6 +381,7 @@ export class PostgresStore implements MemoryStore {
     const store = new PostgresStore(options);
     try {
       await store.migrate();
+      await store.memories.start();
       await store.listen();
     } catch (err) {
       await store.close();

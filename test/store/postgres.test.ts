@@ -13,6 +13,7 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { PostgresKeyStore } from "../../src/auth/postgres-key-store.js";
 import { MIGRATIONS_DIR, PostgresStore, recentEventsQuery, schemaVersionProblem, type PostgresStoreOptions } from "../../src/store/postgres.js";
 import { StoreIncompatibleError } from "../../src/store/incompatible.js";
+import type { PostgresMemories } from "../../src/store/memories/postgres.js";
 import { ConnectingStore } from "../../src/store/connecting.js";
 import type { MemoryChange, MemoryStore, SessionNotice, StoreLimits } from "../../src/store/types.js";
 import { startChaosProxy } from "../support/chaos-proxy.js";
@@ -23,6 +24,8 @@ import { describeMemoriesConformance, memory } from "./memories-conformance.js";
 import { MEMORY_CHANGES_RETAINED } from "../../src/store/memories/rules.js";
 
 const url = process.env.MEMORY_TEST_POSTGRES_URL!;
+/** A PostgreSQL with pgvector (global setup); `url`'s has none, for the exact path. */
+const vectorUrl = process.env.MEMORY_TEST_POSTGRES_VECTOR_URL!;
 const LIMITS: StoreLimits = { maxSessions: 1000, maxSessionEvents: 500 };
 let schemas = 0;
 /** A schema no other store, test or test file uses. */
@@ -30,15 +33,17 @@ const freshSchema = () => `t_${process.pid}_${++schemas}_${Math.random().toStrin
 
 const admin = new pg.Pool({ connectionString: url, max: 2 });
 admin.on("error", () => {});
-afterAll(() => admin.end());
+const vectorAdmin = new pg.Pool({ connectionString: vectorUrl, max: 2 });
+vectorAdmin.on("error", () => {});
+afterAll(() => Promise.all([admin.end(), vectorAdmin.end()]));
 
-/** Opens a store on a schema that is dropped when the store closes. */
+/** Opens a store on a schema that is dropped when the store closes; `extra.url` picks the server (vectorUrl). */
 async function openStore(limits: StoreLimits = LIMITS, schema = freshSchema(), extra: Partial<PostgresStoreOptions> = {}): Promise<PostgresStore> {
   const store = await PostgresStore.open({ url, schema, limits, ...extra });
   const close = store.close.bind(store);
   store.close = async () => {
     await close();
-    await admin.query(`DROP SCHEMA IF EXISTS ${pg.escapeIdentifier(schema)} CASCADE`);
+    await (extra.url?.startsWith(vectorUrl) ? vectorAdmin : admin).query(`DROP SCHEMA IF EXISTS ${pg.escapeIdentifier(schema)} CASCADE`);
   };
   return store;
 }
@@ -46,6 +51,88 @@ async function openStore(limits: StoreLimits = LIMITS, schema = freshSchema(), e
 
 describeStoreConformance("postgres", (limits) => openStore(limits), { persistent: true, shared: true, retains: true });
 describeMemoriesConformance("postgres", () => openStore());
+describeMemoriesConformance("postgres with pgvector", () => openStore(LIMITS, freshSchema(), { url: vectorUrl }));
+
+describe("PostgreSQL long-term memory search", () => {
+  const DIMS = 8;
+  /** A unit-ish vector along axis `i`, leaning `lean` along the next one. */
+  const axis = (i: number, lean = 0) => Array.from({ length: DIMS }, (_, d) => (d === i ? 1 : d === (i + 1) % DIMS ? lean : 0));
+  const within = (userId: string) => ({ scope: { appName: "app", userId, match: "within" as const }, asOf: Date.now() });
+
+  for (const [server, serverUrl] of [
+    // The index scan gives up after 50 rows, and the planner takes it wherever it can: the exact plan must fill in.
+    ["with pgvector", () => `${vectorUrl}?options=${encodeURIComponent("-c hnsw.max_scan_tuples=50 -c enable_sort=off")}`],
+    ["without pgvector", () => url],
+  ] as const) {
+    it(`${server}: a filter that keeps few memories of a dimension still gets all of them, the nearest first`, async () => {
+      const schema = freshSchema();
+      const store = await openStore(LIMITS, schema, { url: serverUrl() });
+      try {
+        const memories = store.memories!;
+        // 1,500 memories of another user all nearer the query than the three of "few".
+        for (let batch = 0; batch < 15; batch++) {
+          await memories.writeMemories(
+            Array.from({ length: 100 }, (_, j) => memory({ memoryId: `crowd-${batch}-${j}`, userId: "crowd", text: "crowd", embedding: axis(0, 0.01 * (j + 1)) })),
+          );
+        }
+        await memories.writeMemories([0.5, 2, 4].map((lean, i) => memory({ memoryId: `few-${i}`, userId: "few", text: "few", embedding: axis(0, lean) })));
+        const db = server === "with pgvector" ? vectorAdmin : admin;
+        const found = await memories.nearestMemories!(within("few"), axis(0), 10);
+        expect(found.map((r) => r.memory.memoryId)).toEqual(["few-0", "few-1", "few-2"]);
+        expect(found[0].score).toBeCloseTo(1 / Math.sqrt(1.25), 6);
+        const { rows } = await db.query("SELECT format_type(atttypid, atttypmod) AS type FROM pg_attribute WHERE attrelid = $1::regclass AND attname = 'search_vector'", [
+          `${pg.escapeIdentifier(schema)}.memories`,
+        ]);
+        expect(rows[0].type).toBe(server === "with pgvector" ? "vector" : "real[]");
+        if (server === "with pgvector") {
+          // The crowd's own search walks the dimension's HNSW index once the planner knows the table
+          // (autovacuum's ANALYZE): the five nearest are the batches' first (all alike).
+          await vectorAdmin.query(`ANALYZE ${pg.escapeIdentifier(schema)}.memories`);
+          const crowd = await memories.nearestMemories!(within("crowd"), axis(0), 5);
+          for (const r of crowd) expect(r.memory.memoryId).toMatch(/^crowd-\d+-0$/);
+          const { sql, values } = (memories as PostgresMemories).nearestQuery(within("crowd"), axis(0), 5, true);
+          const client = await vectorAdmin.connect();
+          try {
+            await client.query("BEGIN");
+            await client.query("SET LOCAL hnsw.iterative_scan = relaxed_order");
+            const { rows: plan } = await client.query(`EXPLAIN ${sql}`, values);
+            expect(plan.map((r) => r["QUERY PLAN"]).join("\n")).toContain(`Index Scan using memories_vector_${DIMS}`);
+          } finally {
+            await client.query("ROLLBACK");
+            client.release();
+          }
+        }
+      } finally {
+        await store.close();
+      }
+    });
+  }
+
+  it("re-analyzes memories stored before migration 0016, and an older release's insert is refused", async () => {
+    const schema = freshSchema();
+    const store = await openStore(LIMITS, schema, { url: vectorUrl });
+    const table = `${pg.escapeIdentifier(schema)}.memories`;
+    try {
+      const memories = store.memories!;
+      await memories.writeMemories([memory({ memoryId: "old", userId: "u", text: "The spare key is under the geranium pot", embedding: axis(3) })]);
+      // As 0016 leaves a row written before it: analyzer 0, nothing indexed.
+      await vectorAdmin.query(`UPDATE ${table} SET analyzer = 0, terms = NULL, search_vector = NULL`);
+      expect(await memories.searchMemories(within("u"), "geraniums", 5)).toEqual([]);
+      expect(await memories.nearestMemories!(within("u"), axis(3), 5)).toEqual([]);
+      expect(await memories.reanalyze()).toBe(1);
+      expect((await memories.searchMemories(within("u"), "geraniums", 5)).map((r) => r.memory.memoryId)).toEqual(["old"]);
+      expect((await memories.nearestMemories!(within("u"), axis(3), 5)).map((r) => r.memory.memoryId)).toEqual(["old"]);
+      expect(await memories.reanalyze()).toBe(0);
+      // The previous release's INSERT names no analyzer: refused, not stored unsearchable.
+      const older = vectorAdmin.query(
+        `INSERT INTO ${table} (app_name, memory_id, user_id, scope_key, text, created_ms, valid_from_ms, fingerprint) VALUES ('app', 'stale', 'u', '', 'x', 1, 1, 'f')`,
+      );
+      await expect(older).rejects.toMatchObject({ code: "23502", column: "analyzer" });
+    } finally {
+      await store.close();
+    }
+  });
+});
 
 describe("PostgresStore specifics", () => {
   const count = async (schema: string, table: string, sessionId?: string) => {
@@ -658,51 +745,6 @@ describe("an older release refuses a schema migrated by a newer one", () => {
 });
 
 describe("PostgresStore long-term memories", () => {
-  it("ranks only the newest 1,000 memories a search matches: an older, better match is found once no more than 1,000 newer ones match", async () => {
-    const store = await openStore(LIMITS, freshSchema());
-    try {
-      // Written newest last; the oldest repeats the word, so it would rank first if it were ranked at all.
-      const oldest = { ...memory({ memoryId: "oldest", text: "espresso espresso espresso" }), createdAt: 1 };
-      const newer = Array.from({ length: 1000 }, (_, i) => ({ ...memory({ memoryId: `newer-${i}`, text: `espresso and a long list of other words number ${i}` }), createdAt: 2 + i }));
-      await store.memories.writeMemories([oldest, ...newer]);
-      const filter = { scope: { appName: "app", match: "within" as const }, asOf: Date.now() };
-      expect((await store.memories.searchMemories(filter, "espresso", 5)).map((r) => r.memory.memoryId)).not.toContain("oldest");
-      await store.memories.deleteMemories("app", ["newer-0"]);
-      expect((await store.memories.searchMemories(filter, "espresso", 5))[0]?.memory.memoryId).toBe("oldest");
-    } finally {
-      await store.close();
-    }
-  });
-
-  it("a common word does not crowd a rare word's older matches out of the window, and fills the answer when they are few", async () => {
-    const schema = freshSchema();
-    const store = await openStore(LIMITS, schema);
-    try {
-      // "coffee" in every memory (more than the 1,000 a window holds), "espresso" and the URL only in the oldest two.
-      const old = [
-        { ...memory({ memoryId: "espresso", text: "espresso with coffee" }), createdAt: 1 },
-        { ...memory({ memoryId: "url", text: "coffee at https://example.org/o'brien?x=1" }), createdAt: 2 },
-      ];
-      const newer = Array.from({ length: 1100 }, (_, i) => ({ ...memory({ memoryId: `newer-${i}`, text: `coffee and a long list of other words number ${i}` }), createdAt: 10 + i }));
-      for (let i = 0; i < newer.length; i += 100) await store.memories.writeMemories(i === 0 ? [...old, ...newer.slice(0, 100)] : newer.slice(i, i + 100));
-      // The table's statistics say which words are common; autovacuum gathers them in production.
-      await admin.query(`ANALYZE ${pg.escapeIdentifier(schema)}.memories`);
-      const filter = { scope: { appName: "app", match: "within" as const }, asOf: Date.now() };
-      const found = await store.memories.searchMemories(filter, "espresso coffee", 5);
-      expect(found[0]?.memory.memoryId).toBe("espresso");
-      // Filled from the memories with only the common word, ranked on both words with the rare one's match.
-      expect(found).toHaveLength(5);
-      expect(found.slice(1).every((r) => r.memory.memoryId.startsWith("newer-"))).toBe(true);
-      expect(found.map((r) => r.score)).toEqual(found.map((r) => r.score).sort((a, b) => b - a));
-      // A URL's lexemes keep its quote: they go into the rare words' query quoted.
-      expect((await store.memories.searchMemories(filter, "coffee from example.org/o'brien?x=1", 3))[0]?.memory.memoryId).toBe("url");
-      // A query of the common word alone still ranks the newest 1,000 of its matches.
-      expect((await store.memories.searchMemories(filter, "coffee", 5)).map((r) => r.memory.memoryId)).not.toContain("espresso");
-    } finally {
-      await store.close();
-    }
-  }, 60_000);
-
   it("reads no embedding from PostgreSQL for a filter that omits them, and the same records otherwise", async () => {
     const store = await openStore(LIMITS, freshSchema());
     try {
@@ -917,8 +959,8 @@ describe("PostgresStore long-term memories", () => {
       // 10,001 of u's memories and 10,001 of v's (one past the batch of 10,000 each), written in SQL for speed.
       for (const user of ["u", "v"]) {
         await admin.query(
-          `INSERT INTO ${pg.escapeIdentifier(schema)}.memories (app_name, memory_id, user_id, scope_key, text, created_ms, valid_from_ms, fingerprint)
-           SELECT 'app', $1 || n, $1, '["' || $1 || '",null,null]', 'bulk ' || n, n, n, 'f' || n FROM generate_series(1, 10001) n`,
+          `INSERT INTO ${pg.escapeIdentifier(schema)}.memories (app_name, memory_id, user_id, scope_key, text, created_ms, valid_from_ms, fingerprint, analyzer)
+           SELECT 'app', $1 || n, $1, '["' || $1 || '",null,null]', 'bulk ' || n, n, n, 'f' || n, 0 FROM generate_series(1, 10001) n`,
           [user],
         );
       }

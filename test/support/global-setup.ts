@@ -1,7 +1,7 @@
 /**
  * Global setup: starts the real backing servers (Redis, PostgreSQL) once per
  * test run on free loopback ports in temp dirs, unless MEMORY_TEST_REDIS_URL /
- * MEMORY_TEST_POSTGRES_URL are given, and hands their URLs to the test files
+ * MEMORY_TEST_POSTGRES_URL / MEMORY_TEST_POSTGRES_VECTOR_URL are given, and hands their URLs to the test files
  * through those environment variables. Stops them afterwards.
  */
 export default async function setup(): Promise<() => Promise<void>> {
@@ -32,6 +32,14 @@ export default async function setup(): Promise<() => Promise<void>> {
     teardowns.push(() => postgres.stop());
   }
   // END postgres
+  // BEGIN postgres-vector (owned by the PostgreSQL driver: a PostgreSQL with pgvector, for the memories' vector index)
+  if (!process.env.MEMORY_TEST_POSTGRES_VECTOR_URL) {
+    const { startPostgresServer, pgvectorBin } = await import("./postgres-server.js");
+    const postgres = await startPostgresServer({ bin: await pgvectorBin() });
+    process.env.MEMORY_TEST_POSTGRES_VECTOR_URL = postgres.url;
+    teardowns.push(() => postgres.stop());
+  }
+  // END postgres-vector
   // BEGIN inspector (owned by the inspector)
   {
     // Built once per run, before any worker starts a server, so every test serves the current sources.

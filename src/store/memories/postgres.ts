@@ -1,37 +1,32 @@
 /**
- * Long-term memories of the PostgreSQL store (migration 0010_memories.sql).
+ * Long-term memories of the PostgreSQL store (migrations 0010_memories.sql
+ * and 0016_memories_search_indexes.sql).
  *
- * - Lexical ranking is PostgreSQL full-text search: a generated tsvector
- *   (English stemming and stop words) under a GIN index, ranked by
- *   ts_rank with length normalization. The query is the OR of the query
- *   text's lexemes, built from to_tsvector (so no user text can make it
- *   fail to parse): a memory matching any term is a candidate and matching
- *   more terms (and more often) ranks higher, as BM25 over OR does in the other
- *   stores; an AND query would drop a memory for one word it lacks. Only
- *   the newest LEXICAL_CANDIDATES matches are ranked: ranking every
- *   match made a search's cost grow with the app (a bounded candidate set,
- *   stated in the README, as for vectors). A word in more memories than
- *   that window holds (by the table's statistics: commonLexemes) does not
- *   choose candidates when the query has a rarer word: the window is the
- *   newest matches of the rarer words, and only when they rank fewer than
- *   the answer asks for is the rest filled from the newest memories that
- *   match only the common words; every candidate is ranked on every word.
- *   So an old memory with a rare word of the query is not crowded out of
- *   the window by newer ones that only share a common word, and a search
- *   whose rare words match enough reads their few matches instead of the
- *   common words' many.
+ * - Words: each memory's text and fact as the shared analyzer makes them
+ *   (analyzer.ts), stored as a tsvector under the `simple` configuration
+ *   (which neither stems nor drops words again) in `terms`, under a GIN
+ *   index. A search is the OR of the query's terms over the WHOLE filtered
+ *   scope, ranked by ts_rank with length normalization: a memory matching
+ *   more of the terms (and more often) ranks higher; ts_rank uses no corpus
+ *   statistics, so a score depends on the memory and the query alone, never
+ *   on what other users stored. Rows written before 0016 (analyzer 0) are
+ *   analyzed in the background at start-up (reanalyze).
+ * - Vectors: `search_vector` holds the embedding for search. With pgvector
+ *   it is a `vector`, and each dimension in use has its own HNSW index
+ *   (cosine) over the column cast to that dimension, partial to it
+ *   (ensureVectorIndex). A search walks it with pgvector's iterative index
+ *   scan, so filters (scope, validity, topics) do not empty the top k; when
+ *   the scan still returns fewer than asked (the filter keeps too few of the
+ *   rows it may visit, hnsw.max_scan_tuples) the same query runs exact, over
+ *   the filtered rows only. Without pgvector it is real[] and every search
+ *   is that exact scan, in SQL. Either way no memory of the scope is left
+ *   out. `embedding` (float32 bytes) stays what reads return.
  * - A batch is one transaction. Before reading anything it takes
  *   transaction-scoped advisory locks on every memory id and every
  *   supersession group (app, exact scope, key) it touches (a large batch:
  *   on its apps), in one sorted order, so replicas writing the same id or
  *   key queue instead of both closing the same old memory or both inserting
  *   a "current" one.
- * - Embeddings are float32 bytea; the app's dimension lives in
- *   memory_dimensions. Vector similarity is cosine computed here over the
- *   newest NEAREST_CANDIDATES embedded memories the filter selects (no
- *   pgvector): a bounded candidate set, stated in the README. The candidates
- *   come as ids; their embeddings from a bounded cache of decoded vectors
- *   (EMBEDDING_CACHE_BYTES), PostgreSQL sending only the ones it lacks.
  * - Every change is numbered in its app's change log (migration
  *   0013_memory_changes.sql), inside the transaction that makes it: the
  *   app's row of memory_change_heads is locked and advanced, so numbers
@@ -45,7 +40,6 @@
  */
 import { randomUUID } from "node:crypto";
 import { endianness } from "node:os";
-import { LRUCache } from "lru-cache";
 import type pg from "pg";
 import type {
   JsonObject,
@@ -62,21 +56,19 @@ import type {
   RankedMemory,
   StoreCall,
 } from "../types.js";
+import { log } from "../../log.js";
 import { KeyedListeners } from "../notices.js";
+import { ANALYZER_VERSION, analyzedText, queryTerms } from "./analyzer.js";
 import { changeWindowOf, deletedStub, embeddingDimensionMismatch, exactScopeKey, memoryIdTaken, requireRetained, supersessionKey } from "./rules.js";
 
 /** Advisory locks a batch takes on its ids and keys at most; a larger batch locks its apps instead (see lockBatch). */
 const FINE_LOCKS_MAX = 16;
-/** Embedded memories nearestMemories compares at most (the newest the filter selects). */
-export const NEAREST_CANDIDATES = 2000;
-/** Matching memories searchMemories ranks at most (the newest the filter selects). */
-export const LEXICAL_CANDIDATES = 1000;
-/** How long the common lexemes read from the table's statistics are used before they are read again. */
-const COMMON_LEXEMES_TTL_MS = 60_000;
-/** Bytes of decoded embeddings (float32) nearestMemories keeps between calls, in all apps: ~43,000 vectors of 384 dimensions. */
-export const EMBEDDING_CACHE_BYTES = 64 * 1024 * 1024;
-/** Apps whose cache warmth nearestMemories remembers (the least recently searched forgotten first: their next search reads embeddings with its candidates). */
-const WARM_APPS_MAX = 10_000;
+/** The largest dimension pgvector's HNSW indexes a `vector` of; an app of more dimensions is searched by exact scan. */
+const HNSW_MAX_DIMENSIONS = 2000;
+/** How long the client waits for a vector index to be built over stored rows. */
+const INDEX_BUILD_TIMEOUT_MS = 24 * 3600_000;
+/** Memories the background re-analysis (reanalyze) rewrites per transaction. */
+const REANALYZE_BATCH = 500;
 /** Memories one delete statement (forget, erasure) removes at most: one bounded transaction each. */
 const DELETE_BATCH_MEMORIES = 10_000;
 
@@ -194,26 +186,6 @@ function decodeEmbedding(bytes: Buffer): number[] {
   return out;
 }
 
-/** Sum of squares of a vector: the squared norm cosine divides by. */
-function squaredNorm(v: ArrayLike<number>): number {
-  let sum = 0;
-  for (let i = 0; i < v.length; i++) sum += v[i] * v[i];
-  return sum;
-}
-
-/**
- * Cosine similarity of the query with a stored embedding: the same
- * arithmetic as rules.ts's cosine over the float32 values as stored, with
- * both squared norms computed once (the query's per search, the stored
- * vector's when cached), so only the dot product runs per candidate.
- */
-function cosineToStored(query: readonly number[], querySquares: number, stored: CachedEmbedding): number {
-  const { floats, squares } = stored;
-  let dot = 0;
-  for (let i = 0; i < query.length; i++) dot += query[i] * floats[i];
-  return querySquares === 0 || squares === 0 ? 0 : dot / Math.sqrt(querySquares * squares);
-}
-
 function toRecord(row: MemoryRow): MemoryRecord {
   const m: MemoryRecord = {
     memoryId: row.memory_id,
@@ -326,40 +298,27 @@ function newestSql(schema: string, p: Params, filter: MemoryFilter, columns: str
   return `SELECT * FROM (${half("own")} UNION ALL ${half("shared")}) both_halves ${order}`;
 }
 
+/** The OR of terms as tsquery text: each quoted (quotes doubled, backslashes escaped), so no user text can break its syntax. */
+function orQueryText(terms: readonly string[]): string {
+  return terms.map((term) => `'${term.replaceAll("\\", "\\\\").replaceAll("'", "''")}'`).join(" | ");
+}
+
+/** What `terms` indexes of a memory: its text and its fact, analyzed (analyzer.ts). */
+function memoryTerms(m: Pick<MemoryRecord, "text" | "fact">): string {
+  return analyzedText(m.fact ? `${m.text} ${m.fact.subject} ${m.fact.predicate} ${m.fact.object}` : m.text);
+}
+
+/** A row of nearestSql as ranked: cosine similarity, 0 for a zero vector (whose cosine distance pgvector gives as NaN). */
+function byDistance(row: MemoryRow & { distance: number }): RankedMemory {
+  return { memory: toRecord(row), score: Number.isNaN(row.distance) ? 0 : 1 - row.distance };
+}
+
 /**
- * The OR of the query's lexemes as a tsquery, from to_tsvector: stripped of
- * positions, a tsvector's text is its lexemes each quoted (quotes doubled,
- * backslashes escaped) and separated by one space, which no lexeme holds;
- * joined by " | " instead it is a tsquery, so no user text can break its
- * syntax. NULL (nothing matches) when the query holds only stop words or
- * punctuation. Every function here is immutable, so with the query bound
- * PostgreSQL folds the whole expression into a constant while planning and
- * estimates how many memories its words match from the column's statistics.
- * A subquery here (an InitPlan, unknown while planning) made it guess a few
- * hundred matches for common words and sort all 31,000 of them (188 ms at
- * 100k memories) instead of walking the newest first (12 ms).
+ * How search_vector keeps embeddings (migration 0016): pgvector's `vector`,
+ * its type and operator qualified by the extension's schema; or real[],
+ * searched by an exact scan.
  */
-const OR_QUERY = (param: string) => `NULLIF(regexp_replace(strip(to_tsvector('english'::regconfig, ${param}))::text, ''' ''', ''' | ''', 'g'), '')::tsquery`;
-
-/** The OR of lexemes as tsquery text: each quoted as a stripped tsvector's text quotes it (quotes doubled, backslashes escaped). */
-function orQueryText(lexemes: readonly string[]): string {
-  return lexemes.map((lexeme) => `'${lexeme.replaceAll("\\", "\\\\").replaceAll("'", "''")}'`).join(" | ");
-}
-
-/** A candidate of nearestMemories: its id and row version, and its embedding when read with it. */
-interface EmbeddedRow {
-  memory_id: string;
-  version: string;
-  embedding?: Buffer | null;
-}
-
-/** A decoded embedding of nearestMemories' cache, and the row version it came from. */
-interface CachedEmbedding {
-  version: string;
-  floats: Float32Array;
-  /** squaredNorm(floats). */
-  squares: number;
-}
+type VectorLayout = { kind: "pgvector"; schema: string } | { kind: "exact" };
 
 /** A change as another replica hears of it: ids only, or ids and scope for deletions. */
 /** A notice of an app's changes: m "w" (written, superseded) or "d" (deleted), origin, app, and the newest change number it made. */
@@ -374,32 +333,128 @@ export class PostgresMemories implements LongTermMemoryStore {
   private readonly origin = randomUUID();
   private readonly listeners = new KeyedListeners<MemoryChange>();
   private readonly s: string;
-  /**
-   * Decoded embeddings by app and memory id, each with the version of the
-   * row it was read from: its xmin (the transaction that wrote that row
-   * version) and created_ms. A row's embedding never changes while the row
-   * lives; a memory deleted and written again under the same id is a new
-   * row, so a new xmin, and a stale entry is never used (wraparound would
-   * also need the same created_ms). Shipping 2,000 candidate embeddings as
-   * hex (~6 MB) per vector search was most of its cost on both sides.
-   */
-  private readonly embeddings = new LRUCache<string, CachedEmbedding>({
-    maxSize: EMBEDDING_CACHE_BYTES,
-    sizeCalculation: (entry) => entry.floats.byteLength + 64,
-  });
-  /** Whether an app's next vector search finds its candidates' vectors cached, by app; absent: never searched (see embeddingsOf). */
-  private readonly warmApps = new LRUCache<string, boolean>({ max: WARM_APPS_MAX });
-  /** The common lexemes (see commonLexemes) and when they were read; a read in progress is shared. */
-  private common: { lexemes: ReadonlySet<string>; readAt: number } | undefined;
-  private commonRead: Promise<ReadonlySet<string>> | undefined;
+  /** How search_vector keeps embeddings; known once start() has read it. */
+  private layout: VectorLayout = { kind: "exact" };
+  /** Dimensions whose HNSW index exists (or is not wanted): ensureVectorIndex need not ask again. */
+  private readonly indexedDimensions = new Set<number>();
+  /** start()'s indexing in the background (the vector indexes, then reanalyze), ended by close(). */
+  private background: Promise<void> | undefined;
+  private closed = false;
 
   constructor(private readonly db: PostgresMemoriesAccess) {
     this.s = db.schema;
   }
 
+  /**
+   * After the migrations: reads how search_vector keeps embeddings (saying
+   * once, in the log, when it is the exact scan because pgvector is not
+   * there); then, in the background, makes sure every dimension in use has
+   * its index and re-analyzes rows written before 0016.
+   */
+  async start(): Promise<void> {
+    const { rows } = await this.db.query<{ type: string; extension_schema: string | null }>(
+      `SELECT format_type(a.atttypid, a.atttypmod) AS type,
+              (SELECT extnamespace::regnamespace::text FROM pg_extension WHERE extname = 'vector') AS extension_schema
+       FROM pg_attribute a WHERE a.attrelid = $1::regclass AND a.attname = 'search_vector'`,
+      [`${this.s}.memories`],
+    );
+    const [row] = rows;
+    if (row && row.type !== "real[]" && row.extension_schema) {
+      this.layout = { kind: "pgvector", schema: row.extension_schema };
+    } else {
+      log.warn(
+        { schema: this.db.schemaName },
+        "PostgreSQL has no pgvector (the vector extension) for this schema: vector search over long-term memories scans each scope exactly, in time linear in its memories",
+      );
+    }
+    // Indexes first: before the re-analysis fills search_vector of older rows they hold few, so writes wait on their build briefly.
+    this.background = (async () => {
+      const { rows: dimensions } = await this.db.query<{ dimension: number }>(`SELECT DISTINCT dimension FROM ${this.s}.memory_dimensions`, []);
+      for (const { dimension } of dimensions) await this.ensureVectorIndex(dimension);
+      await this.reanalyze();
+    })().catch((err: unknown) => {
+      if (!this.closed) log.warn({ err }, "indexing long-term memories stopped; the next start-up resumes it");
+    });
+  }
+
+  /** Resolves once start()'s background indexing has ended (done, or stopped and logged). */
+  async indexed(): Promise<void> {
+    await this.background;
+  }
+
+  /**
+   * Rewrites `terms` and `search_vector` of rows analyzed by another
+   * analyzer version (rows written before migration 0016 read 0),
+   * REANALYZE_BATCH per transaction, rows another replica is rewriting
+   * skipped; until then such a row is found by listing, not by search. The
+   * number of rows rewritten.
+   */
+  async reanalyze(): Promise<number> {
+    let done = 0;
+    while (!this.closed) {
+      const rewritten = await this.db.transaction(async (client) => {
+        const { rows } = await client.query<MemoryRow>(
+          `SELECT ${COLUMNS} FROM ${this.s}.memories
+           WHERE analyzer <> ${ANALYZER_VERSION} LIMIT ${REANALYZE_BATCH} FOR UPDATE SKIP LOCKED`,
+        );
+        if (rows.length === 0) return 0;
+        const records = rows.map(toRecord);
+        await client.query(
+          `UPDATE ${this.s}.memories m SET terms = to_tsvector('simple'::regconfig, t.terms), analyzer = ${ANALYZER_VERSION}, search_vector = ${this.vectorParam("t.vector")}
+           FROM unnest($1::text[], $2::text[], $3::text[], $4::text[]) AS t(app_name, memory_id, terms, vector)
+           WHERE m.app_name = t.app_name AND m.memory_id = t.memory_id`,
+          [records.map((m) => m.appName), records.map((m) => m.memoryId), records.map(memoryTerms), records.map((m) => this.vectorText(m.embedding))],
+        );
+        return rows.length;
+      });
+      done += rewritten;
+      if (rewritten < REANALYZE_BATCH) break;
+    }
+    return done;
+  }
+
+  /** An embedding as search_vector's input text (NULL without one). */
+  private vectorText(embedding: readonly number[] | undefined): string | null {
+    if (!embedding) return null;
+    return this.layout.kind === "pgvector" ? `[${embedding.join(",")}]` : `{${embedding.join(",")}}`;
+  }
+
+  /** The SQL turning vectorText's `param` into search_vector's type. */
+  private vectorParam(param: string): string {
+    return this.layout.kind === "pgvector" ? `${param}::${this.layout.schema}.vector` : `${param}::real[]`;
+  }
+
+  /**
+   * Creates the HNSW index (cosine) of one dimension unless it exists: over
+   * search_vector cast to the dimension, partial to the rows of that
+   * dimension. Replicas creating it at once queue on an advisory lock. A
+   * plain CREATE INDEX: when a dimension is first written its rows are few
+   * (at start-up, before the re-analysis fills search_vector, none), so
+   * writes wait on it briefly.
+   */
+  private async ensureVectorIndex(dimension: number): Promise<void> {
+    if (this.layout.kind !== "pgvector" || this.indexedDimensions.has(dimension)) return;
+    if (dimension <= HNSW_MAX_DIMENSIONS) {
+      const v = this.layout.schema;
+      await this.db.transaction(async (client) => {
+        await client.query("SELECT pg_advisory_xact_lock(hashtextextended($1, 0))", [`engram:memory-vector-index:${this.db.schemaName}:${dimension}`]);
+        // Building over rows already stored (at start-up) may outlast a statement's usual bound, on both sides.
+        await client.query("SET LOCAL statement_timeout = 0");
+        await client.query({
+          text: `CREATE INDEX IF NOT EXISTS memories_vector_${dimension} ON ${this.s}.memories
+                 USING hnsw ((search_vector::${v}.vector(${dimension})) ${v}.vector_cosine_ops) WHERE ${v}.vector_dims(search_vector) = ${dimension}`,
+          // node-pg reads query_timeout per query, though its types do not declare it.
+          query_timeout: INDEX_BUILD_TIMEOUT_MS,
+        } as pg.QueryConfig);
+      });
+    }
+    this.indexedDimensions.add(dimension);
+  }
+
   async writeMemories(batch: readonly MemoryRecord[], call?: StoreCall): Promise<MemoryWriteResult> {
     if (batch.length === 0) return { memories: [], superseded: [] };
     const { result, changes } = await this.db.transaction((client) => this.writeBatch(client, batch), call);
+    for (const dimension of new Set(batch.flatMap((m) => (m.embedding ? [m.embedding.length] : [])))) await this.ensureVectorIndex(dimension);
     for (const [appName, appChanges] of changes) for (const change of appChanges) this.emit(appName, change);
     return result;
   }
@@ -538,8 +593,9 @@ export class PostgresMemories implements LongTermMemoryStore {
 
   private async insert(client: pg.PoolClient, m: MemoryRecord, supersession: string): Promise<void> {
     await client.query(
-      `INSERT INTO ${this.s}.memories (${COLUMNS}, scope_key, supersession_key)
-       VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11::text[], $12, $13, $14::jsonb, $15, $16, $17, $18, $19, $20, $21, $22, $23, $24, $25)`,
+      `INSERT INTO ${this.s}.memories (${COLUMNS}, scope_key, supersession_key, terms, analyzer, search_vector)
+       VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11::text[], $12, $13, $14::jsonb, $15, $16, $17, $18, $19, $20, $21, $22, $23, $24, $25,
+               to_tsvector('simple'::regconfig, $26), ${ANALYZER_VERSION}, ${this.vectorParam("$27")})`,
       [
         m.appName,
         m.memoryId,
@@ -566,6 +622,8 @@ export class PostgresMemories implements LongTermMemoryStore {
         m.fingerprint,
         exactScopeKey(m),
         supersession,
+        memoryTerms(m),
+        this.vectorText(m.embedding),
       ],
     );
   }
@@ -576,38 +634,23 @@ export class PostgresMemories implements LongTermMemoryStore {
   }
 
   async searchMemories(filter: MemoryFilter, query: string, limit: number, call?: StoreCall): Promise<RankedMemory[]> {
-    if (query.trim() === "" || limit <= 0) return [];
+    const terms = queryTerms(query);
+    if (terms.length === 0 || limit <= 0) return [];
     const p = new Params();
-    const split = await this.rareAndCommon(query, call);
-    // Without common words, the query's words as an expression PostgreSQL folds while planning (OR_QUERY).
-    const all = split ? `${p.add(orQueryText(split.all))}::tsquery` : OR_QUERY(p.add(query));
-    const rare = split ? `${p.add(orQueryText(split.rare))}::tsquery` : all;
-    const columns = "memory_id, created_ms, search";
-    // The newest matches first (newestSql: a user's VISIBLE scope walks the
-    // user's and the shared memories' own indexes, not every user's rows),
-    // then ranked. Ranked as ids, then the whole rows of the best joined:
-    // sorting every match's whole row (embedding included) doubled a
-    // search's time.
-    // ts_rank, not ts_rank_cd: cover density cost ~15 µs a memory against
-    // ts_rank's ~2 µs (most of a search's time at 1,000 candidates), and
-    // neither has IDF. Normalization 1: the rank divided by 1 + log(length),
-    // so a long memory does not win by repeating words. Every candidate is
-    // ranked on all the query's words.
-    const l = p.add(limit);
-    const ranked = (window: string) =>
-      `(SELECT memory_id, created_ms, ts_rank(search, ${all}, 1) AS score FROM (${window}) newest ORDER BY score DESC, created_ms DESC, memory_id DESC LIMIT ${l})`;
-    let best = ranked(newestSql(this.s, p, filter, columns, Math.max(limit, LEXICAL_CANDIDATES), undefined, `search @@ ${rare}`));
-    if (rare !== all) {
-      // The rare words' window, then, only if it ranks fewer than `limit`
-      // (the Append under the LIMIT stops before its second part), the
-      // newest `limit` memories that match only the common words.
-      const fill = ranked(newestSql(this.s, p, filter, columns, limit, undefined, `search @@ ${all} AND NOT search @@ ${rare}`));
-      best = `SELECT * FROM (${best} UNION ALL ${fill} LIMIT ${l}) rare_then_common`;
-    }
-    // One statement: the best ids joined to their rows by primary key (a
-    // second round trip for the rows cost each side more than the join).
+    const q = `${p.add(orQueryText(terms))}::tsquery`;
+    // Ranked as ids, then the whole rows of the best joined: sorting every
+    // match's whole row (embedding included) doubled a search's time.
+    // ts_rank, not ts_rank_cd: cover density costs several times more a
+    // match, and neither has IDF. Normalization 1: the rank divided by
+    // 1 + log(length), so a long memory does not win by repeating words.
+    // A custom plan: the tsquery is a constant PostgreSQL estimates its
+    // matches of (GIN or a scope index first).
+    const where = filterConditions(p, filter, [...scopeSql(p, filter.scope), `terms @@ ${q}`]);
     const { rows } = await this.db.query<MemoryRow & { score: number }>(
-      `WITH best AS (${best})
+      `WITH best AS (
+         SELECT memory_id, created_ms, ts_rank(terms, ${q}, 1) AS score FROM ${this.s}.memories WHERE ${where}
+         ORDER BY score DESC, created_ms DESC, memory_id DESC LIMIT ${p.add(limit)}
+       )
        SELECT ${columnsFor(filter, "m")}, best.score FROM best JOIN ${this.s}.memories m ON m.app_name = ${p.add(filter.scope.appName)} AND m.memory_id = best.memory_id
        ORDER BY best.score DESC, best.created_ms DESC, best.memory_id DESC`,
       p.values,
@@ -617,148 +660,56 @@ export class PostgresMemories implements LongTermMemoryStore {
     return rows.map((row) => ({ memory: toRecord(row), score: row.score }));
   }
 
-  /**
-   * The query's lexemes (as the search column makes them: English stemming
-   * and stop words), all of them and those that are not common, when it has
-   * both common and rarer ones; undefined otherwise (no common lexemes
-   * known, or the query's words all common or all rare), and then without
-   * asking PostgreSQL when none are known.
-   */
-  private async rareAndCommon(query: string, call: StoreCall | undefined): Promise<{ all: string[]; rare: string[] } | undefined> {
-    const common = await this.commonLexemes(call);
-    if (common.size === 0) return undefined;
-    const { rows } = await this.db.query<{ lexemes: string[] }>(`SELECT tsvector_to_array(to_tsvector('english'::regconfig, $1)) AS lexemes`, [query], call);
-    const all = rows[0]?.lexemes ?? [];
-    const rare = all.filter((lexeme) => !common.has(lexeme));
-    return rare.length > 0 && rare.length < all.length ? { all, rare } : undefined;
-  }
-
-  /**
-   * The lexemes PostgreSQL's statistics of the memories table (ANALYZE, run
-   * by autovacuum) estimate in at least LEXICAL_CANDIDATES memories, of every
-   * app: a word that alone could fill a search's window. Read again after
-   * COMMON_LEXEMES_TTL_MS; none before the table has been analyzed, and
-   * none on a table that small, so a search then works as if every word
-   * were rare. A failed read keeps the last known ones (or none) until the
-   * next read is due, so searches do not each pay for a read that fails.
-   */
-  private async commonLexemes(call: StoreCall | undefined): Promise<ReadonlySet<string>> {
-    const known = this.common;
-    if (known && Date.now() - known.readAt < COMMON_LEXEMES_TTL_MS) return known.lexemes;
-    this.commonRead ??= this.db
-      .query<{ lexemes: string[] | null }>(
-        `SELECT ARRAY(
-           SELECT lexeme FROM unnest(s.most_common_elems::text::text[], s.most_common_elem_freqs) AS e(lexeme, freq)
-           WHERE lexeme IS NOT NULL AND freq * c.reltuples >= $3
-         ) AS lexemes
-         FROM pg_stats s
-         JOIN pg_namespace n ON n.nspname = s.schemaname
-         JOIN pg_class c ON c.relnamespace = n.oid AND c.relname = s.tablename
-         WHERE s.schemaname = $1 AND s.tablename = $2 AND s.attname = 'search'`,
-        [this.db.schemaName, "memories", LEXICAL_CANDIDATES],
-        call,
-      )
-      .then(
-        ({ rows }) => new Set(rows[0]?.lexemes ?? []),
-        () => known?.lexemes ?? new Set<string>(),
-      )
-      .then((lexemes) => {
-        this.common = { lexemes, readAt: Date.now() };
-        return lexemes;
-      })
-      .finally(() => (this.commonRead = undefined));
-    return this.commonRead;
-  }
-
-  /** The whole rows of ranked ids, in the ranking's order; a memory deleted between the two reads is left out. */
-  private async rowsOf(filter: MemoryFilter, best: { memoryId: string; score: number }[], call: StoreCall | undefined): Promise<RankedMemory[]> {
-    if (best.length === 0) return [];
-    const appName = filter.scope.appName;
-    const { rows } = await this.db.query<MemoryRow>(`SELECT ${columnsFor(filter)} FROM ${this.s}.memories WHERE app_name = $1 AND memory_id = ANY($2::text[])`, [
-      appName,
-      best.map((b) => b.memoryId),
-    ], call);
-    const byId = new Map(rows.map((row) => [row.memory_id, toRecord(row)]));
-    return best.flatMap(({ memoryId, score }) => {
-      const memory = byId.get(memoryId);
-      return memory ? [{ memory, score }] : [];
-    });
-  }
-
   async nearestMemories(filter: MemoryFilter, embedding: readonly number[], limit: number, call?: StoreCall): Promise<RankedMemory[]> {
     if (embedding.length === 0 || limit <= 0) return [];
-    const p = new Params();
-    const appName = filter.scope.appName;
-    // The candidates (through 0011's indexes of embedded memories) with
-    // their row versions and sizes, and, while the app's vectors are not
-    // cached, their embeddings; then the embeddings the cache lacks; then
-    // the whole rows of the best. Every embedding of an app has one
-    // dimension: a query of another matches none. That is checked here, not
-    // in SQL, where a condition on octet_length made PostgreSQL expect a
-    // handful of rows and sort thousands of whole embeddings on disk.
-    const inline = this.warmApps.get(appName) !== true;
-    const candidatesSql = newestSql(
-      this.s,
-      p,
-      filter,
-      `memory_id, created_ms, xmin::text || ':' || created_ms AS version, octet_length(embedding) AS bytes${inline ? ", embedding" : ""}`,
-      NEAREST_CANDIDATES,
-      undefined,
-      "embedding IS NOT NULL",
-    );
-    const { rows } = await this.db.query<EmbeddedRow & { bytes: number }>(candidatesSql, p.values, call);
-    const candidates = rows.filter((row) => row.bytes === embedding.length * 4);
-    const vectors = await this.embeddingsOf(appName, candidates, call);
-    const querySquares = squaredNorm(embedding);
-    const best = candidates
-      .flatMap((row) => {
-        const stored = vectors.get(row.memory_id);
-        // Deleted since the candidates were read: left out, as rowsOf would.
-        return stored?.floats.length === embedding.length ? [{ memoryId: row.memory_id, score: cosineToStored(embedding, querySquares, stored) }] : [];
-      })
-      .sort((a, b) => b.score - a.score)
-      .slice(0, limit);
-    return this.rowsOf(filter, best, call);
+    if (this.layout.kind === "pgvector" && embedding.length <= HNSW_MAX_DIMENSIONS) {
+      // Relaxed order: the scan may hand back neighbours slightly out of
+      // order, so the k it found are sorted again; ef_search: the scan's
+      // first candidate list holds at least the k asked for.
+      const found = await this.db.transaction(async (client) => {
+        await client.query(`SELECT set_config('hnsw.iterative_scan', 'relaxed_order', true), set_config('hnsw.ef_search', $1, true)`, [
+          String(Math.min(1000, Math.max(40, limit))),
+        ]);
+        const { sql, values } = this.nearestQuery(filter, embedding, limit, true);
+        return (await client.query<MemoryRow & { distance: number }>(sql, values)).rows;
+      }, call);
+      // The index scan gave up before finding k in the filter (it visits
+      // hnsw.max_scan_tuples rows at most): the filter keeps few rows, which
+      // the exact plan reads alone. Fewer than k exist otherwise.
+      if (found.length >= limit) return found.sort((a, b) => a.distance - b.distance).map(byDistance);
+    }
+    const { sql, values } = this.nearestQuery(filter, embedding, limit, false);
+    return (await this.db.query<MemoryRow & { distance: number }>(sql, values, call, { plan: "custom" })).rows.map(byDistance);
   }
 
   /**
-   * The decoded embeddings of candidate rows: those a row carries (decoded
-   * unless the cache holds its version), the cache's, and the rest read in
-   * one statement; every one read is cached. An app is warm (its next
-   * search reads no embedding with its candidates) after its first search
-   * and while at least half of a search's candidates were cached before it:
-   * reading 2,000 missing ones by id after their ids costs about twice the
-   * one statement that reads them with the candidates, so an app whose
-   * vectors do not stay cached reads them with its candidates until they do.
+   * The best `limit` embedded memories of the filter by cosine similarity
+   * to `embedding`, as `score`: through the HNSW index of the query's
+   * dimension when `indexed` (the column cast to the dimension, and the
+   * index's own predicate, both literals), else exact: every embedded row
+   * of the filter of that dimension compared. A memory of another dimension
+   * never matches. Public for tests, which EXPLAIN it.
    */
-  private async embeddingsOf(appName: string, candidates: readonly EmbeddedRow[], call: StoreCall | undefined): Promise<Map<string, CachedEmbedding>> {
-    const vectors = new Map<string, CachedEmbedding>();
-    const missing: string[] = [];
-    const remember = (row: EmbeddedRow & { embedding: Buffer }) => {
-      const floats = storedFloats(row.embedding);
-      const entry = { version: row.version, floats, squares: squaredNorm(floats) };
-      this.embeddings.set(`${appName}\u0000${row.memory_id}`, entry);
-      vectors.set(row.memory_id, entry);
-    };
-    let hits = 0;
-    for (const row of candidates) {
-      const cached = this.embeddings.get(`${appName}\u0000${row.memory_id}`);
-      if (cached?.version === row.version) {
-        hits++;
-        vectors.set(row.memory_id, cached);
-      } else if (row.embedding) remember({ ...row, embedding: row.embedding });
-      else missing.push(row.memory_id);
+  nearestQuery(filter: MemoryFilter, embedding: readonly number[], limit: number, indexed: boolean): { sql: string; values: unknown[] } {
+    const p = new Params();
+    const dimension = embedding.length;
+    const query = p.add(this.vectorText(embedding));
+    const where = scopeSql(p, filter.scope);
+    let distance: string;
+    if (this.layout.kind === "pgvector") {
+      const v = this.layout.schema;
+      where.push(`${v}.vector_dims(search_vector) = ${dimension}`);
+      distance = indexed
+        ? `(search_vector::${v}.vector(${dimension})) OPERATOR(${v}.<=>) ${query}::${v}.vector(${dimension})`
+        : `search_vector OPERATOR(${v}.<=>) ${query}::${v}.vector`;
+    } else {
+      where.push(`cardinality(search_vector) = ${dimension}`);
+      // 1 - cosine similarity in double precision; a zero vector is at distance 1 from every other.
+      distance = `(SELECT 1 - coalesce(sum(e * q) / nullif(sqrt(sum(e * e) * sum(q * q)), 0), 0) FROM unnest(search_vector::float8[], ${query}::float8[]) AS t(e, q))`;
     }
-    this.warmApps.set(appName, hits * 2 >= candidates.length || this.warmApps.get(appName) === undefined);
-    if (missing.length === 0) return vectors;
-    const { rows } = await this.db.query<EmbeddedRow>(
-      `SELECT memory_id, xmin::text || ':' || created_ms AS version, embedding FROM ${this.s}.memories WHERE app_name = $1 AND memory_id = ANY($2::text[])`,
-      [appName, missing],
-      call,
-    );
-    // Each row as read now (it may have changed since the candidates were listed): scored and cached under its own version.
-    for (const row of rows) if (row.embedding) remember({ ...row, embedding: row.embedding });
-    return vectors;
+    const sql = `SELECT ${columnsFor(filter)}, ${distance} AS distance FROM ${this.s}.memories WHERE ${filterConditions(p, filter, where)}
+                 ORDER BY distance LIMIT ${p.add(limit)}`;
+    return { sql, values: p.values };
   }
 
   async listMemories(filter: MemoryFilter, limit: number, after?: MemoryCursor, call?: StoreCall): Promise<MemoryRecord[]> {
@@ -865,11 +816,10 @@ export class PostgresMemories implements LongTermMemoryStore {
     this.emit(notice.a, { seq: notice.q, kind: "remote" });
   }
 
-  /** Forgets every listener and cached vector (the store is closing). */
+  /** Forgets every listener and stops the re-analysis (the store is closing). */
   close(): void {
+    this.closed = true;
     this.listeners.clear();
-    this.embeddings.clear();
-    this.warmApps.clear();
   }
 
   private emit(appName: string, change: MemoryChange): void {
