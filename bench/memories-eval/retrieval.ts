@@ -31,6 +31,7 @@ import type { MessageInitShape } from "@bufbuild/protobuf";
 import { DEFAULT_SERVICE_LIMITS } from "../../src/service/limits.js";
 import { EmbeddingsClient } from "../../src/service/memories/embeddings.js";
 import { LongTermMemoryService } from "../../src/service/memories/service.js";
+import { cosine } from "../../src/store/memories/rules.js";
 import { RRF_K } from "../../src/service/memories/ranking.js";
 import { analyze, queryTerms } from "../../src/store/memories/analyzer.js";
 import { LocalStore } from "../../src/store/local.js";
@@ -80,18 +81,6 @@ function bm25(pool: readonly MemoryRecord[], query: string): string[] {
     .filter((r) => r.score > 0)
     .sort((x, y) => y.score - x.score || (x.id < y.id ? -1 : 1))
     .map((r) => r.id);
-}
-
-function cosine(a: readonly number[], b: readonly number[]): number {
-  let dot = 0;
-  let na = 0;
-  let nb = 0;
-  for (let i = 0; i < a.length; i++) {
-    dot += a[i] * b[i];
-    na += a[i] * a[i];
-    nb += b[i] * b[i];
-  }
-  return dot / Math.sqrt(na * nb);
 }
 
 function byCosine(pool: readonly MemoryRecord[], query: readonly number[]): string[] {

@@ -224,18 +224,22 @@ export class Metrics {
     });
   }
 
+  /** A counter that reads its total at scrape time from a count kept elsewhere. */
+  private countedAtScrape(name: string, help: string, read: () => number): void {
+    new Counter({
+      name,
+      help,
+      registers: [this.registry],
+      collect() {
+        this.reset();
+        this.inc(read());
+      },
+    });
+  }
+
   /** Exports background fact extraction's counts (MEMORY_EXTRACTION_URL), read at scrape time. */
   watchExtraction(counts: Readonly<ExtractionCounts>): void {
-    const counter = (name: string, help: string, read: () => number) =>
-      new Counter({
-        name,
-        help,
-        registers: [this.registry],
-        collect() {
-          this.reset();
-          this.inc(read());
-        },
-      });
+    const counter = this.countedAtScrape.bind(this);
     counter("engram_extraction_facts_total", "Facts extracted from appended events and written as long-term memories by this replica.", () => counts.facts);
     counter("engram_extraction_failed_requests_total", "Extraction requests that failed (endpoint down, timed out, refused) or whose answer was not the JSON asked for.", () => counts.failedRequests);
     counter("engram_extraction_skipped_facts_total", "Extracted facts skipped for a wrong shape or a value the memory validation refuses.", () => counts.skippedFacts);
@@ -245,16 +249,7 @@ export class Metrics {
 
   /** The reranker's counts (MEMORY_RERANK_URL), read at scrape time. */
   watchReranker(counts: Readonly<RerankCounts>): void {
-    const counter = (name: string, help: string, read: () => number) =>
-      new Counter({
-        name,
-        help,
-        registers: [this.registry],
-        collect() {
-          this.reset();
-          this.inc(read());
-        },
-      });
+    const counter = this.countedAtScrape.bind(this);
     counter("engram_memory_reranked_total", "Searches whose best memories the reranker reordered.", () => counts.reranked);
     counter("engram_memory_rerank_failures_total", "Rerank requests that failed (down, timed out, refused, or an answer of another shape): those searches kept the fused order.", () => counts.failed);
   }

@@ -10,6 +10,7 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { ScopeMatch } from "@engram-memory/client/gen/engram/v1/memories_pb.js";
 import { grpcJsClient, type MemoryClient } from "../support/clients.js";
 import { startTestServer, type TestServer } from "../support/engram.js";
+import { seededRandom } from "../../bench/lib/seeded-random.js";
 
 const APP = `ranking-${process.pid}`;
 const DIMENSIONS = 16;
@@ -27,18 +28,6 @@ afterAll(async () => {
   client?.close();
   await server?.stop();
 });
-
-/** A seeded generator in [0, 1) (mulberry32), so the vectors are the same on every run. */
-function seeded(seed: number): () => number {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
 
 function unit(v: number[]): number[] {
   const norm = Math.hypot(...v);
@@ -74,7 +63,7 @@ describe("a clear best match ranks first, whatever its age and importance", () =
   });
 
   it("by a near-exact query vector: the nearest memory beats newer ones farther away", async () => {
-    const random = seeded(35);
+    const random = seededRandom(35);
     const vector = () => unit(Array.from({ length: DIMENSIONS }, () => random() * 2 - 1));
     const needle = vector();
     await writeNeedleThenNewer("lev", { text: "Lev's locker code", embedding: needle }, (i) => ({ text: `Lev note ${i}`, embedding: vector() }));
@@ -85,7 +74,7 @@ describe("a clear best match ranks first, whatever its age and importance", () =
   });
 
   it("by both: a keyword and vector match beats newer memories that match only one of the two as well", async () => {
-    const random = seeded(36);
+    const random = seededRandom(36);
     const vector = () => unit(Array.from({ length: DIMENSIONS }, () => random() * 2 - 1));
     const needle = vector();
     await writeNeedleThenNewer("mo", { text: "Mo's allergy is to penicillin", embedding: needle }, (i) => ({ text: `Mo mentioned an allergy at visit ${i}`, embedding: vector() }));
