@@ -98,6 +98,21 @@ describe.each(PROTOCOLS)("memories under scoped keys over %s", (protocol, client
     expect(all.results.map((r) => r.memory?.memoryId).sort()).toEqual([`alice-${p}`, `bob-${p}`, `shared-${p}`]);
   });
 
+  it("a user-bound key's lexical scores say nothing of how many of another user's memories hold its words", async () => {
+    const word = `zebra${p}x`;
+    await alice.writeMemories({ memories: [{ memoryId: `alice-zebra-${p}`, appName: APP, text: `my ${word} sighting at the park` }] });
+    const score = async () => {
+      const { results } = await aliceRead.searchMemories({ appName: APP, query: word });
+      expect(results.map((r) => r.memory?.memoryId)).toEqual([`alice-zebra-${p}`]);
+      return results[0].lexicalScore;
+    };
+    const before = await score();
+    for (const count of [1, 4, 15]) {
+      await app.writeMemories({ memories: Array.from({ length: count }, (_, i) => ({ appName: APP, userId: "bob", text: `bob saw ${word} number ${count}-${i}` })) });
+      expect(await score(), `after ${count} more of bob's`).toBeCloseTo(before, 9);
+    }
+  });
+
   it("forgets only the key's own user's memories: another user's and the shared ones count as absent", async () => {
     await alice.writeMemories({ memories: [{ memoryId: `alice-gone-${p}`, appName: APP, text: "to forget" }] });
     const { deletedCount } = await alice.deleteMemories({ appName: APP, memoryIds: [`bob-${p}`, `shared-${p}`, `alice-gone-${p}`] });
