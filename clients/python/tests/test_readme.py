@@ -50,6 +50,7 @@ INTEGRATIONS = {
     "engram_memory.openai_agents": "openai popped: Hi!",
     "engram_memory.langchain": "langchain: ['I am Alice', 'Hello Alice.']",
     "engram_memory.langgraph": "langgraph: sister My sister lives in Porto",
+    "engram_memory.pydantic_ai": "pydantic_ai: 4 messages",
 }
 
 
