@@ -187,7 +187,8 @@ function explainedRefusal(req: IncomingMessage, handler: UniversalHandler, statu
     status === 405
       ? `${req.method} is not allowed on ${path} (it takes ${methods}): ${how}`
       : `${req.headers["content-type"] ? `Content-Type ${JSON.stringify(req.headers["content-type"])}` : "a request without the Connect GET parameters"} is not served on ${path}: ${how}`;
-  const error = new ConnectError(message, status === 405 ? Code.Unimplemented : Code.InvalidArgument);
+  // The code a Connect client derives from the bare status (the protocol maps 405 and 415 to unknown), so the body changes what it reads, not how it reacts.
+  const error = new ConnectError(message, Code.Unknown);
   const header = new Headers({ "content-type": "application/json" });
   if (status === 405) header.set("allow", handler.allowedMethods.join(", "));
   return { status, header, body: once(Buffer.from(JSON.stringify(errorToJson(error, JSON_WRITE_OPTIONS)))) };
@@ -369,7 +370,10 @@ export function createConnectHandler(options: ConnectHandlerOptions) {
       .then(async (guard) => {
         if (guard.rejection) return guard.rejection;
         const uRes = await handler(uReq);
-        if ((uRes.status === 405 || uRes.status === 415) && uRes.body === undefined) return explainedRefusal(req, handler, uRes.status);
+        // gRPC-Web clients read these statuses bare; Connect's and a person's get the explanation.
+        if ((uRes.status === 405 || uRes.status === 415) && uRes.body === undefined && !String(req.headers["content-type"] ?? "").startsWith("application/grpc-web")) {
+          return explainedRefusal(req, handler, uRes.status);
+        }
         // A unary Connect error is a non-200 status; when the body is what failed, say which field.
         return (uRes.status !== 200 && guard.explain?.()) || uRes;
       })
