@@ -28,9 +28,8 @@ import { create, toBinary } from "@bufbuild/protobuf";
 import { timestampFromMs, timestampMs } from "@bufbuild/protobuf/wkt";
 import { createClient, type Client } from "@connectrpc/connect";
 import { createGrpcTransport } from "@connectrpc/connect-node";
-import { MemorySchema, SearchMemoriesRequestSchema } from "@engram-memory/client/gen/engram/v1/memories_pb.js";
+import { SearchMemoriesRequestSchema } from "@engram-memory/client/gen/engram/v1/memories_pb.js";
 import { MemoryService, RecallRequestSchema } from "@engram-memory/client/gen/engram/v1/memory_pb.js";
-import type { MessageInitShape } from "@bufbuild/protobuf";
 import { EmbeddingsClient } from "../src/service/memories/embeddings.js";
 import type { LoadResult } from "./lib/closed-loop.js";
 import { REPO_ROOT, startEngram, type EngramProcess } from "./lib/processes.js";
@@ -43,6 +42,7 @@ import {
   isHitAtK,
   loadMemoriesEval,
   recallByCategory,
+  wireMemory,
   type EvalQuestion,
   type LoadedMemory,
   type MemoriesEvalSet,
@@ -89,24 +89,6 @@ export function evalSubset(set: MemoriesEvalSet, n: number | undefined): { memor
   const written = new Set(memories.map((m) => m.memory_id));
   const questions = allQuestions(cut).filter((q) => [...q.gold.memory_ids, ...(q.gold.not_valid_ids ?? [])].every((id) => written.has(id)));
   return { memories, questions, set: cut };
-}
-
-/** The Memory message of an evaluation-set memory. */
-function wireMemory(m: LoadedMemory): MessageInitShape<typeof MemorySchema> {
-  return {
-    memoryId: m.memory_id,
-    appName: m.app_name,
-    userId: m.scope.user_id,
-    agentId: m.scope.agent_id,
-    sessionId: m.scope.session_id,
-    text: m.text,
-    fact: m.fact,
-    key: m.key ?? "",
-    topics: m.topics,
-    importance: m.importance,
-    validFrom: timestampFromMs(Date.parse(m.valid_from)),
-    source: { sessionId: m.source.session_id, fromSeq: BigInt(m.source.from_seq), toSeq: BigInt(m.source.to_seq) },
-  };
 }
 
 /** Writes the memories app by app in valid_from order; counts the closures against invalidAtOf(), and the memories stored with a vector. */

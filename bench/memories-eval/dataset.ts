@@ -7,6 +7,9 @@
 import { readdirSync, readFileSync } from "node:fs";
 import path from "node:path";
 import { fileURLToPath } from "node:url";
+import type { MessageInitShape } from "@bufbuild/protobuf";
+import { timestampFromMs } from "@bufbuild/protobuf/wkt";
+import type { MemorySchema } from "@engram-memory/client/gen/engram/v1/memories_pb.js";
 
 /** Folder holding conversations/*.json and app-wide-questions.json. */
 export const MEMORIES_EVAL_DIR = path.dirname(fileURLToPath(import.meta.url));
@@ -398,4 +401,22 @@ export function recallByCategory(
     result[category] = recallAtK(picked.map((i) => ranked[i]), picked.map((i) => questions[i].gold), k);
   }
   return result;
+}
+
+/** The Memory message of an evaluation-set memory, as WriteMemories takes it. */
+export function wireMemory(m: LoadedMemory): MessageInitShape<typeof MemorySchema> {
+  return {
+    memoryId: m.memory_id,
+    appName: m.app_name,
+    userId: m.scope.user_id,
+    agentId: m.scope.agent_id,
+    sessionId: m.scope.session_id,
+    text: m.text,
+    fact: m.fact,
+    key: m.key ?? "",
+    topics: m.topics,
+    importance: m.importance,
+    validFrom: timestampFromMs(Date.parse(m.valid_from)),
+    source: { sessionId: m.source.session_id, fromSeq: BigInt(m.source.from_seq), toSeq: BigInt(m.source.to_seq) },
+  };
 }

@@ -38,7 +38,7 @@ import { LocalStore } from "../../src/store/local.js";
 import type { MemoryFilter, MemoryRecord } from "../../src/store/types.js";
 import { startEmbeddingsServer } from "../../test/support/embeddings-server.js";
 import { REPO_ROOT } from "../lib/processes.js";
-import { allMemories, allQuestions, appOfQuestion, loadMemoriesEval, type EvalQuestion, type LoadedMemory, type MemoriesEvalSet } from "./dataset.js";
+import { allMemories, allQuestions, appOfQuestion, loadMemoriesEval, wireMemory, type EvalQuestion, type MemoriesEvalSet } from "./dataset.js";
 
 /** The k of recall@k reported. */
 const KS = [5, 10, 25] as const;
@@ -117,23 +117,9 @@ function askerFilter(set: MemoriesEvalSet, q: EvalQuestion): MemoryFilter {
 
 function memoriesCorpus(set: MemoriesEvalSet): Corpus {
   const ordered = [...allMemories(set)].sort((a, b) => Date.parse(a.valid_from) - Date.parse(b.valid_from));
-  const wire = (m: LoadedMemory): MessageInitShape<typeof MemorySchema> => ({
-    memoryId: m.memory_id,
-    appName: m.app_name,
-    userId: m.scope.user_id,
-    agentId: m.scope.agent_id,
-    sessionId: m.scope.session_id,
-    text: m.text,
-    fact: m.fact,
-    key: m.key ?? "",
-    topics: m.topics,
-    importance: m.importance,
-    validFrom: timestampFromMs(Date.parse(m.valid_from)),
-    source: { sessionId: m.source.session_id, fromSeq: BigInt(m.source.from_seq), toSeq: BigInt(m.source.to_seq) },
-  });
   return {
     name: "memories",
-    memories: ordered.map(wire),
+    memories: ordered.map(wireMemory),
     questions: allQuestions(set).map((question) => ({ question, filter: askerFilter(set, question), evidence: new Set(question.gold.memory_ids) })),
   };
 }
