@@ -777,7 +777,7 @@ describe("PostgresStore long-term memories", () => {
       for (let round = 0; round < 10; round++) {
         const key = `drink-${round}`;
         // Eight writers of one key, four through each replica, all valid from the same instant or later;
-        // two of them in batches large enough to lock the whole app rather than their ids and keys.
+        // two of them in batches of 21 memories.
         const padding = (i: number) => (i % 4 === 3 ? Array.from({ length: 20 }, (_, j) => memory({ memoryId: `${key}-${i}-pad-${j}`, userId: "u", text: "padding" })) : []);
         await Promise.all(
           Array.from({ length: 8 }, (_, i) =>
@@ -799,6 +799,60 @@ describe("PostgresStore long-term memories", () => {
       await a.close();
     }
   }, 60_000);
+
+  it("writers of one app that share no key never wait on each other: 16 writers on two replicas pass a batch held inside its transaction", async () => {
+    const schema = freshSchema();
+    const a = await openStore(LIMITS, schema);
+    const b = await PostgresStore.open({ url, schema, limits: LIMITS });
+    const holder = new pg.Client({ connectionString: url });
+    await holder.connect();
+    const waiting = async () => (await holder.query<{ locktype: string }>("SELECT locktype FROM pg_locks WHERE NOT granted")).rows.map((r) => r.locktype);
+    const until = async (check: () => Promise<boolean>, what: string) => {
+      for (const deadline = Date.now() + 20_000; !(await check()); await sleep(20)) if (Date.now() > deadline) throw new Error(`not within 20 s: ${what}`);
+    };
+    let released = false;
+    try {
+      await a.memories.writeMemories([memory({ memoryId: "tea", userId: "held", key: "drink", text: "drinks tea" })]);
+      // A batch stuck inside its transaction, after its locks: it must close "tea", whose row this client holds.
+      await holder.query("BEGIN");
+      await holder.query(`SELECT 1 FROM "${schema}".memories WHERE app_name = 'app' AND memory_id = 'tea' FOR UPDATE`);
+      const stuck = a.memories.writeMemories([memory({ memoryId: "coffee", userId: "held", key: "drink", text: "drinks coffee" })]);
+      await until(async () => (await waiting()).includes("transactionid"), "the held batch waits on the row");
+      // A batch of the same key waits for it, on the key's lock.
+      const sameKey = b.memories.writeMemories([memory({ memoryId: "water", userId: "held", key: "drink", text: "drinks water" })]);
+      await until(async () => (await waiting()).includes("advisory"), "the same key's batch waits on the key");
+
+      // Sixteen writers of the same app, one user each, alternating replicas: batches of 100 memories,
+      // one without keys, then two of facts whose keys (subject and predicate) the second closes, in each user's own scope.
+      const batchOf = (w: number, round: number) =>
+        Array.from({ length: 100 }, (_, i) =>
+          memory({ memoryId: `w${w}-${round}-${i}`, userId: `writer-${w}`, text: `note ${i}`, ...(round > 0 ? { fact: { subject: `item ${i}`, predicate: "is in", object: `box ${w}` } } : {}) }),
+        );
+      const writers = Promise.all(
+        Array.from({ length: 16 }, async (_, w) => {
+          for (let round = 0; round < 3; round++) await (w % 2 ? a : b).memories.writeMemories(batchOf(w, round));
+        }),
+      );
+      const timedOut = sleep(30_000).then(() => "waited");
+      expect(await Promise.race([writers.then(() => "done"), timedOut]), "writers sharing no key with the held batch waited for it").toBe("done");
+      expect((await waiting()).filter((t) => t === "advisory")).toHaveLength(1);
+
+      await holder.query("COMMIT");
+      released = true;
+      await Promise.all([stuck, sameKey]);
+      const versions = await a.memories.listMemories({ scope: { appName: "app", userId: "held", match: "exact" }, key: "drink" }, 10);
+      expect(versions.map((m) => m.memoryId).sort()).toEqual(["coffee", "tea", "water"]);
+      expect(versions.filter((m) => m.invalidAt === undefined)).toHaveLength(1);
+      const writer3 = { appName: "app", userId: "writer-3", match: "exact" } as const;
+      expect(await b.memories.listMemories({ scope: writer3 }, 1000)).toHaveLength(300);
+      expect(await b.memories.listMemories({ scope: writer3, asOf: Date.now() }, 1000)).toHaveLength(200);
+    } finally {
+      if (!released) await holder.query("ROLLBACK").catch(() => {});
+      await holder.end();
+      await b.close();
+      await a.close();
+    }
+  }, 120_000);
 
   it("two replicas writing first embeddings of different dimensions into one app at once: one is refused", async () => {
     const schema = freshSchema();

@@ -21,12 +21,15 @@
  *   the filtered rows only. Without pgvector it is real[] and every search
  *   is that exact scan, in SQL. Either way no memory of the scope is left
  *   out. `embedding` (float32 bytes) stays what reads return.
- * - A batch is one transaction. Before reading anything it takes
- *   transaction-scoped advisory locks on every memory id and every
- *   supersession group (app, exact scope, key) it touches (a large batch:
- *   on its apps), in one sorted order, so replicas writing the same id or
- *   key queue instead of both closing the same old memory or both inserting
- *   a "current" one.
+ * - A batch is one transaction, of a few statements whatever its size: its
+ *   memories go in with one INSERT (more only when one batch holds several
+ *   memories of one key). Before reading anything it takes a
+ *   transaction-scoped advisory lock on each supersession group (app, exact
+ *   scope, key) it writes, in one sorted order, so replicas writing the
+ *   same key queue instead of both closing the same old memory or both
+ *   inserting a "current" one. Nothing else is locked: the primary key
+ *   decides which of two writers of one memory id inserts it (ON CONFLICT),
+ *   so batches that share no key never wait on each other.
  * - Every change is numbered in its app's change log (migration
  *   0013_memory_changes.sql), inside the transaction that makes it: the
  *   app's row of memory_change_heads is locked and advanced, so numbers
@@ -61,8 +64,6 @@ import { KeyedListeners } from "../notices.js";
 import { ANALYZER_VERSION, analyzedText, queryTerms } from "./analyzer.js";
 import { changeWindowOf, deletedStub, embeddingDimensionMismatch, exactScopeKey, memoryIdTaken, requireRetained, supersessionKey } from "./rules.js";
 
-/** Advisory locks a batch takes on its ids and keys at most; a larger batch locks its apps instead (see lockBatch). */
-const FINE_LOCKS_MAX = 16;
 /** The largest dimension pgvector's HNSW indexes a `vector` of; an app of more dimensions is searched by exact scan. */
 const HNSW_MAX_DIMENSIONS = 2000;
 /** How long the client waits for a vector index to be built over stored rows. */
@@ -216,6 +217,17 @@ function toRecord(row: MemoryRow): MemoryRecord {
 function storedSupersessionKey(m: MemoryRecord): string {
   const key = supersessionKey(m);
   return key === "" ? "" : JSON.stringify(key.split("\u0000"));
+}
+
+/** One string naming a memory within the store: its app and id (names hold no NUL). */
+function idOf(m: Pick<MemoryRecord, "appName" | "memoryId">): string {
+  return `${m.appName}\u0000${m.memoryId}`;
+}
+
+/** A keyed memory's supersession group (app, exact scope, key) as one string; undefined without a key. */
+function supersessionGroup(m: MemoryRecord): string | undefined {
+  const key = storedSupersessionKey(m);
+  return key === "" ? undefined : JSON.stringify([m.appName, exactScopeKey(m), key]);
 }
 
 /** Numbered parameters for one statement. */
@@ -459,75 +471,82 @@ export class PostgresMemories implements LongTermMemoryStore {
     return result;
   }
 
-  /** The batch inside its transaction: locks, every check, then every change in order, and the notices sent at commit. */
+  /**
+   * The batch inside its transaction: locks on its supersession groups,
+   * every check, then its memories in as few statements as their groups
+   * allow (writeRound), the change log, and the notices sent at commit.
+   * Only memories with a key are looked up first (a retry must not close
+   * their key's memories again); any other memory id already stored is
+   * found by the insert itself (ON CONFLICT), and a conflict with other
+   * content refuses the batch, which rolls back whole.
+   */
   private async writeBatch(client: pg.PoolClient, batch: readonly MemoryRecord[]): Promise<{ result: MemoryWriteResult; changes: Map<string, MemoryChange[]> }> {
-    const id = (appName: string, memoryId: string) => JSON.stringify([appName, memoryId]);
-    const groupOf = (m: MemoryRecord) => {
-      const key = storedSupersessionKey(m);
-      return key === "" ? undefined : { key, scope: exactScopeKey(m) };
-    };
-    await this.lockBatch(client, batch, groupOf);
+    const writes = batch.map((memory) => ({ memory, id: idOf(memory), group: supersessionGroup(memory) }));
+    const keyed = writes.filter((w) => w.group !== undefined);
+    await this.lockGroups(client, keyed.map((w) => w.group!));
 
-    const { rows: existingRows } = await client.query<MemoryRow>(
-      `SELECT ${COLUMNS} FROM ${this.s}.memories WHERE (app_name, memory_id) IN (SELECT * FROM unnest($1::text[], $2::text[]))`,
-      [batch.map((m) => m.appName), batch.map((m) => m.memoryId)],
-    );
-    const latest = new Map(existingRows.map((row) => [id(row.app_name, row.memory_id), toRecord(row)]));
+    const first = new Map<string, number>();
+    writes.forEach((w, i) => first.has(w.id) || first.set(w.id, i));
+    const latest = new Map<string, MemoryRecord>();
+    const take = (stored: MemoryRecord) => {
+      const i = first.get(idOf(stored));
+      if (i !== undefined && stored.fingerprint !== batch[i].fingerprint) throw memoryIdTaken(`memories[${i}].memory_id`, stored.memoryId);
+      latest.set(idOf(stored), stored);
+    };
+    if (keyed.length > 0) (await this.readByIds(client, keyed.map((w) => w.memory))).forEach(take);
     const dimensions = await this.appDimensions(client, batch);
 
     // First every check, then every change: a refused batch changes nothing.
-    batch.forEach((m, i) => {
+    const fresh: typeof writes = [];
+    writes.forEach((w, i) => {
+      const m = w.memory;
       if (m.embedding && m.embedding.length !== dimensions.get(m.appName)) {
         throw embeddingDimensionMismatch(`memories[${i}].embedding`, m.embedding.length, dimensions.get(m.appName)!);
       }
-      const stored = latest.get(id(m.appName, m.memoryId));
-      if (stored && stored.fingerprint !== m.fingerprint) throw memoryIdTaken(`memories[${i}].memory_id`, m.memoryId);
-      const earlier = batch.findIndex((o) => o.appName === m.appName && o.memoryId === m.memoryId);
+      const earlier = first.get(w.id)!;
       if (earlier !== i && batch[earlier].fingerprint !== m.fingerprint) throw memoryIdTaken(`memories[${i}].memory_id`, m.memoryId);
+      if (earlier === i && !latest.has(w.id)) fresh.push(w);
     });
 
+    // Round r writes the r-th memory of each supersession group (and, in the first, every memory without one):
+    // a group's memories in batch order, each seeing the one before, as if written one by one.
+    const rounds: (typeof writes)[] = [];
+    const groupSeen = new Map<string, number>();
+    for (const w of fresh) {
+      const round = w.group === undefined ? 0 : (groupSeen.get(w.group) ?? 0);
+      if (w.group !== undefined) groupSeen.set(w.group, round + 1);
+      (rounds[round] ??= []).push(w);
+    }
+    const closedBy = new Map<string, MemoryRecord[]>();
+    const written = new Map<string, MemoryRecord>();
+    for (const round of rounds) {
+      const outcome = await this.writeRound(client, round);
+      outcome.stored.forEach(take);
+      for (const memory of outcome.written) {
+        written.set(idOf(memory), memory);
+        latest.set(idOf(memory), memory);
+      }
+      for (const [by, closed] of outcome.closed) {
+        closedBy.set(by, closed);
+        for (const memory of closed) latest.set(idOf(memory), memory);
+      }
+    }
+
+    // The log in batch order: what each memory closed, then the memory itself.
     const unnumbered = new Map<string, UnnumberedChange[]>();
     const change = (appName: string, c: UnnumberedChange) => {
-      const changes = unnumbered;
-      const list = changes.get(appName);
+      const list = unnumbered.get(appName);
       if (list) list.push(c);
-      else changes.set(appName, [c]);
+      else unnumbered.set(appName, [c]);
     };
-    const supersededIds: string[] = [];
-    for (const input of batch) {
-      if (latest.has(id(input.appName, input.memoryId))) continue;
-      let memory = input;
-      const group = groupOf(input);
-      if (group) {
-        const peers = [input.appName, group.key, group.scope, input.validFrom];
-        // Valid when the new one starts: their validity ends there.
-        const { rows: closed } = await client.query<MemoryRow>(
-          `UPDATE ${this.s}.memories SET invalid_at_ms = $4, superseded_by = $5
-           WHERE app_name = $1 AND supersession_key = $2 AND scope_key = $3 AND valid_from_ms <= $4 AND (invalid_at_ms IS NULL OR invalid_at_ms > $4)
-           RETURNING ${COLUMNS}`,
-          [...peers, input.memoryId],
-        );
-        for (const row of closed) {
-          const record = toRecord(row);
-          const key = id(record.appName, record.memoryId);
-          if (!supersededIds.includes(key)) supersededIds.push(key);
-          latest.set(key, record);
-          change(record.appName, { kind: "superseded", memory: record });
-        }
-        // A later memory of the same key already exists: the new one held only until it began.
-        const { rows: later } = await client.query<{ memory_id: string; valid_from_ms: string }>(
-          `SELECT memory_id, valid_from_ms FROM ${this.s}.memories
-           WHERE app_name = $1 AND supersession_key = $2 AND scope_key = $3 AND valid_from_ms > $4
-           ORDER BY valid_from_ms, created_ms, memory_id LIMIT 1`,
-          peers,
-        );
-        const next = later[0];
-        if (next && (memory.invalidAt === undefined || memory.invalidAt > Number(next.valid_from_ms))) {
-          memory = { ...memory, invalidAt: Number(next.valid_from_ms), supersededBy: next.memory_id };
-        }
+    const superseded = new Set<string>();
+    for (const { id } of fresh) {
+      const memory = written.get(id);
+      if (!memory) continue;
+      for (const record of closedBy.get(id) ?? []) {
+        superseded.add(idOf(record));
+        change(record.appName, { kind: "superseded", memory: record });
       }
-      await this.insert(client, memory, group?.key ?? "");
-      latest.set(id(memory.appName, memory.memoryId), memory);
       change(memory.appName, { kind: "written", memory });
     }
 
@@ -535,97 +554,161 @@ export class PostgresMemories implements LongTermMemoryStore {
     // Apps in one order: two batches of the same apps lock their log heads without waiting on each other in a cycle.
     for (const appName of [...unnumbered.keys()].sort()) changes.set(appName, await this.logChanges(client, appName, "w", unnumbered.get(appName)!));
     return {
-      result: {
-        memories: batch.map((m) => latest.get(id(m.appName, m.memoryId))!),
-        superseded: supersededIds.map((key) => latest.get(key)!),
-      },
+      result: { memories: writes.map((w) => latest.get(w.id)!), superseded: [...superseded].map((id) => latest.get(id)!) },
       changes,
     };
   }
 
+  /** The stored memories of these ids (absent ones left out). */
+  private async readByIds(client: pg.PoolClient, memories: readonly MemoryRecord[]): Promise<MemoryRecord[]> {
+    const { rows } = await client.query<MemoryRow>(
+      `SELECT ${COLUMNS} FROM ${this.s}.memories WHERE (app_name, memory_id) IN (SELECT * FROM unnest($1::text[], $2::text[]))`,
+      [memories.map((m) => m.appName), memories.map((m) => m.memoryId)],
+    );
+    return rows.map(toRecord);
+  }
+
   /**
-   * Locks what the batch writes, until its transaction ends: each memory id
-   * and supersession group (app, exact scope, key) exclusively, under a
-   * shared lock of each app. Advisory locks take slots of PostgreSQL's
-   * shared lock table (max_locks_per_transaction x max_connections), so a
-   * batch needing more than FINE_LOCKS_MAX of them locks its apps
-   * exclusively instead, which excludes every other writer of those apps.
-   * Apps first, then the rest, each in one sorted order: no two writers wait
-   * on each other in a cycle.
+   * Locks supersession groups (app, exact scope, key), each exclusively
+   * until the transaction ends, in one sorted order: replicas writing the
+   * same key queue instead of both closing the same old memory or both
+   * inserting a "current" one, and no two wait on each other in a cycle.
+   * Nothing else is locked: a memory id is claimed by the primary key
+   * (writeRound's ON CONFLICT), so writers of different keys, and of
+   * memories without one, never wait on each other. A batch takes at most
+   * MAX_BATCH_MEMORIES advisory locks, each a slot of PostgreSQL's shared
+   * lock table (max_locks_per_transaction x max_connections).
    */
-  private async lockBatch(client: pg.PoolClient, batch: readonly MemoryRecord[], groupOf: (m: MemoryRecord) => { key: string; scope: string } | undefined): Promise<void> {
-    const schema = this.db.schemaName;
-    const fine = new Set<string>();
-    for (const m of batch) {
-      fine.add(`engram:memory:${schema}:${JSON.stringify([m.appName, m.memoryId])}`);
-      const group = groupOf(m);
-      if (group) fine.add(`engram:memory-key:${schema}:${JSON.stringify([m.appName, group.scope, group.key])}`);
+  private async lockGroups(client: pg.PoolClient, groups: readonly string[]): Promise<void> {
+    if (groups.length === 0) return;
+    const names = [...new Set(groups)].sort().map((group) => `engram:memory-key:${this.db.schemaName}:${group}`);
+    await client.query(`SELECT count(pg_advisory_xact_lock(hashtextextended(k, 0))) FROM unnest($1::text[]) WITH ORDINALITY AS t(k, i)`, [names]);
+  }
+
+  /**
+   * Writes memories of distinct supersession groups, none stored yet, in at
+   * most three statements: closes what each supersedes (valid when it
+   * starts: their validity ends there), finds for each the stored memory of
+   * its key that begins after it (then it held only until that one began),
+   * and inserts them all. A memory whose id is stored already (by another
+   * transaction, or before) is not written: it comes back in `stored`.
+   * `closed` maps the id of each memory written to what it closed.
+   */
+  private async writeRound(
+    client: pg.PoolClient,
+    round: ReadonlyArray<{ memory: MemoryRecord; id: string; group: string | undefined }>,
+  ): Promise<{ written: MemoryRecord[]; closed: Map<string, MemoryRecord[]>; stored: MemoryRecord[] }> {
+    const memories = round.map((w) => w.memory);
+    const keyed = memories.filter((_, i) => round[i].group !== undefined);
+    const closed = new Map<string, MemoryRecord[]>();
+    if (keyed.length > 0) {
+      const peers = [keyed.map((m) => m.appName), keyed.map(storedSupersessionKey), keyed.map(exactScopeKey), keyed.map((m) => m.validFrom)];
+      // Spelled as memories_supersession_open (0017) indexes it; "<> ''" because a join key proves nothing of its predicate.
+      const { rows: closedRows } = await client.query<MemoryRow>(
+        `UPDATE ${this.s}.memories m SET invalid_at_ms = i.valid_from, superseded_by = i.memory_id
+         FROM unnest($1::text[], $2::text[], $3::text[], $4::bigint[], $5::text[]) AS i(app_name, supersession_key, scope_key, valid_from, memory_id)
+         WHERE m.app_name = i.app_name AND m.supersession_key = i.supersession_key AND m.scope_key = i.scope_key AND m.supersession_key <> ''
+           AND coalesce(m.invalid_at_ms, 9223372036854775807) > i.valid_from AND m.valid_from_ms <= i.valid_from
+         RETURNING ${COLUMN_LISTS.m.full}`,
+        [...peers, keyed.map((m) => m.memoryId)],
+      );
+      for (const record of closedRows.map(toRecord)) {
+        const by = idOf({ appName: record.appName, memoryId: record.supersededBy! });
+        const list = closed.get(by);
+        if (list) list.push(record);
+        else closed.set(by, [record]);
+      }
+      const { rows: later } = await client.query<{ i: string; memory_id: string; valid_from_ms: string }>(
+        `SELECT DISTINCT ON (i.i) i.i, m.memory_id, m.valid_from_ms
+         FROM unnest($1::text[], $2::text[], $3::text[], $4::bigint[]) WITH ORDINALITY AS i(app_name, supersession_key, scope_key, valid_from, i)
+         JOIN ${this.s}.memories m ON m.app_name = i.app_name AND m.supersession_key = i.supersession_key AND m.scope_key = i.scope_key AND m.valid_from_ms > i.valid_from
+          AND m.supersession_key <> ''
+         ORDER BY i.i, m.valid_from_ms, m.created_ms, m.memory_id`,
+        peers,
+      );
+      for (const next of later) {
+        const input = keyed[Number(next.i) - 1];
+        if (input.invalidAt !== undefined && input.invalidAt <= Number(next.valid_from_ms)) continue;
+        memories[memories.indexOf(input)] = { ...input, invalidAt: Number(next.valid_from_ms), supersededBy: next.memory_id };
+      }
     }
-    const apps = [...new Set(batch.map((m) => `engram:memory-app:${schema}:${JSON.stringify(m.appName)}`))].sort();
-    const lockAll = (fn: string, keys: string[]) =>
-      client.query(`SELECT count(${fn}(hashtextextended(k, 0))) FROM unnest($1::text[]) WITH ORDINALITY AS t(k, i)`, [keys]);
-    if (fine.size > FINE_LOCKS_MAX) {
-      await lockAll("pg_advisory_xact_lock", apps);
-      return;
-    }
-    await lockAll("pg_advisory_xact_lock_shared", apps);
-    await lockAll("pg_advisory_xact_lock", [...fine].sort());
+    const { rows: inserted } = await client.query<{ memory_id: string; app_name: string }>(
+      `INSERT INTO ${this.s}.memories (${COLUMNS}, scope_key, supersession_key, terms, analyzer, search_vector)
+       SELECT r.app_name, r.memory_id, r.user_id, r.agent_id, r.session_id, r.text, r.fact_subject, r.fact_predicate, r.fact_object, r.key, r.topics,
+              r.importance, r.pinned, r.metadata, r.source_session_id, r.source_from_seq, r.source_to_seq, r.created_ms, r.valid_from_ms, r.invalid_at_ms,
+              r.superseded_by, decode(r.embedding, 'base64'), r.fingerprint, r.scope_key, r.supersession_key,
+              to_tsvector('simple'::regconfig, r.terms), ${ANALYZER_VERSION}, ${this.vectorParam("r.vector")}
+       FROM jsonb_to_recordset($1::jsonb) AS r(
+         app_name text, memory_id text, user_id text, agent_id text, session_id text, text text, fact_subject text, fact_predicate text, fact_object text,
+         key text, topics text[], importance double precision, pinned boolean, metadata jsonb, source_session_id text, source_from_seq bigint,
+         source_to_seq bigint, created_ms bigint, valid_from_ms bigint, invalid_at_ms bigint, superseded_by text, embedding text, fingerprint text,
+         scope_key text, supersession_key text, terms text, vector text)
+       ON CONFLICT (app_name, memory_id) DO NOTHING
+       RETURNING app_name, memory_id`,
+      [JSON.stringify(memories.map((m) => this.insertRow(m)))],
+    );
+    const insertedIds = new Set(inserted.map((row) => idOf({ appName: row.app_name, memoryId: row.memory_id })));
+    const written = memories.filter((m) => insertedIds.has(idOf(m)));
+    const stored = written.length < memories.length ? await this.readByIds(client, memories.filter((m) => !insertedIds.has(idOf(m)))) : [];
+    return { written, closed, stored };
+  }
+
+  /** One memory as a row of writeRound's jsonb_to_recordset. */
+  private insertRow(m: MemoryRecord): Record<string, unknown> {
+    return {
+      app_name: m.appName,
+      memory_id: m.memoryId,
+      user_id: m.userId ?? null,
+      agent_id: m.agentId ?? null,
+      session_id: m.sessionId ?? null,
+      text: m.text,
+      fact_subject: m.fact?.subject ?? null,
+      fact_predicate: m.fact?.predicate ?? null,
+      fact_object: m.fact?.object ?? null,
+      key: m.key,
+      topics: m.topics,
+      importance: m.importance,
+      pinned: m.pinned,
+      metadata: m.metadata,
+      source_session_id: m.source?.sessionId ?? null,
+      source_from_seq: m.source?.fromSeq ?? null,
+      source_to_seq: m.source?.toSeq ?? null,
+      created_ms: m.createdAt,
+      valid_from_ms: m.validFrom,
+      invalid_at_ms: m.invalidAt ?? null,
+      superseded_by: m.supersededBy ?? null,
+      embedding: m.embedding ? encodeEmbedding(m.embedding).toString("base64") : null,
+      fingerprint: m.fingerprint,
+      scope_key: exactScopeKey(m),
+      supersession_key: storedSupersessionKey(m),
+      terms: memoryTerms(m),
+      vector: this.vectorText(m.embedding),
+    };
   }
 
   /**
    * The embedding dimension of every app the batch embeds into: the stored
    * one, or for an app without one the batch's first embedding's, recorded
    * now. ON CONFLICT DO NOTHING waits for a concurrent first writer of the
-   * app and then keeps its row, which the next statement reads.
+   * app and then keeps its row, which the next read returns.
    */
   private async appDimensions(client: pg.PoolClient, batch: readonly MemoryRecord[]): Promise<Map<string, number>> {
     const first = new Map<string, number>();
     for (const m of batch) if (m.embedding && !first.has(m.appName)) first.set(m.appName, m.embedding.length);
     if (first.size === 0) return first;
     const apps = [...first.keys()].sort();
+    const read = async () => {
+      const { rows } = await client.query<{ app_name: string; dimension: number }>(`SELECT app_name, dimension FROM ${this.s}.memory_dimensions WHERE app_name = ANY($1::text[])`, [apps]);
+      return new Map(rows.map((r) => [r.app_name, r.dimension]));
+    };
+    const stored = await read();
+    if (stored.size === apps.length) return stored;
+    const missing = apps.filter((a) => !stored.has(a));
     await client.query(
       `INSERT INTO ${this.s}.memory_dimensions (app_name, dimension) SELECT * FROM unnest($1::text[], $2::int[]) ON CONFLICT (app_name) DO NOTHING`,
-      [apps, apps.map((a) => first.get(a))],
+      [missing, missing.map((a) => first.get(a))],
     );
-    const { rows } = await client.query<{ app_name: string; dimension: number }>(`SELECT app_name, dimension FROM ${this.s}.memory_dimensions WHERE app_name = ANY($1::text[])`, [apps]);
-    return new Map(rows.map((r) => [r.app_name, r.dimension]));
-  }
-
-  private async insert(client: pg.PoolClient, m: MemoryRecord, supersession: string): Promise<void> {
-    await client.query(
-      `INSERT INTO ${this.s}.memories (${COLUMNS}, scope_key, supersession_key, terms, analyzer, search_vector)
-       VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11::text[], $12, $13, $14::jsonb, $15, $16, $17, $18, $19, $20, $21, $22, $23, $24, $25,
-               to_tsvector('simple'::regconfig, $26), ${ANALYZER_VERSION}, ${this.vectorParam("$27")})`,
-      [
-        m.appName,
-        m.memoryId,
-        m.userId ?? null,
-        m.agentId ?? null,
-        m.sessionId ?? null,
-        m.text,
-        m.fact?.subject ?? null,
-        m.fact?.predicate ?? null,
-        m.fact?.object ?? null,
-        m.key,
-        m.topics,
-        m.importance,
-        m.pinned,
-        JSON.stringify(m.metadata),
-        m.source?.sessionId ?? null,
-        m.source?.fromSeq ?? null,
-        m.source?.toSeq ?? null,
-        m.createdAt,
-        m.validFrom,
-        m.invalidAt ?? null,
-        m.supersededBy ?? null,
-        m.embedding ? encodeEmbedding(m.embedding) : null,
-        m.fingerprint,
-        exactScopeKey(m),
-        supersession,
-        memoryTerms(m),
-        this.vectorText(m.embedding),
-      ],
-    );
+    return read();
   }
 
   async getMemory(appName: string, memoryId: string, call?: StoreCall): Promise<MemoryRecord | undefined> {
