@@ -100,6 +100,19 @@ export function checkTargets(results: BenchResults): TargetCheck[] {
       });
     }
   }
+  // Issue 40: PostgreSQL WriteMemories that scale with writers (batches of 100, one user per writer).
+  for (const workload of ["WriteMemories 100 (one user per writer)", "WriteMemories 100 with 384-d embeddings"]) {
+    const one = find(results, "postgres", workload, 1);
+    const many = find(results, "postgres", workload, c);
+    if (!one || !many || one.throughput === 0) continue;
+    const speedup = many.throughput / one.throughput;
+    checks.push({ target: `postgres ${workload}: c=${c} ≥ 3× c=1's memories/s`, measured: `${fmt(many.throughput * 100)}/s vs ${fmt(one.throughput * 100)}/s`, ratio: speedup / 3, goal: 1, met: speedup >= 3 });
+    const usPerMemory = ((many.cpuUsPerCall.server ?? 0) + (many.cpuUsPerCall.postgres ?? 0)) / 100;
+    checks.push({ target: `postgres ${workload}: server + PostgreSQL CPU ≤ 200 µs per memory (c=${c})`, measured: `${fmt(usPerMemory)} µs`, ratio: 200 / usPerMemory, goal: 1, met: usPerMemory <= 200 });
+    if (many.p99Us !== null) {
+      checks.push({ target: `postgres ${workload}: p99 ≤ 100 ms per batch (c=${c})`, measured: `${fmt(many.p99Us / 1000)} ms`, ratio: 100_000 / many.p99Us, goal: 1, met: many.p99Us <= 100_000 });
+    }
+  }
   for (const f of results.fanout) {
     checks.push({
       target: `fan-out ${f.subscribers} subscribers ≥ 0.5× pre-serialized writes`,

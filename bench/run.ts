@@ -18,7 +18,9 @@
  * --memories-counts 10k,100k,1m (the memories section's speed points at these
  * counts on every store, local included, instead of local at 10k and the
  * shared stores at 10k and 100k; only the first memoriesPerApp memories
- * carry a vector, so above that the points are lexical).
+ * carry a vector, so above that the points are lexical),
+ * --pgvector (PostgreSQL 18 with pgvector, the tests' build, instead of the
+ * system's PostgreSQL without it: vectors in HNSW indexes).
  * BENCH_SERVER_NODE_ARGS (e.g. "--cpu-prof --cpu-prof-dir=/tmp/prof") is
  * passed to node for every Engram server the run starts; BENCH_SERVER=tsx
  * runs the servers from the TypeScript sources instead of dist/.
@@ -85,6 +87,7 @@ function parseProfile(argv: string[]): { profile: Profile; out: string } {
       workloads: { type: "string" },
       "memories-counts": { type: "string" },
       "needles-count": { type: "string" },
+      pgvector: { type: "boolean" },
     },
     strict: true,
   });
@@ -102,7 +105,7 @@ function parseProfile(argv: string[]): { profile: Profile; out: string } {
   const memoriesCounts = counts ? { memoriesBackendCounts: counts, memoriesLocalCounts: counts } : {};
   const needlesCount = values["needles-count"] === undefined ? 100_000 : Number(values["needles-count"].replace(/k$/i, "000").replace(/m$/i, "000000"));
   if (!Number.isInteger(needlesCount) || needlesCount < 1) throw new Error(`--needles-count: ${JSON.stringify(values["needles-count"])} is not a count (e.g. 100k, 1m)`);
-  return { profile: { ...base, backends, sections, workloads, needlesCount, ...memoriesCounts }, out: path.resolve(values.out ?? path.join(REPO_ROOT, "bench/results")) };
+  return { profile: { ...base, backends, sections, workloads, needlesCount, pgvector: values.pgvector ?? false, ...memoriesCounts }, out: path.resolve(values.out ?? path.join(REPO_ROOT, "bench/results")) };
 }
 
 /** Finds the pid of a process whose command line contains every needle. */
@@ -143,14 +146,14 @@ async function startBacking(profile: Profile): Promise<Backing> {
     log(`redis-server ${redis.url} (AOF, appendfsync everysec)`);
   }
   if (needPostgres) {
-    const { startPostgresServer } = await import("../test/support/postgres-server.js");
+    const { startPostgresServer, pgvectorBin } = await import("../test/support/postgres-server.js");
     // PostgreSQL's durable defaults, not the tests' fsync=off; logged as the server reports them.
-    const pgServer = await startPostgresServer({ durable: true });
+    const pgServer = await startPostgresServer({ durable: true, ...(profile.pgvector ? { bin: await pgvectorBin() } : {}) });
     const { default: pg } = await import("pg");
     const client = new pg.Client({ connectionString: pgServer.url });
     await client.connect();
     const { rows } = await client.query<Record<string, string>>(
-      "SELECT current_setting('fsync') AS fsync, current_setting('synchronous_commit') AS synchronous_commit, current_setting('full_page_writes') AS full_page_writes",
+      "SELECT current_setting('server_version') AS version, current_setting('fsync') AS fsync, current_setting('synchronous_commit') AS synchronous_commit, current_setting('full_page_writes') AS full_page_writes",
     );
     await client.end();
     backing.postgres = { url: pgServer.url, port: pgServer.port, pid: findPid("postgres", "-p", String(pgServer.port)), stop: () => pgServer.stop() };

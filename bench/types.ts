@@ -22,6 +22,8 @@ export interface Profile {
   fanoutSubscribers: number[];
   fanoutMs: number;
   sections: Set<string>;
+  /** PostgreSQL 18 with pgvector (the tests' build) instead of the system's. */
+  pgvector?: boolean;
   /** Name prefixes of the server workloads to run; undefined runs all. */
   workloads?: string[];
   /** Alternating echo / AddEvent measurements per backend for the target ratios, and the length of each. */

@@ -13,6 +13,8 @@ import {
   GetSessionEventsRequestSchema,
   EventInputSchema,
 } from "@engram-memory/client/gen/engram/v1/memory_pb.js";
+import { WriteMemoriesRequestSchema } from "@engram-memory/client/gen/engram/v1/memories_pb.js";
+import { seededRandom } from "./lib/seeded-random.js";
 
 /** Method path prefix of the memory service. */
 export const SERVICE = "/engram.v1.MemoryService/";
@@ -143,6 +145,33 @@ export async function seed(address: string, sizes: SeedSizes, maxConcurrency: nu
   }
 }
 
+/** The app the WriteMemories workloads write into. */
+export const WRITE_APP = "bench-writes";
+/** Memories per WriteMemories call: the server's largest batch. */
+const WRITE_BATCH = 100;
+/** Dimensions of the embedded workload's vectors: all-MiniLM-L6-v2's. */
+const WRITE_DIMENSIONS = 384;
+
+/**
+ * One writer's WriteMemories request: 100 memories of its own user, ids
+ * chosen by the server (so the same bytes write new memories every call).
+ * `facts`: each memory a fact whose subject and predicate (its supersession
+ * key) repeat every call, so each call closes the 100 its previous one wrote.
+ */
+function writeMemoriesRequest(writer: number, kind: "plain" | "facts" | "embedded"): Buffer {
+  const random = seededRandom(writer + 1);
+  return encode(WriteMemoriesRequestSchema, {
+    memories: Array.from({ length: WRITE_BATCH }, (_, i) => ({
+      appName: WRITE_APP,
+      userId: `writer-${writer}`,
+      text: `${CONTENT_100B} (${writer}.${i})`,
+      importance: (i % 10) / 10,
+      ...(kind === "facts" ? { fact: { subject: `item ${i}`, predicate: "is kept in", object: `box ${writer}` } } : {}),
+      ...(kind === "embedded" ? { embedding: Array.from({ length: WRITE_DIMENSIONS }, () => random() - 0.5) } : {}),
+    })),
+  });
+}
+
 /** The workloads run against every backend (after seed()). */
 export function serverWorkloads(sizes: SeedSizes, maxConcurrency: number): Workload[] {
   const label = (n: number) => (n >= 1000 ? `${n / 1000}k` : String(n));
@@ -175,6 +204,22 @@ export function serverWorkloads(sizes: SeedSizes, maxConcurrency: number): Workl
       method: SERVICE + "ListSessions",
       requests: [],
       paging: { appName: LIST_APP, pageSize: 100 },
+    },
+    // One app, one user per writer (worker i sends request i): writers that share nothing but the app.
+    {
+      name: "WriteMemories 100 (one user per writer)",
+      method: SERVICE + "WriteMemories",
+      requests: Array.from({ length: maxConcurrency }, (_, i) => b64(writeMemoriesRequest(i, "plain"))),
+    },
+    {
+      name: "WriteMemories 100 with 384-d embeddings",
+      method: SERVICE + "WriteMemories",
+      requests: Array.from({ length: maxConcurrency }, (_, i) => b64(writeMemoriesRequest(i, "embedded"))),
+    },
+    {
+      name: "WriteMemories 100 facts superseding",
+      method: SERVICE + "WriteMemories",
+      requests: Array.from({ length: maxConcurrency }, (_, i) => b64(writeMemoriesRequest(i, "facts"))),
     },
   ];
 }

@@ -32,6 +32,9 @@ describe("benchmark harness (tiny profile)", () => {
       "BuildConversationContext (20 events)",
       "GetOrCreateSession (existing)",
       "ListSessions page of 100 (paging 300)",
+      "WriteMemories 100 (one user per writer)",
+      "WriteMemories 100 with 384-d embeddings",
+      "WriteMemories 100 facts superseding",
     ]);
     for (const p of [...server, ...results.points.filter((q) => q.kind === "baseline")]) {
       expect(p.concurrency).toBe(1);
