@@ -47,6 +47,11 @@ describe.each(ALL_PROTOCOLS)("%s", (_name, connectTo) => {
     expectTooLarge(err);
   });
 
+  it("a message far past the limit, refused while the client is still sending it, answers the same", async () => {
+    const err = await errorOf(client.addEvent({ sessionId: "s", event: { eventType: "user_message", content: { kind: { case: "stringValue", value: "y".repeat(2 * 1024 * 1024) } } } }));
+    expectTooLarge(err);
+  });
+
   it("an oversized server-streaming request answers the same", async () => {
     const err = await errorOf(client.streamSessionEvents({ sessionId: bigText })[Symbol.asyncIterator]().next());
     expectTooLarge(err);
