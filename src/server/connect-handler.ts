@@ -281,6 +281,13 @@ async function guardRequestBody(req: UniversalServerRequest, handler: UniversalH
   const length = firstEnvelopeLength(bytes ?? head ?? new Uint8Array(0));
   if (length !== undefined && length > limit) return { rejection: invalidBody(contentType, messageTooLarge(limit, length)) };
   if (!bytes) return {};
+  if (length !== undefined && bytes[0] & 0b1 && bytes.byteLength >= 5 + length) {
+    // A compressed first message is inflated as connect will, to refuse one past the limit in the same words as a plain one.
+    const inflate = streamEncoding === "gzip" ? gunzipSync : streamEncoding === "br" ? brotliDecompressSync : undefined;
+    const message = inflate ? inflated(inflate, bytes.subarray(5, 5 + length), limit) : undefined;
+    if (message === "too large") return { rejection: invalidBody(contentType, messageTooLarge(limit)) };
+    return {};
+  }
   const message = firstEnvelope(bytes);
   if (message === undefined) return {};
   return { rejection: decodeOrExplain(contentType, input, message, format.binary) };

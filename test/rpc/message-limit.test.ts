@@ -4,14 +4,16 @@
  * and its value and an ErrorInfo MESSAGE_TOO_LARGE carrying the limit: over
  * gRPC (grpc-js, refused from the length prefix), Connect JSON and binary
  * (the unary fast path and the connect-node router), gRPC-Web and a Connect
- * server stream, and for a gzip body that inflates past the limit.
+ * server stream, and for a gzip body or stream message that inflates past
+ * the limit.
  */
 import { gzipSync } from "node:zlib";
 import { create, fromBinary, toBinary } from "@bufbuild/protobuf";
 import { base64Decode } from "@bufbuild/protobuf/wire";
-import { Code, type ConnectError } from "@connectrpc/connect";
+import { Code, createClient, type ConnectError } from "@connectrpc/connect";
+import { compressionGzip, createConnectTransport, createGrpcWebTransport } from "@connectrpc/connect-node";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { AddEventRequestSchema } from "@engram-memory/client/gen/engram/v1/memory_pb.js";
+import { AddEventRequestSchema, MemoryService } from "@engram-memory/client/gen/engram/v1/memory_pb.js";
 import { ErrorInfoSchema } from "@engram-memory/client/gen/google/rpc/error_details_pb.js";
 import { ALL_PROTOCOLS, errorOf, type MemoryClient } from "../support/clients.js";
 import { startTestServer, type TestServer } from "../support/engram.js";
@@ -59,6 +61,17 @@ describe.each(ALL_PROTOCOLS)("%s", (_name, connectTo) => {
 
   it("a request within the limit is served", async () => {
     expect((await client.getStats({})).$typeName).toBeDefined();
+  });
+});
+
+describe("a compressed message that inflates past the limit", () => {
+  const transports = [
+    ["gRPC-Web, gzip", () => createGrpcWebTransport({ baseUrl: server.baseUrl, httpVersion: "1.1", sendCompression: compressionGzip })],
+    ["Connect stream, gzip", () => createConnectTransport({ baseUrl: server.baseUrl, httpVersion: "1.1", sendCompression: compressionGzip })],
+  ] as const;
+  it.each(transports)("%s: refused in the same words, with the same ErrorInfo", async (_name, transport) => {
+    const client = createClient(MemoryService, transport());
+    expectTooLarge(await errorOf(client.streamSessionEvents({ sessionId: bigText })[Symbol.asyncIterator]().next()));
   });
 });
 
