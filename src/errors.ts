@@ -136,6 +136,24 @@ export function shuttingDown(lastSeq?: number): MemoryError {
   });
 }
 
+/** The setting that caps every message, as its environment variable is named (src/config.ts). */
+export const MAX_MESSAGE_SETTING = "MEMORY_MAX_MESSAGE_BYTES";
+
+/**
+ * RESOURCE_EXHAUSTED for a request message past the server's limit, on every
+ * protocol (gRPC's own code for an oversized message; Connect answers it
+ * with HTTP 429). The message names the setting and its value, so a
+ * newcomer knows what to raise; `size` is given when the request announced
+ * it (a Content-Length, a gRPC length prefix).
+ */
+export function messageTooLarge(limit: number, size?: number): MemoryError {
+  const what = size === undefined ? "request message is larger than" : `request message of ${size} bytes is larger than`;
+  return new MemoryError("RESOURCE_EXHAUSTED", `${what} the server's limit of ${limit} bytes (${MAX_MESSAGE_SETTING}=${limit})`, {}, {
+    reason: "MESSAGE_TOO_LARGE",
+    info: { setting: MAX_MESSAGE_SETTING, limit_bytes: String(limit), ...(size === undefined ? {} : { size_bytes: String(size) }) },
+  });
+}
+
 /** Wraps anything thrown into a MemoryError; unknown errors become INTERNAL. */
 export function asMemoryError(err: unknown): MemoryError {
   if (err instanceof MemoryError) return err;

@@ -36,7 +36,7 @@ import { base64Decode } from "@bufbuild/protobuf/wire";
 import { codeToHttpStatus, errorToJson, parseContentType as parseConnectContentType } from "@connectrpc/connect/protocol-connect";
 import { setTrailerStatus } from "@connectrpc/connect/protocol-grpc";
 import { parseContentType as parseGrpcWebContentType } from "@connectrpc/connect/protocol-grpc-web";
-import { invalidArgument, MemoryError } from "../errors.js";
+import { invalidArgument, MemoryError, messageTooLarge } from "../errors.js";
 import { ConnectUnaryFastPath } from "./connect-unary.js";
 import { jsonResponseEncoder } from "./event-json.js";
 import { binaryResponseSerializer } from "./grpc-adapter.js";
@@ -60,10 +60,10 @@ async function* once(bytes: Uint8Array): AsyncIterable<Uint8Array> {
 
 /**
  * Reads the body up to `limit` bytes. A larger body is handed on untouched
- * (what was read, then the rest) so that connect refuses it with its own
- * RESOURCE_EXHAUSTED.
+ * (what was read, then the rest), with its first bytes (`head`) for a look at
+ * its first envelope's length.
  */
-async function readBody(body: AsyncIterable<Uint8Array>, limit: number): Promise<{ bytes?: Uint8Array; body: AsyncIterable<Uint8Array> }> {
+async function readBody(body: AsyncIterable<Uint8Array>, limit: number): Promise<{ bytes?: Uint8Array; head?: Uint8Array; body: AsyncIterable<Uint8Array> }> {
   const chunks: Uint8Array[] = [];
   let size = 0;
   const it = body[Symbol.asyncIterator]();
@@ -77,7 +77,7 @@ async function readBody(body: AsyncIterable<Uint8Array>, limit: number): Promise
         yield* chunks;
         for (let r = await it.next(); !r.done; r = await it.next()) yield r.value;
       };
-      return { body: rest() };
+      return { head: Buffer.concat(chunks.slice(0, 5)).subarray(0, 5), body: rest() };
     }
   }
   const bytes = Buffer.concat(chunks);
@@ -99,6 +99,12 @@ function envelope(flags: number, payload: Uint8Array): Uint8Array {
   out.writeUInt32BE(payload.byteLength, 1);
   out.set(payload, 5);
   return out;
+}
+
+/** The declared length of the first envelope (5-byte header: flags, length), or undefined before 5 bytes. */
+function firstEnvelopeLength(bytes: Uint8Array): number | undefined {
+  if (bytes.byteLength < 5) return undefined;
+  return new DataView(bytes.buffer, bytes.byteOffset, bytes.byteLength).getUint32(1);
 }
 
 /** The protocol's own error answer for a body that does not decode, with the same details as every other error (src/server/status.ts). */
@@ -255,30 +261,44 @@ async function guardRequestBody(req: UniversalServerRequest, handler: UniversalH
   // An enveloped body in an encoding connect does not accept is connect's to refuse (UNIMPLEMENTED), not ours to decode.
   const streamEncoding = format.enveloped ? (req.header.get("grpc-encoding") ?? req.header.get("connect-content-encoding"))?.trim().toLowerCase() : undefined;
   if (streamEncoding !== undefined && !STREAM_ENCODINGS.has(streamEncoding)) return {};
-  // Leave an announced oversized body untouched: connect refuses it from the header alone.
-  if (Number(req.header.get("content-length") ?? 0) > limit + 5) return {};
-  const { bytes, body } = await readBody(req.body as AsyncIterable<Uint8Array>, limit + 5);
+  // An oversized unary body is refused from its Content-Length, unread, as the fast path refuses it (connect would name its readMaxBytes).
+  const announced = Number(req.header.get("content-length") ?? 0);
+  if (!format.enveloped && announced > limit) return { rejection: invalidBody(contentType, messageTooLarge(limit, announced)) };
+  const { bytes, head, body } = await readBody(req.body as AsyncIterable<Uint8Array>, format.enveloped ? limit + 5 : limit);
   req.body = body;
-  if (!bytes) return {};
   if (!format.enveloped) {
+    if (!bytes) return { rejection: invalidBody(contentType, messageTooLarge(limit)) };
     return {
       explain: () => {
-        const message = inflate ? inflated(inflate, bytes, limit) : bytes;
+        if (!inflate) return decodeOrExplain(contentType, input, bytes, format.binary);
+        const message = inflated(inflate, bytes, limit);
+        if (message === "too large") return invalidBody(contentType, messageTooLarge(limit));
         return message === undefined ? undefined : decodeOrExplain(contentType, input, message, format.binary);
       },
     };
+  }
+  // The first message's length prefix past the limit: refused from the prefix, as gRPC's is (src/server/grpc-protocol.ts).
+  const length = firstEnvelopeLength(bytes ?? head ?? new Uint8Array(0));
+  if (length !== undefined && length > limit) return { rejection: invalidBody(contentType, messageTooLarge(limit, length)) };
+  if (!bytes) return {};
+  if (length !== undefined && bytes[0] & 0b1 && bytes.byteLength >= 5 + length) {
+    // A compressed first message is inflated as connect will, to refuse one past the limit in the same words as a plain one.
+    const inflate = streamEncoding === "gzip" ? gunzipSync : streamEncoding === "br" ? brotliDecompressSync : undefined;
+    const message = inflate ? inflated(inflate, bytes.subarray(5, 5 + length), limit) : undefined;
+    if (message === "too large") return { rejection: invalidBody(contentType, messageTooLarge(limit)) };
+    return {};
   }
   const message = firstEnvelope(bytes);
   if (message === undefined) return {};
   return { rejection: decodeOrExplain(contentType, input, message, format.binary) };
 }
 
-/** A compressed body inflated up to `limit` bytes; undefined (left to connect, which refuses it itself) when it is corrupt or larger. */
-function inflated(inflate: typeof gunzipSync, bytes: Uint8Array, limit: number): Uint8Array | undefined {
+/** A compressed body inflated up to `limit` bytes; "too large" past it, undefined (left to connect, which refuses it itself) when it is corrupt. */
+function inflated(inflate: typeof gunzipSync, bytes: Uint8Array, limit: number): Uint8Array | "too large" | undefined {
   try {
     return inflate(bytes, { maxOutputLength: limit });
-  } catch {
-    return undefined;
+  } catch (err) {
+    return (err as NodeJS.ErrnoException).code === "ERR_BUFFER_TOO_LARGE" ? "too large" : undefined;
   }
 }
 

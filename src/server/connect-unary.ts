@@ -25,6 +25,7 @@ import { Code, ConnectError, createContextValues, type ContextValues, type Handl
 import { compressionNegotiate, type Compression } from "@connectrpc/connect/protocol";
 import { codeToHttpStatus, errorToJsonBytes, parseContentType, parseTimeout } from "@connectrpc/connect/protocol-connect";
 import { parseJsonRequest, parseRequest } from "./parse-request.js";
+import { messageTooLarge } from "../errors.js";
 import { toConnectError } from "./status.js";
 
 /** connect-es' default compressMinBytes: smaller responses are not worth compressing. */
@@ -177,11 +178,11 @@ export function isFastUnaryContext(ctx: HandlerContext): boolean {
   return ctx instanceof UnaryContext;
 }
 
-/** Reads the whole body; RESOURCE_EXHAUSTED (connect-es' message) past `limit` bytes. */
+/** Reads the whole body; RESOURCE_EXHAUSTED naming the setting (as the connect-node path answers) past `limit` bytes. */
 function readBody(req: IncomingMessage, limit: number): Promise<Uint8Array> {
   const length = req.headers["content-length"];
   if (length !== undefined && Number(length) > limit) {
-    return Promise.reject(new ConnectError(`message size ${Number(length)} is larger than configured readMaxBytes ${limit}`, Code.ResourceExhausted));
+    return Promise.reject(toConnectError(messageTooLarge(limit, Number(length))));
   }
   return new Promise((resolve, reject) => {
     const chunks: Buffer[] = [];
@@ -190,7 +191,7 @@ function readBody(req: IncomingMessage, limit: number): Promise<Uint8Array> {
       size += chunk.byteLength;
       if (size > limit) {
         cleanup();
-        reject(new ConnectError(`message size is larger than configured readMaxBytes ${limit}`, Code.ResourceExhausted));
+        reject(toConnectError(messageTooLarge(limit)));
         return;
       }
       chunks.push(chunk);
@@ -220,6 +221,16 @@ function readBody(req: IncomingMessage, limit: number): Promise<Uint8Array> {
     req.on("error", onError);
     req.on("close", onClose);
   });
+}
+
+/** A compressed body inflated; past `limit` bytes, RESOURCE_EXHAUSTED naming the setting rather than connect-es' readMaxBytes. */
+async function inflated(inflate: Compression, bytes: Uint8Array, limit: number): Promise<Uint8Array> {
+  try {
+    return await inflate.decompress(bytes, limit);
+  } catch (err) {
+    if (err instanceof ConnectError && err.code === Code.ResourceExhausted) throw toConnectError(messageTooLarge(limit));
+    throw err;
+  }
 }
 
 /** The unary Connect POST fast path over the methods registered with `addService`. */
@@ -271,7 +282,7 @@ export class ConnectUnaryFastPath {
     let body: Uint8Array;
     try {
       let bytes = await readBody(ctx.req, readMaxBytes);
-      if (inflate) bytes = await inflate.decompress(bytes, readMaxBytes);
+      if (inflate) bytes = await inflated(inflate, bytes, readMaxBytes);
       let input: unknown;
       try {
         // The same parsers as the gRPC path: INVALID_ARGUMENT naming the field (connect-es says INTERNAL for binary).

@@ -15,10 +15,15 @@
  * - A message's flag byte must be 0 or 1, and 1 only with a grpc-encoding
  *   other than identity; grpc-js reads any other byte as "not compressed"
  *   and a 1 without encoding as uncompressed.
+ * - A message whose length prefix is past MEMORY_MAX_MESSAGE_BYTES is
+ *   refused from the prefix with RESOURCE_EXHAUSTED naming the setting and
+ *   its ErrorInfo, as the Connect paths refuse it; grpc-js would say
+ *   "Received message larger than max". (A compressed message that inflates
+ *   past the limit is still grpc-js' to refuse, with the same code.)
  */
 import http2 from "node:http2";
 import { ServerInterceptingCall, type Server, type ServerInterceptor } from "@grpc/grpc-js";
-import { invalidArgument, type MemoryError } from "../errors.js";
+import { invalidArgument, messageTooLarge, type MemoryError } from "../errors.js";
 import { toGrpcStatus } from "./status.js";
 
 /** Refuses a unary or server-streaming call whose body holds no whole message, or a second one. */
@@ -70,7 +75,8 @@ function endWithStatus(stream: http2.ServerHttp2Stream, err: MemoryError, httpSt
     ":status": httpStatus,
     "content-type": "application/grpc",
     "grpc-status": String(status.code),
-    "grpc-message": encodeURIComponent(status.details ?? ""),
+    // As grpc-js writes it, and reads it back (decodeURI): encodeURIComponent's %3A or %3D would reach its clients verbatim.
+    "grpc-message": encodeURI(status.details ?? ""),
   };
   for (const [key, values] of Object.entries(status.metadata?.toHttp2Headers() ?? {})) trailers[key] = values;
   if (!stream.headersSent) stream.respond(trailers, { endStream: true });
@@ -78,8 +84,8 @@ function endWithStatus(stream: http2.ServerHttp2Stream, err: MemoryError, httpSt
   stream.close(http2.constants.NGHTTP2_NO_ERROR);
 }
 
-/** Watches the length-prefixed messages of a request body for flag bytes the call cannot have. */
-function watchFlagBytes(stream: http2.ServerHttp2Stream, encoding: string | undefined): void {
+/** Watches the length-prefixed messages of a request body for flag bytes the call cannot have and lengths past `maxMessageBytes`. */
+function watchMessagePrefixes(stream: http2.ServerHttp2Stream, encoding: string | undefined, maxMessageBytes: number): void {
   const compressionDeclared = encoding !== undefined && encoding !== "identity";
   let bodyLeft = 0;
   const prefix = Buffer.alloc(5);
@@ -108,16 +114,22 @@ function watchFlagBytes(stream: http2.ServerHttp2Stream, encoding: string | unde
         return endWithStatus(stream, invalidArgument("body", problem));
       }
       bodyLeft = prefix.readUInt32BE(1);
+      if (bodyLeft > maxMessageBytes) {
+        stream.off("data", onData);
+        return endWithStatus(stream, messageTooLarge(maxMessageBytes, bodyLeft));
+      }
     }
   };
   stream.prependListener("data", onData);
 }
 
 /**
- * Adds the header and flag-byte checks to `server`, at grpc-js' own check of
- * a new stream's headers (its content type), before it makes a call of it.
+ * Adds the header, flag-byte and message-length checks to `server`, at
+ * grpc-js' own check of a new stream's headers (its content type), before it
+ * makes a call of it; `maxMessageBytes` is the server's
+ * grpc.max_receive_message_length.
  */
-export function checkGrpcRequests(server: Server): void {
+export function checkGrpcRequests(server: Server, maxMessageBytes: number): void {
   type Verify = (stream: http2.ServerHttp2Stream, headers: http2.IncomingHttpHeaders) => boolean;
   const target = server as unknown as { _verifyContentType?: Verify };
   if (typeof target._verifyContentType !== "function") throw new Error("grpc-js no longer has _verifyContentType: update src/server/grpc-protocol.ts");
@@ -130,7 +142,7 @@ export function checkGrpcRequests(server: Server): void {
       return false;
     }
     const encoding = headers["grpc-encoding"];
-    watchFlagBytes(stream, typeof encoding === "string" ? encoding : undefined);
+    watchMessagePrefixes(stream, typeof encoding === "string" ? encoding : undefined, maxMessageBytes);
     return true;
   };
 }

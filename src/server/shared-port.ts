@@ -36,7 +36,7 @@ export function createGrpcServer(maxMessageBytes: number, settings: SharedPortSe
     // GOAWAY past this age: long streams reconnect (and resume) on whichever replica the balancer picks.
     ...(settings.maxConnectionAgeMs ? { "grpc.max_connection_age_ms": settings.maxConnectionAgeMs, "grpc.max_connection_age_grace_ms": 30_000 } : {}),
   });
-  checkGrpcRequests(server);
+  checkGrpcRequests(server, maxMessageBytes);
   return server;
 }
 

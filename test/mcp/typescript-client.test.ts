@@ -8,7 +8,7 @@
  * rebinding.
  */
 import http from "node:http";
-import { mkdtempSync, rmSync } from "node:fs";
+import { mkdtempSync, readFileSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import path from "node:path";
 import { Client } from "@modelcontextprotocol/sdk/client/index.js";
@@ -17,7 +17,7 @@ import type { CallToolResult } from "@modelcontextprotocol/sdk/types.js";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { generateApiKey, type ApiKeyRecord } from "../../src/auth/api-keys.js";
 import { FileKeyStore } from "../../src/auth/file-key-store.js";
-import { startTestServer, type TestServer } from "../support/engram.js";
+import { REPO_ROOT, startTestServer, type TestServer } from "../support/engram.js";
 import { sid } from "../rpc/suite.js";
 
 let dir: string;
@@ -340,6 +340,30 @@ describe("MCP bad input", () => {
     // An unknown tool is a tool error too; the server still answers.
     expect(await toolErrorText(client, "drop_database", {})).toMatch(/drop_database/);
     expect((await ok(client, "get_session", { session_id: id })).session.head_seq).toBe("1");
+  });
+
+  it("sends the error texts the README's MCP section quotes, as quoted", async () => {
+    const client = await mcpClient("app");
+    const id = sid("quoted");
+    await ok(client, "create_session", { app_name: APP, user_id: "gina", session_id: id });
+    await ok(client, "append_events", { session_id: id, events: [{ event_type: "user_message", content: "one" }] });
+    const texts = await Promise.all(
+      (
+        [
+          ["append_events", { session_id: id, events: [{ event_type: "not a type!" }] }],
+          ["get_session", { session_id: "s1" }],
+          ["append_events", { session_id: id, expected_seq: 7, events: [{ event_type: "user_message" }] }],
+          ["read_events", { session_id: id, limt: 10 }],
+          ["read_events", { session_id: id, limit: "ten" }],
+        ] as const
+      ).map(([tool, args]) => toolErrorText(client, tool, args)),
+    );
+    const readme = readFileSync(path.join(REPO_ROOT, "README.md"), "utf8");
+    const section = readme.slice(readme.indexOf("## MCP (Model Context Protocol)"));
+    const errors = section.slice(section.indexOf("**Errors.**"), section.indexOf("**Auth, tenancy and limits.**"));
+    const quoted = [...errors.matchAll(/`((?:[a-z_]+|MCP error -\d+): [^`]+)`/g)].map((m) => m[1]);
+    expect(quoted).toHaveLength(texts.length);
+    expect(quoted).toEqual(texts);
   });
 
   it("answers HTTP errors for what is not an MCP message: other methods, oversized and malformed bodies", async () => {

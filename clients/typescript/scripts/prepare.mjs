@@ -1,6 +1,8 @@
-// `prepare` hook: builds dist/ when TypeScript is installed (a checkout, `npm pack`,
-// `npm install <dir>` or the root workspace's `npm ci`) and skips quietly when it is
-// not (e.g. `npm ci --omit=dev` at the repository root), so installs never fail on it.
+// `prepare` hook: builds dist/ when TypeScript is installed (the root workspace's
+// `npm ci`, or `npm install --prefix .` in this folder before `npm pack`) and skips
+// quietly when it is not (e.g. `npm ci --omit=dev` at the repository root), so installs
+// never fail on it. A bare `npm install <this folder>` elsewhere links it unbuilt and
+// without its dependencies: the README installs the `npm pack` tarball instead.
 import { spawnSync } from "node:child_process";
 import { createRequire } from "node:module";
 import { dirname, join } from "node:path";
