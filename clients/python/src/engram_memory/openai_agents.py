@@ -15,6 +15,7 @@ concurrency: a pop that races another write is retried on the new head);
 """
 from __future__ import annotations
 
+import json
 from typing import Any, cast
 
 import grpc
@@ -95,7 +96,14 @@ class EngramSession(SessionABC):
         return [cast(TResponseInputItem, e.content) for e in live]
 
     async def add_items(self, items: list[TResponseInputItem]) -> None:
-        """Appends the items as one atomic batch (creating the session when absent)."""
+        """Appends the items as one atomic batch (creating the session when absent).
+
+        An item that is not JSON raises ``TypeError`` and nothing is written.
+        """
+        for item in items:
+            # The SDK's own sessions store items as JSON and refuse any that is not:
+            # nothing is written, rather than an object kept as its str().
+            json.dumps(item)
         if not items:
             return
         events = [MemoryEvent.create(_event_type(dict(item)), dict(item), dict(_SOURCE)) for item in items]
