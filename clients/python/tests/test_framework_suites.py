@@ -42,7 +42,14 @@ SUITES = {
     "openai-agents-session": Suite(
         "openai-agents",
         "swap_openai_agents_session",
-        ("tests/memory/test_session.py", "tests/memory/test_session_limit.py"),
+        (
+            "tests/memory/test_session.py",
+            "tests/memory/test_session_limit.py",
+            "tests/memory/test_compaction_suffix.py",
+            "tests/extensions/memory/test_encrypt_session.py",
+            "tests/test_tool_batch_failure_history.py",
+            "tests/test_native_tool_failure_history.py",
+        ),
     ),
 }
 

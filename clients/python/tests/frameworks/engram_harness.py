@@ -28,10 +28,14 @@ def target() -> str:
 
 
 def async_client() -> EngramClient:
-    """One async client for the run (it keeps a channel per event loop)."""
+    """One async client for the run (it keeps a channel per event loop).
+
+    Its calls carry no deadline: some suites freeze ``time.time``, from which
+    gRPC would date every deadline (pytest-timeout bounds each test instead).
+    """
     global _async_client
     if _async_client is None:
-        _async_client = EngramClient(target(), timeout=20)
+        _async_client = EngramClient(target(), timeout=None)
     return _async_client
 
 
