@@ -3,7 +3,7 @@
 at the version installed in this venv (pinned in constraints.txt), from the package
 index through pip, unpacked under .venv/framework-sources (kept until the pin moves).
 
-Run by scripts/venv.sh; tests/test_framework_suites.py runs the tests it unpacks.
+Run by scripts/test.sh; tests/test_framework_suites.py runs the tests it unpacks.
 `framework_sources.py DIST` prints where DIST's source is.
 """
 from __future__ import annotations

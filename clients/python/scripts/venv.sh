@@ -16,5 +16,3 @@ if [ "$(cat "$stamp" 2>/dev/null || true)" != "$want" ] || ! .venv/bin/python -c
     -c constraints.txt -r requirements-gen.txt -e '.[pydantic-ai,adk,openai-agents,langchain,langgraph,test,framework-tests,check]'
   echo "$want" >"$stamp"
 fi
-# The frameworks' own test files (their sdists at the pinned versions), for tests/test_framework_suites.py.
-.venv/bin/python scripts/framework_sources.py >/dev/null
