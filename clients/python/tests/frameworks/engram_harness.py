@@ -46,8 +46,18 @@ def sync_client() -> EngramClientSync:
     return _sync_client
 
 
+_backends_made = 0
+
+
 def fresh_name(prefix: str) -> str:
-    """A name no other test uses, so every swapped-in backend starts empty, as the framework's own does."""
+    """A name no other test uses, so every swapped-in backend starts empty, as the framework's own does.
+
+    Every swapped-in backend asks for one: the run fails when none did (the
+    swap no longer reaches the tests, which would then pass on the framework's
+    own backend).
+    """
+    global _backends_made
+    _backends_made += 1
     return f"{prefix}-{uuid.uuid4().hex[:16]}"
 
 
@@ -75,6 +85,12 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     missing = sorted(set(listed) - seen)
     if missing:
         raise pytest.UsageError(f"expected_failures.txt lists tests that do not exist: {missing}")
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    if _backends_made == 0 and session.testscollected:
+        print("\nno test made an Engram-backed backend: the fixture swap did not take")
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
