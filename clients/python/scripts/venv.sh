@@ -13,6 +13,6 @@ want=$(cat pyproject.toml constraints.txt requirements-gen.txt | sha256sum | cut
 stamp=.venv/.engram-deps
 if [ "$(cat "$stamp" 2>/dev/null || true)" != "$want" ] || ! .venv/bin/python -c 'import engram_memory' 2>/dev/null; then
   .venv/bin/python -m pip install --quiet --disable-pip-version-check \
-    -c constraints.txt -r requirements-gen.txt -e '.[pydantic-ai,adk,openai-agents,langchain,langgraph,test,check]'
+    -c constraints.txt -r requirements-gen.txt -e '.[pydantic-ai,adk,openai-agents,langchain,langgraph,test,framework-tests,check]'
   echo "$want" >"$stamp"
 fi

@@ -125,3 +125,11 @@ async def test_session_settings_set_the_default_limit_of_get_items(client: Engra
     assert _texts(model.calls[-1].input) == [("user", "3"), ("user", "4"), ("user", "next")]
     await Runner.run(agent, "last", session=session, run_config=RunConfig(session_settings=SessionSettings(limit=1)))
     assert _texts(model.calls[-1].input) == [("assistant", "ok"), ("user", "last")]
+
+
+async def test_an_item_that_is_not_json_is_refused_and_nothing_is_written(client: EngramClient, sid: str) -> None:
+    session = EngramSession(sid, client)
+    await session.add_items([{"role": "user", "content": "kept"}])
+    with pytest.raises(TypeError):
+        await session.add_items([{"role": "user", "content": "fine"}, {"role": "user", "content": object()}])  # type: ignore[list-item,misc]
+    assert _texts(await session.get_items()) == [("user", "kept")]

@@ -21,9 +21,11 @@ or the texts at the paths of ``index["fields"]`` (or of a put's ``index=[...]``)
 joined; with ``index["embed"]`` that text is also embedded (one vector per
 item) and searches are hybrid. ``index=False`` leaves an item out of ranked
 search; like LangGraph's in-memory store, such items only fill a search's
-remaining places, unscored. ``filter`` conditions are applied to the values
-the server returned, so a filtered search may return fewer than ``limit``
-items. Items keep no separate creation time: ``created_at`` is the time of
+remaining places, unscored. With embeddings, a hit's score is the cosine
+similarity of its vector with the query's, as in LangGraph's stores, and hits
+are ranked by it. ``filter`` conditions are applied to the values the server
+returned (the best 100 matches), so a filtered search may return fewer than
+``limit`` items. Items keep no separate creation time: ``created_at`` is the time of
 the version read (``updated_at``).
 """
 from __future__ import annotations
@@ -265,17 +267,26 @@ class EngramStore(BaseStore):
         items: list[SearchItem] = []
         if op.query:
             vector = await self.embeddings.aembed_query(op.query) if self.embeddings is not None else None
+            # Filters apply to what comes back, and a vector ranking is redone here:
+            # both look at the most candidates one search returns.
+            wide = bool(op.filter) or vector is not None
             hits = await self._gated(
                 self.client.search_memories(
                     self.app_name,
                     op.query,
                     user_id=self.user_id,
                     topics=topics,
-                    top_k=min(max(want, 1), _MAX_K),
+                    top_k=_MAX_K if wide else min(max(want, 1), _MAX_K),
                     query_embedding=vector,
                 )
             )
-            items = [self._search_item(h.memory, h.score) for h in hits if self._indexed(h.memory)]
+            hits = [h for h in hits if self._indexed(h.memory)]
+            if vector is not None:
+                # LangGraph's score with embeddings is the cosine similarity, and it ranks by it.
+                hits.sort(key=lambda h: h.vector_score, reverse=True)
+                items = [self._search_item(h.memory, h.vector_score) for h in hits]
+            else:
+                items = [self._search_item(h.memory, h.score) for h in hits]
             if len(items) < want:  # unindexed items fill the remaining places, as in LangGraph's stores
                 async for m in self.client.list_memories(self.app_name, user_id=self.user_id, topics=topics):
                     if not self._indexed(m):

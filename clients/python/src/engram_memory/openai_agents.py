@@ -15,12 +15,19 @@ concurrency: a pop that races another write is retried on the new head);
 """
 from __future__ import annotations
 
+import json
+from collections.abc import Callable
 from typing import Any, cast
 
 import grpc
 from agents.items import TResponseInputItem
 from agents.memory import SessionABC, SessionSettings
 from agents.memory.session_settings import coerce_session_settings, resolve_session_limit
+
+try:  # the SDK's compaction snapshot (private to it, so optional here)
+    from agents.memory.session import _CompactionSnapshot
+except ImportError:  # pragma: no cover - another SDK version
+    _CompactionSnapshot = None  # type: ignore[misc,assignment]
 
 from .client import EngramClient
 from .errors import EngramError, FailedPreconditionError, NotFoundError
@@ -95,7 +102,14 @@ class EngramSession(SessionABC):
         return [cast(TResponseInputItem, e.content) for e in live]
 
     async def add_items(self, items: list[TResponseInputItem]) -> None:
-        """Appends the items as one atomic batch (creating the session when absent)."""
+        """Appends the items as one atomic batch (creating the session when absent).
+
+        An item that is not JSON raises ``TypeError`` and nothing is written.
+        """
+        for item in items:
+            # The SDK's own sessions store items as JSON and refuse any that is not:
+            # nothing is written, rather than an object kept as its str().
+            json.dumps(item)
         if not items:
             return
         events = [MemoryEvent.create(_event_type(dict(item)), dict(item), dict(_SOURCE)) for item in items]
@@ -122,6 +136,48 @@ class EngramSession(SessionABC):
         raise EngramError(
             grpc.StatusCode.ABORTED, f"{self.session_id}: pop_item lost {_POP_ATTEMPTS} races with other writes"
         )
+
+    async def _get_compaction_snapshot(
+        self, limit: int, *, prune_prefix: Callable[[TResponseInputItem], bool] | None = None
+    ) -> Any:
+        """The newest ``limit`` items, for the SDK's compaction to replace a suffix of atomically.
+
+        The hook the SDK's compaction looks for on a session (SQLiteSession has
+        one; without it the SDK rewrites the whole history). ``replace_suffix``
+        removes the snapshot's items from ``start`` on (and the oldest items
+        ``prune_prefix`` accepts, up to the first it refuses) and appends
+        ``output``, as one batch under ``expected_seq``: it returns False,
+        changing nothing, when anything was written since the snapshot.
+        """
+        if _CompactionSnapshot is None:
+            return None
+        events = await self._events()
+        live = self._live(events)
+        head = events[-1].seq if events else 0
+        window = live[-limit:] if limit > 0 else []
+        complete = len(window) == len(live)
+
+        async def replace_suffix(start: int, output: list[TResponseInputItem]) -> bool:
+            replaced = window[start:]
+            if not replaced:
+                return False
+            pruned: list[MemoryEvent] = []
+            if prune_prefix is not None:
+                for event in live[: len(live) - len(replaced)]:
+                    if not prune_prefix(cast(TResponseInputItem, event.content)):
+                        break
+                    pruned.append(event)
+            batch = [MemoryEvent.create(REMOVED, {"seq": e.seq}, dict(_SOURCE)) for e in pruned + replaced]
+            for item in output:
+                json.dumps(item)
+                batch.append(MemoryEvent.create(_event_type(dict(item)), dict(item), dict(_SOURCE)))
+            try:
+                await self.client.add_events(self.session_id, batch, expected_seq=head)
+            except FailedPreconditionError:
+                return False
+            return True
+
+        return _CompactionSnapshot([cast(TResponseInputItem, e.content) for e in window], complete, replace_suffix)
 
     async def clear_session(self) -> None:
         """Deletes the session and all its items."""
