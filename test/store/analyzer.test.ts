@@ -1,6 +1,7 @@
 import { createRequire } from "node:module";
 import { describe, expect, it } from "vitest";
 import { analyze, analyzedText, queryTerms } from "../../src/store/memories/analyzer.js";
+import { allMemories, allQuestions, loadMemoriesEval } from "../../bench/memories-eval/dataset.js";
 
 const stemEnglish: (word: string) => string = createRequire(import.meta.url)("wink-porter2-stemmer");
 
@@ -45,4 +46,16 @@ describe("the memory text analyzer", () => {
       expect(analyze(text)).toEqual(icu);
     }
   });
+
+  it("gives ASCII text, on its shorter road, exactly the terms of the full analysis", () => {
+    // A word outside ASCII at the end sends the same text down the full road; it adds its own term only.
+    const set = loadMemoriesEval();
+    const texts = [...allMemories(set).map((m) => m.text), ...allQuestions(set).map((q) => q.query)].filter((t) => !/[\u0080-\uffff]/.test(t));
+    texts.push("Don't e-mail Alice's v3.14 <b>x_y</b> #tag", "O'Neil's 'quoted' words' ' '' and\ttabs\n", "UPPER Case MiXeD 123abc ABC123");
+    expect(texts.length).toBeGreaterThan(500);
+    for (const text of texts) {
+      expect(analyze(`${text} über`), text).toEqual([...analyze(text), "über"]);
+    }
+  });
 });
+

@@ -43,6 +43,10 @@ const UNSPACED_SCRIPT = /[\p{Script=Han}\p{Script=Hiragana}\p{Script=Katakana}\p
 const ASCII_WORD = /^[a-z0-9]+$/;
 const TERM_RUN = /[\p{L}\p{M}\p{N}]+/gu;
 const APOSTROPHES = /['\u2019]/g;
+/** Any UTF-16 unit outside ASCII (surrogates included). */
+const NON_ASCII = /[\u0080-\uffff]/;
+/** WORD_RUN over lower-cased ASCII. */
+const ASCII_WORD_RUN = /[a-z0-9']+/g;
 
 /**
  * Stems of the words seen last. Snowball costs ~4 µs a word and a text's
@@ -78,15 +82,26 @@ export function foldText(text: string): string {
   return text.normalize("NFKC").toUpperCase().toLowerCase().normalize("NFKC");
 }
 
-/** The terms of a text, in order (repeats kept, for term frequencies). */
+/**
+ * The terms of a text, in order (repeats kept, for term frequencies).
+ *
+ * Every memory written is analyzed, so ASCII text (most of it) takes a
+ * shorter road to the same terms: NFKC leaves ASCII as it is and no ASCII
+ * letter folds outside ASCII, so lower-casing is the whole fold, no word is
+ * in an unspaced script, and a stem of ASCII letters is one term already.
+ * That road took analysis from ~17 to ~6 µs a memory; a test holds it to the
+ * full one.
+ */
 export function analyze(text: string): string[] {
   const terms: string[] = [];
-  for (const segment of wordsOf(foldText(text))) {
+  const words = !NON_ASCII.test(text) ? (text.toLowerCase().match(ASCII_WORD_RUN) ?? []) : wordsOf(foldText(text));
+  for (const segment of words) {
     if (stopWords.has(segment)) continue;
-    const word = segment.replace(APOSTROPHES, "");
+    const word = segment.includes("'") || segment.includes("\u2019") ? segment.replace(APOSTROPHES, "") : segment;
     if (word.length === 0 || stopWords.has(word)) continue;
     const stemmed = ASCII_WORD.test(word) ? stemOf(word) : word;
-    for (const run of stemmed.matchAll(TERM_RUN)) terms.push(run[0]);
+    if (ASCII_WORD.test(stemmed)) terms.push(stemmed);
+    else for (const run of stemmed.matchAll(TERM_RUN)) terms.push(run[0]);
   }
   return terms;
 }
