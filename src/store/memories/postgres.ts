@@ -62,7 +62,7 @@ import type {
 import { log } from "../../log.js";
 import { KeyedListeners } from "../notices.js";
 import { ANALYZER_VERSION, analyzedText, queryTerms } from "./analyzer.js";
-import { changeWindowOf, deletedStub, embeddingDimensionMismatch, exactScopeKey, memoryIdTaken, requireRetained, supersessionKey } from "./rules.js";
+import { MEMORY_CHANGES_RETAINED, changeWindowOf, deletedStub, embeddingDimensionMismatch, exactScopeKey, memoryIdTaken, requireRetained, supersessionKey } from "./rules.js";
 
 /** The largest dimension pgvector's HNSW indexes a `vector` of; an app of more dimensions is searched by exact scan. */
 const HNSW_MAX_DIMENSIONS = 2000;
@@ -638,7 +638,7 @@ export class PostgresMemories implements LongTermMemoryStore {
               r.importance, r.pinned, r.metadata, r.source_session_id, r.source_from_seq, r.source_to_seq, r.created_ms, r.valid_from_ms, r.invalid_at_ms,
               r.superseded_by, decode(r.embedding, 'base64'), r.fingerprint, r.scope_key, r.supersession_key,
               to_tsvector('simple'::regconfig, r.terms), ${ANALYZER_VERSION}, ${this.vectorParam("r.vector")}
-       FROM jsonb_to_recordset($1::jsonb) AS r(
+       FROM json_to_recordset($1::json) AS r(
          app_name text, memory_id text, user_id text, agent_id text, session_id text, text text, fact_subject text, fact_predicate text, fact_object text,
          key text, topics text[], importance double precision, pinned boolean, metadata jsonb, source_session_id text, source_from_seq bigint,
          source_to_seq bigint, created_ms bigint, valid_from_ms bigint, invalid_at_ms bigint, superseded_by text, embedding text, fingerprint text,
@@ -653,7 +653,7 @@ export class PostgresMemories implements LongTermMemoryStore {
     return { written, closed, stored };
   }
 
-  /** One memory as a row of writeRound's jsonb_to_recordset. */
+  /** One memory as a row of writeRound's json_to_recordset. */
   private insertRow(m: MemoryRecord): Record<string, unknown> {
     return {
       app_name: m.appName,
@@ -911,42 +911,36 @@ export class PostgresMemories implements LongTermMemoryStore {
 
 
   /**
-   * Numbers an app's changes inside their transaction: advances (and locks,
-   * until commit) the app's log head, appends the changes to its log, trims
-   * the log to the newest MEMORY_CHANGES_RETAINED, and notifies other
-   * replicas at commit. The changes, numbered.
+   * Numbers an app's changes inside their transaction, in one statement:
+   * advances (and locks, until commit) the app's log head, appends the
+   * changes to its log, trims the log to the newest MEMORY_CHANGES_RETAINED,
+   * and notifies other replicas at commit. Last in its transaction, so the
+   * head is held only while the transaction commits. The changes, numbered.
    */
   private async logChanges(client: pg.PoolClient, appName: string, kind: ChangeNotice["m"], changes: readonly UnnumberedChange[]): Promise<MemoryChange[]> {
     const { rows } = await client.query<{ head: string }>(
-      `INSERT INTO ${this.s}.memory_change_heads AS h (app_name, head) VALUES ($1, $2)
-       ON CONFLICT (app_name) DO UPDATE SET head = h.head + EXCLUDED.head RETURNING head`,
-      [appName, changes.length],
-    );
-    const head = Number(rows[0].head);
-    const first = head - changes.length + 1;
-    const numbered = changes.map((c, i) => ({ ...c, seq: first + i }) as MemoryChange);
-    await client.query(
-      `INSERT INTO ${this.s}.memory_changes (app_name, seq, kind, memory_id, deleted)
-       SELECT $1, s, k, NULLIF(m, ''), d::jsonb FROM unnest($2::bigint[], $3::text[], $4::text[], $5::text[]) AS t(s, k, m, d)`,
+      `WITH advanced AS (
+         INSERT INTO ${this.s}.memory_change_heads AS h (app_name, head) VALUES ($1, $2)
+         ON CONFLICT (app_name) DO UPDATE SET head = h.head + EXCLUDED.head RETURNING head
+       ), logged AS (
+         INSERT INTO ${this.s}.memory_changes (app_name, seq, kind, memory_id, deleted)
+         SELECT $1, a.head - $2 + t.i, t.k, NULLIF(t.m, ''), t.d::jsonb FROM advanced a, unnest($3::text[], $4::text[], $5::text[]) WITH ORDINALITY AS t(k, m, d, i)
+       ), trimmed AS (
+         DELETE FROM ${this.s}.memory_changes WHERE app_name = $1 AND seq <= (SELECT head FROM advanced) - ${MEMORY_CHANGES_RETAINED}
+       )
+       SELECT head, pg_notify($6, json_build_object('m', $7::text, 'o', $8::text, 'a', $1::text, 'q', head)::text) FROM advanced`,
       [
         appName,
-        numbered.map((c) => c.seq),
-        numbered.map((c) => c.kind),
-        numbered.map((c) => (c.kind === "deleted" ? "" : (c as { memory: MemoryRecord }).memory.memoryId)),
-        numbered.map((c) =>
-          c.kind === "deleted" ? JSON.stringify(c.memories.map((m) => [m.memoryId, m.userId ?? null, m.agentId ?? null, m.sessionId ?? null])) : null,
-        ),
+        changes.length,
+        changes.map((c) => c.kind),
+        changes.map((c) => (c.kind === "deleted" ? "" : c.memory.memoryId)),
+        changes.map((c) => (c.kind === "deleted" ? JSON.stringify(c.memories.map((m) => [m.memoryId, m.userId ?? null, m.agentId ?? null, m.sessionId ?? null])) : null)),
+        this.db.channel,
+        kind,
+        this.origin,
       ],
     );
-    const floor = changeWindowOf(head).floor;
-    if (floor > 0) await client.query(`DELETE FROM ${this.s}.memory_changes WHERE app_name = $1 AND seq <= $2`, [appName, floor]);
-    await this.notify(client, [{ m: kind, o: this.origin, a: appName, q: head }]);
-    return numbered;
-  }
-
-  /** Sends the notices at commit (NOTIFY is transactional). */
-  private async notify(client: pg.PoolClient, notices: readonly ChangeNotice[]): Promise<void> {
-    if (notices.length === 0) return;
-    await client.query("SELECT count(pg_notify($1, n)) FROM unnest($2::text[]) AS n", [this.db.channel, notices.map((n) => JSON.stringify(n))]);
+    const first = Number(rows[0].head) - changes.length + 1;
+    return changes.map((c, i) => ({ ...c, seq: first + i }) as MemoryChange);
   }
 }
