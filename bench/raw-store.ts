@@ -11,14 +11,22 @@ import { openStore } from "../src/store/index.js";
 import type { MemoryStore, NewEvent } from "../src/store/types.js";
 import { closedLoop, type ClosedLoopOptions, type LoadResult } from "./lib/closed-loop.js";
 import { serveRequests } from "./lib/processes.js";
-import { CONTENT_100B } from "./workloads.js";
+import pg from "pg";
+import { memoryFingerprint } from "../src/store/memories/rules.js";
+import { seededRandom } from "./lib/seeded-random.js";
+import { CONTENT_100B, WRITE_APP } from "./workloads.js";
 
 /** One raw run. */
 export interface RawSpec extends ClosedLoopOptions {
   backend: "redis" | "postgres";
   url: string;
-  /** "open" only connects (so the backend's connection processes exist before CPU is charged to them). */
-  op: "open" | "append" | "tail";
+  /**
+   * "open" only connects (so the backend's connection processes exist before CPU is charged to them);
+   * "write-memories": the WriteMemories workload's batch (100 memories of the worker's own user) through the driver;
+   * "hnsw-insert": 100 random 384-d vectors into a table with only a pgvector HNSW index, in plain SQL,
+   * no Engram at all (what pgvector itself costs per vector on this machine).
+   */
+  op: "open" | "append" | "tail" | "write-memories" | "hnsw-insert";
   /** Events in the session the tail reads from. */
   tailSessionEvents: number;
 }
@@ -50,6 +58,17 @@ async function runRaw(spec: RawSpec): Promise<LoadResult> {
     await Promise.all(Array.from({ length: 16 }, () => store.getSession("raw-open")));
     return { calls: 0, errors: 0, seconds: 0, throughput: 0, p50Us: 0, p99Us: 0, meanUs: 0, cpuUsPerCall: {} };
   }
+  if (spec.op === "write-memories") {
+    return closedLoop(spec, async (worker) => {
+      const now = Date.now();
+      const batch = Array.from({ length: 100 }, (_, i) => {
+        const content = { memoryId: randomUUID(), appName: WRITE_APP, userId: `writer-${worker}`, text: `${CONTENT_100B} (${worker}.${i})`, key: "", topics: [], importance: (i % 10) / 10, pinned: false, metadata: {} };
+        return { ...content, createdAt: now, validFrom: now, fingerprint: memoryFingerprint(content) };
+      });
+      await store.memories.writeMemories(batch);
+    });
+  }
+  if (spec.op === "hnsw-insert") return hnswInserts(spec);
   const session = (id: string) => store.getOrCreateSession({ sessionId: id, appName: "rawbench", userId: "bench", metadata: {}, now: Date.now() });
   if (spec.op === "append") {
     for (let i = 0; i < spec.concurrency; i++) await session(`raw-append-${i}`);
@@ -65,6 +84,23 @@ async function runRaw(spec: RawSpec): Promise<LoadResult> {
   return closedLoop(spec, async () => {
     await store.readTail(tailId, 20);
   });
+}
+
+/** pgvector's own cost per vector: plain INSERTs of 100 random 384-d vectors into a table with only an HNSW index (cosine, pgvector's defaults). */
+async function hnswInserts(spec: RawSpec): Promise<LoadResult> {
+  const pool = new pg.Pool({ connectionString: spec.url, max: spec.concurrency });
+  try {
+    await pool.query("CREATE EXTENSION IF NOT EXISTS vector");
+    await pool.query("CREATE TABLE IF NOT EXISTS raw_hnsw (id bigserial PRIMARY KEY, v vector(384))");
+    await pool.query("CREATE INDEX IF NOT EXISTS raw_hnsw_v ON raw_hnsw USING hnsw (v vector_cosine_ops)");
+    const random = seededRandom(spec.concurrency);
+    return await closedLoop(spec, async () => {
+      const vectors = Array.from({ length: 100 }, () => `[${Array.from({ length: 384 }, () => random() - 0.5).join(",")}]`);
+      await pool.query("INSERT INTO raw_hnsw (v) SELECT unnest($1::text[])::vector(384)", [vectors]);
+    });
+  } finally {
+    await pool.end();
+  }
 }
 
 serveRequests((spec: RawSpec) => runRaw(spec));

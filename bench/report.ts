@@ -105,10 +105,23 @@ export function checkTargets(results: BenchResults): TargetCheck[] {
     const one = find(results, "postgres", workload, 1);
     const many = find(results, "postgres", workload, c);
     if (!one || !many || one.throughput === 0) continue;
+    if (many.calls === 0) {
+      checks.push({ target: `postgres ${workload} at c=${c}`, measured: "no batch completed within the point", ratio: 0, goal: 1, met: false });
+      continue;
+    }
     const speedup = many.throughput / one.throughput;
     checks.push({ target: `postgres ${workload}: c=${c} ≥ 3× c=1's memories/s`, measured: `${fmt(many.throughput * 100)}/s vs ${fmt(one.throughput * 100)}/s`, ratio: speedup / 3, goal: 1, met: speedup >= 3 });
     const usPerMemory = ((many.cpuUsPerCall.server ?? 0) + (many.cpuUsPerCall.postgres ?? 0)) / 100;
-    checks.push({ target: `postgres ${workload}: server + PostgreSQL CPU ≤ 200 µs per memory (c=${c})`, measured: `${fmt(usPerMemory)} µs`, ratio: 200 / usPerMemory, goal: 1, met: usPerMemory <= 200 });
+    // The floors of the same run: the driver alone, and for vectors pgvector's own HNSW insert.
+    const floor = find(results, "postgres driver", /embeddings/.test(workload) ? "100 vectors into pgvector HNSW (plain SQL, no Engram)" : "WriteMemories 100 (store driver, no server)", c);
+    const floorUs = floor && (Object.entries(floor.cpuUsPerCall).reduce((sum, [who, us]) => sum + (who === "client" && !/driver/.test(floor.workload) ? 0 : us), 0) / 100);
+    checks.push({
+      target: `postgres ${workload}: server + PostgreSQL CPU ≤ 200 µs per memory (c=${c})`,
+      measured: `${fmt(usPerMemory)} µs${floorUs ? `; ${floor.workload}: ${fmt(floorUs)} µs a memory` : ""}`,
+      ratio: 200 / usPerMemory,
+      goal: 1,
+      met: usPerMemory <= 200,
+    });
     if (many.p99Us !== null) {
       checks.push({ target: `postgres ${workload}: p99 ≤ 100 ms per batch (c=${c})`, measured: `${fmt(many.p99Us / 1000)} ms`, ratio: 100_000 / many.p99Us, goal: 1, met: many.p99Us <= 100_000 });
     }

@@ -172,6 +172,17 @@ function cpuPidsFor(backend: string, engram: EngramProcess | undefined, backing:
   return pids;
 }
 
+/** The shortest point of vector writes: a batch of 100 into an HNSW index takes seconds at c=16 on 2 cores. */
+const VECTOR_WRITE_MS = 20_000;
+
+/** The baseline rows of the raw-store ops. */
+const RAW_WORKLOADS: Record<Exclude<RawSpec["op"], "open">, string> = {
+  append: "AddEvent (store driver, no server)",
+  tail: "last 20 of 1k (store driver, no server)",
+  "write-memories": "WriteMemories 100 (store driver, no server)",
+  "hnsw-insert": "100 vectors into pgvector HNSW (plain SQL, no Engram)",
+};
+
 async function main(): Promise<void> {
   const { profile, out } = parseProfile(process.argv.slice(2));
   // The compiled server is what npm start and the image run; build it first when a source is newer.
@@ -211,8 +222,8 @@ async function main(): Promise<void> {
       results.points.push({ ...p, ...result });
       log(`${p.backend.padEnd(18)} ${p.workload.padEnd(42)} c=${String(p.concurrency).padEnd(3)} ${String(result.throughput).padStart(9)}/s p50 ${result.p50Us}µs p99 ${result.p99Us}µs cpu ${JSON.stringify(result.cpuUsPerCall)}${result.errors ? ` errors ${result.errors}: ${result.firstError}` : ""}`);
     };
-    const load = (spec: Omit<LoadSpec, "durationMs" | "warmupMs" | "concurrency">, concurrency: number) =>
-      loadgen.request<LoadResult>({ ...spec, concurrency, durationMs: profile.durationMs, warmupMs: profile.warmupMs } satisfies LoadSpec);
+    const load = (spec: Omit<LoadSpec, "durationMs" | "warmupMs" | "concurrency">, concurrency: number, minDurationMs = 0) =>
+      loadgen.request<LoadResult>({ ...spec, concurrency, durationMs: profile.name === "tiny" ? profile.durationMs : Math.max(profile.durationMs, minDurationMs), warmupMs: profile.warmupMs } satisfies LoadSpec);
     // Warm up the echo server and the load generator (JIT) before anything is measured.
     await load({ target: `127.0.0.1:${echoPort}`, method: ECHO_METHOD, requests: [echoRequest], cpuPids: {} }, 16);
     const echoPoints = async (label: string) => {
@@ -295,7 +306,7 @@ async function main(): Promise<void> {
           await prime(engram.address, workload);
           for (const c of profile.concurrencies) {
             await point({ kind: "server", backend, workload: workload.name, concurrency: c }, () =>
-              load({ target: engram.address, method: workload.method, requests: workload.requests, cycle: workload.cycle, paging: workload.paging, cpuPids: cpuPidsFor(backend, engram, backing) }, c),
+              load({ target: engram.address, method: workload.method, requests: workload.requests, cycle: workload.cycle, paging: workload.paging, cpuPids: cpuPidsFor(backend, engram, backing) }, c, workload.minDurationMs),
             );
           }
           if (workload.name === "AddEvent" && profile.targetPairs > 0) {
@@ -310,11 +321,12 @@ async function main(): Promise<void> {
         try {
           const rawSpec = { backend: backend as "redis" | "postgres", url: url!, tailSessionEvents: 1000, durationMs: profile.durationMs, warmupMs: profile.warmupMs };
           await raw.request<LoadResult>({ ...rawSpec, op: "open", concurrency: 1, cpuPids: {} } satisfies RawSpec);
-          for (const op of ["append", "tail"] as const) {
+          const memoryOps = ["write-memories", ...(backend === "postgres" && profile.pgvector ? ["hnsw-insert" as const] : [])] as const;
+          for (const op of ["append", "tail", ...memoryOps] as const) {
             for (const c of profile.concurrencies) {
-              const workload = op === "append" ? "AddEvent (store driver, no server)" : "last 20 of 1k (store driver, no server)";
+              const workload = RAW_WORKLOADS[op];
               await point({ kind: "baseline", backend: `${backend} driver`, workload, concurrency: c }, () =>
-                raw.request<LoadResult>({ ...rawSpec, op, concurrency: c, cpuPids: cpuPidsFor(backend, undefined, backing) } satisfies RawSpec),
+                raw.request<LoadResult>({ ...rawSpec, op, concurrency: c, cpuPids: cpuPidsFor(backend, undefined, backing), ...(op === "hnsw-insert" ? { durationMs: Math.max(rawSpec.durationMs, VECTOR_WRITE_MS) } : {}) } satisfies RawSpec),
               );
             }
           }
