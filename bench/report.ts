@@ -111,6 +111,28 @@ export function checkTargets(results: BenchResults): TargetCheck[] {
     }
     const speedup = many.throughput / one.throughput;
     checks.push({ target: `postgres ${workload}: c=${c} ≥ 3× c=1's memories/s`, measured: `${fmt(many.throughput * 100)}/s vs ${fmt(one.throughput * 100)}/s`, ratio: speedup / 3, goal: 1, met: speedup >= 3 });
+    // What the cores allow, from c=1's own figures: at c=1 a batch keeps the CPU busy for `busy` of
+    // its `elapsed`; c writers can at most fill every core, and each waits for the c-1 others' CPU.
+    const cpuPerBatch = (call: Point) => Object.values(call.cpuUsPerCall).reduce((sum, us) => sum + us, 0);
+    if (cores > 0) {
+      const elapsedUs = 1e6 / one.throughput;
+      const most = Math.min(c, (cores * elapsedUs) / cpuPerBatch(one));
+      checks.push({
+        target: `postgres ${workload}: the speed-up ${cores} cores allow at c=1's CPU per batch (informational)`,
+        measured: `${fmt(cpuPerBatch(one) / 1000, 1)} ms of CPU in each ${fmt(elapsedUs / 1000, 1)} ms batch at c=1: at most ${fmt(most, 2)}×`,
+        ratio: most / 3,
+        goal: 1,
+        met: most >= 3,
+      });
+      const floorMs = (c * cpuPerBatch(many)) / cores / 1000;
+      checks.push({
+        target: `postgres ${workload}: the latency ${cores} cores allow at c=${c} (Little's law at this run's CPU per batch; informational)`,
+        measured: `${c} batches × ${fmt(cpuPerBatch(many) / 1000, 1)} ms of CPU ÷ ${cores} cores: p50 ≥ ${fmt(floorMs)} ms`,
+        ratio: 100 / floorMs,
+        goal: 1,
+        met: floorMs <= 100,
+      });
+    }
     const usPerMemory = ((many.cpuUsPerCall.server ?? 0) + (many.cpuUsPerCall.postgres ?? 0)) / 100;
     // The floors of the same run: the driver alone, and for vectors pgvector's own HNSW insert.
     const floor = find(results, "postgres driver", /embeddings/.test(workload) ? "100 vectors into pgvector HNSW (plain SQL, no Engram)" : "WriteMemories 100 (store driver, no server)", c);
