@@ -21,7 +21,10 @@
  * 1..n with no hole, no event id twice, and with WAIT 1 no acknowledged
  * append or memory is missing (or, for an append, moved to another seq). It
  * counts, for the README's durability table, acknowledged appends and
- * memories lost with each setting. Every loop is bounded in count and time.
+ * memories lost with each setting. With WAIT 1 it also probes the promoted
+ * master before its replica rejoins: UNAVAILABLE to a call whose deadline
+ * outlasts the store's bound, DEADLINE_EXCEEDED to one whose deadline is
+ * shorter than WAIT's. Every loop is bounded in count and time.
  *
  * The load and the rounds come from the environment; the defaults keep the
  * file's cost for CI:
@@ -81,6 +84,9 @@ interface Figures {
   memoriesLost: number;
   /** ms from the kill until every session and every memory app had a write acknowledged again. */
   resumedAfterMs: number;
+  /** The load when the master died: appends and memories acknowledged per second over the 2 s before. */
+  appendsPerSecond: number;
+  memoriesPerSecond: number;
 }
 
 let cluster: RedisCluster;
@@ -149,6 +155,30 @@ async function readAll(client: MemoryClient, sessionId: string): Promise<Array<{
  * sessions, `fault()` once enough appends are acknowledged, writers until
  * writes have resumed on every session, then the history check.
  */
+/**
+ * On a shard whose master has no replica (WAIT 1): an append whose deadline
+ * outlasts the store's bound answers UNAVAILABLE; one
+ * whose deadline ends before WAIT's bound gets DEADLINE_EXCEEDED (the README's
+ * Durability table says both). Either may have been applied: their event ids
+ * are the probes', never checked as acknowledged.
+ */
+async function expectRefusedWithoutReplica(client: MemoryClient, prefix: string, sessions: readonly string[], promoted: ClusterNode): Promise<void> {
+  const keys = new RedisKeys(prefix, CLUSTER_BUCKETS);
+  let sessionId: string | undefined;
+  for (const candidate of sessions) if ((await cluster.masterOf(keys.session(candidate))) === promoted) sessionId ??= candidate;
+  if (sessionId === undefined) throw new Error(`no session on the promoted master ${promoted.address}`);
+  const codeOf = (eventId: string, timeoutMs: number) =>
+    client.addEvent({ sessionId, event: { eventType: "user_message", eventId } }, { timeoutMs } as never).then(
+      () => ({ code: undefined, message: "acknowledged" }),
+      (err: unknown) => ({ code: ConnectError.from(err).code, message: ConnectError.from(err).rawMessage }),
+    );
+  const waitBoundMs = STORE_TIMEOUT_MS / 2;
+  expect(await codeOf(`${sessionId}-probe-short`, waitBoundMs / 2)).toMatchObject({ code: Code.DeadlineExceeded });
+  // Its message names the shortfall ("reached 0 of the 1 replicas") or, with writers queued on the
+  // shard's connection behind each other's WAIT, the store's command timeout: UNAVAILABLE either way.
+  expect(await codeOf(`${sessionId}-probe-long`, STORE_TIMEOUT_MS * 3)).toMatchObject({ code: Code.Unavailable });
+}
+
 /** Every memory id of an app, paged (bounded). */
 async function memoryIdsOf(client: MemoryClient, appName: string): Promise<Set<string>> {
   const ids = new Set<string>();
@@ -176,6 +206,11 @@ async function appsOverMasters(run: string, count: number): Promise<string[]> {
   // Round-robin over the masters, so that fewer writers than masters still start with different ones.
   const spread = Array.from({ length: share }, (_, i) => apps.map((onMaster) => onMaster[i])).flat().filter((app) => app !== undefined);
   return spread.slice(0, count);
+}
+
+/** Writes acknowledged in the 2 s before `at`. */
+function ackedJustBefore(attempts: readonly Attempt[], at: number): number {
+  return attempts.filter((a) => a.outcome === "acked" && a.at <= at && a.at > at - 2000).length;
 }
 
 /** Calls `write` until it succeeds: 20 tries at most, and never past `by`. */
@@ -265,10 +300,13 @@ async function underWriteLoad(wait: number, label: string, fault: (sessions: rea
     await until("writes acknowledged on every session and memory app", 60_000, () => acked(appends).length >= 10 * SESSIONS * SESSION_WRITERS && everyLaneAcked(0));
     killed = await fault(sessions);
     killedAt = Date.now();
-    await cluster.waitForFailover(killed);
+    const promoted = await cluster.waitForFailover(killed);
     // With WAIT 1 and one replica per master, the promoted master has no replica to wait for
     // until the killed node rejoins: its shard refuses every write (UNAVAILABLE) until then.
-    if (wait > 0) await rejoin();
+    if (wait > 0) {
+      await expectRefusedWithoutReplica(client, servers.get(wait)!.prefix, sessions, promoted);
+      await rejoin();
+    }
     // Writes resume: every session and every memory app gets writes acknowledged after the promotion.
     await until("writes acknowledged on every session and memory app after the failover", 30_000, () => everyLaneAcked(killedAt!));
   } finally {
@@ -330,6 +368,8 @@ async function underWriteLoad(wait: number, label: string, fault: (sessions: rea
     memoriesUnknown: unknownBatches.length * MEMORY_BATCH,
     memoriesLost,
     resumedAfterMs: resumedAt - killedAt!,
+    appendsPerSecond: ackedJustBefore(appends, killedAt!) / 2,
+    memoriesPerSecond: (ackedJustBefore(batches, killedAt!) * MEMORY_BATCH) / 2,
   };
   figures.push({ fault: label, wait, ...result });
   // As each round ends too: a long run's figures survive a later round's failure.
@@ -339,7 +379,7 @@ async function underWriteLoad(wait: number, label: string, fault: (sessions: rea
 
 describe("Redis Cluster failover under write load", () => {
   for (const wait of [0, 1]) {
-    it(`kill -9 of a master, MEMORY_REDIS_WAIT_REPLICAS=${wait}: a replica is promoted, writes resume, no seq hole and no duplicate${wait ? ", nothing acknowledged is lost" : ""}`, async () => {
+    it(`kill -9 of a master, MEMORY_REDIS_WAIT_REPLICAS=${wait}: a replica is promoted, writes resume, no seq hole and no duplicate${wait ? ", nothing acknowledged is lost; without a replica, UNAVAILABLE (DEADLINE_EXCEEDED to a deadline shorter than WAIT's bound)" : ""}`, async () => {
       for (let round = 0; round < ROUNDS; round++) {
         const f = await underWriteLoad(wait, "kill9", async (sessions) => {
           const { key } = await busiestMaster(servers.get(wait)!.prefix, sessions);
@@ -354,7 +394,7 @@ describe("Redis Cluster failover under write load", () => {
   }
 
   for (const wait of [0, 1]) {
-    it(`a lagging replica promoted, MEMORY_REDIS_WAIT_REPLICAS=${wait}: ${wait ? "nothing acknowledged is lost: what the replica missed was never acknowledged" : "the appends acknowledged while it lagged are lost, and still no seq hole or duplicate"}`, async () => {
+    it(`a lagging replica promoted, MEMORY_REDIS_WAIT_REPLICAS=${wait}: ${wait ? "nothing acknowledged is lost: what the replica missed was never acknowledged; without a replica, UNAVAILABLE (DEADLINE_EXCEEDED to a deadline shorter than WAIT's bound)" : "the appends acknowledged while it lagged are lost, and still no seq hole or duplicate"}`, async () => {
       for (let round = 0; round < ROUNDS; round++) {
         const f = await underWriteLoad(wait, "lagging", async (sessions) => {
           const { key, master } = await busiestMaster(servers.get(wait)!.prefix, sessions);
