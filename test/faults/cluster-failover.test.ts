@@ -34,7 +34,7 @@
  *   ENGRAM_FAILOVER_MEMORY_BATCH     memories per WriteMemories batch (10)
  * e.g. `ENGRAM_FAILOVER_ROUNDS=20 ENGRAM_FAILOVER_SESSIONS=24 ENGRAM_FAILOVER_SESSION_WRITERS=2
  * npx vitest run test/faults/cluster-failover.test.ts -t "kill -9"`; each
- * round's figures are printed at the end.
+ * round prints its figures as it ends ("failover round: {...}").
  */
 import { setTimeout as sleep } from "node:timers/promises";
 import { Code, ConnectError } from "@connectrpc/connect";
