@@ -2,9 +2,9 @@
  * How long `engram --help` takes to answer in a built checkout, by each way of
  * running it: the bin through node, `npx engram` (npm links the checkout into
  * its npx cache and runs the bin from there) and, as npm's own floor,
- * `npx --version`. Each is called `runs` times one after the other (the first
- * `npx engram` of a fresh checkout is the first of these calls; later ones are
- * warm). Prints the median and the fastest call of each, in milliseconds.
+ * `npx --version`. Each is called `runs` times one after the other; the first
+ * `npx engram` is cold only when npm has not linked this checkout before.
+ * Prints the first call, the median and the fastest of each, in milliseconds.
  *
  *   node --import tsx bench/cli-startup.ts [runs=10]
  */
