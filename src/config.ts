@@ -6,7 +6,7 @@
 import { parseArgs } from "node:util";
 import type { AppRetention } from "./store/types.js";
 import { MAX_EMBEDDING_DIMENSION } from "./service/memories/similarity.js";
-import { parseRedisUrl } from "./store/redis/connection.js";
+import { parseRedisUrl } from "./store/redis/url.js";
 
 /** The storage engines. */
 export type MemoryType = "local" | "redis" | "postgres";

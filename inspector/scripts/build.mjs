@@ -29,7 +29,15 @@ mkdirSync(scratch, { recursive: true });
 const fresh = `${scratch}inspector-build-${process.pid}`;
 const old = `${scratch}inspector-old-${process.pid}`;
 try {
-  await vite.build({ root, configFile: fileURLToPath(new URL("../vite.config.ts", import.meta.url)), build: { outDir: fresh, emptyOutDir: true } });
+  // configLoader "runner": the default loader bundles vite.config.ts into node_modules/.vite-temp, which
+  // leaves node_modules newer than npm's record of it (node_modules/.package-lock.json), so every later
+  // npm command, `npx engram` among them, reads the whole tree again instead of that record.
+  await vite.build({
+    root,
+    configFile: fileURLToPath(new URL("../vite.config.ts", import.meta.url)),
+    configLoader: "runner",
+    build: { outDir: fresh, emptyOutDir: true },
+  });
   if (existsSync(dist)) renameSync(dist, old);
   renameSync(fresh, dist);
 } finally {

@@ -6,7 +6,7 @@
  * served by a file:// module proxy, as `go get` fetches from a real one).
  * Downloads are cached under .tmp/packages so a second run stays offline.
  */
-import { execFile } from "node:child_process";
+import { execFile, execFileSync } from "node:child_process";
 import { copyFileSync, existsSync, mkdirSync, readFileSync, readdirSync, writeFileSync } from "node:fs";
 import { homedir } from "node:os";
 import path from "node:path";
@@ -30,6 +30,17 @@ export async function sh(command: string, args: string[], opts: { cwd?: string; 
   } catch (err) {
     const e = err as { stderr?: string; stdout?: string; message: string };
     throw new Error(`${command} ${args.join(" ")} failed: ${e.message}\n${e.stdout ?? ""}\n${e.stderr ?? ""}`, { cause: err });
+  }
+}
+
+/** Copies the files git tracks into `dest`: what a fresh clone holds. */
+export function copyTrackedFiles(dest: string): void {
+  const files = execFileSync("git", ["ls-files", "-z"], { cwd: REPO_ROOT, encoding: "utf8" }).split("\0").filter(Boolean);
+  for (const file of files) {
+    const from = path.join(REPO_ROOT, file);
+    if (!existsSync(from)) continue; // deleted in the working tree, not yet committed
+    mkdirSync(path.dirname(path.join(dest, file)), { recursive: true });
+    copyFileSync(from, path.join(dest, file));
   }
 }
 

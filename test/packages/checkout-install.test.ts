@@ -7,13 +7,12 @@
  * ./clients/typescript` is not among them: npm links the folder without its
  * dependencies or a built dist/.
  */
-import { execFileSync } from "node:child_process";
-import { copyFileSync, existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import path from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { REPO_ROOT, startTestServer, type TestServer } from "../support/engram.js";
-import { CACHE, readmeBlock, sh } from "./artifacts.js";
+import { CACHE, copyTrackedFiles, readmeBlock, sh } from "./artifacts.js";
 
 const README = "clients/typescript/README.md";
 const README_ADDRESS = "127.0.0.1:8000";
@@ -24,17 +23,6 @@ function checkoutInstallBlock(): string {
   const block = blocks.find((b) => b.includes("npm pack"));
   if (!block) throw new Error(`${README} has no \`\`\`sh block with npm pack`);
   return block;
-}
-
-/** Copies the files git tracks into `dest`: what a fresh clone holds. */
-function copyTrackedFiles(dest: string): void {
-  const files = execFileSync("git", ["ls-files", "-z"], { cwd: REPO_ROOT, encoding: "utf8" }).split("\0").filter(Boolean);
-  for (const file of files) {
-    const from = path.join(REPO_ROOT, file);
-    if (!existsSync(from)) continue; // deleted in the working tree, not yet committed
-    mkdirSync(path.dirname(path.join(dest, file)), { recursive: true });
-    copyFileSync(from, path.join(dest, file));
-  }
 }
 
 describe("the TypeScript client, installed from a checkout as its README says", () => {

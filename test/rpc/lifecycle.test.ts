@@ -12,7 +12,7 @@ import { Code } from "@connectrpc/connect";
 import { describe, expect, it } from "vitest";
 import { ErrorInfoSchema } from "@engram-memory/client/gen/google/rpc/error_details_pb.js";
 import { ConfigError, loadConfig, SETTINGS } from "../../src/config.js";
-import { parseRedisUrl } from "../../src/store/redis/connection.js";
+import { parseRedisUrl } from "../../src/store/redis/url.js";
 import { REPO_ROOT, spawnServer } from "../support/engram.js";
 import { connectClient, errorOf, grpcJsClient } from "../support/clients.js";
 import { startChaosProxy } from "../support/chaos-proxy.js";

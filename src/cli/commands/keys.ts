@@ -4,7 +4,6 @@
  * pass through untouched).
  */
 import { Command } from "commander";
-import { runKeysCommand } from "../../auth/keys-cli.js";
 
 /** Registers the subcommand. */
 export function register(program: Command): void {
@@ -16,6 +15,9 @@ export function register(program: Command): void {
     .allowUnknownOption()
     .passThroughOptions()
     .action(async (args: string[]) => {
+      // Loaded here, not at the top: it brings in the store drivers (ioredis, pg), which every
+      // other command, `engram --help` included, would otherwise load at start-up for nothing.
+      const { runKeysCommand } = await import("../../auth/keys-cli.js");
       process.exitCode = await runKeysCommand(args);
     });
 }
