@@ -86,10 +86,8 @@ async function readBody(body: AsyncIterable<Uint8Array>, limit: number): Promise
 
 /** The first enveloped message (5-byte header: flags, length), or undefined when it is compressed or incomplete. */
 function firstEnvelope(bytes: Uint8Array): Uint8Array | undefined {
-  if (bytes.byteLength < 5) return undefined;
-  const flags = bytes[0];
-  const length = new DataView(bytes.buffer, bytes.byteOffset, bytes.byteLength).getUint32(1);
-  if (flags & 0b1 || bytes.byteLength < 5 + length) return undefined;
+  const length = firstEnvelopeLength(bytes);
+  if (length === undefined || bytes[0] & 0b1 || bytes.byteLength < 5 + length) return undefined;
   return bytes.subarray(5, 5 + length);
 }
 
