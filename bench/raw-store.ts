@@ -59,13 +59,17 @@ async function runRaw(spec: RawSpec): Promise<LoadResult> {
     return { calls: 0, errors: 0, seconds: 0, throughput: 0, p50Us: 0, p99Us: 0, meanUs: 0, cpuUsPerCall: {} };
   }
   if (spec.op === "write-memories") {
+    // A worker's memories differ from call to call in their ids and times only, which the fingerprint leaves out:
+    // hashed once, so the driver's figure holds no service work.
+    const contents = Array.from({ length: spec.concurrency }, (_, worker) =>
+      Array.from({ length: 100 }, (_, i) => {
+        const content = { appName: WRITE_APP, userId: `writer-${worker}`, text: `${CONTENT_100B} (${worker}.${i})`, key: "", topics: [], importance: (i % 10) / 10, pinned: false, metadata: {} };
+        return { ...content, fingerprint: memoryFingerprint({ memoryId: "", ...content }) };
+      }),
+    );
     return closedLoop(spec, async (worker) => {
       const now = Date.now();
-      const batch = Array.from({ length: 100 }, (_, i) => {
-        const content = { memoryId: randomUUID(), appName: WRITE_APP, userId: `writer-${worker}`, text: `${CONTENT_100B} (${worker}.${i})`, key: "", topics: [], importance: (i % 10) / 10, pinned: false, metadata: {} };
-        return { ...content, createdAt: now, validFrom: now, fingerprint: memoryFingerprint(content) };
-      });
-      await store.memories.writeMemories(batch);
+      await store.memories.writeMemories(contents[worker].map((content) => ({ ...content, memoryId: randomUUID(), createdAt: now, validFrom: now })));
     });
   }
   if (spec.op === "hnsw-insert") return hnswInserts(spec);
