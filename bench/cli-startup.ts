@@ -29,5 +29,7 @@ for (const [name, command, args] of WAYS) {
   const times = Array.from({ length: runs }, () => timeCall(command, args));
   const sorted = [...times].sort((a, b) => a - b);
   const median = sorted[Math.floor(sorted.length / 2)];
-  console.log(`${name.padEnd(30)} first ${times[0].toFixed(0).padStart(6)} ms   median ${median.toFixed(0).padStart(6)} ms   fastest ${sorted[0].toFixed(0).padStart(6)} ms   (${runs} calls)`);
+  console.log(
+    `${name.padEnd(30)} first ${times[0].toFixed(0).padStart(6)} ms   median ${median.toFixed(0).padStart(6)} ms   fastest ${sorted[0].toFixed(0).padStart(6)} ms   (${runs} calls)`,
+  );
 }

@@ -42,14 +42,26 @@ export async function runCluster(profile: Profile, deps: ClusterDeps): Promise<C
   try {
     const masters = new Set<number>();
     for (const slot of [0, 8192, 16_383]) masters.add((await cluster.masterOf(slot)).index);
-    const pidsOf = (master: boolean) => cluster.nodes.filter((node) => masters.has(node.index) === master).map((node) => node.server.pid!);
+    const pidsOf = (master: boolean) =>
+      cluster.nodes.filter((node) => masters.has(node.index) === master).map((node) => node.server.pid!);
     deps.log(`cluster: ${cluster.url} (masters ${[...masters].map((i) => cluster.nodes[i].port).join(",")})`);
 
     const prefix = `bench_cluster_${Date.now()}`;
     for (const setup of SETUPS) {
       const url = setup === "one node" ? deps.single.url : cluster.url;
       const env: Record<string, string> = setup === "cluster, WAIT 1" ? { MEMORY_REDIS_WAIT_REPLICAS: "1" } : {};
-      const args = ["--memory-type", "redis", "--redis-url", url, "--key-prefix", `${prefix}_${engrams.size}`, "--max-session-events", "1000000", "--max-sessions", "1000000"];
+      const args = [
+        "--memory-type",
+        "redis",
+        "--redis-url",
+        url,
+        "--key-prefix",
+        `${prefix}_${engrams.size}`,
+        "--max-session-events",
+        "1000000",
+        "--max-sessions",
+        "1000000",
+      ];
       engrams.set(setup, await startEngram(args, env, deps.serverNodeArgs));
     }
     const maxC = Math.max(...profile.concurrencies);
@@ -58,8 +70,20 @@ export async function runCluster(profile: Profile, deps: ClusterDeps): Promise<C
       const seeder = new SeedClient(engram.address);
       try {
         const session = (i: number) =>
-          Buffer.from(toBinary(GetOrCreateSessionRequestSchema, create(GetOrCreateSessionRequestSchema, { sessionId: appendSessionId(i), appName: "bench", userId: "bench" })));
-        await seeder.all("GetOrCreateSession", Array.from({ length: maxC }, (_, i) => session(i)));
+          Buffer.from(
+            toBinary(
+              GetOrCreateSessionRequestSchema,
+              create(GetOrCreateSessionRequestSchema, {
+                sessionId: appendSessionId(i),
+                appName: "bench",
+                userId: "bench",
+              }),
+            ),
+          );
+        await seeder.all(
+          "GetOrCreateSession",
+          Array.from({ length: maxC }, (_, i) => session(i)),
+        );
         // One call first, as for every workload: what the first call loads is not what we measure.
         await seeder.call("AddEvent", Buffer.from(addEvent.requests[0], "base64"));
       } finally {
@@ -72,15 +96,32 @@ export async function runCluster(profile: Profile, deps: ClusterDeps): Promise<C
       return { server, "redis masters": pidsOf(true), "redis replicas": pidsOf(false) };
     };
     const measure = (setup: ClusterSetup, concurrency: number, durationMs?: number) =>
-      deps.load({ target: engrams.get(setup)!.address, method: addEvent.method, requests: addEvent.requests, cpuPids: cpuPids(setup), concurrency }, durationMs);
+      deps.load(
+        {
+          target: engrams.get(setup)!.address,
+          method: addEvent.method,
+          requests: addEvent.requests,
+          cpuPids: cpuPids(setup),
+          concurrency,
+        },
+        durationMs,
+      );
 
-    const result: ClusterBench = { masters: masters.size, replicasPerMaster: 1, points: [], rounds: { concurrency: 0, throughput: { "one node": [], cluster: [], "cluster, WAIT 1": [] } } };
+    const result: ClusterBench = {
+      masters: masters.size,
+      replicasPerMaster: 1,
+      points: [],
+      rounds: { concurrency: 0, throughput: { "one node": [], cluster: [], "cluster, WAIT 1": [] } },
+    };
     for (const concurrency of profile.concurrencies) {
       for (const setup of SETUPS) {
         const r = await measure(setup, concurrency);
-        if (r.errors > 0) throw new Error(`cluster bench, ${setup} c=${concurrency}: ${r.errors} errors (${r.firstError})`);
+        if (r.errors > 0)
+          throw new Error(`cluster bench, ${setup} c=${concurrency}: ${r.errors} errors (${r.firstError})`);
         result.points.push({ kind: "server", backend: `redis ${setup}`, workload: "AddEvent", concurrency, ...r });
-        deps.log(`${`redis ${setup}`.padEnd(24)} AddEvent c=${String(concurrency).padEnd(3)} ${String(r.throughput).padStart(9)}/s p50 ${r.p50Us}µs p99 ${r.p99Us}µs cpu ${JSON.stringify(r.cpuUsPerCall)}`);
+        deps.log(
+          `${`redis ${setup}`.padEnd(24)} AddEvent c=${String(concurrency).padEnd(3)} ${String(r.throughput).padStart(9)}/s p50 ${r.p50Us}µs p99 ${r.p99Us}µs cpu ${JSON.stringify(r.cpuUsPerCall)}`,
+        );
       }
     }
     const c = profile.concurrencies.includes(16) ? 16 : Math.max(...profile.concurrencies);
@@ -89,12 +130,16 @@ export async function runCluster(profile: Profile, deps: ClusterDeps): Promise<C
       const order = SETUPS.map((_, i) => SETUPS[(i + round) % SETUPS.length]);
       for (const setup of order) {
         const r = await measure(setup, c, profile.pairMs);
-        if (r.errors > 0) throw new Error(`cluster bench round ${round}, ${setup}: ${r.errors} errors (${r.firstError})`);
+        if (r.errors > 0)
+          throw new Error(`cluster bench round ${round}, ${setup}: ${r.errors} errors (${r.firstError})`);
         result.rounds.throughput[setup].push(r.throughput);
       }
     }
-    const ratios = (setup: ClusterSetup) => result.rounds.throughput[setup].map((t, i) => (t / result.rounds.throughput["one node"][i]).toFixed(2)).join(" ");
-    deps.log(`cluster ÷ one node, ${profile.targetPairs} rounds at c=${c}: ${ratios("cluster")}; with WAIT 1: ${ratios("cluster, WAIT 1")}`);
+    const ratios = (setup: ClusterSetup) =>
+      result.rounds.throughput[setup].map((t, i) => (t / result.rounds.throughput["one node"][i]).toFixed(2)).join(" ");
+    deps.log(
+      `cluster ÷ one node, ${profile.targetPairs} rounds at c=${c}: ${ratios("cluster")}; with WAIT 1: ${ratios("cluster, WAIT 1")}`,
+    );
     return result;
   } finally {
     for (const engram of engrams.values()) await engram.stop().catch(() => {});

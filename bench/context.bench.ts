@@ -51,14 +51,25 @@ export interface ContextBenchResult extends ContextBenchScenario {
 }
 
 const SESSION_EVENTS = 500;
-const WORDS = "the agent checked the weather report for paris and rome then booked a flight compared hotel prices summarised reviews and asked the user".split(" ");
+const WORDS =
+  "the agent checked the weather report for paris and rome then booked a flight compared hotel prices summarised reviews and asked the user".split(
+    " ",
+  );
 
 /** A realistic 500-event session: a system prompt, user/assistant turns of 20-60 words, tool calls with results, documents. */
 export function benchSession(): EventInput[] {
   const events: EventInput[] = [];
-  const text = (i: number, n: number) => Array.from({ length: n }, (_, k) => WORDS[(i * 7 + k * 3) % WORDS.length]).join(" ");
+  const text = (i: number, n: number) =>
+    Array.from({ length: n }, (_, k) => WORDS[(i * 7 + k * 3) % WORDS.length]).join(" ");
   const add = (eventType: string, content: JsonValue, metadata?: Record<string, JsonValue>) =>
-    events.push(create(EventInputSchema, { eventId: `e${events.length + 1}`, eventType, content: fromJson(ValueSchema, content), metadata: metadata as never }));
+    events.push(
+      create(EventInputSchema, {
+        eventId: `e${events.length + 1}`,
+        eventType,
+        content: fromJson(ValueSchema, content),
+        metadata: metadata as never,
+      }),
+    );
   add("system", "You are a travel agent. Be precise and cite your sources.");
   for (let i = 0; events.length < SESSION_EVENTS; i++) {
     switch (i % 5) {
@@ -67,7 +78,8 @@ export function benchSession(): EventInput[] {
         break;
       case 1:
         add("tool_call", { tool: "search", tool_call_id: `c${i}`, arguments: { query: text(i, 6), limit: 5 } });
-        if (events.length < SESSION_EVENTS) add("tool_result", { tool: "search", tool_call_id: `c${i}`, result: text(i + 1, 40) });
+        if (events.length < SESSION_EVENTS)
+          add("tool_result", { tool: "search", tool_call_id: `c${i}`, result: text(i + 1, 40) });
         break;
       case 2:
         add("agent_response", text(i, 30 + (i % 30)));
@@ -82,16 +94,26 @@ export function benchSession(): EventInput[] {
   return events;
 }
 
-const SCENARIOS: Array<[string, Omit<MessageInitShape<typeof BuildConversationContextRequestSchema>, "sessionId" | "$typeName">]> = [
+const SCENARIOS: Array<
+  [string, Omit<MessageInitShape<typeof BuildConversationContextRequestSchema>, "sessionId" | "$typeName">]
+> = [
   ["budget 4000 tokens", { tokenBudget: 4000 }],
   ["whole session, no budget (max_events 500)", { maxEvents: 500 }],
-  ["sections + budget", { tokenBudget: 4000, sectionBudgets: { documents: 1000 }, sectionPriority: ["messages", "documents"] }],
-  ["budget + query (BM25 over 400 message items and 100 documents)", { tokenBudget: 4000, query: "paris hotel prices" }],
+  [
+    "sections + budget",
+    { tokenBudget: 4000, sectionBudgets: { documents: 1000 }, sectionPriority: ["messages", "documents"] },
+  ],
+  [
+    "budget + query (BM25 over 400 message items and 100 documents)",
+    { tokenBudget: 4000, query: "paris hotel prices" },
+  ],
   ["legacy (max_events 6)", {}],
 ];
 
 /** Appends one turn before each measured call, so every call sees a new window (cold caches for the newest event and the BM25 index). */
-const GROWING: Array<[string, Omit<MessageInitShape<typeof BuildConversationContextRequestSchema>, "sessionId" | "$typeName">]> = [
+const GROWING: Array<
+  [string, Omit<MessageInitShape<typeof BuildConversationContextRequestSchema>, "sessionId" | "$typeName">]
+> = [
   ["budget 4000 tokens, one new event per call", { tokenBudget: 4000 }],
   ["budget + query, one new event per call (BM25 index rebuilt)", { tokenBudget: 4000, query: "paris hotel prices" }],
 ];
@@ -123,11 +145,25 @@ async function inProcess(calls: number): Promise<ContextBenchScenario[]> {
     const before = cpuMicros();
     for (let i = 0; i < n; i++) last = await service.buildConversationContext(req);
     const micros = (cpuMicros() - before) / n;
-    out.push({ name, opsPerSec: Math.round(1e6 / micros), cpuMicrosPerCall: Math.round(micros * 10) / 10, calls: n, eventsInSession: SESSION_EVENTS, eventsIncluded: last.eventsIncluded, tokensUsed: last.tokensUsed });
+    out.push({
+      name,
+      opsPerSec: Math.round(1e6 / micros),
+      cpuMicrosPerCall: Math.round(micros * 10) / 10,
+      calls: n,
+      eventsInSession: SESSION_EVENTS,
+      eventsIncluded: last.eventsIncluded,
+      tokensUsed: last.tokensUsed,
+    });
   }
   let turn = 0;
   const append = () =>
-    service.addEvent({ sessionId: "bench", event: create(EventInputSchema, { eventType: "user_message", content: fromJson(ValueSchema, `new turn ${++turn} about hotel prices in paris`) }) } as never);
+    service.addEvent({
+      sessionId: "bench",
+      event: create(EventInputSchema, {
+        eventType: "user_message",
+        content: fromJson(ValueSchema, `new turn ${++turn} about hotel prices in paris`),
+      }),
+    } as never);
   for (const [name, fields] of GROWING) {
     const req = create(BuildConversationContextRequestSchema, { sessionId: "bench", ...fields });
     const n = fields.query ? Math.ceil(calls / 20) : Math.ceil(calls / 5);
@@ -140,7 +176,15 @@ async function inProcess(calls: number): Promise<ContextBenchScenario[]> {
       micros += cpuMicros() - before;
     }
     micros /= n;
-    out.push({ name, opsPerSec: Math.round(1e6 / micros), cpuMicrosPerCall: Math.round(micros * 10) / 10, calls: n, eventsInSession: SESSION_EVENTS, eventsIncluded: last.eventsIncluded, tokensUsed: last.tokensUsed });
+    out.push({
+      name,
+      opsPerSec: Math.round(1e6 / micros),
+      cpuMicrosPerCall: Math.round(micros * 10) / 10,
+      calls: n,
+      eventsInSession: SESSION_EVENTS,
+      eventsIncluded: last.eventsIncluded,
+      tokensUsed: last.tokensUsed,
+    });
   }
   await store.close();
   return out;
@@ -182,7 +226,10 @@ async function startServerProcess(): Promise<{ pid: number; baseUrl: string; sto
 async function overRpc(calls: number): Promise<ContextBenchScenario[]> {
   const server = await startServerProcess();
   try {
-    const client = createClient(MemoryServiceDesc, createConnectTransport({ baseUrl: server.baseUrl, httpVersion: "1.1", useBinaryFormat: true }));
+    const client = createClient(
+      MemoryServiceDesc,
+      createConnectTransport({ baseUrl: server.baseUrl, httpVersion: "1.1", useBinaryFormat: true }),
+    );
     await client.createSession({ appName: "bench", userId: "bench", sessionId: "bench" });
     await client.addEvents({ sessionId: "bench", events: benchSession() });
     const out: ContextBenchScenario[] = [];
@@ -193,14 +240,30 @@ async function overRpc(calls: number): Promise<ContextBenchScenario[]> {
       const before = processCpuMicros(server.pid);
       for (let i = 0; i < calls; i++) last = await client.buildConversationContext(req);
       const micros = (processCpuMicros(server.pid) - before) / calls;
-      out.push({ name: `${name}, over Connect (binary)`, opsPerSec: Math.round(1e6 / micros), cpuMicrosPerCall: Math.round(micros * 10) / 10, calls, eventsInSession: SESSION_EVENTS, eventsIncluded: last.eventsIncluded, tokensUsed: last.tokensUsed });
+      out.push({
+        name: `${name}, over Connect (binary)`,
+        opsPerSec: Math.round(1e6 / micros),
+        cpuMicrosPerCall: Math.round(micros * 10) / 10,
+        calls,
+        eventsInSession: SESSION_EVENTS,
+        eventsIncluded: last.eventsIncluded,
+        tokensUsed: last.tokensUsed,
+      });
     }
     // The protocol's own cost, for comparison: a unary call that does next to nothing.
     for (let i = 0; i < 200; i++) await client.getSession({ sessionId: "bench" });
     const before = processCpuMicros(server.pid);
     for (let i = 0; i < calls; i++) await client.getSession({ sessionId: "bench" });
     const micros = (processCpuMicros(server.pid) - before) / calls;
-    out.push({ name: "baseline: GetSession over Connect (binary)", opsPerSec: Math.round(1e6 / micros), cpuMicrosPerCall: Math.round(micros * 10) / 10, calls, eventsInSession: SESSION_EVENTS, eventsIncluded: 0, tokensUsed: 0 });
+    out.push({
+      name: "baseline: GetSession over Connect (binary)",
+      opsPerSec: Math.round(1e6 / micros),
+      cpuMicrosPerCall: Math.round(micros * 10) / 10,
+      calls,
+      eventsInSession: SESSION_EVENTS,
+      eventsIncluded: 0,
+      tokensUsed: 0,
+    });
     return out;
   } finally {
     await server.stop();
@@ -208,7 +271,9 @@ async function overRpc(calls: number): Promise<ContextBenchScenario[]> {
 }
 
 /** Runs every scenario; the headline is the budgeted context in process. */
-export async function runContextBench(options: { calls?: number; rpcCalls?: number } = {}): Promise<ContextBenchResult> {
+export async function runContextBench(
+  options: { calls?: number; rpcCalls?: number } = {},
+): Promise<ContextBenchResult> {
   const scenarios = await inProcess(options.calls ?? 5000);
   const notes: string[] = [];
   let rpc: ContextBenchScenario[] = [];
@@ -217,7 +282,13 @@ export async function runContextBench(options: { calls?: number; rpcCalls?: numb
   } catch (err) {
     notes.push(`over-RPC measurement skipped: ${err instanceof Error ? err.message : String(err)}`);
   }
-  return { ...scenarios[0], name: `BuildConversationContext, ${SESSION_EVENTS}-event local session, ${scenarios[0].name} (server CPU, in process)`, scenarios, rpc, notes };
+  return {
+    ...scenarios[0],
+    name: `BuildConversationContext, ${SESSION_EVENTS}-event local session, ${scenarios[0].name} (server CPU, in process)`,
+    scenarios,
+    rpc,
+    notes,
+  };
 }
 
 if (process.argv[1] && fileURLToPath(import.meta.url) === process.argv[1]) {

@@ -34,7 +34,17 @@ async function startEcho(responseBytes: number, burnUs = 0): Promise<number> {
   const response = Buffer.alloc(responseBytes, 0x61);
   const identity = (b: Buffer) => b;
   server.addService(
-    { Echo: { path: ECHO_METHOD, requestStream: false, responseStream: false, requestSerialize: identity, requestDeserialize: identity, responseSerialize: identity, responseDeserialize: identity } },
+    {
+      Echo: {
+        path: ECHO_METHOD,
+        requestStream: false,
+        responseStream: false,
+        requestSerialize: identity,
+        requestDeserialize: identity,
+        responseSerialize: identity,
+        responseDeserialize: identity,
+      },
+    },
     {
       Echo: (_call: grpc.ServerUnaryCall<Buffer, Buffer>, callback: grpc.sendUnaryData<Buffer>) => {
         if (burnUs > 0) burn(burnUs);
@@ -43,8 +53,12 @@ async function startEcho(responseBytes: number, burnUs = 0): Promise<number> {
     },
   );
   return new Promise((resolve, reject) =>
-    server.bindAsync("127.0.0.1:0", grpc.ServerCredentials.createInsecure(), (err, port) => (err ? reject(err) : resolve(port))),
+    server.bindAsync("127.0.0.1:0", grpc.ServerCredentials.createInsecure(), (err, port) =>
+      err ? reject(err) : resolve(port),
+    ),
   );
 }
 
-serveRequests((message: { responseBytes: number; burnUs?: number }) => startEcho(message.responseBytes, message.burnUs));
+serveRequests((message: { responseBytes: number; burnUs?: number }) =>
+  startEcho(message.responseBytes, message.burnUs),
+);

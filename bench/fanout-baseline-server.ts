@@ -27,7 +27,12 @@ async function start(): Promise<number> {
   });
   const streams = new Set<grpc.ServerWritableStream<Buffer, Buffer>>();
   // Tells the subscriber it is registered, as Engram's caught_up frame does.
-  const caughtUp = Buffer.from(toBinary(StreamSessionEventsResponseSchema, create(StreamSessionEventsResponseSchema, { frame: { case: "caughtUp", value: { headSeq: 0n } } })));
+  const caughtUp = Buffer.from(
+    toBinary(
+      StreamSessionEventsResponseSchema,
+      create(StreamSessionEventsResponseSchema, { frame: { case: "caughtUp", value: { headSeq: 0n } } }),
+    ),
+  );
   server.addService(
     { Subscribe: method(FANOUT_SUBSCRIBE, true), Publish: method(FANOUT_PUBLISH, false) },
     {
@@ -43,7 +48,9 @@ async function start(): Promise<number> {
     },
   );
   return new Promise((resolve, reject) =>
-    server.bindAsync("127.0.0.1:0", grpc.ServerCredentials.createInsecure(), (err, port) => (err ? reject(err) : resolve(port))),
+    server.bindAsync("127.0.0.1:0", grpc.ServerCredentials.createInsecure(), (err, port) =>
+      err ? reject(err) : resolve(port),
+    ),
   );
 }
 

@@ -11,7 +11,10 @@ import http2 from "node:http2";
 import { create, toBinary } from "@bufbuild/protobuf";
 import { timestampFromMs } from "@bufbuild/protobuf/wkt";
 import { BinaryReader } from "@bufbuild/protobuf/wire";
-import { AddEventRequestSchema, StreamSessionEventsResponseSchema } from "@engram-memory/client/gen/engram/v1/memory_pb.js";
+import {
+  AddEventRequestSchema,
+  StreamSessionEventsResponseSchema,
+} from "@engram-memory/client/gen/engram/v1/memory_pb.js";
 import { LatencyRecorder, round } from "./lib/latency.js";
 import { processCpuSeconds, serveRequests } from "./lib/processes.js";
 import type { FanoutFigures } from "./types.js";
@@ -76,7 +79,12 @@ function eventIdOf(message: Buffer): string | undefined {
 
 function unary(session: http2.ClientHttp2Session, path: string, message: Uint8Array): Promise<void> {
   return new Promise((resolve, reject) => {
-    const stream = session.request({ ":method": "POST", ":path": path, "content-type": "application/grpc", te: "trailers" });
+    const stream = session.request({
+      ":method": "POST",
+      ":path": path,
+      "content-type": "application/grpc",
+      te: "trailers",
+    });
     let status: string | undefined;
     stream.on("response", (h) => {
       if (h["grpc-status"] !== undefined) status = String(h["grpc-status"]);
@@ -105,7 +113,12 @@ async function runFanout(spec: FanoutSpec): Promise<FanoutFigures> {
   const streams: http2.ClientHttp2Stream[] = [];
   const request = frame(Buffer.from(spec.streamRequest, "base64"));
   for (let i = 0; i < spec.subscribers; i++) {
-    const stream = sessions[i % sessions.length].request({ ":method": "POST", ":path": spec.streamPath, "content-type": "application/grpc", te: "trailers" });
+    const stream = sessions[i % sessions.length].request({
+      ":method": "POST",
+      ":path": spec.streamPath,
+      "content-type": "application/grpc",
+      te: "trailers",
+    });
     streams.push(stream);
     const reader = new MessageReader();
     let isLive = false;
@@ -130,7 +143,10 @@ async function runFanout(spec: FanoutSpec): Promise<FanoutFigures> {
     stream.on("error", () => {});
     stream.end(request);
   }
-  const opened = await Promise.race([everyoneLive.then(() => true), new Promise<boolean>((r) => setTimeout(() => r(false), 60_000))]);
+  const opened = await Promise.race([
+    everyoneLive.then(() => true),
+    new Promise<boolean>((r) => setTimeout(() => r(false), 60_000)),
+  ]);
   if (!opened) throw new Error(`only ${live} of ${spec.subscribers} streams went live in 60 s`);
 
   const cpu = () => spec.serverPids.reduce((sum, pid) => sum + processCpuSeconds(pid), 0);
@@ -144,7 +160,11 @@ async function runFanout(spec: FanoutSpec): Promise<FanoutFigures> {
         AddEventRequestSchema,
         create(AddEventRequestSchema, {
           sessionId: spec.writer.sessionId,
-          event: { eventId: id, eventType: "user_message", content: { kind: { case: "stringValue", value: CONTENT_100B } } },
+          event: {
+            eventId: id,
+            eventType: "user_message",
+            content: { kind: { case: "stringValue", value: CONTENT_100B } },
+          },
         }),
       );
       await unary(writerSession, "/engram.v1.MemoryService/AddEvent", message);

@@ -4,7 +4,10 @@
  * write a pre-serialized frame to every stream (bench/fanout-baseline-server.ts).
  */
 import { create, toBinary } from "@bufbuild/protobuf";
-import { GetOrCreateSessionRequestSchema, StreamSessionEventsRequestSchema } from "@engram-memory/client/gen/engram/v1/memory_pb.js";
+import {
+  GetOrCreateSessionRequestSchema,
+  StreamSessionEventsRequestSchema,
+} from "@engram-memory/client/gen/engram/v1/memory_pb.js";
 import { forkWorker, startEngram } from "./lib/processes.js";
 import type { FanoutSpec } from "./fanout-client.js";
 import { FANOUT_PUBLISH, FANOUT_SUBSCRIBE } from "./fanout-baseline-server.js";
@@ -14,11 +17,22 @@ import { SeedClient } from "./workloads.js";
 const REPLICAS = 2;
 
 /** Runs every configured subscriber count; returns Engram's and the baseline's figures side by side. */
-export async function runFanout(profile: Profile, redisUrl: string, log: (message: string) => void, nodeArgs: string[] = []): Promise<FanoutResult[]> {
+export async function runFanout(
+  profile: Profile,
+  redisUrl: string,
+  log: (message: string) => void,
+  nodeArgs: string[] = [],
+): Promise<FanoutResult[]> {
   const results: FanoutResult[] = [];
   const prefix = `fanout_${Date.now()}`;
   const replicas = await Promise.all(
-    Array.from({ length: REPLICAS }, () => startEngram(["--memory-type", "redis", "--redis-url", redisUrl, "--key-prefix", prefix, "--max-session-events", "1000000"], {}, nodeArgs)),
+    Array.from({ length: REPLICAS }, () =>
+      startEngram(
+        ["--memory-type", "redis", "--redis-url", redisUrl, "--key-prefix", prefix, "--max-session-events", "1000000"],
+        {},
+        nodeArgs,
+      ),
+    ),
   );
   const baselines = Array.from({ length: REPLICAS }, () => forkWorker("fanout-baseline-server.ts"));
   const client = forkWorker("fanout-client.ts");
@@ -27,12 +41,25 @@ export async function runFanout(profile: Profile, redisUrl: string, log: (messag
     for (const subscribers of profile.fanoutSubscribers) {
       const sessionId = `fanout-${subscribers}`;
       const seeder = new SeedClient(replicas[0].address);
-      await seeder.call("GetOrCreateSession", Buffer.from(toBinary(GetOrCreateSessionRequestSchema, create(GetOrCreateSessionRequestSchema, { sessionId, appName: "bench", userId: "bench" }))));
+      await seeder.call(
+        "GetOrCreateSession",
+        Buffer.from(
+          toBinary(
+            GetOrCreateSessionRequestSchema,
+            create(GetOrCreateSessionRequestSchema, { sessionId, appName: "bench", userId: "bench" }),
+          ),
+        ),
+      );
       seeder.close();
       const engram = await client.request<FanoutFigures>({
         targets: replicas.map((r) => r.address),
         streamPath: "/engram.v1.MemoryService/StreamSessionEvents",
-        streamRequest: Buffer.from(toBinary(StreamSessionEventsRequestSchema, create(StreamSessionEventsRequestSchema, { sessionId, afterSeq: 0n }))).toString("base64"),
+        streamRequest: Buffer.from(
+          toBinary(
+            StreamSessionEventsRequestSchema,
+            create(StreamSessionEventsRequestSchema, { sessionId, afterSeq: 0n }),
+          ),
+        ).toString("base64"),
         subscribers,
         durationMs: profile.fanoutMs,
         writer: { kind: "engram", sessionId },
@@ -47,8 +74,16 @@ export async function runFanout(profile: Profile, redisUrl: string, log: (messag
         writer: { kind: "publish", path: FANOUT_PUBLISH },
         serverPids: baselines.map((b) => b.pid),
       } satisfies FanoutSpec);
-      const result = { subscribers, replicas: REPLICAS, engram, preSerialized, ratio: engram.deliveredPerSecond / preSerialized.deliveredPerSecond };
-      log(`fan-out ${subscribers}: engram ${engram.deliveredPerSecond}/s (p50 ${engram.p50Us}µs p99 ${engram.p99Us}µs, ${engram.serverCpuUsPerDelivery}µs cpu/delivery, ${engram.delivered}/${engram.expected}); pre-serialized ${preSerialized.deliveredPerSecond}/s (p50 ${preSerialized.p50Us}µs, ${preSerialized.serverCpuUsPerDelivery}µs cpu/delivery); ratio ${result.ratio.toFixed(2)}`);
+      const result = {
+        subscribers,
+        replicas: REPLICAS,
+        engram,
+        preSerialized,
+        ratio: engram.deliveredPerSecond / preSerialized.deliveredPerSecond,
+      };
+      log(
+        `fan-out ${subscribers}: engram ${engram.deliveredPerSecond}/s (p50 ${engram.p50Us}µs p99 ${engram.p99Us}µs, ${engram.serverCpuUsPerDelivery}µs cpu/delivery, ${engram.delivered}/${engram.expected}); pre-serialized ${preSerialized.deliveredPerSecond}/s (p50 ${preSerialized.p50Us}µs, ${preSerialized.serverCpuUsPerDelivery}µs cpu/delivery); ratio ${result.ratio.toFixed(2)}`,
+      );
       results.push(result);
     }
   } finally {

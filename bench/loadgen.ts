@@ -64,7 +64,9 @@ function grpcJsCaller(spec: LoadSpec): { call: Call; close(): void } {
   });
   const call: Call = (request) =>
     new Promise((resolve, reject) => {
-      client.makeUnaryRequest(spec.method, identity, identity, request as Buffer, (err, res) => (err ? reject(err) : resolve(res!)));
+      client.makeUnaryRequest(spec.method, identity, identity, request as Buffer, (err, res) =>
+        err ? reject(err) : resolve(res!),
+      );
     });
   return { call, close: () => client.close() };
 }
@@ -153,16 +155,19 @@ function http1Caller(spec: LoadSpec, requests: Uint8Array[]): { call: Call; clos
     new Promise((resolve, reject) => {
       const headers: Record<string, string | number> = { "content-length": request.length };
       if (contentType) headers["content-type"] = contentType;
-      const req = http.request({ host, port: Number(port), method: verb, path: pathOf.get(request)!, agent, headers }, (res) => {
-        const chunks: Buffer[] = [];
-        res.on("data", (d: Buffer) => chunks.push(d));
-        res.on("end", () => {
-          const body = Buffer.concat(chunks);
-          if (res.statusCode! >= 200 && res.statusCode! < 300) resolve(body);
-          else reject(new Error(`HTTP ${res.statusCode}: ${body.toString().slice(0, 200)}`));
-        });
-        res.on("error", reject);
-      });
+      const req = http.request(
+        { host, port: Number(port), method: verb, path: pathOf.get(request)!, agent, headers },
+        (res) => {
+          const chunks: Buffer[] = [];
+          res.on("data", (d: Buffer) => chunks.push(d));
+          res.on("end", () => {
+            const body = Buffer.concat(chunks);
+            if (res.statusCode! >= 200 && res.statusCode! < 300) resolve(body);
+            else reject(new Error(`HTTP ${res.statusCode}: ${body.toString().slice(0, 200)}`));
+          });
+          res.on("error", reject);
+        },
+      );
       req.on("error", reject);
       req.end(request);
     });
@@ -173,10 +178,25 @@ function http1Caller(spec: LoadSpec, requests: Uint8Array[]): { call: Call; clos
 export async function runLoad(spec: LoadSpec): Promise<LoadResult> {
   const requests = spec.requests.map((r) => Buffer.from(r, "base64"));
   const { call, close } =
-    spec.client === "connect" ? connectCaller(spec) : spec.client === "grpc-js" ? grpcJsCaller(spec) : spec.client === "http1" ? http1Caller(spec, requests) : h2Caller(spec);
+    spec.client === "connect"
+      ? connectCaller(spec)
+      : spec.client === "grpc-js"
+        ? grpcJsCaller(spec)
+        : spec.client === "http1"
+          ? http1Caller(spec, requests)
+          : h2Caller(spec);
   const tokens = new Array<string>(spec.concurrency).fill("");
   const pageRequest = (token: string) =>
-    Buffer.from(toBinary(ListSessionsRequestSchema, create(ListSessionsRequestSchema, { appName: spec.paging!.appName, pageSize: spec.paging!.pageSize, pageToken: token })));
+    Buffer.from(
+      toBinary(
+        ListSessionsRequestSchema,
+        create(ListSessionsRequestSchema, {
+          appName: spec.paging!.appName,
+          pageSize: spec.paging!.pageSize,
+          pageToken: token,
+        }),
+      ),
+    );
   try {
     return await closedLoop(spec, async (worker, iteration) => {
       if (spec.paging) {

@@ -51,7 +51,9 @@ async function time(name: string, fn: (i: number) => Promise<unknown>): Promise<
   }
   const cpuPerCall = (cpuMs() - cpu) / calls;
   ms.sort((a, b) => a - b);
-  console.log(`${name.padEnd(60)} p50 ${percentile(ms, 50).toFixed(2)} ms  p99 ${percentile(ms, 99).toFixed(2)} ms  CPU ${cpuPerCall.toFixed(2)} ms/call`);
+  console.log(
+    `${name.padEnd(60)} p50 ${percentile(ms, 50).toFixed(2)} ms  p99 ${percentile(ms, 99).toFixed(2)} ms  CPU ${cpuPerCall.toFixed(2)} ms/call`,
+  );
 }
 
 function heapMb(): number {
@@ -84,21 +86,37 @@ for (let first = 0; first < total; first += 1000) {
   await store.memories.writeMemories(batch);
 }
 const seedMs = performance.now() - seedStart;
-console.log(`seeded ${total} memories in one scope in ${(seedMs / 1000).toFixed(1)} s; heap ${(heapMb() - heapBefore).toFixed(0)} MB (records with number[] embeddings, and the index)`);
+console.log(
+  `seeded ${total} memories in one scope in ${(seedMs / 1000).toFixed(1)} s; heap ${(heapMb() - heapBefore).toFixed(0)} MB (records with number[] embeddings, and the index)`,
+);
 
 const visible: MemoryFilter = { scope: { appName: "app", userId: "user", match: "visible" } };
 const queries = Array.from({ length: 50 }, () => `${sentence().split(" ").slice(0, 3).join(" ")}`);
 const probes = Array.from({ length: 50 }, () => Array.from({ length: DIMENSIONS }, () => random() * 2 - 1));
-await time(`searchMemories, 3 words, ${total} in the scope, limit 10`, (i) => store.memories.searchMemories(visible, queries[i % queries.length], 10));
-await time(`searchMemories, 1 rare word, ${total} in the scope, limit 10`, (i) => store.memories.searchMemories(visible, `word${4000 + (i % 900)}`, 10));
-await time(`searchMemories, the commonest word (word0), limit 10`, () => store.memories.searchMemories(visible, "word0", 10));
-await time(`nearestMemories, ${DIMENSIONS} dims, ${total} in the scope, limit 10`, (i) => store.memories.nearestMemories(visible, probes[i % probes.length], 10));
+await time(`searchMemories, 3 words, ${total} in the scope, limit 10`, (i) =>
+  store.memories.searchMemories(visible, queries[i % queries.length], 10),
+);
+await time(`searchMemories, 1 rare word, ${total} in the scope, limit 10`, (i) =>
+  store.memories.searchMemories(visible, `word${4000 + (i % 900)}`, 10),
+);
+await time(`searchMemories, the commonest word (word0), limit 10`, () =>
+  store.memories.searchMemories(visible, "word0", 10),
+);
+await time(`nearestMemories, ${DIMENSIONS} dims, ${total} in the scope, limit 10`, (i) =>
+  store.memories.nearestMemories(visible, probes[i % probes.length], 10),
+);
 
 // ---- SearchEvents ----------------------------------------------------------------------------
 
 const sessions = 100;
 for (let s = 0; s < sessions; s++) {
-  await store.createSession({ sessionId: `s${s}`, appName: "events-app", userId: "user", metadata: {}, now: Date.now() });
+  await store.createSession({
+    sessionId: `s${s}`,
+    appName: "events-app",
+    userId: "user",
+    metadata: {},
+    now: Date.now(),
+  });
   const events = Array.from({ length: Math.ceil(eventCount / sessions) }, (_, i) => ({
     eventId: `e${s}-${i}`,
     eventType: "user_message",
@@ -110,7 +128,13 @@ for (let s = 0; s < sessions; s++) {
   await store.appendEvents(`s${s}`, events);
 }
 const eventSearch = (i: number, through: MemoryStore | "read") => {
-  const search = { appName: "events-app", userId: "user", eventTypes: [], query: queries[i % queries.length], topK: 10 };
+  const search = {
+    appName: "events-app",
+    userId: "user",
+    eventTypes: [],
+    query: queries[i % queries.length],
+    topK: 10,
+  };
   return through === "read" ? searchEventsByReading(store, { ...search, limit: 10 }) : searchEvents(through, search);
 };
 await time(`SearchEvents, ${eventCount} events of one user, local index`, (i) => eventSearch(i, store));

@@ -35,7 +35,10 @@ const random = seededRandom(35);
 const word = () => `word${Math.floor(5000 * random() ** 3)}`;
 const vector = () => Array.from({ length: DIMENSIONS }, () => random() * 2 - 1);
 
-const server = await startPostgresServer({ durable: true, ...(kind === "pgvector" ? { bin: await pgvectorBin() } : {}) });
+const server = await startPostgresServer({
+  durable: true,
+  ...(kind === "pgvector" ? { bin: await pgvectorBin() } : {}),
+});
 const schema = "bench";
 const url = server.url;
 let store = await PostgresStore.open({ url, schema, limits: LIMITS });
@@ -63,10 +66,13 @@ console.log(`seeded ${total} memories (as before 0016) in ${((performance.now() 
 start = performance.now();
 // The store's own background re-analysis may share the rows (SKIP LOCKED): done when none is left.
 await store.memories.reanalyze();
-while (Number((await admin.query("SELECT count(*) AS n FROM memories WHERE analyzer = 0")).rows[0].n) > 0) await store.memories.reanalyze();
+while (Number((await admin.query("SELECT count(*) AS n FROM memories WHERE analyzer = 0")).rows[0].n) > 0)
+  await store.memories.reanalyze();
 const rewritten = total;
 const reanalyzeSeconds = (performance.now() - start) / 1000;
-console.log(`re-analyzed ${rewritten} in ${reanalyzeSeconds.toFixed(1)} s: ${((reanalyzeSeconds / rewritten) * 1e6).toFixed(0)} µs a memory, ${((reanalyzeSeconds / rewritten) * 1e6 / 60).toFixed(1)} min per million`);
+console.log(
+  `re-analyzed ${rewritten} in ${reanalyzeSeconds.toFixed(1)} s: ${((reanalyzeSeconds / rewritten) * 1e6).toFixed(0)} µs a memory, ${(((reanalyzeSeconds / rewritten) * 1e6) / 60).toFixed(1)} min per million`,
+);
 await store.close();
 start = performance.now();
 // Opening makes the HNSW index of every dimension in use (over the rows search_vector now holds).
@@ -76,7 +82,11 @@ console.log(`store opened (index build included) in ${((performance.now() - star
 await admin.query("VACUUM ANALYZE memories");
 
 const postmaster = findPid("postgres", "-p", String(server.port))!;
-const scope: MemoryFilter = { scope: { appName: "app", userId: "u", match: "visible" }, asOf: Date.now(), omitEmbeddings: true };
+const scope: MemoryFilter = {
+  scope: { appName: "app", userId: "u", match: "visible" },
+  asOf: Date.now(),
+  omitEmbeddings: true,
+};
 async function measure(name: string, call: () => Promise<unknown>): Promise<void> {
   await call();
   const times: number[] = [];
@@ -88,16 +98,22 @@ async function measure(name: string, call: () => Promise<unknown>): Promise<void
   }
   const cpu = ((processTreeCpuSeconds(postmaster) - cpuBefore) / calls) * 1000;
   times.sort((a, b) => a - b);
-  console.log(`${kind} ${total} ${name.padEnd(40)} p50 ${times[Math.floor(calls / 2)].toFixed(2)} ms  max ${times[calls - 1].toFixed(2)} ms  PostgreSQL CPU ${cpu.toFixed(2)} ms/call`);
+  console.log(
+    `${kind} ${total} ${name.padEnd(40)} p50 ${times[Math.floor(calls / 2)].toFixed(2)} ms  max ${times[calls - 1].toFixed(2)} ms  PostgreSQL CPU ${cpu.toFixed(2)} ms/call`,
+  );
 }
-await measure("searchMemories (2 words, limit 10)", () => store.memories.searchMemories(scope, `${word()} ${word()}`, 10));
+await measure("searchMemories (2 words, limit 10)", () =>
+  store.memories.searchMemories(scope, `${word()} ${word()}`, 10),
+);
 await measure("nearestMemories (limit 10)", () => store.memories.nearestMemories(scope, vector(), 10));
 if (process.env.EXPLAIN) {
   const { sql, values } = store.memories.nearestQuery(scope, vector(), 10, kind === "pgvector");
   await admin.query("BEGIN");
   await admin.query("SET LOCAL hnsw.iterative_scan = relaxed_order");
   if (process.env.NO_SORT) await admin.query("SET LOCAL enable_sort = off");
-  console.log((await admin.query(`EXPLAIN (ANALYZE, BUFFERS) ${sql}`, values)).rows.map((r) => r["QUERY PLAN"]).join("\n"));
+  console.log(
+    (await admin.query(`EXPLAIN (ANALYZE, BUFFERS) ${sql}`, values)).rows.map((r) => r["QUERY PLAN"]).join("\n"),
+  );
   await admin.query("ROLLBACK");
 }
 await admin.end();

@@ -23,7 +23,11 @@ import { performance } from "node:perf_hooks";
 import { setImmediate as nextTurn } from "node:timers/promises";
 import pg from "pg";
 import { create } from "@bufbuild/protobuf";
-import { AddEventsRequestSchema, CreateSessionRequestSchema, RecallRequestSchema } from "@engram-memory/client/gen/engram/v1/memory_pb.js";
+import {
+  AddEventsRequestSchema,
+  CreateSessionRequestSchema,
+  RecallRequestSchema,
+} from "@engram-memory/client/gen/engram/v1/memory_pb.js";
 import { closedLoop } from "./lib/closed-loop.js";
 import { findPid } from "./lib/processes.js";
 import { DEFAULT_SERVICE_LIMITS } from "../src/service/limits.js";
@@ -34,7 +38,8 @@ import type { MemoryFilter, MemoryRecord, MemoryStore } from "../src/store/types
 import { startPostgresServer } from "../test/support/postgres-server.js";
 import { seededRandom } from "./lib/seeded-random.js";
 
-const USAGE = "usage: node --import tsx bench/memories-scale.ts postgres|local [memories=100000] [calls=200] [no-embeddings]";
+const USAGE =
+  "usage: node --import tsx bench/memories-scale.ts postgres|local [memories=100000] [calls=200] [no-embeddings]";
 const kind = process.argv[2];
 if (kind !== "postgres" && kind !== "local") {
   console.error(USAGE);
@@ -119,7 +124,9 @@ async function time(name: string, fn: (i: number) => Promise<unknown>, count = c
   }
   const cpuPerCall = (cpuMs() - cpu) / count;
   ms.sort((a, b) => a - b);
-  console.log(`${name.padEnd(56)} p50 ${percentile(ms, 50).toFixed(2)} ms  p99 ${percentile(ms, 99).toFixed(2)} ms  CPU ${cpuPerCall.toFixed(2)} ms/call (this process)`);
+  console.log(
+    `${name.padEnd(56)} p50 ${percentile(ms, 50).toFixed(2)} ms  p99 ${percentile(ms, 99).toFixed(2)} ms  CPU ${cpuPerCall.toFixed(2)} ms/call (this process)`,
+  );
 }
 
 // ---- The stores ------------------------------------------------------------------------------
@@ -228,7 +235,9 @@ async function postgresStore(): Promise<ScaleStore> {
         await fresh.close();
       }
       cold.sort((a, b) => a - b);
-      console.log(`${"nearestMemories, user VISIBLE, cold cache".padEnd(56)} p50 ${percentile(cold, 50).toFixed(2)} ms  max ${cold[cold.length - 1].toFixed(2)} ms`);
+      console.log(
+        `${"nearestMemories, user VISIBLE, cold cache".padEnd(56)} p50 ${percentile(cold, 50).toFixed(2)} ms  max ${cold[cold.length - 1].toFixed(2)} ms`,
+      );
     },
     async report() {
       for (const [name, sql] of [
@@ -287,10 +296,16 @@ try {
   const memories = scale.store.memories;
   const nearest = memories.nearestMemories!.bind(memories);
   await time("searchMemories, user VISIBLE, top 50", (i) => memories.searchMemories(user, query(i), 50));
-  await time("searchMemories, user VISIBLE, rare words, top 50", (i) => memories.searchMemories(user, `word${3000 + i} word${4000 + i}`, 50));
+  await time("searchMemories, user VISIBLE, rare words, top 50", (i) =>
+    memories.searchMemories(user, `word${3000 + i} word${4000 + i}`, 50),
+  );
   await time("listMemories, user VISIBLE, 100", () => memories.listMemories(user, 100));
-  await time("listMemories, user VISIBLE, pinned, 100 (Recall's core)", () => memories.listMemories({ ...user, pinned: true }, 100));
-  await time("listMemories, user WITHIN, topic, 100", () => memories.listMemories({ ...user, scope: { ...user.scope, match: "within" }, topics: ["topic3"] }, 100));
+  await time("listMemories, user VISIBLE, pinned, 100 (Recall's core)", () =>
+    memories.listMemories({ ...user, pinned: true }, 100),
+  );
+  await time("listMemories, user WITHIN, topic, 100", () =>
+    memories.listMemories({ ...user, scope: { ...user.scope, match: "within" }, topics: ["topic3"] }, 100),
+  );
   const probeRandom = seededRandom(7);
   const probe = Array.from({ length: DIMENSIONS }, () => Math.fround(probeRandom() * 2 - 1));
   if (embedded) {
@@ -303,8 +318,14 @@ try {
   if (embedded) await time("nearestMemories, whole app WITHIN, top 50", () => nearest(app, probe, 50));
 
   // Recall as a session of user7 asks it, through the service: its reads, ranking, packing and context.
-  const service = new MemoryService(scale.store, { limits: DEFAULT_SERVICE_LIMITS, contextLimit: 50, heartbeatMs: 1000 });
-  await service.createSession(create(CreateSessionRequestSchema, { appName: APP, userId: "user7", sessionId: "recall-session" }));
+  const service = new MemoryService(scale.store, {
+    limits: DEFAULT_SERVICE_LIMITS,
+    contextLimit: 50,
+    heartbeatMs: 1000,
+  });
+  await service.createSession(
+    create(CreateSessionRequestSchema, { appName: APP, userId: "user7", sessionId: "recall-session" }),
+  );
   await service.addEvents(
     create(AddEventsRequestSchema, {
       sessionId: "recall-session",
@@ -319,15 +340,29 @@ try {
   // warm-up measured none at 1M. Larger sets get a warm-up past that first wave and a window long enough for tens of calls.
   const window = total > 100_000 ? { warmupMs: 15_000, durationMs: 45_000 } : { warmupMs: 2_000, durationMs: 10_000 };
   // Hybrid: the client sends the query's vector, so the store ranks its nearest candidates by cosine too.
-  const recalls: Array<[kind: string, queryEmbedding: number[]]> = embedded ? [["lexical", []], ["hybrid", probe]] : [["lexical", []]];
+  const recalls: Array<[kind: string, queryEmbedding: number[]]> = embedded
+    ? [
+        ["lexical", []],
+        ["hybrid", probe],
+      ]
+    : [["lexical", []]];
   for (const [recallKind, queryEmbedding] of recalls) {
     for (const concurrency of [1, 16]) {
       // The local store answers without I/O, so its calls would chain as microtasks and starve the loop's timers: each call first yields a turn.
       const result = await closedLoop({ concurrency, ...window, cpuPids: backends }, async (worker, i) => {
         await nextTurn();
-        await service.recall(create(RecallRequestSchema, { sessionId: "recall-session", query: query(worker * 1000 + i), tokenBudget: 4000, queryEmbedding }));
+        await service.recall(
+          create(RecallRequestSchema, {
+            sessionId: "recall-session",
+            query: query(worker * 1000 + i),
+            tokenBudget: 4000,
+            queryEmbedding,
+          }),
+        );
       });
-      const backendCpu = Object.keys(backends).map((name) => `, ${name} ${((result.cpuUsPerCall[name] ?? NaN) / 1000).toFixed(2)} ms`);
+      const backendCpu = Object.keys(backends).map(
+        (name) => `, ${name} ${((result.cpuUsPerCall[name] ?? NaN) / 1000).toFixed(2)} ms`,
+      );
       console.log(
         `Recall 4k ${recallKind} through the service, c=${concurrency}: ${result.throughput.toFixed(1)}/s p50 ${(result.p50Us / 1000).toFixed(1)} ms p99 ${(result.p99Us / 1000).toFixed(1)} ms, ` +
           `CPU per call: service ${((result.cpuUsPerCall.client ?? NaN) / 1000).toFixed(2)} ms${backendCpu.join("")}` +

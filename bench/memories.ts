@@ -83,16 +83,25 @@ function clientOf(engram: EngramProcess): MemoryClient {
 }
 
 /** The set cut to its first `n` conversations, with only the questions whose labels all name memories written. */
-export function evalSubset(set: MemoriesEvalSet, n: number | undefined): { memories: LoadedMemory[]; questions: EvalQuestion[]; set: MemoriesEvalSet } {
-  const cut: MemoriesEvalSet = n === undefined ? set : { conversations: set.conversations.slice(0, n), appWideQuestions: set.appWideQuestions };
+export function evalSubset(
+  set: MemoriesEvalSet,
+  n: number | undefined,
+): { memories: LoadedMemory[]; questions: EvalQuestion[]; set: MemoriesEvalSet } {
+  const cut: MemoriesEvalSet =
+    n === undefined ? set : { conversations: set.conversations.slice(0, n), appWideQuestions: set.appWideQuestions };
   const memories = allMemories(cut);
   const written = new Set(memories.map((m) => m.memory_id));
-  const questions = allQuestions(cut).filter((q) => [...q.gold.memory_ids, ...(q.gold.not_valid_ids ?? [])].every((id) => written.has(id)));
+  const questions = allQuestions(cut).filter((q) =>
+    [...q.gold.memory_ids, ...(q.gold.not_valid_ids ?? [])].every((id) => written.has(id)),
+  );
   return { memories, questions, set: cut };
 }
 
 /** Writes the memories app by app in valid_from order; counts the closures against invalidAtOf(), and the memories stored with a vector. */
-async function writeEvalMemories(client: MemoryClient, memories: LoadedMemory[]): Promise<Pick<MemoriesRecall, "supersededAsPredicted" | "embeddedMemories">> {
+async function writeEvalMemories(
+  client: MemoryClient,
+  memories: LoadedMemory[],
+): Promise<Pick<MemoriesRecall, "supersededAsPredicted" | "embeddedMemories">> {
   const predicted = invalidAtOf(memories);
   let embeddedMemories = 0;
   const closed = new Map<string, number>();
@@ -102,7 +111,10 @@ async function writeEvalMemories(client: MemoryClient, memories: LoadedMemory[])
     // Stable: memories of the same instant keep the set's order.
     const ordered = [...appMemories].sort((a, b) => Date.parse(a.valid_from) - Date.parse(b.valid_from));
     for (let start = 0; start < ordered.length; start += WRITE_BATCH) {
-      const written = await client.writeMemories({ memories: ordered.slice(start, start + WRITE_BATCH).map(wireMemory) }, { timeoutMs: 120_000 });
+      const written = await client.writeMemories(
+        { memories: ordered.slice(start, start + WRITE_BATCH).map(wireMemory) },
+        { timeoutMs: 120_000 },
+      );
       embeddedMemories += written.memories.filter((m) => m.embedding.length > 0).length;
       const superseded = written.superseded;
       for (const m of superseded) closed.set(m.memoryId, m.invalidAt ? Number(timestampMs(m.invalidAt)) : Number.NaN);
@@ -115,7 +127,11 @@ async function writeEvalMemories(client: MemoryClient, memories: LoadedMemory[])
 }
 
 /** Asks every question; the ids each search returned, best first. */
-async function askEvalQuestions(client: MemoryClient, set: MemoriesEvalSet, questions: EvalQuestion[]): Promise<string[][]> {
+async function askEvalQuestions(
+  client: MemoryClient,
+  set: MemoriesEvalSet,
+  questions: EvalQuestion[],
+): Promise<string[][]> {
   const ranked: string[][] = [];
   for (const q of questions) {
     const { results } = await client.searchMemories(
@@ -163,7 +179,9 @@ async function measureRecall(
     const ranked = await askEvalQuestions(client, subset.set, subset.questions);
     const askSeconds = (Date.now() - started) / 1000;
     const withNotValid = subset.questions.flatMap((q, i) => ((q.gold.not_valid_ids ?? []).length > 0 ? [i] : []));
-    const avoided = withNotValid.filter((i) => !subset.questions[i].gold.not_valid_ids!.some((id) => ranked[i].includes(id))).length;
+    const avoided = withNotValid.filter(
+      (i) => !subset.questions[i].gold.not_valid_ids!.some((id) => ranked[i].includes(id)),
+    ).length;
     const result: MemoriesRecall = {
       ranking,
       recall: recallByCategory(subset.questions, ranked, TOP_K),
@@ -178,7 +196,10 @@ async function measureRecall(
     const r = result.recall;
     deps.log(
       `memories ${ranking}: recall@5 ${r.all.toFixed(3)} (odd ${result.oddConversations.toFixed(3)}, even ${result.evenConversations.toFixed(3)}); ` +
-        Object.entries(r).filter(([k]) => k !== "all").map(([k, v]) => `${k} ${v.toFixed(3)}`).join(", ") +
+        Object.entries(r)
+          .filter(([k]) => k !== "all")
+          .map(([k, v]) => `${k} ${v.toFixed(3)}`)
+          .join(", ") +
         `; not-valid avoided ${avoided}/${withNotValid.length}; superseded as predicted ${supersededAsPredicted.ok}/${supersededAsPredicted.of} (${supersededAsPredicted.unexpected} unexpected); ${embeddedMemories} stored with a vector`,
     );
     return result;
@@ -188,19 +209,66 @@ async function measureRecall(
 }
 
 const PEOPLE = ["Maria", "Kenji", "Aisha", "Tom", "Priya", "Lars", "Chen", "Fatima", "Diego", "Noor", "Olga", "Sam"];
-const VERBS = ["prefers", "booked", "dislikes", "is learning", "bought", "cancelled", "recommended", "is allergic to", "moved", "visited", "asked about", "forgot"];
-const THINGS = ["green tea", "a window seat", "the Lisbon flight", "Spanish verbs", "a road bike", "the dentist appointment", "sourdough bread", "peanuts", "the team standup", "the Porto office", "the quarterly budget", "a beagle puppy", "the router firmware", "night shifts", "the gym membership", "vegetarian recipes"];
-const WHEN = ["last week", "on Monday", "in March", "for the conference", "after the release", "before the holidays", "this morning", "every Friday"];
+const VERBS = [
+  "prefers",
+  "booked",
+  "dislikes",
+  "is learning",
+  "bought",
+  "cancelled",
+  "recommended",
+  "is allergic to",
+  "moved",
+  "visited",
+  "asked about",
+  "forgot",
+];
+const THINGS = [
+  "green tea",
+  "a window seat",
+  "the Lisbon flight",
+  "Spanish verbs",
+  "a road bike",
+  "the dentist appointment",
+  "sourdough bread",
+  "peanuts",
+  "the team standup",
+  "the Porto office",
+  "the quarterly budget",
+  "a beagle puppy",
+  "the router firmware",
+  "night shifts",
+  "the gym membership",
+  "vegetarian recipes",
+];
+const WHEN = [
+  "last week",
+  "on Monday",
+  "in March",
+  "for the conference",
+  "after the release",
+  "before the holidays",
+  "this morning",
+  "every Friday",
+];
 
 /** Synthetic memory texts: person, verb, thing, time; reproducible. */
 export function syntheticTexts(count: number, seed: number): string[] {
   const random = seededRandom(seed);
   const pick = <T>(list: readonly T[]) => list[Math.floor(random() * list.length)]!;
-  return Array.from({ length: count }, (_, i) => `${pick(PEOPLE)} ${pick(VERBS)} ${pick(THINGS)} ${pick(WHEN)} (note ${i})`);
+  return Array.from(
+    { length: count },
+    (_, i) => `${pick(PEOPLE)} ${pick(VERBS)} ${pick(THINGS)} ${pick(WHEN)} (note ${i})`,
+  );
 }
 
 /** Writes synthetic memories `from` onwards (half app-wide, half over SPEED_USERS users) with the given vectors, where there is one. */
-async function writeSynthetic(client: MemoryClient, texts: string[], vectors: number[][] | undefined, from = 0): Promise<void> {
+async function writeSynthetic(
+  client: MemoryClient,
+  texts: string[],
+  vectors: number[][] | undefined,
+  from = 0,
+): Promise<void> {
   for (let start = from; start < texts.length; start += WRITE_BATCH) {
     const memories = texts.slice(start, start + WRITE_BATCH).map((text, j) => {
       const i = start + j;
@@ -236,7 +304,10 @@ async function createRecallSession(client: MemoryClient, queries: string[]): Pro
   await client.getOrCreateSession({ sessionId, appName: SPEED_APP, userId: "user-1" });
   await client.addEvents({
     sessionId,
-    events: queries.slice(0, 20).map((q, i) => ({ eventType: i % 2 === 0 ? "user_message" : "agent_response", content: { kind: { case: "stringValue", value: q } } })),
+    events: queries.slice(0, 20).map((q, i) => ({
+      eventType: i % 2 === 0 ? "user_message" : "agent_response",
+      content: { kind: { case: "stringValue", value: q } },
+    })),
   });
   return sessionId;
 }
@@ -246,11 +317,32 @@ function speedRequests(corpus: SpeedCorpus, sessionId: string) {
   return {
     search: (withVector: boolean) =>
       corpus.queries.map((query, i) =>
-        Buffer.from(toBinary(SearchMemoriesRequestSchema, create(SearchMemoriesRequestSchema, { appName: SPEED_APP, query, topK: 10, queryEmbedding: withVector ? corpus.queryVectors[i] : [] }))).toString("base64"),
+        Buffer.from(
+          toBinary(
+            SearchMemoriesRequestSchema,
+            create(SearchMemoriesRequestSchema, {
+              appName: SPEED_APP,
+              query,
+              topK: 10,
+              queryEmbedding: withVector ? corpus.queryVectors[i] : [],
+            }),
+          ),
+        ).toString("base64"),
       ),
     recall: (withVector: boolean) =>
       corpus.queries.map((query, i) =>
-        Buffer.from(toBinary(RecallRequestSchema, create(RecallRequestSchema, { sessionId, query, tokenBudget: RECALL_BUDGET, topK: 10, queryEmbedding: withVector ? corpus.queryVectors[i] : [] }))).toString("base64"),
+        Buffer.from(
+          toBinary(
+            RecallRequestSchema,
+            create(RecallRequestSchema, {
+              sessionId,
+              query,
+              tokenBudget: RECALL_BUDGET,
+              topK: 10,
+              queryEmbedding: withVector ? corpus.queryVectors[i] : [],
+            }),
+          ),
+        ).toString("base64"),
       ),
   };
 }
@@ -267,9 +359,22 @@ async function runSpeedPoints(
   const points: Point[] = [];
   for (const workload of workloads) {
     // One call first: what a method loads on first use (the tokenizer) is not what is measured.
-    await deps.load({ target: engram.address, method: SERVICE + workload.method, requests: workload.requests.slice(0, 1), cpuPids: {}, concurrency: 1 });
+    await deps.load({
+      target: engram.address,
+      method: SERVICE + workload.method,
+      requests: workload.requests.slice(0, 1),
+      cpuPids: {},
+      concurrency: 1,
+    });
     for (const concurrency of concurrencies) {
-      const result = await deps.load({ target: engram.address, method: SERVICE + workload.method, requests: workload.requests, cycle: true, cpuPids: { server: [engram.pid], ...cpuPids }, concurrency });
+      const result = await deps.load({
+        target: engram.address,
+        method: SERVICE + workload.method,
+        requests: workload.requests,
+        cycle: true,
+        cpuPids: { server: [engram.pid], ...cpuPids },
+        concurrency,
+      });
       const point: Point = { kind: "server", backend, workload: workload.name, concurrency, ...result };
       points.push(point);
       const backendCpu = result.cpuUsPerCall.postgres ?? result.cpuUsPerCall.redis;
@@ -287,9 +392,25 @@ function countWorkloads(label: string, hybrid: boolean, requests: ReturnType<typ
   const { search, recall } = requests;
   return [
     { name: `SearchMemories lexical (${label} memories)`, method: "SearchMemories", requests: search(false) },
-    ...(hybrid ? [{ name: `SearchMemories hybrid, client query vector (${label} memories)`, method: "SearchMemories", requests: search(true) }] : []),
+    ...(hybrid
+      ? [
+          {
+            name: `SearchMemories hybrid, client query vector (${label} memories)`,
+            method: "SearchMemories",
+            requests: search(true),
+          },
+        ]
+      : []),
     { name: `Recall 4k budget lexical (${label} memories)`, method: "Recall", requests: recall(false) },
-    ...(hybrid ? [{ name: `Recall 4k budget hybrid, client query vector (${label} memories)`, method: "Recall", requests: recall(true) }] : []),
+    ...(hybrid
+      ? [
+          {
+            name: `Recall 4k budget hybrid, client query vector (${label} memories)`,
+            method: "Recall",
+            requests: recall(true),
+          },
+        ]
+      : []),
   ];
 }
 
@@ -299,7 +420,12 @@ function countWorkloads(label: string, hybrid: boolean, requests: ReturnType<typ
  * written up to each count in turn), then at `memoriesPerApp` on one with
  * the endpoint embedding each query.
  */
-async function measureLocalSpeed(profile: Profile, corpus: SpeedCorpus, embeddings: { url: string; model: string }, deps: MemoriesBenchDeps): Promise<Point[]> {
+async function measureLocalSpeed(
+  profile: Profile,
+  corpus: SpeedCorpus,
+  embeddings: { url: string; model: string },
+  deps: MemoriesBenchDeps,
+): Promise<Point[]> {
   const concurrencies = profile.concurrencies.filter((c) => c <= 16);
   const points: Point[] = [];
   let engram = await startEngram(["--memory-type", "local"], {}, deps.serverNodeArgs);
@@ -311,22 +437,45 @@ async function measureLocalSpeed(profile: Profile, corpus: SpeedCorpus, embeddin
       const started = Date.now();
       await writeSynthetic(client, corpus.texts.slice(0, count), corpus.vectors, written);
       written = count;
-      deps.log(`memories speed: local now has ${count} memories (written in ${((Date.now() - started) / 1000).toFixed(1)} s)`);
-      points.push(...(await runSpeedPoints(engram, "local", {}, countWorkloads(countLabel(count), count <= corpus.vectors.length, requests), concurrencies, deps)));
+      deps.log(
+        `memories speed: local now has ${count} memories (written in ${((Date.now() - started) / 1000).toFixed(1)} s)`,
+      );
+      points.push(
+        ...(await runSpeedPoints(
+          engram,
+          "local",
+          {},
+          countWorkloads(countLabel(count), count <= corpus.vectors.length, requests),
+          concurrencies,
+          deps,
+        )),
+      );
     }
   } finally {
     await engram.stop();
   }
   const count = profile.memoriesPerApp;
   const label = countLabel(count);
-  engram = await startEngram(["--memory-type", "local"], { MEMORY_EMBEDDINGS_URL: embeddings.url, MEMORY_EMBEDDINGS_MODEL: embeddings.model }, deps.serverNodeArgs);
+  engram = await startEngram(
+    ["--memory-type", "local"],
+    { MEMORY_EMBEDDINGS_URL: embeddings.url, MEMORY_EMBEDDINGS_MODEL: embeddings.model },
+    deps.serverNodeArgs,
+  );
   try {
     const client = clientOf(engram);
     await writeSynthetic(client, corpus.texts.slice(0, count), corpus.vectors);
     const { search, recall } = speedRequests(corpus, await createRecallSession(client, corpus.queries));
     const workloads = [
-      { name: `SearchMemories hybrid, query embedded by the endpoint (${label} memories)`, method: "SearchMemories", requests: search(false) },
-      { name: `Recall 4k budget hybrid, query embedded by the endpoint (${label} memories)`, method: "Recall", requests: recall(false) },
+      {
+        name: `SearchMemories hybrid, query embedded by the endpoint (${label} memories)`,
+        method: "SearchMemories",
+        requests: search(false),
+      },
+      {
+        name: `Recall 4k budget hybrid, query embedded by the endpoint (${label} memories)`,
+        method: "Recall",
+        requests: recall(false),
+      },
     ];
     points.push(...(await runSpeedPoints(engram, "local", {}, workloads, concurrencies, deps)));
   } finally {
@@ -336,7 +485,12 @@ async function measureLocalSpeed(profile: Profile, corpus: SpeedCorpus, embeddin
 }
 
 /** The same points on one shared store, at each of the profile's counts: one server, memories written up to each count in turn. */
-async function measureStoreSpeed(store: MemoriesBenchDeps["stores"][number], profile: Profile, corpus: SpeedCorpus, deps: MemoriesBenchDeps): Promise<Point[]> {
+async function measureStoreSpeed(
+  store: MemoriesBenchDeps["stores"][number],
+  profile: Profile,
+  corpus: SpeedCorpus,
+  deps: MemoriesBenchDeps,
+): Promise<Point[]> {
   const concurrencies = profile.concurrencies.filter((c) => c <= 16);
   const points: Point[] = [];
   const engram = await startEngram(store.args, {}, deps.serverNodeArgs);
@@ -348,7 +502,9 @@ async function measureStoreSpeed(store: MemoriesBenchDeps["stores"][number], pro
       const started = Date.now();
       await writeSynthetic(client, corpus.texts.slice(0, count), corpus.vectors, written);
       written = count;
-      deps.log(`memories speed: ${store.backend} now has ${count} memories (written in ${((Date.now() - started) / 1000).toFixed(1)} s)`);
+      deps.log(
+        `memories speed: ${store.backend} now has ${count} memories (written in ${((Date.now() - started) / 1000).toFixed(1)} s)`,
+      );
       const workloads = countWorkloads(countLabel(count), count <= corpus.vectors.length, requests);
       points.push(...(await runSpeedPoints(engram, store.backend, store.cpuPids, workloads, concurrencies, deps)));
     }
@@ -359,15 +515,31 @@ async function measureStoreSpeed(store: MemoriesBenchDeps["stores"][number], pro
 }
 
 /** Every speed point: local at `memoriesPerApp`, then each shared store at each of `memoriesBackendCounts`. */
-async function measureSpeed(profile: Profile, embeddings: { url: string; model: string }, deps: MemoriesBenchDeps): Promise<Point[]> {
-  const largest = Math.max(profile.memoriesPerApp, ...profile.memoriesLocalCounts, ...(deps.stores.length > 0 ? profile.memoriesBackendCounts : []));
+async function measureSpeed(
+  profile: Profile,
+  embeddings: { url: string; model: string },
+  deps: MemoriesBenchDeps,
+): Promise<Point[]> {
+  const largest = Math.max(
+    profile.memoriesPerApp,
+    ...profile.memoriesLocalCounts,
+    ...(deps.stores.length > 0 ? profile.memoriesBackendCounts : []),
+  );
   const texts = syntheticTexts(largest, 18);
   const queries = syntheticTexts(SPEED_QUERIES, 81).map((t) => t.replace(/ \(note \d+\)$/, "?"));
-  const embedder = new EmbeddingsClient({ url: embeddings.url, model: embeddings.model, timeoutMs: 120_000, batchSize: 256, maxRetries: 2 });
+  const embedder = new EmbeddingsClient({
+    url: embeddings.url,
+    model: embeddings.model,
+    timeoutMs: 120_000,
+    batchSize: 256,
+    maxRetries: 2,
+  });
   const started = Date.now();
   const vectors = await embedder.embed(texts.slice(0, profile.memoriesPerApp));
   const queryVectors = await embedder.embed(queries);
-  deps.log(`memories speed: ${vectors.length} synthetic memories embedded in ${((Date.now() - started) / 1000).toFixed(1)} s`);
+  deps.log(
+    `memories speed: ${vectors.length} synthetic memories embedded in ${((Date.now() - started) / 1000).toFixed(1)} s`,
+  );
   const corpus: SpeedCorpus = { texts, queries, vectors, queryVectors };
   const points = await measureLocalSpeed(profile, corpus, embeddings, deps);
   for (const store of deps.stores) points.push(...(await measureStoreSpeed(store, profile, corpus, deps)));
@@ -381,11 +553,17 @@ async function measureSpeed(profile: Profile, embeddings: { url: string; model: 
  */
 function runAdkMemoriesPeer(deps: MemoriesBenchDeps): MemoriesPeer {
   const peer = "google-adk InMemoryMemoryService";
-  if (!ensureVenv(deps.log)) return { peer, note: "bench/.venv could not be created (pip install of google-adk failed)" };
+  if (!ensureVenv(deps.log))
+    return { peer, note: "bench/.venv could not be created (pip install of google-adk failed)" };
   try {
-    const out = execFileSync(PYTHON, [path.join(REPO_ROOT, "bench/peers/adk_memories.py")], { encoding: "utf8", timeout: 300_000 });
+    const out = execFileSync(PYTHON, [path.join(REPO_ROOT, "bench/peers/adk_memories.py")], {
+      encoding: "utf8",
+      timeout: 300_000,
+    });
     const result = JSON.parse(out.trim().split("\n").pop()!) as MemoriesPeer;
-    deps.log(`memories peer ${peer}: recall@5 ${JSON.stringify(result.recall_at_5)}; search p50 ${result.search_p50_us}µs p99 ${result.search_p99_us}µs`);
+    deps.log(
+      `memories peer ${peer}: recall@5 ${JSON.stringify(result.recall_at_5)}; search p50 ${result.search_p50_us}µs p99 ${result.search_p99_us}µs`,
+    );
     return result;
   } catch (err) {
     return { peer, note: `did not run: ${err instanceof Error ? err.message : String(err)}` };
@@ -398,14 +576,28 @@ function runAdkMemoriesPeer(deps: MemoriesBenchDeps): MemoriesPeer {
  * and the section's own embeddings server as its embedder, so it ranks with
  * the model Engram's hybrid run uses. Its recall@5 and in-process search latency.
  */
-function runMem0MemoriesPeer(embeddings: { url: string; model: string; dimension: number }, deps: MemoriesBenchDeps): MemoriesPeer {
+function runMem0MemoriesPeer(
+  embeddings: { url: string; model: string; dimension: number },
+  deps: MemoriesBenchDeps,
+): MemoriesPeer {
   const peer = "mem0 Memory (infer=False, local Qdrant)";
-  if (!ensureMem0Venv(deps.log)) return { peer, note: ".tmp/mem0-venv could not be created (pip install of mem0ai failed)" };
+  if (!ensureMem0Venv(deps.log))
+    return { peer, note: ".tmp/mem0-venv could not be created (pip install of mem0ai failed)" };
   try {
-    const args = [path.join(REPO_ROOT, "bench/peers/mem0_memories.py"), "--embeddings-url", embeddings.url, "--model", embeddings.model, "--dims", String(embeddings.dimension)];
+    const args = [
+      path.join(REPO_ROOT, "bench/peers/mem0_memories.py"),
+      "--embeddings-url",
+      embeddings.url,
+      "--model",
+      embeddings.model,
+      "--dims",
+      String(embeddings.dimension),
+    ];
     const out = execFileSync(MEM0_PYTHON, args, { encoding: "utf8", timeout: 900_000 });
     const result = JSON.parse(out.trim().split("\n").pop()!) as MemoriesPeer;
-    deps.log(`memories peer ${peer}: recall@5 ${JSON.stringify(result.recall_at_5)}; search p50 ${result.search_p50_us}µs p99 ${result.search_p99_us}µs`);
+    deps.log(
+      `memories peer ${peer}: recall@5 ${JSON.stringify(result.recall_at_5)}; search p50 ${result.search_p50_us}µs p99 ${result.search_p99_us}µs`,
+    );
     return result;
   } catch (err) {
     return { peer, note: `did not run: ${err instanceof Error ? err.message : String(err)}` };
@@ -418,13 +610,23 @@ export async function runMemoriesBench(profile: Profile, deps: MemoriesBenchDeps
   const model = await startEmbeddingsServer();
   try {
     const subset = evalSubset(loadMemoriesEval(), profile.memoriesEvalConversations);
-    deps.log(`memories: ${subset.set.conversations.length} conversations, ${subset.memories.length} memories, ${subset.questions.length} questions; embeddings ${model.model} at ${model.url}`);
+    deps.log(
+      `memories: ${subset.set.conversations.length} conversations, ${subset.memories.length} memories, ${subset.questions.length} questions; embeddings ${model.model} at ${model.url}`,
+    );
     const recall = [
       await measureRecall("lexical", {}, subset, deps),
-      await measureRecall("hybrid", { MEMORY_EMBEDDINGS_URL: model.url, MEMORY_EMBEDDINGS_MODEL: model.model }, subset, deps),
+      await measureRecall(
+        "hybrid",
+        { MEMORY_EMBEDDINGS_URL: model.url, MEMORY_EMBEDDINGS_MODEL: model.model },
+        subset,
+        deps,
+      ),
     ];
     // The peer only on the whole set: the cut sets of the small profiles (and npm test) install nothing.
-    const peers = profile.memoriesEvalConversations === undefined ? [runAdkMemoriesPeer(deps), runMem0MemoriesPeer(model, deps)] : [];
+    const peers =
+      profile.memoriesEvalConversations === undefined
+        ? [runAdkMemoriesPeer(deps), runMem0MemoriesPeer(model, deps)]
+        : [];
     const speed = await measureSpeed(profile, model, deps);
     return {
       conversations: subset.set.conversations.length,

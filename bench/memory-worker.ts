@@ -28,7 +28,8 @@ async function measure(message: { events: number; content: string }): Promise<Me
   const store = new LocalStore({ maxSessions: sessions, maxSessionEvents: EVENTS_PER_SESSION });
   const service = new MemoryService(store, { limits: DEFAULT_SERVICE_LIMITS, contextLimit: 6, heartbeatMs: 15_000 });
   const ids = Array.from({ length: sessions }, () => randomUUID());
-  for (const sessionId of ids) await service.getOrCreateSession({ sessionId, appName: "bench", userId: "bench" } as never);
+  for (const sessionId of ids)
+    await service.getOrCreateSession({ sessionId, appName: "bench", userId: "bench" } as never);
   const before = settle();
   for (let i = 0; i < message.events; i++) {
     // A fresh request and content string per event, as decoding a request makes them.
@@ -44,7 +45,8 @@ async function measure(message: { events: number; content: string }): Promise<Me
   const after = settle();
   // Both stay reachable until after the reading: V8 may collect what is no longer used.
   const stats = await (service.store as LocalStore).stats();
-  if (stats.totalEvents !== message.events) throw new Error(`stored ${stats.totalEvents} events, expected ${message.events}`);
+  if (stats.totalEvents !== message.events)
+    throw new Error(`stored ${stats.totalEvents} events, expected ${message.events}`);
   const per = (key: "heapUsed" | "rss" | "external") => Math.round((after[key] - before[key]) / message.events);
   return {
     events: message.events,

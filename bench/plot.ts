@@ -29,7 +29,8 @@ export async function plotThroughput(results: BenchResults, file: string): Promi
     .filter((p) => p.throughput > 0)
     .map((p) => ({
       panel: panelOf(p.workload),
-      series: p.kind === "server" ? `engram ${p.backend}` : p.backend === "grpc-js echo" ? echoSeries(p.workload) : p.backend,
+      series:
+        p.kind === "server" ? `engram ${p.backend}` : p.backend === "grpc-js echo" ? echoSeries(p.workload) : p.backend,
       concurrency: p.concurrency,
       throughput: p.throughput,
     }));
@@ -44,7 +45,10 @@ export async function plotThroughput(results: BenchResults, file: string): Promi
   }
   const spec: vegaLite.TopLevelSpec = {
     $schema: "https://vega.github.io/schema/vega-lite/v6.json",
-    title: { text: `Engram throughput vs concurrency (${String(results.meta.profile)} run, ${String(results.meta.startedAt).slice(0, 16)}Z)`, fontSize: 16 },
+    title: {
+      text: `Engram throughput vs concurrency (${String(results.meta.profile)} run, ${String(results.meta.startedAt).slice(0, 16)}Z)`,
+      fontSize: 16,
+    },
     data: { values: rows },
     facet: { field: "panel", type: "nominal", title: null, header: { labelFontSize: 12, labelLimit: 0 } },
     columns: 3,
@@ -53,10 +57,22 @@ export async function plotThroughput(results: BenchResults, file: string): Promi
       height: 200,
       mark: { type: "line", point: true },
       encoding: {
-        x: { field: "concurrency", type: "quantitative", scale: { type: "log", base: 2 }, axis: { values: [1, 2, 4, 8, 16, 32, 64] }, title: "concurrency" },
+        x: {
+          field: "concurrency",
+          type: "quantitative",
+          scale: { type: "log", base: 2 },
+          axis: { values: [1, 2, 4, 8, 16, 32, 64] },
+          title: "concurrency",
+        },
         y: { field: "throughput", type: "quantitative", title: "calls/s (log)", scale: { type: "log" } },
         // category20: the plot has a dozen series, and category10 gave two of them the same colour.
-        color: { field: "series", type: "nominal", title: "backend", legend: { labelLimit: 0 }, scale: { scheme: "category20" } },
+        color: {
+          field: "series",
+          type: "nominal",
+          title: "backend",
+          legend: { labelLimit: 0 },
+          scale: { scheme: "category20" },
+        },
       },
     },
     resolve: { scale: { y: "independent" } },
@@ -65,6 +81,8 @@ export async function plotThroughput(results: BenchResults, file: string): Promi
   const view = new vega.View(vega.parse(vegaLite.compile(spec).spec), { renderer: "none" });
   const svg = await view.toSVG(2);
   view.finalize();
-  const png = new Resvg(svg, { font: { loadSystemFonts: true, defaultFontFamily: "DejaVu Sans" }, background: "white" }).render().asPng();
+  const png = new Resvg(svg, { font: { loadSystemFonts: true, defaultFontFamily: "DejaVu Sans" }, background: "white" })
+    .render()
+    .asPng();
   writeFileSync(file, png);
 }

@@ -38,7 +38,21 @@ async function storeFor(spec: RawSpec): Promise<MemoryStore> {
   let store = stores.get(key);
   if (!store) {
     const flag = spec.backend === "redis" ? "--redis-url" : "--postgres-url";
-    const config = loadConfig(["--memory-type", spec.backend, flag, spec.url, "--key-prefix", "rawbench", "--max-session-events", "1000000", "--max-sessions", "1000000"], {});
+    const config = loadConfig(
+      [
+        "--memory-type",
+        spec.backend,
+        flag,
+        spec.url,
+        "--key-prefix",
+        "rawbench",
+        "--max-session-events",
+        "1000000",
+        "--max-sessions",
+        "1000000",
+      ],
+      {},
+    );
     store = await openStore(config);
     stores.set(key, store);
   }
@@ -47,7 +61,14 @@ async function storeFor(spec: RawSpec): Promise<MemoryStore> {
 
 function newEvent(): NewEvent {
   // What the service hands the store for a 100-byte user message with a generated id.
-  return { eventId: randomUUID(), eventType: "user_message", content: CONTENT_100B, metadata: {}, timestamp: Date.now(), fingerprint: "" };
+  return {
+    eventId: randomUUID(),
+    eventType: "user_message",
+    content: CONTENT_100B,
+    metadata: {},
+    timestamp: Date.now(),
+    fingerprint: "",
+  };
 }
 
 /** Runs one raw point. */
@@ -63,17 +84,29 @@ async function runRaw(spec: RawSpec): Promise<LoadResult> {
     // hashed once, so the driver's figure holds no service work.
     const contents = Array.from({ length: spec.concurrency }, (_, worker) =>
       Array.from({ length: 100 }, (_, i) => {
-        const content = { appName: WRITE_APP, userId: `writer-${worker}`, text: `${CONTENT_100B} (${worker}.${i})`, key: "", topics: [], importance: (i % 10) / 10, pinned: false, metadata: {} };
+        const content = {
+          appName: WRITE_APP,
+          userId: `writer-${worker}`,
+          text: `${CONTENT_100B} (${worker}.${i})`,
+          key: "",
+          topics: [],
+          importance: (i % 10) / 10,
+          pinned: false,
+          metadata: {},
+        };
         return { ...content, fingerprint: memoryFingerprint({ memoryId: "", ...content }) };
       }),
     );
     return closedLoop(spec, async (worker) => {
       const now = Date.now();
-      await store.memories.writeMemories(contents[worker].map((content) => ({ ...content, memoryId: randomUUID(), createdAt: now, validFrom: now })));
+      await store.memories.writeMemories(
+        contents[worker].map((content) => ({ ...content, memoryId: randomUUID(), createdAt: now, validFrom: now })),
+      );
     });
   }
   if (spec.op === "hnsw-insert") return hnswInserts(spec);
-  const session = (id: string) => store.getOrCreateSession({ sessionId: id, appName: "rawbench", userId: "bench", metadata: {}, now: Date.now() });
+  const session = (id: string) =>
+    store.getOrCreateSession({ sessionId: id, appName: "rawbench", userId: "bench", metadata: {}, now: Date.now() });
   if (spec.op === "append") {
     for (let i = 0; i < spec.concurrency; i++) await session(`raw-append-${i}`);
     return closedLoop(spec, async (worker) => {
@@ -99,7 +132,10 @@ async function hnswInserts(spec: RawSpec): Promise<LoadResult> {
     await pool.query("CREATE INDEX IF NOT EXISTS raw_hnsw_v ON raw_hnsw USING hnsw (v vector_cosine_ops)");
     const random = seededRandom(spec.concurrency);
     return await closedLoop(spec, async () => {
-      const vectors = Array.from({ length: 100 }, () => `[${Array.from({ length: 384 }, () => random() - 0.5).join(",")}]`);
+      const vectors = Array.from(
+        { length: 100 },
+        () => `[${Array.from({ length: 384 }, () => random() - 0.5).join(",")}]`,
+      );
       await pool.query("INSERT INTO raw_hnsw (v) SELECT unnest($1::text[])::vector(384)", [vectors]);
     });
   } finally {

@@ -66,7 +66,9 @@ async function measure(label: string, admin: Redis, n: number, call: () => Promi
   const redisCpu = (await redisCpuMs(admin)) - redis;
   times.sort((a, b) => a - b);
   const p50 = times[Math.floor(times.length / 2)];
-  console.log(`| ${label} | ${total.toLocaleString("en")} | ${p50.toFixed(1)} | ${((ownCpu.user + ownCpu.system) / 1000 / n).toFixed(1)} | ${(redisCpu / n).toFixed(1)} |`);
+  console.log(
+    `| ${label} | ${total.toLocaleString("en")} | ${p50.toFixed(1)} | ${((ownCpu.user + ownCpu.system) / 1000 / n).toFixed(1)} | ${(redisCpu / n).toFixed(1)} |`,
+  );
 }
 
 const scope = { appName: "app", userId: "u", match: "visible" as const };
@@ -77,17 +79,29 @@ for (const [name, start] of [
 ] as const) {
   const server = await start();
   const admin = new Redis(server.url);
-  const store = await RedisStore.open({ url: server.url, keyPrefix: "bench", limits: { maxSessions: 0, maxSessionEvents: 0 }, commandTimeoutMs: 60_000 });
+  const store = await RedisStore.open({
+    url: server.url,
+    keyPrefix: "bench",
+    limits: { maxSessions: 0, maxSessionEvents: 0 },
+    commandTimeoutMs: 60_000,
+  });
   const seeding = performance.now();
-  for (let n = 0; n < total; n += 100) await store.memories.writeMemories(Array.from({ length: Math.min(100, total - n) }, (_, i) => synthetic(n + i)));
-  console.error(`${name}: seeded ${total} in ${((performance.now() - seeding) / 1000).toFixed(1)} s; used_memory ${/used_memory_human:(\S+)/.exec(await admin.info("memory"))![1]}`);
+  for (let n = 0; n < total; n += 100)
+    await store.memories.writeMemories(Array.from({ length: Math.min(100, total - n) }, (_, i) => synthetic(n + i)));
+  console.error(
+    `${name}: seeded ${total} in ${((performance.now() - seeding) / 1000).toFixed(1)} s; used_memory ${/used_memory_human:(\S+)/.exec(await admin.info("memory"))![1]}`,
+  );
   const n = store.memories.ranking === "query-engine" ? calls : slowCalls;
   // Warm-up (the first call creates the vector index's query plan, the process JIT-compiles).
   await store.memories.searchMemories(filter, `${word()} ${word()}`, 10);
   await store.memories.nearestMemories(filter, vector(), 10);
-  await measure(`${name}, SearchMemories lexical`, admin, n, () => store.memories.searchMemories(filter, `${word()} ${word()}`, 10));
+  await measure(`${name}, SearchMemories lexical`, admin, n, () =>
+    store.memories.searchMemories(filter, `${word()} ${word()}`, 10),
+  );
   await measure(`${name}, nearestMemories`, admin, n, () => store.memories.nearestMemories(filter, vector(), 10));
-  await measure(`${name}, 100 newest pinned`, admin, n, () => store.memories.listMemories({ ...filter, pinned: true }, 100));
+  await measure(`${name}, 100 newest pinned`, admin, n, () =>
+    store.memories.listMemories({ ...filter, pinned: true }, 100),
+  );
   if (store.memories.ranking === "query-engine") {
     // The upgrade: memories stored before documents get them from a build, a page per script call.
     const documents: string[] = [];
@@ -98,10 +112,18 @@ for (const [name, start] of [
       cursor = next;
     } while (cursor !== "0");
     for (let i = 0; i < documents.length; i += 5000) await admin.del(...documents.slice(i, i + 5000));
-    await admin.hdel(`bench:mem:${Buffer.from("app").toString("hex")}:meta`, "docchain", "docready", "docbuild", "docat");
+    await admin.hdel(
+      `bench:mem:${Buffer.from("app").toString("hex")}:meta`,
+      "docchain",
+      "docready",
+      "docbuild",
+      "docat",
+    );
     const building = performance.now();
     await store.memories.buildDocuments("app");
-    console.error(`${name}: built ${documents.length} documents in ${((performance.now() - building) / 1000).toFixed(1)} s`);
+    console.error(
+      `${name}: built ${documents.length} documents in ${((performance.now() - building) / 1000).toFixed(1)} s`,
+    );
   }
   await store.close();
   await admin.quit();

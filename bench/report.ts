@@ -18,12 +18,23 @@ export interface TargetCheck {
 }
 
 const fmt = (v: number | null | undefined, digits = 0) =>
-  v === undefined || v === null || Number.isNaN(v) ? "–" : v.toLocaleString("en-US", { maximumFractionDigits: digits, minimumFractionDigits: digits });
-const ms = (us: number | null | undefined) => (us === undefined || us === null || Number.isNaN(us) ? "–" : (us / 1000).toFixed(us < 10_000 ? 2 : 1));
+  v === undefined || v === null || Number.isNaN(v)
+    ? "–"
+    : v.toLocaleString("en-US", { maximumFractionDigits: digits, minimumFractionDigits: digits });
+const ms = (us: number | null | undefined) =>
+  us === undefined || us === null || Number.isNaN(us) ? "–" : (us / 1000).toFixed(us < 10_000 ? 2 : 1);
 
-function find(results: BenchResults, backend: string, workload: string | RegExp, concurrency: number): Point | undefined {
+function find(
+  results: BenchResults,
+  backend: string,
+  workload: string | RegExp,
+  concurrency: number,
+): Point | undefined {
   return results.points.find(
-    (p) => p.backend === backend && p.concurrency === concurrency && (typeof workload === "string" ? p.workload === workload : workload.test(p.workload)),
+    (p) =>
+      p.backend === backend &&
+      p.concurrency === concurrency &&
+      (typeof workload === "string" ? p.workload === workload : workload.test(p.workload)),
   );
 }
 
@@ -93,7 +104,9 @@ export function checkTargets(results: BenchResults): TargetCheck[] {
       const needed = (strictest * echo.throughput * cpuPerCall) / 1e6;
       checks.push({
         target: `${backend} AddEvent at ${strictest}× echo's rate fits the machine's ${cores} cores at this run's CPU per call (c=${c}; informational: needed, not sufficient)`,
-        measured: `${fmt(strictest * echo.throughput)}/s × ${fmt(cpuPerCall)} µs (${Object.entries(add.cpuUsPerCall).map(([who, us]) => `${who} ${fmt(us)}`).join(" + ")}) = ${fmt(needed, 2)} cores`,
+        measured: `${fmt(strictest * echo.throughput)}/s × ${fmt(cpuPerCall)} µs (${Object.entries(add.cpuUsPerCall)
+          .map(([who, us]) => `${who} ${fmt(us)}`)
+          .join(" + ")}) = ${fmt(needed, 2)} cores`,
         ratio: cores / needed,
         goal: 1,
         met: needed <= cores,
@@ -106,11 +119,23 @@ export function checkTargets(results: BenchResults): TargetCheck[] {
     const many = find(results, "postgres", workload, c);
     if (!one || !many || one.throughput === 0) continue;
     if (many.calls === 0) {
-      checks.push({ target: `postgres ${workload} at c=${c}`, measured: "no batch completed within the point", ratio: 0, goal: 1, met: false });
+      checks.push({
+        target: `postgres ${workload} at c=${c}`,
+        measured: "no batch completed within the point",
+        ratio: 0,
+        goal: 1,
+        met: false,
+      });
       continue;
     }
     const speedup = many.throughput / one.throughput;
-    checks.push({ target: `postgres ${workload}: c=${c} ≥ 3× c=1's memories/s`, measured: `${fmt(many.throughput * 100)}/s vs ${fmt(one.throughput * 100)}/s`, ratio: speedup / 3, goal: 1, met: speedup >= 3 });
+    checks.push({
+      target: `postgres ${workload}: c=${c} ≥ 3× c=1's memories/s`,
+      measured: `${fmt(many.throughput * 100)}/s vs ${fmt(one.throughput * 100)}/s`,
+      ratio: speedup / 3,
+      goal: 1,
+      met: speedup >= 3,
+    });
     // What the cores allow, from c=1's own figures: at c=1 a batch keeps the CPU busy for `busy` of
     // its `elapsed`; c writers can at most fill every core, and each waits for the c-1 others' CPU.
     const cpuPerBatch = (call: Point) => Object.values(call.cpuUsPerCall).reduce((sum, us) => sum + us, 0);
@@ -135,8 +160,20 @@ export function checkTargets(results: BenchResults): TargetCheck[] {
     }
     const usPerMemory = ((many.cpuUsPerCall.server ?? 0) + (many.cpuUsPerCall.postgres ?? 0)) / 100;
     // The floors of the same run: the driver alone, and for vectors pgvector's own HNSW insert.
-    const floor = find(results, "postgres driver", /embeddings/.test(workload) ? "100 vectors into pgvector HNSW (plain SQL, no Engram)" : "WriteMemories 100 (store driver, no server)", c);
-    const floorUs = floor && (Object.entries(floor.cpuUsPerCall).reduce((sum, [who, us]) => sum + (who === "client" && !/driver/.test(floor.workload) ? 0 : us), 0) / 100);
+    const floor = find(
+      results,
+      "postgres driver",
+      /embeddings/.test(workload)
+        ? "100 vectors into pgvector HNSW (plain SQL, no Engram)"
+        : "WriteMemories 100 (store driver, no server)",
+      c,
+    );
+    const floorUs =
+      floor &&
+      Object.entries(floor.cpuUsPerCall).reduce(
+        (sum, [who, us]) => sum + (who === "client" && !/driver/.test(floor.workload) ? 0 : us),
+        0,
+      ) / 100;
     checks.push({
       target: `postgres ${workload}: server + PostgreSQL CPU ≤ 200 µs per memory (c=${c})`,
       measured: `${fmt(usPerMemory)} µs${floorUs ? `; ${floor.workload}: ${fmt(floorUs)} µs a memory` : ""}`,
@@ -145,7 +182,13 @@ export function checkTargets(results: BenchResults): TargetCheck[] {
       met: usPerMemory <= 200,
     });
     if (many.p99Us !== null) {
-      checks.push({ target: `postgres ${workload}: p99 ≤ 100 ms per batch (c=${c})`, measured: `${fmt(many.p99Us / 1000)} ms`, ratio: 100_000 / many.p99Us, goal: 1, met: many.p99Us <= 100_000 });
+      checks.push({
+        target: `postgres ${workload}: p99 ≤ 100 ms per batch (c=${c})`,
+        measured: `${fmt(many.p99Us / 1000)} ms`,
+        ratio: 100_000 / many.p99Us,
+        goal: 1,
+        met: many.p99Us <= 100_000,
+      });
     }
   }
   for (const f of results.fanout) {
@@ -168,7 +211,11 @@ export function checkTargets(results: BenchResults): TargetCheck[] {
   }
   for (const peer of results.peers) {
     const ours = results.points.find(
-      (p) => p.kind === "server" && p.backend === peer.backend && p.concurrency === peer.concurrency && (peer.workload === "append" ? p.workload === "AddEvent" : /^GetSessionEvents last 20 of 1k/.test(p.workload)),
+      (p) =>
+        p.kind === "server" &&
+        p.backend === peer.backend &&
+        p.concurrency === peer.concurrency &&
+        (peer.workload === "append" ? p.workload === "AddEvent" : /^GetSessionEvents last 20 of 1k/.test(p.workload)),
     );
     if (!ours || peer.throughput === 0) continue;
     checks.push({
@@ -184,7 +231,12 @@ export function checkTargets(results: BenchResults): TargetCheck[] {
 }
 
 /** Median, low and high over rounds of `party`'s figure ÷ `versus`'s, each round with its own. */
-function roundRatios(row: MotorheadRow, party: MotorheadParty, versus: MotorheadParty, key: keyof MotorheadFigures): { median: number; min: number; max: number } {
+function roundRatios(
+  row: MotorheadRow,
+  party: MotorheadParty,
+  versus: MotorheadParty,
+  key: keyof MotorheadFigures,
+): { median: number; min: number; max: number } {
   const ratios = row.rounds[party]!.map((x, i) => x[key] / row.rounds[versus]![i][key]);
   return { median: median(ratios), min: Math.min(...ratios), max: Math.max(...ratios) };
 }
@@ -196,16 +248,31 @@ function motorheadTargets(results: BenchResults): TargetCheck[] {
     const at = `${row.workload}, c=${row.concurrency}, Redis`;
     const cpu = (party: MotorheadParty, versus: MotorheadParty, goal: number) => {
       const r = roundRatios(row, party, versus, "serverCpuUs");
-      checks.push({ target: `${party} server CPU/call ≤ ${goal}× ${versus}'s (${at})`, measured: `pair ratios ${fmt(r.min, 2)}–${fmt(r.max, 2)}`, ratio: r.median, goal, met: r.median <= goal });
+      checks.push({
+        target: `${party} server CPU/call ≤ ${goal}× ${versus}'s (${at})`,
+        measured: `pair ratios ${fmt(r.min, 2)}–${fmt(r.max, 2)}`,
+        ratio: r.median,
+        goal,
+        met: r.median <= goal,
+      });
     };
     cpu("Engram gRPC", "Motorhead", 1);
     cpu("Engram Connect JSON", "Motorhead", 1.25);
     cpu("Engram Connect JSON", "Engram gRPC", 1.2);
     if (row.rounds["Engram REST"]) cpu("Engram REST", "Engram gRPC", 1.2);
     if (row.concurrency === 16) {
-      for (const [party, goal] of [["Engram gRPC", 1], ["Engram Connect JSON", 0.9]] as const) {
+      for (const [party, goal] of [
+        ["Engram gRPC", 1],
+        ["Engram Connect JSON", 0.9],
+      ] as const) {
         const r = roundRatios(row, party, "Motorhead", "throughput");
-        checks.push({ target: `${party} calls/s ≥ ${goal}× Motorhead's (${at})`, measured: `pair ratios ${fmt(r.min, 2)}–${fmt(r.max, 2)}`, ratio: r.median, goal, met: r.median >= goal });
+        checks.push({
+          target: `${party} calls/s ≥ ${goal}× Motorhead's (${at})`,
+          measured: `pair ratios ${fmt(r.min, 2)}–${fmt(r.max, 2)}`,
+          ratio: r.median,
+          goal,
+          met: r.median >= goal,
+        });
       }
     }
   }
@@ -226,12 +293,18 @@ export function renderMarkdown(results: BenchResults): string {
   const checks = checkTargets(results);
   if (checks.length > 0) {
     lines.push("## Targets", "", "| Target | Measured | Ratio | Goal | Met |", "| --- | --- | ---: | ---: | :---: |");
-    for (const c of checks) lines.push(`| ${c.target} | ${c.measured} | ${c.ratio.toFixed(2)} | ${c.goal} | ${c.met ? "yes" : "**no**"} |`);
+    for (const c of checks)
+      lines.push(`| ${c.target} | ${c.measured} | ${c.ratio.toFixed(2)} | ${c.goal} | ${c.met ? "yes" : "**no**"} |`);
     lines.push("");
   }
   const table = (title: string, points: Point[]) => {
     if (points.length === 0) return;
-    lines.push(`## ${title}`, "", "| Backend | Workload | Conc. | Calls/s | p50 ms | p99 ms | Server CPU µs/call | Backend CPU µs/call | Client CPU µs/call | Errors |", "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |");
+    lines.push(
+      `## ${title}`,
+      "",
+      "| Backend | Workload | Conc. | Calls/s | p50 ms | p99 ms | Server CPU µs/call | Backend CPU µs/call | Client CPU µs/call | Errors |",
+      "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+    );
     for (const p of points) {
       const backendCpu = p.cpuUsPerCall.redis ?? p.cpuUsPerCall.postgres;
       lines.push(
@@ -240,11 +313,25 @@ export function renderMarkdown(results: BenchResults): string {
     }
     lines.push("");
   };
-  table("Engram over gRPC (h2c)", results.points.filter((p) => p.kind === "server"));
-  table("Baselines (same run)", results.points.filter((p) => p.kind === "baseline"));
+  table(
+    "Engram over gRPC (h2c)",
+    results.points.filter((p) => p.kind === "server"),
+  );
+  table(
+    "Baselines (same run)",
+    results.points.filter((p) => p.kind === "baseline"),
+  );
   if (results.references.length > 0) {
-    lines.push("## Reference tools", "", "| Tool | Test | Conc. | Ops/s | p50 ms | Command |", "| --- | --- | ---: | ---: | ---: | --- |");
-    for (const r of results.references) lines.push(`| ${r.tool} | ${r.test} | ${r.concurrency} | ${fmt(r.throughput)} | ${ms(r.p50Us)} | \`${r.command}\` |`);
+    lines.push(
+      "## Reference tools",
+      "",
+      "| Tool | Test | Conc. | Ops/s | p50 ms | Command |",
+      "| --- | --- | ---: | ---: | ---: | --- |",
+    );
+    for (const r of results.references)
+      lines.push(
+        `| ${r.tool} | ${r.test} | ${r.concurrency} | ${fmt(r.throughput)} | ${ms(r.p50Us)} | \`${r.command}\` |`,
+      );
     lines.push("");
   }
   if (results.fanout.length > 0) {
@@ -265,7 +352,11 @@ export function renderMarkdown(results: BenchResults): string {
   }
   if (results.cluster) {
     const cl = results.cluster;
-    const cpu = (p: Point, ...names: string[]) => fmt(names.reduce((sum, name) => sum + (p.cpuUsPerCall[name] ?? 0), 0), 0);
+    const cpu = (p: Point, ...names: string[]) =>
+      fmt(
+        names.reduce((sum, name) => sum + (p.cpuUsPerCall[name] ?? 0), 0),
+        0,
+      );
     lines.push(
       `## AddEvent on Redis Cluster (${cl.masters} masters, ${cl.replicasPerMaster} replica each) next to one node`,
       "",
@@ -276,7 +367,8 @@ export function renderMarkdown(results: BenchResults): string {
     );
     for (const p of cl.points) {
       const single = cl.points.find((q) => q.backend === "redis one node" && q.concurrency === p.concurrency);
-      const redisCpu = p.backend === "redis one node" ? cpu(p, "redis") : `${cpu(p, "redis masters")} + ${cpu(p, "redis replicas")}`;
+      const redisCpu =
+        p.backend === "redis one node" ? cpu(p, "redis") : `${cpu(p, "redis masters")} + ${cpu(p, "redis replicas")}`;
       lines.push(
         `| ${p.backend.replace(/^redis /, "")} | ${p.concurrency} | ${fmt(p.throughput)} | ${ms(p.p50Us)} | ${ms(p.p99Us)} | ${cpu(p, "server")} | ${redisCpu} | ${single ? (p.throughput / single.throughput).toFixed(2) : "–"} |`,
       );
@@ -287,7 +379,10 @@ export function renderMarkdown(results: BenchResults): string {
         const ratios = cl.rounds.throughput[setup].map((t, i) => t / base[i]);
         return `${setup} ÷ one node **${fmt(median(ratios), 2)}** (${fmt(Math.min(...ratios), 2)}–${fmt(Math.max(...ratios), 2)})`;
       };
-      lines.push("", `Median of ${base.length} rounds at c=${cl.rounds.concurrency} (each round measures every setup, in rotating order): ${summary("cluster")}; ${summary("cluster, WAIT 1")}.`);
+      lines.push(
+        "",
+        `Median of ${base.length} rounds at c=${cl.rounds.concurrency} (each round measures every setup, in rotating order): ${summary("cluster")}; ${summary("cluster, WAIT 1")}.`,
+      );
     }
     lines.push("");
   }
@@ -301,8 +396,16 @@ export function renderMarkdown(results: BenchResults): string {
     );
   }
   if (results.peers.length > 0) {
-    lines.push("## Peers (same box, same backend)", "", "| Peer | Backend | Workload | Conc. | Ops/s | p50 ms | p99 ms | Errors |", "| --- | --- | --- | ---: | ---: | ---: | ---: | ---: |");
-    for (const p of results.peers) lines.push(`| ${p.peer} | ${p.backend} | ${p.workload} | ${p.concurrency} | ${fmt(p.throughput)} | ${ms(p.p50Us)} | ${ms(p.p99Us)} | ${p.errors} |`);
+    lines.push(
+      "## Peers (same box, same backend)",
+      "",
+      "| Peer | Backend | Workload | Conc. | Ops/s | p50 ms | p99 ms | Errors |",
+      "| --- | --- | --- | ---: | ---: | ---: | ---: | ---: |",
+    );
+    for (const p of results.peers)
+      lines.push(
+        `| ${p.peer} | ${p.backend} | ${p.workload} | ${p.concurrency} | ${fmt(p.throughput)} | ${ms(p.p50Us)} | ${ms(p.p99Us)} | ${p.errors} |`,
+      );
     lines.push("");
   }
   if (results.motorhead) {
@@ -331,7 +434,14 @@ export function renderMarkdown(results: BenchResults): string {
     lines.push("");
   }
   if (results.context !== undefined) {
-    lines.push("## Context assembly (bench/context.bench.ts)", "", "```json", JSON.stringify(results.context, null, 2), "```", "");
+    lines.push(
+      "## Context assembly (bench/context.bench.ts)",
+      "",
+      "```json",
+      JSON.stringify(results.context, null, 2),
+      "```",
+      "",
+    );
   }
   if (results.memories) {
     const mem = results.memories;

@@ -46,7 +46,18 @@ import type { BenchResults, Point, Profile, TargetPairs } from "./types.js";
 const SERVER_NODE_ARGS = process.env.BENCH_SERVER_NODE_ARGS?.split(" ").filter(Boolean) ?? [];
 /** CPU the calibration echo spends per call on top of the bare echo's. */
 const CALIBRATION_BURN_US = 50;
-const ALL_SECTIONS = ["baselines", "references", "fanout", "memory", "peers", "motorhead", "context", "memories", "cluster", "plot"];
+const ALL_SECTIONS = [
+  "baselines",
+  "references",
+  "fanout",
+  "memory",
+  "peers",
+  "motorhead",
+  "context",
+  "memories",
+  "cluster",
+  "plot",
+];
 const FULL_SIZES: SeedSizes = { readSessions: [10, 1000, 10_000], listSessions: 10_000, contextEvents: 200 };
 
 const PROFILES: Record<string, Omit<Profile, "backends" | "sections"> & { sections: string[] }> = {
@@ -68,9 +79,57 @@ const PROFILES: Record<string, Omit<Profile, "backends" | "sections"> & { sectio
     memoriesLocalCounts: [300],
     memoriesPointMs: 300,
   },
-  quick: { name: "quick", concurrencies: [1, 16, 64], durationMs: 400, warmupMs: 100, sizes: FULL_SIZES, memoryEvents: 100_000, fanoutSubscribers: [100, 1000], fanoutMs: 1000, sections: ALL_SECTIONS, targetPairs: 3, pairMs: 400, memoriesPerApp: 10_000, memoriesBackendCounts: [10_000, 100_000], memoriesLocalCounts: [10_000], memoriesPointMs: 2000 },
-  default: { name: "default", concurrencies: [1, 16, 64], durationMs: 2500, warmupMs: 500, sizes: FULL_SIZES, memoryEvents: 500_000, fanoutSubscribers: [100, 1000], fanoutMs: 4000, sections: ALL_SECTIONS, targetPairs: 7, pairMs: 1500, memoriesPerApp: 10_000, memoriesBackendCounts: [10_000, 100_000], memoriesLocalCounts: [10_000], memoriesPointMs: 5000 },
-  full: { name: "full", concurrencies: [1, 16, 64], durationMs: 8000, warmupMs: 1000, sizes: FULL_SIZES, memoryEvents: 500_000, fanoutSubscribers: [100, 1000], fanoutMs: 10_000, sections: ALL_SECTIONS, targetPairs: 9, pairMs: 3000, memoriesPerApp: 10_000, memoriesBackendCounts: [10_000, 100_000], memoriesLocalCounts: [10_000], memoriesPointMs: 10_000 },
+  quick: {
+    name: "quick",
+    concurrencies: [1, 16, 64],
+    durationMs: 400,
+    warmupMs: 100,
+    sizes: FULL_SIZES,
+    memoryEvents: 100_000,
+    fanoutSubscribers: [100, 1000],
+    fanoutMs: 1000,
+    sections: ALL_SECTIONS,
+    targetPairs: 3,
+    pairMs: 400,
+    memoriesPerApp: 10_000,
+    memoriesBackendCounts: [10_000, 100_000],
+    memoriesLocalCounts: [10_000],
+    memoriesPointMs: 2000,
+  },
+  default: {
+    name: "default",
+    concurrencies: [1, 16, 64],
+    durationMs: 2500,
+    warmupMs: 500,
+    sizes: FULL_SIZES,
+    memoryEvents: 500_000,
+    fanoutSubscribers: [100, 1000],
+    fanoutMs: 4000,
+    sections: ALL_SECTIONS,
+    targetPairs: 7,
+    pairMs: 1500,
+    memoriesPerApp: 10_000,
+    memoriesBackendCounts: [10_000, 100_000],
+    memoriesLocalCounts: [10_000],
+    memoriesPointMs: 5000,
+  },
+  full: {
+    name: "full",
+    concurrencies: [1, 16, 64],
+    durationMs: 8000,
+    warmupMs: 1000,
+    sizes: FULL_SIZES,
+    memoryEvents: 500_000,
+    fanoutSubscribers: [100, 1000],
+    fanoutMs: 10_000,
+    sections: ALL_SECTIONS,
+    targetPairs: 9,
+    pairMs: 3000,
+    memoriesPerApp: 10_000,
+    memoriesBackendCounts: [10_000, 100_000],
+    memoriesLocalCounts: [10_000],
+    memoriesPointMs: 10_000,
+  },
 };
 
 function parseProfile(argv: string[]): { profile: Profile; out: string } {
@@ -95,17 +154,34 @@ function parseProfile(argv: string[]): { profile: Profile; out: string } {
   const sections = new Set(values.only ? values.only.split(",") : base.sections);
   for (const s of values.skip?.split(",") ?? []) sections.delete(s);
   // --backends "" runs no backend's server workloads (e.g. only the Motorhead comparison, which starts its own Engram).
-  const backends = values.backends?.split(",").filter(Boolean) ?? (base.name === "tiny" ? ["local"] : ["local", "redis", "postgres"]);
+  const backends =
+    values.backends?.split(",").filter(Boolean) ?? (base.name === "tiny" ? ["local"] : ["local", "redis", "postgres"]);
   const workloads = values.workloads?.split(",");
   const counts = values["memories-counts"]?.split(",").map((c) => {
     const n = Number(c.replace(/k$/i, "000").replace(/m$/i, "000000"));
-    if (!Number.isInteger(n) || n < 1) throw new Error(`--memories-counts: ${JSON.stringify(c)} is not a count (e.g. 10k,100k,1m)`);
+    if (!Number.isInteger(n) || n < 1)
+      throw new Error(`--memories-counts: ${JSON.stringify(c)} is not a count (e.g. 10k,100k,1m)`);
     return n;
   });
   const memoriesCounts = counts ? { memoriesBackendCounts: counts, memoriesLocalCounts: counts } : {};
-  const needlesCount = values["needles-count"] === undefined ? 100_000 : Number(values["needles-count"].replace(/k$/i, "000").replace(/m$/i, "000000"));
-  if (!Number.isInteger(needlesCount) || needlesCount < 1) throw new Error(`--needles-count: ${JSON.stringify(values["needles-count"])} is not a count (e.g. 100k, 1m)`);
-  return { profile: { ...base, backends, sections, workloads, needlesCount, pgvector: values.pgvector ?? false, ...memoriesCounts }, out: path.resolve(values.out ?? path.join(REPO_ROOT, "bench/results")) };
+  const needlesCount =
+    values["needles-count"] === undefined
+      ? 100_000
+      : Number(values["needles-count"].replace(/k$/i, "000").replace(/m$/i, "000000"));
+  if (!Number.isInteger(needlesCount) || needlesCount < 1)
+    throw new Error(`--needles-count: ${JSON.stringify(values["needles-count"])} is not a count (e.g. 100k, 1m)`);
+  return {
+    profile: {
+      ...base,
+      backends,
+      sections,
+      workloads,
+      needlesCount,
+      pgvector: values.pgvector ?? false,
+      ...memoriesCounts,
+    },
+    out: path.resolve(values.out ?? path.join(REPO_ROOT, "bench/results")),
+  };
 }
 
 /** Finds the pid of a process whose command line contains every needle. */
@@ -137,18 +213,27 @@ interface Backing {
 
 async function startBacking(profile: Profile): Promise<Backing> {
   const backing: Backing = {};
-  const needRedis = ["fanout", "peers", "motorhead", "cluster"].some((section) => profile.sections.has(section)) || profile.backends.includes("redis");
+  const needRedis =
+    ["fanout", "peers", "motorhead", "cluster"].some((section) => profile.sections.has(section)) ||
+    profile.backends.includes("redis");
   const needPostgres = profile.backends.includes("postgres") || profile.sections.has("peers");
   if (needRedis) {
     const { startRedisServer } = await import("../test/support/redis-server.js");
     const redis = await startRedisServer({ appendonly: true });
-    backing.redis = { url: redis.url, pid: findPid("redis-server", `127.0.0.1:${redis.port}`), destroy: () => redis.destroy() };
+    backing.redis = {
+      url: redis.url,
+      pid: findPid("redis-server", `127.0.0.1:${redis.port}`),
+      destroy: () => redis.destroy(),
+    };
     log(`redis-server ${redis.url} (AOF, appendfsync everysec)`);
   }
   if (needPostgres) {
     const { startPostgresServer, pgvectorBin } = await import("../test/support/postgres-server.js");
     // PostgreSQL's durable defaults, not the tests' fsync=off; logged as the server reports them.
-    const pgServer = await startPostgresServer({ durable: true, ...(profile.pgvector ? { bin: await pgvectorBin() } : {}) });
+    const pgServer = await startPostgresServer({
+      durable: true,
+      ...(profile.pgvector ? { bin: await pgvectorBin() } : {}),
+    });
     const { default: pg } = await import("pg");
     const client = new pg.Client({ connectionString: pgServer.url });
     await client.connect();
@@ -156,8 +241,17 @@ async function startBacking(profile: Profile): Promise<Backing> {
       "SELECT current_setting('server_version') AS version, current_setting('fsync') AS fsync, current_setting('synchronous_commit') AS synchronous_commit, current_setting('full_page_writes') AS full_page_writes",
     );
     await client.end();
-    backing.postgres = { url: pgServer.url, port: pgServer.port, pid: findPid("postgres", "-p", String(pgServer.port)), stop: () => pgServer.stop() };
-    log(`postgres ${pgServer.url} (${Object.entries(rows[0]).map(([k, v]) => `${k}=${v}`).join(", ")})`);
+    backing.postgres = {
+      url: pgServer.url,
+      port: pgServer.port,
+      pid: findPid("postgres", "-p", String(pgServer.port)),
+      stop: () => pgServer.stop(),
+    };
+    log(
+      `postgres ${pgServer.url} (${Object.entries(rows[0])
+        .map(([k, v]) => `${k}=${v}`)
+        .join(", ")})`,
+    );
   }
   return backing;
 }
@@ -186,9 +280,12 @@ const RAW_WORKLOADS: Record<Exclude<RawSpec["op"], "open">, string> = {
 async function main(): Promise<void> {
   const { profile, out } = parseProfile(process.argv.slice(2));
   // The compiled server is what npm start and the image run; build it first when a source is newer.
-  if (SERVER_BUILD === "compiled") execFileSync(process.execPath, ["scripts/build.mjs", "--if-stale"], { cwd: REPO_ROOT, stdio: "inherit" });
+  if (SERVER_BUILD === "compiled")
+    execFileSync(process.execPath, ["scripts/build.mjs", "--if-stale"], { cwd: REPO_ROOT, stdio: "inherit" });
   const started = Date.now();
-  log(`profile ${profile.name}: backends ${profile.backends.join(",")}; sections ${[...profile.sections].join(",") || "none"}; out ${out}`);
+  log(
+    `profile ${profile.name}: backends ${profile.backends.join(",")}; sections ${[...profile.sections].join(",") || "none"}; out ${out}`,
+  );
   const results: BenchResults = {
     meta: {
       profile: profile.name,
@@ -200,8 +297,12 @@ async function main(): Promise<void> {
       durationMs: profile.durationMs,
       warmupMs: profile.warmupMs,
       concurrencies: profile.concurrencies,
-      client: "gRPC framed on node:http2 (one h2c connection), pre-serialized requests, undecoded responses, in a separate process",
-      server: SERVER_BUILD === "tsx" ? "node --import tsx src/main.ts (BENCH_SERVER=tsx)" : "node dist/main.js (compiled, as npm start runs it)",
+      client:
+        "gRPC framed on node:http2 (one h2c connection), pre-serialized requests, undecoded responses, in a separate process",
+      server:
+        SERVER_BUILD === "tsx"
+          ? "node --import tsx src/main.ts (BENCH_SERVER=tsx)"
+          : "node dist/main.js (compiled, as npm start runs it)",
     },
     points: [],
     references: [],
@@ -220,16 +321,42 @@ async function main(): Promise<void> {
     const point = async (p: Omit<Point, keyof LoadResult>, run: () => Promise<LoadResult>) => {
       const result = await run();
       results.points.push({ ...p, ...result });
-      log(`${p.backend.padEnd(18)} ${p.workload.padEnd(42)} c=${String(p.concurrency).padEnd(3)} ${String(result.throughput).padStart(9)}/s p50 ${result.p50Us}µs p99 ${result.p99Us}µs cpu ${JSON.stringify(result.cpuUsPerCall)}${result.errors ? ` errors ${result.errors}: ${result.firstError}` : ""}`);
+      log(
+        `${p.backend.padEnd(18)} ${p.workload.padEnd(42)} c=${String(p.concurrency).padEnd(3)} ${String(result.throughput).padStart(9)}/s p50 ${result.p50Us}µs p99 ${result.p99Us}µs cpu ${JSON.stringify(result.cpuUsPerCall)}${result.errors ? ` errors ${result.errors}: ${result.firstError}` : ""}`,
+      );
     };
-    const load = (spec: Omit<LoadSpec, "durationMs" | "warmupMs" | "concurrency">, concurrency: number, minDurationMs = 0) =>
-      loadgen.request<LoadResult>({ ...spec, concurrency, durationMs: profile.name === "tiny" ? profile.durationMs : Math.max(profile.durationMs, minDurationMs), warmupMs: profile.warmupMs } satisfies LoadSpec);
+    const load = (
+      spec: Omit<LoadSpec, "durationMs" | "warmupMs" | "concurrency">,
+      concurrency: number,
+      minDurationMs = 0,
+    ) =>
+      loadgen.request<LoadResult>({
+        ...spec,
+        concurrency,
+        durationMs: profile.name === "tiny" ? profile.durationMs : Math.max(profile.durationMs, minDurationMs),
+        warmupMs: profile.warmupMs,
+      } satisfies LoadSpec);
     // Warm up the echo server and the load generator (JIT) before anything is measured.
     await load({ target: `127.0.0.1:${echoPort}`, method: ECHO_METHOD, requests: [echoRequest], cpuPids: {} }, 16);
     const echoPoints = async (label: string) => {
       for (const c of profile.concurrencies) {
-        await point({ kind: "baseline", backend: "grpc-js echo", workload: `echo (AddEvent-sized, before ${label})`, concurrency: c }, () =>
-          load({ target: `127.0.0.1:${echoPort}`, method: ECHO_METHOD, requests: [echoRequest], cpuPids: { server: [echo.pid] } }, c),
+        await point(
+          {
+            kind: "baseline",
+            backend: "grpc-js echo",
+            workload: `echo (AddEvent-sized, before ${label})`,
+            concurrency: c,
+          },
+          () =>
+            load(
+              {
+                target: `127.0.0.1:${echoPort}`,
+                method: ECHO_METHOD,
+                requests: [echoRequest],
+                cpuPids: { server: [echo.pid] },
+              },
+              c,
+            ),
         );
       }
     };
@@ -239,12 +366,29 @@ async function main(): Promise<void> {
      * echo...) at the target concurrency: a single echo point before a backend moves its ratio by
      * up to a quarter on this shared box; the median of pair ratios moves less (bench/README.md).
      */
-    const interleavedPairs = async (backend: string, workload: { method: string; requests: string[] }, engram: EngramProcess, cpuPids: Record<string, number[]>) => {
+    const interleavedPairs = async (
+      backend: string,
+      workload: { method: string; requests: string[] },
+      engram: EngramProcess,
+      cpuPids: Record<string, number[]>,
+    ) => {
       const c = profile.concurrencies.includes(16) ? 16 : Math.max(...profile.concurrencies);
       const pairLoad = (spec: Omit<LoadSpec, "durationMs" | "warmupMs" | "concurrency">) =>
-        loadgen.request<LoadResult>({ ...spec, concurrency: c, durationMs: profile.pairMs, warmupMs: Math.min(300, profile.warmupMs) } satisfies LoadSpec);
-      const echoOnce = () => pairLoad({ target: `127.0.0.1:${echoPort}`, method: ECHO_METHOD, requests: [echoRequest], cpuPids: { server: [echo.pid] } });
-      const engramOnce = () => pairLoad({ target: engram.address, method: workload.method, requests: workload.requests, cpuPids });
+        loadgen.request<LoadResult>({
+          ...spec,
+          concurrency: c,
+          durationMs: profile.pairMs,
+          warmupMs: Math.min(300, profile.warmupMs),
+        } satisfies LoadSpec);
+      const echoOnce = () =>
+        pairLoad({
+          target: `127.0.0.1:${echoPort}`,
+          method: ECHO_METHOD,
+          requests: [echoRequest],
+          cpuPids: { server: [echo.pid] },
+        });
+      const engramOnce = () =>
+        pairLoad({ target: engram.address, method: workload.method, requests: workload.requests, cpuPids });
       const pairs: TargetPairs = { backend, concurrency: c, echo: [], engram: [] };
       for (let i = 0; i < profile.targetPairs; i++) {
         const order = i % 2 === 0 ? [echoOnce, engramOnce] : [engramOnce, echoOnce];
@@ -255,7 +399,9 @@ async function main(): Promise<void> {
         }
       }
       const ratios = pairs.engram.map((t, i) => t / pairs.echo[i]);
-      log(`${backend.padEnd(18)} AddEvent ÷ echo, ${profile.targetPairs} interleaved pairs at c=${c}: ${ratios.map((r) => r.toFixed(2)).join(" ")}`);
+      log(
+        `${backend.padEnd(18)} AddEvent ÷ echo, ${profile.targetPairs} interleaved pairs at c=${c}: ${ratios.map((r) => r.toFixed(2)).join(" ")}`,
+      );
       return pairs;
     };
 
@@ -264,13 +410,46 @@ async function main(): Promise<void> {
       // more than the bare echo, and nothing else changes (bench/README.md, "What the ratio targets leave").
       const burning = forkWorker("echo-server.ts");
       cleanups.push(() => burning.stop());
-      const burningPort = await burning.request<number>({ responseBytes: addEventResponseBytes(), burnUs: CALIBRATION_BURN_US });
+      const burningPort = await burning.request<number>({
+        responseBytes: addEventResponseBytes(),
+        burnUs: CALIBRATION_BURN_US,
+      });
       await load({ target: `127.0.0.1:${burningPort}`, method: ECHO_METHOD, requests: [echoRequest], cpuPids: {} }, 16);
-      await point({ kind: "baseline", backend: "grpc-js echo", workload: "echo (AddEvent-sized, before calibration)", concurrency: 16 }, () =>
-        load({ target: `127.0.0.1:${echoPort}`, method: ECHO_METHOD, requests: [echoRequest], cpuPids: { server: [echo.pid] } }, 16),
+      await point(
+        {
+          kind: "baseline",
+          backend: "grpc-js echo",
+          workload: "echo (AddEvent-sized, before calibration)",
+          concurrency: 16,
+        },
+        () =>
+          load(
+            {
+              target: `127.0.0.1:${echoPort}`,
+              method: ECHO_METHOD,
+              requests: [echoRequest],
+              cpuPids: { server: [echo.pid] },
+            },
+            16,
+          ),
       );
-      await point({ kind: "baseline", backend: "grpc-js echo", workload: `echo spinning ${CALIBRATION_BURN_US} µs per call (calibration)`, concurrency: 16 }, () =>
-        load({ target: `127.0.0.1:${burningPort}`, method: ECHO_METHOD, requests: [echoRequest], cpuPids: { server: [burning.pid] } }, 16),
+      await point(
+        {
+          kind: "baseline",
+          backend: "grpc-js echo",
+          workload: `echo spinning ${CALIBRATION_BURN_US} µs per call (calibration)`,
+          concurrency: 16,
+        },
+        () =>
+          load(
+            {
+              target: `127.0.0.1:${burningPort}`,
+              method: ECHO_METHOD,
+              requests: [echoRequest],
+              cpuPids: { server: [burning.pid] },
+            },
+            16,
+          ),
       );
       await burning.stop();
     }
@@ -278,11 +457,15 @@ async function main(): Promise<void> {
     for (const backend of profile.backends) {
       const url = backend === "redis" ? backing.redis!.url : backend === "postgres" ? backing.postgres!.url : undefined;
       const args = [
-        "--memory-type", backend,
-        "--max-session-events", "1000000",
-        "--max-sessions", "1000000",
+        "--memory-type",
+        backend,
+        "--max-session-events",
+        "1000000",
+        "--max-sessions",
+        "1000000",
         ...(backend === "redis" ? ["--redis-url", url!] : backend === "postgres" ? ["--postgres-url", url!] : []),
-        "--key-prefix", `bench_${Date.now()}`,
+        "--key-prefix",
+        `bench_${Date.now()}`,
       ];
       const engram = await startEngram(args, {}, SERVER_NODE_ARGS);
       cleanups.push(() => engram.stop());
@@ -306,7 +489,18 @@ async function main(): Promise<void> {
           await prime(engram.address, workload);
           for (const c of profile.concurrencies) {
             await point({ kind: "server", backend, workload: workload.name, concurrency: c }, () =>
-              load({ target: engram.address, method: workload.method, requests: workload.requests, cycle: workload.cycle, paging: workload.paging, cpuPids: cpuPidsFor(backend, engram, backing) }, c, workload.minDurationMs),
+              load(
+                {
+                  target: engram.address,
+                  method: workload.method,
+                  requests: workload.requests,
+                  cycle: workload.cycle,
+                  paging: workload.paging,
+                  cpuPids: cpuPidsFor(backend, engram, backing),
+                },
+                c,
+                workload.minDurationMs,
+              ),
             );
           }
           if (workload.name === "AddEvent" && profile.targetPairs > 0) {
@@ -319,14 +513,29 @@ async function main(): Promise<void> {
       if (profile.sections.has("baselines") && (backend === "redis" || backend === "postgres")) {
         const raw = forkWorker("raw-store.ts");
         try {
-          const rawSpec = { backend: backend as "redis" | "postgres", url: url!, tailSessionEvents: 1000, durationMs: profile.durationMs, warmupMs: profile.warmupMs };
+          const rawSpec = {
+            backend: backend as "redis" | "postgres",
+            url: url!,
+            tailSessionEvents: 1000,
+            durationMs: profile.durationMs,
+            warmupMs: profile.warmupMs,
+          };
           await raw.request<LoadResult>({ ...rawSpec, op: "open", concurrency: 1, cpuPids: {} } satisfies RawSpec);
-          const memoryOps = ["write-memories", ...(backend === "postgres" && profile.pgvector ? ["hnsw-insert" as const] : [])] as const;
+          const memoryOps = [
+            "write-memories",
+            ...(backend === "postgres" && profile.pgvector ? ["hnsw-insert" as const] : []),
+          ] as const;
           for (const op of ["append", "tail", ...memoryOps] as const) {
             for (const c of profile.concurrencies) {
               const workload = RAW_WORKLOADS[op];
               await point({ kind: "baseline", backend: `${backend} driver`, workload, concurrency: c }, () =>
-                raw.request<LoadResult>({ ...rawSpec, op, concurrency: c, cpuPids: cpuPidsFor(backend, undefined, backing), ...(op === "hnsw-insert" ? { durationMs: Math.max(rawSpec.durationMs, VECTOR_WRITE_MS) } : {}) } satisfies RawSpec),
+                raw.request<LoadResult>({
+                  ...rawSpec,
+                  op,
+                  concurrency: c,
+                  cpuPids: cpuPidsFor(backend, undefined, backing),
+                  ...(op === "hnsw-insert" ? { durationMs: Math.max(rawSpec.durationMs, VECTOR_WRITE_MS) } : {}),
+                } satisfies RawSpec),
               );
             }
           }
@@ -356,12 +565,18 @@ async function main(): Promise<void> {
     }
     if (profile.sections.has("motorhead") && backing.redis) {
       const { MOTORHEAD_ENV, runMotorhead } = await import("./peers/motorhead.js");
-      if (process.env[MOTORHEAD_ENV]) results.motorhead = await runMotorhead(profile, backing.redis, loadgen, log, SERVER_NODE_ARGS);
-      else results.notes.push(`Motorhead: not run (${MOTORHEAD_ENV} names no binary; bench/README.md says how to build one).`);
+      if (process.env[MOTORHEAD_ENV])
+        results.motorhead = await runMotorhead(profile, backing.redis, loadgen, log, SERVER_NODE_ARGS);
+      else
+        results.notes.push(
+          `Motorhead: not run (${MOTORHEAD_ENV} names no binary; bench/README.md says how to build one).`,
+        );
     }
     if (profile.sections.has("context") && existsSync(path.join(REPO_ROOT, "bench/context.bench.ts"))) {
       try {
-        const mod = (await import(path.join(REPO_ROOT, "bench/context.bench.ts"))) as { runContextBench?: () => Promise<unknown> };
+        const mod = (await import(path.join(REPO_ROOT, "bench/context.bench.ts"))) as {
+          runContextBench?: () => Promise<unknown>;
+        };
         if (mod.runContextBench) results.context = await mod.runContextBench();
       } catch (err) {
         results.notes.push(`bench/context.bench.ts failed: ${err instanceof Error ? err.message : String(err)}`);
@@ -370,13 +585,25 @@ async function main(): Promise<void> {
     if (profile.sections.has("memories")) {
       const { runMemoriesBench } = await import("./memories.js");
       results.memories = await runMemoriesBench(profile, {
-        load: (spec) => loadgen.request<LoadResult>({ ...spec, durationMs: profile.memoriesPointMs, warmupMs: profile.warmupMs } satisfies LoadSpec),
+        load: (spec) =>
+          loadgen.request<LoadResult>({
+            ...spec,
+            durationMs: profile.memoriesPointMs,
+            warmupMs: profile.warmupMs,
+          } satisfies LoadSpec),
         log,
         serverNodeArgs: SERVER_NODE_ARGS,
         stores: profile.backends.flatMap((backend) => {
           if (backend !== "postgres" && backend !== "redis") return [];
           const url = backend === "redis" ? backing.redis!.url : backing.postgres!.url;
-          const args = ["--memory-type", backend, backend === "redis" ? "--redis-url" : "--postgres-url", url, "--key-prefix", `bench_memories_${Date.now()}`];
+          const args = [
+            "--memory-type",
+            backend,
+            backend === "redis" ? "--redis-url" : "--postgres-url",
+            url,
+            "--key-prefix",
+            `bench_memories_${Date.now()}`,
+          ];
           return [{ backend, args, cpuPids: cpuPidsFor(backend, undefined, backing) }];
         }),
       });
@@ -384,9 +611,28 @@ async function main(): Promise<void> {
     if (profile.sections.has("needles")) {
       // One process per store: 1M memories want the heap of their own.
       for (const backend of profile.backends) {
-        const url = backend === "redis" ? backing.redis?.url : backend === "postgres" ? backing.postgres?.url : undefined;
-        const storeArgs = ["--memory-type", backend, ...(url ? [backend === "redis" ? "--redis-url" : "--postgres-url", url] : []), "--key-prefix", `bench_needles_${Date.now()}`];
-        const output = execFileSync(process.execPath, ["--max-old-space-size=8000", "--import", "tsx", "bench/memories-needles.ts", "--count", String(profile.needlesCount), ...storeArgs], { cwd: REPO_ROOT, encoding: "utf8", stdio: ["ignore", "pipe", "inherit"] });
+        const url =
+          backend === "redis" ? backing.redis?.url : backend === "postgres" ? backing.postgres?.url : undefined;
+        const storeArgs = [
+          "--memory-type",
+          backend,
+          ...(url ? [backend === "redis" ? "--redis-url" : "--postgres-url", url] : []),
+          "--key-prefix",
+          `bench_needles_${Date.now()}`,
+        ];
+        const output = execFileSync(
+          process.execPath,
+          [
+            "--max-old-space-size=8000",
+            "--import",
+            "tsx",
+            "bench/memories-needles.ts",
+            "--count",
+            String(profile.needlesCount),
+            ...storeArgs,
+          ],
+          { cwd: REPO_ROOT, encoding: "utf8", stdio: ["ignore", "pipe", "inherit"] },
+        );
         log(output.trim());
         results.notes.push(...output.split("\n").filter((line) => line.startsWith("needles ")));
       }
@@ -394,7 +640,12 @@ async function main(): Promise<void> {
     if (profile.sections.has("cluster") && backing.redis) {
       const { runCluster } = await import("./cluster.js");
       results.cluster = await runCluster(profile, {
-        load: (spec, durationMs) => loadgen.request<LoadResult>({ ...spec, durationMs: durationMs ?? profile.durationMs, warmupMs: profile.warmupMs } satisfies LoadSpec),
+        load: (spec, durationMs) =>
+          loadgen.request<LoadResult>({
+            ...spec,
+            durationMs: durationMs ?? profile.durationMs,
+            warmupMs: profile.warmupMs,
+          } satisfies LoadSpec),
         log,
         serverNodeArgs: SERVER_NODE_ARGS,
         single: backing.redis,
@@ -419,4 +670,3 @@ main().then(
     process.exit(1);
   },
 );
-

@@ -57,10 +57,16 @@ async function startFloor(answers: FloorAnswers): Promise<FloorPorts> {
     }),
   );
   const redis = new Redis(answers.redisUrl, { enableAutoPipelining: false });
-  await redis.pipeline().del(FLOOR_LIST).rpush(FLOOR_LIST, ...Array.from({ length: 20 }, () => ITEM)).exec();
+  await redis
+    .pipeline()
+    .del(FLOOR_LIST)
+    .rpush(FLOOR_LIST, ...Array.from({ length: 20 }, () => ITEM))
+    .exec();
   /** The one Redis round trip of a call to `path`. */
   const roundTrip = (path: string): Promise<unknown> =>
-    path.endsWith("/AddEvent") ? redis.pipeline().lpush(FLOOR_LIST, ITEM).ltrim(FLOOR_LIST, 0, 19).exec() : redis.lrange(FLOOR_LIST, -20, -1);
+    path.endsWith("/AddEvent")
+      ? redis.pipeline().lpush(FLOOR_LIST, ITEM).ltrim(FLOOR_LIST, 0, 19).exec()
+      : redis.lrange(FLOOR_LIST, -20, -1);
 
   /** gRPC by hand on node:http2; after a Redis round trip when `withRedis`. */
   const grpcServer = (withRedis: boolean) => {
@@ -71,7 +77,10 @@ async function startFloor(answers: FloorAnswers): Promise<FloorPorts> {
       stream.on("data", () => {});
       stream.on("end", () => {
         if (!frame) {
-          stream.respond({ ":status": 200, "content-type": "application/grpc", "grpc-status": "12" }, { endStream: true });
+          stream.respond(
+            { ":status": 200, "content-type": "application/grpc", "grpc-status": "12" },
+            { endStream: true },
+          );
           return;
         }
         const answer = () => {
@@ -81,7 +90,16 @@ async function startFloor(answers: FloorAnswers): Promise<FloorPorts> {
           stream.end(frame);
         };
         if (!withRedis) answer();
-        else roundTrip(path).then(answer, () => stream.destroyed || stream.respond({ ":status": 200, "content-type": "application/grpc", "grpc-status": "13" }, { endStream: true }));
+        else
+          roundTrip(path).then(
+            answer,
+            () =>
+              stream.destroyed ||
+              stream.respond(
+                { ":status": 200, "content-type": "application/grpc", "grpc-status": "13" },
+                { endStream: true },
+              ),
+          );
       });
     });
     return server;

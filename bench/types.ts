@@ -166,7 +166,15 @@ export interface MemoriesPeer {
  * and the Node.js transport floors, bare servers answering Engram's bytes and
  * doing nothing else (bench/transport-floor-server.ts).
  */
-export type MotorheadParty = "Engram gRPC" | "Engram Connect JSON" | "Engram REST" | "Motorhead" | "Node http2 floor" | "Node HTTP/1.1 floor" | "Node HTTP/1.1 + Redis floor" | "Node http2 + Redis floor";
+export type MotorheadParty =
+  | "Engram gRPC"
+  | "Engram Connect JSON"
+  | "Engram REST"
+  | "Motorhead"
+  | "Node http2 floor"
+  | "Node HTTP/1.1 floor"
+  | "Node HTTP/1.1 + Redis floor"
+  | "Node http2 + Redis floor";
 
 /** One party's figures in one round. */
 export interface MotorheadFigures {

@@ -20,7 +20,8 @@ import { seededRandom } from "./lib/seeded-random.js";
 export const SERVICE = "/engram.v1.MemoryService/";
 
 /** Content of every appended event: 100 bytes of text. */
-export const CONTENT_100B = "The quick brown fox jumps over the lazy dog while the agent remembers every single word it heard. ok";
+export const CONTENT_100B =
+  "The quick brown fox jumps over the lazy dog while the agent remembers every single word it heard. ok";
 
 /** Sizes of the data sets; the tiny profile (the harness test) shrinks them. */
 export interface SeedSizes {
@@ -72,9 +73,15 @@ function conversationEvent(i: number): MessageInitShape<typeof EventInputSchema>
     case 0:
       return { eventType: "user_message", content: text(CONTENT_100B) };
     case 1:
-      return { eventType: "tool_call", content: struct({ tool: "search", arguments: "{\"q\":\"fox\"}", tool_call_id: callId }) };
+      return {
+        eventType: "tool_call",
+        content: struct({ tool: "search", arguments: '{"q":"fox"}', tool_call_id: callId }),
+      };
     case 2:
-      return { eventType: "tool_result", content: struct({ tool: "search", result: CONTENT_100B, tool_call_id: callId }) };
+      return {
+        eventType: "tool_result",
+        content: struct({ tool: "search", result: CONTENT_100B, tool_call_id: callId }),
+      };
     default:
       return { eventType: "agent_response", content: text(CONTENT_100B) };
   }
@@ -85,14 +92,18 @@ export class SeedClient {
   private readonly client: grpc.Client;
 
   constructor(address: string) {
-    this.client = new grpc.Client(address, grpc.credentials.createInsecure(), { "grpc.max_receive_message_length": 64 * 1024 * 1024 });
+    this.client = new grpc.Client(address, grpc.credentials.createInsecure(), {
+      "grpc.max_receive_message_length": 64 * 1024 * 1024,
+    });
   }
 
   /** One call; rejects with the gRPC error. */
   call(method: string, request: Buffer): Promise<Buffer> {
     const id = (b: Buffer) => b;
     return new Promise((resolve, reject) =>
-      this.client.makeUnaryRequest(SERVICE + method, id, id, request, (err, res) => (err ? reject(err) : resolve(res!))),
+      this.client.makeUnaryRequest(SERVICE + method, id, id, request, (err, res) =>
+        err ? reject(err) : resolve(res!),
+      ),
     );
   }
 
@@ -124,7 +135,8 @@ export const LIST_APP = "bench-list";
 export async function seed(address: string, sizes: SeedSizes, maxConcurrency: number): Promise<void> {
   const client = new SeedClient(address);
   try {
-    const session = (sessionId: string, appName = "bench") => encode(GetOrCreateSessionRequestSchema, { sessionId, appName, userId: "bench" });
+    const session = (sessionId: string, appName = "bench") =>
+      encode(GetOrCreateSessionRequestSchema, { sessionId, appName, userId: "bench" });
     await client.all("GetOrCreateSession", [
       ...Array.from({ length: maxConcurrency }, (_, i) => session(appendSessionId(i))),
       ...sizes.readSessions.map((n) => session(readSessionId(n))),
@@ -136,7 +148,10 @@ export async function seed(address: string, sizes: SeedSizes, maxConcurrency: nu
         await client.call("AddEvents", encode(AddEventsRequestSchema, { sessionId, events }));
       }
     };
-    await Promise.all([...sizes.readSessions.map((n) => fill(readSessionId(n), n)), fill("bench-context", sizes.contextEvents)]);
+    await Promise.all([
+      ...sizes.readSessions.map((n) => fill(readSessionId(n), n)),
+      fill("bench-context", sizes.contextEvents),
+    ]);
     await client.all(
       "GetOrCreateSession",
       Array.from({ length: sizes.listSessions }, (_, i) => session(listSessionId(i), LIST_APP)),
@@ -198,7 +213,13 @@ export function serverWorkloads(sizes: SeedSizes, maxConcurrency: number): Workl
       method: SERVICE + "GetOrCreateSession",
       cycle: true,
       requests: Array.from({ length: Math.min(sizes.listSessions, 1000) }, (_, i) =>
-        b64(encode(GetOrCreateSessionRequestSchema, { sessionId: listSessionId(i * Math.max(1, Math.floor(sizes.listSessions / 1000))), appName: LIST_APP, userId: "bench" })),
+        b64(
+          encode(GetOrCreateSessionRequestSchema, {
+            sessionId: listSessionId(i * Math.max(1, Math.floor(sizes.listSessions / 1000))),
+            appName: LIST_APP,
+            userId: "bench",
+          }),
+        ),
       ),
     },
     {

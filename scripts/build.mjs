@@ -46,9 +46,15 @@ const fresh = path.join(scratch, `dist-build-${process.pid}`);
 const old = path.join(scratch, `dist-old-${process.pid}`);
 try {
   console.error("engram build: compiling clients/typescript/src/ to clients/typescript/dist/");
-  execFileSync(process.execPath, [tsc, "-p", path.join(root, "clients", "typescript", "tsconfig.build.json")], { stdio: "inherit", cwd: root });
+  execFileSync(process.execPath, [tsc, "-p", path.join(root, "clients", "typescript", "tsconfig.build.json")], {
+    stdio: "inherit",
+    cwd: root,
+  });
   console.error("engram build: compiling src/ to dist/");
-  execFileSync(process.execPath, [tsc, "-p", path.join(root, "tsconfig.build.json"), "--outDir", fresh], { stdio: "inherit", cwd: root });
+  execFileSync(process.execPath, [tsc, "-p", path.join(root, "tsconfig.build.json"), "--outDir", fresh], {
+    stdio: "inherit",
+    cwd: root,
+  });
   for (const asset of ASSETS) cpSync(path.join(root, "src", asset), path.join(fresh, asset), { recursive: true });
   writeFileSync(path.join(fresh, ".build-stamp"), `${new Date().toISOString()}\n`);
   if (existsSync(dist)) renameSync(dist, old);

@@ -19,6 +19,7 @@ step "TypeScript client build" node clients/typescript/scripts/prepare.mjs
 step "typecheck" npx tsc -p tsconfig.json --noEmit
 step "import cycles" scripts/check-import-cycles.sh
 step "lint (eslint)" npm run --silent lint
+step "format (biome)" npx biome format .
 step "buf lint" npx buf lint
 step "buf breaking" scripts/buf-breaking.sh
 step "generated code" scripts/check-generated.sh

@@ -157,70 +157,538 @@ export const LOCAL_DEFAULTS = { maxSessions: 1000, maxSessionEvents: 500 } as co
 
 /** Every setting, its env name, flag, default and meaning (the README's table mirrors this). */
 export const SETTINGS: Setting[] = [
-  { env: "HOST", flag: "host", key: "host", kind: "string", default: "127.0.0.1", doc: "Address to listen on (0.0.0.0 for all interfaces)." },
-  { env: "PORT", flag: "port", key: "port", kind: "int", default: "8000", min: 0, doc: "Port for gRPC, Connect, gRPC-Web and REST (0 picks a free one)." },
-  { env: "AGENT_NAME", flag: "agent-name", key: "agentName", kind: "string", default: "engram", doc: "Name reported as `agent` by the KAOS REST endpoints." },
-  { env: "MEMORY_ENABLED", flag: "memory-enabled", key: "memoryEnabled", kind: "bool", default: "true", doc: "false selects the null store: nothing is kept; as KAOS's NullMemory, a session created without an id is `null-session` and `GetSession` finds none (NOT_FOUND)." },
-  { env: "MEMORY_TYPE", flag: "memory-type", key: "memoryType", kind: "string", default: "local", doc: "local, redis or postgres." },
-  { env: "MEMORY_CONTEXT_LIMIT", flag: "context-limit", key: "contextLimit", kind: "int", default: "6", min: 1, doc: "Default max_events of BuildConversationContext." },
-  { env: "MEMORY_MAX_SESSIONS", flag: "max-sessions", key: "maxSessions", kind: "int", min: 0, doc: `Sessions kept; past it the least recently updated 10% are evicted; 0: no cap. Default: ${LOCAL_DEFAULTS.maxSessions} on local (memory), 0 on redis and postgres.` },
-  { env: "MEMORY_MAX_SESSION_EVENTS", flag: "max-session-events", key: "maxSessionEvents", kind: "int", min: 0, doc: `Events kept per session; older ones are trimmed; 0: no cap. Default: ${LOCAL_DEFAULTS.maxSessionEvents} on local (memory), 0 on redis and postgres.` },
-  { env: "MEMORY_SESSION_IDLE_MS", flag: "session-idle-ms", key: "sessionIdleMs", kind: "int", default: "0", min: 0, doc: "Sessions not updated for this long are removed by a periodic sweep; 0: never." },
-  { env: "MEMORY_RETENTION_APPS", flag: "retention-apps", key: "retentionApps", kind: "apps", doc: 'Retention per app_name as JSON, e.g. {"support-bot": {"max_session_events": 100, "max_sessions": 50, "session_idle_ms": 604800000}}; each field overrides the global one for that app (max_sessions caps the app besides the global cap).' },
-  { env: "MEMORY_DEDUPE_WINDOW_MS", flag: "dedupe-window-ms", key: "dedupeWindowMs", kind: "int", default: "120000", min: 0, doc: "How long after a trim an event's id still dedupes retries (same event_id and payload: answered, not appended again); 0: not after the trim." },
-  { env: "MEMORY_DEDUPE_MAX_IDS", flag: "dedupe-max-ids", key: "dedupeMaxIds", kind: "int", default: "1000", min: 0, doc: "At most this many trimmed ids remembered per session (the most recently trimmed)." },
-  { env: "MEMORY_MAX_EVENT_BYTES", flag: "max-event-bytes", key: "maxEventBytes", kind: "int", default: String(256 * 1024), min: 1, doc: "Bytes of JSON for one event's content + metadata." },
-  { env: "MEMORY_MAX_BATCH_EVENTS", flag: "max-batch-events", key: "maxBatchEvents", kind: "int", default: "500", min: 1, doc: "Events in one AddEvents call." },
-  { env: "MEMORY_MAX_MESSAGE_BYTES", flag: "max-message-bytes", key: "maxMessageBytes", kind: "int", default: String(8 * 1024 * 1024), min: 1024, doc: "Largest request/response message on any protocol." },
-  { env: "MEMORY_STREAM_HEARTBEAT_MS", flag: "stream-heartbeat-ms", key: "heartbeatMs", kind: "int", default: "15000", min: 10, doc: "Idle time between stream heartbeats (and safety re-reads)." },
-  { env: "MEMORY_SHUTDOWN_GRACE_MS", flag: "shutdown-grace-ms", key: "shutdownGraceMs", kind: "int", default: "10000", min: 0, doc: "How long SIGTERM waits for in-flight calls." },
-  { env: "MEMORY_REDIS_URL", flag: "redis-url", key: "redisUrl", kind: "string", doc: "Redis URL; required with MEMORY_TYPE=redis. One server: redis://[user:pass@]host:port[/db] (rediss:// for TLS). A Redis Cluster: redis+cluster://[user:pass@]host1:port1,host2:port2,... (seed nodes; rediss+cluster:// for TLS)." },
-  { env: "MEMORY_REDIS_WAIT_REPLICAS", flag: "redis-wait-replicas", key: "redisWaitReplicas", kind: "int", default: "0", min: 0, doc: "Redis: after each write, WAIT until this many replicas have it (within half of MEMORY_STORE_TIMEOUT_MS); fewer: the call fails UNAVAILABLE naming how many acknowledged (DEADLINE_EXCEEDED if its own deadline ends first) (the write may have happened; a retry with the same event ids is idempotent). 0: acknowledged by the master alone." },
-  { env: "MEMORY_POSTGRES_URL", flag: "postgres-url", key: "postgresUrl", kind: "string", doc: "PostgreSQL URL; required with MEMORY_TYPE=postgres." },
-  { env: "MEMORY_STORE_TIMEOUT_MS", flag: "store-timeout-ms", key: "storeTimeoutMs", kind: "int", min: 100, doc: "Longest one Redis command or PostgreSQL statement may take before the call fails UNAVAILABLE, also for calls without a deadline (a shorter call deadline wins). Default: 4000 on Redis, 15000 on PostgreSQL." },
-  { env: "MEMORY_KEY_PREFIX", flag: "key-prefix", key: "keyPrefix", kind: "string", default: "engram", doc: "Redis key prefix / PostgreSQL schema name." },
-  { env: "MEMORY_AUTH", flag: "auth", key: "auth", kind: "bool", default: "false", doc: "true: every call needs an API key (authorization: Bearer)." },
-  { env: "MEMORY_AUTH_KEYS_FILE", flag: "auth-keys-file", key: "authKeysFile", kind: "string", default: "engram-keys.json", doc: "Key file of the local and null stores (Redis/PostgreSQL keep keys in the backend)." },
-  { env: "MEMORY_AUTH_CACHE_MS", flag: "auth-cache-ms", key: "authCacheMs", kind: "int", default: "5000", min: 0, doc: "How long a checked key is trusted before it is looked up again: the revocation delay." },
-  { env: "MEMORY_RATE_LIMIT", flag: "rate-limit", key: "rateLimit", kind: "int", default: "0", min: 0, doc: "Calls per second per API key, shared across replicas on Redis/PostgreSQL (0: unlimited)." },
-  { env: "MEMORY_MAX_STREAMS", flag: "max-streams", key: "maxStreams", kind: "int", default: "10000", min: 1, doc: "Live streams per replica." },
-  { env: "MEMORY_MAX_STREAMS_PER_KEY", flag: "max-streams-per-key", key: "maxStreamsPerKey", kind: "int", default: "100", min: 1, doc: "Live streams per API key per replica." },
-  { env: "MEMORY_METRICS", flag: "metrics", key: "metrics", kind: "bool", default: "true", doc: "Serve Prometheus metrics at GET /metrics." },
-  { env: "MEMORY_MCP", flag: "mcp", key: "mcp", kind: "bool", default: "true", doc: "Serve the Model Context Protocol (streamable HTTP, stateless) at POST /mcp; false disables it." },
-  { env: "MEMORY_TLS_CERT", flag: "tls-cert", key: "tlsCert", kind: "string", doc: "PEM certificate chain file: serve TLS (with MEMORY_TLS_KEY)." },
-  { env: "MEMORY_TLS_KEY", flag: "tls-key", key: "tlsKey", kind: "string", doc: "PEM private key file of MEMORY_TLS_CERT." },
-  { env: "MEMORY_TLS_CLIENT_CA", flag: "tls-client-ca", key: "tlsClientCa", kind: "string", doc: "PEM CA file: require client certificates it signed (mTLS)." },
-  { env: "MEMORY_MAX_CONNECTION_AGE_MS", flag: "max-connection-age-ms", key: "maxConnectionAgeMs", kind: "int", default: "0", min: 0, doc: "gRPC connections older than this get GOAWAY (streams resume elsewhere); 0: never." },
-  { env: "MEMORY_INSPECTOR", flag: "inspector", key: "inspector", kind: "bool", default: "true", doc: "Serve the memory inspector (web page) at /; false disables it." },
-  { env: "MEMORY_FIRST_BYTES_TIMEOUT_MS", flag: "first-bytes-timeout-ms", key: "firstBytesTimeoutMs", kind: "int", default: "10000", min: 0, doc: "A new connection must send enough bytes to tell HTTP/2 from HTTP/1.1 (with TLS: finish its handshake) within this, or it is closed; 0: no limit." },
-  { env: "MEMORY_HEADERS_TIMEOUT_MS", flag: "headers-timeout-ms", key: "headersTimeoutMs", kind: "int", default: "15000", min: 0, doc: "HTTP/1.1: a request's headers must arrive in full within this (408, then closed); 0: no limit." },
-  { env: "MEMORY_REQUEST_TIMEOUT_MS", flag: "request-timeout-ms", key: "requestTimeoutMs", kind: "int", default: "60000", min: 0, doc: "HTTP/1.1: a request's headers and body must arrive in full within this (408, then closed); responses and streams are not limited; 0: no limit." },
-  { env: "MEMORY_IDLE_TIMEOUT_MS", flag: "idle-timeout-ms", key: "idleTimeoutMs", kind: "int", default: "300000", min: 0, doc: "An HTTP/1.1 keep-alive connection between requests, or an HTTP/2 connection with no open stream, is closed after this; 0: never." },
-  { env: "MEMORY_PING_INTERVAL_MS", flag: "ping-interval-ms", key: "pingIntervalMs", kind: "int", default: "10000", min: 10, doc: "HTTP/2 connections are pinged this often; one that has not answered within the interval (at most 10 s) is closed, which also frees connections whose HTTP/2 session was shut by the rapid-reset guard." },
-  { env: "MEMORY_MAX_CONNECTIONS", flag: "max-connections", key: "maxConnections", kind: "int", min: 0, doc: "Open connections per replica; past it the oldest connection that has not yet sent a request is closed, else the one idle the longest (no request in flight, no open stream), else the new one. Default: 90% of the open-file limit less 64; 0: unlimited." },
-  { env: "MEMORY_MAX_CONNECTIONS_PER_ADDRESS", flag: "max-connections-per-address", key: "maxConnectionsPerAddress", kind: "int", default: "256", min: 0, doc: "Open connections per remote address per replica, handled as MEMORY_MAX_CONNECTIONS; 0: unlimited." },
-  { env: "MEMORY_CORS_ORIGINS", flag: "cors-origins", key: "corsOrigins", kind: "list", doc: "Comma-separated web origins (e.g. http://localhost:3000) whose pages may call the API cross-site; * allows any page and needs MEMORY_AUTH=true." },
-  { env: "MEMORY_ALLOWED_HOSTS", flag: "allowed-hosts", key: "allowedHosts", kind: "list", doc: "With MEMORY_AUTH off, the Host names served besides localhost, *.localhost, IP addresses and HOST (DNS rebinding guard): comma-separated, .example.com for it and its subdomains, * for any; others get 403." },
-  { env: "MEMORY_EMBEDDINGS_URL", flag: "embeddings-url", key: "embeddingsUrl", kind: "string", doc: "Base URL of an OpenAI-compatible embeddings API (requests go to <url>/embeddings), e.g. https://api.openai.com/v1, http://127.0.0.1:11434/v1 (Ollama); unset: no server-side embeddings." },
-  { env: "MEMORY_EMBEDDINGS_MODEL", flag: "embeddings-model", key: "embeddingsModel", kind: "string", doc: "Model name sent to the embeddings API; required with MEMORY_EMBEDDINGS_URL." },
-  { env: "MEMORY_EMBEDDINGS_API_KEY", flag: "embeddings-api-key", key: "embeddingsApiKey", kind: "string", doc: "Bearer key for the embeddings API (prefer the variable to the flag); unset: no authorization header." },
-  { env: "MEMORY_EMBEDDINGS_DIMENSIONS", flag: "embeddings-dimensions", key: "embeddingsDimensions", kind: "int", min: 1, max: MAX_EMBEDDING_DIMENSION, doc: `Length every vector from the endpoint must have (at most ${MAX_EMBEDDING_DIMENSION}); unset: the length of its first answer.` },
-  { env: "MEMORY_EMBEDDINGS_TIMEOUT_MS", flag: "embeddings-timeout-ms", key: "embeddingsTimeoutMs", kind: "int", default: "10000", min: 100, doc: "Longest one embeddings request may take, retries included, before the call fails UNAVAILABLE." },
-  { env: "MEMORY_EMBEDDINGS_BATCH_SIZE", flag: "embeddings-batch-size", key: "embeddingsBatchSize", kind: "int", default: "64", min: 1, max: 2048, doc: "Texts per embeddings request (at most 2048, OpenAI's limit); more go as several requests." },
-  { env: "MEMORY_EMBEDDINGS_MAX_RETRIES", flag: "embeddings-max-retries", key: "embeddingsMaxRetries", kind: "int", default: "2", min: 0, max: 10, doc: "Retries, with backoff, of an embeddings request that failed to connect or got 408, 409, 429 or 5xx." },
-  { env: "MEMORY_RERANK_URL", flag: "rerank-url", key: "rerankUrl", kind: "string", doc: "A TEI- or Cohere-compatible rerank endpoint (the full URL, e.g. http://127.0.0.1:8080/rerank): the best fused memories of each search are reordered by it; when it fails or is slow they keep the fused order (logged and counted). Unset: no reranking." },
-  { env: "MEMORY_RERANK_MODEL", flag: "rerank-model", key: "rerankModel", kind: "string", doc: "Model sent to the reranker, with Cohere's request shape ({model, query, documents}); unset: TEI's ({query, texts})." },
-  { env: "MEMORY_RERANK_API_KEY", flag: "rerank-api-key", key: "rerankApiKey", kind: "string", doc: "Bearer key for the reranker (prefer the variable to the flag); unset: no authorization header." },
-  { env: "MEMORY_RERANK_TIMEOUT_MS", flag: "rerank-timeout-ms", key: "rerankTimeoutMs", kind: "int", default: "2000", min: 10, doc: "Longest one rerank request may take; past it the search keeps the fused order." },
-  { env: "MEMORY_RERANK_TOP_N", flag: "rerank-top-n", key: "rerankTopN", kind: "int", default: "50", min: 2, max: 500, doc: "Fused memories sent to the reranker per search (the rest follow in fused order)." },
-  { env: "MEMORY_EXTRACTION_URL", flag: "extraction-url", key: "extractionUrl", kind: "string", doc: "Base URL of an OpenAI-compatible chat completions API (requests go to <url>/chat/completions) that extracts facts from appended events in the background; unset: no extraction." },
-  { env: "MEMORY_EXTRACTION_MODEL", flag: "extraction-model", key: "extractionModel", kind: "string", doc: "Model name sent to the extraction API; required with MEMORY_EXTRACTION_URL." },
-  { env: "MEMORY_EXTRACTION_API_KEY", flag: "extraction-api-key", key: "extractionApiKey", kind: "string", doc: "Bearer key for the extraction API (prefer the variable to the flag); unset: no authorization header." },
-  { env: "MEMORY_EXTRACTION_TIMEOUT_MS", flag: "extraction-timeout-ms", key: "extractionTimeoutMs", kind: "int", default: "30000", min: 100, doc: "Longest one extraction request may take, retries included; past it the range is given up (counted as a failed request)." },
-  { env: "MEMORY_EXTRACTION_MAX_EVENTS", flag: "extraction-max-events", key: "extractionMaxEvents", kind: "int", default: "20", min: 1, max: 1000, doc: "Events per extraction request; a longer append is extracted as several ranges." },
-  { env: "MEMORY_EXTRACTION_QUEUE_SIZE", flag: "extraction-queue-size", key: "extractionQueueSize", kind: "int", default: "1000", min: 1, doc: "Event ranges waiting for extraction; past it new ranges are dropped and counted (engram_extraction_dropped_ranges_total)." },
-  { env: "MEMORY_EXTRACTION_CONCURRENCY", flag: "extraction-concurrency", key: "extractionConcurrency", kind: "int", default: "2", min: 1, max: 64, doc: "Extraction requests in flight at once." },
-  { env: "MEMORY_EXTRACTION_EVENT_TYPES", flag: "extraction-event-types", key: "extractionEventTypes", kind: "list", default: "user_message,agent_response", doc: "Comma-separated event types whose text is sent for extraction; other events (tool calls and results, say) are left out." },
+  {
+    env: "HOST",
+    flag: "host",
+    key: "host",
+    kind: "string",
+    default: "127.0.0.1",
+    doc: "Address to listen on (0.0.0.0 for all interfaces).",
+  },
+  {
+    env: "PORT",
+    flag: "port",
+    key: "port",
+    kind: "int",
+    default: "8000",
+    min: 0,
+    doc: "Port for gRPC, Connect, gRPC-Web and REST (0 picks a free one).",
+  },
+  {
+    env: "AGENT_NAME",
+    flag: "agent-name",
+    key: "agentName",
+    kind: "string",
+    default: "engram",
+    doc: "Name reported as `agent` by the KAOS REST endpoints.",
+  },
+  {
+    env: "MEMORY_ENABLED",
+    flag: "memory-enabled",
+    key: "memoryEnabled",
+    kind: "bool",
+    default: "true",
+    doc: "false selects the null store: nothing is kept; as KAOS's NullMemory, a session created without an id is `null-session` and `GetSession` finds none (NOT_FOUND).",
+  },
+  {
+    env: "MEMORY_TYPE",
+    flag: "memory-type",
+    key: "memoryType",
+    kind: "string",
+    default: "local",
+    doc: "local, redis or postgres.",
+  },
+  {
+    env: "MEMORY_CONTEXT_LIMIT",
+    flag: "context-limit",
+    key: "contextLimit",
+    kind: "int",
+    default: "6",
+    min: 1,
+    doc: "Default max_events of BuildConversationContext.",
+  },
+  {
+    env: "MEMORY_MAX_SESSIONS",
+    flag: "max-sessions",
+    key: "maxSessions",
+    kind: "int",
+    min: 0,
+    doc: `Sessions kept; past it the least recently updated 10% are evicted; 0: no cap. Default: ${LOCAL_DEFAULTS.maxSessions} on local (memory), 0 on redis and postgres.`,
+  },
+  {
+    env: "MEMORY_MAX_SESSION_EVENTS",
+    flag: "max-session-events",
+    key: "maxSessionEvents",
+    kind: "int",
+    min: 0,
+    doc: `Events kept per session; older ones are trimmed; 0: no cap. Default: ${LOCAL_DEFAULTS.maxSessionEvents} on local (memory), 0 on redis and postgres.`,
+  },
+  {
+    env: "MEMORY_SESSION_IDLE_MS",
+    flag: "session-idle-ms",
+    key: "sessionIdleMs",
+    kind: "int",
+    default: "0",
+    min: 0,
+    doc: "Sessions not updated for this long are removed by a periodic sweep; 0: never.",
+  },
+  {
+    env: "MEMORY_RETENTION_APPS",
+    flag: "retention-apps",
+    key: "retentionApps",
+    kind: "apps",
+    doc: 'Retention per app_name as JSON, e.g. {"support-bot": {"max_session_events": 100, "max_sessions": 50, "session_idle_ms": 604800000}}; each field overrides the global one for that app (max_sessions caps the app besides the global cap).',
+  },
+  {
+    env: "MEMORY_DEDUPE_WINDOW_MS",
+    flag: "dedupe-window-ms",
+    key: "dedupeWindowMs",
+    kind: "int",
+    default: "120000",
+    min: 0,
+    doc: "How long after a trim an event's id still dedupes retries (same event_id and payload: answered, not appended again); 0: not after the trim.",
+  },
+  {
+    env: "MEMORY_DEDUPE_MAX_IDS",
+    flag: "dedupe-max-ids",
+    key: "dedupeMaxIds",
+    kind: "int",
+    default: "1000",
+    min: 0,
+    doc: "At most this many trimmed ids remembered per session (the most recently trimmed).",
+  },
+  {
+    env: "MEMORY_MAX_EVENT_BYTES",
+    flag: "max-event-bytes",
+    key: "maxEventBytes",
+    kind: "int",
+    default: String(256 * 1024),
+    min: 1,
+    doc: "Bytes of JSON for one event's content + metadata.",
+  },
+  {
+    env: "MEMORY_MAX_BATCH_EVENTS",
+    flag: "max-batch-events",
+    key: "maxBatchEvents",
+    kind: "int",
+    default: "500",
+    min: 1,
+    doc: "Events in one AddEvents call.",
+  },
+  {
+    env: "MEMORY_MAX_MESSAGE_BYTES",
+    flag: "max-message-bytes",
+    key: "maxMessageBytes",
+    kind: "int",
+    default: String(8 * 1024 * 1024),
+    min: 1024,
+    doc: "Largest request/response message on any protocol.",
+  },
+  {
+    env: "MEMORY_STREAM_HEARTBEAT_MS",
+    flag: "stream-heartbeat-ms",
+    key: "heartbeatMs",
+    kind: "int",
+    default: "15000",
+    min: 10,
+    doc: "Idle time between stream heartbeats (and safety re-reads).",
+  },
+  {
+    env: "MEMORY_SHUTDOWN_GRACE_MS",
+    flag: "shutdown-grace-ms",
+    key: "shutdownGraceMs",
+    kind: "int",
+    default: "10000",
+    min: 0,
+    doc: "How long SIGTERM waits for in-flight calls.",
+  },
+  {
+    env: "MEMORY_REDIS_URL",
+    flag: "redis-url",
+    key: "redisUrl",
+    kind: "string",
+    doc: "Redis URL; required with MEMORY_TYPE=redis. One server: redis://[user:pass@]host:port[/db] (rediss:// for TLS). A Redis Cluster: redis+cluster://[user:pass@]host1:port1,host2:port2,... (seed nodes; rediss+cluster:// for TLS).",
+  },
+  {
+    env: "MEMORY_REDIS_WAIT_REPLICAS",
+    flag: "redis-wait-replicas",
+    key: "redisWaitReplicas",
+    kind: "int",
+    default: "0",
+    min: 0,
+    doc: "Redis: after each write, WAIT until this many replicas have it (within half of MEMORY_STORE_TIMEOUT_MS); fewer: the call fails UNAVAILABLE naming how many acknowledged (DEADLINE_EXCEEDED if its own deadline ends first) (the write may have happened; a retry with the same event ids is idempotent). 0: acknowledged by the master alone.",
+  },
+  {
+    env: "MEMORY_POSTGRES_URL",
+    flag: "postgres-url",
+    key: "postgresUrl",
+    kind: "string",
+    doc: "PostgreSQL URL; required with MEMORY_TYPE=postgres.",
+  },
+  {
+    env: "MEMORY_STORE_TIMEOUT_MS",
+    flag: "store-timeout-ms",
+    key: "storeTimeoutMs",
+    kind: "int",
+    min: 100,
+    doc: "Longest one Redis command or PostgreSQL statement may take before the call fails UNAVAILABLE, also for calls without a deadline (a shorter call deadline wins). Default: 4000 on Redis, 15000 on PostgreSQL.",
+  },
+  {
+    env: "MEMORY_KEY_PREFIX",
+    flag: "key-prefix",
+    key: "keyPrefix",
+    kind: "string",
+    default: "engram",
+    doc: "Redis key prefix / PostgreSQL schema name.",
+  },
+  {
+    env: "MEMORY_AUTH",
+    flag: "auth",
+    key: "auth",
+    kind: "bool",
+    default: "false",
+    doc: "true: every call needs an API key (authorization: Bearer).",
+  },
+  {
+    env: "MEMORY_AUTH_KEYS_FILE",
+    flag: "auth-keys-file",
+    key: "authKeysFile",
+    kind: "string",
+    default: "engram-keys.json",
+    doc: "Key file of the local and null stores (Redis/PostgreSQL keep keys in the backend).",
+  },
+  {
+    env: "MEMORY_AUTH_CACHE_MS",
+    flag: "auth-cache-ms",
+    key: "authCacheMs",
+    kind: "int",
+    default: "5000",
+    min: 0,
+    doc: "How long a checked key is trusted before it is looked up again: the revocation delay.",
+  },
+  {
+    env: "MEMORY_RATE_LIMIT",
+    flag: "rate-limit",
+    key: "rateLimit",
+    kind: "int",
+    default: "0",
+    min: 0,
+    doc: "Calls per second per API key, shared across replicas on Redis/PostgreSQL (0: unlimited).",
+  },
+  {
+    env: "MEMORY_MAX_STREAMS",
+    flag: "max-streams",
+    key: "maxStreams",
+    kind: "int",
+    default: "10000",
+    min: 1,
+    doc: "Live streams per replica.",
+  },
+  {
+    env: "MEMORY_MAX_STREAMS_PER_KEY",
+    flag: "max-streams-per-key",
+    key: "maxStreamsPerKey",
+    kind: "int",
+    default: "100",
+    min: 1,
+    doc: "Live streams per API key per replica.",
+  },
+  {
+    env: "MEMORY_METRICS",
+    flag: "metrics",
+    key: "metrics",
+    kind: "bool",
+    default: "true",
+    doc: "Serve Prometheus metrics at GET /metrics.",
+  },
+  {
+    env: "MEMORY_MCP",
+    flag: "mcp",
+    key: "mcp",
+    kind: "bool",
+    default: "true",
+    doc: "Serve the Model Context Protocol (streamable HTTP, stateless) at POST /mcp; false disables it.",
+  },
+  {
+    env: "MEMORY_TLS_CERT",
+    flag: "tls-cert",
+    key: "tlsCert",
+    kind: "string",
+    doc: "PEM certificate chain file: serve TLS (with MEMORY_TLS_KEY).",
+  },
+  {
+    env: "MEMORY_TLS_KEY",
+    flag: "tls-key",
+    key: "tlsKey",
+    kind: "string",
+    doc: "PEM private key file of MEMORY_TLS_CERT.",
+  },
+  {
+    env: "MEMORY_TLS_CLIENT_CA",
+    flag: "tls-client-ca",
+    key: "tlsClientCa",
+    kind: "string",
+    doc: "PEM CA file: require client certificates it signed (mTLS).",
+  },
+  {
+    env: "MEMORY_MAX_CONNECTION_AGE_MS",
+    flag: "max-connection-age-ms",
+    key: "maxConnectionAgeMs",
+    kind: "int",
+    default: "0",
+    min: 0,
+    doc: "gRPC connections older than this get GOAWAY (streams resume elsewhere); 0: never.",
+  },
+  {
+    env: "MEMORY_INSPECTOR",
+    flag: "inspector",
+    key: "inspector",
+    kind: "bool",
+    default: "true",
+    doc: "Serve the memory inspector (web page) at /; false disables it.",
+  },
+  {
+    env: "MEMORY_FIRST_BYTES_TIMEOUT_MS",
+    flag: "first-bytes-timeout-ms",
+    key: "firstBytesTimeoutMs",
+    kind: "int",
+    default: "10000",
+    min: 0,
+    doc: "A new connection must send enough bytes to tell HTTP/2 from HTTP/1.1 (with TLS: finish its handshake) within this, or it is closed; 0: no limit.",
+  },
+  {
+    env: "MEMORY_HEADERS_TIMEOUT_MS",
+    flag: "headers-timeout-ms",
+    key: "headersTimeoutMs",
+    kind: "int",
+    default: "15000",
+    min: 0,
+    doc: "HTTP/1.1: a request's headers must arrive in full within this (408, then closed); 0: no limit.",
+  },
+  {
+    env: "MEMORY_REQUEST_TIMEOUT_MS",
+    flag: "request-timeout-ms",
+    key: "requestTimeoutMs",
+    kind: "int",
+    default: "60000",
+    min: 0,
+    doc: "HTTP/1.1: a request's headers and body must arrive in full within this (408, then closed); responses and streams are not limited; 0: no limit.",
+  },
+  {
+    env: "MEMORY_IDLE_TIMEOUT_MS",
+    flag: "idle-timeout-ms",
+    key: "idleTimeoutMs",
+    kind: "int",
+    default: "300000",
+    min: 0,
+    doc: "An HTTP/1.1 keep-alive connection between requests, or an HTTP/2 connection with no open stream, is closed after this; 0: never.",
+  },
+  {
+    env: "MEMORY_PING_INTERVAL_MS",
+    flag: "ping-interval-ms",
+    key: "pingIntervalMs",
+    kind: "int",
+    default: "10000",
+    min: 10,
+    doc: "HTTP/2 connections are pinged this often; one that has not answered within the interval (at most 10 s) is closed, which also frees connections whose HTTP/2 session was shut by the rapid-reset guard.",
+  },
+  {
+    env: "MEMORY_MAX_CONNECTIONS",
+    flag: "max-connections",
+    key: "maxConnections",
+    kind: "int",
+    min: 0,
+    doc: "Open connections per replica; past it the oldest connection that has not yet sent a request is closed, else the one idle the longest (no request in flight, no open stream), else the new one. Default: 90% of the open-file limit less 64; 0: unlimited.",
+  },
+  {
+    env: "MEMORY_MAX_CONNECTIONS_PER_ADDRESS",
+    flag: "max-connections-per-address",
+    key: "maxConnectionsPerAddress",
+    kind: "int",
+    default: "256",
+    min: 0,
+    doc: "Open connections per remote address per replica, handled as MEMORY_MAX_CONNECTIONS; 0: unlimited.",
+  },
+  {
+    env: "MEMORY_CORS_ORIGINS",
+    flag: "cors-origins",
+    key: "corsOrigins",
+    kind: "list",
+    doc: "Comma-separated web origins (e.g. http://localhost:3000) whose pages may call the API cross-site; * allows any page and needs MEMORY_AUTH=true.",
+  },
+  {
+    env: "MEMORY_ALLOWED_HOSTS",
+    flag: "allowed-hosts",
+    key: "allowedHosts",
+    kind: "list",
+    doc: "With MEMORY_AUTH off, the Host names served besides localhost, *.localhost, IP addresses and HOST (DNS rebinding guard): comma-separated, .example.com for it and its subdomains, * for any; others get 403.",
+  },
+  {
+    env: "MEMORY_EMBEDDINGS_URL",
+    flag: "embeddings-url",
+    key: "embeddingsUrl",
+    kind: "string",
+    doc: "Base URL of an OpenAI-compatible embeddings API (requests go to <url>/embeddings), e.g. https://api.openai.com/v1, http://127.0.0.1:11434/v1 (Ollama); unset: no server-side embeddings.",
+  },
+  {
+    env: "MEMORY_EMBEDDINGS_MODEL",
+    flag: "embeddings-model",
+    key: "embeddingsModel",
+    kind: "string",
+    doc: "Model name sent to the embeddings API; required with MEMORY_EMBEDDINGS_URL.",
+  },
+  {
+    env: "MEMORY_EMBEDDINGS_API_KEY",
+    flag: "embeddings-api-key",
+    key: "embeddingsApiKey",
+    kind: "string",
+    doc: "Bearer key for the embeddings API (prefer the variable to the flag); unset: no authorization header.",
+  },
+  {
+    env: "MEMORY_EMBEDDINGS_DIMENSIONS",
+    flag: "embeddings-dimensions",
+    key: "embeddingsDimensions",
+    kind: "int",
+    min: 1,
+    max: MAX_EMBEDDING_DIMENSION,
+    doc: `Length every vector from the endpoint must have (at most ${MAX_EMBEDDING_DIMENSION}); unset: the length of its first answer.`,
+  },
+  {
+    env: "MEMORY_EMBEDDINGS_TIMEOUT_MS",
+    flag: "embeddings-timeout-ms",
+    key: "embeddingsTimeoutMs",
+    kind: "int",
+    default: "10000",
+    min: 100,
+    doc: "Longest one embeddings request may take, retries included, before the call fails UNAVAILABLE.",
+  },
+  {
+    env: "MEMORY_EMBEDDINGS_BATCH_SIZE",
+    flag: "embeddings-batch-size",
+    key: "embeddingsBatchSize",
+    kind: "int",
+    default: "64",
+    min: 1,
+    max: 2048,
+    doc: "Texts per embeddings request (at most 2048, OpenAI's limit); more go as several requests.",
+  },
+  {
+    env: "MEMORY_EMBEDDINGS_MAX_RETRIES",
+    flag: "embeddings-max-retries",
+    key: "embeddingsMaxRetries",
+    kind: "int",
+    default: "2",
+    min: 0,
+    max: 10,
+    doc: "Retries, with backoff, of an embeddings request that failed to connect or got 408, 409, 429 or 5xx.",
+  },
+  {
+    env: "MEMORY_RERANK_URL",
+    flag: "rerank-url",
+    key: "rerankUrl",
+    kind: "string",
+    doc: "A TEI- or Cohere-compatible rerank endpoint (the full URL, e.g. http://127.0.0.1:8080/rerank): the best fused memories of each search are reordered by it; when it fails or is slow they keep the fused order (logged and counted). Unset: no reranking.",
+  },
+  {
+    env: "MEMORY_RERANK_MODEL",
+    flag: "rerank-model",
+    key: "rerankModel",
+    kind: "string",
+    doc: "Model sent to the reranker, with Cohere's request shape ({model, query, documents}); unset: TEI's ({query, texts}).",
+  },
+  {
+    env: "MEMORY_RERANK_API_KEY",
+    flag: "rerank-api-key",
+    key: "rerankApiKey",
+    kind: "string",
+    doc: "Bearer key for the reranker (prefer the variable to the flag); unset: no authorization header.",
+  },
+  {
+    env: "MEMORY_RERANK_TIMEOUT_MS",
+    flag: "rerank-timeout-ms",
+    key: "rerankTimeoutMs",
+    kind: "int",
+    default: "2000",
+    min: 10,
+    doc: "Longest one rerank request may take; past it the search keeps the fused order.",
+  },
+  {
+    env: "MEMORY_RERANK_TOP_N",
+    flag: "rerank-top-n",
+    key: "rerankTopN",
+    kind: "int",
+    default: "50",
+    min: 2,
+    max: 500,
+    doc: "Fused memories sent to the reranker per search (the rest follow in fused order).",
+  },
+  {
+    env: "MEMORY_EXTRACTION_URL",
+    flag: "extraction-url",
+    key: "extractionUrl",
+    kind: "string",
+    doc: "Base URL of an OpenAI-compatible chat completions API (requests go to <url>/chat/completions) that extracts facts from appended events in the background; unset: no extraction.",
+  },
+  {
+    env: "MEMORY_EXTRACTION_MODEL",
+    flag: "extraction-model",
+    key: "extractionModel",
+    kind: "string",
+    doc: "Model name sent to the extraction API; required with MEMORY_EXTRACTION_URL.",
+  },
+  {
+    env: "MEMORY_EXTRACTION_API_KEY",
+    flag: "extraction-api-key",
+    key: "extractionApiKey",
+    kind: "string",
+    doc: "Bearer key for the extraction API (prefer the variable to the flag); unset: no authorization header.",
+  },
+  {
+    env: "MEMORY_EXTRACTION_TIMEOUT_MS",
+    flag: "extraction-timeout-ms",
+    key: "extractionTimeoutMs",
+    kind: "int",
+    default: "30000",
+    min: 100,
+    doc: "Longest one extraction request may take, retries included; past it the range is given up (counted as a failed request).",
+  },
+  {
+    env: "MEMORY_EXTRACTION_MAX_EVENTS",
+    flag: "extraction-max-events",
+    key: "extractionMaxEvents",
+    kind: "int",
+    default: "20",
+    min: 1,
+    max: 1000,
+    doc: "Events per extraction request; a longer append is extracted as several ranges.",
+  },
+  {
+    env: "MEMORY_EXTRACTION_QUEUE_SIZE",
+    flag: "extraction-queue-size",
+    key: "extractionQueueSize",
+    kind: "int",
+    default: "1000",
+    min: 1,
+    doc: "Event ranges waiting for extraction; past it new ranges are dropped and counted (engram_extraction_dropped_ranges_total).",
+  },
+  {
+    env: "MEMORY_EXTRACTION_CONCURRENCY",
+    flag: "extraction-concurrency",
+    key: "extractionConcurrency",
+    kind: "int",
+    default: "2",
+    min: 1,
+    max: 64,
+    doc: "Extraction requests in flight at once.",
+  },
+  {
+    env: "MEMORY_EXTRACTION_EVENT_TYPES",
+    flag: "extraction-event-types",
+    key: "extractionEventTypes",
+    kind: "list",
+    default: "user_message,agent_response",
+    doc: "Comma-separated event types whose text is sent for extraction; other events (tool calls and results, say) are left out.",
+  },
 ];
 
 const MEMORY_TYPES: readonly string[] = ["local", "redis", "postgres"];
@@ -242,7 +710,8 @@ export function loadConfig(argv: string[] = process.argv.slice(2), env: NodeJS.P
   for (const s of SETTINGS) {
     const raw = (flags[s.flag] as string | undefined) ?? env[s.env] ?? s.default;
     if (raw === undefined || raw === "") continue;
-    const source = flags[s.flag] !== undefined ? `--${s.flag}` : env[s.env] !== undefined ? s.env : `default of ${s.env}`;
+    const source =
+      flags[s.flag] !== undefined ? `--${s.flag}` : env[s.env] !== undefined ? s.env : `default of ${s.env}`;
     if (s.kind === "int") {
       if (!/^\d+$/.test(raw)) throw new ConfigError(`${source}: expected a whole number, got ${JSON.stringify(raw)}`);
       const n = Number(raw);
@@ -259,7 +728,10 @@ export function loadConfig(argv: string[] = process.argv.slice(2), env: NodeJS.P
     } else if (s.kind === "apps") {
       config[s.key] = parseRetentionApps(raw, source);
     } else if (s.kind === "list") {
-      config[s.key] = raw.split(",").map((entry) => entry.trim()).filter((entry) => entry !== "");
+      config[s.key] = raw
+        .split(",")
+        .map((entry) => entry.trim())
+        .filter((entry) => entry !== "");
     } else {
       config[s.key] = raw;
     }
@@ -276,7 +748,9 @@ export function loadConfig(argv: string[] = process.argv.slice(2), env: NodeJS.P
   checkCorsOrigins(result);
   checkAllowedHosts(result.allowedHosts);
   if (!MEMORY_TYPES.includes(result.memoryType)) {
-    throw new ConfigError(`MEMORY_TYPE: unknown memory type ${JSON.stringify(result.memoryType)}; expected one of ${MEMORY_TYPES.join(", ")}`);
+    throw new ConfigError(
+      `MEMORY_TYPE: unknown memory type ${JSON.stringify(result.memoryType)}; expected one of ${MEMORY_TYPES.join(", ")}`,
+    );
   }
   if (result.memoryEnabled && result.memoryType === "redis" && !result.redisUrl) {
     throw new ConfigError("MEMORY_TYPE=redis needs MEMORY_REDIS_URL (e.g. redis://127.0.0.1:6379/0)");
@@ -289,10 +763,14 @@ export function loadConfig(argv: string[] = process.argv.slice(2), env: NodeJS.P
     }
   }
   if (result.memoryEnabled && result.memoryType === "postgres" && !result.postgresUrl) {
-    throw new ConfigError("MEMORY_TYPE=postgres needs MEMORY_POSTGRES_URL (e.g. postgres://user@127.0.0.1:5432/engram)");
+    throw new ConfigError(
+      "MEMORY_TYPE=postgres needs MEMORY_POSTGRES_URL (e.g. postgres://user@127.0.0.1:5432/engram)",
+    );
   }
   if (!/^[A-Za-z_][A-Za-z0-9_]{0,62}$/.test(result.keyPrefix)) {
-    throw new ConfigError("MEMORY_KEY_PREFIX: must match ^[A-Za-z_][A-Za-z0-9_]{0,62}$ (it names a Redis prefix and a PostgreSQL schema)");
+    throw new ConfigError(
+      "MEMORY_KEY_PREFIX: must match ^[A-Za-z_][A-Za-z0-9_]{0,62}$ (it names a Redis prefix and a PostgreSQL schema)",
+    );
   }
   if (Boolean(result.tlsCert) !== Boolean(result.tlsKey)) {
     throw new ConfigError("MEMORY_TLS_CERT and MEMORY_TLS_KEY go together: give both or neither");
@@ -301,7 +779,9 @@ export function loadConfig(argv: string[] = process.argv.slice(2), env: NodeJS.P
     throw new ConfigError("MEMORY_TLS_CLIENT_CA needs MEMORY_TLS_CERT and MEMORY_TLS_KEY (mutual TLS runs over TLS)");
   }
   if (result.headersTimeoutMs > 0 && result.requestTimeoutMs > 0 && result.headersTimeoutMs > result.requestTimeoutMs) {
-    throw new ConfigError(`MEMORY_HEADERS_TIMEOUT_MS (${result.headersTimeoutMs}) must not exceed MEMORY_REQUEST_TIMEOUT_MS (${result.requestTimeoutMs}): headers are part of the request`);
+    throw new ConfigError(
+      `MEMORY_HEADERS_TIMEOUT_MS (${result.headersTimeoutMs}) must not exceed MEMORY_REQUEST_TIMEOUT_MS (${result.requestTimeoutMs}): headers are part of the request`,
+    );
   }
   checkEmbeddings(result);
   checkRerank(result);
@@ -329,7 +809,9 @@ export function parseRetentionApps(raw: string, source: string): Map<string, App
     throw new ConfigError(`${source}: not valid JSON (${err instanceof Error ? err.message : String(err)})`);
   }
   if (typeof parsed !== "object" || parsed === null || Array.isArray(parsed)) {
-    throw new ConfigError(`${source}: expected a JSON object from app_name to retention, e.g. {"my-app": {"max_session_events": 100}}`);
+    throw new ConfigError(
+      `${source}: expected a JSON object from app_name to retention, e.g. {"my-app": {"max_session_events": 100}}`,
+    );
   }
   const apps = new Map<string, AppRetention>();
   const fields = Object.keys(APP_RETENTION_FIELDS).join(", ");
@@ -345,7 +827,9 @@ export function parseRetentionApps(raw: string, source: string): Map<string, App
       const key = Object.hasOwn(APP_RETENTION_FIELDS, field) ? APP_RETENTION_FIELDS[field] : undefined;
       if (!key) throw new ConfigError(`${where}.${field}: unknown field; expected one of ${fields}`);
       if (typeof n !== "number" || !Number.isSafeInteger(n) || n < 0) {
-        throw new ConfigError(`${where}.${field}: expected a whole number, at least 0 (0: no cap), got ${JSON.stringify(n)}`);
+        throw new ConfigError(
+          `${where}.${field}: expected a whole number, at least 0 (0: no cap), got ${JSON.stringify(n)}`,
+        );
       }
       retention[key] = n;
     }
@@ -362,7 +846,9 @@ function checkAllowedHosts(hosts: readonly string[]): void {
   }
   for (const entry of hosts) {
     if (!/^\.?[a-z0-9_-]+(?:\.[a-z0-9_-]+)*\.?$/i.test(entry)) {
-      throw new ConfigError(`MEMORY_ALLOWED_HOSTS: ${JSON.stringify(entry)} is not a host name (write it without scheme, port or path, e.g. memory.example.com or .example.com)`);
+      throw new ConfigError(
+        `MEMORY_ALLOWED_HOSTS: ${JSON.stringify(entry)} is not a host name (write it without scheme, port or path, e.g. memory.example.com or .example.com)`,
+      );
     }
   }
 }
@@ -376,9 +862,12 @@ function checkAllowedHosts(hosts: readonly string[]): void {
 function checkCorsOrigins(config: Config): void {
   const origins = config.corsOrigins;
   if (origins.includes("*")) {
-    if (origins.length > 1) throw new ConfigError("MEMORY_CORS_ORIGINS: * allows every origin and must be the only entry");
+    if (origins.length > 1)
+      throw new ConfigError("MEMORY_CORS_ORIGINS: * allows every origin and must be the only entry");
     if (!config.auth) {
-      throw new ConfigError("MEMORY_CORS_ORIGINS=* needs MEMORY_AUTH=true: without API keys any web page could read and write memory");
+      throw new ConfigError(
+        "MEMORY_CORS_ORIGINS=* needs MEMORY_AUTH=true: without API keys any web page could read and write memory",
+      );
     }
     return;
   }
@@ -391,7 +880,9 @@ function checkCorsOrigins(config: Config): void {
     }
     if (origin !== entry || !/^https?:\/\//.test(entry)) {
       const hint = origin && origin !== "null" ? `; write it as ${origin}` : "";
-      throw new ConfigError(`MEMORY_CORS_ORIGINS: ${JSON.stringify(entry)} is not a web origin (scheme://host[:port], no path)${hint}`);
+      throw new ConfigError(
+        `MEMORY_CORS_ORIGINS: ${JSON.stringify(entry)} is not a web origin (scheme://host[:port], no path)${hint}`,
+      );
     }
   }
 }
@@ -418,10 +909,14 @@ function checkEmbeddings(config: Config): void {
     // reported below
   }
   if (!url || (url.protocol !== "http:" && url.protocol !== "https:")) {
-    throw new ConfigError(`MEMORY_EMBEDDINGS_URL: expected an http(s) base URL such as https://api.openai.com/v1, got ${JSON.stringify(config.embeddingsUrl)}`);
+    throw new ConfigError(
+      `MEMORY_EMBEDDINGS_URL: expected an http(s) base URL such as https://api.openai.com/v1, got ${JSON.stringify(config.embeddingsUrl)}`,
+    );
   }
   if (!config.embeddingsModel) {
-    throw new ConfigError("MEMORY_EMBEDDINGS_URL needs MEMORY_EMBEDDINGS_MODEL (e.g. text-embedding-3-small, nomic-embed-text)");
+    throw new ConfigError(
+      "MEMORY_EMBEDDINGS_URL needs MEMORY_EMBEDDINGS_MODEL (e.g. text-embedding-3-small, nomic-embed-text)",
+    );
   }
 }
 
@@ -442,7 +937,9 @@ function checkRerank(config: Config): void {
     // reported below
   }
   if (!url || (url.protocol !== "http:" && url.protocol !== "https:")) {
-    throw new ConfigError(`MEMORY_RERANK_URL: expected an http(s) URL of a rerank endpoint such as http://127.0.0.1:8080/rerank, got ${JSON.stringify(config.rerankUrl)}`);
+    throw new ConfigError(
+      `MEMORY_RERANK_URL: expected an http(s) URL of a rerank endpoint such as http://127.0.0.1:8080/rerank, got ${JSON.stringify(config.rerankUrl)}`,
+    );
   }
 }
 
@@ -453,7 +950,8 @@ function checkExtraction(config: Config): void {
       ["MEMORY_EXTRACTION_MODEL", config.extractionModel],
       ["MEMORY_EXTRACTION_API_KEY", config.extractionApiKey],
     ].find(([, value]) => value !== undefined);
-    if (orphan) throw new ConfigError(`${orphan[0]} needs MEMORY_EXTRACTION_URL (the OpenAI-compatible chat API to call)`);
+    if (orphan)
+      throw new ConfigError(`${orphan[0]} needs MEMORY_EXTRACTION_URL (the OpenAI-compatible chat API to call)`);
     return;
   }
   let url: URL | undefined;
@@ -463,9 +961,12 @@ function checkExtraction(config: Config): void {
     // reported below
   }
   if (!url || (url.protocol !== "http:" && url.protocol !== "https:")) {
-    throw new ConfigError(`MEMORY_EXTRACTION_URL: expected an http(s) base URL such as https://api.openai.com/v1, got ${JSON.stringify(config.extractionUrl)}`);
+    throw new ConfigError(
+      `MEMORY_EXTRACTION_URL: expected an http(s) base URL such as https://api.openai.com/v1, got ${JSON.stringify(config.extractionUrl)}`,
+    );
   }
-  if (!config.extractionModel) throw new ConfigError("MEMORY_EXTRACTION_URL needs MEMORY_EXTRACTION_MODEL (e.g. gpt-4o-mini, llama3.1)");
+  if (!config.extractionModel)
+    throw new ConfigError("MEMORY_EXTRACTION_URL needs MEMORY_EXTRACTION_MODEL (e.g. gpt-4o-mini, llama3.1)");
 }
 
 /** The configuration as printed at start, with credentials in URLs and the embeddings and extraction keys masked. */

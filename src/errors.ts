@@ -75,11 +75,16 @@ export function invalidArgument(field: string, problem: string): MemoryError {
 
 /** NOT_FOUND for a session id. */
 export function sessionNotFound(sessionId: string): MemoryError {
-  return new MemoryError("NOT_FOUND", `session_id: session ${JSON.stringify(sessionId)} not found`, {}, {
-    field: "session_id",
-    fieldProblem: "session not found",
-    reason: "SESSION_NOT_FOUND",
-  });
+  return new MemoryError(
+    "NOT_FOUND",
+    `session_id: session ${JSON.stringify(sessionId)} not found`,
+    {},
+    {
+      field: "session_id",
+      fieldProblem: "session not found",
+      reason: "SESSION_NOT_FOUND",
+    },
+  );
 }
 
 /** Trailer carrying the session's head seq on an expected_seq mismatch. */
@@ -108,32 +113,48 @@ export const CURRENT_VERSION_TRAILER = "engram-current-version";
 /** FAILED_PRECONDITION for an expected_version (UpdateSession) that does not match the session's version. */
 export function versionConflict(expected: number, current: number): MemoryError {
   const problem = `expected ${expected} but the session's current version is ${current}`;
-  return new MemoryError("FAILED_PRECONDITION", `expected_version: ${problem}`, { [CURRENT_VERSION_TRAILER]: String(current) }, {
-    field: "expected_version",
-    fieldProblem: problem,
-    reason: "VERSION_CONFLICT",
-    info: { current_version: String(current), expected_version: String(expected) },
-  });
+  return new MemoryError(
+    "FAILED_PRECONDITION",
+    `expected_version: ${problem}`,
+    { [CURRENT_VERSION_TRAILER]: String(current) },
+    {
+      field: "expected_version",
+      fieldProblem: problem,
+      reason: "VERSION_CONFLICT",
+      info: { current_version: String(current), expected_version: String(expected) },
+    },
+  );
 }
 
 /** OUT_OF_RANGE for a cursor that points into events no longer retained. */
 export function cursorEvicted(afterSeq: number, firstSeq: number): MemoryError {
   const problem = `events after seq ${afterSeq} are no longer retained (oldest retained seq is ${firstSeq})`;
-  return new MemoryError("OUT_OF_RANGE", `after_seq: ${problem}`, {}, {
-    field: "after_seq",
-    fieldProblem: problem,
-    reason: "CURSOR_EVICTED",
-    info: { first_seq: String(firstSeq) },
-  });
+  return new MemoryError(
+    "OUT_OF_RANGE",
+    `after_seq: ${problem}`,
+    {},
+    {
+      field: "after_seq",
+      fieldProblem: problem,
+      reason: "CURSOR_EVICTED",
+      info: { first_seq: String(firstSeq) },
+    },
+  );
 }
 
 /** UNAVAILABLE for a stream the server ends while shutting down; `lastSeq` is the last seq it delivered, to resume after. */
 export function shuttingDown(lastSeq?: number): MemoryError {
-  if (lastSeq === undefined) return new MemoryError("UNAVAILABLE", "server is shutting down", {}, { reason: "SHUTTING_DOWN" });
-  return new MemoryError("UNAVAILABLE", `server is shutting down; resume after seq ${lastSeq}`, { [LAST_SEQ_TRAILER]: String(lastSeq) }, {
-    reason: "SHUTTING_DOWN",
-    info: { last_seq: String(lastSeq) },
-  });
+  if (lastSeq === undefined)
+    return new MemoryError("UNAVAILABLE", "server is shutting down", {}, { reason: "SHUTTING_DOWN" });
+  return new MemoryError(
+    "UNAVAILABLE",
+    `server is shutting down; resume after seq ${lastSeq}`,
+    { [LAST_SEQ_TRAILER]: String(lastSeq) },
+    {
+      reason: "SHUTTING_DOWN",
+      info: { last_seq: String(lastSeq) },
+    },
+  );
 }
 
 /** The setting that caps every message, as its environment variable is named (src/config.ts). */
@@ -147,11 +168,21 @@ export const MAX_MESSAGE_SETTING = "MEMORY_MAX_MESSAGE_BYTES";
  * it (a Content-Length, a gRPC length prefix).
  */
 export function messageTooLarge(limit: number, size?: number): MemoryError {
-  const what = size === undefined ? "request message is larger than" : `request message of ${size} bytes is larger than`;
-  return new MemoryError("RESOURCE_EXHAUSTED", `${what} the server's limit of ${limit} bytes (${MAX_MESSAGE_SETTING}=${limit})`, {}, {
-    reason: "MESSAGE_TOO_LARGE",
-    info: { setting: MAX_MESSAGE_SETTING, limit_bytes: String(limit), ...(size === undefined ? {} : { size_bytes: String(size) }) },
-  });
+  const what =
+    size === undefined ? "request message is larger than" : `request message of ${size} bytes is larger than`;
+  return new MemoryError(
+    "RESOURCE_EXHAUSTED",
+    `${what} the server's limit of ${limit} bytes (${MAX_MESSAGE_SETTING}=${limit})`,
+    {},
+    {
+      reason: "MESSAGE_TOO_LARGE",
+      info: {
+        setting: MAX_MESSAGE_SETTING,
+        limit_bytes: String(limit),
+        ...(size === undefined ? {} : { size_bytes: String(size) }),
+      },
+    },
+  );
 }
 
 /** Wraps anything thrown into a MemoryError; unknown errors become INTERNAL. */

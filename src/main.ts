@@ -29,7 +29,10 @@ import { VERSION } from "./version.js";
 async function logDurability(store: MemoryStore, config: Config): Promise<void> {
   const retention = describeRetention(storeLimits(config), store.backend, config.capsFromDefaults);
   const durability = await store.describeDurability();
-  log.info({ backend: store.backend, durability, retention }, `store durability: ${durability.summary}; retention: ${retention}`);
+  log.info(
+    { backend: store.backend, durability, retention },
+    `store durability: ${durability.summary}; retention: ${retention}`,
+  );
 }
 
 /**
@@ -39,13 +42,27 @@ async function logDurability(store: MemoryStore, config: Config): Promise<void> 
 async function openStoreOrKeepTrying(config: Config): Promise<MemoryStore> {
   const failed = (err: unknown, attempt: number) => {
     // A script the backend refuses is this release's fault on that backend: an error, saying which script and why, in one line.
-    if (err instanceof StoreScriptRefusedError) log.error({ attempt, script: err.script, reason: err.reason }, `${err.message}; serving unready and retrying with back-off`);
-    else log.warn({ attempt, reason: err instanceof Error ? err.message : String(err) }, "cannot open the store yet; serving unready and retrying with back-off");
+    if (err instanceof StoreScriptRefusedError)
+      log.error(
+        { attempt, script: err.script, reason: err.reason },
+        `${err.message}; serving unready and retrying with back-off`,
+      );
+    else
+      log.warn(
+        { attempt, reason: err instanceof Error ? err.message : String(err) },
+        "cannot open the store yet; serving unready and retrying with back-off",
+      );
   };
   try {
     return await openStore(config);
   } catch (err) {
-    if (err instanceof ConfigError || err instanceof StoreIncompatibleError || !config.memoryEnabled || config.memoryType === "local") throw err;
+    if (
+      err instanceof ConfigError ||
+      err instanceof StoreIncompatibleError ||
+      !config.memoryEnabled ||
+      config.memoryType === "local"
+    )
+      throw err;
     failed(err, 0);
     return new ConnectingStore(
       config.memoryType,
@@ -84,7 +101,11 @@ async function main(): Promise<void> {
   if (service.extractor) metrics.watchExtraction(service.extractor.counts);
   if (service.longTerm.reranker) metrics.watchReranker(service.longTerm.reranker.counts);
   const server = await startServer(service, config, log, metrics);
-  if (config.auth) log.info({ keys: config.memoryEnabled && config.memoryType !== "local" ? config.memoryType : config.authKeysFile }, "API keys required on every call");
+  if (config.auth)
+    log.info(
+      { keys: config.memoryEnabled && config.memoryType !== "local" ? config.memoryType : config.authKeysFile },
+      "API keys required on every call",
+    );
   log.info({ host: config.host, port: server.port, backend: store.backend, version: VERSION }, "listening");
   // Erasures a stopped replica left unfinished are finished once the store is open, while serving (counts only: no tenant data).
   const resumeErasures = (opened: MemoryStore) =>
@@ -143,7 +164,8 @@ function listenFailureOf(err: unknown): string | undefined {
   const where = `port ${e.port ?? "?"}${e.address ? ` on ${e.address}` : ""}`;
   if (e.code === "EADDRINUSE") return `${where} is in use (set PORT or --port)`;
   if (e.code === "EACCES") return `${where} needs privileges this process lacks (set PORT or --port to 1024 or above)`;
-  if (e.code === "EADDRNOTAVAIL") return `${e.address ?? "the address"} is not an address of this machine (set HOST or --host)`;
+  if (e.code === "EADDRNOTAVAIL")
+    return `${e.address ?? "the address"} is not an address of this machine (set HOST or --host)`;
   return undefined;
 }
 

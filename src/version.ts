@@ -5,4 +5,6 @@
 import { readFileSync } from "node:fs";
 
 /** The package version, e.g. "0.1.0". */
-export const VERSION: string = (JSON.parse(readFileSync(new URL("../package.json", import.meta.url), "utf8")) as { version: string }).version;
+export const VERSION: string = (
+  JSON.parse(readFileSync(new URL("../package.json", import.meta.url), "utf8")) as { version: string }
+).version;

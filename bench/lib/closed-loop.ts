@@ -46,7 +46,10 @@ function cpuBetween(start: Map<number, number> | undefined, end: Map<number, num
 }
 
 /** Runs `operation(workerIndex, iteration)` in a closed loop and measures it. Errors are counted, not thrown (up to 1000). */
-export async function closedLoop(options: ClosedLoopOptions, operation: (worker: number, iteration: number) => Promise<void>): Promise<LoadResult> {
+export async function closedLoop(
+  options: ClosedLoopOptions,
+  operation: (worker: number, iteration: number) => Promise<void>,
+): Promise<LoadResult> {
   const latency = new LatencyRecorder();
   const stopAt = performance.now() + options.warmupMs + options.durationMs;
   let calls = 0;
@@ -97,7 +100,16 @@ export async function closedLoop(options: ClosedLoopOptions, operation: (worker:
   const seconds = (end.at - start.at) / 1000;
   const perCall = (spent: number) => (calls > 0 ? round((spent / calls) * 1e6) : Number.NaN);
   const cpuUsPerCall: Record<string, number> = {};
-  for (const name of Object.keys(options.cpuPids)) cpuUsPerCall[name] = perCall(cpuBetween(start.cpu[name], end.cpu[name]));
+  for (const name of Object.keys(options.cpuPids))
+    cpuUsPerCall[name] = perCall(cpuBetween(start.cpu[name], end.cpu[name]));
   cpuUsPerCall.client = perCall(end.clientCpu - start.clientCpu);
-  return { calls, errors, firstError, seconds: round(seconds, 2), throughput: round(calls / seconds), ...latency.summary(), cpuUsPerCall };
+  return {
+    calls,
+    errors,
+    firstError,
+    seconds: round(seconds, 2),
+    throughput: round(calls / seconds),
+    ...latency.summary(),
+    cpuUsPerCall,
+  };
 }

@@ -99,7 +99,11 @@ export interface EngramProcess {
 export const SERVER_BUILD: "compiled" | "tsx" = process.env.BENCH_SERVER === "tsx" ? "tsx" : "compiled";
 
 /** Starts the server under node (so `pid` is the server itself), as SERVER_BUILD says, and waits for its "listening" line. */
-export async function startEngram(args: string[], env: Record<string, string> = {}, nodeArgs: string[] = []): Promise<EngramProcess> {
+export async function startEngram(
+  args: string[],
+  env: Record<string, string> = {},
+  nodeArgs: string[] = [],
+): Promise<EngramProcess> {
   const entry = SERVER_BUILD === "tsx" ? [...TSX_NODE_ARGS, ...nodeArgs, "src/main.ts"] : [...nodeArgs, "dist/main.js"];
   const child = spawn(process.execPath, [...entry, "--host", "127.0.0.1", "--port", "0", ...args], {
     cwd: REPO_ROOT,
@@ -205,7 +209,8 @@ export function serveRequests(handler: (message: never) => Promise<unknown>): vo
   process.on("message", (message) => {
     handler(message as never).then(
       (value) => process.send!({ ok: true, value }),
-      (err: unknown) => process.send!({ ok: false, error: err instanceof Error ? err.stack ?? err.message : String(err) }),
+      (err: unknown) =>
+        process.send!({ ok: false, error: err instanceof Error ? (err.stack ?? err.message) : String(err) }),
     );
   });
   process.on("disconnect", () => process.exit(0));

@@ -138,7 +138,9 @@ export function loadMemoriesEval(dir: string = MEMORIES_EVAL_DIR): MemoriesEvalS
     .filter((name) => name.endsWith(".json"))
     .sort()
     .map((name) => JSON.parse(readFileSync(path.join(conversationsDir, name), "utf8")) as EvalConversation);
-  const appWide = JSON.parse(readFileSync(path.join(dir, "app-wide-questions.json"), "utf8")) as { questions: EvalQuestion[] };
+  const appWide = JSON.parse(readFileSync(path.join(dir, "app-wide-questions.json"), "utf8")) as {
+    questions: EvalQuestion[];
+  };
   return { conversations, appWideQuestions: appWide.questions };
 }
 
@@ -214,7 +216,9 @@ export function isValidAt(memory: EvalMemory, invalidAt: string | undefined, asO
 
 /** A strict ISO-8601 UTC instant, as the set writes them (seconds, Z). */
 function isTimestamp(value: unknown): value is string {
-  return typeof value === "string" && /^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ$/.test(value) && !Number.isNaN(Date.parse(value));
+  return (
+    typeof value === "string" && /^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ$/.test(value) && !Number.isNaN(Date.parse(value))
+  );
 }
 
 function isNonEmptyString(value: unknown): value is string {
@@ -245,23 +249,29 @@ export function validateMemoriesEval(set: MemoriesEvalSet, minimums: EvalMinimum
     if (!isNonEmptyString(c.app_name)) problems.push(`conversation ${c.id}: app_name is empty`);
     if (!isNonEmptyString(c.domain)) problems.push(`conversation ${c.id}: domain is empty`);
     if (!Array.isArray(c.user_ids) || c.user_ids.length === 0) problems.push(`conversation ${c.id}: user_ids is empty`);
-    if (!Array.isArray(c.agent_ids) || c.agent_ids.length === 0) problems.push(`conversation ${c.id}: agent_ids is empty`);
+    if (!Array.isArray(c.agent_ids) || c.agent_ids.length === 0)
+      problems.push(`conversation ${c.id}: agent_ids is empty`);
     for (const u of c.user_ids ?? []) appUsers.set(c.app_name, (appUsers.get(c.app_name) ?? new Set()).add(u));
     for (const a of c.agent_ids ?? []) appAgents.set(c.app_name, (appAgents.get(c.app_name) ?? new Set()).add(a));
-    if (!Array.isArray(c.sessions) || c.sessions.length < 2) problems.push(`conversation ${c.id}: needs at least 2 sessions`);
+    if (!Array.isArray(c.sessions) || c.sessions.length < 2)
+      problems.push(`conversation ${c.id}: needs at least 2 sessions`);
 
     let previous: string | undefined;
     for (const s of c.sessions ?? []) {
       unique("session", s.session_id);
-      if (!c.user_ids.includes(s.user_id)) problems.push(`session ${s.session_id}: user_id ${s.user_id} is not among the conversation's user_ids`);
-      if (!c.agent_ids.includes(s.agent_id)) problems.push(`session ${s.session_id}: agent_id ${s.agent_id} is not among the conversation's agent_ids`);
+      if (!c.user_ids.includes(s.user_id))
+        problems.push(`session ${s.session_id}: user_id ${s.user_id} is not among the conversation's user_ids`);
+      if (!c.agent_ids.includes(s.agent_id))
+        problems.push(`session ${s.session_id}: agent_id ${s.agent_id} is not among the conversation's agent_ids`);
       if (!Array.isArray(s.events) || s.events.length === 0) problems.push(`session ${s.session_id}: has no events`);
       (s.events ?? []).forEach((e, i) => {
         const at = `session ${s.session_id} event ${i + 1}`;
         if (e.seq !== i + 1) problems.push(`${at}: seq is ${e.seq}, expected ${i + 1}`);
-        if (e.role !== "user" && e.role !== "agent") problems.push(`${at}: role ${String(e.role)} is neither user nor agent`);
+        if (e.role !== "user" && e.role !== "agent")
+          problems.push(`${at}: role ${String(e.role)} is neither user nor agent`);
         if (!isNonEmptyString(e.text)) problems.push(`${at}: text is empty`);
-        if (!isTimestamp(e.timestamp)) problems.push(`${at}: timestamp ${String(e.timestamp)} is not an ISO-8601 UTC instant`);
+        if (!isTimestamp(e.timestamp))
+          problems.push(`${at}: timestamp ${String(e.timestamp)} is not an ISO-8601 UTC instant`);
         else if (previous !== undefined && Date.parse(e.timestamp) <= Date.parse(previous)) {
           problems.push(`${at}: timestamp ${e.timestamp} is not after the previous event's ${previous}`);
         }
@@ -273,14 +283,19 @@ export function validateMemoriesEval(set: MemoriesEvalSet, minimums: EvalMinimum
       unique("memory", m.memory_id);
       const at = `memory ${m.memory_id}`;
       if (!isNonEmptyString(m.text)) problems.push(`${at}: text is empty`);
-      if (typeof m.importance !== "number" || m.importance < 0 || m.importance > 1) problems.push(`${at}: importance ${m.importance} is outside 0–1`);
+      if (typeof m.importance !== "number" || m.importance < 0 || m.importance > 1)
+        problems.push(`${at}: importance ${m.importance} is outside 0–1`);
       if (!Array.isArray(m.topics)) problems.push(`${at}: topics is not a list`);
-      if (m.fact && ![m.fact.subject, m.fact.predicate, m.fact.object].every(isNonEmptyString)) problems.push(`${at}: fact has an empty part`);
+      if (m.fact && ![m.fact.subject, m.fact.predicate, m.fact.object].every(isNonEmptyString))
+        problems.push(`${at}: fact has an empty part`);
       for (const field of Object.keys(m.scope ?? {})) {
-        if (!(SCOPE_FIELDS as readonly string[]).includes(field)) problems.push(`${at}: scope has unknown field ${field}`);
+        if (!(SCOPE_FIELDS as readonly string[]).includes(field))
+          problems.push(`${at}: scope has unknown field ${field}`);
       }
-      if (m.scope?.user_id !== undefined && !c.user_ids.includes(m.scope.user_id)) problems.push(`${at}: scope.user_id ${m.scope.user_id} is not among the conversation's user_ids`);
-      if (m.scope?.agent_id !== undefined && !c.agent_ids.includes(m.scope.agent_id)) problems.push(`${at}: scope.agent_id ${m.scope.agent_id} is not among the conversation's agent_ids`);
+      if (m.scope?.user_id !== undefined && !c.user_ids.includes(m.scope.user_id))
+        problems.push(`${at}: scope.user_id ${m.scope.user_id} is not among the conversation's user_ids`);
+      if (m.scope?.agent_id !== undefined && !c.agent_ids.includes(m.scope.agent_id))
+        problems.push(`${at}: scope.agent_id ${m.scope.agent_id} is not among the conversation's agent_ids`);
       if (m.scope?.session_id !== undefined && !c.sessions.some((s) => s.session_id === m.scope.session_id)) {
         problems.push(`${at}: scope.session_id ${m.scope.session_id} is not a session of ${c.id}`);
       }
@@ -291,9 +306,13 @@ export function validateMemoriesEval(set: MemoriesEvalSet, minimums: EvalMinimum
       }
       const { from_seq: from, to_seq: to } = m.source;
       if (!(Number.isInteger(from) && Number.isInteger(to) && from >= 1 && from <= to && to <= source.events.length)) {
-        problems.push(`${at}: source seq range ${from}–${to} is not within ${source.session_id}'s ${source.events.length} events`);
+        problems.push(
+          `${at}: source seq range ${from}–${to} is not within ${source.session_id}'s ${source.events.length} events`,
+        );
       } else if (!isTimestamp(m.valid_from) || Date.parse(m.valid_from) < Date.parse(source.events[to - 1].timestamp)) {
-        problems.push(`${at}: valid_from ${m.valid_from} is before the event it was extracted from (${source.events[to - 1].timestamp})`);
+        problems.push(
+          `${at}: valid_from ${m.valid_from} is before the event it was extracted from (${source.events[to - 1].timestamp})`,
+        );
       }
     }
   }
@@ -311,11 +330,15 @@ export function validateMemoriesEval(set: MemoriesEvalSet, minimums: EvalMinimum
       problems.push(`${at}: app ${String(app)} has no conversations`);
       continue;
     }
-    if (!(QUESTION_CATEGORIES as readonly string[]).includes(q.category)) problems.push(`${at}: category ${q.category} is unknown`);
+    if (!(QUESTION_CATEGORIES as readonly string[]).includes(q.category))
+      problems.push(`${at}: category ${q.category} is unknown`);
     if (!isNonEmptyString(q.query)) problems.push(`${at}: query is empty`);
-    if (q.as_of !== undefined && !isTimestamp(q.as_of)) problems.push(`${at}: as_of ${q.as_of} is not an ISO-8601 UTC instant`);
-    if (q.asker.user_id !== undefined && !appUsers.get(app)!.has(q.asker.user_id)) problems.push(`${at}: asker user_id ${q.asker.user_id} is not a user of ${app}`);
-    if (q.asker.agent_id !== undefined && !appAgents.get(app)!.has(q.asker.agent_id)) problems.push(`${at}: asker agent_id ${q.asker.agent_id} is not an agent of ${app}`);
+    if (q.as_of !== undefined && !isTimestamp(q.as_of))
+      problems.push(`${at}: as_of ${q.as_of} is not an ISO-8601 UTC instant`);
+    if (q.asker.user_id !== undefined && !appUsers.get(app)!.has(q.asker.user_id))
+      problems.push(`${at}: asker user_id ${q.asker.user_id} is not a user of ${app}`);
+    if (q.asker.agent_id !== undefined && !appAgents.get(app)!.has(q.asker.agent_id))
+      problems.push(`${at}: asker agent_id ${q.asker.agent_id} is not an agent of ${app}`);
 
     const gold = q.gold?.memory_ids ?? [];
     if (gold.length === 0) problems.push(`${at}: gold.memory_ids is empty`);
@@ -329,14 +352,18 @@ export function validateMemoriesEval(set: MemoriesEvalSet, minimums: EvalMinimum
       resolved.push(memory);
       if (!isVisibleTo(memory, app, q.asker)) problems.push(`${at}: gold memory ${id} is outside the asker's scope`);
       if (!isValidAt(memory, invalidAt.get(id), q.as_of)) {
-        problems.push(`${at}: gold memory ${id} is not valid ${q.as_of ? `as of ${q.as_of}` : "now (it has been superseded)"}`);
+        problems.push(
+          `${at}: gold memory ${id} is not valid ${q.as_of ? `as of ${q.as_of}` : "now (it has been superseded)"}`,
+        );
       }
     }
     for (const id of q.gold?.not_valid_ids ?? []) {
       const memory = memoryById.get(id);
       if (!memory) problems.push(`${at}: not-valid memory ${id} does not exist`);
-      else if (!isVisibleTo(memory, app, q.asker)) problems.push(`${at}: not-valid memory ${id} is outside the asker's scope, so it tests nothing`);
-      else if (isValidAt(memory, invalidAt.get(id), q.as_of)) problems.push(`${at}: not-valid memory ${id} is in fact valid ${q.as_of ? `as of ${q.as_of}` : "now"}`);
+      else if (!isVisibleTo(memory, app, q.asker))
+        problems.push(`${at}: not-valid memory ${id} is outside the asker's scope, so it tests nothing`);
+      else if (isValidAt(memory, invalidAt.get(id), q.as_of))
+        problems.push(`${at}: not-valid memory ${id} is in fact valid ${q.as_of ? `as of ${q.as_of}` : "now"}`);
       else if (gold.includes(id)) problems.push(`${at}: memory ${id} is both gold and not valid`);
     }
 
@@ -345,7 +372,9 @@ export function validateMemoriesEval(set: MemoriesEvalSet, minimums: EvalMinimum
         const groups = new Set(resolved.map((m) => supersessionGroup(m)));
         const superseded = (q.gold.not_valid_ids ?? []).map((id) => memoryById.get(id)).filter((m) => m !== undefined);
         if (superseded.length === 0) problems.push(`${at}: a supersession question names no superseded memory`);
-        for (const m of superseded) if (!groups.has(supersessionGroup(m))) problems.push(`${at}: ${m.memory_id} is not superseded by any gold memory`);
+        for (const m of superseded)
+          if (!groups.has(supersessionGroup(m)))
+            problems.push(`${at}: ${m.memory_id} is not superseded by any gold memory`);
         if (q.as_of !== undefined) problems.push(`${at}: a supersession question asks about now, so it has no as_of`);
         break;
       }
@@ -353,7 +382,8 @@ export function validateMemoriesEval(set: MemoriesEvalSet, minimums: EvalMinimum
         if (q.as_of === undefined) problems.push(`${at}: an as_of question has no as_of`);
         break;
       case "multi_hop":
-        if (new Set(resolved.map((m) => m.source.session_id)).size < 2) problems.push(`${at}: a multi_hop question needs gold memories from at least 2 sessions`);
+        if (new Set(resolved.map((m) => m.source.session_id)).size < 2)
+          problems.push(`${at}: a multi_hop question needs gold memories from at least 2 sessions`);
         break;
       case "shared":
         if (!resolved.some((m) => Object.keys(m.scope).length === 0 && m.conversation !== q.conversation)) {
@@ -364,10 +394,13 @@ export function validateMemoriesEval(set: MemoriesEvalSet, minimums: EvalMinimum
   }
 
   const questions = allQuestions(set);
-  if (set.conversations.length < minimums.conversations) problems.push(`the set has ${set.conversations.length} conversations, fewer than ${minimums.conversations}`);
-  if (questions.length < minimums.questions) problems.push(`the set has ${questions.length} questions, fewer than ${minimums.questions}`);
+  if (set.conversations.length < minimums.conversations)
+    problems.push(`the set has ${set.conversations.length} conversations, fewer than ${minimums.conversations}`);
+  if (questions.length < minimums.questions)
+    problems.push(`the set has ${questions.length} questions, fewer than ${minimums.questions}`);
   for (const [category, count] of Object.entries(countByCategory(questions))) {
-    if (count < minimums.perCategory) problems.push(`category ${category} has ${count} questions, fewer than ${minimums.perCategory}`);
+    if (count < minimums.perCategory)
+      problems.push(`category ${category} has ${count} questions, fewer than ${minimums.perCategory}`);
   }
   return problems;
 }
@@ -384,7 +417,8 @@ export function isHitAtK(ranked: readonly string[], gold: Gold, k: number): bool
 
 /** recall@k over a question list: the share of questions answered correctly (isHitAtK); ranked[i] answers gold[i]. */
 export function recallAtK(ranked: readonly (readonly string[])[], gold: readonly Gold[], k = 5): number {
-  if (ranked.length !== gold.length) throw new RangeError(`recallAtK: ${ranked.length} ranked lists for ${gold.length} questions`);
+  if (ranked.length !== gold.length)
+    throw new RangeError(`recallAtK: ${ranked.length} ranked lists for ${gold.length} questions`);
   if (gold.length === 0) return 0;
   return gold.filter((g, i) => isHitAtK(ranked[i], g, k)).length / gold.length;
 }
@@ -395,10 +429,20 @@ export function recallByCategory(
   ranked: readonly (readonly string[])[],
   k = 5,
 ): Record<QuestionCategory | "all", number> {
-  const result = { all: recallAtK(ranked, questions.map((q) => q.gold), k) } as Record<QuestionCategory | "all", number>;
+  const result = {
+    all: recallAtK(
+      ranked,
+      questions.map((q) => q.gold),
+      k,
+    ),
+  } as Record<QuestionCategory | "all", number>;
   for (const category of QUESTION_CATEGORIES) {
     const picked = questions.flatMap((q, i) => (q.category === category ? [i] : []));
-    result[category] = recallAtK(picked.map((i) => ranked[i]), picked.map((i) => questions[i].gold), k);
+    result[category] = recallAtK(
+      picked.map((i) => ranked[i]),
+      picked.map((i) => questions[i].gold),
+      k,
+    );
   }
   return result;
 }

@@ -30,8 +30,13 @@ export function lexicalReferenceRanking(set: MemoriesEvalSet): string[][] {
   const ranker = new Bm25Ranker();
   return allQuestions(set).map((question) => {
     const app = appOfQuestion(set, question) ?? "";
-    const candidates = memories.filter((m) => isVisibleTo(m, app, question.asker) && isValidAt(m, invalidAt.get(m.memory_id), question.as_of));
-    const scores = ranker.scores(candidates.map((m) => m.text), question.query);
+    const candidates = memories.filter(
+      (m) => isVisibleTo(m, app, question.asker) && isValidAt(m, invalidAt.get(m.memory_id), question.as_of),
+    );
+    const scores = ranker.scores(
+      candidates.map((m) => m.text),
+      question.query,
+    );
     return candidates
       .map((m, i) => ({ id: m.memory_id, score: scores[i] }))
       .filter((c) => c.score > 0)

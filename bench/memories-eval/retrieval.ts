@@ -38,7 +38,15 @@ import { LocalStore } from "../../src/store/local.js";
 import type { MemoryFilter, MemoryRecord } from "../../src/store/types.js";
 import { startEmbeddingsServer } from "../../test/support/embeddings-server.js";
 import { REPO_ROOT } from "../lib/processes.js";
-import { allMemories, allQuestions, appOfQuestion, loadMemoriesEval, wireMemory, type EvalQuestion, type MemoriesEvalSet } from "./dataset.js";
+import {
+  allMemories,
+  allQuestions,
+  appOfQuestion,
+  loadMemoriesEval,
+  wireMemory,
+  type EvalQuestion,
+  type MemoriesEvalSet,
+} from "./dataset.js";
 
 /** The k of recall@k reported. */
 const KS = [5, 10, 25] as const;
@@ -48,7 +56,14 @@ const WRITE_BATCH = 100;
 /** One ranking's ids per question, best first. */
 type Ranked = string[][];
 /** The rankings compared, in report order. */
-const RANKINGS = ["BM25 (stemmed), baseline", "vectors, baseline", "RRF of the two, baseline", "Engram lexical", "Engram vector", "Engram fused"] as const;
+const RANKINGS = [
+  "BM25 (stemmed), baseline",
+  "vectors, baseline",
+  "RRF of the two, baseline",
+  "Engram lexical",
+  "Engram vector",
+  "Engram fused",
+] as const;
 
 interface Corpus {
   name: string;
@@ -61,7 +76,9 @@ interface Corpus {
 function bm25(pool: readonly MemoryRecord[], query: string): string[] {
   const k1 = 1.2;
   const b = 0.75;
-  const docs = pool.map((m) => analyze(m.fact ? `${m.text} ${m.fact.subject} ${m.fact.predicate} ${m.fact.object}` : m.text));
+  const docs = pool.map((m) =>
+    analyze(m.fact ? `${m.text} ${m.fact.subject} ${m.fact.predicate} ${m.fact.object}` : m.text),
+  );
   const avg = docs.reduce((s, d) => s + d.length, 0) / Math.max(1, docs.length);
   const terms = queryTerms(query);
   const df = new Map(terms.map((t) => [t, docs.filter((d) => d.includes(t)).length]));
@@ -110,7 +127,13 @@ function evidenceRecall(ranked: Ranked, evidence: readonly Set<string>[], k: num
 
 function askerFilter(set: MemoriesEvalSet, q: EvalQuestion): MemoryFilter {
   return {
-    scope: { appName: appOfQuestion(set, q) ?? "", userId: q.asker.user_id, agentId: q.asker.agent_id, sessionId: q.asker.session_id, match: "visible" },
+    scope: {
+      appName: appOfQuestion(set, q) ?? "",
+      userId: q.asker.user_id,
+      agentId: q.asker.agent_id,
+      sessionId: q.asker.session_id,
+      match: "visible",
+    },
     asOf: q.as_of ? Date.parse(q.as_of) : Date.now(),
   };
 }
@@ -120,7 +143,11 @@ function memoriesCorpus(set: MemoriesEvalSet): Corpus {
   return {
     name: "memories",
     memories: ordered.map(wireMemory),
-    questions: allQuestions(set).map((question) => ({ question, filter: askerFilter(set, question), evidence: new Set(question.gold.memory_ids) })),
+    questions: allQuestions(set).map((question) => ({
+      question,
+      filter: askerFilter(set, question),
+      evidence: new Set(question.gold.memory_ids),
+    })),
   };
 }
 
@@ -149,7 +176,10 @@ function turnsCorpus(set: MemoriesEvalSet): Corpus {
     }
     if (evidence.size === 0) return [];
     const app = `turns-${appOfQuestion(set, question) ?? ""}`;
-    const filter: MemoryFilter = { scope: { appName: app, match: "within" }, asOf: question.as_of ? Date.parse(question.as_of) : Date.now() };
+    const filter: MemoryFilter = {
+      scope: { appName: app, match: "within" },
+      asOf: question.as_of ? Date.parse(question.as_of) : Date.now(),
+    };
     return [{ question, filter, evidence }];
   });
   return { name: "turns", memories: turns, questions };
@@ -169,16 +199,30 @@ async function embedCached(embeddings: EmbeddingsClient, texts: readonly string[
   return texts.map((t) => cache[t]);
 }
 
-async function measure(corpus: Corpus, embeddings: EmbeddingsClient): Promise<Record<(typeof RANKINGS)[number], number[]>> {
+async function measure(
+  corpus: Corpus,
+  embeddings: EmbeddingsClient,
+): Promise<Record<(typeof RANKINGS)[number], number[]>> {
   const store = new LocalStore({ maxSessions: 0, maxSessionEvents: 0 });
   const service = new LongTermMemoryService(store, { limits: DEFAULT_SERVICE_LIMITS, heartbeatMs: 1000 });
-  const vectors = await embedCached(embeddings, corpus.memories.map((m) => m.text!));
+  const vectors = await embedCached(
+    embeddings,
+    corpus.memories.map((m) => m.text!),
+  );
   corpus.memories.forEach((m, i) => (m.embedding = vectors[i]));
   for (let start = 0; start < corpus.memories.length; start += WRITE_BATCH) {
-    await service.writeMemories(create(WriteMemoriesRequestSchema, { memories: corpus.memories.slice(start, start + WRITE_BATCH) }));
+    await service.writeMemories(
+      create(WriteMemoriesRequestSchema, { memories: corpus.memories.slice(start, start + WRITE_BATCH) }),
+    );
   }
-  const queryVectors = await embedCached(embeddings, corpus.questions.map((q) => q.question.query));
-  const ranked = Object.fromEntries(RANKINGS.map((r) => [r, [] as Ranked])) as Record<(typeof RANKINGS)[number], Ranked>;
+  const queryVectors = await embedCached(
+    embeddings,
+    corpus.questions.map((q) => q.question.query),
+  );
+  const ranked = Object.fromEntries(RANKINGS.map((r) => [r, [] as Ranked])) as Record<
+    (typeof RANKINGS)[number],
+    Ranked
+  >;
   for (const [i, { question, filter }] of corpus.questions.entries()) {
     const qv = queryVectors[i];
     const pool = await store.memories.listMemories(filter, 1_000_000);
@@ -194,19 +238,33 @@ async function measure(corpus: Corpus, embeddings: EmbeddingsClient): Promise<Re
   }
   await store.close();
   const evidence = corpus.questions.map((q) => q.evidence);
-  return Object.fromEntries(RANKINGS.map((r) => [r, KS.map((k) => evidenceRecall(ranked[r], evidence, k))])) as Record<(typeof RANKINGS)[number], number[]>;
+  return Object.fromEntries(RANKINGS.map((r) => [r, KS.map((k) => evidenceRecall(ranked[r], evidence, k))])) as Record<
+    (typeof RANKINGS)[number],
+    number[]
+  >;
 }
 
 const which = process.argv[2] ?? "both";
 const set = loadMemoriesEval();
 const server = await startEmbeddingsServer();
 try {
-  const embeddings = new EmbeddingsClient({ url: server.url, model: server.model, timeoutMs: 120_000, batchSize: 64, maxRetries: 0 });
-  const corpora = [which !== "memories" ? turnsCorpus(set) : undefined, which !== "turns" ? memoriesCorpus(set) : undefined].filter((c): c is Corpus => c !== undefined);
+  const embeddings = new EmbeddingsClient({
+    url: server.url,
+    model: server.model,
+    timeoutMs: 120_000,
+    batchSize: 64,
+    maxRetries: 0,
+  });
+  const corpora = [
+    which !== "memories" ? turnsCorpus(set) : undefined,
+    which !== "turns" ? memoriesCorpus(set) : undefined,
+  ].filter((c): c is Corpus => c !== undefined);
   for (const corpus of corpora) {
     const started = Date.now();
     const result = await measure(corpus, embeddings);
-    console.log(`\n${corpus.name}: ${corpus.memories.length} written, ${corpus.questions.length} questions (${((Date.now() - started) / 1000).toFixed(0)} s)`);
+    console.log(
+      `\n${corpus.name}: ${corpus.memories.length} written, ${corpus.questions.length} questions (${((Date.now() - started) / 1000).toFixed(0)} s)`,
+    );
     console.log(`| Ranking | ${KS.map((k) => `recall@${k}`).join(" | ")} |`);
     console.log(`| --- | ${KS.map(() => "---").join(" | ")} |`);
     for (const r of RANKINGS) console.log(`| ${r} | ${result[r].map((v) => (100 * v).toFixed(1)).join(" | ")} |`);

@@ -25,7 +25,11 @@
 import { spawn, type ChildProcess } from "node:child_process";
 import http from "node:http";
 import { create, toBinary } from "@bufbuild/protobuf";
-import { AddEventsRequestSchema, GetOrCreateSessionRequestSchema, GetSessionEventsRequestSchema } from "@engram-memory/client/gen/engram/v1/memory_pb.js";
+import {
+  AddEventsRequestSchema,
+  GetOrCreateSessionRequestSchema,
+  GetSessionEventsRequestSchema,
+} from "@engram-memory/client/gen/engram/v1/memory_pb.js";
 import type { LoadResult } from "../lib/closed-loop.js";
 import { forkWorker, startEngram, type Worker } from "../lib/processes.js";
 import type { LoadSpec } from "../loadgen.js";
@@ -37,7 +41,16 @@ import { addEventRequest, CONTENT_100B, SeedClient, SERVICE } from "../workloads
 /** Environment variable naming the Motorhead binary. */
 export const MOTORHEAD_ENV = "ENGRAM_BENCH_MOTORHEAD";
 
-const PARTIES: MotorheadParty[] = ["Engram gRPC", "Engram Connect JSON", "Engram REST", "Motorhead", "Node http2 floor", "Node HTTP/1.1 floor", "Node HTTP/1.1 + Redis floor", "Node http2 + Redis floor"];
+const PARTIES: MotorheadParty[] = [
+  "Engram gRPC",
+  "Engram Connect JSON",
+  "Engram REST",
+  "Motorhead",
+  "Node http2 floor",
+  "Node HTTP/1.1 floor",
+  "Node HTTP/1.1 + Redis floor",
+  "Node http2 + Redis floor",
+];
 const READ_SIZES = [20, 1000];
 
 /** A Motorhead process on a loopback port. */
@@ -51,7 +64,13 @@ async function startMotorhead(binary: string, redisUrl: string, windowSize: numb
   const port = await freePort();
   // RUST_LOG=warn: its access log (actix Logger at info) would write a line per request.
   const child: ChildProcess = spawn(binary, [], {
-    env: { PATH: process.env.PATH ?? "", REDIS_URL: redisUrl, PORT: String(port), MOTORHEAD_MAX_WINDOW_SIZE: String(windowSize), RUST_LOG: "warn" },
+    env: {
+      PATH: process.env.PATH ?? "",
+      REDIS_URL: redisUrl,
+      PORT: String(port),
+      MOTORHEAD_MAX_WINDOW_SIZE: String(windowSize),
+      RUST_LOG: "warn",
+    },
     stdio: ["ignore", "ignore", "pipe"],
   });
   let stderr = "";
@@ -80,15 +99,19 @@ async function startMotorhead(binary: string, redisUrl: string, windowSize: numb
 function httpJson(port: number, method: string, path: string, body?: unknown): Promise<unknown> {
   return new Promise((resolve, reject) => {
     const payload = body === undefined ? undefined : JSON.stringify(body);
-    const req = http.request({ host: "127.0.0.1", port, method, path, headers: payload ? { "content-type": "application/json" } : {} }, (res) => {
-      const chunks: Buffer[] = [];
-      res.on("data", (d: Buffer) => chunks.push(d));
-      res.on("end", () => {
-        const text = Buffer.concat(chunks).toString();
-        if (res.statusCode! >= 300) reject(new Error(`${method} ${path}: HTTP ${res.statusCode} ${text.slice(0, 200)}`));
-        else resolve(text ? JSON.parse(text) : undefined);
-      });
-    });
+    const req = http.request(
+      { host: "127.0.0.1", port, method, path, headers: payload ? { "content-type": "application/json" } : {} },
+      (res) => {
+        const chunks: Buffer[] = [];
+        res.on("data", (d: Buffer) => chunks.push(d));
+        res.on("end", () => {
+          const text = Buffer.concat(chunks).toString();
+          if (res.statusCode! >= 300)
+            reject(new Error(`${method} ${path}: HTTP ${res.statusCode} ${text.slice(0, 200)}`));
+          else resolve(text ? JSON.parse(text) : undefined);
+        });
+      },
+    );
     req.setTimeout(10_000, () => req.destroy(new Error(`${method} ${path}: no answer in 10 s`)));
     req.on("error", reject);
     req.end(payload);
@@ -121,17 +144,31 @@ function withFloors(specs: DirectSpecs, floor: FloorPorts): Partial<Record<Motor
  * specs, by path, for the floor servers to answer with (the two reads share
  * a path and answer as many bytes: 20 events each).
  */
-async function engramAnswers(engramAddress: string, specs: DirectSpecs[]): Promise<{ grpc: Record<string, string>; http1: Record<string, string> }> {
+async function engramAnswers(
+  engramAddress: string,
+  specs: DirectSpecs[],
+): Promise<{ grpc: Record<string, string>; http1: Record<string, string> }> {
   const client = new SeedClient(engramAddress);
   const grpc: Record<string, string> = {};
   const http1: Record<string, string> = {};
   try {
     for (const spec of specs) {
       const g = spec["Engram gRPC"];
-      grpc[g.method] = (await client.call(g.method.slice(SERVICE.length), Buffer.from(g.requests[0], "base64"))).toString("base64");
+      grpc[g.method] = (
+        await client.call(g.method.slice(SERVICE.length), Buffer.from(g.requests[0], "base64"))
+      ).toString("base64");
       const c = spec["Engram Connect JSON"];
       const [, port] = engramAddress.split(":");
-      http1[c.http!.paths[0]] = Buffer.from(JSON.stringify(await httpJson(Number(port), "POST", c.http!.paths[0], JSON.parse(Buffer.from(c.requests[0], "base64").toString())))).toString("base64");
+      http1[c.http!.paths[0]] = Buffer.from(
+        JSON.stringify(
+          await httpJson(
+            Number(port),
+            "POST",
+            c.http!.paths[0],
+            JSON.parse(Buffer.from(c.requests[0], "base64").toString()),
+          ),
+        ),
+      ).toString("base64");
     }
   } finally {
     client.close();
@@ -139,7 +176,12 @@ async function engramAnswers(engramAddress: string, specs: DirectSpecs[]): Promi
   return { grpc, http1 };
 }
 
-function workloads(maxC: number, engram: string, writer: MotorheadProcess, reader: MotorheadProcess): Array<{ name: string; specs: DirectSpecs; motorhead: MotorheadProcess }> {
+function workloads(
+  maxC: number,
+  engram: string,
+  writer: MotorheadProcess,
+  reader: MotorheadProcess,
+): Array<{ name: string; specs: DirectSpecs; motorhead: MotorheadProcess }> {
   const workers = Array.from({ length: maxC }, (_, i) => i);
   const connect = (method: string, bodies: unknown[]): Spec => ({
     target: engram,
@@ -154,17 +196,28 @@ function workloads(maxC: number, engram: string, writer: MotorheadProcess, reade
       name: "append one message",
       motorhead: writer,
       specs: {
-        "Engram gRPC": { target: engram, method: SERVICE + "AddEvent", requests: workers.map((i) => b64(addEventRequest(appendSession(i)))) },
+        "Engram gRPC": {
+          target: engram,
+          method: SERVICE + "AddEvent",
+          requests: workers.map((i) => b64(addEventRequest(appendSession(i)))),
+        },
         "Engram Connect JSON": connect(
           "AddEvent",
-          workers.map((i) => ({ sessionId: appendSession(i), event: { eventType: "user_message", content: CONTENT_100B } })),
+          workers.map((i) => ({
+            sessionId: appendSession(i),
+            event: { eventType: "user_message", content: CONTENT_100B },
+          })),
         ),
         Motorhead: {
           target: `127.0.0.1:${writer.port}`,
           method: "",
           requests: workers.map(() => b64(JSON.stringify(message))),
           client: "http1",
-          http: { verb: "POST", paths: workers.map((i) => `/sessions/${appendSession(i)}/memory`), contentType: "application/json" },
+          http: {
+            verb: "POST",
+            paths: workers.map((i) => `/sessions/${appendSession(i)}/memory`),
+            contentType: "application/json",
+          },
         },
       },
     },
@@ -175,11 +228,26 @@ function workloads(maxC: number, engram: string, writer: MotorheadProcess, reade
         "Engram gRPC": {
           target: engram,
           method: SERVICE + "GetSessionEvents",
-          requests: [b64(Buffer.from(toBinary(GetSessionEventsRequestSchema, create(GetSessionEventsRequestSchema, { sessionId: readSession(n), tail: 20 }))))],
+          requests: [
+            b64(
+              Buffer.from(
+                toBinary(
+                  GetSessionEventsRequestSchema,
+                  create(GetSessionEventsRequestSchema, { sessionId: readSession(n), tail: 20 }),
+                ),
+              ),
+            ),
+          ],
         },
         "Engram Connect JSON": connect("GetSessionEvents", [{ sessionId: readSession(n), tail: 20 }]),
         // KAOS' read of a session's newest events: the same tail read in the store (listRecentEvents with a session).
-        "Engram REST": { target: engram, method: "", requests: [""], client: "http1", http: { verb: "GET", paths: [`/memory/events?session_id=${readSession(n)}&limit=20`] } },
+        "Engram REST": {
+          target: engram,
+          method: "",
+          requests: [""],
+          client: "http1",
+          http: { verb: "GET", paths: [`/memory/events?session_id=${readSession(n)}&limit=20`] },
+        },
         Motorhead: {
           target: `127.0.0.1:${reader.port}`,
           method: "",
@@ -196,14 +264,33 @@ function workloads(maxC: number, engram: string, writer: MotorheadProcess, reade
 async function seedBoth(engramAddress: string, writer: MotorheadProcess, maxC: number): Promise<void> {
   const client = new SeedClient(engramAddress);
   try {
-    const session = (sessionId: string) => Buffer.from(toBinary(GetOrCreateSessionRequestSchema, create(GetOrCreateSessionRequestSchema, { sessionId, appName: "bench", userId: "bench" })));
-    await client.all("GetOrCreateSession", [...Array.from({ length: maxC }, (_, i) => session(appendSession(i))), ...READ_SIZES.map((n) => session(readSession(n)))]);
+    const session = (sessionId: string) =>
+      Buffer.from(
+        toBinary(
+          GetOrCreateSessionRequestSchema,
+          create(GetOrCreateSessionRequestSchema, { sessionId, appName: "bench", userId: "bench" }),
+        ),
+      );
+    await client.all("GetOrCreateSession", [
+      ...Array.from({ length: maxC }, (_, i) => session(appendSession(i))),
+      ...READ_SIZES.map((n) => session(readSession(n))),
+    ]);
     for (const n of READ_SIZES) {
       for (let done = 0; done < n; done += 100) {
         const count = Math.min(100, n - done);
-        const events = Array.from({ length: count }, () => ({ eventType: "user_message", content: { kind: { case: "stringValue" as const, value: CONTENT_100B } } }));
-        await client.call("AddEvents", Buffer.from(toBinary(AddEventsRequestSchema, create(AddEventsRequestSchema, { sessionId: readSession(n), events }))));
-        await httpJson(writer.port, "POST", `/sessions/${readSession(n)}/memory`, { messages: Array.from({ length: count }, () => ({ role: "user", content: CONTENT_100B })) });
+        const events = Array.from({ length: count }, () => ({
+          eventType: "user_message",
+          content: { kind: { case: "stringValue" as const, value: CONTENT_100B } },
+        }));
+        await client.call(
+          "AddEvents",
+          Buffer.from(
+            toBinary(AddEventsRequestSchema, create(AddEventsRequestSchema, { sessionId: readSession(n), events })),
+          ),
+        );
+        await httpJson(writer.port, "POST", `/sessions/${readSession(n)}/memory`, {
+          messages: Array.from({ length: count }, () => ({ role: "user", content: CONTENT_100B })),
+        });
       }
     }
   } finally {
@@ -213,7 +300,11 @@ async function seedBoth(engramAddress: string, writer: MotorheadProcess, maxC: n
 
 const median = (xs: number[]) => {
   const s = [...xs].sort((a, b) => a - b);
-  return s.length === 0 ? Number.NaN : s.length % 2 ? s[(s.length - 1) / 2] : (s[s.length / 2 - 1] + s[s.length / 2]) / 2;
+  return s.length === 0
+    ? Number.NaN
+    : s.length % 2
+      ? s[(s.length - 1) / 2]
+      : (s[s.length / 2 - 1] + s[s.length / 2]) / 2;
 };
 
 /** Runs the comparison; undefined (with a note) when ENGRAM_BENCH_MOTORHEAD is unset. */
@@ -229,7 +320,18 @@ export async function runMotorhead(
   const concurrencies = profile.concurrencies.filter((c) => c === 1 || c === 16);
   const maxC = Math.max(...concurrencies);
   const engram = await startEngram(
-    ["--memory-type", "redis", "--redis-url", redis.url, "--key-prefix", `bench_mh_${Date.now()}`, "--max-session-events", "1000000", "--max-sessions", "1000000"],
+    [
+      "--memory-type",
+      "redis",
+      "--redis-url",
+      redis.url,
+      "--key-prefix",
+      `bench_mh_${Date.now()}`,
+      "--max-session-events",
+      "1000000",
+      "--max-sessions",
+      "1000000",
+    ],
     {},
     serverNodeArgs,
   );
@@ -240,12 +342,26 @@ export async function runMotorhead(
   try {
     log(`motorhead: ${binary} (writer pid ${writer.pid}, reader pid ${reader.pid}); engram pid ${engram.pid}; seeding`);
     await seedBoth(engram.address, writer, maxC);
-    const check = (await httpJson(reader.port, "GET", `/sessions/${readSession(1000)}/memory`)) as { messages: unknown[] };
-    if (check.messages.length !== 20) throw new Error(`motorhead read returned ${check.messages.length} messages, not 20`);
-    const restCheck = (await httpJson(Number(engram.address.split(":")[1]), "GET", `/memory/events?session_id=${readSession(1000)}&limit=20`)) as { events: unknown[] };
-    if (restCheck.events.length !== 20) throw new Error(`Engram's REST read returned ${restCheck.events.length} events, not 20`);
+    const check = (await httpJson(reader.port, "GET", `/sessions/${readSession(1000)}/memory`)) as {
+      messages: unknown[];
+    };
+    if (check.messages.length !== 20)
+      throw new Error(`motorhead read returned ${check.messages.length} messages, not 20`);
+    const restCheck = (await httpJson(
+      Number(engram.address.split(":")[1]),
+      "GET",
+      `/memory/events?session_id=${readSession(1000)}&limit=20`,
+    )) as { events: unknown[] };
+    if (restCheck.events.length !== 20)
+      throw new Error(`Engram's REST read returned ${restCheck.events.length} events, not 20`);
     const measured = workloads(maxC, engram.address, writer, reader);
-    const floorPorts = await floor.request<FloorPorts>({ ...(await engramAnswers(engram.address, measured.map((w) => w.specs))), redisUrl: redis.url });
+    const floorPorts = await floor.request<FloorPorts>({
+      ...(await engramAnswers(
+        engram.address,
+        measured.map((w) => w.specs),
+      )),
+      redisUrl: redis.url,
+    });
     for (const workload of measured.map((w) => ({ ...w, specs: withFloors(w.specs, floorPorts) }))) {
       const parties = PARTIES.filter((p) => workload.specs[p] !== undefined);
       const pids: Record<MotorheadParty, Record<string, number[]>> = {
@@ -260,20 +376,44 @@ export async function runMotorhead(
       };
       for (const party of PARTIES) if (redis.pid) pids[party].redis = [redis.pid];
       for (const c of concurrencies) {
-        const row: MotorheadRow = { workload: workload.name, concurrency: c, rounds: Object.fromEntries(parties.map((p) => [p, []])) };
+        const row: MotorheadRow = {
+          workload: workload.name,
+          concurrency: c,
+          rounds: Object.fromEntries(parties.map((p) => [p, []])),
+        };
         // Warm-up of every party at this concurrency (JIT, connection pools), unmeasured.
-        for (const party of parties) await loadgen.request<LoadResult>({ ...workload.specs[party]!, concurrency: c, durationMs: 1000, warmupMs: 200, cpuPids: {} } satisfies LoadSpec);
+        for (const party of parties)
+          await loadgen.request<LoadResult>({
+            ...workload.specs[party]!,
+            concurrency: c,
+            durationMs: 1000,
+            warmupMs: 200,
+            cpuPids: {},
+          } satisfies LoadSpec);
         for (let round = 0; round < rounds; round++) {
           // Rotate the order each round, so no party always runs first (or right after the same one).
           const order = parties.map((_, i) => parties[(i + round) % parties.length]);
           for (const party of order) {
-            const r = await loadgen.request<LoadResult>({ ...workload.specs[party]!, concurrency: c, durationMs: profile.pairMs, warmupMs: Math.min(300, profile.warmupMs), cpuPids: pids[party] } satisfies LoadSpec);
+            const r = await loadgen.request<LoadResult>({
+              ...workload.specs[party]!,
+              concurrency: c,
+              durationMs: profile.pairMs,
+              warmupMs: Math.min(300, profile.warmupMs),
+              cpuPids: pids[party],
+            } satisfies LoadSpec);
             if (r.errors > 0) throw new Error(`${party} ${workload.name} c=${c}: ${r.errors} errors (${r.firstError})`);
-            row.rounds[party]!.push({ throughput: r.throughput, p50Us: r.p50Us, p99Us: r.p99Us, serverCpuUs: r.cpuUsPerCall.server, redisCpuUs: r.cpuUsPerCall.redis ?? Number.NaN });
+            row.rounds[party]!.push({
+              throughput: r.throughput,
+              p50Us: r.p50Us,
+              p99Us: r.p99Us,
+              serverCpuUs: r.cpuUsPerCall.server,
+              redisCpuUs: r.cpuUsPerCall.redis ?? Number.NaN,
+            });
           }
         }
         rows.push(row);
-        const m = (party: MotorheadParty, key: "throughput" | "serverCpuUs") => median(row.rounds[party]!.map((x) => x[key]));
+        const m = (party: MotorheadParty, key: "throughput" | "serverCpuUs") =>
+          median(row.rounds[party]!.map((x) => x[key]));
         log(
           `motorhead: ${workload.name} c=${c}: ${parties.map((p) => `${p} ${Math.round(m(p, "throughput"))}/s ${Math.round(m(p, "serverCpuUs"))}µs`).join("; ")}`,
         );
@@ -282,5 +422,11 @@ export async function runMotorhead(
   } finally {
     await Promise.all([engram.stop(), writer.stop(), reader.stop(), floor.stop()]);
   }
-  return { binary, commit: process.env[`${MOTORHEAD_ENV}_COMMIT`] ?? "not given", rounds, pointMs: profile.pairMs, rows };
+  return {
+    binary,
+    commit: process.env[`${MOTORHEAD_ENV}_COMMIT`] ?? "not given",
+    rounds,
+    pointMs: profile.pairMs,
+    rows,
+  };
 }

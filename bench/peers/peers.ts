@@ -32,7 +32,10 @@ export function ensureVenv(log: (message: string) => void): boolean {
   log("peers: installing google-adk into bench/.venv (pip, PyPI)");
   try {
     if (!existsSync(PYTHON)) execFileSync("python3", ["-m", "venv", VENV], { stdio: "ignore" });
-    execFileSync(path.join(VENV, "bin/pip"), ["install", "-q", ...ADK_REQUIREMENTS], { stdio: "ignore", timeout: 600_000 });
+    execFileSync(path.join(VENV, "bin/pip"), ["install", "-q", ...ADK_REQUIREMENTS], {
+      stdio: "ignore",
+      timeout: 600_000,
+    });
   } catch (err) {
     log(`peers: could not install google-adk: ${err instanceof Error ? err.message : String(err)}`);
     return false;
@@ -53,7 +56,10 @@ export const MEM0_PYTHON = path.join(MEM0_VENV, "bin/python");
 export function ensureMem0Venv(log: (message: string) => void): boolean {
   const ready = () => {
     try {
-      execFileSync(MEM0_PYTHON, ["-c", "import mem0, qdrant_client"], { stdio: "ignore", env: { ...process.env, MEM0_TELEMETRY: "False" } });
+      execFileSync(MEM0_PYTHON, ["-c", "import mem0, qdrant_client"], {
+        stdio: "ignore",
+        env: { ...process.env, MEM0_TELEMETRY: "False" },
+      });
       return true;
     } catch {
       return false;
@@ -63,7 +69,10 @@ export function ensureMem0Venv(log: (message: string) => void): boolean {
   log("peers: installing mem0ai into .tmp/mem0-venv (pip, PyPI)");
   try {
     if (!existsSync(MEM0_PYTHON)) execFileSync("python3", ["-m", "venv", MEM0_VENV], { stdio: "ignore" });
-    execFileSync(path.join(MEM0_VENV, "bin/pip"), ["install", "-q", ...MEM0_REQUIREMENTS], { stdio: "ignore", timeout: 600_000 });
+    execFileSync(path.join(MEM0_VENV, "bin/pip"), ["install", "-q", ...MEM0_REQUIREMENTS], {
+      stdio: "ignore",
+      timeout: 600_000,
+    });
   } catch (err) {
     log(`peers: could not install mem0ai: ${err instanceof Error ? err.message : String(err)}`);
     return false;
@@ -97,11 +106,16 @@ export async function runPeers(
   const dbUrl = `postgresql+asyncpg://${url.username}@${url.host}/${database}`;
   const args = [
     path.join(REPO_ROOT, "bench/peers/adk_load.py"),
-    "--db-url", dbUrl,
-    "--concurrency", profile.concurrencies.join(","),
-    "--duration", String(profile.durationMs / 1000),
-    "--warmup", String(profile.warmupMs / 1000),
-    "--read-events", "1000",
+    "--db-url",
+    dbUrl,
+    "--concurrency",
+    profile.concurrencies.join(","),
+    "--duration",
+    String(profile.durationMs / 1000),
+    "--warmup",
+    String(profile.warmupMs / 1000),
+    "--read-events",
+    "1000",
   ];
   log(`peers: google-adk DatabaseSessionService on ${dbUrl}`);
   const output = await new Promise<string>((resolve, reject) => {
@@ -121,7 +135,15 @@ export async function runPeers(
     });
   });
   for (const line of output.trim().split("\n")) {
-    const r = JSON.parse(line) as { workload: string; concurrency: number; throughput: number; p50Us: number; p99Us: number; calls: number; errors: number };
+    const r = JSON.parse(line) as {
+      workload: string;
+      concurrency: number;
+      throughput: number;
+      p50Us: number;
+      p99Us: number;
+      calls: number;
+      errors: number;
+    };
     points.push({ peer: "google-adk DatabaseSessionService", backend: "postgres", ...r });
   }
   return { points, notes };

@@ -46,7 +46,12 @@ function partOf(part: JsonObject): AdkPart | undefined {
   const call = objectOf(get(part, "function_call"));
   if (call) return { kind: "call", name: text(call, "name") ?? "function", args: get(call, "args") ?? null };
   const response = objectOf(get(part, "function_response"));
-  if (response) return { kind: "response", name: text(response, "name") ?? "function", response: get(response, "response") ?? null };
+  if (response)
+    return {
+      kind: "response",
+      name: text(response, "name") ?? "function",
+      response: get(response, "response") ?? null,
+    };
   const inline = objectOf(get(part, "inline_data"));
   if (inline) return { kind: "other", label: `[${text(inline, "mime_type") ?? "inline data"}]` };
   const file = objectOf(get(part, "file_data"));
@@ -54,7 +59,8 @@ function partOf(part: JsonObject): AdkPart | undefined {
   const code = objectOf(get(part, "executable_code"));
   if (code) return { kind: "other", label: `code: ${text(code, "code") ?? ""}` };
   const result = objectOf(get(part, "code_execution_result"));
-  if (result) return { kind: "other", label: `code result: ${text(result, "output") ?? text(result, "outcome") ?? ""}` };
+  if (result)
+    return { kind: "other", label: `code result: ${text(result, "output") ?? text(result, "outcome") ?? ""}` };
   return undefined; // a thought signature alone, or a part kind this page does not know: the JSON shows it
 }
 
@@ -84,7 +90,10 @@ export function adkEventOf(content: JsonValue): AdkEvent | undefined {
 /** A call as a person writes it: get_weather(city: "Paris", days: 2). */
 export function callText(name: string, args: JsonValue): string {
   const obj = objectOf(args);
-  if (obj) return `${name}(${Object.entries(obj).map(([k, v]) => `${k}: ${preview(v, 60)}`).join(", ")})`;
+  if (obj)
+    return `${name}(${Object.entries(obj)
+      .map(([k, v]) => `${k}: ${preview(v, 60)}`)
+      .join(", ")})`;
   return args === null ? `${name}()` : `${name}(${preview(args, 60)})`;
 }
 
@@ -111,7 +120,10 @@ function partText(part: AdkPart): string {
 
 /** One line for a list: "author: text · get_weather(city: "Paris")", at most `max` characters. */
 export function adkSummary(event: AdkEvent, max = 120): string {
-  const said = [...event.parts.map(partText), ...(event.error ? [`error ${event.error}`] : [])].join(" · ").replace(/\s+/g, " ").trim();
+  const said = [...event.parts.map(partText), ...(event.error ? [`error ${event.error}`] : [])]
+    .join(" · ")
+    .replace(/\s+/g, " ")
+    .trim();
   const line = `${event.author}: ${said || "(no content)"}`;
   return line.length > max ? `${line.slice(0, max - 1)}…` : line;
 }
@@ -125,11 +137,23 @@ export function adkEventView(event: AdkEvent): HTMLElement {
     ...event.parts.map((part) => {
       switch (part.kind) {
         case "text":
-          return part.thought ? h("div", { class: "text adk-thought" }, h("span", { class: "adk-label" }, "thought "), part.text) : h("div", { class: "text" }, part.text);
+          return part.thought
+            ? h("div", { class: "text adk-thought" }, h("span", { class: "adk-label" }, "thought "), part.text)
+            : h("div", { class: "text" }, part.text);
         case "call":
-          return h("div", { class: "adk-call" }, h("span", { class: "adk-label" }, "call "), h("code", {}, callText(part.name, part.args)));
+          return h(
+            "div",
+            { class: "adk-call" },
+            h("span", { class: "adk-label" }, "call "),
+            h("code", {}, callText(part.name, part.args)),
+          );
         case "response":
-          return h("div", { class: "adk-response" }, h("span", { class: "adk-label" }, "response "), h("code", {}, responseText(part.name, part.response)));
+          return h(
+            "div",
+            { class: "adk-response" },
+            h("span", { class: "adk-label" }, "response "),
+            h("code", {}, responseText(part.name, part.response)),
+          );
         case "other":
           return h("div", { class: "muted" }, part.label);
       }

@@ -33,7 +33,10 @@ export function memoryClient(keyOf: () => string): Client<typeof MemoryService> 
     if (key) req.header.set("authorization", `Bearer ${key}`);
     return next(req);
   };
-  return createClient(MemoryService, createConnectTransport({ baseUrl: location.origin, useBinaryFormat: false, interceptors: [bearer] }));
+  return createClient(
+    MemoryService,
+    createConnectTransport({ baseUrl: location.origin, useBinaryFormat: false, interceptors: [bearer] }),
+  );
 }
 
 /** The MemoryService client every view uses. */

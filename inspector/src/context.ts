@@ -14,7 +14,10 @@ import { errorBox } from "./views";
 /** "messages=1000, findings=300" (or one per line) as section budgets; a bad entry names itself. */
 export function parseSectionBudgets(text: string): Record<string, number> {
   const budgets: Record<string, number> = {};
-  for (const entry of text.split(/[\n,]+/).map((e) => e.trim()).filter(Boolean)) {
+  for (const entry of text
+    .split(/[\n,]+/)
+    .map((e) => e.trim())
+    .filter(Boolean)) {
     const m = /^([^=\s]+)\s*=\s*(\d+)$/.exec(entry);
     if (!m) throw new Error(`section budget "${entry}": write it as section=tokens`);
     budgets[m[1]!] = Number(m[2]);
@@ -23,11 +26,19 @@ export function parseSectionBudgets(text: string): Record<string, number> {
 }
 
 /** Why events were left out, in words, from the answer's counts. */
-function reasons(res: BuildConversationContextResponse, budget: number, sectionBudgets: Record<string, number>): string[] {
+function reasons(
+  res: BuildConversationContextResponse,
+  budget: number,
+  sectionBudgets: Record<string, number>,
+): string[] {
   const out: string[] = [];
-  if (res.eventsSummarized > 0) out.push(`${res.eventsSummarized} events are covered by a summary in the context, so they are left out.`);
+  if (res.eventsSummarized > 0)
+    out.push(`${res.eventsSummarized} events are covered by a summary in the context, so they are left out.`);
   for (const s of res.sections) {
-    if (s.retrievalUsed) out.push(`${s.name}: ranked by relevance to the query (it held more items than the retrieval threshold); the best that fit were kept.`);
+    if (s.retrievalUsed)
+      out.push(
+        `${s.name}: ranked by relevance to the query (it held more items than the retrieval threshold); the best that fit were kept.`,
+      );
     if (s.eventsDropped > 0) {
       const sectionBudget = sectionBudgets[s.name];
       const why =
@@ -44,15 +55,39 @@ function reasons(res: BuildConversationContextResponse, budget: number, sectionB
 
 /** The context panel of one session. */
 export function contextPanel(sessionId: string): HTMLElement {
-  const budget = h("input", { type: "number", min: 0, step: 1, value: 2000, name: "budget", "aria-label": "token budget" });
-  const maxEvents = h("input", { type: "number", min: 0, step: 1, value: 0, name: "max-events", "aria-label": "max events" });
-  const queryInput = h("input", { type: "search", name: "query", placeholder: "rank by (optional)", "aria-label": "query" });
+  const budget = h("input", {
+    type: "number",
+    min: 0,
+    step: 1,
+    value: 2000,
+    name: "budget",
+    "aria-label": "token budget",
+  });
+  const maxEvents = h("input", {
+    type: "number",
+    min: 0,
+    step: 1,
+    value: 0,
+    name: "max-events",
+    "aria-label": "max events",
+  });
+  const queryInput = h("input", {
+    type: "search",
+    name: "query",
+    placeholder: "rank by (optional)",
+    "aria-label": "query",
+  });
   const tokenizer = h(
     "select",
     { name: "tokenizer", "aria-label": "tokenizer" },
     ...["o200k_base", "cl100k_base", "chars4"].map((t) => h("option", { value: t }, t)),
   );
-  const sectionBudgets = h("input", { name: "section-budgets", placeholder: "messages=1000, findings=300", "aria-label": "section budgets", spellcheck: "false" });
+  const sectionBudgets = h("input", {
+    name: "section-budgets",
+    placeholder: "messages=1000, findings=300",
+    "aria-label": "section budgets",
+    spellcheck: "false",
+  });
   const out = h("div", { class: "context-out" });
   const form = h(
     "form",
@@ -89,7 +124,15 @@ export function contextPanel(sessionId: string): HTMLElement {
                 (total ? ` of ${total}` : "") +
                 (res.retrievalUsed ? ", ranked by the query" : ""),
             ),
-            total ? h("meter", { class: "budget-meter", min: 0, max: total, value: res.tokensUsed, "aria-label": "tokens used of the budget" }) : null,
+            total
+              ? h("meter", {
+                  class: "budget-meter",
+                  min: 0,
+                  max: total,
+                  value: res.tokensUsed,
+                  "aria-label": "tokens used of the budget",
+                })
+              : null,
             h("h3", {}, "By section"),
             h(
               "div",
@@ -97,7 +140,17 @@ export function contextPanel(sessionId: string): HTMLElement {
               h(
                 "table",
                 { class: "sections" },
-                h("thead", {}, h("tr", {}, ...["Section", "Tokens", "Budget", "In", "Dropped", "Retrieval"].map((t) => h("th", { scope: "col", class: t === "Section" ? undefined : "num" }, t)))),
+                h(
+                  "thead",
+                  {},
+                  h(
+                    "tr",
+                    {},
+                    ...["Section", "Tokens", "Budget", "In", "Dropped", "Retrieval"].map((t) =>
+                      h("th", { scope: "col", class: t === "Section" ? undefined : "num" }, t),
+                    ),
+                  ),
+                ),
                 h(
                   "tbody",
                   {},
@@ -127,9 +180,20 @@ export function contextPanel(sessionId: string): HTMLElement {
                   { class: `msg role-${m.role.replace(/[^a-z]/g, "")}` },
                   h("span", { class: "role" }, m.role + (m.name ? ` (${m.name})` : "")),
                   m.content ? h("div", { class: "text" }, m.content) : null,
-                  ...m.contentParts.filter((p) => p.type === "image_url" && p.imageUrl?.url.startsWith("data:image/")).map((p) => h("img", { class: "context-image", src: p.imageUrl!.url, alt: "image in the message" })),
+                  ...m.contentParts
+                    .filter((p) => p.type === "image_url" && p.imageUrl?.url.startsWith("data:image/"))
+                    .map((p) =>
+                      h("img", { class: "context-image", src: p.imageUrl!.url, alt: "image in the message" }),
+                    ),
                   m.toolCalls.length
-                    ? jsonView(m.toolCalls.map((c) => ({ id: c.id, name: c.function?.name ?? "", arguments: c.function?.arguments ?? "" })), "tool_calls")
+                    ? jsonView(
+                        m.toolCalls.map((c) => ({
+                          id: c.id,
+                          name: c.function?.name ?? "",
+                          arguments: c.function?.arguments ?? "",
+                        })),
+                        "tool_calls",
+                      )
                     : null,
                   m.toolCallId ? h("span", { class: "muted" }, ` answers ${m.toolCallId}`) : null,
                 ),

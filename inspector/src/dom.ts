@@ -12,7 +12,11 @@ export type Child = Node | string | number | null | undefined | false;
 export type Props = Record<string, string | number | boolean | undefined | ((ev: Event) => void)>;
 
 /** An element with text-only children. */
-export function h<K extends keyof HTMLElementTagNameMap>(tag: K, props: Props = {}, ...children: Child[]): HTMLElementTagNameMap[K] {
+export function h<K extends keyof HTMLElementTagNameMap>(
+  tag: K,
+  props: Props = {},
+  ...children: Child[]
+): HTMLElementTagNameMap[K] {
   const el = document.createElement(tag);
   for (const [name, value] of Object.entries(props)) {
     if (value === undefined || value === false) continue;
@@ -34,7 +38,9 @@ export function h<K extends keyof HTMLElementTagNameMap>(tag: K, props: Props = 
 export function append(parent: Node, ...children: Child[]): void {
   for (const child of children) {
     if (child === null || child === undefined || child === false) continue;
-    parent.appendChild(typeof child === "string" || typeof child === "number" ? document.createTextNode(String(child)) : child);
+    parent.appendChild(
+      typeof child === "string" || typeof child === "number" ? document.createTextNode(String(child)) : child,
+    );
   }
 }
 

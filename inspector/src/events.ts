@@ -55,7 +55,12 @@ export function eventPreview(event: MemoryEvent, max = 120): string {
 /** A JSON value, collapsed to a one-line summary that expands to the pretty-printed whole. */
 export function jsonView(value: JsonValue, label?: string, open = false): HTMLElement {
   if (value === null || typeof value !== "object") {
-    return h("pre", { class: "json scalar" }, label ? `${label}: ` : "", typeof value === "string" ? value : JSON.stringify(value));
+    return h(
+      "pre",
+      { class: "json scalar" },
+      label ? `${label}: ` : "",
+      typeof value === "string" ? value : JSON.stringify(value),
+    );
   }
   return h(
     "details",
@@ -95,7 +100,11 @@ export class ToolPairing {
       return;
     }
     for (const [key, value] of this.byId) if (value === call) this.byId.delete(key);
-    for (const [key, queue] of this.byName) this.byName.set(key, queue.filter((c) => c !== call));
+    for (const [key, queue] of this.byName)
+      this.byName.set(
+        key,
+        queue.filter((c) => c !== call),
+      );
     fill(call.slot, "pair done", "result ", seqLink(event.seq));
     fill(slot, "pair done", "answers ", seqLink(call.seq));
   }
@@ -104,20 +113,26 @@ export class ToolPairing {
 function fill(slot: HTMLElement, className: string, ...children: Child[]): void {
   slot.className = className;
   slot.replaceChildren();
-  for (const child of children) if (child !== null && child !== undefined && child !== false) slot.append(typeof child === "number" ? String(child) : child);
+  for (const child of children)
+    if (child !== null && child !== undefined && child !== false)
+      slot.append(typeof child === "number" ? String(child) : child);
 }
 
 function seqLink(seq: bigint): HTMLElement {
-  return h("a", {
-    href: `#ev-${seq}`,
-    onclick: (ev: Event) => {
-      ev.preventDefault();
-      const target = document.getElementById(`ev-${seq}`);
-      target?.scrollIntoView({ block: "center", behavior: "smooth" });
-      target?.classList.add("flash");
-      setTimeout(() => target?.classList.remove("flash"), 1200);
+  return h(
+    "a",
+    {
+      href: `#ev-${seq}`,
+      onclick: (ev: Event) => {
+        ev.preventDefault();
+        const target = document.getElementById(`ev-${seq}`);
+        target?.scrollIntoView({ block: "center", behavior: "smooth" });
+        target?.classList.add("flash");
+        setTimeout(() => target?.classList.remove("flash"), 1200);
+      },
     },
-  }, `#${seq}`);
+    `#${seq}`,
+  );
 }
 
 /** An event's time in epoch milliseconds (0 when it has none). */
@@ -129,7 +144,12 @@ export function millisOf(event: MemoryEvent): number {
 export function agentOf(event: MemoryEvent): string | undefined {
   const content = contentOf(event);
   const metadataAgent = event.metadata?.agent;
-  return field(content, "agent") ?? field(content, "target_agent") ?? field(content, "from_agent") ?? (typeof metadataAgent === "string" && metadataAgent ? metadataAgent : undefined);
+  return (
+    field(content, "agent") ??
+    field(content, "target_agent") ??
+    field(content, "from_agent") ??
+    (typeof metadataAgent === "string" && metadataAgent ? metadataAgent : undefined)
+  );
 }
 
 /** A gap between two events for a person: "+850 ms", "+2.4 s", "+3 min". */
@@ -170,7 +190,9 @@ function contentView(event: MemoryEvent, content: JsonValue): HTMLElement {
   const adk = adkEventOf(content);
   if (adk) return h("div", {}, adkEventView(adk), jsonView(content, "ADK event"));
   if (typeof content === "string") {
-    return content.startsWith("data:image/") && imagesOf(content).length ? h("div", { class: "images" }, h("img", { src: content, alt: `image of event #${event.seq}`, loading: "lazy" })) : h("div", { class: "text" }, content);
+    return content.startsWith("data:image/") && imagesOf(content).length
+      ? h("div", { class: "images" }, h("img", { src: content, alt: `image of event #${event.seq}`, loading: "lazy" }))
+      : h("div", { class: "text" }, content);
   }
   const images = imagesOf(content);
   const stack = stackOf(content);
@@ -180,14 +202,21 @@ function contentView(event: MemoryEvent, content: JsonValue): HTMLElement {
     {},
     messageText && (stack || event.eventType === "error") ? h("div", { class: "error-message" }, messageText) : null,
     stack ? h("pre", { class: "stack" }, stack) : null,
-    images.length ? h("div", { class: "images" }, ...images.map((src, i) => h("img", { src, alt: `image ${i + 1} of event #${event.seq}`, loading: "lazy" }))) : null,
+    images.length
+      ? h(
+          "div",
+          { class: "images" },
+          ...images.map((src, i) => h("img", { src, alt: `image ${i + 1} of event #${event.seq}`, loading: "lazy" })),
+        )
+      : null,
     // The raw JSON with each image's base64 elided: the image is above, and kilobytes of base64 help nobody.
     jsonView(images.length ? elideImages(content) : content),
   );
 }
 
 function elideImages(v: JsonValue): JsonValue {
-  if (typeof v === "string") return /^data:image\//.test(v) ? `${v.slice(0, v.indexOf(",") + 1)}…(${v.length} characters)` : v;
+  if (typeof v === "string")
+    return /^data:image\//.test(v) ? `${v.slice(0, v.indexOf(",") + 1)}…(${v.length} characters)` : v;
   if (Array.isArray(v)) return v.map(elideImages);
   if (v && typeof v === "object") return Object.fromEntries(Object.entries(v).map(([k, x]) => [k, elideImages(x)]));
   return v;
@@ -212,8 +241,20 @@ export function stateDeltaView(event: MemoryEvent): HTMLElement | null {
       ...keys.map((key) => {
         const value = delta[key]!;
         return value === null
-          ? h("li", { class: "deleted", "data-key": key }, h("code", { class: "state-key" }, key), " ", h("span", { class: "deleted-mark" }, "deleted"))
-          : h("li", { class: "set", "data-key": key }, h("code", { class: "state-key" }, key), " = ", h("span", { class: "state-value" }, preview(value, 80)));
+          ? h(
+              "li",
+              { class: "deleted", "data-key": key },
+              h("code", { class: "state-key" }, key),
+              " ",
+              h("span", { class: "deleted-mark" }, "deleted"),
+            )
+          : h(
+              "li",
+              { class: "set", "data-key": key },
+              h("code", { class: "state-key" }, key),
+              " = ",
+              h("span", { class: "state-value" }, preview(value, 80)),
+            );
       }),
     ),
   );
@@ -245,7 +286,9 @@ export function eventRow(event: MemoryEvent, pairing: ToolPairing, previous?: Me
       h("span", { class: "seq" }, `#${event.seq}`),
       badge,
       h("time", { datetime: date?.toISOString() ?? "", title: formatTime(date) }, date ? formatClock(date) : ""),
-      since !== undefined ? h("span", { class: "since", title: "time since the previous event shown" }, gap(since)) : null,
+      since !== undefined
+        ? h("span", { class: "since", title: "time since the previous event shown" }, gap(since))
+        : null,
       h("span", { class: "tokens", title: "tokens this event takes in a context (CountEventTokens)" }),
       h("span", { class: "event-id", title: "event_id" }, event.eventId),
       pairSlot,

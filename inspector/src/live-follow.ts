@@ -78,7 +78,10 @@ class KeyStreams {
 
   /** The lowest seq any follower of `sessionId` has seen: where a (re)opened stream starts it. */
   private cursorOf(sessionId: string): bigint {
-    return this.followersOf(sessionId).reduce((min, f) => (f.after < min ? f.after : min), BigInt(Number.MAX_SAFE_INTEGER));
+    return this.followersOf(sessionId).reduce(
+      (min, f) => (f.after < min ? f.after : min),
+      BigInt(Number.MAX_SAFE_INTEGER),
+    );
   }
 
   private async run(sessionIds: string[], signal: AbortSignal): Promise<void> {
@@ -86,7 +89,10 @@ class KeyStreams {
       const open = sessionIds.filter((id) => this.followersOf(id).length > 0);
       if (open.length === 0) return;
       try {
-        const stream = this.client.watchSessions({ sessions: open.map((sessionId) => ({ sessionId, afterSeq: this.cursorOf(sessionId) })) }, { signal });
+        const stream = this.client.watchSessions(
+          { sessions: open.map((sessionId) => ({ sessionId, afterSeq: this.cursorOf(sessionId) })) },
+          { signal },
+        );
         for await (const res of stream) {
           if (signal.aborted) return;
           failures = 0;

@@ -33,7 +33,12 @@ scope.onconnect = (connected) => {
   port.onmessage = (ev: MessageEvent<WorkerRequest>) => {
     const req = ev.data;
     if (req.op === "follow") {
-      stops.set(req.id, followers.follow(req.key, req.sessionId, req.afterSeq, (message) => port.postMessage({ id: req.id, message } satisfies WorkerReply)));
+      stops.set(
+        req.id,
+        followers.follow(req.key, req.sessionId, req.afterSeq, (message) =>
+          port.postMessage({ id: req.id, message } satisfies WorkerReply),
+        ),
+      );
     } else if (req.op === "unfollow") {
       stops.get(req.id)?.();
       stops.delete(req.id);

@@ -52,20 +52,37 @@ export function memoryCard(m: Memory, scored?: ScoredMemory): HTMLElement {
   const scope = [
     m.userId !== undefined ? h("span", { class: "chip scope", title: "user_id" }, `user ${m.userId}`) : null,
     m.agentId !== undefined ? h("span", { class: "chip scope", title: "agent_id" }, `agent ${m.agentId}`) : null,
-    m.sessionId !== undefined ? h("span", { class: "chip scope", title: "session_id" }, `session ${m.sessionId}`) : null,
+    m.sessionId !== undefined
+      ? h("span", { class: "chip scope", title: "session_id" }, `session ${m.sessionId}`)
+      : null,
   ].filter((c) => c !== null);
   const source = m.source;
-  const seqs = source && source.fromSeq > 0n ? ` #${source.fromSeq}${source.toSeq > source.fromSeq ? `–#${source.toSeq}` : ""}` : "";
+  const seqs =
+    source && source.fromSeq > 0n
+      ? ` #${source.fromSeq}${source.toSeq > source.fromSeq ? `–#${source.toSeq}` : ""}`
+      : "";
   const metadata = m.metadata ?? {};
   return h(
     "article",
-    { class: `memory validity-${validity}${m.pinned ? " pinned" : ""}`, "data-memory": m.memoryId, "data-validity": validity },
+    {
+      class: `memory validity-${validity}${m.pinned ? " pinned" : ""}`,
+      "data-memory": m.memoryId,
+      "data-validity": validity,
+    },
     h(
       "div",
       { class: "memory-meta" },
       m.pinned ? h("span", { class: "chip chip-pinned" }, "pinned") : null,
       validity !== "valid" ? h("span", { class: `chip chip-${validity}` }, VALIDITY_LABEL[validity]) : null,
-      ...(scope.length ? scope : [h("span", { class: "chip scope app-wide", title: "no user, agent or session: shared by the whole app" }, "app-wide")]),
+      ...(scope.length
+        ? scope
+        : [
+            h(
+              "span",
+              { class: "chip scope app-wide", title: "no user, agent or session: shared by the whole app" },
+              "app-wide",
+            ),
+          ]),
       h("span", { class: "importance", title: "importance (0–1)" }, `importance ${m.importance.toFixed(2)}`),
       scored
         ? h(
@@ -89,7 +106,9 @@ export function memoryCard(m: Memory, scored?: ScoredMemory): HTMLElement {
           h("span", { class: "object" }, m.fact.object),
         )
       : null,
-    m.topics.length ? h("div", { class: "topics" }, ...m.topics.map((t) => h("span", { class: "chip topic" }, t))) : null,
+    m.topics.length
+      ? h("div", { class: "topics" }, ...m.topics.map((t) => h("span", { class: "chip topic" }, t)))
+      : null,
     h(
       "div",
       { class: "validity" },
@@ -101,7 +120,13 @@ export function memoryCard(m: Memory, scored?: ScoredMemory): HTMLElement {
       m.supersededBy ? h("span", { class: "superseded-by" }, m.supersededBy) : null,
     ),
     source && source.sessionId
-      ? h("div", { class: "source" }, "from session ", h("a", { href: sessionHref(source.sessionId) }, source.sessionId), seqs)
+      ? h(
+          "div",
+          { class: "source" },
+          "from session ",
+          h("a", { href: sessionHref(source.sessionId) }, source.sessionId),
+          seqs,
+        )
       : null,
     Object.keys(metadata).length > 0 ? jsonView(metadata, "metadata") : null,
   );
@@ -123,8 +148,21 @@ export function memoriesView(root: HTMLElement, params: URLSearchParams): Cleanu
   const controller = new AbortController();
   const signal = controller.signal;
 
-  const appInput = h("input", { name: "app", placeholder: "app name", value: q.app, required: true, list: "memory-apps", "aria-label": "app name" });
-  const userInput = h("input", { name: "user", placeholder: "none: app-wide only", value: q.user, list: "memory-users", "aria-label": "user id" });
+  const appInput = h("input", {
+    name: "app",
+    placeholder: "app name",
+    value: q.app,
+    required: true,
+    list: "memory-apps",
+    "aria-label": "app name",
+  });
+  const userInput = h("input", {
+    name: "user",
+    placeholder: "none: app-wide only",
+    value: q.user,
+    list: "memory-users",
+    "aria-label": "user id",
+  });
   const agentInput = h("input", { name: "agent", placeholder: "none", value: q.agent, "aria-label": "agent id" });
   const scopeSelect = h(
     "select",
@@ -133,8 +171,19 @@ export function memoriesView(root: HTMLElement, params: URLSearchParams): Cleanu
     h("option", { value: "within" }, "everything under the user"),
   );
   scopeSelect.value = q.scope;
-  const supersededBox = h("input", { type: "checkbox", name: "superseded", checked: q.showSuperseded, onchange: () => navigate() });
-  const searchInput = h("input", { type: "search", name: "q", placeholder: "words to search for", value: q.search, "aria-label": "search memories" });
+  const supersededBox = h("input", {
+    type: "checkbox",
+    name: "superseded",
+    checked: q.showSuperseded,
+    onchange: () => navigate(),
+  });
+  const searchInput = h("input", {
+    type: "search",
+    name: "q",
+    placeholder: "words to search for",
+    value: q.search,
+    "aria-label": "search memories",
+  });
   const apps = h("datalist", { id: "memory-apps" });
   const users = h("datalist", { id: "memory-users" });
 
@@ -192,7 +241,10 @@ export function memoriesView(root: HTMLElement, params: URLSearchParams): Cleanu
 
   if (!q.app) {
     live.hidden = true;
-    replaceChildren(list, h("p", { class: "muted" }, "Enter an app name, and a user to see their memories beside the app-wide ones."));
+    replaceChildren(
+      list,
+      h("p", { class: "muted" }, "Enter an app name, and a user to see their memories beside the app-wide ones."),
+    );
     return () => controller.abort();
   }
 
@@ -216,7 +268,8 @@ export function memoriesView(root: HTMLElement, params: URLSearchParams): Cleanu
   }
   function updateCount(): void {
     list.querySelector(".empty")?.remove();
-    if (cards.size === 0 && !list.firstChild) list.append(h("p", { class: "muted empty" }, q.search ? "Nothing matches." : "No memories."));
+    if (cards.size === 0 && !list.firstChild)
+      list.append(h("p", { class: "muted empty" }, q.search ? "Nothing matches." : "No memories."));
     count.textContent = q.search ? `${cards.size} results for “${q.search}”` : `${cards.size} shown`;
   }
 
@@ -224,11 +277,17 @@ export function memoriesView(root: HTMLElement, params: URLSearchParams): Cleanu
     const mine = ++generation;
     try {
       if (q.search) {
-        const res = await memory.searchMemories({ ...scopeOf(q), query: q.search, topK: SEARCH_TOP_K, includeInvalid: q.showSuperseded }, { signal });
+        const res = await memory.searchMemories(
+          { ...scopeOf(q), query: q.search, topK: SEARCH_TOP_K, includeInvalid: q.showSuperseded },
+          { signal },
+        );
         if (mine !== generation) return;
         show(res.results.flatMap((r) => (r.memory ? [{ memory: r.memory, scored: r }] : [])));
       } else {
-        const res = await memory.listMemories({ ...scopeOf(q), includeInvalid: q.showSuperseded, pageSize: PAGE_SIZE, pageToken: tokens[page] }, { signal });
+        const res = await memory.listMemories(
+          { ...scopeOf(q), includeInvalid: q.showSuperseded, pageSize: PAGE_SIZE, pageToken: tokens[page] },
+          { signal },
+        );
         if (mine !== generation) return;
         show(res.memories.map((m) => ({ memory: m })));
         tokens[page + 1] = res.nextPageToken;
@@ -314,7 +373,12 @@ export function memoriesView(root: HTMLElement, params: URLSearchParams): Cleanu
 }
 
 /** Offers the apps (and that app's users) of existing sessions as suggestions; memories may name others too. */
-async function suggest(app: string, apps: HTMLDataListElement, users: HTMLDataListElement, signal: AbortSignal): Promise<void> {
+async function suggest(
+  app: string,
+  apps: HTMLDataListElement,
+  users: HTMLDataListElement,
+  signal: AbortSignal,
+): Promise<void> {
   try {
     const res = await memory.listSessions({ pageSize: 1000 }, { signal });
     const names = new Set(res.sessions.map((s) => s.appName));

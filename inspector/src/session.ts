@@ -82,7 +82,9 @@ function delegationItem(d: Delegation): HTMLElement {
     h("span", { class: "agent" }, d.agent),
     " ",
     h("a", { href: `#ev-${d.request.seq}`, class: "seq" }, `#${d.request.seq}`),
-    d.response ? h("span", {}, " → ", h("a", { href: `#ev-${d.response.seq}`, class: "seq" }, `#${d.response.seq}`)) : null,
+    d.response
+      ? h("span", {}, " → ", h("a", { href: `#ev-${d.response.seq}`, class: "seq" }, `#${d.response.seq}`))
+      : null,
     " ",
     h("span", { class: "duration" }, took),
     d.children.length ? h("ol", {}, ...d.children.map(delegationItem)) : null,
@@ -110,12 +112,29 @@ export function sessionView(root: HTMLElement, sessionId: string, params: URLSea
     },
     h("option", { value: "" }, "all events"),
     h("option", { value: ERRORS_ONLY }, "only errors"),
-    ...["user_message", "agent_response", "tool_call", "tool_result", "delegation_request", "delegation_response", "system", "summary"].map((t) => h("option", { value: t }, t)),
+    ...[
+      "user_message",
+      "agent_response",
+      "tool_call",
+      "tool_result",
+      "delegation_request",
+      "delegation_response",
+      "system",
+      "summary",
+    ].map((t) => h("option", { value: t }, t)),
   );
   typeSelect.value = query.type ?? "";
   const earlierSentinel = h("div", { class: "earlier-sentinel", "aria-hidden": "true" });
-  const earlier = h("button", { type: "button", class: "earlier", hidden: true, onclick: () => void loadEarlier() }, "Load earlier events");
-  const newest = h("button", { type: "button", class: "new-events", hidden: true, onclick: () => jumpToNewest() }, "Jump to newest");
+  const earlier = h(
+    "button",
+    { type: "button", class: "earlier", hidden: true, onclick: () => void loadEarlier() },
+    "Load earlier events",
+  );
+  const newest = h(
+    "button",
+    { type: "button", class: "new-events", hidden: true, onclick: () => jumpToNewest() },
+    "Jump to newest",
+  );
   const delegations = h("section", { class: "panel delegations", hidden: true });
   const state = statePanel();
   replaceChildren(
@@ -130,7 +149,12 @@ export function sessionView(root: HTMLElement, sessionId: string, params: URLSea
       h(
         "section",
         { class: "panel events-panel" },
-        h("div", { class: "events-head" }, h("h2", {}, "Events ", live, " ", count), h("label", {}, "Show ", typeSelect)),
+        h(
+          "div",
+          { class: "events-head" },
+          h("h2", {}, "Events ", live, " ", count),
+          h("label", {}, "Show ", typeSelect),
+        ),
         earlierSentinel,
         earlier,
         list,
@@ -160,9 +184,19 @@ export function sessionView(root: HTMLElement, sessionId: string, params: URLSea
           ["Updated", formatTime(dateOf(s.updatedAt))],
           ["Retained", `${s.eventCount} events (seq ${s.firstSeq}–${s.headSeq})`],
         ].flatMap(([k, v]) => [h("dt", {}, k), h("dd", {}, v)]),
-        ...(Object.keys(s.metadata ?? {}).length ? [h("dt", {}, "Metadata"), h("dd", {}, jsonView(s.metadata ?? {}))] : []),
+        ...(Object.keys(s.metadata ?? {}).length
+          ? [h("dt", {}, "Metadata"), h("dd", {}, jsonView(s.metadata ?? {}))]
+          : []),
         h("dt", {}, "Memories"),
-        h("dd", {}, h("a", { class: "user-memories", href: memoriesHref({ app: s.appName, user: s.userId }) }, s.userId ? `${s.userId}'s and app-wide` : "app-wide")),
+        h(
+          "dd",
+          {},
+          h(
+            "a",
+            { class: "user-memories", href: memoriesHref({ app: s.appName, user: s.userId }) },
+            s.userId ? `${s.userId}'s and app-wide` : "app-wide",
+          ),
+        ),
       );
     } catch (err) {
       if (!signal.aborted) replaceChildren(message, errorBox(err));
@@ -216,7 +250,12 @@ export function sessionView(root: HTMLElement, sessionId: string, params: URLSea
   const updateDelegations = () => {
     const tree = delegationTree(shown);
     delegations.hidden = tree.length === 0;
-    if (tree.length) replaceChildren(delegations, h("h2", {}, "Delegations"), h("ol", { class: "delegation-tree" }, ...tree.map(delegationItem)));
+    if (tree.length)
+      replaceChildren(
+        delegations,
+        h("h2", {}, "Delegations"),
+        h("ol", { class: "delegation-tree" }, ...tree.map(delegationItem)),
+      );
   };
 
   function rowsOf(events: readonly MemoryEvent[], previous: MemoryEvent | undefined): HTMLElement[] {
@@ -325,9 +364,12 @@ export function sessionView(root: HTMLElement, sessionId: string, params: URLSea
   }
 
   // Earlier events page in as the top of the list comes into view.
-  const observer = new IntersectionObserver((entries) => {
-    if (entries.some((e) => e.isIntersecting) && !earlier.hidden && shown.length > 0) void loadEarlier();
-  }, { rootMargin: "600px 0px 0px 0px" });
+  const observer = new IntersectionObserver(
+    (entries) => {
+      if (entries.some((e) => e.isIntersecting) && !earlier.hidden && shown.length > 0) void loadEarlier();
+    },
+    { rootMargin: "600px 0px 0px 0px" },
+  );
   observer.observe(earlierSentinel);
 
   /** Reads the newest page (or the page around `at`), then follows live from the head of that read. */
@@ -347,7 +389,10 @@ export function sessionView(root: HTMLElement, sessionId: string, params: URLSea
         atHead = true;
       } else {
         const from = at - BigInt(WINDOW / 2) > firstSeq ? at - BigInt(WINDOW / 2) : firstSeq;
-        const res = await memory.getSessionEvents({ sessionId, afterSeq: from - 1n, limit: WINDOW, eventTypes: types }, { signal });
+        const res = await memory.getSessionEvents(
+          { sessionId, afterSeq: from - 1n, limit: WINDOW, eventTypes: types },
+          { signal },
+        );
         shown = [...res.events];
         lowSeq = from;
         highSeq = res.events.at(-1)?.seq ?? res.headSeq;
@@ -402,7 +447,10 @@ export function sessionView(root: HTMLElement, sessionId: string, params: URLSea
       setLive("reconnecting", "reconnecting…");
     } else if (msg.code === "OUT_OF_RANGE") {
       // The events after our cursor were evicted while we were away: show the newest again.
-      replaceChildren(message, h("p", { class: "notice" }, "Events were evicted while disconnected; showing the newest again."));
+      replaceChildren(
+        message,
+        h("p", { class: "notice" }, "Events were evicted while disconnected; showing the newest again."),
+      );
       void open(undefined);
     } else {
       setLive("ended", "stopped");
@@ -412,7 +460,12 @@ export function sessionView(root: HTMLElement, sessionId: string, params: URLSea
 
   // Keyboard: j / k move to the next / previous event, End jumps to the newest.
   const onKey = (ev: KeyboardEvent) => {
-    if (ev.target instanceof HTMLInputElement || ev.target instanceof HTMLSelectElement || ev.target instanceof HTMLTextAreaElement) return;
+    if (
+      ev.target instanceof HTMLInputElement ||
+      ev.target instanceof HTMLSelectElement ||
+      ev.target instanceof HTMLTextAreaElement
+    )
+      return;
     if (ev.key !== "j" && ev.key !== "k") return;
     const rows = [...list.children] as HTMLElement[];
     const current = rows.indexOf(document.activeElement as HTMLElement);

@@ -67,17 +67,44 @@ export function sessionsView(root: HTMLElement, params: URLSearchParams): Cleanu
   const go = (change: Partial<SessionsQuery>) => {
     location.hash = sessionsHref({ ...query, page: 0, ...change });
   };
-  const appInput = h("input", { name: "app", placeholder: "any app", value: query.app, "aria-label": "app name starts with", spellcheck: "false" });
-  const userInput = h("input", { name: "user", placeholder: "any user", value: query.user, "aria-label": "user id starts with", spellcheck: "false" });
+  const appInput = h("input", {
+    name: "app",
+    placeholder: "any app",
+    value: query.app,
+    "aria-label": "app name starts with",
+    spellcheck: "false",
+  });
+  const userInput = h("input", {
+    name: "user",
+    placeholder: "any user",
+    value: query.user,
+    "aria-label": "user id starts with",
+    spellcheck: "false",
+  });
   const typeSelect = h(
     "select",
     { name: "type", "aria-label": "event type" },
     h("option", { value: "" }, "any events"),
     h("option", { value: ERRORS_ONLY }, "only errors"),
-    ...["user_message", "agent_response", "tool_call", "tool_result", "delegation_request", "delegation_response", "system", "summary"].map((t) => h("option", { value: t }, t)),
+    ...[
+      "user_message",
+      "agent_response",
+      "tool_call",
+      "tool_result",
+      "delegation_request",
+      "delegation_response",
+      "system",
+      "summary",
+    ].map((t) => h("option", { value: t }, t)),
   );
   typeSelect.value = query.type;
-  const searchInput = h("input", { type: "search", name: "q", placeholder: "search events", value: query.search, "aria-label": "search events" });
+  const searchInput = h("input", {
+    type: "search",
+    name: "q",
+    placeholder: "search events",
+    value: query.search,
+    "aria-label": "search events",
+  });
   const filters = h(
     "form",
     {
@@ -85,7 +112,12 @@ export function sessionsView(root: HTMLElement, params: URLSearchParams): Cleanu
       role: "search",
       onsubmit: (ev: Event) => {
         ev.preventDefault();
-        go({ app: appInput.value.trim(), user: userInput.value.trim(), type: typeSelect.value, search: searchInput.value.trim() });
+        go({
+          app: appInput.value.trim(),
+          user: userInput.value.trim(),
+          type: typeSelect.value,
+          search: searchInput.value.trim(),
+        });
       },
     },
     h("label", {}, "App ", appInput),
@@ -97,7 +129,11 @@ export function sessionsView(root: HTMLElement, params: URLSearchParams): Cleanu
   const body = h("tbody");
   const status = h("span", { class: "muted" });
   const pageLabel = h("span", { class: "page" });
-  const prev = h("button", { type: "button", disabled: true, onclick: () => go({ page: query.page - 1 }) }, "← Previous");
+  const prev = h(
+    "button",
+    { type: "button", disabled: true, onclick: () => go({ page: query.page - 1 }) },
+    "← Previous",
+  );
   const next = h("button", { type: "button", disabled: true, onclick: () => go({ page: query.page + 1 }) }, "Next →");
   const message = h("div");
   const hits = h("section", { class: "search-results", hidden: !query.search });
@@ -114,7 +150,17 @@ export function sessionsView(root: HTMLElement, params: URLSearchParams): Cleanu
       h(
         "table",
         { class: "sessions" },
-        h("thead", {}, h("tr", {}, ...headers.map((t) => h("th", { class: t === "Events" || t === "Errors" ? "num" : undefined, scope: "col" }, t)))),
+        h(
+          "thead",
+          {},
+          h(
+            "tr",
+            {},
+            ...headers.map((t) =>
+              h("th", { class: t === "Events" || t === "Errors" ? "num" : undefined, scope: "col" }, t),
+            ),
+          ),
+        ),
         body,
       ),
     ),
@@ -140,7 +186,12 @@ export function sessionsView(root: HTMLElement, params: URLSearchParams): Cleanu
       memory.getSessionEvents({ sessionId: s.sessionId, eventTypes: ERROR_TYPES, limit: 1000 }),
       memory.getSessionEvents({ sessionId: s.sessionId, tail: 1 }),
     ]);
-    const fresh = { headSeq: s.headSeq, errors: errs.events.length, errorsCapped: errs.nextPageToken !== "", last: last.events[0] };
+    const fresh = {
+      headSeq: s.headSeq,
+      errors: errs.events.length,
+      errorsCapped: errs.nextPageToken !== "",
+      last: last.events[0],
+    };
     facts.set(s.sessionId, fresh);
     return fresh;
   }
@@ -163,11 +214,17 @@ export function sessionsView(root: HTMLElement, params: URLSearchParams): Cleanu
       h("td", { class: "app", "data-label": "app", title: s.appName }, s.appName),
       h("td", { class: "user", "data-label": "user", title: s.userId }, s.userId),
       h("td", { class: "num events", "data-label": "events" }, String(s.eventCount)),
-      h("td", { class: "num errors", "data-label": "errors" }, f.errors ? `${f.errors}${f.errorsCapped ? "+" : ""}` : "0"),
+      h(
+        "td",
+        { class: "num errors", "data-label": "errors" },
+        f.errors ? `${f.errors}${f.errorsCapped ? "+" : ""}` : "0",
+      ),
       h(
         "td",
         { class: "last-event", title: last ? `${last.eventType}: ${eventPreview(last, 300)}` : undefined },
-        last ? h("span", { class: `badge type-${last.eventType}` }, last.eventType) : h("span", { class: "muted" }, "none"),
+        last
+          ? h("span", { class: `badge type-${last.eventType}` }, last.eventType)
+          : h("span", { class: "muted" }, "none"),
         last ? " " : null,
         last ? h("span", { class: "muted" }, eventPreview(last, 60)) : null,
       ),
@@ -201,7 +258,10 @@ export function sessionsView(root: HTMLElement, params: URLSearchParams): Cleanu
       if (stopped) return;
       replaceChildren(message);
       const rows = shown.map((s, i) => row(s, rowFacts[i]!));
-      replaceChildren(body, ...(rows.length ? rows : [h("tr", {}, h("td", { colspan: headers.length, class: "muted" }, "No sessions."))]));
+      replaceChildren(
+        body,
+        ...(rows.length ? rows : [h("tr", {}, h("td", { colspan: headers.length, class: "muted" }, "No sessions."))]),
+      );
       prev.disabled = page === 0;
       next.disabled = page >= pages - 1;
       pageLabel.textContent = `page ${page + 1} of ${pages}`;
@@ -215,22 +275,40 @@ export function sessionsView(root: HTMLElement, params: URLSearchParams): Cleanu
 
   /** SearchEvents over the apps the app filter selects (it needs an app), hits kept to the filtered users. */
   async function search(all: Session[]): Promise<void> {
-    const apps = [...new Set(all.filter((s) => s.appName.startsWith(query.app)).map((s) => s.appName))].slice(0, MAX_SEARCHED_APPS);
+    const apps = [...new Set(all.filter((s) => s.appName.startsWith(query.app)).map((s) => s.appName))].slice(
+      0,
+      MAX_SEARCHED_APPS,
+    );
     const exactUser = all.some((s) => s.userId === query.user) ? query.user : undefined;
     const results = await Promise.all(
       apps.map((appName) =>
-        memory.searchEvents({ appName, userId: exactUser, query: query.search, topK: SEARCH_TOP_K, eventTypes: typesOf(query.type) }),
+        memory.searchEvents({
+          appName,
+          userId: exactUser,
+          query: query.search,
+          topK: SEARCH_TOP_K,
+          eventTypes: typesOf(query.type),
+        }),
       ),
     );
     const found = results
       .flatMap((r) => r.hits)
-      .filter((hit) => (hit.event?.sessionId ?? hit.sessionId) !== "" && all.some((s) => s.sessionId === hit.sessionId && s.userId.startsWith(query.user)))
+      .filter(
+        (hit) =>
+          (hit.event?.sessionId ?? hit.sessionId) !== "" &&
+          all.some((s) => s.sessionId === hit.sessionId && s.userId.startsWith(query.user)),
+      )
       .sort((a, b) => b.score - a.score)
       .slice(0, SEARCH_TOP_K);
     hits.dataset.done = "1";
     replaceChildren(
       hits,
-      h("h2", {}, `Events matching “${query.search}”`, h("span", { class: "muted" }, ` — ${found.length} hit${found.length === 1 ? "" : "s"}`)),
+      h(
+        "h2",
+        {},
+        `Events matching “${query.search}”`,
+        h("span", { class: "muted" }, ` — ${found.length} hit${found.length === 1 ? "" : "s"}`),
+      ),
       found.length
         ? h(
             "ol",

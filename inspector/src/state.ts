@@ -39,7 +39,19 @@ export function renderState(panel: HTMLElement, session: Session): void {
   if (panel.hidden) return;
   replaceChildren(
     panel,
-    h("h2", {}, "State ", h("span", { class: "muted state-version", title: "Session.version: one more with each append that changes state and each UpdateSession" }, `version ${session.version}`)),
+    h(
+      "h2",
+      {},
+      "State ",
+      h(
+        "span",
+        {
+          class: "muted state-version",
+          title: "Session.version: one more with each append that changes state and each UpdateSession",
+        },
+        `version ${session.version}`,
+      ),
+    ),
     keys.length === 0 ? h("p", { class: "muted state-empty" }, "No keys (all deleted).") : null,
     ...GROUPS.map((group) => {
       const mine = keys.filter((k) => stateGroupOf(k) === group.name);
@@ -48,7 +60,14 @@ export function renderState(panel: HTMLElement, session: Session): void {
         "div",
         { class: `state-group state-${group.name}` },
         h("h3", {}, group.title, " ", h("span", { class: "muted" }, String(mine.length))),
-        h("dl", { class: "state-keys" }, ...mine.flatMap((key) => [h("dt", { "data-key": key }, h("code", {}, key)), h("dd", { "data-key": key }, jsonView(state[key]!))])),
+        h(
+          "dl",
+          { class: "state-keys" },
+          ...mine.flatMap((key) => [
+            h("dt", { "data-key": key }, h("code", {}, key)),
+            h("dd", { "data-key": key }, jsonView(state[key]!)),
+          ]),
+        ),
       );
     }),
   );

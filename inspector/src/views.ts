@@ -82,7 +82,11 @@ export interface RetryDisplay {
  * INVALID_ARGUMENT) stops it and is shown. `attempt` calls `connected` when a
  * try got through, so the next failure backs off from the start again.
  */
-export async function retrying(signal: AbortSignal, display: RetryDisplay, attempt: (connected: () => void) => Promise<boolean>): Promise<void> {
+export async function retrying(
+  signal: AbortSignal,
+  display: RetryDisplay,
+  attempt: (connected: () => void) => Promise<boolean>,
+): Promise<void> {
   let failures = 0;
   const connected = () => {
     failures = 0;

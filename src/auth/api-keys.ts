@@ -57,7 +57,10 @@ export function hashApiKey(key: string): string {
 }
 
 /** A new random key and the record to store for it. */
-export function generateApiKey(scope: Pick<ApiKeyRecord, "role" | "apps" | "userId" | "name" | "rateLimit">, now = Date.now()): {
+export function generateApiKey(
+  scope: Pick<ApiKeyRecord, "role" | "apps" | "userId" | "name" | "rateLimit">,
+  now = Date.now(),
+): {
   key: string;
   record: ApiKeyRecord;
 } {
@@ -93,13 +96,19 @@ export function bearerKey(header: string | undefined): string {
 
 /** Checks a key's scope before it is stored. */
 export function validateScope(scope: Pick<ApiKeyRecord, "role" | "apps" | "userId" | "rateLimit">): void {
-  if (!API_KEY_ROLES.includes(scope.role)) throw new Error(`role: expected one of ${API_KEY_ROLES.join(", ")}, got ${JSON.stringify(scope.role)}`);
+  if (!API_KEY_ROLES.includes(scope.role))
+    throw new Error(`role: expected one of ${API_KEY_ROLES.join(", ")}, got ${JSON.stringify(scope.role)}`);
   if (scope.apps.length === 0) throw new Error("app: at least one app (or * for every app) is required");
   for (const app of scope.apps) {
-    if (app.length === 0 || Buffer.byteLength(app) > 256 || app.includes("\0")) throw new Error(`app: ${JSON.stringify(app)} is not a valid app_name`);
+    if (app.length === 0 || Buffer.byteLength(app) > 256 || app.includes("\0"))
+      throw new Error(`app: ${JSON.stringify(app)} is not a valid app_name`);
   }
-  if (scope.apps.includes(ANY_APP) && scope.apps.length > 1) throw new Error("app: * already means every app; give it alone");
-  if (scope.userId !== undefined && (scope.userId.length === 0 || Buffer.byteLength(scope.userId) > 256 || scope.userId.includes("\0"))) {
+  if (scope.apps.includes(ANY_APP) && scope.apps.length > 1)
+    throw new Error("app: * already means every app; give it alone");
+  if (
+    scope.userId !== undefined &&
+    (scope.userId.length === 0 || Buffer.byteLength(scope.userId) > 256 || scope.userId.includes("\0"))
+  ) {
     throw new Error(`user: ${JSON.stringify(scope.userId)} is not a valid user_id`);
   }
   if (scope.rateLimit !== undefined && !(Number.isInteger(scope.rateLimit) && scope.rateLimit >= 0)) {

@@ -12,7 +12,10 @@ import type { ApiKeyRecord, ApiKeyStore } from "./api-keys.js";
 /** Wraps a key store being opened in the background; see the file comment. */
 export class ConnectingKeyStore implements ApiKeyStore {
   /** Opens the key store at once when its backend answers, else in the background. */
-  static async open(open: () => Promise<ApiKeyStore>, failed: (err: unknown, attempt: number) => void): Promise<ApiKeyStore> {
+  static async open(
+    open: () => Promise<ApiKeyStore>,
+    failed: (err: unknown, attempt: number) => void,
+  ): Promise<ApiKeyStore> {
     try {
       return await open();
     } catch (err) {

@@ -9,7 +9,9 @@ import { apiKeyId, bearerKey, keyMatches, unauthenticated, type ApiKeyStore, typ
 import { FileKeyStore } from "./file-key-store.js";
 
 /** Opens the key store of the configured backend. */
-export async function openApiKeyStore(config: Pick<Config, "memoryEnabled" | "memoryType" | "redisUrl" | "postgresUrl" | "keyPrefix" | "authKeysFile">): Promise<ApiKeyStore> {
+export async function openApiKeyStore(
+  config: Pick<Config, "memoryEnabled" | "memoryType" | "redisUrl" | "postgresUrl" | "keyPrefix" | "authKeysFile">,
+): Promise<ApiKeyStore> {
   if (config.memoryEnabled && config.memoryType === "redis") {
     const { RedisKeyStore } = await import("./redis-key-store.js");
     return RedisKeyStore.open(config.redisUrl!, config.keyPrefix);
@@ -58,7 +60,8 @@ export class Authenticator {
   async authenticate(header: string | undefined, maxAgeMs?: number): Promise<Principal> {
     const key = bearerKey(header);
     let verdict = this.cache.get(key);
-    if (!verdict || (maxAgeMs !== undefined && Date.now() - verdict.checkedAt > maxAgeMs)) verdict = await this.freshVerdict(key);
+    if (!verdict || (maxAgeMs !== undefined && Date.now() - verdict.checkedAt > maxAgeMs))
+      verdict = await this.freshVerdict(key);
     if (!verdict.principal) throw unauthenticated(verdict.problem!);
     return verdict.principal;
   }
@@ -85,7 +88,16 @@ export class Authenticator {
     // Same answer for an unknown id and a wrong secret: the id alone proves nothing.
     if (!record || !keyMatches(key, record)) return { problem: "unknown API key", checkedAt };
     if (record.revokedAt !== undefined) return { problem: "this API key was revoked", checkedAt };
-    return { principal: { keyId: record.id, role: record.role, apps: record.apps, userId: record.userId, rateLimit: record.rateLimit }, checkedAt };
+    return {
+      principal: {
+        keyId: record.id,
+        role: record.role,
+        apps: record.apps,
+        userId: record.userId,
+        rateLimit: record.rateLimit,
+      },
+      checkedAt,
+    };
   }
 
   async close(): Promise<void> {

@@ -31,7 +31,11 @@ options:
 const BACKEND_FLAGS = ["memory-type", "redis-url", "postgres-url", "key-prefix", "auth-keys-file"] as const;
 
 /** Runs the keys command; returns the exit status. */
-export async function runKeysCommand(argv: string[], out: (line: string) => void = console.log, err: (line: string) => void = console.error): Promise<number> {
+export async function runKeysCommand(
+  argv: string[],
+  out: (line: string) => void = console.log,
+  err: (line: string) => void = console.error,
+): Promise<number> {
   let parsed;
   try {
     parsed = parseArgs({
@@ -61,7 +65,9 @@ export async function runKeysCommand(argv: string[], out: (line: string) => void
   let config;
   try {
     const backend = values as Record<string, unknown>;
-    const forwarded = BACKEND_FLAGS.flatMap((f) => (typeof backend[f] === "string" ? [`--${f}`, backend[f] as string] : []));
+    const forwarded = BACKEND_FLAGS.flatMap((f) =>
+      typeof backend[f] === "string" ? [`--${f}`, backend[f] as string] : [],
+    );
     config = loadConfig(forwarded, process.env);
   } catch (e) {
     if (e instanceof ConfigError) {
@@ -90,9 +96,20 @@ export async function runKeysCommand(argv: string[], out: (line: string) => void
         }
         const { key, record } = generateApiKey({ ...scope, name: values.name });
         await keys.create(record);
-        if (values.json) out(JSON.stringify({ key, id: record.id, role: record.role, apps: record.apps, user_id: record.userId ?? null }));
+        if (values.json)
+          out(
+            JSON.stringify({
+              key,
+              id: record.id,
+              role: record.role,
+              apps: record.apps,
+              user_id: record.userId ?? null,
+            }),
+          );
         else {
-          out(`created API key ${record.id} (role ${record.role}, apps ${record.apps.join(",")}${record.userId ? `, user ${record.userId}` : ""})`);
+          out(
+            `created API key ${record.id} (role ${record.role}, apps ${record.apps.join(",")}${record.userId ? `, user ${record.userId}` : ""})`,
+          );
           out(`key (shown once; send it as "authorization: Bearer <key>"):`);
           out(key);
         }
@@ -109,7 +126,17 @@ export async function runKeysCommand(argv: string[], out: (line: string) => void
         }
         out(["ID", "ROLE", "APPS", "USER", "NAME", "CREATED", "REVOKED"].join("\t"));
         for (const k of all) {
-          out([k.id, k.role, k.apps.join(","), k.userId ?? "-", k.name ?? "-", new Date(k.createdAt).toISOString(), k.revokedAt ? new Date(k.revokedAt).toISOString() : "-"].join("\t"));
+          out(
+            [
+              k.id,
+              k.role,
+              k.apps.join(","),
+              k.userId ?? "-",
+              k.name ?? "-",
+              new Date(k.createdAt).toISOString(),
+              k.revokedAt ? new Date(k.revokedAt).toISOString() : "-",
+            ].join("\t"),
+          );
         }
         return 0;
       }

@@ -43,7 +43,10 @@ function toRecord(row: KeyRow): ApiKeyRecord {
 export class PostgresKeyStore implements ApiKeyStore {
   private readonly table: string;
 
-  private constructor(private readonly pool: pg.Pool, schema: string) {
+  private constructor(
+    private readonly pool: pg.Pool,
+    schema: string,
+  ) {
     this.table = `${pg.escapeIdentifier(schema)}.api_keys`;
   }
 
@@ -59,7 +62,13 @@ export class PostgresKeyStore implements ApiKeyStore {
     } finally {
       await migrator.close();
     }
-    const pool = new pg.Pool({ connectionString: url, max: 2, connectionTimeoutMillis: 4000, statement_timeout: 4000, application_name: `engram:${schema}:keys`.slice(0, 63) });
+    const pool = new pg.Pool({
+      connectionString: url,
+      max: 2,
+      connectionTimeoutMillis: 4000,
+      statement_timeout: 4000,
+      application_name: `engram:${schema}:keys`.slice(0, 63),
+    });
     pool.on("error", () => {}); // an idle connection that dies is dropped by the pool
     return new PostgresKeyStore(pool, schema);
   }
@@ -94,12 +103,21 @@ export class PostgresKeyStore implements ApiKeyStore {
     await this.pool.end();
   }
 
-  private async query<R extends pg.QueryResultRow = pg.QueryResultRow>(sql: string, params: unknown[]): Promise<pg.QueryResult<R>> {
+  private async query<R extends pg.QueryResultRow = pg.QueryResultRow>(
+    sql: string,
+    params: unknown[],
+  ): Promise<pg.QueryResult<R>> {
     try {
       return await this.pool.query<R>(sql, params);
     } catch (err) {
-      if (typeof (err as { code?: unknown }).code === "string" && /^(23|22|42)/.test((err as { code: string }).code)) throw err;
-      throw new MemoryError("UNAVAILABLE", `PostgreSQL is unavailable for API keys: ${(err as Error).message}`, {}, { cause: err });
+      if (typeof (err as { code?: unknown }).code === "string" && /^(23|22|42)/.test((err as { code: string }).code))
+        throw err;
+      throw new MemoryError(
+        "UNAVAILABLE",
+        `PostgreSQL is unavailable for API keys: ${(err as Error).message}`,
+        {},
+        { cause: err },
+      );
     }
   }
 }

@@ -16,14 +16,23 @@ import type { ApiKeyRecord, ApiKeyStore } from "./api-keys.js";
 export class RedisKeyStore implements ApiKeyStore {
   private readonly key: string;
 
-  private constructor(private readonly redis: RedisClient, keyPrefix: string) {
+  private constructor(
+    private readonly redis: RedisClient,
+    keyPrefix: string,
+  ) {
     this.key = `${keyPrefix}:apikeys`;
   }
 
   /** Connects; rejects UNAVAILABLE when Redis cannot be reached. */
   static async open(url: string, keyPrefix: string): Promise<RedisKeyStore> {
     // Like the memory store's connection: no offline queue, so an outage fails fast instead of hanging.
-    const redis = openRedisClient(url, { lazyConnect: true, enableOfflineQueue: false, commandTimeout: 4000, maxRetriesPerRequest: 1, connectTimeout: 4000 });
+    const redis = openRedisClient(url, {
+      lazyConnect: true,
+      enableOfflineQueue: false,
+      commandTimeout: 4000,
+      maxRetriesPerRequest: 1,
+      connectTimeout: 4000,
+    });
     redis.on("error", () => {}); // reconnects by itself; calls fail UNAVAILABLE meanwhile
     try {
       await redis.connect();
@@ -66,7 +75,12 @@ export class RedisKeyStore implements ApiKeyStore {
     try {
       return await fn();
     } catch (err) {
-      throw new MemoryError("UNAVAILABLE", `Redis is unavailable for API keys: ${(err as Error).message}`, {}, { cause: err });
+      throw new MemoryError(
+        "UNAVAILABLE",
+        `Redis is unavailable for API keys: ${(err as Error).message}`,
+        {},
+        { cause: err },
+      );
     }
   }
 }

@@ -21,4 +21,16 @@ export interface Subcommand {
 }
 
 /** The subcommand table. */
-export const SUBCOMMANDS: readonly Subcommand[] = [serve, sessions, events, tail, context, memories, stats, exportSessions, importSessions, erase, keys];
+export const SUBCOMMANDS: readonly Subcommand[] = [
+  serve,
+  sessions,
+  events,
+  tail,
+  context,
+  memories,
+  stats,
+  exportSessions,
+  importSessions,
+  erase,
+  keys,
+];

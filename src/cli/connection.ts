@@ -22,20 +22,30 @@ export function withConnectionOptions(cmd: Command): Command {
   return cmd
     .addOption(new Option("--url <url>", "server address").env("ENGRAM_URL").default("http://127.0.0.1:8000"))
     .addOption(new Option("--api-key <key>", "API key, sent as `authorization: Bearer <key>`").env("ENGRAM_API_KEY"))
-    .addOption(new Option("--protocol <protocol>", "wire protocol").choices(["connect", "grpc", "grpc-web"]).default("connect"))
-    .addOption(new Option("--timeout <ms>", "deadline of each call in ms (streams have none)").argParser(positiveInt("--timeout")))
+    .addOption(
+      new Option("--protocol <protocol>", "wire protocol").choices(["connect", "grpc", "grpc-web"]).default("connect"),
+    )
+    .addOption(
+      new Option("--timeout <ms>", "deadline of each call in ms (streams have none)").argParser(
+        positiveInt("--timeout"),
+      ),
+    )
     .option("--json", "machine-readable JSON output");
 }
 
 /** A client for the options given; close() it when done. */
-export async function connect(opts: ConnectionOptions, extra: { reconnect?: { maxRetries?: number; maxBackoffMs?: number } } = {}): Promise<MemoryClient> {
+export async function connect(
+  opts: ConnectionOptions,
+  extra: { reconnect?: { maxRetries?: number; maxBackoffMs?: number } } = {},
+): Promise<MemoryClient> {
   let url: URL;
   try {
     url = new URL(opts.url);
   } catch {
     throw new UsageError(`--url: not a URL: ${JSON.stringify(opts.url)}`);
   }
-  if (url.protocol !== "http:" && url.protocol !== "https:") throw new UsageError(`--url: expected http:// or https://, got ${JSON.stringify(opts.url)}`);
+  if (url.protocol !== "http:" && url.protocol !== "https:")
+    throw new UsageError(`--url: expected http:// or https://, got ${JSON.stringify(opts.url)}`);
   const interceptors: Interceptor[] = [];
   const key = opts.apiKey?.trim();
   if (key) {

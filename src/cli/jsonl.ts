@@ -70,16 +70,21 @@ export function parseSessionLine(text: string, lineNo: number): SessionLine {
   for (const field of ["session_id", "app_name", "user_id"]) {
     if (typeof value[field] !== "string" || value[field] === "") fail(field, "expected a non-empty string");
   }
-  if (value.metadata !== undefined && value.metadata !== null && !isObject(value.metadata)) fail("metadata", "expected an object");
+  if (value.metadata !== undefined && value.metadata !== null && !isObject(value.metadata))
+    fail("metadata", "expected an object");
   if (!Array.isArray(value.events)) fail("events", "expected an array");
   const events = (value.events as unknown[]).map((e, i): EventLine => {
     const at = `events[${i}]`;
     if (!isObject(e)) return fail(at, "expected an object");
-    if (typeof e.event_id !== "string" || e.event_id === "") fail(`${at}.event_id`, "expected a non-empty string (it keeps re-imports idempotent)");
-    if (typeof e.event_type !== "string" || e.event_type === "") fail(`${at}.event_type`, "expected a non-empty string");
-    if (e.metadata !== undefined && e.metadata !== null && !isObject(e.metadata)) fail(`${at}.metadata`, "expected an object");
+    if (typeof e.event_id !== "string" || e.event_id === "")
+      fail(`${at}.event_id`, "expected a non-empty string (it keeps re-imports idempotent)");
+    if (typeof e.event_type !== "string" || e.event_type === "")
+      fail(`${at}.event_type`, "expected a non-empty string");
+    if (e.metadata !== undefined && e.metadata !== null && !isObject(e.metadata))
+      fail(`${at}.metadata`, "expected an object");
     if (e.timestamp !== undefined && e.timestamp !== null && e.timestamp !== "") {
-      if (typeof e.timestamp !== "string" || Number.isNaN(Date.parse(e.timestamp))) fail(`${at}.timestamp`, "expected an ISO 8601 date-time");
+      if (typeof e.timestamp !== "string" || Number.isNaN(Date.parse(e.timestamp)))
+        fail(`${at}.timestamp`, "expected an ISO 8601 date-time");
     }
     return {
       event_id: e.event_id as string,

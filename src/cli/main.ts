@@ -8,7 +8,9 @@ import { Command, CommanderError } from "commander";
 import { SUBCOMMANDS } from "./commands.js";
 import { UsageError } from "./connection.js";
 
-const { version } = JSON.parse(readFileSync(new URL("../../package.json", import.meta.url), "utf8")) as { version: string };
+const { version } = JSON.parse(readFileSync(new URL("../../package.json", import.meta.url), "utf8")) as {
+  version: string;
+};
 
 /** Exit statuses: 1 a failed call or operation, 2 a usage mistake. */
 const EXIT_FAILED = 1;
@@ -17,7 +19,9 @@ const EXIT_USAGE = 2;
 /** The program with every subcommand registered. */
 export function buildProgram(): Command {
   const program = new Command("engram")
-    .description("Engram, the memory server for AI agents: serve it, inspect sessions, follow them live, export and import them")
+    .description(
+      "Engram, the memory server for AI agents: serve it, inspect sessions, follow them live, export and import them",
+    )
     .version(version)
     .enablePositionalOptions()
     .showHelpAfterError("(run with --help for usage)")

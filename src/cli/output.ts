@@ -11,14 +11,30 @@ export function table(head: string[], rows: Array<Array<string | number>>): stri
   const t = new Table({
     head,
     chars: {
-      top: "", "top-mid": "", "top-left": "", "top-right": "",
-      bottom: "", "bottom-mid": "", "bottom-left": "", "bottom-right": "",
-      left: "", "left-mid": "", mid: "", "mid-mid": "", right: "", "right-mid": "", middle: "  ",
+      top: "",
+      "top-mid": "",
+      "top-left": "",
+      "top-right": "",
+      bottom: "",
+      "bottom-mid": "",
+      "bottom-left": "",
+      "bottom-right": "",
+      left: "",
+      "left-mid": "",
+      mid: "",
+      "mid-mid": "",
+      right: "",
+      "right-mid": "",
+      middle: "  ",
     },
     style: { head: [], border: [], "padding-left": 0, "padding-right": 0 },
   });
   t.push(...rows.map((r) => r.map(String)));
-  return t.toString().split("\n").map((line) => line.trimEnd()).join("\n");
+  return t
+    .toString()
+    .split("\n")
+    .map((line) => line.trimEnd())
+    .join("\n");
 }
 
 /** Writes a JSON document (pretty) or a JSON line to stdout. */
@@ -30,7 +46,9 @@ export function printJson(value: unknown, line = false): void {
 export function positiveInt(name: string, min = 0): (value: string) => number {
   return (value) => {
     if (!/^\d+$/.test(value) || Number(value) < min || !Number.isSafeInteger(Number(value))) {
-      throw new InvalidArgumentError(`${name}: expected a whole number${min > 0 ? ` ≥ ${min}` : ""}, got ${JSON.stringify(value)}`);
+      throw new InvalidArgumentError(
+        `${name}: expected a whole number${min > 0 ? ` ≥ ${min}` : ""}, got ${JSON.stringify(value)}`,
+      );
     }
     return Number(value);
   };
@@ -90,7 +108,9 @@ export function memoryJson(m: Memory) {
     importance: m.importance,
     pinned: m.pinned,
     metadata: m.metadata,
-    ...(m.source ? { source: { session_id: m.source.sessionId, from_seq: m.source.fromSeq, to_seq: m.source.toSeq } } : {}),
+    ...(m.source
+      ? { source: { session_id: m.source.sessionId, from_seq: m.source.fromSeq, to_seq: m.source.toSeq } }
+      : {}),
     created_at: iso(m.createdAt),
     valid_from: iso(m.validFrom),
     invalid_at: iso(m.invalidAt),

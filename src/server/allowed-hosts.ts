@@ -35,7 +35,9 @@ const REST_PATH = /^\/memory\//;
  * Host is not allowed, else returns false; undefined when every Host is
  * allowed (auth on, or MEMORY_ALLOWED_HOSTS=*).
  */
-export function createHostPolicy(settings: HostPolicySettings): ((req: IncomingMessage, res: ServerResponse) => boolean) | undefined {
+export function createHostPolicy(
+  settings: HostPolicySettings,
+): ((req: IncomingMessage, res: ServerResponse) => boolean) | undefined {
   if (settings.auth || settings.allowedHosts.includes("*")) return undefined;
   const exact = new Set<string>();
   const suffixes: string[] = [];
@@ -45,7 +47,11 @@ export function createHostPolicy(settings: HostPolicySettings): ((req: IncomingM
     else exact.add(name);
   }
   const allowed = (name: string) =>
-    name === "localhost" || name.endsWith(".localhost") || net.isIP(name) !== 0 || exact.has(name) || suffixes.some((s) => name.endsWith(s) || name === s.slice(1));
+    name === "localhost" ||
+    name.endsWith(".localhost") ||
+    net.isIP(name) !== 0 ||
+    exact.has(name) ||
+    suffixes.some((s) => name.endsWith(s) || name === s.slice(1));
   return (req, res) => {
     const host = req.headers.host;
     // HTTP/1.0 without Host: no browser sends such a request.

@@ -30,22 +30,21 @@ export function connectMemoryRoutes(guard: CallGuard, report: InternalErrorRepor
   for (const method of MemoryServiceDesc.methods as DescMethod[]) {
     const streaming = method.methodKind === "server_streaming";
     const handler = guard.handler(method.localName, streaming);
-    impl[method.localName] =
-      streaming
-        ? async function* (req: unknown, ctx: HandlerContext) {
-            try {
-              yield* handler(req, callInfo(ctx)) as AsyncIterable<unknown>;
-            } catch (err) {
-              throw toConnectError(err, report);
-            }
+    impl[method.localName] = streaming
+      ? async function* (req: unknown, ctx: HandlerContext) {
+          try {
+            yield* handler(req, callInfo(ctx)) as AsyncIterable<unknown>;
+          } catch (err) {
+            throw toConnectError(err, report);
           }
-        : async (req: unknown, ctx: HandlerContext) => {
-            try {
-              return await (handler(req, callInfo(ctx)) as Promise<unknown>);
-            } catch (err) {
-              throw toConnectError(err, report);
-            }
-          };
+        }
+      : async (req: unknown, ctx: HandlerContext) => {
+          try {
+            return await (handler(req, callInfo(ctx)) as Promise<unknown>);
+          } catch (err) {
+            throw toConnectError(err, report);
+          }
+        };
   }
   return (router: ConnectRouter) => {
     router.service(MemoryServiceDesc, impl as never);

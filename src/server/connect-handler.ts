@@ -33,7 +33,11 @@ import {
   universalResponseToNodeResponse,
 } from "@connectrpc/connect-node";
 import { base64Decode } from "@bufbuild/protobuf/wire";
-import { codeToHttpStatus, errorToJson, parseContentType as parseConnectContentType } from "@connectrpc/connect/protocol-connect";
+import {
+  codeToHttpStatus,
+  errorToJson,
+  parseContentType as parseConnectContentType,
+} from "@connectrpc/connect/protocol-connect";
 import { setTrailerStatus } from "@connectrpc/connect/protocol-grpc";
 import { parseContentType as parseGrpcWebContentType } from "@connectrpc/connect/protocol-grpc-web";
 import { invalidArgument, MemoryError, messageTooLarge } from "../errors.js";
@@ -63,7 +67,10 @@ async function* once(bytes: Uint8Array): AsyncIterable<Uint8Array> {
  * (what was read, then the rest), with its first bytes (`head`) for a look at
  * its first envelope's length.
  */
-async function readBody(body: AsyncIterable<Uint8Array>, limit: number): Promise<{ bytes?: Uint8Array; head?: Uint8Array; body: AsyncIterable<Uint8Array> }> {
+async function readBody(
+  body: AsyncIterable<Uint8Array>,
+  limit: number,
+): Promise<{ bytes?: Uint8Array; head?: Uint8Array; body: AsyncIterable<Uint8Array> }> {
   const chunks: Uint8Array[] = [];
   let size = 0;
   const it = body[Symbol.asyncIterator]();
@@ -123,7 +130,11 @@ function errorAnswer(contentType: string, error: ConnectError): UniversalServerR
     return { status: 200, header: new Headers({ "content-type": contentType }), body: once(endStream) };
   }
   const body = Buffer.from(JSON.stringify(errorToJson(error, JSON_WRITE_OPTIONS)));
-  return { status: codeToHttpStatus(error.code), header: new Headers({ "content-type": "application/json" }), body: once(body) };
+  return {
+    status: codeToHttpStatus(error.code),
+    header: new Headers({ "content-type": "application/json" }),
+    body: once(body),
+  };
 }
 
 /**
@@ -148,7 +159,9 @@ function getRequestMessage(req: UniversalServerRequest): { bytes: Uint8Array; js
     return { bytes, json };
   }
   // connect reads the message with URLSearchParams, which turns a bad byte into U+FFFD: look at the raw bytes.
-  const raw = rawQueryParams(new URL(req.url).search).find((p) => p.name.toString("latin1") === "message")?.value ?? Buffer.alloc(0);
+  const raw =
+    rawQueryParams(new URL(req.url).search).find((p) => p.name.toString("latin1") === "message")?.value ??
+    Buffer.alloc(0);
   const offset = invalidUtf8Offset(raw);
   if (offset !== undefined) throw notUtf8("query parameter message", offset);
   return { bytes: raw, json };
@@ -172,7 +185,11 @@ function unknownProcedure(req: IncomingMessage): UniversalServerResponse | undef
   if (parseGrpcWebContentType(contentType)) return errorAnswer(contentType, error);
   if (!parseConnectContentType(contentType)) return undefined;
   // Connect answers an unknown procedure with HTTP 404 before any stream begins (its clients read 404 as unimplemented).
-  return { status: 404, header: new Headers({ "content-type": "application/json" }), body: once(Buffer.from(JSON.stringify(errorToJson(error, JSON_WRITE_OPTIONS)))) };
+  return {
+    status: 404,
+    header: new Headers({ "content-type": "application/json" }),
+    body: once(Buffer.from(JSON.stringify(errorToJson(error, JSON_WRITE_OPTIONS)))),
+  };
 }
 
 /**
@@ -186,7 +203,9 @@ function explainedRefusal(req: IncomingMessage, handler: UniversalHandler, statu
   const methods = handler.allowedMethods.join(" or ");
   const how =
     "send POST with Content-Type application/json (Connect JSON) or application/proto (Connect binary), or use gRPC-Web or gRPC" +
-    (handler.allowedMethods.includes("GET") ? "; a GET needs ?connect=v1&encoding=json&message=<the request as URL-encoded JSON>" : "");
+    (handler.allowedMethods.includes("GET")
+      ? "; a GET needs ?connect=v1&encoding=json&message=<the request as URL-encoded JSON>"
+      : "");
   const message =
     status === 405
       ? `${req.method} is not allowed on ${path} (it takes ${methods}): ${how}`
@@ -223,7 +242,12 @@ interface BodyGuard {
 }
 
 /** Decodes `message` our way; the protocol's error answer naming the field when it does not decode, else undefined. */
-function decodeOrExplain(contentType: string, input: DescMessage, message: Uint8Array, binary: boolean): UniversalServerResponse | undefined {
+function decodeOrExplain(
+  contentType: string,
+  input: DescMessage,
+  message: Uint8Array,
+  binary: boolean,
+): UniversalServerResponse | undefined {
   try {
     (binary ? parseRequest : parseJsonRequest)(input, message);
     return undefined;
@@ -236,7 +260,11 @@ function decodeOrExplain(contentType: string, input: DescMessage, message: Uint8
 const STREAM_ENCODINGS = new Set(["identity", "gzip", "br"]);
 
 /** Checks a body (or a GET's message) around connect, binary or JSON. */
-async function guardRequestBody(req: UniversalServerRequest, handler: UniversalHandler, limit: number): Promise<BodyGuard> {
+async function guardRequestBody(
+  req: UniversalServerRequest,
+  handler: UniversalHandler,
+  limit: number,
+): Promise<BodyGuard> {
   const input = handler.method.input;
   if (req.method === "GET") {
     // A method without GET support: connect answers that itself.
@@ -257,12 +285,18 @@ async function guardRequestBody(req: UniversalServerRequest, handler: UniversalH
   const inflate = encoding === "gzip" ? gunzipSync : encoding === "br" ? brotliDecompressSync : undefined;
   if (req.method !== "POST" || !format || (!format.enveloped && compressed && !inflate)) return {};
   // An enveloped body in an encoding connect does not accept is connect's to refuse (UNIMPLEMENTED), not ours to decode.
-  const streamEncoding = format.enveloped ? (req.header.get("grpc-encoding") ?? req.header.get("connect-content-encoding"))?.trim().toLowerCase() : undefined;
+  const streamEncoding = format.enveloped
+    ? (req.header.get("grpc-encoding") ?? req.header.get("connect-content-encoding"))?.trim().toLowerCase()
+    : undefined;
   if (streamEncoding !== undefined && !STREAM_ENCODINGS.has(streamEncoding)) return {};
   // An oversized unary body is refused from its Content-Length, unread, as the fast path refuses it (connect would name its readMaxBytes).
   const announced = Number(req.header.get("content-length") ?? 0);
-  if (!format.enveloped && announced > limit) return { rejection: invalidBody(contentType, messageTooLarge(limit, announced)) };
-  const { bytes, head, body } = await readBody(req.body as AsyncIterable<Uint8Array>, format.enveloped ? limit + 5 : limit);
+  if (!format.enveloped && announced > limit)
+    return { rejection: invalidBody(contentType, messageTooLarge(limit, announced)) };
+  const { bytes, head, body } = await readBody(
+    req.body as AsyncIterable<Uint8Array>,
+    format.enveloped ? limit + 5 : limit,
+  );
   req.body = body;
   if (!format.enveloped) {
     if (!bytes) return { rejection: invalidBody(contentType, messageTooLarge(limit)) };
@@ -277,7 +311,8 @@ async function guardRequestBody(req: UniversalServerRequest, handler: UniversalH
   }
   // The first message's length prefix past the limit: refused from the prefix, as gRPC's is (src/server/grpc-protocol.ts).
   const length = firstEnvelopeLength(bytes ?? head ?? new Uint8Array(0));
-  if (length !== undefined && length > limit) return { rejection: invalidBody(contentType, messageTooLarge(limit, length)) };
+  if (length !== undefined && length > limit)
+    return { rejection: invalidBody(contentType, messageTooLarge(limit, length)) };
   if (!bytes) return {};
   if (length !== undefined && bytes[0] & 0b1 && bytes.byteLength >= 5 + length) {
     // A compressed first message is inflated as connect will, to refuse one past the limit in the same words as a plain one.
@@ -324,7 +359,6 @@ const JSON_OPTIONS = {
   textDecoder: strictJsonDecoder,
 };
 
-
 /**
  * The router as `routes` sees it: every service goes to connect-node, and
  * one registered without options (interceptors and such, which the fast
@@ -368,7 +402,10 @@ export function createConnectHandler(options: ConnectHandlerOptions) {
     acceptCompression,
     jsonOptions,
     registry: options.registry,
-    responseWriters: (desc) => ({ binary: binaryResponseSerializer(desc), json: jsonResponseEncoder(desc, options.registry) }),
+    responseWriters: (desc) => ({
+      binary: binaryResponseSerializer(desc),
+      json: jsonResponseEncoder(desc, options.registry),
+    }),
     onError: options.onError,
   });
   options.routes(routerWithFastPath(router, fast));
@@ -389,7 +426,11 @@ export function createConnectHandler(options: ConnectHandlerOptions) {
         if (guard.rejection) return guard.rejection;
         const uRes = await handler(uReq);
         // gRPC-Web clients read these statuses bare; Connect's and a person's get the explanation.
-        if ((uRes.status === 405 || uRes.status === 415) && uRes.body === undefined && !String(req.headers["content-type"] ?? "").startsWith("application/grpc-web")) {
+        if (
+          (uRes.status === 405 || uRes.status === 415) &&
+          uRes.body === undefined &&
+          !String(req.headers["content-type"] ?? "").startsWith("application/grpc-web")
+        ) {
           return explainedRefusal(req, handler, uRes.status);
         }
         // A unary Connect error is a non-200 status; when the body is what failed, say which field.

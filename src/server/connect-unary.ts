@@ -20,10 +20,22 @@
  * options) is declined, and connect-node answers it as before.
  */
 import type { IncomingMessage, ServerResponse } from "node:http";
-import { create, isMessage, type DescMessage, type DescMethod, type DescService, type Registry } from "@bufbuild/protobuf";
+import {
+  create,
+  isMessage,
+  type DescMessage,
+  type DescMethod,
+  type DescService,
+  type Registry,
+} from "@bufbuild/protobuf";
 import { Code, ConnectError, createContextValues, type ContextValues, type HandlerContext } from "@connectrpc/connect";
 import { compressionNegotiate, type Compression } from "@connectrpc/connect/protocol";
-import { codeToHttpStatus, errorToJsonBytes, parseContentType, parseTimeout } from "@connectrpc/connect/protocol-connect";
+import {
+  codeToHttpStatus,
+  errorToJsonBytes,
+  parseContentType,
+  parseTimeout,
+} from "@connectrpc/connect/protocol-connect";
 import { parseJsonRequest, parseRequest } from "./parse-request.js";
 import { messageTooLarge } from "../errors.js";
 import { toConnectError } from "./status.js";
@@ -98,7 +110,10 @@ class UnaryContext implements HandlerContext {
       if (this.done) controller.abort();
       else {
         if (this.deadline !== undefined) {
-          this.timer = setTimeout(() => controller.abort(new ConnectError("the operation timed out", Code.DeadlineExceeded)), Math.max(0, this.deadline - Date.now()));
+          this.timer = setTimeout(
+            () => controller.abort(new ConnectError("the operation timed out", Code.DeadlineExceeded)),
+            Math.max(0, this.deadline - Date.now()),
+          );
         }
         this.onClose = () => controller.abort();
         this.res.once("close", this.onClose);
@@ -228,7 +243,8 @@ async function inflated(inflate: Compression, bytes: Uint8Array, limit: number):
   try {
     return await inflate.decompress(bytes, limit);
   } catch (err) {
-    if (err instanceof ConnectError && err.code === Code.ResourceExhausted) throw toConnectError(messageTooLarge(limit));
+    if (err instanceof ConnectError && err.code === Code.ResourceExhausted)
+      throw toConnectError(messageTooLarge(limit));
     throw err;
   }
 }
@@ -251,7 +267,11 @@ export class ConnectUnaryFastPath {
           : () => {
               throw new ConnectError(message, Code.Unimplemented);
             };
-      this.methods.set(`/${service.typeName}/${method.name}`, { method, impl: bound, writers: this.options.responseWriters(method.output) });
+      this.methods.set(`/${service.typeName}/${method.name}`, {
+        method,
+        impl: bound,
+        writers: this.options.responseWriters(method.output),
+      });
     }
   }
 
@@ -262,11 +282,22 @@ export class ConnectUnaryFastPath {
     if (!unary) return false;
     const type = parseContentType(headerValue(req, "content-type"));
     if (!type || type.stream || req.headers["connect-content-encoding"] !== undefined) return false;
-    const compression = compressionNegotiate(this.options.acceptCompression, headerValue(req, "content-encoding"), headerValue(req, "accept-encoding"), "accept-encoding");
+    const compression = compressionNegotiate(
+      this.options.acceptCompression,
+      headerValue(req, "content-encoding"),
+      headerValue(req, "accept-encoding"),
+      "accept-encoding",
+    );
     const timeout = parseTimeout(headerValue(req, "connect-timeout-ms"), Number.MAX_SAFE_INTEGER);
     // connect-node answers these protocol errors itself, as before.
     if (compression.error || timeout.error) return false;
-    const ctx = new UnaryContext(unary.method, req, res, timeout.timeoutMs, type.binary ? "application/proto" : "application/json");
+    const ctx = new UnaryContext(
+      unary.method,
+      req,
+      res,
+      timeout.timeoutMs,
+      type.binary ? "application/proto" : "application/json",
+    );
     this.call(unary, ctx, type.binary, compression.request, compression.response, res).catch((err: unknown) => {
       this.options.onError(err);
       if (!res.headersSent) res.writeHead(500);
@@ -275,7 +306,14 @@ export class ConnectUnaryFastPath {
     return true;
   }
 
-  private async call(unary: UnaryMethod, ctx: UnaryContext, binary: boolean, inflate: Compression | null, deflate: Compression | null, res: ServerResponse): Promise<void> {
+  private async call(
+    unary: UnaryMethod,
+    ctx: UnaryContext,
+    binary: boolean,
+    inflate: Compression | null,
+    deflate: Compression | null,
+    res: ServerResponse,
+  ): Promise<void> {
     const { readMaxBytes, writeMaxBytes } = this.options;
     let status = 200;
     let contentType = binary ? "application/proto" : "application/json";
@@ -286,7 +324,9 @@ export class ConnectUnaryFastPath {
       let input: unknown;
       try {
         // The same parsers as the gRPC path: INVALID_ARGUMENT naming the field (connect-es says INTERNAL for binary).
-        input = binary ? parseRequest(unary.method.input, bytes) : parseJsonRequest(unary.method.input, bytes, this.options.registry);
+        input = binary
+          ? parseRequest(unary.method.input, bytes)
+          : parseJsonRequest(unary.method.input, bytes, this.options.registry);
       } catch (err) {
         throw toConnectError(err);
       }
@@ -298,12 +338,18 @@ export class ConnectUnaryFastPath {
         throw ConnectError.from(err, Code.Internal);
       }
       if (body.byteLength > writeMaxBytes) {
-        throw new ConnectError(`message size ${body.byteLength} is larger than configured writeMaxBytes ${writeMaxBytes}`, Code.ResourceExhausted);
+        throw new ConnectError(
+          `message size ${body.byteLength} is larger than configured writeMaxBytes ${writeMaxBytes}`,
+          Code.ResourceExhausted,
+        );
       }
       ctx.finish();
     } catch (err) {
       ctx.finish(err);
-      const error = err instanceof ConnectError ? err : new ConnectError("internal error", Code.Internal, undefined, undefined, err);
+      const error =
+        err instanceof ConnectError
+          ? err
+          : new ConnectError("internal error", Code.Internal, undefined, undefined, err);
       status = codeToHttpStatus(error.code);
       contentType = "application/json";
       error.metadata.forEach((value, key) => ctx.responseHeader.set(key, value));

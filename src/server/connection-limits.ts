@@ -19,7 +19,13 @@ import type { Metrics } from "../service/metrics.js";
 /** The settings this file enforces. */
 export type ConnectionSettings = Pick<
   Config,
-  "firstBytesTimeoutMs" | "headersTimeoutMs" | "requestTimeoutMs" | "idleTimeoutMs" | "pingIntervalMs" | "maxConnections" | "maxConnectionsPerAddress"
+  | "firstBytesTimeoutMs"
+  | "headersTimeoutMs"
+  | "requestTimeoutMs"
+  | "idleTimeoutMs"
+  | "pingIntervalMs"
+  | "maxConnections"
+  | "maxConnectionsPerAddress"
 >;
 
 /** Why a connection was closed before it could serve a call (the metric's `reason` label). */
@@ -28,7 +34,9 @@ export type RejectReason = "max_connections" | "max_connections_per_address" | "
 /** The soft limit on open files of this process (Linux's /proc), or undefined where it cannot be read. */
 export function openFileLimit(): number | undefined {
   try {
-    const line = readFileSync("/proc/self/limits", "utf8").split("\n").find((l) => l.startsWith("Max open files"));
+    const line = readFileSync("/proc/self/limits", "utf8")
+      .split("\n")
+      .find((l) => l.startsWith("Max open files"));
     const soft = line?.split(/\s{2,}/)[1];
     return soft && /^\d+$/.test(soft) ? Number(soft) : undefined;
   } catch {
@@ -55,7 +63,9 @@ export function http1ServerOptions(settings: ConnectionSettings): http.ServerOpt
     requestTimeout: settings.requestTimeoutMs,
     keepAliveTimeout: settings.idleTimeoutMs,
     // Node checks the deadlines on this interval, so one may be overrun by up to it: a quarter of the shortest, at most 1 s.
-    connectionsCheckingInterval: checked.length ? Math.max(10, Math.min(1_000, Math.floor(Math.min(...checked) / 4))) : 30_000,
+    connectionsCheckingInterval: checked.length
+      ? Math.max(10, Math.min(1_000, Math.floor(Math.min(...checked) / 4)))
+      : 30_000,
   };
 }
 
@@ -89,13 +99,21 @@ const HTTP2_PREFACE = Buffer.from("PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n");
  * that has not told within `timeoutMs` (0: no limit) is closed and reported
  * through `onTimeout`.
  */
-export function sniffProtocol(socket: net.Socket, timeoutMs: number, route: (isHttp2: boolean) => void, onTimeout: () => void): void {
+export function sniffProtocol(
+  socket: net.Socket,
+  timeoutMs: number,
+  route: (isHttp2: boolean) => void,
+  onTimeout: () => void,
+): void {
   let seen = Buffer.alloc(0);
-  const timer = timeoutMs > 0 ? setTimeout(() => {
-    socket.off("data", onData);
-    onTimeout();
-    socket.destroy();
-  }, timeoutMs) : undefined;
+  const timer =
+    timeoutMs > 0
+      ? setTimeout(() => {
+          socket.off("data", onData);
+          onTimeout();
+          socket.destroy();
+        }, timeoutMs)
+      : undefined;
   timer?.unref();
   socket.once("close", () => clearTimeout(timer));
   const onData = (chunk: Buffer) => {
@@ -262,7 +280,10 @@ export class ConnectionGate {
     this.pendingLog.set(reason, (this.pendingLog.get(reason) ?? 0) + 1);
     this.logTimer ??= setTimeout(() => {
       this.logTimer = undefined;
-      this.log.warn({ closed: Object.fromEntries(this.pendingLog) }, "connections closed by a connection limit or deadline");
+      this.log.warn(
+        { closed: Object.fromEntries(this.pendingLog) },
+        "connections closed by a connection limit or deadline",
+      );
       this.pendingLog.clear();
     }, LOG_EVERY_MS).unref();
   }

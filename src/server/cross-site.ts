@@ -35,7 +35,13 @@ const REST_PATH = /^\/memory\//;
 const LISTED_ORIGIN_ONLY_PATH = /^\/mcp(?:\/|$)/;
 
 /** Headers a browser client may send: Connect's and gRPC-Web's, MCP's, and the ones the call guard reads. */
-const ALLOWED_HEADERS = [...cors.allowedHeaders, "mcp-protocol-version", "authorization", "traceparent", "x-request-id"].join(", ");
+const ALLOWED_HEADERS = [
+  ...cors.allowedHeaders,
+  "mcp-protocol-version",
+  "authorization",
+  "traceparent",
+  "x-request-id",
+].join(", ");
 
 /** Headers a browser client may read: the protocols' status headers and Engram's trailers (Connect unary sends them as trailer-*). */
 const EXPOSED_HEADERS = [
@@ -79,14 +85,26 @@ export function createCrossSitePolicy(allowedOrigins: readonly string[]) {
     }
     const refusal =
       origin !== undefined
-        ? isSameOrigin(origin, req.headers.host) && !LISTED_ORIGIN_ONLY_PATH.test(path) && site !== "cross-site" && site !== "same-site"
+        ? isSameOrigin(origin, req.headers.host) &&
+          !LISTED_ORIGIN_ONLY_PATH.test(path) &&
+          site !== "cross-site" &&
+          site !== "same-site"
           ? undefined
           : `origin ${origin} is not in MEMORY_CORS_ORIGINS`
         : site === "cross-site" || site === "same-site"
           ? `Sec-Fetch-Site is ${site} and the request has no Origin in MEMORY_CORS_ORIGINS`
           : undefined;
     if (refusal === undefined) return false;
-    refuse(res, REST_PATH.test(path), new MemoryError("PERMISSION_DENIED", `cross-site request refused: ${refusal}`, {}, { reason: "CROSS_SITE_REFUSED" }));
+    refuse(
+      res,
+      REST_PATH.test(path),
+      new MemoryError(
+        "PERMISSION_DENIED",
+        `cross-site request refused: ${refusal}`,
+        {},
+        { reason: "CROSS_SITE_REFUSED" },
+      ),
+    );
     return true;
   };
 }

@@ -14,7 +14,14 @@
  * refuse or treat specially (a Value without a kind, a non-finite number, a
  * timestamp out of range) is left to toJsonString, which says what is wrong.
  */
-import { ScalarType, toJsonString, type DescField, type DescMessage, type JsonValue, type Registry } from "@bufbuild/protobuf";
+import {
+  ScalarType,
+  toJsonString,
+  type DescField,
+  type DescMessage,
+  type JsonValue,
+  type Registry,
+} from "@bufbuild/protobuf";
 import { FeatureSet_FieldPresence, type Timestamp, type Value } from "@bufbuild/protobuf/wkt";
 import { EventSchema, type Event } from "@engram-memory/client/gen/engram/v1/memory_pb.js";
 import { JSON_WRITE_OPTIONS } from "./status.js";
@@ -115,7 +122,11 @@ function timestampJson(t: Timestamp): string {
   let z = "Z";
   if (t.nanos > 0) {
     const nanos = (t.nanos + 1_000_000_000).toString().substring(1);
-    z = nanos.endsWith("000000") ? `.${nanos.substring(0, 3)}Z` : nanos.endsWith("000") ? `.${nanos.substring(0, 6)}Z` : `.${nanos}Z`;
+    z = nanos.endsWith("000000")
+      ? `.${nanos.substring(0, 3)}Z`
+      : nanos.endsWith("000")
+        ? `.${nanos.substring(0, 6)}Z`
+        : `.${nanos}Z`;
   }
   return `"${lastSecondText}${z}"`;
 }

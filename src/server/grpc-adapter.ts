@@ -9,7 +9,11 @@ import type * as grpc from "@grpc/grpc-js";
 import { ScalarType, toBinary, type DescField, type DescMessage, type DescMethod } from "@bufbuild/protobuf";
 import { BinaryWriter, WireType } from "@bufbuild/protobuf/wire";
 import { FeatureSet_FieldPresence } from "@bufbuild/protobuf/wkt";
-import { EventSchema, MemoryService as MemoryServiceDesc, type Event } from "@engram-memory/client/gen/engram/v1/memory_pb.js";
+import {
+  EventSchema,
+  MemoryService as MemoryServiceDesc,
+  type Event,
+} from "@engram-memory/client/gen/engram/v1/memory_pb.js";
 import type { CallGuard } from "../service/guard/index.js";
 import { encodeEvent } from "./event-encoding.js";
 import { parseRequest } from "./parse-request.js";
@@ -49,7 +53,8 @@ function eventsFirstSerializer(desc: DescMessage, field: string, repeated: boole
     desc.fields.length === 1
       ? undefined
       : (scalarFieldsWriter(desc.fields.filter((f) => f.localName !== field)) ??
-        ((message: Record<string, unknown>) => toBinary(desc, { ...message, [field]: repeated ? [] : undefined } as never)));
+        ((message: Record<string, unknown>) =>
+          toBinary(desc, { ...message, [field]: repeated ? [] : undefined } as never)));
   return (msg: unknown) => {
     const message = msg as Record<string, unknown>;
     const value = message[field];
@@ -84,7 +89,9 @@ function eventsFirstSerializer(desc: DescMessage, field: string, repeated: boole
  * otherwise. toBinary's reflective pass over the response was ~1.7% of a
  * gRPC read's busy time at c=16.
  */
-function scalarFieldsWriter(fields: readonly DescField[]): ((message: Record<string, unknown>) => Uint8Array) | undefined {
+function scalarFieldsWriter(
+  fields: readonly DescField[],
+): ((message: Record<string, unknown>) => Uint8Array) | undefined {
   const writers: ((writer: BinaryWriter, message: Record<string, unknown>) => void)[] = [];
   for (const f of [...fields].sort((a, b) => a.number - b.number)) {
     if (f.fieldKind !== "scalar" || f.longAsString || f.oneof) return undefined;
@@ -149,20 +156,27 @@ function sharedFrameSerializer(desc: DescMessage) {
 }
 
 /** Aborts when the call is cancelled by the client or its deadline passes. */
-function callSignal(call: grpc.ServerUnaryCall<unknown, unknown> | grpc.ServerWritableStream<unknown, unknown>): AbortController {
+function callSignal(
+  call: grpc.ServerUnaryCall<unknown, unknown> | grpc.ServerWritableStream<unknown, unknown>,
+): AbortController {
   const controller = new AbortController();
   call.on("cancelled", () => controller.abort());
   return controller;
 }
 
 /** The call's first value of a metadata key, as a string. */
-function header(call: grpc.ServerUnaryCall<unknown, unknown> | grpc.ServerWritableStream<unknown, unknown>, key: string): string | undefined {
+function header(
+  call: grpc.ServerUnaryCall<unknown, unknown> | grpc.ServerWritableStream<unknown, unknown>,
+  key: string,
+): string | undefined {
   const value = call.metadata.get(key)[0];
   return typeof value === "string" ? value : undefined;
 }
 
 /** The call's deadline as epoch ms, or undefined when the client set none. */
-function deadlineOf(call: grpc.ServerUnaryCall<unknown, unknown> | grpc.ServerWritableStream<unknown, unknown>): number | undefined {
+function deadlineOf(
+  call: grpc.ServerUnaryCall<unknown, unknown> | grpc.ServerWritableStream<unknown, unknown>,
+): number | undefined {
   const deadline = call.getDeadline();
   const ms = deadline instanceof Date ? deadline.getTime() : deadline;
   return Number.isFinite(ms) ? ms : undefined;
@@ -239,4 +253,3 @@ export function grpcMemoryService(
   }
   return { definition, implementation };
 }
-

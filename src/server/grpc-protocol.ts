@@ -34,7 +34,9 @@ export const oneRequestMessage: ServerInterceptor = (method, call) => {
   const refuse = (problem: string) => {
     refused = true;
     // Through the outer call, so that interceptors inside (the connection gate) see the call end.
-    intercepted.sendStatus(toGrpcStatus(invalidArgument("body", problem)) as Parameters<ServerInterceptingCall["sendStatus"]>[0]);
+    intercepted.sendStatus(
+      toGrpcStatus(invalidArgument("body", problem)) as Parameters<ServerInterceptingCall["sendStatus"]>[0],
+    );
   };
   const intercepted: ServerInterceptingCall = new ServerInterceptingCall(call, {
     start: (next) =>
@@ -46,7 +48,10 @@ export const oneRequestMessage: ServerInterceptor = (method, call) => {
         },
         onReceiveHalfClose: (pass) => {
           if (refused) return;
-          if (received === 0) return refuse("this method takes one request message; the body ended without a whole one (empty, or cut short in its 5-byte prefix or its message)");
+          if (received === 0)
+            return refuse(
+              "this method takes one request message; the body ended without a whole one (empty, or cut short in its 5-byte prefix or its message)",
+            );
           pass();
         },
       }),
@@ -62,7 +67,10 @@ function headersProblem(headers: http2.IncomingHttpHeaders): MemoryError | undef
   if (method !== "POST") return invalidArgument(":method", `gRPC calls are POST, not ${String(method)}`);
   const timeout = headers["grpc-timeout"];
   if (timeout !== undefined && !TIMEOUT.test(String(timeout))) {
-    return invalidArgument("grpc-timeout", `${JSON.stringify(String(timeout).slice(0, 40))} is not 1 to 8 digits and a unit (H, M, S, m, u or n), e.g. 500m`);
+    return invalidArgument(
+      "grpc-timeout",
+      `${JSON.stringify(String(timeout).slice(0, 40))} is not 1 to 8 digits and a unit (H, M, S, m, u or n), e.g. 500m`,
+    );
   }
   return undefined;
 }
@@ -85,7 +93,11 @@ function endWithStatus(stream: http2.ServerHttp2Stream, err: MemoryError, httpSt
 }
 
 /** Watches the length-prefixed messages of a request body for flag bytes the call cannot have and lengths past `maxMessageBytes`. */
-function watchMessagePrefixes(stream: http2.ServerHttp2Stream, encoding: string | undefined, maxMessageBytes: number): void {
+function watchMessagePrefixes(
+  stream: http2.ServerHttp2Stream,
+  encoding: string | undefined,
+  maxMessageBytes: number,
+): void {
   const compressionDeclared = encoding !== undefined && encoding !== "identity";
   let bodyLeft = 0;
   const prefix = Buffer.alloc(5);
@@ -132,7 +144,8 @@ function watchMessagePrefixes(stream: http2.ServerHttp2Stream, encoding: string 
 export function checkGrpcRequests(server: Server, maxMessageBytes: number): void {
   type Verify = (stream: http2.ServerHttp2Stream, headers: http2.IncomingHttpHeaders) => boolean;
   const target = server as unknown as { _verifyContentType?: Verify };
-  if (typeof target._verifyContentType !== "function") throw new Error("grpc-js no longer has _verifyContentType: update src/server/grpc-protocol.ts");
+  if (typeof target._verifyContentType !== "function")
+    throw new Error("grpc-js no longer has _verifyContentType: update src/server/grpc-protocol.ts");
   const verifyContentType = target._verifyContentType.bind(server);
   target._verifyContentType = (stream, headers) => {
     if (!verifyContentType(stream, headers)) return false;

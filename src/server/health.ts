@@ -13,7 +13,9 @@ const SERVICE_NAMES = ["", "engram.v1.MemoryService"];
 
 /** Tracks whether this replica can serve. */
 export class HealthMonitor {
-  readonly grpc = new HealthImplementation(Object.fromEntries(SERVICE_NAMES.map((n) => [n, "SERVING" as ServingStatus])));
+  readonly grpc = new HealthImplementation(
+    Object.fromEntries(SERVICE_NAMES.map((n) => [n, "SERVING" as ServingStatus])),
+  );
   private current: ServingStatus = "SERVING";
   private notServingReason?: string;
   private timer?: NodeJS.Timeout;
@@ -57,7 +59,10 @@ export class HealthMonitor {
       // passed down to the driver (StoreCall) and enforced here for any driver that ignores it.
       let timer: NodeJS.Timeout | undefined;
       const timeout = new Promise<never>((_, reject) => {
-        timer = setTimeout(() => reject(new Error(`store ping took longer than ${PING_DEADLINE_MS} ms`)), PING_DEADLINE_MS);
+        timer = setTimeout(
+          () => reject(new Error(`store ping took longer than ${PING_DEADLINE_MS} ms`)),
+          PING_DEADLINE_MS,
+        );
       });
       try {
         await Promise.race([this.store.ping({ deadline: Date.now() + PING_DEADLINE_MS }), timeout]);

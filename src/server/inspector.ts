@@ -85,7 +85,10 @@ function loadFiles(dir: string): Map<string, StaticFile> {
  * index.html); it returns false for every other path. When the build is
  * missing, "/" explains how to produce it.
  */
-export function createInspectorHandler(log: Logger, dir = INSPECTOR_DIST_DIR): (req: IncomingMessage, res: ServerResponse) => boolean {
+export function createInspectorHandler(
+  log: Logger,
+  dir = INSPECTOR_DIST_DIR,
+): (req: IncomingMessage, res: ServerResponse) => boolean {
   const files = existsSync(path.join(dir, "index.html")) ? loadFiles(dir) : new Map<string, StaticFile>();
   if (files.size === 0) log.warn({ dir }, "inspector assets not found; run `npm run build:inspector`");
   return (req, res) => {
@@ -111,7 +114,10 @@ export function createInspectorHandler(log: Logger, dir = INSPECTOR_DIST_DIR): (
     };
     if (req.method !== "GET" && req.method !== "HEAD") {
       res.setHeader("allow", "GET, HEAD");
-      sendJsonError(res, new ConnectError(`${req.method} is not allowed on ${pathname}`, Code.Unimplemented), { kaos: true, httpStatus: 405 });
+      sendJsonError(res, new ConnectError(`${req.method} is not allowed on ${pathname}`, Code.Unimplemented), {
+        kaos: true,
+        httpStatus: 405,
+      });
       return true;
     }
     if (req.headers["if-none-match"] === file.etag) {

@@ -81,7 +81,16 @@ function checkPlain(json: JsonValue, depth: number): void {
   }
 }
 
-const EVENT_INPUT_KEYS = new Set(["event_id", "eventId", "event_type", "eventType", "content", "metadata", "state_delta", "stateDelta"]);
+const EVENT_INPUT_KEYS = new Set([
+  "event_id",
+  "eventId",
+  "event_type",
+  "eventType",
+  "content",
+  "metadata",
+  "state_delta",
+  "stateDelta",
+]);
 
 function eventInput(json: JsonValue): EventInput {
   if (!isObject(json)) throw NOT_FAST;
@@ -242,4 +251,6 @@ function flatRequestDecoder(desc: DescMessage): ((body: string) => unknown) | un
 }
 
 /** The fast JSON decoder of a request type, if it has one (the appends', or a flat request's). */
-export const fastJsonDecoder = perMessageType((desc) => FAST_JSON_REQUEST_DECODERS[desc.typeName] ?? flatRequestDecoder(desc));
+export const fastJsonDecoder = perMessageType(
+  (desc) => FAST_JSON_REQUEST_DECODERS[desc.typeName] ?? flatRequestDecoder(desc),
+);

@@ -20,7 +20,13 @@ export function tooDeepField(desc: DescMessage, bytes: Uint8Array, limit: number
   }
 }
 
-function walk(desc: DescMessage, bytes: Uint8Array, levelsLeft: number, path: string[], pathDone: boolean): string | undefined {
+function walk(
+  desc: DescMessage,
+  bytes: Uint8Array,
+  levelsLeft: number,
+  path: string[],
+  pathDone: boolean,
+): string | undefined {
   if (levelsLeft < 0) return path.join(".") || undefined;
   const reader = new BinaryReader(bytes);
   const seen = new Map<number, number>();
@@ -38,7 +44,13 @@ function walk(desc: DescMessage, bytes: Uint8Array, levelsLeft: number, path: st
     seen.set(number, index + 1);
     const segment = field.fieldKind === "list" ? `${field.name}[${index}]` : field.name;
     const nextPath = pathDone ? path : [...path, segment];
-    const found = walk(child, payload, levelsLeft - 1, nextPath, pathDone || FREE_FORM.has(child.typeName) || field.fieldKind === "map");
+    const found = walk(
+      child,
+      payload,
+      levelsLeft - 1,
+      nextPath,
+      pathDone || FREE_FORM.has(child.typeName) || field.fieldKind === "map",
+    );
     if (found) return found;
   }
   return undefined;

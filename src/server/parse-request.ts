@@ -3,7 +3,16 @@
  * refused the same way, with a message naming the field (or the part of the
  * request) at fault.
  */
-import { fromBinary, fromJson, fromJsonString, type DescField, type DescMessage, type JsonReadOptions, type JsonValue, type Registry } from "@bufbuild/protobuf";
+import {
+  fromBinary,
+  fromJson,
+  fromJsonString,
+  type DescField,
+  type DescMessage,
+  type JsonReadOptions,
+  type JsonValue,
+  type Registry,
+} from "@bufbuild/protobuf";
 import { invalidArgument, type MemoryError } from "../errors.js";
 import { DEFAULT_SERVICE_LIMITS } from "../service/limits.js";
 import { fastJsonDecoder } from "./json-request-decoding.js";
@@ -34,9 +43,16 @@ export function parseRequest(desc: DescMessage, bytes: Uint8Array): unknown {
     }
     if (/recursion/i.test(err instanceof Error ? err.message : "")) {
       const field = tooDeepField(desc, bytes, PROTO_RECURSION_LIMIT);
-      if (field) throw invalidArgument(field, `nests deeper than ${PROTO_RECURSION_LIMIT} protobuf levels (${DEFAULT_SERVICE_LIMITS.maxJsonDepth} levels of JSON)`);
+      if (field)
+        throw invalidArgument(
+          field,
+          `nests deeper than ${PROTO_RECURSION_LIMIT} protobuf levels (${DEFAULT_SERVICE_LIMITS.maxJsonDepth} levels of JSON)`,
+        );
     }
-    throw invalidArgument("request", `is not a valid ${desc.typeName} message (${err instanceof Error ? err.message : String(err)})`);
+    throw invalidArgument(
+      "request",
+      `is not a valid ${desc.typeName} message (${err instanceof Error ? err.message : String(err)})`,
+    );
   }
 }
 
@@ -69,7 +85,12 @@ export function parseJsonRequest(desc: DescMessage, bytes: Uint8Array, registry?
   }
 }
 
-function jsonRequestError(desc: DescMessage, text: string, err: unknown, options: Partial<JsonReadOptions>): MemoryError {
+function jsonRequestError(
+  desc: DescMessage,
+  text: string,
+  err: unknown,
+  options: Partial<JsonReadOptions>,
+): MemoryError {
   let json: JsonValue;
   try {
     json = JSON.parse(text) as JsonValue;
@@ -101,7 +122,13 @@ const MAX_FIELD_DEPTH = 16;
  * each field is decoded alone, and a failing message field is searched in
  * turn. Only called once parsing has failed.
  */
-function findJsonFieldError(desc: DescMessage, json: JsonValue, path: string, depth: number, options: Partial<JsonReadOptions>): { field: string; problem: string } | undefined {
+function findJsonFieldError(
+  desc: DescMessage,
+  json: JsonValue,
+  path: string,
+  depth: number,
+  options: Partial<JsonReadOptions>,
+): { field: string; problem: string } | undefined {
   if (json === null || typeof json !== "object" || Array.isArray(json)) {
     const got = Array.isArray(json) ? "an array" : JSON.stringify(json);
     return { field: path || "body", problem: `must be a JSON object (got ${got})` };
@@ -141,11 +168,22 @@ function shortKey(key: string): string {
 const MAX_ECHOED_KEY = 64;
 
 /** Searches a failing message (or list of messages) field's value for the field within it that fails. */
-function findInMessageField(field: DescField, value: JsonValue, name: string, depth: number, options: Partial<JsonReadOptions>): { field: string; problem: string } | undefined {
+function findInMessageField(
+  field: DescField,
+  value: JsonValue,
+  name: string,
+  depth: number,
+  options: Partial<JsonReadOptions>,
+): { field: string; problem: string } | undefined {
   if (field.fieldKind === "message" && !OPAQUE_JSON_TYPES.test(field.message.typeName) && value !== null) {
     return findJsonFieldError(field.message, value, name, depth + 1, options);
   }
-  if (field.fieldKind === "list" && field.listKind === "message" && !OPAQUE_JSON_TYPES.test(field.message.typeName) && Array.isArray(value)) {
+  if (
+    field.fieldKind === "list" &&
+    field.listKind === "message" &&
+    !OPAQUE_JSON_TYPES.test(field.message.typeName) &&
+    Array.isArray(value)
+  ) {
     for (const [i, item] of value.entries()) {
       if (item === null) return { field: `${name}[${i}]`, problem: "must not be null" };
       const found = findJsonFieldError(field.message, item, `${name}[${i}]`, depth + 1, options);

@@ -35,7 +35,10 @@ class DescriptorIndex {
     for (const dep of file.dependencies) this.addFile(dep as GenFile);
     if (this.files.has(file.proto.name)) return;
     // protobuf-es embeds descriptors with `dependency` emptied (it links GenFiles instead); restore the names.
-    const fd = create(FileDescriptorProtoSchema, { ...file.proto, dependency: file.dependencies.map((d) => d.proto.name) });
+    const fd = create(FileDescriptorProtoSchema, {
+      ...file.proto,
+      dependency: file.dependencies.map((d) => d.proto.name),
+    });
     this.files.set(fd.name, { bytes: toBinary(FileDescriptorProtoSchema, fd), deps: fd.dependency });
     const prefix = fd.package ? `${fd.package}.` : "";
     const addMessages = (scope: string, list: DescriptorProto[]) => {
@@ -78,7 +81,10 @@ function answer(index: DescriptorIndex, req: ServerReflectionRequest): ServerRef
   const descriptors = (files: Uint8Array[] | undefined, what: string) =>
     files
       ? reply({ case: "fileDescriptorResponse", value: { fileDescriptorProto: files } })
-      : reply({ case: "errorResponse", value: { errorCode: grpc.status.NOT_FOUND, errorMessage: `${what} not found` } });
+      : reply({
+          case: "errorResponse",
+          value: { errorCode: grpc.status.NOT_FOUND, errorMessage: `${what} not found` },
+        });
   const r = req.messageRequest;
   switch (r.case) {
     case "listServices":
@@ -89,14 +95,23 @@ function answer(index: DescriptorIndex, req: ServerReflectionRequest): ServerRef
       return descriptors(index.closure(index.fileOfSymbol(r.value)), `symbol ${r.value}`);
     default:
       // The contract defines no extensions.
-      return reply({ case: "errorResponse", value: { errorCode: grpc.status.UNIMPLEMENTED, errorMessage: "extensions are not supported" } });
+      return reply({
+        case: "errorResponse",
+        value: { errorCode: grpc.status.UNIMPLEMENTED, errorMessage: "extensions are not supported" },
+      });
   }
 }
 
 /** Adds grpc.reflection.v1 and v1alpha (same wire format) to a grpc-js server. */
 export function addReflection(server: grpc.Server): void {
   const index = new DescriptorIndex();
-  for (const file of [file_engram_v1_memory, file_google_rpc_error_details, file_health_v1_health, file_grpc_reflection_v1_reflection, file_grpc_reflection_v1alpha_reflection]) {
+  for (const file of [
+    file_engram_v1_memory,
+    file_google_rpc_error_details,
+    file_health_v1_health,
+    file_grpc_reflection_v1_reflection,
+    file_grpc_reflection_v1alpha_reflection,
+  ]) {
     index.addFile(file);
   }
   for (const pkg of ["grpc.reflection.v1", "grpc.reflection.v1alpha"]) {

@@ -108,7 +108,10 @@ function value(reader: BinaryReader, depth: number): Value {
         break;
       case 5:
         expect(wireType, WireType.LengthDelimited);
-        v.kind = { case: "structValue", value: { $typeName: "google.protobuf.Struct", fields: structFields(reader, depth + 1, value) } };
+        v.kind = {
+          case: "structValue",
+          value: { $typeName: "google.protobuf.Struct", fields: structFields(reader, depth + 1, value) },
+        };
         break;
       case 6: {
         expect(wireType, WireType.LengthDelimited);
@@ -132,7 +135,11 @@ function value(reader: BinaryReader, depth: number): Value {
 }
 
 /** A Struct's entries, each value read by `read` (wire Values, or JSON for a Struct field). */
-function structFields<T>(reader: BinaryReader, depth: number, read: (reader: BinaryReader, depth: number) => T): Record<string, T> {
+function structFields<T>(
+  reader: BinaryReader,
+  depth: number,
+  read: (reader: BinaryReader, depth: number) => T,
+): Record<string, T> {
   if (depth > MAX_FAST_DEPTH) throw NOT_FAST;
   const end = reader.uint32() + reader.pos;
   const fields: Record<string, T> = {};
@@ -238,7 +245,11 @@ function fast<T>(bytes: Uint8Array, decode: (reader: BinaryReader) => T): T | un
  * (2: one for AddEventRequest, repeated for AddEventsRequest) and
  * expected_seq (3).
  */
-function appendRequest<R extends { sessionId: string; expectedSeq?: bigint }>(bytes: Uint8Array, request: R, addEvent: (req: R, event: EventInput) => void): R | undefined {
+function appendRequest<R extends { sessionId: string; expectedSeq?: bigint }>(
+  bytes: Uint8Array,
+  request: R,
+  addEvent: (req: R, event: EventInput) => void,
+): R | undefined {
   return fast(bytes, (reader) => {
     let seen = 0;
     while (reader.pos < reader.len) {
@@ -264,18 +275,26 @@ function appendRequest<R extends { sessionId: string; expectedSeq?: bigint }>(by
 
 /** AddEventRequest as fromBinary decodes it, or undefined when only the reflective path may decode it. */
 export function decodeAddEventRequest(bytes: Uint8Array): AddEventRequest | undefined {
-  return appendRequest<AddEventRequest>(bytes, { $typeName: "engram.v1.AddEventRequest", sessionId: "" }, (req, event) => {
-    // A second event would be merged into the first by protobuf: the reflective path does that.
-    if (req.event) throw NOT_FAST;
-    req.event = event;
-  });
+  return appendRequest<AddEventRequest>(
+    bytes,
+    { $typeName: "engram.v1.AddEventRequest", sessionId: "" },
+    (req, event) => {
+      // A second event would be merged into the first by protobuf: the reflective path does that.
+      if (req.event) throw NOT_FAST;
+      req.event = event;
+    },
+  );
 }
 
 /** AddEventsRequest as fromBinary decodes it, or undefined when only the reflective path may decode it. */
 export function decodeAddEventsRequest(bytes: Uint8Array): AddEventsRequest | undefined {
-  return appendRequest<AddEventsRequest>(bytes, { $typeName: "engram.v1.AddEventsRequest", sessionId: "", events: [] }, (req, event) => {
-    req.events.push(event);
-  });
+  return appendRequest<AddEventsRequest>(
+    bytes,
+    { $typeName: "engram.v1.AddEventsRequest", sessionId: "", events: [] },
+    (req, event) => {
+      req.events.push(event);
+    },
+  );
 }
 
 /** Fast decoders by request type name. */
@@ -321,7 +340,12 @@ function flatRequestDecoder(desc: DescMessage): ((bytes: Uint8Array) => unknown)
   const byNumber: (FlatField | undefined)[] = [];
   for (const f of desc.fields) {
     const repeated = f.fieldKind === "list" && f.listKind === "scalar" && f.scalar === ScalarType.STRING;
-    const field = f.fieldKind === "scalar" ? flatField(f.scalar, f.longAsString) : repeated ? flatField(ScalarType.STRING, false) : undefined;
+    const field =
+      f.fieldKind === "scalar"
+        ? flatField(f.scalar, f.longAsString)
+        : repeated
+          ? flatField(ScalarType.STRING, false)
+          : undefined;
     // One-byte tags only (see tag()), so a field's number indexes the array.
     if (!field || f.number > 15) return undefined;
     byNumber[f.number] = { ...field, localName: f.localName, repeated };
@@ -366,4 +390,6 @@ export function perMessageType<T>(make: (desc: DescMessage) => T | undefined): (
 }
 
 /** The fast binary decoder of a request type, if it has one (the appends', or a flat request's). */
-export const fastBinaryDecoder = perMessageType((desc) => FAST_REQUEST_DECODERS[desc.typeName] ?? flatRequestDecoder(desc));
+export const fastBinaryDecoder = perMessageType(
+  (desc) => FAST_REQUEST_DECODERS[desc.typeName] ?? flatRequestDecoder(desc),
+);

@@ -106,7 +106,13 @@ export function createRestHandler(opts: {
   const service = guard.service;
   const listEvents = guard.handler("listEvents", false);
   const listSessions = guard.handler("listSessions", false);
-  const routes = new Set(["/healthz", "/readyz", "/memory/events", "/memory/sessions", ...(metrics ? ["/metrics"] : [])]);
+  const routes = new Set([
+    "/healthz",
+    "/readyz",
+    "/memory/events",
+    "/memory/sessions",
+    ...(metrics ? ["/metrics"] : []),
+  ]);
   // JSON.stringify({ agent, events, total }), with each event's text made once (kaosEventJson).
   const eventsPrefix = `{"agent":${JSON.stringify(agentName)},"events":[`;
   /** Answers a REST route; what it throws past its own error answers is the handler's to report. */
@@ -129,7 +135,11 @@ export function createRestHandler(opts: {
           break;
         case "/readyz": {
           const { status, reason } = health;
-          sendJson(res, status === "SERVING" ? 200 : 503, { status, backend: service.store.backend, ...(reason === undefined ? {} : { reason }) });
+          sendJson(res, status === "SERVING" ? 200 : 503, {
+            status,
+            backend: service.store.backend,
+            ...(reason === undefined ? {} : { reason }),
+          });
           break;
         }
         case "/memory/events": {
@@ -137,10 +147,13 @@ export function createRestHandler(opts: {
           const limit = limitParam(params);
           let found: Event[];
           try {
-            found = ((await listEvents(create(ListEventsRequestSchema, { sessionId, limit }), call)) as ListEventsResponse).events;
+            found = (
+              (await listEvents(create(ListEventsRequestSchema, { sessionId, limit }), call)) as ListEventsResponse
+            ).events;
           } catch (err) {
             // KAOS answers an unknown session with no events (its get_session_events returns []), not 404.
-            if (!(sessionId !== undefined && err instanceof MemoryError && err.reason === "SESSION_NOT_FOUND")) throw err;
+            if (!(sessionId !== undefined && err instanceof MemoryError && err.reason === "SESSION_NOT_FOUND"))
+              throw err;
             found = [];
           }
           const body: Utf8Piece[] = [eventsPrefix];
@@ -161,7 +174,10 @@ export function createRestHandler(opts: {
           let pageToken = params.get("page_token") ?? "";
           const sessions: string[] = [];
           do {
-            const out = (await listSessions(create(ListSessionsRequestSchema, { appName, userId, pageSize, pageToken }), call)) as ListSessionsResponse;
+            const out = (await listSessions(
+              create(ListSessionsRequestSchema, { appName, userId, pageSize, pageToken }),
+              call,
+            )) as ListSessionsResponse;
             for (const s of out.sessions) sessions.push(s.sessionId);
             pageToken = out.nextPageToken;
           } while (!paged && pageToken !== "" && sessions.length < MAX_UNPAGED_SESSIONS);
@@ -179,7 +195,10 @@ export function createRestHandler(opts: {
     const route = target.pathname;
     if (req.method !== "GET" && req.method !== "HEAD") {
       res.setHeader("allow", "GET, HEAD");
-      sendJsonError(res, new ConnectError(`${req.method} is not allowed on ${route}`, Code.Unimplemented), { kaos: true, httpStatus: 405 });
+      sendJsonError(res, new ConnectError(`${req.method} is not allowed on ${route}`, Code.Unimplemented), {
+        kaos: true,
+        httpStatus: 405,
+      });
       return true;
     }
     serve(route, target.search, req, res).catch((err: unknown) => {

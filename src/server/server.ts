@@ -44,9 +44,24 @@ export interface ServerOptions {
 export type SecurityOptions = Partial<
   Pick<
     Config,
-    | "auth" | "authKeysFile" | "authCacheMs" | "rateLimit" | "maxStreams" | "maxStreamsPerKey" | "metrics"
-    | "tlsCert" | "tlsKey" | "tlsClientCa" | "maxConnectionAgeMs"
-    | "memoryEnabled" | "memoryType" | "redisUrl" | "postgresUrl" | "keyPrefix" | "corsOrigins" | "allowedHosts"
+    | "auth"
+    | "authKeysFile"
+    | "authCacheMs"
+    | "rateLimit"
+    | "maxStreams"
+    | "maxStreamsPerKey"
+    | "metrics"
+    | "tlsCert"
+    | "tlsKey"
+    | "tlsClientCa"
+    | "maxConnectionAgeMs"
+    | "memoryEnabled"
+    | "memoryType"
+    | "redisUrl"
+    | "postgresUrl"
+    | "keyPrefix"
+    | "corsOrigins"
+    | "allowedHosts"
     | keyof ConnectionSettings
   >
 >;
@@ -81,7 +96,14 @@ export async function startServer(
   const keyStore = !options.auth
     ? undefined
     : networkKeys
-      ? await ConnectingKeyStore.open(() => openApiKeyStore(security), (err, attempt) => log.warn({ attempt, reason: err instanceof Error ? err.message : String(err) }, "cannot open the API key store yet; retrying with back-off"))
+      ? await ConnectingKeyStore.open(
+          () => openApiKeyStore(security),
+          (err, attempt) =>
+            log.warn(
+              { attempt, reason: err instanceof Error ? err.message : String(err) },
+              "cannot open the API key store yet; retrying with back-off",
+            ),
+        )
       : await openApiKeyStore(security);
   const authenticator = keyStore ? new Authenticator(keyStore, security.authCacheMs) : undefined;
   const quotas = await Quotas.open(security);
@@ -96,11 +118,22 @@ export async function startServer(
   addReflection(grpcServer);
 
   // Connect, gRPC-Web and REST over HTTP/1.1.
-  const rest = createRestHandler({ guard, health, agentName: options.agentName, report, metrics: options.metrics === false ? undefined : metrics });
+  const rest = createRestHandler({
+    guard,
+    health,
+    agentName: options.agentName,
+    report,
+    metrics: options.metrics === false ? undefined : metrics,
+  });
   const inspector = options.inspector === false ? undefined : createInspectorHandler(log);
-  const hostPolicy = createHostPolicy({ auth: Boolean(options.auth), listenHost: options.host, allowedHosts: security.allowedHosts });
+  const hostPolicy = createHostPolicy({
+    auth: Boolean(options.auth),
+    listenHost: options.host,
+    allowedHosts: security.allowedHosts,
+  });
   const crossSite = createCrossSitePolicy(security.corsOrigins);
-  const mcp = options.mcp === false ? undefined : createMcpHandler({ guard, report, maxMessageBytes: options.maxMessageBytes });
+  const mcp =
+    options.mcp === false ? undefined : createMcpHandler({ guard, report, maxMessageBytes: options.maxMessageBytes });
   const connectHandler = createConnectHandler({
     routes: connectMemoryRoutes(guard, report),
     maxMessageBytes: options.maxMessageBytes,
@@ -115,7 +148,11 @@ export async function startServer(
     if (hostPolicy?.(req, res)) return;
     // `curl -d '{...}'` sends a form content type; on RPC paths treat it as Connect JSON.
     const type = req.headers["content-type"];
-    if (req.method === "POST" && req.url?.startsWith(RPC_PATH_PREFIX) && (!type || type.startsWith("application/x-www-form-urlencoded"))) {
+    if (
+      req.method === "POST" &&
+      req.url?.startsWith(RPC_PATH_PREFIX) &&
+      (!type || type.startsWith("application/x-www-form-urlencoded"))
+    ) {
       req.headers["content-type"] = "application/json";
     }
     if (crossSite(req, res)) return;

@@ -16,13 +16,26 @@ import type { Config } from "../config.js";
 import type { Logger } from "../log.js";
 import type { Metrics } from "../service/metrics.js";
 import { checkGrpcRequests, oneRequestMessage } from "./grpc-protocol.js";
-import { ConnectionGate, enforceHttp1Deadlines, grpcConnectionOptions, http1ServerOptions, resolveMaxConnections, sniffProtocol, type ConnectionSettings } from "./connection-limits.js";
+import {
+  ConnectionGate,
+  enforceHttp1Deadlines,
+  grpcConnectionOptions,
+  http1ServerOptions,
+  resolveMaxConnections,
+  sniffProtocol,
+  type ConnectionSettings,
+} from "./connection-limits.js";
 
 /** What the port needs to know: connection limits, TLS files and the gRPC connection age. */
-export type SharedPortSettings = ConnectionSettings & Partial<Pick<Config, "tlsCert" | "tlsKey" | "tlsClientCa" | "maxConnectionAgeMs">>;
+export type SharedPortSettings = ConnectionSettings &
+  Partial<Pick<Config, "tlsCert" | "tlsKey" | "tlsClientCa" | "maxConnectionAgeMs">>;
 
 /** The gRPC server of the h2c side, with the edge's message size and connection limits; the caller adds its services. */
-export function createGrpcServer(maxMessageBytes: number, settings: SharedPortSettings, gate: ConnectionGate): grpc.Server {
+export function createGrpcServer(
+  maxMessageBytes: number,
+  settings: SharedPortSettings,
+  gate: ConnectionGate,
+): grpc.Server {
   const server = new grpc.Server({
     // The gate counts each connection's open streams: one without any may be closed to make room at a cap.
     // It comes first (innermost), so that it also sees the calls the outer ones end.
@@ -34,7 +47,9 @@ export function createGrpcServer(maxMessageBytes: number, settings: SharedPortSe
     // service, which is not registered: off, it leaves ~5 µs of every call's CPU.
     "grpc.enable_channelz": 0,
     // GOAWAY past this age: long streams reconnect (and resume) on whichever replica the balancer picks.
-    ...(settings.maxConnectionAgeMs ? { "grpc.max_connection_age_ms": settings.maxConnectionAgeMs, "grpc.max_connection_age_grace_ms": 30_000 } : {}),
+    ...(settings.maxConnectionAgeMs
+      ? { "grpc.max_connection_age_ms": settings.maxConnectionAgeMs, "grpc.max_connection_age_grace_ms": 30_000 }
+      : {}),
   });
   checkGrpcRequests(server, maxMessageBytes);
   return server;
@@ -93,7 +108,12 @@ function closeLingering(socket: net.Socket, req: http.IncomingMessage): void {
         lastBytes = socket.bytesRead;
         lastProgress = now;
       }
-      if (lastBytes - startBytes > LINGER_MAX_BYTES || now - lastProgress >= LINGER_IDLE_MS || now - start >= LINGER_MAX_MS) close();
+      if (
+        lastBytes - startBytes > LINGER_MAX_BYTES ||
+        now - lastProgress >= LINGER_IDLE_MS ||
+        now - start >= LINGER_MAX_MS
+      )
+        close();
     }, LINGER_TICK_MS);
     function close(): void {
       clearInterval(tick);
@@ -120,7 +140,12 @@ function destroyOnceWritten(socket: net.Socket): void {
 
 /** The connection gate of one shared port: create it first, give it to createGrpcServer and listenOnSharedPort. */
 export function createConnectionGate(settings: SharedPortSettings, metrics: Metrics, log: Logger): ConnectionGate {
-  return new ConnectionGate(resolveMaxConnections(settings.maxConnections), settings.maxConnectionsPerAddress, metrics, log);
+  return new ConnectionGate(
+    resolveMaxConnections(settings.maxConnections),
+    settings.maxConnectionsPerAddress,
+    metrics,
+    log,
+  );
 }
 
 /** A listening shared port and the parts its owner's shutdown closes, in its own order. */
@@ -150,7 +175,10 @@ export interface SharedPortOptions {
 export async function listenOnSharedPort(options: SharedPortOptions): Promise<SharedPort> {
   const { settings, gate } = options;
   const injector = options.grpcServer.createConnectionInjector(grpc.ServerCredentials.createInsecure());
-  const httpServer = http.createServer({ ...http1ServerOptions(settings), ServerResponse: ClosingEarlyResponse }, options.handleHttp1);
+  const httpServer = http.createServer(
+    { ...http1ServerOptions(settings), ServerResponse: ClosingEarlyResponse },
+    options.handleHttp1,
+  );
 
   enforceHttp1Deadlines(httpServer);
   // A keep-alive connection between requests may be closed to make room at a cap; one with a request in flight may not.
@@ -172,7 +200,9 @@ export async function listenOnSharedPort(options: SharedPortOptions): Promise<Sh
           cert: readFileSync(settings.tlsCert),
           key: readFileSync(settings.tlsKey!),
           ALPNProtocols: ["h2", "http/1.1"],
-          ...(settings.tlsClientCa ? { ca: readFileSync(settings.tlsClientCa), requestCert: true, rejectUnauthorized: true } : {}),
+          ...(settings.tlsClientCa
+            ? { ca: readFileSync(settings.tlsClientCa), requestCert: true, rejectUnauthorized: true }
+            : {}),
           // The TLS handshake is this transport's first bytes (0 here means Node's own 120 s).
           ...(settings.firstBytesTimeoutMs > 0 ? { handshakeTimeout: settings.firstBytesTimeoutMs } : {}),
         },
@@ -186,17 +216,22 @@ export async function listenOnSharedPort(options: SharedPortOptions): Promise<Sh
     : net.createServer((socket) => {
         if (socket.destroyed) return; // refused by the gate
         track(socket);
-        sniffProtocol(socket, settings.firstBytesTimeoutMs, (isHttp2) => {
-          gate.proven(socket, isHttp2);
-          if (isHttp2) {
-            // node:http2 drains bytes already buffered on the socket itself.
-            injector.injectConnection(socket);
-          } else {
-            httpServer.emit("connection", socket);
-            // node:http reads the handle directly; the put-back bytes flow once resumed.
-            socket.resume();
-          }
-        }, () => gate.rejected("first_bytes_timeout"));
+        sniffProtocol(
+          socket,
+          settings.firstBytesTimeoutMs,
+          (isHttp2) => {
+            gate.proven(socket, isHttp2);
+            if (isHttp2) {
+              // node:http2 drains bytes already buffered on the socket itself.
+              injector.injectConnection(socket);
+            } else {
+              httpServer.emit("connection", socket);
+              // node:http reads the handle directly; the put-back bytes flow once resumed.
+              socket.resume();
+            }
+          },
+          () => gate.rejected("first_bytes_timeout"),
+        );
       });
   // Before any other listener: a connection over a cap is closed before it is read or wrapped in TLS.
   listener.prependListener("connection", (socket: net.Socket) => void gate.admit(socket));

@@ -21,7 +21,11 @@ import { create, toBinary, type DescMessage, type JsonValue, type MessageInitSha
 import { anyPack } from "@bufbuild/protobuf/wkt";
 import { Code, ConnectError } from "@connectrpc/connect";
 import { codeToHttpStatus, errorToJson } from "@connectrpc/connect/protocol-connect";
-import { BadRequestSchema, ErrorInfoSchema, RetryInfoSchema } from "@engram-memory/client/gen/google/rpc/error_details_pb.js";
+import {
+  BadRequestSchema,
+  ErrorInfoSchema,
+  RetryInfoSchema,
+} from "@engram-memory/client/gen/google/rpc/error_details_pb.js";
 import { StatusSchema } from "@engram-memory/client/gen/google/rpc/status_pb.js";
 import { ERROR_DOMAIN, MemoryError, type MemoryErrorCode } from "../errors.js";
 
@@ -64,14 +68,22 @@ export interface ErrorStatus {
 function detailsOf(err: MemoryError): StatusDetail[] {
   const details: StatusDetail[] = [];
   if (err.field !== undefined) {
-    details.push(detail(BadRequestSchema, { fieldViolations: [{ field: err.field, description: err.fieldProblem ?? err.message }] }));
+    details.push(
+      detail(BadRequestSchema, {
+        fieldViolations: [{ field: err.field, description: err.fieldProblem ?? err.message }],
+      }),
+    );
   }
   if (err.reason !== undefined) {
     details.push(detail(ErrorInfoSchema, { reason: err.reason, domain: ERROR_DOMAIN, metadata: { ...err.info } }));
   }
   if (err.retryAfterMs !== undefined) {
     const ms = Math.max(0, Math.ceil(err.retryAfterMs));
-    details.push(detail(RetryInfoSchema, { retryDelay: { seconds: BigInt(Math.floor(ms / 1000)), nanos: (ms % 1000) * 1_000_000 } }));
+    details.push(
+      detail(RetryInfoSchema, {
+        retryDelay: { seconds: BigInt(Math.floor(ms / 1000)), nanos: (ms % 1000) * 1_000_000 },
+      }),
+    );
   }
   return details;
 }
@@ -114,7 +126,11 @@ export function toGrpcStatus(err: unknown, report?: InternalErrorReporter): Part
   const metadata = new Metadata();
   for (const [k, v] of Object.entries(s.metadata)) metadata.set(k, v);
   if (s.details.length > 0) {
-    const status = create(StatusSchema, { code: s.code, message: s.message, details: s.details.map((d) => anyPack(d.desc, create(d.desc, d.value))) });
+    const status = create(StatusSchema, {
+      code: s.code,
+      message: s.message,
+      details: s.details.map((d) => anyPack(d.desc, create(d.desc, d.value))),
+    });
     metadata.set(STATUS_DETAILS_TRAILER, Buffer.from(toBinary(StatusSchema, status)));
   }
   return { code: s.code as number, details: s.message, metadata };
@@ -122,7 +138,10 @@ export function toGrpcStatus(err: unknown, report?: InternalErrorReporter): Part
 
 /** Connect's JSON error shape of a status (`{"code", "message", "details"}`), which plain HTTP paths and MCP tool errors carry. */
 export function errorJsonOf(s: ErrorStatus): Record<string, JsonValue> {
-  return errorToJson(new ConnectError(s.message, s.code, undefined, s.details), JSON_WRITE_OPTIONS) as Record<string, JsonValue>;
+  return errorToJson(new ConnectError(s.message, s.code, undefined, s.details), JSON_WRITE_OPTIONS) as Record<
+    string,
+    JsonValue
+  >;
 }
 
 /**
@@ -134,13 +153,20 @@ export function errorJsonOf(s: ErrorStatus): Record<string, JsonValue> {
  * again, which KAOS clients read. A rate limit also sets Retry-After, and
  * UNAUTHENTICATED WWW-Authenticate.
  */
-export function sendJsonError(res: ServerResponse, err: unknown, opts: { kaos: boolean; report?: InternalErrorReporter; httpStatus?: number }): void {
+export function sendJsonError(
+  res: ServerResponse,
+  err: unknown,
+  opts: { kaos: boolean; report?: InternalErrorReporter; httpStatus?: number },
+): void {
   const s = statusOf(err, opts.report);
   const json = errorJsonOf(s);
   const bytes = Buffer.from(JSON.stringify(opts.kaos ? { ...json, error: s.message } : json));
   const retryAfterMs = s.metadata["retry-after-ms"];
   if (retryAfterMs) res.setHeader("retry-after", String(Math.ceil(Number(retryAfterMs) / 1000)));
   if (s.code === Code.Unauthenticated) res.setHeader("www-authenticate", 'Bearer realm="engram"');
-  res.writeHead(opts.httpStatus ?? codeToHttpStatus(s.code), { "content-type": "application/json", "content-length": bytes.length });
+  res.writeHead(opts.httpStatus ?? codeToHttpStatus(s.code), {
+    "content-type": "application/json",
+    "content-length": bytes.length,
+  });
   res.end(bytes);
 }

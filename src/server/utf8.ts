@@ -116,7 +116,14 @@ export function invalidUtf8Field(desc: DescMessage, bytes: Uint8Array): { field:
 /** Deeper than any message protobuf-es accepts (parse-request.ts' recursion limit is far below). */
 const MAX_WALK_DEPTH = 512;
 
-function findInField(desc: DescMessage, reader: BinaryReader, bytes: Uint8Array, end: number, path: string, depth: number): { field: string; offset: number } | undefined {
+function findInField(
+  desc: DescMessage,
+  reader: BinaryReader,
+  bytes: Uint8Array,
+  end: number,
+  path: string,
+  depth: number,
+): { field: string; offset: number } | undefined {
   if (depth > MAX_WALK_DEPTH) return undefined;
   const insideJson = JSON_TYPES.has(desc.typeName);
   const occurrences = new Map<number, number>();
@@ -146,7 +153,15 @@ function fieldPath(parent: string, field: DescField, index: number): string {
 }
 
 /** Checks one length-delimited field's value: a string, a message, or a map entry. */
-function findInValue(field: DescField, reader: BinaryReader, bytes: Uint8Array, start: number, stop: number, name: string, depth: number): { field: string; offset: number } | undefined {
+function findInValue(
+  field: DescField,
+  reader: BinaryReader,
+  bytes: Uint8Array,
+  start: number,
+  stop: number,
+  name: string,
+  depth: number,
+): { field: string; offset: number } | undefined {
   const string = (text: Uint8Array) => {
     const offset = invalidUtf8Offset(text);
     return offset === undefined ? undefined : { field: name, offset };
@@ -155,7 +170,8 @@ function findInValue(field: DescField, reader: BinaryReader, bytes: Uint8Array, 
     case "scalar":
       return field.scalar === ScalarType.STRING ? string(bytes.subarray(start, stop)) : undefined;
     case "list":
-      if (field.listKind === "scalar") return field.scalar === ScalarType.STRING ? string(bytes.subarray(start, stop)) : undefined;
+      if (field.listKind === "scalar")
+        return field.scalar === ScalarType.STRING ? string(bytes.subarray(start, stop)) : undefined;
       if (field.listKind === "message") return findInField(field.message, reader, bytes, stop, name, depth + 1);
       return undefined;
     case "message":
@@ -172,8 +188,10 @@ function findInValue(field: DescField, reader: BinaryReader, bytes: Uint8Array, 
         const at = reader.pos;
         let found;
         if (no === 1 && field.mapKey === ScalarType.STRING) found = string(bytes.subarray(at, at + length));
-        else if (no === 2 && field.mapKind === "scalar" && field.scalar === ScalarType.STRING) found = string(bytes.subarray(at, at + length));
-        else if (no === 2 && field.mapKind === "message") found = findInField(field.message, reader, bytes, at + length, name, depth + 1);
+        else if (no === 2 && field.mapKind === "scalar" && field.scalar === ScalarType.STRING)
+          found = string(bytes.subarray(at, at + length));
+        else if (no === 2 && field.mapKind === "message")
+          found = findInField(field.message, reader, bytes, at + length, name, depth + 1);
         if (found) return found;
         reader.pos = at + length;
       }

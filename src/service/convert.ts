@@ -49,7 +49,8 @@ export function valueToJson(field: string, value: Value | undefined, maxDepth: n
  * fromJson(ValueSchema, json).
  */
 export function jsonToValue(json: JsonValue): Value {
-  if (json === null) return { $typeName: "google.protobuf.Value", kind: { case: "nullValue", value: NullValue.NULL_VALUE } };
+  if (json === null)
+    return { $typeName: "google.protobuf.Value", kind: { case: "nullValue", value: NullValue.NULL_VALUE } };
   switch (typeof json) {
     case "string":
       return { $typeName: "google.protobuf.Value", kind: { case: "stringValue", value: json } };
@@ -59,11 +60,17 @@ export function jsonToValue(json: JsonValue): Value {
       return { $typeName: "google.protobuf.Value", kind: { case: "boolValue", value: json } };
   }
   if (Array.isArray(json)) {
-    return { $typeName: "google.protobuf.Value", kind: { case: "listValue", value: { $typeName: "google.protobuf.ListValue", values: json.map(jsonToValue) } } };
+    return {
+      $typeName: "google.protobuf.Value",
+      kind: { case: "listValue", value: { $typeName: "google.protobuf.ListValue", values: json.map(jsonToValue) } },
+    };
   }
   const fields: Record<string, Value> = {};
   for (const [k, v] of Object.entries(json)) fields[k] = jsonToValue(v);
-  return { $typeName: "google.protobuf.Value", kind: { case: "structValue", value: { $typeName: "google.protobuf.Struct", fields } } };
+  return {
+    $typeName: "google.protobuf.Value",
+    kind: { case: "structValue", value: { $typeName: "google.protobuf.Struct", fields } },
+  };
 }
 
 /** Smallest and largest valid google.protobuf.Timestamp seconds (years 1..9999). */
@@ -104,7 +111,11 @@ export function toWireEvent(e: StoredEvent): Event {
     eventType: e.eventType,
     content: jsonToValue(e.content),
     metadata: e.metadata,
-    timestamp: { $typeName: "google.protobuf.Timestamp", seconds: BigInt(seconds), nanos: (e.timestamp - seconds * 1000) * 1_000_000 },
+    timestamp: {
+      $typeName: "google.protobuf.Timestamp",
+      seconds: BigInt(seconds),
+      nanos: (e.timestamp - seconds * 1000) * 1_000_000,
+    },
     seq: BigInt(e.seq),
     sessionId: e.sessionId,
     stateDelta: e.stateDelta,

@@ -22,7 +22,8 @@ export function newEventId(): string {
   let out = 0;
   for (let i = 0; i < 16; i++) {
     let byte = pool[next + i];
-    if (i === 6) byte = (byte & 0x0f) | 0x40; // version 4
+    if (i === 6)
+      byte = (byte & 0x0f) | 0x40; // version 4
     else if (i === 8) byte = (byte & 0x3f) | 0x80; // variant 10
     if (i === 4 || i === 6 || i === 8 || i === 10) text[out++] = 0x2d; // "-"
     text[out++] = HEX[byte >> 4];

@@ -76,7 +76,15 @@ import {
 } from "@engram-memory/client/gen/engram/v1/memory_pb.js";
 import { invalidArgument, sessionNotFound } from "../errors.js";
 import { eventFingerprint } from "../store/fingerprint.js";
-import type { JsonObject, MemoryScopeFilter, MemoryStore, NewEvent, RecentEventsFilter, StoreCall, StoredEvent } from "../store/types.js";
+import type {
+  JsonObject,
+  MemoryScopeFilter,
+  MemoryStore,
+  NewEvent,
+  RecentEventsFilter,
+  StoreCall,
+  StoredEvent,
+} from "../store/types.js";
 import {
   checkSummaryCovers,
   ContextAssembler,
@@ -196,7 +204,11 @@ export class MemoryService {
   /** Wire form of recent stored events, built once per stored object and shared by readers and streams. */
   private readonly wireEvents = new RecentCache<StoredEvent, Event>(RECENT_WIRE_EVENTS, RECENT_WIRE_BYTES, eventBytes);
   /** Stream frames of recent events: one message per event, so its bytes can be shared by every subscriber. */
-  private readonly eventFrames = new RecentCache<StoredEvent, StreamSessionEventsResponse>(RECENT_WIRE_EVENTS, RECENT_WIRE_BYTES, eventBytes);
+  private readonly eventFrames = new RecentCache<StoredEvent, StreamSessionEventsResponse>(
+    RECENT_WIRE_EVENTS,
+    RECENT_WIRE_BYTES,
+    eventBytes,
+  );
   /** Context assembly, with per-event renderings and token counts kept across calls. */
   private readonly contexts = new ContextAssembler();
   /** Tokenizers, loaded on first use. */
@@ -217,12 +229,21 @@ export class MemoryService {
   ) {
     this.hub = new StreamHub(store, { heartbeatMs: options.heartbeatMs, pageSize: STREAM_PAGE_EVENTS });
     this.state = new SessionStateService(store, options.limits.maxJsonDepth);
-    this.longTerm = new LongTermMemoryService(store, { limits: options.limits, heartbeatMs: options.heartbeatMs, embeddings: options.embeddings, reranker: options.reranker });
-    if (options.extraction) this.extractor = new FactExtractor(store, this.longTerm, options.limits, options.extraction);
+    this.longTerm = new LongTermMemoryService(store, {
+      limits: options.limits,
+      heartbeatMs: options.heartbeatMs,
+      embeddings: options.embeddings,
+      reranker: options.reranker,
+    });
+    if (options.extraction)
+      this.extractor = new FactExtractor(store, this.longTerm, options.limits, options.extraction);
   }
 
   async createSession(req: CreateSessionRequest, call?: StoreCall): Promise<CreateSessionResponse> {
-    const sessionId = req.sessionId === undefined ? (this.store.newSessionId?.() ?? randomUUID()) : requireId("session_id", req.sessionId);
+    const sessionId =
+      req.sessionId === undefined
+        ? (this.store.newSessionId?.() ?? randomUUID())
+        : requireId("session_id", req.sessionId);
     const session = await this.store.createSession(
       {
         sessionId,
@@ -247,7 +268,10 @@ export class MemoryService {
       },
       call,
     );
-    return create(GetOrCreateSessionResponseSchema, { session: await this.state.wireSession(result.session, call), created: result.created });
+    return create(GetOrCreateSessionResponseSchema, {
+      session: await this.state.wireSession(result.session, call),
+      created: result.created,
+    });
   }
 
   async getSession(req: GetSessionRequest, call?: StoreCall): Promise<GetSessionResponse> {
@@ -298,7 +322,8 @@ export class MemoryService {
     const sessionId = requireId("session_id", req.sessionId);
     const { maxBatchEvents } = this.options.limits;
     if (req.events.length === 0) throw invalidArgument("events", "must hold at least one event");
-    if (req.events.length > maxBatchEvents) throw invalidArgument("events", `must hold at most ${maxBatchEvents} events`);
+    if (req.events.length > maxBatchEvents)
+      throw invalidArgument("events", `must hold at most ${maxBatchEvents} events`);
     const events = req.events.map((e, i) => this.newEvent(`events[${i}]`, e));
     const seen = new Set<string>();
     events.forEach((e, i) => {
@@ -318,10 +343,15 @@ export class MemoryService {
     const eventTypes = req.eventTypes.map((t, i) => requireEventType(`event_types[${i}]`, t));
     const limit = pageSize("limit", req.limit, this.options.limits);
     if (req.tail > 0) {
-      if (req.tail > this.options.limits.maxPageSize) throw invalidArgument("tail", `must be at most ${this.options.limits.maxPageSize}`);
-      if (req.afterSeq !== undefined || req.pageToken) throw invalidArgument("tail", "cannot be combined with after_seq or page_token");
+      if (req.tail > this.options.limits.maxPageSize)
+        throw invalidArgument("tail", `must be at most ${this.options.limits.maxPageSize}`);
+      if (req.afterSeq !== undefined || req.pageToken)
+        throw invalidArgument("tail", "cannot be combined with after_seq or page_token");
       const page = await this.store.readTail(sessionId, req.tail, eventTypes, call);
-      return create(GetSessionEventsResponseSchema, { events: page.events.map((e) => this.wire(e)), headSeq: BigInt(page.headSeq) });
+      return create(GetSessionEventsResponseSchema, {
+        events: page.events.map((e) => this.wire(e)),
+        headSeq: BigInt(page.headSeq),
+      });
     }
     const filters = ["events", sessionId, [...eventTypes].sort()];
     const afterSeq = req.pageToken
@@ -331,7 +361,8 @@ export class MemoryService {
         : seqNumber("after_seq", req.afterSeq);
     const page = await this.store.readEvents(sessionId, { afterSeq, eventTypes, limit }, call);
     const last = page.events[page.events.length - 1];
-    const nextPageToken = page.events.length === limit && last.seq < page.headSeq ? encodePageToken(last.seq, filters) : "";
+    const nextPageToken =
+      page.events.length === limit && last.seq < page.headSeq ? encodePageToken(last.seq, filters) : "";
     return create(GetSessionEventsResponseSchema, {
       events: page.events.map((e) => this.wire(e)),
       nextPageToken,
@@ -342,19 +373,28 @@ export class MemoryService {
   async listEvents(req: ListEventsRequest, ctx: ListEventsContext & StoreCall = {}): Promise<ListEventsResponse> {
     const sessionId = req.sessionId === undefined ? undefined : requireId("session_id", req.sessionId);
     const limit = pageSize("limit", req.limit, this.options.limits);
-    const events = await this.store.listRecentEvents(limit, sessionId !== undefined ? { sessionId } : { ...ctx.scope }, ctx);
+    const events = await this.store.listRecentEvents(
+      limit,
+      sessionId !== undefined ? { sessionId } : { ...ctx.scope },
+      ctx,
+    );
     return create(ListEventsResponseSchema, { events: events.map((e) => this.wire(e)) });
   }
 
   /** Passes no deadline to the store: the hub's reads serve every subscriber of the session, not one caller. */
-  async *streamSessionEvents(req: StreamSessionEventsRequest, ctx: CallContext & StreamContext): AsyncGenerator<StreamSessionEventsResponse> {
+  async *streamSessionEvents(
+    req: StreamSessionEventsRequest,
+    ctx: CallContext & StreamContext,
+  ): AsyncGenerator<StreamSessionEventsResponse> {
     const sessionId = requireId("session_id", req.sessionId);
     const eventTypes = req.eventTypes.map((t, i) => requireEventType(`event_types[${i}]`, t));
     const afterSeq = req.afterSeq === undefined ? undefined : seqNumber("after_seq", req.afterSeq);
     for await (const frame of this.hub.subscribe(sessionId, afterSeq, eventTypes, ctx.signal, ctx.incarnation)) {
       switch (frame.kind) {
         case "event":
-          yield this.eventFrames.get(frame.event, (e) => create(StreamSessionEventsResponseSchema, { frame: { case: "event", value: this.wire(e) } }));
+          yield this.eventFrames.get(frame.event, (e) =>
+            create(StreamSessionEventsResponseSchema, { frame: { case: "event", value: this.wire(e) } }),
+          );
           break;
         case "caughtUp":
           yield create(StreamSessionEventsResponseSchema, {
@@ -371,7 +411,10 @@ export class MemoryService {
   }
 
   /** Several sessions on one stream (src/service/watch-sessions.ts); like a single stream, it passes no deadline to the store. */
-  async *watchSessions(req: WatchSessionsRequest, ctx: CallContext & WatchSessionsContext): AsyncGenerator<WatchSessionsResponse> {
+  async *watchSessions(
+    req: WatchSessionsRequest,
+    ctx: CallContext & WatchSessionsContext,
+  ): AsyncGenerator<WatchSessionsResponse> {
     yield* watchSessions(this.hub, (e) => this.wire(e), watchedCursors(req), ctx.signal, ctx);
   }
 
@@ -382,14 +425,22 @@ export class MemoryService {
     const afterSeq = req.afterSeq === undefined ? undefined : seqNumber("after_seq", req.afterSeq);
     const tokenizer = req.tokenizer === "" ? DEFAULT_TOKENIZER : req.tokenizer;
     if (!isTokenizerName(tokenizer)) throw invalidArgument("tokenizer", `must be one of ${TOKENIZER_NAMES.join(", ")}`);
-    const [page, counter] = await Promise.all([this.store.readEvents(sessionId, { afterSeq, limit }, call), this.tokenizers.get(tokenizer)]);
+    const [page, counter] = await Promise.all([
+      this.store.readEvents(sessionId, { afterSeq, limit }, call),
+      this.tokenizers.get(tokenizer),
+    ]);
     return create(CountEventTokensResponseSchema, {
-      events: page.events.map((e) => create(EventTokensSchema, { seq: BigInt(e.seq), tokens: this.contexts.eventTokens(e, counter) })),
+      events: page.events.map((e) =>
+        create(EventTokensSchema, { seq: BigInt(e.seq), tokens: this.contexts.eventTokens(e, counter) }),
+      ),
       tokenizer: counter.name,
     });
   }
 
-  async buildConversationContext(req: BuildConversationContextRequest, call?: StoreCall): Promise<BuildConversationContextResponse> {
+  async buildConversationContext(
+    req: BuildConversationContextRequest,
+    call?: StoreCall,
+  ): Promise<BuildConversationContextResponse> {
     const sessionId = requireId("session_id", req.sessionId);
     const request = parseContextRequest(req, this.options.limits, this.options.contextLimit);
     const counter = await this.tokenizers.get(request.tokenizer);
@@ -422,8 +473,15 @@ export class MemoryService {
     const maxAge = req.maxAge;
     if (!maxAge) throw invalidArgument("max_age", "is required");
     // google.protobuf.Duration's range, which Connect JSON enforces while decoding and binary protobuf does not.
-    if (maxAge.seconds > MAX_DURATION_SECONDS || maxAge.seconds < -MAX_DURATION_SECONDS || Math.abs(maxAge.nanos) > 999_999_999) {
-      throw invalidArgument("max_age", "must be within ±315,576,000,000 s (10,000 years) and nanos within ±999,999,999, google.protobuf.Duration's range");
+    if (
+      maxAge.seconds > MAX_DURATION_SECONDS ||
+      maxAge.seconds < -MAX_DURATION_SECONDS ||
+      Math.abs(maxAge.nanos) > 999_999_999
+    ) {
+      throw invalidArgument(
+        "max_age",
+        "must be within ±315,576,000,000 s (10,000 years) and nanos within ±999,999,999, google.protobuf.Duration's range",
+      );
     }
     const ms = Number(maxAge.seconds) * 1000 + Math.floor(maxAge.nanos / 1_000_000);
     if (!(ms > 0)) throw invalidArgument("max_age", "must be positive");
@@ -465,7 +523,10 @@ export class MemoryService {
     return this.longTerm.deleteMemories(req, ctx);
   }
 
-  watchMemories(req: WatchMemoriesRequest, ctx?: MemoryCallContext & CallContext): AsyncGenerator<WatchMemoriesResponse> {
+  watchMemories(
+    req: WatchMemoriesRequest,
+    ctx?: MemoryCallContext & CallContext,
+  ): AsyncGenerator<WatchMemoriesResponse> {
     return this.longTerm.watchMemories(req, ctx);
   }
 
@@ -476,7 +537,8 @@ export class MemoryService {
   /** Pinned memories, relevant memories and the session's context within one token budget (src/service/memories/recall.ts). */
   async recall(req: RecallRequest, call: MemoryCallContext = {}): Promise<RecallResponse> {
     const sessionId = requireId("session_id", req.sessionId);
-    if (req.tokenBudget > MAX_TOKEN_BUDGET) throw invalidArgument("token_budget", `must be at most ${MAX_TOKEN_BUDGET}`);
+    if (req.tokenBudget > MAX_TOKEN_BUDGET)
+      throw invalidArgument("token_budget", `must be at most ${MAX_TOKEN_BUDGET}`);
     const budget = req.tokenBudget === 0 ? DEFAULT_RECALL_BUDGET : req.tokenBudget;
     const query = checkQuery("query", req.query);
     const agentId = optionalName("agent_id", req.agentId);
@@ -486,7 +548,10 @@ export class MemoryService {
     const k = req.topK === 0 ? recallTopK(budget) : topK("top_k", req.topK);
     const embedding = queryEmbedding("query_embedding", req.queryEmbedding);
     // The session and the tokenizer do not depend on each other: fetch them together.
-    const [session, counter] = await Promise.all([this.store.getSession(sessionId, call), this.tokenizers.get(tokenizer)]);
+    const [session, counter] = await Promise.all([
+      this.store.getSession(sessionId, call),
+      this.tokenizers.get(tokenizer),
+    ]);
     if (!session) throw sessionNotFound(sessionId);
     // What a caller in this session may recall: its user's, its agent's (when named), the session's and the shared memories.
     const scope: MemoryScopeFilter = { appName: session.appName, userId: session.userId, sessionId, match: "visible" };
@@ -497,8 +562,16 @@ export class MemoryService {
     const omitEmbeddings = !req.includeEmbeddings;
     // Pinned and relevant memories are independent reads: one store round trip's wait, not two.
     const [pinned, relevant] = await Promise.all([
-      this.store.memories.listMemories({ scope, asOf: now, pinned: true, omitEmbeddings }, MAX_RECALL_PINNED, undefined, call),
-      this.longTerm.rank({ filter: { scope, asOf: now, pinned: false, omitEmbeddings }, query, topK: k, embedding }, call),
+      this.store.memories.listMemories(
+        { scope, asOf: now, pinned: true, omitEmbeddings },
+        MAX_RECALL_PINNED,
+        undefined,
+        call,
+      ),
+      this.longTerm.rank(
+        { filter: { scope, asOf: now, pinned: false, omitEmbeddings }, query, topK: k, embedding },
+        call,
+      ),
     ]);
     pinned.sort((a, b) => b.importance - a.importance || b.validFrom - a.validFrom);
     const recall = await assembleRecall({
@@ -506,7 +579,11 @@ export class MemoryService {
       relevant,
       budget,
       counter,
-      buildContext: (tokenBudget) => this.buildConversationContext(create(BuildConversationContextRequestSchema, { sessionId, tokenBudget, query, tokenizer }), call),
+      buildContext: (tokenBudget) =>
+        this.buildConversationContext(
+          create(BuildConversationContextRequestSchema, { sessionId, tokenBudget, query, tokenizer }),
+          call,
+        ),
     });
     const withEmbeddings = !omitEmbeddings;
     return create(RecallResponseSchema, {

@@ -25,7 +25,13 @@ type Labels = Record<string, string>;
  * conflict, a taken id, an evicted cursor, a bad argument): the backend
  * worked, so they are not counted in engram_store_errors_total.
  */
-const CLIENT_OUTCOMES: ReadonlySet<string> = new Set<MemoryErrorCode>(["NOT_FOUND", "FAILED_PRECONDITION", "ALREADY_EXISTS", "OUT_OF_RANGE", "INVALID_ARGUMENT"]);
+const CLIENT_OUTCOMES: ReadonlySet<string> = new Set<MemoryErrorCode>([
+  "NOT_FOUND",
+  "FAILED_PRECONDITION",
+  "ALREADY_EXISTS",
+  "OUT_OF_RANGE",
+  "INVALID_ARGUMENT",
+]);
 
 /** One label set of a {@link BoundHistogram}: what a call records into. */
 export interface HistogramSeries {
@@ -80,13 +86,23 @@ abstract class BoundMetric<S> {
 export class BoundHistogram extends BoundMetric<{ buckets: Float64Array; sum: number; count: number }> {
   readonly type = "histogram";
 
-  constructor(name: string, help: string, labelNames: readonly string[], registry: Registry, private readonly upperBounds: readonly number[] = LATENCY_BUCKETS) {
+  constructor(
+    name: string,
+    help: string,
+    labelNames: readonly string[],
+    registry: Registry,
+    private readonly upperBounds: readonly number[] = LATENCY_BUCKETS,
+  ) {
     super(name, help, labelNames, registry);
   }
 
   /** The series of one label set; resolve it once and keep it. */
   labels(labels: Labels): HistogramSeries {
-    const state = this.seriesOf(labels, () => ({ buckets: new Float64Array(this.upperBounds.length), sum: 0, count: 0 }));
+    const state = this.seriesOf(labels, () => ({
+      buckets: new Float64Array(this.upperBounds.length),
+      sum: 0,
+      count: 0,
+    }));
     const bounds = this.upperBounds;
     return {
       observe(seconds: number): void {
@@ -103,14 +119,29 @@ export class BoundHistogram extends BoundMetric<{ buckets: Float64Array; sum: nu
   }
 
   async get() {
-    const values: Array<{ labels: Record<string, string | number>; value: number; metricName: string; exemplar?: null }> = [];
+    const values: Array<{
+      labels: Record<string, string | number>;
+      value: number;
+      metricName: string;
+      exemplar?: null;
+    }> = [];
     for (const { labels, state } of this.entries()) {
       let cumulative = 0;
       this.upperBounds.forEach((bound, i) => {
         cumulative += state.buckets[i];
-        values.push({ labels: { le: bound, ...labels }, value: cumulative, metricName: `${this.name}_bucket`, exemplar: null });
+        values.push({
+          labels: { le: bound, ...labels },
+          value: cumulative,
+          metricName: `${this.name}_bucket`,
+          exemplar: null,
+        });
       });
-      values.push({ labels: { le: "+Inf", ...labels }, value: state.count, metricName: `${this.name}_bucket`, exemplar: null });
+      values.push({
+        labels: { le: "+Inf", ...labels },
+        value: state.count,
+        metricName: `${this.name}_bucket`,
+        exemplar: null,
+      });
       values.push({ labels, value: state.sum, metricName: `${this.name}_sum` });
       values.push({ labels, value: state.count, metricName: `${this.name}_count` });
     }
@@ -141,15 +172,56 @@ export class BoundCounter extends BoundMetric<{ value: number }> {
 /** Every metric of one server. */
 export class Metrics {
   readonly registry = new Registry();
-  readonly rpcs = new BoundCounter("engram_rpc_requests_total", "RPCs by method, status code and protocol.", ["method", "code", "protocol"], this.registry);
-  readonly rpcSeconds = new BoundHistogram("engram_rpc_duration_seconds", "Unary RPC latency (streams: until they end).", ["method", "protocol"], this.registry);
-  readonly streams = new Gauge({ name: "engram_streams_active", help: "Live StreamSessionEvents subscribers on this replica.", registers: [this.registry] });
-  readonly storeSeconds = new BoundHistogram("engram_store_operation_duration_seconds", "Store operation latency.", ["operation", "backend"], this.registry);
-  readonly storeErrors = new Counter({ name: "engram_store_errors_total", help: "Store operations that failed in the backend (unreachable, timed out, internal), by error code; answers such as NOT_FOUND or FAILED_PRECONDITION are not counted.", labelNames: ["operation", "backend", "code"], registers: [this.registry] });
-  readonly authFailures = new Counter({ name: "engram_auth_failures_total", help: "Calls refused for a missing, unknown or revoked API key.", registers: [this.registry] });
-  readonly rateLimited = new Counter({ name: "engram_rate_limited_total", help: "Calls refused by a rate or stream limit.", registers: [this.registry] });
-  readonly connectionsOpen = new Gauge({ name: "engram_connections_open", help: "TCP connections open on this replica's port.", registers: [this.registry] });
-  readonly connectionsRejected = new Counter({ name: "engram_connections_rejected_total", help: "Connections closed by a connection cap (max_connections, max_connections_per_address) or the first-bytes deadline (first_bytes_timeout), or lost to a failed accept (accept_failed).", labelNames: ["reason"], registers: [this.registry] });
+  readonly rpcs = new BoundCounter(
+    "engram_rpc_requests_total",
+    "RPCs by method, status code and protocol.",
+    ["method", "code", "protocol"],
+    this.registry,
+  );
+  readonly rpcSeconds = new BoundHistogram(
+    "engram_rpc_duration_seconds",
+    "Unary RPC latency (streams: until they end).",
+    ["method", "protocol"],
+    this.registry,
+  );
+  readonly streams = new Gauge({
+    name: "engram_streams_active",
+    help: "Live StreamSessionEvents subscribers on this replica.",
+    registers: [this.registry],
+  });
+  readonly storeSeconds = new BoundHistogram(
+    "engram_store_operation_duration_seconds",
+    "Store operation latency.",
+    ["operation", "backend"],
+    this.registry,
+  );
+  readonly storeErrors = new Counter({
+    name: "engram_store_errors_total",
+    help: "Store operations that failed in the backend (unreachable, timed out, internal), by error code; answers such as NOT_FOUND or FAILED_PRECONDITION are not counted.",
+    labelNames: ["operation", "backend", "code"],
+    registers: [this.registry],
+  });
+  readonly authFailures = new Counter({
+    name: "engram_auth_failures_total",
+    help: "Calls refused for a missing, unknown or revoked API key.",
+    registers: [this.registry],
+  });
+  readonly rateLimited = new Counter({
+    name: "engram_rate_limited_total",
+    help: "Calls refused by a rate or stream limit.",
+    registers: [this.registry],
+  });
+  readonly connectionsOpen = new Gauge({
+    name: "engram_connections_open",
+    help: "TCP connections open on this replica's port.",
+    registers: [this.registry],
+  });
+  readonly connectionsRejected = new Counter({
+    name: "engram_connections_rejected_total",
+    help: "Connections closed by a connection cap (max_connections, max_connections_per_address) or the first-bytes deadline (first_bytes_timeout), or lost to a failed accept (accept_failed).",
+    labelNames: ["reason"],
+    registers: [this.registry],
+  });
   /** Sessions removed by this replica, by reason; `evicted` is read from the store at scrape time. */
   readonly sessionsRemoved: Counter<"reason">;
   /** Events this replica trimmed past the events cap, read from the store at scrape time. */
@@ -240,24 +312,53 @@ export class Metrics {
   /** Exports background fact extraction's counts (MEMORY_EXTRACTION_URL), read at scrape time. */
   watchExtraction(counts: Readonly<ExtractionCounts>): void {
     const counter = this.countedAtScrape.bind(this);
-    counter("engram_extraction_facts_total", "Facts extracted from appended events and written as long-term memories by this replica.", () => counts.facts);
-    counter("engram_extraction_failed_requests_total", "Extraction requests that failed (endpoint down, timed out, refused) or whose answer was not the JSON asked for.", () => counts.failedRequests);
-    counter("engram_extraction_skipped_facts_total", "Extracted facts skipped for a wrong shape or a value the memory validation refuses.", () => counts.skippedFacts);
-    counter("engram_extraction_dropped_ranges_total", "Event ranges not extracted because the extraction queue was full (MEMORY_EXTRACTION_QUEUE_SIZE).", () => counts.droppedRanges);
-    counter("engram_extraction_failed_writes_total", "Extracted facts' writes the store refused (unreachable, or a re-extracted range answered differently: ALREADY_EXISTS).", () => counts.failedWrites);
+    counter(
+      "engram_extraction_facts_total",
+      "Facts extracted from appended events and written as long-term memories by this replica.",
+      () => counts.facts,
+    );
+    counter(
+      "engram_extraction_failed_requests_total",
+      "Extraction requests that failed (endpoint down, timed out, refused) or whose answer was not the JSON asked for.",
+      () => counts.failedRequests,
+    );
+    counter(
+      "engram_extraction_skipped_facts_total",
+      "Extracted facts skipped for a wrong shape or a value the memory validation refuses.",
+      () => counts.skippedFacts,
+    );
+    counter(
+      "engram_extraction_dropped_ranges_total",
+      "Event ranges not extracted because the extraction queue was full (MEMORY_EXTRACTION_QUEUE_SIZE).",
+      () => counts.droppedRanges,
+    );
+    counter(
+      "engram_extraction_failed_writes_total",
+      "Extracted facts' writes the store refused (unreachable, or a re-extracted range answered differently: ALREADY_EXISTS).",
+      () => counts.failedWrites,
+    );
   }
 
   /** The reranker's counts (MEMORY_RERANK_URL), read at scrape time. */
   watchReranker(counts: Readonly<RerankCounts>): void {
     const counter = this.countedAtScrape.bind(this);
-    counter("engram_memory_reranked_total", "Searches whose best memories the reranker reordered.", () => counts.reranked);
-    counter("engram_memory_rerank_failures_total", "Rerank requests that failed (down, timed out, refused, or an answer of another shape): those searches kept the fused order.", () => counts.failed);
+    counter(
+      "engram_memory_reranked_total",
+      "Searches whose best memories the reranker reordered.",
+      () => counts.reranked,
+    );
+    counter(
+      "engram_memory_rerank_failures_total",
+      "Rerank requests that failed (down, timed out, refused, or an answer of another shape): those searches kept the fused order.",
+      () => counts.failed,
+    );
   }
 
   /** Every removal so far by reason (sessions by theirs, events_trimmed), for the removal log: counts only. */
   async removalTotals(): Promise<Record<string, number>> {
     const totals: Record<string, number> = {};
-    for (const { labels, value } of (await this.sessionsRemoved.get()).values) totals[`sessions_${labels.reason}`] = value;
+    for (const { labels, value } of (await this.sessionsRemoved.get()).values)
+      totals[`sessions_${labels.reason}`] = value;
     for (const { value } of (await this.eventsTrimmed.get()).values) totals.events_trimmed = value;
     return totals;
   }
@@ -285,7 +386,20 @@ export class Metrics {
 
   /** Wraps a store so every operation's latency and failures are recorded. */
   instrument(store: MemoryStore): MemoryStore {
-    const timed = ["createSession", "getOrCreateSession", "getSession", "listSessions", "deleteSession", "appendEvents", "readEvents", "readTail", "listRecentEvents", "stats", "cleanup", "deleteUserData"];
+    const timed = [
+      "createSession",
+      "getOrCreateSession",
+      "getSession",
+      "listSessions",
+      "deleteSession",
+      "appendEvents",
+      "readEvents",
+      "readTail",
+      "listRecentEvents",
+      "stats",
+      "cleanup",
+      "deleteUserData",
+    ];
     // Each timed method's wrapper is made once, with its series resolved: nothing per call but the clock.
     const wrappers = new Map<string | symbol, unknown>();
     for (const operation of timed) {

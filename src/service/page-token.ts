@@ -24,7 +24,11 @@ export function encodePageToken(position: string | number, filters: unknown): st
 }
 
 /** Decodes a token issued for the same filters; INVALID_ARGUMENT otherwise. */
-export function decodePageToken<P extends string | number>(token: string, kind: "string" | "number", filters: unknown): P {
+export function decodePageToken<P extends string | number>(
+  token: string,
+  kind: "string" | "number",
+  filters: unknown,
+): P {
   let body: TokenBody;
   try {
     body = JSON.parse(Buffer.from(token, "base64url").toString("utf8"));

@@ -34,23 +34,51 @@ export class Quotas {
   ) {}
 
   /** Opens the counters where the configured memory lives. */
-  static async open(config: Pick<Config, "rateLimit" | "maxStreams" | "maxStreamsPerKey" | "memoryEnabled" | "memoryType" | "redisUrl" | "postgresUrl" | "keyPrefix">): Promise<Quotas> {
+  static async open(
+    config: Pick<
+      Config,
+      | "rateLimit"
+      | "maxStreams"
+      | "maxStreamsPerKey"
+      | "memoryEnabled"
+      | "memoryType"
+      | "redisUrl"
+      | "postgresUrl"
+      | "keyPrefix"
+    >,
+  ): Promise<Quotas> {
     const keyPrefix = `${config.keyPrefix}:rl`;
     // When the shared counter store is down, each replica limits on its own instead of failing calls.
     const insurance = (points: number) => new RateLimiterMemory({ points, duration: 1, keyPrefix });
     // Without a URL (a test's store handed in ready-made) there is no shared Redis to count in.
     if (config.memoryEnabled && config.memoryType === "redis" && config.redisUrl !== undefined) {
       // One counter key per API key (`<prefix>:rl:<key id>`): on a cluster the keys spread over the shards by id.
-      const redis = openRedisClient(config.redisUrl, { enableOfflineQueue: false, commandTimeout: 1000, maxRetriesPerRequest: 1 });
+      const redis = openRedisClient(config.redisUrl, {
+        enableOfflineQueue: false,
+        commandTimeout: 1000,
+        maxRetriesPerRequest: 1,
+      });
       redis.on("error", () => {});
       return new Quotas(
         config,
-        (points) => new RateLimiterRedis({ storeClient: redis, points, duration: 1, keyPrefix, insuranceLimiter: insurance(points) }),
+        (points) =>
+          new RateLimiterRedis({
+            storeClient: redis,
+            points,
+            duration: 1,
+            keyPrefix,
+            insuranceLimiter: insurance(points),
+          }),
         async () => void (await redis.quit().catch(() => redis.disconnect())),
       );
     }
     if (config.memoryEnabled && config.memoryType === "postgres") {
-      const pool = new pg.Pool({ connectionString: config.postgresUrl, max: 2, connectionTimeoutMillis: 1000, statement_timeout: 1000 });
+      const pool = new pg.Pool({
+        connectionString: config.postgresUrl,
+        max: 2,
+        connectionTimeoutMillis: 1000,
+        statement_timeout: 1000,
+      });
       pool.on("error", () => {});
       return new Quotas(
         config,
@@ -109,7 +137,11 @@ export class Quotas {
         "RESOURCE_EXHAUSTED",
         `streams: this API key may hold at most ${this.options.maxStreamsPerKey} live streams per replica; close one first`,
         { [RETRY_AFTER_TRAILER]: "1000" },
-        { reason: "KEY_STREAM_LIMIT", info: { max_streams_per_key: String(this.options.maxStreamsPerKey) }, retryAfterMs: 1000 },
+        {
+          reason: "KEY_STREAM_LIMIT",
+          info: { max_streams_per_key: String(this.options.maxStreamsPerKey) },
+          retryAfterMs: 1000,
+        },
       );
     }
     this.streams++;

@@ -16,7 +16,11 @@ export class RecentCache<K extends object, V extends object> {
   private readonly entries: LRUCache<K, V>;
 
   constructor(capacity: number, maxBytes: number, sizeOf: (key: K) => number) {
-    this.entries = new LRUCache<K, V>({ max: capacity, maxSize: maxBytes, sizeCalculation: (_value, key) => Math.max(1, sizeOf(key)) });
+    this.entries = new LRUCache<K, V>({
+      max: capacity,
+      maxSize: maxBytes,
+      sizeCalculation: (_value, key) => Math.max(1, sizeOf(key)),
+    });
   }
 
   /** The cached value, or the one `make` returns (then cached, unless it is larger than the whole cache). */

@@ -20,7 +20,8 @@ const REMOVAL_POLL_MS = 1000;
 const REMOVAL_LOG_INTERVAL_MS = 60_000;
 
 const cap = (n: number, what: string) => (n > 0 ? `at most ${n} ${what}` : `no cap on ${what}`);
-const idle = (ms: number | undefined) => (ms && ms > 0 ? `sessions idle ${ms} ms are removed` : "idle sessions are kept");
+const idle = (ms: number | undefined) =>
+  ms && ms > 0 ? `sessions idle ${ms} ms are removed` : "idle sessions are kept";
 
 /**
  * One sentence for the start-up log: what the store deletes, when, and why;
@@ -41,9 +42,14 @@ export function describeRetention(limits: StoreLimits, backend: string, capsFrom
     parts.push(`app ${JSON.stringify(app)}: ${own.join(", ") || "as above"}`);
   }
   const { windowMs, maxIds } = dedupeWindow(limits);
-  parts.push(windowMs > 0 ? `a trimmed event's id dedupes retries for ${windowMs} ms (at most ${maxIds} ids per session)` : "a trimmed event's id is forgotten at once");
+  parts.push(
+    windowMs > 0
+      ? `a trimmed event's id dedupes retries for ${windowMs} ms (at most ${maxIds} ids per session)`
+      : "a trimmed event's id is forgotten at once",
+  );
   const sentence = parts.join("; ");
-  if (capsFromDefaults) return `${sentence}; these caps are the local store's in-memory defaults (MEMORY_MAX_SESSIONS, MEMORY_MAX_SESSION_EVENTS; 0: no cap)`;
+  if (capsFromDefaults)
+    return `${sentence}; these caps are the local store's in-memory defaults (MEMORY_MAX_SESSIONS, MEMORY_MAX_SESSION_EVENTS; 0: no cap)`;
   return sentence;
 }
 
@@ -66,7 +72,10 @@ export class RetentionSweeper {
 
   /** Ms between sweeps; undefined when no idle TTL is set. */
   get intervalMs(): number | undefined {
-    const ttls = [this.limits.sessionIdleMs ?? 0, ...[...(this.limits.apps?.values() ?? [])].map((r) => r.sessionIdleMs ?? 0)].filter((ms) => ms > 0);
+    const ttls = [
+      this.limits.sessionIdleMs ?? 0,
+      ...[...(this.limits.apps?.values() ?? [])].map((r) => r.sessionIdleMs ?? 0),
+    ].filter((ms) => ms > 0);
     if (ttls.length === 0) return undefined;
     return Math.min(MAX_SWEEP_INTERVAL_MS, Math.max(MIN_SWEEP_INTERVAL_MS, Math.floor(Math.min(...ttls) / 2)));
   }

@@ -178,7 +178,12 @@ export class StreamHub {
             cursor = event.seq;
             if (!types || types.has(event.eventType)) yield { kind: "event", event };
           }
-          if (next.events.length === 0 && channel.headOf === ours && channel.knownHead === announced && announced > next.headSeq) {
+          if (
+            next.events.length === 0 &&
+            channel.headOf === ours &&
+            channel.knownHead === announced &&
+            announced > next.headSeq
+          ) {
             // The store has nothing past a head a notice announced, and no notice came meanwhile: that
             // head was another incarnation's (a late notice naming none). Waiting on it would spin.
             channel.knownHead = next.headSeq;
@@ -265,8 +270,18 @@ export class StreamHub {
       // after the head moves on, and a subscriber a few notices behind catches up from them too.
       // Only a notice that names its incarnation carries a page: each subscriber checks it is its own.
       const events = notice.events;
-      if (notice.incarnation !== undefined && events && events.length > 0 && events.length <= this.options.pageSize && events[events.length - 1].seq === notice.headSeq) {
-        channel.carried.set(events[0].seq - 1, { events: [...events], headSeq: notice.headSeq, incarnation: notice.incarnation });
+      if (
+        notice.incarnation !== undefined &&
+        events &&
+        events.length > 0 &&
+        events.length <= this.options.pageSize &&
+        events[events.length - 1].seq === notice.headSeq
+      ) {
+        channel.carried.set(events[0].seq - 1, {
+          events: [...events],
+          headSeq: notice.headSeq,
+          incarnation: notice.incarnation,
+        });
         if (channel.carried.size > CARRIED_PAGES) channel.carried.delete(channel.carried.keys().next().value!);
       }
     } else {
@@ -300,7 +315,13 @@ export class StreamHub {
    * Resolves "changed" when the head moves past the cursor or something
    * happened to the stream's incarnation, "idle" after the heartbeat interval.
    */
-  private waitForChange(channel: SessionChannel, cursor: number, incarnation: string, seenHints: number, waiter: Waiter): Promise<"changed" | "idle"> {
+  private waitForChange(
+    channel: SessionChannel,
+    cursor: number,
+    incarnation: string,
+    seenHints: number,
+    waiter: Waiter,
+  ): Promise<"changed" | "idle"> {
     const changed =
       (channel.headOf === incarnation && channel.knownHead > cursor) ||
       channel.gone.has(incarnation) ||

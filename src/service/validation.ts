@@ -85,8 +85,12 @@ export function checkEventSize(field: string, content: JsonValue, metadata: Json
   // A text event with no metadata (most appends) is far under the limit without serializing it:
   // JSON writes a UTF-16 unit as at most 6 bytes (\u001f), plus 2 quotes, and "{}" for the metadata.
   if (typeof content === "string" && 6 * content.length + 4 <= limits.maxEventBytes && isEmptyObject(metadata)) return;
-  const bytes = Buffer.byteLength(JSON.stringify(content) ?? "null", "utf8") + Buffer.byteLength(JSON.stringify(metadata), "utf8");
+  const bytes =
+    Buffer.byteLength(JSON.stringify(content) ?? "null", "utf8") + Buffer.byteLength(JSON.stringify(metadata), "utf8");
   if (bytes > limits.maxEventBytes) {
-    throw invalidArgument(field, `content and metadata take ${bytes} bytes of JSON, over the limit of ${limits.maxEventBytes}`);
+    throw invalidArgument(
+      field,
+      `content and metadata take ${bytes} bytes of JSON, over the limit of ${limits.maxEventBytes}`,
+    );
   }
 }

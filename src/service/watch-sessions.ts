@@ -43,13 +43,18 @@ export interface WatchedCursor {
 /** The request's cursors, validated: 1..MAX_WATCHED_SESSIONS sessions, each once. */
 export function watchedCursors(req: WatchSessionsRequest): WatchedCursor[] {
   if (req.sessions.length === 0) throw invalidArgument("sessions", "must name at least one session");
-  if (req.sessions.length > MAX_WATCHED_SESSIONS) throw invalidArgument("sessions", `at most ${MAX_WATCHED_SESSIONS} sessions per call, got ${req.sessions.length}`);
+  if (req.sessions.length > MAX_WATCHED_SESSIONS)
+    throw invalidArgument("sessions", `at most ${MAX_WATCHED_SESSIONS} sessions per call, got ${req.sessions.length}`);
   const seen = new Set<string>();
   return req.sessions.map((c, i) => {
     const sessionId = requireId(`sessions[${i}].session_id`, c.sessionId);
-    if (seen.has(sessionId)) throw invalidArgument(`sessions[${i}].session_id`, `session ${JSON.stringify(sessionId)} is named twice`);
+    if (seen.has(sessionId))
+      throw invalidArgument(`sessions[${i}].session_id`, `session ${JSON.stringify(sessionId)} is named twice`);
     seen.add(sessionId);
-    return { sessionId, afterSeq: c.afterSeq === undefined ? undefined : seqNumber(`sessions[${i}].after_seq`, c.afterSeq) };
+    return {
+      sessionId,
+      afterSeq: c.afterSeq === undefined ? undefined : seqNumber(`sessions[${i}].after_seq`, c.afterSeq),
+    };
   });
 }
 
@@ -92,12 +97,16 @@ export async function* watchSessions(
       if (incarnation === null) throw sessionNotFound(sessionId);
       for await (const f of hub.subscribe(sessionId, afterSeq, [], subscriptionSignal, incarnation)) {
         if (f.kind === "event") await deliver(tagged({ case: "event", value: wire(f.event) }));
-        else if (f.kind === "caughtUp") await deliver(tagged({ case: "caughtUp", value: create(CaughtUpSchema, { headSeq: BigInt(f.headSeq) }) }));
-        else await deliver(tagged({ case: "heartbeat", value: create(HeartbeatSchema, { headSeq: BigInt(f.headSeq) }) }));
+        else if (f.kind === "caughtUp")
+          await deliver(tagged({ case: "caughtUp", value: create(CaughtUpSchema, { headSeq: BigInt(f.headSeq) }) }));
+        else
+          await deliver(tagged({ case: "heartbeat", value: create(HeartbeatSchema, { headSeq: BigInt(f.headSeq) }) }));
       }
     } catch (err) {
       if (err instanceof MemoryError && (err.code === "NOT_FOUND" || err.code === "OUT_OF_RANGE")) {
-        await deliver(tagged({ case: "ended", value: create(SessionEndedSchema, { code: err.code, message: err.message }) }));
+        await deliver(
+          tagged({ case: "ended", value: create(SessionEndedSchema, { code: err.code, message: err.message }) }),
+        );
       } else if (!subscriptionSignal.aborted) {
         failure ??= err;
         stop.abort();

@@ -11,7 +11,15 @@ import { backOff } from "exponential-backoff";
 import { MemoryError } from "../errors.js";
 import { searchEventsByReading } from "./event-search.js";
 import { StoreIncompatibleError } from "./incompatible.js";
-import type { LongTermMemoryStore, MemoryStore, NoticeListener, ResumedErasures, ScoredEvent, StoreCapabilities, StoreDurability } from "./types.js";
+import type {
+  LongTermMemoryStore,
+  MemoryStore,
+  NoticeListener,
+  ResumedErasures,
+  ScoredEvent,
+  StoreCapabilities,
+  StoreDurability,
+} from "./types.js";
 
 /** First wait between attempts to open the store. */
 export const OPEN_RETRY_INITIAL_MS = 250;
@@ -30,7 +38,12 @@ export interface RetrySchedule {
  * gives up (rejecting with the last error) once `stopped()` is true, or at
  * once on a StoreIncompatibleError, which no retry cures.
  */
-export function openWithRetry<T>(open: () => Promise<T>, failed: (err: unknown, attempt: number) => void, stopped: () => boolean, schedule: RetrySchedule = {}): Promise<T> {
+export function openWithRetry<T>(
+  open: () => Promise<T>,
+  failed: (err: unknown, attempt: number) => void,
+  stopped: () => boolean,
+  schedule: RetrySchedule = {},
+): Promise<T> {
   return backOff(
     async () => {
       if (stopped()) throw new MemoryError("UNAVAILABLE", "closed before it was opened");
@@ -150,7 +163,9 @@ export class ConnectingStore implements MemoryStore {
     return this.open.createSession(...args);
   }
 
-  async getOrCreateSession(...args: Parameters<MemoryStore["getOrCreateSession"]>): ReturnType<MemoryStore["getOrCreateSession"]> {
+  async getOrCreateSession(
+    ...args: Parameters<MemoryStore["getOrCreateSession"]>
+  ): ReturnType<MemoryStore["getOrCreateSession"]> {
     return this.open.getOrCreateSession(...args);
   }
 
@@ -186,7 +201,9 @@ export class ConnectingStore implements MemoryStore {
     return this.open.readTail(...args);
   }
 
-  async listRecentEvents(...args: Parameters<MemoryStore["listRecentEvents"]>): ReturnType<MemoryStore["listRecentEvents"]> {
+  async listRecentEvents(
+    ...args: Parameters<MemoryStore["listRecentEvents"]>
+  ): ReturnType<MemoryStore["listRecentEvents"]> {
     return this.open.listRecentEvents(...args);
   }
 
@@ -235,7 +252,10 @@ export class ConnectingStore implements MemoryStore {
     const failure = this.failure;
     if (!this.store && failure !== undefined) {
       const reason = failure instanceof Error ? failure.message : String(failure);
-      throw new MemoryError("UNAVAILABLE", `the ${this.backend} store is not connected yet (${reason}); the server keeps retrying`);
+      throw new MemoryError(
+        "UNAVAILABLE",
+        `the ${this.backend} store is not connected yet (${reason}); the server keeps retrying`,
+      );
     }
     return this.open.ping(...args);
   }
@@ -255,7 +275,9 @@ export class ConnectingStore implements MemoryStore {
 class ConnectingMemories implements LongTermMemoryStore {
   constructor(private readonly target: () => LongTermMemoryStore) {}
 
-  async writeMemories(...args: Parameters<LongTermMemoryStore["writeMemories"]>): ReturnType<LongTermMemoryStore["writeMemories"]> {
+  async writeMemories(
+    ...args: Parameters<LongTermMemoryStore["writeMemories"]>
+  ): ReturnType<LongTermMemoryStore["writeMemories"]> {
     return this.target().writeMemories(...args);
   }
 
@@ -263,30 +285,42 @@ class ConnectingMemories implements LongTermMemoryStore {
     return this.target().getMemory(...args);
   }
 
-  async searchMemories(...args: Parameters<LongTermMemoryStore["searchMemories"]>): ReturnType<LongTermMemoryStore["searchMemories"]> {
+  async searchMemories(
+    ...args: Parameters<LongTermMemoryStore["searchMemories"]>
+  ): ReturnType<LongTermMemoryStore["searchMemories"]> {
     return this.target().searchMemories(...args);
   }
 
   /** The opened store's vector search; none (lexical ranking only) when its driver has none. */
-  async nearestMemories(...args: Parameters<NonNullable<LongTermMemoryStore["nearestMemories"]>>): ReturnType<NonNullable<LongTermMemoryStore["nearestMemories"]>> {
+  async nearestMemories(
+    ...args: Parameters<NonNullable<LongTermMemoryStore["nearestMemories"]>>
+  ): ReturnType<NonNullable<LongTermMemoryStore["nearestMemories"]>> {
     const target = this.target();
     return target.nearestMemories ? target.nearestMemories(...args) : [];
   }
 
-  async listMemories(...args: Parameters<LongTermMemoryStore["listMemories"]>): ReturnType<LongTermMemoryStore["listMemories"]> {
+  async listMemories(
+    ...args: Parameters<LongTermMemoryStore["listMemories"]>
+  ): ReturnType<LongTermMemoryStore["listMemories"]> {
     return this.target().listMemories(...args);
   }
 
-  async deleteMemories(...args: Parameters<LongTermMemoryStore["deleteMemories"]>): ReturnType<LongTermMemoryStore["deleteMemories"]> {
+  async deleteMemories(
+    ...args: Parameters<LongTermMemoryStore["deleteMemories"]>
+  ): ReturnType<LongTermMemoryStore["deleteMemories"]> {
     return this.target().deleteMemories(...args);
   }
 
-  async deleteMemoriesInScope(...args: Parameters<LongTermMemoryStore["deleteMemoriesInScope"]>): ReturnType<LongTermMemoryStore["deleteMemoriesInScope"]> {
+  async deleteMemoriesInScope(
+    ...args: Parameters<LongTermMemoryStore["deleteMemoriesInScope"]>
+  ): ReturnType<LongTermMemoryStore["deleteMemoriesInScope"]> {
     return this.target().deleteMemoriesInScope(...args);
   }
 
   /** Throws UNAVAILABLE while the store is not open: a watch opened then fails rather than hearing nothing. */
-  subscribeMemories(...args: Parameters<LongTermMemoryStore["subscribeMemories"]>): ReturnType<LongTermMemoryStore["subscribeMemories"]> {
+  subscribeMemories(
+    ...args: Parameters<LongTermMemoryStore["subscribeMemories"]>
+  ): ReturnType<LongTermMemoryStore["subscribeMemories"]> {
     return this.target().subscribeMemories(...args);
   }
 
@@ -295,11 +329,15 @@ class ConnectingMemories implements LongTermMemoryStore {
     await this.target().listening?.(appName);
   }
 
-  async memoryChangeWindow(...args: Parameters<LongTermMemoryStore["memoryChangeWindow"]>): ReturnType<LongTermMemoryStore["memoryChangeWindow"]> {
+  async memoryChangeWindow(
+    ...args: Parameters<LongTermMemoryStore["memoryChangeWindow"]>
+  ): ReturnType<LongTermMemoryStore["memoryChangeWindow"]> {
     return this.target().memoryChangeWindow(...args);
   }
 
-  async readMemoryChanges(...args: Parameters<LongTermMemoryStore["readMemoryChanges"]>): ReturnType<LongTermMemoryStore["readMemoryChanges"]> {
+  async readMemoryChanges(
+    ...args: Parameters<LongTermMemoryStore["readMemoryChanges"]>
+  ): ReturnType<LongTermMemoryStore["readMemoryChanges"]> {
     return this.target().readMemoryChanges(...args);
   }
 }

@@ -103,9 +103,14 @@ export class LocalEventSearch<S> {
     const app = this.apps.get(query.appName) ?? this.build(query.appName);
     if (!app) return [];
     this.catchUp(app);
-    const scopes = query.userId === undefined ? [...app.index.scopes()] : [app.index.scope(query.userId)].filter((s) => s !== undefined);
+    const scopes =
+      query.userId === undefined
+        ? [...app.index.scopes()]
+        : [app.index.scope(query.userId)].filter((s) => s !== undefined);
     const types = query.eventTypes.length > 0 ? new Set(query.eventTypes) : undefined;
-    return app.index.search(scopes, terms, query.limit, (e) => !types || types.has(e.eventType)).map(({ value, score }) => ({ event: value, score }));
+    return app.index
+      .search(scopes, terms, query.limit, (e) => !types || types.has(e.eventType))
+      .map(({ value, score }) => ({ event: value, score }));
   }
 
   /** Indexes every retained event of the app; undefined when it has no session. */
@@ -124,7 +129,8 @@ export class LocalEventSearch<S> {
   private catchUp(app: AppEventIndex<S>): void {
     const pending = app.pending;
     app.pending = [];
-    for (const { session, userId, event } of pending) if (this.retained(session, event)) indexEvent(app.index, userId, event);
+    for (const { session, userId, event } of pending)
+      if (this.retained(session, event)) indexEvent(app.index, userId, event);
   }
 }
 
@@ -142,7 +148,9 @@ export function rankEvents(events: Iterable<StoredEvent>, query: EventTextQuery)
   const index = new InvertedIndex<StoredEvent, StoredEvent>();
   for (const event of events) index.add(event, "", event, termsOf(contentText(event.content)));
   const types = query.eventTypes.length > 0 ? new Set(query.eventTypes) : undefined;
-  return index.search([...index.scopes()], terms, query.limit, (e) => !types || types.has(e.eventType)).map(({ value, score }) => ({ event: value, score }));
+  return index
+    .search([...index.scopes()], terms, query.limit, (e) => !types || types.has(e.eventType))
+    .map(({ value, score }) => ({ event: value, score }));
 }
 
 /**
@@ -156,12 +164,19 @@ export async function searchEventsByReading(store: MemoryStore, query: EventText
   const events: StoredEvent[] = [];
   let after: string | undefined;
   for (;;) {
-    const sessions = await store.listSessions({ appName: query.appName, userId: query.userId, afterSessionId: after, limit: SESSION_PAGE });
+    const sessions = await store.listSessions({
+      appName: query.appName,
+      userId: query.userId,
+      afterSessionId: after,
+      limit: SESSION_PAGE,
+    });
     for (const session of sessions) {
       // A session removed since it was listed simply has nothing to offer; so has one created again under its id
       // meanwhile (another tenant's, perhaps): the read expects the listed incarnation.
       const listed = { expectedIncarnation: session.incarnation };
-      const page = await store.readTail(session.sessionId, MAX_EVENTS_PER_SESSION, undefined, listed).catch(() => undefined);
+      const page = await store
+        .readTail(session.sessionId, MAX_EVENTS_PER_SESSION, undefined, listed)
+        .catch(() => undefined);
       for (const event of page?.events ?? []) events.push(event);
     }
     if (sessions.length < SESSION_PAGE) break;

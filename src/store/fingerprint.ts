@@ -12,13 +12,19 @@ import type { JsonObject, JsonValue } from "./types.js";
  * delta is part of the identity; an event without one hashes as before
  * state existed, so stored fingerprints stay valid.
  */
-export function eventFingerprint(eventType: string, content: JsonValue, metadata: JsonObject, stateDelta?: JsonObject): string {
+export function eventFingerprint(
+  eventType: string,
+  content: JsonValue,
+  metadata: JsonObject,
+  stateDelta?: JsonObject,
+): string {
   let identity = metadata;
   if ("trace_id" in metadata || "span_id" in metadata) {
     const { trace_id: _trace, span_id: _span, ...rest } = metadata;
     identity = rest;
   }
-  const canonical = stableStringify(stateDelta ? [eventType, content, identity, stateDelta] : [eventType, content, identity]) ?? "";
+  const canonical =
+    stableStringify(stateDelta ? [eventType, content, identity, stateDelta] : [eventType, content, identity]) ?? "";
   // One-shot hash: no Hash object per event (~0.35 against ~0.9 µs for createHash().update().digest()).
   return hash("sha256", canonical, "base64url");
 }

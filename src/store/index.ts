@@ -29,7 +29,13 @@ export async function openStore(config: Config): Promise<MemoryStore> {
       // Loaded on demand: local deployments never load ioredis.
       const { RedisStore } = await import("./redis.js");
       // open() connects, subscribes and fails with UNAVAILABLE naming the (masked) URL when Redis is unreachable.
-      return RedisStore.open({ url: config.redisUrl!, keyPrefix: config.keyPrefix, limits, commandTimeoutMs: config.storeTimeoutMs, waitReplicas: config.redisWaitReplicas });
+      return RedisStore.open({
+        url: config.redisUrl!,
+        keyPrefix: config.keyPrefix,
+        limits,
+        commandTimeoutMs: config.storeTimeoutMs,
+        waitReplicas: config.redisWaitReplicas,
+      });
     }
     // END redis
     // BEGIN postgres
@@ -37,7 +43,12 @@ export async function openStore(config: Config): Promise<MemoryStore> {
       // Loaded on demand so other backends never load pg.
       const { PostgresStore } = await import("./postgres.js");
       try {
-        return await PostgresStore.open({ url: config.postgresUrl!, schema: config.keyPrefix, limits, queryTimeoutMs: config.storeTimeoutMs });
+        return await PostgresStore.open({
+          url: config.postgresUrl!,
+          schema: config.keyPrefix,
+          limits,
+          queryTimeoutMs: config.storeTimeoutMs,
+        });
       } catch (err) {
         // No `cause`: the logger would print the same reason once more per level.
         const reason = err instanceof Error ? err.message : String(err);

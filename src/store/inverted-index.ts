@@ -87,7 +87,16 @@ export class InvertedIndex<K, V> {
     if (!scope) this.scopesByKey.set(scopeKey, (scope = new IndexScope<V>(scopeKey)));
     const counts = new Map<string, number>();
     for (const term of terms) counts.set(term, (counts.get(term) ?? 0) + 1);
-    const document: IndexedDocument<V> = { value, scope, length: terms.length, order: this.added++, postings: [], alive: true, searchedBy: 0, score: 0 };
+    const document: IndexedDocument<V> = {
+      value,
+      scope,
+      length: terms.length,
+      order: this.added++,
+      postings: [],
+      alive: true,
+      searchedBy: 0,
+      score: 0,
+    };
     for (const [term, count] of counts) {
       let posting = scope.postings.get(term);
       if (!posting) scope.postings.set(term, (posting = { term, documents: [], frequencies: [], live: 0 }));
@@ -131,7 +140,12 @@ export class InvertedIndex<K, V> {
    * the (distinct) query terms, best first; values matching no term are left
    * out. The statistics are those of `scopes` alone.
    */
-  search(scopes: readonly IndexScope<V>[], terms: readonly string[], limit: number, accept: (value: V) => boolean): Array<ScoredValue<V>> {
+  search(
+    scopes: readonly IndexScope<V>[],
+    terms: readonly string[],
+    limit: number,
+    accept: (value: V) => boolean,
+  ): Array<ScoredValue<V>> {
     let documentCount = 0;
     let totalLength = 0;
     for (const scope of scopes) {

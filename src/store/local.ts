@@ -112,7 +112,6 @@ function flatString(s: string): string {
 /** The metadata of every event stored without any: one shared (frozen) object instead of one each. */
 const EMPTY_METADATA: JsonObject = Object.freeze({}) as JsonObject;
 
-
 /** Event types seen so far, so each stored event shares one string per type instead of its request's copy. */
 const eventTypes = new Map<string, string>();
 const MAX_INTERNED_EVENT_TYPES = 1024;
@@ -276,7 +275,12 @@ export class LocalStore implements MemoryStore {
     return true;
   }
 
-  async appendEvents(sessionId: string, events: readonly NewEvent[], expectedSeq?: number, call?: StoreCall): Promise<AppendResult> {
+  async appendEvents(
+    sessionId: string,
+    events: readonly NewEvent[],
+    expectedSeq?: number,
+    call?: StoreCall,
+  ): Promise<AppendResult> {
     const s = this.session(sessionId, call);
     const now = Date.now();
     this.forgetExpiredIds(s, now);
@@ -334,7 +338,12 @@ export class LocalStore implements MemoryStore {
       this.eventSearch.dropped(record.appName, trimmed);
     }
     record.firstSeq = s.events.length > 0 ? s.events.peekAt(0)!.seq : record.headSeq + 1;
-    this.eventSearch.appended(record.appName, s, record.userId, stored.filter((e, i) => !originals[i] && e.seq >= record.firstSeq));
+    this.eventSearch.appended(
+      record.appName,
+      s,
+      record.userId,
+      stored.filter((e, i) => !originals[i] && e.seq >= record.firstSeq),
+    );
     record.updatedAt = now;
     this.touch(s);
     this.markAppended(s);
@@ -356,7 +365,12 @@ export class LocalStore implements MemoryStore {
     return { events, headSeq, firstSeq, incarnation: s.record.incarnation };
   }
 
-  async readTail(sessionId: string, limit: number, eventTypes?: readonly string[], call?: StoreCall): Promise<EventPage> {
+  async readTail(
+    sessionId: string,
+    limit: number,
+    eventTypes?: readonly string[],
+    call?: StoreCall,
+  ): Promise<EventPage> {
     const s = this.session(sessionId, call);
     const types = eventTypes && eventTypes.length > 0 ? new Set(eventTypes) : undefined;
     const events: StoredEvent[] = [];
@@ -379,7 +393,11 @@ export class LocalStore implements MemoryStore {
     const out: StoredEvent[] = [];
     while (out.length < limit) {
       for (let i = 0; i < lists.length; i++) {
-        for (let link = lists[i]; link && (heap.length === 0 || lastIngest(link.session) > heap.peek()!.ingest); link = lists[i]) {
+        for (
+          let link = lists[i];
+          link && (heap.length === 0 || lastIngest(link.session) > heap.peek()!.ingest);
+          link = lists[i]
+        ) {
           const index = link.session.events.length - 1;
           if (index >= 0) heap.push({ session: link.session, index, ingest: link.session.ingests.peekAt(index)! });
           lists[i] = link.older;
@@ -388,7 +406,12 @@ export class LocalStore implements MemoryStore {
       const next = heap.pop();
       if (!next) break;
       out.push(next.session.events.peekAt(next.index)!);
-      if (next.index > 0) heap.push({ session: next.session, index: next.index - 1, ingest: next.session.ingests.peekAt(next.index - 1)! });
+      if (next.index > 0)
+        heap.push({
+          session: next.session,
+          index: next.index - 1,
+          ingest: next.session.ingests.peekAt(next.index - 1)!,
+        });
     }
     return out.reverse();
   }
@@ -528,7 +551,8 @@ export class LocalStore implements MemoryStore {
       this.eventSearch.forgetApp(s.record.appName);
     } else {
       this.sessionsPerApp.set(s.record.appName, left);
-      if (this.eventSearch.indexes(s.record.appName)) for (let i = 0; i < s.events.length; i++) this.eventSearch.dropped(s.record.appName, s.events.peekAt(i)!);
+      if (this.eventSearch.indexes(s.record.appName))
+        for (let i = 0; i < s.events.length; i++) this.eventSearch.dropped(s.record.appName, s.events.peekAt(i)!);
     }
     for (const link of s.appendLinks) {
       link.order.unlink(link);
@@ -541,7 +565,8 @@ export class LocalStore implements MemoryStore {
   /** The app's sessions with their retained events, for its event index. */
   private *sessionsOfApp(appName: string): Generator<{ session: LocalSession; userId: string; events: StoredEvent[] }> {
     for (const session of this.byId.values()) {
-      if (session.record.appName === appName) yield { session, userId: session.record.userId, events: session.events.toArray() };
+      if (session.record.appName === appName)
+        yield { session, userId: session.record.userId, events: session.events.toArray() };
     }
   }
 
@@ -619,14 +644,25 @@ export class LocalStore implements MemoryStore {
     let freshCount = 0;
     for (const e of events) {
       let original = e.fingerprint === "" ? undefined : s.byEventId.get(e.eventId);
-      if (original && eventFingerprint(original.eventType, original.content, original.metadata, original.stateDelta) !== e.fingerprint) {
+      if (
+        original &&
+        eventFingerprint(original.eventType, original.content, original.metadata, original.stateDelta) !== e.fingerprint
+      ) {
         throw duplicateEventId(e.eventId);
       }
       const trimmed = original || e.fingerprint === "" ? undefined : s.trimmedById?.get(e.eventId);
       if (trimmed) {
         if (trimmed.fingerprint !== e.fingerprint) throw duplicateEventId(e.eventId);
         const { eventId, eventType, content, metadata, timestamp, stateDelta } = e;
-        original = { sessionId: s.record.sessionId, seq: trimmed.seq, eventId, eventType, content, metadata, timestamp };
+        original = {
+          sessionId: s.record.sessionId,
+          seq: trimmed.seq,
+          eventId,
+          eventType,
+          content,
+          metadata,
+          timestamp,
+        };
         if (stateDelta) original.stateDelta = stateDelta;
       }
       if (!original) freshCount++;
@@ -634,5 +670,4 @@ export class LocalStore implements MemoryStore {
     }
     return { originals, freshCount };
   }
-
 }

@@ -31,7 +31,19 @@ import { requireRetained } from "./memories/rules.js";
 import { checkIncarnation } from "./rules.js";
 
 function emptySession(sessionId: string, now = Date.now()): SessionRecord {
-  return { sessionId, appName: "", userId: "", metadata: {}, createdAt: now, updatedAt: now, headSeq: 0, firstSeq: 1, incarnation: "", state: {}, version: 0 };
+  return {
+    sessionId,
+    appName: "",
+    userId: "",
+    metadata: {},
+    createdAt: now,
+    updatedAt: now,
+    headSeq: 0,
+    firstSeq: 1,
+    incarnation: "",
+    state: {},
+    version: 0,
+  };
 }
 
 /** The MemoryStore that keeps nothing. */
@@ -45,7 +57,12 @@ export class NullStore implements MemoryStore {
   readonly eventsTrimmed = 0;
 
   async createSession(input: NewSession): Promise<SessionRecord> {
-    return { ...emptySession(input.sessionId, input.now), appName: input.appName, userId: input.userId, metadata: input.metadata };
+    return {
+      ...emptySession(input.sessionId, input.now),
+      appName: input.appName,
+      userId: input.userId,
+      metadata: input.metadata,
+    };
   }
 
   async getOrCreateSession(input: NewSession): Promise<{ session: SessionRecord; created: boolean }> {
@@ -81,7 +98,12 @@ export class NullStore implements MemoryStore {
     return true;
   }
 
-  async appendEvents(sessionId: string, events: readonly NewEvent[], _expectedSeq?: number, call?: StoreCall): Promise<AppendResult> {
+  async appendEvents(
+    sessionId: string,
+    events: readonly NewEvent[],
+    _expectedSeq?: number,
+    call?: StoreCall,
+  ): Promise<AppendResult> {
     checkIncarnation(sessionId, "", call);
     const stored: StoredEvent[] = events.map((e, i) => ({
       sessionId,
@@ -101,7 +123,12 @@ export class NullStore implements MemoryStore {
     return { events: [], headSeq: 0, firstSeq: 1, incarnation: "" };
   }
 
-  async readTail(sessionId: string, _limit: number, _eventTypes?: readonly string[], call?: StoreCall): Promise<EventPage> {
+  async readTail(
+    sessionId: string,
+    _limit: number,
+    _eventTypes?: readonly string[],
+    call?: StoreCall,
+  ): Promise<EventPage> {
     checkIncarnation(sessionId, "", call);
     return { events: [], headSeq: 0, firstSeq: 1, incarnation: "" };
   }

@@ -193,12 +193,24 @@ function retried(sessionId: string, submitted: NewEvent, original: EventRow): St
 }
 
 /** Payload identity of a submitted event; generated ids carry none, so compute it. */
-const fingerprintOf = (e: NewEvent) => e.fingerprint || eventFingerprint(e.eventType, e.content, e.metadata, e.stateDelta);
+const fingerprintOf = (e: NewEvent) =>
+  e.fingerprint || eventFingerprint(e.eventType, e.content, e.metadata, e.stateDelta);
 
-const CONNECTION_CODES = new Set(["ECONNREFUSED", "ECONNRESET", "ETIMEDOUT", "EPIPE", "ENOTFOUND", "EHOSTUNREACH", "ENETUNREACH", "EAI_AGAIN", "ECONNABORTED"]);
+const CONNECTION_CODES = new Set([
+  "ECONNREFUSED",
+  "ECONNRESET",
+  "ETIMEDOUT",
+  "EPIPE",
+  "ENOTFOUND",
+  "EHOSTUNREACH",
+  "ENETUNREACH",
+  "EAI_AGAIN",
+  "ECONNABORTED",
+]);
 /** SQLSTATEs meaning the server went away or cannot serve now (class 08, 57P0x, too many connections, statement or lock timeout). */
 const UNAVAILABLE_STATES = /^(08...|57P0[1-4]|53300|57014|55P03)$/;
-const CONNECTION_MESSAGES = /timeout|connection terminated|terminated unexpectedly|connection error|client was closed|not queryable|Cannot use a pool after calling end/i;
+const CONNECTION_MESSAGES =
+  /timeout|connection terminated|terminated unexpectedly|connection error|client was closed|not queryable|Cannot use a pool after calling end/i;
 
 function errorCode(err: unknown): string | undefined {
   const code = (err as { code?: unknown } | null)?.code;
@@ -221,8 +233,19 @@ function isUnavailable(err: unknown): boolean {
  */
 function isConnectionLost(err: unknown): boolean {
   const code = errorCode(err);
-  if (code === "ECONNRESET" || code === "EPIPE" || code === "57P01" || code === "57P02" || (code?.startsWith("08") && code !== "08001" && code !== "08004")) return true;
-  return err instanceof Error && /connection terminated unexpectedly|connection error/i.test(err.message) && !/timeout/i.test(err.message);
+  if (
+    code === "ECONNRESET" ||
+    code === "EPIPE" ||
+    code === "57P01" ||
+    code === "57P02" ||
+    (code?.startsWith("08") && code !== "08001" && code !== "08004")
+  )
+    return true;
+  return (
+    err instanceof Error &&
+    /connection terminated unexpectedly|connection error/i.test(err.message) &&
+    !/timeout/i.test(err.message)
+  );
 }
 
 /** Every driver error as a MemoryError: connection trouble is UNAVAILABLE, the rest INTERNAL. */
@@ -252,7 +275,11 @@ function migrationName(version: number): string {
  * newer one relies on, as graphile-worker refuses too), or lacks a migration
  * below its newest one (applying it now would run it out of order).
  */
-export function schemaVersionProblem(schema: string, applied: readonly number[], known: readonly number[]): string | undefined {
+export function schemaVersionProblem(
+  schema: string,
+  applied: readonly number[],
+  known: readonly number[],
+): string | undefined {
   if (applied.length === 0) return undefined;
   const newestApplied = Math.max(...applied);
   const newestKnown = Math.max(0, ...known);
@@ -327,17 +354,25 @@ interface AppendRow {
  * table holds. One SQL text per shape, so each prepared plan keeps its index.
  * `schema` is the quoted schema name.
  */
-export function recentEventsQuery(schema: string, limit: number, filter: Omit<RecentEventsFilter, "sessionId">): { sql: string; params: unknown[] } | undefined {
+export function recentEventsQuery(
+  schema: string,
+  limit: number,
+  filter: Omit<RecentEventsFilter, "sessionId">,
+): { sql: string; params: unknown[] } | undefined {
   const { appNames, userId } = filter;
   const newest = (where: string) =>
     `SELECT session_id, ingest_seq, ${EVENT_COLUMNS} FROM ${schema}.events e WHERE ${where} ORDER BY e.ingest_seq DESC LIMIT $1`;
   if (appNames === undefined) {
     // "ingest_seq > 0" holds for every row: it is what lets this query (and only it) use the partial store-wide index.
-    return userId === undefined ? { sql: newest("e.ingest_seq > 0"), params: [limit] } : { sql: newest("e.user_id = $2"), params: [limit, userId] };
+    return userId === undefined
+      ? { sql: newest("e.ingest_seq > 0"), params: [limit] }
+      : { sql: newest("e.user_id = $2"), params: [limit, userId] };
   }
   if (appNames.length === 0) return undefined;
   const apps = [...new Set(appNames)];
-  const scoped = newest(userId === undefined ? "e.app_name = a.app_name" : "e.app_name = a.app_name AND e.user_id = $3");
+  const scoped = newest(
+    userId === undefined ? "e.app_name = a.app_name" : "e.app_name = a.app_name AND e.user_id = $3",
+  );
   return {
     sql: `SELECT r.* FROM unnest($2::text[]) AS a(app_name) CROSS JOIN LATERAL (${scoped}) r ORDER BY r.ingest_seq DESC LIMIT $1`,
     params: userId === undefined ? [limit, apps] : [limit, apps, userId],
@@ -430,7 +465,13 @@ export class PostgresStore implements MemoryStore {
       }
       const existing = await this.selectSession(input.sessionId, call);
       // The first try may have committed before its connection broke: our own row is success.
-      if (retried && existing && existing.createdAt === input.now && existing.appName === input.appName && existing.userId === input.userId) {
+      if (
+        retried &&
+        existing &&
+        existing.createdAt === input.now &&
+        existing.appName === input.appName &&
+        existing.userId === input.userId
+      ) {
         return existing;
       }
       throw sessionExists(input.sessionId);
@@ -480,12 +521,16 @@ export class PostgresStore implements MemoryStore {
   async updateSession(sessionId: string, update: SessionUpdate, call?: StoreCall): Promise<SessionRecord> {
     return this.attempt(() =>
       this.transaction(async (client) => {
-        const { rows } = await client.query<SessionRow>(`SELECT ${SESSION_COLUMNS} FROM ${this.s}.sessions WHERE session_id = $1 FOR UPDATE`, [sessionId]);
+        const { rows } = await client.query<SessionRow>(
+          `SELECT ${SESSION_COLUMNS} FROM ${this.s}.sessions WHERE session_id = $1 FOR UPDATE`,
+          [sessionId],
+        );
         if (rows.length === 0) throw sessionNotFound(sessionId);
         const session = toSession(rows[0]);
         // Under the row lock: the session cannot be replaced before this transaction ends.
         checkIncarnation(sessionId, session.incarnation, call);
-        if (update.expectedVersion !== undefined && update.expectedVersion !== session.version) throw versionConflict(update.expectedVersion, session.version);
+        if (update.expectedVersion !== undefined && update.expectedVersion !== session.version)
+          throw versionConflict(update.expectedVersion, session.version);
         await this.writeState(client, session, splitStateDelta(update.stateDelta));
         const updated = await client.query<SessionRow>(
           `UPDATE ${this.s}.sessions SET metadata = COALESCE($2::jsonb, metadata), updated_at = $3
@@ -510,15 +555,28 @@ export class PostgresStore implements MemoryStore {
   async deleteSession(sessionId: string, call?: StoreCall): Promise<boolean> {
     const incarnation = call?.expectedIncarnation;
     if (incarnation === undefined) {
-      const { rows } = await this.query(this.deleteSessionsSql("session_id = $3", ""), [this.channel, this.slot(), sessionId], call);
+      const { rows } = await this.query(
+        this.deleteSessionsSql("session_id = $3", ""),
+        [this.channel, this.slot(), sessionId],
+        call,
+      );
       return rows.length > 0;
     }
-    const { rows } = await this.query(this.deleteSessionsSql("session_id = $3 AND incarnation = $4", ""), [this.channel, this.slot(), sessionId, incarnation], call);
+    const { rows } = await this.query(
+      this.deleteSessionsSql("session_id = $3 AND incarnation = $4", ""),
+      [this.channel, this.slot(), sessionId, incarnation],
+      call,
+    );
     if (rows.length === 0) throw sessionNotFound(sessionId);
     return true;
   }
 
-  async appendEvents(sessionId: string, events: readonly NewEvent[], expectedSeq?: number, call?: StoreCall): Promise<AppendResult> {
+  async appendEvents(
+    sessionId: string,
+    events: readonly NewEvent[],
+    expectedSeq?: number,
+    call?: StoreCall,
+  ): Promise<AppendResult> {
     // Every event carries a unique id (clients' or a generated UUID) and goes
     // through the id lookup, so re-running after an unknown commit outcome
     // returns what the first try stored instead of appending twice.
@@ -526,9 +584,17 @@ export class PostgresStore implements MemoryStore {
     const contents = events.map((e) => JSON.stringify(e.content));
     const metadata = events.map((e) => JSON.stringify(e.metadata));
     let bytes = 0;
-    for (let i = 0; i < events.length; i++) bytes += contents[i].length + metadata[i].length + APPEND_EVENT_OVERHEAD_BYTES;
+    for (let i = 0; i < events.length; i++)
+      bytes += contents[i].length + metadata[i].length + APPEND_EVENT_OVERHEAD_BYTES;
     // An append that changes state runs in a transaction of its own (appendWithState); the rest are group-committed.
-    const request: AppendRequest = { sessionId, events, contents, metadata, expectedSeq, incarnation: call?.expectedIncarnation };
+    const request: AppendRequest = {
+      sessionId,
+      events,
+      contents,
+      metadata,
+      expectedSeq,
+      incarnation: call?.expectedIncarnation,
+    };
     if (events.some((e) => e.stateDelta)) return this.appendWithState(request, call);
     // Keyed by session: append_many_checked takes each session at most once per batch.
     return this.appends.submit(request, bytes, call?.deadline, sessionId);
@@ -541,7 +607,12 @@ export class PostgresStore implements MemoryStore {
     return page;
   }
 
-  async readTail(sessionId: string, limit: number, eventTypes?: readonly string[], call?: StoreCall): Promise<EventPage> {
+  async readTail(
+    sessionId: string,
+    limit: number,
+    eventTypes?: readonly string[],
+    call?: StoreCall,
+  ): Promise<EventPage> {
     const types = eventTypes && eventTypes.length > 0 ? [...eventTypes] : null;
     const page = await this.readRange(sessionId, "DESC", -1, types, limit, call);
     page.events.reverse();
@@ -573,14 +644,18 @@ export class PostgresStore implements MemoryStore {
       "updated_at < $3 AND ($4::text IS NULL OR app_name = $4) AND ($5::text IS NULL OR user_id = $5) AND ($6::text[] IS NULL OR app_name <> ALL($6::text[]))";
     for (;;) {
       // SKIP LOCKED: a session locked by an append is being updated right now, so it is not stale.
-      const { rows } = await this.query(this.deleteSessionsSql(filter, `ORDER BY updated_at, session_id LIMIT ${CLEANUP_BATCH} FOR UPDATE SKIP LOCKED`), [
-        this.channel,
-        this.slot(),
-        iso(cutoff),
-        scope.appName ?? null,
-        scope.userId ?? null,
-        scope.exceptAppNames && scope.exceptAppNames.length > 0 ? [...scope.exceptAppNames] : null,
-      ], call);
+      const { rows } = await this.query(
+        this.deleteSessionsSql(filter, `ORDER BY updated_at, session_id LIMIT ${CLEANUP_BATCH} FOR UPDATE SKIP LOCKED`),
+        [
+          this.channel,
+          this.slot(),
+          iso(cutoff),
+          scope.appName ?? null,
+          scope.userId ?? null,
+          scope.exceptAppNames && scope.exceptAppNames.length > 0 ? [...scope.exceptAppNames] : null,
+        ],
+        call,
+      );
       total += rows.length;
       if (rows.length < CLEANUP_BATCH) return total;
     }
@@ -606,19 +681,29 @@ export class PostgresStore implements MemoryStore {
         ) page WHERE running - n < $5
       )`;
     for (;;) {
-      const { rows } = await this.query<{ events: string }>(this.deleteSessionsSql(victims, ""), [this.channel, this.slot(), appName, userId, ERASE_BATCH_EVENTS], call);
+      const { rows } = await this.query<{ events: string }>(
+        this.deleteSessionsSql(victims, ""),
+        [this.channel, this.slot(), appName, userId, ERASE_BATCH_EVENTS],
+        call,
+      );
       if (rows.length === 0) break;
       erased.sessions += rows.length;
       for (const row of rows) erased.events += Number(row.events);
     }
     erased.memories = await this.memories.eraseUser(appName, userId);
     await this.query(`DELETE FROM ${this.s}.user_state WHERE app_name = $1 AND user_id = $2`, [appName, userId], call);
-    await this.query(`DELETE FROM ${this.s}.erasures WHERE app_name = $1 AND user_id = $2 AND token = $3`, [appName, userId, token], call);
+    await this.query(
+      `DELETE FROM ${this.s}.erasures WHERE app_name = $1 AND user_id = $2 AND token = $3`,
+      [appName, userId, token],
+      call,
+    );
     return erased;
   }
 
   async resumeErasures(): Promise<ResumedErasures> {
-    const { rows } = await this.query<{ app_name: string; user_id: string }>(`SELECT app_name, user_id FROM ${this.s}.erasures ORDER BY started_at`);
+    const { rows } = await this.query<{ app_name: string; user_id: string }>(
+      `SELECT app_name, user_id FROM ${this.s}.erasures ORDER BY started_at`,
+    );
     return resumeEach(
       rows.map((row) => ({ appName: row.app_name, userId: row.user_id })),
       (appName, userId) => this.deleteUserData(appName, userId),
@@ -648,7 +733,10 @@ export class PostgresStore implements MemoryStore {
     } else if (sc === "off") {
       summary = `${head}: the last acknowledged appends (up to about 3 x wal_writer_delay) may be lost if PostgreSQL or the host crashes`;
     } else {
-      const standby = settings.synchronous_standby_names && sc !== "local" ? `, and is on a synchronous standby (${settings.synchronous_standby_names})` : "";
+      const standby =
+        settings.synchronous_standby_names && sc !== "local"
+          ? `, and is on a synchronous standby (${settings.synchronous_standby_names})`
+          : "";
       summary = `${head}: an acknowledged append survives a crash of PostgreSQL or the host${standby}`;
     }
     return { summary, settings };
@@ -672,7 +760,9 @@ export class PostgresStore implements MemoryStore {
       .sort();
     await this.transaction(async (client) => {
       // Replicas starting together queue here; the first applies, the rest find nothing pending.
-      await client.query("SELECT pg_advisory_xact_lock(hashtextextended($1, 0))", [`engram:migrate:${this.options.schema}`]);
+      await client.query("SELECT pg_advisory_xact_lock(hashtextextended($1, 0))", [
+        `engram:migrate:${this.options.schema}`,
+      ]);
       await client.query(`CREATE SCHEMA IF NOT EXISTS ${this.s}`);
       await client.query(`SET LOCAL search_path TO ${this.s}`);
       await client.query(
@@ -708,10 +798,18 @@ export class PostgresStore implements MemoryStore {
    */
   private async writeAppends(batch: Pending<AppendRequest, AppendResult>[]): Promise<void> {
     // The batch waits as long as its most patient caller; one without a deadline, up to the statement timeout.
-    const deadline = batch.some((p) => p.deadline === undefined) ? undefined : Math.max(...batch.map((p) => p.deadline!));
+    const deadline = batch.some((p) => p.deadline === undefined)
+      ? undefined
+      : Math.max(...batch.map((p) => p.deadline!));
     let rows: AppendRow[];
     try {
-      rows = await this.attempt(() => this.appendBatchQuery(batch.map((p) => p.request), true, deadline));
+      rows = await this.attempt(() =>
+        this.appendBatchQuery(
+          batch.map((p) => p.request),
+          true,
+          deadline,
+        ),
+      );
     } catch (err) {
       if (batch.length === 1 || isUnavailable(err)) {
         for (const p of batch) p.reject(err);
@@ -754,7 +852,10 @@ export class PostgresStore implements MemoryStore {
           deltas.push(JSON.stringify(e.stateDelta));
         });
         if (!noChanges(changes)) {
-          const { rows: sessions } = await client.query<SessionRow>(`SELECT ${SESSION_COLUMNS} FROM ${this.s}.sessions WHERE session_id = $1`, [request.sessionId]);
+          const { rows: sessions } = await client.query<SessionRow>(
+            `SELECT ${SESSION_COLUMNS} FROM ${this.s}.sessions WHERE session_id = $1`,
+            [request.sessionId],
+          );
           await this.writeState(client, toSession(sessions[0]), changes);
         }
         if (seqs.length > 0) {
@@ -782,22 +883,45 @@ export class PostgresStore implements MemoryStore {
     let user: JsonObject | undefined;
     let app: JsonObject | undefined;
     if (changes.user.size > 0) {
-      await client.query(`INSERT INTO ${this.s}.user_state (app_name, user_id, state) VALUES ($1, $2, '{}') ON CONFLICT DO NOTHING`, [appName, userId]);
-      const { rows } = await client.query<{ state: JsonObject }>(`SELECT state FROM ${this.s}.user_state WHERE app_name = $1 AND user_id = $2 FOR UPDATE`, [appName, userId]);
+      await client.query(
+        `INSERT INTO ${this.s}.user_state (app_name, user_id, state) VALUES ($1, $2, '{}') ON CONFLICT DO NOTHING`,
+        [appName, userId],
+      );
+      const { rows } = await client.query<{ state: JsonObject }>(
+        `SELECT state FROM ${this.s}.user_state WHERE app_name = $1 AND user_id = $2 FOR UPDATE`,
+        [appName, userId],
+      );
       user = applyChanges(rows[0].state, changes.user);
       checkStateCaps("state_delta", "user", user);
     }
     if (changes.app.size > 0) {
-      await client.query(`INSERT INTO ${this.s}.app_state (app_name, state) VALUES ($1, '{}') ON CONFLICT DO NOTHING`, [appName]);
-      const { rows } = await client.query<{ state: JsonObject }>(`SELECT state FROM ${this.s}.app_state WHERE app_name = $1 FOR UPDATE`, [appName]);
+      await client.query(`INSERT INTO ${this.s}.app_state (app_name, state) VALUES ($1, '{}') ON CONFLICT DO NOTHING`, [
+        appName,
+      ]);
+      const { rows } = await client.query<{ state: JsonObject }>(
+        `SELECT state FROM ${this.s}.app_state WHERE app_name = $1 FOR UPDATE`,
+        [appName],
+      );
       app = applyChanges(rows[0].state, changes.app);
       checkStateCaps("state_delta", "app", app);
     }
     const own = applyChanges(session.state, changes.session);
     checkStateCaps("state_delta", "session", own);
-    if (user) await client.query(`UPDATE ${this.s}.user_state SET state = $3 WHERE app_name = $1 AND user_id = $2`, [appName, userId, JSON.stringify(user)]);
-    if (app) await client.query(`UPDATE ${this.s}.app_state SET state = $2 WHERE app_name = $1`, [appName, JSON.stringify(app)]);
-    await client.query(`UPDATE ${this.s}.sessions SET state = $2, version = version + 1 WHERE session_id = $1`, [session.sessionId, JSON.stringify(own)]);
+    if (user)
+      await client.query(`UPDATE ${this.s}.user_state SET state = $3 WHERE app_name = $1 AND user_id = $2`, [
+        appName,
+        userId,
+        JSON.stringify(user),
+      ]);
+    if (app)
+      await client.query(`UPDATE ${this.s}.app_state SET state = $2 WHERE app_name = $1`, [
+        appName,
+        JSON.stringify(app),
+      ]);
+    await client.query(`UPDATE ${this.s}.sessions SET state = $2, version = version + 1 WHERE session_id = $1`, [
+      session.sessionId,
+      JSON.stringify(own),
+    ]);
   }
 
   /** One append in its own statement, waiting for its session's row lock (up to its deadline); not counted in the batch slots. */
@@ -816,7 +940,11 @@ export class PostgresStore implements MemoryStore {
     }
   }
 
-  private async appendBatchQuery(requests: AppendRequest[], skipLocked: boolean, deadline: number | undefined): Promise<AppendRow[]> {
+  private async appendBatchQuery(
+    requests: AppendRequest[],
+    skipLocked: boolean,
+    deadline: number | undefined,
+  ): Promise<AppendRow[]> {
     const left = timeLeft(deadline);
     const params = this.appendBatchParams(requests, skipLocked, left);
     return (await this.pool.query<AppendRow>(this.statement(this.appendBatchSql(), params, left))).rows;
@@ -856,7 +984,11 @@ export class PostgresStore implements MemoryStore {
   }
 
   /** One append's answer from its rows of append_many_checked: the retried events' rows, then its outcome row. */
-  private appendOutcome({ sessionId, events, expectedSeq }: AppendRequest, rows: AppendRow[], countTrimmed = true): AppendResult {
+  private appendOutcome(
+    { sessionId, events, expectedSeq }: AppendRequest,
+    rows: AppendRow[],
+    countTrimmed = true,
+  ): AppendResult {
     const outcome = rows[rows.length - 1];
     const headSeq = Number(outcome.head_seq);
     switch (outcome.status) {
@@ -868,25 +1000,46 @@ export class PostgresStore implements MemoryStore {
         throw seqConflict(expectedSeq!, headSeq);
     }
     const originals = new Map(rows.slice(0, -1).map((row) => [row.event_id!, row as EventRow]));
-    if (outcome.status === "replayed") return { events: events.map((e) => retried(sessionId, e, originals.get(e.eventId)!)), replayed: true };
+    if (outcome.status === "replayed")
+      return { events: events.map((e) => retried(sessionId, e, originals.get(e.eventId)!)), replayed: true };
     if (countTrimmed) this.eventsTrimmed += Number(outcome.trimmed ?? 0);
     return { events: this.planAppend(sessionId, events, originals, headSeq), replayed: false };
   }
 
   /** The appended batch as stored: retries as first stored, new events numbered from headSeq in order (as append_many_checked does). */
-  private planAppend(sessionId: string, events: readonly NewEvent[], originals: Map<string, EventRow>, headSeq: number): StoredEvent[] {
+  private planAppend(
+    sessionId: string,
+    events: readonly NewEvent[],
+    originals: Map<string, EventRow>,
+    headSeq: number,
+  ): StoredEvent[] {
     let head = headSeq;
     return events.map((e) => {
       const original = originals.get(e.eventId);
       if (original) return retried(sessionId, e, original);
-      const event: StoredEvent = { sessionId, seq: ++head, eventId: e.eventId, eventType: e.eventType, content: e.content, metadata: e.metadata, timestamp: e.timestamp };
+      const event: StoredEvent = {
+        sessionId,
+        seq: ++head,
+        eventId: e.eventId,
+        eventType: e.eventType,
+        content: e.content,
+        metadata: e.metadata,
+        timestamp: e.timestamp,
+      };
       if (e.stateDelta) event.stateDelta = e.stateDelta;
       return event;
     });
   }
 
   /** One statement, so the session's bounds and its events come from the same snapshot. */
-  private async readRange(sessionId: string, order: "ASC" | "DESC", afterSeq: number, types: string[] | null, limit: number, call: StoreCall | undefined): Promise<EventPage> {
+  private async readRange(
+    sessionId: string,
+    order: "ASC" | "DESC",
+    afterSeq: number,
+    types: string[] | null,
+    limit: number,
+    call: StoreCall | undefined,
+  ): Promise<EventPage> {
     const { rows } = await this.query<{ head_seq: string; first_seq: string; incarnation: string } & Partial<EventRow>>(
       `SELECT s.head_seq, s.first_seq, s.incarnation, e.* FROM ${this.s}.sessions s
        LEFT JOIN LATERAL (
@@ -902,11 +1055,20 @@ export class PostgresStore implements MemoryStore {
     // Read in the same statement as the events: they are that incarnation's.
     checkIncarnation(sessionId, rows[0].incarnation, call);
     const events = rows.filter((row) => row.seq != null).map((row) => toEvent(sessionId, row as EventRow));
-    return { events, headSeq: Number(rows[0].head_seq), firstSeq: Number(rows[0].first_seq), incarnation: rows[0].incarnation };
+    return {
+      events,
+      headSeq: Number(rows[0].head_seq),
+      firstSeq: Number(rows[0].first_seq),
+      incarnation: rows[0].incarnation,
+    };
   }
 
   private async selectSession(sessionId: string, call: StoreCall | undefined): Promise<SessionRecord | undefined> {
-    const { rows } = await this.poolQuery<SessionRow>(`SELECT ${SESSION_COLUMNS} FROM ${this.s}.sessions WHERE session_id = $1`, [sessionId], call);
+    const { rows } = await this.poolQuery<SessionRow>(
+      `SELECT ${SESSION_COLUMNS} FROM ${this.s}.sessions WHERE session_id = $1`,
+      [sessionId],
+      call,
+    );
     return rows[0] && toSession(rows[0]);
   }
 
@@ -915,7 +1077,10 @@ export class PostgresStore implements MemoryStore {
    * is taken. Not retried on its own: the caller's attempt() decides what a
    * conflict after a broken connection means.
    */
-  private async insertSession(input: NewSession, call: StoreCall | undefined): Promise<(SessionRow & { total_sessions: string }) | undefined> {
+  private async insertSession(
+    input: NewSession,
+    call: StoreCall | undefined,
+  ): Promise<(SessionRow & { total_sessions: string }) | undefined> {
     const { rows } = await this.poolQuery<SessionRow & { total_sessions: string }>(
       `WITH created AS (
          INSERT INTO ${this.s}.sessions (session_id, app_name, user_id, metadata, created_at, updated_at, incarnation)
@@ -927,7 +1092,15 @@ export class PostgresStore implements MemoryStore {
        )
        -- The snapshot predates this statement's own count: add it back.
        SELECT created.*, (SELECT coalesce(sum(sessions), 0) FROM ${this.s}.counters) + 1 AS total_sessions FROM created`,
-      [input.sessionId, input.appName, input.userId, JSON.stringify(input.metadata), iso(input.now), this.slot(), newIncarnation()],
+      [
+        input.sessionId,
+        input.appName,
+        input.userId,
+        JSON.stringify(input.metadata),
+        iso(input.now),
+        this.slot(),
+        newIncarnation(),
+      ],
       call,
     );
     return rows[0];
@@ -938,21 +1111,29 @@ export class PostgresStore implements MemoryStore {
    * (at least one); past the global cap, the store's, like the local store.
    * 0: no cap.
    */
-  private async evictSessionsOverLimit(totalSessions: number, appName: string, call: StoreCall | undefined): Promise<void> {
+  private async evictSessionsOverLimit(
+    totalSessions: number,
+    appName: string,
+    call: StoreCall | undefined,
+  ): Promise<void> {
     const appCap = appSessionCap(this.limits, appName);
     if (appCap > 0) await this.evictAppOverLimit(appName, appCap, call);
     // The common case costs nothing: the insert statement already read the counters.
     if (this.limits.maxSessions === 0 || totalSessions <= this.limits.maxSessions) return;
     await this.transaction(async (client) => {
       // One evictor at a time, re-counting under the lock: concurrent creators must not each evict 10%.
-      await client.query("SELECT pg_advisory_xact_lock(hashtextextended($1, 0))", [`engram:evict:${this.options.schema}`]);
-      const { rows } = await client.query<{ n: string }>(`SELECT coalesce(sum(sessions), 0) AS n FROM ${this.s}.counters`);
+      await client.query("SELECT pg_advisory_xact_lock(hashtextextended($1, 0))", [
+        `engram:evict:${this.options.schema}`,
+      ]);
+      const { rows } = await client.query<{ n: string }>(
+        `SELECT coalesce(sum(sessions), 0) AS n FROM ${this.s}.counters`,
+      );
       if (Number(rows[0].n) <= this.limits.maxSessions) return;
       const count = evictionCount(this.limits.maxSessions);
-      const { rows: gone } = await client.query(this.deleteSessionsSql("true", `ORDER BY updated_at, session_id LIMIT ${count} FOR UPDATE SKIP LOCKED`), [
-        this.channel,
-        this.slot(),
-      ]);
+      const { rows: gone } = await client.query(
+        this.deleteSessionsSql("true", `ORDER BY updated_at, session_id LIMIT ${count} FOR UPDATE SKIP LOCKED`),
+        [this.channel, this.slot()],
+      );
       this.sessionsEvicted += gone.length;
     }, call);
   }
@@ -967,11 +1148,16 @@ export class PostgresStore implements MemoryStore {
     const { rows } = await this.query<{ n: string }>(countSql, [appName], call);
     if (Number(rows[0].n) <= cap) return;
     await this.transaction(async (client) => {
-      await client.query("SELECT pg_advisory_xact_lock(hashtextextended($1, 0))", [`engram:evict:${this.options.schema}:${appName}`]);
+      await client.query("SELECT pg_advisory_xact_lock(hashtextextended($1, 0))", [
+        `engram:evict:${this.options.schema}:${appName}`,
+      ]);
       const { rows: again } = await client.query<{ n: string }>(countSql, [appName]);
       if (Number(again[0].n) <= cap) return;
       const { rows: gone } = await client.query(
-        this.deleteSessionsSql("app_name = $3", `ORDER BY updated_at, session_id LIMIT ${evictionCount(cap)} FOR UPDATE SKIP LOCKED`),
+        this.deleteSessionsSql(
+          "app_name = $3",
+          `ORDER BY updated_at, session_id LIMIT ${evictionCount(cap)} FOR UPDATE SKIP LOCKED`,
+        ),
         [this.channel, this.slot(), appName],
       );
       this.sessionsEvicted += gone.length;
@@ -1006,7 +1192,12 @@ export class PostgresStore implements MemoryStore {
   }
 
   /** One pooled statement, retried once if its connection broke, errors as MemoryError. */
-  private async query<R extends pg.QueryResultRow = pg.QueryResultRow>(sql: string, params: unknown[] = [], call?: StoreCall, shape: StatementShape = {}): Promise<pg.QueryResult<R>> {
+  private async query<R extends pg.QueryResultRow = pg.QueryResultRow>(
+    sql: string,
+    params: unknown[] = [],
+    call?: StoreCall,
+    shape: StatementShape = {},
+  ): Promise<pg.QueryResult<R>> {
     return this.attempt(() => this.poolQuery<R>(sql, params, call, shape));
   }
 
@@ -1016,7 +1207,12 @@ export class PostgresStore implements MemoryStore {
    * connection (its state is unknown), so a dead backend cannot hold
    * connections longer than the callers wait.
    */
-  private async poolQuery<R extends pg.QueryResultRow = pg.QueryResultRow>(sql: string, params: unknown[], call: StoreCall | undefined, shape: StatementShape = {}): Promise<pg.QueryResult<R>> {
+  private async poolQuery<R extends pg.QueryResultRow = pg.QueryResultRow>(
+    sql: string,
+    params: unknown[],
+    call: StoreCall | undefined,
+    shape: StatementShape = {},
+  ): Promise<pg.QueryResult<R>> {
     return this.pool.query<R>(this.statement(sql, params, timeLeft(call?.deadline), shape));
   }
 
@@ -1027,9 +1223,15 @@ export class PostgresStore implements MemoryStore {
    * few fixed per store (the schema is part of it), so the names stay few.
    * A "custom" statement stays unnamed (see StatementShape).
    */
-  private statement(sql: string, values: unknown[], queryTimeout: number | undefined, shape: StatementShape = {}): pg.QueryConfig {
+  private statement(
+    sql: string,
+    values: unknown[],
+    queryTimeout: number | undefined,
+    shape: StatementShape = {},
+  ): pg.QueryConfig {
     // Bounded client-side too: past it the pool discards the connection, whose state is then unknown.
-    const config = queryTimeout === undefined ? { text: sql, values } : { text: sql, values, query_timeout: queryTimeout };
+    const config =
+      queryTimeout === undefined ? { text: sql, values } : { text: sql, values, query_timeout: queryTimeout };
     if (shape.plan === "custom") return config as pg.QueryConfig;
     let name = this.statementNames.get(sql);
     if (name === undefined) {
@@ -1071,7 +1273,11 @@ export class PostgresStore implements MemoryStore {
     try {
       // The server aborts the transaction (and frees its locks) at the call's deadline.
       const deadline = call?.deadline;
-      await client.query(deadline === undefined ? "BEGIN" : `BEGIN; SET LOCAL statement_timeout = ${Math.max(1, Math.ceil(deadline - Date.now()))}`);
+      await client.query(
+        deadline === undefined
+          ? "BEGIN"
+          : `BEGIN; SET LOCAL statement_timeout = ${Math.max(1, Math.ceil(deadline - Date.now()))}`,
+      );
       const result = await fn(client);
       await client.query("COMMIT");
       return result;
@@ -1123,7 +1329,8 @@ export class PostgresStore implements MemoryStore {
   /** Reconnects with capped exponential backoff and jitter, forever, until close(). */
   private scheduleListen(): void {
     if (this.closed || this.reconnectTimer) return;
-    const delay = Math.min(LISTEN_BACKOFF_MAX_MS, LISTEN_BACKOFF_MIN_MS * 2 ** this.reconnectAttempt++) * (0.5 + Math.random() / 2);
+    const delay =
+      Math.min(LISTEN_BACKOFF_MAX_MS, LISTEN_BACKOFF_MIN_MS * 2 ** this.reconnectAttempt++) * (0.5 + Math.random() / 2);
     this.reconnectTimer = setTimeout(() => {
       this.reconnectTimer = undefined;
       this.listen().then(
@@ -1146,10 +1353,12 @@ export class PostgresStore implements MemoryStore {
     if (ids.length === 0) return;
     let rows: { session_id: string; head_seq: string }[];
     try {
-      rows = (await this.query<{ session_id: string; head_seq: string }>(
-        `SELECT session_id, head_seq FROM ${this.s}.sessions WHERE session_id = ANY($1::text[])`,
-        [ids],
-      )).rows;
+      rows = (
+        await this.query<{ session_id: string; head_seq: string }>(
+          `SELECT session_id, head_seq FROM ${this.s}.sessions WHERE session_id = ANY($1::text[])`,
+          [ids],
+        )
+      ).rows;
     } catch {
       return; // readers' heartbeat re-read still catches up
     }
@@ -1169,8 +1378,12 @@ export class PostgresStore implements MemoryStore {
     }
     if (parsed.m !== undefined) return this.memories.onNotice(parsed);
     if (typeof parsed.s !== "string") return;
-    if (parsed.d) this.listeners.notify({ sessionId: parsed.s, deleted: true, incarnation: typeof parsed.i === "string" ? parsed.i : undefined });
+    if (parsed.d)
+      this.listeners.notify({
+        sessionId: parsed.s,
+        deleted: true,
+        incarnation: typeof parsed.i === "string" ? parsed.i : undefined,
+      });
     else if (typeof parsed.h === "number") this.listeners.notify({ sessionId: parsed.s, headSeq: parsed.h });
   }
-
 }

@@ -54,11 +54,40 @@ import {
   sessionExists,
   type RecentScope,
 } from "./rules.js";
-import type { AppendResult, CleanupScope, ErasureResult, EventPage, EventQuery, MemoryStore, NewEvent, NewSession, NoticeListener, RecentEventsFilter, ResumedErasures, SessionQuery, SessionRecord, SessionUpdate, SharedState, StoreCall, StoreDurability, StoreLimits, StoreStats, StoredEvent } from "./types.js";
+import type {
+  AppendResult,
+  CleanupScope,
+  ErasureResult,
+  EventPage,
+  EventQuery,
+  MemoryStore,
+  NewEvent,
+  NewSession,
+  NoticeListener,
+  RecentEventsFilter,
+  ResumedErasures,
+  SessionQuery,
+  SessionRecord,
+  SessionUpdate,
+  SharedState,
+  StoreCall,
+  StoreDurability,
+  StoreLimits,
+  StoreStats,
+  StoredEvent,
+} from "./types.js";
 import { MemoryError } from "../errors.js";
 import { decodeEvent, decodeSession, DecodedEvents, encodeStateChanges, stateOf } from "./redis/codec.js";
 import { DEFAULT_COMMAND_TIMEOUT_MS, RedisConnection, storeError, type RedisClient } from "./redis/connection.js";
-import { CLUSTER_BUCKETS, erasureField, erasureTenancy, recentMemberRef, RedisKeys, type Bucket, type Tenancy } from "./redis/keys.js";
+import {
+  CLUSTER_BUCKETS,
+  erasureField,
+  erasureTenancy,
+  recentMemberRef,
+  RedisKeys,
+  type Bucket,
+  type Tenancy,
+} from "./redis/keys.js";
 import { RedisNotices } from "./redis/notices.js";
 import { checkScripts } from "./redis/script-check.js";
 import {
@@ -155,7 +184,10 @@ export class RedisStore implements MemoryStore {
   static async open(options: RedisStoreOptions): Promise<RedisStore> {
     const connection = new RedisConnection(options);
     // WAIT gets half the command timeout: a shortfall then answers with its count before the command itself times out.
-    const wait = { replicas: options.waitReplicas ?? 0, timeoutMs: Math.max(1, Math.floor((options.commandTimeoutMs ?? DEFAULT_COMMAND_TIMEOUT_MS) / 2)) };
+    const wait = {
+      replicas: options.waitReplicas ?? 0,
+      timeoutMs: Math.max(1, Math.floor((options.commandTimeoutMs ?? DEFAULT_COMMAND_TIMEOUT_MS) / 2)),
+    };
     await connection.connect();
     try {
       await checkScripts(connection.commands);
@@ -184,7 +216,9 @@ export class RedisStore implements MemoryStore {
 
   async createSession(input: NewSession): Promise<SessionRecord> {
     const incarnation = newIncarnation();
-    const created = await this.call(() => this.scripts.run(createScript, { session: input, incarnation, mode: "create" }));
+    const created = await this.call(() =>
+      this.scripts.run(createScript, { session: input, incarnation, mode: "create" }),
+    );
     if (created.outcome !== "CREATED") throw sessionExists(input.sessionId);
     this.tenancies.set(input.sessionId, { appName: input.appName, userId: input.userId });
     await this.evictAfterCreate(created.totalSessions, input.appName);
@@ -218,7 +252,18 @@ export class RedisStore implements MemoryStore {
       const want = query.limit - out.length;
       // Each bucket's first `want` after the cursor, merged: the first `want` of all (keys.ts: ids in byte order).
       const perBucket = await Promise.all(
-        this.keys.buckets.map((bucket) => this.call((redis) => redis.zrangebylex(this.keys.index(query, bucket), after === undefined ? "-" : `(${after}`, "+", "LIMIT", 0, want))),
+        this.keys.buckets.map((bucket) =>
+          this.call((redis) =>
+            redis.zrangebylex(
+              this.keys.index(query, bucket),
+              after === undefined ? "-" : `(${after}`,
+              "+",
+              "LIMIT",
+              0,
+              want,
+            ),
+          ),
+        ),
       );
       const ids = perBucket.flat().sort(byteOrder).slice(0, want);
       if (ids.length === 0) break;
@@ -239,7 +284,9 @@ export class RedisStore implements MemoryStore {
       const tenancy = await this.tenancyOf(sessionId, attempt > 0);
       if (!tenancy) break;
       await this.checkSharedState(tenancy, [update.stateDelta]);
-      updated = await this.call(() => this.scripts.run(updateScript, { sessionId, tenancy, update, incarnation: call?.expectedIncarnation }));
+      updated = await this.call(() =>
+        this.scripts.run(updateScript, { sessionId, tenancy, update, incarnation: call?.expectedIncarnation }),
+      );
       if (updated.outcome !== "MOVED") break;
     }
     switch (updated.outcome) {
@@ -259,7 +306,9 @@ export class RedisStore implements MemoryStore {
 
   async sharedState(appName: string, userId: string): Promise<SharedState> {
     // One MULTI: both states as of one moment.
-    const results = await this.call((redis) => redis.multi().hgetall(this.keys.appState(appName)).hgetall(this.keys.userState({ appName, userId })).exec());
+    const results = await this.call((redis) =>
+      redis.multi().hgetall(this.keys.appState(appName)).hgetall(this.keys.userState({ appName, userId })).exec(),
+    );
     const [app, user] = results!.map(([err, fields]) => {
       if (err) throw storeError(err);
       return stateOf(fields as Record<string, string>);
@@ -274,16 +323,34 @@ export class RedisStore implements MemoryStore {
     return deleted;
   }
 
-  async appendEvents(sessionId: string, events: readonly NewEvent[], expectedSeq?: number, call?: StoreCall): Promise<AppendResult> {
+  async appendEvents(
+    sessionId: string,
+    events: readonly NewEvent[],
+    expectedSeq?: number,
+    call?: StoreCall,
+  ): Promise<AppendResult> {
     const now = Date.now();
     let appended: AppendOutcome = { outcome: "NOT_FOUND" };
     // A cached tenancy is wrong only when the id was deleted and taken by another tenancy: re-read it then.
     for (let attempt = 0; attempt < MOVED_TRIES; attempt++) {
       const tenancy = await this.tenancyOf(sessionId, attempt > 0);
       if (!tenancy) break;
-      await this.checkSharedState(tenancy, events.map((e) => e.stateDelta));
+      await this.checkSharedState(
+        tenancy,
+        events.map((e) => e.stateDelta),
+      );
       const ingestBase = this.keys.clustered ? this.nextIngestBase(events.length) : undefined;
-      appended = await this.call(() => this.scripts.run(appendScript, { sessionId, tenancy, events, expectedSeq, now, ingestBase, incarnation: call?.expectedIncarnation }));
+      appended = await this.call(() =>
+        this.scripts.run(appendScript, {
+          sessionId,
+          tenancy,
+          events,
+          expectedSeq,
+          now,
+          ingestBase,
+          incarnation: call?.expectedIncarnation,
+        }),
+      );
       if (appended.outcome !== "MOVED") break;
     }
     switch (appended.outcome) {
@@ -305,7 +372,15 @@ export class RedisStore implements MemoryStore {
       const { seq, original } = appended.events[i];
       if (original) return decodeEvent(sessionId, seq, original);
       // A new event, or the retry of one trimmed inside the dedupe window: as submitted.
-      const event: StoredEvent = { sessionId, seq, eventId: e.eventId, eventType: e.eventType, content: e.content, metadata: e.metadata, timestamp: e.timestamp };
+      const event: StoredEvent = {
+        sessionId,
+        seq,
+        eventId: e.eventId,
+        eventType: e.eventType,
+        content: e.content,
+        metadata: e.metadata,
+        timestamp: e.timestamp,
+      };
       if (e.stateDelta) event.stateDelta = e.stateDelta;
       return event;
     });
@@ -329,17 +404,24 @@ export class RedisStore implements MemoryStore {
     }
   }
 
-  async readTail(sessionId: string, limit: number, eventTypes?: readonly string[], call?: StoreCall): Promise<EventPage> {
+  async readTail(
+    sessionId: string,
+    limit: number,
+    eventTypes?: readonly string[],
+    call?: StoreCall,
+  ): Promise<EventPage> {
     const types = eventTypes ?? [];
     const events: StoredEvent[] = [];
     let before: number | undefined;
     let bounds = { headSeq: 0, firstSeq: 1, incarnation: "" };
     for (;;) {
       const page = await this.readRun(sessionId, "desc", before, limit - events.length, types, call);
-      if (before === undefined) bounds = { headSeq: page.headSeq, firstSeq: page.firstSeq, incarnation: page.incarnation };
+      if (before === undefined)
+        bounds = { headSeq: page.headSeq, firstSeq: page.firstSeq, incarnation: page.incarnation };
       events.push(...page.events);
       // Older events trimmed meanwhile were evicted anyway: the tail just ends there.
-      if (events.length >= limit || page.lastSeq <= page.firstSeq || (before !== undefined && page.lastSeq >= before)) break;
+      if (events.length >= limit || page.lastSeq <= page.firstSeq || (before !== undefined && page.lastSeq >= before))
+        break;
       before = page.lastSeq;
     }
     events.reverse();
@@ -352,7 +434,9 @@ export class RedisStore implements MemoryStore {
     if (scopes.length === 0) return [];
     // The newest `limit` of each index read (of each bucket), merged by ingest position.
     const reads = scopes.flatMap((scope) => this.keys.buckets.map((bucket) => this.keys.recent(scope, bucket)));
-    const pages = await Promise.all(reads.map((index) => this.call((redis) => redis.zrevrange(index, 0, limit - 1, "WITHSCORES"))));
+    const pages = await Promise.all(
+      reads.map((index) => this.call((redis) => redis.zrevrange(index, 0, limit - 1, "WITHSCORES"))),
+    );
     const entries: Array<{ member: string; ingest: number }> = [];
     for (const flat of pages) {
       for (let i = 0; i < flat.length; i += 2) entries.push({ member: flat[i], ingest: Number(flat[i + 1]) });
@@ -360,29 +444,39 @@ export class RedisStore implements MemoryStore {
     entries.sort((a, b) => b.ingest - a.ingest);
     const refs = entries.slice(0, limit).map(({ member }) => recentMemberRef(member));
     if (refs.length === 0) return [];
-    const values = Promise.all(refs.map((ref) => this.call((redis) => redis.hget(this.keys.events(ref.sessionId), String(ref.seq)))));
+    const values = Promise.all(
+      refs.map((ref) => this.call((redis) => redis.hget(this.keys.events(ref.sessionId), String(ref.seq)))),
+    );
     // Entries are removed with their events; checking each session's tenancy
     // anyway means an entry left behind (a replica of an older release) can
     // never show a later session of the same id to the wrong tenant.
     const scoped = filter.appNames !== undefined || filter.userId !== undefined;
     const owners = scoped ? [...new Set(refs.map((ref) => ref.sessionId))] : [];
-    const tenancies = await Promise.all(owners.map((id) => this.call((redis) => redis.hmget(this.keys.session(id), "app", "user"))));
+    const tenancies = await Promise.all(
+      owners.map((id) => this.call((redis) => redis.hmget(this.keys.session(id), "app", "user"))),
+    );
     const allowed = new Set<string>();
     for (const [i, id] of owners.entries()) {
       const [appName, userId] = tenancies[i];
-      if (appName !== null && userId !== null && scopes.some((scope) => inRecentScope(scope, appName, userId))) allowed.add(id);
+      if (appName !== null && userId !== null && scopes.some((scope) => inRecentScope(scope, appName, userId)))
+        allowed.add(id);
     }
     const out: StoredEvent[] = [];
     for (const [i, value] of (await values).entries()) {
       const ref = refs[i];
       // Gone between the two reads (trimmed or deleted): skip it.
-      if (typeof value === "string" && (!scoped || allowed.has(ref.sessionId))) out.push(decodeEvent(ref.sessionId, ref.seq, value));
+      if (typeof value === "string" && (!scoped || allowed.has(ref.sessionId)))
+        out.push(decodeEvent(ref.sessionId, ref.seq, value));
     }
     return out.reverse();
   }
 
   async stats(): Promise<StoreStats> {
-    const counts = await Promise.all(this.keys.buckets.map((bucket) => this.call((redis) => redis.hmget(this.keys.stats(bucket), "sessions", "events"))));
+    const counts = await Promise.all(
+      this.keys.buckets.map((bucket) =>
+        this.call((redis) => redis.hmget(this.keys.stats(bucket), "sessions", "events")),
+      ),
+    );
     let totalSessions = 0;
     let totalEvents = 0;
     for (const [sessions, events] of counts) {
@@ -405,7 +499,9 @@ export class RedisStore implements MemoryStore {
       // Sessions left in place (out of scope, or updated meanwhile) are stepped over, so every batch makes progress.
       let skipped = 0;
       for (;;) {
-        const ids = await this.call((redis) => redis.zrangebyscore(this.keys.updated(bucket), "-inf", `(${cutoff}`, "LIMIT", skipped, CLEANUP_BATCH));
+        const ids = await this.call((redis) =>
+          redis.zrangebyscore(this.keys.updated(bucket), "-inf", `(${cutoff}`, "LIMIT", skipped, CLEANUP_BATCH),
+        );
         for (const id of ids) {
           if ((await this.deleteOne(id, { updatedBelow: cutoff, scope })).outcome === "DELETED") removed++;
           else skipped++;
@@ -484,7 +580,11 @@ export class RedisStore implements MemoryStore {
     const total = this.keys.clustered ? (await this.stats()).totalSessions : totalSessions;
     if (total <= maxSessions) return;
     const count = evictionCount(maxSessions);
-    const perBucket = await Promise.all(this.keys.buckets.map((bucket) => this.call((redis) => redis.zrange(this.keys.updated(bucket), 0, count - 1, "WITHSCORES"))));
+    const perBucket = await Promise.all(
+      this.keys.buckets.map((bucket) =>
+        this.call((redis) => redis.zrange(this.keys.updated(bucket), 0, count - 1, "WITHSCORES")),
+      ),
+    );
     const oldest = perBucket
       .flatMap((flat) => pairsOf(flat))
       .sort((a, b) => a.score - b.score)
@@ -492,7 +592,10 @@ export class RedisStore implements MemoryStore {
     for (const { member, score } of oldest) {
       // Re-checked in the script: a session updated since is kept, and
       // concurrent evictions (other replicas) stop at the same floor (one node; keys.ts).
-      const { outcome } = await this.deleteOne(member, { updatedBelow: score + 1, keepAtLeast: maxSessions + 1 - count });
+      const { outcome } = await this.deleteOne(member, {
+        updatedBelow: score + 1,
+        keepAtLeast: maxSessions + 1 - count,
+      });
       if (outcome === "DELETED") this.sessionsEvicted++;
     }
   }
@@ -505,7 +608,9 @@ export class RedisStore implements MemoryStore {
    */
   private async evictAppOverLimit(appName: string, cap: number): Promise<void> {
     const appIndex = (bucket: Bucket) => this.keys.index({ appName }, bucket);
-    const sizes = await Promise.all(this.keys.buckets.map((bucket) => this.call((redis) => redis.zcard(appIndex(bucket)))));
+    const sizes = await Promise.all(
+      this.keys.buckets.map((bucket) => this.call((redis) => redis.zcard(appIndex(bucket)))),
+    );
     if (sizes.reduce((a, b) => a + b, 0) <= cap) return;
     const perBucket = await Promise.all(
       this.keys.buckets.map(async (bucket) => {
@@ -535,7 +640,9 @@ export class RedisStore implements MemoryStore {
   private async deleteOne(sessionId: string, cond: DeleteConditions): Promise<DeleteOutcome> {
     const { scope, updatedBelow, keepAtLeast, incarnation } = cond;
     for (let attempt = 0; attempt < MOVED_TRIES; attempt++) {
-      const [appName, userId, updated, current] = await this.call((redis) => redis.hmget(this.keys.session(sessionId), "app", "user", "updated", "inc"));
+      const [appName, userId, updated, current] = await this.call((redis) =>
+        redis.hmget(this.keys.session(sessionId), "app", "user", "updated", "inc"),
+      );
       if (appName === null || userId === null) return { outcome: "GONE", events: 0 };
       if (incarnation !== undefined && incarnation !== (current ?? "")) return { outcome: "REPLACED", events: 0 };
       // The script checks the tenancy it is given, so a session moved to another app or user meanwhile is MOVED, never removed out of scope.
@@ -544,7 +651,15 @@ export class RedisStore implements MemoryStore {
       if (scope?.exceptAppNames?.includes(appName)) return { outcome: "KEPT", events: 0 };
       // Not stale now: no script call (the script re-checks anyway, atomically).
       if (updatedBelow !== undefined && Number(updated) >= updatedBelow) return { outcome: "KEPT", events: 0 };
-      const deleted = await this.call(() => this.scripts.run(deleteScript, { sessionId, tenancy: { appName, userId }, updatedBelow, keepAtLeast, incarnation }));
+      const deleted = await this.call(() =>
+        this.scripts.run(deleteScript, {
+          sessionId,
+          tenancy: { appName, userId },
+          updatedBelow,
+          keepAtLeast,
+          incarnation,
+        }),
+      );
       if (deleted.outcome === "DELETED" || deleted.outcome === "GONE") this.tenancies.delete(sessionId);
       if (deleted.outcome !== "MOVED") return deleted;
     }
@@ -562,7 +677,9 @@ export class RedisStore implements MemoryStore {
       const index = this.keys.index(scope, bucket);
       let after: string | undefined;
       for (;;) {
-        const ids = await this.call((redis) => redis.zrangebylex(index, after === undefined ? "-" : `(${after}`, "+", "LIMIT", 0, INDEX_BATCH));
+        const ids = await this.call((redis) =>
+          redis.zrangebylex(index, after === undefined ? "-" : `(${after}`, "+", "LIMIT", 0, INDEX_BATCH),
+        );
         await Promise.all(ids.map(remove));
         if (ids.length < INDEX_BATCH) break;
         after = ids[ids.length - 1];
@@ -585,8 +702,19 @@ export class RedisStore implements MemoryStore {
 
   /** Cluster: applies one outbox entry in the app's slot (once: shared-3.lua), then removes it from its bucket's outbox. */
   private async applyOutboxEntry(bucket: Bucket, entry: OutboxEntry): Promise<void> {
-    const { app, user, changes } = JSON.parse(entry.value) as { app: string; user: string; changes: Array<[string, string, string]> };
-    await this.call(() => this.scripts.run(applySharedScript, { tenancy: { appName: app, userId: user }, changes, field: entry.field, now: Date.now() }));
+    const { app, user, changes } = JSON.parse(entry.value) as {
+      app: string;
+      user: string;
+      changes: Array<[string, string, string]>;
+    };
+    await this.call(() =>
+      this.scripts.run(applySharedScript, {
+        tenancy: { appName: app, userId: user },
+        changes,
+        field: entry.field,
+        now: Date.now(),
+      }),
+    );
     await this.call((redis) => redis.hdel(this.keys.outbox(bucket), entry.field));
   }
 
@@ -686,7 +814,11 @@ async function recordedBuckets(connection: RedisConnection, keyPrefix: string): 
   const key = new RedisKeys(keyPrefix, CLUSTER_BUCKETS).bucketCount;
   await connection.call((redis) => redis.set(key, CLUSTER_BUCKETS, "NX"));
   const recorded = Number(await connection.call((redis) => redis.get(key)));
-  if (!Number.isInteger(recorded) || recorded < 1) throw new MemoryError("FAILED_PRECONDITION", `${key} holds ${recorded}, not a bucket count: this key prefix holds something else`);
+  if (!Number.isInteger(recorded) || recorded < 1)
+    throw new MemoryError(
+      "FAILED_PRECONDITION",
+      `${key} holds ${recorded}, not a bucket count: this key prefix holds something else`,
+    );
   return recorded;
 }
 
@@ -716,5 +848,8 @@ function sharedChangesOf(deltas: ReadonlyArray<NewEvent["stateDelta"]>): Array<[
 
 /** True when a session of (appName, userId) belongs in the recent scope. */
 function inRecentScope(scope: RecentScope, appName: string, userId: string): boolean {
-  return (scope.appName === undefined || scope.appName === appName) && (scope.userId === undefined || scope.userId === userId);
+  return (
+    (scope.appName === undefined || scope.appName === appName) &&
+    (scope.userId === undefined || scope.userId === userId)
+  );
 }

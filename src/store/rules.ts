@@ -4,14 +4,27 @@
  */
 import { randomBytes } from "node:crypto";
 import { cursorEvicted, MemoryError, sessionNotFound } from "../errors.js";
-import type { ErasureResult, NewSession, RecentEventsFilter, ResumedErasures, SessionRecord, StoreCall, StoreLimits } from "./types.js";
+import type {
+  ErasureResult,
+  NewSession,
+  RecentEventsFilter,
+  ResumedErasures,
+  SessionRecord,
+  StoreCall,
+  StoreLimits,
+} from "./types.js";
 
 /** Shared cursor rule: OUT_OF_RANGE for a cursor before the retained window or past the head. */
 export function checkCursor(afterSeq: number, firstSeq: number, headSeq: number): void {
   if (afterSeq < firstSeq - 1) throw cursorEvicted(afterSeq, firstSeq);
   if (afterSeq > headSeq) {
     const problem = `${afterSeq} is ahead of the session's head seq ${headSeq}`;
-    throw new MemoryError("OUT_OF_RANGE", `after_seq: ${problem}`, {}, { field: "after_seq", fieldProblem: problem, reason: "CURSOR_AHEAD", info: { head_seq: String(headSeq) } });
+    throw new MemoryError(
+      "OUT_OF_RANGE",
+      `after_seq: ${problem}`,
+      {},
+      { field: "after_seq", fieldProblem: problem, reason: "CURSOR_AHEAD", info: { head_seq: String(headSeq) } },
+    );
   }
 }
 
@@ -42,20 +55,29 @@ export function recentScopes(filter: RecentEventsFilter = {}): RecentScope[] {
   return [...new Set(appNames)].map((appName) => (userId === undefined ? { appName } : { appName, userId }));
 }
 
-
 /** ALREADY_EXISTS for an event_id retained with a different payload. */
 export function duplicateEventId(eventId: string): MemoryError {
   const problem = `event ${JSON.stringify(eventId)} already exists in this session with different content`;
-  return new MemoryError("ALREADY_EXISTS", `event.event_id: ${problem}`, {}, { field: "event.event_id", fieldProblem: problem, reason: "EVENT_ID_CONFLICT" });
+  return new MemoryError(
+    "ALREADY_EXISTS",
+    `event.event_id: ${problem}`,
+    {},
+    { field: "event.event_id", fieldProblem: problem, reason: "EVENT_ID_CONFLICT" },
+  );
 }
 
 /** ALREADY_EXISTS for a session id that is taken. */
 export function sessionExists(sessionId: string): MemoryError {
-  return new MemoryError("ALREADY_EXISTS", `session_id: session ${JSON.stringify(sessionId)} already exists`, {}, {
-    field: "session_id",
-    fieldProblem: "session already exists",
-    reason: "SESSION_EXISTS",
-  });
+  return new MemoryError(
+    "ALREADY_EXISTS",
+    `session_id: session ${JSON.stringify(sessionId)} already exists`,
+    {},
+    {
+      field: "session_id",
+      fieldProblem: "session already exists",
+      reason: "SESSION_EXISTS",
+    },
+  );
 }
 
 /** True when a JSON object has no keys (without building a key array). */
@@ -86,14 +108,29 @@ export function checkIncarnation(sessionId: string, incarnation: string, call: S
 /** The record of a session just created from `input`: no events yet. */
 export function newSessionRecord(input: NewSession, incarnation: string): SessionRecord {
   const { sessionId, appName, userId, metadata, now } = input;
-  return { sessionId, appName, userId, metadata, createdAt: now, updatedAt: now, headSeq: 0, firstSeq: 1, incarnation, state: {}, version: 0 };
+  return {
+    sessionId,
+    appName,
+    userId,
+    metadata,
+    createdAt: now,
+    updatedAt: now,
+    headSeq: 0,
+    firstSeq: 1,
+    incarnation,
+    state: {},
+    version: 0,
+  };
 }
 
 /**
  * Runs `erase` again for each tenancy whose erasure was recorded but not
  * finished (resumeErasures), one after another, adding up what they removed.
  */
-export async function resumeEach(tenancies: Iterable<{ appName: string; userId: string }>, erase: (appName: string, userId: string) => Promise<ErasureResult>): Promise<ResumedErasures> {
+export async function resumeEach(
+  tenancies: Iterable<{ appName: string; userId: string }>,
+  erase: (appName: string, userId: string) => Promise<ErasureResult>,
+): Promise<ResumedErasures> {
   const resumed: ResumedErasures = { users: 0, sessions: 0, events: 0 };
   for (const { appName, userId } of tenancies) {
     const erased = await erase(appName, userId);
@@ -123,7 +160,8 @@ export function appSessionCap(limits: StoreLimits, appName: string): number {
 export function appEventCaps(limits: StoreLimits): Array<[string, number]> {
   const caps: Array<[string, number]> = [];
   for (const [app, retention] of limits.apps ?? []) {
-    if (retention.maxSessionEvents !== undefined && retention.maxSessionEvents !== limits.maxSessionEvents) caps.push([app, retention.maxSessionEvents]);
+    if (retention.maxSessionEvents !== undefined && retention.maxSessionEvents !== limits.maxSessionEvents)
+      caps.push([app, retention.maxSessionEvents]);
   }
   return caps;
 }

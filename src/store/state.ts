@@ -85,7 +85,8 @@ export type StateScope = "session" | "user" | "app";
 
 /** INVALID_ARGUMENT for a change that would pass a state cap; `field` is the request field that carried it. */
 export function stateTooLarge(field: string, scope: StateScope, keys: number, bytes: number): MemoryError {
-  if (keys > MAX_STATE_KEYS) return invalidArgument(field, `would make the ${scope} state hold ${keys} keys (at most ${MAX_STATE_KEYS})`);
+  if (keys > MAX_STATE_KEYS)
+    return invalidArgument(field, `would make the ${scope} state hold ${keys} keys (at most ${MAX_STATE_KEYS})`);
   return invalidArgument(field, `would make the ${scope} state hold ${bytes} bytes (at most ${MAX_STATE_BYTES})`);
 }
 

@@ -478,7 +478,12 @@ export interface LongTermMemoryStore {
    * dimension) is most similar to `embedding` by cosine, best first.
    * Optional: stores without vector search leave it out and ranking is lexical.
    */
-  nearestMemories?(filter: MemoryFilter, embedding: readonly number[], limit: number, call?: StoreCall): Promise<RankedMemory[]>;
+  nearestMemories?(
+    filter: MemoryFilter,
+    embedding: readonly number[],
+    limit: number,
+    call?: StoreCall,
+  ): Promise<RankedMemory[]>;
   /** Memories matching the filter, newest first (createdAt, then memoryId, descending), after the cursor; at most `limit`. */
   listMemories(filter: MemoryFilter, limit: number, after?: MemoryCursor, call?: StoreCall): Promise<MemoryRecord[]>;
   /** Removes these memories of the app; returns those it removed (absent ids are skipped). */
@@ -558,7 +563,12 @@ export interface MemoryStore {
    * once; a state that would pass a cap: INVALID_ARGUMENT (field
    * "state_delta") and nothing is appended.
    */
-  appendEvents(sessionId: string, events: readonly NewEvent[], expectedSeq?: number, call?: StoreCall): Promise<AppendResult>;
+  appendEvents(
+    sessionId: string,
+    events: readonly NewEvent[],
+    expectedSeq?: number,
+    call?: StoreCall,
+  ): Promise<AppendResult>;
   /** Reads in seq order; OUT_OF_RANGE when afterSeq < firstSeq - 1; NOT_FOUND. */
   readEvents(sessionId: string, query: EventQuery, call?: StoreCall): Promise<EventPage>;
   /** The newest `limit` events matching the filter, in seq order; NOT_FOUND. */

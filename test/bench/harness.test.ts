@@ -21,7 +21,11 @@ describe("benchmark harness (tiny profile)", () => {
 
   it("measures every workload on the local store against the echo ceiling and writes the report", async () => {
     // The sources, like every suite but test/build (and no build racing test/build's).
-    await run(process.execPath, ["--import", "tsx", "bench/run.ts", "--tiny", "--out", out], { cwd: REPO_ROOT, timeout: 120_000, env: { ...process.env, BENCH_SERVER: "tsx" } });
+    await run(process.execPath, ["--import", "tsx", "bench/run.ts", "--tiny", "--out", out], {
+      cwd: REPO_ROOT,
+      timeout: 120_000,
+      env: { ...process.env, BENCH_SERVER: "tsx" },
+    });
     const results = JSON.parse(readFileSync(path.join(out, "results.json"), "utf8")) as BenchResults;
     expect(results.meta.profile).toBe("tiny");
     const server = results.points.filter((p) => p.kind === "server");
@@ -48,9 +52,13 @@ describe("benchmark harness (tiny profile)", () => {
     expect(results.memory?.events).toBeGreaterThan(0);
     expect(results.memory?.heapBytesPerEvent).toBeGreaterThan(100); // at least the content itself
     const targets = results.meta.targets as Array<{ target: string; ratio: number }>;
-    expect(targets.map((t) => t.target)).toContain("local AddEvent ≥ 0.8× grpc-js echo (c=1, median of 1 interleaved pairs)");
+    expect(targets.map((t) => t.target)).toContain(
+      "local AddEvent ≥ 0.8× grpc-js echo (c=1, median of 1 interleaved pairs)",
+    );
     expect(targets.map((t) => t.target)).toContain("local AddEvent ≥ 0.8× grpc-js echo (c=1), single points");
-    expect(results.pairs).toEqual([{ backend: "local", concurrency: 1, echo: [expect.any(Number)], engram: [expect.any(Number)] }]);
+    expect(results.pairs).toEqual([
+      { backend: "local", concurrency: 1, echo: [expect.any(Number)], engram: [expect.any(Number)] },
+    ]);
     const markdown = readFileSync(path.join(out, "results.md"), "utf8");
     expect(markdown).toContain("## Engram over gRPC (h2c)");
     expect(markdown).toContain("| local | AddEvent | 1 |");

@@ -49,7 +49,8 @@ describe("the committed memory evaluation set", () => {
     expect(committed.conversations.every((c) => c.sessions.length >= 2)).toBe(true);
     expect(allQuestions(committed).length).toBeGreaterThanOrEqual(EVAL_MINIMUMS.questions);
     const counts = countByCategory(allQuestions(committed));
-    for (const category of QUESTION_CATEGORIES) expect(counts[category], category).toBeGreaterThanOrEqual(EVAL_MINIMUMS.perCategory);
+    for (const category of QUESTION_CATEGORIES)
+      expect(counts[category], category).toBeGreaterThanOrEqual(EVAL_MINIMUMS.perCategory);
   });
 
   it("keeps memory ids unique across the whole set", () => {
@@ -64,7 +65,8 @@ describe("the committed memory evaluation set", () => {
     expect(readme).toContain(`${committed.conversations.flatMap((c) => c.sessions).length} sessions`);
     expect(readme).toContain(`${questions.length} questions`);
     expect(readme).toContain(`${allMemories(committed).length} memories`);
-    for (const [category, count] of Object.entries(countByCategory(questions))) expect(readme).toContain(`| \`${category}\` | ${count} |`);
+    for (const [category, count] of Object.entries(countByCategory(questions)))
+      expect(readme).toContain(`| \`${category}\` | ${count} |`);
   });
 });
 
@@ -93,26 +95,36 @@ describe("validateMemoriesEval", () => {
   it("reports an as_of gold that was not yet true at as_of", () => {
     const set = copyOfSet();
     question(set, "c01-q2").as_of = "2025-01-01T00:00:00Z";
-    expect(validateMemoriesEval(set)).toContain("question c01-q2: gold memory c01-m1 is not valid as of 2025-01-01T00:00:00Z");
+    expect(validateMemoriesEval(set)).toContain(
+      "question c01-q2: gold memory c01-m1 is not valid as of 2025-01-01T00:00:00Z",
+    );
   });
 
   it("reports events whose timestamps go backwards", () => {
     const set = copyOfSet();
     const session = conversation(set, "c02").sessions[1];
     session.events[1].timestamp = "2025-01-01T00:00:00Z";
-    expect(validateMemoriesEval(set).some((p) => p.startsWith(`session ${session.session_id} event 2: timestamp 2025-01-01T00:00:00Z is not after`))).toBe(true);
+    expect(
+      validateMemoriesEval(set).some((p) =>
+        p.startsWith(`session ${session.session_id} event 2: timestamp 2025-01-01T00:00:00Z is not after`),
+      ),
+    ).toBe(true);
   });
 
   it("reports a memory scoped to a user who is not in its conversation", () => {
     const set = copyOfSet();
     conversation(set, "c05").memories[0].scope.user_id = "u-nobody";
-    expect(validateMemoriesEval(set)).toContain("memory c05-m1: scope.user_id u-nobody is not among the conversation's user_ids");
+    expect(validateMemoriesEval(set)).toContain(
+      "memory c05-m1: scope.user_id u-nobody is not among the conversation's user_ids",
+    );
   });
 
   it("reports a shared question whose gold is not an app-wide memory from another conversation", () => {
     const set = copyOfSet();
     question(set, "c03-q6").gold.memory_ids = ["c03-m1"];
-    expect(validateMemoriesEval(set)).toContain("question c03-q6: a shared question needs an app-wide gold memory from another conversation");
+    expect(validateMemoriesEval(set)).toContain(
+      "question c03-q6: a shared question needs an app-wide gold memory from another conversation",
+    );
   });
 
   it("reports a set below the issue's floor", () => {
@@ -151,7 +163,12 @@ describe("recallAtK", () => {
   });
 
   it("averages over questions", () => {
-    expect(recallAtK([["m-rex"], ["nothing"], ["m-window"], ["m-sister", "m-allergy"]], [single, single, supersession, multiHop])).toBe(0.75);
+    expect(
+      recallAtK(
+        [["m-rex"], ["nothing"], ["m-window"], ["m-sister", "m-allergy"]],
+        [single, single, supersession, multiHop],
+      ),
+    ).toBe(0.75);
   });
 
   it("refuses ranked lists that do not pair up with the questions", () => {

@@ -28,16 +28,21 @@ describe("benchmark memories section (tiny profile)", () => {
     expect(subset.set.conversations).toHaveLength(3);
     const written = new Set(subset.memories.map((m) => m.memory_id));
     expect(subset.questions.length).toBeGreaterThan(0);
-    for (const q of subset.questions) for (const id of [...q.gold.memory_ids, ...(q.gold.not_valid_ids ?? [])]) expect(written.has(id)).toBe(true);
+    for (const q of subset.questions)
+      for (const id of [...q.gold.memory_ids, ...(q.gold.not_valid_ids ?? [])]) expect(written.has(id)).toBe(true);
   });
 
   it("reports recall@5 per category for lexical and hybrid ranking, supersession checks and SearchMemories / Recall points", async () => {
     // A first run installs the model's Python environment (test/support/embeddings-venv.sh).
-    await run(process.execPath, ["--import", "tsx", "bench/run.ts", "--tiny", "--only", "memories", "--workloads", "none", "--out", out], {
-      cwd: REPO_ROOT,
-      timeout: 600_000,
-      env: { ...process.env, BENCH_SERVER: "tsx" },
-    });
+    await run(
+      process.execPath,
+      ["--import", "tsx", "bench/run.ts", "--tiny", "--only", "memories", "--workloads", "none", "--out", out],
+      {
+        cwd: REPO_ROOT,
+        timeout: 600_000,
+        env: { ...process.env, BENCH_SERVER: "tsx" },
+      },
+    );
     const results = JSON.parse(readFileSync(path.join(out, "results.json"), "utf8")) as BenchResults;
     const memories = results.memories!;
     expect(memories.conversations).toBe(3);

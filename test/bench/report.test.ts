@@ -30,7 +30,10 @@ function results(points: Point[], pairs: BenchResults["pairs"] = []): BenchResul
 describe("report target checks", () => {
   it("checks PostgreSQL against the group-commit goal (0.8×) as well as the plain one (0.5×)", () => {
     const checks = checkTargets(
-      results([], [{ backend: "postgres", concurrency: 16, echo: [10_000, 10_000, 10_000], engram: [6_000, 5_000, 4_000] }]),
+      results(
+        [],
+        [{ backend: "postgres", concurrency: 16, echo: [10_000, 10_000, 10_000], engram: [6_000, 5_000, 4_000] }],
+      ),
     );
     const rows = checks.filter((c) => c.target.startsWith("postgres AddEvent ≥"));
     expect(rows.map((c) => [c.goal, c.ratio, c.met])).toEqual([
@@ -74,7 +77,10 @@ describe("report target checks", () => {
 
 describe("report: the Redis Cluster section", () => {
   it("gives each setup's ratio to one node at the same concurrency, and the median of the rounds' ratios", () => {
-    const at = (backend: string, throughput: number, cpu: Record<string, number>) => ({ ...point(backend, "AddEvent", throughput, cpu), concurrency: 16 });
+    const at = (backend: string, throughput: number, cpu: Record<string, number>) => ({
+      ...point(backend, "AddEvent", throughput, cpu),
+      concurrency: 16,
+    });
     const run: BenchResults = {
       ...results([]),
       meta: { cpus: 2, concurrencies: [16], loadAverageAtStart: [1, 1, 1] },
@@ -86,7 +92,14 @@ describe("report: the Redis Cluster section", () => {
           at("redis cluster", 1500, { server: 420, "redis masters": 60, "redis replicas": 30 }),
           at("redis cluster, WAIT 1", 500, { server: 600, "redis masters": 90, "redis replicas": 40 }),
         ],
-        rounds: { concurrency: 16, throughput: { "one node": [1000, 1000, 1000], cluster: [1200, 1500, 2000], "cluster, WAIT 1": [400, 500, 900] } },
+        rounds: {
+          concurrency: 16,
+          throughput: {
+            "one node": [1000, 1000, 1000],
+            cluster: [1200, 1500, 2000],
+            "cluster, WAIT 1": [400, 500, 900],
+          },
+        },
       },
     };
     const md = renderMarkdown(run);

@@ -26,7 +26,13 @@ beforeAll(async () => {
   await memory.createSession("weather-bot", "bob", "s-bob");
   await memory.createSession("billing-bot", "alice", "s-billing");
   await memory.addEvent("s-alice", "user_message", "What is the weather in Paris?");
-  await memory.addEvent("s-alice", "tool_call", { tool: "weather", arguments: { city: "Paris" }, tool_call_id: "c1" }, undefined, { eventId: "c1" });
+  await memory.addEvent(
+    "s-alice",
+    "tool_call",
+    { tool: "weather", arguments: { city: "Paris" }, tool_call_id: "c1" },
+    undefined,
+    { eventId: "c1" },
+  );
   await memory.addEvent("s-alice", "tool_result", { tool: "weather", result: "18°C, sunny", tool_call_id: "c1" });
   await memory.addEvent("s-alice", "agent_response", "It is 18°C and sunny in Paris.");
 });
@@ -50,12 +56,21 @@ describe("engram sessions", () => {
   });
 
   it("filters by app and user, takes the URL from ENGRAM_URL, and prints JSON with --json", async () => {
-    const run = await runEngram(["sessions", "--app", "weather-bot", "--user", "alice", "--json"], { env: { ENGRAM_URL: url } });
+    const run = await runEngram(["sessions", "--app", "weather-bot", "--user", "alice", "--json"], {
+      env: { ENGRAM_URL: url },
+    });
     expect(run.code).toBe(0);
     const out = JSON.parse(run.stdout);
     expect(out.next_page_token).toBe("");
     expect(out.sessions).toHaveLength(1);
-    expect(out.sessions[0]).toMatchObject({ session_id: "s-alice", app_name: "weather-bot", user_id: "alice", metadata: { channel: "web" }, head_seq: 4, event_count: 4 });
+    expect(out.sessions[0]).toMatchObject({
+      session_id: "s-alice",
+      app_name: "weather-bot",
+      user_id: "alice",
+      metadata: { channel: "web" },
+      head_seq: 4,
+      event_count: 4,
+    });
   });
 
   it("pages with --limit and --page-token, and --all reads every page", async () => {
@@ -64,7 +79,10 @@ describe("engram sessions", () => {
     expect(first.next_page_token).not.toBe("");
     const human = await runEngram(["sessions", "--url", url, "--limit", "2"]);
     expect(human.stderr).toContain(`more: engram sessions --page-token ${first.next_page_token}`);
-    const second = JSON.parse((await runEngram(["sessions", "--url", url, "--limit", "2", "--page-token", first.next_page_token, "--json"])).stdout);
+    const second = JSON.parse(
+      (await runEngram(["sessions", "--url", url, "--limit", "2", "--page-token", first.next_page_token, "--json"]))
+        .stdout,
+    );
     expect(second.sessions.map((s: { session_id: string }) => s.session_id)).toEqual(["s-bob"]);
     const all = JSON.parse((await runEngram(["sessions", "--url", url, "--limit", "1", "--all", "--json"])).stdout);
     expect(all.sessions).toHaveLength(3);
@@ -78,12 +96,17 @@ describe("engram events", () => {
     const lines = run.stdout.trim().split("\n");
     expect(lines[0]).toMatch(/^SEQ\s+TIME\s+TYPE\s+EVENT ID\s+CONTENT$/);
     expect(lines).toHaveLength(5);
-    expect(lines[2]).toMatch(/^2\s+\S+Z\s+tool_call\s+c1\s+\{"tool":"weather","arguments":\{"city":"Paris"\},"tool_call_id":"c1"\}$/);
+    expect(lines[2]).toMatch(
+      /^2\s+\S+Z\s+tool_call\s+c1\s+\{"tool":"weather","arguments":\{"city":"Paris"\},"tool_call_id":"c1"\}$/,
+    );
     expect(lines[4]).toContain("It is 18°C and sunny in Paris.");
   });
 
   it("filters by type, --tail and --after, and prints KAOS-shaped JSON", async () => {
-    const typed = JSON.parse((await runEngram(["events", "s-alice", "--url", url, "--type", "tool_call", "--type", "tool_result", "--json"])).stdout);
+    const typed = JSON.parse(
+      (await runEngram(["events", "s-alice", "--url", url, "--type", "tool_call", "--type", "tool_result", "--json"]))
+        .stdout,
+    );
     expect(typed.map((e: { seq: number }) => e.seq)).toEqual([2, 3]);
     expect(typed[0]).toEqual({
       event_id: "c1",
@@ -115,7 +138,12 @@ describe("engram stats and context", () => {
     expect(human.stdout).toMatch(/^events\s+4$/m);
     expect(human.stdout).toMatch(/^backend\s+local$/m);
     const json = JSON.parse((await runEngram(["stats", "--url", url, "--json"])).stdout);
-    expect(json).toEqual({ total_sessions: 3, total_events: 4, avg_events_per_session: expect.any(Number), backend: "local" });
+    expect(json).toEqual({
+      total_sessions: 3,
+      total_events: 4,
+      avg_events_per_session: expect.any(Number),
+      backend: "local",
+    });
   });
 
   it("prints the context for a token budget and never exceeds it", async () => {
@@ -124,7 +152,9 @@ describe("engram stats and context", () => {
     expect(human.stdout).toContain("User: What is the weather in Paris?");
     expect(human.stdout).toContain("Assistant: It is 18°C and sunny in Paris.");
     expect(human.stderr).toMatch(/-- 4 events included, 0 dropped, \d+ tokens/);
-    const small = JSON.parse((await runEngram(["context", "s-alice", "--url", url, "--budget", "12", "--json"])).stdout);
+    const small = JSON.parse(
+      (await runEngram(["context", "s-alice", "--url", url, "--budget", "12", "--json"])).stdout,
+    );
     expect(small.tokens_used).toBeLessThanOrEqual(12);
     expect(small.events_dropped).toBeGreaterThan(0);
     expect(Array.isArray(small.messages)).toBe(true);
@@ -147,7 +177,18 @@ describe("usage errors", () => {
   it("lists every subcommand in --help and exits 0", async () => {
     const help = await runEngram(["--help"]);
     expect(help.code).toBe(0);
-    for (const sub of ["serve", "sessions", "events", "tail", "context", "memories", "stats", "export", "import", "erase"]) {
+    for (const sub of [
+      "serve",
+      "sessions",
+      "events",
+      "tail",
+      "context",
+      "memories",
+      "stats",
+      "export",
+      "import",
+      "erase",
+    ]) {
       expect(help.stdout).toMatch(new RegExp(`^  ${sub}\\b`, "m"));
     }
   });
@@ -181,51 +222,67 @@ describe("API keys", () => {
     expect(JSON.parse(flag.stdout).backend).toBe("local");
     const env = await runEngram(["sessions", "--url", secured.baseUrl, "--json"], { env: { ENGRAM_API_KEY: key } });
     expect(env.code).toBe(0);
-    const grpc = await runEngram(["stats", "--url", secured.baseUrl, "--protocol", "grpc"], { env: { ENGRAM_API_KEY: key } });
+    const grpc = await runEngram(["stats", "--url", secured.baseUrl, "--protocol", "grpc"], {
+      env: { ENGRAM_API_KEY: key },
+    });
     expect(grpc.code).toBe(0);
   });
 });
 
 describe("engram tail", () => {
-  it.each(["connect", "grpc"])("prints the newest events, follows new ones live, and resumes after the server restarts (%s)", async (protocol) => {
-    const store = new LocalStore({ maxSessions: 100, maxSessionEvents: 100 });
-    let first: TestServer | undefined = await startTestServer({ store });
-    const port = first.port;
-    let second: TestServer | undefined;
-    const client = createMemoryClient({ baseUrl: first.baseUrl, protocol: "connect" });
-    try {
-      await client.createSession("app", "user", "live");
-      for (let i = 1; i <= 3; i++) await client.addEvent("live", "user_message", `before ${i}`);
-      const follow = spawnEngram(["tail", "live", "--url", first.baseUrl, "-n", "2", "--json", "--protocol", protocol]);
+  it.each(["connect", "grpc"])(
+    "prints the newest events, follows new ones live, and resumes after the server restarts (%s)",
+    async (protocol) => {
+      const store = new LocalStore({ maxSessions: 100, maxSessionEvents: 100 });
+      let first: TestServer | undefined = await startTestServer({ store });
+      const port = first.port;
+      let second: TestServer | undefined;
+      const client = createMemoryClient({ baseUrl: first.baseUrl, protocol: "connect" });
       try {
-        await follow.waitForLine((l) => l.includes("before 3"));
-        await client.addEvent("live", "agent_response", "live 4");
-        await follow.waitForLine((l) => l.includes("live 4"));
+        await client.createSession("app", "user", "live");
+        for (let i = 1; i <= 3; i++) await client.addEvent("live", "user_message", `before ${i}`);
+        const follow = spawnEngram([
+          "tail",
+          "live",
+          "--url",
+          first.baseUrl,
+          "-n",
+          "2",
+          "--json",
+          "--protocol",
+          protocol,
+        ]);
+        try {
+          await follow.waitForLine((l) => l.includes("before 3"));
+          await client.addEvent("live", "agent_response", "live 4");
+          await follow.waitForLine((l) => l.includes("live 4"));
 
-        // Restart: the listener goes away (streams end UNAVAILABLE), a new one comes up on the same port and store.
-        await first.server.close();
-        first = undefined;
-        // While it is down, reconnections are refused: tail keeps trying.
-        await follow.waitForLine((l) => l.includes("reconnecting (attempt 2)"), 15_000, "stderr");
-        second = await startTestServer({ store, config: { port } });
-        await client.addEvent("live", "agent_response", "after restart 5");
-        await follow.waitForLine((l) => l.includes("after restart 5"), 20_000);
-        await client.addEvent("live", "agent_response", "live 6");
-        await follow.waitForLine((l) => l.includes("live 6"));
+          // Restart: the listener goes away (streams end UNAVAILABLE), a new one comes up on the same port and store.
+          await first.server.close();
+          first = undefined;
+          // While it is down, reconnections are refused: tail keeps trying.
+          await follow.waitForLine((l) => l.includes("reconnecting (attempt 2)"), 15_000, "stderr");
+          second = await startTestServer({ store, config: { port } });
+          await client.addEvent("live", "agent_response", "after restart 5");
+          await follow.waitForLine((l) => l.includes("after restart 5"), 20_000);
+          await client.addEvent("live", "agent_response", "live 6");
+          await follow.waitForLine((l) => l.includes("live 6"));
 
-        expect(follow.stderrLines.some((l) => l.includes("reconnecting"))).toBe(true);
-        const seqs = follow.stdoutLines.map((l) => JSON.parse(l).seq);
-        expect(seqs).toEqual([2, 3, 4, 5, 6]); // the last 2, then live: no gap, no repeat
-        expect(await follow.stop("SIGINT")).toBe(0);
+          expect(follow.stderrLines.some((l) => l.includes("reconnecting"))).toBe(true);
+          const seqs = follow.stdoutLines.map((l) => JSON.parse(l).seq);
+          expect(seqs).toEqual([2, 3, 4, 5, 6]); // the last 2, then live: no gap, no repeat
+          expect(await follow.stop("SIGINT")).toBe(0);
+        } finally {
+          await follow.stop("SIGKILL");
+        }
       } finally {
-        await follow.stop("SIGKILL");
+        client.close();
+        await first?.server.close();
+        await second?.stop();
       }
-    } finally {
-      client.close();
-      await first?.server.close();
-      await second?.stop();
-    }
-  }, 60_000);
+    },
+    60_000,
+  );
 
   it("exits 1 naming the field when the session does not exist", async () => {
     const run = await runEngram(["tail", "no-such-session", "--url", url]);

@@ -20,13 +20,40 @@ beforeAll(async () => {
   // Alice moved from Lyon to Porto half an hour ago: the Lyon memory is superseded, kept as of before then.
   lyonFrom = new Date(Date.now() - 3_600_000);
   await memory.writeMemories([
-    { memoryId: "alice-city", appName: "travel-bot", userId: "alice", key: "city", text: "Alice lives in Lyon", topics: ["home"], validFrom: lyonFrom },
+    {
+      memoryId: "alice-city",
+      appName: "travel-bot",
+      userId: "alice",
+      key: "city",
+      text: "Alice lives in Lyon",
+      topics: ["home"],
+      validFrom: lyonFrom,
+    },
   ]);
   await memory.writeMemories([
-    { memoryId: "alice-city-2", appName: "travel-bot", userId: "alice", key: "city", text: "Alice lives in Porto", topics: ["home"], validFrom: new Date(lyonFrom.getTime() + 1_800_000) },
+    {
+      memoryId: "alice-city-2",
+      appName: "travel-bot",
+      userId: "alice",
+      key: "city",
+      text: "Alice lives in Porto",
+      topics: ["home"],
+      validFrom: new Date(lyonFrom.getTime() + 1_800_000),
+    },
   ]);
-  await memory.writeMemories([{ memoryId: "alice-tea", appName: "travel-bot", userId: "alice", agentId: "barista", text: "Alice prefers green tea", topics: ["drinks"] }]);
-  await memory.writeMemories([{ memoryId: "bob-city", appName: "travel-bot", userId: "bob", text: "Bob lives in Porto too" }]);
+  await memory.writeMemories([
+    {
+      memoryId: "alice-tea",
+      appName: "travel-bot",
+      userId: "alice",
+      agentId: "barista",
+      text: "Alice prefers green tea",
+      topics: ["drinks"],
+    },
+  ]);
+  await memory.writeMemories([
+    { memoryId: "bob-city", appName: "travel-bot", userId: "bob", text: "Bob lives in Porto too" },
+  ]);
   await memory.writeMemories([{ memoryId: "office", appName: "travel-bot", text: "The Porto office opens at nine" }]);
 });
 
@@ -56,29 +83,104 @@ describe("engram memories list", () => {
   });
 
   it("filters by agent, topic, --as-of and --include-invalid, and prints JSON with --json", async () => {
-    const agent = JSON.parse((await runEngram(["memories", "list", "--url", url, "--app", "travel-bot", "--user", "alice", "--agent", "barista", "--json"])).stdout);
+    const agent = JSON.parse(
+      (
+        await runEngram([
+          "memories",
+          "list",
+          "--url",
+          url,
+          "--app",
+          "travel-bot",
+          "--user",
+          "alice",
+          "--agent",
+          "barista",
+          "--json",
+        ])
+      ).stdout,
+    );
     expect(agent.memories.map((m: { memory_id: string }) => m.memory_id)).toEqual(["alice-tea"]);
-    expect(agent.memories[0]).toMatchObject({ app_name: "travel-bot", user_id: "alice", agent_id: "barista", text: "Alice prefers green tea", topics: ["drinks"], invalid_at: "" });
+    expect(agent.memories[0]).toMatchObject({
+      app_name: "travel-bot",
+      user_id: "alice",
+      agent_id: "barista",
+      text: "Alice prefers green tea",
+      topics: ["drinks"],
+      invalid_at: "",
+    });
     expect(agent.next_page_token).toBe("");
 
-    const home = JSON.parse((await runEngram(["memories", "list", "--url", url, "--app", "travel-bot", "--topic", "home", "--include-invalid", "--json"])).stdout);
+    const home = JSON.parse(
+      (
+        await runEngram([
+          "memories",
+          "list",
+          "--url",
+          url,
+          "--app",
+          "travel-bot",
+          "--topic",
+          "home",
+          "--include-invalid",
+          "--json",
+        ])
+      ).stdout,
+    );
     const byId = Object.fromEntries(home.memories.map((m: { memory_id: string }) => [m.memory_id, m]));
     expect(Object.keys(byId).sort()).toEqual(["alice-city", "alice-city-2"]);
-    expect(byId["alice-city"]).toMatchObject({ superseded_by: "alice-city-2", invalid_at: new Date(lyonFrom.getTime() + 1_800_000).toISOString() });
+    expect(byId["alice-city"]).toMatchObject({
+      superseded_by: "alice-city-2",
+      invalid_at: new Date(lyonFrom.getTime() + 1_800_000).toISOString(),
+    });
 
     const then = new Date(lyonFrom.getTime() + 1_000).toISOString();
-    const asOf = await runEngram(["memories", "list", "--url", url, "--app", "travel-bot", "--user", "alice", "--topic", "home", "--as-of", then]);
+    const asOf = await runEngram([
+      "memories",
+      "list",
+      "--url",
+      url,
+      "--app",
+      "travel-bot",
+      "--user",
+      "alice",
+      "--topic",
+      "home",
+      "--as-of",
+      then,
+    ]);
     expect(column(asOf.stdout)).toEqual(["alice-city"]);
   });
 
   it("pages with --limit and --page-token, and --all reads every page", async () => {
-    const first = JSON.parse((await runEngram(["memories", "list", "--url", url, "--app", "travel-bot", "--limit", "2", "--json"])).stdout);
+    const first = JSON.parse(
+      (await runEngram(["memories", "list", "--url", url, "--app", "travel-bot", "--limit", "2", "--json"])).stdout,
+    );
     expect(first.memories.map((m: { memory_id: string }) => m.memory_id)).toEqual(["office", "bob-city"]);
     const human = await runEngram(["memories", "list", "--url", url, "--app", "travel-bot", "--limit", "2"]);
     expect(human.stderr).toContain(`more: engram memories list --page-token ${first.next_page_token}`);
-    const second = JSON.parse((await runEngram(["memories", "list", "--url", url, "--app", "travel-bot", "--limit", "2", "--page-token", first.next_page_token, "--json"])).stdout);
+    const second = JSON.parse(
+      (
+        await runEngram([
+          "memories",
+          "list",
+          "--url",
+          url,
+          "--app",
+          "travel-bot",
+          "--limit",
+          "2",
+          "--page-token",
+          first.next_page_token,
+          "--json",
+        ])
+      ).stdout,
+    );
     expect(second.memories.map((m: { memory_id: string }) => m.memory_id)).toEqual(["alice-tea", "alice-city-2"]);
-    const all = JSON.parse((await runEngram(["memories", "list", "--url", url, "--app", "travel-bot", "--limit", "1", "--all", "--json"])).stdout);
+    const all = JSON.parse(
+      (await runEngram(["memories", "list", "--url", url, "--app", "travel-bot", "--limit", "1", "--all", "--json"]))
+        .stdout,
+    );
     expect(all.memories).toHaveLength(4);
     expect(all.next_page_token).toBe("");
   });
@@ -91,7 +193,18 @@ describe("engram memories list", () => {
 
 describe("engram memories search", () => {
   it("ranks what a user may recall by a query: theirs and the app-wide ones, never another user's", async () => {
-    const run = await runEngram(["memories", "search", "--url", url, "--app", "travel-bot", "--user", "alice", "--query", "lives in Porto"]);
+    const run = await runEngram([
+      "memories",
+      "search",
+      "--url",
+      url,
+      "--app",
+      "travel-bot",
+      "--user",
+      "alice",
+      "--query",
+      "lives in Porto",
+    ]);
     expect(run.code).toBe(0);
     expect(run.stdout.split("\n")[0]).toMatch(/^SCORE\s+MEMORY\s+USER/);
     const ids = column(run.stdout, 1);
@@ -103,14 +216,52 @@ describe("engram memories search", () => {
   });
 
   it("takes --top-k, --topic, --as-of, --session and prints JSON with --json", async () => {
-    const top = JSON.parse((await runEngram(["memories", "search", "--url", url, "--app", "travel-bot", "--user", "alice", "--query", "Porto", "--top-k", "1", "--json"])).stdout);
+    const top = JSON.parse(
+      (
+        await runEngram([
+          "memories",
+          "search",
+          "--url",
+          url,
+          "--app",
+          "travel-bot",
+          "--user",
+          "alice",
+          "--query",
+          "Porto",
+          "--top-k",
+          "1",
+          "--json",
+        ])
+      ).stdout,
+    );
     expect(top.results).toHaveLength(1);
     expect(top.results[0].memory.memory_id).toBe("alice-city-2");
     expect(top.results[0].score).toBeGreaterThan(0);
     expect(top.results[0].lexical_score).toBeGreaterThan(0);
 
     const then = new Date(lyonFrom.getTime() + 1_000).toISOString();
-    const past = JSON.parse((await runEngram(["memories", "search", "--url", url, "--app", "travel-bot", "--user", "alice", "--topic", "home", "--query", "lives", "--as-of", then, "--json"])).stdout);
+    const past = JSON.parse(
+      (
+        await runEngram([
+          "memories",
+          "search",
+          "--url",
+          url,
+          "--app",
+          "travel-bot",
+          "--user",
+          "alice",
+          "--topic",
+          "home",
+          "--query",
+          "lives",
+          "--as-of",
+          then,
+          "--json",
+        ])
+      ).stdout,
+    );
     expect(past.results.map((r: { memory: { memory_id: string } }) => r.memory.memory_id)).toEqual(["alice-city"]);
 
     await memory.writeMemories([
@@ -118,15 +269,53 @@ describe("engram memories search", () => {
       { memoryId: "desk-other", appName: "desk-bot", sessionId: "s-2", text: "The office printer is broken" },
       { memoryId: "desk-shared", appName: "desk-bot", text: "The office opens at nine" },
     ]);
-    const inSession = JSON.parse((await runEngram(["memories", "search", "--url", url, "--app", "desk-bot", "--session", "s-1", "--query", "office", "--json"])).stdout);
-    expect(inSession.results.map((r: { memory: { memory_id: string } }) => r.memory.memory_id).sort()).toEqual(["desk-key", "desk-shared"]);
+    const inSession = JSON.parse(
+      (
+        await runEngram([
+          "memories",
+          "search",
+          "--url",
+          url,
+          "--app",
+          "desk-bot",
+          "--session",
+          "s-1",
+          "--query",
+          "office",
+          "--json",
+        ])
+      ).stdout,
+    );
+    expect(inSession.results.map((r: { memory: { memory_id: string } }) => r.memory.memory_id).sort()).toEqual([
+      "desk-key",
+      "desk-shared",
+    ]);
   });
 
   it("refuses --as-of with --include-invalid, a bad time or --top-k, exiting 2, and reports the server's refusal with 1", async () => {
-    const both = await runEngram(["memories", "search", "--url", url, "--app", "travel-bot", "--as-of", "2024-01-01T00:00:00Z", "--include-invalid"]);
+    const both = await runEngram([
+      "memories",
+      "search",
+      "--url",
+      url,
+      "--app",
+      "travel-bot",
+      "--as-of",
+      "2024-01-01T00:00:00Z",
+      "--include-invalid",
+    ]);
     expect(both.code).toBe(2);
     expect(both.stderr).toContain("--as-of and --include-invalid cannot be combined");
-    const badTime = await runEngram(["memories", "search", "--url", url, "--app", "travel-bot", "--as-of", "last week"]);
+    const badTime = await runEngram([
+      "memories",
+      "search",
+      "--url",
+      url,
+      "--app",
+      "travel-bot",
+      "--as-of",
+      "last week",
+    ]);
     expect(badTime.code).toBe(2);
     expect(badTime.stderr).toContain("--as-of: expected an ISO 8601 time");
     const badTopK = await runEngram(["memories", "search", "--url", url, "--app", "travel-bot", "--top-k", "0"]);
@@ -164,14 +353,36 @@ describe("engram memories forget", () => {
     expect(unconfirmed.stderr).toContain("add --yes to confirm");
     expect((await memory.getMemory("forget-bot", "s-1")).text).toBe("one");
 
-    const confirmed = await runEngram(["memories", "forget", "--url", url, "--app", "forget-bot", "--user", "dan", "--yes", "--json"]);
+    const confirmed = await runEngram([
+      "memories",
+      "forget",
+      "--url",
+      url,
+      "--app",
+      "forget-bot",
+      "--user",
+      "dan",
+      "--yes",
+      "--json",
+    ]);
     expect(confirmed.code).toBe(0);
     expect(JSON.parse(confirmed.stdout)).toEqual({ deleted_count: 2 });
     expect((await memory.getMemory("forget-bot", "s-keep")).text).toBe("kept");
   });
 
   it("refuses ids together with a scope, and neither, exiting 2", async () => {
-    const both = await runEngram(["memories", "forget", "x", "--url", url, "--app", "forget-bot", "--user", "eve", "--yes"]);
+    const both = await runEngram([
+      "memories",
+      "forget",
+      "x",
+      "--url",
+      url,
+      "--app",
+      "forget-bot",
+      "--user",
+      "eve",
+      "--yes",
+    ]);
     expect(both.code).toBe(2);
     expect(both.stderr).toContain("not both");
     const neither = await runEngram(["memories", "forget", "--url", url, "--app", "forget-bot", "--yes"]);
@@ -185,7 +396,17 @@ describe("engram memories forget", () => {
       { memoryId: "app-1", appName: "wipe-bot", text: "shared" },
       { memoryId: "app-2", appName: "wipe-bot", userId: "fay", text: "fay's" },
     ]);
-    const run = await runEngram(["memories", "forget", "--url", url, "--app", "wipe-bot", "--scope-match", "within", "--yes"]);
+    const run = await runEngram([
+      "memories",
+      "forget",
+      "--url",
+      url,
+      "--app",
+      "wipe-bot",
+      "--scope-match",
+      "within",
+      "--yes",
+    ]);
     expect(run).toMatchObject({ code: 0, stdout: "forgot 2 memories\n" });
   });
 });

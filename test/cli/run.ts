@@ -26,16 +26,27 @@ function cleanEnv(env: Record<string, string>): NodeJS.ProcessEnv {
 }
 
 /** Runs `engram <args>` to completion (bounded by `timeoutMs`). */
-export function runEngram(args: string[], opts: { env?: Record<string, string>; input?: string; timeoutMs?: number } = {}): Promise<EngramRun> {
+export function runEngram(
+  args: string[],
+  opts: { env?: Record<string, string>; input?: string; timeoutMs?: number } = {},
+): Promise<EngramRun> {
   return new Promise((resolve, reject) => {
-    const child = spawn(process.execPath, [ENGRAM_BIN, ...args], { cwd: REPO_ROOT, env: cleanEnv(opts.env ?? {}), stdio: ["pipe", "pipe", "pipe"] });
+    const child = spawn(process.execPath, [ENGRAM_BIN, ...args], {
+      cwd: REPO_ROOT,
+      env: cleanEnv(opts.env ?? {}),
+      stdio: ["pipe", "pipe", "pipe"],
+    });
     let stdout = "";
     let stderr = "";
     child.stdout.on("data", (d) => (stdout += d));
     child.stderr.on("data", (d) => (stderr += d));
     const timer = setTimeout(() => {
       child.kill("SIGKILL");
-      reject(new Error(`engram ${args.join(" ")} did not finish in ${opts.timeoutMs ?? 30_000} ms\nstdout: ${stdout}\nstderr: ${stderr}`));
+      reject(
+        new Error(
+          `engram ${args.join(" ")} did not finish in ${opts.timeoutMs ?? 30_000} ms\nstdout: ${stdout}\nstderr: ${stderr}`,
+        ),
+      );
     }, opts.timeoutMs ?? 30_000);
     child.once("error", reject);
     child.once("close", (code) => {
@@ -59,7 +70,11 @@ export interface EngramProcess {
 
 /** Starts `engram <args>` in the background. */
 export function spawnEngram(args: string[], env: Record<string, string> = {}): EngramProcess {
-  const child = spawn(process.execPath, [ENGRAM_BIN, ...args], { cwd: REPO_ROOT, env: cleanEnv(env), stdio: ["ignore", "pipe", "pipe"] });
+  const child = spawn(process.execPath, [ENGRAM_BIN, ...args], {
+    cwd: REPO_ROOT,
+    env: cleanEnv(env),
+    stdio: ["ignore", "pipe", "pipe"],
+  });
   const stdoutLines: string[] = [];
   const stderrLines: string[] = [];
   const waiters = new Set<() => void>();
@@ -83,7 +98,11 @@ export function spawnEngram(args: string[], env: Record<string, string> = {}): E
         };
         const timer = setTimeout(() => {
           waiters.delete(check);
-          reject(new Error(`no matching ${from} line in ${timeoutMs} ms; stdout:\n${stdoutLines.join("\n")}\nstderr:\n${stderrLines.join("\n")}`));
+          reject(
+            new Error(
+              `no matching ${from} line in ${timeoutMs} ms; stdout:\n${stdoutLines.join("\n")}\nstderr:\n${stderrLines.join("\n")}`,
+            ),
+          );
         }, timeoutMs);
         waiters.add(check);
         check();

@@ -31,11 +31,15 @@ describe("engram serve", () => {
   });
 
   it("honours --inspector false and the MEMORY_* environment", async () => {
-    const serve = spawnEngram(["serve", "--host", "127.0.0.1", "--port", "0", "--inspector", "false"], { MEMORY_CONTEXT_LIMIT: "3" });
+    const serve = spawnEngram(["serve", "--host", "127.0.0.1", "--port", "0", "--inspector", "false"], {
+      MEMORY_CONTEXT_LIMIT: "3",
+    });
     try {
       const port = await listeningPort(serve);
       expect((await fetch(`http://127.0.0.1:${port}/`)).status).toBe(404);
-      expect(serve.stdoutLines.find((l) => l.includes("effective configuration"))).toMatch(/"contextLimit":3.*"inspector":false|"inspector":false.*"contextLimit":3/);
+      expect(serve.stdoutLines.find((l) => l.includes("effective configuration"))).toMatch(
+        /"contextLimit":3.*"inspector":false|"inspector":false.*"contextLimit":3/,
+      );
     } finally {
       await serve.stop("SIGKILL");
     }

@@ -31,23 +31,46 @@ describe("the Connect conformance suite's server cases, against Engram's edge", 
     const prepared = await run(path.join(REPO_ROOT, HERE, "prepare.sh"), { encoding: "utf8", timeout: 600_000 });
     const [runner, descriptors] = prepared.stdout.trim().split("\n");
     const args = [
-      "--mode", "server",
-      "--conf", `${HERE}/config.yaml`,
-      "--known-failing", `@${HERE}/known-failing.txt`,
-      "--known-flaky", `@${HERE}/known-flaky.txt`,
+      "--mode",
+      "server",
+      "--conf",
+      `${HERE}/config.yaml`,
+      "--known-failing",
+      `@${HERE}/known-failing.txt`,
+      "--known-flaky",
+      `@${HERE}/known-flaky.txt`,
       // Two servers, four calls each at a time: enough to keep a shared 2-core box busy, not to starve it.
-      "--max-servers", "2",
-      "--parallel", "4",
+      "--max-servers",
+      "2",
+      "--parallel",
+      "4",
       "--",
-      process.execPath, "--import", "tsx", `${HERE}/server.ts`, descriptors!,
+      process.execPath,
+      "--import",
+      "tsx",
+      `${HERE}/server.ts`,
+      descriptors!,
     ];
-    const outcome = await run(runner!, args, { cwd: REPO_ROOT, encoding: "utf8", timeout: 600_000, maxBuffer: 64 * 1024 * 1024 }).then(
+    const outcome = await run(runner!, args, {
+      cwd: REPO_ROOT,
+      encoding: "utf8",
+      timeout: 600_000,
+      maxBuffer: 64 * 1024 * 1024,
+    }).then(
       (done) => ({ code: 0, output: done.stdout + done.stderr }),
-      (err: { code?: number; stdout?: string; stderr?: string }) => ({ code: err.code ?? -1, output: `${err.stdout ?? ""}${err.stderr ?? ""}` }),
+      (err: { code?: number; stdout?: string; stderr?: string }) => ({
+        code: err.code ?? -1,
+        output: `${err.stdout ?? ""}${err.stderr ?? ""}`,
+      }),
     );
-    const summary = /Total cases: \d+\n\d+ passed, \d+ failed(\n\(Another \d+ failed as expected[^)]*\))?/.exec(outcome.output)?.[0];
+    const summary = /Total cases: \d+\n\d+ passed, \d+ failed(\n\(Another \d+ failed as expected[^)]*\))?/.exec(
+      outcome.output,
+    )?.[0];
     console.log(`connectconformance: ${summary?.replace(/\n/g, "; ") ?? "no summary"}`);
-    expect(unexpectedFailures(outcome.output), "cases that did not go as known-failing.txt and known-flaky.txt say").toEqual([]);
+    expect(
+      unexpectedFailures(outcome.output),
+      "cases that did not go as known-failing.txt and known-flaky.txt say",
+    ).toEqual([]);
     expect(summary, outcome.output.slice(-4000)).toBeDefined();
     expect(outcome.code, outcome.output.slice(-4000)).toBe(0);
   }, 900_000);

@@ -27,7 +27,8 @@ async function readSizePrefixed(input: AsyncIterable<Buffer>): Promise<Buffer> {
     buffered = Buffer.concat([buffered, chunk]);
     if (buffered.length >= 4 && buffered.length >= 4 + buffered.readUInt32BE(0)) break;
   }
-  if (buffered.length < 4 || buffered.length < 4 + buffered.readUInt32BE(0)) throw new Error("stdin ended before a whole ServerCompatRequest");
+  if (buffered.length < 4 || buffered.length < 4 + buffered.readUInt32BE(0))
+    throw new Error("stdin ended before a whole ServerCompatRequest");
   return buffered.subarray(4, 4 + buffered.readUInt32BE(0));
 }
 
@@ -40,7 +41,10 @@ function sizePrefixed(message: Uint8Array): Buffer {
 
 async function main(): Promise<void> {
   const schema = new ConformanceSchema(readFileSync(process.argv[2]!));
-  const request = fromBinary(schema.message("ServerCompatRequest"), await readSizePrefixed(process.stdin)) as unknown as {
+  const request = fromBinary(
+    schema.message("ServerCompatRequest"),
+    await readSizePrefixed(process.stdin),
+  ) as unknown as {
     useTls: boolean;
     messageReceiveLimit: number;
   };
@@ -73,7 +77,14 @@ async function main(): Promise<void> {
     handleHttp1: connectHandler,
     settings,
   });
-  process.stdout.write(sizePrefixed(toBinary(schema.message("ServerCompatResponse"), create(schema.message("ServerCompatResponse"), { host: "127.0.0.1", port: shared.port } as never))));
+  process.stdout.write(
+    sizePrefixed(
+      toBinary(
+        schema.message("ServerCompatResponse"),
+        create(schema.message("ServerCompatResponse"), { host: "127.0.0.1", port: shared.port } as never),
+      ),
+    ),
+  );
   process.once("SIGTERM", () => {
     grpcServer.forceShutdown();
     shared.httpServer.closeAllConnections();

@@ -12,11 +12,26 @@
  */
 import { setTimeout as sleep } from "node:timers/promises";
 import * as grpc from "@grpc/grpc-js";
-import { create, createFileRegistry, fromBinary, toBinary, type DescMessage, type DescMethod, type DescService, type Message, type Registry } from "@bufbuild/protobuf";
+import {
+  create,
+  createFileRegistry,
+  fromBinary,
+  toBinary,
+  type DescMessage,
+  type DescMethod,
+  type DescService,
+  type Message,
+  type Registry,
+} from "@bufbuild/protobuf";
 import { anyPack, anyUnpack, FileDescriptorSetSchema, type Any } from "@bufbuild/protobuf/wkt";
 import { ConnectError, type ConnectRouter, type HandlerContext } from "@connectrpc/connect";
 import { parseRequest } from "../../src/server/parse-request.js";
-import { toConnectError, toGrpcStatus, type InternalErrorReporter, type StatusDetail } from "../../src/server/status.js";
+import {
+  toConnectError,
+  toGrpcStatus,
+  type InternalErrorReporter,
+  type StatusDetail,
+} from "../../src/server/status.js";
 
 const PACKAGE = "connectrpc.conformance.v1";
 
@@ -39,7 +54,10 @@ interface ResponseDefinition {
   responseTrailers: Header[];
   responseDelayMs: number;
   /** UnaryResponseDefinition's oneof. */
-  response?: { case: "responseData"; value: Uint8Array } | { case: "error"; value: ErrorDefinition } | { case: undefined };
+  response?:
+    | { case: "responseData"; value: Uint8Array }
+    | { case: "error"; value: ErrorDefinition }
+    | { case: undefined };
   /** StreamResponseDefinition's messages and final error. */
   responseData?: Uint8Array[];
   error?: ErrorDefinition;
@@ -92,19 +110,29 @@ export function answer(schema: ConformanceSchema, method: DescMethod, request: M
     connectGetInfo: seen.queryParams ? { queryParams: seen.queryParams } : undefined,
   } as never);
   const payload = (data: Uint8Array | undefined, withInfo: boolean) =>
-    create(method.output, { payload: { data: data ?? new Uint8Array(0), requestInfo: withInfo ? requestInfo : undefined } } as never);
+    create(method.output, {
+      payload: { data: data ?? new Uint8Array(0), requestInfo: withInfo ? requestInfo : undefined },
+    } as never);
   const headers = definition?.responseHeaders ?? [];
   const trailers = definition?.responseTrailers ?? [];
   const delayMs = definition?.responseDelayMs ?? 0;
   if (method.methodKind === "server_streaming") {
     const data = definition?.responseData ?? [];
     const messages = data.map((d, i) => payload(d, i === 0));
-    const error = definition?.error ? errorOf(schema, definition.error, messages.length === 0 ? requestInfo : undefined) : undefined;
+    const error = definition?.error
+      ? errorOf(schema, definition.error, messages.length === 0 ? requestInfo : undefined)
+      : undefined;
     return { headers, trailers, delayMs, messages, error };
   }
   const response = definition?.response;
-  if (response?.case === "error") return { headers, trailers, delayMs: 0, messages: [], error: errorOf(schema, response.value, requestInfo) };
-  return { headers, trailers, delayMs, messages: [payload(response?.case === "responseData" ? response.value : undefined, true)] };
+  if (response?.case === "error")
+    return { headers, trailers, delayMs: 0, messages: [], error: errorOf(schema, response.value, requestInfo) };
+  return {
+    headers,
+    trailers,
+    delayMs,
+    messages: [payload(response?.case === "responseData" ? response.value : undefined, true)],
+  };
 }
 
 /** The error a definition asks for: its own details, then what the server saw (when given). */

@@ -22,7 +22,20 @@ afterAll(async () => {
 });
 
 const SECTIONS = ["messages", "documents", "findings", "actions", "role"];
-const word = fc.constantFrom("paris", "weather", "bridge", "pier", "sunny", "report", "🎉", "ünï", "<|endoftext|>", "the", "a", "x".repeat(40));
+const word = fc.constantFrom(
+  "paris",
+  "weather",
+  "bridge",
+  "pier",
+  "sunny",
+  "report",
+  "🎉",
+  "ünï",
+  "<|endoftext|>",
+  "the",
+  "a",
+  "x".repeat(40),
+);
 const text = fc.array(word, { minLength: 0, maxLength: 30 }).map((w) => w.join(" "));
 const section = fc.option(fc.constantFrom(...SECTIONS), { nil: undefined });
 
@@ -72,7 +85,8 @@ describe("BuildConversationContext budgets (property)", () => {
         }
         expect(ctx.sections.reduce((n, s) => n + s.tokensUsed, 0)).toBe(ctx.tokensUsed);
         expect(toolPairingErrors(ctx)).toEqual([]);
-        const window = req.maxEvents || (req.tokenBudget > 0 || Object.keys(req.sectionBudgets).length > 0 || req.query ? 1000 : 6);
+        const window =
+          req.maxEvents || (req.tokenBudget > 0 || Object.keys(req.sectionBudgets).length > 0 || req.query ? 1000 : 6);
         expect(ctx.eventsIncluded + ctx.eventsDropped + ctx.eventsSummarized).toBe(Math.min(window, events.length));
         expect(ctx.tokenizer).toBe(req.tokenizer || "o200k_base");
         await client.deleteSession({ sessionId });

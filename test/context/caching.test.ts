@@ -5,7 +5,12 @@
  * back to characters / 4, which the response then names.
  */
 import { describe, expect, it } from "vitest";
-import { ContextAssembler, TokenizerRegistry, type ContextOptions, type TokenCounter } from "../../src/service/context/index.js";
+import {
+  ContextAssembler,
+  TokenizerRegistry,
+  type ContextOptions,
+  type TokenCounter,
+} from "../../src/service/context/index.js";
 import type { StoredEvent } from "../../src/store/types.js";
 
 const OPTIONS: ContextOptions = {
@@ -37,7 +42,10 @@ describe("token count caching", () => {
     const window = events(500);
     const first = assembler.assemble(window, OPTIONS, counter);
     expect(counted).toBe(500);
-    for (let i = 0; i < 5; i++) expect(assembler.assemble(window, { ...OPTIONS, tokenBudget: 100 + i }, counter).tokensUsed).toBeLessThanOrEqual(104);
+    for (let i = 0; i < 5; i++)
+      expect(assembler.assemble(window, { ...OPTIONS, tokenBudget: 100 + i }, counter).tokensUsed).toBeLessThanOrEqual(
+        104,
+      );
     expect(assembler.assemble(window, OPTIONS, counter)).toEqual(first);
     expect(counted).toBe(500);
   });
@@ -45,7 +53,9 @@ describe("token count caching", () => {
   it("runs the BPE once per distinct text, even over fresh copies of the events (as Redis and PostgreSQL return them)", async () => {
     let bpeCalls = 0;
     const real = await import("gpt-tokenizer/encoding/o200k_base");
-    const registry = new TokenizerRegistry(async () => (text, options) => (bpeCalls++, real.countTokens(text, options)));
+    const registry = new TokenizerRegistry(
+      async () => (text, options) => (bpeCalls++, real.countTokens(text, options)),
+    );
     const counter = await registry.get("o200k_base");
     const assembler = new ContextAssembler();
     const window = events(300);

@@ -10,7 +10,15 @@ import { Code } from "@connectrpc/connect";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { connectClient, errorOf, grpcJsClient, type MemoryClient } from "../support/clients.js";
 import { startTestServer, type TestServer } from "../support/engram.js";
-import { ev, recountTokens, sessionWith, toInput, toolPairingErrors, type EventSpec, type ContextRequestInit } from "./helpers.js";
+import {
+  ev,
+  recountTokens,
+  sessionWith,
+  toInput,
+  toolPairingErrors,
+  type EventSpec,
+  type ContextRequestInit,
+} from "./helpers.js";
 
 let server: TestServer;
 let client: MemoryClient;
@@ -26,13 +34,17 @@ afterAll(async () => {
   await server?.stop();
 });
 
-const build = (sessionId: string, req: ContextRequestInit = {}) => client.buildConversationContext({ sessionId, ...req });
+const build = (sessionId: string, req: ContextRequestInit = {}) =>
+  client.buildConversationContext({ sessionId, ...req });
 const tokens = (text: string) => 4 + o200k(text);
 
 describe("token budget", () => {
   it("keeps the newest turns that fit, stops at the first that does not, and reports what it used", async () => {
     const turns: EventSpec[] = [];
-    for (let i = 1; i <= 10; i++) turns.push(i % 2 ? ev.user(`question number ${i} about the weather`) : ev.assistant(`answer number ${i}: it is sunny`));
+    for (let i = 1; i <= 10; i++)
+      turns.push(
+        i % 2 ? ev.user(`question number ${i} about the weather`) : ev.assistant(`answer number ${i}: it is sunny`),
+      );
     const id = await sessionWith(client, turns);
     const full = await build(id, { tokenBudget: 100_000 });
     expect(full.eventsIncluded).toBe(10);
@@ -40,8 +52,16 @@ describe("token budget", () => {
     const lastThree = turns.slice(-3).reduce((n, e) => n + tokens(e.content as string), 0);
     const ctx = await build(id, { tokenBudget: lastThree + 2 });
     expect(ctx.messages.map((m) => m.content)).toEqual(turns.slice(-3).map((e) => e.content));
-    expect(ctx).toMatchObject({ tokensUsed: lastThree, eventsIncluded: 3, eventsDropped: 7, tokenizer: "o200k_base", retrievalUsed: false });
-    expect(ctx.text).toBe("Assistant: answer number 8: it is sunny\nUser: question number 9 about the weather\nAssistant: answer number 10: it is sunny");
+    expect(ctx).toMatchObject({
+      tokensUsed: lastThree,
+      eventsIncluded: 3,
+      eventsDropped: 7,
+      tokenizer: "o200k_base",
+      retrievalUsed: false,
+    });
+    expect(ctx.text).toBe(
+      "Assistant: answer number 8: it is sunny\nUser: question number 9 about the weather\nAssistant: answer number 10: it is sunny",
+    );
     // Legacy calls (max_events only) still read the newest max_events and report their tokens.
     const legacy = await build(id, { maxEvents: 2 });
     expect(legacy.messages.map((m) => m.content)).toEqual(turns.slice(-2).map((e) => e.content));
@@ -56,18 +76,30 @@ describe("token budget", () => {
   });
 
   it("answers the same on gRPC as on Connect", async () => {
-    const id = await sessionWith(client, [ev.system("be brief"), ev.user("hello"), ev.call("calc", "c1", { x: 1 }), ev.result("calc", "c1", 2), ev.assistant("2")]);
+    const id = await sessionWith(client, [
+      ev.system("be brief"),
+      ev.user("hello"),
+      ev.call("calc", "c1", { x: 1 }),
+      ev.result("calc", "c1", 2),
+      ev.assistant("2"),
+    ]);
     const req = { sessionId: id, tokenBudget: 60, query: "calc" };
     expect(await grpc.buildConversationContext(req)).toEqual(await client.buildConversationContext(req));
   });
 });
 
 describe("system preservation", () => {
-  const events = [ev.system("You are a careful travel agent."), ...Array.from({ length: 8 }, (_, i) => ev.user(`message ${i} with some words in it`))];
+  const events = [
+    ev.system("You are a careful travel agent."),
+    ...Array.from({ length: 8 }, (_, i) => ev.user(`message ${i} with some words in it`)),
+  ];
 
   it("keeps system events first, then fills the rest newest first", async () => {
     const id = await sessionWith(client, events);
-    const budget = tokens("You are a careful travel agent.") + tokens("message 7 with some words in it") + tokens("message 6 with some words in it");
+    const budget =
+      tokens("You are a careful travel agent.") +
+      tokens("message 7 with some words in it") +
+      tokens("message 6 with some words in it");
     const ctx = await build(id, { tokenBudget: budget });
     expect(ctx.messages.map((m) => [m.role, m.content])).toEqual([
       ["system", "You are a careful travel agent."],
@@ -87,7 +119,11 @@ describe("system preservation", () => {
   });
 
   it("keeps the oldest system prompts that fit when they alone exceed the budget", async () => {
-    const id = await sessionWith(client, [ev.system("first prompt"), ev.system("second prompt that is much longer than the first one"), ev.user("hi")]);
+    const id = await sessionWith(client, [
+      ev.system("first prompt"),
+      ev.system("second prompt that is much longer than the first one"),
+      ev.user("hi"),
+    ]);
     const ctx = await build(id, { tokenBudget: tokens("first prompt") + 1 });
     expect(ctx.messages.map((m) => m.content)).toEqual(["first prompt"]);
     expect(ctx.tokensUsed).toBeLessThanOrEqual(tokens("first prompt") + 1);
@@ -121,7 +157,12 @@ describe("tool calls", () => {
   });
 
   it("drops a call whose result is outside the window, and a result whose call is", async () => {
-    const id = await sessionWith(client, [ev.call("a", "a1"), ev.result("a", "a1", "x"), ev.call("b", "b1"), ev.user("meanwhile")]);
+    const id = await sessionWith(client, [
+      ev.call("a", "a1"),
+      ev.result("a", "a1", "x"),
+      ev.call("b", "b1"),
+      ev.user("meanwhile"),
+    ]);
     const ctx = await build(id, { maxEvents: 3, tokenBudget: 1000 });
     expect(ctx.messages.map((m) => m.role)).toEqual(["user"]);
     expect(ctx).toMatchObject({ eventsIncluded: 1, eventsDropped: 2 });
@@ -145,10 +186,18 @@ describe("sections", () => {
     // Short by one document: the default order trims documents first...
     const short = all.tokensUsed - 1;
     const trimmed = await build(id, { tokenBudget: short });
-    expect(trimmed.sections.map((s) => [s.name, s.eventsDropped])).toEqual([["messages", 0], ["findings", 0], ["documents", 1]]);
+    expect(trimmed.sections.map((s) => [s.name, s.eventsDropped])).toEqual([
+      ["messages", 0],
+      ["findings", 0],
+      ["documents", 1],
+    ]);
     // ...and a priority order putting documents first trims the lowest listed section instead.
     const reordered = await build(id, { tokenBudget: short, sectionPriority: ["documents", "findings", "messages"] });
-    expect(reordered.sections.map((s) => [s.name, s.eventsDropped])).toEqual([["documents", 0], ["findings", 0], ["messages", 1]]);
+    expect(reordered.sections.map((s) => [s.name, s.eventsDropped])).toEqual([
+      ["documents", 0],
+      ["findings", 0],
+      ["messages", 1],
+    ]);
     expect(reordered.messages.some((m) => m.content.includes("Maintenance manual"))).toBe(true);
     expect(docs).toBeGreaterThan(0);
   });
@@ -160,7 +209,9 @@ describe("sections", () => {
     const docs = ctx.sections.find((s) => s.name === "documents")!;
     expect(docs).toMatchObject({ tokensUsed: cap, eventsIncluded: 1, eventsDropped: 1 });
     expect(ctx.messages.filter((m) => m.content.startsWith("[document]")).map((m) => m.role)).toEqual(["system"]);
-    expect(ctx.messages.find((m) => m.content.startsWith("[finding]"))!.content).toBe("[finding] Pier 3 needs repair within 6 months.");
+    expect(ctx.messages.find((m) => m.content.startsWith("[finding]"))!.content).toBe(
+      "[finding] Pier 3 needs repair within 6 months.",
+    );
     // Section budgets alone make the server choose from the whole session (not MEMORY_CONTEXT_LIMIT).
     expect(ctx.eventsIncluded + ctx.eventsDropped).toBe(sectioned.length);
   });
@@ -183,7 +234,10 @@ describe("retrieval", () => {
   ];
 
   it("chooses the documents most relevant to the query by BM25 once a section holds more than retrieval_threshold items", async () => {
-    const id = await sessionWith(client, corpus.map((t) => ev.doc(t)));
+    const id = await sessionWith(
+      client,
+      corpus.map((t) => ev.doc(t)),
+    );
     const budget = 3 * Math.max(...corpus.map((t) => tokens(`[document] ${t}`)));
     const recent = await build(id, { tokenBudget: budget });
     expect(recent.retrievalUsed).toBe(false);
@@ -206,7 +260,10 @@ describe("retrieval", () => {
     const budget = tokens("the launch code is tangerine") + tokens("filler message 24 about nothing in particular");
     const ctx = await build(id, { tokenBudget: budget, query: "launch code" });
     expect(ctx.retrievalUsed).toBe(true);
-    expect(ctx.messages.map((m) => m.content)).toEqual(["the launch code is tangerine", "filler message 24 about nothing in particular"]);
+    expect(ctx.messages.map((m) => m.content)).toEqual([
+      "the launch code is tangerine",
+      "filler message 24 about nothing in particular",
+    ]);
   });
 });
 
@@ -222,7 +279,11 @@ describe("summaries", () => {
       ev.user("u7"),
     ]);
     const ctx = await build(id, { tokenBudget: 10_000 });
-    expect(ctx.messages.map((m) => m.content)).toEqual(["sys", "[Summary of events 2-5] The user greeted twice.", "u7"]);
+    expect(ctx.messages.map((m) => m.content)).toEqual([
+      "sys",
+      "[Summary of events 2-5] The user greeted twice.",
+      "u7",
+    ]);
     expect(ctx.text).toBe("Summary: The user greeted twice.\nUser: u7");
     expect(ctx).toMatchObject({ eventsSummarized: 4, eventsIncluded: 3, eventsDropped: 0 });
     const log = await client.getSessionEvents({ sessionId: id });
@@ -247,7 +308,12 @@ describe("summaries", () => {
   });
 
   it("is trimmed by recency at the place of what it covers", async () => {
-    const id = await sessionWith(client, [ev.user("old one"), ev.user("old two"), ev.summary("gist", 1, 2), ev.user("newest")]);
+    const id = await sessionWith(client, [
+      ev.user("old one"),
+      ev.user("old two"),
+      ev.summary("gist", 1, 2),
+      ev.user("newest"),
+    ]);
     const ctx = await build(id, { tokenBudget: tokens("newest") + 1 });
     expect(ctx.messages.map((m) => m.content)).toEqual(["newest"]);
     expect(ctx).toMatchObject({ eventsSummarized: 2, eventsDropped: 1, eventsIncluded: 1 });
@@ -255,14 +321,32 @@ describe("summaries", () => {
 
   it("AddEvent refuses a summary whose covers is malformed, naming the field", async () => {
     const id = await sessionWith(client, []);
-    for (const covers of [{ from_seq: 5, to_seq: 2 }, { from_seq: 0, to_seq: 2 }, { from_seq: "x" }, "1-2"] as JsonValue[]) {
-      const err = await errorOf(client.addEvent({ sessionId: id, event: toInput({ type: "summary", content: "s", metadata: { covers } }) as never }));
+    for (const covers of [
+      { from_seq: 5, to_seq: 2 },
+      { from_seq: 0, to_seq: 2 },
+      { from_seq: "x" },
+      "1-2",
+    ] as JsonValue[]) {
+      const err = await errorOf(
+        client.addEvent({
+          sessionId: id,
+          event: toInput({ type: "summary", content: "s", metadata: { covers } }) as never,
+        }),
+      );
       expect(err.code).toBe(Code.InvalidArgument);
       expect(err.rawMessage.startsWith("event.metadata.covers")).toBe(true);
     }
-    await client.addEvent({ sessionId: id, event: toInput({ type: "summary", content: "s", metadata: { covers: { from_seq: "1", to_seq: "1" } } }) as never });
+    await client.addEvent({
+      sessionId: id,
+      event: toInput({ type: "summary", content: "s", metadata: { covers: { from_seq: "1", to_seq: "1" } } }) as never,
+    });
     await client.addEvent({ sessionId: id, event: toInput({ type: "summary", content: "no range" }) as never });
-    const err = await errorOf(client.addEvents({ sessionId: id, events: [toInput(ev.user("ok")), toInput({ type: "summary", metadata: { covers: {} } })] as never }));
+    const err = await errorOf(
+      client.addEvents({
+        sessionId: id,
+        events: [toInput(ev.user("ok")), toInput({ type: "summary", metadata: { covers: {} } })] as never,
+      }),
+    );
     expect(err.rawMessage.startsWith("events[1].metadata.covers")).toBe(true);
   });
 });
@@ -271,7 +355,13 @@ describe("rendering", () => {
   it("passes images through as OpenAI content parts and charges each at a fixed cost", async () => {
     const url = "https://example.test/cat.png";
     const id = await sessionWith(client, [
-      { type: "user_message", content: [{ type: "text", text: "What is this?" }, { type: "image_url", image_url: { url, detail: "low" } }] },
+      {
+        type: "user_message",
+        content: [
+          { type: "text", text: "What is this?" },
+          { type: "image_url", image_url: { url, detail: "low" } },
+        ],
+      },
       { type: "user_message", content: { text: "and these?", images: [url, { url: "data:image/png;base64,AAAA" }] } },
       { type: "agent_response", content: { type: "image_url", image_url: { url } } },
       ev.user("plain"),
@@ -282,7 +372,10 @@ describe("rendering", () => {
       ["text", "What is this?", undefined, undefined],
       ["image_url", "", url, "low"],
     ]);
-    expect(ctx.messages[1].contentParts.filter((p) => p.type === "image_url").map((p) => p.imageUrl!.url)).toEqual([url, "data:image/png;base64,AAAA"]);
+    expect(ctx.messages[1].contentParts.filter((p) => p.type === "image_url").map((p) => p.imageUrl!.url)).toEqual([
+      url,
+      "data:image/png;base64,AAAA",
+    ]);
     expect(ctx.messages[2]).toMatchObject({ role: "assistant", content: "" });
     expect(ctx.messages[2].contentParts).toHaveLength(1);
     expect(ctx.messages[3].contentParts).toEqual([]);

@@ -7,11 +7,18 @@ import { fromJson, type JsonObject, type JsonValue, type MessageInitShape } from
 import { ValueSchema } from "@bufbuild/protobuf/wkt";
 import { countTokens as o200k } from "gpt-tokenizer/encoding/o200k_base";
 import { countTokens as cl100k } from "gpt-tokenizer/encoding/cl100k_base";
-import type { BuildConversationContextRequestSchema, BuildConversationContextResponse, EventInput } from "@engram-memory/client/gen/engram/v1/memory_pb.js";
+import type {
+  BuildConversationContextRequestSchema,
+  BuildConversationContextResponse,
+  EventInput,
+} from "@engram-memory/client/gen/engram/v1/memory_pb.js";
 import type { MemoryClient } from "../support/clients.js";
 
 /** The options of a BuildConversationContext request (all but session_id). */
-export type ContextRequestInit = Omit<MessageInitShape<typeof BuildConversationContextRequestSchema>, "sessionId" | "$typeName">;
+export type ContextRequestInit = Omit<
+  MessageInitShape<typeof BuildConversationContextRequestSchema>,
+  "sessionId" | "$typeName"
+>;
 
 /** An event as a test writes it. */
 export interface EventSpec {
@@ -26,9 +33,21 @@ export const ev = {
   user: (text: string, metadata?: JsonObject): EventSpec => ({ type: "user_message", content: text, metadata }),
   assistant: (text: string, metadata?: JsonObject): EventSpec => ({ type: "agent_response", content: text, metadata }),
   system: (text: string, metadata?: JsonObject): EventSpec => ({ type: "system", content: text, metadata }),
-  call: (tool: string, id: string, args: JsonObject = {}, metadata?: JsonObject): EventSpec => ({ type: "tool_call", content: { tool, tool_call_id: id, arguments: args }, metadata }),
-  result: (tool: string, id: string, result: JsonValue, metadata?: JsonObject): EventSpec => ({ type: "tool_result", content: { tool, tool_call_id: id, result }, metadata }),
-  summary: (text: string, fromSeq: number, toSeq: number): EventSpec => ({ type: "summary", content: text, metadata: { covers: { from_seq: fromSeq, to_seq: toSeq } } }),
+  call: (tool: string, id: string, args: JsonObject = {}, metadata?: JsonObject): EventSpec => ({
+    type: "tool_call",
+    content: { tool, tool_call_id: id, arguments: args },
+    metadata,
+  }),
+  result: (tool: string, id: string, result: JsonValue, metadata?: JsonObject): EventSpec => ({
+    type: "tool_result",
+    content: { tool, tool_call_id: id, result },
+    metadata,
+  }),
+  summary: (text: string, fromSeq: number, toSeq: number): EventSpec => ({
+    type: "summary",
+    content: text,
+    metadata: { covers: { from_seq: fromSeq, to_seq: toSeq } },
+  }),
   doc: (text: string, section = "documents"): EventSpec => ({ type: "document", content: text, metadata: { section } }),
 };
 

@@ -26,7 +26,9 @@ const clients: Record<string, MemoryClient> = {};
 beforeAll(async () => {
   servers.local = await startTestServer();
   servers.redis = await startTestServer({ store: await RedisStore.open({ url: redisUrl, keyPrefix, limits: LIMITS }) });
-  servers.postgres = await startTestServer({ store: await PostgresStore.open({ url: postgresUrl, schema, limits: LIMITS }) });
+  servers.postgres = await startTestServer({
+    store: await PostgresStore.open({ url: postgresUrl, schema, limits: LIMITS }),
+  });
   for (const [name, s] of Object.entries(servers)) clients[name] = connectClient(s.baseUrl, { binary: true });
 });
 afterAll(async () => {
@@ -44,7 +46,10 @@ afterAll(async () => {
 /** A long session mixing every rendering rule; deterministic. */
 function session(): EventSpec[] {
   const topics = ["paris weather", "bridge pier cracks", "rust borrow checker", "python lists", "louvre museum"];
-  const events: EventSpec[] = [ev.system("You are Engram's test agent."), ev.system("Answer in one line.", { section: "role" })];
+  const events: EventSpec[] = [
+    ev.system("You are Engram's test agent."),
+    ev.system("Answer in one line.", { section: "role" }),
+  ];
   for (let i = 0; i < 120; i++) {
     const topic = topics[i % topics.length];
     switch (i % 8) {
@@ -53,7 +58,14 @@ function session(): EventSpec[] {
         break;
       case 1:
         // Keys deliberately out of order: jsonb stores them sorted.
-        events.push(ev.call("search", `c${i}`, { zeta: i, alpha: topic, mid: { y: [1, 2.5, "x"], b: true } }, { section: "actions" }));
+        events.push(
+          ev.call(
+            "search",
+            `c${i}`,
+            { zeta: i, alpha: topic, mid: { y: [1, 2.5, "x"], b: true } },
+            { section: "actions" },
+          ),
+        );
         events.push(ev.result("search", `c${i}`, { zz: `found ${topic}`, aa: i }, { section: "actions" }));
         break;
       case 2:
@@ -63,10 +75,20 @@ function session(): EventSpec[] {
         events.push(ev.doc(`Reference document ${i} on ${topic}: ${"details ".repeat(i % 5)}`));
         break;
       case 4:
-        events.push({ type: "finding", content: { text: `Finding ${i}: ${topic} matters`, confidence: 0.5 }, metadata: { section: "findings" } });
+        events.push({
+          type: "finding",
+          content: { text: `Finding ${i}: ${topic} matters`, confidence: 0.5 },
+          metadata: { section: "findings" },
+        });
         break;
       case 5:
-        events.push({ type: "user_message", content: [{ type: "text", text: `Look at ${topic}` }, { type: "image_url", image_url: { url: `https://example.test/${i}.png` } }] });
+        events.push({
+          type: "user_message",
+          content: [
+            { type: "text", text: `Look at ${topic}` },
+            { type: "image_url", image_url: { url: `https://example.test/${i}.png` } },
+          ],
+        });
         break;
       case 6:
         events.push({ type: "delegation_request", content: { task: `research ${topic}`, target_agent: "researcher" } });
@@ -85,8 +107,18 @@ const requests: Array<[string, ContextRequestInit]> = [
   ["token budget", { tokenBudget: 1500 }],
   ["tight budget, no system preservation", { tokenBudget: 300, preserveSystem: false }],
   ["query with retrieval", { tokenBudget: 800, query: "louvre museum paris" }],
-  ["sections", { tokenBudget: 2000, sectionBudgets: { documents: 200, actions: 300 }, sectionPriority: ["documents", "findings", "messages", "actions"] }],
-  ["cl100k and threshold", { tokenBudget: 1200, tokenizer: "cl100k_base", query: "rust borrow", retrievalThreshold: 3 }],
+  [
+    "sections",
+    {
+      tokenBudget: 2000,
+      sectionBudgets: { documents: 200, actions: 300 },
+      sectionPriority: ["documents", "findings", "messages", "actions"],
+    },
+  ],
+  [
+    "cl100k and threshold",
+    { tokenBudget: 1200, tokenizer: "cl100k_base", query: "rust borrow", retrievalThreshold: 3 },
+  ],
   ["chars4", { tokenBudget: 900, tokenizer: "chars4" }],
 ];
 
@@ -98,7 +130,9 @@ describe("context assembly on the local, Redis and PostgreSQL stores", () => {
   });
 
   it.each(requests)("answers %s identically", async (_name, req) => {
-    const answers = await Promise.all(Object.keys(clients).map((name) => clients[name].buildConversationContext({ ...req, sessionId: ids[name] })));
+    const answers = await Promise.all(
+      Object.keys(clients).map((name) => clients[name].buildConversationContext({ ...req, sessionId: ids[name] })),
+    );
     expect(answers[0].eventsIncluded).toBeGreaterThan(0);
     expect(answers[1]).toEqual(answers[0]);
     expect(answers[2]).toEqual(answers[0]);

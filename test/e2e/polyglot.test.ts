@@ -31,7 +31,10 @@ beforeAll(async () => {
   streamBin = path.join(binDir, "engram-stream");
   await Promise.all([
     run(path.join(REPO_ROOT, "clients/python/scripts/venv.sh"), [], { timeout: 600_000 }),
-    run("go", ["build", "-o", streamBin, "./cmd/engram-stream"], { cwd: path.join(REPO_ROOT, "clients/go"), timeout: 600_000 }),
+    run("go", ["build", "-o", streamBin, "./cmd/engram-stream"], {
+      cwd: path.join(REPO_ROOT, "clients/go"),
+      timeout: 600_000,
+    }),
   ]);
 }, 900_000);
 
@@ -39,9 +42,13 @@ afterAll(() => rmSync(binDir, { recursive: true, force: true }));
 
 /** Starts `engram-stream` and resolves once it reports having caught up (so it then follows live). */
 async function startGoStreamer(baseUrl: string, sessionId: string) {
-  const child = spawn(streamBin, ["-addr", baseUrl, "-session", sessionId, "-count", String(EVENTS), "-timeout", "60s", "-v"], {
-    stdio: ["ignore", "pipe", "pipe"],
-  });
+  const child = spawn(
+    streamBin,
+    ["-addr", baseUrl, "-session", sessionId, "-count", String(EVENTS), "-timeout", "60s", "-v"],
+    {
+      stdio: ["ignore", "pipe", "pipe"],
+    },
+  );
   const lines: string[] = [];
   createInterface({ input: child.stdout! }).on("line", (line) => lines.push(line));
   let stderr = "";
@@ -88,9 +95,13 @@ function describePolyglot(backend: "local" | "redis", env: () => Record<string, 
         await ts.createSession("polyglot", "py-agent", sessionId);
         const go = await startGoStreamer(server.baseUrl, sessionId);
         try {
-          const agent = await run(PYTHON, [path.join(REPO_ROOT, "test/e2e/python_agent.py"), server.address, sessionId, String(TURNS)], {
-            timeout: 60_000,
-          });
+          const agent = await run(
+            PYTHON,
+            [path.join(REPO_ROOT, "test/e2e/python_agent.py"), server.address, sessionId, String(TURNS)],
+            {
+              timeout: 60_000,
+            },
+          );
           const written = JSON.parse(agent.stdout.trim()) as { events: number; seqs: number[] };
           expect(written.seqs).toEqual(Array.from({ length: EVENTS }, (_, i) => i + 1));
 
@@ -105,7 +116,12 @@ function describePolyglot(backend: "local" | "redis", env: () => Record<string, 
         expect(streamed.map((e) => [e.seq, e.event_id, e.event_type, e.content, e.session_id])).toEqual(
           stored.map((e) => [e.seq, e.eventId, e.eventType, e.content, sessionId]),
         );
-        expect(streamed.slice(0, 4).map((e) => e.event_type)).toEqual(["user_message", "tool_call", "tool_result", "agent_response"]);
+        expect(streamed.slice(0, 4).map((e) => e.event_type)).toEqual([
+          "user_message",
+          "tool_call",
+          "tool_result",
+          "agent_response",
+        ]);
 
         const context = await ts.buildConversationContext(sessionId, EVENTS);
         expect(context.eventsIncluded).toBe(EVENTS);
@@ -116,7 +132,11 @@ function describePolyglot(backend: "local" | "redis", env: () => Record<string, 
         expect(textLines.at(-1)).toBe(`Assistant: answer ${TURNS}: sunny in city-${TURNS}`);
 
         // Every tool message follows the assistant turn that called it, paired by id.
-        const messages = context.messages as Array<{ role: string; tool_calls?: Array<{ id: string }>; tool_call_id?: string }>;
+        const messages = context.messages as Array<{
+          role: string;
+          tool_calls?: Array<{ id: string }>;
+          tool_call_id?: string;
+        }>;
         const open = new Set<string>();
         for (const m of messages) {
           for (const call of m.tool_calls ?? []) open.add(call.id);

@@ -25,7 +25,10 @@ beforeAll(async () => {
   client = grpcJsClient(server.address);
   await client.createSession({ appName: "backpressure", userId: "u", sessionId: SESSION });
   for (let appended = 0; appended < EVENTS; appended += BATCH) {
-    await client.addEvents({ sessionId: SESSION, events: Array.from({ length: BATCH }, () => ({ eventType: "tool_result" })) });
+    await client.addEvents({
+      sessionId: SESSION,
+      events: Array.from({ length: BATCH }, () => ({ eventType: "tool_result" })),
+    });
   }
 });
 
@@ -39,7 +42,11 @@ describe("a gRPC stream whose reader keeps it waiting", () => {
     const warnings: string[] = [];
     const onWarning = (warning: Error) => warnings.push(`${warning.name}: ${warning.message}`);
     process.on("warning", onWarning);
-    const { client: raw, call } = rawEventStream(server.address, { sessionId: SESSION, afterSeq: 0n }, { deadline: Date.now() + 60_000 });
+    const { client: raw, call } = rawEventStream(
+      server.address,
+      { sessionId: SESSION, afterSeq: 0n },
+      { deadline: Date.now() + 60_000 },
+    );
     call.on("error", () => {}); // the cancel below ends it with CANCELLED
     try {
       const received = await new Promise<number>((resolve, reject) => {

@@ -122,7 +122,10 @@ afterAll(async () => {
  * The master holding most of `sessions` (by their keys' slots, keys.ts):
  * where killing hurts most. A key of it, to kill it by.
  */
-async function busiestMaster(prefix: string, sessions: readonly string[]): Promise<{ master: ClusterNode; key: string }> {
+async function busiestMaster(
+  prefix: string,
+  sessions: readonly string[],
+): Promise<{ master: ClusterNode; key: string }> {
   const keys = new RedisKeys(prefix, CLUSTER_BUCKETS);
   const counts = new Map<ClusterNode, { key: string; sessions: number }>();
   for (const sessionId of sessions) {
@@ -141,7 +144,9 @@ async function busiestMaster(prefix: string, sessions: readonly string[]): Promi
 async function readAll(client: MemoryClient, sessionId: string): Promise<Array<{ seq: number; eventId: string }>> {
   const log: Array<{ seq: number; eventId: string }> = [];
   for (let after = 0, page = 0; page < 100; page++) {
-    const { events } = await client.getSessionEvents({ sessionId, afterSeq: BigInt(after), limit: 1000 }, { timeoutMs: 10_000 } as never);
+    const { events } = await client.getSessionEvents({ sessionId, afterSeq: BigInt(after), limit: 1000 }, {
+      timeoutMs: 10_000,
+    } as never);
     log.push(...events.map((e) => ({ seq: Number(e.seq), eventId: e.eventId })));
     if (events.length < 1000) break;
     after = Number(events[events.length - 1].seq);
@@ -155,15 +160,25 @@ async function readAll(client: MemoryClient, sessionId: string): Promise<Array<{
  * README's Durability table). It may have been applied: its event id is the
  * probe's, never checked as acknowledged.
  */
-async function expectUnavailableWithoutReplica(client: MemoryClient, prefix: string, sessions: readonly string[], promoted: ClusterNode): Promise<void> {
+async function expectUnavailableWithoutReplica(
+  client: MemoryClient,
+  prefix: string,
+  sessions: readonly string[],
+  promoted: ClusterNode,
+): Promise<void> {
   const keys = new RedisKeys(prefix, CLUSTER_BUCKETS);
   let sessionId: string | undefined;
-  for (const candidate of sessions) if ((await cluster.masterOf(keys.session(candidate))) === promoted) sessionId ??= candidate;
+  for (const candidate of sessions)
+    if ((await cluster.masterOf(keys.session(candidate))) === promoted) sessionId ??= candidate;
   if (sessionId === undefined) throw new Error(`no session on the promoted master ${promoted.address}`);
-  const outcome = await client.addEvent({ sessionId, event: { eventType: "user_message", eventId: `${sessionId}-probe` } }, { timeoutMs: STORE_TIMEOUT_MS * 3 } as never).then(
-    () => ({ code: undefined, message: "acknowledged" }),
-    (err: unknown) => ({ code: ConnectError.from(err).code, message: ConnectError.from(err).rawMessage }),
-  );
+  const outcome = await client
+    .addEvent({ sessionId, event: { eventType: "user_message", eventId: `${sessionId}-probe` } }, {
+      timeoutMs: STORE_TIMEOUT_MS * 3,
+    } as never)
+    .then(
+      () => ({ code: undefined, message: "acknowledged" }),
+      (err: unknown) => ({ code: ConnectError.from(err).code, message: ConnectError.from(err).rawMessage }),
+    );
   // Its message names the shortfall ("reached 0 of the 1 replicas") or, with writers queued on the
   // shard's connection behind each other's WAIT, the store's command timeout: UNAVAILABLE either way.
   expect(outcome).toMatchObject({ code: Code.Unavailable });
@@ -174,7 +189,9 @@ async function memoryIdsOf(client: MemoryClient, appName: string): Promise<Set<s
   const ids = new Set<string>();
   let pageToken = "";
   for (let page = 0; page < 1000; page++) {
-    const res = await client.listMemories({ appName, includeInvalid: true, pageSize: 1000, pageToken }, { timeoutMs: 10_000 } as never);
+    const res = await client.listMemories({ appName, includeInvalid: true, pageSize: 1000, pageToken }, {
+      timeoutMs: 10_000,
+    } as never);
     for (const m of res.memories) ids.add(m.memoryId);
     pageToken = res.nextPageToken;
     if (pageToken === "") break;
@@ -194,7 +211,9 @@ async function appsOverMasters(run: string, count: number): Promise<string[]> {
     if (apps[owner].length < share) apps[owner].push(appName);
   }
   // Round-robin over the masters, so that fewer writers than masters still start with different ones.
-  const spread = Array.from({ length: share }, (_, i) => apps.map((onMaster) => onMaster[i])).flat().filter((app) => app !== undefined);
+  const spread = Array.from({ length: share }, (_, i) => apps.map((onMaster) => onMaster[i]))
+    .flat()
+    .filter((app) => app !== undefined);
   return spread.slice(0, count);
 }
 
@@ -221,11 +240,16 @@ async function retried(write: () => Promise<unknown>, by: number): Promise<boole
  * every writer has had writes acknowledged, writers until writes have resumed
  * on every session and memory app, then the history check.
  */
-async function underWriteLoad(wait: number, label: string, fault: (sessions: readonly string[]) => Promise<ClusterNode>): Promise<Figures> {
+async function underWriteLoad(
+  wait: number,
+  label: string,
+  fault: (sessions: readonly string[]) => Promise<ClusterNode>,
+): Promise<Figures> {
   const { client } = servers.get(wait)!;
   const run = `${label}-${++unique}`;
   const sessions = Array.from({ length: SESSIONS }, (_, i) => `${run}-s${i}`);
-  for (const sessionId of sessions) await client.createSession({ appName: "failover", userId: "u", sessionId }, { timeoutMs: 10_000 } as never);
+  for (const sessionId of sessions)
+    await client.createSession({ appName: "failover", userId: "u", sessionId }, { timeoutMs: 10_000 } as never);
   const apps = await appsOverMasters(run, MEMORY_WRITERS);
 
   const appends: Attempt[] = [];
@@ -235,7 +259,12 @@ async function underWriteLoad(wait: number, label: string, fault: (sessions: rea
   let killedAt: number | undefined;
   const writeBy = Date.now() + WRITE_MS;
   /** Calls `write` until stopped, recording each outcome in `into`. */
-  const writer = async (into: Attempt[], lane: string, idsOf: (i: number) => string[], write: (ids: string[]) => Promise<number | undefined>) => {
+  const writer = async (
+    into: Attempt[],
+    lane: string,
+    idsOf: (i: number) => string[],
+    write: (ids: string[]) => Promise<number | undefined>,
+  ) => {
     for (let i = 0; i < WRITES_PER_WRITER && !stop && Date.now() < writeBy; i++) {
       const ids = idsOf(i);
       const sent = Date.now();
@@ -252,11 +281,18 @@ async function underWriteLoad(wait: number, label: string, fault: (sessions: rea
     }
   };
   const append = async (sessionId: string, [eventId]: string[], timeoutMs = DEADLINE_MS) => {
-    const res = await client.addEvent({ sessionId, event: { eventType: "user_message", eventId } }, { timeoutMs } as never);
+    const res = await client.addEvent({ sessionId, event: { eventType: "user_message", eventId } }, {
+      timeoutMs,
+    } as never);
     return Number(res.event!.seq);
   };
   const writeMemories = async (appName: string, memoryIds: string[], timeoutMs = DEADLINE_MS) => {
-    const memories = memoryIds.map((memoryId) => ({ memoryId, appName, userId: "u", text: `remembered across a failover: ${memoryId}` }));
+    const memories = memoryIds.map((memoryId) => ({
+      memoryId,
+      appName,
+      userId: "u",
+      text: `remembered across a failover: ${memoryId}`,
+    }));
     await client.writeMemories({ memories }, { timeoutMs } as never);
     return undefined;
   };
@@ -274,9 +310,23 @@ async function underWriteLoad(wait: number, label: string, fault: (sessions: rea
 
   const writers = Promise.all([
     ...sessions.flatMap((sessionId) =>
-      Array.from({ length: SESSION_WRITERS }, (_, w) => writer(appends, sessionId, (i) => [`${sessionId}-w${w}-e${i}`], (ids) => append(sessionId, ids))),
+      Array.from({ length: SESSION_WRITERS }, (_, w) =>
+        writer(
+          appends,
+          sessionId,
+          (i) => [`${sessionId}-w${w}-e${i}`],
+          (ids) => append(sessionId, ids),
+        ),
+      ),
     ),
-    ...apps.map((app) => writer(batches, app, (i) => Array.from({ length: MEMORY_BATCH }, (_, j) => `${app}-b${i}-m${j}`), (ids) => writeMemories(app, ids))),
+    ...apps.map((app) =>
+      writer(
+        batches,
+        app,
+        (i) => Array.from({ length: MEMORY_BATCH }, (_, j) => `${app}-b${i}-m${j}`),
+        (ids) => writeMemories(app, ids),
+      ),
+    ),
   ]);
   let killed: ClusterNode | undefined;
   let rejoined = false;
@@ -287,7 +337,11 @@ async function underWriteLoad(wait: number, label: string, fault: (sessions: rea
   };
   try {
     // Every writer under way: 10 appends per session writer, a batch per memory writer.
-    await until("writes acknowledged on every session and memory app", 60_000, () => acked(appends).length >= 10 * SESSIONS * SESSION_WRITERS && everyLaneAcked(0));
+    await until(
+      "writes acknowledged on every session and memory app",
+      60_000,
+      () => acked(appends).length >= 10 * SESSIONS * SESSION_WRITERS && everyLaneAcked(0),
+    );
     killed = await fault(sessions);
     killedAt = Date.now();
     const promoted = await cluster.waitForFailover(killed);
@@ -298,7 +352,9 @@ async function underWriteLoad(wait: number, label: string, fault: (sessions: rea
       await rejoin();
     }
     // Writes resume: every session and every memory app gets writes acknowledged after the promotion.
-    await until("writes acknowledged on every session and memory app after the failover", 30_000, () => everyLaneAcked(killedAt!));
+    await until("writes acknowledged on every session and memory app after the failover", 30_000, () =>
+      everyLaneAcked(killedAt!),
+    );
   } finally {
     stop = true;
     await writers;
@@ -311,15 +367,28 @@ async function underWriteLoad(wait: number, label: string, fault: (sessions: rea
   const unknownAppends = appends.filter((a) => a.outcome === "unknown");
   const unknownBatches = batches.filter((b) => b.outcome === "unknown");
   const retryBy = Date.now() + 60_000;
-  const retryLane = async (attempts: Attempt[], write: (lane: string, ids: string[], timeoutMs: number) => Promise<unknown>) => {
+  const retryLane = async (
+    attempts: Attempt[],
+    write: (lane: string, ids: string[], timeoutMs: number) => Promise<unknown>,
+  ) => {
     const failed: string[] = [];
     for (const a of attempts) if (!(await retried(() => write(a.lane, a.ids, 5000), retryBy))) failed.push(a.ids[0]);
     return failed;
   };
   const notRetried = (
     await Promise.all([
-      ...sessions.map((s) => retryLane(unknownAppends.filter((a) => a.lane === s), append)),
-      ...apps.map((app) => retryLane(unknownBatches.filter((b) => b.lane === app), writeMemories)),
+      ...sessions.map((s) =>
+        retryLane(
+          unknownAppends.filter((a) => a.lane === s),
+          append,
+        ),
+      ),
+      ...apps.map((app) =>
+        retryLane(
+          unknownBatches.filter((b) => b.lane === app),
+          writeMemories,
+        ),
+      ),
     ])
   ).flat();
   expect(notRetried, "unknown outcomes whose retry never succeeded").toEqual([]);
@@ -341,13 +410,22 @@ async function underWriteLoad(wait: number, label: string, fault: (sessions: rea
   for (const app of apps) {
     const stored = await memoryIdsOf(client, app);
     // Acknowledged batches are never retried: one of their memories missing now was lost.
-    for (const b of acked(batches).filter((x) => x.lane === app)) memoriesLost += b.ids.filter((id) => !stored.has(id)).length;
+    for (const b of acked(batches).filter((x) => x.lane === app))
+      memoriesLost += b.ids.filter((id) => !stored.has(id)).length;
     // Every retried batch is whole.
-    for (const b of unknownBatches.filter((x) => x.lane === app)) expect(b.ids.filter((id) => !stored.has(id)), `retried batch ${b.ids[0]}`).toEqual([]);
+    for (const b of unknownBatches.filter((x) => x.lane === app))
+      expect(
+        b.ids.filter((id) => !stored.has(id)),
+        `retried batch ${b.ids[0]}`,
+      ).toEqual([]);
   }
   // Writes resumed when the last lane got its first acknowledgement after the kill.
-  const firstAckAfterKill = (attempts: Attempt[], lane: string) => attempts.find((a) => a.lane === lane && a.outcome === "acked" && a.sent > killedAt!)?.at ?? Number.NaN;
-  const resumedAt = Math.max(...sessions.map((s) => firstAckAfterKill(appends, s)), ...apps.map((app) => firstAckAfterKill(batches, app)));
+  const firstAckAfterKill = (attempts: Attempt[], lane: string) =>
+    attempts.find((a) => a.lane === lane && a.outcome === "acked" && a.sent > killedAt!)?.at ?? Number.NaN;
+  const resumedAt = Math.max(
+    ...sessions.map((s) => firstAckAfterKill(appends, s)),
+    ...apps.map((app) => firstAckAfterKill(batches, app)),
+  );
   const result: Figures = {
     acked: acked(appends).length,
     unknown: unknownAppends.length,
@@ -369,43 +447,51 @@ async function underWriteLoad(wait: number, label: string, fault: (sessions: rea
 
 describe("Redis Cluster failover under write load", () => {
   for (const wait of [0, 1]) {
-    it(`kill -9 of a master, MEMORY_REDIS_WAIT_REPLICAS=${wait}: a replica is promoted, writes resume, no seq hole and no duplicate${wait ? ", nothing acknowledged is lost; without a replica, UNAVAILABLE to a deadline longer than the store's" : ""}`, async () => {
-      for (let round = 0; round < ROUNDS; round++) {
-        const f = await underWriteLoad(wait, "kill9", async (sessions) => {
-          const { key } = await busiestMaster(servers.get(wait)!.prefix, sessions);
-          return cluster.killMaster(key);
-        });
-        expect(f.holes).toBe(0);
-        expect(f.duplicates).toBe(0);
-        expect(f.resumedAfterMs).toBeGreaterThan(0);
-        if (wait > 0) expect([f.lost, f.memoriesLost]).toEqual([0, 0]);
-      }
-    }, 240_000 * ROUNDS);
+    it(
+      `kill -9 of a master, MEMORY_REDIS_WAIT_REPLICAS=${wait}: a replica is promoted, writes resume, no seq hole and no duplicate${wait ? ", nothing acknowledged is lost; without a replica, UNAVAILABLE to a deadline longer than the store's" : ""}`,
+      async () => {
+        for (let round = 0; round < ROUNDS; round++) {
+          const f = await underWriteLoad(wait, "kill9", async (sessions) => {
+            const { key } = await busiestMaster(servers.get(wait)!.prefix, sessions);
+            return cluster.killMaster(key);
+          });
+          expect(f.holes).toBe(0);
+          expect(f.duplicates).toBe(0);
+          expect(f.resumedAfterMs).toBeGreaterThan(0);
+          if (wait > 0) expect([f.lost, f.memoriesLost]).toEqual([0, 0]);
+        }
+      },
+      240_000 * ROUNDS,
+    );
   }
 
   for (const wait of [0, 1]) {
-    it(`a lagging replica promoted, MEMORY_REDIS_WAIT_REPLICAS=${wait}: ${wait ? "nothing acknowledged is lost: what the replica missed was never acknowledged; without a replica, UNAVAILABLE to a deadline longer than the store's" : "the appends acknowledged while it lagged are lost, and still no seq hole or duplicate"}`, async () => {
-      for (let round = 0; round < ROUNDS; round++) {
-        const f = await underWriteLoad(wait, "lagging", async (sessions) => {
-          const { key, master } = await busiestMaster(servers.get(wait)!.prefix, sessions);
-          const [replica] = await cluster.replicasOf(master);
-          // Freeze the replica, then cut its link from the master's side: it keeps what reached
-          // its socket until now (the kernel buffers it) and can neither read nor reconnect after.
-          cluster.pause(replica);
-          try {
-            await cluster.admin(master).call("CLIENT", "KILL", "TYPE", "replica");
-            // Writes go on against the master, replicated nowhere.
-            await sleep(1500);
-            return await cluster.killMaster(key);
-          } finally {
-            cluster.resume(replica);
-          }
-        });
-        expect(f.holes).toBe(0);
-        expect(f.duplicates).toBe(0);
-        if (wait > 0) expect([f.lost, f.memoriesLost]).toEqual([0, 0]);
-        else expect(f.lost).toBeGreaterThan(0);
-      }
-    }, 240_000 * ROUNDS);
+    it(
+      `a lagging replica promoted, MEMORY_REDIS_WAIT_REPLICAS=${wait}: ${wait ? "nothing acknowledged is lost: what the replica missed was never acknowledged; without a replica, UNAVAILABLE to a deadline longer than the store's" : "the appends acknowledged while it lagged are lost, and still no seq hole or duplicate"}`,
+      async () => {
+        for (let round = 0; round < ROUNDS; round++) {
+          const f = await underWriteLoad(wait, "lagging", async (sessions) => {
+            const { key, master } = await busiestMaster(servers.get(wait)!.prefix, sessions);
+            const [replica] = await cluster.replicasOf(master);
+            // Freeze the replica, then cut its link from the master's side: it keeps what reached
+            // its socket until now (the kernel buffers it) and can neither read nor reconnect after.
+            cluster.pause(replica);
+            try {
+              await cluster.admin(master).call("CLIENT", "KILL", "TYPE", "replica");
+              // Writes go on against the master, replicated nowhere.
+              await sleep(1500);
+              return await cluster.killMaster(key);
+            } finally {
+              cluster.resume(replica);
+            }
+          });
+          expect(f.holes).toBe(0);
+          expect(f.duplicates).toBe(0);
+          if (wait > 0) expect([f.lost, f.memoriesLost]).toEqual([0, 0]);
+          else expect(f.lost).toBeGreaterThan(0);
+        }
+      },
+      240_000 * ROUNDS,
+    );
   }
 });

@@ -14,7 +14,10 @@ let client: Cluster;
 
 beforeAll(async () => {
   cluster = await startRedisCluster();
-  client = new Cluster(cluster.nodes.map((node) => ({ host: "127.0.0.1", port: node.port })), { clusterRetryStrategy: () => 100 });
+  client = new Cluster(
+    cluster.nodes.map((node) => ({ host: "127.0.0.1", port: node.port })),
+    { clusterRetryStrategy: () => 100 },
+  );
   client.on("error", () => {}); // the full-restart case takes every node away
 }, 120_000);
 

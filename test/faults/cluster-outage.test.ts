@@ -23,7 +23,11 @@ let connection: RedisConnection | undefined;
 
 beforeAll(async () => {
   cluster = await startRedisCluster();
-  connection = new RedisConnection({ url: cluster.url, keyPrefix: `outage_${process.pid}`, commandTimeoutMs: COMMAND_TIMEOUT_MS });
+  connection = new RedisConnection({
+    url: cluster.url,
+    keyPrefix: `outage_${process.pid}`,
+    commandTimeoutMs: COMMAND_TIMEOUT_MS,
+  });
   await connection.connect();
 }, 120_000);
 
@@ -33,27 +37,33 @@ afterAll(async () => {
 });
 
 describe("a Redis Cluster lost while a call waits for its answer", () => {
-  it("fails the call UNAVAILABLE once the client loses every node, long before the command timeout", async () => {
-    const conn = connection!;
-    const nodes = cluster!.nodes;
-    await conn.call((redis) => redis.set("outage:{a}:k", "v"));
+  it(
+    "fails the call UNAVAILABLE once the client loses every node, long before the command timeout",
+    async () => {
+      const conn = connection!;
+      const nodes = cluster!.nodes;
+      await conn.call((redis) => redis.set("outage:{a}:k", "v"));
 
-    // Frozen nodes keep their sockets open and answer nothing: the read is sent and waits.
-    for (const node of nodes) cluster!.pause(node);
-    const read = conn.call((redis) => redis.get("outage:{a}:k")).then(
-      () => "answered",
-      (err: unknown) => err,
-    );
-    await new Promise((resolve) => setTimeout(resolve, 500));
-    expect(conn.commands.status).toBe("ready"); // the read went out on a live connection
+      // Frozen nodes keep their sockets open and answer nothing: the read is sent and waits.
+      for (const node of nodes) cluster!.pause(node);
+      const read = conn
+        .call((redis) => redis.get("outage:{a}:k"))
+        .then(
+          () => "answered",
+          (err: unknown) => err,
+        );
+      await new Promise((resolve) => setTimeout(resolve, 500));
+      expect(conn.commands.status).toBe("ready"); // the read went out on a live connection
 
-    // SIGKILL works on stopped processes: every connection closes under the waiting read.
-    await Promise.all(nodes.map((node) => node.server.kill()));
-    const bound = new Promise((resolve) => setTimeout(() => resolve("still waiting"), ANSWER_BOUND_MS).unref());
-    const outcome = await Promise.race([read, bound]);
+      // SIGKILL works on stopped processes: every connection closes under the waiting read.
+      await Promise.all(nodes.map((node) => node.server.kill()));
+      const bound = new Promise((resolve) => setTimeout(() => resolve("still waiting"), ANSWER_BOUND_MS).unref());
+      const outcome = await Promise.race([read, bound]);
 
-    expect(outcome).toBeInstanceOf(MemoryError);
-    expect((outcome as MemoryError).code).toBe("UNAVAILABLE");
-    expect((outcome as MemoryError).message).toMatch(/every node was lost/);
-  }, ANSWER_BOUND_MS + 10_000);
+      expect(outcome).toBeInstanceOf(MemoryError);
+      expect((outcome as MemoryError).code).toBe("UNAVAILABLE");
+      expect((outcome as MemoryError).message).toMatch(/every node was lost/);
+    },
+    ANSWER_BOUND_MS + 10_000,
+  );
 });

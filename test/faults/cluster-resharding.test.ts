@@ -31,7 +31,12 @@ const prefix = `reshard_${process.pid}`;
 
 beforeAll(async () => {
   cluster = await startRedisCluster();
-  server = await spawnServer({ MEMORY_TYPE: "redis", MEMORY_REDIS_URL: cluster.url, MEMORY_KEY_PREFIX: prefix, MEMORY_MAX_SESSION_EVENTS: "100000" });
+  server = await spawnServer({
+    MEMORY_TYPE: "redis",
+    MEMORY_REDIS_URL: cluster.url,
+    MEMORY_KEY_PREFIX: prefix,
+    MEMORY_MAX_SESSION_EVENTS: "100000",
+  });
   client = grpcJsClient(server.address);
 }, 120_000);
 
@@ -50,7 +55,10 @@ async function slotsByMaster(): Promise<Map<ClusterNode, Map<number, number>>> {
     const slots = new Map<number, number>();
     let cursor = "0";
     for (let page = 0; page < 100; page++) {
-      const [next, keys] = (await cluster.admin(master).scan(cursor, "MATCH", `${prefix}*`, "COUNT", 1000)) as [string, string[]];
+      const [next, keys] = (await cluster.admin(master).scan(cursor, "MATCH", `${prefix}*`, "COUNT", 1000)) as [
+        string,
+        string[],
+      ];
       for (const key of keys) {
         const slot = await cluster.slotOf(key);
         slots.set(slot, (slots.get(slot) ?? 0) + 1);
@@ -70,12 +78,15 @@ async function slotsByMaster(): Promise<Map<ClusterNode, Map<number, number>>> {
  */
 async function underLoad(label: string, move: (tick: () => Promise<void>) => Promise<void>): Promise<void> {
   const sessions = Array.from({ length: SESSIONS }, (_, i) => `${label}-${String(i).padStart(3, "0")}`);
-  for (const sessionId of sessions) await client.createSession({ appName: APP, userId: "u", sessionId }, { timeoutMs: 10_000 } as never);
+  for (const sessionId of sessions)
+    await client.createSession({ appName: APP, userId: "u", sessionId }, { timeoutMs: 10_000 } as never);
   const listed = async () => {
     const ids: string[] = [];
     let pageToken = "";
     for (let page = 0; page < 100; page++) {
-      const res = await client.listSessions({ appName: APP, pageSize: PAGE_SIZE, pageToken }, { timeoutMs: 10_000 } as never);
+      const res = await client.listSessions({ appName: APP, pageSize: PAGE_SIZE, pageToken }, {
+        timeoutMs: 10_000,
+      } as never);
       ids.push(...res.sessions.map((s) => s.sessionId).filter((id) => id.startsWith(`${label}-`)));
       pageToken = res.nextPageToken;
       if (!pageToken) break;
@@ -98,7 +109,9 @@ async function underLoad(label: string, move: (tick: () => Promise<void>) => Pro
       // Retried with its id until acknowledged (bounded): a refused or unanswered append may be retried safely.
       for (let attempt = 0; attempt < 20; attempt++) {
         try {
-          const res = await client.addEvent({ sessionId, event: { eventType: "user_message", eventId } }, { timeoutMs: 5000 } as never);
+          const res = await client.addEvent({ sessionId, event: { eventType: "user_message", eventId } }, {
+            timeoutMs: 5000,
+          } as never);
           acked.set(eventId, Number(res.event!.seq));
           writes++;
           break;
@@ -106,7 +119,8 @@ async function underLoad(label: string, move: (tick: () => Promise<void>) => Pro
           const code = ConnectError.from(err).code;
           writeErrors.push(`${eventId}: ${String(err)}`);
           // Only "could not tell" is acceptable (checked after the load, not in this background loop).
-          if (code !== Code.Unavailable && code !== Code.DeadlineExceeded) readErrors.push(`write ${eventId}: ${String(err)}`);
+          if (code !== Code.Unavailable && code !== Code.DeadlineExceeded)
+            readErrors.push(`write ${eventId}: ${String(err)}`);
           await sleep(50);
         }
       }
@@ -143,7 +157,10 @@ async function underLoad(label: string, move: (tick: () => Promise<void>) => Pro
     const seqs: number[] = [];
     streamed.set(sessionId, seqs);
     try {
-      for await (const frame of client.streamSessionEvents({ sessionId, afterSeq: 0n }, { signal: streamAbort.signal })) {
+      for await (const frame of client.streamSessionEvents(
+        { sessionId, afterSeq: 0n },
+        { signal: streamAbort.signal },
+      )) {
         if (frame.frame.case === "event") seqs.push(Number(frame.frame.value.seq));
         const head = heads.get(sessionId);
         if (head !== undefined && seqs.length > 0 && seqs[seqs.length - 1] >= head) break;
@@ -186,17 +203,23 @@ async function underLoad(label: string, move: (tick: () => Promise<void>) => Pro
     expect(events.map((e) => Number(e.seq))).toEqual(events.map((_, i) => i + 1));
     expect(new Set(events.map((e) => e.eventId)).size).toBe(events.length);
     const seqOf = new Map(events.map((e) => [e.eventId, Number(e.seq)]));
-    for (const [eventId, seq] of acked) if (eventId.startsWith(`${sessionId}-e`)) expect(seqOf.get(eventId), eventId).toBe(seq);
+    for (const [eventId, seq] of acked)
+      if (eventId.startsWith(`${sessionId}-e`)) expect(seqOf.get(eventId), eventId).toBe(seq);
     heads.set(sessionId, events.length);
   }
   const settle = Date.now() + 20_000;
   while (Date.now() < settle && sessions.some((s) => (streamed.get(s)!.at(-1) ?? 0) < heads.get(s)!)) await sleep(50);
   streamAbort.abort();
   await Promise.all(streams);
-  for (const sessionId of sessions) expect(streamed.get(sessionId), `stream of ${sessionId}`).toEqual(Array.from({ length: heads.get(sessionId)! }, (_, i) => i + 1));
+  for (const sessionId of sessions)
+    expect(streamed.get(sessionId), `stream of ${sessionId}`).toEqual(
+      Array.from({ length: heads.get(sessionId)! }, (_, i) => i + 1),
+    );
   expect(listings.length).toBeGreaterThan(1);
   for (const ids of listings) expect(ids).toEqual(sessions);
-  console.log(`resharding ${label}: ${acked.size} appends acknowledged, ${writeErrors.length} refused and retried, ${listings.length} listing passes, ${SESSIONS} streams gapless`);
+  console.log(
+    `resharding ${label}: ${acked.size} appends acknowledged, ${writeErrors.length} refused and retried, ${listings.length} listing passes, ${SESSIONS} streams gapless`,
+  );
 }
 
 describe("Redis Cluster resharding under reads and writes", () => {
@@ -221,7 +244,10 @@ describe("Redis Cluster resharding under reads and writes", () => {
         if (slots.size === 0) continue;
         const lowest = Math.min(...slots.keys());
         // The slots it serves up to and including its lowest slot holding sessions.
-        const count = (await cluster.rangesOf(master)).reduce((sum, [from, to]) => sum + Math.max(0, Math.min(to, lowest) - from + 1), 0);
+        const count = (await cluster.rangesOf(master)).reduce(
+          (sum, [from, to]) => sum + Math.max(0, Math.min(to, lowest) - from + 1),
+          0,
+        );
         if (!best || count < best.count) best = { from: master, count };
       }
       expect(best).toBeDefined();

@@ -35,7 +35,12 @@ const EVENTS_PER_SESSION = 3;
 const LIMITS = { maxSessions: 100_000, maxSessionEvents: 500 };
 const hex = (s: string) => Buffer.from(s, "utf8").toString("hex");
 const userIndex = (userId: string) => `${PREFIX}:ix:au:${hex(APP)}:${hex(userId)}`;
-const ENV = () => ({ MEMORY_TYPE: "redis", MEMORY_REDIS_URL: redis.url, MEMORY_KEY_PREFIX: PREFIX, MEMORY_MAX_SESSIONS: String(LIMITS.maxSessions) });
+const ENV = () => ({
+  MEMORY_TYPE: "redis",
+  MEMORY_REDIS_URL: redis.url,
+  MEMORY_KEY_PREFIX: PREFIX,
+  MEMORY_MAX_SESSIONS: String(LIMITS.maxSessions),
+});
 
 let redis: RedisServer;
 let observer: Redis;
@@ -135,7 +140,10 @@ async function expectWholeSessions(userId: string, left: number, otherSessions: 
   expect(remaining).toHaveLength(left);
   for (const session of remaining) {
     const page = await seeder.readEvents(session.sessionId, { limit: 10 });
-    expect(page.events.map((e) => e.eventId), session.sessionId).toEqual(events(session.sessionId).map((e) => e.eventId));
+    expect(
+      page.events.map((e) => e.eventId),
+      session.sessionId,
+    ).toEqual(events(session.sessionId).map((e) => e.eventId));
   }
   expect(await observer.hexists(`${PREFIX}:erasures`, `${hex(APP)}:${hex(userId)}`)).toBe(1);
   const total = left + otherSessions;
@@ -148,12 +156,19 @@ async function expectErased(userId: string, otherSessions: number): Promise<void
   expect(await observer.exists(userIndex(userId))).toBe(0);
   expect(await observer.hexists(`${PREFIX}:erasures`, `${hex(APP)}:${hex(userId)}`)).toBe(0);
   expect(await observer.keys(`${PREFIX}:s:${hex(`${userId}-0`)}*`)).toEqual([]);
-  for (const [appName, owner] of [[`${APP}-2`, userId], [APP, "kept-user"]]) {
+  for (const [appName, owner] of [
+    [`${APP}-2`, userId],
+    [APP, "kept-user"],
+  ]) {
     const kept = await sessionsOf(appName, owner);
     expect(kept, `${appName}/${owner}`).toHaveLength(NEIGHBOUR_SESSIONS);
-    for (const session of kept) expect((await seeder.readEvents(session.sessionId, { limit: 10 })).events).toHaveLength(EVENTS_PER_SESSION);
+    for (const session of kept)
+      expect((await seeder.readEvents(session.sessionId, { limit: 10 })).events).toHaveLength(EVENTS_PER_SESSION);
   }
-  expect(await seeder.stats()).toEqual({ totalSessions: otherSessions, totalEvents: otherSessions * EVENTS_PER_SESSION });
+  expect(await seeder.stats()).toEqual({
+    totalSessions: otherSessions,
+    totalEvents: otherSessions * EVENTS_PER_SESSION,
+  });
 }
 
 describe("DeleteUserData after a crash midway", () => {
@@ -165,7 +180,9 @@ describe("DeleteUserData after a crash midway", () => {
     const left = await eraseUntilKilled(userId);
     await expectWholeSessions(userId, left, neighbours + ERASED_SESSIONS);
     // An in-process server: main.ts's start-up resume does not run, so this call alone finishes the job.
-    const second = await startTestServer({ store: await RedisStore.open({ url: redis.url, keyPrefix: PREFIX, limits: LIMITS }) });
+    const second = await startTestServer({
+      store: await RedisStore.open({ url: redis.url, keyPrefix: PREFIX, limits: LIMITS }),
+    });
     const client = grpcJsClient(second.address);
     try {
       const resumed = await client.deleteUserData({ appName: APP, userId }, { timeoutMs: 60_000 });
@@ -192,7 +209,8 @@ describe("DeleteUserData after a crash midway", () => {
       const deadline = Date.now() + 30_000;
       let line: string | undefined;
       while (!(line = second.lines.find((l) => l.includes('"msg":"erasures resumed"')))) {
-        if (Date.now() > deadline) throw new Error(`no "erasures resumed" line within 30 s:\n${second.lines.join("\n")}`);
+        if (Date.now() > deadline)
+          throw new Error(`no "erasures resumed" line within 30 s:\n${second.lines.join("\n")}`);
         await sleep(20);
       }
       expect(JSON.parse(line)).toMatchObject({ users: 1, sessions: left, events: left * EVENTS_PER_SESSION });
@@ -217,7 +235,11 @@ describe("an erasure recorded while the backend is down at start-up", () => {
     let server: Awaited<ReturnType<typeof spawnServer>> | undefined;
     try {
       const store = await RedisStore.open({ url: late.url, keyPrefix: prefix, limits: LIMITS });
-      for (const [sessionId, owner] of [["late-1", userId], ["late-2", userId], ["late-kept", "kept-user"]]) {
+      for (const [sessionId, owner] of [
+        ["late-1", userId],
+        ["late-2", userId],
+        ["late-kept", "kept-user"],
+      ]) {
         await store.createSession({ sessionId, appName: APP, userId: owner, metadata: {}, now: Date.now() });
         await store.appendEvents(sessionId, events(sessionId));
       }
@@ -228,18 +250,25 @@ describe("an erasure recorded while the backend is down at start-up", () => {
       writer.disconnect();
       await late.stop();
 
-      server = await spawnServer({ MEMORY_TYPE: "redis", MEMORY_REDIS_URL: late.url, MEMORY_KEY_PREFIX: prefix, MEMORY_MAX_SESSIONS: String(LIMITS.maxSessions) });
+      server = await spawnServer({
+        MEMORY_TYPE: "redis",
+        MEMORY_REDIS_URL: late.url,
+        MEMORY_KEY_PREFIX: prefix,
+        MEMORY_MAX_SESSIONS: String(LIMITS.maxSessions),
+      });
       // Bounded: the first failed attempt to open the store within 15 s, then the backend comes back.
       const failedBy = Date.now() + 15_000;
       while (!server.lines.some((l) => l.includes("cannot open the store yet"))) {
-        if (Date.now() > failedBy) throw new Error(`the server did not report the store down:\n${server.lines.join("\n")}`);
+        if (Date.now() > failedBy)
+          throw new Error(`the server did not report the store down:\n${server.lines.join("\n")}`);
         await sleep(20);
       }
       await late.restart();
       const deadline = Date.now() + 30_000;
       let line: string | undefined;
       while (!(line = server.lines.find((l) => l.includes('"msg":"erasures resumed"')))) {
-        if (Date.now() > deadline) throw new Error(`no "erasures resumed" line within 30 s:\n${server.lines.join("\n")}`);
+        if (Date.now() > deadline)
+          throw new Error(`no "erasures resumed" line within 30 s:\n${server.lines.join("\n")}`);
         await sleep(20);
       }
       expect(JSON.parse(line)).toMatchObject({ users: 1, sessions: 2, events: 2 * EVENTS_PER_SESSION });

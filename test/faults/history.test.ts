@@ -15,7 +15,11 @@ describeHistorySuite("PostgreSQL blackholed for 20 s under writers and live stre
     const proxied = new URL(target);
     proxied.port = String(proxy.port);
     return {
-      env: { MEMORY_TYPE: "postgres", MEMORY_POSTGRES_URL: proxied.toString(), MEMORY_KEY_PREFIX: `history${process.pid}` },
+      env: {
+        MEMORY_TYPE: "postgres",
+        MEMORY_POSTGRES_URL: proxied.toString(),
+        MEMORY_KEY_PREFIX: `history${process.pid}`,
+      },
       blackhole: async () => proxy!.set({ kind: "blackhole" }),
       pass: async () => proxy!.set({ kind: "pass" }),
     };

@@ -92,14 +92,21 @@ async function readyz(r: ServerProcess): Promise<number> {
  * Registers the checker for one backend: `setup.start()` brings up a
  * backend dedicated to the file (the suite blackholes it), `setup.stop()` ends it.
  */
-export function describeHistorySuite(title: string, setup: { start(): Promise<HistoryBackend>; stop(): Promise<void> }): void {
+export function describeHistorySuite(
+  title: string,
+  setup: { start(): Promise<HistoryBackend>; stop(): Promise<void> },
+): void {
   let backend: HistoryBackend;
   let BLACKHOLE_MS = 20_000;
 
   beforeAll(async () => {
     backend = await setup.start();
     BLACKHOLE_MS = Number(process.env.ENGRAM_BLACKHOLE_MS ?? backend.blackholeMs ?? 20_000);
-    const env = { ...backend.env, MEMORY_MAX_SESSION_EVENTS: "100000", MEMORY_STORE_TIMEOUT_MS: String(STORE_TIMEOUT_MS) };
+    const env = {
+      ...backend.env,
+      MEMORY_MAX_SESSION_EVENTS: "100000",
+      MEMORY_STORE_TIMEOUT_MS: String(STORE_TIMEOUT_MS),
+    };
     replicas = [await spawnServer(env)];
     replicas.push(await spawnServer(env));
     clients = replicas.map((r) => grpcJsClient(r.address));
@@ -127,10 +134,23 @@ export function describeHistorySuite(title: string, setup: { start(): Promise<Hi
           const started = Date.now();
           try {
             const res = await clients[replica].addEvent(
-              { sessionId: SESSION, event: { eventId, eventType: "user_message", content: { kind: { case: "stringValue", value: eventId } } } },
+              {
+                sessionId: SESSION,
+                event: {
+                  eventId,
+                  eventType: "user_message",
+                  content: { kind: { case: "stringValue", value: eventId } },
+                },
+              },
               { timeoutMs: DEADLINE_MS },
             );
-            attempts.push({ eventId, replica, outcome: "acked", seq: Number(res.event!.seq), ms: Date.now() - started });
+            attempts.push({
+              eventId,
+              replica,
+              outcome: "acked",
+              seq: Number(res.event!.seq),
+              ms: Date.now() - started,
+            });
           } catch (err) {
             const code = ConnectError.from(err).code;
             // Only "could not tell" codes are acceptable under this fault.
@@ -158,12 +178,31 @@ export function describeHistorySuite(title: string, setup: { start(): Promise<Hi
           const started = Date.now();
           try {
             const res = await clients[replica].addEvent(
-              { sessionId: SESSION, event: { eventId, eventType: "user_message", content: { kind: { case: "stringValue", value: eventId } } } },
+              {
+                sessionId: SESSION,
+                event: {
+                  eventId,
+                  eventType: "user_message",
+                  content: { kind: { case: "stringValue", value: eventId } },
+                },
+              },
               { signal: watchdog },
             );
-            attempts.push({ eventId, replica, outcome: "acked", seq: Number(res.event!.seq), ms: Date.now() - started });
+            attempts.push({
+              eventId,
+              replica,
+              outcome: "acked",
+              seq: Number(res.event!.seq),
+              ms: Date.now() - started,
+            });
           } catch (err) {
-            const attempt: Attempt = { eventId, replica, outcome: "unknown", ms: Date.now() - started, code: ConnectError.from(err).code };
+            const attempt: Attempt = {
+              eventId,
+              replica,
+              outcome: "unknown",
+              ms: Date.now() - started,
+              code: ConnectError.from(err).code,
+            };
             attempts.push(attempt);
             undeadlined.push(attempt);
           }
@@ -194,14 +233,20 @@ export function describeHistorySuite(title: string, setup: { start(): Promise<Hi
       expect(sawNotServing).toBe(true);
       // The server, not the client, ended every call that had no deadline, and before the backend came back.
       expect(undeadlined.length).toBeGreaterThan(0);
-      for (const a of undeadlined) expect([Code.Unavailable, Code.DeadlineExceeded], `${a.eventId} after ${a.ms} ms: code ${a.code}`).toContain(a.code);
-      console.log(`history: ${undeadlined.length} calls without a deadline ended by the server in at most ${Math.max(...undeadlined.map((a) => a.ms))} ms`);
+      for (const a of undeadlined)
+        expect([Code.Unavailable, Code.DeadlineExceeded], `${a.eventId} after ${a.ms} ms: code ${a.code}`).toContain(
+          a.code,
+        );
+      console.log(
+        `history: ${undeadlined.length} calls without a deadline ended by the server in at most ${Math.max(...undeadlined.map((a) => a.ms))} ms`,
+      );
 
       // 3. Recovery: both replicas report SERVING again, within a bound.
       await backend.pass();
       phase = "recovered";
       const recoverBy = Date.now() + 60_000;
-      while (Date.now() < recoverBy && ((await readyz(replicas[0])) !== 200 || (await readyz(replicas[1])) !== 200)) await sleep(250);
+      while (Date.now() < recoverBy && ((await readyz(replicas[0])) !== 200 || (await readyz(replicas[1])) !== 200))
+        await sleep(250);
       expect([await readyz(replicas[0]), await readyz(replicas[1])]).toEqual([200, 200]);
 
       // 4. Writes after recovery, with read-your-writes across replicas.
@@ -237,7 +282,14 @@ export function describeHistorySuite(title: string, setup: { start(): Promise<Hi
         for (let i = 0; i < 20; i++) {
           try {
             const res = await clients[a.replica].addEvent(
-              { sessionId: SESSION, event: { eventId: a.eventId, eventType: "user_message", content: { kind: { case: "stringValue", value: a.eventId } } } },
+              {
+                sessionId: SESSION,
+                event: {
+                  eventId: a.eventId,
+                  eventType: "user_message",
+                  content: { kind: { case: "stringValue", value: a.eventId } },
+                },
+              },
               { timeoutMs: 5000 },
             );
             retried.set(a.eventId, Number(res.event!.seq));
@@ -252,7 +304,11 @@ export function describeHistorySuite(title: string, setup: { start(): Promise<Hi
       // 6. The final log.
       const log: { seq: number; eventId: string }[] = [];
       for (let after = 0, page = 0; page < 100; page++) {
-        const { events } = await clients[1].getSessionEvents({ sessionId: SESSION, afterSeq: BigInt(after), limit: 1000 });
+        const { events } = await clients[1].getSessionEvents({
+          sessionId: SESSION,
+          afterSeq: BigInt(after),
+          limit: 1000,
+        });
         log.push(...events.map((e) => ({ seq: Number(e.seq), eventId: e.eventId })));
         if (events.length < 1000) break;
         after = Number(events[events.length - 1].seq);

@@ -56,28 +56,44 @@ async function until<T>(probe: () => Promise<T>, done: (value: T) => boolean, ms
 }
 
 const env = () => ({ MEMORY_TYPE: "redis", MEMORY_REDIS_URL: redis.url, MEMORY_KEY_PREFIX: `refused${process.pid}` });
-const REDIS_ERROR = "ERR Error compiling script (new function): user_script:45: nesting of [[...]] is deprecated near '['";
+const REDIS_ERROR =
+  "ERR Error compiling script (new function): user_script:45: nesting of [[...]] is deprecated near '['";
 
 describe("a replica whose script Redis refuses to compile", () => {
   it("stays unready, naming the script and Redis' error on /readyz, in one error log line and in engram_store_script_refused", async () => {
-    const server = await spawnServer(env(), [], { entry: ["--import", "tsx", path.join(release, "src", "main.ts")], startTimeoutMs: 90_000 });
+    const server = await spawnServer(env(), [], {
+      entry: ["--import", "tsx", path.join(release, "src", "main.ts")],
+      startTimeoutMs: 90_000,
+    });
     try {
-      const ready = await until(() => readyz(server), (r) => r.body.reason?.includes("append-12.lua") === true, 10_000);
+      const ready = await until(
+        () => readyz(server),
+        (r) => r.body.reason?.includes("append-12.lua") === true,
+        10_000,
+      );
       expect(ready.status).toBe(503);
       expect(ready.body.status).toBe("NOT_SERVING");
       expect(ready.body.reason).toContain(`redis refuses the script append-12.lua: ${REDIS_ERROR}`);
 
-      const logged = await until(async () => server.lines.filter((line) => line.includes("append-12.lua")), (lines) => lines.length > 0, 5_000);
+      const logged = await until(
+        async () => server.lines.filter((line) => line.includes("append-12.lua")),
+        (lines) => lines.length > 0,
+        5_000,
+      );
       const entry = JSON.parse(logged[0]) as { level: string; msg: string; script: string };
       expect(entry.level).toBe("error");
       expect(entry.script).toBe("append-12.lua");
-      expect(entry.msg).toBe(`redis refuses the script append-12.lua: ${REDIS_ERROR}; serving unready and retrying with back-off`);
+      expect(entry.msg).toBe(
+        `redis refuses the script append-12.lua: ${REDIS_ERROR}; serving unready and retrying with back-off`,
+      );
 
       const metrics = await (await fetch(`${server.baseUrl}/metrics`, { signal: AbortSignal.timeout(5000) })).text();
       expect(metrics).toMatch(/^engram_store_script_refused\{script="append-12\.lua"\} 1$/m);
 
       // Not INTERNAL on each call: the store is not open, and calls say so.
-      const err = await errorOf(connectClient(server.baseUrl).createSession({ appName: "app", userId: "u", sessionId: "s1" }));
+      const err = await errorOf(
+        connectClient(server.baseUrl).createSession({ appName: "app", userId: "u", sessionId: "s1" }),
+      );
       expect(err.code).toBe(Code.Unavailable);
 
       // It keeps retrying, and stays unready: the script does not compile on a later try either.
@@ -92,7 +108,11 @@ describe("a replica whose script Redis refuses to compile", () => {
   it("the same sources with the script as it is now become ready on that Redis, with no such metric", async () => {
     const server = await spawnServer(env(), [], { startTimeoutMs: 90_000 });
     try {
-      const ready = await until(() => readyz(server), (r) => r.status === 200, 15_000);
+      const ready = await until(
+        () => readyz(server),
+        (r) => r.status === 200,
+        15_000,
+      );
       expect(ready.body).toEqual({ status: "SERVING", backend: "redis" });
       const metrics = await (await fetch(`${server.baseUrl}/metrics`, { signal: AbortSignal.timeout(5000) })).text();
       expect(metrics).not.toMatch(/^engram_store_script_refused\{/m);

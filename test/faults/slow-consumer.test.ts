@@ -44,7 +44,10 @@ beforeAll(async () => {
   for (let batch = 0; batch < 8; batch++) {
     await client.addEvents({
       sessionId: warm,
-      events: Array.from({ length: 50 }, () => ({ eventType: "tool_result", content: { kind: { case: "stringValue" as const, value: filler } } })),
+      events: Array.from({ length: 50 }, () => ({
+        eventType: "tool_result",
+        content: { kind: { case: "stringValue" as const, value: filler } },
+      })),
     });
     await client.getSessionEvents({ sessionId: warm, afterSeq: BigInt(batch * 50), limit: 50 });
   }
@@ -81,14 +84,19 @@ describe("a slow stream consumer", () => {
       for (let batch = 0; batch < EVENTS / 50; batch++) {
         await client.addEvents({
           sessionId: SESSION,
-          events: Array.from({ length: 50 }, () => ({ eventType: "tool_result", content: { kind: { case: "stringValue" as const, value: filler } } })),
+          events: Array.from({ length: 50 }, () => ({
+            eventType: "tool_result",
+            content: { kind: { case: "stringValue" as const, value: filler } },
+          })),
         });
       }
       await sleep(1000); // let the server try to push
       const during = await heapUsed();
       const appendedMb = (EVENTS * CONTENT_BYTES) / 2 ** 20;
       const grewMb = (during - before) / 2 ** 20;
-      console.log(`slow consumer: appended ${appendedMb.toFixed(0)} MB while paused; server heap grew ${grewMb.toFixed(1)} MB; delivered so far ${seqs.length}`);
+      console.log(
+        `slow consumer: appended ${appendedMb.toFixed(0)} MB while paused; server heap grew ${grewMb.toFixed(1)} MB; delivered so far ${seqs.length}`,
+      );
       expect(seqs.length).toBeLessThan(EVENTS);
       expect(grewMb).toBeLessThan(MAX_GROWTH_MB);
       expect(server.child.exitCode).toBeNull();

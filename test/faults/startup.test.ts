@@ -69,7 +69,10 @@ const BACKENDS: Array<[string, Backend]> = [
   [
     "PostgreSQL",
     {
-      env: (port) => ({ MEMORY_TYPE: "postgres", MEMORY_POSTGRES_URL: `postgres://postgres@127.0.0.1:${port}/postgres` }),
+      env: (port) => ({
+        MEMORY_TYPE: "postgres",
+        MEMORY_POSTGRES_URL: `postgres://postgres@127.0.0.1:${port}/postgres`,
+      }),
       start: async (port) => {
         const { startPostgresServer } = await import("../support/postgres-server.js");
         const postgres = await startPostgresServer({ port });
@@ -118,7 +121,11 @@ describe.each(BACKENDS)("a server started while %s is unreachable", (_name, back
 
       // The key store reconnects on its own back-off schedule: allow it as long (bounded).
       const keysBy = Date.now() + 15_000;
-      while (Date.now() < keysBy && (await errorOf(grpcClient.getSession({ sessionId: "probe" }))).code === Code.Unavailable) await sleep(100);
+      while (
+        Date.now() < keysBy &&
+        (await errorOf(grpcClient.getSession({ sessionId: "probe" }))).code === Code.Unavailable
+      )
+        await sleep(100);
       for (const client of [grpcClient, connect]) {
         const sessionId = `s-${client === connect ? "connect" : "grpc"}`;
         await client.createSession({ appName: "startup", userId: "u", sessionId });
@@ -129,7 +136,10 @@ describe.each(BACKENDS)("a server started while %s is unreachable", (_name, back
       // A client's NOT_FOUND is an answer, not a store error.
       const before = await storeErrors(server);
       expect((await errorOf(grpcClient.getSession({ sessionId: "no-such-session" }))).code).toBe(Code.NotFound);
-      expect((await errorOf(grpcClient.addEvent({ sessionId: "no-such-session", event: { eventType: "user_message" } }))).code).toBe(Code.NotFound);
+      expect(
+        (await errorOf(grpcClient.addEvent({ sessionId: "no-such-session", event: { eventType: "user_message" } })))
+          .code,
+      ).toBe(Code.NotFound);
       expect(await storeErrors(server)).toEqual(before);
 
       // An outage is a store error (the key's verdict is cached, so the call reaches the store).

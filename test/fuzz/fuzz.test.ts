@@ -30,8 +30,20 @@ const SEED = Number(process.env.ENGRAM_FUZZ_SEED ?? Date.now() % 2 ** 31);
 /** Codes a client's bad input may earn; anything else (INTERNAL 13, UNKNOWN 2, DATA_LOSS 15) fails. */
 const CLIENT_CODES = new Set([0, 1, 3, 4, 5, 6, 7, 8, 9, 11, 12, 16]);
 const CONNECT_CODES: Record<string, number> = {
-  canceled: 1, invalid_argument: 3, deadline_exceeded: 4, not_found: 5, already_exists: 6, permission_denied: 7,
-  resource_exhausted: 8, failed_precondition: 9, out_of_range: 11, unimplemented: 12, unauthenticated: 16, internal: 13, unknown: 2, unavailable: 14,
+  canceled: 1,
+  invalid_argument: 3,
+  deadline_exceeded: 4,
+  not_found: 5,
+  already_exists: 6,
+  permission_denied: 7,
+  resource_exhausted: 8,
+  failed_precondition: 9,
+  out_of_range: 11,
+  unimplemented: 12,
+  unauthenticated: 16,
+  internal: 13,
+  unknown: 2,
+  unavailable: 14,
 };
 
 let server: ServerProcess;
@@ -51,7 +63,9 @@ beforeAll(async () => {
   // A session the inputs can hit (ids are drawn from a pool that includes it).
   await typed.createSession({ appName: "fuzz", userId: "u", sessionId: SESSION });
   await typed.addEvent({ sessionId: SESSION, event: { eventId: "anchor", eventType: "user_message" } });
-  console.log(`fuzz seed ${SEED} (ENGRAM_FUZZ_SEED=${SEED} replays it), ${RUNS_PER_METHOD} runs per method and input kind`);
+  console.log(
+    `fuzz seed ${SEED} (ENGRAM_FUZZ_SEED=${SEED} replays it), ${RUNS_PER_METHOD} runs per method and input kind`,
+  );
 });
 
 afterAll(async () => {
@@ -74,14 +88,21 @@ interface Outcome {
 
 /** The violations and reasons of google.rpc.Status details, given as (type name, bytes) pairs. */
 function readDetails(details: { type: string; value: Uint8Array }[]): Pick<Outcome, "violations" | "reasons"> {
-  const violations = details.filter((d) => d.type === BadRequestSchema.typeName).flatMap((d) => fromBinary(BadRequestSchema, d.value).fieldViolations);
-  const reasons = details.filter((d) => d.type === ErrorInfoSchema.typeName).map((d) => fromBinary(ErrorInfoSchema, d.value).reason);
+  const violations = details
+    .filter((d) => d.type === BadRequestSchema.typeName)
+    .flatMap((d) => fromBinary(BadRequestSchema, d.value).fieldViolations);
+  const reasons = details
+    .filter((d) => d.type === ErrorInfoSchema.typeName)
+    .map((d) => fromBinary(ErrorInfoSchema, d.value).reason);
   return { violations, reasons };
 }
 
 function fromGrpcError(err: grpc.ServiceError): Outcome {
   const bytes = err.metadata?.get("grpc-status-details-bin")[0];
-  const details = bytes instanceof Buffer ? fromBinary(StatusSchema, bytes).details.map((a) => ({ type: a.typeUrl.replace(/^.*\//, ""), value: a.value })) : [];
+  const details =
+    bytes instanceof Buffer
+      ? fromBinary(StatusSchema, bytes).details.map((a) => ({ type: a.typeUrl.replace(/^.*\//, ""), value: a.value }))
+      : [];
   return { code: err.code, details: err.details, ...readDetails(details) };
 }
 
@@ -102,7 +123,9 @@ function grpcCall(method: DescMethod, body: Buffer): Promise<Outcome> {
       call.cancel();
       resolve({ code: 0, details: "" });
     });
-    call.on("error", (err: grpc.ServiceError) => resolve(err.code === grpc.status.CANCELLED ? { code: 0, details: err.details } : fromGrpcError(err)));
+    call.on("error", (err: grpc.ServiceError) =>
+      resolve(err.code === grpc.status.CANCELLED ? { code: 0, details: err.details } : fromGrpcError(err)),
+    );
     call.on("end", () => resolve({ code: 0, details: "" }));
   });
 }
@@ -127,7 +150,11 @@ async function connectCall(method: DescMethod, body: Uint8Array | string, conten
     return { code: res.status === 415 ? 12 : -res.status, details: text };
   }
   const details = (parsed.details ?? []).map((d) => ({ type: d.type, value: base64Decode(d.value) }));
-  return { code: CONNECT_CODES[parsed.code ?? ""] ?? -res.status, details: parsed.message ?? "", ...readDetails(details) };
+  return {
+    code: CONNECT_CODES[parsed.code ?? ""] ?? -res.status,
+    details: parsed.message ?? "",
+    ...readDetails(details),
+  };
 }
 
 /** A valid request of each method, as a base for mutation. */
@@ -135,7 +162,10 @@ function validRequest(method: DescMethod): Uint8Array {
   const samples: Record<string, object> = {
     CreateSession: { appName: "fuzz", userId: "u" },
     GetOrCreateSession: { sessionId: SESSION, appName: "fuzz", userId: "u" },
-    AddEvent: { sessionId: SESSION, event: { eventType: "tool_call", content: { kind: { case: "stringValue", value: "x" } }, metadata: { a: 1 } } },
+    AddEvent: {
+      sessionId: SESSION,
+      event: { eventType: "tool_call", content: { kind: { case: "stringValue", value: "x" } }, metadata: { a: 1 } },
+    },
     AddEvents: { sessionId: SESSION, events: [{ eventType: "user_message" }, { eventType: "agent_response" }] },
     Cleanup: { maxAge: { seconds: 86_400_000n } },
     DeleteUserData: { appName: "fuzz", userId: "u" },
@@ -143,14 +173,47 @@ function validRequest(method: DescMethod): Uint8Array {
     ListEvents: { limit: 3 },
     GetStats: {},
   };
-  return toBinary(method.input, create(method.input as DescMessage, (samples[method.name] ?? { sessionId: SESSION }) as never));
+  return toBinary(
+    method.input,
+    create(method.input as DescMessage, (samples[method.name] ?? { sessionId: SESSION }) as never),
+  );
 }
 
 const nasty = fc.constantFrom(
-  "", "\0", "a\0b", "\uD800", "x\uDFFFy", "*", "?", "%", "_", "'", "\n", "a:b", "s:*", "../../etc", "💥".repeat(70), "a".repeat(300),
-  SESSION, "anchor", "user_message", "tool_call", "-1", "18446744073709551616", "1e309", "NaN", "null", "{}", "1970-01-01T00:00:00Z", "9999-12-31T23:59:59Z",
+  "",
+  "\0",
+  "a\0b",
+  "\uD800",
+  "x\uDFFFy",
+  "*",
+  "?",
+  "%",
+  "_",
+  "'",
+  "\n",
+  "a:b",
+  "s:*",
+  "../../etc",
+  "💥".repeat(70),
+  "a".repeat(300),
+  SESSION,
+  "anchor",
+  "user_message",
+  "tool_call",
+  "-1",
+  "18446744073709551616",
+  "1e309",
+  "NaN",
+  "null",
+  "{}",
+  "1970-01-01T00:00:00Z",
+  "9999-12-31T23:59:59Z",
 );
-const nastyNumber = fc.oneof(fc.constantFrom(-1, 0, 1, 2 ** 31, 2 ** 32, 2 ** 53, -(2 ** 63), 1e308, 0.5, -0), fc.double({ noNaN: true }), fc.integer());
+const nastyNumber = fc.oneof(
+  fc.constantFrom(-1, 0, 1, 2 ** 31, 2 ** 32, 2 ** 53, -(2 ** 63), 1e308, 0.5, -0),
+  fc.double({ noNaN: true }),
+  fc.integer(),
+);
 const deep = (depth: number): unknown => (depth === 0 ? "bottom" : { d: deep(depth - 1) });
 const nastyValue: fc.Arbitrary<unknown> = fc.letrec((tie) => ({
   value: fc.oneof(
@@ -169,7 +232,14 @@ const nastyValue: fc.Arbitrary<unknown> = fc.letrec((tie) => ({
 function adversarialJson(method: DescMethod): fc.Arbitrary<string> {
   const names = method.input.fields.flatMap((f) => [f.name, f.jsonName]);
   return fc
-    .dictionary(fc.oneof(fc.constantFrom(...names, "event", "events", "content", "metadata", "timestamp"), fc.string({ maxLength: 8 })), nastyValue, { maxKeys: 6 })
+    .dictionary(
+      fc.oneof(
+        fc.constantFrom(...names, "event", "events", "content", "metadata", "timestamp"),
+        fc.string({ maxLength: 8 }),
+      ),
+      nastyValue,
+      { maxKeys: 6 },
+    )
     .map((o) => JSON.stringify(o));
 }
 
@@ -207,7 +277,8 @@ function adversarialBytes(method: DescMethod): fc.Arbitrary<Uint8Array> {
 /** Parts of a request an answer may name instead of a field: the whole body or message, a query parameter, a header. */
 const REQUEST_PARTS = /^(body|request|query parameter [\w.-]+|query parameter name|header [\w-]+)$/;
 /** A field path: proto field names, list indices and (JSON-quoted) map keys, e.g. section_budgets["plan"]. */
-const FIELD_PATH = /^([a-z][a-z0-9_]*)(\[(?:\d+|"(?:[^"\\]|\\.)*")\])?(\.[a-z][a-z0-9_]*(\[(?:\d+|"(?:[^"\\]|\\.)*")\])?)*$/;
+const FIELD_PATH =
+  /^([a-z][a-z0-9_]*)(\[(?:\d+|"(?:[^"\\]|\\.)*")\])?(\.[a-z][a-z0-9_]*(\[(?:\d+|"(?:[^"\\]|\\.)*")\])?)*$/;
 
 /**
  * Whether an answer says, for machines, what in the request it is about: a
@@ -230,7 +301,10 @@ function namesItsSubject(method: DescMethod, outcome: Outcome): boolean {
 const NOT_ABOUT_THE_INPUT = new Set([0, 1, 4, 14]);
 
 function check(method: DescMethod, outcome: Outcome, what: string): void {
-  expect(CLIENT_CODES.has(outcome.code) || outcome.code === 14 /* store briefly busy is no crash */, `${what} answered code ${outcome.code}: ${outcome.details}`).toBe(true);
+  expect(
+    CLIENT_CODES.has(outcome.code) || outcome.code === 14 /* store briefly busy is no crash */,
+    `${what} answered code ${outcome.code}: ${outcome.details}`,
+  ).toBe(true);
   if (!NOT_ABOUT_THE_INPUT.has(outcome.code)) {
     expect(
       namesItsSubject(method, outcome),
@@ -242,7 +316,9 @@ function check(method: DescMethod, outcome: Outcome, what: string): void {
 describe.each(MemoryService.methods.map((m) => [m.name, m] as const))("fuzzing %s", (_name, method) => {
   it("gRPC: random and mutated bytes, and adversarial typed values, earn client-error codes only", async () => {
     await fc.assert(
-      fc.asyncProperty(adversarialBytes(method), async (bytes) => check(method, await grpcCall(method, Buffer.from(bytes)), `gRPC ${method.name} bytes`)),
+      fc.asyncProperty(adversarialBytes(method), async (bytes) =>
+        check(method, await grpcCall(method, Buffer.from(bytes)), `gRPC ${method.name} bytes`),
+      ),
       { numRuns: RUNS_PER_METHOD, seed: SEED },
     );
     await fc.assert(
@@ -253,24 +329,38 @@ describe.each(MemoryService.methods.map((m) => [m.name, m] as const))("fuzzing %
         } catch {
           return; // not representable as this message: the Connect JSON run covers it
         }
-        check(method, await grpcCall(method, Buffer.from(toBinary(method.input, message))), `gRPC ${method.name} ${json.slice(0, 200)}`);
+        check(
+          method,
+          await grpcCall(method, Buffer.from(toBinary(method.input, message))),
+          `gRPC ${method.name} ${json.slice(0, 200)}`,
+        );
       }),
       { numRuns: RUNS_PER_METHOD, seed: SEED },
     );
   }, 120_000);
 
-  it.skipIf(method.methodKind !== "unary")("Connect: adversarial (and broken) JSON and random binary bodies earn client-error codes only", async () => {
-    await fc.assert(
-      fc.asyncProperty(adversarialJsonBody(method), async (body) =>
-        check(method, await connectCall(method, body, "application/json"), `Connect ${method.name} ${Buffer.from(body).toString("latin1").slice(0, 200)}`),
-      ),
-      { numRuns: RUNS_PER_METHOD, seed: SEED },
-    );
-    await fc.assert(
-      fc.asyncProperty(adversarialBytes(method), async (bytes) => check(method, await connectCall(method, bytes, "application/proto"), `Connect ${method.name} binary`)),
-      { numRuns: RUNS_PER_METHOD, seed: SEED },
-    );
-  }, 120_000);
+  it.skipIf(method.methodKind !== "unary")(
+    "Connect: adversarial (and broken) JSON and random binary bodies earn client-error codes only",
+    async () => {
+      await fc.assert(
+        fc.asyncProperty(adversarialJsonBody(method), async (body) =>
+          check(
+            method,
+            await connectCall(method, body, "application/json"),
+            `Connect ${method.name} ${Buffer.from(body).toString("latin1").slice(0, 200)}`,
+          ),
+        ),
+        { numRuns: RUNS_PER_METHOD, seed: SEED },
+      );
+      await fc.assert(
+        fc.asyncProperty(adversarialBytes(method), async (bytes) =>
+          check(method, await connectCall(method, bytes, "application/proto"), `Connect ${method.name} binary`),
+        ),
+        { numRuns: RUNS_PER_METHOD, seed: SEED },
+      );
+    },
+    120_000,
+  );
 });
 
 describe("after the fuzzing", () => {

@@ -64,11 +64,25 @@ describe("memory inspector in a browser", () => {
     await page.waitForSelector("#ev-1");
     await page.waitForSelector(".live.live");
     // Appended after the page caught up: must arrive over the live stream.
-    await memory.addEvent("chat-live", "tool_call", { tool: "weather", arguments: { city: "Paris" }, tool_call_id: "call-1" }, undefined, { eventId: "call-1" });
+    await memory.addEvent(
+      "chat-live",
+      "tool_call",
+      { tool: "weather", arguments: { city: "Paris" }, tool_call_id: "call-1" },
+      undefined,
+      { eventId: "call-1" },
+    );
     await page.waitForSelector("#ev-2");
     expect(await page.textContent("#ev-2 .pair")).toBe("awaiting result");
-    await memory.addEvent("chat-live", "tool_result", { tool: "weather", result: "18°C, sunny", tool_call_id: "call-1" });
-    await memory.addEvent("chat-live", "agent_response", 'It is 18°C <img src=x onerror="window.__pwned=1"> <script>window.__pwned=2</script>');
+    await memory.addEvent("chat-live", "tool_result", {
+      tool: "weather",
+      result: "18°C, sunny",
+      tool_call_id: "call-1",
+    });
+    await memory.addEvent(
+      "chat-live",
+      "agent_response",
+      'It is 18°C <img src=x onerror="window.__pwned=1"> <script>window.__pwned=2</script>',
+    );
     await page.waitForSelector("#ev-4");
     expect(await page.textContent("#ev-2 .pair")).toBe("result #3");
     expect(await page.textContent("#ev-3 .pair")).toBe("answers #2");
@@ -116,13 +130,17 @@ describe("memory inspector in a browser", () => {
     expect(await page.textContent("tr[data-session]:first-child td:first-child")).toBe("page-00");
     expect(await page.locator("tr[data-session]").count()).toBe(25);
     expect(await page.isDisabled(".pager button:first-child")).toBe(true);
-    const firstPage = await page.locator("tr[data-session]").evaluateAll((rows) => rows.map((r) => r.getAttribute("data-session")));
+    const firstPage = await page
+      .locator("tr[data-session]")
+      .evaluateAll((rows) => rows.map((r) => r.getAttribute("data-session")));
     await page.click("text=Next →");
     await page.locator(".pager .page", { hasText: "page 2 of 2" }).waitFor();
     await page.locator("tr[data-session]").nth(1).waitFor();
     expect(await page.locator("tr[data-session]").count()).toBe(2);
     expect(page.url()).toContain("page=2");
-    const secondPage = await page.locator("tr[data-session]").evaluateAll((rows) => rows.map((r) => r.getAttribute("data-session")));
+    const secondPage = await page
+      .locator("tr[data-session]")
+      .evaluateAll((rows) => rows.map((r) => r.getAttribute("data-session")));
     expect(new Set([...firstPage, ...secondPage]).size).toBe(27);
     expect(await page.isDisabled("text=Next →")).toBe(true);
     await page.click("text=← Previous");
@@ -131,7 +149,10 @@ describe("memory inspector in a browser", () => {
 
   it("shows a long session's newest 200 events first and loads earlier ones on request", async () => {
     await memory.createSession("long-bot", "l", "long-session");
-    await memory.addEvents("long-session", Array.from({ length: 230 }, (_, i) => ({ eventType: "user_message", content: `message ${i + 1}` })));
+    await memory.addEvents(
+      "long-session",
+      Array.from({ length: 230 }, (_, i) => ({ eventType: "user_message", content: `message ${i + 1}` })),
+    );
     await page.goto(`${server.baseUrl}/#/session/long-session`);
     await page.locator(".events-count", { hasText: "200 shown" }).waitFor();
     expect(await page.locator("#ev-30").count()).toBe(0);
@@ -158,7 +179,9 @@ describe("memory inspector in a browser", () => {
 
   it("sends the API key of this tab as a Bearer token and keeps it in sessionStorage", async () => {
     await page.fill("#api-key", "ek_test_secret");
-    const request = page.waitForRequest((r) => r.url().includes("/engram.v1.MemoryService/") && r.headers()["authorization"] !== undefined);
+    const request = page.waitForRequest(
+      (r) => r.url().includes("/engram.v1.MemoryService/") && r.headers()["authorization"] !== undefined,
+    );
     await page.click("#api-key-form button");
     expect((await request).headers()["authorization"]).toBe("Bearer ek_test_secret");
     expect(await page.evaluate('sessionStorage.getItem("engram.apiKey")')).toBe("ek_test_secret");
@@ -179,7 +202,10 @@ describe("memory inspector against a server that requires API keys", () => {
 
   beforeAll(async () => {
     keyed = await startKeyedServer([{ role: "read", apps: ["*"] }]);
-    ({ server: secured, keys: [key] } = keyed);
+    ({
+      server: secured,
+      keys: [key],
+    } = keyed);
     browser = await launchChromium();
   }, 600_000);
 
@@ -190,7 +216,9 @@ describe("memory inspector against a server that requires API keys", () => {
 
   it("asks for a key, then shows the sessions once one is entered", async () => {
     // Seeded through the service itself: the page's key may only read.
-    await secured.service.createSession(create(CreateSessionRequestSchema, { appName: "secure-app", userId: "u", sessionId: "secret-session" }));
+    await secured.service.createSession(
+      create(CreateSessionRequestSchema, { appName: "secure-app", userId: "u", sessionId: "secret-session" }),
+    );
     const page = await browser.newPage();
     await page.goto(`${secured.baseUrl}/`);
     const alert = await page.waitForSelector(".error");

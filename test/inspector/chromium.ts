@@ -7,5 +7,9 @@ import { debianBinary } from "../support/host.js";
 
 /** Path of the chromium binary; installs the Debian package `chromium` when missing and running as root. */
 export function chromiumBinary(): Promise<string> {
-  return debianBinary({ packageName: "chromium", candidates: ["/usr/bin/chromium", "/usr/bin/chromium-browser"], timeoutMs: 600_000 });
+  return debianBinary({
+    packageName: "chromium",
+    candidates: ["/usr/bin/chromium", "/usr/bin/chromium-browser"],
+    timeoutMs: 600_000,
+  });
 }

@@ -119,7 +119,9 @@ describe("the inspector as a debugger", () => {
     await page.locator('tr[data-session="find-c"]').waitFor({ state: "detached" });
     // find-c is gone as soon as the filtered view starts with an empty table: wait for its rows.
     await page.locator('tr[data-session="find-a"]').waitFor();
-    expect(await page.locator("tr[data-session]").evaluateAll((rows) => rows.map((r) => r.getAttribute("data-session")))).toEqual(["find-a"]);
+    expect(
+      await page.locator("tr[data-session]").evaluateAll((rows) => rows.map((r) => r.getAttribute("data-session"))),
+    ).toEqual(["find-a"]);
     expect(page.url()).toContain("type=errors");
     // Full-text search over the events, from a URL someone shared.
     await page.goto(`${server.baseUrl}/#/?app=shop&q=quokka`);
@@ -136,7 +138,13 @@ describe("the inspector as a debugger", () => {
   it("opens a 10,000-event session at its newest events, pages earlier ones in on scroll, and counts new ones while scrolled up", async () => {
     await memory.createSession("long-bot", "l", "long-10k");
     for (let batch = 0; batch < 20; batch++) {
-      await memory.addEvents("long-10k", Array.from({ length: 500 }, (_, i) => ({ eventType: i % 50 === 49 ? "tool_call" : "user_message", content: `message ${batch * 500 + i + 1}` })));
+      await memory.addEvents(
+        "long-10k",
+        Array.from({ length: 500 }, (_, i) => ({
+          eventType: i % 50 === 49 ? "tool_call" : "user_message",
+          content: `message ${batch * 500 + i + 1}`,
+        })),
+      );
     }
     const started = Date.now();
     await page.goto(`${server.baseUrl}/#/session/long-10k`);
@@ -161,7 +169,11 @@ describe("the inspector as a debugger", () => {
         last = now;
       }
       gaps.sort((a, b) => a - b);
-      return { median: gaps[Math.floor(gaps.length / 2)]!, p95: gaps[Math.floor(gaps.length * 0.95)]!, max: gaps[gaps.length - 1]! };
+      return {
+        median: gaps[Math.floor(gaps.length / 2)]!,
+        p95: gaps[Math.floor(gaps.length * 0.95)]!,
+        max: gaps[gaps.length - 1]!,
+      };
     });
     // Earlier pages came in while scrolling (bounded wait for the last one).
     let shownCount = 0;
@@ -170,9 +182,14 @@ describe("the inspector as a debugger", () => {
       if (shownCount <= 200) await page.waitForTimeout(100);
     }
     expect(shownCount).toBeGreaterThan(200);
-    console.log(`10,000-event session: first contentful paint ${paint.toFixed(0)} ms, newest event shown ${shownAfterMs} ms after navigation; scroll frame time median ${frames.median.toFixed(1)} ms, p95 ${frames.p95.toFixed(1)} ms, max ${frames.max.toFixed(1)} ms`);
+    console.log(
+      `10,000-event session: first contentful paint ${paint.toFixed(0)} ms, newest event shown ${shownAfterMs} ms after navigation; scroll frame time median ${frames.median.toFixed(1)} ms, p95 ${frames.p95.toFixed(1)} ms, max ${frames.max.toFixed(1)} ms`,
+    );
     // Scrolled up: new events are counted, and the button brings the reader down to them.
-    await memory.addEvents("long-10k", [1, 2, 3].map((i) => ({ eventType: "agent_response", content: `late ${i}` })));
+    await memory.addEvents(
+      "long-10k",
+      [1, 2, 3].map((i) => ({ eventType: "agent_response", content: `late ${i}` })),
+    );
     await page.locator(".new-events", { hasText: "3 new events ↓" }).waitFor();
     await page.screenshot({ path: path.join(SHOTS, "session-new-events.png") });
     await page.click(".new-events");
@@ -186,11 +203,25 @@ describe("the inspector as a debugger", () => {
     const at = (ms: number) => new Date(t0 + ms);
     await memory.createSession("run-bot", "r", "run-1");
     await memory.addEvents("run-1", [
-      { eventType: "user_message", content: [{ type: "text", text: "What is in this picture?" }, { type: "image_url", image_url: { url: `data:image/png;base64,${PIXEL_PNG}` } }], timestamp: at(0) },
+      {
+        eventType: "user_message",
+        content: [
+          { type: "text", text: "What is in this picture?" },
+          { type: "image_url", image_url: { url: `data:image/png;base64,${PIXEL_PNG}` } },
+        ],
+        timestamp: at(0),
+      },
       { eventType: "delegation_request", content: { agent: "researcher", task: "look it up" }, timestamp: at(250) },
       { eventType: "delegation_request", content: { agent: "searcher", task: "search the web" }, timestamp: at(400) },
       { eventType: "delegation_response", content: { agent: "searcher", result: "3 pages" }, timestamp: at(1600) },
-      { eventType: "error", content: { message: "vision model failed", stack: "Error: vision model failed\n    at describe (vision.js:12:7)\n    at run (agent.js:40:3)" }, timestamp: at(1650) },
+      {
+        eventType: "error",
+        content: {
+          message: "vision model failed",
+          stack: "Error: vision model failed\n    at describe (vision.js:12:7)\n    at run (agent.js:40:3)",
+        },
+        timestamp: at(1650),
+      },
       { eventType: "delegation_response", content: { agent: "researcher", result: "a cat" }, timestamp: at(2250) },
       { eventType: "agent_response", content: "It is a cat.", timestamp: at(2300) },
     ]);
@@ -199,11 +230,23 @@ describe("the inspector as a debugger", () => {
     // The image is decoded and drawn, not shown as base64.
     const image = page.locator("#ev-1 .images img");
     await image.waitFor();
-    expect(await image.evaluate((img) => (img as unknown as { complete: boolean }).complete && (img as unknown as { naturalWidth: number }).naturalWidth)).toBe(1);
+    expect(
+      await image.evaluate(
+        (img) =>
+          (img as unknown as { complete: boolean }).complete &&
+          (img as unknown as { naturalWidth: number }).naturalWidth,
+      ),
+    ).toBe(1);
     expect(await page.textContent("#ev-1 .event-content")).not.toContain(PIXEL_PNG);
     // The stack trace keeps its lines.
-    const stack = await page.locator("#ev-5 pre.stack").evaluate((el) => (el as unknown as { innerText: string }).innerText);
-    expect(stack.split("\n")).toEqual(["Error: vision model failed", "    at describe (vision.js:12:7)", "    at run (agent.js:40:3)"]);
+    const stack = await page
+      .locator("#ev-5 pre.stack")
+      .evaluate((el) => (el as unknown as { innerText: string }).innerText);
+    expect(stack.split("\n")).toEqual([
+      "Error: vision model failed",
+      "    at describe (vision.js:12:7)",
+      "    at run (agent.js:40:3)",
+    ]);
     expect(await page.textContent("#ev-5 .error-message")).toBe("vision model failed");
     // Milliseconds, and the time since the previous event.
     expect(await page.textContent("#ev-2 time")).toMatch(/^\d\d:\d\d:\d\d\.250$/);
@@ -212,7 +255,8 @@ describe("the inspector as a debugger", () => {
     // Each event's tokens, as the server's tokenizer counts them for a context.
     const counts = await memory.rpc.countEventTokens({ sessionId: "run-1" });
     await page.locator("#ev-7 .tokens:not(:empty)").waitFor();
-    for (const { seq, tokens } of counts.events) expect(await page.textContent(`#ev-${seq} .tokens`)).toBe(`${tokens} tok`);
+    for (const { seq, tokens } of counts.events)
+      expect(await page.textContent(`#ev-${seq} .tokens`)).toBe(`${tokens} tok`);
     // Delegations: researcher, then searcher inside it, each with its duration.
     const researcher = page.locator(".delegation-tree > li.delegation");
     expect(await researcher.count()).toBe(1);
@@ -223,11 +267,15 @@ describe("the inspector as a debugger", () => {
     // Keyboard: j and k move between events.
     await page.locator("body").click({ position: { x: 5, y: 5 } });
     await page.keyboard.press("j");
-    expect(await page.evaluate(() => (globalThis as unknown as BrowserGlobals).document.activeElement?.id)).toBe("ev-1");
+    expect(await page.evaluate(() => (globalThis as unknown as BrowserGlobals).document.activeElement?.id)).toBe(
+      "ev-1",
+    );
     await page.keyboard.press("j");
     await page.keyboard.press("j");
     await page.keyboard.press("k");
-    expect(await page.evaluate(() => (globalThis as unknown as BrowserGlobals).document.activeElement?.id)).toBe("ev-2");
+    expect(await page.evaluate(() => (globalThis as unknown as BrowserGlobals).document.activeElement?.id)).toBe(
+      "ev-2",
+    );
     await page.screenshot({ path: path.join(SHOTS, "session-run.png"), fullPage: true });
   });
 
@@ -235,7 +283,11 @@ describe("the inspector as a debugger", () => {
     await memory.createSession("ctx-bot", "c", "ctx-1");
     await memory.addEvents("ctx-1", [
       { eventType: "system", content: "You are a careful travel agent." },
-      ...Array.from({ length: 12 }, (_, i) => ({ eventType: "agent_response", content: `finding ${i}: trains to Lyon leave hourly from Gare de Lyon, ticket ${i}`, metadata: { section: "findings" } })),
+      ...Array.from({ length: 12 }, (_, i) => ({
+        eventType: "agent_response",
+        content: `finding ${i}: trains to Lyon leave hourly from Gare de Lyon, ticket ${i}`,
+        metadata: { section: "findings" },
+      })),
       { eventType: "user_message", content: "Book me a train to Lyon tomorrow morning." },
       { eventType: "agent_response", content: "Looking at the morning trains now." },
     ]);
@@ -247,31 +299,54 @@ describe("the inspector as a debugger", () => {
     await page.selectOption('select[name="tokenizer"]', "cl100k_base");
     await page.click(".context-form button");
     await page.locator("table.sections tbody tr").first().waitFor();
-    const shown = await page.locator("table.sections tbody tr").evaluateAll((rows) =>
-      rows.map((r) => [r.getAttribute("data-section"), r.querySelector("td.tokens")!.textContent]),
-    );
-    const rpc = await memory.rpc.buildConversationContext({ sessionId: "ctx-1", tokenBudget: 400, query: "train Lyon", sectionBudgets: { findings: 120 }, tokenizer: "cl100k_base" });
+    const shown = await page
+      .locator("table.sections tbody tr")
+      .evaluateAll((rows) =>
+        rows.map((r) => [r.getAttribute("data-section"), r.querySelector("td.tokens")!.textContent]),
+      );
+    const rpc = await memory.rpc.buildConversationContext({
+      sessionId: "ctx-1",
+      tokenBudget: 400,
+      query: "train Lyon",
+      sectionBudgets: { findings: 120 },
+      tokenizer: "cl100k_base",
+    });
     expect(shown).toEqual(rpc.sections.map((s) => [s.name, String(s.tokensUsed)]));
     expect(rpc.sections.find((s) => s.name === "findings")!.eventsDropped).toBeGreaterThan(0);
     expect(await page.textContent(".context-summary")).toContain(`${rpc.tokensUsed} tokens (cl100k_base) of 400`);
-    expect(await page.textContent(".context-reasons")).toMatch(/findings: \d+ events? dropped — its budget of 120 tokens is spent/);
+    expect(await page.textContent(".context-reasons")).toMatch(
+      /findings: \d+ events? dropped — its budget of 120 tokens is spent/,
+    );
     await page.locator(".panel.context").screenshot({ path: path.join(SHOTS, "context.png") });
   });
 
   it("shows the session's state by group with its version, follows new deltas live, and each event's delta on its row", async () => {
     await memory.createSession("state-bot", "stella", "state-1");
     await memory.addEvents("state-1", [
-      { eventType: "user_message", content: "I live in Lyon, plan in French please.", stateDelta: { city: "Lyon", draft: "v1", "user:language": "fr", "app:model": "planner-2" } },
-      { eventType: "tool_result", content: { tool: "search", result: "3 trains" }, stateDelta: { trains: ["08:04", "09:04", "10:04"] } },
+      {
+        eventType: "user_message",
+        content: "I live in Lyon, plan in French please.",
+        stateDelta: { city: "Lyon", draft: "v1", "user:language": "fr", "app:model": "planner-2" },
+      },
+      {
+        eventType: "tool_result",
+        content: { tool: "search", result: "3 trains" },
+        stateDelta: { trains: ["08:04", "09:04", "10:04"] },
+      },
     ]);
-    await memory.addEvent("state-1", { eventType: "agent_response", content: "Draft done.", stateDelta: { draft: null, "user:home_station": "Part-Dieu" } });
+    await memory.addEvent("state-1", {
+      eventType: "agent_response",
+      content: "Draft done.",
+      stateDelta: { draft: null, "user:home_station": "Part-Dieu" },
+    });
     // What the panel must show: GetSession's merged state and version.
     const before = await memory.rpc.getSession({ sessionId: "state-1" });
     await page.goto(`${server.baseUrl}/#/session/state-1`);
     await page.locator("#ev-3").waitFor();
     const panel = page.locator(".panel.state");
     await panel.locator(".state-version", { hasText: `version ${before.session!.version}` }).waitFor();
-    const groupKeys = (group: string) => panel.locator(`.state-${group} dt`).evaluateAll((dts) => dts.map((dt) => dt.getAttribute("data-key")));
+    const groupKeys = (group: string) =>
+      panel.locator(`.state-${group} dt`).evaluateAll((dts) => dts.map((dt) => dt.getAttribute("data-key")));
     expect(await groupKeys("session")).toEqual(["city", "trains"]);
     expect(await groupKeys("user")).toEqual(["user:home_station", "user:language"]);
     expect(await groupKeys("app")).toEqual(["app:model"]);
@@ -280,8 +355,12 @@ describe("the inspector as a debugger", () => {
     // The deleted key is gone from the state, and marked deleted on the event that deleted it.
     expect(await panel.locator('[data-key="draft"]').count()).toBe(0);
     expect(await page.textContent('#ev-3 .state-delta li.deleted[data-key="draft"]')).toContain("deleted");
-    expect(await page.textContent('#ev-3 .state-delta li.set[data-key="user:home_station"]')).toBe('user:home_station = "Part-Dieu"');
-    expect(await page.locator("#ev-1 .state-delta li").evaluateAll((lis) => lis.map((li) => li.getAttribute("data-key")))).toEqual(["app:model", "city", "draft", "user:language"]);
+    expect(await page.textContent('#ev-3 .state-delta li.set[data-key="user:home_station"]')).toBe(
+      'user:home_station = "Part-Dieu"',
+    );
+    expect(
+      await page.locator("#ev-1 .state-delta li").evaluateAll((lis) => lis.map((li) => li.getAttribute("data-key"))),
+    ).toEqual(["app:model", "city", "draft", "user:language"]);
     await page.locator(".live.live").waitFor();
     // Live: a new delta changes the panel without a reload, also when the filter hides its event.
     await page.selectOption('select[name="event-type"]', "errors");
@@ -290,7 +369,11 @@ describe("the inspector as a debugger", () => {
     // The view re-reads the session once on going live (within half a second): let that pass,
     // so that only the delta can bring the change below (waiting longer never makes this fail).
     await page.waitForTimeout(1500);
-    await memory.addEvent("state-1", { eventType: "agent_response", content: "Moving you to Paris.", stateDelta: { city: "Paris", "app:model": null, "user:language": "en" } });
+    await memory.addEvent("state-1", {
+      eventType: "agent_response",
+      content: "Moving you to Paris.",
+      stateDelta: { city: "Paris", "app:model": null, "user:language": "en" },
+    });
     const after = await memory.rpc.getSession({ sessionId: "state-1" });
     await panel.locator(".state-version", { hasText: `version ${after.session!.version}` }).waitFor();
     await panel.locator('dd[data-key="city"]', { hasText: "Paris" }).waitFor();
@@ -300,7 +383,11 @@ describe("the inspector as a debugger", () => {
     await page.selectOption('select[name="event-type"]', "");
     await page.locator("#ev-4").waitFor();
     await page.locator(".live.live").waitFor();
-    await memory.addEvent("state-1", { eventType: "tool_call", content: { tool: "book", arguments: { to: "Paris" } }, stateDelta: { booking: { status: "pending" }, trains: null } });
+    await memory.addEvent("state-1", {
+      eventType: "tool_call",
+      content: { tool: "book", arguments: { to: "Paris" } },
+      stateDelta: { booking: { status: "pending" }, trains: null },
+    });
     await page.locator('#ev-5 .state-delta li.set[data-key="booking"]').waitFor();
     expect(await page.textContent('#ev-5 .state-delta li.deleted[data-key="trains"]')).toContain("deleted");
     await panel.locator('dd[data-key="booking"]').waitFor();
@@ -333,7 +420,9 @@ describe("the inspector as a debugger", () => {
           await narrow.click(".context-form button");
           await narrow.locator("table.sections").waitFor();
         }
-        const width = await narrow.evaluate(() => (globalThis as unknown as BrowserGlobals).document.documentElement.scrollWidth);
+        const width = await narrow.evaluate(
+          () => (globalThis as unknown as BrowserGlobals).document.documentElement.scrollWidth,
+        );
         await narrow.screenshot({ path: path.join(SHOTS, `narrow-${name}.png`), fullPage: true });
         expect(width, name).toBeLessThanOrEqual(360);
       }

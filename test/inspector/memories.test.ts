@@ -35,7 +35,8 @@ describe("memories view of the inspector in a browser", () => {
   const write = (...memories: MessageInitShape<typeof MemorySchema>[]) =>
     client.rpc.writeMemories({ memories: memories.map((m) => ({ appName: APP, ...m })) });
   const card = (memoryId: string) => page.locator(`article.memory[data-memory="${memoryId}"]`);
-  const shownIds = () => page.locator("article.memory").evaluateAll((els) => els.map((e) => e.getAttribute("data-memory")));
+  const shownIds = () =>
+    page.locator("article.memory").evaluateAll((els) => els.map((e) => e.getAttribute("data-memory")));
   const openMemories = async (fragment: string) => {
     await page.goto(`${server.baseUrl}/${fragment}`);
     await page.locator(".live.live").waitFor();
@@ -63,7 +64,12 @@ describe("memories view of the inspector in a browser", () => {
       metadata: { origin: "chat" },
       source: { sessionId: "alice-chat", fromSeq: 1n, toSeq: 2n },
     });
-    await write({ memoryId: "alice-agenda", userId: "alice", agentId: "planner", text: "Alice plans her week on Mondays" });
+    await write({
+      memoryId: "alice-agenda",
+      userId: "alice",
+      agentId: "planner",
+      text: "Alice plans her week on Mondays",
+    });
     await write({ memoryId: "bob-coffee", userId: "bob", text: "Bob drinks black coffee" });
     await write({ memoryId: "office-hours", text: "The office closes at six" });
   }, 600_000);
@@ -125,7 +131,12 @@ describe("memories view of the inspector in a browser", () => {
   it("takes a superseded memory away live while superseded ones are hidden, and marks it when they are shown", async () => {
     await openMemories(ALICE);
     await card("alice-tea").waitFor();
-    await write({ memoryId: "alice-oolong", userId: "alice", text: "Alice now prefers oolong tea", fact: { subject: "alice", predicate: "prefers", object: "oolong tea" } });
+    await write({
+      memoryId: "alice-oolong",
+      userId: "alice",
+      text: "Alice now prefers oolong tea",
+      fact: { subject: "alice", predicate: "prefers", object: "oolong tea" },
+    });
     await card("alice-oolong").waitFor();
     await card("alice-tea").waitFor({ state: "detached" });
     await page.check('input[name="superseded"]');
@@ -134,14 +145,21 @@ describe("memories view of the inspector in a browser", () => {
     const old = card("alice-tea");
     expect(await old.getAttribute("data-validity")).toBe("superseded");
     expect(await old.locator(".chip-superseded").textContent()).toBe("superseded");
-    expect(await old.locator(".validity").textContent()).toMatch(/→ \d{4}-\d\d-\d\d \d\d:\d\d:\d\d · superseded by alice-oolong$/);
+    expect(await old.locator(".validity").textContent()).toMatch(
+      /→ \d{4}-\d\d-\d\d \d\d:\d\d:\d\d · superseded by alice-oolong$/,
+    );
     expect(await card("alice-oolong").getAttribute("data-validity")).toBe("valid");
   });
 
   it("marks a memory superseded live while superseded ones are shown", async () => {
     await openMemories(`${ALICE}&superseded=1`);
     await card("alice-oolong").waitFor();
-    await write({ memoryId: "alice-jasmine", userId: "alice", text: "Alice now prefers jasmine tea", fact: { subject: "alice", predicate: "prefers", object: "jasmine tea" } });
+    await write({
+      memoryId: "alice-jasmine",
+      userId: "alice",
+      text: "Alice now prefers jasmine tea",
+      fact: { subject: "alice", predicate: "prefers", object: "jasmine tea" },
+    });
     await card("alice-jasmine").waitFor();
     await page.locator('article.memory[data-memory="alice-oolong"][data-validity="superseded"]').waitFor();
     expect(await card("alice-oolong").locator(".superseded-by").textContent()).toBe("alice-jasmine");
@@ -176,7 +194,10 @@ describe("memories view of the inspector in a browser", () => {
   });
 
   it("pages through many memories, newest first, without repeating one", async () => {
-    for (let i = 0; i < 30; i++) await client.rpc.writeMemories({ memories: [{ appName: "pager-bot", memoryId: `note-${String(i).padStart(2, "0")}`, text: `note ${i}` }] });
+    for (let i = 0; i < 30; i++)
+      await client.rpc.writeMemories({
+        memories: [{ appName: "pager-bot", memoryId: `note-${String(i).padStart(2, "0")}`, text: `note ${i}` }],
+      });
     await openMemories("#/memories?app=pager-bot");
     await card("note-29").waitFor();
     const first = await shownIds();
@@ -258,10 +279,14 @@ describe("memories view with an API key bound to one user", () => {
       await page.fill("#api-key", aliceKey);
       await page.click("#api-key-form button");
       await page.locator('article.memory[data-memory="alice-own"]').waitFor();
-      expect(await page.locator("article.memory").evaluateAll((els) => els.map((e) => e.getAttribute("data-memory")).sort())).toEqual(["alice-own", "shared"]);
+      expect(
+        await page.locator("article.memory").evaluateAll((els) => els.map((e) => e.getAttribute("data-memory")).sort()),
+      ).toEqual(["alice-own", "shared"]);
       await page.goto(`${secured.baseUrl}/#/memories?app=${APP}&user=bob`);
       await page.locator(".live.ended").waitFor();
-      expect(await page.locator(".error").textContent()).toBe("user_id: this API key is bound to another user — this API key may not do that.");
+      expect(await page.locator(".error").textContent()).toBe(
+        "user_id: this API key is bound to another user — this API key may not do that.",
+      );
       expect(await page.locator("article.memory").count()).toBe(0);
     } finally {
       await page.close();

@@ -27,7 +27,12 @@ interface BrowserGlobals {
   getComputedStyle(el: unknown): { lineHeight: string; paddingTop: string; paddingBottom: string };
   document: {
     scrollingElement: { scrollWidth: number; clientWidth: number; scrollHeight: number };
-    querySelector(selector: string): { scrollWidth: number; clientWidth: number; clientHeight: number; scrollIntoView(opts: { block: string }): void } | null;
+    querySelector(selector: string): {
+      scrollWidth: number;
+      clientWidth: number;
+      clientHeight: number;
+      scrollIntoView(opts: { block: string }): void;
+    } | null;
   };
 }
 
@@ -51,7 +56,12 @@ async function settle(page: Page): Promise<void> {
 }
 
 /** An ADK event as engram_memory/adk.py stores it: Event.model_dump(mode="json", exclude_none=True), snake_case. */
-function adkEvent(author: string, role: "user" | "model", parts: JsonObject[], invocationId: string): { eventType: string; content: JsonObject; metadata: JsonObject; eventId: string; timestamp: Date } {
+function adkEvent(
+  author: string,
+  role: "user" | "model",
+  parts: JsonObject[],
+  invocationId: string,
+): { eventType: string; content: JsonObject; metadata: JsonObject; eventId: string; timestamp: Date } {
   const id = randomUUID();
   const timestamp = Date.now() / 1000;
   return {
@@ -92,7 +102,11 @@ describe("the inspector on a phone and with ADK events", () => {
     const { memory, server } = inspector;
     const ids = [randomUUID(), randomUUID(), randomUUID()];
     for (const id of ids) await memory.createSession("weather-agent", `user-${randomUUID()}`, id);
-    await memory.addEvent(ids[0]!, "user_message", "What is the weather in Paris this weekend, and should I take an umbrella?");
+    await memory.addEvent(
+      ids[0]!,
+      "user_message",
+      "What is the weather in Paris this weekend, and should I take an umbrella?",
+    );
     await phone.goto(`${server.baseUrl}/`);
     for (const id of ids) await phone.locator(`tr[data-session="${id}"]`).waitFor();
     await phone.locator(`tr[data-session="${ids[0]}"] td.last-event .badge`).waitFor();
@@ -103,7 +117,10 @@ describe("the inspector on a phone and with ADK events", () => {
       const style = g.getComputedStyle(cell);
       const table = g.document.querySelector(".table-scroll")!;
       return {
-        page: { scrollWidth: g.document.scrollingElement.scrollWidth, clientWidth: g.document.scrollingElement.clientWidth },
+        page: {
+          scrollWidth: g.document.scrollingElement.scrollWidth,
+          clientWidth: g.document.scrollingElement.clientWidth,
+        },
         table: { scrollWidth: table.scrollWidth, clientWidth: table.clientWidth },
         idHeight: cell.clientHeight - parseFloat(style.paddingTop) - parseFloat(style.paddingBottom),
         lineHeight: parseFloat(style.lineHeight),
@@ -154,7 +171,13 @@ describe("the inspector on a phone and with ADK events", () => {
     expect(opened.y + opened.height).toBeLessThanOrEqual(PHONE.height + 1);
 
     // Scrolled so that the newest event is at the bottom of the window.
-    await phone.evaluate((seq) => (globalThis as unknown as BrowserGlobals).document.querySelector(`#ev-${seq}`)!.scrollIntoView({ block: "end" }), count);
+    await phone.evaluate(
+      (seq) =>
+        (globalThis as unknown as BrowserGlobals).document
+          .querySelector(`#ev-${seq}`)!
+          .scrollIntoView({ block: "end" }),
+      count,
+    );
     const atBottom = await assertNothingCovered("newest event at the bottom");
     expect(atBottom.y + atBottom.height).toBeLessThanOrEqual(PHONE.height + 1);
     await phone.screenshot({ path: path.join(SHOTS, "phone-session-newest.png") });
@@ -183,13 +206,27 @@ describe("the inspector on a phone and with ADK events", () => {
     const turn = `e-${randomUUID()}`;
     await memory.addEvents(id, [
       adkEvent("user", "user", [{ text: "What's the weather in Paris?" }], turn),
-      adkEvent("weather_agent", "model", [{ text: "Let me check." }, { function_call: { id: "adk-call-1", args: { city: "Paris", days: 2 }, name: "get_weather" } }], turn),
-      adkEvent("weather_agent", "user", [{ function_response: { id: "adk-call-1", name: "get_weather", response: { result: "18°C and sunny" } } }], turn),
+      adkEvent(
+        "weather_agent",
+        "model",
+        [
+          { text: "Let me check." },
+          { function_call: { id: "adk-call-1", args: { city: "Paris", days: 2 }, name: "get_weather" } },
+        ],
+        turn,
+      ),
+      adkEvent(
+        "weather_agent",
+        "user",
+        [{ function_response: { id: "adk-call-1", name: "get_weather", response: { result: "18°C and sunny" } } }],
+        turn,
+      ),
       adkEvent("weather_agent", "model", [{ text: "It is 18°C and sunny in Paris." }], turn),
     ]);
     await page.goto(`${server.baseUrl}/#/session/${id}`);
     await page.locator("#ev-4").waitFor();
-    const said = (seq: number, part: string) => page.locator(`#ev-${seq} .event-content .adk ${part}`).allTextContents();
+    const said = (seq: number, part: string) =>
+      page.locator(`#ev-${seq} .event-content .adk ${part}`).allTextContents();
     expect(await said(1, ".adk-author")).toEqual(["user"]);
     expect(await said(1, ".text")).toEqual(["What's the weather in Paris?"]);
     expect(await said(2, ".adk-author")).toEqual(["weather_agent"]);
@@ -198,7 +235,10 @@ describe("the inspector on a phone and with ADK events", () => {
     expect(await said(3, ".adk-response code")).toEqual(["get_weather → 18°C and sunny"]);
     expect(await said(4, ".text")).toEqual(["It is 18°C and sunny in Paris."]);
     // What a person reads first is the author and the text, not JSON.
-    expect((await page.locator("#ev-1 .event-content").innerText()).split("\n").slice(0, 2)).toEqual(["user", "What's the weather in Paris?"]);
+    expect((await page.locator("#ev-1 .event-content").innerText()).split("\n").slice(0, 2)).toEqual([
+      "user",
+      "What's the weather in Paris?",
+    ]);
     // The stored JSON is still there, collapsed.
     expect(await page.locator("#ev-1 details.json .json-label").first().textContent()).toBe("ADK event");
     await page.screenshot({ path: path.join(SHOTS, "adk-session.png"), fullPage: true });

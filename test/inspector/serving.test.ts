@@ -19,7 +19,10 @@ let asset: { js: string; css: string };
 
 beforeAll(async () => {
   const files = readdirSync(path.join(INSPECTOR_DIST_DIR, "assets"));
-  asset = { js: `/assets/${files.find((f) => f.endsWith(".js"))}`, css: `/assets/${files.find((f) => f.endsWith(".css"))}` };
+  asset = {
+    js: `/assets/${files.find((f) => f.endsWith(".js"))}`,
+    css: `/assets/${files.find((f) => f.endsWith(".css"))}`,
+  };
   server = await startTestServer();
   disabled = await startTestServer({ config: { inspector: false } });
 }, 120_000);
@@ -73,8 +76,18 @@ describe("inspector assets", () => {
     const post = await fetch(`${server.baseUrl}/`, { method: "POST", body: "x" });
     expect(post.status).toBe(405);
     expect(post.headers.get("allow")).toBe("GET, HEAD");
-    expect(await post.json()).toEqual({ code: "unimplemented", message: "POST is not allowed on /", error: "POST is not allowed on /" });
-    for (const p of ["/assets/nope.js", "/index.htm", "/../package.json", "/assets/../../package.json", "/%2e%2e/package.json"]) {
+    expect(await post.json()).toEqual({
+      code: "unimplemented",
+      message: "POST is not allowed on /",
+      error: "POST is not allowed on /",
+    });
+    for (const p of [
+      "/assets/nope.js",
+      "/index.htm",
+      "/../package.json",
+      "/assets/../../package.json",
+      "/%2e%2e/package.json",
+    ]) {
       const res = await fetch(`${server.baseUrl}${p}`);
       expect(res.status, p).toBe(404);
       expect(await res.json()).toMatchObject({ code: "not_found", message: "not found", error: "not found" });
@@ -82,14 +95,22 @@ describe("inspector assets", () => {
   });
 
   it("shadows none of the RPC, REST and health paths", async () => {
-    const rpc = await fetch(`${server.baseUrl}/engram.v1.MemoryService/GetStats`, { method: "POST", headers: { "content-type": "application/json" }, body: "{}" });
+    const rpc = await fetch(`${server.baseUrl}/engram.v1.MemoryService/GetStats`, {
+      method: "POST",
+      headers: { "content-type": "application/json" },
+      body: "{}",
+    });
     expect(rpc.status).toBe(200);
     expect(await rpc.json()).toMatchObject({ backend: "local" });
     expect((await fetch(`${server.baseUrl}/healthz`)).status).toBe(200);
     expect((await fetch(`${server.baseUrl}/readyz`)).status).toBe(200);
     const sessions = await fetch(`${server.baseUrl}/memory/sessions`);
     expect(await sessions.json()).toMatchObject({ sessions: [] });
-    const unknownRpc = await fetch(`${server.baseUrl}/engram.v1.MemoryService/Nope`, { method: "POST", headers: { "content-type": "application/json" }, body: "{}" });
+    const unknownRpc = await fetch(`${server.baseUrl}/engram.v1.MemoryService/Nope`, {
+      method: "POST",
+      headers: { "content-type": "application/json" },
+      body: "{}",
+    });
     expect(unknownRpc.status).toBe(404);
   });
 

@@ -12,7 +12,11 @@ import { REPO_ROOT } from "../support/engram.js";
 describe("inspector sources", () => {
   it("type-check with inspector/tsconfig.json", async () => {
     const tsc = path.join(REPO_ROOT, "node_modules/typescript/bin/tsc");
-    const result = await promisify(execFile)(process.execPath, [tsc, "-p", path.join(REPO_ROOT, "inspector/tsconfig.json")], { cwd: REPO_ROOT }).then(
+    const result = await promisify(execFile)(
+      process.execPath,
+      [tsc, "-p", path.join(REPO_ROOT, "inspector/tsconfig.json")],
+      { cwd: REPO_ROOT },
+    ).then(
       () => ({ code: 0, out: "" }),
       (err: { code?: number; stdout?: string }) => ({ code: err.code ?? 1, out: err.stdout ?? String(err) }),
     );

@@ -46,13 +46,39 @@ it("keeps sessions, memories and transcripts for the Python client, holds each k
     cwd: REPO_ROOT,
     timeout: 120_000,
     maxBuffer: 1 << 22,
-    env: { ...process.env, ENGRAM_MCP_URL: `${server.baseUrl}/mcp`, ENGRAM_APP: APP, ENGRAM_SESSION: session, ENGRAM_KEY_ALICE: keys.alice, ENGRAM_KEY_BOB: keys.bob },
+    env: {
+      ...process.env,
+      ENGRAM_MCP_URL: `${server.baseUrl}/mcp`,
+      ENGRAM_APP: APP,
+      ENGRAM_SESSION: session,
+      ENGRAM_KEY_ALICE: keys.alice,
+      ENGRAM_KEY_BOB: keys.bob,
+    },
   });
   const seen = JSON.parse(stdout);
 
-  expect(seen.tools).toEqual(["append_events", "build_context", "create_session", "forget", "get_session", "get_state", "list_events", "list_sessions", "read_events", "recall", "remember", "search_memories", "update_session"]);
+  expect(seen.tools).toEqual([
+    "append_events",
+    "build_context",
+    "create_session",
+    "forget",
+    "get_session",
+    "get_state",
+    "list_events",
+    "list_sessions",
+    "read_events",
+    "recall",
+    "remember",
+    "search_memories",
+    "update_session",
+  ]);
   // Alice's key is bound to her app and user: both are filled in.
-  expect(seen.created.session).toMatchObject({ session_id: session, app_name: APP, user_id: "alice", metadata: { via: "python" } });
+  expect(seen.created.session).toMatchObject({
+    session_id: session,
+    app_name: APP,
+    user_id: "alice",
+    metadata: { via: "python" },
+  });
   expect(seen.appended_seqs).toEqual(["1", "2"]);
   expect(seen.state).toEqual({ session_id: session, state: { "user:milk": "oat" }, version: "1" });
   expect(seen.read_contents).toEqual(["I only drink oat milk.", "Oat milk it is."]);
@@ -65,14 +91,26 @@ it("keeps sessions, memories and transcripts for the Python client, holds each k
   );
   expect(seen.listed_uris).toEqual([`engram://sessions/${session}/transcript`]);
 
-  expect(seen.bad_input.missing_session_id).toEqual({ is_error: true, text: expect.stringMatching(/expected string, received undefined at session_id/) });
+  expect(seen.bad_input.missing_session_id).toEqual({
+    is_error: true,
+    text: expect.stringMatching(/expected string, received undefined at session_id/),
+  });
   expect(seen.bad_input.limit_not_a_number).toEqual({ is_error: true, text: expect.stringMatching(/at limit/) });
-  expect(seen.bad_input.bad_event_type).toEqual({ is_error: true, text: expect.stringMatching(/^invalid_argument: events\[0\]\.event_type/) });
-  expect(seen.bad_input.stale_expected_seq).toEqual({ is_error: true, text: expect.stringMatching(/^failed_precondition: expected_seq: expected 99 but the session's current seq is 2/) });
+  expect(seen.bad_input.bad_event_type).toEqual({
+    is_error: true,
+    text: expect.stringMatching(/^invalid_argument: events\[0\]\.event_type/),
+  });
+  expect(seen.bad_input.stale_expected_seq).toEqual({
+    is_error: true,
+    text: expect.stringMatching(/^failed_precondition: expected_seq: expected 99 but the session's current seq is 2/),
+  });
   expect(seen.still_serving_head_seq).toBe("2");
 
   // Bob's key, same app, other user: Alice's session does not exist for him, nor do her memories.
-  expect(seen.bob_read).toEqual({ is_error: true, text: `not_found: session_id: session ${JSON.stringify(session)} not found` });
+  expect(seen.bob_read).toEqual({
+    is_error: true,
+    text: `not_found: session_id: session ${JSON.stringify(session)} not found`,
+  });
   expect(seen.bob_transcript).toMatchObject({ code: -32002, message: expect.stringContaining("not_found") });
   expect(seen.bob_found).toEqual([]);
 

@@ -43,7 +43,9 @@ beforeAll(async () => {
   await makeKey("reader", { role: "read", apps: [APP] });
   await makeKey("other", { role: "write", apps: [OTHER_APP] });
   await makeKey("limited", { role: "write", apps: [APP], rateLimit: 1 });
-  server = await startTestServer({ config: { auth: true, authKeysFile: keyFile.path, authCacheMs: 0, corsOrigins: [LISTED_ORIGIN] } });
+  server = await startTestServer({
+    config: { auth: true, authKeysFile: keyFile.path, authCacheMs: 0, corsOrigins: [LISTED_ORIGIN] },
+  });
 });
 
 afterAll(async () => {
@@ -79,14 +81,23 @@ async function toolErrorText(client: Client, name: string, args: Record<string, 
 }
 
 /** One raw HTTP/1.1 request to the server, exactly these headers. */
-function raw(method: string, urlPath: string, headers: Record<string, string>, body?: string): Promise<{ status: number; headers: http.IncomingHttpHeaders; text: string }> {
+function raw(
+  method: string,
+  urlPath: string,
+  headers: Record<string, string>,
+  body?: string,
+): Promise<{ status: number; headers: http.IncomingHttpHeaders; text: string }> {
   return new Promise((resolve, reject) => {
-    const req = http.request(`${server.baseUrl}${urlPath}`, { method, headers, agent: false, timeout: 10_000 }, (res) => {
-      let text = "";
-      res.setEncoding("utf8");
-      res.on("data", (chunk) => (text += chunk));
-      res.on("end", () => resolve({ status: res.statusCode!, headers: res.headers, text }));
-    });
+    const req = http.request(
+      `${server.baseUrl}${urlPath}`,
+      { method, headers, agent: false, timeout: 10_000 },
+      (res) => {
+        let text = "";
+        res.setEncoding("utf8");
+        res.on("data", (chunk) => (text += chunk));
+        res.on("end", () => resolve({ status: res.statusCode!, headers: res.headers, text }));
+      },
+    );
     req.on("timeout", () => req.destroy(new Error(`${method} ${urlPath}: no answer in 10 s`)));
     req.on("error", reject);
     req.end(body);
@@ -107,7 +118,21 @@ describe("MCP tools", () => {
     expect(client.getServerVersion()?.name).toBe("engram");
     const { tools } = await client.listTools();
     expect(tools.map((t) => t.name).sort()).toEqual(
-      ["append_events", "build_context", "create_session", "forget", "get_session", "get_state", "list_events", "list_sessions", "read_events", "recall", "remember", "search_memories", "update_session"].sort(),
+      [
+        "append_events",
+        "build_context",
+        "create_session",
+        "forget",
+        "get_session",
+        "get_state",
+        "list_events",
+        "list_sessions",
+        "read_events",
+        "recall",
+        "remember",
+        "search_memories",
+        "update_session",
+      ].sort(),
     );
     const append = tools.find((t) => t.name === "append_events")!;
     expect(append.inputSchema.required).toEqual(expect.arrayContaining(["session_id", "events"]));
@@ -120,8 +145,18 @@ describe("MCP tools", () => {
   it("keeps a session: create, append, read, list, get and build its context", async () => {
     const client = await mcpClient("app");
     const id = sid("mcp");
-    const created = await ok(client, "create_session", { app_name: APP, user_id: "carol", session_id: id, metadata: { topic: "trip" } });
-    expect(created.session).toMatchObject({ session_id: id, app_name: APP, user_id: "carol", metadata: { topic: "trip" } });
+    const created = await ok(client, "create_session", {
+      app_name: APP,
+      user_id: "carol",
+      session_id: id,
+      metadata: { topic: "trip" },
+    });
+    expect(created.session).toMatchObject({
+      session_id: id,
+      app_name: APP,
+      user_id: "carol",
+      metadata: { topic: "trip" },
+    });
 
     const appended = await ok(client, "append_events", {
       session_id: id,
@@ -131,16 +166,26 @@ describe("MCP tools", () => {
       ],
     });
     expect(appended.events.map((e: { seq: string }) => e.seq)).toEqual(["1", "2"]);
-    await ok(client, "append_events", { session_id: id, expected_seq: 2, events: [{ event_type: "user_message", content: "Book it." }] });
+    await ok(client, "append_events", {
+      session_id: id,
+      expected_seq: 2,
+      events: [{ event_type: "user_message", content: "Book it." }],
+    });
 
     const read = await ok(client, "read_events", { session_id: id, after_seq: 1 });
     expect(read.events.map((e: { content: unknown }) => e.content)).toEqual(["Noted: Lisbon, May.", "Book it."]);
     expect(read.events[0].metadata).toEqual({ model: "m" });
     expect(read.head_seq).toBe("3");
     expect((await ok(client, "read_events", { session_id: id, tail: 1 })).events).toHaveLength(1);
-    expect((await ok(client, "list_events", { session_id: id, limit: 2 })).events.map((e: { seq: string }) => e.seq)).toEqual(["2", "3"]);
+    expect(
+      (await ok(client, "list_events", { session_id: id, limit: 2 })).events.map((e: { seq: string }) => e.seq),
+    ).toEqual(["2", "3"]);
 
-    expect((await ok(client, "get_session", { session_id: id })).session).toMatchObject({ session_id: id, head_seq: "3", event_count: "3" });
+    expect((await ok(client, "get_session", { session_id: id })).session).toMatchObject({
+      session_id: id,
+      head_seq: "3",
+      event_count: "3",
+    });
     const listed = await ok(client, "list_sessions", { app_name: APP, user_id: "carol" });
     expect(listed.sessions.map((s: { session_id: string }) => s.session_id)).toContain(id);
 
@@ -157,20 +202,44 @@ describe("MCP tools", () => {
     await ok(client, "create_session", { app_name: APP, user_id: "hana", session_id: sibling });
     const appended = await ok(client, "append_events", {
       session_id: id,
-      events: [{ event_type: "user_message", content: "I prefer metric units.", state_delta: { step: 1, "user:units": "metric", "temp:scratch": "x" } }],
+      events: [
+        {
+          event_type: "user_message",
+          content: "I prefer metric units.",
+          state_delta: { step: 1, "user:units": "metric", "temp:scratch": "x" },
+        },
+      ],
     });
     expect(appended.events[0].state_delta).toEqual({ step: 1, "user:units": "metric" });
-    expect(await ok(client, "get_state", { session_id: id })).toEqual({ session_id: id, state: { step: 1, "user:units": "metric" }, version: "1" });
+    expect(await ok(client, "get_state", { session_id: id })).toEqual({
+      session_id: id,
+      state: { step: 1, "user:units": "metric" },
+      version: "1",
+    });
 
-    const updated = await ok(client, "update_session", { session_id: id, expected_version: 1, state_delta: { step: 2, "app:greeting": "hi" }, metadata: { stage: "two" } });
-    expect(updated.session).toMatchObject({ state: { step: 2, "user:units": "metric", "app:greeting": "hi" }, version: "2", metadata: { stage: "two" } });
+    const updated = await ok(client, "update_session", {
+      session_id: id,
+      expected_version: 1,
+      state_delta: { step: 2, "app:greeting": "hi" },
+      metadata: { stage: "two" },
+    });
+    expect(updated.session).toMatchObject({
+      state: { step: 2, "user:units": "metric", "app:greeting": "hi" },
+      version: "2",
+      metadata: { stage: "two" },
+    });
     // The user's and the app's keys reach the user's other session; the session's own key does not.
-    expect((await ok(client, "get_state", { session_id: sibling })).state).toEqual({ "user:units": "metric", "app:greeting": "hi" });
+    expect((await ok(client, "get_state", { session_id: sibling })).state).toEqual({
+      "user:units": "metric",
+      "app:greeting": "hi",
+    });
 
-    expect(await toolErrorText(client, "update_session", { session_id: id, expected_version: 1, state_delta: { step: 3 } })).toBe(
-      "failed_precondition: expected_version: expected 1 but the session's current version is 2",
+    expect(
+      await toolErrorText(client, "update_session", { session_id: id, expected_version: 1, state_delta: { step: 3 } }),
+    ).toBe("failed_precondition: expected_version: expected 1 but the session's current version is 2");
+    expect(await toolErrorText(client, "update_session", { session_id: id, state_delta: "step=3" })).toMatch(
+      /state_delta/,
     );
-    expect(await toolErrorText(client, "update_session", { session_id: id, state_delta: "step=3" })).toMatch(/state_delta/);
     await ok(client, "update_session", { session_id: id, state_delta: { step: null, "app:greeting": null } });
     expect((await ok(client, "get_state", { session_id: id })).state).toEqual({ "user:units": "metric" });
   });
@@ -179,7 +248,10 @@ describe("MCP tools", () => {
     const client = await mcpClient("app");
     const id = sid("mem");
     await ok(client, "create_session", { app_name: APP, user_id: "dave", session_id: id });
-    await ok(client, "append_events", { session_id: id, events: [{ event_type: "user_message", content: "Where should we eat tonight?" }] });
+    await ok(client, "append_events", {
+      session_id: id,
+      events: [{ event_type: "user_message", content: "Where should we eat tonight?" }],
+    });
     const written = await ok(client, "remember", {
       app_name: APP,
       user_id: "dave",
@@ -190,7 +262,12 @@ describe("MCP tools", () => {
     });
     const memoryId = written.memories[0].memory_id as string;
     expect(written.memories[0]).toMatchObject({ app_name: APP, user_id: "dave", topics: ["diet"] });
-    await ok(client, "remember", { app_name: APP, user_id: "dave", text: "Dave always sits by the window.", pinned: true });
+    await ok(client, "remember", {
+      app_name: APP,
+      user_id: "dave",
+      text: "Dave always sits by the window.",
+      pinned: true,
+    });
 
     const recalled = await ok(client, "recall", { session_id: id, query: "vegetarian dinner" });
     expect(recalled.text).toContain("vegetarian");
@@ -203,7 +280,9 @@ describe("MCP tools", () => {
     expect((await ok(client, "forget", { app_name: APP, memory_ids: [memoryId] })).deleted_count).toBe("1");
     const after = await ok(client, "search_memories", { app_name: APP, user_id: "dave", query: "peanuts" });
     expect(after.results.map((r: { memory: { memory_id: string } }) => r.memory.memory_id)).not.toContain(memoryId);
-    expect((await ok(client, "forget", { app_name: APP, user_id: "dave", scope_match: "within" })).deleted_count).toBe("1");
+    expect((await ok(client, "forget", { app_name: APP, user_id: "dave", scope_match: "within" })).deleted_count).toBe(
+      "1",
+    );
   });
 });
 
@@ -235,14 +314,23 @@ describe("MCP resources", () => {
 
   it("answers resource-not-found for an absent session and invalid params for a bad id", async () => {
     const client = await mcpClient("app");
-    await expect(client.readResource({ uri: `engram://sessions/${sid("absent")}/transcript` })).rejects.toMatchObject({ code: -32002, message: expect.stringContaining("not_found") });
-    await expect(client.readResource({ uri: "engram://sessions/%E0%A4%A/transcript" })).rejects.toMatchObject({ code: -32602, message: expect.stringContaining("session_id") });
+    await expect(client.readResource({ uri: `engram://sessions/${sid("absent")}/transcript` })).rejects.toMatchObject({
+      code: -32002,
+      message: expect.stringContaining("not_found"),
+    });
+    await expect(client.readResource({ uri: "engram://sessions/%E0%A4%A/transcript" })).rejects.toMatchObject({
+      code: -32602,
+      message: expect.stringContaining("session_id"),
+    });
   });
 });
 
 describe("MCP auth and tenancy", () => {
   it("refuses a request without a key, or with an unknown one, with HTTP 401 and WWW-Authenticate", async () => {
-    await expect(mcpClient(undefined)).rejects.toMatchObject({ code: 401, message: expect.stringContaining("unauthenticated") });
+    await expect(mcpClient(undefined)).rejects.toMatchObject({
+      code: 401,
+      message: expect.stringContaining("unauthenticated"),
+    });
     keys.unknown = "engram_sk_unknown";
     await expect(mcpClient("unknown")).rejects.toMatchObject({ code: 401 });
     const answer = await raw("POST", "/mcp", MCP_HEADERS, INITIALIZE);
@@ -257,11 +345,20 @@ describe("MCP auth and tenancy", () => {
     const other = await mcpClient("other");
     const id = sid("alice");
     // A key bound to one app and one user fills both in.
-    expect((await ok(alice, "create_session", { session_id: id })).session).toMatchObject({ app_name: APP, user_id: "alice" });
-    await ok(alice, "append_events", { session_id: id, events: [{ event_type: "user_message", content: "my secret" }] });
+    expect((await ok(alice, "create_session", { session_id: id })).session).toMatchObject({
+      app_name: APP,
+      user_id: "alice",
+    });
+    await ok(alice, "append_events", {
+      session_id: id,
+      events: [{ event_type: "user_message", content: "my secret" }],
+    });
     await ok(alice, "remember", { app_name: APP, text: "Alice's door code is 4321." });
 
-    for (const [intruder, label] of [[bob, "bob"], [other, "other app"]] as const) {
+    for (const [intruder, label] of [
+      [bob, "bob"],
+      [other, "other app"],
+    ] as const) {
       for (const [tool, args] of [
         ["get_session", { session_id: id }],
         ["read_events", { session_id: id }],
@@ -271,17 +368,29 @@ describe("MCP auth and tenancy", () => {
         ["update_session", { session_id: id, state_delta: { hijacked: true } }],
         ["append_events", { session_id: id, events: [{ event_type: "user_message", content: "injected" }] }],
       ] as const) {
-        expect(await toolErrorText(intruder, tool, args), `${label} ${tool}`).toBe(`not_found: session_id: session ${JSON.stringify(id)} not found`);
+        expect(await toolErrorText(intruder, tool, args), `${label} ${tool}`).toBe(
+          `not_found: session_id: session ${JSON.stringify(id)} not found`,
+        );
       }
-      await expect(intruder.readResource({ uri: `engram://sessions/${id}/transcript` }), label).rejects.toMatchObject({ code: -32002 });
+      await expect(intruder.readResource({ uri: `engram://sessions/${id}/transcript` }), label).rejects.toMatchObject({
+        code: -32002,
+      });
       const { resources } = await intruder.listResources();
-      expect(resources.map((r) => r.uri), label).not.toContain(`engram://sessions/${id}/transcript`);
+      expect(
+        resources.map((r) => r.uri),
+        label,
+      ).not.toContain(`engram://sessions/${id}/transcript`);
       const listed = await ok(intruder, "list_sessions", {});
-      expect(listed.sessions.map((s: { session_id: string }) => s.session_id), label).not.toContain(id);
+      expect(
+        listed.sessions.map((s: { session_id: string }) => s.session_id),
+        label,
+      ).not.toContain(id);
     }
     expect((await ok(bob, "search_memories", { app_name: APP, query: "door code" })).results).toEqual([]);
     expect((await ok(other, "search_memories", { app_name: APP, query: "door code" })).results).toEqual([]);
-    expect(await toolErrorText(bob, "create_session", { app_name: APP, user_id: "alice" })).toMatch(/^permission_denied: user_id:/);
+    expect(await toolErrorText(bob, "create_session", { app_name: APP, user_id: "alice" })).toMatch(
+      /^permission_denied: user_id:/,
+    );
     // Nothing was injected.
     expect((await ok(alice, "read_events", { session_id: id })).events).toHaveLength(1);
     expect((await ok(alice, "get_state", { session_id: id })).state).toEqual({});
@@ -293,13 +402,20 @@ describe("MCP auth and tenancy", () => {
     const id = sid("ro");
     await ok(writer, "create_session", { app_name: APP, user_id: "frank", session_id: id });
     expect((await ok(reader, "get_session", { session_id: id })).session.session_id).toBe(id);
-    expect(await toolErrorText(reader, "append_events", { session_id: id, events: [{ event_type: "user_message" }] })).toMatch(/^permission_denied: .*role \(read\)/);
+    expect(
+      await toolErrorText(reader, "append_events", { session_id: id, events: [{ event_type: "user_message" }] }),
+    ).toMatch(/^permission_denied: .*role \(read\)/);
     expect(await toolErrorText(reader, "remember", { app_name: APP, text: "x" })).toMatch(/^permission_denied:/);
   });
 
   it("spends the key's rate limit per tool call", async () => {
     const client = await mcpClient("limited");
-    const results = await Promise.all(Array.from({ length: 5 }, () => client.callTool({ name: "list_sessions", arguments: {} }) as Promise<CallToolResult>));
+    const results = await Promise.all(
+      Array.from(
+        { length: 5 },
+        () => client.callTool({ name: "list_sessions", arguments: {} }) as Promise<CallToolResult>,
+      ),
+    );
     const refused = results.filter((r) => r.isError);
     expect(refused.length).toBeGreaterThan(0);
     expect((refused[0].content[0] as { text: string }).text).toMatch(/^resource_exhausted:/);
@@ -325,9 +441,21 @@ describe("MCP bad input", () => {
       ["read_events", { session_id: id, limt: 10 }, /limt/],
       ["read_events", { session_id: id, after_seq: -1 }, /after_seq/],
       ["append_events", { session_id: id, events: [] }, /events/],
-      ["append_events", { session_id: id, events: [{ content: "no type" }] }, /events\.0\.event_type|events\[0\]\.event_type/],
-      ["append_events", { session_id: id, events: [{ event_type: "not a type!", content: "x" }] }, /^invalid_argument: events\[0\]\.event_type/],
-      ["append_events", { session_id: id, expected_seq: 7, events: [{ event_type: "user_message" }] }, /^failed_precondition: expected_seq/],
+      [
+        "append_events",
+        { session_id: id, events: [{ content: "no type" }] },
+        /events\.0\.event_type|events\[0\]\.event_type/,
+      ],
+      [
+        "append_events",
+        { session_id: id, events: [{ event_type: "not a type!", content: "x" }] },
+        /^invalid_argument: events\[0\]\.event_type/,
+      ],
+      [
+        "append_events",
+        { session_id: id, expected_seq: 7, events: [{ event_type: "user_message" }] },
+        /^failed_precondition: expected_seq/,
+      ],
       ["get_session", { session_id: "has space" }, /^invalid_argument: session_id/],
       ["read_events", { session_id: id, limit: 5000 }, /^invalid_argument: limit/],
       ["remember", { app_name: APP, text: "" }, /^invalid_argument: memories\[0\]\.text/],
@@ -336,7 +464,8 @@ describe("MCP bad input", () => {
       ["search_memories", { app_name: APP, scope_match: "everything" }, /scope_match/],
       ["build_context", { session_id: id, tokenizer: "nope" }, /^invalid_argument: tokenizer/],
     ];
-    for (const [tool, args, expected] of cases) expect(await toolErrorText(client, tool, args), `${tool} ${JSON.stringify(args)}`).toMatch(expected);
+    for (const [tool, args, expected] of cases)
+      expect(await toolErrorText(client, tool, args), `${tool} ${JSON.stringify(args)}`).toMatch(expected);
     // An unknown tool is a tool error too; the server still answers.
     expect(await toolErrorText(client, "drop_database", {})).toMatch(/drop_database/);
     expect((await ok(client, "get_session", { session_id: id })).session.head_seq).toBe("1");
@@ -371,10 +500,18 @@ describe("MCP bad input", () => {
     const get = await raw("GET", "/mcp", { ...auth, accept: "text/event-stream" });
     expect(get.status).toBe(405);
     expect(get.headers.allow).toBe("POST");
-    expect(JSON.parse(get.text)).toMatchObject({ jsonrpc: "2.0", error: { message: expect.stringContaining("stateless") } });
+    expect(JSON.parse(get.text)).toMatchObject({
+      jsonrpc: "2.0",
+      error: { message: expect.stringContaining("stateless") },
+    });
     expect((await raw("DELETE", "/mcp", auth)).status).toBe(405);
     expect((await raw("POST", "/mcp", { ...auth, ...MCP_HEADERS }, "{not json")).status).toBe(400);
-    const huge = JSON.stringify({ jsonrpc: "2.0", id: 1, method: "ping", params: { pad: "x".repeat(9 * 1024 * 1024) } });
+    const huge = JSON.stringify({
+      jsonrpc: "2.0",
+      id: 1,
+      method: "ping",
+      params: { pad: "x".repeat(9 * 1024 * 1024) },
+    });
     expect((await raw("POST", "/mcp", { ...auth, ...MCP_HEADERS }, huge)).status).toBe(413);
     expect((await raw("POST", "/mcp", { ...auth, ...MCP_HEADERS }, INITIALIZE)).status).toBe(200);
   });
@@ -385,10 +522,19 @@ describe("MCP hang-ups", () => {
     const client = await mcpClient("app");
     const id = sid("hangup");
     await ok(client, "create_session", { app_name: APP, user_id: "ivan", session_id: id });
-    const call = JSON.stringify({ jsonrpc: "2.0", id: 7, method: "tools/call", params: { name: "build_context", arguments: { session_id: id, token_budget: 100 } } });
+    const call = JSON.stringify({
+      jsonrpc: "2.0",
+      id: 7,
+      method: "tools/call",
+      params: { name: "build_context", arguments: { session_id: id, token_budget: 100 } },
+    });
     for (let i = 0; i < 20; i++) {
       await new Promise<void>((resolve) => {
-        const req = http.request(`${server.baseUrl}/mcp`, { method: "POST", headers: { authorization: `Bearer ${keys.app}`, ...MCP_HEADERS }, agent: false });
+        const req = http.request(`${server.baseUrl}/mcp`, {
+          method: "POST",
+          headers: { authorization: `Bearer ${keys.app}`, ...MCP_HEADERS },
+          agent: false,
+        });
         req.on("error", () => resolve());
         req.on("close", () => resolve());
         req.end(call, () => setImmediate(() => req.destroy()));
@@ -401,20 +547,36 @@ describe("MCP hang-ups", () => {
 describe("MCP cross-site policy", () => {
   it("refuses another site's page, and a same-origin one too (DNS rebinding), before the body is read", async () => {
     const auth = { authorization: `Bearer ${keys.app}`, ...MCP_HEADERS };
-    const variants: Record<string, string>[] = [{ origin: "https://evil.example" }, { "sec-fetch-site": "cross-site" }, { origin: server.baseUrl }];
+    const variants: Record<string, string>[] = [
+      { origin: "https://evil.example" },
+      { "sec-fetch-site": "cross-site" },
+      { origin: server.baseUrl },
+    ];
     for (const headers of variants) {
       const answer = await raw("POST", "/mcp", { ...auth, ...headers }, INITIALIZE);
       expect(answer.status, JSON.stringify(headers)).toBe(403);
-      expect(JSON.parse(answer.text)).toMatchObject({ code: "permission_denied", message: expect.stringContaining("cross-site request refused") });
+      expect(JSON.parse(answer.text)).toMatchObject({
+        code: "permission_denied",
+        message: expect.stringContaining("cross-site request refused"),
+      });
     }
   });
 
   it("serves an origin listed in MEMORY_CORS_ORIGINS, preflight included", async () => {
-    const preflight = await raw("OPTIONS", "/mcp", { origin: LISTED_ORIGIN, "access-control-request-method": "POST", "access-control-request-headers": "authorization, content-type, mcp-protocol-version" });
+    const preflight = await raw("OPTIONS", "/mcp", {
+      origin: LISTED_ORIGIN,
+      "access-control-request-method": "POST",
+      "access-control-request-headers": "authorization, content-type, mcp-protocol-version",
+    });
     expect(preflight.status).toBe(204);
     expect(preflight.headers["access-control-allow-origin"]).toBe(LISTED_ORIGIN);
     expect(preflight.headers["access-control-allow-headers"]).toContain("mcp-protocol-version");
-    const answer = await raw("POST", "/mcp", { authorization: `Bearer ${keys.app}`, ...MCP_HEADERS, origin: LISTED_ORIGIN }, INITIALIZE);
+    const answer = await raw(
+      "POST",
+      "/mcp",
+      { authorization: `Bearer ${keys.app}`, ...MCP_HEADERS, origin: LISTED_ORIGIN },
+      INITIALIZE,
+    );
     expect(answer.status).toBe(200);
     expect(answer.headers["access-control-allow-origin"]).toBe(LISTED_ORIGIN);
   });
@@ -425,10 +587,14 @@ describe("MEMORY_MCP=false", () => {
     const plain = await startTestServer({ config: { mcp: false } });
     try {
       const answer = await new Promise<number>((resolve, reject) => {
-        const req = http.request(`${plain.baseUrl}/mcp`, { method: "POST", headers: MCP_HEADERS, agent: false }, (res) => {
-          res.resume();
-          resolve(res.statusCode!);
-        });
+        const req = http.request(
+          `${plain.baseUrl}/mcp`,
+          { method: "POST", headers: MCP_HEADERS, agent: false },
+          (res) => {
+            res.resume();
+            resolve(res.statusCode!);
+          },
+        );
         req.on("error", reject);
         req.end(INITIALIZE);
       });

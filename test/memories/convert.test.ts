@@ -5,7 +5,17 @@
  * and check, against the descriptors, that every field comes out set and
  * that the literal is a message protobuf-es encodes and decodes as its own.
  */
-import { create, equals, fromBinary, fromJsonString, isFieldSet, toBinary, toJsonString, type DescMessage, type Message } from "@bufbuild/protobuf";
+import {
+  create,
+  equals,
+  fromBinary,
+  fromJsonString,
+  isFieldSet,
+  toBinary,
+  toJsonString,
+  type DescMessage,
+  type Message,
+} from "@bufbuild/protobuf";
 import { describe, expect, it } from "vitest";
 import { MemorySchema, ScoredMemorySchema } from "@engram-memory/client/gen/engram/v1/memories_pb.js";
 import { toWireMemory, toWireScored } from "../../src/service/memories/convert.js";
@@ -41,7 +51,8 @@ function expectEveryFieldSet(desc: DescMessage, message: Message, path = desc.ty
   for (const field of desc.fields) {
     expect(isFieldSet(message, field), `${path}.${field.name} is set`).toBe(true);
     const value = (message as Record<string, unknown>)[field.localName];
-    if (field.fieldKind === "message" && field.message.file === desc.file) expectEveryFieldSet(field.message, value as Message, `${path}.${field.name}`);
+    if (field.fieldKind === "message" && field.message.file === desc.file)
+      expectEveryFieldSet(field.message, value as Message, `${path}.${field.name}`);
   }
 }
 
@@ -57,7 +68,9 @@ describe("wire memories written as literals", () => {
     const wire = toWireMemory(FULL);
     expectEveryFieldSet(MemorySchema, wire);
     expectWellFormed(MemorySchema, wire);
-    expect(wire.createdAt).toEqual(create(MemorySchema, { createdAt: { seconds: 1_700_000_000n, nanos: 123_000_000 } }).createdAt);
+    expect(wire.createdAt).toEqual(
+      create(MemorySchema, { createdAt: { seconds: 1_700_000_000n, nanos: 123_000_000 } }).createdAt,
+    );
     expect(wire.source?.toSeq).toBe(9n);
   });
 
@@ -68,7 +81,19 @@ describe("wire memories written as literals", () => {
   });
 
   it("leave out what a record lacks, as create() does", () => {
-    const bare: MemoryRecord = { memoryId: "m", appName: "app", text: "t", key: "", topics: [], importance: 0, pinned: false, metadata: {}, createdAt: -1_500, validFrom: 0, fingerprint: "" };
+    const bare: MemoryRecord = {
+      memoryId: "m",
+      appName: "app",
+      text: "t",
+      key: "",
+      topics: [],
+      importance: 0,
+      pinned: false,
+      metadata: {},
+      createdAt: -1_500,
+      validFrom: 0,
+      fingerprint: "",
+    };
     const wire = toWireMemory(bare);
     expectWellFormed(MemorySchema, wire);
     for (const name of ["userId", "agentId", "sessionId", "fact", "source", "invalidAt"] as const) {

@@ -9,7 +9,11 @@
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { ConfigError, describeConfig, loadConfig } from "../../src/config.js";
 import { MemoryError } from "../../src/errors.js";
-import { EmbeddingsClient, embeddingsClientFromConfig, type EmbeddingsSettings } from "../../src/service/memories/embeddings.js";
+import {
+  EmbeddingsClient,
+  embeddingsClientFromConfig,
+  type EmbeddingsSettings,
+} from "../../src/service/memories/embeddings.js";
 import { cosineSimilarity, MAX_EMBEDDING_DIMENSION, validateEmbedding } from "../../src/service/memories/similarity.js";
 import { startChaosProxy, type ChaosMode } from "../support/chaos-proxy.js";
 import { startEmbeddingsServer, type EmbeddingsServer } from "../support/embeddings-server.js";
@@ -32,7 +36,14 @@ let server: EmbeddingsServer;
 let startedInMs = 0;
 
 function client(overrides: Partial<EmbeddingsSettings> = {}): EmbeddingsClient {
-  return new EmbeddingsClient({ url: server.url, model: server.model, timeoutMs: 20_000, batchSize: 64, maxRetries: 0, ...overrides });
+  return new EmbeddingsClient({
+    url: server.url,
+    model: server.model,
+    timeoutMs: 20_000,
+    batchSize: 64,
+    maxRetries: 0,
+    ...overrides,
+  });
 }
 
 beforeAll(async () => {
@@ -67,8 +78,12 @@ describe("embeddings from a real model (all-MiniLM-L6-v2)", () => {
       "Quarterly revenue grew by four percent",
     ];
     const embeddings = client();
-    const [query, ...vectors] = await embeddings.embed(["Which pet does the user have?", ...memories], { field: "query" });
-    const ranked = memories.map((text, i) => ({ text, score: cosineSimilarity(query!, vectors[i]!) })).sort((a, b) => b.score - a.score);
+    const [query, ...vectors] = await embeddings.embed(["Which pet does the user have?", ...memories], {
+      field: "query",
+    });
+    const ranked = memories
+      .map((text, i) => ({ text, score: cosineSimilarity(query!, vectors[i]!) }))
+      .sort((a, b) => b.score - a.score);
     expect(ranked[0]!.text).toBe("The user has a golden retriever called Max");
     // Clearly first, not by a hair (random vectors in 384 dimensions sit within about 0.1 of one another).
     expect(ranked[0]!.score).toBeGreaterThan(ranked[1]!.score + 0.2);
@@ -105,8 +120,18 @@ describe("batching", () => {
   });
 
   it("splits a long list into requests of batch_size texts and keeps the input order", async () => {
-    const texts = Array.from({ length: 25 }, (_, i) => `Memory number ${i}: the user mentioned topic ${i % 3 === 0 ? "cats" : i % 3 === 1 ? "taxes" : "tennis"}`);
-    const batched = new EmbeddingsClient({ url: small.url, model: small.model, timeoutMs: 20_000, batchSize: 10, maxRetries: 0 });
+    const texts = Array.from(
+      { length: 25 },
+      (_, i) =>
+        `Memory number ${i}: the user mentioned topic ${i % 3 === 0 ? "cats" : i % 3 === 1 ? "taxes" : "tennis"}`,
+    );
+    const batched = new EmbeddingsClient({
+      url: small.url,
+      model: small.model,
+      timeoutMs: 20_000,
+      batchSize: 10,
+      maxRetries: 0,
+    });
     const vectors = await batched.embed(texts);
     expect(vectors).toHaveLength(25);
     // Each vector is its own text's: the same as embedding that text alone.
@@ -117,12 +142,25 @@ describe("batching", () => {
   });
 
   it("answers INVALID_ARGUMENT naming the field when the endpoint refuses the input (here: too many at once)", async () => {
-    const unbatched = new EmbeddingsClient({ url: small.url, model: small.model, timeoutMs: 20_000, batchSize: 64, maxRetries: 0 });
-    const err = await memoryErrorOf(unbatched.embed(Array.from({ length: 25 }, (_, i) => `text ${i}`), { field: "memories" }));
+    const unbatched = new EmbeddingsClient({
+      url: small.url,
+      model: small.model,
+      timeoutMs: 20_000,
+      batchSize: 64,
+      maxRetries: 0,
+    });
+    const err = await memoryErrorOf(
+      unbatched.embed(
+        Array.from({ length: 25 }, (_, i) => `text ${i}`),
+        { field: "memories" },
+      ),
+    );
     expect(err.code).toBe("INVALID_ARGUMENT");
     expect(err.field).toBe("memories");
     expect(err.reason).toBe("EMBEDDING_INPUT_REFUSED");
-    expect(err.message).toMatch(/^memories: the embeddings endpoint refused it \(HTTP 400\): 'input' holds 25 items; at most 10/);
+    expect(err.message).toMatch(
+      /^memories: the embeddings endpoint refused it \(HTTP 400\): 'input' holds 25 items; at most 10/,
+    );
   });
 });
 
@@ -132,7 +170,9 @@ describe("dimension", () => {
     expect(err.code).toBe("FAILED_PRECONDITION");
     expect(err.reason).toBe("EMBEDDING_DIMENSION_MISMATCH");
     expect(err.info).toEqual({ expected_dimension: "768", actual_dimension: "384" });
-    expect(err.message).toContain("returned 384-dimensional vectors but 768 are expected (MEMORY_EMBEDDINGS_DIMENSIONS)");
+    expect(err.message).toContain(
+      "returned 384-dimensional vectors but 768 are expected (MEMORY_EMBEDDINGS_DIMENSIONS)",
+    );
   });
 
   it("accepts them when the configured dimension is the model's", async () => {
@@ -178,7 +218,10 @@ describe("endpoint failures", () => {
    * so no kept-alive connection of another test (the HTTP client pools them
    * per origin) can pass or fail in its place.
    */
-  async function withProxy(mode: ChaosMode, fn: (proxied: (overrides?: Partial<EmbeddingsSettings>) => EmbeddingsClient) => Promise<void>): Promise<void> {
+  async function withProxy(
+    mode: ChaosMode,
+    fn: (proxied: (overrides?: Partial<EmbeddingsSettings>) => EmbeddingsClient) => Promise<void>,
+  ): Promise<void> {
     const proxy = await startChaosProxy(Number(new URL(server.url).port));
     proxy.set(mode);
     try {
@@ -189,7 +232,9 @@ describe("endpoint failures", () => {
   }
 
   it("answers UNAVAILABLE when nothing listens at the URL", async () => {
-    const err = await memoryErrorOf(client({ url: `http://127.0.0.1:${await freePort()}/v1`, maxRetries: 1 }).embedOne("hello"));
+    const err = await memoryErrorOf(
+      client({ url: `http://127.0.0.1:${await freePort()}/v1`, maxRetries: 1 }).embedOne("hello"),
+    );
     expect(err.code).toBe("UNAVAILABLE");
     expect(err.reason).toBe("EMBEDDINGS_UNAVAILABLE");
     expect(err.message).toBe("the embeddings endpoint is unreachable");
@@ -245,7 +290,7 @@ describe("endpoint failures", () => {
     const err = await memoryErrorOf(client({ model: "text-embedding-3-small" }).embedOne("hello"));
     expect(err.code).toBe("FAILED_PRECONDITION");
     expect(err.reason).toBe("EMBEDDINGS_MISCONFIGURED");
-    expect(err.message).toContain("no model \"text-embedding-3-small\"");
+    expect(err.message).toContain('no model "text-embedding-3-small"');
     expect(err.message).toContain("MEMORY_EMBEDDINGS_MODEL");
   });
 });
@@ -258,7 +303,15 @@ describe("API key", () => {
   afterAll(async () => {
     await keyed?.stop();
   });
-  const keyedClient = (apiKey?: string) => new EmbeddingsClient({ url: keyed.url, model: keyed.model, apiKey, timeoutMs: 20_000, batchSize: 64, maxRetries: 0 });
+  const keyedClient = (apiKey?: string) =>
+    new EmbeddingsClient({
+      url: keyed.url,
+      model: keyed.model,
+      apiKey,
+      timeoutMs: 20_000,
+      batchSize: 64,
+      maxRetries: 0,
+    });
 
   it("sends the configured key as a bearer token", async () => {
     await expect(keyedClient("sk-test-right").embedOne("hello")).resolves.toHaveLength(384);
@@ -308,7 +361,10 @@ describe("configuration (MEMORY_EMBEDDINGS_*)", () => {
   });
 
   it("builds a client from the settings, with the documented defaults", () => {
-    const config = loadConfig([], { MEMORY_EMBEDDINGS_URL: "http://127.0.0.1:11434/v1", MEMORY_EMBEDDINGS_MODEL: "nomic-embed-text" });
+    const config = loadConfig([], {
+      MEMORY_EMBEDDINGS_URL: "http://127.0.0.1:11434/v1",
+      MEMORY_EMBEDDINGS_MODEL: "nomic-embed-text",
+    });
     expect(embeddingsClientFromConfig(config)?.settings).toEqual({
       url: "http://127.0.0.1:11434/v1",
       model: "nomic-embed-text",
@@ -321,7 +377,11 @@ describe("configuration (MEMORY_EMBEDDINGS_*)", () => {
   });
 
   it("never prints the API key", () => {
-    const config = loadConfig([], { MEMORY_EMBEDDINGS_URL: "https://user:pw@example.test/v1", MEMORY_EMBEDDINGS_MODEL: "m", MEMORY_EMBEDDINGS_API_KEY: "sk-secret" });
+    const config = loadConfig([], {
+      MEMORY_EMBEDDINGS_URL: "https://user:pw@example.test/v1",
+      MEMORY_EMBEDDINGS_MODEL: "m",
+      MEMORY_EMBEDDINGS_API_KEY: "sk-secret",
+    });
     const printed = JSON.stringify(describeConfig(config));
     expect(printed).not.toContain("sk-secret");
     expect(printed).not.toContain(":pw@");
@@ -332,9 +392,18 @@ describe("configuration (MEMORY_EMBEDDINGS_*)", () => {
     [{ MEMORY_EMBEDDINGS_URL: "http://127.0.0.1:11434/v1" }, /MEMORY_EMBEDDINGS_URL needs MEMORY_EMBEDDINGS_MODEL/],
     [{ MEMORY_EMBEDDINGS_MODEL: "m" }, /MEMORY_EMBEDDINGS_MODEL needs MEMORY_EMBEDDINGS_URL/],
     [{ MEMORY_EMBEDDINGS_API_KEY: "k" }, /MEMORY_EMBEDDINGS_API_KEY needs MEMORY_EMBEDDINGS_URL/],
-    [{ MEMORY_EMBEDDINGS_URL: "ftp://example.test", MEMORY_EMBEDDINGS_MODEL: "m" }, /MEMORY_EMBEDDINGS_URL: expected an http\(s\) base URL/],
-    [{ MEMORY_EMBEDDINGS_URL: "not a url", MEMORY_EMBEDDINGS_MODEL: "m" }, /MEMORY_EMBEDDINGS_URL: expected an http\(s\) base URL/],
-    [{ MEMORY_EMBEDDINGS_URL: "http://h/v1", MEMORY_EMBEDDINGS_MODEL: "m", MEMORY_EMBEDDINGS_DIMENSIONS: "4097" }, /MEMORY_EMBEDDINGS_DIMENSIONS: must be at most 4096, got 4097/],
+    [
+      { MEMORY_EMBEDDINGS_URL: "ftp://example.test", MEMORY_EMBEDDINGS_MODEL: "m" },
+      /MEMORY_EMBEDDINGS_URL: expected an http\(s\) base URL/,
+    ],
+    [
+      { MEMORY_EMBEDDINGS_URL: "not a url", MEMORY_EMBEDDINGS_MODEL: "m" },
+      /MEMORY_EMBEDDINGS_URL: expected an http\(s\) base URL/,
+    ],
+    [
+      { MEMORY_EMBEDDINGS_URL: "http://h/v1", MEMORY_EMBEDDINGS_MODEL: "m", MEMORY_EMBEDDINGS_DIMENSIONS: "4097" },
+      /MEMORY_EMBEDDINGS_DIMENSIONS: must be at most 4096, got 4097/,
+    ],
     [{ MEMORY_EMBEDDINGS_BATCH_SIZE: "0" }, /MEMORY_EMBEDDINGS_BATCH_SIZE: must be at least 1, got 0/],
     [{ MEMORY_EMBEDDINGS_BATCH_SIZE: "2049" }, /MEMORY_EMBEDDINGS_BATCH_SIZE: must be at most 2048, got 2049/],
     [{ MEMORY_EMBEDDINGS_TIMEOUT_MS: "50" }, /MEMORY_EMBEDDINGS_TIMEOUT_MS: must be at least 100, got 50/],

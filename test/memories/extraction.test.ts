@@ -12,7 +12,11 @@ import { extractedMemoryId } from "../../src/service/memories/extraction.js";
 import { connectClient, type MemoryClient } from "../support/clients.js";
 import { spawnServer, startTestServer, type TestServer } from "../support/engram.js";
 import { freePort } from "../support/host.js";
-import { startScriptedChatServer, type ScriptedAnswer, type ScriptedChatServer } from "../support/scripted-chat-server.js";
+import {
+  startScriptedChatServer,
+  type ScriptedAnswer,
+  type ScriptedChatServer,
+} from "../support/scripted-chat-server.js";
 
 const text = (s: string) => ({ kind: { case: "stringValue" as const, value: s } });
 const facts = (...triples: Array<[string, string, string]>): ScriptedAnswer => ({
@@ -25,22 +29,45 @@ let releaseHeld: ((answer: ScriptedAnswer) => void) | undefined;
 /** The scripted answers: keyed by words of the transcript. */
 function script(transcript: string): ScriptedAnswer | Promise<ScriptedAnswer> {
   if (transcript.includes("held back")) return new Promise((resolve) => (releaseHeld = resolve));
-  if (transcript.includes("Porto")) return facts(["maria", "lives in", "porto"], ["maria", "owns", "a beagle named rex"]);
+  if (transcript.includes("Porto"))
+    return facts(["maria", "lives in", "porto"], ["maria", "owns", "a beagle named rex"]);
   if (transcript.includes("Lisbon")) return facts(["maria", "lives in", "lisbon"]);
   if (transcript.includes("not json")) return { content: "Sure! Maria lives somewhere." };
   if (transcript.includes("wrong shape")) return { content: JSON.stringify({ facts: "maria lives in porto" }) };
-  if (transcript.includes("mixed")) return { content: JSON.stringify({ facts: [{ subject: 1, predicate: "likes", object: "tea" }, { subject: "maria", predicate: "", object: "x" }, { subject: "maria", predicate: "drinks", object: "green tea" }] }) };
+  if (transcript.includes("mixed"))
+    return {
+      content: JSON.stringify({
+        facts: [
+          { subject: 1, predicate: "likes", object: "tea" },
+          { subject: "maria", predicate: "", object: "x" },
+          { subject: "maria", predicate: "drinks", object: "green tea" },
+        ],
+      }),
+    };
   if (transcript.includes("hang")) return "hang";
   if (transcript.includes("fail")) return { status: 500 };
   return facts();
 }
 
 function extractionConfig(url: string, extra: Record<string, unknown> = {}) {
-  return { extractionUrl: url, extractionModel: "scripted", extractionTimeoutMs: 5000, extractionMaxEvents: 20, extractionQueueSize: 100, extractionConcurrency: 2, extractionEventTypes: ["user_message", "agent_response"], ...extra };
+  return {
+    extractionUrl: url,
+    extractionModel: "scripted",
+    extractionTimeoutMs: 5000,
+    extractionMaxEvents: 20,
+    extractionQueueSize: 100,
+    extractionConcurrency: 2,
+    extractionEventTypes: ["user_message", "agent_response"],
+    ...extra,
+  };
 }
 
 /** Polls ListMemories (at most 50 times, 100 ms apart) until `done` holds; returns the last listing either way. */
-async function pollMemories(client: MemoryClient, req: { appName: string; userId?: string; includeInvalid?: boolean }, done: (m: Memory[]) => boolean): Promise<Memory[]> {
+async function pollMemories(
+  client: MemoryClient,
+  req: { appName: string; userId?: string; includeInvalid?: boolean },
+  done: (m: Memory[]) => boolean,
+): Promise<Memory[]> {
   let memories: Memory[] = [];
   for (let attempt = 0; attempt < 50; attempt++) {
     memories = (await client.listMemories({ ...req, pageSize: 100 })).memories;
@@ -82,11 +109,17 @@ describe("fact extraction from appended events (scripted chat endpoint)", () => 
       ["maria", "owns", "a beagle named rex"],
     ]);
     for (const m of memories) {
-      expect(m).toMatchObject({ appName: "extract", userId: "maria", source: { sessionId: "ex-1", fromSeq: 1n, toSeq: 2n } });
+      expect(m).toMatchObject({
+        appName: "extract",
+        userId: "maria",
+        source: { sessionId: "ex-1", fromSeq: 1n, toSeq: 2n },
+      });
       // Long-term: the user's, across sessions, not the session's.
       expect(m.sessionId).toBeUndefined();
     }
-    expect(memories.map((m) => m.memoryId).sort()).toEqual([0, 1].map((i) => extractedMemoryId("ex-1", 1, 2, i)).sort());
+    expect(memories.map((m) => m.memoryId).sort()).toEqual(
+      [0, 1].map((i) => extractedMemoryId("ex-1", 1, 2, i)).sort(),
+    );
     // The endpoint was asked for JSON, with the model configured.
     expect(chat.bodies.at(-1)).toMatchObject({ model: "scripted", response_format: { type: "json_object" } });
     expect(chat.transcripts.at(-1)).toContain("[user_message] Hi! I just moved to Porto.");
@@ -99,14 +132,31 @@ describe("fact extraction from appended events (scripted chat endpoint)", () => 
   it("supersedes an earlier fact through a later one with the same subject and predicate", async () => {
     // Its own user, so that it needs no earlier test: first Porto, then Lisbon.
     await client.createSession({ appName: "extract-move", userId: "maria", sessionId: "ex-2a" });
-    await client.addEvent({ sessionId: "ex-2a", event: { eventType: "user_message", content: text("Hi! I just moved to Porto.") } });
-    await pollMemories(client, { appName: "extract-move", userId: "maria" }, (m) => m.some((x) => x.fact?.object === "porto"));
+    await client.addEvent({
+      sessionId: "ex-2a",
+      event: { eventType: "user_message", content: text("Hi! I just moved to Porto.") },
+    });
+    await pollMemories(client, { appName: "extract-move", userId: "maria" }, (m) =>
+      m.some((x) => x.fact?.object === "porto"),
+    );
     await client.createSession({ appName: "extract-move", userId: "maria", sessionId: "ex-2" });
-    await client.addEvent({ sessionId: "ex-2", event: { eventType: "user_message", content: text("We left for Lisbon last month.") } });
-    const valid = await pollMemories(client, { appName: "extract-move", userId: "maria" }, (m) => m.some((x) => x.fact?.object === "lisbon"));
+    await client.addEvent({
+      sessionId: "ex-2",
+      event: { eventType: "user_message", content: text("We left for Lisbon last month.") },
+    });
+    const valid = await pollMemories(client, { appName: "extract-move", userId: "maria" }, (m) =>
+      m.some((x) => x.fact?.object === "lisbon"),
+    );
     const lives = valid.filter((m) => m.fact?.predicate === "lives in");
     expect(lives.map((m) => m.fact?.object)).toEqual(["lisbon"]);
-    const all = (await client.listMemories({ appName: "extract-move", userId: "maria", includeInvalid: true, predicate: "lives in" })).memories;
+    const all = (
+      await client.listMemories({
+        appName: "extract-move",
+        userId: "maria",
+        includeInvalid: true,
+        predicate: "lives in",
+      })
+    ).memories;
     const porto = all.find((m) => m.fact?.object === "porto")!;
     expect(porto.invalidAt).toBeDefined();
     expect(porto.supersededBy).toBe(extractedMemoryId("ex-2", 1, 1, 0));
@@ -115,7 +165,10 @@ describe("fact extraction from appended events (scripted chat endpoint)", () => 
 
   it("stores one memory per fact when the same range is processed twice (a retried append)", async () => {
     await client.createSession({ appName: "extract", userId: "rui", sessionId: "ex-3" });
-    const append = { sessionId: "ex-3", events: [{ eventId: "e-1", eventType: "user_message", content: text("I live in Porto now") }] };
+    const append = {
+      sessionId: "ex-3",
+      events: [{ eventId: "e-1", eventType: "user_message", content: text("I live in Porto now") }],
+    };
     const requestsBefore = chat.transcripts.length;
     await client.addEvents(append);
     await server.service.extractor!.idle();
@@ -123,18 +176,25 @@ describe("fact extraction from appended events (scripted chat endpoint)", () => 
     await server.service.extractor!.idle();
     expect(chat.transcripts.length - requestsBefore).toBe(2);
     const memories = (await client.listMemories({ appName: "extract", userId: "rui", includeInvalid: true })).memories;
-    expect(memories.map((m) => m.memoryId).sort()).toEqual([0, 1].map((i) => extractedMemoryId("ex-3", 1, 1, i)).sort());
+    expect(memories.map((m) => m.memoryId).sort()).toEqual(
+      [0, 1].map((i) => extractedMemoryId("ex-3", 1, 1, i)).sort(),
+    );
   });
 
   it("takes back facts whose user was erased while the endpoint was answering", async () => {
     await client.createSession({ appName: "extract", userId: "erased", sessionId: "ex-5" });
-    await client.addEvent({ sessionId: "ex-5", event: { eventType: "user_message", content: text("this is held back: I live in Porto") } });
+    await client.addEvent({
+      sessionId: "ex-5",
+      event: { eventType: "user_message", content: text("this is held back: I live in Porto") },
+    });
     for (let attempt = 0; attempt < 50 && !releaseHeld; attempt++) await new Promise((r) => setTimeout(r, 100));
     expect(releaseHeld).toBeDefined();
     await client.deleteUserData({ appName: "extract", userId: "erased" });
     releaseHeld!(facts(["erased", "lives in", "porto"]));
     await server.service.extractor!.idle();
-    expect((await client.listMemories({ appName: "extract", userId: "erased", includeInvalid: true })).memories).toEqual([]);
+    expect(
+      (await client.listMemories({ appName: "extract", userId: "erased", includeInvalid: true })).memories,
+    ).toEqual([]);
   });
 
   it("skips answers that are not JSON or not facts, and keeps the good facts of a mixed answer", async () => {
@@ -148,7 +208,9 @@ describe("fact extraction from appended events (scripted chat endpoint)", () => 
     expect(counts.failedRequests - before.failedRequests).toBe(3); // not json, wrong shape, HTTP 500
     expect(counts.skippedFacts - before.skippedFacts).toBe(2);
     const memories = (await client.listMemories({ appName: "extract", userId: "ana" })).memories;
-    expect(memories.map((m) => [m.fact?.subject, m.fact?.predicate, m.fact?.object])).toEqual([["maria", "drinks", "green tea"]]);
+    expect(memories.map((m) => [m.fact?.subject, m.fact?.predicate, m.fact?.object])).toEqual([
+      ["maria", "drinks", "green tea"],
+    ]);
     // Still serving.
     expect((await client.getSession({ sessionId: "ex-4" })).session?.headSeq).toBe(4n);
   });
@@ -157,11 +219,21 @@ describe("fact extraction from appended events (scripted chat endpoint)", () => 
 describe("extraction never holds up an append", () => {
   it("answers appends while the endpoint hangs, and drops (and counts) ranges past the queue", async () => {
     const chat = await startScriptedChatServer(() => "hang");
-    const server = await startTestServer({ config: extractionConfig(chat.url, { extractionConcurrency: 1, extractionQueueSize: 2, extractionTimeoutMs: 60_000 }) });
+    const server = await startTestServer({
+      config: extractionConfig(chat.url, {
+        extractionConcurrency: 1,
+        extractionQueueSize: 2,
+        extractionTimeoutMs: 60_000,
+      }),
+    });
     try {
       const client = connectClient(server.baseUrl);
       await client.createSession({ appName: "extract", userId: "u", sessionId: "hang-1" });
-      for (let i = 0; i < 5; i++) await client.addEvent({ sessionId: "hang-1", event: { eventType: "user_message", content: text(`hang ${i}`) } });
+      for (let i = 0; i < 5; i++)
+        await client.addEvent({
+          sessionId: "hang-1",
+          event: { eventType: "user_message", content: text(`hang ${i}`) },
+        });
       // Every append answered although the first request is still open: nothing waited on the endpoint.
       let idle = false;
       void server.service.extractor!.idle().then(() => (idle = true));
@@ -181,7 +253,11 @@ describe("extraction never holds up an append", () => {
     try {
       const client = connectClient(server.baseUrl);
       await client.createSession({ appName: "extract", userId: "u", sessionId: "down-1" });
-      for (let i = 0; i < 3; i++) await client.addEvent({ sessionId: "down-1", event: { eventType: "user_message", content: text(`I live in Porto ${i}`) } });
+      for (let i = 0; i < 3; i++)
+        await client.addEvent({
+          sessionId: "down-1",
+          event: { eventType: "user_message", content: text(`I live in Porto ${i}`) },
+        });
       await server.service.extractor!.idle();
       expect(server.service.extractor!.counts.failedRequests).toBe(3);
       expect((await client.listMemories({ appName: "extract" })).memories).toEqual([]);
@@ -195,12 +271,22 @@ describe("extraction never holds up an append", () => {
 describe("the server process (src/main.ts)", () => {
   it("extracts when MEMORY_EXTRACTION_URL is set and counts facts and failures in /metrics", async () => {
     const chat = await startScriptedChatServer(script);
-    const proc = await spawnServer({ MEMORY_EXTRACTION_URL: chat.url, MEMORY_EXTRACTION_MODEL: "scripted", MEMORY_EXTRACTION_API_KEY: "sk-test-secret" });
+    const proc = await spawnServer({
+      MEMORY_EXTRACTION_URL: chat.url,
+      MEMORY_EXTRACTION_MODEL: "scripted",
+      MEMORY_EXTRACTION_API_KEY: "sk-test-secret",
+    });
     try {
       const client = connectClient(proc.baseUrl);
       await client.createSession({ appName: "extract", userId: "maria", sessionId: "proc-1" });
-      await client.addEvent({ sessionId: "proc-1", event: { eventType: "user_message", content: text("I moved to Porto") } });
-      await client.addEvent({ sessionId: "proc-1", event: { eventType: "user_message", content: text("fail please") } });
+      await client.addEvent({
+        sessionId: "proc-1",
+        event: { eventType: "user_message", content: text("I moved to Porto") },
+      });
+      await client.addEvent({
+        sessionId: "proc-1",
+        event: { eventType: "user_message", content: text("fail please") },
+      });
       const memories = await pollMemories(client, { appName: "extract", userId: "maria" }, (m) => m.length >= 2);
       expect(memories).toHaveLength(2);
       // The key went to the endpoint only, and is masked in the logged configuration.
@@ -230,6 +316,8 @@ describe("extraction settings", () => {
   it("refuses a model without a URL, and a URL without a model", () => {
     expect(() => loadConfig([], { MEMORY_EXTRACTION_MODEL: "m" })).toThrow(ConfigError);
     expect(() => loadConfig([], { MEMORY_EXTRACTION_URL: "http://127.0.0.1:1/v1" })).toThrow(/MEMORY_EXTRACTION_MODEL/);
-    expect(() => loadConfig([], { MEMORY_EXTRACTION_URL: "ftp://x", MEMORY_EXTRACTION_MODEL: "m" })).toThrow(/http\(s\)/);
+    expect(() => loadConfig([], { MEMORY_EXTRACTION_URL: "ftp://x", MEMORY_EXTRACTION_MODEL: "m" })).toThrow(
+      /http\(s\)/,
+    );
   });
 });

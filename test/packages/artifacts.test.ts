@@ -46,7 +46,10 @@ describe("the packages, installed outside the checkout", () => {
     interpreters = await pythonInterpreters();
     npmApp = path.join(work, "npm-app");
     await npmProject(npmApp, [tarballs.client, tarballs.server]);
-    server = await spawnServer({}, [], { entry: [path.join(npmApp, "node_modules/.bin/engram"), "serve"], cwd: npmApp });
+    server = await spawnServer({}, [], {
+      entry: [path.join(npmApp, "node_modules/.bin/engram"), "serve"],
+      cwd: npmApp,
+    });
   }, 900_000);
 
   afterAll(async () => {
@@ -75,7 +78,9 @@ describe("the packages, installed outside the checkout", () => {
 
   it("the `engram` CLI from the npm tarball reports the package version and reads the server", async () => {
     const bin = path.join(npmApp, "node_modules/.bin/engram");
-    const { version } = (await import(path.join(REPO_ROOT, "package.json"), { with: { type: "json" } })).default as { version: string };
+    const { version } = (await import(path.join(REPO_ROOT, "package.json"), { with: { type: "json" } })).default as {
+      version: string;
+    };
     expect((await sh(bin, ["--version"], { cwd: npmApp })).trim()).toBe(version);
     expect(await sh(bin, ["stats", "--url", server.baseUrl], { cwd: npmApp })).toMatch(/sessions/i);
   });
@@ -96,11 +101,21 @@ describe("the packages, installed outside the checkout", () => {
   // The wheel on the oldest and the newest interpreter; the sdist (built into a wheel by pip) on the newest.
   for (const kind of ["wheel", "sdist"] as const) {
     it(`the Python client README's example runs in fresh venvs with the ${kind} installed`, async () => {
-      const chosen = kind === "wheel" ? [...new Set([interpreters[0], interpreters[interpreters.length - 1]])] : [interpreters[interpreters.length - 1]];
+      const chosen =
+        kind === "wheel"
+          ? [...new Set([interpreters[0], interpreters[interpreters.length - 1]])]
+          : [interpreters[interpreters.length - 1]];
       for (const interpreter of chosen) {
-        const venvPython = await pythonProject(path.join(work, `venv-${kind}-${path.basename(interpreter)}`), interpreter, python[kind]);
+        const venvPython = await pythonProject(
+          path.join(work, `venv-${kind}-${path.basename(interpreter)}`),
+          interpreter,
+          python[kind],
+        );
         const script = path.join(work, `quickstart-${kind}-${path.basename(interpreter)}.py`);
-        writeFileSync(script, readmeBlock("clients/python/README.md", "python").replace(README_ADDRESS, server.address));
+        writeFileSync(
+          script,
+          readmeBlock("clients/python/README.md", "python").replace(README_ADDRESS, server.address),
+        );
         // From the temp folder, so `engram_memory` can only come from the venv.
         const stdout = await sh(venvPython, [script], { cwd: work });
         expect(stdout).toContain("1 user_message What is the capital of France?");
@@ -117,7 +132,10 @@ describe("the packages, installed outside the checkout", () => {
     const env = await goEnv(proxy, path.join(work, "gomodcache"));
     await sh("go", ["mod", "init", "example.com/quickstart"], { cwd: app, env });
     await sh("go", ["get", `${GO_MODULE}/memory@${GO_VERSION}`], { cwd: app, env });
-    writeFileSync(path.join(app, "main.go"), readmeBlock("clients/go/README.md", "go").replace(README_ADDRESS, server.address));
+    writeFileSync(
+      path.join(app, "main.go"),
+      readmeBlock("clients/go/README.md", "go").replace(README_ADDRESS, server.address),
+    );
     const stdout = await sh("go", ["run", "."], { cwd: app, env });
     expect(stdout).toContain("1 user_message What is the capital of France?");
     expect(stdout).toContain("2 agent_response Paris.");

@@ -19,7 +19,9 @@ const README_ADDRESS = "127.0.0.1:8000";
 
 /** The README's shell block that installs from a checkout (the one that packs). */
 function checkoutInstallBlock(): string {
-  const blocks = [...readFileSync(path.join(REPO_ROOT, README), "utf8").matchAll(/```sh\n([\s\S]*?)```/g)].map((m) => m[1]);
+  const blocks = [...readFileSync(path.join(REPO_ROOT, README), "utf8").matchAll(/```sh\n([\s\S]*?)```/g)].map(
+    (m) => m[1],
+  );
   const block = blocks.find((b) => b.includes("npm pack"));
   if (!block) throw new Error(`${README} has no \`\`\`sh block with npm pack`);
   return block;
@@ -44,11 +46,22 @@ describe("the TypeScript client, installed from a checkout as its README says", 
     expect(existsSync(path.join(checkout, "clients/typescript/dist"))).toBe(false);
     expect(existsSync(path.join(checkout, "node_modules"))).toBe(false);
     mkdirSync(project);
-    writeFileSync(path.join(project, "package.json"), JSON.stringify({ name: "your-project", version: "1.0.0", private: true, type: "module" }));
+    writeFileSync(
+      path.join(project, "package.json"),
+      JSON.stringify({ name: "your-project", version: "1.0.0", private: true, type: "module" }),
+    );
 
-    const block = checkoutInstallBlock().replaceAll("/path/to/engram", checkout).replaceAll("/path/to/your-project", project);
+    const block = checkoutInstallBlock()
+      .replaceAll("/path/to/engram", checkout)
+      .replaceAll("/path/to/your-project", project);
     // Downloads come from the cache the package tests share; the commands are the README's.
-    const env = { ...process.env, npm_config_cache: path.join(CACHE, "npm-cache"), npm_config_prefer_offline: "true", npm_config_audit: "false", npm_config_fund: "false" };
+    const env = {
+      ...process.env,
+      npm_config_cache: path.join(CACHE, "npm-cache"),
+      npm_config_prefer_offline: "true",
+      npm_config_audit: "false",
+      npm_config_fund: "false",
+    };
     await sh("bash", ["-euo", "pipefail", "-c", block], { cwd: work, env });
 
     // Installed as a copy from the tarball, not a link into the checkout.

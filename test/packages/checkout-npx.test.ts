@@ -35,7 +35,12 @@ function recordedFolders(checkout: string): string[] {
 
 /** When the build outputs `prepare` makes were last written. */
 function buildTimes(checkout: string): Record<string, number> {
-  const outputs = ["dist/.build-stamp", "dist/cli/main.js", "inspector/dist/index.html", "clients/typescript/dist/index.js"];
+  const outputs = [
+    "dist/.build-stamp",
+    "dist/cli/main.js",
+    "inspector/dist/index.html",
+    "clients/typescript/dist/index.js",
+  ];
   return Object.fromEntries(outputs.map((file) => [file, statSync(path.join(checkout, file)).mtimeMs]));
 }
 
@@ -49,7 +54,13 @@ describe("npx engram in a fresh checkout", () => {
     expect(existsSync(path.join(checkout, "node_modules"))).toBe(false);
     expect(existsSync(path.join(checkout, "dist"))).toBe(false);
     // Downloads come from the cache the package tests share.
-    const env = { ...process.env, npm_config_cache: path.join(CACHE, "npm-cache"), npm_config_prefer_offline: "true", npm_config_audit: "false", npm_config_fund: "false" };
+    const env = {
+      ...process.env,
+      npm_config_cache: path.join(CACHE, "npm-cache"),
+      npm_config_prefer_offline: "true",
+      npm_config_audit: "false",
+      npm_config_fund: "false",
+    };
     await sh("npm", ["ci", "--loglevel=error"], { cwd: checkout, env });
   }, 600_000);
   afterAll(() => {
@@ -65,7 +76,12 @@ describe("npx engram in a fresh checkout", () => {
   it("answers --help, first and again, without rebuilding the checkout or fetching a package", async () => {
     const built = buildTimes(checkout);
     // An empty npm cache and --offline: any package npm had to fetch would fail the call.
-    const env = { ...process.env, npm_config_cache: path.join(work, "empty-npm-cache"), npm_config_offline: "true", npm_config_update_notifier: "false" };
+    const env = {
+      ...process.env,
+      npm_config_cache: path.join(work, "empty-npm-cache"),
+      npm_config_offline: "true",
+      npm_config_update_notifier: "false",
+    };
     for (const call of ["first", "warm"]) {
       const help = await sh("npx", ["engram", "--help"], { cwd: checkout, env });
       expect(help, call).toContain("Usage: engram");

@@ -21,7 +21,8 @@ function leftoverReplicas(): number[] {
     if (!/^\d+$/.test(entry) || Number(entry) === process.pid) continue;
     try {
       const env = readFileSync(`/proc/${entry}/environ`, "latin1").split("\0");
-      if (env.includes("MEMORY_TYPE=postgres") && env.includes(`MEMORY_KEY_PREFIX=${keyPrefix}`)) pids.push(Number(entry));
+      if (env.includes("MEMORY_TYPE=postgres") && env.includes(`MEMORY_KEY_PREFIX=${keyPrefix}`))
+        pids.push(Number(entry));
     } catch {
       // gone meanwhile, or not ours to read
     }

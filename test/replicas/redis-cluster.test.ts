@@ -13,7 +13,11 @@ let cluster: RedisCluster | undefined;
 describeReplicaSuite(
   () => ({
     name: "redis-cluster",
-    env: () => ({ MEMORY_TYPE: "redis", MEMORY_REDIS_URL: cluster!.url, MEMORY_KEY_PREFIX: `replicas_cluster_${process.pid}` }),
+    env: () => ({
+      MEMORY_TYPE: "redis",
+      MEMORY_REDIS_URL: cluster!.url,
+      MEMORY_KEY_PREFIX: `replicas_cluster_${process.pid}`,
+    }),
     interrupt: () => cluster!.restartAll(),
     outage: async () => {
       await cluster!.stopAll();

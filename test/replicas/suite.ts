@@ -98,13 +98,21 @@ async function stopReplica(r: Replica | undefined): Promise<void> {
  * Appends one event with a client-chosen id, retrying (same id: idempotent)
  * until acknowledged or `deadline`; returns its seq.
  */
-async function appendAcknowledged(client: () => MemoryClient, id: string, eventId: string, deadline: number): Promise<number> {
+async function appendAcknowledged(
+  client: () => MemoryClient,
+  id: string,
+  eventId: string,
+  deadline: number,
+): Promise<number> {
   for (;;) {
     try {
-      const res = await client().addEvent({ sessionId: id, event: { eventType: "user_message", eventId } }, { timeoutMs: 3000 } as never);
+      const res = await client().addEvent({ sessionId: id, event: { eventType: "user_message", eventId } }, {
+        timeoutMs: 3000,
+      } as never);
       return Number(res.event!.seq);
     } catch (err) {
-      if (Date.now() > deadline) throw new Error(`event ${eventId} not acknowledged in time: ${String(err)}`, { cause: err });
+      if (Date.now() > deadline)
+        throw new Error(`event ${eventId} not acknowledged in time: ${String(err)}`, { cause: err });
       await sleep(100);
     }
   }
@@ -139,7 +147,10 @@ async function follow(
     const poll = setInterval(() => reached() && controller.abort(), 50);
     try {
       const after = seqs.length > 0 ? BigInt(seqs[seqs.length - 1]) : undefined;
-      for await (const frame of client().streamSessionEvents({ sessionId: id, afterSeq: after }, { signal: controller.signal })) {
+      for await (const frame of client().streamSessionEvents(
+        { sessionId: id, afterSeq: after },
+        { signal: controller.signal },
+      )) {
         if (frame.frame.case === "caughtUp") started?.();
         if (frame.frame.case === "event") seqs.push(Number(frame.frame.value.seq));
         if (reached()) break;
@@ -160,20 +171,22 @@ const range = (n: number) => Array.from({ length: n }, (_, i) => i + 1);
 /** grpc.health.v1 Check of the whole server ("" service). */
 function healthCheck(address: string): Promise<string> {
   const require = createRequire(import.meta.url);
-  const def = grpc.loadPackageDefinition(protoLoader.loadSync(require("grpc-health-check").protoPath, { enums: String })) as unknown as {
+  const def = grpc.loadPackageDefinition(
+    protoLoader.loadSync(require("grpc-health-check").protoPath, { enums: String }),
+  ) as unknown as {
     grpc: { health: { v1: { Health: grpc.ServiceClientConstructor } } };
   };
   const client = new def.grpc.health.v1.Health(address, grpc.credentials.createInsecure());
   return new Promise<string>((resolve, reject) => {
-    (client as unknown as { check: (r: object, o: object, cb: (e: Error | null, r?: { status: string }) => void) => void }).check(
-      { service: "" },
-      { deadline: new Date(Date.now() + 2000) },
-      (err, res) => {
-        client.close();
-        if (err) reject(err);
-        else resolve(res!.status);
-      },
-    );
+    (
+      client as unknown as {
+        check: (r: object, o: object, cb: (e: Error | null, r?: { status: string }) => void) => void;
+      }
+    ).check({ service: "" }, { deadline: new Date(Date.now() + 2000) }, (err, res) => {
+      client.close();
+      if (err) reject(err);
+      else resolve(res!.status);
+    });
   });
 }
 
@@ -226,7 +239,13 @@ export function describeReplicaSuite(
       const n = 100;
       let ready = 0;
       const subscribers = [one!.connect, one!.grpc, two!.connect, two!.grpc].map((c) =>
-        follow(() => c, id, () => n, 30_000, () => ready++),
+        follow(
+          () => c,
+          id,
+          () => n,
+          30_000,
+          () => ready++,
+        ),
       );
       await eventually(async () => ready >= 4, true, 10_000);
       const deadline = Date.now() + 30_000;
@@ -251,11 +270,18 @@ export function describeReplicaSuite(
       // A stream on the victim, resumed on the survivor once the victim is gone.
       let streamOn = victim.connect;
       let target: number | undefined;
-      const stream = follow(() => streamOn, id, () => target, 30_000);
+      const stream = follow(
+        () => streamOn,
+        id,
+        () => target,
+        30_000,
+      );
       const writeUntilFailure = async (r: Replica, name: string, count: number) => {
         for (let i = 0; i < count; i++) {
           try {
-            await r.grpc.addEvent({ sessionId: id, event: { eventType: "user_message", eventId: `${name}-${i}` } }, { timeoutMs: 3000 } as never);
+            await r.grpc.addEvent({ sessionId: id, event: { eventType: "user_message", eventId: `${name}-${i}` } }, {
+              timeoutMs: 3000,
+            } as never);
             acknowledged.add(`${name}-${i}`);
           } catch {
             return; // the replica died under this call: not acknowledged
@@ -293,7 +319,15 @@ export function describeReplicaSuite(
       const total = 40;
       let target: number | undefined;
       let ready = 0;
-      const followers = [one!.connect, two!.grpc].map((c) => follow(() => c, id, () => target, 60_000, () => ready++));
+      const followers = [one!.connect, two!.grpc].map((c) =>
+        follow(
+          () => c,
+          id,
+          () => target,
+          60_000,
+          () => ready++,
+        ),
+      );
       await eventually(async () => ready >= 2, true, 10_000);
       const deadline = Date.now() + 45_000;
       let written = 0;
@@ -309,45 +343,62 @@ export function describeReplicaSuite(
       await writes;
       const { events } = await two!.connect.getSessionEvents({ sessionId: id, limit: 1000 });
       // Each event id exactly once, whatever was re-sent or retried.
-      expect(events.map((e) => e.eventId).sort()).toEqual(range(total).map((i) => `e-${i - 1}`).sort());
+      expect(events.map((e) => e.eventId).sort()).toEqual(
+        range(total)
+          .map((i) => `e-${i - 1}`)
+          .sort(),
+      );
       expect(events.map((e) => Number(e.seq))).toEqual(range(total));
       target = total;
       for (const { seqs } of await Promise.all(followers)) expect(seqs).toEqual(range(total));
     }, 90_000);
 
-    (knownBugs.outage ? it.fails : it)(`4. a backend outage: calls fail UNAVAILABLE within their deadline, health goes NOT_SERVING and back, nothing crashes${knownBugs.outage ? ` (known bug: ${knownBugs.outage})` : ""}`, async () => {
-      const id = sessionId("outage");
-      await one!.grpc.createSession({ appName: "app", userId: "u", sessionId: id });
-      await one!.grpc.addEvent({ sessionId: id, event: { eventType: "user_message", eventId: "before" } });
-      const restore = await b.outage();
-      try {
-        for (const r of [one!, two!]) {
-          for (const call of [
-            () => r.grpc.getSession({ sessionId: id }, { timeoutMs: 4000 } as never),
-            () => r.grpc.addEvent({ sessionId: id, event: { eventType: "user_message", eventId: "during" } }, { timeoutMs: 4000 } as never),
-            () => r.connect.listSessions({}, { timeoutMs: 4000 } as never),
-          ]) {
-            const started = Date.now();
-            expect(await codeOf(call()), `replica ${[one, two].indexOf(r)} call ${call.toString().slice(0, 60)}`).toBe(Code.Unavailable);
-            expect(Date.now() - started).toBeLessThan(4000);
+    (knownBugs.outage ? it.fails : it)(
+      `4. a backend outage: calls fail UNAVAILABLE within their deadline, health goes NOT_SERVING and back, nothing crashes${knownBugs.outage ? ` (known bug: ${knownBugs.outage})` : ""}`,
+      async () => {
+        const id = sessionId("outage");
+        await one!.grpc.createSession({ appName: "app", userId: "u", sessionId: id });
+        await one!.grpc.addEvent({ sessionId: id, event: { eventType: "user_message", eventId: "before" } });
+        const restore = await b.outage();
+        try {
+          for (const r of [one!, two!]) {
+            for (const call of [
+              () => r.grpc.getSession({ sessionId: id }, { timeoutMs: 4000 } as never),
+              () =>
+                r.grpc.addEvent({ sessionId: id, event: { eventType: "user_message", eventId: "during" } }, {
+                  timeoutMs: 4000,
+                } as never),
+              () => r.connect.listSessions({}, { timeoutMs: 4000 } as never),
+            ]) {
+              const started = Date.now();
+              expect(
+                await codeOf(call()),
+                `replica ${[one, two].indexOf(r)} call ${call.toString().slice(0, 60)}`,
+              ).toBe(Code.Unavailable);
+              expect(Date.now() - started).toBeLessThan(4000);
+            }
+            await eventually(() => healthCheck(r.proc.address), "NOT_SERVING", 8000);
+            await eventually(async () => (await fetch(`${r.proc.baseUrl}/readyz`)).status, 503, 4000);
           }
-          await eventually(() => healthCheck(r.proc.address), "NOT_SERVING", 8000);
-          await eventually(async () => (await fetch(`${r.proc.baseUrl}/readyz`)).status, 503, 4000);
+        } finally {
+          await restore();
         }
-      } finally {
-        await restore();
-      }
-      for (const r of [one!, two!]) {
-        await eventually(() => healthCheck(r.proc.address), "SERVING", 10_000);
-        await eventually(async () => (await fetch(`${r.proc.baseUrl}/readyz`)).status, 200, 4000);
-        expect(r.proc.child.exitCode).toBeNull();
-        expect(r.proc.child.signalCode).toBeNull();
-      }
-      const { events } = await two!.grpc.getSessionEvents({ sessionId: id });
-      expect(events.map((e) => e.eventId)).toContain("before");
-      // A write refused during the outage can be made now.
-      const after = await one!.grpc.addEvent({ sessionId: id, event: { eventType: "user_message", eventId: "during" } });
-      expect(after.event!.eventId).toBe("during");
-    }, 90_000);
+        for (const r of [one!, two!]) {
+          await eventually(() => healthCheck(r.proc.address), "SERVING", 10_000);
+          await eventually(async () => (await fetch(`${r.proc.baseUrl}/readyz`)).status, 200, 4000);
+          expect(r.proc.child.exitCode).toBeNull();
+          expect(r.proc.child.signalCode).toBeNull();
+        }
+        const { events } = await two!.grpc.getSessionEvents({ sessionId: id });
+        expect(events.map((e) => e.eventId)).toContain("before");
+        // A write refused during the outage can be made now.
+        const after = await one!.grpc.addEvent({
+          sessionId: id,
+          event: { eventType: "user_message", eventId: "during" },
+        });
+        expect(after.event!.eventId).toBe("during");
+      },
+      90_000,
+    );
   });
 }

@@ -27,13 +27,19 @@ interface JsonAnswer {
 }
 
 async function connectJson(method: string, body: string): Promise<JsonAnswer> {
-  const res = await fetch(`${server.baseUrl}/engram.v1.MemoryService/${method}`, { method: "POST", headers: { "content-type": "application/json" }, body });
+  const res = await fetch(`${server.baseUrl}/engram.v1.MemoryService/${method}`, {
+    method: "POST",
+    headers: { "content-type": "application/json" },
+    body,
+  });
   return { status: res.status, ...((await res.json()) as Omit<JsonAnswer, "status">) };
 }
 
 /** The field paths of an answer's google.rpc.BadRequest detail. */
 function violatedFields(answer: JsonAnswer): string[] {
-  return (answer.details ?? []).filter((d) => d.type === "google.rpc.BadRequest").flatMap((d) => d.debug?.field_violations?.map((v) => v.field) ?? []);
+  return (answer.details ?? [])
+    .filter((d) => d.type === "google.rpc.BadRequest")
+    .flatMap((d) => d.debug?.field_violations?.map((v) => v.field) ?? []);
 }
 
 describe("Connect JSON bodies that do not decode name what is wrong", () => {
@@ -43,12 +49,28 @@ describe("Connect JSON bodies that do not decode name what is wrong", () => {
     ["AddEvent", '"just a string"', /^body: must be a JSON object \(got "just a string"\)$/],
     ["AddEvent", '{"session_id": {}}', /^session_id: expected string, got object$/],
     ["AddEvent", '{"session_id": "s", "event": {"event_type": 5}}', /^event\.event_type: expected string, got 5$/],
-    ["AddEvent", '{"session_id": "s", "event": {"event_type": "a", "timestamp": "yesterday"}}', /^event\.timestamp: is not a valid google\.protobuf\.Timestamp/],
-    ["AddEvent", '{"session_id": "s", "event": {"event_type": "a", "metadata": true}}', /^event\.metadata: is not a valid google\.protobuf\.Struct/],
-    ["AddEvents", '{"session_id": "s", "events": [{"event_type": "a"}, {"event_type": "b", "event_id": 7}]}', /^events\[1\]\.event_id: expected string, got 7$/],
+    [
+      "AddEvent",
+      '{"session_id": "s", "event": {"event_type": "a", "timestamp": "yesterday"}}',
+      /^event\.timestamp: is not a valid google\.protobuf\.Timestamp/,
+    ],
+    [
+      "AddEvent",
+      '{"session_id": "s", "event": {"event_type": "a", "metadata": true}}',
+      /^event\.metadata: is not a valid google\.protobuf\.Struct/,
+    ],
+    [
+      "AddEvents",
+      '{"session_id": "s", "events": [{"event_type": "a"}, {"event_type": "b", "event_id": 7}]}',
+      /^events\[1\]\.event_id: expected string, got 7$/,
+    ],
     ["AddEvents", '{"session_id": "s", "events": [{"event_type": "a"}, null]}', /^events\[1\]: must not be null$/],
     ["AddEvents", '{"session_id": "s", "events": {"event_type": "a"}}', /^events: expected Array, got object$/],
-    ["AddEvent", '{"session_id": "s", "sessionId": "t"}', /^session_id: is set twice \(as "session_id" and "sessionId"\)$/],
+    [
+      "AddEvent",
+      '{"session_id": "s", "sessionId": "t"}',
+      /^session_id: is set twice \(as "session_id" and "sessionId"\)$/,
+    ],
     ["AddEvent", '{"session_id": "s", "session_id": "t"}', /^body: .*duplicate object key "session_id"/],
     ["Cleanup", '{"max_age": "forever"}', /^max_age: is not a valid google\.protobuf\.Duration/],
     ["ListSessions", '{"page_size": -1}', /^page_size: /],
@@ -66,19 +88,32 @@ describe("Connect JSON bodies that do not decode name what is wrong", () => {
   it("Connect streaming JSON: the end-stream error names the field", async () => {
     const json = Buffer.from(JSON.stringify({ session_id: "s", after_seq: "not a number" }));
     const body = Buffer.concat([Buffer.from([0, 0, 0, 0, json.length]), json]);
-    const res = await fetch(`${server.baseUrl}/engram.v1.MemoryService/StreamSessionEvents`, { method: "POST", headers: { "content-type": "application/connect+json" }, body });
+    const res = await fetch(`${server.baseUrl}/engram.v1.MemoryService/StreamSessionEvents`, {
+      method: "POST",
+      headers: { "content-type": "application/connect+json" },
+      body,
+    });
     const frame = Buffer.from(await res.arrayBuffer());
     expect(frame[0]).toBe(0b10);
-    expect(JSON.parse(frame.subarray(5).toString())).toMatchObject({ error: { code: "invalid_argument", message: expect.stringMatching(/^after_seq: /) } });
+    expect(JSON.parse(frame.subarray(5).toString())).toMatchObject({
+      error: { code: "invalid_argument", message: expect.stringMatching(/^after_seq: /) },
+    });
   });
 
   it("Connect GET ?encoding=json: names the field", async () => {
-    const res = await fetch(`${server.baseUrl}/engram.v1.MemoryService/GetSession?encoding=json&message=${encodeURIComponent('{"session_id": 1}')}`);
+    const res = await fetch(
+      `${server.baseUrl}/engram.v1.MemoryService/GetSession?encoding=json&message=${encodeURIComponent('{"session_id": 1}')}`,
+    );
     expect(res.status).toBe(400);
     expect(await res.json()).toMatchObject({
       code: "invalid_argument",
       message: "session_id: expected string, got 1",
-      details: [{ type: "google.rpc.BadRequest", debug: { field_violations: [{ field: "session_id", description: "expected string, got 1" }] } }],
+      details: [
+        {
+          type: "google.rpc.BadRequest",
+          debug: { field_violations: [{ field: "session_id", description: "expected string, got 1" }] },
+        },
+      ],
     });
   });
 
@@ -105,7 +140,11 @@ describe("Connect JSON is strict: an unknown field is refused, naming its path",
   it.each([
     ["AddEvent", "event.contnet", { session_id: "s", event: { event_type: "user_message", contnet: "hi" } }],
     ["AddEvent", "sesion_id", { session_id: "s", sesion_id: "t" }],
-    ["AddEvents", "events[1].contnet", { session_id: "s", events: [{ event_type: "a" }, { event_type: "b", contnet: "x" }] }],
+    [
+      "AddEvents",
+      "events[1].contnet",
+      { session_id: "s", events: [{ event_type: "a" }, { event_type: "b", contnet: "x" }] },
+    ],
     ["ListSessions", "page_sise", { app_name: "a", page_sise: 3 }],
     ["AddEvent", `event.${"k".repeat(64)}…`, { session_id: "s", event: { event_type: "a", ["k".repeat(500)]: 1 } }],
   ])("%s names %s as an unknown field, in the message and in the BadRequest detail", async (method, path, body) => {
@@ -118,19 +157,32 @@ describe("Connect JSON is strict: an unknown field is refused, naming its path",
 
   it("a misspelled content is refused and nothing is stored (it used to store content null and show 'User: null')", async () => {
     await connectJson("CreateSession", JSON.stringify({ session_id: "strict-json", app_name: "a", user_id: "u" }));
-    const answer = await connectJson("AddEvent", JSON.stringify({ session_id: "strict-json", event: { event_type: "user_message", contnet: "hi" } }));
+    const answer = await connectJson(
+      "AddEvent",
+      JSON.stringify({ session_id: "strict-json", event: { event_type: "user_message", contnet: "hi" } }),
+    );
     expect(answer.message).toBe("event.contnet: unknown field");
-    const session = (await connectJson("GetSession", JSON.stringify({ session_id: "strict-json" }))) as { session?: { head_seq?: string } };
+    const session = (await connectJson("GetSession", JSON.stringify({ session_id: "strict-json" }))) as {
+      session?: { head_seq?: string };
+    };
     expect(session.session?.head_seq).toBe("0");
   });
 
   it("keys inside free-form JSON (content, metadata) are data, not fields", async () => {
-    const answer = await connectJson("AddEvent", JSON.stringify({ session_id: "strict-json", event: { event_type: "user_message", content: { contnet: 1 }, metadata: { anything: true } } }));
+    const answer = await connectJson(
+      "AddEvent",
+      JSON.stringify({
+        session_id: "strict-json",
+        event: { event_type: "user_message", content: { contnet: 1 }, metadata: { anything: true } },
+      }),
+    );
     expect(answer.status).toBe(200);
   });
 
   it("Connect GET ?encoding=json and gRPC-Web JSON refuse it too", async () => {
-    const get = await fetch(`${server.baseUrl}/engram.v1.MemoryService/GetSession?encoding=json&message=${encodeURIComponent('{"session_id": "s", "verbose": true}')}`);
+    const get = await fetch(
+      `${server.baseUrl}/engram.v1.MemoryService/GetSession?encoding=json&message=${encodeURIComponent('{"session_id": "s", "verbose": true}')}`,
+    );
     expect(get.status).toBe(400);
     expect(await get.json()).toMatchObject({ code: "invalid_argument", message: "verbose: unknown field" });
     const bytes = Buffer.from('{"session_id": "s", "verbose": true}');
@@ -147,7 +199,9 @@ describe("Connect JSON is strict: an unknown field is refused, naming its path",
     ["gzip", gzipSync],
     ["br", brotliCompressSync],
   ] as const)("a %s-compressed body is refused the same way", async (encoding, compress) => {
-    const body = compress(Buffer.from(JSON.stringify({ session_id: "s", event: { event_type: "user_message", contnet: "hi" } })));
+    const body = compress(
+      Buffer.from(JSON.stringify({ session_id: "s", event: { event_type: "user_message", contnet: "hi" } })),
+    );
     const res = await fetch(`${server.baseUrl}/engram.v1.MemoryService/AddEvent`, {
       method: "POST",
       headers: { "content-type": "application/json", "content-encoding": encoding },
@@ -160,7 +214,11 @@ describe("Connect JSON is strict: an unknown field is refused, naming its path",
   });
 
   it("a compressed body that is valid is served (the guard's inflating leaves it intact for connect)", async () => {
-    const body = gzipSync(Buffer.from(JSON.stringify({ session_id: "strict-json", event: { event_type: "user_message", content: "zipped" } })));
+    const body = gzipSync(
+      Buffer.from(
+        JSON.stringify({ session_id: "strict-json", event: { event_type: "user_message", content: "zipped" } }),
+      ),
+    );
     const res = await fetch(`${server.baseUrl}/engram.v1.MemoryService/AddEvent`, {
       method: "POST",
       headers: { "content-type": "application/json", "content-encoding": "gzip" },
@@ -171,7 +229,10 @@ describe("Connect JSON is strict: an unknown field is refused, naming its path",
   });
 
   it("binary protobuf keeps protobuf's rule: an unknown field number is skipped and the event is stored", async () => {
-    const known = toBinary(AddEventRequestSchema, create(AddEventRequestSchema, { sessionId: "strict-json", event: { eventType: "user_message" } }));
+    const known = toBinary(
+      AddEventRequestSchema,
+      create(AddEventRequestSchema, { sessionId: "strict-json", event: { eventType: "user_message" } }),
+    );
     const unknown = new BinaryWriter().tag(99, WireType.LengthDelimited).string("from a newer client").finish();
     const res = await fetch(`${server.baseUrl}/engram.v1.MemoryService/AddEvent`, {
       method: "POST",

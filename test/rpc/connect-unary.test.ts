@@ -26,17 +26,26 @@ interface Answer {
 }
 
 /** One POST over a fresh connection; `chunked` sends the body without a content-length. */
-function post(server: TestServer, path: string, headers: Record<string, string>, body: Uint8Array | string, chunked = false): Promise<Answer> {
+function post(
+  server: TestServer,
+  path: string,
+  headers: Record<string, string>,
+  body: Uint8Array | string,
+  chunked = false,
+): Promise<Answer> {
   return new Promise((resolve, reject) => {
-    const req = http.request({ host: "127.0.0.1", port: server.port, path, method: "POST", headers, agent: false }, (res) => {
-      const chunks: Buffer[] = [];
-      res.on("data", (c: Buffer) => chunks.push(c));
-      res.on("end", () => {
-        const { date: _date, ...rest } = res.headers;
-        resolve({ status: res.statusCode ?? 0, headers: rest, body: Buffer.concat(chunks) });
-      });
-      res.on("error", reject);
-    });
+    const req = http.request(
+      { host: "127.0.0.1", port: server.port, path, method: "POST", headers, agent: false },
+      (res) => {
+        const chunks: Buffer[] = [];
+        res.on("data", (c: Buffer) => chunks.push(c));
+        res.on("end", () => {
+          const { date: _date, ...rest } = res.headers;
+          resolve({ status: res.statusCode ?? 0, headers: rest, body: Buffer.concat(chunks) });
+        });
+        res.on("error", reject);
+      },
+    );
     req.on("error", reject);
     if (chunked) {
       // Two writes before end: node sends transfer-encoding: chunked.
@@ -49,7 +58,13 @@ function post(server: TestServer, path: string, headers: Record<string, string>,
 }
 
 /** The answer of the fast path and of connect-node (the same request with a query string) to one request. */
-async function bothWays(server: TestServer, method: string, headers: Record<string, string>, body: Uint8Array | string, chunked = false) {
+async function bothWays(
+  server: TestServer,
+  method: string,
+  headers: Record<string, string>,
+  body: Uint8Array | string,
+  chunked = false,
+) {
   const path = `/engram.v1.MemoryService/${method}`;
   const fast = await post(server, path, headers, body, chunked);
   const reference = await post(server, `${path}?via=connect-node`, headers, body, chunked);
@@ -71,7 +86,14 @@ beforeAll(async () => {
   await client.createSession({ appName: "app", userId: "u", sessionId: session });
   // Enough text that a read of the session is past the 1 KiB compression threshold.
   for (let i = 0; i < 4; i++) {
-    await client.addEvent({ sessionId: session, event: { eventType: "user_message", content: { kind: { case: "stringValue", value: `message ${i} ${"x".repeat(300)}` } }, metadata: { n: i, tag: "t" } } });
+    await client.addEvent({
+      sessionId: session,
+      event: {
+        eventType: "user_message",
+        content: { kind: { case: "stringValue", value: `message ${i} ${"x".repeat(300)}` } },
+        metadata: { n: i, tag: "t" },
+      },
+    });
   }
 });
 afterAll(async () => server?.stop());
@@ -82,19 +104,96 @@ const PROTO_TYPE = { "content-type": "application/proto" };
 describe("the unary fast path answers as connect-node does", () => {
   it.each([
     ["a JSON read", () => bothWays(server, "GetSessionEvents", JSON_TYPE, JSON.stringify({ session_id: session }))],
-    ["a binary read", () => bothWays(server, "GetSessionEvents", PROTO_TYPE, toBinary(GetSessionEventsRequestSchema, create(GetSessionEventsRequestSchema, { sessionId: session, tail: 2 })))],
+    [
+      "a binary read",
+      () =>
+        bothWays(
+          server,
+          "GetSessionEvents",
+          PROTO_TYPE,
+          toBinary(
+            GetSessionEventsRequestSchema,
+            create(GetSessionEventsRequestSchema, { sessionId: session, tail: 2 }),
+          ),
+        ),
+    ],
     ["an empty binary message", () => bothWays(server, "GetStats", PROTO_TYPE, new Uint8Array(0))],
-    ["JSON with a charset and a timeout", () => bothWays(server, "GetSession", { "content-type": "application/json; charset=utf-8", "connect-timeout-ms": "10000", "connect-protocol-version": "1" }, JSON.stringify({ session_id: session }))],
-    ["a session that does not exist (404, not_found)", () => bothWays(server, "GetSession", JSON_TYPE, JSON.stringify({ session_id: "nope" }))],
-    ["a misspelled JSON field (400 naming it)", () => bothWays(server, "AddEvent", JSON_TYPE, JSON.stringify({ session_id: session, event: { event_type: "x", contnet: 1 } }))],
+    [
+      "JSON with a charset and a timeout",
+      () =>
+        bothWays(
+          server,
+          "GetSession",
+          {
+            "content-type": "application/json; charset=utf-8",
+            "connect-timeout-ms": "10000",
+            "connect-protocol-version": "1",
+          },
+          JSON.stringify({ session_id: session }),
+        ),
+    ],
+    [
+      "a session that does not exist (404, not_found)",
+      () => bothWays(server, "GetSession", JSON_TYPE, JSON.stringify({ session_id: "nope" })),
+    ],
+    [
+      "a misspelled JSON field (400 naming it)",
+      () =>
+        bothWays(
+          server,
+          "AddEvent",
+          JSON_TYPE,
+          JSON.stringify({ session_id: session, event: { event_type: "x", contnet: 1 } }),
+        ),
+    ],
     ["JSON that is not JSON", () => bothWays(server, "AddEvent", JSON_TYPE, "{not json")],
-    ["binary bytes that do not decode (400, not 500)", () => bothWays(server, "AddEvent", PROTO_TYPE, new Uint8Array([0x0a, 0xff, 0xff]))],
-    ["an error with metadata (a stale expected_seq)", () => bothWays(server, "AddEvent", PROTO_TYPE, toBinary(AddEventRequestSchema, create(AddEventRequestSchema, { sessionId: session, expectedSeq: 1n, event: { eventType: "x" } })))],
-    ["a gzip request body", () => bothWays(server, "GetSession", { ...JSON_TYPE, "content-encoding": "gzip" }, gzipSync(JSON.stringify({ session_id: session })))],
-    ["a br request body with a field error", () => bothWays(server, "AddEvent", { ...JSON_TYPE, "content-encoding": "br" }, brotliCompressSync(JSON.stringify({ session_id: session, event: { event_type: 5 } })))],
+    [
+      "binary bytes that do not decode (400, not 500)",
+      () => bothWays(server, "AddEvent", PROTO_TYPE, new Uint8Array([0x0a, 0xff, 0xff])),
+    ],
+    [
+      "an error with metadata (a stale expected_seq)",
+      () =>
+        bothWays(
+          server,
+          "AddEvent",
+          PROTO_TYPE,
+          toBinary(
+            AddEventRequestSchema,
+            create(AddEventRequestSchema, { sessionId: session, expectedSeq: 1n, event: { eventType: "x" } }),
+          ),
+        ),
+    ],
+    [
+      "a gzip request body",
+      () =>
+        bothWays(
+          server,
+          "GetSession",
+          { ...JSON_TYPE, "content-encoding": "gzip" },
+          gzipSync(JSON.stringify({ session_id: session })),
+        ),
+    ],
+    [
+      "a br request body with a field error",
+      () =>
+        bothWays(
+          server,
+          "AddEvent",
+          { ...JSON_TYPE, "content-encoding": "br" },
+          brotliCompressSync(JSON.stringify({ session_id: session, event: { event_type: 5 } })),
+        ),
+    ],
     ["a chunked body", () => bothWays(server, "GetSession", JSON_TYPE, JSON.stringify({ session_id: session }), true)],
-    ["a body past the limit, announced (429, resource_exhausted)", () => bothWays(server, "GetSession", JSON_TYPE, JSON.stringify({ session_id: "x".repeat(MAX_MESSAGE_BYTES) }))],
-    ["a chunked body past the limit", () => bothWays(server, "GetSession", JSON_TYPE, JSON.stringify({ session_id: "x".repeat(MAX_MESSAGE_BYTES) }), true)],
+    [
+      "a body past the limit, announced (429, resource_exhausted)",
+      () => bothWays(server, "GetSession", JSON_TYPE, JSON.stringify({ session_id: "x".repeat(MAX_MESSAGE_BYTES) })),
+    ],
+    [
+      "a chunked body past the limit",
+      () =>
+        bothWays(server, "GetSession", JSON_TYPE, JSON.stringify({ session_id: "x".repeat(MAX_MESSAGE_BYTES) }), true),
+    ],
   ])("%s", async (_name, send) => {
     const { fast, reference } = await send();
     expect(fast.status).toBe(reference.status);
@@ -113,7 +212,8 @@ describe("the unary fast path answers as connect-node does", () => {
     socket.on("error", (err) => errors.push(err));
     const ended = new Promise<void>((resolve) => socket.once("end", () => resolve()));
     const closed = new Promise<"closed">((resolve) => socket.once("close", () => resolve("closed")));
-    const within = (ms: number) => new Promise<"timeout">((resolve) => setTimeout(() => resolve("timeout"), ms).unref());
+    const within = (ms: number) =>
+      new Promise<"timeout">((resolve) => setTimeout(() => resolve("timeout"), ms).unref());
     const answer = () => Buffer.concat(received).toString("latin1");
     return { socket, errors, ended, closed, within, answer };
   }
@@ -160,7 +260,9 @@ describe("the unary fast path answers as connect-node does", () => {
 
   it("a lingering close drops at most LINGER_MAX_BYTES of a chunked body, then closes", async () => {
     const c = rawConnection();
-    c.socket.write("POST /engram.v1.MemoryService/GetSession HTTP/1.1\r\nhost: 127.0.0.1\r\ncontent-type: application/json\r\ntransfer-encoding: chunked\r\n\r\n");
+    c.socket.write(
+      "POST /engram.v1.MemoryService/GetSession HTTP/1.1\r\nhost: 127.0.0.1\r\ncontent-type: application/json\r\ntransfer-encoding: chunked\r\n\r\n",
+    );
     const MiB = 1024 * 1024;
     const chunk = `${MiB.toString(16)}\r\n${"x".repeat(MiB)}\r\n`;
     let sent = 0;
@@ -186,24 +288,49 @@ describe("the unary fast path answers as connect-node does", () => {
   });
 
   it("compresses a response of 1 KiB or more when the client accepts gzip, and a smaller one not", async () => {
-    const big = await bothWays(server, "GetSessionEvents", { ...JSON_TYPE, "accept-encoding": "gzip, br" }, JSON.stringify({ session_id: session }));
+    const big = await bothWays(
+      server,
+      "GetSessionEvents",
+      { ...JSON_TYPE, "accept-encoding": "gzip, br" },
+      JSON.stringify({ session_id: session }),
+    );
     expect(big.fast.headers["content-encoding"]).toBe("gzip");
     expect(big.fast.headers).toEqual(big.reference.headers);
     expect(gunzipSync(big.fast.body).toString()).toBe(gunzipSync(big.reference.body).toString());
-    const small = await bothWays(server, "GetSession", { ...JSON_TYPE, "accept-encoding": "gzip" }, JSON.stringify({ session_id: session }));
+    const small = await bothWays(
+      server,
+      "GetSession",
+      { ...JSON_TYPE, "accept-encoding": "gzip" },
+      JSON.stringify({ session_id: session }),
+    );
     expect(small.fast.headers["content-encoding"]).toBeUndefined();
     expect(small.fast.headers).toEqual(small.reference.headers);
     expect(small.fast.body.toString()).toBe(small.reference.body.toString());
   });
 
   it("leaves what it does not serve to connect-node: an unknown content encoding, a bad timeout, a stream content type", async () => {
-    const unknownEncoding = await post(server, "/engram.v1.MemoryService/GetSession", { ...JSON_TYPE, "content-encoding": "zstd" }, "{}");
+    const unknownEncoding = await post(
+      server,
+      "/engram.v1.MemoryService/GetSession",
+      { ...JSON_TYPE, "content-encoding": "zstd" },
+      "{}",
+    );
     expect(unknownEncoding.status).toBe(501);
     expect(JSON.parse(unknownEncoding.body.toString())).toMatchObject({ code: "unimplemented" });
-    const badTimeout = await post(server, "/engram.v1.MemoryService/GetSession", { ...JSON_TYPE, "connect-timeout-ms": "soon" }, "{}");
+    const badTimeout = await post(
+      server,
+      "/engram.v1.MemoryService/GetSession",
+      { ...JSON_TYPE, "connect-timeout-ms": "soon" },
+      "{}",
+    );
     expect(badTimeout.status).toBe(400);
     expect(JSON.parse(badTimeout.body.toString())).toMatchObject({ code: "invalid_argument" });
-    const stream = await post(server, "/engram.v1.MemoryService/GetSession", { "content-type": "application/connect+json" }, "{}");
+    const stream = await post(
+      server,
+      "/engram.v1.MemoryService/GetSession",
+      { "content-type": "application/connect+json" },
+      "{}",
+    );
     expect(stream.status).toBe(415);
   });
 });

@@ -14,7 +14,11 @@ import { fromBinary } from "@bufbuild/protobuf";
 import { base64Decode } from "@bufbuild/protobuf/wire";
 import { Code, ConnectError } from "@connectrpc/connect";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { BadRequestSchema, ErrorInfoSchema, RetryInfoSchema } from "@engram-memory/client/gen/google/rpc/error_details_pb.js";
+import {
+  BadRequestSchema,
+  ErrorInfoSchema,
+  RetryInfoSchema,
+} from "@engram-memory/client/gen/google/rpc/error_details_pb.js";
 import { StatusSchema } from "@engram-memory/client/gen/google/rpc/status_pb.js";
 import { generateApiKey } from "../../src/auth/api-keys.js";
 import { FileKeyStore } from "../../src/auth/file-key-store.js";
@@ -51,11 +55,21 @@ describe.each(ALL_PROTOCOLS)("%s", (_name, connectTo) => {
   afterAll(() => client?.close());
 
   it("a bad field answers INVALID_ARGUMENT with a BadRequest field violation: its path and what is wrong", async () => {
-    const err = await errorOf(client.addEvents({ sessionId: "s", events: [{ eventType: "user_message" }, { eventType: "user_message", eventId: "has space" }] }));
+    const err = await errorOf(
+      client.addEvents({
+        sessionId: "s",
+        events: [{ eventType: "user_message" }, { eventType: "user_message", eventId: "has space" }],
+      }),
+    );
     expect(err.code).toBe(Code.InvalidArgument);
     expect(err.findDetails(BadRequestSchema)).toEqual([
       expect.objectContaining({
-        fieldViolations: [expect.objectContaining({ field: "events[1].event_id", description: "must be 1-128 printable ASCII characters without spaces (pattern ^[!-~]{1,128}$)" })],
+        fieldViolations: [
+          expect.objectContaining({
+            field: "events[1].event_id",
+            description: "must be 1-128 printable ASCII characters without spaces (pattern ^[!-~]{1,128}$)",
+          }),
+        ],
       }),
     ]);
   });
@@ -67,7 +81,11 @@ describe.each(ALL_PROTOCOLS)("%s", (_name, connectTo) => {
     const err = await errorOf(client.addEvent({ sessionId, event: { eventType: "user_message" }, expectedSeq: 0n }));
     expect(err.code).toBe(Code.FailedPrecondition);
     expect(err.findDetails(ErrorInfoSchema)).toEqual([
-      expect.objectContaining({ reason: "SEQ_CONFLICT", domain: "engram.v1", metadata: { current_seq: "1", expected_seq: "0" } }),
+      expect.objectContaining({
+        reason: "SEQ_CONFLICT",
+        domain: "engram.v1",
+        metadata: { current_seq: "1", expected_seq: "0" },
+      }),
     ]);
     expect(err.metadata.get("engram-current-seq")).toBe("1");
   });
@@ -84,28 +102,44 @@ describe("a rate limit answers RESOURCE_EXHAUSTED with RetryInfo", () => {
   const clients: [string, () => MemoryClient][] = [
     ["gRPC", () => grpcJsClient(limited.address, { headers: { authorization: `Bearer ${limitedKey}` } })],
     ["Connect JSON", () => connectClient(limited.baseUrl, { headers: { authorization: `Bearer ${limitedKey}` } })],
-    ["Connect binary", () => connectClient(limited.baseUrl, { binary: true, headers: { authorization: `Bearer ${limitedKey}` } })],
+    [
+      "Connect binary",
+      () => connectClient(limited.baseUrl, { binary: true, headers: { authorization: `Bearer ${limitedKey}` } }),
+    ],
   ];
-  it.each(clients)("%s: a retry delay in RetryInfo, ErrorInfo RATE_LIMITED, and the retry-after-ms trailer", async (_name, open) => {
-    const client = open();
-    try {
-      // One call per second is allowed: of three at once, at least one is refused.
-      const outcomes = await Promise.all(Array.from({ length: 3 }, () => client.getStats({}).then(() => undefined, (e: unknown) => ConnectError.from(e))));
-      const refused = outcomes.filter((e): e is ConnectError => e !== undefined);
-      expect(refused.length).toBeGreaterThan(0);
-      for (const err of refused) {
-        expect(err.code).toBe(Code.ResourceExhausted);
-        const [retry] = err.findDetails(RetryInfoSchema);
-        const delayMs = Number(retry?.retryDelay?.seconds ?? 0n) * 1000 + (retry?.retryDelay?.nanos ?? 0) / 1e6;
-        expect(delayMs).toBeGreaterThan(0);
-        expect(delayMs).toBeLessThanOrEqual(1000);
-        expect(delayMs).toBe(Number(err.metadata.get("retry-after-ms")));
-        expect(err.findDetails(ErrorInfoSchema)[0]).toMatchObject({ reason: "RATE_LIMITED", metadata: { calls_per_second: "1" } });
+  it.each(clients)(
+    "%s: a retry delay in RetryInfo, ErrorInfo RATE_LIMITED, and the retry-after-ms trailer",
+    async (_name, open) => {
+      const client = open();
+      try {
+        // One call per second is allowed: of three at once, at least one is refused.
+        const outcomes = await Promise.all(
+          Array.from({ length: 3 }, () =>
+            client.getStats({}).then(
+              () => undefined,
+              (e: unknown) => ConnectError.from(e),
+            ),
+          ),
+        );
+        const refused = outcomes.filter((e): e is ConnectError => e !== undefined);
+        expect(refused.length).toBeGreaterThan(0);
+        for (const err of refused) {
+          expect(err.code).toBe(Code.ResourceExhausted);
+          const [retry] = err.findDetails(RetryInfoSchema);
+          const delayMs = Number(retry?.retryDelay?.seconds ?? 0n) * 1000 + (retry?.retryDelay?.nanos ?? 0) / 1e6;
+          expect(delayMs).toBeGreaterThan(0);
+          expect(delayMs).toBeLessThanOrEqual(1000);
+          expect(delayMs).toBe(Number(err.metadata.get("retry-after-ms")));
+          expect(err.findDetails(ErrorInfoSchema)[0]).toMatchObject({
+            reason: "RATE_LIMITED",
+            metadata: { calls_per_second: "1" },
+          });
+        }
+      } finally {
+        client.close();
       }
-    } finally {
-      client.close();
-    }
-  });
+    },
+  );
 });
 
 interface JsonError {
@@ -131,7 +165,15 @@ describe("one JSON error shape: Connect, REST and an unknown path", () => {
     expect(body).toEqual({
       code: "invalid_argument",
       message: "event.contnet: unknown field",
-      details: [{ type: "google.rpc.BadRequest", value: expect.any(String), debug: { field_violations: [expect.objectContaining({ field: "event.contnet", description: "unknown field" })] } }],
+      details: [
+        {
+          type: "google.rpc.BadRequest",
+          value: expect.any(String),
+          debug: {
+            field_violations: [expect.objectContaining({ field: "event.contnet", description: "unknown field" })],
+          },
+        },
+      ],
     });
     const violation = fromBinary(BadRequestSchema, base64Decode(body.details![0]!.value)).fieldViolations[0];
     expect(violation).toMatchObject({ field: "event.contnet", description: "unknown field" });
@@ -139,7 +181,10 @@ describe("one JSON error shape: Connect, REST and an unknown path", () => {
 
   it("an unknown key with a lone surrogate, or cut inside a pair, is named alike in the message and in the detail", async () => {
     const longKey = `${"k".repeat(63)}😀tail`;
-    for (const [key, named] of [["\\ud800x", "\ufffdx"], [JSON.stringify(longKey).slice(1, -1), `${"k".repeat(63)}\ufffd…`]] as const) {
+    for (const [key, named] of [
+      ["\\ud800x", "\ufffdx"],
+      [JSON.stringify(longKey).slice(1, -1), `${"k".repeat(63)}\ufffd…`],
+    ] as const) {
       const { status, body } = await fetchJson(`${server.baseUrl}/engram.v1.MemoryService/AddEvent`, {
         method: "POST",
         headers: { "content-type": "application/json" },
@@ -162,7 +207,10 @@ describe("one JSON error shape: Connect, REST and an unknown path", () => {
     expect(res.headers.get("grpc-status")).toBe("3");
     const status = fromBinary(StatusSchema, base64Decode(res.headers.get("grpc-status-details-bin")!));
     expect(status.details.map((d) => d.typeUrl)).toEqual(["type.googleapis.com/google.rpc.BadRequest"]);
-    expect(fromBinary(BadRequestSchema, status.details[0]!.value).fieldViolations[0]).toMatchObject({ field: "verbose", description: "unknown field" });
+    expect(fromBinary(BadRequestSchema, status.details[0]!.value).fieldViolations[0]).toMatchObject({
+      field: "verbose",
+      description: "unknown field",
+    });
   });
 
   it("the same shape from Connect, REST and an unknown path; REST and unknown paths add `error` (the message) for KAOS clients", async () => {
@@ -178,13 +226,22 @@ describe("one JSON error shape: Connect, REST and an unknown path", () => {
       body: {
         code,
         message,
-        details: [{ type: "google.rpc.BadRequest", value: expect.any(String), debug: { field_violations: [expect.objectContaining({ field })] } }],
+        details: [
+          {
+            type: "google.rpc.BadRequest",
+            value: expect.any(String),
+            debug: { field_violations: [expect.objectContaining({ field })] },
+          },
+        ],
       },
     });
     expect(connect).toEqual(shape(400, "invalid_argument", "session_id: is required", "session_id"));
     expect(rest).toEqual({
       ...shape(400, "invalid_argument", "limit: must be a positive whole number", "limit"),
-      body: { ...shape(400, "invalid_argument", "limit: must be a positive whole number", "limit").body, error: "limit: must be a positive whole number" },
+      body: {
+        ...shape(400, "invalid_argument", "limit: must be a positive whole number", "limit").body,
+        error: "limit: must be a positive whole number",
+      },
     });
     expect(unknown).toEqual({
       status: 404,
@@ -192,7 +249,13 @@ describe("one JSON error shape: Connect, REST and an unknown path", () => {
         code: "not_found",
         message: "not found",
         error: "not found",
-        details: [{ type: "google.rpc.ErrorInfo", value: expect.any(String), debug: { reason: "PATH_NOT_FOUND", domain: "engram.v1", metadata: {} } }],
+        details: [
+          {
+            type: "google.rpc.ErrorInfo",
+            value: expect.any(String),
+            debug: { reason: "PATH_NOT_FOUND", domain: "engram.v1", metadata: {} },
+          },
+        ],
       },
     });
   });
@@ -201,13 +264,19 @@ describe("one JSON error shape: Connect, REST and an unknown path", () => {
     const res = await fetchJson(`${server.baseUrl}/memory/events`, { method: "POST", body: "{}" });
     expect(res).toEqual({
       status: 405,
-      body: { code: "unimplemented", message: "POST is not allowed on /memory/events", error: "POST is not allowed on /memory/events" },
+      body: {
+        code: "unimplemented",
+        message: "POST is not allowed on /memory/events",
+        error: "POST is not allowed on /memory/events",
+      },
     });
   });
 
   it("REST: a rate limit carries RetryInfo in the body and Retry-After in the headers", async () => {
     const outcomes = await Promise.all(
-      Array.from({ length: 3 }, () => fetch(`${limited.baseUrl}/memory/sessions`, { headers: { authorization: `Bearer ${limitedKey}` } })),
+      Array.from({ length: 3 }, () =>
+        fetch(`${limited.baseUrl}/memory/sessions`, { headers: { authorization: `Bearer ${limitedKey}` } }),
+      ),
     );
     const refused = outcomes.filter((r) => r.status === 429);
     expect(refused.length).toBeGreaterThan(0);

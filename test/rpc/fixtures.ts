@@ -32,4 +32,3 @@ export async function collect(
 /** Seqs of the event frames. */
 export const seqsOf = (frames: StreamSessionEventsResponse[]) =>
   frames.flatMap((f) => (f.frame.case === "event" ? [Number(f.frame.value.seq)] : []));
-

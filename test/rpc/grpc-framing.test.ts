@@ -11,7 +11,12 @@ import http2 from "node:http2";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { create, toBinary, type DescMessage } from "@bufbuild/protobuf";
 import { BinaryWriter, WireType } from "@bufbuild/protobuf/wire";
-import { AddEventRequestSchema, CleanupRequestSchema, EventInputSchema, GetStatsRequestSchema } from "@engram-memory/client/gen/engram/v1/memory_pb.js";
+import {
+  AddEventRequestSchema,
+  CleanupRequestSchema,
+  EventInputSchema,
+  GetStatsRequestSchema,
+} from "@engram-memory/client/gen/engram/v1/memory_pb.js";
 import { startTestServer, type TestServer } from "../support/engram.js";
 
 let server: TestServer;
@@ -35,7 +40,13 @@ interface GrpcAnswer {
 /** One gRPC call with exactly these headers and body bytes; its status from the headers or trailers. */
 function call(method: string, body: Buffer, headers: http2.OutgoingHttpHeaders = {}): Promise<GrpcAnswer> {
   return new Promise((resolve, reject) => {
-    const stream = session.request({ ":method": "POST", ":path": `/engram.v1.MemoryService/${method}`, "content-type": "application/grpc", te: "trailers", ...headers });
+    const stream = session.request({
+      ":method": "POST",
+      ":path": `/engram.v1.MemoryService/${method}`,
+      "content-type": "application/grpc",
+      te: "trailers",
+      ...headers,
+    });
     let httpStatus = 0;
     let status: http2.IncomingHttpHeaders = {};
     stream.on("response", (h) => {
@@ -46,7 +57,11 @@ function call(method: string, body: Buffer, headers: http2.OutgoingHttpHeaders =
     stream.on("data", () => {});
     stream.on("error", reject);
     stream.on("close", () =>
-      resolve({ httpStatus, code: status["grpc-status"] === undefined ? undefined : Number(status["grpc-status"]), message: decodeURIComponent(String(status["grpc-message"] ?? "")) }),
+      resolve({
+        httpStatus,
+        code: status["grpc-status"] === undefined ? undefined : Number(status["grpc-status"]),
+        message: decodeURIComponent(String(status["grpc-message"] ?? "")),
+      }),
     );
     stream.setTimeout(10_000, () => stream.close(http2.constants.NGHTTP2_CANCEL));
     // node:http2 ends a GET's request side itself.
@@ -64,7 +79,8 @@ function framed(message: Uint8Array, flag = 0): Buffer {
 
 const INVALID_ARGUMENT = 3;
 const stats = toBinary(GetStatsRequestSchema, create(GetStatsRequestSchema, {}));
-const cleanup = (seconds: bigint) => toBinary(CleanupRequestSchema, create(CleanupRequestSchema, { maxAge: { seconds } }));
+const cleanup = (seconds: bigint) =>
+  toBinary(CleanupRequestSchema, create(CleanupRequestSchema, { maxAge: { seconds } }));
 
 describe("a unary call's body", () => {
   it("is served when it holds one whole message", async () => {
@@ -91,7 +107,10 @@ describe("a message's flag byte", () => {
     expect(answer.message).toMatch(/^body: .*flag byte is 0x80/);
   });
 
-  it.each([["no grpc-encoding", {}], ["grpc-encoding: identity", { "grpc-encoding": "identity" }]])("compressed with %s: INVALID_ARGUMENT", async (_name, headers) => {
+  it.each([
+    ["no grpc-encoding", {}],
+    ["grpc-encoding: identity", { "grpc-encoding": "identity" }],
+  ])("compressed with %s: INVALID_ARGUMENT", async (_name, headers) => {
     const answer = await call("GetStats", framed(stats, 1), headers);
     expect(answer.code).toBe(INVALID_ARGUMENT);
     expect(answer.message).toMatch(/^body: .*flagged compressed.*no grpc-encoding/);
@@ -106,11 +125,14 @@ describe("a call's headers", () => {
     expect(answer.message).toMatch(/^:method: gRPC calls are POST, not GET/);
   });
 
-  it.each(["garbage", "1Sxyz", "123456789S", "-1S", "10"])("grpc-timeout %s: INVALID_ARGUMENT naming grpc-timeout", async (timeout) => {
-    const answer = await call("GetStats", framed(stats), { "grpc-timeout": timeout });
-    expect(answer.code).toBe(INVALID_ARGUMENT);
-    expect(answer.message).toMatch(/^grpc-timeout: /);
-  });
+  it.each(["garbage", "1Sxyz", "123456789S", "-1S", "10"])(
+    "grpc-timeout %s: INVALID_ARGUMENT naming grpc-timeout",
+    async (timeout) => {
+      const answer = await call("GetStats", framed(stats), { "grpc-timeout": timeout });
+      expect(answer.code).toBe(INVALID_ARGUMENT);
+      expect(answer.message).toMatch(/^grpc-timeout: /);
+    },
+  );
 
   it("a valid grpc-timeout is served", async () => {
     expect((await call("GetStats", framed(stats), { "grpc-timeout": "5S" })).code).toBe(0);
@@ -137,8 +159,18 @@ describe("a message nested 10,000 deep", () => {
       const list = new BinaryWriter().tag(1, WireType.LengthDelimited).bytes(value).finish(); // ListValue{values}
       value = new BinaryWriter().tag(6, WireType.LengthDelimited).bytes(list).finish(); // Value{list_value}
     }
-    const event = new BinaryWriter().tag(fieldNumber(EventInputSchema, "event_type"), WireType.LengthDelimited).string("note").tag(fieldNumber(EventInputSchema, "content"), WireType.LengthDelimited).bytes(value).finish();
-    return new BinaryWriter().tag(fieldNumber(AddEventRequestSchema, "session_id"), WireType.LengthDelimited).string("s").tag(fieldNumber(AddEventRequestSchema, "event"), WireType.LengthDelimited).bytes(event).finish();
+    const event = new BinaryWriter()
+      .tag(fieldNumber(EventInputSchema, "event_type"), WireType.LengthDelimited)
+      .string("note")
+      .tag(fieldNumber(EventInputSchema, "content"), WireType.LengthDelimited)
+      .bytes(value)
+      .finish();
+    return new BinaryWriter()
+      .tag(fieldNumber(AddEventRequestSchema, "session_id"), WireType.LengthDelimited)
+      .string("s")
+      .tag(fieldNumber(AddEventRequestSchema, "event"), WireType.LengthDelimited)
+      .bytes(event)
+      .finish();
   }
 
   it("INVALID_ARGUMENT naming the field that nests too deep (event.content), not `request`", async () => {

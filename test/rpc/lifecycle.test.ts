@@ -25,16 +25,23 @@ describe("SIGTERM", () => {
     const connect = connectClient(proc.baseUrl);
     const id = sid();
     await grpcClient.createSession({ appName: "app", userId: "u", sessionId: id });
-    await grpcClient.addEvents({ sessionId: id, events: Array.from({ length: 3 }, () => ({ eventType: "user_message" })) });
+    await grpcClient.addEvents({
+      sessionId: id,
+      events: Array.from({ length: 3 }, () => ({ eventType: "user_message" })),
+    });
 
     // Watch health over gRPC.
     const require = createRequire(import.meta.url);
-    const healthDef = grpc.loadPackageDefinition(protoLoader.loadSync(require("grpc-health-check").protoPath, { enums: String })) as unknown as {
+    const healthDef = grpc.loadPackageDefinition(
+      protoLoader.loadSync(require("grpc-health-check").protoPath, { enums: String }),
+    ) as unknown as {
       grpc: { health: { v1: { Health: grpc.ServiceClientConstructor } } };
     };
     const health = new healthDef.grpc.health.v1.Health(proc.address, grpc.credentials.createInsecure());
     const statuses: string[] = [];
-    const watch = (health as unknown as { watch: (r: object) => grpc.ClientReadableStream<{ status: string }> }).watch({ service: "" });
+    const watch = (health as unknown as { watch: (r: object) => grpc.ClientReadableStream<{ status: string }> }).watch({
+      service: "",
+    });
     watch.on("data", (d) => statuses.push(d.status));
     watch.on("error", () => {});
 
@@ -42,12 +49,20 @@ describe("SIGTERM", () => {
     const streams = [grpcClient, connect].map(async (client, i) => {
       const controller = new AbortController();
       const frames = seen[i];
-      const err = await errorOf(collect(client.streamSessionEvents({ sessionId: id }, { signal: controller.signal }), (f) => (frames.push(...f.slice(frames.length)), false), controller, 20_000));
+      const err = await errorOf(
+        collect(
+          client.streamSessionEvents({ sessionId: id }, { signal: controller.signal }),
+          (f) => (frames.push(...f.slice(frames.length)), false),
+          controller,
+          20_000,
+        ),
+      );
       return { err, frames };
     });
     // SIGTERM once health is watched and both streams are live (they sent the three events), not after a guess at how long that takes.
     const deadline = Date.now() + 10_000;
-    while ((statuses.length === 0 || seen.some((frames) => seqsOf(frames).length < 3)) && Date.now() < deadline) await new Promise((r) => setTimeout(r, 20));
+    while ((statuses.length === 0 || seen.some((frames) => seqsOf(frames).length < 3)) && Date.now() < deadline)
+      await new Promise((r) => setTimeout(r, 20));
 
     const started = Date.now();
     const exit = proc.kill("SIGTERM");
@@ -56,7 +71,9 @@ describe("SIGTERM", () => {
       expect(err.code).toBe(Code.Unavailable);
       expect(seqsOf(frames)).toEqual([1, 2, 3]);
       expect(err.metadata.get("engram-last-seq")).toBe("3");
-      expect(err.findDetails(ErrorInfoSchema)).toEqual([expect.objectContaining({ reason: "SHUTTING_DOWN", domain: "engram.v1", metadata: { last_seq: "3" } })]);
+      expect(err.findDetails(ErrorInfoSchema)).toEqual([
+        expect.objectContaining({ reason: "SHUTTING_DOWN", domain: "engram.v1", metadata: { last_seq: "3" } }),
+      ]);
     }
     expect(await exit).toEqual({ code: 0, signal: null });
     expect(Date.now() - started).toBeLessThan(3000 + 2000);
@@ -105,7 +122,11 @@ describe("SIGTERM with unary calls in flight", () => {
       });
       // SIGTERM once the server has sent every append to Redis, long before any reply can have come
       // back through the slow proxy.
-      await until(() => appendsSent() >= CALLS, 10_000, () => `only ${appendsSent()} of ${CALLS} appends reached Redis`);
+      await until(
+        () => appendsSent() >= CALLS,
+        10_000,
+        () => `only ${appendsSent()} of ${CALLS} appends reached Redis`,
+      );
       const killedAt = Date.now();
       const exit = proc.kill("SIGTERM");
       await new Promise((r) => setTimeout(r, 100)); // the server has begun shutting down
@@ -122,7 +143,9 @@ describe("SIGTERM with unary calls in flight", () => {
       const results = await Promise.all(inFlight);
       expect(results.every((r) => r.at > killedAt)).toBe(true); // still at the server when SIGTERM came
       for (const r of results) expect(r, JSON.stringify(r)).toMatchObject({ ok: true });
-      expect(results.map((r) => (r.ok ? r.seq : 0)).sort((a, b) => a - b)).toEqual(Array.from({ length: CALLS }, (_, i) => i + 2));
+      expect(results.map((r) => (r.ok ? r.seq : 0)).sort((a, b) => a - b)).toEqual(
+        Array.from({ length: CALLS }, (_, i) => i + 2),
+      );
       expect(await exit).toEqual({ code: 0, signal: null });
     } finally {
       grpcClient.close();
@@ -134,8 +157,19 @@ describe("SIGTERM with unary calls in flight", () => {
 
 describe("configuration", () => {
   it("reads KAOS env names with flags overriding them", () => {
-    const config = loadConfig(["--max-session-events", "7"], { MEMORY_MAX_SESSION_EVENTS: "5", MEMORY_CONTEXT_LIMIT: "9", PORT: "9001" });
-    expect(config).toMatchObject({ maxSessionEvents: 7, contextLimit: 9, port: 9001, memoryType: "local", memoryEnabled: true, maxSessions: 1000 });
+    const config = loadConfig(["--max-session-events", "7"], {
+      MEMORY_MAX_SESSION_EVENTS: "5",
+      MEMORY_CONTEXT_LIMIT: "9",
+      PORT: "9001",
+    });
+    expect(config).toMatchObject({
+      maxSessionEvents: 7,
+      contextLimit: 9,
+      port: 9001,
+      memoryType: "local",
+      memoryEnabled: true,
+      maxSessions: 1000,
+    });
   });
 
   it.each([
@@ -148,25 +182,54 @@ describe("configuration", () => {
     [{ MEMORY_MAX_SESSIONS: "-1" }, /MEMORY_MAX_SESSIONS: expected a whole number, got "-1"/],
     [{ MEMORY_RETENTION_APPS: "bot=events:100" }, /MEMORY_RETENTION_APPS: not valid JSON/],
     [{ MEMORY_RETENTION_APPS: "[1]" }, /MEMORY_RETENTION_APPS: expected a JSON object from app_name to retention/],
-    [{ MEMORY_RETENTION_APPS: '{"bot": 5}' }, /MEMORY_RETENTION_APPS\["bot"\]: expected an object with any of max_session_events, max_sessions, session_idle_ms/],
-    [{ MEMORY_RETENTION_APPS: '{"bot": {"max_events": 5}}' }, /MEMORY_RETENTION_APPS\["bot"\]\.max_events: unknown field; expected one of max_session_events/],
-    [{ MEMORY_RETENTION_APPS: '{"bot": {"max_sessions": -1}}' }, /MEMORY_RETENTION_APPS\["bot"\]\.max_sessions: expected a whole number, at least 0 \(0: no cap\), got -1/],
-    [{ MEMORY_RETENTION_APPS: '{"bot": {"session_idle_ms": "7d"}}' }, /MEMORY_RETENTION_APPS\["bot"\]\.session_idle_ms: expected a whole number, at least 0 \(0: no cap\), got "7d"/],
+    [
+      { MEMORY_RETENTION_APPS: '{"bot": 5}' },
+      /MEMORY_RETENTION_APPS\["bot"\]: expected an object with any of max_session_events, max_sessions, session_idle_ms/,
+    ],
+    [
+      { MEMORY_RETENTION_APPS: '{"bot": {"max_events": 5}}' },
+      /MEMORY_RETENTION_APPS\["bot"\]\.max_events: unknown field; expected one of max_session_events/,
+    ],
+    [
+      { MEMORY_RETENTION_APPS: '{"bot": {"max_sessions": -1}}' },
+      /MEMORY_RETENTION_APPS\["bot"\]\.max_sessions: expected a whole number, at least 0 \(0: no cap\), got -1/,
+    ],
+    [
+      { MEMORY_RETENTION_APPS: '{"bot": {"session_idle_ms": "7d"}}' },
+      /MEMORY_RETENTION_APPS\["bot"\]\.session_idle_ms: expected a whole number, at least 0 \(0: no cap\), got "7d"/,
+    ],
     [{ MEMORY_RETENTION_APPS: '{"": {}}' }, /MEMORY_RETENTION_APPS\[""\]: an app_name is 1-256 UTF-8 bytes, got 0/],
     [{ MEMORY_KEY_PREFIX: "bad-prefix" }, /MEMORY_KEY_PREFIX/],
-    [{ MEMORY_TYPE: "redis", MEMORY_REDIS_URL: "127.0.0.1:6379" }, /MEMORY_REDIS_URL: expected redis:\/\/host:port, rediss:\/\/host:port or redis\+cluster:\/\/host1:port1,host2:port2, got "127.0.0.1:6379"/],
-    [{ MEMORY_TYPE: "redis", MEMORY_REDIS_URL: "redis+cluster://127.0.0.1:7000,127.0.0.1" }, /MEMORY_REDIS_URL: each cluster seed node must be host:port, got "127.0.0.1"/],
-    [{ MEMORY_TYPE: "redis", MEMORY_REDIS_URL: "redis+cluster://u:secret@127.0.0.1:7000/3" }, /MEMORY_REDIS_URL: a cluster has only database 0, got the path "\/3"/],
-    [{ MEMORY_TYPE: "redis", MEMORY_REDIS_URL: "redis://u:secret@127.0.0.1:6379/cache" }, /MEMORY_REDIS_URL: the path must be a database number/],
+    [
+      { MEMORY_TYPE: "redis", MEMORY_REDIS_URL: "127.0.0.1:6379" },
+      /MEMORY_REDIS_URL: expected redis:\/\/host:port, rediss:\/\/host:port or redis\+cluster:\/\/host1:port1,host2:port2, got "127.0.0.1:6379"/,
+    ],
+    [
+      { MEMORY_TYPE: "redis", MEMORY_REDIS_URL: "redis+cluster://127.0.0.1:7000,127.0.0.1" },
+      /MEMORY_REDIS_URL: each cluster seed node must be host:port, got "127.0.0.1"/,
+    ],
+    [
+      { MEMORY_TYPE: "redis", MEMORY_REDIS_URL: "redis+cluster://u:secret@127.0.0.1:7000/3" },
+      /MEMORY_REDIS_URL: a cluster has only database 0, got the path "\/3"/,
+    ],
+    [
+      { MEMORY_TYPE: "redis", MEMORY_REDIS_URL: "redis://u:secret@127.0.0.1:6379/cache" },
+      /MEMORY_REDIS_URL: the path must be a database number/,
+    ],
     [{ MEMORY_REDIS_WAIT_REPLICAS: "-1" }, /MEMORY_REDIS_WAIT_REPLICAS: expected a whole number/],
-    [{ MEMORY_HEADERS_TIMEOUT_MS: "20000", MEMORY_REQUEST_TIMEOUT_MS: "10000" }, /MEMORY_HEADERS_TIMEOUT_MS \(20000\) must not exceed MEMORY_REQUEST_TIMEOUT_MS/],
+    [
+      { MEMORY_HEADERS_TIMEOUT_MS: "20000", MEMORY_REQUEST_TIMEOUT_MS: "10000" },
+      /MEMORY_HEADERS_TIMEOUT_MS \(20000\) must not exceed MEMORY_REQUEST_TIMEOUT_MS/,
+    ],
   ])("refuses %o", (env, message) => {
     expect(() => loadConfig([], env)).toThrow(ConfigError);
     expect(() => loadConfig([], env)).toThrow(message);
   });
 
   it("documents every setting in the README's configuration table, with its flag and default", () => {
-    const rows = readFileSync(path.join(REPO_ROOT, "README.md"), "utf8").split("\n").filter((line) => line.startsWith("| `"));
+    const rows = readFileSync(path.join(REPO_ROOT, "README.md"), "utf8")
+      .split("\n")
+      .filter((line) => line.startsWith("| `"));
     for (const setting of SETTINGS) {
       const row = rows.find((line) => line.split("|")[1].includes(`\`${setting.env}\``));
       expect(row, setting.env).toBeDefined();
@@ -176,15 +239,37 @@ describe("configuration", () => {
   });
 
   it("0 is no cap; only the in-memory local store caps sessions and events by default", () => {
-    expect(loadConfig(["--max-sessions", "0", "--max-session-events", "0"], {})).toMatchObject({ maxSessions: 0, maxSessionEvents: 0, capsFromDefaults: false });
-    expect(loadConfig([], {})).toMatchObject({ maxSessions: 1000, maxSessionEvents: 500, capsFromDefaults: true, sessionIdleMs: 0, dedupeWindowMs: 120_000, dedupeMaxIds: 1000 });
-    for (const [memoryType, url] of [["redis", { MEMORY_REDIS_URL: "redis://127.0.0.1:1" }], ["postgres", { MEMORY_POSTGRES_URL: "postgres://127.0.0.1:1/x" }]] as const) {
-      expect(loadConfig([], { MEMORY_TYPE: memoryType, ...url })).toMatchObject({ maxSessions: 0, maxSessionEvents: 0, sessionIdleMs: 0, capsFromDefaults: false });
+    expect(loadConfig(["--max-sessions", "0", "--max-session-events", "0"], {})).toMatchObject({
+      maxSessions: 0,
+      maxSessionEvents: 0,
+      capsFromDefaults: false,
+    });
+    expect(loadConfig([], {})).toMatchObject({
+      maxSessions: 1000,
+      maxSessionEvents: 500,
+      capsFromDefaults: true,
+      sessionIdleMs: 0,
+      dedupeWindowMs: 120_000,
+      dedupeMaxIds: 1000,
+    });
+    for (const [memoryType, url] of [
+      ["redis", { MEMORY_REDIS_URL: "redis://127.0.0.1:1" }],
+      ["postgres", { MEMORY_POSTGRES_URL: "postgres://127.0.0.1:1/x" }],
+    ] as const) {
+      expect(loadConfig([], { MEMORY_TYPE: memoryType, ...url })).toMatchObject({
+        maxSessions: 0,
+        maxSessionEvents: 0,
+        sessionIdleMs: 0,
+        capsFromDefaults: false,
+      });
     }
   });
 
   it("reads per-app retention as JSON, any app name included", () => {
-    const config = loadConfig([], { MEMORY_RETENTION_APPS: '{"support-bot": {"max_session_events": 100, "max_sessions": 50, "session_idle_ms": 604800000}, "__proto__": {"max_sessions": 0}}' });
+    const config = loadConfig([], {
+      MEMORY_RETENTION_APPS:
+        '{"support-bot": {"max_session_events": 100, "max_sessions": 50, "session_idle_ms": 604800000}, "__proto__": {"max_sessions": 0}}',
+    });
     expect([...config.retentionApps]).toEqual([
       ["support-bot", { maxSessionEvents: 100, maxSessions: 50, sessionIdleMs: 604_800_000 }],
       ["__proto__", { maxSessions: 0 }],
@@ -192,17 +277,26 @@ describe("configuration", () => {
   });
 
   it("reads a cluster's seed nodes and credentials from MEMORY_REDIS_URL, and never prints its password", () => {
-    const config = loadConfig([], { MEMORY_TYPE: "redis", MEMORY_REDIS_URL: "rediss+cluster://app:s%40cret@10.0.0.1:7000,[::1]:7001/", MEMORY_REDIS_WAIT_REPLICAS: "1" });
+    const config = loadConfig([], {
+      MEMORY_TYPE: "redis",
+      MEMORY_REDIS_URL: "rediss+cluster://app:s%40cret@10.0.0.1:7000,[::1]:7001/",
+      MEMORY_REDIS_WAIT_REPLICAS: "1",
+    });
     expect(config.redisWaitReplicas).toBe(1);
     expect(parseRedisUrl(config.redisUrl!)).toEqual({
       kind: "cluster",
-      seeds: [{ host: "10.0.0.1", port: 7000 }, { host: "::1", port: 7001 }],
+      seeds: [
+        { host: "10.0.0.1", port: 7000 },
+        { host: "::1", port: 7001 },
+      ],
       username: "app",
       password: "s@cret",
       tls: true,
     });
     expect(parseRedisUrl("redis://127.0.0.1:6379/2")).toEqual({ kind: "node", url: "redis://127.0.0.1:6379/2" });
-    expect(() => loadConfig([], { MEMORY_REDIS_URL: "redis+cluster://app:hunter2@h1:1,h2" })).toThrow(/^(?!.*hunter2)/s);
+    expect(() => loadConfig([], { MEMORY_REDIS_URL: "redis+cluster://app:hunter2@h1:1,h2" })).toThrow(
+      /^(?!.*hunter2)/s,
+    );
   });
 
   it("refuses unknown flags", () => {

@@ -36,7 +36,14 @@ let lexical: TestServer;
 beforeAll(async () => {
   model = await startEmbeddingsServer();
   [hybrid, lexical] = await Promise.all([
-    startTestServer({ config: { embeddingsUrl: model.url, embeddingsModel: model.model, embeddingsMaxRetries: 0, embeddingsTimeoutMs: 30_000 } }),
+    startTestServer({
+      config: {
+        embeddingsUrl: model.url,
+        embeddingsModel: model.model,
+        embeddingsMaxRetries: 0,
+        embeddingsTimeoutMs: 30_000,
+      },
+    }),
     startTestServer(),
   ]);
 }, SETUP_TIMEOUT_MS);
@@ -74,7 +81,12 @@ describe.each(PROTOCOLS)("memories embedded by MEMORY_EMBEDDINGS_URL over %s", (
     expect(results[0]?.memory?.text).toBe("Maria adopted a beagle named Rex");
     expect(results[0]?.lexicalScore).toBe(0);
     expect(results[0]?.vectorScore).toBeGreaterThan(results[1]?.vectorScore ?? 1);
-    const { results: lexicalOnly } = await withoutModel.searchMemories({ appName: app, userId: "maria", query: PARAPHRASE, topK: 3 });
+    const { results: lexicalOnly } = await withoutModel.searchMemories({
+      appName: app,
+      userId: "maria",
+      query: PARAPHRASE,
+      topK: 3,
+    });
     expect(lexicalOnly.map((r) => r.memory?.memoryId)).not.toContain("pet");
   });
 
@@ -88,7 +100,13 @@ describe.each(PROTOCOLS)("memories embedded by MEMORY_EMBEDDINGS_URL over %s", (
 
   it("uses the client's query_embedding as given, without asking the endpoint", async () => {
     const { memory } = await withModel.getMemory({ appName: app, memoryId: "colour" });
-    const { results } = await withModel.searchMemories({ appName: app, userId: "maria", query: PARAPHRASE, queryEmbedding: memory!.embedding, topK: 1 });
+    const { results } = await withModel.searchMemories({
+      appName: app,
+      userId: "maria",
+      query: PARAPHRASE,
+      queryEmbedding: memory!.embedding,
+      topK: 1,
+    });
     expect(results[0]?.memory?.memoryId).toBe("colour");
     expect(results[0]?.vectorScore).toBeCloseTo(1, 5);
   });
@@ -101,7 +119,9 @@ describe("memories when the embeddings endpoint is down", () => {
   beforeAll(async () => {
     // A port nobody listens on: every request is refused at once.
     const port = await freePort();
-    server = await startTestServer({ config: { embeddingsUrl: `http://127.0.0.1:${port}/v1`, embeddingsModel: model.model, embeddingsMaxRetries: 0 } });
+    server = await startTestServer({
+      config: { embeddingsUrl: `http://127.0.0.1:${port}/v1`, embeddingsModel: model.model, embeddingsMaxRetries: 0 },
+    });
     client = PROTOCOLS[0][1](server);
   });
   afterAll(async () => {
@@ -110,7 +130,14 @@ describe("memories when the embeddings endpoint is down", () => {
   });
 
   it("fails a write of memories without vectors UNAVAILABLE (EMBEDDINGS_UNAVAILABLE) and stores none of the batch", async () => {
-    const err = await errorOf(client.writeMemories({ memories: [{ appName: app, memoryId: "a", text: "Maria adopted a beagle named Rex" }, { appName: app, memoryId: "b", text: "Maria is a nurse" }] }));
+    const err = await errorOf(
+      client.writeMemories({
+        memories: [
+          { appName: app, memoryId: "a", text: "Maria adopted a beagle named Rex" },
+          { appName: app, memoryId: "b", text: "Maria is a nurse" },
+        ],
+      }),
+    );
     expect(err.code).toBe(Code.Unavailable);
     expect(err.rawMessage).toBe("the embeddings endpoint is unreachable");
     expect(err.findDetails(ErrorInfoSchema)[0]?.reason).toBe("EMBEDDINGS_UNAVAILABLE");
@@ -119,7 +146,9 @@ describe("memories when the embeddings endpoint is down", () => {
   });
 
   it("stores memories that bring their own vectors, and searches with a client query_embedding", async () => {
-    await client.writeMemories({ memories: [{ appName: app, memoryId: "own", text: "Maria adopted a beagle named Rex", embedding: [1, 0, 0] }] });
+    await client.writeMemories({
+      memories: [{ appName: app, memoryId: "own", text: "Maria adopted a beagle named Rex", embedding: [1, 0, 0] }],
+    });
     const { results } = await client.searchMemories({ appName: app, query: PARAPHRASE, queryEmbedding: [1, 0, 0] });
     expect(results.map((r) => r.memory?.memoryId)).toEqual(["own"]);
   });
@@ -144,7 +173,14 @@ describe("the call's deadline bounds the embeddings endpoint", () => {
   beforeAll(async () => {
     proxy = await startChaosProxy(Number(new URL(model.url).port));
     // The endpoint's own timeout is far longer than the call's deadline: only the deadline can end the wait.
-    server = await startTestServer({ config: { embeddingsUrl: `http://127.0.0.1:${proxy.port}/v1`, embeddingsModel: model.model, embeddingsMaxRetries: 0, embeddingsTimeoutMs: 60_000 } });
+    server = await startTestServer({
+      config: {
+        embeddingsUrl: `http://127.0.0.1:${proxy.port}/v1`,
+        embeddingsModel: model.model,
+        embeddingsMaxRetries: 0,
+        embeddingsTimeoutMs: 60_000,
+      },
+    });
     client = PROTOCOLS[0][1](server);
   });
   afterAll(async () => {
@@ -156,7 +192,12 @@ describe("the call's deadline bounds the embeddings endpoint", () => {
   it("answers DEADLINE_EXCEEDED soon after a 500 ms deadline while the endpoint is silent, and stores nothing", async () => {
     proxy.set({ kind: "blackhole" });
     const started = Date.now();
-    const err = await errorOf(client.writeMemories({ memories: [{ appName: app, memoryId: "late", text: "Maria adopted a beagle named Rex" }] }, { timeoutMs: 500 }));
+    const err = await errorOf(
+      client.writeMemories(
+        { memories: [{ appName: app, memoryId: "late", text: "Maria adopted a beagle named Rex" }] },
+        { timeoutMs: 500 },
+      ),
+    );
     expect(err.code).toBe(Code.DeadlineExceeded);
     expect(Date.now() - started).toBeLessThan(10_000);
     // The client gives up at its deadline whatever the server does; the server abandoning its request to the endpoint
@@ -170,7 +211,10 @@ describe("the call's deadline bounds the embeddings endpoint", () => {
 
   it("answers when the endpoint does, within the same deadline (the control)", async () => {
     proxy.set({ kind: "pass" });
-    const { memories } = await client.writeMemories({ memories: [{ appName: app, memoryId: "on-time", text: "Maria adopted a beagle named Rex" }] }, { timeoutMs: 20_000 });
+    const { memories } = await client.writeMemories(
+      { memories: [{ appName: app, memoryId: "on-time", text: "Maria adopted a beagle named Rex" }] },
+      { timeoutMs: 20_000 },
+    );
     expect(memories[0]?.embedding).toHaveLength(model.dimension);
   });
 });

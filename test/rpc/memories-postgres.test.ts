@@ -48,7 +48,10 @@ describe("long-term memory on PostgreSQL, two replicas", () => {
   });
 
   it("WatchMemories on one replica resumed with after replays what the other replica changed while it was away, then goes live", async () => {
-    expect(await resumeFaysWatch(watcher, writer, "replicas-resume", 10_000)).toEqual({ frames: FAY_RESUMED_FRAMES, cursorsRise: true });
+    expect(await resumeFaysWatch(watcher, writer, "replicas-resume", 10_000)).toEqual({
+      frames: FAY_RESUMED_FRAMES,
+      cursorsRise: true,
+    });
   });
 
   it("Recall on one replica: pinned, lexically and vector-relevant memories written through the other, and the session's context", async () => {
@@ -56,16 +59,44 @@ describe("long-term memory on PostgreSQL, two replicas", () => {
     const sessionId = `recall-pg-${process.pid}`;
     const text = (s: string) => ({ kind: { case: "stringValue" as const, value: s } });
     await writer.createSession({ appName: app, userId: "hana", sessionId });
-    await writer.addEvents({ sessionId, events: [{ eventType: "user_message", content: text("I am flying to Porto next week") }] });
+    await writer.addEvents({
+      sessionId,
+      events: [{ eventType: "user_message", content: text("I am flying to Porto next week") }],
+    });
     await writer.writeMemories({
       memories: [
-        { memoryId: "core", appName: app, userId: "hana", text: "Hana is vegetarian", pinned: true, importance: 1, embedding: [0, 0, 1] },
-        { memoryId: "sister", appName: app, userId: "hana", text: "Hana's sister lives in Porto", embedding: [1, 0, 0] },
+        {
+          memoryId: "core",
+          appName: app,
+          userId: "hana",
+          text: "Hana is vegetarian",
+          pinned: true,
+          importance: 1,
+          embedding: [0, 0, 1],
+        },
+        {
+          memoryId: "sister",
+          appName: app,
+          userId: "hana",
+          text: "Hana's sister lives in Porto",
+          embedding: [1, 0, 0],
+        },
         { memoryId: "seat", appName: app, userId: "hana", text: "Window seat, always", embedding: [0.9, 0.1, 0] },
-        { memoryId: "other", appName: app, userId: "ivan", text: "Ivan's sister lives in Porto too", embedding: [1, 0, 0] },
+        {
+          memoryId: "other",
+          appName: app,
+          userId: "ivan",
+          text: "Ivan's sister lives in Porto too",
+          embedding: [1, 0, 0],
+        },
       ],
     });
-    const recall = await watcher.recall({ sessionId, query: "sister in Porto", queryEmbedding: [1, 0, 0], tokenizer: "chars4" });
+    const recall = await watcher.recall({
+      sessionId,
+      query: "sister in Porto",
+      queryEmbedding: [1, 0, 0],
+      tokenizer: "chars4",
+    });
     expect(recall.pinned.map((m) => m.memoryId)).toEqual(["core"]);
     const relevant = recall.memories.map((r) => r.memory?.memoryId);
     expect(relevant[0]).toBe("sister");
@@ -102,14 +133,25 @@ describe("long-term memory through a started server (MEMORY_TYPE=postgres)", () 
     let server = await spawnServer(env);
     try {
       const first = connectClient(server.baseUrl);
-      await first.writeMemories({ memories: [{ memoryId: "drink-1", appName: app, userId: "alice", key: "drink", text: "Alice drinks coffee" }] });
-      const second = await first.writeMemories({ memories: [{ memoryId: "drink-2", appName: app, userId: "alice", key: "drink", text: "Alice switched to green tea" }] });
+      await first.writeMemories({
+        memories: [{ memoryId: "drink-1", appName: app, userId: "alice", key: "drink", text: "Alice drinks coffee" }],
+      });
+      const second = await first.writeMemories({
+        memories: [
+          { memoryId: "drink-2", appName: app, userId: "alice", key: "drink", text: "Alice switched to green tea" },
+        ],
+      });
       expect(second.superseded.map((m) => m.memoryId)).toEqual(["drink-1"]);
       first.close();
       await server.kill();
       server = await spawnServer(env);
       const again = connectClient(server.baseUrl);
-      const found = await again.searchMemories({ appName: app, userId: "alice", query: "what does alice drink", topK: 5 });
+      const found = await again.searchMemories({
+        appName: app,
+        userId: "alice",
+        query: "what does alice drink",
+        topK: 5,
+      });
       // Only what holds now: the coffee memory was superseded, not deleted.
       expect(found.results.map((r) => r.memory?.memoryId)).toEqual(["drink-2"]);
       const all = await again.listMemories({ appName: app, userId: "alice", includeInvalid: true });

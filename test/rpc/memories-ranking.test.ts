@@ -35,10 +35,23 @@ function unit(v: number[]): number[] {
 }
 
 /** Writes `needle` a year ago with importance 0.1, then NEWER memories, each newer and more important than it. */
-async function writeNeedleThenNewer(userId: string, needle: { text: string; embedding?: number[] }, newer: (i: number) => { text: string; embedding?: number[] }) {
+async function writeNeedleThenNewer(
+  userId: string,
+  needle: { text: string; embedding?: number[] },
+  newer: (i: number) => { text: string; embedding?: number[] },
+) {
   const now = Date.now();
   await client.writeMemories({
-    memories: [{ memoryId: `${userId}-needle`, appName: APP, userId, ...needle, importance: 0.1, validFrom: timestampFromMs(now - 365 * DAY_MS) }],
+    memories: [
+      {
+        memoryId: `${userId}-needle`,
+        appName: APP,
+        userId,
+        ...needle,
+        importance: 0.1,
+        validFrom: timestampFromMs(now - 365 * DAY_MS),
+      },
+    ],
   });
   for (let first = 0; first < NEWER; first += 100) {
     await client.writeMemories({
@@ -56,8 +69,16 @@ async function writeNeedleThenNewer(userId: string, needle: { text: string; embe
 
 describe("a clear best match ranks first, whatever its age and importance", () => {
   it("by keyword: the only memory with every query word beats newer ones sharing one of them", async () => {
-    await writeNeedleThenNewer("kira", { text: "Kira keeps her passport in the blue folder for the renewal" }, (i) => ({ text: `Kira parked the blue car at spot ${i}` }));
-    const { results } = await client.searchMemories({ appName: APP, userId: "kira", scopeMatch: ScopeMatch.EXACT, query: "passport blue folder renewal", topK: 5 });
+    await writeNeedleThenNewer("kira", { text: "Kira keeps her passport in the blue folder for the renewal" }, (i) => ({
+      text: `Kira parked the blue car at spot ${i}`,
+    }));
+    const { results } = await client.searchMemories({
+      appName: APP,
+      userId: "kira",
+      scopeMatch: ScopeMatch.EXACT,
+      query: "passport blue folder renewal",
+      topK: 5,
+    });
     expect(results.map((r) => r.memory?.memoryId)[0]).toBe("kira-needle");
     expect(results[0].lexicalScore).toBeGreaterThan(results[1].lexicalScore);
   });
@@ -66,9 +87,18 @@ describe("a clear best match ranks first, whatever its age and importance", () =
     const random = seededRandom(35);
     const vector = () => unit(Array.from({ length: DIMENSIONS }, () => random() * 2 - 1));
     const needle = vector();
-    await writeNeedleThenNewer("lev", { text: "Lev's locker code", embedding: needle }, (i) => ({ text: `Lev note ${i}`, embedding: vector() }));
+    await writeNeedleThenNewer("lev", { text: "Lev's locker code", embedding: needle }, (i) => ({
+      text: `Lev note ${i}`,
+      embedding: vector(),
+    }));
     const query = unit(needle.map((x) => x + (random() * 2 - 1) * 0.02));
-    const { results } = await client.searchMemories({ appName: APP, userId: "lev", scopeMatch: ScopeMatch.EXACT, queryEmbedding: query, topK: 5 });
+    const { results } = await client.searchMemories({
+      appName: APP,
+      userId: "lev",
+      scopeMatch: ScopeMatch.EXACT,
+      queryEmbedding: query,
+      topK: 5,
+    });
     expect(results.map((r) => r.memory?.memoryId)[0]).toBe("lev-needle");
     expect(results[0].vectorScore).toBeGreaterThan(0.99);
   });
@@ -77,9 +107,19 @@ describe("a clear best match ranks first, whatever its age and importance", () =
     const random = seededRandom(36);
     const vector = () => unit(Array.from({ length: DIMENSIONS }, () => random() * 2 - 1));
     const needle = vector();
-    await writeNeedleThenNewer("mo", { text: "Mo's allergy is to penicillin", embedding: needle }, (i) => ({ text: `Mo mentioned an allergy at visit ${i}`, embedding: vector() }));
+    await writeNeedleThenNewer("mo", { text: "Mo's allergy is to penicillin", embedding: needle }, (i) => ({
+      text: `Mo mentioned an allergy at visit ${i}`,
+      embedding: vector(),
+    }));
     const query = unit(needle.map((x) => x + (random() * 2 - 1) * 0.02));
-    const { results } = await client.searchMemories({ appName: APP, userId: "mo", scopeMatch: ScopeMatch.EXACT, query: "penicillin allergy", queryEmbedding: query, topK: 5 });
+    const { results } = await client.searchMemories({
+      appName: APP,
+      userId: "mo",
+      scopeMatch: ScopeMatch.EXACT,
+      query: "penicillin allergy",
+      queryEmbedding: query,
+      topK: 5,
+    });
     expect(results.map((r) => r.memory?.memoryId)[0]).toBe("mo-needle");
   });
 
@@ -90,7 +130,12 @@ describe("a clear best match ranks first, whatever its age and importance", () =
         { memoryId: "tie-high", appName: APP, userId: "nia", text: "Nia likes oolong tea", importance: 0.8 },
       ],
     });
-    const { results } = await client.searchMemories({ appName: APP, userId: "nia", scopeMatch: ScopeMatch.EXACT, query: "oolong tea" });
+    const { results } = await client.searchMemories({
+      appName: APP,
+      userId: "nia",
+      scopeMatch: ScopeMatch.EXACT,
+      query: "oolong tea",
+    });
     expect(results.map((r) => r.memory?.memoryId)).toEqual(["tie-high", "tie-low"]);
   });
 });

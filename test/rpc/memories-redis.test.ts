@@ -25,7 +25,9 @@ describe.each(SERVERS)("on %s", (_server, urlOf) => {
 
   beforeAll(async () => {
     const url = urlOf();
-    [one, two] = await Promise.all([1, 2].map(async () => startTestServer({ store: await RedisStore.open({ url, keyPrefix, limits: LIMITS }) })));
+    [one, two] = await Promise.all(
+      [1, 2].map(async () => startTestServer({ store: await RedisStore.open({ url, keyPrefix, limits: LIMITS }) })),
+    );
   });
 
   afterAll(async () => {
@@ -60,12 +62,19 @@ describe.each(SERVERS)("on %s", (_server, urlOf) => {
     });
 
     it("a watch on one replica resumed with after replays what the other replica changed while it was away, then goes live", async () => {
-      expect(await resumeFaysWatch(reader, writer, `${app}-resume`)).toEqual({ frames: FAY_RESUMED_FRAMES, cursorsRise: true });
+      expect(await resumeFaysWatch(reader, writer, `${app}-resume`)).toEqual({
+        frames: FAY_RESUMED_FRAMES,
+        cursorsRise: true,
+      });
     });
 
     it("writes of one key through both replicas at once leave exactly one memory valid, found by search on either", async () => {
       const writes = Array.from({ length: 10 }, (_, i) =>
-        (i % 2 === 0 ? writer : reader).writeMemories({ memories: [{ memoryId: `city-${i}`, appName: app, userId: "hal", key: "city", text: `hal lives in city number ${i}` }] }),
+        (i % 2 === 0 ? writer : reader).writeMemories({
+          memories: [
+            { memoryId: `city-${i}`, appName: app, userId: "hal", key: "city", text: `hal lives in city number ${i}` },
+          ],
+        }),
       );
       await Promise.all(writes);
       const valid = (await reader.listMemories({ appName: app, userId: "hal" })).memories;

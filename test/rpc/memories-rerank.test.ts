@@ -52,7 +52,9 @@ async function startScriptedReranker(): Promise<ScriptedReranker> {
           res.writeHead(200, { "content-type": "application/json" }).end(JSON.stringify({ scores: [1, 2] }));
           return;
         case "cohere":
-          res.writeHead(200, { "content-type": "application/json" }).end(JSON.stringify({ results: scores.map((s) => ({ index: s.index, relevance_score: s.score })) }));
+          res
+            .writeHead(200, { "content-type": "application/json" })
+            .end(JSON.stringify({ results: scores.map((s) => ({ index: s.index, relevance_score: s.score })) }));
           return;
         default:
           res.writeHead(200, { "content-type": "application/json" }).end(JSON.stringify(scores));
@@ -72,8 +74,18 @@ async function startScriptedReranker(): Promise<ScriptedReranker> {
 async function writeMemories(client: MemoryClient, userId: string) {
   await client.writeMemories({
     memories: [
-      { memoryId: `${userId}-marker`, appName: APP, userId, text: `${userId} keeps an ${MARKER} by the door for rain and a coat in the car boot near the spare wheel` },
-      ...Array.from({ length: 9 }, (_, i) => ({ memoryId: `${userId}-plain-${i}`, appName: APP, userId, text: `${userId} bought a rain coat ${i}` })),
+      {
+        memoryId: `${userId}-marker`,
+        appName: APP,
+        userId,
+        text: `${userId} keeps an ${MARKER} by the door for rain and a coat in the car boot near the spare wheel`,
+      },
+      ...Array.from({ length: 9 }, (_, i) => ({
+        memoryId: `${userId}-plain-${i}`,
+        appName: APP,
+        userId,
+        text: `${userId} bought a rain coat ${i}`,
+      })),
     ],
   });
 }
@@ -94,7 +106,8 @@ describe("the reranker stage", () => {
     await server?.stop();
     await reranker?.close();
   });
-  const search = () => client.searchMemories({ appName: APP, userId: "ada", scopeMatch: ScopeMatch.EXACT, query: "rain coat", topK: 5 });
+  const search = () =>
+    client.searchMemories({ appName: APP, userId: "ada", scopeMatch: ScopeMatch.EXACT, query: "rain coat", topK: 5 });
 
   it("reorders the best fused memories by the reranker's scores (TEI: {query, texts} → [{index, score}])", async () => {
     reranker.behaviour = "tei";
@@ -129,11 +142,25 @@ describe("the reranker stage with MEMORY_RERANK_MODEL", () => {
   it("speaks Cohere's shape: {model, query, documents} → {results: [{index, relevance_score}]}", async () => {
     const reranker = await startScriptedReranker();
     reranker.behaviour = "cohere";
-    const server = await startTestServer({ config: { rerankUrl: reranker.url, rerankModel: "rerank-test", rerankApiKey: "k-1", rerankTimeoutMs: 5000, rerankTopN: 50 } });
+    const server = await startTestServer({
+      config: {
+        rerankUrl: reranker.url,
+        rerankModel: "rerank-test",
+        rerankApiKey: "k-1",
+        rerankTimeoutMs: 5000,
+        rerankTopN: 50,
+      },
+    });
     const client = grpcJsClient(server.address);
     try {
       await writeMemories(client, "bo");
-      const { results } = await client.searchMemories({ appName: APP, userId: "bo", scopeMatch: ScopeMatch.EXACT, query: "rain coat", topK: 3 });
+      const { results } = await client.searchMemories({
+        appName: APP,
+        userId: "bo",
+        scopeMatch: ScopeMatch.EXACT,
+        query: "rain coat",
+        topK: 3,
+      });
       expect(results.map((r) => r.memory?.memoryId)[0]).toBe("bo-marker");
       expect(results).toHaveLength(3);
       const request = reranker.requests.at(-1) as { model: string; query: string; documents: string[] };

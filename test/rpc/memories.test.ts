@@ -94,7 +94,12 @@ describe.each(PROTOCOLS)("long-term memory over %s", (protocol, clientFor) => {
     expect(results[0].lexicalScore).toBeGreaterThan(0);
     const bob = await client.searchMemories({ appName: app, userId: "bob", query: "cat" });
     expect(bob.results.map((r) => r.memory?.memoryId)).toEqual(["s-bob", "s-shared"]);
-    const within = await client.searchMemories({ appName: app, userId: "alice", scopeMatch: ScopeMatch.WITHIN, query: "cat dog" });
+    const within = await client.searchMemories({
+      appName: app,
+      userId: "alice",
+      scopeMatch: ScopeMatch.WITHIN,
+      query: "cat dog",
+    });
     expect(within.results.map((r) => r.memory?.memoryId).sort()).toEqual(["s-alice", "s-dog"]);
     const one = await client.searchMemories({ appName: app, userId: "alice", query: "cat", topK: 1 });
     expect(one.results).toHaveLength(1);
@@ -104,40 +109,104 @@ describe.each(PROTOCOLS)("long-term memory over %s", (protocol, clientFor) => {
     await client.writeMemories({
       memories: [
         { memoryId: "rank-plain", appName: app, userId: "jo", text: "jo likes hiking trips", embedding: [0, 1, 0] },
-        { memoryId: "rank-x-important", appName: app, userId: "jo", text: "jo likes hiking trips", importance: 0.9, embedding: [1, 0, 0] },
-        { memoryId: "rank-near", appName: app, userId: "jo", text: "jo enjoys long walks in the mountains", embedding: [0, 0, 1] },
+        {
+          memoryId: "rank-x-important",
+          appName: app,
+          userId: "jo",
+          text: "jo likes hiking trips",
+          importance: 0.9,
+          embedding: [1, 0, 0],
+        },
+        {
+          memoryId: "rank-near",
+          appName: app,
+          userId: "jo",
+          text: "jo enjoys long walks in the mountains",
+          embedding: [0, 0, 1],
+        },
       ],
     });
-    const lexical = await client.searchMemories({ appName: app, userId: "jo", scopeMatch: ScopeMatch.EXACT, query: "hiking trips" });
+    const lexical = await client.searchMemories({
+      appName: app,
+      userId: "jo",
+      scopeMatch: ScopeMatch.EXACT,
+      query: "hiking trips",
+    });
     expect(lexical.results.map((r) => r.memory?.memoryId)).toEqual(["rank-x-important", "rank-plain"]);
     expect(lexical.results[0].lexicalScore).toBe(lexical.results[1].lexicalScore);
-    const hybrid = await client.searchMemories({ appName: app, userId: "jo", scopeMatch: ScopeMatch.EXACT, query: "hiking trips", queryEmbedding: [0, 0.1, 1] });
+    const hybrid = await client.searchMemories({
+      appName: app,
+      userId: "jo",
+      scopeMatch: ScopeMatch.EXACT,
+      query: "hiking trips",
+      queryEmbedding: [0, 0.1, 1],
+    });
     expect(hybrid.results.map((r) => r.memory?.memoryId)).toEqual(["rank-plain", "rank-x-important", "rank-near"]);
     expect(hybrid.results[2].vectorScore).toBeGreaterThan(0.99);
-    const vectorOnly = await client.searchMemories({ appName: app, userId: "jo", scopeMatch: ScopeMatch.EXACT, queryEmbedding: [0, 0, 1], topK: 1 });
+    const vectorOnly = await client.searchMemories({
+      appName: app,
+      userId: "jo",
+      scopeMatch: ScopeMatch.EXACT,
+      queryEmbedding: [0, 0, 1],
+      topK: 1,
+    });
     expect(vectorOnly.results.map((r) => r.memory?.memoryId)).toEqual(["rank-near"]);
   });
 
   it("supersession closes the old memory's validity: search finds the new value now, the old one as of then, both with include_invalid", async () => {
     const at = (ms: number) => timestampFromMs(ms);
-    await client.writeMemories({ memories: [{ memoryId: "city-1", appName: app, userId: "carol", key: "home city", text: "Carol lives in Lyon", validFrom: at(Date.parse("2024-01-01")) }] });
+    await client.writeMemories({
+      memories: [
+        {
+          memoryId: "city-1",
+          appName: app,
+          userId: "carol",
+          key: "home city",
+          text: "Carol lives in Lyon",
+          validFrom: at(Date.parse("2024-01-01")),
+        },
+      ],
+    });
     const { superseded } = await client.writeMemories({
-      memories: [{ memoryId: "city-2", appName: app, userId: "carol", key: "home city", text: "Carol lives in Porto", validFrom: at(Date.parse("2025-06-01")) }],
+      memories: [
+        {
+          memoryId: "city-2",
+          appName: app,
+          userId: "carol",
+          key: "home city",
+          text: "Carol lives in Porto",
+          validFrom: at(Date.parse("2025-06-01")),
+        },
+      ],
     });
     expect(superseded.map((m) => [m.memoryId, m.supersededBy])).toEqual([["city-1", "city-2"]]);
     expect(superseded[0].invalidAt).toEqual(at(Date.parse("2025-06-01")));
-    const search = (extra: object) => client.searchMemories({ appName: app, userId: "carol", query: "Carol lives", ...extra });
+    const search = (extra: object) =>
+      client.searchMemories({ appName: app, userId: "carol", query: "Carol lives", ...extra });
     expect((await search({})).results.map((r) => r.memory?.text)).toEqual(["Carol lives in Porto"]);
-    expect((await search({ asOf: at(Date.parse("2024-08-01")) })).results.map((r) => r.memory?.text)).toEqual(["Carol lives in Lyon"]);
+    expect((await search({ asOf: at(Date.parse("2024-08-01")) })).results.map((r) => r.memory?.text)).toEqual([
+      "Carol lives in Lyon",
+    ]);
     expect((await search({ asOf: at(Date.parse("2023-01-01")) })).results).toEqual([]);
-    expect((await search({ includeInvalid: true })).results.map((r) => r.memory?.memoryId).sort()).toEqual(["city-1", "city-2"]);
+    expect((await search({ includeInvalid: true })).results.map((r) => r.memory?.memoryId).sort()).toEqual([
+      "city-1",
+      "city-2",
+    ]);
     // Kept, not deleted.
     expect((await client.getMemory({ appName: app, memoryId: "city-1" })).memory?.supersededBy).toBe("city-2");
   });
 
   it("lists newest first, page by page, with filters bound to the page token", async () => {
     const user = "lister";
-    await client.writeMemories({ memories: Array.from({ length: 5 }, (_, i) => ({ memoryId: `list-${i}`, appName: app, userId: user, text: `note ${i}`, topics: i % 2 ? ["odd"] : [] })) });
+    await client.writeMemories({
+      memories: Array.from({ length: 5 }, (_, i) => ({
+        memoryId: `list-${i}`,
+        appName: app,
+        userId: user,
+        text: `note ${i}`,
+        topics: i % 2 ? ["odd"] : [],
+      })),
+    });
     const seen: string[] = [];
     let pageToken = "";
     for (let page = 0; page < 10; page++) {
@@ -150,7 +219,9 @@ describe.each(PROTOCOLS)("long-term memory over %s", (protocol, clientFor) => {
     const odd = await client.listMemories({ appName: app, userId: user, topics: ["odd"] });
     expect(odd.memories.map((m) => m.memoryId).sort()).toEqual(["list-1", "list-3"]);
     const first = await client.listMemories({ appName: app, userId: user, pageSize: 1 });
-    const err = await errorOf(client.listMemories({ appName: app, userId: "someone-else", pageSize: 1, pageToken: first.nextPageToken }));
+    const err = await errorOf(
+      client.listMemories({ appName: app, userId: "someone-else", pageSize: 1, pageToken: first.nextPageToken }),
+    );
     expect(err.code).toBe(Code.InvalidArgument);
     expect(err.rawMessage).toBe("page_token: was issued for different filters");
   });
@@ -177,11 +248,19 @@ describe.each(PROTOCOLS)("long-term memory over %s", (protocol, clientFor) => {
   });
 
   it("a watch resumed with after replays, in order and once, what the scope missed while away, then goes live", async () => {
-    expect(await resumeFaysWatch(client, client, `${app}-resume`)).toEqual({ frames: FAY_RESUMED_FRAMES, cursorsRise: true });
+    expect(await resumeFaysWatch(client, client, `${app}-resume`)).toEqual({
+      frames: FAY_RESUMED_FRAMES,
+      cursorsRise: true,
+    });
   });
 
   it("answers OUT_OF_RANGE naming after for a resume point beyond the app's newest change", async () => {
-    const err = await errorOf(client.watchMemories({ appName: `${app}-resume-none`, after: 5n })[Symbol.asyncIterator]().next());
+    const err = await errorOf(
+      client
+        .watchMemories({ appName: `${app}-resume-none`, after: 5n })
+        [Symbol.asyncIterator]()
+        .next(),
+    );
     expect(err.code).toBe(Code.OutOfRange);
     expect(err.rawMessage).toMatch(/^after: change 5 is beyond the app's newest change \(0\)/);
   });
@@ -190,13 +269,20 @@ describe.each(PROTOCOLS)("long-term memory over %s", (protocol, clientFor) => {
     const text = (s: string) => ({ kind: { case: "stringValue" as const, value: s } });
     beforeAll(async () => {
       const sessions: Array<[string, string, string[]]> = [
-        [`ev-kim-1-${protocol.length}`, "kim", ["We booked the cabin by the lake for June", "Remember to bring the canoe"]],
+        [
+          `ev-kim-1-${protocol.length}`,
+          "kim",
+          ["We booked the cabin by the lake for June", "Remember to bring the canoe"],
+        ],
         [`ev-kim-2-${protocol.length}`, "kim", ["The dentist appointment moved to Friday"]],
         [`ev-lou-1-${protocol.length}`, "lou", ["Lou also wants a lake cabin"]],
       ];
       for (const [sessionId, userId, texts] of sessions) {
         await client.createSession({ appName: app, userId, sessionId });
-        await client.addEvents({ sessionId, events: texts.map((t) => ({ eventType: "user_message", content: text(t) })) });
+        await client.addEvents({
+          sessionId,
+          events: texts.map((t) => ({ eventType: "user_message", content: text(t) })),
+        });
       }
     });
 
@@ -207,9 +293,15 @@ describe.each(PROTOCOLS)("long-term memory over %s", (protocol, clientFor) => {
       expect(hits[0].score).toBeGreaterThan(0);
       expect(hits[0].event?.eventType).toBe("user_message");
       const appWide = await client.searchEvents({ appName: app, query: "lake cabin" });
-      expect(appWide.hits.map((h) => h.sessionId).sort()).toEqual([`ev-kim-1-${protocol.length}`, `ev-lou-1-${protocol.length}`]);
+      expect(appWide.hits.map((h) => h.sessionId).sort()).toEqual([
+        `ev-kim-1-${protocol.length}`,
+        `ev-lou-1-${protocol.length}`,
+      ]);
       expect((await client.searchEvents({ appName: app, query: "lake cabin", topK: 1 })).hits).toHaveLength(1);
-      expect((await client.searchEvents({ appName: app, userId: "kim", query: "dentist", eventTypes: ["agent_response"] })).hits).toEqual([]);
+      expect(
+        (await client.searchEvents({ appName: app, userId: "kim", query: "dentist", eventTypes: ["agent_response"] }))
+          .hits,
+      ).toEqual([]);
     });
 
     it.each([
@@ -268,7 +360,9 @@ describe.each(PROTOCOLS)("long-term memory over %s", (protocol, clientFor) => {
       expect(recall.pinnedTokens).toBeGreaterThan(0);
       expect(recall.memoryTokens).toBeGreaterThan(0);
       expect(recall.contextTokens).toBeGreaterThan(0);
-      expect(recall.pinnedTokens + recall.memoryTokens + recall.contextTokens).toBeLessThanOrEqual(recall.tokensUsed + 3);
+      expect(recall.pinnedTokens + recall.memoryTokens + recall.contextTokens).toBeLessThanOrEqual(
+        recall.tokensUsed + 3,
+      );
     });
 
     it("leaves the memories' embeddings out of its answer unless asked for them", async () => {
@@ -277,8 +371,21 @@ describe.each(PROTOCOLS)("long-term memory over %s", (protocol, clientFor) => {
       await client.createSession({ appName: vectorApp, userId: "hana", sessionId: vectorSession });
       await client.writeMemories({
         memories: [
-          { memoryId: "v-core", appName: vectorApp, userId: "hana", text: "Hana is vegetarian", pinned: true, embedding: [0, 0, 1] },
-          { memoryId: "v-sister", appName: vectorApp, userId: "hana", text: "Hana's sister lives in Porto", embedding: [1, 0, 0] },
+          {
+            memoryId: "v-core",
+            appName: vectorApp,
+            userId: "hana",
+            text: "Hana is vegetarian",
+            pinned: true,
+            embedding: [0, 0, 1],
+          },
+          {
+            memoryId: "v-sister",
+            appName: vectorApp,
+            userId: "hana",
+            text: "Hana's sister lives in Porto",
+            embedding: [1, 0, 0],
+          },
         ],
       });
       const request = { sessionId: vectorSession, query: "sister in Porto", queryEmbedding: [1, 0, 0] };
@@ -295,7 +402,17 @@ describe.each(PROTOCOLS)("long-term memory over %s", (protocol, clientFor) => {
 
     it("leaves the embeddings out of SearchMemories and ListMemories unless asked, and GetMemory keeps them", async () => {
       const vectorApp = `${app}-listed-vectors`;
-      await client.writeMemories({ memories: [{ memoryId: "l-seat", appName: vectorApp, userId: "hana", text: "Hana wants a window seat", embedding: [1, 0, 0] }] });
+      await client.writeMemories({
+        memories: [
+          {
+            memoryId: "l-seat",
+            appName: vectorApp,
+            userId: "hana",
+            text: "Hana wants a window seat",
+            embedding: [1, 0, 0],
+          },
+        ],
+      });
       const search = { appName: vectorApp, userId: "hana", query: "window seat", queryEmbedding: [1, 0, 0] };
       const plain = await client.searchMemories(search);
       expect(plain.results.map((r) => [r.memory?.memoryId, r.memory?.embedding])).toEqual([["l-seat", []]]);
@@ -317,11 +434,24 @@ describe.each(PROTOCOLS)("long-term memory over %s", (protocol, clientFor) => {
 
     it("stays within the token budget, pinned memories first, whatever the budget", async () => {
       for (const tokenBudget of [8, 20, 40, 80, 4000]) {
-        const recall = await client.recall({ sessionId, query: "sister in Porto", tokenBudget, tokenizer: "o200k_base" });
+        const recall = await client.recall({
+          sessionId,
+          query: "sister in Porto",
+          tokenBudget,
+          tokenizer: "o200k_base",
+        });
         expect(recall.tokensUsed, `budget ${tokenBudget}`).toBeLessThanOrEqual(tokenBudget);
-        if (recall.text !== "") expect(recall.text, `budget ${tokenBudget}`).toMatch(/^## Core memories\n- \d{4}-\d\d-\d\d: Hana is vegetarian/);
+        if (recall.text !== "")
+          expect(recall.text, `budget ${tokenBudget}`).toMatch(
+            /^## Core memories\n- \d{4}-\d\d-\d\d: Hana is vegetarian/,
+          );
       }
-      const tight = await client.recall({ sessionId, query: "sister in Porto", tokenBudget: 20, tokenizer: "o200k_base" });
+      const tight = await client.recall({
+        sessionId,
+        query: "sister in Porto",
+        tokenBudget: 20,
+        tokenizer: "o200k_base",
+      });
       expect(tight.pinned).toHaveLength(1);
       expect(tight.context).toBeUndefined();
     });
@@ -354,15 +484,35 @@ describe.each(PROTOCOLS)("long-term memory over %s", (protocol, clientFor) => {
           })),
         });
       }
-      await client.writeMemories({ memories: [{ appName: fillApp, userId: "hana", text: "Hana is vegetarian", pinned: true, validFrom: timestampFromMs(day) }] });
-      const recall = await client.recall({ sessionId: fillSession, query: "Porto museum tiles", tokenBudget: 2000, tokenizer: "o200k_base" });
+      await client.writeMemories({
+        memories: [
+          {
+            appName: fillApp,
+            userId: "hana",
+            text: "Hana is vegetarian",
+            pinned: true,
+            validFrom: timestampFromMs(day),
+          },
+        ],
+      });
+      const recall = await client.recall({
+        sessionId: fillSession,
+        query: "Porto museum tiles",
+        tokenBudget: 2000,
+        tokenizer: "o200k_base",
+      });
       expect(recall.tokensUsed).toBeLessThanOrEqual(2000);
       expect(recall.tokensUsed).toBeGreaterThanOrEqual(1800);
       expect(recall.memories.length).toBeGreaterThan(10);
       expect(recall.text).toContain("## Core memories\n- 2026-03-14: Hana is vegetarian");
       expect(recall.text).toContain("\n- 2026-03-14 (session trip-1): Hana visited Porto museum number");
       // An explicit top_k is honoured.
-      const three = await client.recall({ sessionId: fillSession, query: "Porto museum tiles", tokenBudget: 2000, topK: 3 });
+      const three = await client.recall({
+        sessionId: fillSession,
+        query: "Porto museum tiles",
+        tokenBudget: 2000,
+        topK: 3,
+      });
       expect(three.memories).toHaveLength(3);
     });
 
@@ -378,12 +528,33 @@ describe.each(PROTOCOLS)("long-term memory over %s", (protocol, clientFor) => {
     ["memories[0].importance", { memories: [{ appName: "a", text: "x", importance: 1.5 }] }, /between 0 and 1/],
     ["memories[0].user_id", { memories: [{ appName: "a", text: "x", userId: "" }] }, /must not be empty/],
     ["memories[0].memory_id", { memories: [{ appName: "a", text: "x", memoryId: "has space" }] }, /printable ASCII/],
-    ["memories[0].fact.predicate", { memories: [{ appName: "a", text: "x", fact: { subject: "s", predicate: "", object: "o" } }] }, /is required when fact is set/],
+    [
+      "memories[0].fact.predicate",
+      { memories: [{ appName: "a", text: "x", fact: { subject: "s", predicate: "", object: "o" } }] },
+      /is required when fact is set/,
+    ],
     ["memories[0].topics[0]", { memories: [{ appName: "a", text: "x", topics: [""] }] }, /1-64 characters/],
-    ["memories[0].invalid_at", { memories: [{ appName: "a", text: "x", validFrom: timestampFromMs(2000), invalidAt: timestampFromMs(1000) }] }, /after valid_from/],
+    [
+      "memories[0].invalid_at",
+      { memories: [{ appName: "a", text: "x", validFrom: timestampFromMs(2000), invalidAt: timestampFromMs(1000) }] },
+      /after valid_from/,
+    ],
     ["memories[0].embedding", { memories: [{ appName: "a", text: "x", embedding: [Number.NaN] }] }, /finite/],
-    ["memories[1].memory_id", { memories: [{ appName: "a", text: "x", memoryId: "d" }, { appName: "a", text: "y", memoryId: "d" }] }, /repeats/],
-    ["memories[0].source.to_seq", { memories: [{ appName: "a", text: "x", source: { sessionId: "s", fromSeq: 5n, toSeq: 2n } }] }, /below from_seq/],
+    [
+      "memories[1].memory_id",
+      {
+        memories: [
+          { appName: "a", text: "x", memoryId: "d" },
+          { appName: "a", text: "y", memoryId: "d" },
+        ],
+      },
+      /repeats/,
+    ],
+    [
+      "memories[0].source.to_seq",
+      { memories: [{ appName: "a", text: "x", source: { sessionId: "s", fromSeq: 5n, toSeq: 2n } }] },
+      /below from_seq/,
+    ],
   ])("WriteMemories refuses a bad %s", async (field, req, problem) => {
     const err = await errorOf(client.writeMemories(req as never));
     expect(err.code).toBe(Code.InvalidArgument);
@@ -395,7 +566,12 @@ describe.each(PROTOCOLS)("long-term memory over %s", (protocol, clientFor) => {
     ["searchMemories", "app_name", "app_name", { appName: "" }],
     ["searchMemories", "top_k", "top_k", { appName: "a", topK: 101 }],
     ["searchMemories", "query", "query", { appName: "a", query: "x".repeat(4097) }],
-    ["searchMemories", "include_invalid", "include_invalid", { appName: "a", includeInvalid: true, asOf: timestampFromMs(1) }],
+    [
+      "searchMemories",
+      "include_invalid",
+      "include_invalid",
+      { appName: "a", includeInvalid: true, asOf: timestampFromMs(1) },
+    ],
     ["searchMemories", "scope_match", "scope_match", { appName: "a", scopeMatch: 9 }],
     ["listMemories", "page_token", "page_token", { appName: "a", pageToken: "garbage" }],
     ["listMemories", "page_size", "page_size", { appName: "a", pageSize: 5000 }],

@@ -39,7 +39,13 @@ describe("postgres: the client's deadline bounds its call's work in the database
   /** A server on its own schema with a 2-connection pool; `stop` drops the schema. */
   async function start() {
     const schema = freshSchema();
-    const store = await PostgresStore.open({ url, schema, limits: { maxSessions: 0, maxSessionEvents: 0 }, queryTimeoutMs: STORE_TIMEOUT_MS, poolSize: 2 });
+    const store = await PostgresStore.open({
+      url,
+      schema,
+      limits: { maxSessions: 0, maxSessionEvents: 0 },
+      queryTimeoutMs: STORE_TIMEOUT_MS,
+      poolSize: 2,
+    });
     const server = await startTestServer({ store });
     const clients: Array<[string, MemoryClient]> = [
       ["gRPC", grpcJsClient(server.address)],
@@ -72,7 +78,10 @@ describe("postgres: the client's deadline bounds its call's work in the database
     return { schema, quoted, clients, serverLocks, within, stop };
   }
 
-  const event = (eventId: string) => ({ sessionId: "held", event: { eventId, eventType: "user_message", content: { kind: { case: "stringValue" as const, value: eventId } } } });
+  const event = (eventId: string) => ({
+    sessionId: "held",
+    event: { eventId, eventType: "user_message", content: { kind: { case: "stringValue" as const, value: eventId } } },
+  });
 
   it("AddEvent on a session another transaction holds ends DEADLINE_EXCEEDED, its statement and locks are gone at once, and nothing lands later", async () => {
     const { quoted, clients, serverLocks, within, stop } = await start();
@@ -117,14 +126,25 @@ describe("postgres: the client's deadline bounds its call's work in the database
       await holder.query(`LOCK TABLE ${quoted}.events IN ACCESS EXCLUSIVE MODE`);
 
       // One read per pooled connection (2), each stuck behind the lock until its deadline.
-      const reads = clients.map(([name, client]) => errorOf(client.getSessionEvents({ sessionId: "held" }, { timeoutMs: DEADLINE_MS })).then((err) => [name, err] as const));
-      for (const [name, err] of await Promise.all(reads)) expect(err.code, `${name}: ${err.message}`).toBe(Code.DeadlineExceeded);
+      const reads = clients.map(([name, client]) =>
+        errorOf(client.getSessionEvents({ sessionId: "held" }, { timeoutMs: DEADLINE_MS })).then(
+          (err) => [name, err] as const,
+        ),
+      );
+      for (const [name, err] of await Promise.all(reads))
+        expect(err.code, `${name}: ${err.message}`).toBe(Code.DeadlineExceeded);
 
       // Both connections were handed back: a read of another table is served while the lock is still held
       // (otherwise it would queue for a connection until the store timeout, and fail UNAVAILABLE).
-      const served = () => clients[0][1].getSession({ sessionId: "held" }, { timeoutMs: 2000 }).then(() => true, () => false);
+      const served = () =>
+        clients[0][1].getSession({ sessionId: "held" }, { timeoutMs: 2000 }).then(
+          () => true,
+          () => false,
+        );
       expect(await within(10_000, served)).toBe(true);
-      const held = await holder.query("SELECT count(*)::int AS n FROM pg_locks WHERE pid = pg_backend_pid() AND mode = 'AccessExclusiveLock' AND granted");
+      const held = await holder.query(
+        "SELECT count(*)::int AS n FROM pg_locks WHERE pid = pg_backend_pid() AND mode = 'AccessExclusiveLock' AND granted",
+      );
       expect(held.rows[0].n).toBeGreaterThan(0);
 
       await holder.query("ROLLBACK");
@@ -142,31 +162,51 @@ describe("postgres: the client's deadline bounds its call's work in the database
     const holder = await admin.connect();
     try {
       const [, client] = clients[0];
-      await client.writeMemories({ memories: [{ memoryId: "m1", appName: "app", userId: "ann", text: "prefers green tea" }] });
+      await client.writeMemories({
+        memories: [{ memoryId: "m1", appName: "app", userId: "ann", text: "prefers green tea" }],
+      });
       await holder.query("BEGIN");
       await holder.query(`LOCK TABLE ${quoted}.memories IN ACCESS EXCLUSIVE MODE`);
 
       // One call per pooled connection (2), each stuck behind the lock until its deadline.
       const [searchErr, writeErr] = await Promise.all([
-        errorOf(clients[0][1].searchMemories({ appName: "app", userId: "ann", query: "tea", topK: 5 }, { timeoutMs: DEADLINE_MS })),
-        errorOf(clients[1][1].writeMemories({ memories: [{ memoryId: "m2", appName: "app", userId: "ann", text: "walks to work" }] }, { timeoutMs: DEADLINE_MS })),
+        errorOf(
+          clients[0][1].searchMemories(
+            { appName: "app", userId: "ann", query: "tea", topK: 5 },
+            { timeoutMs: DEADLINE_MS },
+          ),
+        ),
+        errorOf(
+          clients[1][1].writeMemories(
+            { memories: [{ memoryId: "m2", appName: "app", userId: "ann", text: "walks to work" }] },
+            { timeoutMs: DEADLINE_MS },
+          ),
+        ),
       ]);
       expect(searchErr.code, searchErr.message).toBe(Code.DeadlineExceeded);
       expect(writeErr.code, writeErr.message).toBe(Code.DeadlineExceeded);
       // Both connections were handed back: a read of another table is served while the lock is still held.
-      const served = () => client.getSession({ sessionId: "none" }, { timeoutMs: 2000 }).then(() => true, (err: { code?: Code }) => err.code === Code.NotFound);
+      const served = () =>
+        client.getSession({ sessionId: "none" }, { timeoutMs: 2000 }).then(
+          () => true,
+          (err: { code?: Code }) => err.code === Code.NotFound,
+        );
       expect(await within(10_000, served)).toBe(true);
 
       // Control: a search without a deadline waits as long as the holder holds the lock.
       let settled = false;
-      const patient = client.searchMemories({ appName: "app", userId: "ann", query: "tea", topK: 5 }).finally(() => (settled = true));
+      const patient = client
+        .searchMemories({ appName: "app", userId: "ann", query: "tea", topK: 5 })
+        .finally(() => (settled = true));
       await sleep(DEADLINE_MS * 3);
       expect(settled).toBe(false);
 
       await holder.query("ROLLBACK");
       expect((await patient).results.map((r) => r.memory?.memoryId)).toEqual(["m1"]);
       // The write that timed out stored nothing.
-      expect((await client.listMemories({ appName: "app", userId: "ann" })).memories.map((m) => m.memoryId)).toEqual(["m1"]);
+      expect((await client.listMemories({ appName: "app", userId: "ann" })).memories.map((m) => m.memoryId)).toEqual([
+        "m1",
+      ]);
     } finally {
       await holder.query("ROLLBACK").catch(() => {});
       holder.release();

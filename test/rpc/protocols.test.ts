@@ -23,12 +23,15 @@ const jsonOf = async (res: Response): Promise<any> => res.json();
 /** One request whose target is sent exactly as given (fetch and URL strings would resolve its dot segments first), on a fresh connection. */
 function rawRequest(method: string, target: string): Promise<{ status: number; text: string }> {
   return new Promise((resolve, reject) => {
-    const req = http.request({ host: "127.0.0.1", port: server.port, method, path: target, agent: false, timeout: 10_000 }, (res) => {
-      let text = "";
-      res.setEncoding("utf8");
-      res.on("data", (chunk) => (text += chunk));
-      res.on("end", () => resolve({ status: res.statusCode!, text }));
-    });
+    const req = http.request(
+      { host: "127.0.0.1", port: server.port, method, path: target, agent: false, timeout: 10_000 },
+      (res) => {
+        let text = "";
+        res.setEncoding("utf8");
+        res.on("data", (chunk) => (text += chunk));
+        res.on("end", () => resolve({ status: res.statusCode!, text }));
+      },
+    );
     req.on("timeout", () => req.destroy(new Error(`${method} ${target}: no answer in 10 s`)));
     req.on("error", reject);
     req.end();
@@ -53,7 +56,10 @@ describe.each([
   it("creates, appends, reads and streams", async () => {
     const id = sid();
     await client.createSession({ appName: "app", userId: "u", sessionId: id });
-    const res = await client.addEvent({ sessionId: id, event: { eventType: "user_message", content: { kind: { case: "stringValue", value: "hi" } } } });
+    const res = await client.addEvent({
+      sessionId: id,
+      event: { eventType: "user_message", content: { kind: { case: "stringValue", value: "hi" } } },
+    });
     expect(res.event!.seq).toBe(1n);
     const { events } = await client.getSessionEvents({ sessionId: id });
     expect(events[0].content!.kind).toEqual({ case: "stringValue", value: "hi" });
@@ -76,24 +82,43 @@ describe.each([
 });
 
 describe("malformed bytes never answer INTERNAL", () => {
-  const garbage = [Buffer.from([0xff, 0xff, 0xff, 0xff]), Buffer.from([0x0a, 0x10, 0x41]), Buffer.from("not protobuf at all")];
+  const garbage = [
+    Buffer.from([0xff, 0xff, 0xff, 0xff]),
+    Buffer.from([0x0a, 0x10, 0x41]),
+    Buffer.from("not protobuf at all"),
+  ];
 
-  it.each(garbage.map((g) => [g.toString("hex"), g]))("Connect binary body %s -> invalid_argument", async (_hex, body) => {
-    const res = await fetch(`${server.baseUrl}/engram.v1.MemoryService/AddEvent`, { method: "POST", headers: { "content-type": "application/proto" }, body });
-    expect(res.status).toBe(400);
-    expect(await jsonOf(res)).toMatchObject({ code: "invalid_argument", message: expect.stringMatching(/^request/) });
-  });
+  it.each(garbage.map((g) => [g.toString("hex"), g]))(
+    "Connect binary body %s -> invalid_argument",
+    async (_hex, body) => {
+      const res = await fetch(`${server.baseUrl}/engram.v1.MemoryService/AddEvent`, {
+        method: "POST",
+        headers: { "content-type": "application/proto" },
+        body,
+      });
+      expect(res.status).toBe(400);
+      expect(await jsonOf(res)).toMatchObject({ code: "invalid_argument", message: expect.stringMatching(/^request/) });
+    },
+  );
 
   it.each(garbage.map((g) => [g.toString("hex"), g]))("gRPC-Web body %s -> grpc-status 3", async (_hex, payload) => {
     const body = Buffer.concat([Buffer.from([0, 0, 0, 0, payload.length]), payload]);
-    const res = await fetch(`${server.baseUrl}/engram.v1.MemoryService/AddEvent`, { method: "POST", headers: { "content-type": "application/grpc-web+proto" }, body });
+    const res = await fetch(`${server.baseUrl}/engram.v1.MemoryService/AddEvent`, {
+      method: "POST",
+      headers: { "content-type": "application/grpc-web+proto" },
+      body,
+    });
     expect(res.headers.get("grpc-status")).toBe("3");
   });
 
   it("Connect streaming body that does not decode -> end-stream invalid_argument", async () => {
     const payload = Buffer.from([0xff, 0xff, 0xff]);
     const body = Buffer.concat([Buffer.from([0, 0, 0, 0, payload.length]), payload]);
-    const res = await fetch(`${server.baseUrl}/engram.v1.MemoryService/StreamSessionEvents`, { method: "POST", headers: { "content-type": "application/connect+proto" }, body });
+    const res = await fetch(`${server.baseUrl}/engram.v1.MemoryService/StreamSessionEvents`, {
+      method: "POST",
+      headers: { "content-type": "application/connect+proto" },
+      body,
+    });
     const bytes = Buffer.from(await res.arrayBuffer());
     expect(bytes[0]).toBe(0b10);
     expect(JSON.parse(bytes.subarray(5).toString())).toMatchObject({ error: { code: "invalid_argument" } });
@@ -102,7 +127,13 @@ describe("malformed bytes never answer INTERNAL", () => {
   it("gRPC over h2c with garbage bytes -> INVALID_ARGUMENT", async () => {
     const client = new grpc.Client(server.address, grpc.credentials.createInsecure());
     const err = await new Promise<grpc.ServiceError>((resolve) =>
-      client.makeUnaryRequest("/engram.v1.MemoryService/AddEvent", (b: Buffer) => b, (b: Buffer) => b, Buffer.from([0xff, 0xff, 0xff]), (e) => resolve(e!)),
+      client.makeUnaryRequest(
+        "/engram.v1.MemoryService/AddEvent",
+        (b: Buffer) => b,
+        (b: Buffer) => b,
+        Buffer.from([0xff, 0xff, 0xff]),
+        (e) => resolve(e!),
+      ),
     );
     client.close();
     expect(err.code).toBe(grpc.status.INVALID_ARGUMENT);
@@ -110,7 +141,11 @@ describe("malformed bytes never answer INTERNAL", () => {
   });
 
   it("Connect JSON that is not JSON -> invalid_argument", async () => {
-    const res = await fetch(`${server.baseUrl}/engram.v1.MemoryService/AddEvent`, { method: "POST", headers: { "content-type": "application/json" }, body: "{not json" });
+    const res = await fetch(`${server.baseUrl}/engram.v1.MemoryService/AddEvent`, {
+      method: "POST",
+      headers: { "content-type": "application/json" },
+      body: "{not json",
+    });
     expect(res.status).toBe(400);
     expect((await jsonOf(res)).code).toBe("invalid_argument");
   });
@@ -130,7 +165,9 @@ describe("curl-friendly Connect JSON", () => {
   });
 
   it("serves side-effect-free methods over GET", async () => {
-    const res = await fetch(`${server.baseUrl}/engram.v1.MemoryService/GetStats?encoding=json&message=${encodeURIComponent("{}")}`);
+    const res = await fetch(
+      `${server.baseUrl}/engram.v1.MemoryService/GetStats?encoding=json&message=${encodeURIComponent("{}")}`,
+    );
     expect(res.status).toBe(200);
     expect(await jsonOf(res)).toMatchObject({ backend: "local" });
   });
@@ -144,7 +181,12 @@ describe("KAOS REST endpoints", () => {
     await client.addEvents({
       sessionId: id,
       events: [
-        { eventType: "user_message", eventId: "e1", content: { kind: { case: "stringValue", value: "hi" } }, metadata: { k: "v" } },
+        {
+          eventType: "user_message",
+          eventId: "e1",
+          content: { kind: { case: "stringValue", value: "hi" } },
+          metadata: { k: "v" },
+        },
         { eventType: "agent_response", eventId: "e2", content: { kind: { case: "stringValue", value: "hello" } } },
       ],
     });
@@ -153,8 +195,24 @@ describe("KAOS REST endpoints", () => {
       agent: "test-agent",
       total: 2,
       events: [
-        { event_id: "e1", timestamp: expect.stringMatching(/^\d{4}-\d\d-\d\dT/), event_type: "user_message", content: "hi", metadata: { k: "v" }, seq: 1, session_id: id },
-        { event_id: "e2", timestamp: expect.any(String), event_type: "agent_response", content: "hello", metadata: {}, seq: 2, session_id: id },
+        {
+          event_id: "e1",
+          timestamp: expect.stringMatching(/^\d{4}-\d\d-\d\dT/),
+          event_type: "user_message",
+          content: "hi",
+          metadata: { k: "v" },
+          seq: 1,
+          session_id: id,
+        },
+        {
+          event_id: "e2",
+          timestamp: expect.any(String),
+          event_type: "agent_response",
+          content: "hello",
+          metadata: {},
+          seq: 2,
+          session_id: id,
+        },
       ],
     });
     const limited = await jsonOf(await fetch(`${server.baseUrl}/memory/events?session_id=${id}&limit=1`));
@@ -178,11 +236,28 @@ describe("KAOS REST endpoints", () => {
     const client = connectClient(server.baseUrl);
     const id = sid();
     await client.createSession({ appName: "app", userId: "u", sessionId: id });
-    const struct = { fields: { text: { kind: { case: "stringValue" as const, value: 'quote " and \\ and \u00e9 \u{1F600}' } }, n: { kind: { case: "numberValue" as const, value: 1.5 } }, ok: { kind: { case: "boolValue" as const, value: true } }, none: { kind: { case: "nullValue" as const, value: 0 } }, list: { kind: { case: "listValue" as const, value: { values: [{ kind: { case: "numberValue" as const, value: -2 } }] } } } } };
+    const struct = {
+      fields: {
+        text: { kind: { case: "stringValue" as const, value: 'quote " and \\ and \u00e9 \u{1F600}' } },
+        n: { kind: { case: "numberValue" as const, value: 1.5 } },
+        ok: { kind: { case: "boolValue" as const, value: true } },
+        none: { kind: { case: "nullValue" as const, value: 0 } },
+        list: {
+          kind: {
+            case: "listValue" as const,
+            value: { values: [{ kind: { case: "numberValue" as const, value: -2 } }] },
+          },
+        },
+      },
+    };
     await client.addEvents({
       sessionId: id,
       events: [
-        { eventType: "tool_call", content: { kind: { case: "structValue", value: struct } }, metadata: { nested: { a: [1, "two", null] }, "</script>": "x" } },
+        {
+          eventType: "tool_call",
+          content: { kind: { case: "structValue", value: struct } },
+          metadata: { nested: { a: [1, "two", null] }, "</script>": "x" },
+        },
         { eventType: "user_message", content: { kind: { case: "stringValue", value: "plain" } } },
         { eventType: "agent_response" },
       ],
@@ -211,7 +286,10 @@ describe("KAOS REST endpoints", () => {
     const client = connectClient(server.baseUrl);
     const id = sid();
     await client.createSession({ appName: "app", userId: "u", sessionId: id });
-    await client.addEvent({ sessionId: id, event: { eventType: "user_message", content: { kind: { case: "stringValue", value: "hi" } } } });
+    await client.addEvent({
+      sessionId: id,
+      event: { eventType: "user_message", content: { kind: { case: "stringValue", value: "hi" } } },
+    });
     const answer = await rawRequest(method, target.replace("{id}", id));
     expect(answer.status).toBe(status);
     expect(answer.text).toContain(fragment);
@@ -237,7 +315,11 @@ describe("KAOS REST endpoints", () => {
     const app = `many-${sid()}`;
     const ids = Array.from({ length: 152 }, (_, i) => `s-${String(i).padStart(3, "0")}`);
     for (let i = 0; i < ids.length; i += 38) {
-      await Promise.all(ids.slice(i, i + 38).map((id) => client.createSession({ appName: app, userId: "u", sessionId: `${app}-${id}` })));
+      await Promise.all(
+        ids
+          .slice(i, i + 38)
+          .map((id) => client.createSession({ appName: app, userId: "u", sessionId: `${app}-${id}` })),
+      );
     }
     const all = await jsonOf(await fetch(`${server.baseUrl}/memory/sessions?app_name=${app}`));
     expect(all.total).toBe(152);
@@ -247,7 +329,11 @@ describe("KAOS REST endpoints", () => {
     const first = await jsonOf(await fetch(`${server.baseUrl}/memory/sessions?app_name=${app}&limit=100`));
     expect(first.sessions).toHaveLength(100);
     expect(first.next_page_token).not.toBe("");
-    const rest = await jsonOf(await fetch(`${server.baseUrl}/memory/sessions?app_name=${app}&page_token=${encodeURIComponent(first.next_page_token)}`));
+    const rest = await jsonOf(
+      await fetch(
+        `${server.baseUrl}/memory/sessions?app_name=${app}&page_token=${encodeURIComponent(first.next_page_token)}`,
+      ),
+    );
     expect([...first.sessions, ...rest.sessions]).toEqual(all.sessions);
     expect(rest.next_page_token).toBe("");
   });
@@ -270,7 +356,9 @@ describe("health and reflection", () => {
     const client = new def.grpc.health.v1.Health(server.address, grpc.credentials.createInsecure());
     for (const service of ["", "engram.v1.MemoryService"]) {
       const res = await new Promise<{ status: string }>((resolve, reject) =>
-        (client as unknown as { check: (r: object, cb: (e: Error | null, r: { status: string }) => void) => void }).check({ service }, (e, r) => (e ? reject(e) : resolve(r))),
+        (
+          client as unknown as { check: (r: object, cb: (e: Error | null, r: { status: string }) => void) => void }
+        ).check({ service }, (e, r) => (e ? reject(e) : resolve(r))),
       );
       expect(res.status).toBe("SERVING");
     }
@@ -284,7 +372,9 @@ describe("health and reflection", () => {
       protoLoader.loadSync("grpc/reflection/v1/reflection.proto", { includeDirs: [reflectionDir], keepCase: true }),
     ) as unknown as { grpc: { reflection: { v1: { ServerReflection: grpc.ServiceClientConstructor } } } };
     const client = new def.grpc.reflection.v1.ServerReflection(server.address, grpc.credentials.createInsecure());
-    const call = (client as unknown as { ServerReflectionInfo: () => grpc.ClientDuplexStream<object, Record<string, unknown>> }).ServerReflectionInfo();
+    const call = (
+      client as unknown as { ServerReflectionInfo: () => grpc.ClientDuplexStream<object, Record<string, unknown>> }
+    ).ServerReflectionInfo();
     const responses: Record<string, unknown>[] = [];
     const done = new Promise<void>((resolve, reject) => {
       call.on("data", (d) => {
@@ -298,7 +388,9 @@ describe("health and reflection", () => {
     call.write({ file_containing_symbol: "engram.v1.MemoryService" });
     await done;
     client.close();
-    const services = (responses[0].list_services_response as { service: { name: string }[] }).service.map((s) => s.name);
+    const services = (responses[0].list_services_response as { service: { name: string }[] }).service.map(
+      (s) => s.name,
+    );
     expect(services).toEqual(expect.arrayContaining(["engram.v1.MemoryService", "grpc.health.v1.Health"]));
     const files = (responses[1].file_descriptor_response as { file_descriptor_proto: Buffer[] }).file_descriptor_proto;
     expect(files.length).toBeGreaterThan(0);
@@ -316,7 +408,10 @@ describe("refusals a newcomer meets first carry a body saying what to send", () 
     for (const contentType of ["text/plain", "application/xml"]) {
       const answer = await call("POST", "GetStats", { "content-type": contentType }, "{}");
       expect(answer.status, contentType).toBe(415);
-      expect(answer.json).toMatchObject({ code: "unknown", message: expect.stringContaining(`Content-Type "${contentType}"`) });
+      expect(answer.json).toMatchObject({
+        code: "unknown",
+        message: expect.stringContaining(`Content-Type "${contentType}"`),
+      });
       expect(answer.json.message).toContain("application/json");
     }
   });
@@ -325,7 +420,10 @@ describe("refusals a newcomer meets first carry a body saying what to send", () 
     const answer = await call("GET", "AddEvent", {});
     expect(answer.status).toBe(405);
     expect(answer.allow).toBe("POST");
-    expect(answer.json).toMatchObject({ code: "unknown", message: expect.stringContaining("send POST with Content-Type application/json") });
+    expect(answer.json).toMatchObject({
+      code: "unknown",
+      message: expect.stringContaining("send POST with Content-Type application/json"),
+    });
   });
 
   it("a browser's plain GET of a read-only method says how a GET must look", async () => {

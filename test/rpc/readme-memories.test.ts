@@ -32,7 +32,9 @@ describe("README: the long-term memory example works as written", () => {
   let grpcurlDir: string;
   beforeAll(async () => {
     server = await startTestServer();
-    grpcurlDir = path.dirname(execFileSync(path.join(REPO_ROOT, "test/support/grpcurl.sh"), { encoding: "utf8", timeout: 600_000 }).trim());
+    grpcurlDir = path.dirname(
+      execFileSync(path.join(REPO_ROOT, "test/support/grpcurl.sh"), { encoding: "utf8", timeout: 600_000 }).trim(),
+    );
   }, 660_000);
   afterAll(() => server?.stop());
 
@@ -44,7 +46,11 @@ describe("README: the long-term memory example works as written", () => {
     // One at a time, in order (the server runs in this process: a synchronous spawn would block it).
     for (const command of commands) {
       const local = command.replaceAll("localhost:8000", `127.0.0.1:${server.port}`);
-      const { stdout } = await run("bash", ["-c", local], { encoding: "utf8", env: { ...process.env, PATH: `${grpcurlDir}:${process.env.PATH}` }, timeout: 30_000 });
+      const { stdout } = await run("bash", ["-c", local], {
+        encoding: "utf8",
+        env: { ...process.env, PATH: `${grpcurlDir}:${process.env.PATH}` },
+        timeout: 30_000,
+      });
       const json = JSON.parse(stdout) as Record<string, unknown>;
       // An error answer is JSON too: it carries a code.
       expect(json.code, `${command}\n${stdout}`).toBeUndefined();
@@ -67,7 +73,13 @@ describe("README: the long-term memory example works as written", () => {
   });
 
   it("grpcurl decodes an error's google.rpc details through reflection", async () => {
-    const args = ["-plaintext", "-d", JSON.stringify({ app_name: "", memory_id: "m" }), `127.0.0.1:${server.port}`, "engram.v1.MemoryService/GetMemory"];
+    const args = [
+      "-plaintext",
+      "-d",
+      JSON.stringify({ app_name: "", memory_id: "m" }),
+      `127.0.0.1:${server.port}`,
+      "engram.v1.MemoryService/GetMemory",
+    ];
     const failed = await run(path.join(grpcurlDir, "grpcurl"), args, { encoding: "utf8", timeout: 30_000 }).then(
       () => undefined,
       (err: { stdout: string; stderr: string }) => err,

@@ -21,7 +21,9 @@ function logged(proc: ServerProcess, prefix: string): Array<Record<string, unkno
         return undefined;
       }
     })
-    .filter((entry): entry is Record<string, unknown> => typeof entry?.msg === "string" && entry.msg.startsWith(prefix));
+    .filter(
+      (entry): entry is Record<string, unknown> => typeof entry?.msg === "string" && entry.msg.startsWith(prefix),
+    );
 }
 
 /** The value of one series in /metrics, 0 when absent. */
@@ -54,26 +56,42 @@ describe("the start-up line states the retention in force", () => {
   });
 
   it("postgres: what a crash leaves, then that nothing is deleted by default", async () => {
-    const proc = await spawnServer({ MEMORY_TYPE: "postgres", MEMORY_POSTGRES_URL: process.env.MEMORY_TEST_POSTGRES_URL!, MEMORY_KEY_PREFIX: `retention_${process.pid}` });
+    const proc = await spawnServer({
+      MEMORY_TYPE: "postgres",
+      MEMORY_POSTGRES_URL: process.env.MEMORY_TEST_POSTGRES_URL!,
+      MEMORY_KEY_PREFIX: `retention_${process.pid}`,
+    });
     try {
       const [line] = logged(proc, "store durability");
-      expect(line.msg).toMatch(/^store durability: synchronous_commit=.*survives a crash.*; retention: no cap on sessions; no cap on events per session; idle sessions are kept;/);
+      expect(line.msg).toMatch(
+        /^store durability: synchronous_commit=.*survives a crash.*; retention: no cap on sessions; no cap on events per session; idle sessions are kept;/,
+      );
     } finally {
       await proc.kill();
     }
   });
 
   it("redis: no cap by default, and the per-app caps and dedupe window the operator chose", async () => {
-    const env = { MEMORY_TYPE: "redis", MEMORY_REDIS_URL: process.env.MEMORY_TEST_REDIS_URL!, MEMORY_KEY_PREFIX: `retention_${process.pid}` };
+    const env = {
+      MEMORY_TYPE: "redis",
+      MEMORY_REDIS_URL: process.env.MEMORY_TEST_REDIS_URL!,
+      MEMORY_KEY_PREFIX: `retention_${process.pid}`,
+    };
     const plain = await spawnServer(env);
     try {
       const [line] = logged(plain, "store durability");
-      expect(line.msg).toMatch(/^store durability: AOF.*; retention: no cap on sessions; no cap on events per session; idle sessions are kept; a trimmed event's id dedupes retries for 120000 ms/);
+      expect(line.msg).toMatch(
+        /^store durability: AOF.*; retention: no cap on sessions; no cap on events per session; idle sessions are kept; a trimmed event's id dedupes retries for 120000 ms/,
+      );
       expect(line.retention).not.toContain("defaults");
     } finally {
       await plain.kill();
     }
-    const chosen = await spawnServer({ ...env, MEMORY_RETENTION_APPS: '{"bot": {"max_session_events": 100, "session_idle_ms": 60000}}', MEMORY_DEDUPE_WINDOW_MS: "0" });
+    const chosen = await spawnServer({
+      ...env,
+      MEMORY_RETENTION_APPS: '{"bot": {"max_session_events": 100, "session_idle_ms": 60000}}',
+      MEMORY_DEDUPE_WINDOW_MS: "0",
+    });
     try {
       const [line] = logged(chosen, "store durability");
       expect(line.retention).toContain('app "bot": at most 100 events per session, sessions idle 60000 ms are removed');
@@ -86,14 +104,23 @@ describe("the start-up line states the retention in force", () => {
 
 describe("removals are counted by reason and logged as counts", () => {
   it("sweeps idle sessions, counts trims, evictions and deletes, and logs counts without tenant data, at most one line a minute", async () => {
-    const proc = await spawnServer({ MEMORY_SESSION_IDLE_MS: "1500", MEMORY_MAX_SESSIONS: "3", MEMORY_MAX_SESSION_EVENTS: "2" });
+    const proc = await spawnServer({
+      MEMORY_SESSION_IDLE_MS: "1500",
+      MEMORY_MAX_SESSIONS: "3",
+      MEMORY_MAX_SESSION_EVENTS: "2",
+    });
     try {
       const client = connectClient(proc.baseUrl);
       const idle = sid();
       await client.createSession({ appName: "secret-app", userId: "secret-user", sessionId: idle });
 
       // The idle sweep removes it (TTL 1.5 s, swept every 750 ms).
-      await eventually(() => client.getSession({ sessionId: idle }).then(() => false, (err) => ConnectError.from(err).code === Code.NotFound));
+      await eventually(() =>
+        client.getSession({ sessionId: idle }).then(
+          () => false,
+          (err) => ConnectError.from(err).code === Code.NotFound,
+        ),
+      );
       expect(await metric(proc, 'engram_sessions_removed_total{reason="idle"}')).toBe(1);
 
       // The first removal line comes at once, with counts only.
@@ -104,7 +131,10 @@ describe("removals are counted by reason and logged as counts", () => {
       // Trims (past 2 events), an eviction (past 3 sessions) and a delete are counted at once, but logged only after a minute.
       const ids = Array.from({ length: 4 }, () => sid());
       for (const id of ids) await client.createSession({ appName: "secret-app", userId: "secret-user", sessionId: id });
-      await client.addEvents({ sessionId: ids[3], events: Array.from({ length: 5 }, () => ({ eventType: "user_message" })) });
+      await client.addEvents({
+        sessionId: ids[3],
+        events: Array.from({ length: 5 }, () => ({ eventType: "user_message" })),
+      });
       expect((await client.deleteSession({ sessionId: ids[3] })).deleted).toBe(true);
       expect(await metric(proc, "engram_events_trimmed_total")).toBe(3);
       expect(await metric(proc, 'engram_sessions_removed_total{reason="evicted"}')).toBe(1);

@@ -25,7 +25,11 @@ export function describeStateRpc(client: () => MemoryClient): void {
       const { sessionId } = await newSession(undefined, sid("app"));
       const { event } = await client().addEvent({
         sessionId,
-        event: { eventId: "e1", eventType: "agent_response", stateDelta: { topic: "cats", "user:name": "Ada", "app:tier": "gold", "temp:scratch": 1 } },
+        event: {
+          eventId: "e1",
+          eventType: "agent_response",
+          stateDelta: { topic: "cats", "user:name": "Ada", "app:tier": "gold", "temp:scratch": 1 },
+        },
       });
       expect(event!.stateDelta).toEqual({ topic: "cats", "user:name": "Ada", "app:tier": "gold" });
       const { session } = await client().getSession({ sessionId });
@@ -54,7 +58,12 @@ export function describeStateRpc(client: () => MemoryClient): void {
 
     it("UpdateSession replaces the metadata and applies the delta; a stale expected_version is FAILED_PRECONDITION with the current version", async () => {
       const { sessionId } = await newSession();
-      const first = await client().updateSession({ sessionId, metadata: { title: "t" }, stateDelta: { step: 1 }, expectedVersion: 0n });
+      const first = await client().updateSession({
+        sessionId,
+        metadata: { title: "t" },
+        stateDelta: { step: 1 },
+        expectedVersion: 0n,
+      });
       expect(first.session).toMatchObject({ metadata: { title: "t" }, state: { step: 1 }, version: 1n });
       const err = await errorOf(client().updateSession({ sessionId, stateDelta: { step: 2 }, expectedVersion: 0n }));
       expect(err.code).toBe(Code.FailedPrecondition);
@@ -62,26 +71,39 @@ export function describeStateRpc(client: () => MemoryClient): void {
       expect(err.metadata.get("engram-current-version")).toBe("1");
       const { session } = await client().getSession({ sessionId });
       expect(session).toMatchObject({ metadata: { title: "t" }, state: { step: 1 }, version: 1n });
-      expect((await errorOf(client().updateSession({ sessionId: sid("nope"), stateDelta: { a: 1 } }))).code).toBe(Code.NotFound);
+      expect((await errorOf(client().updateSession({ sessionId: sid("nope"), stateDelta: { a: 1 } }))).code).toBe(
+        Code.NotFound,
+      );
     });
 
     it("a retried AddEvent (same event_id and delta) is stored once and does not apply its delta again", async () => {
       const { sessionId } = await newSession();
       const event = { eventId: "once", eventType: "agent_response", stateDelta: { n: 1 } };
       await client().addEvent({ sessionId, event });
-      await client().addEvent({ sessionId, event: { eventId: "two", eventType: "agent_response", stateDelta: { n: 2 } } });
+      await client().addEvent({
+        sessionId,
+        event: { eventId: "two", eventType: "agent_response", stateDelta: { n: 2 } },
+      });
       const retry = await client().addEvent({ sessionId, event });
       expect(retry.event!.seq).toBe(1n);
       const { session } = await client().getSession({ sessionId });
       expect(session).toMatchObject({ state: { n: 2 }, version: 2n, headSeq: 2n });
       // The same id with another delta is another event: ALREADY_EXISTS.
-      expect((await errorOf(client().addEvent({ sessionId, event: { ...event, stateDelta: { n: 3 } } }))).code).toBe(Code.AlreadyExists);
+      expect((await errorOf(client().addEvent({ sessionId, event: { ...event, stateDelta: { n: 3 } } }))).code).toBe(
+        Code.AlreadyExists,
+      );
     });
 
     it("a refused append (expected_seq) changes no state", async () => {
       const { sessionId } = await newSession();
       await client().addEvent({ sessionId, event: { eventType: "agent_response", stateDelta: { n: 1, "user:n": 1 } } });
-      const err = await errorOf(client().addEvent({ sessionId, expectedSeq: 0n, event: { eventType: "agent_response", stateDelta: { n: 2, "user:n": 2 } } }));
+      const err = await errorOf(
+        client().addEvent({
+          sessionId,
+          expectedSeq: 0n,
+          event: { eventType: "agent_response", stateDelta: { n: 2, "user:n": 2 } },
+        }),
+      );
       expect(err.code).toBe(Code.FailedPrecondition);
       expect((await client().getSession({ sessionId })).session!.state).toEqual({ n: 1, "user:n": 1 });
     });
@@ -91,8 +113,15 @@ export function describeStateRpc(client: () => MemoryClient): void {
       await client().addEvent({ sessionId, event: { eventType: "agent_response", stateDelta: { replayed: true } } });
       const controller = new AbortController();
       const stream = client().streamSessionEvents({ sessionId }, { signal: controller.signal });
-      const framesPromise = collect(stream, (frames) => frames.filter((f) => f.frame.case === "event").length >= 2, controller);
-      await client().addEvent({ sessionId, event: { eventType: "agent_response", stateDelta: { live: 1, "user:x": "y" } } });
+      const framesPromise = collect(
+        stream,
+        (frames) => frames.filter((f) => f.frame.case === "event").length >= 2,
+        controller,
+      );
+      await client().addEvent({
+        sessionId,
+        event: { eventType: "agent_response", stateDelta: { live: 1, "user:x": "y" } },
+      });
       const frames = await framesPromise;
       controller.abort();
       const deltas = frames.flatMap((f) => (f.frame.case === "event" ? [f.frame.value.stateDelta] : []));
@@ -104,8 +133,14 @@ export function describeStateRpc(client: () => MemoryClient): void {
       const ada = await newSession("ada", appName);
       const ada2 = await newSession("ada", appName);
       const bob = await newSession("bob", appName);
-      await client().addEvent({ sessionId: ada.sessionId, event: { eventType: "agent_response", stateDelta: { "user:lang": "en", "app:motd": "hi", own: 1 } } });
-      expect((await client().getSession({ sessionId: ada2.sessionId })).session!.state).toEqual({ "user:lang": "en", "app:motd": "hi" });
+      await client().addEvent({
+        sessionId: ada.sessionId,
+        event: { eventType: "agent_response", stateDelta: { "user:lang": "en", "app:motd": "hi", own: 1 } },
+      });
+      expect((await client().getSession({ sessionId: ada2.sessionId })).session!.state).toEqual({
+        "user:lang": "en",
+        "app:motd": "hi",
+      });
       expect((await client().getSession({ sessionId: bob.sessionId })).session!.state).toEqual({ "app:motd": "hi" });
       const { sessions } = await client().listSessions({ appName, userId: "ada" });
       expect(sessions.map((s) => s.state).sort((a, b) => Object.keys(b!).length - Object.keys(a!).length)).toEqual([
@@ -118,7 +153,10 @@ export function describeStateRpc(client: () => MemoryClient): void {
       const appName = sid("app");
       const erased = await newSession("erased", appName);
       const kept = await newSession("kept", appName);
-      await client().addEvent({ sessionId: erased.sessionId, event: { eventType: "agent_response", stateDelta: { "user:secret": 1, "app:shared": 2 } } });
+      await client().addEvent({
+        sessionId: erased.sessionId,
+        event: { eventType: "agent_response", stateDelta: { "user:secret": 1, "app:shared": 2 } },
+      });
       await client().deleteUserData({ appName, userId: "erased" });
       const again = await newSession("erased", appName);
       expect((await client().getSession({ sessionId: again.sessionId })).session!.state).toEqual({ "app:shared": 2 });
@@ -128,10 +166,30 @@ export function describeStateRpc(client: () => MemoryClient): void {
     it("bad state input answers INVALID_ARGUMENT naming the field, and changes nothing", async () => {
       const { sessionId } = await newSession();
       const cases: Array<[() => Promise<unknown>, string]> = [
-        [() => client().addEvent({ sessionId, event: { eventType: "x", stateDelta: { "app:": 1 } } }), "event.state_delta"],
-        [() => client().addEvent({ sessionId, event: { eventType: "x", stateDelta: { "user:__proto__": 1 } } }), "event.state_delta"],
-        [() => client().addEvent({ sessionId, event: { eventType: "x", stateDelta: { big: "x".repeat(MAX_STATE_DELTA_BYTES) } } }), "event.state_delta"],
-        [() => client().addEvents({ sessionId, events: [{ eventType: "x" }, { eventType: "x", stateDelta: { ["k".repeat(300)]: 1 } }] }), "events[1].state_delta"],
+        [
+          () => client().addEvent({ sessionId, event: { eventType: "x", stateDelta: { "app:": 1 } } }),
+          "event.state_delta",
+        ],
+        [
+          () => client().addEvent({ sessionId, event: { eventType: "x", stateDelta: { "user:__proto__": 1 } } }),
+          "event.state_delta",
+        ],
+        [
+          () =>
+            client().addEvent({
+              sessionId,
+              event: { eventType: "x", stateDelta: { big: "x".repeat(MAX_STATE_DELTA_BYTES) } },
+            }),
+          "event.state_delta",
+        ],
+        [
+          () =>
+            client().addEvents({
+              sessionId,
+              events: [{ eventType: "x" }, { eventType: "x", stateDelta: { ["k".repeat(300)]: 1 } }],
+            }),
+          "events[1].state_delta",
+        ],
         [() => client().updateSession({ sessionId, stateDelta: { "temp:": 1 } }), "state_delta"],
       ];
       for (const [call, field] of cases) {
@@ -140,9 +198,12 @@ export function describeStateRpc(client: () => MemoryClient): void {
         expect(err.rawMessage.startsWith(`${field}: `), err.rawMessage).toBe(true);
       }
       // Past a state's key cap over several appends: refused by the store, named by the service.
-      const keys = (from: number, count: number) => Object.fromEntries(Array.from({ length: count }, (_, i) => [`k${from + i}`, i]));
+      const keys = (from: number, count: number) =>
+        Object.fromEntries(Array.from({ length: count }, (_, i) => [`k${from + i}`, i]));
       await client().addEvent({ sessionId, event: { eventType: "x", stateDelta: keys(0, MAX_STATE_KEYS) } });
-      const tooMany = await errorOf(client().addEvent({ sessionId, event: { eventType: "x", stateDelta: keys(MAX_STATE_KEYS, 1) } }));
+      const tooMany = await errorOf(
+        client().addEvent({ sessionId, event: { eventType: "x", stateDelta: keys(MAX_STATE_KEYS, 1) } }),
+      );
       expect(tooMany.code).toBe(Code.InvalidArgument);
       expect(tooMany.rawMessage).toMatch(/^event\.state_delta: would make the session state hold 1001 keys/);
       const { session } = await client().getSession({ sessionId });

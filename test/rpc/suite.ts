@@ -27,7 +27,9 @@ export function describeRpcSuite(storeName: string, storeFactory?: RpcStoreFacto
     let smallClient: MemoryClient;
 
     beforeAll(async () => {
-      server = await startTestServer({ store: storeFactory ? await storeFactory({ maxSessions: 1000, maxSessionEvents: 500 }) : undefined });
+      server = await startTestServer({
+        store: storeFactory ? await storeFactory({ maxSessions: 1000, maxSessionEvents: 500 }) : undefined,
+      });
       small = await startTestServer({
         store: storeFactory ? await storeFactory({ maxSessions: 1000, maxSessionEvents: 5 }) : undefined,
         config: { maxSessionEvents: 5 },
@@ -65,7 +67,9 @@ export function describeRpcSuite(storeName: string, storeFactory?: RpcStoreFacto
 
       it("GetOrCreateSession creates once, even under 20 concurrent calls", async () => {
         const id = sid();
-        const results = await Promise.all(Array.from({ length: 20 }, () => client.getOrCreateSession({ sessionId: id })));
+        const results = await Promise.all(
+          Array.from({ length: 20 }, () => client.getOrCreateSession({ sessionId: id })),
+        );
         expect(results.filter((r) => r.created)).toHaveLength(1);
         expect(results[0].session).toMatchObject({ appName: "agent", userId: "user", sessionId: id });
         expect((await client.getOrCreateSession({ sessionId: id })).created).toBe(false);
@@ -81,7 +85,8 @@ export function describeRpcSuite(storeName: string, storeFactory?: RpcStoreFacto
 
       it("ListSessions pages with an opaque token and filters by app and user", async () => {
         const app = sid("app");
-        for (let i = 0; i < 5; i++) await client.createSession({ appName: app, userId: i < 3 ? "u1" : "u2", sessionId: `${app}-${i}` });
+        for (let i = 0; i < 5; i++)
+          await client.createSession({ appName: app, userId: i < 3 ? "u1" : "u2", sessionId: `${app}-${i}` });
         const seen: string[] = [];
         let pageToken = "";
         for (let pages = 0; pages < 10; pages++) {
@@ -104,7 +109,10 @@ export function describeRpcSuite(storeName: string, storeFactory?: RpcStoreFacto
 
       it("DeleteSession removes the session and reports whether it existed", async () => {
         const id = await newSession();
-        await client.addEvent({ sessionId: id, event: { eventType: "user_message", content: { kind: { case: "stringValue", value: "x" } } } });
+        await client.addEvent({
+          sessionId: id,
+          event: { eventType: "user_message", content: { kind: { case: "stringValue", value: "x" } } },
+        });
         expect((await client.deleteSession({ sessionId: id })).deleted).toBe(true);
         expect((await client.deleteSession({ sessionId: id })).deleted).toBe(false);
         expect(await codeOf(client.getSessionEvents({ sessionId: id }))).toBe(Code.NotFound);
@@ -132,24 +140,52 @@ export function describeRpcSuite(storeName: string, storeFactory?: RpcStoreFacto
         const content = {
           kind: {
             case: "structValue" as const,
-            value: { fields: { tool: text("search"), args: { kind: { case: "listValue" as const, value: { values: [{ kind: { case: "numberValue" as const, value: 1.5 } }, { kind: { case: "boolValue" as const, value: true } }, { kind: { case: "nullValue" as const, value: 0 } }] } } } } },
+            value: {
+              fields: {
+                tool: text("search"),
+                args: {
+                  kind: {
+                    case: "listValue" as const,
+                    value: {
+                      values: [
+                        { kind: { case: "numberValue" as const, value: 1.5 } },
+                        { kind: { case: "boolValue" as const, value: true } },
+                        { kind: { case: "nullValue" as const, value: 0 } },
+                      ],
+                    },
+                  },
+                },
+              },
+            },
           },
         };
         const res = await client.addEvent({
           sessionId: id,
-          event: { eventType: "tool_call", content: content as never, metadata: { trace_id: "t1", n: 2 }, timestamp: { seconds: 1_700_000_000n, nanos: 5_000_000 } },
+          event: {
+            eventType: "tool_call",
+            content: content as never,
+            metadata: { trace_id: "t1", n: 2 },
+            timestamp: { seconds: 1_700_000_000n, nanos: 5_000_000 },
+          },
         });
         expect(res.event!.timestamp).toMatchObject({ seconds: 1_700_000_000n, nanos: 5_000_000 });
         const { events } = await client.getSessionEvents({ sessionId: id });
         expect(events[0].metadata).toEqual({ trace_id: "t1", n: 2 });
-        const fields = (events[0].content!.kind as { value: { fields: Record<string, { kind: { value: unknown } }> } }).value.fields;
+        const fields = (events[0].content!.kind as { value: { fields: Record<string, { kind: { value: unknown } }> } })
+          .value.fields;
         expect(fields.tool.kind.value).toBe("search");
       });
 
       it("50 concurrent AddEvent calls to one session get seq 1..50 exactly", async () => {
         const id = await newSession();
-        const results = await Promise.all(Array.from({ length: 50 }, (_, i) => client.addEvent({ sessionId: id, event: { eventType: "user_message", content: text(String(i)) } })));
-        expect(results.map((r) => Number(r.event!.seq)).sort((a, b) => a - b)).toEqual(Array.from({ length: 50 }, (_, i) => i + 1));
+        const results = await Promise.all(
+          Array.from({ length: 50 }, (_, i) =>
+            client.addEvent({ sessionId: id, event: { eventType: "user_message", content: text(String(i)) } }),
+          ),
+        );
+        expect(results.map((r) => Number(r.event!.seq)).sort((a, b) => a - b)).toEqual(
+          Array.from({ length: 50 }, (_, i) => i + 1),
+        );
         const { events } = await client.getSessionEvents({ sessionId: id, limit: 100 });
         expect(events.map((e) => Number(e.seq))).toEqual(Array.from({ length: 50 }, (_, i) => i + 1));
       });
@@ -171,7 +207,9 @@ export function describeRpcSuite(storeName: string, storeFactory?: RpcStoreFacto
         const id = await newSession();
         await client.addEvent({ sessionId: id, event: { eventType: "user_message" }, expectedSeq: 0n });
         await client.addEvent({ sessionId: id, event: { eventType: "user_message" }, expectedSeq: 1n });
-        const err = await errorOf(client.addEvent({ sessionId: id, event: { eventType: "user_message" }, expectedSeq: 1n }));
+        const err = await errorOf(
+          client.addEvent({ sessionId: id, event: { eventType: "user_message" }, expectedSeq: 1n }),
+        );
         expect(err.code).toBe(Code.FailedPrecondition);
         expect(err.rawMessage).toContain("expected_seq");
         expect(err.metadata.get("engram-current-seq")).toBe("2");
@@ -185,16 +223,34 @@ export function describeRpcSuite(storeName: string, storeFactory?: RpcStoreFacto
 
       it("AddEvents appends a batch atomically", async () => {
         const id = await newSession();
-        const res = await client.addEvents({ sessionId: id, events: [{ eventType: "user_message", eventId: "a" }, { eventType: "agent_response" }] });
+        const res = await client.addEvents({
+          sessionId: id,
+          events: [{ eventType: "user_message", eventId: "a" }, { eventType: "agent_response" }],
+        });
         expect(res.events.map((e) => e.seq)).toEqual([1n, 2n]);
-        const err = await errorOf(client.addEvents({ sessionId: id, events: [{ eventType: "user_message" }, { eventType: "tool_call", eventId: "a" }] }));
+        const err = await errorOf(
+          client.addEvents({
+            sessionId: id,
+            events: [{ eventType: "user_message" }, { eventType: "tool_call", eventId: "a" }],
+          }),
+        );
         expect(err.code).toBe(Code.AlreadyExists);
         expect((await client.getSession({ sessionId: id })).session!.headSeq).toBe(2n);
         expect(await codeOf(client.addEvents({ sessionId: id, events: [] }))).toBe(Code.InvalidArgument);
-        const dup = await errorOf(client.addEvents({ sessionId: id, events: [{ eventType: "x", eventId: "d" }, { eventType: "x", eventId: "d" }] }));
+        const dup = await errorOf(
+          client.addEvents({
+            sessionId: id,
+            events: [
+              { eventType: "x", eventId: "d" },
+              { eventType: "x", eventId: "d" },
+            ],
+          }),
+        );
         expect(dup.code).toBe(Code.InvalidArgument);
         expect(dup.rawMessage).toContain("events[1].event_id");
-        const tooMany = await errorOf(client.addEvents({ sessionId: id, events: Array.from({ length: 501 }, () => ({ eventType: "x" })) }));
+        const tooMany = await errorOf(
+          client.addEvents({ sessionId: id, events: Array.from({ length: 501 }, () => ({ eventType: "x" })) }),
+        );
         expect(tooMany.code).toBe(Code.InvalidArgument);
         expect(tooMany.rawMessage).toContain("events");
       });
@@ -221,8 +277,16 @@ export function describeRpcSuite(storeName: string, storeFactory?: RpcStoreFacto
         expect(after.events.map((e) => Number(e.seq))).toEqual([11, 12]);
         const tail = await client.getSessionEvents({ sessionId: id, tail: 3 });
         expect(tail.events.map((e) => Number(e.seq))).toEqual([10, 11, 12]);
-        expect(await codeOf(client.getSessionEvents({ sessionId: id, tail: 3, afterSeq: 1n }))).toBe(Code.InvalidArgument);
-        const other = await errorOf(client.getSessionEvents({ sessionId: id, eventTypes: ["tool_call"], pageToken: (await client.getSessionEvents({ sessionId: id, limit: 2 })).nextPageToken }));
+        expect(await codeOf(client.getSessionEvents({ sessionId: id, tail: 3, afterSeq: 1n }))).toBe(
+          Code.InvalidArgument,
+        );
+        const other = await errorOf(
+          client.getSessionEvents({
+            sessionId: id,
+            eventTypes: ["tool_call"],
+            pageToken: (await client.getSessionEvents({ sessionId: id, limit: 2 })).nextPageToken,
+          }),
+        );
         expect(other.code).toBe(Code.InvalidArgument);
         expect(other.rawMessage).toContain("page_token");
       });
@@ -230,18 +294,28 @@ export function describeRpcSuite(storeName: string, storeFactory?: RpcStoreFacto
       it("answers OUT_OF_RANGE for a cursor into evicted events", async () => {
         const id = sid();
         await smallClient.createSession({ appName: "app", userId: "user", sessionId: id });
-        await smallClient.addEvents({ sessionId: id, events: Array.from({ length: 8 }, () => ({ eventType: "user_message" })) });
+        await smallClient.addEvents({
+          sessionId: id,
+          events: Array.from({ length: 8 }, () => ({ eventType: "user_message" })),
+        });
         const all = await smallClient.getSessionEvents({ sessionId: id });
         expect(all.events.map((e) => Number(e.seq))).toEqual([4, 5, 6, 7, 8]);
         const err = await errorOf(smallClient.getSessionEvents({ sessionId: id, afterSeq: 1n }));
         expect(err.code).toBe(Code.OutOfRange);
         expect(err.rawMessage).toContain("after_seq");
-        expect((await smallClient.getSession({ sessionId: id })).session).toMatchObject({ firstSeq: 4n, headSeq: 8n, eventCount: 5n });
+        expect((await smallClient.getSession({ sessionId: id })).session).toMatchObject({
+          firstSeq: 4n,
+          headSeq: 8n,
+          eventCount: 5n,
+        });
       });
 
       it("ListEvents returns the newest events, oldest first, for one session or all", async () => {
         const id = await newSession();
-        await client.addEvents({ sessionId: id, events: Array.from({ length: 5 }, (_, i) => ({ eventType: "user_message", eventId: `e${i}` })) });
+        await client.addEvents({
+          sessionId: id,
+          events: Array.from({ length: 5 }, (_, i) => ({ eventType: "user_message", eventId: `e${i}` })),
+        });
         const one = await client.listEvents({ sessionId: id, limit: 3 });
         expect(one.events.map((e) => e.eventId)).toEqual(["e2", "e3", "e4"]);
         const all = await client.listEvents({});
@@ -254,7 +328,10 @@ export function describeRpcSuite(storeName: string, storeFactory?: RpcStoreFacto
     describe("streams", () => {
       it("replays, marks caught up, then delivers live events in order", async () => {
         const id = await newSession();
-        await client.addEvents({ sessionId: id, events: [{ eventType: "user_message" }, { eventType: "agent_response" }] });
+        await client.addEvents({
+          sessionId: id,
+          events: [{ eventType: "user_message" }, { eventType: "agent_response" }],
+        });
         const controller = new AbortController();
         const stream = client.streamSessionEvents({ sessionId: id }, { signal: controller.signal });
         const done = collect(stream, (f) => seqsOf(f).length >= 5, controller);
@@ -270,17 +347,30 @@ export function describeRpcSuite(storeName: string, storeFactory?: RpcStoreFacto
 
       it("resumes after a disconnect with no gap and no duplicate", async () => {
         const id = await newSession();
-        await client.addEvents({ sessionId: id, events: Array.from({ length: 3 }, () => ({ eventType: "user_message" })) });
+        await client.addEvents({
+          sessionId: id,
+          events: Array.from({ length: 3 }, () => ({ eventType: "user_message" })),
+        });
         const c1 = new AbortController();
-        const first = await collect(client.streamSessionEvents({ sessionId: id }, { signal: c1.signal }), (f) => seqsOf(f).length >= 3, c1);
+        const first = await collect(
+          client.streamSessionEvents({ sessionId: id }, { signal: c1.signal }),
+          (f) => seqsOf(f).length >= 3,
+          c1,
+        );
         c1.abort();
         const last = seqsOf(first).at(-1)!;
-        await client.addEvents({ sessionId: id, events: Array.from({ length: 4 }, () => ({ eventType: "user_message" })) });
+        await client.addEvents({
+          sessionId: id,
+          events: Array.from({ length: 4 }, () => ({ eventType: "user_message" })),
+        });
         const c2 = new AbortController();
         const stream = client.streamSessionEvents({ sessionId: id, afterSeq: BigInt(last) }, { signal: c2.signal });
         const done = collect(stream, (f) => seqsOf(f).length >= 6, c2);
         await sleep(100);
-        await client.addEvents({ sessionId: id, events: Array.from({ length: 2 }, () => ({ eventType: "user_message" })) });
+        await client.addEvents({
+          sessionId: id,
+          events: Array.from({ length: 2 }, () => ({ eventType: "user_message" })),
+        });
         const second = await done;
         c2.abort();
         expect([...seqsOf(first), ...seqsOf(second)]).toEqual([1, 2, 3, 4, 5, 6, 7, 8, 9]);
@@ -288,7 +378,10 @@ export function describeRpcSuite(storeName: string, storeFactory?: RpcStoreFacto
 
       it("filters by event type and sends heartbeats with the head seq", async () => {
         const id = await newSession();
-        await client.addEvents({ sessionId: id, events: [{ eventType: "user_message" }, { eventType: "tool_call" }, { eventType: "user_message" }] });
+        await client.addEvents({
+          sessionId: id,
+          events: [{ eventType: "user_message" }, { eventType: "tool_call" }, { eventType: "user_message" }],
+        });
         const controller = new AbortController();
         const frames = await collect(
           client.streamSessionEvents({ sessionId: id, eventTypes: ["tool_call"] }, { signal: controller.signal }),
@@ -304,13 +397,26 @@ export function describeRpcSuite(storeName: string, storeFactory?: RpcStoreFacto
       it("ends OUT_OF_RANGE when the cursor points into evicted events", async () => {
         const id = sid();
         await smallClient.createSession({ appName: "app", userId: "user", sessionId: id });
-        await smallClient.addEvents({ sessionId: id, events: Array.from({ length: 9 }, () => ({ eventType: "user_message" })) });
+        await smallClient.addEvents({
+          sessionId: id,
+          events: Array.from({ length: 9 }, () => ({ eventType: "user_message" })),
+        });
         const controller = new AbortController();
-        const err = await errorOf(collect(smallClient.streamSessionEvents({ sessionId: id, afterSeq: 2n }, { signal: controller.signal }), () => false, controller));
+        const err = await errorOf(
+          collect(
+            smallClient.streamSessionEvents({ sessionId: id, afterSeq: 2n }, { signal: controller.signal }),
+            () => false,
+            controller,
+          ),
+        );
         expect(err.code).toBe(Code.OutOfRange);
         // From the oldest retained event (no cursor) it works.
         const c2 = new AbortController();
-        const frames = await collect(smallClient.streamSessionEvents({ sessionId: id }, { signal: c2.signal }), (f) => f.some((x) => x.frame.case === "caughtUp"), c2);
+        const frames = await collect(
+          smallClient.streamSessionEvents({ sessionId: id }, { signal: c2.signal }),
+          (f) => f.some((x) => x.frame.case === "caughtUp"),
+          c2,
+        );
         c2.abort();
         expect(seqsOf(frames)).toEqual([5, 6, 7, 8, 9]);
       });
@@ -324,17 +430,29 @@ export function describeRpcSuite(storeName: string, storeFactory?: RpcStoreFacto
         await client.deleteSession({ sessionId: id });
         const err = await outcome;
         expect(err.code).toBe(Code.NotFound);
-        expect(await codeOf(collect(client.streamSessionEvents({ sessionId: sid("nope") }), () => false, new AbortController()))).toBe(Code.NotFound);
+        expect(
+          await codeOf(
+            collect(client.streamSessionEvents({ sessionId: sid("nope") }), () => false, new AbortController()),
+          ),
+        ).toBe(Code.NotFound);
       });
 
       it("frees the server-side subscription when the client cancels", async () => {
         const id = await newSession();
         const before = server.service.hub.activeSessions;
         const controllers = Array.from({ length: 3 }, () => new AbortController());
-        const streams = controllers.map((c) => collect(client.streamSessionEvents({ sessionId: id }, { signal: c.signal }), (f) => f.some((x) => x.frame.case === "caughtUp"), c));
+        const streams = controllers.map((c) =>
+          collect(
+            client.streamSessionEvents({ sessionId: id }, { signal: c.signal }),
+            (f) => f.some((x) => x.frame.case === "caughtUp"),
+            c,
+          ),
+        );
         await Promise.all(streams);
         // Keep them open: wait for the caught-up frames, then cancel.
-        const open = controllers.map((c) => collect(client.streamSessionEvents({ sessionId: id }, { signal: c.signal }), () => false, c).catch(() => []));
+        const open = controllers.map((c) =>
+          collect(client.streamSessionEvents({ sessionId: id }, { signal: c.signal }), () => false, c).catch(() => []),
+        );
         await sleep(200);
         expect(server.service.hub.activeSessions).toBe(before + 1);
         for (const c of controllers) c.abort();
@@ -349,13 +467,18 @@ export function describeRpcSuite(storeName: string, storeFactory?: RpcStoreFacto
       it("BuildConversationContext gives the KAOS text and paired chat messages", async () => {
         const id = await newSession();
         const s = (value: string) => ({ kind: { case: "stringValue" as const, value } });
-        const obj = (fields: Record<string, ReturnType<typeof s>>) => ({ kind: { case: "structValue" as const, value: { fields } } });
+        const obj = (fields: Record<string, ReturnType<typeof s>>) => ({
+          kind: { case: "structValue" as const, value: { fields } },
+        });
         await client.addEvents({
           sessionId: id,
           events: [
             { eventType: "user_message", content: s("What is the weather?") },
             { eventType: "tool_call", content: obj({ tool: s("weather"), tool_call_id: s("c1") }) as never },
-            { eventType: "tool_result", content: obj({ tool: s("weather"), tool_call_id: s("c1"), result: s("sunny") }) as never },
+            {
+              eventType: "tool_result",
+              content: obj({ tool: s("weather"), tool_call_id: s("c1"), result: s("sunny") }) as never,
+            },
             { eventType: "agent_response", content: s("It is sunny.") },
             { eventType: "tool_call", content: obj({ tool: s("pending") }) as never },
           ],
@@ -363,7 +486,11 @@ export function describeRpcSuite(storeName: string, storeFactory?: RpcStoreFacto
         const ctx = await client.buildConversationContext({ sessionId: id, maxEvents: 10 });
         expect(ctx.text).toBe("User: What is the weather?\nAssistant: It is sunny.");
         expect(ctx.messages.map((m) => m.role)).toEqual(["user", "assistant", "tool", "assistant"]);
-        expect(ctx.messages[1].toolCalls[0]).toMatchObject({ id: "c1", type: "function", function: { name: "weather", arguments: "{}" } });
+        expect(ctx.messages[1].toolCalls[0]).toMatchObject({
+          id: "c1",
+          type: "function",
+          function: { name: "weather", arguments: "{}" },
+        });
         expect(ctx.messages[2]).toMatchObject({ toolCallId: "c1", content: "sunny" });
         expect(ctx.eventsIncluded).toBe(4);
         expect(ctx.eventsDropped).toBe(1);
@@ -405,7 +532,10 @@ export function describeRpcSuite(storeName: string, storeFactory?: RpcStoreFacto
         await client.createSession({ appName: app, userId: "erased", sessionId: s2 });
         await client.createSession({ appName: app, userId: "kept", sessionId: kept });
         await client.createSession({ appName: `${app}-2`, userId: "erased", sessionId: otherApp });
-        await client.addEvents({ sessionId: s1, events: [{ eventType: "user_message" }, { eventType: "agent_response" }] });
+        await client.addEvents({
+          sessionId: s1,
+          events: [{ eventType: "user_message" }, { eventType: "agent_response" }],
+        });
         await client.addEvent({ sessionId: s2, event: { eventType: "user_message" } });
         await client.addEvent({ sessionId: kept, event: { eventType: "user_message" } });
         await client.addEvent({ sessionId: otherApp, event: { eventType: "user_message" } });
@@ -414,10 +544,14 @@ export function describeRpcSuite(storeName: string, storeFactory?: RpcStoreFacto
         let caughtUp!: () => void;
         const live = new Promise<void>((resolve) => (caughtUp = resolve));
         const outcome = errorOf(
-          collect(client.streamSessionEvents({ sessionId: s1 }, { signal: controller.signal }), (frames) => {
-            if (frames.some((f) => f.frame.case === "caughtUp")) caughtUp();
-            return false;
-          }, controller),
+          collect(
+            client.streamSessionEvents({ sessionId: s1 }, { signal: controller.signal }),
+            (frames) => {
+              if (frames.some((f) => f.frame.case === "caughtUp")) caughtUp();
+              return false;
+            },
+            controller,
+          ),
         );
         await live;
 
@@ -470,28 +604,97 @@ export function describeRpcSuite(storeName: string, storeFactory?: RpcStoreFacto
       const cases: Array<[string, (c: MemoryClient, id: string) => Promise<unknown>, string]> = [
         ["empty session_id", (c) => c.getSession({ sessionId: "" }), "session_id"],
         ["oversized session_id", (c) => c.getSession({ sessionId: "x".repeat(129) }), "session_id"],
-        ["session_id with a space", (c) => c.createSession({ appName: "a", userId: "u", sessionId: "has space" }), "session_id"],
-        ["session_id with non-ASCII", (c) => c.createSession({ appName: "a", userId: "u", sessionId: "naïve" }), "session_id"],
+        [
+          "session_id with a space",
+          (c) => c.createSession({ appName: "a", userId: "u", sessionId: "has space" }),
+          "session_id",
+        ],
+        [
+          "session_id with non-ASCII",
+          (c) => c.createSession({ appName: "a", userId: "u", sessionId: "naïve" }),
+          "session_id",
+        ],
         ["empty app_name", (c) => c.createSession({ appName: "", userId: "u" }), "app_name"],
         ["oversized user_id", (c) => c.createSession({ appName: "a", userId: "é".repeat(129) }), "user_id"],
         ["NUL in app_name", (c) => c.createSession({ appName: "a\u0000b", userId: "u" }), "app_name"],
         ["missing event", (c, id) => c.addEvent({ sessionId: id }), "event"],
         ["empty event_type", (c, id) => c.addEvent({ sessionId: id, event: { eventType: "" } }), "event.event_type"],
-        ["event_type off pattern", (c, id) => c.addEvent({ sessionId: id, event: { eventType: "9 bad" } }), "event.event_type"],
-        ["event_id off pattern", (c, id) => c.addEvent({ sessionId: id, event: { eventType: "x", eventId: "a b" } }), "event.event_id"],
-        ["content over 256 KiB", (c, id) => c.addEvent({ sessionId: id, event: { eventType: "x", content: { kind: { case: "stringValue", value: "x".repeat(262_145) } } } }), "event"],
-        ["content nested 65 deep", (c, id) => c.addEvent({ sessionId: id, event: { eventType: "x", content: nested(65) } }), "event.content"],
+        [
+          "event_type off pattern",
+          (c, id) => c.addEvent({ sessionId: id, event: { eventType: "9 bad" } }),
+          "event.event_type",
+        ],
+        [
+          "event_id off pattern",
+          (c, id) => c.addEvent({ sessionId: id, event: { eventType: "x", eventId: "a b" } }),
+          "event.event_id",
+        ],
+        [
+          "content over 256 KiB",
+          (c, id) =>
+            c.addEvent({
+              sessionId: id,
+              event: { eventType: "x", content: { kind: { case: "stringValue", value: "x".repeat(262_145) } } },
+            }),
+          "event",
+        ],
+        [
+          "content nested 65 deep",
+          (c, id) => c.addEvent({ sessionId: id, event: { eventType: "x", content: nested(65) } }),
+          "event.content",
+        ],
         // Far deeper nesting is stopped while decoding; binary bodies are walked again to name the field (src/server/nesting.ts), JSON decoding names nothing.
-        ["content nested 500 deep", (c, id) => c.addEvent({ sessionId: id, event: { eventType: "x", content: nested(500) } }), json ? "" : "event.content"],
-        ["NUL in content", (c, id) => c.addEvent({ sessionId: id, event: { eventType: "x", content: { kind: { case: "stringValue", value: "a\u0000" } } } }), "event.content"],
-        ["NUL in a metadata key", (c, id) => c.addEvent({ sessionId: id, event: { eventType: "x", metadata: { "k\u0000": 1 } } }), "event.metadata"],
-        ["metadata nested 65 deep", (c, id) => c.addEvent({ sessionId: id, event: { eventType: "x", metadata: nestedJson(65) as never } }), "event.metadata"],
+        [
+          "content nested 500 deep",
+          (c, id) => c.addEvent({ sessionId: id, event: { eventType: "x", content: nested(500) } }),
+          json ? "" : "event.content",
+        ],
+        [
+          "NUL in content",
+          (c, id) =>
+            c.addEvent({
+              sessionId: id,
+              event: { eventType: "x", content: { kind: { case: "stringValue", value: "a\u0000" } } },
+            }),
+          "event.content",
+        ],
+        [
+          "NUL in a metadata key",
+          (c, id) => c.addEvent({ sessionId: id, event: { eventType: "x", metadata: { "k\u0000": 1 } } }),
+          "event.metadata",
+        ],
+        [
+          "metadata nested 65 deep",
+          (c, id) => c.addEvent({ sessionId: id, event: { eventType: "x", metadata: nestedJson(65) as never } }),
+          "event.metadata",
+        ],
         // (JSON clients cannot even encode such a timestamp, so only binary protocols send it.)
-        ...(json ? [] : [["timestamp out of range", (c: MemoryClient, id: string) => c.addEvent({ sessionId: id, event: { eventType: "x", timestamp: { seconds: 253402300800n } } }), "event.timestamp"] as (typeof cases)[number]]),
+        ...(json
+          ? []
+          : [
+              [
+                "timestamp out of range",
+                (c: MemoryClient, id: string) =>
+                  c.addEvent({ sessionId: id, event: { eventType: "x", timestamp: { seconds: 253402300800n } } }),
+                "event.timestamp",
+              ] as (typeof cases)[number],
+            ]),
         ["limit over 1000", (c, id) => c.getSessionEvents({ sessionId: id, limit: 1001 }), "limit"],
-        ["event_types entry off pattern", (c, id) => c.getSessionEvents({ sessionId: id, eventTypes: ["ok", ""] }), "event_types[1]"],
-        ["max_events over 1000", (c, id) => c.buildConversationContext({ sessionId: id, maxEvents: 5000 }), "max_events"],
-        ["stream with a bad session_id", (c) => collect(c.streamSessionEvents({ sessionId: "bad id" }), () => false, new AbortController()), "session_id"],
+        [
+          "event_types entry off pattern",
+          (c, id) => c.getSessionEvents({ sessionId: id, eventTypes: ["ok", ""] }),
+          "event_types[1]",
+        ],
+        [
+          "max_events over 1000",
+          (c, id) => c.buildConversationContext({ sessionId: id, maxEvents: 5000 }),
+          "max_events",
+        ],
+        [
+          "stream with a bad session_id",
+          (c) => collect(c.streamSessionEvents({ sessionId: "bad id" }), () => false, new AbortController()),
+          "session_id",
+        ],
       ];
       it.each(cases)("%s", async (_name, call, field) => {
         const id = await newSession();
@@ -503,7 +706,9 @@ export function describeRpcSuite(storeName: string, storeFactory?: RpcStoreFacto
       it("refuses a message over the size limit with RESOURCE_EXHAUSTED", async () => {
         const id = await newSession();
         const huge = { kind: { case: "stringValue" as const, value: "y".repeat(9 * 1024 * 1024) } };
-        expect(await codeOf(client.addEvent({ sessionId: id, event: { eventType: "x", content: huge } }))).toBe(Code.ResourceExhausted);
+        expect(await codeOf(client.addEvent({ sessionId: id, event: { eventType: "x", content: huge } }))).toBe(
+          Code.ResourceExhausted,
+        );
         // The server is still fine.
         expect(await codeOf(client.getSession({ sessionId: id }))).toBe("ok");
       });

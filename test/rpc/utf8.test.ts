@@ -44,7 +44,11 @@ function jsonWithBadByte(json: string): { bytes: Buffer; offset: number } {
 }
 
 /** A binary message whose marked string gets a bad byte; `offset` is the bad byte's offset inside that string. */
-function binaryWithBadByte<D extends DescMessage>(schema: D, init: MessageInitShape<D>, prefixInString: number): { bytes: Buffer; offset: number } {
+function binaryWithBadByte<D extends DescMessage>(
+  schema: D,
+  init: MessageInitShape<D>,
+  prefixInString: number,
+): { bytes: Buffer; offset: number } {
   const bytes = Buffer.from(toBinary(schema, create(schema, init)));
   bytes[bytes.indexOf(MARK) + 1] = BAD;
   return { bytes, offset: prefixInString + 1 };
@@ -54,21 +58,38 @@ const eventsIn = async (id: string) => (await client.getSessionEvents({ sessionI
 
 describe("a JSON body that is not UTF-8", () => {
   it("Connect JSON unary: 400 invalid_argument 'body: is not valid UTF-8' with the byte offset, and nothing is stored", async () => {
-    const { bytes, offset } = jsonWithBadByte(JSON.stringify({ session_id: session, event: { event_type: "user_message", content: `hi ${MARK}` } }));
-    const res = await fetch(`${server.baseUrl}/engram.v1.MemoryService/AddEvent`, { method: "POST", headers: { "content-type": "application/json" }, body: bytes });
+    const { bytes, offset } = jsonWithBadByte(
+      JSON.stringify({ session_id: session, event: { event_type: "user_message", content: `hi ${MARK}` } }),
+    );
+    const res = await fetch(`${server.baseUrl}/engram.v1.MemoryService/AddEvent`, {
+      method: "POST",
+      headers: { "content-type": "application/json" },
+      body: bytes,
+    });
     expect(res.status).toBe(400);
-    expect(await res.json()).toMatchObject({ code: "invalid_argument", message: `body: is not valid UTF-8 (malformed byte sequence at byte ${offset})`, details: [{ type: "google.rpc.BadRequest", debug: { field_violations: [{ field: "body" }] } }] });
+    expect(await res.json()).toMatchObject({
+      code: "invalid_argument",
+      message: `body: is not valid UTF-8 (malformed byte sequence at byte ${offset})`,
+      details: [{ type: "google.rpc.BadRequest", debug: { field_violations: [{ field: "body" }] } }],
+    });
     expect(await eventsIn(session)).toBe(0);
   });
 
   it("Connect JSON streaming: the end-stream message says body: is not valid UTF-8", async () => {
     const { bytes, offset } = jsonWithBadByte(JSON.stringify({ session_id: `${session}${MARK}` }));
     const body = Buffer.concat([Buffer.from([0, 0, 0, 0, bytes.length]), bytes]);
-    const res = await fetch(`${server.baseUrl}/engram.v1.MemoryService/StreamSessionEvents`, { method: "POST", headers: { "content-type": "application/connect+json" }, body });
+    const res = await fetch(`${server.baseUrl}/engram.v1.MemoryService/StreamSessionEvents`, {
+      method: "POST",
+      headers: { "content-type": "application/connect+json" },
+      body,
+    });
     const frame = Buffer.from(await res.arrayBuffer());
     expect(frame[0]).toBe(0b10);
     expect(JSON.parse(frame.subarray(5).toString())).toMatchObject({
-      error: { code: "invalid_argument", message: `body: is not valid UTF-8 (malformed byte sequence at byte ${offset})` },
+      error: {
+        code: "invalid_argument",
+        message: `body: is not valid UTF-8 (malformed byte sequence at byte ${offset})`,
+      },
     });
   });
 
@@ -77,27 +98,46 @@ describe("a JSON body that is not UTF-8", () => {
     const offset = Buffer.from(json).indexOf(MARK) + 1;
     // "~BAD~" is left as is by encodeURIComponent; its "B" becomes %FF.
     const percent = encodeURIComponent(json).replace(MARK, "~%FFAD~");
-    const plain = await fetch(`${server.baseUrl}/engram.v1.MemoryService/GetSession?connect=v1&encoding=json&message=${percent}`);
+    const plain = await fetch(
+      `${server.baseUrl}/engram.v1.MemoryService/GetSession?connect=v1&encoding=json&message=${percent}`,
+    );
     expect(plain.status).toBe(400);
-    expect(await plain.json()).toMatchObject({ code: "invalid_argument", message: `query parameter message: is not valid UTF-8 (malformed byte sequence at byte ${offset})`, details: [{ type: "google.rpc.BadRequest", debug: { field_violations: [{ field: "query parameter message" }] } }] });
+    expect(await plain.json()).toMatchObject({
+      code: "invalid_argument",
+      message: `query parameter message: is not valid UTF-8 (malformed byte sequence at byte ${offset})`,
+      details: [{ type: "google.rpc.BadRequest", debug: { field_violations: [{ field: "query parameter message" }] } }],
+    });
     const base64 = jsonWithBadByte(json).bytes.toString("base64url");
-    const encoded = await fetch(`${server.baseUrl}/engram.v1.MemoryService/GetSession?connect=v1&encoding=json&base64=1&message=${base64}`);
+    const encoded = await fetch(
+      `${server.baseUrl}/engram.v1.MemoryService/GetSession?connect=v1&encoding=json&base64=1&message=${base64}`,
+    );
     expect(encoded.status).toBe(400);
-    expect(((await encoded.json()) as { message: string }).message).toBe(`query parameter message: is not valid UTF-8 (malformed byte sequence at byte ${offset})`);
+    expect(((await encoded.json()) as { message: string }).message).toBe(
+      `query parameter message: is not valid UTF-8 (malformed byte sequence at byte ${offset})`,
+    );
   });
 
   it("REST: a query parameter with a bad byte is refused, naming the parameter", async () => {
     const res = await fetch(`${server.baseUrl}/memory/events?session_id=ab%FFcd&limit=5`);
     expect(res.status).toBe(400);
     const message = "query parameter session_id: is not valid UTF-8 (malformed byte sequence at byte 2)";
-    expect(await res.json()).toMatchObject({ code: "invalid_argument", message, error: message, details: [{ type: "google.rpc.BadRequest", debug: { field_violations: [{ field: "query parameter session_id" }] } }] });
+    expect(await res.json()).toMatchObject({
+      code: "invalid_argument",
+      message,
+      error: message,
+      details: [
+        { type: "google.rpc.BadRequest", debug: { field_violations: [{ field: "query parameter session_id" }] } },
+      ],
+    });
   });
 
   it("still accepts UTF-8 with characters outside ASCII, and U+FFFD sent on purpose", async () => {
     const res = await fetch(`${server.baseUrl}/engram.v1.MemoryService/AddEvent`, {
       method: "POST",
       headers: { "content-type": "application/json" },
-      body: Buffer.from(JSON.stringify({ session_id: session, event: { event_type: "user_message", content: "héllo 💥 \uFFFD" } })),
+      body: Buffer.from(
+        JSON.stringify({ session_id: session, event: { event_type: "user_message", content: "héllo 💥 \uFFFD" } }),
+      ),
     });
     expect(res.status).toBe(200);
     const { events } = await client.getSessionEvents({ sessionId: session });
@@ -117,7 +157,11 @@ const binaryCases = [
     what: "AddEvents events[1].event_id",
     method: "AddEvents",
     field: "events[1].event_id",
-    ...binaryWithBadByte(AddEventsRequestSchema, { sessionId: "s", events: [{ eventType: "a" }, { eventType: "b", eventId: `id${MARK}` }] }, 2),
+    ...binaryWithBadByte(
+      AddEventsRequestSchema,
+      { sessionId: "s", events: [{ eventType: "a" }, { eventType: "b", eventId: `id${MARK}` }] },
+      2,
+    ),
   },
   {
     what: "AddEvent event.content (a string inside JSON content)",
@@ -125,7 +169,15 @@ const binaryCases = [
     field: "event.content",
     ...binaryWithBadByte(
       AddEventRequestSchema,
-      { sessionId: "s", event: { eventType: "x", content: { kind: { case: "structValue", value: { fields: { a: { kind: { case: "stringValue", value: MARK } } } } } } } },
+      {
+        sessionId: "s",
+        event: {
+          eventType: "x",
+          content: {
+            kind: { case: "structValue", value: { fields: { a: { kind: { case: "stringValue", value: MARK } } } } },
+          },
+        },
+      },
       0,
     ),
   },
@@ -133,7 +185,11 @@ const binaryCases = [
     what: "AddEvent event.metadata (a key)",
     method: "AddEvent",
     field: "event.metadata",
-    ...binaryWithBadByte(AddEventRequestSchema, { sessionId: "s", event: { eventType: "x", metadata: { [`k${MARK}`]: 1 } } }, 1),
+    ...binaryWithBadByte(
+      AddEventRequestSchema,
+      { sessionId: "s", event: { eventType: "x", metadata: { [`k${MARK}`]: 1 } } },
+      1,
+    ),
   },
   {
     what: "CreateSession app_name",
@@ -156,33 +212,55 @@ const binaryCases = [
 ];
 
 describe("a binary request whose string field is not UTF-8", () => {
-  it.each(binaryCases.map((c) => [c.what, c] as const))("gRPC over h2c, %s: INVALID_ARGUMENT naming the field", async (_what, c) => {
-    const raw = new grpc.Client(server.address, grpc.credentials.createInsecure());
-    try {
-      const err = await new Promise<grpc.ServiceError | null>((resolve) =>
-        raw.makeUnaryRequest(`/engram.v1.MemoryService/${c.method}`, (b: Buffer) => b, (b: Buffer) => b, c.bytes, (e) => resolve(e)),
-      );
-      expect(err?.code).toBe(grpc.status.INVALID_ARGUMENT);
-      expect(err?.details).toBe(`${c.field}: is not valid UTF-8 (malformed byte sequence at byte ${c.offset})`);
-    } finally {
-      raw.close();
-    }
-  });
+  it.each(binaryCases.map((c) => [c.what, c] as const))(
+    "gRPC over h2c, %s: INVALID_ARGUMENT naming the field",
+    async (_what, c) => {
+      const raw = new grpc.Client(server.address, grpc.credentials.createInsecure());
+      try {
+        const err = await new Promise<grpc.ServiceError | null>((resolve) =>
+          raw.makeUnaryRequest(
+            `/engram.v1.MemoryService/${c.method}`,
+            (b: Buffer) => b,
+            (b: Buffer) => b,
+            c.bytes,
+            (e) => resolve(e),
+          ),
+        );
+        expect(err?.code).toBe(grpc.status.INVALID_ARGUMENT);
+        expect(err?.details).toBe(`${c.field}: is not valid UTF-8 (malformed byte sequence at byte ${c.offset})`);
+      } finally {
+        raw.close();
+      }
+    },
+  );
 
-  it.each(binaryCases.map((c) => [c.what, c] as const))("Connect binary, %s: 400 invalid_argument naming the field", async (_what, c) => {
-    const res = await fetch(`${server.baseUrl}/engram.v1.MemoryService/${c.method}`, { method: "POST", headers: { "content-type": "application/proto" }, body: c.bytes });
-    expect(res.status).toBe(400);
-    expect(await res.json()).toMatchObject({
-      code: "invalid_argument",
-      message: `${c.field}: is not valid UTF-8 (malformed byte sequence at byte ${c.offset})`,
-      details: [{ type: "google.rpc.BadRequest", debug: { field_violations: [{ field: c.field }] } }],
-    });
-  });
+  it.each(binaryCases.map((c) => [c.what, c] as const))(
+    "Connect binary, %s: 400 invalid_argument naming the field",
+    async (_what, c) => {
+      const res = await fetch(`${server.baseUrl}/engram.v1.MemoryService/${c.method}`, {
+        method: "POST",
+        headers: { "content-type": "application/proto" },
+        body: c.bytes,
+      });
+      expect(res.status).toBe(400);
+      expect(await res.json()).toMatchObject({
+        code: "invalid_argument",
+        message: `${c.field}: is not valid UTF-8 (malformed byte sequence at byte ${c.offset})`,
+        details: [{ type: "google.rpc.BadRequest", debug: { field_violations: [{ field: c.field }] } }],
+      });
+    },
+  );
 
   it("Connect GET ?encoding=proto&base64=1: refused naming the field (it was INTERNAL)", async () => {
     const c = binaryCases.find((b) => b.method === "GetSession")!;
-    const res = await fetch(`${server.baseUrl}/engram.v1.MemoryService/GetSession?connect=v1&encoding=proto&base64=1&message=${c.bytes.toString("base64url")}`);
+    const res = await fetch(
+      `${server.baseUrl}/engram.v1.MemoryService/GetSession?connect=v1&encoding=proto&base64=1&message=${c.bytes.toString("base64url")}`,
+    );
     expect(res.status).toBe(400);
-    expect(await res.json()).toMatchObject({ code: "invalid_argument", message: `session_id: is not valid UTF-8 (malformed byte sequence at byte ${c.offset})`, details: [{ type: "google.rpc.BadRequest", debug: { field_violations: [{ field: "session_id" }] } }] });
+    expect(await res.json()).toMatchObject({
+      code: "invalid_argument",
+      message: `session_id: is not valid UTF-8 (malformed byte sequence at byte ${c.offset})`,
+      details: [{ type: "google.rpc.BadRequest", debug: { field_violations: [{ field: "session_id" }] } }],
+    });
   });
 });

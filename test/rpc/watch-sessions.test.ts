@@ -16,7 +16,10 @@ import { connectClient, errorOf, type MemoryClient } from "../support/clients.js
 import { startTestServer, type TestServer } from "../support/engram.js";
 
 /** Reads frames until `done` says enough (bounded by a deadline), skipping heartbeats. */
-async function framesUntil(stream: AsyncIterator<WatchSessionsResponse>, done: (seen: WatchSessionsResponse[]) => boolean): Promise<WatchSessionsResponse[]> {
+async function framesUntil(
+  stream: AsyncIterator<WatchSessionsResponse>,
+  done: (seen: WatchSessionsResponse[]) => boolean,
+): Promise<WatchSessionsResponse[]> {
   const seen: WatchSessionsResponse[] = [];
   const deadline = Date.now() + 20_000;
   while (!done(seen)) {
@@ -54,7 +57,12 @@ describe("WatchSessions", () => {
     await client.addEvent({ sessionId: "watch-a", event: { eventType: "user_message" } });
     await client.addEvent({ sessionId: "watch-a", event: { eventType: "agent_response" } });
     const controller = new AbortController();
-    const stream = client.watchSessions({ sessions: [{ sessionId: "watch-a", afterSeq: 1n }, { sessionId: "watch-b" }] }, { signal: controller.signal })[Symbol.asyncIterator]();
+    const stream = client
+      .watchSessions(
+        { sessions: [{ sessionId: "watch-a", afterSeq: 1n }, { sessionId: "watch-b" }] },
+        { signal: controller.signal },
+      )
+      [Symbol.asyncIterator]();
     try {
       const replay = await framesUntil(stream, (seen) => seen.filter((f) => f.frame.case === "caughtUp").length === 2);
       expect(replay.map(describeFrame).sort()).toEqual(["watch-a:caughtUp", "watch-a:event#2", "watch-b:caughtUp"]);
@@ -73,10 +81,19 @@ describe("WatchSessions", () => {
     await client.createSession({ appName: "w", userId: "u", sessionId: "watch-gone" });
     await client.createSession({ appName: "w", userId: "u", sessionId: "watch-stays" });
     const controller = new AbortController();
-    const stream = client.watchSessions({ sessions: [{ sessionId: "watch-gone" }, { sessionId: "watch-stays" }, { sessionId: "watch-never-was" }] }, { signal: controller.signal })[Symbol.asyncIterator]();
+    const stream = client
+      .watchSessions(
+        { sessions: [{ sessionId: "watch-gone" }, { sessionId: "watch-stays" }, { sessionId: "watch-never-was" }] },
+        { signal: controller.signal },
+      )
+      [Symbol.asyncIterator]();
     try {
       const start = await framesUntil(stream, (seen) => seen.filter((f) => f.frame.case !== "event").length === 3);
-      expect(start.map(describeFrame).sort()).toEqual(["watch-gone:caughtUp", "watch-never-was:ended:NOT_FOUND", "watch-stays:caughtUp"]);
+      expect(start.map(describeFrame).sort()).toEqual([
+        "watch-gone:caughtUp",
+        "watch-never-was:ended:NOT_FOUND",
+        "watch-stays:caughtUp",
+      ]);
       await client.deleteSession({ sessionId: "watch-gone" });
       const [ended] = await framesUntil(stream, (seen) => seen.length === 1);
       expect(describeFrame(ended!)).toBe("watch-gone:ended:NOT_FOUND");
@@ -89,7 +106,8 @@ describe("WatchSessions", () => {
   });
 
   it("answers INVALID_ARGUMENT naming the field for no session, a session named twice, too many sessions or a bad id", async () => {
-    const first = (req: Parameters<MemoryClient["watchSessions"]>[0]) => client.watchSessions(req)[Symbol.asyncIterator]().next();
+    const first = (req: Parameters<MemoryClient["watchSessions"]>[0]) =>
+      client.watchSessions(req)[Symbol.asyncIterator]().next();
     const none = await errorOf(first({ sessions: [] }));
     expect([none.code, none.rawMessage]).toEqual([Code.InvalidArgument, "sessions: must name at least one session"]);
     const twice = await errorOf(first({ sessions: [{ sessionId: "x" }, { sessionId: "x" }] }));
@@ -130,9 +148,17 @@ describe("WatchSessions with API keys", () => {
 
   it("ends another tenant's session alone with NOT_FOUND, word for word as an absent one, and never sends its events", async () => {
     await owner.createSession({ appName: "app-a", userId: "u", sessionId: "tenant-a-session" });
-    await owner.addEvent({ sessionId: "tenant-a-session", event: { eventType: "user_message", content: { kind: { case: "stringValue", value: "secret" } } } });
+    await owner.addEvent({
+      sessionId: "tenant-a-session",
+      event: { eventType: "user_message", content: { kind: { case: "stringValue", value: "secret" } } },
+    });
     const controller = new AbortController();
-    const stream = other.watchSessions({ sessions: [{ sessionId: "tenant-a-session" }, { sessionId: "absent-session" }] }, { signal: controller.signal })[Symbol.asyncIterator]();
+    const stream = other
+      .watchSessions(
+        { sessions: [{ sessionId: "tenant-a-session" }, { sessionId: "absent-session" }] },
+        { signal: controller.signal },
+      )
+      [Symbol.asyncIterator]();
     try {
       const frames = await framesUntil(stream, (seen) => seen.length === 2);
       const ended = new Map(frames.map((f) => [f.sessionId, f.frame]));

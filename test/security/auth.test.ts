@@ -21,7 +21,10 @@ let server: TestServer;
 const keys: Record<string, string> = {};
 const ids: Record<string, string> = {};
 
-async function makeKey(label: string, scope: Pick<ApiKeyRecord, "role" | "apps" | "userId" | "rateLimit">): Promise<void> {
+async function makeKey(
+  label: string,
+  scope: Pick<ApiKeyRecord, "role" | "apps" | "userId" | "rateLimit">,
+): Promise<void> {
   const { key, record } = generateApiKey(scope);
   await keyFile.create(record);
   keys[label] = key;
@@ -51,7 +54,9 @@ beforeAll(async () => {
   await makeKey("revokedWhileStreaming", { role: "read", apps: [APP_A] });
   await makeKey("erasable", { role: "write", apps: [APP_A], userId: ERASABLE });
   await makeKey("erasableRead", { role: "read", apps: [APP_A], userId: ERASABLE });
-  server = await startTestServer({ config: { auth: true, authKeysFile: keyFile.path, authCacheMs: 0, maxStreamsPerKey: 2 } });
+  server = await startTestServer({
+    config: { auth: true, authKeysFile: keyFile.path, authCacheMs: 0, maxStreamsPerKey: 2 },
+  });
 });
 
 afterAll(async () => {
@@ -69,7 +74,10 @@ function requestFor(method: string, sessionId: string): Record<string, unknown> 
     case "getOrCreateSession":
       return { sessionId, appName: APP_A, userId: "alice" };
     case "addEvent":
-      return { sessionId, event: { eventType: "user_message", content: { kind: { case: "stringValue", value: "x" } } } };
+      return {
+        sessionId,
+        event: { eventType: "user_message", content: { kind: { case: "stringValue", value: "x" } } },
+      };
     case "addEvents":
       return { sessionId, events: [{ eventType: "user_message" }] };
     case "cleanup":
@@ -112,7 +120,10 @@ describe.each(PROTOCOLS)("auth over %s", (_name, clientWith) => {
     b = clientWith(bearer("b"));
     admin = clientWith(bearer("admin"));
     await a.createSession({ appName: APP_A, userId: "alice", sessionId: sessionA });
-    await a.addEvent({ sessionId: sessionA, event: { eventType: "user_message", content: { kind: { case: "stringValue", value: "secret of A" } } } });
+    await a.addEvent({
+      sessionId: sessionA,
+      event: { eventType: "user_message", content: { kind: { case: "stringValue", value: "secret of A" } } },
+    });
     await a.createSession({ appName: APP_A, userId: "bob", sessionId: sessionBob });
     await b.createSession({ appName: APP_B, userId: "carol", sessionId: sessionB });
     await b.addEvent({ sessionId: sessionB, event: { eventType: "user_message" } });
@@ -123,7 +134,13 @@ describe.each(PROTOCOLS)("auth over %s", (_name, clientWith) => {
 
   it("answers UNAUTHENTICATED on every RPC without a key, with a malformed key, an unknown key and a wrong secret", async () => {
     const forged = keys.a.slice(0, -4) + (keys.a.endsWith("AAAA") ? "BBBB" : "AAAA");
-    for (const headers of [{} as Record<string, string>, { authorization: "Basic Zm9vOmJhcg==" }, { authorization: "Bearer not-a-key" }, { authorization: `Bearer ek_000000000000_${"A".repeat(43)}` }, { authorization: `Bearer ${forged}` }]) {
+    for (const headers of [
+      {} as Record<string, string>,
+      { authorization: "Basic Zm9vOmJhcg==" },
+      { authorization: "Bearer not-a-key" },
+      { authorization: `Bearer ek_000000000000_${"A".repeat(43)}` },
+      { authorization: `Bearer ${forged}` },
+    ]) {
       const client = clientWith(headers);
       try {
         for (const method of MemoryServiceDesc.methods) {
@@ -139,7 +156,17 @@ describe.each(PROTOCOLS)("auth over %s", (_name, clientWith) => {
   });
 
   it("answers NOT_FOUND, word for word as for an absent session, on every session RPC and stream of another tenant", async () => {
-    const sessionRpcs = ["getSession", "deleteSession", "addEvent", "addEvents", "getSessionEvents", "streamSessionEvents", "buildConversationContext", "countEventTokens", "listEvents"];
+    const sessionRpcs = [
+      "getSession",
+      "deleteSession",
+      "addEvent",
+      "addEvents",
+      "getSessionEvents",
+      "streamSessionEvents",
+      "buildConversationContext",
+      "countEventTokens",
+      "listEvents",
+    ];
     for (const method of sessionRpcs) {
       const foreign = await errorOf(call(b, method, requestFor(method, sessionA)));
       const absent = await errorOf(call(b, method, requestFor(method, `${sessionA}-absent`)));
@@ -162,7 +189,10 @@ describe.each(PROTOCOLS)("auth over %s", (_name, clientWith) => {
 
     const rest = async (p: string, label: string) => {
       const res = await fetch(`${server.baseUrl}${p}`, { headers: bearer(label) });
-      return { status: res.status, body: (await res.json()) as { sessions?: string[]; events?: { session_id: string }[] } };
+      return {
+        status: res.status,
+        body: (await res.json()) as { sessions?: string[]; events?: { session_id: string }[] },
+      };
     };
     const sessions = await rest("/memory/sessions", "b");
     expect(sessions.status).toBe(200);
@@ -179,7 +209,9 @@ describe.each(PROTOCOLS)("auth over %s", (_name, clientWith) => {
   });
 
   it("refuses to create in another tenant's app, and hides whose an existing session id is", async () => {
-    expect((await errorOf(b.createSession({ appName: APP_A, userId: "x", sessionId: `${sessionA}-new` }))).code).toBe(Code.PermissionDenied);
+    expect((await errorOf(b.createSession({ appName: APP_A, userId: "x", sessionId: `${sessionA}-new` }))).code).toBe(
+      Code.PermissionDenied,
+    );
     // The id is taken (as CreateSession would say to anyone); the session itself is not revealed.
     const taken = await errorOf(b.getOrCreateSession({ sessionId: sessionA, appName: APP_B, userId: "carol" }));
     expect(taken.code).toBe(Code.AlreadyExists);
@@ -208,8 +240,17 @@ describe.each(PROTOCOLS)("auth over %s", (_name, clientWith) => {
     const appAdmin = clientWith(bearer("appAdmin"));
     try {
       expect((await reader.getSessionEvents({ sessionId: sessionA })).events).toHaveLength(1);
-      for (const method of ["addEvent", "addEvents", "deleteSession", "createSession", "getOrCreateSession", "cleanup"]) {
-        expect((await errorOf(call(reader, method, requestFor(method, sessionA)))).code, method).toBe(Code.PermissionDenied);
+      for (const method of [
+        "addEvent",
+        "addEvents",
+        "deleteSession",
+        "createSession",
+        "getOrCreateSession",
+        "cleanup",
+      ]) {
+        expect((await errorOf(call(reader, method, requestFor(method, sessionA)))).code, method).toBe(
+          Code.PermissionDenied,
+        );
       }
       expect((await errorOf(appAdmin.cleanup({ maxAge: { seconds: 3600n } }))).code).toBe(Code.PermissionDenied);
       expect((await errorOf(a.cleanup({ maxAge: { seconds: 3600n } }))).code).toBe(Code.PermissionDenied);
@@ -231,7 +272,9 @@ describe.each(PROTOCOLS)("auth over %s", (_name, clientWith) => {
   });
 
   it("DeleteUserData: only admin keys over the app and keys bound to that user (write or admin) may erase a user", async () => {
-    const clients = Object.fromEntries(["erasable", "erasableRead", "aAlice", "aRead", "appAdmin"].map((label) => [label, clientWith(bearer(label))]));
+    const clients = Object.fromEntries(
+      ["erasable", "erasableRead", "aAlice", "aRead", "appAdmin"].map((label) => [label, clientWith(bearer(label))]),
+    );
     const own = { appName: APP_A, userId: ERASABLE };
     const denied = async (client: MemoryClient, req: { appName: string; userId: string }, why: string) => {
       const err = await errorOf(client.deleteUserData(req));
@@ -273,14 +316,20 @@ describe.each(PROTOCOLS)("auth over %s", (_name, clientWith) => {
   it("Cleanup with a filter: an admin key of one app may clean up that app only, never every app", async () => {
     const appAdmin = clientWith(bearer("appAdmin"));
     try {
-      expect(await appAdmin.cleanup({ maxAge: { seconds: 3600n }, appName: APP_A })).toMatchObject({ removedSessions: 0n });
-      expect(await appAdmin.cleanup({ maxAge: { seconds: 3600n }, appName: APP_A, userId: "alice" })).toMatchObject({ removedSessions: 0n });
+      expect(await appAdmin.cleanup({ maxAge: { seconds: 3600n }, appName: APP_A })).toMatchObject({
+        removedSessions: 0n,
+      });
+      expect(await appAdmin.cleanup({ maxAge: { seconds: 3600n }, appName: APP_A, userId: "alice" })).toMatchObject({
+        removedSessions: 0n,
+      });
       for (const req of [{}, { appName: APP_B }, { userId: "alice" }]) {
         const err = await errorOf(appAdmin.cleanup({ maxAge: { seconds: 3600n }, ...req }));
         expect(err.code, JSON.stringify(req)).toBe(Code.PermissionDenied);
         expect(err.rawMessage).toMatch(/^app_name: /);
       }
-      expect((await errorOf(a.cleanup({ maxAge: { seconds: 3600n }, appName: APP_A }))).code).toBe(Code.PermissionDenied);
+      expect((await errorOf(a.cleanup({ maxAge: { seconds: 3600n }, appName: APP_A }))).code).toBe(
+        Code.PermissionDenied,
+      );
       expect((await admin.cleanup({ maxAge: { seconds: 3600n }, appName: APP_B })).removedSessions).toBe(0n);
     } finally {
       appAdmin.close();
@@ -309,7 +358,10 @@ describe("key lifecycle and quotas", () => {
 
   it("a live stream whose key is revoked ends UNAUTHENTICATED, on both protocols", async () => {
     const owner = grpcJsClient(server.address, { headers: bearer("a") });
-    const streamers = [grpcJsClient(server.address, { headers: bearer("revokedWhileStreaming") }), connectClient(server.baseUrl, { headers: bearer("revokedWhileStreaming") })];
+    const streamers = [
+      grpcJsClient(server.address, { headers: bearer("revokedWhileStreaming") }),
+      connectClient(server.baseUrl, { headers: bearer("revokedWhileStreaming") }),
+    ];
     const sessionId = `auth-revoked-stream-${run}`;
     try {
       await owner.createSession({ appName: APP_A, userId: "u", sessionId });
@@ -331,7 +383,14 @@ describe("key lifecycle and quotas", () => {
   it("answers RESOURCE_EXHAUSTED with a retry hint past a key's calls per second", async () => {
     const client = grpcJsClient(server.address, { headers: bearer("limited") });
     try {
-      const outcomes = await Promise.all(Array.from({ length: 10 }, () => client.getStats({}).then(() => undefined, (e: unknown) => ConnectError.from(e))));
+      const outcomes = await Promise.all(
+        Array.from({ length: 10 }, () =>
+          client.getStats({}).then(
+            () => undefined,
+            (e: unknown) => ConnectError.from(e),
+          ),
+        ),
+      );
       const refused = outcomes.filter((e): e is ConnectError => e !== undefined);
       expect(refused.length).toBeGreaterThanOrEqual(7 - 1); // 3 per second; allow one window boundary
       for (const err of refused) {
@@ -388,7 +447,8 @@ describe("key lifecycle and quotas", () => {
     const owner = grpcJsClient(server.address, { headers: bearer("a") });
     const client = grpcJsClient(server.address, { headers: bearer("limitedStreamer") });
     const sessionId = `auth-limited-streams-${run}`;
-    const rateLimited = async () => Number(/^engram_rate_limited_total (\d+)$/m.exec(await (await fetch(`${server.baseUrl}/metrics`)).text())?.[1]);
+    const rateLimited = async () =>
+      Number(/^engram_rate_limited_total (\d+)$/m.exec(await (await fetch(`${server.baseUrl}/metrics`)).text())?.[1]);
     const controllers: AbortController[] = [];
     try {
       await owner.createSession({ appName: APP_A, userId: "u", sessionId });
@@ -397,7 +457,14 @@ describe("key lifecycle and quotas", () => {
         Array.from({ length: 4 }, () => {
           const controller = new AbortController();
           controllers.push(controller);
-          return client.streamSessionEvents({ sessionId }, { signal: controller.signal })[Symbol.asyncIterator]().next().then(() => undefined, (e: unknown) => ConnectError.from(e));
+          return client
+            .streamSessionEvents({ sessionId }, { signal: controller.signal })
+            [Symbol.asyncIterator]()
+            .next()
+            .then(
+              () => undefined,
+              (e: unknown) => ConnectError.from(e),
+            );
         }),
       );
       const refused = outcomes.filter((e): e is ConnectError => e !== undefined);
@@ -413,16 +480,26 @@ describe("key lifecycle and quotas", () => {
 
   it("fills trace_id/span_id from traceparent; a retry in a new span is still the same event", async () => {
     const sessionId = `auth-trace-${run}`;
-    const first = connectClient(server.baseUrl, { headers: { ...bearer("a"), traceparent: "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01" } });
-    const retry = connectClient(server.baseUrl, { headers: { ...bearer("a"), traceparent: "00-0af7651916cd43dd8448eb211c80319c-00f067aa0ba902b7-01" } });
+    const first = connectClient(server.baseUrl, {
+      headers: { ...bearer("a"), traceparent: "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01" },
+    });
+    const retry = connectClient(server.baseUrl, {
+      headers: { ...bearer("a"), traceparent: "00-0af7651916cd43dd8448eb211c80319c-00f067aa0ba902b7-01" },
+    });
     await first.createSession({ appName: APP_A, userId: "u", sessionId });
     const event = { eventId: "traced-1", eventType: "tool_call" };
     const stored = await first.addEvent({ sessionId, event });
-    expect(stored.event?.metadata).toEqual({ trace_id: "0af7651916cd43dd8448eb211c80319c", span_id: "b7ad6b7169203331" });
+    expect(stored.event?.metadata).toEqual({
+      trace_id: "0af7651916cd43dd8448eb211c80319c",
+      span_id: "b7ad6b7169203331",
+    });
     const again = await retry.addEvent({ sessionId, event });
     expect(again.event?.seq).toBe(stored.event?.seq);
     // A client's own trace fields are kept as given.
-    const own = await first.addEvent({ sessionId, event: { eventType: "user_message", metadata: { trace_id: "mine" } } });
+    const own = await first.addEvent({
+      sessionId,
+      event: { eventType: "user_message", metadata: { trace_id: "mine" } },
+    });
     expect(own.event?.metadata).toEqual({ trace_id: "mine" });
   });
 
@@ -430,8 +507,12 @@ describe("key lifecycle and quotas", () => {
     const res = await fetch(`${server.baseUrl}/metrics`);
     expect(res.status).toBe(200);
     const text = await res.text();
-    expect(text).toMatch(/engram_rpc_requests_total\{method="getStats",code="RESOURCE_EXHAUSTED",protocol="grpc"\} [1-9]/);
-    expect(text).toMatch(/engram_rpc_requests_total\{method="getSession",code="UNAUTHENTICATED",protocol="connect"\} [1-9]/);
+    expect(text).toMatch(
+      /engram_rpc_requests_total\{method="getStats",code="RESOURCE_EXHAUSTED",protocol="grpc"\} [1-9]/,
+    );
+    expect(text).toMatch(
+      /engram_rpc_requests_total\{method="getSession",code="UNAUTHENTICATED",protocol="connect"\} [1-9]/,
+    );
     expect(text).toMatch(/engram_auth_failures_total [1-9]/);
     expect(text).toMatch(/engram_rate_limited_total [1-9]/);
     expect(text).toMatch(/engram_streams_active 0/);

@@ -109,7 +109,10 @@ describe("cross-site pages in a browser", () => {
     browser = await chromium.launch({
       executablePath: await chromiumBinary(),
       headless: true,
-      args: ["--no-sandbox", "--host-resolver-rules=MAP evil.example 127.0.0.1, MAP app.example 127.0.0.1, MAP rebind.example 127.0.0.1"],
+      args: [
+        "--no-sandbox",
+        "--host-resolver-rules=MAP evil.example 127.0.0.1, MAP app.example 127.0.0.1, MAP rebind.example 127.0.0.1",
+      ],
     });
   }, 600_000);
 
@@ -127,7 +130,8 @@ describe("cross-site pages in a browser", () => {
     const seen: Seen[] = [];
     page.on("response", (res) => {
       const url = new URL(res.url());
-      if (url.origin === server.baseUrl) seen.push({ method: res.request().method(), path: url.pathname, status: res.status() });
+      if (url.origin === server.baseUrl)
+        seen.push({ method: res.request().method(), path: url.pathname, status: res.status() });
     });
     await page.goto(pageUrl);
     await expect.poll(() => seen.length, { timeout: 20_000, interval: 100 }).toBeGreaterThanOrEqual(count);
@@ -140,7 +144,11 @@ describe("cross-site pages in a browser", () => {
       const answer = await page.goto(`http://rebind.example:${engram.port}/`);
       expect(answer?.status()).toBe(403);
       const call = await page.evaluate(async () => {
-        const res = await fetch("/engram.v1.MemoryService/ListSessions", { method: "POST", headers: { "content-type": "application/json" }, body: "{}" });
+        const res = await fetch("/engram.v1.MemoryService/ListSessions", {
+          method: "POST",
+          headers: { "content-type": "application/json" },
+          body: "{}",
+        });
         return { status: res.status, body: await res.text() };
       });
       expect(call.status).toBe(403);
@@ -157,7 +165,10 @@ describe("cross-site pages in a browser", () => {
     const writeTarget = sid("victim-write");
     const deleteTarget = sid("victim-delete");
     await client.createSession({ appName: "agent", userId: "dev", sessionId: writeTarget });
-    await client.addEvent({ sessionId: writeTarget, event: { eventType: "user_message", content: { kind: { case: "stringValue", value: "hello" } } } });
+    await client.addEvent({
+      sessionId: writeTarget,
+      event: { eventType: "user_message", content: { kind: { case: "stringValue", value: "hello" } } },
+    });
     await client.createSession({ appName: "agent", userId: "dev", sessionId: deleteTarget });
 
     const query = new URLSearchParams({ engram: engram.baseUrl, write: writeTarget, delete: deleteTarget });
@@ -167,9 +178,14 @@ describe("cross-site pages in a browser", () => {
       expect(await page.evaluate("window.attack")).toBe("sent");
       const { events } = await client.getSessionEvents({ sessionId: writeTarget });
       expect(events.map((e) => e.eventType)).toEqual(["user_message"]);
-      expect((await client.listSessions({ appName: "agent" })).sessions.map((s) => s.sessionId)).toContain(deleteTarget);
+      expect((await client.listSessions({ appName: "agent" })).sessions.map((s) => s.sessionId)).toContain(
+        deleteTarget,
+      );
 
-      expect(seen.map((s) => s.path).sort()).toEqual([...Array(3).fill("/engram.v1.MemoryService/AddEvent"), ...Array(2).fill("/engram.v1.MemoryService/DeleteSession")]);
+      expect(seen.map((s) => s.path).sort()).toEqual([
+        ...Array(3).fill("/engram.v1.MemoryService/AddEvent"),
+        ...Array(2).fill("/engram.v1.MemoryService/DeleteSession"),
+      ]);
       for (const s of seen) expect(s, `${s.method} ${s.path}`).toMatchObject({ status: 403 });
     } finally {
       await page.close();
@@ -182,10 +198,21 @@ describe("cross-site pages in a browser", () => {
     try {
       await page.goto(`http://app.example:${pagesPort}/app.html`);
       const call = (server: TestServer, method: string, body: unknown) =>
-        page.evaluate(([base, m, b]) => (globalThis as unknown as { call: (...a: unknown[]) => Promise<unknown> }).call(base, m, b), [server.baseUrl, method, body] as const);
-      const created = (await call(withCors, "CreateSession", { app_name: "web", user_id: "u", session_id: sessionId })) as { status: number };
+        page.evaluate(
+          ([base, m, b]) => (globalThis as unknown as { call: (...a: unknown[]) => Promise<unknown> }).call(base, m, b),
+          [server.baseUrl, method, body] as const,
+        );
+      const created = (await call(withCors, "CreateSession", {
+        app_name: "web",
+        user_id: "u",
+        session_id: sessionId,
+      })) as { status: number };
       expect(created).toMatchObject({ status: 200, body: { session: { session_id: sessionId } } });
-      const conflict = await call(withCors, "AddEvent", { session_id: sessionId, expected_seq: 3, event: { event_type: "user_message" } });
+      const conflict = await call(withCors, "AddEvent", {
+        session_id: sessionId,
+        expected_seq: 3,
+        event: { event_type: "user_message" },
+      });
       expect(conflict).toMatchObject({ status: 400, currentSeq: "0", body: { code: "failed_precondition" } });
       // The same page against a server that does not list its origin: the browser blocks it.
       const refused = (await call(engram, "ListSessions", {})) as { failed?: string };

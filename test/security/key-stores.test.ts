@@ -22,9 +22,26 @@ const dir = mkdtempSync(path.join(tmpdir(), "engram-keys-"));
 afterAll(() => rmSync(dir, { recursive: true, force: true }));
 
 const BACKENDS: Array<[string, () => Record<string, string>]> = [
-  ["key file (local store)", () => ({ MEMORY_TYPE: "local", MEMORY_AUTH_KEYS_FILE: path.join(dir, `keys-${process.pid}.json`) })],
-  ["redis", () => ({ MEMORY_TYPE: "redis", MEMORY_REDIS_URL: process.env.MEMORY_TEST_REDIS_URL!, MEMORY_KEY_PREFIX: `keys${process.pid}` })],
-  ["postgres", () => ({ MEMORY_TYPE: "postgres", MEMORY_POSTGRES_URL: process.env.MEMORY_TEST_POSTGRES_URL!, MEMORY_KEY_PREFIX: `keys${process.pid}` })],
+  [
+    "key file (local store)",
+    () => ({ MEMORY_TYPE: "local", MEMORY_AUTH_KEYS_FILE: path.join(dir, `keys-${process.pid}.json`) }),
+  ],
+  [
+    "redis",
+    () => ({
+      MEMORY_TYPE: "redis",
+      MEMORY_REDIS_URL: process.env.MEMORY_TEST_REDIS_URL!,
+      MEMORY_KEY_PREFIX: `keys${process.pid}`,
+    }),
+  ],
+  [
+    "postgres",
+    () => ({
+      MEMORY_TYPE: "postgres",
+      MEMORY_POSTGRES_URL: process.env.MEMORY_TEST_POSTGRES_URL!,
+      MEMORY_KEY_PREFIX: `keys${process.pid}`,
+    }),
+  ],
 ];
 
 const configOf = (env: Record<string, string>): Config => loadConfig([], env);
@@ -66,19 +83,28 @@ async function keysCli(env: Record<string, string>, ...args: string[]): Promise<
 describe.each(BACKENDS.slice(1))("keys CLI and two replicas on %s", (name, env) => {
   it("a key made by the CLI works on both replicas, shares one rate budget, and its revocation reaches both", async () => {
     const backend = { ...env(), MEMORY_KEY_PREFIX: `cli${process.pid}${name.length}` };
-    const created = JSON.parse(await keysCli(backend, "create", "--app", "cli-app", "--role", "write", "--rate-limit", "5", "--json")) as { key: string; id: string };
+    const created = JSON.parse(
+      await keysCli(backend, "create", "--app", "cli-app", "--role", "write", "--rate-limit", "5", "--json"),
+    ) as { key: string; id: string };
     expect(created.key).toMatch(/^ek_[0-9a-f]{12}_/);
     expect(await keysCli(backend, "list")).toContain(created.id);
 
     const serverEnv = { ...backend, MEMORY_AUTH: "true", MEMORY_AUTH_CACHE_MS: "200" };
     const replicas = await Promise.all([spawnServer(serverEnv), spawnServer(serverEnv)]);
-    const clients = replicas.map((r) => grpcJsClient(r.address, { headers: { authorization: `Bearer ${created.key}` } }));
+    const clients = replicas.map((r) =>
+      grpcJsClient(r.address, { headers: { authorization: `Bearer ${created.key}` } }),
+    );
     try {
       await clients[0].createSession({ appName: "cli-app", userId: "u", sessionId: `cli-${name}` });
       await new Promise((r) => setTimeout(r, 1100)); // a fresh one-second window
       // 12 calls at once, half to each replica: 5 per second in all, not per replica.
       const outcomes = await Promise.all(
-        Array.from({ length: 12 }, (_, i) => clients[i % 2].getSession({ sessionId: `cli-${name}` }).then(() => "ok", (e: unknown) => ConnectError.from(e).code)),
+        Array.from({ length: 12 }, (_, i) =>
+          clients[i % 2].getSession({ sessionId: `cli-${name}` }).then(
+            () => "ok",
+            (e: unknown) => ConnectError.from(e).code,
+          ),
+        ),
       );
       const ok = outcomes.filter((o) => o === "ok").length;
       expect(outcomes.filter((o) => o !== "ok").every((o) => o === Code.ResourceExhausted)).toBe(true);
@@ -88,12 +114,17 @@ describe.each(BACKENDS.slice(1))("keys CLI and two replicas on %s", (name, env) 
       await new Promise((r) => setTimeout(r, 1100));
 
       // A live stream on each replica, one per protocol: the revocation must end both.
-      const streamers = [grpcJsClient(replicas[0].address, { headers: { authorization: `Bearer ${created.key}` } }), connectClient(replicas[1].baseUrl, { headers: { authorization: `Bearer ${created.key}` } })];
+      const streamers = [
+        grpcJsClient(replicas[0].address, { headers: { authorization: `Bearer ${created.key}` } }),
+        connectClient(replicas[1].baseUrl, { headers: { authorization: `Bearer ${created.key}` } }),
+      ];
       const streams = await Promise.all(streamers.map((client) => followStream(client, `cli-${name}`)));
       const revokedAt = Date.now();
       expect(await keysCli(backend, "revoke", created.id)).toContain("revoked");
       // Both end within MEMORY_AUTH_CACHE_MS (200 ms) of the CLI's write; the CLI process itself takes seconds, so the bound is loose.
-      const endings = await Promise.all(streams.map((stream) => stream.ended.then((err) => ({ code: err?.code, at: Date.now() }))));
+      const endings = await Promise.all(
+        streams.map((stream) => stream.ended.then((err) => ({ code: err?.code, at: Date.now() }))),
+      );
       for (const { code, at } of endings) {
         expect(code).toBe(Code.Unauthenticated);
         expect(at - revokedAt).toBeLessThan(15_000);
@@ -102,11 +133,16 @@ describe.each(BACKENDS.slice(1))("keys CLI and two replicas on %s", (name, env) 
         let code: Code | "ok" = "ok";
         for (let i = 0; i < 40 && code !== Code.Unauthenticated; i++) {
           await new Promise((r) => setTimeout(r, 100));
-          code = await client.getStats({}).then(() => "ok" as const, (e: unknown) => ConnectError.from(e).code);
+          code = await client.getStats({}).then(
+            () => "ok" as const,
+            (e: unknown) => ConnectError.from(e).code,
+          );
         }
         expect(code).toBe(Code.Unauthenticated);
       }
-      expect((await errorOf(clients[1].getSession({ sessionId: `cli-${name}` }))).rawMessage).toBe("authorization: this API key was revoked");
+      expect((await errorOf(clients[1].getSession({ sessionId: `cli-${name}` }))).rawMessage).toBe(
+        "authorization: this API key was revoked",
+      );
     } finally {
       for (const c of clients) c.close();
       await Promise.all(replicas.map((r) => r.kill()));

@@ -36,7 +36,8 @@ beforeAll(async () => {
   await make("aliceRead", { role: "read", apps: [APP], userId: "alice" });
   await make("app", { role: "write", apps: [APP] });
   await make("other", { role: "write", apps: [OTHER_APP] });
-  for (const protocol of ["grpc", "connect"]) await make(`revokedWhileWatching-${protocol}`, { role: "read", apps: [APP], userId: "alice" });
+  for (const protocol of ["grpc", "connect"])
+    await make(`revokedWhileWatching-${protocol}`, { role: "read", apps: [APP], userId: "alice" });
   server = await startTestServer({ config: { auth: true, authKeysFile: keyFile.path, authCacheMs: 0 } });
 });
 
@@ -58,7 +59,12 @@ describe.each(PROTOCOLS)("memories under scoped keys over %s", (protocol, client
   let other: MemoryClient;
 
   beforeAll(async () => {
-    [alice, aliceRead, app, other] = [clientWith(keys.alice), clientWith(keys.aliceRead), clientWith(keys.app), clientWith(keys.other)];
+    [alice, aliceRead, app, other] = [
+      clientWith(keys.alice),
+      clientWith(keys.aliceRead),
+      clientWith(keys.app),
+      clientWith(keys.other),
+    ];
     await app.writeMemories({
       memories: [
         { memoryId: `bob-${p}`, appName: APP, userId: "bob", text: `bob secret mark${p}` },
@@ -71,7 +77,9 @@ describe.each(PROTOCOLS)("memories under scoped keys over %s", (protocol, client
   });
 
   it("a user-bound key writes under its own user when user_id is omitted, and may not write another user's", async () => {
-    const { memories } = await alice.writeMemories({ memories: [{ memoryId: `alice-${p}`, appName: APP, text: `alice secret mark${p}` }] });
+    const { memories } = await alice.writeMemories({
+      memories: [{ memoryId: `alice-${p}`, appName: APP, text: `alice secret mark${p}` }],
+    });
     expect(memories[0].userId).toBe("alice");
     const err = await errorOf(alice.writeMemories({ memories: [{ appName: APP, userId: "bob", text: "forged" }] }));
     expect(err.code).toBe(Code.PermissionDenied);
@@ -83,7 +91,9 @@ describe.each(PROTOCOLS)("memories under scoped keys over %s", (protocol, client
     const absent = await errorOf(alice.getMemory({ appName: APP, memoryId: `absent-${p}` }));
     expect(foreign.code).toBe(Code.NotFound);
     expect(foreign.rawMessage).toBe(absent.rawMessage.replace(`absent-${p}`, `bob-${p}`));
-    expect((await alice.getMemory({ appName: APP, memoryId: `shared-${p}` })).memory?.text).toBe(`shared secret mark${p}`);
+    expect((await alice.getMemory({ appName: APP, memoryId: `shared-${p}` })).memory?.text).toBe(
+      `shared secret mark${p}`,
+    );
   });
 
   it("searches and lists only the key's user and the shared memories, whatever the filter names", async () => {
@@ -100,7 +110,9 @@ describe.each(PROTOCOLS)("memories under scoped keys over %s", (protocol, client
 
   it("a user-bound key's lexical scores say nothing of how many of another user's memories hold its words", async () => {
     const word = `zebra${p}x`;
-    await alice.writeMemories({ memories: [{ memoryId: `alice-zebra-${p}`, appName: APP, text: `my ${word} sighting at the park` }] });
+    await alice.writeMemories({
+      memories: [{ memoryId: `alice-zebra-${p}`, appName: APP, text: `my ${word} sighting at the park` }],
+    });
     const score = async () => {
       const { results } = await aliceRead.searchMemories({ appName: APP, query: word });
       expect(results.map((r) => r.memory?.memoryId)).toEqual([`alice-zebra-${p}`]);
@@ -108,14 +120,23 @@ describe.each(PROTOCOLS)("memories under scoped keys over %s", (protocol, client
     };
     const before = await score();
     for (const count of [1, 4, 15]) {
-      await app.writeMemories({ memories: Array.from({ length: count }, (_, i) => ({ appName: APP, userId: "bob", text: `bob saw ${word} number ${count}-${i}` })) });
+      await app.writeMemories({
+        memories: Array.from({ length: count }, (_, i) => ({
+          appName: APP,
+          userId: "bob",
+          text: `bob saw ${word} number ${count}-${i}`,
+        })),
+      });
       expect(await score(), `after ${count} more of bob's`).toBeCloseTo(before, 9);
     }
   });
 
   it("forgets only the key's own user's memories: another user's and the shared ones count as absent", async () => {
     await alice.writeMemories({ memories: [{ memoryId: `alice-gone-${p}`, appName: APP, text: "to forget" }] });
-    const { deletedCount } = await alice.deleteMemories({ appName: APP, memoryIds: [`bob-${p}`, `shared-${p}`, `alice-gone-${p}`] });
+    const { deletedCount } = await alice.deleteMemories({
+      appName: APP,
+      memoryIds: [`bob-${p}`, `shared-${p}`, `alice-gone-${p}`],
+    });
     expect(deletedCount).toBe(1n);
     expect((await app.getMemory({ appName: APP, memoryId: `bob-${p}` })).memory).toBeDefined();
     expect((await app.getMemory({ appName: APP, memoryId: `shared-${p}` })).memory).toBeDefined();
@@ -124,7 +145,9 @@ describe.each(PROTOCOLS)("memories under scoped keys over %s", (protocol, client
   });
 
   it("a key of another app sees nothing of this one and may not write or watch there", async () => {
-    expect((await other.searchMemories({ appName: APP, scopeMatch: ScopeMatch.WITHIN, query: "secret" })).results).toEqual([]);
+    expect(
+      (await other.searchMemories({ appName: APP, scopeMatch: ScopeMatch.WITHIN, query: "secret" })).results,
+    ).toEqual([]);
     expect((await errorOf(other.getMemory({ appName: APP, memoryId: `shared-${p}` }))).code).toBe(Code.NotFound);
     const write = await errorOf(other.writeMemories({ memories: [{ appName: APP, text: "intrusion" }] }));
     expect(write.code).toBe(Code.PermissionDenied);
@@ -154,9 +177,15 @@ describe.each(PROTOCOLS)("memories under scoped keys over %s", (protocol, client
   it("SearchEvents finds only the key's own user's events", async () => {
     const text = (t: string) => ({ kind: { case: "stringValue" as const, value: t } });
     await app.createSession({ appName: APP, userId: "bob", sessionId: `ev-bob-${p}-${process.pid}` });
-    await app.addEvent({ sessionId: `ev-bob-${p}-${process.pid}`, event: { eventType: "user_message", content: text(`bob diary mark${p}`) } });
+    await app.addEvent({
+      sessionId: `ev-bob-${p}-${process.pid}`,
+      event: { eventType: "user_message", content: text(`bob diary mark${p}`) },
+    });
     await alice.createSession({ appName: APP, userId: "alice", sessionId: `ev-alice-${p}-${process.pid}` });
-    await alice.addEvent({ sessionId: `ev-alice-${p}-${process.pid}`, event: { eventType: "user_message", content: text(`alice diary mark${p}`) } });
+    await alice.addEvent({
+      sessionId: `ev-alice-${p}-${process.pid}`,
+      event: { eventType: "user_message", content: text(`alice diary mark${p}`) },
+    });
     const mine = await aliceRead.searchEvents({ appName: APP, query: `mark${p}` });
     expect(mine.hits.map((h) => h.sessionId)).toEqual([`ev-alice-${p}-${process.pid}`]);
     expect((await aliceRead.searchEvents({ appName: APP, userId: "bob", query: `mark${p}` })).hits).toEqual([]);
@@ -164,8 +193,12 @@ describe.each(PROTOCOLS)("memories under scoped keys over %s", (protocol, client
   });
 
   it("a read key may not write or forget", async () => {
-    expect((await errorOf(aliceRead.writeMemories({ memories: [{ appName: APP, text: "x" }] }))).code).toBe(Code.PermissionDenied);
-    expect((await errorOf(aliceRead.deleteMemories({ appName: APP, memoryIds: [`alice-${p}`] }))).code).toBe(Code.PermissionDenied);
+    expect((await errorOf(aliceRead.writeMemories({ memories: [{ appName: APP, text: "x" }] }))).code).toBe(
+      Code.PermissionDenied,
+    );
+    expect((await errorOf(aliceRead.deleteMemories({ appName: APP, memoryIds: [`alice-${p}`] }))).code).toBe(
+      Code.PermissionDenied,
+    );
   });
 
   it("a user-bound watch sees its user's and the shared memories only", async () => {
@@ -175,7 +208,10 @@ describe.each(PROTOCOLS)("memories under scoped keys over %s", (protocol, client
     const ready = new Promise<void>((resolve) => (started = resolve));
     const done = (async () => {
       try {
-        for await (const f of aliceRead.watchMemories({ appName: APP }, { signal: AbortSignal.any([abort.signal, AbortSignal.timeout(20_000)]) })) {
+        for await (const f of aliceRead.watchMemories(
+          { appName: APP },
+          { signal: AbortSignal.any([abort.signal, AbortSignal.timeout(20_000)]) },
+        )) {
           if (f.frame.case === "started") started();
           if (f.frame.case === "written") seen.push(f.frame.value.memoryId);
           if (seen.length === 2) abort.abort();
@@ -186,7 +222,9 @@ describe.each(PROTOCOLS)("memories under scoped keys over %s", (protocol, client
     })();
     await ready;
     await app.writeMemories({ memories: [{ memoryId: `w-bob-${p}`, appName: APP, userId: "bob", text: "bob only" }] });
-    await app.writeMemories({ memories: [{ memoryId: `w-alice-${p}`, appName: APP, userId: "alice", text: "alice only" }] });
+    await app.writeMemories({
+      memories: [{ memoryId: `w-alice-${p}`, appName: APP, userId: "alice", text: "alice only" }],
+    });
     await app.writeMemories({ memories: [{ memoryId: `w-shared-${p}`, appName: APP, text: "everyone" }] });
     await done;
     expect(seen).toEqual([`w-alice-${p}`, `w-shared-${p}`]);
@@ -195,8 +233,15 @@ describe.each(PROTOCOLS)("memories under scoped keys over %s", (protocol, client
 
 describe("a memory watch whose key is revoked", () => {
   it.each([
-    ["grpc", () => grpcJsClient(server.address, { headers: { authorization: `Bearer ${keys["revokedWhileWatching-grpc"]}` } })],
-    ["connect", () => connectClient(server.baseUrl, { headers: { authorization: `Bearer ${keys["revokedWhileWatching-connect"]}` } })],
+    [
+      "grpc",
+      () => grpcJsClient(server.address, { headers: { authorization: `Bearer ${keys["revokedWhileWatching-grpc"]}` } }),
+    ],
+    [
+      "connect",
+      () =>
+        connectClient(server.baseUrl, { headers: { authorization: `Bearer ${keys["revokedWhileWatching-connect"]}` } }),
+    ],
   ] as const)("ends UNAUTHENTICATED over %s, as a session stream does", async (protocol, clientOf) => {
     const watcher = clientOf();
     try {

@@ -29,7 +29,11 @@ import { FileKeyStore } from "../../src/auth/file-key-store.js";
 import { PostgresStore } from "../../src/store/postgres.js";
 import { connectClient, errorOf, type MemoryClient } from "../support/clients.js";
 import { startTestServer, type TestServer } from "../support/engram.js";
-import { startScriptedChatServer, type ScriptedAnswer, type ScriptedChatServer } from "../support/scripted-chat-server.js";
+import {
+  startScriptedChatServer,
+  type ScriptedAnswer,
+  type ScriptedChatServer,
+} from "../support/scripted-chat-server.js";
 
 const url = process.env.MEMORY_TEST_POSTGRES_URL!;
 const schema = `replaced_${process.pid}_${Math.random().toString(36).slice(2, 8)}`;
@@ -90,7 +94,10 @@ async function replace(sessionId: string, admin: MemoryClient, otherTenant: Memo
  * once PostgreSQL shows the server's statement waiting for that lock, then
  * lets go; `call`'s outcome, settled.
  */
-async function whileMemoriesHeld<T>(call: () => Promise<T>, meanwhile: () => Promise<void>): Promise<PromiseSettledResult<T>> {
+async function whileMemoriesHeld<T>(
+  call: () => Promise<T>,
+  meanwhile: () => Promise<void>,
+): Promise<PromiseSettledResult<T>> {
   const holder = new pg.Client({ connectionString: url });
   await holder.connect();
   try {
@@ -107,7 +114,8 @@ async function whileMemoriesHeld<T>(call: () => Promise<T>, meanwhile: () => Pro
         [`engram:${schema}`],
       );
       if (rows[0].n > 0) break;
-      if (Date.now() > deadline) throw new Error(`the server's memory read did not wait on the held table within ${REACH_TIMEOUT_MS} ms`);
+      if (Date.now() > deadline)
+        throw new Error(`the server's memory read did not wait on the held table within ${REACH_TIMEOUT_MS} ms`);
       await sleep(20);
     }
     await meanwhile();
@@ -164,7 +172,9 @@ describe("a session replaced by another tenant between a scoped key's append and
   const fact = { content: JSON.stringify({ facts: [{ subject: "alice", predicate: "lives in", object: "porto" }] }) };
 
   beforeAll(async () => {
-    chat = await startScriptedChatServer((transcript) => (transcript.includes("held back") ? new Promise((resolve) => (releaseHeld = resolve)) : fact));
+    chat = await startScriptedChatServer((transcript) =>
+      transcript.includes("held back") ? new Promise((resolve) => (releaseHeld = resolve)) : fact,
+    );
     extracting = await startTestServer({
       config: {
         auth: true,
@@ -191,11 +201,17 @@ describe("a session replaced by another tenant between a scoped key's append and
   it("files no facts of alice's words under the session that took the id", async () => {
     const [aliceHere, everyAppHere, otherHere] = clients;
     await aliceHere.createSession({ sessionId: "blocker" });
-    await aliceHere.addEvent({ sessionId: "blocker", event: { eventType: "user_message", content: text("held back") } });
+    await aliceHere.addEvent({
+      sessionId: "blocker",
+      event: { eventType: "user_message", content: text("held back") },
+    });
     for (let i = 0; i < 200 && releaseHeld === undefined; i++) await sleep(25);
     expect(releaseHeld, "the extraction worker is held").toBeDefined();
     await aliceHere.createSession({ sessionId: "taken-over" });
-    await aliceHere.addEvent({ sessionId: "taken-over", event: { eventType: "user_message", content: text("I live in Porto") } });
+    await aliceHere.addEvent({
+      sessionId: "taken-over",
+      event: { eventType: "user_message", content: text("I live in Porto") },
+    });
     await replace("taken-over", everyAppHere, otherHere);
     releaseHeld!({ content: JSON.stringify({ facts: [] }) });
     await extracting.service.extractor!.idle();
@@ -208,14 +224,23 @@ describe("a session replaced by another tenant between a scoped key's append and
     const [, everyAppHere, otherHere] = clients;
     releaseHeld = undefined;
     await everyAppHere.createSession({ appName: APP, userId: "alice", sessionId: "blocker-2" });
-    await everyAppHere.addEvent({ sessionId: "blocker-2", event: { eventType: "user_message", content: text("held back") } });
+    await everyAppHere.addEvent({
+      sessionId: "blocker-2",
+      event: { eventType: "user_message", content: text("held back") },
+    });
     for (let i = 0; i < 200 && releaseHeld === undefined; i++) await sleep(25);
     expect(releaseHeld, "the extraction worker is held").toBeDefined();
     await everyAppHere.createSession({ appName: APP, userId: "alice", sessionId: "taken-over-2" });
-    await everyAppHere.addEvent({ sessionId: "taken-over-2", event: { eventType: "user_message", content: text("I moved to Lisbon") } });
+    await everyAppHere.addEvent({
+      sessionId: "taken-over-2",
+      event: { eventType: "user_message", content: text("I moved to Lisbon") },
+    });
     await replace("taken-over-2", everyAppHere, otherHere);
     // The session that took the id has an event of its own at the same seq.
-    await otherHere.addEvent({ sessionId: "taken-over-2", event: { eventType: "user_message", content: text("bob's own words") } });
+    await otherHere.addEvent({
+      sessionId: "taken-over-2",
+      event: { eventType: "user_message", content: text("bob's own words") },
+    });
     releaseHeld!({ content: JSON.stringify({ facts: [] }) });
     await extracting.service.extractor!.idle();
     // Bob's own event is his to have extracted (the scripted endpoint answers it as any other); alice's words never left.
@@ -226,7 +251,10 @@ describe("a session replaced by another tenant between a scoped key's append and
   it("files the facts of a session left alone (the control)", async () => {
     const [aliceHere, everyAppHere] = clients;
     await aliceHere.createSession({ sessionId: "left-alone" });
-    await aliceHere.addEvent({ sessionId: "left-alone", event: { eventType: "user_message", content: text("I live in Porto") } });
+    await aliceHere.addEvent({
+      sessionId: "left-alone",
+      event: { eventType: "user_message", content: text("I live in Porto") },
+    });
     await extracting.service.extractor!.idle();
     const memories = (await everyAppHere.listMemories({ appName: APP, userId: "alice" })).memories;
     expect(memories.map((m) => m.fact?.object)).toEqual(["porto"]);

@@ -56,10 +56,18 @@ describe.each(PROTOCOLS)("session state under scoped keys over %s", (protocol, c
   let other: MemoryClient;
 
   beforeAll(async () => {
-    [alice, aliceRead, app, other] = [clientWith(keys.alice), clientWith(keys.aliceRead), clientWith(keys.app), clientWith(keys.other)];
+    [alice, aliceRead, app, other] = [
+      clientWith(keys.alice),
+      clientWith(keys.aliceRead),
+      clientWith(keys.app),
+      clientWith(keys.other),
+    ];
     await app.createSession({ appName: APP, userId: "alice", sessionId: aliceSession });
     await app.createSession({ appName: APP, userId: "bob", sessionId: bobSession });
-    await app.updateSession({ sessionId: bobSession, stateDelta: { secret: `bob's ${p}`, "user:pin": "1234", "app:motd": "hello" } });
+    await app.updateSession({
+      sessionId: bobSession,
+      stateDelta: { secret: `bob's ${p}`, "user:pin": "1234", "app:motd": "hello" },
+    });
   });
   afterAll(() => {
     for (const c of [alice, aliceRead, app, other]) c?.close();
@@ -73,8 +81,16 @@ describe.each(PROTOCOLS)("session state under scoped keys over %s", (protocol, c
       expect(foreign.rawMessage).toBe(absent.rawMessage.replace(`absent-${p}`, bobSession));
     }
     for (const client of [alice, other]) {
-      expect((await errorOf(client.updateSession({ sessionId: bobSession, stateDelta: { secret: "overwritten" } }))).code).toBe(Code.NotFound);
-      expect((await errorOf(client.addEvent({ sessionId: bobSession, event: { eventType: "x", stateDelta: { "user:pin": "0000" } } }))).code).toBe(Code.NotFound);
+      expect(
+        (await errorOf(client.updateSession({ sessionId: bobSession, stateDelta: { secret: "overwritten" } }))).code,
+      ).toBe(Code.NotFound);
+      expect(
+        (
+          await errorOf(
+            client.addEvent({ sessionId: bobSession, event: { eventType: "x", stateDelta: { "user:pin": "0000" } } }),
+          )
+        ).code,
+      ).toBe(Code.NotFound);
     }
     const { session } = await app.getSession({ sessionId: bobSession });
     expect(session!.state).toEqual({ secret: `bob's ${p}`, "user:pin": "1234", "app:motd": "hello" });
@@ -88,10 +104,17 @@ describe.each(PROTOCOLS)("session state under scoped keys over %s", (protocol, c
   });
 
   it("a user-bound key may not change app-wide state: PERMISSION_DENIED naming the field, nothing changed", async () => {
-    const update = await errorOf(alice.updateSession({ sessionId: aliceSession, stateDelta: { ok: 1, "app:motd": "pwned" } }));
+    const update = await errorOf(
+      alice.updateSession({ sessionId: aliceSession, stateDelta: { ok: 1, "app:motd": "pwned" } }),
+    );
     expect(update.code).toBe(Code.PermissionDenied);
     expect(update.rawMessage).toMatch(/^state_delta: an API key bound to one user may not change app-wide state/);
-    const batch = await errorOf(alice.addEvents({ sessionId: aliceSession, events: [{ eventType: "x" }, { eventType: "x", stateDelta: { "app:motd": "pwned" } }] }));
+    const batch = await errorOf(
+      alice.addEvents({
+        sessionId: aliceSession,
+        events: [{ eventType: "x" }, { eventType: "x", stateDelta: { "app:motd": "pwned" } }],
+      }),
+    );
     expect(batch.code).toBe(Code.PermissionDenied);
     expect(batch.rawMessage).toMatch(/^events\[1\]\.state_delta: /);
     const { session } = await app.getSession({ sessionId: bobSession });
@@ -100,6 +123,8 @@ describe.each(PROTOCOLS)("session state under scoped keys over %s", (protocol, c
   });
 
   it("a read key may not update state", async () => {
-    expect((await errorOf(aliceRead.updateSession({ sessionId: aliceSession, stateDelta: { a: 1 } }))).code).toBe(Code.PermissionDenied);
+    expect((await errorOf(aliceRead.updateSession({ sessionId: aliceSession, stateDelta: { a: 1 } }))).code).toBe(
+      Code.PermissionDenied,
+    );
   });
 });

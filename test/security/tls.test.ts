@@ -26,19 +26,86 @@ function openssl(...args: string[]): void {
 
 /** A CA, a server certificate for 127.0.0.1/localhost, and a client certificate. */
 function makeCertificates(): void {
-  openssl("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", "ca.key", "-out", "ca.pem", "-days", "2", "-subj", "/CN=engram test CA");
+  openssl(
+    "req",
+    "-x509",
+    "-newkey",
+    "rsa:2048",
+    "-nodes",
+    "-keyout",
+    "ca.key",
+    "-out",
+    "ca.pem",
+    "-days",
+    "2",
+    "-subj",
+    "/CN=engram test CA",
+  );
   writeFileSync(file("server.ext"), "subjectAltName=IP:127.0.0.1,DNS:localhost\n");
-  openssl("req", "-newkey", "rsa:2048", "-nodes", "-keyout", "server.key", "-out", "server.csr", "-subj", "/CN=localhost");
-  openssl("x509", "-req", "-in", "server.csr", "-CA", "ca.pem", "-CAkey", "ca.key", "-CAcreateserial", "-out", "server.pem", "-days", "2", "-extfile", "server.ext");
+  openssl(
+    "req",
+    "-newkey",
+    "rsa:2048",
+    "-nodes",
+    "-keyout",
+    "server.key",
+    "-out",
+    "server.csr",
+    "-subj",
+    "/CN=localhost",
+  );
+  openssl(
+    "x509",
+    "-req",
+    "-in",
+    "server.csr",
+    "-CA",
+    "ca.pem",
+    "-CAkey",
+    "ca.key",
+    "-CAcreateserial",
+    "-out",
+    "server.pem",
+    "-days",
+    "2",
+    "-extfile",
+    "server.ext",
+  );
   openssl("req", "-newkey", "rsa:2048", "-nodes", "-keyout", "client.key", "-out", "client.csr", "-subj", "/CN=agent");
-  openssl("x509", "-req", "-in", "client.csr", "-CA", "ca.pem", "-CAkey", "ca.key", "-CAcreateserial", "-out", "client.pem", "-days", "2");
+  openssl(
+    "x509",
+    "-req",
+    "-in",
+    "client.csr",
+    "-CA",
+    "ca.pem",
+    "-CAkey",
+    "ca.key",
+    "-CAcreateserial",
+    "-out",
+    "client.pem",
+    "-days",
+    "2",
+  );
 }
 
 /** POST a Connect JSON call over HTTPS (HTTP/1.1); resolves with status and body, rejects on a TLS failure. */
-function connectOverHttps(port: number, method: string, body: unknown, tlsOptions: https.RequestOptions): Promise<{ status: number; body: string }> {
+function connectOverHttps(
+  port: number,
+  method: string,
+  body: unknown,
+  tlsOptions: https.RequestOptions,
+): Promise<{ status: number; body: string }> {
   return new Promise((resolve, reject) => {
     const req = https.request(
-      { host: "127.0.0.1", port, method: "POST", path: `/engram.v1.MemoryService/${method}`, headers: { "content-type": "application/json" }, ...tlsOptions },
+      {
+        host: "127.0.0.1",
+        port,
+        method: "POST",
+        path: `/engram.v1.MemoryService/${method}`,
+        headers: { "content-type": "application/json" },
+        ...tlsOptions,
+      },
       (res) => {
         let text = "";
         res.on("data", (d) => (text += d));
@@ -64,14 +131,22 @@ describe("TLS", () => {
   afterAll(() => server?.stop());
 
   it("serves gRPC (h2) and Connect (HTTP/1.1) over TLS on the one port", async () => {
-    const client = grpcJsClient(server.address, { credentials: grpc.credentials.createSsl(readFileSync(file("ca.pem"))), options: SNI });
+    const client = grpcJsClient(server.address, {
+      credentials: grpc.credentials.createSsl(readFileSync(file("ca.pem"))),
+      options: SNI,
+    });
     try {
       const created = await client.createSession({ appName: "tls", userId: "u", sessionId: "tls-1" });
       expect(created.session?.sessionId).toBe("tls-1");
     } finally {
       client.close();
     }
-    const res = await connectOverHttps(server.port, "GetSession", { session_id: "tls-1" }, { ca: readFileSync(file("ca.pem")) });
+    const res = await connectOverHttps(
+      server.port,
+      "GetSession",
+      { session_id: "tls-1" },
+      { ca: readFileSync(file("ca.pem")) },
+    );
     expect(res.status).toBe(200);
     expect(JSON.parse(res.body).session.app_name).toBe("tls");
   });
@@ -91,24 +166,42 @@ describe("TLS", () => {
 describe("mutual TLS", () => {
   let server: TestServer;
   beforeAll(async () => {
-    server = await startTestServer({ config: { tlsCert: file("server.pem"), tlsKey: file("server.key"), tlsClientCa: file("ca.pem") } });
+    server = await startTestServer({
+      config: { tlsCert: file("server.pem"), tlsKey: file("server.key"), tlsClientCa: file("ca.pem") },
+    });
   });
   afterAll(() => server?.stop());
 
   it("accepts a client certificate signed by the client CA, on both protocols", async () => {
-    const creds = grpc.credentials.createSsl(readFileSync(file("ca.pem")), readFileSync(file("client.key")), readFileSync(file("client.pem")));
+    const creds = grpc.credentials.createSsl(
+      readFileSync(file("ca.pem")),
+      readFileSync(file("client.key")),
+      readFileSync(file("client.pem")),
+    );
     const client = grpcJsClient(server.address, { credentials: creds, options: SNI });
     try {
       expect((await client.getStats({})).backend).toBe("local");
     } finally {
       client.close();
     }
-    const res = await connectOverHttps(server.port, "GetStats", {}, { ca: readFileSync(file("ca.pem")), key: readFileSync(file("client.key")), cert: readFileSync(file("client.pem")) });
+    const res = await connectOverHttps(
+      server.port,
+      "GetStats",
+      {},
+      {
+        ca: readFileSync(file("ca.pem")),
+        key: readFileSync(file("client.key")),
+        cert: readFileSync(file("client.pem")),
+      },
+    );
     expect(res.status).toBe(200);
   });
 
   it("refuses a client without a certificate", async () => {
-    const client = grpcJsClient(server.address, { credentials: grpc.credentials.createSsl(readFileSync(file("ca.pem"))), options: SNI });
+    const client = grpcJsClient(server.address, {
+      credentials: grpc.credentials.createSsl(readFileSync(file("ca.pem"))),
+      options: SNI,
+    });
     try {
       expect((await errorOf(client.getStats({}, { timeoutMs: 3000 }))).code).toBe(Code.Unavailable);
     } finally {

@@ -7,7 +7,11 @@ import fc from "fast-check";
 import { describe, expect, it } from "vitest";
 import { joinUtf8, type Utf8Piece } from "../../src/server/body-buffer.js";
 
-const text = fc.oneof(fc.string({ maxLength: 60 }), fc.string({ unit: "grapheme", maxLength: 60 }), fc.string({ unit: "binary", maxLength: 200 }));
+const text = fc.oneof(
+  fc.string({ maxLength: 60 }),
+  fc.string({ unit: "grapheme", maxLength: 60 }),
+  fc.string({ unit: "binary", maxLength: 200 }),
+);
 /** A piece, with the text it stands for. */
 const piece: fc.Arbitrary<{ piece: Utf8Piece; text: string }> = fc.oneof(
   text.map((t) => ({ piece: t, text: t })),

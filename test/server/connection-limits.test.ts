@@ -62,7 +62,11 @@ async function metric(baseUrl: string, name: string): Promise<number> {
 
 /** Server-side TCP connections on `port` (any state but LISTEN), as the kernel sees them. */
 function serverConnections(port: number): number {
-  return execFileSync("ss", ["-tanH", "state", "all", "exclude", "listening", `( sport = :${port} )`], { encoding: "utf8" }).split("\n").filter(Boolean).length;
+  return execFileSync("ss", ["-tanH", "state", "all", "exclude", "listening", `( sport = :${port} )`], {
+    encoding: "utf8",
+  })
+    .split("\n")
+    .filter(Boolean).length;
 }
 
 /** One unary call on each protocol through fresh clients (so fresh connections). */
@@ -100,8 +104,12 @@ describe("connection deadlines", () => {
 
   it("closes idle connections, partial HTTP/2 prefaces and slowloris HTTP/1.1 headers, while gRPC and Connect calls carry on", async () => {
     const idle = await Promise.all(Array.from({ length: 30 }, () => hold(server.port, "127.0.0.2")));
-    const partialPreface = await Promise.all(Array.from({ length: 30 }, () => hold(server.port, "127.0.0.2", "PRI * HTTP/2.0\r\n\r\nSM")));
-    const slowloris = await Promise.all(Array.from({ length: 30 }, () => hold(server.port, "127.0.0.2", "GET /healthz HTTP/1.1\r\nHost: engram\r\n")));
+    const partialPreface = await Promise.all(
+      Array.from({ length: 30 }, () => hold(server.port, "127.0.0.2", "PRI * HTTP/2.0\r\n\r\nSM")),
+    );
+    const slowloris = await Promise.all(
+      Array.from({ length: 30 }, () => hold(server.port, "127.0.0.2", "GET /healthz HTTP/1.1\r\nHost: engram\r\n")),
+    );
     for (const connection of slowloris) trickle(connection, 50);
 
     for (let i = 0; i < 3; i++) await legitimateCalls(server);
@@ -130,7 +138,11 @@ describe("connection deadlines", () => {
     const clients: MemoryClient[] = [grpc, connectClient(server.baseUrl)];
     const controller = new AbortController();
     try {
-      const streams = clients.map((client) => client.streamSessionEvents({ sessionId: session!.sessionId }, { signal: controller.signal })[Symbol.asyncIterator]());
+      const streams = clients.map((client) =>
+        client
+          .streamSessionEvents({ sessionId: session!.sessionId }, { signal: controller.signal })
+          [Symbol.asyncIterator](),
+      );
       const nextEvent = async (stream: AsyncIterator<StreamSessionEventsResponse>) => {
         for (let i = 0; i < 10; i++) {
           const { value, done } = await stream.next();
@@ -182,7 +194,12 @@ describe("an HTTP/2 rapid-reset flood", () => {
       // HEADERS then RST_STREAM, far past nghttp2's reset budget (it answers GOAWAY and stops reading).
       for (let i = 0; i < 3_000 && !session.closed && !session.destroyed; i++) {
         try {
-          const stream = session.request({ ":method": "POST", ":path": "/engram.v1.MemoryService/GetStats", "content-type": "application/grpc", te: "trailers" });
+          const stream = session.request({
+            ":method": "POST",
+            ":path": "/engram.v1.MemoryService/GetStats",
+            "content-type": "application/grpc",
+            te: "trailers",
+          });
           stream.on("error", () => {});
           stream.close(http2.constants.NGHTTP2_CANCEL);
         } catch {
@@ -203,7 +220,9 @@ describe("connection caps", () => {
   let server: TestServer;
 
   beforeAll(async () => {
-    server = await startTestServer({ config: { maxConnections: 40, maxConnectionsPerAddress: 10, firstBytesTimeoutMs: 60_000 } });
+    server = await startTestServer({
+      config: { maxConnections: 40, maxConnectionsPerAddress: 10, firstBytesTimeoutMs: 60_000 },
+    });
   });
   afterAll(() => server.stop());
 
@@ -220,19 +239,23 @@ describe("connection caps", () => {
 
   it("refuses a new connection from an address whose connections have all shown their protocol", async () => {
     // Ten HTTP/1.1 connections with a request in flight (never completed): proven, so never evicted.
-    const busy = await Promise.all(Array.from({ length: 10 }, () => hold(server.port, "127.0.0.3", "POST /engram.v1.MemoryService/GetStats HTTP/1.1\r\nHost: engram\r\n")));
+    const busy = await Promise.all(
+      Array.from({ length: 10 }, () =>
+        hold(server.port, "127.0.0.3", "POST /engram.v1.MemoryService/GetStats HTTP/1.1\r\nHost: engram\r\n"),
+      ),
+    );
     await sleep(100);
     const refused = await hold(server.port, "127.0.0.3");
     expect(await closedWithin([refused], 5_000)).toBe(1);
     expect(busy.filter((c) => c.isClosed())).toHaveLength(0);
-    expect(await metric(server.baseUrl, 'engram_connections_rejected_total{reason="max_connections_per_address"}')).toBeGreaterThanOrEqual(1);
+    expect(
+      await metric(server.baseUrl, 'engram_connections_rejected_total{reason="max_connections_per_address"}'),
+    ).toBeGreaterThanOrEqual(1);
     await legitimateCalls(server);
   });
 
   it("keeps the replica under its cap across many addresses, making room for legitimate calls", async () => {
-    const flood = await Promise.all(
-      Array.from({ length: 60 }, (_, i) => hold(server.port, `127.0.0.${10 + (i % 6)}`)),
-    );
+    const flood = await Promise.all(Array.from({ length: 60 }, (_, i) => hold(server.port, `127.0.0.${10 + (i % 6)}`)));
     await sleep(200);
     expect(flood.filter((c) => !c.isClosed()).length).toBeLessThanOrEqual(40);
     for (let i = 0; i < 3; i++) await legitimateCalls(server);
@@ -268,19 +291,34 @@ async function keptAlive(port: number, from: string): Promise<HeldConnection> {
     connection.socket.on("data", onData);
     connection.closed.then(() => resolve());
   });
-  connection.socket.write("POST /engram.v1.MemoryService/GetStats HTTP/1.1\r\nHost: 127.0.0.1\r\ncontent-type: application/json\r\ncontent-length: 2\r\n\r\n{}");
+  connection.socket.write(
+    "POST /engram.v1.MemoryService/GetStats HTTP/1.1\r\nHost: 127.0.0.1\r\ncontent-type: application/json\r\ncontent-length: 2\r\n\r\n{}",
+  );
   await answered;
   return connection;
 }
 
 /** An HTTP/2 connection from `from` with one gRPC call open (headers sent, no message yet): a stream in flight. */
-async function openGrpcStream(port: number, from: string): Promise<{ session: http2.ClientHttp2Session; closed(): boolean }> {
+async function openGrpcStream(
+  port: number,
+  from: string,
+): Promise<{ session: http2.ClientHttp2Session; closed(): boolean }> {
   const session = http2.connect(`http://127.0.0.1:${port}`, { localAddress: from } as http2.SecureClientSessionOptions);
   session.on("error", () => {});
-  const stream = session.request({ ":method": "POST", ":path": "/engram.v1.MemoryService/GetStats", "content-type": "application/grpc", te: "trailers" }, { endStream: false });
+  const stream = session.request(
+    {
+      ":method": "POST",
+      ":path": "/engram.v1.MemoryService/GetStats",
+      "content-type": "application/grpc",
+      te: "trailers",
+    },
+    { endStream: false },
+  );
   stream.on("error", () => {});
   // Frames are read in order: once the ping is answered, the server has read the stream's headers.
-  await new Promise<void>((resolve, reject) => stream.once("ready", () => session.ping((err) => (err ? reject(err) : resolve()))));
+  await new Promise<void>((resolve, reject) =>
+    stream.once("ready", () => session.ping((err) => (err ? reject(err) : resolve()))),
+  );
   return { session, closed: () => session.closed || session.destroyed || stream.closed };
 }
 
@@ -291,7 +329,9 @@ async function inFlightRequest(port: number, from: string): Promise<HeldConnecti
     connection.socket.once("data", () => resolve());
     connection.closed.then(() => resolve());
   });
-  connection.socket.write("POST /engram.v1.MemoryService/GetStats HTTP/1.1\r\nHost: 127.0.0.1\r\ncontent-type: application/json\r\ncontent-length: 100\r\nexpect: 100-continue\r\n\r\n");
+  connection.socket.write(
+    "POST /engram.v1.MemoryService/GetStats HTTP/1.1\r\nHost: 127.0.0.1\r\ncontent-type: application/json\r\ncontent-length: 100\r\nexpect: 100-continue\r\n\r\n",
+  );
   await continued;
   return connection;
 }
@@ -312,7 +352,9 @@ describe("an address whose connections are all kept alive or busy", () => {
     expect(kept.filter((c) => !c.isClosed()).length).toBeLessThanOrEqual(256);
     expect(kept.slice(-200).filter((c) => c.isClosed())).toHaveLength(0);
     for (let i = 0; i < 10; i++) await legitimateCalls(server);
-    expect(await metric(server.baseUrl, 'engram_connections_rejected_total{reason="max_connections_per_address"}')).toBeGreaterThanOrEqual(44);
+    expect(
+      await metric(server.baseUrl, 'engram_connections_rejected_total{reason="max_connections_per_address"}'),
+    ).toBeGreaterThanOrEqual(44);
   });
 
   it("keeps serving calls from an address holding 255 calls in flight, and cuts none of them", async () => {

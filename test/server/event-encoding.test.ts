@@ -53,10 +53,16 @@ describe("encodeEvent", () => {
     const cases = [
       create(EventSchema, {}),
       create(EventSchema, { eventId: "e", content: create(EventSchema, {}).content }),
-      create(EventSchema, { eventId: "e", content: { $typeName: "google.protobuf.Value", kind: { case: undefined } } as never }),
+      create(EventSchema, {
+        eventId: "e",
+        content: { $typeName: "google.protobuf.Value", kind: { case: undefined } } as never,
+      }),
       create(EventSchema, { sessionId: "s", seq: 2n ** 63n + 5n }),
       create(EventSchema, { timestamp: { seconds: 0n, nanos: 0 } as never, metadata: {} }),
     ];
-    for (const event of cases) expect(Buffer.from(encodeEvent(event)).toString("hex")).toBe(Buffer.from(toBinary(EventSchema, event)).toString("hex"));
+    for (const event of cases)
+      expect(Buffer.from(encodeEvent(event)).toString("hex")).toBe(
+        Buffer.from(toBinary(EventSchema, event)).toString("hex"),
+      );
   });
 });

@@ -20,7 +20,10 @@ import { toWireEvent } from "../../src/service/convert.js";
 import { storedEvent as storedEventArbitrary } from "../support/arbitraries.js";
 
 // Keys include "__proto__", which toJson drops (it builds objects by assignment).
-const text = fc.oneof({ weight: 9, arbitrary: fc.string({ unit: "binary", maxLength: 40 }) }, { weight: 1, arbitrary: fc.constantFrom("__proto__", "0", "10", "-1") });
+const text = fc.oneof(
+  { weight: 9, arbitrary: fc.string({ unit: "binary", maxLength: 40 }) },
+  { weight: 1, arbitrary: fc.constantFrom("__proto__", "0", "10", "-1") },
+);
 const storedEvent = storedEventArbitrary(text);
 
 const RUNS = Number(process.env.ENCODING_RUNS ?? 2000);
@@ -50,8 +53,14 @@ describe("eventJson", () => {
 
   it("leaves to toJsonString what it refuses (an unset Value, a non-finite number, a timestamp out of range)", () => {
     const cases = [
-      create(EventSchema, { eventId: "e", content: { $typeName: "google.protobuf.Value", kind: { case: undefined } } as never }),
-      create(EventSchema, { eventId: "e", content: { $typeName: "google.protobuf.Value", kind: { case: "numberValue", value: Number.NaN } } as never }),
+      create(EventSchema, {
+        eventId: "e",
+        content: { $typeName: "google.protobuf.Value", kind: { case: undefined } } as never,
+      }),
+      create(EventSchema, {
+        eventId: "e",
+        content: { $typeName: "google.protobuf.Value", kind: { case: "numberValue", value: Number.NaN } } as never,
+      }),
       create(EventSchema, { timestamp: { seconds: -62135596801n, nanos: 0 } as never }),
     ];
     for (const event of cases) expect(() => eventJson(event)).toThrow(/NaN|must have a value|0001-01-01/);
@@ -77,14 +86,19 @@ describe("jsonResponseEncoder", () => {
           [ListEventsResponseSchema, create(ListEventsResponseSchema, { events })],
           [GetSessionEventsResponseSchema, create(GetSessionEventsResponseSchema, { events, nextPageToken, headSeq })],
         ];
-        for (const [desc, message] of messages) expect(utf8(jsonResponseEncoder(desc)(message))).toBe(utf8(reference(desc, message)));
+        for (const [desc, message] of messages)
+          expect(utf8(jsonResponseEncoder(desc)(message))).toBe(utf8(reference(desc, message)));
       }),
       { numRuns: Math.ceil(RUNS / 4) },
     );
   });
 
   it("encodes any other response by reflection", () => {
-    const message = create(GetSessionResponseSchema, { session: { sessionId: "s", appName: "a", userId: "u", state: { k: 1 } } });
-    expect(utf8(jsonResponseEncoder(GetSessionResponseSchema)(message))).toBe(reference(GetSessionResponseSchema, message));
+    const message = create(GetSessionResponseSchema, {
+      session: { sessionId: "s", appName: "a", userId: "u", state: { k: 1 } },
+    });
+    expect(utf8(jsonResponseEncoder(GetSessionResponseSchema)(message))).toBe(
+      reference(GetSessionResponseSchema, message),
+    );
   });
 });

@@ -20,7 +20,8 @@ import type { CallGuard } from "../../src/service/guard/index.js";
 
 const guard = { handler: () => () => Promise.resolve(undefined) } as unknown as CallGuard;
 const { definition } = grpcMemoryService(guard, () => {});
-const serialize = (method: string, message: unknown) => Buffer.from(definition[method].responseSerialize(message as never)).toString("hex");
+const serialize = (method: string, message: unknown) =>
+  Buffer.from(definition[method].responseSerialize(message as never)).toString("hex");
 
 /** An event whose encoding is `contentBytes` long or so: lengths of 1, 2 and 3 varint bytes. */
 function event(seq: number, contentBytes: number): Event {
@@ -40,7 +41,9 @@ describe("gRPC response serializers", () => {
   it("AddEvent: toBinary's bytes, with and without an event", () => {
     for (const size of sizes) {
       const message = create(AddEventResponseSchema, { event: event(1, size) });
-      expect(serialize("AddEvent", message)).toBe(Buffer.from(toBinary(AddEventResponseSchema, message)).toString("hex"));
+      expect(serialize("AddEvent", message)).toBe(
+        Buffer.from(toBinary(AddEventResponseSchema, message)).toString("hex"),
+      );
     }
     const empty = create(AddEventResponseSchema, {});
     expect(serialize("AddEvent", empty)).toBe("");
@@ -55,13 +58,18 @@ describe("gRPC response serializers", () => {
       create(GetSessionEventsResponseSchema, { headSeq: 3n }),
       create(GetSessionEventsResponseSchema, {}),
     ]) {
-      expect(serialize("GetSessionEvents", page)).toBe(Buffer.from(toBinary(GetSessionEventsResponseSchema, page)).toString("hex"));
+      expect(serialize("GetSessionEvents", page)).toBe(
+        Buffer.from(toBinary(GetSessionEventsResponseSchema, page)).toString("hex"),
+      );
     }
   });
 
   /** Unary methods whose response holds Event(s) in field 1 and other fields: found from the descriptors. */
   const withOtherFields = MemoryService.methods.filter(
-    (m) => m.methodKind === "unary" && m.output.fields.length > 1 && m.output.fields.some((f) => f.number === 1 && f.message?.typeName === EventSchema.typeName),
+    (m) =>
+      m.methodKind === "unary" &&
+      m.output.fields.length > 1 &&
+      m.output.fields.some((f) => f.number === 1 && f.message?.typeName === EventSchema.typeName),
   );
 
   it("every events response with other scalar fields: toBinary's bytes for any values of them, set or not", () => {
@@ -69,10 +77,15 @@ describe("gRPC response serializers", () => {
     for (const method of withOtherFields) {
       const desc: DescMessage = method.output;
       const scalars: Record<string, fc.Arbitrary<unknown>> = {};
-      for (const f of desc.fields) if (f.fieldKind === "scalar" && !f.oneof) scalars[f.localName] = scalarValue(f, fc.string({ unit: "grapheme", maxLength: 12 }));
+      for (const f of desc.fields)
+        if (f.fieldKind === "scalar" && !f.oneof)
+          scalars[f.localName] = scalarValue(f, fc.string({ unit: "grapheme", maxLength: 12 }));
       fc.assert(
         fc.property(fc.record(scalars, { requiredKeys: [] }), fc.nat(3), (init, n) => {
-          const message = create(desc, { ...init, events: Array.from({ length: n }, (_, i) => event(i + 1, 10 * i)) } as never);
+          const message = create(desc, {
+            ...init,
+            events: Array.from({ length: n }, (_, i) => event(i + 1, 10 * i)),
+          } as never);
           expect(serialize(method.name, message)).toBe(Buffer.from(toBinary(desc, message)).toString("hex"));
         }),
         { numRuns: 300 },

@@ -7,7 +7,19 @@
  * fail when the hand-written code does not carry it.
  */
 import { Redis } from "ioredis";
-import { create, fromBinary, fromJson, fromJsonString, isFieldSet, ScalarType, toBinary, toJsonString, type DescField, type DescMessage, type JsonObject } from "@bufbuild/protobuf";
+import {
+  create,
+  fromBinary,
+  fromJson,
+  fromJsonString,
+  isFieldSet,
+  ScalarType,
+  toBinary,
+  toJsonString,
+  type DescField,
+  type DescMessage,
+  type JsonObject,
+} from "@bufbuild/protobuf";
 import { ValueSchema } from "@bufbuild/protobuf/wkt";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import {
@@ -34,7 +46,14 @@ import { startTestServer, type TestServer } from "../support/engram.js";
 import { sid } from "../rpc/suite.js";
 
 /** A JSON value with every kind a google.protobuf.Value has, nested once. */
-const EVERY_JSON_KIND: JsonObject = { text: "t", number: 1.5, bool: true, nothing: null, list: [1, "a", false], object: { k: "v" } };
+const EVERY_JSON_KIND: JsonObject = {
+  text: "t",
+  number: 1.5,
+  bool: true,
+  nothing: null,
+  list: [1, "a", false],
+  object: { k: "v" },
+};
 
 /** Values the service validates, by field name; every other field gets its type's non-default filler. */
 type Overrides = Record<string, unknown>;
@@ -51,13 +70,21 @@ function fillField(field: DescField, overrides: Overrides, depth: number): unkno
       return messageFiller(field.message, overrides, depth + 1);
     case "list": {
       const item = () =>
-        field.listKind === "scalar" ? scalarFiller(field.scalar, field.name) : field.listKind === "enum" ? field.enum.values[field.enum.values.length - 1].number : messageFiller(field.message, overrides, depth + 1);
+        field.listKind === "scalar"
+          ? scalarFiller(field.scalar, field.name)
+          : field.listKind === "enum"
+            ? field.enum.values[field.enum.values.length - 1].number
+            : messageFiller(field.message, overrides, depth + 1);
       return [item(), item()];
     }
     case "map":
       return {
         [String(scalarFiller(field.mapKey, "key"))]:
-          field.mapKind === "scalar" ? scalarFiller(field.scalar, field.name) : field.mapKind === "enum" ? field.enum.values[field.enum.values.length - 1].number : messageFiller(field.message, overrides, depth + 1),
+          field.mapKind === "scalar"
+            ? scalarFiller(field.scalar, field.name)
+            : field.mapKind === "enum"
+              ? field.enum.values[field.enum.values.length - 1].number
+              : messageFiller(field.message, overrides, depth + 1),
       };
   }
 }
@@ -123,10 +150,18 @@ function unsetFields(desc: DescMessage, message: Record<string, unknown>, path =
       continue;
     }
     if (field.fieldKind === "message" && !field.message.typeName.startsWith("google.protobuf.")) {
-      missing.push(...unsetFields(field.message, message[field.localName] as Record<string, unknown>, `${path}.${field.name}`));
+      missing.push(
+        ...unsetFields(field.message, message[field.localName] as Record<string, unknown>, `${path}.${field.name}`),
+      );
     }
-    if (field.fieldKind === "list" && field.listKind === "message" && !field.message.typeName.startsWith("google.protobuf.")) {
-      (message[field.localName] as Record<string, unknown>[]).forEach((item, i) => missing.push(...unsetFields(field.message, item, `${path}.${field.name}[${i}]`)));
+    if (
+      field.fieldKind === "list" &&
+      field.listKind === "message" &&
+      !field.message.typeName.startsWith("google.protobuf.")
+    ) {
+      (message[field.localName] as Record<string, unknown>[]).forEach((item, i) =>
+        missing.push(...unsetFields(field.message, item, `${path}.${field.name}[${i}]`)),
+      );
     }
   }
   return missing;
@@ -140,40 +175,55 @@ const handDecoded = Object.keys(FAST_REQUEST_DECODERS).map((typeName) => {
 });
 
 /** Every message with an Event field: the Connect JSON encoder writes those fields by hand (src/server/event-json.ts). */
-const carriesEvents = file_engram_v1_memory.messages.filter((m) => m.fields.some((f) => f.message?.typeName === EventSchema.typeName));
+const carriesEvents = file_engram_v1_memory.messages.filter((m) =>
+  m.fields.some((f) => f.message?.typeName === EventSchema.typeName),
+);
 
 describe("the hand-written codec, against the proto's descriptors", () => {
   it("the filler sets every field, so a field the codec drops shows", () => {
-    for (const desc of [...handDecoded, EventSchema, EventInputSchema]) expect(unsetFields(desc, filled(desc))).toEqual([]);
-    expect(handDecoded.map((d) => d.typeName).sort()).toEqual([AddEventRequestSchema.typeName, AddEventsRequestSchema.typeName]);
+    for (const desc of [...handDecoded, EventSchema, EventInputSchema])
+      expect(unsetFields(desc, filled(desc))).toEqual([]);
+    expect(handDecoded.map((d) => d.typeName).sort()).toEqual([
+      AddEventRequestSchema.typeName,
+      AddEventsRequestSchema.typeName,
+    ]);
   });
 
-  it.each(handDecoded.map((d) => [d.typeName, d] as const))("decodes every field of %s on the fast path, as fromBinary does", (_name, desc) => {
-    const bytes = toBinary(desc, filled(desc));
-    const decoded = FAST_REQUEST_DECODERS[desc.typeName](bytes);
-    // undefined would mean the fast path declined a well-formed request, leaving the field to reflection.
-    expect(decoded, `the fast decoder declined a filled ${desc.typeName}`).toBeDefined();
-    expect(unsetFields(desc, decoded as Record<string, unknown>)).toEqual([]);
-    expect(decoded).toStrictEqual(fromBinary(desc, bytes));
-  });
+  it.each(handDecoded.map((d) => [d.typeName, d] as const))(
+    "decodes every field of %s on the fast path, as fromBinary does",
+    (_name, desc) => {
+      const bytes = toBinary(desc, filled(desc));
+      const decoded = FAST_REQUEST_DECODERS[desc.typeName](bytes);
+      // undefined would mean the fast path declined a well-formed request, leaving the field to reflection.
+      expect(decoded, `the fast decoder declined a filled ${desc.typeName}`).toBeDefined();
+      expect(unsetFields(desc, decoded as Record<string, unknown>)).toEqual([]);
+      expect(decoded).toStrictEqual(fromBinary(desc, bytes));
+    },
+  );
 
   it("the JSON fast path decodes the same requests as the binary one", () => {
     expect(Object.keys(FAST_JSON_REQUEST_DECODERS).sort()).toEqual(handDecoded.map((d) => d.typeName).sort());
   });
 
-  it.each(handDecoded.map((d) => [d.typeName, d] as const))("decodes every field of %s from Connect JSON on the fast path but the timestamp, which it declines", (_name, desc) => {
-    // The JSON fast path leaves an event's timestamp (RFC 3339 text) to reflection: a filled request is declined whole...
-    const withTimestamp = toJsonString(desc, filled(desc), JSON_WRITE_OPTIONS);
-    expect(FAST_JSON_REQUEST_DECODERS[desc.typeName](withTimestamp)).toBeUndefined();
-    // ...and one with every other field is decoded, each field carried.
-    const message = filled(desc) as Record<string, unknown>;
-    for (const event of [message.event, ...((message.events as unknown[]) ?? [])]) if (event) delete (event as { timestamp?: unknown }).timestamp;
-    const body = toJsonString(desc, message as never, JSON_WRITE_OPTIONS);
-    const decoded = FAST_JSON_REQUEST_DECODERS[desc.typeName](body);
-    expect(decoded, `the fast JSON decoder declined a filled ${desc.typeName}`).toBeDefined();
-    expect(unsetFields(desc, decoded as Record<string, unknown>).filter((path) => !path.endsWith(".timestamp"))).toEqual([]);
-    expect(decoded).toStrictEqual(fromJsonString(desc, body, JSON_READ_OPTIONS));
-  });
+  it.each(handDecoded.map((d) => [d.typeName, d] as const))(
+    "decodes every field of %s from Connect JSON on the fast path but the timestamp, which it declines",
+    (_name, desc) => {
+      // The JSON fast path leaves an event's timestamp (RFC 3339 text) to reflection: a filled request is declined whole...
+      const withTimestamp = toJsonString(desc, filled(desc), JSON_WRITE_OPTIONS);
+      expect(FAST_JSON_REQUEST_DECODERS[desc.typeName](withTimestamp)).toBeUndefined();
+      // ...and one with every other field is decoded, each field carried.
+      const message = filled(desc) as Record<string, unknown>;
+      for (const event of [message.event, ...((message.events as unknown[]) ?? [])])
+        if (event) delete (event as { timestamp?: unknown }).timestamp;
+      const body = toJsonString(desc, message as never, JSON_WRITE_OPTIONS);
+      const decoded = FAST_JSON_REQUEST_DECODERS[desc.typeName](body);
+      expect(decoded, `the fast JSON decoder declined a filled ${desc.typeName}`).toBeDefined();
+      expect(
+        unsetFields(desc, decoded as Record<string, unknown>).filter((path) => !path.endsWith(".timestamp")),
+      ).toEqual([]);
+      expect(decoded).toStrictEqual(fromJsonString(desc, body, JSON_READ_OPTIONS));
+    },
+  );
 
   it("encodes every field of Event", () => {
     const event = filled(EventSchema);
@@ -185,13 +235,20 @@ describe("the hand-written codec, against the proto's descriptors", () => {
   it("writes every field of Event as Connect JSON, as toJsonString does", () => {
     const event = filled(EventSchema);
     expect(eventJson(event)).toBe(toJsonString(EventSchema, event, JSON_WRITE_OPTIONS));
-    expect(Object.keys(JSON.parse(eventJson(event)) as object).sort()).toEqual(EventSchema.fields.map((f) => f.name).sort());
+    expect(Object.keys(JSON.parse(eventJson(event)) as object).sort()).toEqual(
+      EventSchema.fields.map((f) => f.name).sort(),
+    );
   });
 
-  it.each(carriesEvents.map((d) => [d.typeName, d] as const))("writes every field of %s as Connect JSON, as toJsonString does", (_name, desc) => {
-    const message = filled(desc);
-    expect(Buffer.from(jsonResponseEncoder(desc)(message)).toString()).toBe(toJsonString(desc, message, JSON_WRITE_OPTIONS));
-  });
+  it.each(carriesEvents.map((d) => [d.typeName, d] as const))(
+    "writes every field of %s as Connect JSON, as toJsonString does",
+    (_name, desc) => {
+      const message = filled(desc);
+      expect(Buffer.from(jsonResponseEncoder(desc)(message)).toString()).toBe(
+        toJsonString(desc, message, JSON_WRITE_OPTIONS),
+      );
+    },
+  );
 });
 
 /** An EventInput with every field set, with the values the service accepts where it validates. */
@@ -202,8 +259,13 @@ function expectCarried(event: Event, input: Record<string, unknown>, sessionId: 
   expect(unsetFields(EventSchema, event)).toEqual([]);
   const sent = create(EventInputSchema, input as never) as unknown as Record<string, unknown>;
   for (const field of EventInputSchema.fields) {
-    expect(EventSchema.fields.some((f) => f.localName === field.localName), `EventInput.${field.name} has no field in Event to come back in`).toBe(true);
-    expect((event as unknown as Record<string, unknown>)[field.localName], `EventInput.${field.name}`).toEqual(sent[field.localName]);
+    expect(
+      EventSchema.fields.some((f) => f.localName === field.localName),
+      `EventInput.${field.name} has no field in Event to come back in`,
+    ).toBe(true);
+    expect((event as unknown as Record<string, unknown>)[field.localName], `EventInput.${field.name}`).toEqual(
+      sent[field.localName],
+    );
   }
   expect(event.sessionId).toBe(sessionId);
 }
@@ -218,7 +280,15 @@ afterAll(async () => {
 
 describe.each([
   ["local", async () => new LocalStore(storeLimits(loadConfig([], {})))],
-  ["redis", async () => RedisStore.open({ url: process.env.MEMORY_TEST_REDIS_URL!, keyPrefix: redisPrefix, limits: storeLimits(loadConfig([], {})) })],
+  [
+    "redis",
+    async () =>
+      RedisStore.open({
+        url: process.env.MEMORY_TEST_REDIS_URL!,
+        keyPrefix: redisPrefix,
+        limits: storeLimits(loadConfig([], {})),
+      }),
+  ],
 ] as const)("every field, end to end over gRPC (%s store)", (_name, open) => {
   let server: TestServer;
   let client: MemoryClient;

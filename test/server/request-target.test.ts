@@ -20,11 +20,25 @@ function byUrl(target: string): { pathname: string; search: string } | undefined
 
 /** Pieces of a target that URL keeps, rewrites, resolves or refuses, and plain ones. */
 const ODD = [..."/?#.%\\:@!$&'()*+,;=~-_[]{}|^`\"<> \t", "%2e", "%2E", "%zz", "%FF", "é", "\u{1F600}", "\u0000"];
-const PLAIN = ["a", "memory", "events", "mcp", "healthz", "engram.v1.MemoryService", "AddEvent", "session_id=s1", "limit=20", "&"];
+const PLAIN = [
+  "a",
+  "memory",
+  "events",
+  "mcp",
+  "healthz",
+  "engram.v1.MemoryService",
+  "AddEvent",
+  "session_id=s1",
+  "limit=20",
+  "&",
+];
 const segmentArb = fc.oneof(
   { weight: 4, arbitrary: fc.array(fc.constantFrom(...PLAIN), { minLength: 1, maxLength: 2 }).map((p) => p.join("")) },
   { weight: 2, arbitrary: fc.constantFrom(".", "..", "", "%2e", ".%2E") },
-  { weight: 2, arbitrary: fc.array(fc.constantFrom(...PLAIN, ...ODD), { minLength: 1, maxLength: 3 }).map((p) => p.join("")) },
+  {
+    weight: 2,
+    arbitrary: fc.array(fc.constantFrom(...PLAIN, ...ODD), { minLength: 1, maxLength: 3 }).map((p) => p.join("")),
+  },
 );
 /** Mostly absolute paths of such segments with a query of them, sometimes anything at all. */
 const targetArb = fc.oneof(

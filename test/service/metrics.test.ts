@@ -18,10 +18,25 @@ describe("BoundHistogram and BoundCounter", () => {
     const theirs = new Registry();
     const histogram = new BoundHistogram("h_seconds", "help h", ["method", "protocol"], ours);
     const counter = new BoundCounter("c_total", "help c", ["method", "code", "protocol"], ours);
-    const refHistogram = new Histogram({ name: "h_seconds", help: "help h", labelNames: ["method", "protocol"], buckets: BUCKETS, registers: [theirs] });
-    const refCounter = new Counter({ name: "c_total", help: "help c", labelNames: ["method", "code", "protocol"], registers: [theirs] });
+    const refHistogram = new Histogram({
+      name: "h_seconds",
+      help: "help h",
+      labelNames: ["method", "protocol"],
+      buckets: BUCKETS,
+      registers: [theirs],
+    });
+    const refCounter = new Counter({
+      name: "c_total",
+      help: "help c",
+      labelNames: ["method", "code", "protocol"],
+      registers: [theirs],
+    });
     const values = [0, 0.0004, 0.0005, 0.0007, 0.003, 0.02, 0.3, 1, 4.9, 5, 7.5, 120];
-    for (const [method, protocol] of [["addEvent", "grpc"], ["getSession", "connect"], ["addEvent", "rest"]]) {
+    for (const [method, protocol] of [
+      ["addEvent", "grpc"],
+      ["getSession", "connect"],
+      ["addEvent", "rest"],
+    ]) {
       const series = histogram.labels({ method, protocol });
       for (const v of values) {
         series.observe(v);
@@ -68,17 +83,24 @@ describe("Metrics.instrument", () => {
     await timed.createSession({ sessionId: "s1", appName: "a", userId: "u", metadata: {} } as never);
     await expect(timed.getSession("s1")).resolves.toMatchObject({ sessionId: "s1" });
     await expect(timed.appendEvents("missing", [], undefined)).rejects.toMatchObject({ code: "NOT_FOUND" });
-    await expect(timed.createSession({ sessionId: "s1", appName: "a", userId: "u", metadata: {} } as never)).rejects.toMatchObject({ code: "ALREADY_EXISTS" });
+    await expect(
+      timed.createSession({ sessionId: "s1", appName: "a", userId: "u", metadata: {} } as never),
+    ).rejects.toMatchObject({ code: "ALREADY_EXISTS" });
     const text = await metrics.registry.metrics();
     expect(text).toMatch(/engram_store_operation_duration_seconds_count\{operation="getSession",backend="local"\} 1\n/);
-    expect(text).toMatch(/engram_store_operation_duration_seconds_count\{operation="appendEvents",backend="local"\} 1\n/);
+    expect(text).toMatch(
+      /engram_store_operation_duration_seconds_count\{operation="appendEvents",backend="local"\} 1\n/,
+    );
     expect(text).not.toMatch(/^engram_store_errors_total\{/m);
     await store.close();
   });
 
   it("counts a backend failure (a store that is not connected) by operation and code", async () => {
     // A store whose backend never answers the open: every operation fails UNAVAILABLE.
-    const store = new ConnectingStore("redis", () => new Promise<never>(() => {}), { failed: () => {}, opened: () => {} });
+    const store = new ConnectingStore("redis", () => new Promise<never>(() => {}), {
+      failed: () => {},
+      opened: () => {},
+    });
     const metrics = new Metrics(store);
     const timed = metrics.instrument(store);
     await expect(timed.getSession("s1")).rejects.toMatchObject({ code: "UNAVAILABLE" });
@@ -88,8 +110,12 @@ describe("Metrics.instrument", () => {
   });
 
   it("reports the running version and Node.js in engram_build_info", async () => {
-    const { version } = JSON.parse(readFileSync(new URL("../../package.json", import.meta.url), "utf8")) as { version: string };
-    const text = await new Metrics(new LocalStore({ maxSessions: 10, maxSessionEvents: 10 } as never)).registry.metrics();
+    const { version } = JSON.parse(readFileSync(new URL("../../package.json", import.meta.url), "utf8")) as {
+      version: string;
+    };
+    const text = await new Metrics(
+      new LocalStore({ maxSessions: 10, maxSessionEvents: 10 } as never),
+    ).registry.metrics();
     expect(text).toContain(`engram_build_info{version="${version}",node="${process.version}"} 1\n`);
   });
 });

@@ -27,7 +27,13 @@ describe("Recall packing", () => {
     const heading = RECALL_HEADINGS.pinned;
     // Alone: the heading plus three lines of "\n- 2026-01-02: xxxx" (19 each) fit exactly; joined they cost 6 more.
     const budget = heading.length + 3 * 19;
-    const recall = await assembleRecall({ pinned: memories, relevant: [], budget, counter: joinCosts, buildContext: async () => ({ text: "" }) as never });
+    const recall = await assembleRecall({
+      pinned: memories,
+      relevant: [],
+      budget,
+      counter: joinCosts,
+      buildContext: async () => ({ text: "" }) as never,
+    });
     expect(recall.tokensUsed).toBeLessThanOrEqual(budget);
     expect(recall.pinnedTokens).toBe(joinCosts.count(recall.text));
     expect(recall.pinned.map((m) => m.text)).toEqual(["aaaa", "bbbb"]);
@@ -35,7 +41,13 @@ describe("Recall packing", () => {
 
   it("keeps every line when the section fits", async () => {
     const memories = ["aaaa", "bbbb", "cccc"].map(pinned);
-    const recall = await assembleRecall({ pinned: memories, relevant: [], budget: 1000, counter: joinCosts, buildContext: async () => ({ text: "" }) as never });
+    const recall = await assembleRecall({
+      pinned: memories,
+      relevant: [],
+      budget: 1000,
+      counter: joinCosts,
+      buildContext: async () => ({ text: "" }) as never,
+    });
     expect(recall.text).toBe(`${RECALL_HEADINGS.pinned}\n- 2026-01-02: aaaa\n- 2026-01-02: bbbb\n- 2026-01-02: cccc`);
     expect(recall.pinnedTokens).toBe(joinCosts.count(recall.text));
   });
@@ -43,22 +55,46 @@ describe("Recall packing", () => {
   it("reports the tokens of its whole text as each BPE tokenizer counts them, whatever the memories and conversation hold", async () => {
     const registry = new TokenizerRegistry();
     // Words, punctuation, line breaks, headings and spaces at the edges: where a BPE's pieces could join across sections.
-    const piece = fc.constantFrom("word", "Ünïcode", "日本語", "🙂", "42", "3.14", ".", "!?", "#", "##", " ", "  ", "\n", "\n\n", "\t", "'s", "/", "-");
+    const piece = fc.constantFrom(
+      "word",
+      "Ünïcode",
+      "日本語",
+      "🙂",
+      "42",
+      "3.14",
+      ".",
+      "!?",
+      "#",
+      "##",
+      " ",
+      "  ",
+      "\n",
+      "\n\n",
+      "\t",
+      "'s",
+      "/",
+      "-",
+    );
     const text = fc.array(piece, { minLength: 1, maxLength: 12 }).map((parts) => parts.join(""));
     for (const name of ["o200k_base", "cl100k_base"] as const) {
       const counter = await registry.get(name);
       expect(counter.name).toBe(name);
       await fc.assert(
-        fc.asyncProperty(fc.array(text, { maxLength: 4 }), fc.array(text, { maxLength: 4 }), text, async (pinnedTexts, relevantTexts, conversation) => {
-          const recall = await assembleRecall({
-            pinned: pinnedTexts.map(pinned),
-            relevant: relevantTexts.map((t) => ({ memory: pinned(t), score: 1, lexicalScore: 1, vectorScore: 0 })),
-            budget: 1000,
-            counter,
-            buildContext: async () => ({ text: conversation }) as never,
-          });
-          expect(recall.tokensUsed).toBe(counter.count(recall.text));
-        }),
+        fc.asyncProperty(
+          fc.array(text, { maxLength: 4 }),
+          fc.array(text, { maxLength: 4 }),
+          text,
+          async (pinnedTexts, relevantTexts, conversation) => {
+            const recall = await assembleRecall({
+              pinned: pinnedTexts.map(pinned),
+              relevant: relevantTexts.map((t) => ({ memory: pinned(t), score: 1, lexicalScore: 1, vectorScore: 0 })),
+              budget: 1000,
+              counter,
+              buildContext: async () => ({ text: conversation }) as never,
+            });
+            expect(recall.tokensUsed).toBe(counter.count(recall.text));
+          },
+        ),
         { numRuns: 300 },
       );
     }
@@ -68,20 +104,37 @@ describe("Recall packing", () => {
 /** One token per character. */
 const chars: TokenCounter = { name: "chars4", count: (text) => text.length };
 const relevant = (n: number, extra: Partial<MemoryRecord> = {}) =>
-  Array.from({ length: n }, (_, i) => ({ memory: { ...pinned(`memory number ${i}`), ...extra }, score: 1, lexicalScore: 1, vectorScore: 0 }));
+  Array.from({ length: n }, (_, i) => ({
+    memory: { ...pinned(`memory number ${i}`), ...extra },
+    score: 1,
+    lexicalScore: 1,
+    vectorScore: 0,
+  }));
 /** A conversation that takes every token it is offered. */
 const fillsItsBudget = async (budget: number) => ({ text: "x".repeat(Math.max(0, budget)) }) as never;
 
 describe("Recall's budget", () => {
   it("gives relevant memories what an empty conversation leaves: over 90% of the budget used", async () => {
-    const recall = await assembleRecall({ pinned: [pinned("core")], relevant: relevant(500), budget: 2000, counter: chars, buildContext: async () => ({ text: "" }) as never });
+    const recall = await assembleRecall({
+      pinned: [pinned("core")],
+      relevant: relevant(500),
+      budget: 2000,
+      counter: chars,
+      buildContext: async () => ({ text: "" }) as never,
+    });
     expect(recall.tokensUsed).toBeLessThanOrEqual(2000);
     expect(recall.tokensUsed).toBeGreaterThanOrEqual(1800);
     expect(recall.memoryTokens).toBeGreaterThan(1500);
   });
 
   it("keeps half of what pinned memories leave for relevant ones against a conversation that would take it all", async () => {
-    const recall = await assembleRecall({ pinned: [pinned("core")], relevant: relevant(500), budget: 2000, counter: chars, buildContext: fillsItsBudget });
+    const recall = await assembleRecall({
+      pinned: [pinned("core")],
+      relevant: relevant(500),
+      budget: 2000,
+      counter: chars,
+      buildContext: fillsItsBudget,
+    });
     const left = 2000 - recall.pinnedTokens;
     expect(recall.tokensUsed).toBeLessThanOrEqual(2000);
     expect(recall.memoryTokens).toBeGreaterThanOrEqual(Math.floor(left / 2) - 40);
@@ -89,7 +142,13 @@ describe("Recall's budget", () => {
   });
 
   it("gives the conversation what few relevant memories leave of their half", async () => {
-    const recall = await assembleRecall({ pinned: [], relevant: relevant(2), budget: 2000, counter: chars, buildContext: fillsItsBudget });
+    const recall = await assembleRecall({
+      pinned: [],
+      relevant: relevant(2),
+      budget: 2000,
+      counter: chars,
+      buildContext: fillsItsBudget,
+    });
     expect(recall.memories).toHaveLength(2);
     expect(recall.contextTokens).toBeGreaterThan(1900);
     expect(recall.tokensUsed).toBeLessThanOrEqual(2000);
@@ -104,6 +163,8 @@ describe("Recall's budget", () => {
       counter: chars,
       buildContext: async () => ({ text: "" }) as never,
     });
-    expect(recall.text).toBe(`${RECALL_HEADINGS.pinned}\n- 2026-01-02 (session s-7): core\n\n${RECALL_HEADINGS.memories}\n- 2026-01-02: memory number 0`);
+    expect(recall.text).toBe(
+      `${RECALL_HEADINGS.pinned}\n- 2026-01-02 (session s-7): core\n\n${RECALL_HEADINGS.memories}\n- 2026-01-02: memory number 0`,
+    );
   });
 });

@@ -4,20 +4,32 @@ import { describe, expect, it } from "vitest";
 import { DEFAULT_SERVICE_LIMITS } from "../../src/service/limits.js";
 import { checkEventSize } from "../../src/service/validation.js";
 
-const jsonBytes = (content: unknown, metadata: object) => Buffer.byteLength(JSON.stringify(content) ?? "null") + Buffer.byteLength(JSON.stringify(metadata));
+const jsonBytes = (content: unknown, metadata: object) =>
+  Buffer.byteLength(JSON.stringify(content) ?? "null") + Buffer.byteLength(JSON.stringify(metadata));
 const limits = (maxEventBytes: number) => ({ ...DEFAULT_SERVICE_LIMITS, maxEventBytes });
 
 describe("checkEventSize", () => {
   it("refuses exactly the events whose content and metadata take more bytes of JSON than the limit", () => {
-    const text = fc.oneof(fc.string({ unit: "binary", maxLength: 40 }), fc.string({ unit: fc.constantFrom("\u0001", "\n", "é", "😀", "\ud800", "a"), maxLength: 40 }));
+    const text = fc.oneof(
+      fc.string({ unit: "binary", maxLength: 40 }),
+      fc.string({ unit: fc.constantFrom("\u0001", "\n", "é", "😀", "\ud800", "a"), maxLength: 40 }),
+    );
     fc.assert(
-      fc.property(text, fc.option(fc.dictionary(fc.string({ maxLength: 4 }), fc.string({ maxLength: 8 }), { maxKeys: 2 }), { nil: undefined }), fc.integer({ min: 1, max: 300 }), (content, metadata, max) => {
-        const meta = metadata ?? {};
-        const over = jsonBytes(content, meta) > max;
-        const check = () => checkEventSize("event", content, meta, limits(max));
-        if (over) expect(check).toThrow(/^event: content and metadata take \d+ bytes of JSON, over the limit of \d+$/);
-        else expect(check).not.toThrow();
-      }),
+      fc.property(
+        text,
+        fc.option(fc.dictionary(fc.string({ maxLength: 4 }), fc.string({ maxLength: 8 }), { maxKeys: 2 }), {
+          nil: undefined,
+        }),
+        fc.integer({ min: 1, max: 300 }),
+        (content, metadata, max) => {
+          const meta = metadata ?? {};
+          const over = jsonBytes(content, meta) > max;
+          const check = () => checkEventSize("event", content, meta, limits(max));
+          if (over)
+            expect(check).toThrow(/^event: content and metadata take \d+ bytes of JSON, over the limit of \d+$/);
+          else expect(check).not.toThrow();
+        },
+      ),
       { numRuns: 5000 },
     );
   });

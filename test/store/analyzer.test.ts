@@ -8,7 +8,9 @@ const stemEnglish: (word: string) => string = createRequire(import.meta.url)("wi
 describe("the memory text analyzer", () => {
   it("stems English words so that a singular finds a plural", () => {
     expect(queryTerms("book a flight seat")).toEqual(["book", "flight", "seat"]);
-    expect(analyze("Alice now prefers aisle seats on long flights")).toEqual(expect.arrayContaining(["seat", "flight", "prefer"]));
+    expect(analyze("Alice now prefers aisle seats on long flights")).toEqual(
+      expect.arrayContaining(["seat", "flight", "prefer"]),
+    );
   });
 
   it("folds NFD and NFC, compatibility forms and case to one term", () => {
@@ -50,12 +52,17 @@ describe("the memory text analyzer", () => {
   it("gives ASCII text, on its shorter road, exactly the terms of the full analysis", () => {
     // A word outside ASCII at the end sends the same text down the full road; it adds its own term only.
     const set = loadMemoriesEval();
-    const texts = [...allMemories(set).map((m) => m.text), ...allQuestions(set).map((q) => q.query)].filter((t) => !/[\u0080-\uffff]/.test(t));
-    texts.push("Don't e-mail Alice's v3.14 <b>x_y</b> #tag", "O'Neil's 'quoted' words' ' '' and\ttabs\n", "UPPER Case MiXeD 123abc ABC123");
+    const texts = [...allMemories(set).map((m) => m.text), ...allQuestions(set).map((q) => q.query)].filter(
+      (t) => !/[\u0080-\uffff]/.test(t),
+    );
+    texts.push(
+      "Don't e-mail Alice's v3.14 <b>x_y</b> #tag",
+      "O'Neil's 'quoted' words' ' '' and\ttabs\n",
+      "UPPER Case MiXeD 123abc ABC123",
+    );
     expect(texts.length).toBeGreaterThan(500);
     for (const text of texts) {
       expect(analyze(`${text} über`), text).toEqual([...analyze(text), "über"]);
     }
   });
 });
-

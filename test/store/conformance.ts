@@ -12,7 +12,16 @@ import { RetentionSweeper } from "../../src/service/retention.js";
 import { searchEvents } from "../../src/service/memories/event-search.js";
 import { describeStateConformance } from "./state-conformance.js";
 import { makeSession, newEvent, rejection, waitFor } from "./fixtures.js";
-import type { JsonValue, MemoryStore, RecentEventsFilter, SessionNotice, SessionRecord, StoreCall, StoreCapabilities, StoreLimits } from "../../src/store/types.js";
+import type {
+  JsonValue,
+  MemoryStore,
+  RecentEventsFilter,
+  SessionNotice,
+  SessionRecord,
+  StoreCall,
+  StoreCapabilities,
+  StoreLimits,
+} from "../../src/store/types.js";
 
 /** Makes a fresh, empty store with the given limits. */
 export type StoreFactory = (limits: StoreLimits) => Promise<MemoryStore>;
@@ -44,8 +53,21 @@ export function describeStoreConformance(name: string, factory: StoreFactory, ca
       it("creates a session and reads it back", async () => {
         const store = await fresh();
         const now = Date.now();
-        const created = await store.createSession({ sessionId: "s1", appName: "app", userId: "u", metadata: { a: [1, "x"] }, now });
-        expect(created).toMatchObject({ sessionId: "s1", appName: "app", userId: "u", metadata: { a: [1, "x"] }, headSeq: 0, firstSeq: 1 });
+        const created = await store.createSession({
+          sessionId: "s1",
+          appName: "app",
+          userId: "u",
+          metadata: { a: [1, "x"] },
+          now,
+        });
+        expect(created).toMatchObject({
+          sessionId: "s1",
+          appName: "app",
+          userId: "u",
+          metadata: { a: [1, "x"] },
+          headSeq: 0,
+          firstSeq: 1,
+        });
         expect(created.createdAt).toBe(now);
         expect(await store.getSession("s1")).toEqual(created);
         expect(await store.getSession("missing")).toBeUndefined();
@@ -73,14 +95,21 @@ export function describeStoreConformance(name: string, factory: StoreFactory, ca
 
       it("lists sessions in session_id order with a cursor and filters", async () => {
         const store = await fresh();
-        for (const id of ["c", "a", "e", "b", "d"]) await makeSession(store, id, id < "c" ? "app1" : "app2", id === "e" ? "u2" : "u1");
+        for (const id of ["c", "a", "e", "b", "d"])
+          await makeSession(store, id, id < "c" ? "app1" : "app2", id === "e" ? "u2" : "u1");
         const all = await store.listSessions({ limit: 10 });
         expect(all.map((s) => s.sessionId)).toEqual(["a", "b", "c", "d", "e"]);
         const page1 = await store.listSessions({ limit: 2 });
         const page2 = await store.listSessions({ limit: 2, afterSessionId: page1[1].sessionId });
         expect([...page1, ...page2].map((s) => s.sessionId)).toEqual(["a", "b", "c", "d"]);
-        expect((await store.listSessions({ limit: 10, appName: "app2" })).map((s) => s.sessionId)).toEqual(["c", "d", "e"]);
-        expect((await store.listSessions({ limit: 10, appName: "app2", userId: "u1" })).map((s) => s.sessionId)).toEqual(["c", "d"]);
+        expect((await store.listSessions({ limit: 10, appName: "app2" })).map((s) => s.sessionId)).toEqual([
+          "c",
+          "d",
+          "e",
+        ]);
+        expect(
+          (await store.listSessions({ limit: 10, appName: "app2", userId: "u1" })).map((s) => s.sessionId),
+        ).toEqual(["c", "d"]);
         expect((await store.listSessions({ limit: 10, userId: "u2" })).map((s) => s.sessionId)).toEqual(["e"]);
         expect(await store.listSessions({ limit: 10, afterSessionId: "e" })).toEqual([]);
       });
@@ -88,7 +117,10 @@ export function describeStoreConformance(name: string, factory: StoreFactory, ca
       it("deletes a session with every event; a second delete is false", async () => {
         const store = await fresh();
         await makeSession(store, "s1");
-        await store.appendEvents("s1", [newEvent("user_message", "a", { eventId: "e1" }), newEvent("agent_response", "b")]);
+        await store.appendEvents("s1", [
+          newEvent("user_message", "a", { eventId: "e1" }),
+          newEvent("agent_response", "b"),
+        ]);
         expect(await store.deleteSession("s1")).toBe(true);
         expect(await store.getSession("s1")).toBeUndefined();
         expect((await rejection(store.readEvents("s1", { limit: 10 }))).code).toBe("NOT_FOUND");
@@ -106,7 +138,10 @@ export function describeStoreConformance(name: string, factory: StoreFactory, ca
         const store = await fresh();
         await makeSession(store, "s1");
         const a = await store.appendEvents("s1", [newEvent("user_message", "one")]);
-        const b = await store.appendEvents("s1", [newEvent("agent_response", "two"), newEvent("tool_call", { tool: "x" })]);
+        const b = await store.appendEvents("s1", [
+          newEvent("agent_response", "two"),
+          newEvent("tool_call", { tool: "x" }),
+        ]);
         expect([...a.events, ...b.events].map((e) => e.seq)).toEqual([1, 2, 3]);
         expect(b.replayed).toBe(false);
         const s = await store.getSession("s1");
@@ -125,10 +160,22 @@ export function describeStoreConformance(name: string, factory: StoreFactory, ca
         const store = await fresh();
         await makeSession(store, "s1");
         const contents: JsonValue[] = [
-          null, true, false, 0, -1.5, 1e21, "", "text with ünïcödé, emoji 🧠 and \"quotes\"\n",
-          [], {}, [1, [2, [3, { deep: [null, "x"] }]]], { nested: { a: 1, b: [true, null], "key with spaces": "v" } },
+          null,
+          true,
+          false,
+          0,
+          -1.5,
+          1e21,
+          "",
+          'text with ünïcödé, emoji 🧠 and "quotes"\n',
+          [],
+          {},
+          [1, [2, [3, { deep: [null, "x"] }]]],
+          { nested: { a: 1, b: [true, null], "key with spaces": "v" } },
         ];
-        const input = contents.map((c, i) => newEvent("custom.type", c, { metadata: { i, trace_id: "abc" }, timestamp: 1_700_000_000_123 + i }));
+        const input = contents.map((c, i) =>
+          newEvent("custom.type", c, { metadata: { i, trace_id: "abc" }, timestamp: 1_700_000_000_123 + i }),
+        );
         await store.appendEvents("s1", input);
         const page = await store.readEvents("s1", { limit: 100 });
         expect(page.events.map((e) => e.content)).toEqual(contents);
@@ -140,8 +187,12 @@ export function describeStoreConformance(name: string, factory: StoreFactory, ca
       it("50 concurrent appends to one session get seq 1..50 exactly", async () => {
         const store = await fresh();
         await makeSession(store, "s1");
-        const results = await Promise.all(Array.from({ length: 50 }, (_, i) => store.appendEvents("s1", [newEvent("user_message", i)])));
-        expect(results.map((r) => r.events[0].seq).sort((a, b) => a - b)).toEqual(Array.from({ length: 50 }, (_, i) => i + 1));
+        const results = await Promise.all(
+          Array.from({ length: 50 }, (_, i) => store.appendEvents("s1", [newEvent("user_message", i)])),
+        );
+        expect(results.map((r) => r.events[0].seq).sort((a, b) => a - b)).toEqual(
+          Array.from({ length: 50 }, (_, i) => i + 1),
+        );
         const page = await store.readEvents("s1", { limit: 100 });
         expect(page.events.map((e) => e.seq)).toEqual(Array.from({ length: 50 }, (_, i) => i + 1));
         expect(new Set(page.events.map((e) => e.content)).size).toBe(50);
@@ -150,10 +201,18 @@ export function describeStoreConformance(name: string, factory: StoreFactory, ca
       it("a retried event_id with the same payload returns the original event", async () => {
         const store = await fresh();
         await makeSession(store, "s1");
-        const first = await store.appendEvents("s1", [newEvent("user_message", { text: "hi", n: [1, 2] }, { eventId: "e1", metadata: { a: 1, b: 2 } })]);
+        const first = await store.appendEvents("s1", [
+          newEvent("user_message", { text: "hi", n: [1, 2] }, { eventId: "e1", metadata: { a: 1, b: 2 } }),
+        ]);
         await store.appendEvents("s1", [newEvent("agent_response", "between")]);
         // Same payload, keys in another order, another timestamp: still the same event.
-        const retry = await store.appendEvents("s1", [newEvent("user_message", { n: [1, 2], text: "hi" }, { eventId: "e1", metadata: { b: 2, a: 1 }, timestamp: 1 })]);
+        const retry = await store.appendEvents("s1", [
+          newEvent(
+            "user_message",
+            { n: [1, 2], text: "hi" },
+            { eventId: "e1", metadata: { b: 2, a: 1 }, timestamp: 1 },
+          ),
+        ]);
         expect(retry.replayed).toBe(true);
         expect(retry.events).toEqual(first.events);
         expect((await store.getSession("s1"))!.headSeq).toBe(2);
@@ -174,7 +233,10 @@ export function describeStoreConformance(name: string, factory: StoreFactory, ca
         await makeSession(store, "s1");
         await store.appendEvents("s1", [newEvent("user_message", "hi", { eventId: "e1" })]);
         const err = await rejection(
-          store.appendEvents("s1", [newEvent("agent_response", "new"), newEvent("user_message", "different", { eventId: "e1" })]),
+          store.appendEvents("s1", [
+            newEvent("agent_response", "new"),
+            newEvent("user_message", "different", { eventId: "e1" }),
+          ]),
         );
         expect(err.code).toBe("ALREADY_EXISTS");
         expect((await store.readEvents("s1", { limit: 10 })).events.map((e) => e.content)).toEqual(["hi"]);
@@ -184,7 +246,10 @@ export function describeStoreConformance(name: string, factory: StoreFactory, ca
         const store = await fresh();
         await makeSession(store, "s1");
         const first = await store.appendEvents("s1", [newEvent("user_message", "hi", { eventId: "e1" })]);
-        const mixed = await store.appendEvents("s1", [newEvent("user_message", "hi", { eventId: "e1" }), newEvent("agent_response", "new", { eventId: "e2" })]);
+        const mixed = await store.appendEvents("s1", [
+          newEvent("user_message", "hi", { eventId: "e1" }),
+          newEvent("agent_response", "new", { eventId: "e2" }),
+        ]);
         expect(mixed.replayed).toBe(false);
         expect(mixed.events.map((e) => e.seq)).toEqual([first.events[0].seq, 2]);
         expect((await store.getSession("s1"))!.headSeq).toBe(2);
@@ -212,9 +277,12 @@ export function describeStoreConformance(name: string, factory: StoreFactory, ca
       it("under concurrent expected_seq appends exactly one writer wins each seq", async () => {
         const store = await fresh();
         await makeSession(store, "s1");
-        const outcomes = await Promise.allSettled(Array.from({ length: 10 }, (_, i) => store.appendEvents("s1", [newEvent("user_message", i)], 0)));
+        const outcomes = await Promise.allSettled(
+          Array.from({ length: 10 }, (_, i) => store.appendEvents("s1", [newEvent("user_message", i)], 0)),
+        );
         expect(outcomes.filter((o) => o.status === "fulfilled")).toHaveLength(1);
-        for (const o of outcomes) if (o.status === "rejected") expect((o.reason as MemoryError).code).toBe("FAILED_PRECONDITION");
+        for (const o of outcomes)
+          if (o.status === "rejected") expect((o.reason as MemoryError).code).toBe("FAILED_PRECONDITION");
       });
     });
 
@@ -222,7 +290,12 @@ export function describeStoreConformance(name: string, factory: StoreFactory, ca
       it("reads after a cursor, with a limit and an event type filter", async () => {
         const store = await fresh();
         await makeSession(store, "s1");
-        await store.appendEvents("s1", ["user_message", "agent_response", "tool_call", "tool_result", "user_message", "agent_response"].map((t, i) => newEvent(t, i)));
+        await store.appendEvents(
+          "s1",
+          ["user_message", "agent_response", "tool_call", "tool_result", "user_message", "agent_response"].map((t, i) =>
+            newEvent(t, i),
+          ),
+        );
         const page = await store.readEvents("s1", { afterSeq: 2, limit: 2 });
         expect(page.events.map((e) => e.seq)).toEqual([3, 4]);
         expect(page).toMatchObject({ headSeq: 6, firstSeq: 1 });
@@ -236,7 +309,10 @@ export function describeStoreConformance(name: string, factory: StoreFactory, ca
       it("reads the newest events with readTail, filtered or not", async () => {
         const store = await fresh();
         await makeSession(store, "s1");
-        await store.appendEvents("s1", ["user_message", "agent_response", "user_message", "agent_response"].map((t, i) => newEvent(t, i)));
+        await store.appendEvents(
+          "s1",
+          ["user_message", "agent_response", "user_message", "agent_response"].map((t, i) => newEvent(t, i)),
+        );
         expect((await store.readTail("s1", 3)).events.map((e) => e.seq)).toEqual([2, 3, 4]);
         expect((await store.readTail("s1", 10, ["user_message"])).events.map((e) => e.seq)).toEqual([1, 3]);
         expect((await rejection(store.readTail("nope", 3))).code).toBe("NOT_FOUND");
@@ -245,7 +321,8 @@ export function describeStoreConformance(name: string, factory: StoreFactory, ca
       it("evicts the oldest events past maxSessionEvents and refuses cursors into them", async () => {
         const store = await fresh({ maxSessionEvents: 5, dedupeWindowMs: 0 });
         await makeSession(store, "s1");
-        for (let i = 0; i < 8; i++) await store.appendEvents("s1", [newEvent("user_message", i, { eventId: `e${i + 1}` })]);
+        for (let i = 0; i < 8; i++)
+          await store.appendEvents("s1", [newEvent("user_message", i, { eventId: `e${i + 1}` })]);
         const page = await store.readEvents("s1", { limit: 100 });
         expect(page.events.map((e) => e.seq)).toEqual([4, 5, 6, 7, 8]);
         expect(page).toMatchObject({ firstSeq: 4, headSeq: 8 });
@@ -263,7 +340,10 @@ export function describeStoreConformance(name: string, factory: StoreFactory, ca
       it("a batch larger than the cap keeps only the newest events", async () => {
         const store = await fresh({ maxSessionEvents: 3 });
         await makeSession(store, "s1");
-        const res = await store.appendEvents("s1", Array.from({ length: 5 }, (_, i) => newEvent("user_message", i)));
+        const res = await store.appendEvents(
+          "s1",
+          Array.from({ length: 5 }, (_, i) => newEvent("user_message", i)),
+        );
         expect(res.events.map((e) => e.seq)).toEqual([1, 2, 3, 4, 5]);
         expect((await store.readEvents("s1", { limit: 10 })).events.map((e) => e.seq)).toEqual([3, 4, 5]);
       });
@@ -296,13 +376,22 @@ export function describeStoreConformance(name: string, factory: StoreFactory, ca
         await makeSession(store, "a");
         await makeSession(store, "b");
         const t = 1_700_000_000_000;
-        await store.appendEvents("a", [newEvent("user_message", "a1", { timestamp: t + 1 }), newEvent("user_message", "a2", { timestamp: t + 4 })]);
+        await store.appendEvents("a", [
+          newEvent("user_message", "a1", { timestamp: t + 1 }),
+          newEvent("user_message", "a2", { timestamp: t + 4 }),
+        ]);
         await store.appendEvents("b", [newEvent("user_message", "future", { timestamp: t + 10 * 365 * 86_400_000 })]);
         await store.appendEvents("a", [newEvent("user_message", "old", { timestamp: 0 })]);
         await store.appendEvents("b", [newEvent("user_message", "b2", { timestamp: t + 2 })]);
         expect(contents(await store.listRecentEvents(10))).toEqual(["a1", "a2", "future", "old", "b2"]);
         expect(contents(await store.listRecentEvents(2))).toEqual(["old", "b2"]);
-        expect(contents(await store.listRecentEvents(10, { appNames: ["app"] }))).toEqual(["a1", "a2", "future", "old", "b2"]);
+        expect(contents(await store.listRecentEvents(10, { appNames: ["app"] }))).toEqual([
+          "a1",
+          "a2",
+          "future",
+          "old",
+          "b2",
+        ]);
       });
 
       it("lists an app's, a user's, or an app and user's events only, merging the apps named", async () => {
@@ -312,7 +401,14 @@ export function describeStoreConformance(name: string, factory: StoreFactory, ca
         await makeSession(store, "y-ann", "y", "ann");
         await makeSession(store, "z-ann", "z", "ann");
         await makeSession(store, "empty", "w", "ann");
-        for (const [session, content] of [["x-ann", 1], ["y-ann", 2], ["x-bob", 3], ["z-ann", 4], ["x-ann", 5], ["y-ann", 6]] as const) {
+        for (const [session, content] of [
+          ["x-ann", 1],
+          ["y-ann", 2],
+          ["x-bob", 3],
+          ["z-ann", 4],
+          ["x-ann", 5],
+          ["y-ann", 6],
+        ] as const) {
           await store.appendEvents(session, [newEvent("user_message", content, { timestamp: 1_000_000 - content })]);
         }
         expect(contents(await store.listRecentEvents(10, { appNames: ["x"] }))).toEqual([1, 3, 5]);
@@ -321,7 +417,9 @@ export function describeStoreConformance(name: string, factory: StoreFactory, ca
         expect(contents(await store.listRecentEvents(10, { userId: "ann" }))).toEqual([1, 2, 4, 5, 6]);
         expect(contents(await store.listRecentEvents(10, { appNames: ["x", "y"] }))).toEqual([1, 2, 3, 5, 6]);
         expect(contents(await store.listRecentEvents(3, { appNames: ["y", "x", "y"] }))).toEqual([3, 5, 6]);
-        expect(contents(await store.listRecentEvents(10, { appNames: ["x", "y"], userId: "ann" }))).toEqual([1, 2, 5, 6]);
+        expect(contents(await store.listRecentEvents(10, { appNames: ["x", "y"], userId: "ann" }))).toEqual([
+          1, 2, 5, 6,
+        ]);
         expect(await store.listRecentEvents(10, { appNames: ["w"] })).toEqual([]);
         expect(await store.listRecentEvents(10, { appNames: ["nobody"] })).toEqual([]);
         expect(await store.listRecentEvents(10, { appNames: [] })).toEqual([]);
@@ -342,7 +440,10 @@ export function describeStoreConformance(name: string, factory: StoreFactory, ca
         await store.appendEvents("quiet", [newEvent("user_message", "mine")]);
         for (let s = 0; s < 5; s++) {
           await makeSession(store, `loud-${s}`, "loud", "mallory");
-          await store.appendEvents(`loud-${s}`, Array.from({ length: 500 }, (_, i) => newEvent("user_message", i, { timestamp: Date.now() + 86_400_000 })));
+          await store.appendEvents(
+            `loud-${s}`,
+            Array.from({ length: 500 }, (_, i) => newEvent("user_message", i, { timestamp: Date.now() + 86_400_000 })),
+          );
         }
         expect(contents(await store.listRecentEvents(1000, { appNames: ["quiet"] }))).toEqual(["mine"]);
         expect(contents(await store.listRecentEvents(1000, { userId: "ann" }))).toEqual(["mine"]);
@@ -358,9 +459,15 @@ export function describeStoreConformance(name: string, factory: StoreFactory, ca
         await store.appendEvents("trim", [newEvent("user_message", "t1"), newEvent("user_message", "t2")]);
         await store.appendEvents("trim", [newEvent("user_message", "t3")]);
         const filters = [undefined, { appNames: ["x"] }, { userId: "ann" }, { appNames: ["x"], userId: "ann" }];
-        for (const filter of filters) expect(contents(await store.listRecentEvents(10, filter)), JSON.stringify(filter)).toEqual(["k1", "t2", "t3"]);
+        for (const filter of filters)
+          expect(contents(await store.listRecentEvents(10, filter)), JSON.stringify(filter)).toEqual([
+            "k1",
+            "t2",
+            "t3",
+          ]);
         expect(await store.deleteSession("trim")).toBe(true);
-        for (const filter of filters) expect(contents(await store.listRecentEvents(10, filter)), JSON.stringify(filter)).toEqual(["k1"]);
+        for (const filter of filters)
+          expect(contents(await store.listRecentEvents(10, filter)), JSON.stringify(filter)).toEqual(["k1"]);
         // A session created again under the deleted id, in another tenancy, lists only under its new scope.
         await makeSession(store, "trim", "y", "bob");
         await store.appendEvents("trim", [newEvent("user_message", "new")]);
@@ -451,7 +558,10 @@ export function describeStoreConformance(name: string, factory: StoreFactory, ca
       async function tenants(store: MemoryStore) {
         const t = 1_700_000_000_000;
         for (const id of ["e1", "e2", "e3"]) await makeSession(store, id, "app", "erased");
-        await store.appendEvents("e1", [newEvent("user_message", "e1a", { timestamp: t + 1 }), newEvent("user_message", "e1b", { timestamp: t + 5 })]);
+        await store.appendEvents("e1", [
+          newEvent("user_message", "e1a", { timestamp: t + 1 }),
+          newEvent("user_message", "e1b", { timestamp: t + 5 }),
+        ]);
         await store.appendEvents("e3", [newEvent("user_message", "e3a", { timestamp: t + 6 })]);
         // The same user in another app, another user of the same app, and names that only concatenate alike.
         await makeSession(store, "other-app", "app2", "erased");
@@ -459,7 +569,10 @@ export function describeStoreConformance(name: string, factory: StoreFactory, ca
         await makeSession(store, "lookalike", "app:erased", "x");
         await makeSession(store, "lookalike2", "ap", "p:erased");
         await store.appendEvents("other-app", [newEvent("user_message", "o1", { timestamp: t + 2 })]);
-        await store.appendEvents("other-user", [newEvent("user_message", "o2", { timestamp: t + 3 }), newEvent("user_message", "o3", { timestamp: t + 4 })]);
+        await store.appendEvents("other-user", [
+          newEvent("user_message", "o2", { timestamp: t + 3 }),
+          newEvent("user_message", "o3", { timestamp: t + 4 }),
+        ]);
       }
 
       it("deleteUserData removes every session and event of the user, counts them, and touches nobody else", async () => {
@@ -470,9 +583,17 @@ export function describeStoreConformance(name: string, factory: StoreFactory, ca
           expect(await store.getSession(id)).toBeUndefined();
           expect((await rejection(store.readEvents(id, { limit: 10 }))).code).toBe("NOT_FOUND");
         }
-        expect((await store.listSessions({ limit: 100, appName: "app", userId: "erased" }))).toEqual([]);
-        expect((await store.listSessions({ limit: 100 })).map((s) => s.sessionId)).toEqual(["lookalike", "lookalike2", "other-app", "other-user"]);
-        expect((await store.readEvents("other-user", { limit: 10 })).events.map((e) => e.content)).toEqual(["o2", "o3"]);
+        expect(await store.listSessions({ limit: 100, appName: "app", userId: "erased" })).toEqual([]);
+        expect((await store.listSessions({ limit: 100 })).map((s) => s.sessionId)).toEqual([
+          "lookalike",
+          "lookalike2",
+          "other-app",
+          "other-user",
+        ]);
+        expect((await store.readEvents("other-user", { limit: 10 })).events.map((e) => e.content)).toEqual([
+          "o2",
+          "o3",
+        ]);
         expect((await store.listRecentEvents(100)).map((e) => e.content)).toEqual(["o1", "o2", "o3"]);
         expect(await store.stats()).toEqual({ totalSessions: 4, totalEvents: 3 });
       });
@@ -489,7 +610,8 @@ export function describeStoreConformance(name: string, factory: StoreFactory, ca
         await store.appendEvents("e1", [withId("e1b")]);
         await store.appendEvents("same-app", [withId("o2")]);
         expect((await store.appendEvents("e1", [withId("e1a")])).replayed).toBe(true);
-        const recent = async (filter: RecentEventsFilter) => (await store.listRecentEvents(100, filter)).map((e) => e.content);
+        const recent = async (filter: RecentEventsFilter) =>
+          (await store.listRecentEvents(100, filter)).map((e) => e.content);
         expect(await recent({ appNames: ["app"], userId: "erased" })).toEqual(["e1b"]);
 
         await store.deleteUserData("app", "erased");
@@ -499,7 +621,10 @@ export function describeStoreConformance(name: string, factory: StoreFactory, ca
         expect(await recent({})).toEqual(["o1", "o2"]);
         // The same id in the same user's new session is a new event, not a replay of the erased one.
         await makeSession(store, "e1", "app", "erased");
-        expect(await store.appendEvents("e1", [withId("e1a")])).toMatchObject({ replayed: false, events: [{ seq: 1, content: "e1a" }] });
+        expect(await store.appendEvents("e1", [withId("e1a")])).toMatchObject({
+          replayed: false,
+          events: [{ seq: 1, content: "e1a" }],
+        });
       });
 
       it("deleteUserData is safe to repeat: a second call removes nothing and says so", async () => {
@@ -515,7 +640,11 @@ export function describeStoreConformance(name: string, factory: StoreFactory, ca
         const store = await fresh();
         const count = 250;
         for (let i = 0; i < count; i += 25) {
-          await Promise.all(Array.from({ length: 25 }, (_, j) => makeSession(store, `many-${String(i + j).padStart(3, "0")}`, "app", "many")));
+          await Promise.all(
+            Array.from({ length: 25 }, (_, j) =>
+              makeSession(store, `many-${String(i + j).padStart(3, "0")}`, "app", "many"),
+            ),
+          );
         }
         await makeSession(store, "neighbour", "app", "kept");
         await store.appendEvents("many-000", [newEvent("user_message", 1), newEvent("user_message", 2)]);
@@ -533,7 +662,11 @@ export function describeStoreConformance(name: string, factory: StoreFactory, ca
         try {
           await sleep(capabilities.shared ? 200 : 0);
           await store.deleteUserData("app", "erased");
-          await waitFor(() => notices.some((n) => n.sessionId === "e1" && n.deleted) && notices.some((n) => n.sessionId === "e2" && n.deleted));
+          await waitFor(
+            () =>
+              notices.some((n) => n.sessionId === "e1" && n.deleted) &&
+              notices.some((n) => n.sessionId === "e2" && n.deleted),
+          );
           await sleep(capabilities.shared ? 100 : 0);
           // Notices of the appends made before subscribing may still arrive late; none may say "deleted".
           expect(notices.filter((n) => n.sessionId === "other-user" && n.deleted)).toEqual([]);
@@ -544,15 +677,23 @@ export function describeStoreConformance(name: string, factory: StoreFactory, ca
 
       it("cleanup with an app and/or user filter removes only the stale sessions matching it", async () => {
         const store = await fresh();
-        for (const [id, app, user] of [["a-u", "a", "u"], ["a-v", "a", "v"], ["b-u", "b", "u"], ["b-v", "b", "v"], ["a:u", "a:u", ""]] as const) {
+        for (const [id, app, user] of [
+          ["a-u", "a", "u"],
+          ["a-v", "a", "v"],
+          ["b-u", "b", "u"],
+          ["b-v", "b", "v"],
+          ["a:u", "a:u", ""],
+        ] as const) {
           await makeSession(store, id, app, user);
           await makeSession(store, `${id}-fresh`, app, user);
         }
         await sleep(20);
         const cutoff = Date.now();
         await sleep(5);
-        for (const id of ["a-u", "a-v", "b-u", "b-v", "a:u"]) await store.appendEvents(`${id}-fresh`, [newEvent("user_message", "x")]);
-        const left = async () => (await store.listSessions({ limit: 100 })).map((s) => s.sessionId).filter((id) => !id.endsWith("-fresh"));
+        for (const id of ["a-u", "a-v", "b-u", "b-v", "a:u"])
+          await store.appendEvents(`${id}-fresh`, [newEvent("user_message", "x")]);
+        const left = async () =>
+          (await store.listSessions({ limit: 100 })).map((s) => s.sessionId).filter((id) => !id.endsWith("-fresh"));
         expect(await store.cleanup(cutoff, { appName: "a", userId: "u" })).toBe(1);
         expect(await left()).toEqual(["a-v", "a:u", "b-u", "b-v"]);
         expect(await store.cleanup(cutoff, { userId: "v" })).toBe(2);
@@ -561,7 +702,9 @@ export function describeStoreConformance(name: string, factory: StoreFactory, ca
         expect(await left()).toEqual(["a:u"]);
         expect(await store.cleanup(cutoff, { appName: "a" })).toBe(0);
         // Every fresh session is still there.
-        expect((await store.listSessions({ limit: 100 })).filter((s) => s.sessionId.endsWith("-fresh"))).toHaveLength(5);
+        expect((await store.listSessions({ limit: 100 })).filter((s) => s.sessionId.endsWith("-fresh"))).toHaveLength(
+          5,
+        );
         expect((await store.stats()).totalSessions).toBe(6);
       });
     });
@@ -632,17 +775,39 @@ export function describeStoreConformance(name: string, factory: StoreFactory, ca
         try {
           await sleep(capabilities.shared ? 200 : 0);
           await store.deleteSession("s1");
-          const second = (await store.getOrCreateSession({ sessionId: "s1", appName: "other-app", userId: "other-user", metadata: {}, now: Date.now() })).session;
+          const second = (
+            await store.getOrCreateSession({
+              sessionId: "s1",
+              appName: "other-app",
+              userId: "other-user",
+              metadata: {},
+              now: Date.now(),
+            })
+          ).session;
           expect(second.incarnation).not.toBe(first.incarnation);
           expect(second.incarnation).not.toBe("");
           await store.appendEvents("s1", [newEvent("user_message", 2)]);
           expect((await store.getSession("s1"))?.incarnation).toBe(second.incarnation);
           expect((await store.readEvents("s1", { limit: 10 })).incarnation).toBe(second.incarnation);
-          expect((await store.getOrCreateSession({ sessionId: "s1", appName: "x", userId: "y", metadata: {}, now: Date.now() })).session.incarnation).toBe(second.incarnation);
-          await waitFor(() => notices.some((n) => n.headSeq === 1 && !n.deleted && n.incarnation !== first.incarnation));
+          expect(
+            (
+              await store.getOrCreateSession({
+                sessionId: "s1",
+                appName: "x",
+                userId: "y",
+                metadata: {},
+                now: Date.now(),
+              })
+            ).session.incarnation,
+          ).toBe(second.incarnation);
+          await waitFor(() =>
+            notices.some((n) => n.headSeq === 1 && !n.deleted && n.incarnation !== first.incarnation),
+          );
           // A notice that names an incarnation names the right one: the deletion the first's, the append the second's.
-          for (const n of notices.filter((x) => x.deleted && x.incarnation !== undefined)) expect(n.incarnation).toBe(first.incarnation);
-          for (const n of notices.filter((x) => !x.deleted && x.incarnation !== undefined)) expect(n.incarnation).toBe(second.incarnation);
+          for (const n of notices.filter((x) => x.deleted && x.incarnation !== undefined))
+            expect(n.incarnation).toBe(first.incarnation);
+          for (const n of notices.filter((x) => !x.deleted && x.incarnation !== undefined))
+            expect(n.incarnation).toBe(second.incarnation);
           // Events carried by a notice are only trusted with their incarnation (StreamHub).
           for (const n of notices.filter((x) => x.events !== undefined)) expect(n.incarnation).toBe(second.incarnation);
         } finally {
@@ -664,7 +829,11 @@ export function describeStoreConformance(name: string, factory: StoreFactory, ca
         await makeSession(store, "s1", "other-app", "other-user");
         await store.appendEvents("s1", [newEvent("user_message", "theirs", { eventId: "e1" })]);
         const live = (await store.getSession("s1"))!;
-        return { stale: { expectedIncarnation: first.incarnation }, current: { expectedIncarnation: live.incarnation }, live };
+        return {
+          stale: { expectedIncarnation: first.incarnation },
+          current: { expectedIncarnation: live.incarnation },
+          live,
+        };
       };
       /** The other tenant's session, events and shared state exactly as they were. */
       const expectUnchanged = async (store: MemoryStore, live: SessionRecord) => {
@@ -675,17 +844,51 @@ export function describeStoreConformance(name: string, factory: StoreFactory, ca
       };
       const operations: Array<[string, (store: MemoryStore, call: StoreCall) => Promise<unknown>]> = [
         ["readEvents", (store, call) => store.readEvents("s1", { limit: 10 }, call)],
-        ["readEvents after a cursor, filtered", (store, call) => store.readEvents("s1", { afterSeq: 0, eventTypes: ["user_message"], limit: 10 }, call)],
+        [
+          "readEvents after a cursor, filtered",
+          (store, call) => store.readEvents("s1", { afterSeq: 0, eventTypes: ["user_message"], limit: 10 }, call),
+        ],
         ["readTail", (store, call) => store.readTail("s1", 10, undefined, call)],
         ["readTail, filtered", (store, call) => store.readTail("s1", 10, ["user_message"], call)],
         ["listRecentEvents of the session", (store, call) => store.listRecentEvents(10, { sessionId: "s1" }, call)],
-        ["appendEvents", (store, call) => store.appendEvents("s1", [newEvent("user_message", "late")], undefined, call)],
-        ["appendEvents under expected_seq", (store, call) => store.appendEvents("s1", [newEvent("user_message", "late")], 1, call)],
+        [
+          "appendEvents",
+          (store, call) => store.appendEvents("s1", [newEvent("user_message", "late")], undefined, call),
+        ],
+        [
+          "appendEvents under expected_seq",
+          (store, call) => store.appendEvents("s1", [newEvent("user_message", "late")], 1, call),
+        ],
         // A retry of an id the other session holds must not answer that session's stored event either.
-        ["appendEvents retrying an event id the session holds", (store, call) => store.appendEvents("s1", [newEvent("user_message", "theirs", { eventId: "e1" })], undefined, call)],
-        ["appendEvents carrying a state delta", (store, call) => store.appendEvents("s1", [newEvent("user_message", "late", { stateDelta: { k: 1, "user:u": 1, "app:a": 1 } })], undefined, call)],
-        ["updateSession", (store, call) => store.updateSession("s1", { metadata: { late: true }, stateDelta: { k: 1, "user:u": 1, "app:a": 1 }, now: Date.now() }, call)],
-        ["updateSession under expected_version", (store, call) => store.updateSession("s1", { metadata: { late: true }, expectedVersion: 0, now: Date.now() }, call)],
+        [
+          "appendEvents retrying an event id the session holds",
+          (store, call) =>
+            store.appendEvents("s1", [newEvent("user_message", "theirs", { eventId: "e1" })], undefined, call),
+        ],
+        [
+          "appendEvents carrying a state delta",
+          (store, call) =>
+            store.appendEvents(
+              "s1",
+              [newEvent("user_message", "late", { stateDelta: { k: 1, "user:u": 1, "app:a": 1 } })],
+              undefined,
+              call,
+            ),
+        ],
+        [
+          "updateSession",
+          (store, call) =>
+            store.updateSession(
+              "s1",
+              { metadata: { late: true }, stateDelta: { k: 1, "user:u": 1, "app:a": 1 }, now: Date.now() },
+              call,
+            ),
+        ],
+        [
+          "updateSession under expected_version",
+          (store, call) =>
+            store.updateSession("s1", { metadata: { late: true }, expectedVersion: 0, now: Date.now() }, call),
+        ],
         ["deleteSession", (store, call) => store.deleteSession("s1", call)],
       ];
       for (const [operation, run] of operations) {
@@ -719,20 +922,35 @@ export function describeStoreConformance(name: string, factory: StoreFactory, ca
     });
 
     describe("7. retention", () => {
-      const session = (sessionId: string, appName: string, now: number) => ({ sessionId, appName, userId: "u", metadata: {}, now });
+      const session = (sessionId: string, appName: string, now: number) => ({
+        sessionId,
+        appName,
+        userId: "u",
+        metadata: {},
+        now,
+      });
 
       it("0 means no cap: 1,001 sessions and 600 events in one session are all kept", async () => {
         const store = await fresh({ maxSessions: 0, maxSessionEvents: 0 });
         const now = Date.now();
         for (let i = 0; i < 1001; i += 77) {
-          await Promise.all(Array.from({ length: Math.min(77, 1001 - i) }, (_, j) => store.createSession(session(`s${i + j}`, "app", now + i + j))));
+          await Promise.all(
+            Array.from({ length: Math.min(77, 1001 - i) }, (_, j) =>
+              store.createSession(session(`s${i + j}`, "app", now + i + j)),
+            ),
+          );
         }
         for (let batch = 0; batch < 6; batch++) {
-          await store.appendEvents("s0", Array.from({ length: 100 }, (_, i) => newEvent("user_message", batch * 100 + i)));
+          await store.appendEvents(
+            "s0",
+            Array.from({ length: 100 }, (_, i) => newEvent("user_message", batch * 100 + i)),
+          );
         }
         expect(await store.stats()).toEqual({ totalSessions: 1001, totalEvents: 600 });
         expect(await store.getSession("s0")).toMatchObject({ firstSeq: 1, headSeq: 600 });
-        expect((await store.readEvents("s0", { limit: 1000 })).events.map((e) => e.content)).toEqual(Array.from({ length: 600 }, (_, i) => i));
+        expect((await store.readEvents("s0", { limit: 1000 })).events.map((e) => e.content)).toEqual(
+          Array.from({ length: 600 }, (_, i) => i),
+        );
         expect(store.sessionsEvicted).toBe(0);
         expect(store.eventsTrimmed).toBe(0);
       });
@@ -778,8 +996,20 @@ export function describeStoreConformance(name: string, factory: StoreFactory, ca
       it("cleanup's scope combines a user with excepted apps: that user's stale sessions outside those apps", async () => {
         const store = await fresh();
         const old = Date.now() - 60_000;
-        const of = (sessionId: string, appName: string, userId: string) => ({ sessionId, appName, userId, metadata: {}, now: old });
-        for (const [id, app, user] of [["a-u", "a", "u"], ["b-u", "b", "u"], ["c-u", "c", "u"], ["a-v", "a", "v"]] as const) await store.createSession(of(id, app, user));
+        const of = (sessionId: string, appName: string, userId: string) => ({
+          sessionId,
+          appName,
+          userId,
+          metadata: {},
+          now: old,
+        });
+        for (const [id, app, user] of [
+          ["a-u", "a", "u"],
+          ["b-u", "b", "u"],
+          ["c-u", "c", "u"],
+          ["a-v", "a", "v"],
+        ] as const)
+          await store.createSession(of(id, app, user));
         expect(await store.cleanup(old + 1, { userId: "u", exceptAppNames: ["b"] })).toBe(2);
         expect((await store.listSessions({ limit: 10 })).map((s) => s.sessionId)).toEqual(["a-v", "b-u"]);
         expect(await store.cleanup(old + 1, { appName: "b", userId: "u", exceptAppNames: ["b"] })).toBe(0);
@@ -802,7 +1032,11 @@ export function describeStoreConformance(name: string, factory: StoreFactory, ca
         const sweeper = new RetentionSweeper(store, limits, undefined, silentLog);
         expect(sweeper.intervalMs).toBe(500);
         expect(await sweeper.sweep(now)).toBe(2);
-        expect((await store.listSessions({ limit: 10 })).map((s) => s.sessionId)).toEqual(["global-fresh", "keep-ancient", "short-fresh"]);
+        expect((await store.listSessions({ limit: 10 })).map((s) => s.sessionId)).toEqual([
+          "global-fresh",
+          "keep-ancient",
+          "short-fresh",
+        ]);
       });
     });
 
@@ -817,21 +1051,38 @@ export function describeStoreConformance(name: string, factory: StoreFactory, ca
 
         const again = await store.appendEvents("s1", [retry("e1", 1)], 0);
         expect(again.replayed).toBe(true);
-        expect(again.events).toEqual([expect.objectContaining({ sessionId: "s1", seq: 1, eventId: "e1", eventType: "user_message", content: 1 })]);
+        expect(again.events).toEqual([
+          expect.objectContaining({ sessionId: "s1", seq: 1, eventId: "e1", eventType: "user_message", content: 1 }),
+        ]);
         // Another payload under a remembered id is a conflict, as for a retained one.
         expect((await rejection(store.appendEvents("s1", [retry("e2", "changed")]))).code).toBe("ALREADY_EXISTS");
         // A batch mixing a trimmed retry and a new event appends only the new one.
         const mixed = await store.appendEvents("s1", [retry("e2", 2), retry("e6", 6)]);
         expect(mixed.replayed).toBe(false);
-        expect(mixed.events.map((e) => [e.eventId, e.seq])).toEqual([["e2", 2], ["e6", 6]]);
+        expect(mixed.events.map((e) => [e.eventId, e.seq])).toEqual([
+          ["e2", 2],
+          ["e6", 6],
+        ]);
         expect(await store.getSession("s1")).toMatchObject({ firstSeq: 4, headSeq: 6 });
         expect((await store.readEvents("s1", { limit: 10 })).events.map((e) => e.eventId)).toEqual(["e4", "e5", "e6"]);
         expect((await store.stats()).totalEvents).toBe(3);
 
         // Events of a batch larger than the cap, never kept, are remembered too.
         await makeSession(store, "s2");
-        await store.appendEvents("s2", [retry("b1", 1), retry("b2", 2), retry("b3", 3), retry("b4", 4), retry("b5", 5)]);
-        const batchRetry = await store.appendEvents("s2", [retry("b1", 1), retry("b2", 2), retry("b3", 3), retry("b4", 4), retry("b5", 5)]);
+        await store.appendEvents("s2", [
+          retry("b1", 1),
+          retry("b2", 2),
+          retry("b3", 3),
+          retry("b4", 4),
+          retry("b5", 5),
+        ]);
+        const batchRetry = await store.appendEvents("s2", [
+          retry("b1", 1),
+          retry("b2", 2),
+          retry("b3", 3),
+          retry("b4", 4),
+          retry("b5", 5),
+        ]);
         expect(batchRetry.replayed).toBe(true);
         expect(batchRetry.events.map((e) => e.seq)).toEqual([1, 2, 3, 4, 5]);
         expect((await store.getSession("s2"))!.headSeq).toBe(5);
@@ -874,19 +1125,37 @@ export function describeStoreConformance(name: string, factory: StoreFactory, ca
     describeStateConformance(fresh, capabilities);
 
     describe("9. event search (SearchEvents)", () => {
-      const search = (store: MemoryStore, query: string, opts: { appName?: string; userId?: string; eventTypes?: string[]; topK?: number } = {}) =>
-        searchEvents(store, { appName: opts.appName ?? "app", userId: opts.userId, eventTypes: opts.eventTypes ?? [], query, topK: opts.topK ?? 10 });
+      const search = (
+        store: MemoryStore,
+        query: string,
+        opts: { appName?: string; userId?: string; eventTypes?: string[]; topK?: number } = {},
+      ) =>
+        searchEvents(store, {
+          appName: opts.appName ?? "app",
+          userId: opts.userId,
+          eventTypes: opts.eventTypes ?? [],
+          query,
+          topK: opts.topK ?? 10,
+        });
       const found = async (store: MemoryStore, query: string, opts: Parameters<typeof search>[2] = {}) =>
         (await search(store, query, opts)).map((h) => `${h.event.sessionId}/${h.event.seq}`);
 
       it("finds an old event past many newer ones, through the shared analyzer (stems, case, CJK)", async () => {
         const store = await fresh({ maxSessionEvents: 1000 });
         await makeSession(store, "old");
-        await store.appendEvents("old", [newEvent("user_message", "Alice now prefers aisle SEATS on long flights"), newEvent("user_message", { text: "私の名前は太郎です" })]);
+        await store.appendEvents("old", [
+          newEvent("user_message", "Alice now prefers aisle SEATS on long flights"),
+          newEvent("user_message", { text: "私の名前は太郎です" }),
+        ]);
         for (let s = 0; s < 3; s++) {
           await makeSession(store, `newer-${s}`);
           for (let batch = 0; batch < 3; batch++) {
-            await store.appendEvents(`newer-${s}`, Array.from({ length: 100 }, (_, i) => newEvent("user_message", `a note about the long flight, number ${batch * 100 + i}`)));
+            await store.appendEvents(
+              `newer-${s}`,
+              Array.from({ length: 100 }, (_, i) =>
+                newEvent("user_message", `a note about the long flight, number ${batch * 100 + i}`),
+              ),
+            );
           }
         }
         expect(await found(store, "book a seat")).toEqual(["old/1"]);
@@ -908,7 +1177,11 @@ export function describeStoreConformance(name: string, factory: StoreFactory, ca
         await store.appendEvents("s2", [newEvent("agent_response", "a red canoe")]);
         expect((await found(store, "canoe")).sort()).toEqual(["s1/1", "s2/1"]);
         expect(await found(store, "canoe", { eventTypes: ["agent_response"] })).toEqual(["s2/1"]);
-        await store.appendEvents("s1", [newEvent("user_message", "one"), newEvent("user_message", "two"), newEvent("user_message", "three")]);
+        await store.appendEvents("s1", [
+          newEvent("user_message", "one"),
+          newEvent("user_message", "two"),
+          newEvent("user_message", "three"),
+        ]);
         expect(await found(store, "canoe")).toEqual(["s2/1"]);
         await store.deleteSession("s2");
         expect(await found(store, "canoe")).toEqual([]);
@@ -922,20 +1195,29 @@ export function describeStoreConformance(name: string, factory: StoreFactory, ca
       it("scores a user's events by that user's events alone, and never shows another user's or app's", async () => {
         const store = await fresh();
         await makeSession(store, "kim-1", "app", "kim");
-        await store.appendEvents("kim-1", [newEvent("user_message", "We booked the cabin by the lake"), newEvent("user_message", "The lake was cold")]);
-        const scores = async () => (await search(store, "lake cabin", { userId: "kim" })).map((h) => [h.event.seq, h.score]);
+        await store.appendEvents("kim-1", [
+          newEvent("user_message", "We booked the cabin by the lake"),
+          newEvent("user_message", "The lake was cold"),
+        ]);
+        const scores = async () =>
+          (await search(store, "lake cabin", { userId: "kim" })).map((h) => [h.event.seq, h.score]);
         const before = await scores();
         expect(before.map(([seq]) => seq)).toEqual([1, 2]);
         for (let round = 0; round < 3; round++) {
           await makeSession(store, `lou-${round}`, "app", "lou");
-          await store.appendEvents(`lou-${round}`, [newEvent("user_message", "Lou wants a lake cabin"), newEvent("user_message", "cabin cabin")]);
+          await store.appendEvents(`lou-${round}`, [
+            newEvent("user_message", "Lou wants a lake cabin"),
+            newEvent("user_message", "cabin cabin"),
+          ]);
           await makeSession(store, `other-${round}`, "other-app", "kim");
           await store.appendEvents(`other-${round}`, [newEvent("user_message", "a lake cabin elsewhere")]);
           const after = await scores();
           expect(after.map(([seq]) => seq)).toEqual([1, 2]);
           for (const [i, [, score]] of after.entries()) expect(score).toBeCloseTo(before[i][1], 9);
         }
-        expect((await search(store, "lake cabin", { userId: "kim" })).every((h) => h.event.sessionId === "kim-1")).toBe(true);
+        expect((await search(store, "lake cabin", { userId: "kim" })).every((h) => h.event.sessionId === "kim-1")).toBe(
+          true,
+        );
         expect((await found(store, "lake cabin", { topK: 20 })).length).toBe(8);
         expect(await found(store, "lake", { appName: "nobody" })).toEqual([]);
       });
@@ -948,21 +1230,42 @@ export function describeStoreConformance(name: string, factory: StoreFactory, ca
         await makeSession(store, "two", "a:b", "c");
         expect((await store.listSessions({ limit: 10, appName: "a" })).map((s) => s.sessionId)).toEqual(["one"]);
         expect((await store.listSessions({ limit: 10, appName: "a:b" })).map((s) => s.sessionId)).toEqual(["two"]);
-        expect((await store.listSessions({ limit: 10, appName: "a", userId: "c" }))).toEqual([]);
-        expect((await store.listSessions({ limit: 10, appName: "a", userId: "b:c" })).map((s) => s.sessionId)).toEqual(["one"]);
+        expect(await store.listSessions({ limit: 10, appName: "a", userId: "c" })).toEqual([]);
+        expect((await store.listSessions({ limit: 10, appName: "a", userId: "b:c" })).map((s) => s.sessionId)).toEqual([
+          "one",
+        ]);
       });
 
       it("treats pattern characters and newlines in ids literally", async () => {
         const store = await fresh();
-        const hostile = ["*", "?", "%", "_", "'", "a*", "a%", "a_b", "[ab]", "x'; DROP TABLE y; --", "line\nbreak", "\\"];
+        const hostile = [
+          "*",
+          "?",
+          "%",
+          "_",
+          "'",
+          "a*",
+          "a%",
+          "a_b",
+          "[ab]",
+          "x'; DROP TABLE y; --",
+          "line\nbreak",
+          "\\",
+        ];
         await makeSession(store, "plain", "ab", "user");
         await makeSession(store, "aXb", "aXb", "user");
         for (const [i, name] of hostile.entries()) await makeSession(store, `h${i}`, name, name);
         for (const [i, name] of hostile.entries()) {
           const byApp = await store.listSessions({ limit: 100, appName: name });
-          expect(byApp.map((s) => s.sessionId), `app ${JSON.stringify(name)}`).toEqual([`h${i}`]);
+          expect(
+            byApp.map((s) => s.sessionId),
+            `app ${JSON.stringify(name)}`,
+          ).toEqual([`h${i}`]);
           const byUser = await store.listSessions({ limit: 100, userId: name });
-          expect(byUser.map((s) => s.sessionId), `user ${JSON.stringify(name)}`).toEqual([`h${i}`]);
+          expect(
+            byUser.map((s) => s.sessionId),
+            `user ${JSON.stringify(name)}`,
+          ).toEqual([`h${i}`]);
         }
         const ids = ["*", "a?b", "50%", "a_b", "it's", "[x]", "s:1:*"];
         for (const id of ids) {

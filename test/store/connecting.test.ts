@@ -16,7 +16,10 @@ import { LocalStore } from "../../src/store/local.js";
 describeStoreConformance(
   "connecting (once opened, over local)",
   async (limits) => {
-    const store = new ConnectingStore("local", async () => new LocalStore(limits), { failed: () => {}, opened: () => {} });
+    const store = new ConnectingStore("local", async () => new LocalStore(limits), {
+      failed: () => {},
+      opened: () => {},
+    });
     await store.opened;
     return store;
   },
@@ -24,7 +27,10 @@ describeStoreConformance(
 );
 
 describeMemoriesConformance("connecting (once opened, over local)", async () => {
-  const store = new ConnectingStore("local", async () => new LocalStore({ maxSessions: 1000, maxSessionEvents: 500 }), { failed: () => {}, opened: () => {} });
+  const store = new ConnectingStore("local", async () => new LocalStore({ maxSessions: 1000, maxSessionEvents: 500 }), {
+    failed: () => {},
+    opened: () => {},
+  });
   await store.opened;
   return store;
 });
@@ -52,7 +58,9 @@ describe("ConnectingStore and a store this release must not use", () => {
   it("stops retrying at the first StoreIncompatibleError and rejects `opened` with it", async () => {
     let attempts = 0;
     const failures: unknown[] = [];
-    const refusal = new StoreIncompatibleError("schema \"x\" is at migration 0099 but this Engram knows migrations up to 0008");
+    const refusal = new StoreIncompatibleError(
+      'schema "x" is at migration 0099 but this Engram knows migrations up to 0008',
+    );
     const store = new ConnectingStore(
       "postgres",
       async () => {

@@ -5,7 +5,9 @@ import { eventFingerprint } from "../../src/store/fingerprint.js";
 describe("eventFingerprint", () => {
   it("is sha256 (base64url) of the canonical JSON of type, content and metadata, as stored by earlier versions", () => {
     // Computed with createHash("sha256").update(stableStringify([...])).digest("base64url"), the earlier implementation.
-    expect(eventFingerprint("tool_call", { b: [1, null, "é"], a: true }, { z: 1, y: { x: "\n" } })).toBe("ApXf8NsSAqbd8IChcZM4le5ZpbVzw4DG5imLp2kTqKA");
+    expect(eventFingerprint("tool_call", { b: [1, null, "é"], a: true }, { z: 1, y: { x: "\n" } })).toBe(
+      "ApXf8NsSAqbd8IChcZM4le5ZpbVzw4DG5imLp2kTqKA",
+    );
   });
 
   it("ignores key order and the trace context fields", () => {

@@ -6,7 +6,14 @@
  */
 import { afterEach, describe, expect, it } from "vitest";
 import { MEMORY_CHANGES_RETAINED, memoryFingerprint } from "../../src/store/memories/rules.js";
-import type { LongTermMemoryStore, MemoryChange, MemoryFilter, MemoryRecord, MemoryStore, ScopeMatch } from "../../src/store/types.js";
+import type {
+  LongTermMemoryStore,
+  MemoryChange,
+  MemoryFilter,
+  MemoryRecord,
+  MemoryStore,
+  ScopeMatch,
+} from "../../src/store/types.js";
 import { rejection } from "./fixtures.js";
 
 /** Makes a fresh, empty store that keeps memories. */
@@ -26,11 +33,19 @@ export function memory(input: MemoryInput, now = Date.now()): MemoryRecord {
     metadata: {},
     ...input,
   };
-  return { createdAt: now, validFrom: input.validFrom ?? now, ...base, fingerprint: memoryFingerprint(base, input.validFrom) };
+  return {
+    createdAt: now,
+    validFrom: input.validFrom ?? now,
+    ...base,
+    fingerprint: memoryFingerprint(base, input.validFrom),
+  };
 }
 
 /** A filter over one app's scope; valid now unless told otherwise. */
-function filter(scope: { userId?: string; agentId?: string; sessionId?: string; match?: ScopeMatch } = {}, rest: Partial<MemoryFilter> = {}): MemoryFilter {
+function filter(
+  scope: { userId?: string; agentId?: string; sessionId?: string; match?: ScopeMatch } = {},
+  rest: Partial<MemoryFilter> = {},
+): MemoryFilter {
   return { scope: { appName: "app", match: "visible", ...scope }, asOf: Date.now(), ...rest };
 }
 
@@ -86,7 +101,12 @@ export function describeMemoriesConformance(name: string, factory: MemoriesStore
       it("answers ALREADY_EXISTS for a memory_id stored with other content, and stores none of the batch", async () => {
         const { memories } = await fresh();
         await memories.writeMemories([memory({ memoryId: "m1", text: "likes cats" })]);
-        const err = await rejection(memories.writeMemories([memory({ memoryId: "m2", text: "new" }), memory({ memoryId: "m1", text: "likes dogs" })]));
+        const err = await rejection(
+          memories.writeMemories([
+            memory({ memoryId: "m2", text: "new" }),
+            memory({ memoryId: "m1", text: "likes dogs" }),
+          ]),
+        );
         expect(err.code).toBe("ALREADY_EXISTS");
         expect(err.field).toBe("memories[1].memory_id");
         expect(await memories.getMemory("app", "m2")).toBeUndefined();
@@ -96,18 +116,35 @@ export function describeMemoriesConformance(name: string, factory: MemoriesStore
       it("keeps one embedding dimension per app: another is INVALID_ARGUMENT naming the memory, and the batch is not stored", async () => {
         const { memories } = await fresh();
         await memories.writeMemories([memory({ memoryId: "e1", text: "x", embedding: [1, 0, 0] })]);
-        const err = await rejection(memories.writeMemories([memory({ memoryId: "e2", text: "y", embedding: [1, 0, 0] }), memory({ memoryId: "e3", text: "z", embedding: [1, 0] })]));
+        const err = await rejection(
+          memories.writeMemories([
+            memory({ memoryId: "e2", text: "y", embedding: [1, 0, 0] }),
+            memory({ memoryId: "e3", text: "z", embedding: [1, 0] }),
+          ]),
+        );
         expect(err.code).toBe("INVALID_ARGUMENT");
         expect(err.field).toBe("memories[1].embedding");
         expect(await memories.getMemory("app", "e2")).toBeUndefined();
         // Another app has its own dimension; a first batch must agree with itself.
         await memories.writeMemories([memory({ memoryId: "o1", appName: "other", text: "x", embedding: [1, 0] })]);
-        expect((await rejection(memories.writeMemories([memory({ memoryId: "n1", appName: "new", text: "a", embedding: [1] }), memory({ memoryId: "n2", appName: "new", text: "b", embedding: [1, 2] })]))).field).toBe("memories[1].embedding");
+        expect(
+          (
+            await rejection(
+              memories.writeMemories([
+                memory({ memoryId: "n1", appName: "new", text: "a", embedding: [1] }),
+                memory({ memoryId: "n2", appName: "new", text: "b", embedding: [1, 2] }),
+              ]),
+            )
+          ).field,
+        ).toBe("memories[1].embedding");
       });
 
       it("keeps memory ids apart per app", async () => {
         const { memories } = await fresh();
-        await memories.writeMemories([memory({ memoryId: "m1", text: "of app" }), memory({ memoryId: "m1", appName: "other", text: "of other" })]);
+        await memories.writeMemories([
+          memory({ memoryId: "m1", text: "of app" }),
+          memory({ memoryId: "m1", appName: "other", text: "of other" }),
+        ]);
         expect((await memories.getMemory("app", "m1"))?.text).toBe("of app");
         expect((await memories.getMemory("other", "m1"))?.text).toBe("of other");
       });
@@ -116,22 +153,33 @@ export function describeMemoriesConformance(name: string, factory: MemoriesStore
     describe("2. supersession and validity", () => {
       it("closes the validity of the memory with the same key in the same scope, keeping it", async () => {
         const { memories } = await fresh();
-        await memories.writeMemories([memory({ memoryId: "old", userId: "u", key: "drink", text: "prefers coffee", validFrom: 1000 })]);
-        const result = await memories.writeMemories([memory({ memoryId: "new", userId: "u", key: "drink", text: "prefers tea", validFrom: 2000 })]);
+        await memories.writeMemories([
+          memory({ memoryId: "old", userId: "u", key: "drink", text: "prefers coffee", validFrom: 1000 }),
+        ]);
+        const result = await memories.writeMemories([
+          memory({ memoryId: "new", userId: "u", key: "drink", text: "prefers tea", validFrom: 2000 }),
+        ]);
         expect(result.superseded).toMatchObject([{ memoryId: "old", invalidAt: 2000, supersededBy: "new" }]);
         expect(await memories.getMemory("app", "old")).toMatchObject({ invalidAt: 2000, supersededBy: "new" });
         expect((await memories.getMemory("app", "new"))?.invalidAt).toBeUndefined();
         // Now only the new one holds; as of 1500 only the old one did; both are there with any validity.
         expect(ids(await memories.listMemories(filter({ userId: "u" }), 10))).toEqual(["new"]);
         expect(ids(await memories.listMemories(filter({ userId: "u" }, { asOf: 1500 }), 10))).toEqual(["old"]);
-        expect(ids(await memories.listMemories(filter({ userId: "u" }, { asOf: undefined }), 10))).toEqual(["new", "old"]);
+        expect(ids(await memories.listMemories(filter({ userId: "u" }, { asOf: undefined }), 10))).toEqual([
+          "new",
+          "old",
+        ]);
       });
 
       it("supersedes by fact subject and predicate when no key is given", async () => {
         const { memories } = await fresh();
         const fact = (object: string) => ({ subject: "user", predicate: "lives in", object });
-        await memories.writeMemories([memory({ memoryId: "a", fact: fact("Paris"), text: "lives in Paris", validFrom: 1000 })]);
-        await memories.writeMemories([memory({ memoryId: "b", fact: fact("Rome"), text: "lives in Rome", validFrom: 2000 })]);
+        await memories.writeMemories([
+          memory({ memoryId: "a", fact: fact("Paris"), text: "lives in Paris", validFrom: 1000 }),
+        ]);
+        await memories.writeMemories([
+          memory({ memoryId: "b", fact: fact("Rome"), text: "lives in Rome", validFrom: 2000 }),
+        ]);
         expect(await memories.getMemory("app", "a")).toMatchObject({ invalidAt: 2000, supersededBy: "b" });
       });
 
@@ -144,7 +192,9 @@ export function describeMemoriesConformance(name: string, factory: MemoriesStore
           memory({ memoryId: "nokey", userId: "u2", text: "drinks tea", validFrom: 1000 }),
           memory({ memoryId: "u2-food", userId: "u2", key: "food", text: "pasta", validFrom: 1000 }),
         ]);
-        const result = await memories.writeMemories([memory({ memoryId: "u2", userId: "u2", key: "drink", text: "tea", validFrom: 2000 })]);
+        const result = await memories.writeMemories([
+          memory({ memoryId: "u2", userId: "u2", key: "drink", text: "tea", validFrom: 2000 }),
+        ]);
         expect(result.superseded).toEqual([]);
         const all = await memories.listMemories(filter({ match: "within" }, { asOf: undefined }), 10);
         expect(ids(all)).toEqual(["nokey", "shared", "u1", "u2", "u2-agent", "u2-food"]);
@@ -154,7 +204,9 @@ export function describeMemoriesConformance(name: string, factory: MemoriesStore
       it("a memory that starts before an existing one of its key holds only until that one starts", async () => {
         const { memories } = await fresh();
         await memories.writeMemories([memory({ memoryId: "later", key: "k", text: "v2", validFrom: 3000 })]);
-        const result = await memories.writeMemories([memory({ memoryId: "earlier", key: "k", text: "v1", validFrom: 1000 })]);
+        const result = await memories.writeMemories([
+          memory({ memoryId: "earlier", key: "k", text: "v1", validFrom: 1000 }),
+        ]);
         expect(result.superseded).toEqual([]);
         expect(result.memories).toMatchObject([{ memoryId: "earlier", invalidAt: 3000, supersededBy: "later" }]);
         expect((await memories.getMemory("app", "later"))?.invalidAt).toBeUndefined();
@@ -193,15 +245,26 @@ export function describeMemoriesConformance(name: string, factory: MemoriesStore
         const { memories } = await fresh();
         await seed(memories);
         expect(ids(await memories.listMemories(filter({ userId: "u1" }), 10))).toEqual(["app-wide", "u1"]);
-        expect(ids(await memories.listMemories(filter({ userId: "u1", sessionId: "s1", agentId: "planner" }), 10))).toEqual(["agent", "app-wide", "u1", "u1-s1"]);
+        expect(
+          ids(await memories.listMemories(filter({ userId: "u1", sessionId: "s1", agentId: "planner" }), 10)),
+        ).toEqual(["agent", "app-wide", "u1", "u1-s1"]);
         expect(ids(await memories.listMemories(filter({}), 10))).toEqual(["app-wide"]);
       });
 
       it("WITHIN: everything inside the scope; EXACT: that scope only", async () => {
         const { memories } = await fresh();
         await seed(memories);
-        expect(ids(await memories.listMemories(filter({ userId: "u1", match: "within" }), 10))).toEqual(["u1", "u1-s1"]);
-        expect(ids(await memories.listMemories(filter({ match: "within" }), 10))).toEqual(["agent", "app-wide", "u1", "u1-s1", "u2"]);
+        expect(ids(await memories.listMemories(filter({ userId: "u1", match: "within" }), 10))).toEqual([
+          "u1",
+          "u1-s1",
+        ]);
+        expect(ids(await memories.listMemories(filter({ match: "within" }), 10))).toEqual([
+          "agent",
+          "app-wide",
+          "u1",
+          "u1-s1",
+          "u2",
+        ]);
         expect(ids(await memories.listMemories(filter({ userId: "u1", match: "exact" }), 10))).toEqual(["u1"]);
         expect(ids(await memories.listMemories(filter({ match: "exact" }), 10))).toEqual(["app-wide"]);
       });
@@ -209,7 +272,9 @@ export function describeMemoriesConformance(name: string, factory: MemoriesStore
       it("searches only within the filter", async () => {
         const { memories } = await fresh();
         await seed(memories);
-        expect(ids((await memories.searchMemories(filter({ userId: "u2" }), "insight", 10)).map((r) => r.memory))).toEqual(["app-wide", "u2"]);
+        expect(
+          ids((await memories.searchMemories(filter({ userId: "u2" }), "insight", 10)).map((r) => r.memory)),
+        ).toEqual(["app-wide", "u2"]);
       });
     });
 
@@ -237,7 +302,8 @@ export function describeMemoriesConformance(name: string, factory: MemoriesStore
           memory({ memoryId: "irish", text: "O'Neil's pub serves stout on Fridays" }),
           memory({ memoryId: "path", text: "The backup lives in C:\\backups\\daily" }),
         ]);
-        const found = async (query: string) => (await memories.searchMemories(filter(), query, 10)).map((r) => r.memory.memoryId);
+        const found = async (query: string) =>
+          (await memories.searchMemories(filter(), query, 10)).map((r) => r.memory.memoryId);
         expect(await found("O'Neil's 'stout' & !(pub | <-> :* \\")).toEqual(["irish"]);
         expect(await found("backups\\daily ''' \" ) (")).toEqual(["path"]);
         expect(await found("!!! ::: &&&")).toEqual([]);
@@ -250,7 +316,8 @@ export function describeMemoriesConformance(name: string, factory: MemoriesStore
           memory({ memoryId: "b", text: "note beta", topics: ["home"] }),
           memory({ memoryId: "c", text: "note gamma", topics: ["work"], validFrom: 1000, invalidAt: 2000 }),
         ]);
-        const found = async (f: MemoryFilter) => ids((await memories.searchMemories(f, "note", 10)).map((r) => r.memory));
+        const found = async (f: MemoryFilter) =>
+          ids((await memories.searchMemories(f, "note", 10)).map((r) => r.memory));
         expect(await found(filter({}, { topics: ["work"] }))).toEqual(["a"]);
         expect(await found(filter({}, { topics: ["work"], asOf: undefined }))).toEqual(["a", "c"]);
         expect(await found(filter({}, { pinned: false }))).toEqual(["b"]);
@@ -258,7 +325,11 @@ export function describeMemoriesConformance(name: string, factory: MemoriesStore
 
       it("lists newest first and resumes after a cursor without repeats or gaps", async () => {
         const { memories } = await fresh();
-        await memories.writeMemories(Array.from({ length: 7 }, (_, i) => memory({ memoryId: `m${i}`, text: `memory ${i}` }, 1000 + Math.floor(i / 2))));
+        await memories.writeMemories(
+          Array.from({ length: 7 }, (_, i) =>
+            memory({ memoryId: `m${i}`, text: `memory ${i}` }, 1000 + Math.floor(i / 2)),
+          ),
+        );
         const seen: string[] = [];
         let after: { createdAt: number; memoryId: string } | undefined;
         for (let page = 0; page < 10; page++) {
@@ -273,19 +344,34 @@ export function describeMemoriesConformance(name: string, factory: MemoriesStore
       it("lists the pinned memories alone, newest first, after a cursor, each as it is now", async () => {
         const { memories } = await fresh();
         await memories.writeMemories(
-          Array.from({ length: 9 }, (_, i) => memory({ memoryId: `p${i}`, text: `memory ${i}`, pinned: i % 3 !== 2, key: i === 1 ? "seat" : "" }, 1000 + i)),
+          Array.from({ length: 9 }, (_, i) =>
+            memory(
+              { memoryId: `p${i}`, text: `memory ${i}`, pinned: i % 3 !== 2, key: i === 1 ? "seat" : "" },
+              1000 + i,
+            ),
+          ),
         );
         // p1 is superseded by a newer pinned memory of its key; p4 is forgotten; p2, p5 and p8 were never pinned.
-        await memories.writeMemories([memory({ memoryId: "p9", text: "memory 9", pinned: true, key: "seat", validFrom: 5000 }, 2000)]);
+        await memories.writeMemories([
+          memory({ memoryId: "p9", text: "memory 9", pinned: true, key: "seat", validFrom: 5000 }, 2000),
+        ]);
         await memories.deleteMemories("app", ["p4"]);
-        const pinned = async (rest: Partial<MemoryFilter>, limit: number, after?: { createdAt: number; memoryId: string }) =>
-          (await memories.listMemories(filter({}, { pinned: true, ...rest }), limit, after)).map((m) => m.memoryId);
+        const pinned = async (
+          rest: Partial<MemoryFilter>,
+          limit: number,
+          after?: { createdAt: number; memoryId: string },
+        ) => (await memories.listMemories(filter({}, { pinned: true, ...rest }), limit, after)).map((m) => m.memoryId);
         expect(await pinned({}, 10)).toEqual(["p9", "p7", "p6", "p3", "p0"]);
         expect(await pinned({ asOf: undefined }, 10)).toEqual(["p9", "p7", "p6", "p3", "p1", "p0"]);
         expect(await pinned({ asOf: undefined }, 2, { createdAt: 1006, memoryId: "p6" })).toEqual(["p3", "p1"]);
-        const [closed] = await memories.listMemories(filter({}, { pinned: true, asOf: undefined }), 1, { createdAt: 1003, memoryId: "p3" });
+        const [closed] = await memories.listMemories(filter({}, { pinned: true, asOf: undefined }), 1, {
+          createdAt: 1003,
+          memoryId: "p3",
+        });
         expect(closed).toMatchObject({ memoryId: "p1", invalidAt: 5000, supersededBy: "p9" });
-        expect(await memories.listMemories(filter({}, { pinned: false }), 10).then((ms) => ms.map((m) => m.memoryId))).toEqual(["p8", "p5", "p2"]);
+        expect(
+          await memories.listMemories(filter({}, { pinned: false }), 10).then((ms) => ms.map((m) => m.memoryId)),
+        ).toEqual(["p8", "p5", "p2"]);
       });
 
       it("finds the nearest embeddings by cosine when the driver offers vector search", async (ctx) => {
@@ -314,7 +400,8 @@ export function describeMemoriesConformance(name: string, factory: MemoriesStore
           memory({ memoryId: "shared", text: "d", embedding: [1, 0.3, 0] }),
           memory({ memoryId: "shared-agent", agentId: "bot", text: "e", embedding: [1, 0.4, 0] }),
         ]);
-        const near = async (scope: Parameters<typeof filter>[0]) => ids((await memories.nearestMemories!(filter(scope), [1, 0, 0], 10)).map((r) => r.memory));
+        const near = async (scope: Parameters<typeof filter>[0]) =>
+          ids((await memories.nearestMemories!(filter(scope), [1, 0, 0], 10)).map((r) => r.memory));
         expect(await near({ userId: "ann" })).toEqual(["ann", "shared"]);
         expect(await near({ userId: "ann", agentId: "bot" })).toEqual(["ann", "ann-agent", "shared", "shared-agent"]);
         expect(await near({})).toEqual(["shared"]);
@@ -333,11 +420,18 @@ export function describeMemoriesConformance(name: string, factory: MemoriesStore
         const { memories } = await fresh();
         const nearest = memories.nearestMemories?.bind(memories);
         if (!nearest) return ctx.skip("the driver offers no vector search");
-        await memories.writeMemories([memory({ memoryId: "m", text: "first", embedding: [1, 0, 0] }), memory({ memoryId: "k1", text: "k1", key: "k", embedding: [0, 0, 1] })]);
-        const scores = async (query: number[]) => Object.fromEntries((await nearest(filter(), query, 10)).map((r) => [r.memory.memoryId, r.score]));
+        await memories.writeMemories([
+          memory({ memoryId: "m", text: "first", embedding: [1, 0, 0] }),
+          memory({ memoryId: "k1", text: "k1", key: "k", embedding: [0, 0, 1] }),
+        ]);
+        const scores = async (query: number[]) =>
+          Object.fromEntries((await nearest(filter(), query, 10)).map((r) => [r.memory.memoryId, r.score]));
         expect(await scores([1, 0, 0])).toEqual({ m: expect.closeTo(1, 6), k1: expect.closeTo(0, 6) });
         await memories.deleteMemories("app", ["m"]);
-        await memories.writeMemories([memory({ memoryId: "m", text: "second", embedding: [0, 1, 0] }), memory({ memoryId: "k2", text: "k2", key: "k", embedding: [0, 1, 1] })]);
+        await memories.writeMemories([
+          memory({ memoryId: "m", text: "second", embedding: [0, 1, 0] }),
+          memory({ memoryId: "k2", text: "k2", key: "k", embedding: [0, 1, 1] }),
+        ]);
         expect(await scores([1, 0, 0])).toEqual({ m: expect.closeTo(0, 6), k2: expect.closeTo(0, 6) });
         await memories.deleteMemories("app", ["m"]);
         await memories.writeMemories([memory({ memoryId: "m", text: "third", embedding: [0, 0, 2] })]);
@@ -356,7 +450,10 @@ export function describeMemoriesConformance(name: string, factory: MemoriesStore
           memory({ memoryId: "d", text: "d" }),
         ]);
         expect(ids(await memories.deleteMemories("app", ["d", "absent"]))).toEqual(["d"]);
-        expect(ids(await memories.deleteMemoriesInScope({ appName: "app", userId: "u", match: "within" }))).toEqual(["a", "b"]);
+        expect(ids(await memories.deleteMemoriesInScope({ appName: "app", userId: "u", match: "within" }))).toEqual([
+          "a",
+          "b",
+        ]);
         expect(ids(await memories.listMemories(filter({ match: "within" }, { asOf: undefined }), 10))).toEqual(["c"]);
         expect(await memories.searchMemories(filter({ userId: "u" }, { asOf: undefined }), "a b", 10)).toEqual([]);
       });
@@ -366,7 +463,15 @@ export function describeMemoriesConformance(name: string, factory: MemoriesStore
         await store.createSession({ sessionId: "s", appName: "app", userId: "u", metadata: {}, now: Date.now() });
         await memories.writeMemories([
           memory({ memoryId: "u-1", userId: "u", text: "one" }),
-          memory({ memoryId: "u-2", userId: "u", agentId: "a", sessionId: "s", text: "two", validFrom: 1000, invalidAt: 2000 }),
+          memory({
+            memoryId: "u-2",
+            userId: "u",
+            agentId: "a",
+            sessionId: "s",
+            text: "two",
+            validFrom: 1000,
+            invalidAt: 2000,
+          }),
           memory({ memoryId: "v", userId: "v", text: "three" }),
           memory({ memoryId: "shared", text: "four" }),
           memory({ memoryId: "u-other-app", appName: "other", userId: "u", text: "five" }),
@@ -374,7 +479,10 @@ export function describeMemoriesConformance(name: string, factory: MemoriesStore
         expect(await store.deleteUserData("app", "u")).toEqual({ sessions: 1, events: 0, memories: 2 });
         expect(await memories.getMemory("app", "u-1")).toBeUndefined();
         expect(await memories.getMemory("app", "u-2")).toBeUndefined();
-        expect(ids(await memories.listMemories(filter({ match: "within" }, { asOf: undefined }), 10))).toEqual(["shared", "v"]);
+        expect(ids(await memories.listMemories(filter({ match: "within" }, { asOf: undefined }), 10))).toEqual([
+          "shared",
+          "v",
+        ]);
         expect(await memories.getMemory("other", "u-other-app")).toBeDefined();
         expect(await store.deleteUserData("app", "u")).toEqual({ sessions: 0, events: 0, memories: 0 });
       });
@@ -390,7 +498,14 @@ export function describeMemoriesConformance(name: string, factory: MemoriesStore
         await memories.writeMemories([memory({ memoryId: "a", key: "k", text: "one", validFrom: 1000 })]);
         await memories.writeMemories([memory({ memoryId: "b", key: "k", text: "two", validFrom: 2000 })]);
         await memories.deleteMemories("app", ["a"]);
-        const seen = () => changes.map((c) => (c.kind === "deleted" ? `deleted ${ids(c.memories)}` : c.kind === "remote" ? "remote" : `${c.kind} ${c.memory.memoryId}`));
+        const seen = () =>
+          changes.map((c) =>
+            c.kind === "deleted"
+              ? `deleted ${ids(c.memories)}`
+              : c.kind === "remote"
+                ? "remote"
+                : `${c.kind} ${c.memory.memoryId}`,
+          );
         // Bounded wait: a shared store may deliver through its backend.
         for (let i = 0; i < 100 && changes.length < 4; i++) await new Promise((r) => setTimeout(r, 20));
         expect(seen()).toEqual(["written a", "superseded a", "written b", "deleted a"]);
@@ -437,17 +552,28 @@ export function describeMemoriesConformance(name: string, factory: MemoriesStore
         await memories.writeMemories([memory({ memoryId: "a", userId: "u", key: "k", text: "one", validFrom: 1000 })]);
         await memories.writeMemories([memory({ memoryId: "elsewhere", appName: "other", text: "another app" })]);
         await memories.writeMemories([memory({ memoryId: "b", userId: "u", key: "k", text: "two", validFrom: 2000 })]);
-        await memories.writeMemories([memory({ memoryId: "c", text: "three" }), memory({ memoryId: "d", userId: "v", text: "four" })]);
+        await memories.writeMemories([
+          memory({ memoryId: "c", text: "three" }),
+          memory({ memoryId: "d", userId: "v", text: "four" }),
+        ]);
         await memories.deleteMemories("app", ["c", "d"]);
         // a: written (1), superseded (2); b (3); c (4); d (5); the deletion of c and d is one change (6). The other app counts apart.
         expect(await memories.memoryChangeWindow("app")).toEqual({ head: 6, floor: 0 });
         expect(await memories.memoryChangeWindow("other")).toEqual({ head: 1, floor: 0 });
         const all = await memories.readMemoryChanges("app", 0, 100);
         // c and d are gone: their writes are left out, their deletion (ids and scope only) stands for them.
-        expect(describeLogged(all.changes)).toEqual(["1 written a", "2 superseded a", "3 written b", "6 deleted c/-,d/v"]);
+        expect(describeLogged(all.changes)).toEqual([
+          "1 written a",
+          "2 superseded a",
+          "3 written b",
+          "6 deleted c/-,d/v",
+        ]);
         expect(all.through).toBe(6);
         // As it is now: a's replayed write shows it superseded by b.
-        expect(all.changes[0]).toMatchObject({ kind: "written", memory: { memoryId: "a", text: "one", supersededBy: "b", invalidAt: 2000 } });
+        expect(all.changes[0]).toMatchObject({
+          kind: "written",
+          memory: { memoryId: "a", text: "one", supersededBy: "b", invalidAt: 2000 },
+        });
         const deleted = all.changes[3];
         expect(deleted.kind === "deleted" && deleted.memories.map((m) => m.text)).toEqual(["", ""]);
         // A page: at most `limit` changes, and where to read on from.
@@ -485,7 +611,9 @@ export function describeMemoriesConformance(name: string, factory: MemoriesStore
 
       it(`keeps the newest ${MEMORY_CHANGES_RETAINED} changes of an app: a resume point before them is OUT_OF_RANGE naming after`, async () => {
         const { memories } = await fresh();
-        const all = Array.from({ length: MEMORY_CHANGES_RETAINED + 2 }, (_, i) => memory({ memoryId: `m${i}`, text: "x" }));
+        const all = Array.from({ length: MEMORY_CHANGES_RETAINED + 2 }, (_, i) =>
+          memory({ memoryId: `m${i}`, text: "x" }),
+        );
         for (let i = 0; i < all.length; i += 1000) await memories.writeMemories(all.slice(i, i + 1000));
         expect(await memories.memoryChangeWindow("app")).toEqual({ head: MEMORY_CHANGES_RETAINED + 2, floor: 2 });
         const err = await rejection(memories.readMemoryChanges("app", 1, 10));
@@ -498,7 +626,8 @@ export function describeMemoriesConformance(name: string, factory: MemoriesStore
     });
     describe("8. finding what was stored", () => {
       /** A unit vector pointing mostly along axis i of `dims`, a little along the next one. */
-      const axis = (i: number, dims: number, lean = 0.05) => Array.from({ length: dims }, (_, d) => (d === i ? 1 : d === (i + 1) % dims ? lean : 0));
+      const axis = (i: number, dims: number, lean = 0.05) =>
+        Array.from({ length: dims }, (_, d) => (d === i ? 1 : d === (i + 1) % dims ? lean : 0));
       const NEEDLES = 10;
       const DIMS = 32;
       /** More newer memories than any window a store ever ranked (2,000), so a store that ranks a window fails. */
@@ -508,7 +637,15 @@ export function describeMemoriesConformance(name: string, factory: MemoriesStore
         const { memories } = await fresh();
         const start = 1_000_000;
         const needles = Array.from({ length: NEEDLES }, (_, i) =>
-          memory({ memoryId: `needle-${i}`, userId: "u", text: `The user's locker code is hidden under needleword${String.fromCharCode(97 + i)}zz`, embedding: axis(i, DIMS, 0) }, start + i),
+          memory(
+            {
+              memoryId: `needle-${i}`,
+              userId: "u",
+              text: `The user's locker code is hidden under needleword${String.fromCharCode(97 + i)}zz`,
+              embedding: axis(i, DIMS, 0),
+            },
+            start + i,
+          ),
         );
         await memories.writeMemories(needles);
         for (let batch = 0; batch < FILLER / 100; batch++) {
@@ -516,13 +653,28 @@ export function describeMemoriesConformance(name: string, factory: MemoriesStore
             Array.from({ length: 100 }, (_, j) => {
               const n = batch * 100 + j;
               // Filler shares the needles' common words and leans towards their axes, but never points along one.
-              return memory({ memoryId: `filler-${n}`, userId: "u", text: `The user's locker code note number ${n}`, embedding: axis(NEEDLES + (n % (DIMS - NEEDLES)), DIMS, 0.5) }, start + 1000 + n);
+              return memory(
+                {
+                  memoryId: `filler-${n}`,
+                  userId: "u",
+                  text: `The user's locker code note number ${n}`,
+                  embedding: axis(NEEDLES + (n % (DIMS - NEEDLES)), DIMS, 0.5),
+                },
+                start + 1000 + n,
+              );
             }),
           );
         }
         for (let i = 0; i < NEEDLES; i++) {
-          const byWord = await memories.searchMemories(filter({ userId: "u" }), `needleword${String.fromCharCode(97 + i)}zz locker`, 5);
-          expect(byWord.map((r) => r.memory.memoryId), `keyword for needle-${i}`).toContain(`needle-${i}`);
+          const byWord = await memories.searchMemories(
+            filter({ userId: "u" }),
+            `needleword${String.fromCharCode(97 + i)}zz locker`,
+            5,
+          );
+          expect(
+            byWord.map((r) => r.memory.memoryId),
+            `keyword for needle-${i}`,
+          ).toContain(`needle-${i}`);
           expect(byWord[0].memory.memoryId).toBe(`needle-${i}`);
         }
         expect(memories.nearestMemories, "every store that keeps memories searches by vector").toBeDefined();
@@ -557,9 +709,20 @@ export function describeMemoriesConformance(name: string, factory: MemoriesStore
 
       it("ranks a memory that matches every query term above newer ones that match fewer", async () => {
         const { memories } = await fresh();
-        await memories.writeMemories([memory({ memoryId: "best", userId: "u", text: "Alice is allergic to peanuts and shellfish" }, 1000)]);
+        await memories.writeMemories([
+          memory({ memoryId: "best", userId: "u", text: "Alice is allergic to peanuts and shellfish" }, 1000),
+        ]);
         await memories.writeMemories(
-          Array.from({ length: 30 }, (_, i) => memory({ memoryId: `newer-${i}`, userId: "u", text: `Alice mentioned ${i % 2 ? "peanuts" : "shellfish"} at dinner ${i}` }, 2000 + i)),
+          Array.from({ length: 30 }, (_, i) =>
+            memory(
+              {
+                memoryId: `newer-${i}`,
+                userId: "u",
+                text: `Alice mentioned ${i % 2 ? "peanuts" : "shellfish"} at dinner ${i}`,
+              },
+              2000 + i,
+            ),
+          ),
         );
         const results = await memories.searchMemories(filter({ userId: "u" }), "allergic peanuts shellfish", 5);
         expect(results[0].memory.memoryId).toBe("best");
@@ -567,11 +730,22 @@ export function describeMemoriesConformance(name: string, factory: MemoriesStore
 
       it("scores a caller's memories by what the caller may see alone: another user's memories change no score", async () => {
         const { memories } = await fresh();
-        await memories.writeMemories([memory({ memoryId: "mine", userId: "u1", text: "my zebra sighting at the park" }), memory({ memoryId: "other", userId: "u1", text: "a walk at the park" })]);
-        const scores = async () => (await memories.searchMemories(filter({ userId: "u1" }), "zebra park", 10)).map((r) => [r.memory.memoryId, r.score]);
+        await memories.writeMemories([
+          memory({ memoryId: "mine", userId: "u1", text: "my zebra sighting at the park" }),
+          memory({ memoryId: "other", userId: "u1", text: "a walk at the park" }),
+        ]);
+        const scores = async () =>
+          (await memories.searchMemories(filter({ userId: "u1" }), "zebra park", 10)).map((r) => [
+            r.memory.memoryId,
+            r.score,
+          ]);
         const before = await scores();
         for (let round = 0; round < 3; round++) {
-          await memories.writeMemories(Array.from({ length: 5 }, (_, i) => memory({ memoryId: `u2-${round}-${i}`, userId: "u2", text: `zebra number ${i} seen by u2 at the zoo` })));
+          await memories.writeMemories(
+            Array.from({ length: 5 }, (_, i) =>
+              memory({ memoryId: `u2-${round}-${i}`, userId: "u2", text: `zebra number ${i} seen by u2 at the zoo` }),
+            ),
+          );
           const after = await scores();
           expect(after.map(([id]) => id)).toEqual(before.map(([id]) => id));
           for (const [i, [, score]] of after.entries()) expect(score).toBeCloseTo(before[i][1] as number, 9);

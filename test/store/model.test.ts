@@ -65,11 +65,23 @@ async function outcome<T>(p: Promise<T>): Promise<{ code: "ok"; value: T } | { c
 const first = (s: ModelSession) => (s.events.length ? s.events[0].seq : s.head + 1);
 
 class CreateSession implements fc.AsyncCommand<Model, Real> {
-  constructor(readonly id: string, readonly app: string, readonly user: string) {}
+  constructor(
+    readonly id: string,
+    readonly app: string,
+    readonly user: string,
+  ) {}
   check = () => true;
   async run(m: Model, r: Real) {
     const sessionId = `${m.run}-${this.id}`;
-    const got = await outcome(r.store.createSession({ sessionId, appName: `${m.run}-${this.app}`, userId: this.user, metadata: {}, now: Date.now() }));
+    const got = await outcome(
+      r.store.createSession({
+        sessionId,
+        appName: `${m.run}-${this.app}`,
+        userId: this.user,
+        metadata: {},
+        now: Date.now(),
+      }),
+    );
     if (m.sessions.has(sessionId)) {
       expect(got.code).toBe("ALREADY_EXISTS");
       return;
@@ -81,16 +93,39 @@ class CreateSession implements fc.AsyncCommand<Model, Real> {
 }
 
 class GetOrCreate implements fc.AsyncCommand<Model, Real> {
-  constructor(readonly id: string, readonly app: string, readonly user: string) {}
+  constructor(
+    readonly id: string,
+    readonly app: string,
+    readonly user: string,
+  ) {}
   check = () => true;
   async run(m: Model, r: Real) {
     const sessionId = `${m.run}-${this.id}`;
-    const got = await r.store.getOrCreateSession({ sessionId, appName: `${m.run}-${this.app}`, userId: this.user, metadata: {}, now: Date.now() });
+    const got = await r.store.getOrCreateSession({
+      sessionId,
+      appName: `${m.run}-${this.app}`,
+      userId: this.user,
+      metadata: {},
+      now: Date.now(),
+    });
     const known = m.sessions.get(sessionId);
     expect(got.created).toBe(!known);
-    if (!known) m.sessions.set(sessionId, { appName: `${m.run}-${this.app}`, userId: this.user, head: 0, events: [], trimmed: [] });
+    if (!known)
+      m.sessions.set(sessionId, {
+        appName: `${m.run}-${this.app}`,
+        userId: this.user,
+        head: 0,
+        events: [],
+        trimmed: [],
+      });
     const s = m.sessions.get(sessionId)!;
-    expect(got.session).toMatchObject({ sessionId, appName: s.appName, userId: s.userId, headSeq: s.head, firstSeq: first(s) });
+    expect(got.session).toMatchObject({
+      sessionId,
+      appName: s.appName,
+      userId: s.userId,
+      headSeq: s.head,
+      firstSeq: first(s),
+    });
   }
   toString = () => `getOrCreate(${this.id},${this.app},${this.user})`;
 }
@@ -102,20 +137,29 @@ interface BatchItem {
 }
 
 class Append implements fc.AsyncCommand<Model, Real> {
-  constructor(readonly id: string, readonly batch: BatchItem[], readonly expect: "none" | "head" | "stale") {}
+  constructor(
+    readonly id: string,
+    readonly batch: BatchItem[],
+    readonly expect: "none" | "head" | "stale",
+  ) {}
   check = () => true;
   async run(m: Model, r: Real) {
     const sessionId = `${m.run}-${this.id}`;
     const s = m.sessions.get(sessionId);
     const expectedSeq = !s || this.expect === "none" ? undefined : this.expect === "head" ? s.head : s.head + 1;
-    const events = this.batch.map((b) => newEvent(b.eventType, b.content, b.eventId ? { eventId: `${m.run}-${b.eventId}` } : {}));
+    const events = this.batch.map((b) =>
+      newEvent(b.eventType, b.content, b.eventId ? { eventId: `${m.run}-${b.eventId}` } : {}),
+    );
     const got = await outcome(r.store.appendEvents(sessionId, events, expectedSeq));
     if (!s) return void expect(got.code).toBe("NOT_FOUND");
     // Idempotency: retained events' ids, and trimmed ones' inside the dedupe window.
     const known: (ModelEvent | undefined)[] = [];
     for (const e of events) {
-      const old = s.events.find((x) => x.eventId === e.eventId) ?? (e.fingerprint === "" ? undefined : s.trimmed.find((x) => x.eventId === e.eventId));
-      if (old && (old.eventType !== e.eventType || old.content !== e.content)) return void expect(got.code).toBe("ALREADY_EXISTS");
+      const old =
+        s.events.find((x) => x.eventId === e.eventId) ??
+        (e.fingerprint === "" ? undefined : s.trimmed.find((x) => x.eventId === e.eventId));
+      if (old && (old.eventType !== e.eventType || old.content !== e.content))
+        return void expect(got.code).toBe("ALREADY_EXISTS");
       known.push(old);
     }
     if (known.every((k) => k)) {
@@ -132,7 +176,13 @@ class Append implements fc.AsyncCommand<Model, Real> {
     events.forEach((e, i) => {
       if (known[i]) return void seqs.push(known[i]!.seq);
       s.head++;
-      s.events.push({ seq: s.head, ingest: ++m.ingested, eventId: e.eventId, eventType: e.eventType, content: e.content as string });
+      s.events.push({
+        seq: s.head,
+        ingest: ++m.ingested,
+        eventId: e.eventId,
+        eventType: e.eventType,
+        content: e.content as string,
+      });
       seqs.push(s.head);
     });
     const kept = s.events.slice(-LIMITS.maxSessionEvents);
@@ -147,18 +197,34 @@ class Append implements fc.AsyncCommand<Model, Real> {
 }
 
 class ReadEvents implements fc.AsyncCommand<Model, Real> {
-  constructor(readonly id: string, readonly after: number | undefined, readonly limit: number, readonly type?: string) {}
+  constructor(
+    readonly id: string,
+    readonly after: number | undefined,
+    readonly limit: number,
+    readonly type?: string,
+  ) {}
   check = () => true;
   async run(m: Model, r: Real) {
     const sessionId = `${m.run}-${this.id}`;
     const s = m.sessions.get(sessionId);
-    const got = await outcome(r.store.readEvents(sessionId, { afterSeq: this.after, limit: this.limit, eventTypes: this.type ? [this.type] : [] }));
+    const got = await outcome(
+      r.store.readEvents(sessionId, {
+        afterSeq: this.after,
+        limit: this.limit,
+        eventTypes: this.type ? [this.type] : [],
+      }),
+    );
     if (!s) return void expect(got.code).toBe("NOT_FOUND");
-    if (this.after !== undefined && (this.after < first(s) - 1 || this.after > s.head)) return void expect(got.code).toBe("OUT_OF_RANGE");
+    if (this.after !== undefined && (this.after < first(s) - 1 || this.after > s.head))
+      return void expect(got.code).toBe("OUT_OF_RANGE");
     expect(got.code).toBe("ok");
-    const want = s.events.filter((e) => (this.after === undefined || e.seq > this.after) && (!this.type || e.eventType === this.type)).slice(0, this.limit);
+    const want = s.events
+      .filter((e) => (this.after === undefined || e.seq > this.after) && (!this.type || e.eventType === this.type))
+      .slice(0, this.limit);
     if (got.code === "ok") {
-      expect(got.value.events.map((e) => [e.seq, e.eventId, e.eventType, e.content])).toEqual(want.map((e) => [e.seq, e.eventId, e.eventType, e.content]));
+      expect(got.value.events.map((e) => [e.seq, e.eventId, e.eventType, e.content])).toEqual(
+        want.map((e) => [e.seq, e.eventId, e.eventType, e.content]),
+      );
       expect([got.value.headSeq, got.value.firstSeq]).toEqual([s.head, first(s)]);
     }
   }
@@ -166,14 +232,18 @@ class ReadEvents implements fc.AsyncCommand<Model, Real> {
 }
 
 class ReadTail implements fc.AsyncCommand<Model, Real> {
-  constructor(readonly id: string, readonly n: number) {}
+  constructor(
+    readonly id: string,
+    readonly n: number,
+  ) {}
   check = () => true;
   async run(m: Model, r: Real) {
     const sessionId = `${m.run}-${this.id}`;
     const s = m.sessions.get(sessionId);
     const got = await outcome(r.store.readTail(sessionId, this.n));
     if (!s) return void expect(got.code).toBe("NOT_FOUND");
-    if (got.code === "ok") expect(got.value.events.map((e) => e.seq)).toEqual(s.events.slice(-this.n).map((e) => e.seq));
+    if (got.code === "ok")
+      expect(got.value.events.map((e) => e.seq)).toEqual(s.events.slice(-this.n).map((e) => e.seq));
     else expect(got.code).toBe("ok");
   }
   toString = () => `tail(${this.id},${this.n})`;
@@ -191,7 +261,10 @@ class DeleteSession implements fc.AsyncCommand<Model, Real> {
 }
 
 class ListSessions implements fc.AsyncCommand<Model, Real> {
-  constructor(readonly app: string, readonly user: string | undefined) {}
+  constructor(
+    readonly app: string,
+    readonly user: string | undefined,
+  ) {}
   check = () => true;
   async run(m: Model, r: Real) {
     const appName = `${m.run}-${this.app}`;
@@ -206,7 +279,11 @@ class ListSessions implements fc.AsyncCommand<Model, Real> {
 }
 
 class ListRecent implements fc.AsyncCommand<Model, Real> {
-  constructor(readonly apps: string[], readonly user: string | undefined, readonly limit: number) {}
+  constructor(
+    readonly apps: string[],
+    readonly user: string | undefined,
+    readonly limit: number,
+  ) {}
   check = () => true;
   async run(m: Model, r: Real) {
     // Scoped to this run's apps: the store is shared by every run, and its users and store-wide view are too.
@@ -236,23 +313,44 @@ const batch = fc.array(item, { minLength: 1, maxLength: 3 }).map((items) => {
 const commands = [
   fc.tuple(id, fc.constantFrom(...APPS), fc.constantFrom(...USERS)).map(([i, a, u]) => new CreateSession(i, a, u)),
   fc.tuple(id, fc.constantFrom(...APPS), fc.constantFrom(...USERS)).map(([i, a, u]) => new GetOrCreate(i, a, u)),
-  fc.tuple(id, batch, fc.constantFrom("none" as const, "head" as const, "stale" as const)).map(([i, b, e]) => new Append(i, b, e)),
+  fc
+    .tuple(id, batch, fc.constantFrom("none" as const, "head" as const, "stale" as const))
+    .map(([i, b, e]) => new Append(i, b, e)),
   fc.tuple(id, batch).map(([i, b]) => new Append(i, b, "none")),
-  fc.tuple(id, fc.option(fc.integer({ min: 0, max: 14 }), { nil: undefined }), fc.integer({ min: 1, max: 5 }), fc.option(fc.constantFrom(...TYPES), { nil: undefined })).map(
-    ([i, a, l, t]) => new ReadEvents(i, a, l, t),
-  ),
+  fc
+    .tuple(
+      id,
+      fc.option(fc.integer({ min: 0, max: 14 }), { nil: undefined }),
+      fc.integer({ min: 1, max: 5 }),
+      fc.option(fc.constantFrom(...TYPES), { nil: undefined }),
+    )
+    .map(([i, a, l, t]) => new ReadEvents(i, a, l, t)),
   fc.tuple(id, fc.integer({ min: 1, max: 5 })).map(([i, n]) => new ReadTail(i, n)),
   id.map((i) => new DeleteSession(i)),
-  fc.tuple(fc.constantFrom(...APPS), fc.option(fc.constantFrom(...USERS), { nil: undefined })).map(([a, u]) => new ListSessions(a, u)),
-  fc.tuple(fc.subarray(APPS, { minLength: 1 }), fc.option(fc.constantFrom(...USERS), { nil: undefined }), fc.integer({ min: 1, max: 8 })).map(
-    ([a, u, l]) => new ListRecent(a, u, l),
-  ),
+  fc
+    .tuple(fc.constantFrom(...APPS), fc.option(fc.constantFrom(...USERS), { nil: undefined }))
+    .map(([a, u]) => new ListSessions(a, u)),
+  fc
+    .tuple(
+      fc.subarray(APPS, { minLength: 1 }),
+      fc.option(fc.constantFrom(...USERS), { nil: undefined }),
+      fc.integer({ min: 1, max: 8 }),
+    )
+    .map(([a, u, l]) => new ListRecent(a, u, l)),
 ];
 
 const STORES: Array<[string, () => Promise<MemoryStore>]> = [
   ["local", async () => new LocalStore(LIMITS)],
-  ["redis", () => RedisStore.open({ url: process.env.MEMORY_TEST_REDIS_URL!, keyPrefix: `model${process.pid}`, limits: LIMITS })],
-  ["postgres", () => PostgresStore.open({ url: process.env.MEMORY_TEST_POSTGRES_URL!, schema: `model${process.pid}`, limits: LIMITS })],
+  [
+    "redis",
+    () =>
+      RedisStore.open({ url: process.env.MEMORY_TEST_REDIS_URL!, keyPrefix: `model${process.pid}`, limits: LIMITS }),
+  ],
+  [
+    "postgres",
+    () =>
+      PostgresStore.open({ url: process.env.MEMORY_TEST_POSTGRES_URL!, schema: `model${process.pid}`, limits: LIMITS }),
+  ],
 ];
 
 describe.each(STORES)("the %s store behaves as the reference model", (_name, open) => {
@@ -266,7 +364,11 @@ describe.each(STORES)("the %s store behaves as the reference model", (_name, ope
     let runs = 0;
     await fc.assert(
       fc.asyncProperty(fc.commands(commands, { maxCommands: 60, size: "max" }), async (cmds) => {
-        const model: Model = { run: `r${process.pid}-${++runs}-${Math.random().toString(36).slice(2, 8)}`, sessions: new Map(), ingested: 0 };
+        const model: Model = {
+          run: `r${process.pid}-${++runs}-${Math.random().toString(36).slice(2, 8)}`,
+          sessions: new Map(),
+          ingested: 0,
+        };
         await fc.asyncModelRun(() => ({ model, real: { store } }), cmds);
       }),
       { numRuns: RUNS },

@@ -17,12 +17,16 @@ describe("NullStore", () => {
 });
 
 describe("NullStore and incarnations", () => {
-  it("keeps every session at incarnation \"\": a call expecting another one is NOT_FOUND", async () => {
+  it('keeps every session at incarnation "": a call expecting another one is NOT_FOUND', async () => {
     const store: MemoryStore = new NullStore();
     const call = { expectedIncarnation: "another" };
-    await expect(store.appendEvents("s1", [newEvent("user_message", "hi")], undefined, call)).rejects.toMatchObject({ code: "NOT_FOUND" });
+    await expect(store.appendEvents("s1", [newEvent("user_message", "hi")], undefined, call)).rejects.toMatchObject({
+      code: "NOT_FOUND",
+    });
     await expect(store.readTail("s1", 10, undefined, call)).rejects.toMatchObject({ code: "NOT_FOUND" });
     await expect(store.deleteSession("s1", call)).rejects.toMatchObject({ code: "NOT_FOUND" });
-    expect((await store.appendEvents("s1", [newEvent("user_message", "hi")], undefined, { expectedIncarnation: "" })).events).toHaveLength(1);
+    expect(
+      (await store.appendEvents("s1", [newEvent("user_message", "hi")], undefined, { expectedIncarnation: "" })).events,
+    ).toHaveLength(1);
   });
 });

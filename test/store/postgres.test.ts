@@ -11,7 +11,13 @@ import { setTimeout as sleep } from "node:timers/promises";
 import pg from "pg";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { PostgresKeyStore } from "../../src/auth/postgres-key-store.js";
-import { MIGRATIONS_DIR, PostgresStore, recentEventsQuery, schemaVersionProblem, type PostgresStoreOptions } from "../../src/store/postgres.js";
+import {
+  MIGRATIONS_DIR,
+  PostgresStore,
+  recentEventsQuery,
+  schemaVersionProblem,
+  type PostgresStoreOptions,
+} from "../../src/store/postgres.js";
 import { StoreIncompatibleError } from "../../src/store/incompatible.js";
 import type { PostgresMemories } from "../../src/store/memories/postgres.js";
 import { ConnectingStore } from "../../src/store/connecting.js";
@@ -38,16 +44,21 @@ vectorAdmin.on("error", () => {});
 afterAll(() => Promise.all([admin.end(), vectorAdmin.end()]));
 
 /** Opens a store on a schema that is dropped when the store closes; `extra.url` picks the server (vectorUrl). */
-async function openStore(limits: StoreLimits = LIMITS, schema = freshSchema(), extra: Partial<PostgresStoreOptions> = {}): Promise<PostgresStore> {
+async function openStore(
+  limits: StoreLimits = LIMITS,
+  schema = freshSchema(),
+  extra: Partial<PostgresStoreOptions> = {},
+): Promise<PostgresStore> {
   const store = await PostgresStore.open({ url, schema, limits, ...extra });
   const close = store.close.bind(store);
   store.close = async () => {
     await close();
-    await (extra.url?.startsWith(vectorUrl) ? vectorAdmin : admin).query(`DROP SCHEMA IF EXISTS ${pg.escapeIdentifier(schema)} CASCADE`);
+    await (extra.url?.startsWith(vectorUrl) ? vectorAdmin : admin).query(
+      `DROP SCHEMA IF EXISTS ${pg.escapeIdentifier(schema)} CASCADE`,
+    );
   };
   return store;
 }
-
 
 describeStoreConformance("postgres", (limits) => openStore(limits), { persistent: true, shared: true, retains: true });
 describeMemoriesConformance("postgres", () => openStore());
@@ -56,12 +67,19 @@ describeMemoriesConformance("postgres with pgvector", () => openStore(LIMITS, fr
 describe("PostgreSQL long-term memory search", () => {
   const DIMS = 8;
   /** A unit-ish vector along axis `i`, leaning `lean` along the next one. */
-  const axis = (i: number, lean = 0) => Array.from({ length: DIMS }, (_, d) => (d === i ? 1 : d === (i + 1) % DIMS ? lean : 0));
-  const within = (userId: string) => ({ scope: { appName: "app", userId, match: "within" as const }, asOf: Date.now() });
+  const axis = (i: number, lean = 0) =>
+    Array.from({ length: DIMS }, (_, d) => (d === i ? 1 : d === (i + 1) % DIMS ? lean : 0));
+  const within = (userId: string) => ({
+    scope: { appName: "app", userId, match: "within" as const },
+    asOf: Date.now(),
+  });
 
   for (const [server, serverUrl] of [
     // The index scan gives up after 50 rows, and the planner takes it wherever it can: the exact plan must fill in.
-    ["with pgvector", () => `${vectorUrl}?options=${encodeURIComponent("-c hnsw.max_scan_tuples=50 -c enable_sort=off")}`],
+    [
+      "with pgvector",
+      () => `${vectorUrl}?options=${encodeURIComponent("-c hnsw.max_scan_tuples=50 -c enable_sort=off")}`,
+    ],
     ["without pgvector", () => url],
   ] as const) {
     it(`${server}: a filter that keeps few memories of a dimension still gets all of them, the nearest first`, async () => {
@@ -72,17 +90,29 @@ describe("PostgreSQL long-term memory search", () => {
         // 1,500 memories of another user all nearer the query than the three of "few".
         for (let batch = 0; batch < 15; batch++) {
           await memories.writeMemories(
-            Array.from({ length: 100 }, (_, j) => memory({ memoryId: `crowd-${batch}-${j}`, userId: "crowd", text: "crowd", embedding: axis(0, 0.01 * (j + 1)) })),
+            Array.from({ length: 100 }, (_, j) =>
+              memory({
+                memoryId: `crowd-${batch}-${j}`,
+                userId: "crowd",
+                text: "crowd",
+                embedding: axis(0, 0.01 * (j + 1)),
+              }),
+            ),
           );
         }
-        await memories.writeMemories([0.5, 2, 4].map((lean, i) => memory({ memoryId: `few-${i}`, userId: "few", text: "few", embedding: axis(0, lean) })));
+        await memories.writeMemories(
+          [0.5, 2, 4].map((lean, i) =>
+            memory({ memoryId: `few-${i}`, userId: "few", text: "few", embedding: axis(0, lean) }),
+          ),
+        );
         const db = server === "with pgvector" ? vectorAdmin : admin;
         const found = await memories.nearestMemories!(within("few"), axis(0), 10);
         expect(found.map((r) => r.memory.memoryId)).toEqual(["few-0", "few-1", "few-2"]);
         expect(found[0].score).toBeCloseTo(1 / Math.sqrt(1.25), 6);
-        const { rows } = await db.query("SELECT format_type(atttypid, atttypmod) AS type FROM pg_attribute WHERE attrelid = $1::regclass AND attname = 'search_vector'", [
-          `${pg.escapeIdentifier(schema)}.memories`,
-        ]);
+        const { rows } = await db.query(
+          "SELECT format_type(atttypid, atttypmod) AS type FROM pg_attribute WHERE attrelid = $1::regclass AND attname = 'search_vector'",
+          [`${pg.escapeIdentifier(schema)}.memories`],
+        );
         expect(rows[0].type).toBe(server === "with pgvector" ? "vector" : "real[]");
         if (server === "with pgvector") {
           // The crowd's own search walks the dimension's HNSW index once the planner knows the table
@@ -114,13 +144,17 @@ describe("PostgreSQL long-term memory search", () => {
     const table = `${pg.escapeIdentifier(schema)}.memories`;
     try {
       const memories = store.memories!;
-      await memories.writeMemories([memory({ memoryId: "old", userId: "u", text: "The spare key is under the geranium pot", embedding: axis(3) })]);
+      await memories.writeMemories([
+        memory({ memoryId: "old", userId: "u", text: "The spare key is under the geranium pot", embedding: axis(3) }),
+      ]);
       // As 0016 leaves a row written before it: analyzer 0, nothing indexed.
       await vectorAdmin.query(`UPDATE ${table} SET analyzer = 0, terms = NULL, search_vector = NULL`);
       expect(await memories.searchMemories(within("u"), "geraniums", 5)).toEqual([]);
       expect(await memories.nearestMemories!(within("u"), axis(3), 5)).toEqual([]);
       expect(await memories.reanalyze()).toBe(1);
-      expect((await memories.searchMemories(within("u"), "geraniums", 5)).map((r) => r.memory.memoryId)).toEqual(["old"]);
+      expect((await memories.searchMemories(within("u"), "geraniums", 5)).map((r) => r.memory.memoryId)).toEqual([
+        "old",
+      ]);
       expect((await memories.nearestMemories!(within("u"), axis(3), 5)).map((r) => r.memory.memoryId)).toEqual(["old"]);
       expect(await memories.reanalyze()).toBe(0);
       // The previous release's INSERT names no analyzer: refused, not stored unsearchable.
@@ -137,7 +171,10 @@ describe("PostgreSQL long-term memory search", () => {
 describe("PostgresStore specifics", () => {
   const count = async (schema: string, table: string, sessionId?: string) => {
     const where = sessionId === undefined ? "" : " WHERE session_id = $1";
-    const { rows } = await admin.query(`SELECT count(*)::int AS n FROM ${pg.escapeIdentifier(schema)}.${table}${where}`, sessionId === undefined ? [] : [sessionId]);
+    const { rows } = await admin.query(
+      `SELECT count(*)::int AS n FROM ${pg.escapeIdentifier(schema)}.${table}${where}`,
+      sessionId === undefined ? [] : [sessionId],
+    );
     return rows[0].n as number;
   };
 
@@ -145,11 +182,18 @@ describe("PostgresStore specifics", () => {
     const schema = freshSchema();
     const store = await openStore(LIMITS, schema);
     try {
-      for (const [id, user] of [["x1", "gone"], ["x2", "gone"], ["keep", "stays"]]) await makeSession(store, id, "app", user);
+      for (const [id, user] of [
+        ["x1", "gone"],
+        ["x2", "gone"],
+        ["keep", "stays"],
+      ])
+        await makeSession(store, id, "app", user);
       await store.appendEvents("x1", [newEvent("user_message", 1), newEvent("user_message", 2)]);
       expect(await store.resumeErasures()).toEqual({ users: 0, sessions: 0, events: 0 });
       // An erasure whose replica died before removing anything: only its record is there.
-      await admin.query(`INSERT INTO ${pg.escapeIdentifier(schema)}.erasures (app_name, user_id, token) VALUES ('app', 'gone', 'token-of-a-dead-replica')`);
+      await admin.query(
+        `INSERT INTO ${pg.escapeIdentifier(schema)}.erasures (app_name, user_id, token) VALUES ('app', 'gone', 'token-of-a-dead-replica')`,
+      );
       expect(await store.resumeErasures()).toEqual({ users: 1, sessions: 2, events: 2 });
       expect(await count(schema, "erasures")).toBe(0);
       expect((await store.listSessions({ limit: 10 })).map((s) => s.sessionId)).toEqual(["keep"]);
@@ -162,13 +206,19 @@ describe("PostgresStore specifics", () => {
 
   it("applies migrations once, even when several replicas start on a fresh schema at once", async () => {
     const schema = freshSchema();
-    const stores = await Promise.all(Array.from({ length: 4 }, () => PostgresStore.open({ url, schema, limits: LIMITS })));
+    const stores = await Promise.all(
+      Array.from({ length: 4 }, () => PostgresStore.open({ url, schema, limits: LIMITS })),
+    );
     try {
       const again = await PostgresStore.open({ url, schema, limits: LIMITS });
       stores.push(again);
-      const { rows } = await admin.query(`SELECT version, name FROM ${pg.escapeIdentifier(schema)}.schema_migrations ORDER BY version`);
+      const { rows } = await admin.query(
+        `SELECT version, name FROM ${pg.escapeIdentifier(schema)}.schema_migrations ORDER BY version`,
+      );
       // Each numbered file exactly once, in order.
-      const files = readdirSync(MIGRATIONS_DIR).filter((f) => /^\d{4}_.*\.sql$/.test(f)).sort();
+      const files = readdirSync(MIGRATIONS_DIR)
+        .filter((f) => /^\d{4}_.*\.sql$/.test(f))
+        .sort();
       expect(files.slice(0, 3)).toEqual(["0001_init.sql", "0002_api_keys.sql", "0003_append_function.sql"]);
       expect(rows).toEqual(files.map((name) => ({ version: Number(name.slice(0, 4)), name })));
       await makeSession(stores[0], "s1");
@@ -189,7 +239,11 @@ describe("PostgresStore specifics", () => {
       );
       // append_many_checked (0015): every append (src/store/postgres.ts); append_many_retained (0006): the previous
       // release's appends during a rolling upgrade; events_copy_tenancy: the insert trigger of 0007.
-      expect(rows.map((r) => r.proname)).toEqual(["append_many_checked", "append_many_retained", "events_copy_tenancy"]);
+      expect(rows.map((r) => r.proname)).toEqual([
+        "append_many_checked",
+        "append_many_retained",
+        "events_copy_tenancy",
+      ]);
       await makeSession(store, "s1");
       expect((await store.appendEvents("s1", [newEvent("user_message", 1)])).events.map((e) => e.seq)).toEqual([1]);
     } finally {
@@ -203,7 +257,11 @@ describe("PostgresStore specifics", () => {
     const b = await PostgresStore.open({ url, schema, limits: LIMITS });
     try {
       await makeSession(a, "s1");
-      const results = await Promise.all(Array.from({ length: 40 }, (_, i) => (i % 2 ? a : b).appendEvents("s1", [newEvent("user_message", i), newEvent("agent_response", i)])));
+      const results = await Promise.all(
+        Array.from({ length: 40 }, (_, i) =>
+          (i % 2 ? a : b).appendEvents("s1", [newEvent("user_message", i), newEvent("agent_response", i)]),
+        ),
+      );
       const seqs = results.flatMap((r) => r.events.map((e) => e.seq)).sort((x, y) => x - y);
       expect(seqs).toEqual(Array.from({ length: 80 }, (_, i) => i + 1));
       // Each batch got consecutive seqs: commit order is seq order.
@@ -220,7 +278,8 @@ describe("PostgresStore specifics", () => {
     const store = await openStore({ ...LIMITS, maxSessionEvents: 4 }, schema);
     try {
       await makeSession(store, "s1");
-      for (let i = 0; i < 3; i++) await store.appendEvents("s1", [newEvent("user_message", i), newEvent("user_message", i)]);
+      for (let i = 0; i < 3; i++)
+        await store.appendEvents("s1", [newEvent("user_message", i), newEvent("user_message", i)]);
       expect(await count(schema, "events", "s1")).toBe(4);
       expect(await store.getSession("s1")).toMatchObject({ firstSeq: 3, headSeq: 6 });
       expect((await store.stats()).totalEvents).toBe(4);
@@ -238,22 +297,44 @@ describe("PostgresStore specifics", () => {
     const client = await admin.connect();
     try {
       await makeSession(store, "quiet", "quiet", "ann");
-      await store.appendEvents("quiet", Array.from({ length: 20 }, (_, i) => newEvent("user_message", i)));
+      await store.appendEvents(
+        "quiet",
+        Array.from({ length: 20 }, (_, i) => newEvent("user_message", i)),
+      );
       // Another app floods, and so does another user of the same app.
       await makeSession(store, "loud", "loud", "mallory");
       await makeSession(store, "quiet-bob", "quiet", "bob");
       for (let b = 0; b < 6; b++) {
-        await store.appendEvents("loud", Array.from({ length: 500 }, (_, i) => newEvent("user_message", i, { timestamp: Date.now() + 86_400_000 })));
-        await store.appendEvents("quiet-bob", Array.from({ length: 200 }, (_, i) => newEvent("user_message", i, { timestamp: Date.now() + 86_400_000 })));
+        await store.appendEvents(
+          "loud",
+          Array.from({ length: 500 }, (_, i) => newEvent("user_message", i, { timestamp: Date.now() + 86_400_000 })),
+        );
+        await store.appendEvents(
+          "quiet-bob",
+          Array.from({ length: 200 }, (_, i) => newEvent("user_message", i, { timestamp: Date.now() + 86_400_000 })),
+        );
       }
       await client.query(`ANALYZE ${pg.escapeIdentifier(schema)}.events`);
-      type PlanNode = { "Relation Name"?: string; "Actual Rows": number; "Actual Loops": number; "Rows Removed by Filter"?: number; Plans?: PlanNode[] };
+      type PlanNode = {
+        "Relation Name"?: string;
+        "Actual Rows": number;
+        "Actual Loops": number;
+        "Rows Removed by Filter"?: number;
+        Plans?: PlanNode[];
+      };
       /** Rows every scan of the events table looked at (returned or filtered out), over all its loops. */
       const rowsRead = (node: PlanNode): number =>
-        (node["Relation Name"] === "events" ? (node["Actual Rows"] + (node["Rows Removed by Filter"] ?? 0)) * node["Actual Loops"] : 0) +
-        (node.Plans ?? []).reduce((sum, child) => sum + rowsRead(child), 0);
+        (node["Relation Name"] === "events"
+          ? (node["Actual Rows"] + (node["Rows Removed by Filter"] ?? 0)) * node["Actual Loops"]
+          : 0) + (node.Plans ?? []).reduce((sum, child) => sum + rowsRead(child), 0);
       const limit = 10;
-      const filters = [{ appNames: ["quiet"] }, { userId: "ann" }, { appNames: ["quiet"], userId: "ann" }, { appNames: ["quiet", "loud"] }, {}];
+      const filters = [
+        { appNames: ["quiet"] },
+        { userId: "ann" },
+        { appNames: ["quiet"], userId: "ann" },
+        { appNames: ["quiet", "loud"] },
+        {},
+      ];
       // Both the plan made for the values and the generic one a prepared statement switches to.
       for (const mode of ["force_custom_plan", "force_generic_plan"]) {
         await client.query(`SET plan_cache_mode = ${mode}`);
@@ -261,10 +342,14 @@ describe("PostgresStore specifics", () => {
           const { sql, params } = recentEventsQuery(pg.escapeIdentifier(schema), limit, filter)!;
           const { rows } = await client.query(`EXPLAIN (ANALYZE, FORMAT JSON) ${sql}`, params);
           const apps = filter.appNames?.length ?? 1;
-          expect(rowsRead(rows[0]["QUERY PLAN"][0].Plan), `${mode} ${JSON.stringify(filter)}`).toBeLessThanOrEqual(limit * apps);
+          expect(rowsRead(rows[0]["QUERY PLAN"][0].Plan), `${mode} ${JSON.stringify(filter)}`).toBeLessThanOrEqual(
+            limit * apps,
+          );
         }
       }
-      expect((await store.listRecentEvents(limit, { appNames: ["quiet"], userId: "ann" })).map((e) => e.content)).toEqual([10, 11, 12, 13, 14, 15, 16, 17, 18, 19]);
+      expect(
+        (await store.listRecentEvents(limit, { appNames: ["quiet"], userId: "ann" })).map((e) => e.content),
+      ).toEqual([10, 11, 12, 13, 14, 15, 16, 17, 18, 19]);
     } finally {
       client.release();
       await store.close();
@@ -278,14 +363,21 @@ describe("PostgresStore specifics", () => {
     let store: PostgresStore | undefined;
     try {
       // The schema as a release before 0007 left it, with events in it.
-      const before = readdirSync(MIGRATIONS_DIR).filter((f) => /^\d{4}_.*\.sql$/.test(f) && Number(f.slice(0, 4)) < 7).sort();
+      const before = readdirSync(MIGRATIONS_DIR)
+        .filter((f) => /^\d{4}_.*\.sql$/.test(f) && Number(f.slice(0, 4)) < 7)
+        .sort();
       await client.query("BEGIN");
       await client.query(`CREATE SCHEMA ${quoted}`);
       await client.query(`SET LOCAL search_path TO ${quoted}`);
-      await client.query("CREATE TABLE schema_migrations (version integer PRIMARY KEY, name text NOT NULL, applied_at timestamptz NOT NULL DEFAULT now())");
+      await client.query(
+        "CREATE TABLE schema_migrations (version integer PRIMARY KEY, name text NOT NULL, applied_at timestamptz NOT NULL DEFAULT now())",
+      );
       for (const file of before) {
         await client.query(readFileSync(path.join(MIGRATIONS_DIR, file), "utf8"));
-        await client.query("INSERT INTO schema_migrations (version, name) VALUES ($1, $2)", [Number(file.slice(0, 4)), file]);
+        await client.query("INSERT INTO schema_migrations (version, name) VALUES ($1, $2)", [
+          Number(file.slice(0, 4)),
+          file,
+        ]);
       }
       await client.query(`INSERT INTO sessions (session_id, app_name, user_id, created_at, updated_at, head_seq, first_seq) VALUES
         ('s1', 'x', 'ann', now(), now(), 2, 1), ('s2', 'y', 'bob', now(), now(), 1, 1)`);
@@ -347,7 +439,13 @@ describe("PostgresStore specifics", () => {
     try {
       const ids = ["a%", "a_", "a'b", "a*", "a?", "a:b", "a\nb", "B", "é", "😀", "z"];
       for (const id of ids) {
-        await store.createSession({ sessionId: id, appName: `app ${id}`, userId: `u%_'\n${id}`, metadata: {}, now: Date.now() });
+        await store.createSession({
+          sessionId: id,
+          appName: `app ${id}`,
+          userId: `u%_'\n${id}`,
+          metadata: {},
+          now: Date.now(),
+        });
         await store.appendEvents(id, [newEvent("user_message", id, { eventId: `${id}%_'*?:\n` })]);
       }
       const listed = (await store.listSessions({ limit: 100 })).map((s) => s.sessionId);
@@ -359,7 +457,11 @@ describe("PostgresStore specifics", () => {
       });
       expect(listed).toEqual(expected);
       for (const id of ids) {
-        expect((await store.listSessions({ limit: 100, appName: `app ${id}`, userId: `u%_'\n${id}` })).map((s) => s.sessionId)).toEqual([id]);
+        expect(
+          (await store.listSessions({ limit: 100, appName: `app ${id}`, userId: `u%_'\n${id}` })).map(
+            (s) => s.sessionId,
+          ),
+        ).toEqual([id]);
         const retry = await store.appendEvents(id, [newEvent("user_message", id, { eventId: `${id}%_'*?:\n` })]);
         expect(retry.replayed).toBe(true);
       }
@@ -374,8 +476,14 @@ describe("PostgresStore specifics", () => {
     const store = await openStore();
     try {
       const durability = await store.describeDurability();
-      expect(durability.settings).toMatchObject({ synchronous_commit: expect.any(String), fsync: expect.any(String), wal_level: expect.any(String) });
-      expect(durability.summary).toContain(`synchronous_commit=${durability.settings.synchronous_commit}, fsync=${durability.settings.fsync}`);
+      expect(durability.settings).toMatchObject({
+        synchronous_commit: expect.any(String),
+        fsync: expect.any(String),
+        wal_level: expect.any(String),
+      });
+      expect(durability.summary).toContain(
+        `synchronous_commit=${durability.settings.synchronous_commit}, fsync=${durability.settings.fsync}`,
+      );
       if (durability.settings.fsync === "off") expect(durability.summary).toContain("host crashes");
     } finally {
       await store.close();
@@ -387,14 +495,20 @@ describe("PostgresStore specifics", () => {
     const store = await openStore(LIMITS, schema);
     const writer = await PostgresStore.open({ url, schema, limits: LIMITS });
     const listening = async () =>
-      (await admin.query("SELECT count(*)::int AS n FROM pg_stat_activity WHERE application_name = $1", [`engram:${schema}:listen`])).rows[0].n as number;
+      (
+        await admin.query("SELECT count(*)::int AS n FROM pg_stat_activity WHERE application_name = $1", [
+          `engram:${schema}:listen`,
+        ])
+      ).rows[0].n as number;
     try {
       await makeSession(store, "s1");
       const notices: SessionNotice[] = [];
       store.subscribe("s1", (n) => notices.push(n));
       await writer.appendEvents("s1", [newEvent("user_message", 1)]);
       await waitFor(() => notices.some((n) => n.headSeq === 1));
-      await admin.query("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = $1", [`engram:${schema}:listen`]);
+      await admin.query("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = $1", [
+        `engram:${schema}:listen`,
+      ]);
       // Most likely inside the reconnect back-off, so its NOTIFY is lost: the resync must report it.
       await writer.appendEvents("s1", [newEvent("user_message", 2)]);
       await waitFor(() => notices.some((n) => n.headSeq === 2));
@@ -414,7 +528,10 @@ describe("PostgresStore specifics", () => {
     try {
       await makeSession(store, "s1");
       await Promise.all([store.getSession("s1"), store.getSession("s1"), store.stats()]); // several pooled connections
-      const { rows } = await admin.query("SELECT count(pg_terminate_backend(pid))::int AS n FROM pg_stat_activity WHERE application_name = $1", [`engram:${schema}`]);
+      const { rows } = await admin.query(
+        "SELECT count(pg_terminate_backend(pid))::int AS n FROM pg_stat_activity WHERE application_name = $1",
+        [`engram:${schema}`],
+      );
       expect(rows[0].n).toBeGreaterThan(0);
       const appended = await store.appendEvents("s1", [newEvent("user_message", 1, { eventId: "e1" })]);
       expect(appended).toMatchObject({ replayed: false, events: [{ seq: 1 }] });
@@ -426,37 +543,56 @@ describe("PostgresStore specifics", () => {
 
   it.each([
     ["", (store: PostgresStore): MemoryStore => store],
-    [" (through a ConnectingStore, which passes the call on)", (store: PostgresStore): MemoryStore => new ConnectingStore("postgres", async () => store, { failed: () => {}, opened: () => {} })],
-  ])("an append queued behind a locked session gives up at the call's deadline, writes nothing, and frees its connection%s", async (_, caller) => {
-    const schema = freshSchema();
-    const store = await openStore(LIMITS, schema, { poolSize: 2 });
-    const holder = await admin.connect();
-    try {
-      const front = caller(store);
-      if (front instanceof ConnectingStore) await front.opened;
-      await makeSession(store, "s1");
-      await holder.query("BEGIN");
-      await holder.query(`SELECT 1 FROM ${pg.escapeIdentifier(schema)}.sessions WHERE session_id = 's1' FOR UPDATE`);
-      const started = Date.now();
-      const err = await rejection(front.appendEvents("s1", [newEvent("user_message", 1, { eventId: "late" })], undefined, { deadline: Date.now() + 300 }));
-      expect(["UNAVAILABLE", "DEADLINE_EXCEEDED"]).toContain(err.code);
-      expect(Date.now() - started).toBeLessThan(5000);
-      // Nothing is still waiting on the lock server-side: the statement was cancelled, not just abandoned.
-      // The server's lock_timeout and the client's query timeout are the same length, so the client may
-      // see its timeout a moment before the server cancels: allow 3 s, far below the 15 s statement bound.
-      const waiting = async () => (await admin.query("SELECT count(*)::int AS n FROM pg_stat_activity WHERE application_name = $1 AND wait_event_type = 'Lock'", [`engram:${schema}`])).rows[0].n as number;
-      for (const until = Date.now() + 3000; (await waiting()) > 0 && Date.now() < until; ) await sleep(50);
-      expect(await waiting()).toBe(0);
-      await holder.query("ROLLBACK");
-      // The pool (2 connections) still serves, and the timed-out append left no event.
-      expect((await store.appendEvents("s1", [newEvent("user_message", 2, { eventId: "next" })])).events.map((e) => e.seq)).toEqual([1]);
-      expect((await store.readEvents("s1", { limit: 10 })).events.map((e) => e.eventId)).toEqual(["next"]);
-    } finally {
-      await holder.query("ROLLBACK").catch(() => {});
-      holder.release();
-      await store.close();
-    }
-  });
+    [
+      " (through a ConnectingStore, which passes the call on)",
+      (store: PostgresStore): MemoryStore =>
+        new ConnectingStore("postgres", async () => store, { failed: () => {}, opened: () => {} }),
+    ],
+  ])(
+    "an append queued behind a locked session gives up at the call's deadline, writes nothing, and frees its connection%s",
+    async (_, caller) => {
+      const schema = freshSchema();
+      const store = await openStore(LIMITS, schema, { poolSize: 2 });
+      const holder = await admin.connect();
+      try {
+        const front = caller(store);
+        if (front instanceof ConnectingStore) await front.opened;
+        await makeSession(store, "s1");
+        await holder.query("BEGIN");
+        await holder.query(`SELECT 1 FROM ${pg.escapeIdentifier(schema)}.sessions WHERE session_id = 's1' FOR UPDATE`);
+        const started = Date.now();
+        const err = await rejection(
+          front.appendEvents("s1", [newEvent("user_message", 1, { eventId: "late" })], undefined, {
+            deadline: Date.now() + 300,
+          }),
+        );
+        expect(["UNAVAILABLE", "DEADLINE_EXCEEDED"]).toContain(err.code);
+        expect(Date.now() - started).toBeLessThan(5000);
+        // Nothing is still waiting on the lock server-side: the statement was cancelled, not just abandoned.
+        // The server's lock_timeout and the client's query timeout are the same length, so the client may
+        // see its timeout a moment before the server cancels: allow 3 s, far below the 15 s statement bound.
+        const waiting = async () =>
+          (
+            await admin.query(
+              "SELECT count(*)::int AS n FROM pg_stat_activity WHERE application_name = $1 AND wait_event_type = 'Lock'",
+              [`engram:${schema}`],
+            )
+          ).rows[0].n as number;
+        for (const until = Date.now() + 3000; (await waiting()) > 0 && Date.now() < until; ) await sleep(50);
+        expect(await waiting()).toBe(0);
+        await holder.query("ROLLBACK");
+        // The pool (2 connections) still serves, and the timed-out append left no event.
+        expect(
+          (await store.appendEvents("s1", [newEvent("user_message", 2, { eventId: "next" })])).events.map((e) => e.seq),
+        ).toEqual([1]);
+        expect((await store.readEvents("s1", { limit: 10 })).events.map((e) => e.eventId)).toEqual(["next"]);
+      } finally {
+        await holder.query("ROLLBACK").catch(() => {});
+        holder.release();
+        await store.close();
+      }
+    },
+  );
 
   it("group commit: a session held by another transaction stalls only its own appends, which land in order once it is free", async () => {
     const schema = freshSchema();
@@ -467,16 +603,22 @@ describe("PostgresStore specifics", () => {
       await holder.query("BEGIN");
       await holder.query(`SELECT 1 FROM ${pg.escapeIdentifier(schema)}.sessions WHERE session_id = 'held' FOR UPDATE`);
       // Several appends to the held session, then appends to free sessions.
-      const held = [1, 2, 3].map((i) => store.appendEvents("held", [newEvent("user_message", i, { eventId: `h${i}` })]));
+      const held = [1, 2, 3].map((i) =>
+        store.appendEvents("held", [newEvent("user_message", i, { eventId: `h${i}` })]),
+      );
       let heldSettled = false;
       void Promise.allSettled(held).then(() => (heldSettled = true));
-      const free = ["a", "b", "c", "d", "a", "b"].map((id, i) => store.appendEvents(id, [newEvent("user_message", i, { eventId: `f${i}` })]));
+      const free = ["a", "b", "c", "d", "a", "b"].map((id, i) =>
+        store.appendEvents(id, [newEvent("user_message", i, { eventId: `f${i}` })]),
+      );
       const done = await Promise.race([Promise.all(free), sleep(10_000).then(() => "timeout" as const)]);
       expect(done).not.toBe("timeout");
       expect(heldSettled).toBe(false);
-      expect((done as { events: { sessionId: string; seq: number }[] }[]).map((r) => `${r.events[0].sessionId}:${r.events[0].seq}`).sort()).toEqual(
-        ["a:1", "a:2", "b:1", "b:2", "c:1", "d:1"],
-      );
+      expect(
+        (done as { events: { sessionId: string; seq: number }[] }[])
+          .map((r) => `${r.events[0].sessionId}:${r.events[0].seq}`)
+          .sort(),
+      ).toEqual(["a:1", "a:2", "b:1", "b:2", "c:1", "d:1"]);
       await holder.query("ROLLBACK");
       const seqs = (await Promise.all(held)).map((r) => r.events[0].seq).sort();
       expect(seqs).toEqual([1, 2, 3]);
@@ -502,12 +644,24 @@ describe("PostgresStore specifics", () => {
       const seqsOf = (id: string) => results.filter((r) => r.events[0].sessionId === id).map((r) => r.events[0].seq);
       expect(seqsOf("a")).toEqual([1, 2, 3, 4, 5, 6, 7, 8]);
       expect(seqsOf("b")).toEqual([1, 2, 3, 4]);
-      expect((await store.readEvents("a", { limit: 20 })).events.map((e) => e.content)).toEqual([0, 1, 3, 4, 6, 7, 9, 10]);
+      expect((await store.readEvents("a", { limit: 20 })).events.map((e) => e.content)).toEqual([
+        0, 1, 3, 4, 6, 7, 9, 10,
+      ]);
       expect((await store.stats()).totalEvents).toBe(12);
 
       // append_many_retained itself refuses a batch naming one session twice, and writes nothing.
       const sql = `SELECT * FROM ${pg.escapeIdentifier(schema)}.append_many_retained($1::text[], $2::bigint[], $3::int[], $4::text[], $5::text[], $6::text[], $7::text[], $8::timestamptz[], $9::text[], 500, '{}'::text[], '{}'::bigint[], 0, 0, true, 0::smallint, 'unused', 8000, NULL, now())`;
-      const twice = admin.query(sql, [["a", "a"], [null, null], [1, 2], ["x1", "x2"], ["t", "t"], ["1", "2"], ["{}", "{}"], [new Date(), new Date()], ["f", "f"]]);
+      const twice = admin.query(sql, [
+        ["a", "a"],
+        [null, null],
+        [1, 2],
+        ["x1", "x2"],
+        ["t", "t"],
+        ["1", "2"],
+        ["{}", "{}"],
+        [new Date(), new Date()],
+        ["f", "f"],
+      ]);
       await expect(twice).rejects.toMatchObject({ code: "22023" });
       expect(await count(schema, "events", "a")).toBe(8);
     } finally {
@@ -521,15 +675,24 @@ describe("PostgresStore specifics", () => {
       for (const id of ["busy1", "busy2", "dup", "stale", "fresh", "retry", "capped"]) await makeSession(store, id);
       await store.appendEvents("dup", [newEvent("user_message", "first", { eventId: "d1" })]);
       await store.appendEvents("retry", [newEvent("user_message", "r1", { eventId: "r1" })]);
-      await store.appendEvents("capped", ["c1", "c2", "c3"].map((c) => newEvent("user_message", c, { eventId: c })));
+      await store.appendEvents(
+        "capped",
+        ["c1", "c2", "c3"].map((c) => newEvent("user_message", c, { eventId: c })),
+      );
       // The first filler takes the batch slot alone; the rest queue meanwhile and go together as one append_many call.
       const fillers = ["busy1", "busy2"].map((id) => store.appendEvents(id, [newEvent("user_message", id)]));
       const [dup, stale, fresh, retry, capped, missing] = await Promise.allSettled([
         store.appendEvents("dup", [newEvent("user_message", "other", { eventId: "d1" })]),
         store.appendEvents("stale", [newEvent("user_message", "s")], 5),
         store.appendEvents("fresh", [newEvent("user_message", "f1"), newEvent("user_message", "f2")], 0),
-        store.appendEvents("retry", [newEvent("user_message", "r1", { eventId: "r1" }), newEvent("user_message", "r2", { eventId: "r2" })]),
-        store.appendEvents("capped", ["c4", "c5"].map((c) => newEvent("user_message", c, { eventId: c }))),
+        store.appendEvents("retry", [
+          newEvent("user_message", "r1", { eventId: "r1" }),
+          newEvent("user_message", "r2", { eventId: "r2" }),
+        ]),
+        store.appendEvents(
+          "capped",
+          ["c4", "c5"].map((c) => newEvent("user_message", c, { eventId: c })),
+        ),
         store.appendEvents("nobody", [newEvent("user_message", "x")]),
       ]);
       await Promise.all(fillers);
@@ -537,7 +700,10 @@ describe("PostgresStore specifics", () => {
       expect(stale).toMatchObject({ status: "rejected", reason: { code: "FAILED_PRECONDITION" } });
       expect(missing).toMatchObject({ status: "rejected", reason: { code: "NOT_FOUND" } });
       expect(fresh.status === "fulfilled" && fresh.value.events.map((e) => e.seq)).toEqual([1, 2]);
-      expect(retry.status === "fulfilled" && retry.value.events.map((e) => [e.seq, e.eventId])).toEqual([[1, "r1"], [2, "r2"]]);
+      expect(retry.status === "fulfilled" && retry.value.events.map((e) => [e.seq, e.eventId])).toEqual([
+        [1, "r1"],
+        [2, "r2"],
+      ]);
       expect(capped.status === "fulfilled" && capped.value.events.map((e) => e.seq)).toEqual([4, 5]);
       expect((await store.readEvents("dup", { limit: 10 })).events.map((e) => e.content)).toEqual(["first"]);
       expect((await store.readEvents("stale", { limit: 10 })).events).toEqual([]);
@@ -556,10 +722,20 @@ describe("PostgresStore specifics", () => {
     try {
       for (const id of ["a", "b", "c", "d", "e", "f"]) await makeSession(store, id);
       // jsonb refuses the NUL character (the service refuses it before the store; here it reaches the store).
-      const appends = ["a", "b", "c", "d", "e", "f"].map((id) => store.appendEvents(id, [newEvent("user_message", id === "d" ? "bad\u0000" : id, { eventId: `${id}1` })]));
+      const appends = ["a", "b", "c", "d", "e", "f"].map((id) =>
+        store.appendEvents(id, [newEvent("user_message", id === "d" ? "bad\u0000" : id, { eventId: `${id}1` })]),
+      );
       const results = await Promise.allSettled(appends);
-      expect(results.map((r) => r.status)).toEqual(["fulfilled", "fulfilled", "fulfilled", "rejected", "fulfilled", "fulfilled"]);
-      for (const id of ["a", "b", "c", "e", "f"]) expect((await store.readEvents(id, { limit: 10 })).events.map((e) => e.content)).toEqual([id]);
+      expect(results.map((r) => r.status)).toEqual([
+        "fulfilled",
+        "fulfilled",
+        "fulfilled",
+        "rejected",
+        "fulfilled",
+        "fulfilled",
+      ]);
+      for (const id of ["a", "b", "c", "e", "f"])
+        expect((await store.readEvents(id, { limit: 10 })).events.map((e) => e.content)).toEqual([id]);
       expect((await store.readEvents("d", { limit: 10 })).events).toEqual([]);
       expect((await store.stats()).totalEvents).toBe(5);
     } finally {
@@ -585,14 +761,21 @@ describe("PostgresStore specifics", () => {
     it("fails to open with UNAVAILABLE on a closed port, at once", async () => {
       const port = await freePort();
       const started = Date.now();
-      const err = await rejection(PostgresStore.open({ url: `postgres://postgres@127.0.0.1:${port}/postgres`, schema: "engram", limits: LIMITS }));
+      const err = await rejection(
+        PostgresStore.open({ url: `postgres://postgres@127.0.0.1:${port}/postgres`, schema: "engram", limits: LIMITS }),
+      );
       expect(err.code).toBe("UNAVAILABLE");
       expect(err.message).toContain("ECONNREFUSED");
       expect(Date.now() - started).toBeLessThan(3000);
     });
 
     it("answers UNAVAILABLE within the connect timeout when the server never responds", async () => {
-      const store = new PostgresStore({ url: `postgres://postgres@127.0.0.1:${silentPort}/postgres`, schema: "engram", limits: LIMITS, connectTimeoutMs: 300 });
+      const store = new PostgresStore({
+        url: `postgres://postgres@127.0.0.1:${silentPort}/postgres`,
+        schema: "engram",
+        limits: LIMITS,
+        connectTimeoutMs: 300,
+      });
       try {
         const started = Date.now();
         expect((await rejection(store.ping())).code).toBe("UNAVAILABLE");
@@ -606,7 +789,11 @@ describe("PostgresStore specifics", () => {
 });
 
 describe("an older release refuses a schema migrated by a newer one", () => {
-  const newestKnown = Math.max(...readdirSync(MIGRATIONS_DIR).filter((f) => /^\d{4}_.*\.sql$/.test(f)).map((f) => Number(f.slice(0, 4))));
+  const newestKnown = Math.max(
+    ...readdirSync(MIGRATIONS_DIR)
+      .filter((f) => /^\d{4}_.*\.sql$/.test(f))
+      .map((f) => Number(f.slice(0, 4))),
+  );
   const newer = newestKnown + 1;
   const pad = (v: number) => String(v).padStart(4, "0");
 
@@ -615,15 +802,26 @@ describe("an older release refuses a schema migrated by a newer one", () => {
     const schema = freshSchema();
     const quoted = pg.escapeIdentifier(schema);
     await admin.query(`CREATE SCHEMA ${quoted}`);
-    await admin.query(`CREATE TABLE ${quoted}.schema_migrations (version integer PRIMARY KEY, name text NOT NULL, applied_at timestamptz NOT NULL DEFAULT now())`);
-    for (const v of versions) await admin.query(`INSERT INTO ${quoted}.schema_migrations (version, name) VALUES ($1, $2)`, [v, `${pad(v)}_later.sql`]);
+    await admin.query(
+      `CREATE TABLE ${quoted}.schema_migrations (version integer PRIMARY KEY, name text NOT NULL, applied_at timestamptz NOT NULL DEFAULT now())`,
+    );
+    for (const v of versions)
+      await admin.query(`INSERT INTO ${quoted}.schema_migrations (version, name) VALUES ($1, $2)`, [
+        v,
+        `${pad(v)}_later.sql`,
+      ]);
     return schema;
   }
 
   /** The schema's tables and recorded versions, to show a refusal touched nothing. */
   async function contents(schema: string): Promise<{ tables: string[]; versions: number[] }> {
-    const tables = await admin.query("SELECT table_name FROM information_schema.tables WHERE table_schema = $1 ORDER BY table_name", [schema]);
-    const versions = await admin.query(`SELECT version FROM ${pg.escapeIdentifier(schema)}.schema_migrations ORDER BY version`);
+    const tables = await admin.query(
+      "SELECT table_name FROM information_schema.tables WHERE table_schema = $1 ORDER BY table_name",
+      [schema],
+    );
+    const versions = await admin.query(
+      `SELECT version FROM ${pg.escapeIdentifier(schema)}.schema_migrations ORDER BY version`,
+    );
     return { tables: tables.rows.map((r) => r.table_name), versions: versions.rows.map((r) => r.version) };
   }
 
@@ -654,7 +852,9 @@ describe("an older release refuses a schema migrated by a newer one", () => {
     const store = await PostgresStore.open({ url, schema, limits: LIMITS });
     try {
       await store.close();
-      const { rows } = await admin.query(`SELECT version FROM ${pg.escapeIdentifier(schema)}.schema_migrations ORDER BY version`);
+      const { rows } = await admin.query(
+        `SELECT version FROM ${pg.escapeIdentifier(schema)}.schema_migrations ORDER BY version`,
+      );
       const applied = rows.map((r) => r.version as number);
       expect(applied.at(-1)).toBe(newestKnown);
       const known = Array.from({ length: previous }, (_, i) => i + 1);
@@ -677,7 +877,9 @@ describe("an older release refuses a schema migrated by a newer one", () => {
         (e: unknown) => e,
       );
       expect(err).toBeInstanceOf(StoreIncompatibleError);
-      expect((err as Error).message).toMatch(new RegExp(`^schema "${schema}" is at migration 0003 but lacks migration 0002 `));
+      expect((err as Error).message).toMatch(
+        new RegExp(`^schema "${schema}" is at migration 0003 but lacks migration 0002 `),
+      );
       expect(await contents(schema)).toEqual({ tables: ["schema_migrations"], versions: [1, 3] });
     } finally {
       await drop(schema);
@@ -692,7 +894,9 @@ describe("an older release refuses a schema migrated by a newer one", () => {
         (e: unknown) => e,
       );
       expect(err).toBeInstanceOf(StoreIncompatibleError);
-      expect((err as Error).message).toContain(`is at migration ${pad(newer)} but this Engram knows migrations up to ${pad(newestKnown)}`);
+      expect((err as Error).message).toContain(
+        `is at migration ${pad(newer)} but this Engram knows migrations up to ${pad(newestKnown)}`,
+      );
     } finally {
       await drop(schema);
     }
@@ -702,7 +906,11 @@ describe("an older release refuses a schema migrated by a newer one", () => {
     const schema = await schemaAt([1, newer]);
     try {
       // spawnServer rejects with the exit code and the output when the process exits before listening.
-      const outcome = await spawnServer({ MEMORY_TYPE: "postgres", MEMORY_POSTGRES_URL: url, MEMORY_KEY_PREFIX: schema }).then(
+      const outcome = await spawnServer({
+        MEMORY_TYPE: "postgres",
+        MEMORY_POSTGRES_URL: url,
+        MEMORY_KEY_PREFIX: schema,
+      }).then(
         async (server) => {
           await server.kill();
           return "listening (unready, retrying) instead of exiting";
@@ -710,8 +918,12 @@ describe("an older release refuses a schema migrated by a newer one", () => {
         (err: unknown) => (err as Error).message,
       );
       expect(outcome).toContain("server exited with 2 before listening");
-      expect(outcome).toContain(`engram: refusing the store: MEMORY_TYPE=postgres: cannot open schema "${schema}" at MEMORY_POSTGRES_URL: `);
-      expect(outcome).toContain(`is at migration ${pad(newer)} but this Engram knows migrations up to ${pad(newestKnown)}`);
+      expect(outcome).toContain(
+        `engram: refusing the store: MEMORY_TYPE=postgres: cannot open schema "${schema}" at MEMORY_POSTGRES_URL: `,
+      );
+      expect(outcome).toContain(
+        `is at migration ${pad(newer)} but this Engram knows migrations up to ${pad(newestKnown)}`,
+      );
       expect(await contents(schema)).toEqual({ tables: ["schema_migrations"], versions: [1, newer] });
     } finally {
       await drop(schema);
@@ -727,14 +939,23 @@ describe("an older release refuses a schema migrated by a newer one", () => {
       proxy.set({ kind: "refuse" });
       const viaProxy = new URL(url);
       viaProxy.port = String(proxy.port);
-      server = await spawnServer({ MEMORY_TYPE: "postgres", MEMORY_POSTGRES_URL: viaProxy.toString(), MEMORY_KEY_PREFIX: schema });
+      server = await spawnServer({
+        MEMORY_TYPE: "postgres",
+        MEMORY_POSTGRES_URL: viaProxy.toString(),
+        MEMORY_KEY_PREFIX: schema,
+      });
       // Up and unready through the outage, as any backend down at start-up.
       expect(server.child.exitCode).toBeNull();
       proxy.set({ kind: "pass" });
-      const exit = await Promise.race([server.exited, sleep(30_000, undefined, { ref: false }).then(() => "still running after 30 s")]);
+      const exit = await Promise.race([
+        server.exited,
+        sleep(30_000, undefined, { ref: false }).then(() => "still running after 30 s"),
+      ]);
       expect(exit).toEqual({ code: 2, signal: null });
       const refusal = server.lines.find((line) => line.includes("refusing the store"));
-      expect(refusal).toContain(`is at migration ${pad(newer)} but this Engram knows migrations up to ${pad(newestKnown)}`);
+      expect(refusal).toContain(
+        `is at migration ${pad(newer)} but this Engram knows migrations up to ${pad(newestKnown)}`,
+      );
       expect(await contents(schema)).toEqual({ tables: ["schema_migrations"], versions: [1, newer] });
     } finally {
       await server?.kill();
@@ -778,19 +999,36 @@ describe("PostgresStore long-term memories", () => {
         const key = `drink-${round}`;
         // Eight writers of one key, four through each replica, all valid from the same instant or later;
         // two of them in batches of 21 memories.
-        const padding = (i: number) => (i % 4 === 3 ? Array.from({ length: 20 }, (_, j) => memory({ memoryId: `${key}-${i}-pad-${j}`, userId: "u", text: "padding" })) : []);
+        const padding = (i: number) =>
+          i % 4 === 3
+            ? Array.from({ length: 20 }, (_, j) =>
+                memory({ memoryId: `${key}-${i}-pad-${j}`, userId: "u", text: "padding" }),
+              )
+            : [];
         await Promise.all(
           Array.from({ length: 8 }, (_, i) =>
-            (i % 2 ? a : b).memories.writeMemories([...padding(i), memory({ memoryId: `${key}-${i}`, userId: "u", key, text: `drinks ${i}`, validFrom: 1000 + (i % 3) })]),
+            (i % 2 ? a : b).memories.writeMemories([
+              ...padding(i),
+              memory({ memoryId: `${key}-${i}`, userId: "u", key, text: `drinks ${i}`, validFrom: 1000 + (i % 3) }),
+            ]),
           ),
         );
-        const versions = await a.memories.listMemories({ scope: { appName: "app", userId: "u", match: "exact" }, key }, 100);
+        const versions = await a.memories.listMemories(
+          { scope: { appName: "app", userId: "u", match: "exact" }, key },
+          100,
+        );
         expect(versions).toHaveLength(8);
         const open = versions.filter((m) => m.invalidAt === undefined);
-        expect(open.map((m) => m.memoryId), `round ${round}`).toHaveLength(1);
+        expect(
+          open.map((m) => m.memoryId),
+          `round ${round}`,
+        ).toHaveLength(1);
         // Whatever the commit order, at no instant do two versions hold.
         for (const at of [999, 1000, 1001, 1002, 5000]) {
-          const holding = await b.memories.listMemories({ scope: { appName: "app", userId: "u", match: "exact" }, key, asOf: at }, 100);
+          const holding = await b.memories.listMemories(
+            { scope: { appName: "app", userId: "u", match: "exact" }, key, asOf: at },
+            100,
+          );
           expect(holding.length, `round ${round} as of ${at}`).toBeLessThanOrEqual(1);
         }
       }
@@ -806,9 +1044,13 @@ describe("PostgresStore long-term memories", () => {
     const b = await PostgresStore.open({ url, schema, limits: LIMITS });
     const holder = new pg.Client({ connectionString: url });
     await holder.connect();
-    const waiting = async () => (await holder.query<{ locktype: string }>("SELECT locktype FROM pg_locks WHERE NOT granted")).rows.map((r) => r.locktype);
+    const waiting = async () =>
+      (await holder.query<{ locktype: string }>("SELECT locktype FROM pg_locks WHERE NOT granted")).rows.map(
+        (r) => r.locktype,
+      );
     const until = async (check: () => Promise<boolean>, what: string) => {
-      for (const deadline = Date.now() + 20_000; !(await check()); await sleep(20)) if (Date.now() > deadline) throw new Error(`not within 20 s: ${what}`);
+      for (const deadline = Date.now() + 20_000; !(await check()); await sleep(20))
+        if (Date.now() > deadline) throw new Error(`not within 20 s: ${what}`);
     };
     let released = false;
     try {
@@ -816,17 +1058,26 @@ describe("PostgresStore long-term memories", () => {
       // A batch stuck inside its transaction, after its locks: it must close "tea", whose row this client holds.
       await holder.query("BEGIN");
       await holder.query(`SELECT 1 FROM "${schema}".memories WHERE app_name = 'app' AND memory_id = 'tea' FOR UPDATE`);
-      const stuck = a.memories.writeMemories([memory({ memoryId: "coffee", userId: "held", key: "drink", text: "drinks coffee" })]);
+      const stuck = a.memories.writeMemories([
+        memory({ memoryId: "coffee", userId: "held", key: "drink", text: "drinks coffee" }),
+      ]);
       await until(async () => (await waiting()).includes("transactionid"), "the held batch waits on the row");
       // A batch of the same key waits for it, on the key's lock.
-      const sameKey = b.memories.writeMemories([memory({ memoryId: "water", userId: "held", key: "drink", text: "drinks water" })]);
+      const sameKey = b.memories.writeMemories([
+        memory({ memoryId: "water", userId: "held", key: "drink", text: "drinks water" }),
+      ]);
       await until(async () => (await waiting()).includes("advisory"), "the same key's batch waits on the key");
 
       // Sixteen writers of the same app, one user each, alternating replicas: batches of 100 memories,
       // one without keys, then two of facts whose keys (subject and predicate) the second closes, in each user's own scope.
       const batchOf = (w: number, round: number) =>
         Array.from({ length: 100 }, (_, i) =>
-          memory({ memoryId: `w${w}-${round}-${i}`, userId: `writer-${w}`, text: `note ${i}`, ...(round > 0 ? { fact: { subject: `item ${i}`, predicate: "is in", object: `box ${w}` } } : {}) }),
+          memory({
+            memoryId: `w${w}-${round}-${i}`,
+            userId: `writer-${w}`,
+            text: `note ${i}`,
+            ...(round > 0 ? { fact: { subject: `item ${i}`, predicate: "is in", object: `box ${w}` } } : {}),
+          }),
         );
       const writers = Promise.all(
         Array.from({ length: 16 }, async (_, w) => {
@@ -834,13 +1085,19 @@ describe("PostgresStore long-term memories", () => {
         }),
       );
       const timedOut = sleep(30_000).then(() => "waited");
-      expect(await Promise.race([writers.then(() => "done"), timedOut]), "writers sharing no key with the held batch waited for it").toBe("done");
+      expect(
+        await Promise.race([writers.then(() => "done"), timedOut]),
+        "writers sharing no key with the held batch waited for it",
+      ).toBe("done");
       expect((await waiting()).filter((t) => t === "advisory")).toHaveLength(1);
 
       await holder.query("COMMIT");
       released = true;
       await Promise.all([stuck, sameKey]);
-      const versions = await a.memories.listMemories({ scope: { appName: "app", userId: "held", match: "exact" }, key: "drink" }, 10);
+      const versions = await a.memories.listMemories(
+        { scope: { appName: "app", userId: "held", match: "exact" }, key: "drink" },
+        10,
+      );
       expect(versions.map((m) => m.memoryId).sort()).toEqual(["coffee", "tea", "water"]);
       expect(versions.filter((m) => m.invalidAt === undefined)).toHaveLength(1);
       const writer3 = { appName: "app", userId: "writer-3", match: "exact" } as const;
@@ -865,7 +1122,10 @@ describe("PostgresStore long-term memories", () => {
           a.memories.writeMemories([memory({ memoryId: "two", appName, text: "x", embedding: [1, 0] })]),
           b.memories.writeMemories([memory({ memoryId: "three", appName, text: "y", embedding: [1, 0, 0] })]),
         ]);
-        expect(results.filter((r) => r.status === "fulfilled"), `round ${round}`).toHaveLength(1);
+        expect(
+          results.filter((r) => r.status === "fulfilled"),
+          `round ${round}`,
+        ).toHaveLength(1);
         const refused = results.find((r) => r.status === "rejected") as PromiseRejectedResult;
         expect(refused.reason).toMatchObject({ code: "INVALID_ARGUMENT", field: "memories[0].embedding" });
       }
@@ -882,8 +1142,12 @@ describe("PostgresStore long-term memories", () => {
     try {
       const changes: MemoryChange[] = [];
       watcher.memories.subscribeMemories("app", (c) => changes.push(c));
-      await writer.memories.writeMemories([memory({ memoryId: "a", userId: "u", agentId: "x", key: "k", text: "one", validFrom: 1000 })]);
-      await writer.memories.writeMemories([memory({ memoryId: "b", userId: "u", agentId: "x", key: "k", text: "two", validFrom: 2000 })]);
+      await writer.memories.writeMemories([
+        memory({ memoryId: "a", userId: "u", agentId: "x", key: "k", text: "one", validFrom: 1000 }),
+      ]);
+      await writer.memories.writeMemories([
+        memory({ memoryId: "b", userId: "u", agentId: "x", key: "k", text: "two", validFrom: 2000 }),
+      ]);
       await writer.memories.writeMemories([memory({ memoryId: "elsewhere", appName: "other", text: "not this app" })]);
       await writer.memories.deleteMemories("app", ["a"]);
       await waitFor(() => changes.some((c) => c.seq === 4), 10_000);
@@ -891,7 +1155,13 @@ describe("PostgresStore long-term memories", () => {
       const { changes: logged, through } = await watcher.memories.readMemoryChanges("app", 0, 10);
       expect(through).toBe(4);
       // The log refers to a's writes, but a is gone: its deletion (ids and scope only) stands for it.
-      const seen = logged.map((c) => (c.kind === "deleted" ? `deleted ${c.memories.map((m) => `${m.memoryId}/${m.userId}/${m.agentId}`)}` : c.kind === "remote" ? "remote" : `${c.seq} ${c.kind} ${c.memory.memoryId}`));
+      const seen = logged.map((c) =>
+        c.kind === "deleted"
+          ? `deleted ${c.memories.map((m) => `${m.memoryId}/${m.userId}/${m.agentId}`)}`
+          : c.kind === "remote"
+            ? "remote"
+            : `${c.seq} ${c.kind} ${c.memory.memoryId}`,
+      );
       expect(seen).toEqual(["3 written b", "deleted a/u/x"]);
       // Written memories arrive whole, as they are now.
       expect(logged[0]).toMatchObject({ kind: "written", memory: { memoryId: "b", text: "two", userId: "u" } });
@@ -906,7 +1176,11 @@ describe("PostgresStore long-term memories", () => {
     try {
       // Own, shared and another user's memories interleaved in time, some created in the same millisecond.
       const owners = [{ userId: "u" }, {}, { userId: "v" }, { userId: "u", agentId: "a" }];
-      await store.memories.writeMemories(Array.from({ length: 40 }, (_, i) => memory({ memoryId: `m${String(i).padStart(2, "0")}`, text: "x", ...owners[i % 4] }, 1000 + Math.floor(i / 3))));
+      await store.memories.writeMemories(
+        Array.from({ length: 40 }, (_, i) =>
+          memory({ memoryId: `m${String(i).padStart(2, "0")}`, text: "x", ...owners[i % 4] }, 1000 + Math.floor(i / 3)),
+        ),
+      );
       const scope = { appName: "app", userId: "u", match: "visible" as const };
       const seen: string[] = [];
       let after: { createdAt: number; memoryId: string } | undefined;
@@ -916,7 +1190,10 @@ describe("PostgresStore long-term memories", () => {
         if (rows.length < 3) break;
         after = rows[rows.length - 1];
       }
-      const expected = Array.from({ length: 40 }, (_, i) => i).filter((i) => i % 4 < 2).reverse().map((i) => `m${String(i).padStart(2, "0")}`);
+      const expected = Array.from({ length: 40 }, (_, i) => i)
+        .filter((i) => i % 4 < 2)
+        .reverse()
+        .map((i) => `m${String(i).padStart(2, "0")}`);
       expect(seen).toEqual(expected);
     } finally {
       await store.close();
@@ -930,8 +1207,27 @@ describe("PostgresStore long-term memories", () => {
         memory({ memoryId: "tea", text: "Alice's favourite drink is green tea (not coffee!)" }),
         memory({ memoryId: "path", text: "The backup lives in C:\\data\\backup & nowhere else" }),
       ]);
-      const search = (q: string) => store.memories.searchMemories({ scope: { appName: "app", match: "visible" } }, q, 10);
-      for (const q of ["'", "''", "\\", "\\'", "a & b | !c", "(((", "tea:*", "\"unterminated", "-coffee", "or", "the of and", "<->", "!!", "😀 tea", "'tea' & 'coffee'", ":", "tea:A"]) {
+      const search = (q: string) =>
+        store.memories.searchMemories({ scope: { appName: "app", match: "visible" } }, q, 10);
+      for (const q of [
+        "'",
+        "''",
+        "\\",
+        "\\'",
+        "a & b | !c",
+        "(((",
+        "tea:*",
+        '"unterminated',
+        "-coffee",
+        "or",
+        "the of and",
+        "<->",
+        "!!",
+        "😀 tea",
+        "'tea' & 'coffee'",
+        ":",
+        "tea:A",
+      ]) {
         await expect(search(q), q).resolves.toBeInstanceOf(Array);
       }
       // OR of the query's terms: one matching word finds the memory.
@@ -956,12 +1252,18 @@ describe("PostgresStore long-term memories", () => {
     await admin.query(`DELETE FROM ${quoted}.schema_migrations WHERE version >= 10`);
     const store = await openStore(LIMITS, schema);
     try {
-      const { rows } = await admin.query(`SELECT array_agg(version ORDER BY version)::int[] AS v FROM ${quoted}.schema_migrations WHERE version IN (10, 11)`);
+      const { rows } = await admin.query(
+        `SELECT array_agg(version ORDER BY version)::int[] AS v FROM ${quoted}.schema_migrations WHERE version IN (10, 11)`,
+      );
       expect(rows[0].v).toEqual([10, 11]);
       expect((await store.readEvents("s1", { limit: 10 })).events).toHaveLength(1);
-      await store.memories.writeMemories([memory({ memoryId: "m", userId: "u", text: "remembered after the upgrade", embedding: [1, 0] })]);
+      await store.memories.writeMemories([
+        memory({ memoryId: "m", userId: "u", text: "remembered after the upgrade", embedding: [1, 0] }),
+      ]);
       const scope = { appName: "app", userId: "u", match: "visible" } as const;
-      expect((await store.memories.searchMemories({ scope }, "upgrade", 5)).map((r) => r.memory.memoryId)).toEqual(["m"]);
+      expect((await store.memories.searchMemories({ scope }, "upgrade", 5)).map((r) => r.memory.memoryId)).toEqual([
+        "m",
+      ]);
       expect((await store.memories.nearestMemories({ scope }, [1, 0], 5)).map((r) => r.memory.memoryId)).toEqual(["m"]);
     } finally {
       await store.close();
@@ -972,10 +1274,14 @@ describe("PostgresStore long-term memories", () => {
     const schema = freshSchema();
     const store = await openStore(LIMITS, schema);
     try {
-      const all = Array.from({ length: MEMORY_CHANGES_RETAINED + 5 }, (_, i) => memory({ memoryId: `m${i}`, text: "x" }));
+      const all = Array.from({ length: MEMORY_CHANGES_RETAINED + 5 }, (_, i) =>
+        memory({ memoryId: `m${i}`, text: "x" }),
+      );
       for (let i = 0; i < all.length; i += 1000) await store.memories.writeMemories(all.slice(i, i + 1000));
       await store.memories.deleteMemories("app", ["m0"]);
-      const { rows } = await admin.query<{ n: string; first: string }>(`SELECT count(*) AS n, min(seq) AS first FROM ${pg.escapeIdentifier(schema)}.memory_changes WHERE app_name = 'app'`);
+      const { rows } = await admin.query<{ n: string; first: string }>(
+        `SELECT count(*) AS n, min(seq) AS first FROM ${pg.escapeIdentifier(schema)}.memory_changes WHERE app_name = 'app'`,
+      );
       expect(rows[0]).toEqual({ n: String(MEMORY_CHANGES_RETAINED), first: "7" });
     } finally {
       await store.close();
@@ -992,13 +1298,17 @@ describe("PostgresStore long-term memories", () => {
     // What the release before 0012 left: no state columns or tables (nor the memory change log of 0013).
     await admin.query(`ALTER TABLE ${quoted}.sessions DROP COLUMN state, DROP COLUMN version`);
     await admin.query(`ALTER TABLE ${quoted}.events DROP COLUMN state_delta`);
-    await admin.query(`DROP TABLE ${quoted}.app_state, ${quoted}.user_state, ${quoted}.memory_changes, ${quoted}.memory_change_heads`);
+    await admin.query(
+      `DROP TABLE ${quoted}.app_state, ${quoted}.user_state, ${quoted}.memory_changes, ${quoted}.memory_change_heads`,
+    );
     await admin.query(`DELETE FROM ${quoted}.schema_migrations WHERE version >= 12`);
     const store = await openStore(LIMITS, schema);
     try {
       expect(await store.getSession("s1")).toMatchObject({ headSeq: 1, state: {}, version: 0 });
       expect((await store.readEvents("s1", { limit: 10 })).events[0].stateDelta).toBeUndefined();
-      await store.appendEvents("s1", [newEvent("agent_response", 2, { eventId: "e2", stateDelta: { a: 1, "user:b": 2 } })]);
+      await store.appendEvents("s1", [
+        newEvent("agent_response", 2, { eventId: "e2", stateDelta: { a: 1, "user:b": 2 } }),
+      ]);
       expect(await store.getSession("s1")).toMatchObject({ headSeq: 2, state: { a: 1 }, version: 1 });
       expect(await store.sharedState("app", "user")).toEqual({ app: {}, user: { b: 2 } });
     } finally {
@@ -1018,7 +1328,9 @@ describe("PostgresStore long-term memories", () => {
           [user],
         );
       }
-      expect(await store.memories.deleteMemoriesInScope({ appName: "app", userId: "u", match: "within" })).toHaveLength(10_001);
+      expect(await store.memories.deleteMemoriesInScope({ appName: "app", userId: "u", match: "within" })).toHaveLength(
+        10_001,
+      );
       expect(await store.deleteUserData("app", "v")).toEqual({ sessions: 0, events: 0, memories: 10_001 });
       expect(await store.memories.listMemories({ scope: { appName: "app", match: "within" } }, 10)).toEqual([]);
     } finally {
@@ -1030,9 +1342,14 @@ describe("PostgresStore long-term memories", () => {
     const schema = freshSchema();
     const store = await openStore(LIMITS, schema);
     try {
-      await store.memories.writeMemories([memory({ memoryId: "gone", userId: "gone", text: "x" }), memory({ memoryId: "kept", userId: "stays", text: "y" })]);
+      await store.memories.writeMemories([
+        memory({ memoryId: "gone", userId: "gone", text: "x" }),
+        memory({ memoryId: "kept", userId: "stays", text: "y" }),
+      ]);
       // An erasure whose replica died before removing anything: only its record is there.
-      await admin.query(`INSERT INTO ${pg.escapeIdentifier(schema)}.erasures (app_name, user_id, token) VALUES ('app', 'gone', 'token-of-a-dead-replica')`);
+      await admin.query(
+        `INSERT INTO ${pg.escapeIdentifier(schema)}.erasures (app_name, user_id, token) VALUES ('app', 'gone', 'token-of-a-dead-replica')`,
+      );
       await store.resumeErasures();
       expect(await store.memories.getMemory("app", "gone")).toBeUndefined();
       expect(await store.memories.getMemory("app", "kept")).toBeDefined();

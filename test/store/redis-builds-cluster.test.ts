@@ -26,7 +26,12 @@ afterAll(async () => {
   await cluster?.stop();
 });
 
-const openStore = (limits: StoreLimits = DEFAULT_LIMITS) => RedisStore.open({ url: cluster.url, keyPrefix: `bc${process.pid}_${++counter}`, limits });
+const openStore = (limits: StoreLimits = DEFAULT_LIMITS) =>
+  RedisStore.open({ url: cluster.url, keyPrefix: `bc${process.pid}_${++counter}`, limits });
 
-describeStoreConformance("redis-stack 7.4.1 cluster", (limits) => openStore(limits), { persistent: true, shared: true, retains: true });
+describeStoreConformance("redis-stack 7.4.1 cluster", (limits) => openStore(limits), {
+  persistent: true,
+  shared: true,
+  retains: true,
+});
 describeMemoriesConformance("redis-stack 7.4.1 cluster", () => openStore());

@@ -32,7 +32,8 @@ for (const [name, build] of BUILDS) {
     afterAll(async () => {
       await server?.destroy();
     });
-    const openStore = (limits: StoreLimits = DEFAULT_LIMITS) => RedisStore.open({ url: server.url, keyPrefix: `b${process.pid}_${++counter}`, limits });
+    const openStore = (limits: StoreLimits = DEFAULT_LIMITS) =>
+      RedisStore.open({ url: server.url, keyPrefix: `b${process.pid}_${++counter}`, limits });
 
     describeStoreConformance(name, (limits) => openStore(limits), { persistent: true, shared: true, retains: true });
     describeMemoriesConformance(name, () => openStore());

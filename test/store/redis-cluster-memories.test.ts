@@ -42,7 +42,8 @@ afterAll(async () => {
 });
 
 /** A store (one replica) on the cluster, under `prefix`. */
-const openOnCluster = (prefix = freshPrefix()) => RedisStore.open({ url: cluster.url, keyPrefix: prefix, limits: LIMITS });
+const openOnCluster = (prefix = freshPrefix()) =>
+  RedisStore.open({ url: cluster.url, keyPrefix: prefix, limits: LIMITS });
 
 /** Every key of one node matching `pattern` (made of test-chosen characters only). */
 async function scanAll(node: Redis, pattern: string): Promise<string[]> {
@@ -90,7 +91,9 @@ describe("memories key layout", () => {
       const channels = await node.pubsub("CHANNELS", `${prefix}:*`);
       expect(channels).toContain(`${prefix}:memories`);
       await store.memories.writeMemories(everyKey);
-      expect((await scanAll(node, `${prefix}:mem:*`)).sort()).toEqual(SUFFIXES.map((s) => `${prefix}:mem:${hex("app")}:${s}`));
+      expect((await scanAll(node, `${prefix}:mem:*`)).sort()).toEqual(
+        SUFFIXES.map((s) => `${prefix}:mem:${hex("app")}:${s}`),
+      );
     } finally {
       await store.close();
       const keys = await scanAll(node, `${prefix}:*`);
@@ -109,7 +112,11 @@ describe("memories key layout", () => {
       const keys = (await clusterKeys(prefix)).filter((key) => key.startsWith(`${prefix}:mem:`));
       expect(keys).toEqual(apps.flatMap((app) => SUFFIXES.map((s) => `${prefix}:mem:{${hex(app)}}:${s}`)).sort());
       for (const app of apps) {
-        const slots = new Set(await Promise.all(SUFFIXES.map(async (s) => Number(await admin.cluster("KEYSLOT", `${prefix}:mem:{${hex(app)}}:${s}`)))));
+        const slots = new Set(
+          await Promise.all(
+            SUFFIXES.map(async (s) => Number(await admin.cluster("KEYSLOT", `${prefix}:mem:{${hex(app)}}:${s}`))),
+          ),
+        );
         expect(slots.size).toBe(1);
       }
     } finally {
@@ -119,7 +126,12 @@ describe("memories key layout", () => {
 });
 
 describe("memories on two replicas sharing the cluster", () => {
-  const describeChange = (c: MemoryChange) => (c.kind === "deleted" ? `deleted ${c.memories.map((m) => m.memoryId)}` : c.kind === "remote" ? "remote" : `${c.kind} ${c.memory.memoryId}`);
+  const describeChange = (c: MemoryChange) =>
+    c.kind === "deleted"
+      ? `deleted ${c.memories.map((m) => m.memoryId)}`
+      : c.kind === "remote"
+        ? "remote"
+        : `${c.kind} ${c.memory.memoryId}`;
 
   it("a watch on one replica hears the changes made through the other, over each app's sharded channel on its own master, and only its app's", async () => {
     const prefix = freshPrefix();
@@ -132,8 +144,12 @@ describe("memories on two replicas sharing the cluster", () => {
         await watcher.memories.listening!(app);
       }
       for (const appName of apps) {
-        await writer.memories.writeMemories([memory({ appName, memoryId: "a", key: "k", text: "one", validFrom: 1000 })]);
-        await writer.memories.writeMemories([memory({ appName, memoryId: "b", key: "k", text: "two", validFrom: 2000 })]);
+        await writer.memories.writeMemories([
+          memory({ appName, memoryId: "a", key: "k", text: "one", validFrom: 1000 }),
+        ]);
+        await writer.memories.writeMemories([
+          memory({ appName, memoryId: "b", key: "k", text: "two", validFrom: 2000 }),
+        ]);
         await writer.memories.deleteMemories(appName, ["a"]);
       }
       await waitFor(() => [...heard.values()].every((changes) => changes.length >= 4));
@@ -141,7 +157,9 @@ describe("memories on two replicas sharing the cluster", () => {
       // Each app's channel is in its slot: SPUBLISH reached the shard serving the app, and the watcher subscribed there.
       for (const app of apps) {
         const master = await cluster.masterOf(`{${hex(app)}}`);
-        expect(await cluster.admin(master).call("PUBSUB", "SHARDCHANNELS", `${prefix}:memories:*`)).toEqual([`${prefix}:memories:{${hex(app)}}`]);
+        expect(await cluster.admin(master).call("PUBSUB", "SHARDCHANNELS", `${prefix}:memories:*`)).toEqual([
+          `${prefix}:memories:{${hex(app)}}`,
+        ]);
       }
     } finally {
       await Promise.all([writer.close(), watcher.close()]);
@@ -166,7 +184,9 @@ describe("memories on two replicas sharing the cluster", () => {
     }
     try {
       await store.memories.listening!(appName);
-      expect(await cluster.admin(master).call("PUBSUB", "SHARDCHANNELS", `${prefix}:memories:*`)).toEqual([`${prefix}:memories:{${hex(appName)}}`]);
+      expect(await cluster.admin(master).call("PUBSUB", "SHARDCHANNELS", `${prefix}:memories:*`)).toEqual([
+        `${prefix}:memories:{${hex(appName)}}`,
+      ]);
     } finally {
       await store.close();
     }
@@ -193,7 +213,11 @@ describe("memories on two replicas sharing the cluster", () => {
         memory({ appName: first, memoryId: "one", text: "a" }),
         memory({ appName: second, memoryId: "three", text: "c" }),
       ]);
-      expect(memories.map((m) => `${m.appName}/${m.memoryId}`)).toEqual([`${second}/two`, `${first}/one`, `${second}/three`]);
+      expect(memories.map((m) => `${m.appName}/${m.memoryId}`)).toEqual([
+        `${second}/two`,
+        `${first}/one`,
+        `${second}/three`,
+      ]);
     } finally {
       await store.close();
     }
@@ -212,14 +236,28 @@ describe("an app's slot moving to another master", () => {
       // Created a millisecond apart, newest last, so the listing's order is known; every kind of key (a user's,
       // keyed, with an embedding), so all 11 of the app's keys move, one at a time.
       const before = Array.from({ length: 120 }, (_, i) =>
-        memory({ appName, memoryId: `m${String(i).padStart(3, "0")}`, userId: i % 2 ? "u" : undefined, key: `k${i}`, text: `memory ${i}`, embedding: [1, i] }, 1_000_000 + i),
+        memory(
+          {
+            appName,
+            memoryId: `m${String(i).padStart(3, "0")}`,
+            userId: i % 2 ? "u" : undefined,
+            key: `k${i}`,
+            text: `memory ${i}`,
+            embedding: [1, i],
+          },
+          1_000_000 + i,
+        ),
       );
       await store.memories.writeMemories(before);
       const everything = { scope: { appName, match: "within" as const } };
       const listed: string[] = [];
       const nextPage = async () => {
         const last = listed.length === 0 ? undefined : before.find((m) => m.memoryId === listed[listed.length - 1]);
-        const page = await store.memories.listMemories(everything, 10, last && { createdAt: last.createdAt, memoryId: last.memoryId });
+        const page = await store.memories.listMemories(
+          everything,
+          10,
+          last && { createdAt: last.createdAt, memoryId: last.memoryId },
+        );
         listed.push(...page.map((m) => m.memoryId));
       };
       await nextPage();
@@ -262,7 +300,14 @@ describe("an app's slot moving to another master", () => {
           if (again !== undefined) expect(again).toEqual(before[8]);
           const memoryId = `during-${during.length}`;
           during.push(memoryId);
-          if (await settle(store.memories.writeMemories([memory({ appName, memoryId, text: "written while the slot moves" }, 2_000_000 + during.length - 1)]))) stored++;
+          if (
+            await settle(
+              store.memories.writeMemories([
+                memory({ appName, memoryId, text: "written while the slot moves" }, 2_000_000 + during.length - 1),
+              ]),
+            )
+          )
+            stored++;
         },
       });
       // The app's 11 keys (and any other key that shares the slot).
@@ -274,11 +319,18 @@ describe("an app's slot moving to another master", () => {
       expect(listed).toEqual(before.map((m) => m.memoryId).reverse());
       expect(refusals.every((code) => code === "UNAVAILABLE")).toBe(true);
       // A refused write is retried after the move (idempotent by memory_id): then every one is there.
-      for (const [i, memoryId] of during.entries()) await store.memories.writeMemories([memory({ appName, memoryId, text: "written while the slot moves" }, 2_000_000 + i)]);
-      expect((await store.memories.listMemories(everything, 1000)).map((m) => m.memoryId).sort()).toEqual([...before.map((m) => m.memoryId), ...during].sort());
+      for (const [i, memoryId] of during.entries())
+        await store.memories.writeMemories([
+          memory({ appName, memoryId, text: "written while the slot moves" }, 2_000_000 + i),
+        ]);
+      expect((await store.memories.listMemories(everything, 1000)).map((m) => m.memoryId).sort()).toEqual(
+        [...before.map((m) => m.memoryId), ...during].sort(),
+      );
       // The change log has every change once, numbered without holes.
       const log = await store.memories.readMemoryChanges(appName, 0, 1000);
-      expect(log.changes.map((c) => c.seq)).toEqual(Array.from({ length: before.length + during.length }, (_, i) => i + 1));
+      expect(log.changes.map((c) => c.seq)).toEqual(
+        Array.from({ length: before.length + during.length }, (_, i) => i + 1),
+      );
       expect((await cluster.masterOf(slot)).index).toBe(to.index);
     } finally {
       await store.close();
@@ -291,8 +343,19 @@ describe("two servers on the cluster", () => {
   let one: TestServer;
   let two: TestServer;
   beforeAll(async () => {
-    const config = { memoryType: "redis" as const, memoryEnabled: true, redisUrl: cluster.url, keyPrefix, auth: true, authCacheMs: 200 };
-    [one, two] = await Promise.all([1, 2].map(async () => startTestServer({ store: await RedisStore.open({ url: cluster.url, keyPrefix, limits: LIMITS }), config })));
+    const config = {
+      memoryType: "redis" as const,
+      memoryEnabled: true,
+      redisUrl: cluster.url,
+      keyPrefix,
+      auth: true,
+      authCacheMs: 200,
+    };
+    [one, two] = await Promise.all(
+      [1, 2].map(async () =>
+        startTestServer({ store: await RedisStore.open({ url: cluster.url, keyPrefix, limits: LIMITS }), config }),
+      ),
+    );
   }, 60_000);
   afterAll(async () => {
     await Promise.all([one?.stop(), two?.stop()]);
@@ -300,7 +363,9 @@ describe("two servers on the cluster", () => {
 
   /** The authorization header of a new write key for every app, stored on the cluster as an operator's CLI would. */
   async function writerHeaders(): Promise<{ authorization: string }> {
-    const keys = await openApiKeyStore(loadConfig([], { MEMORY_TYPE: "redis", MEMORY_REDIS_URL: cluster.url, MEMORY_KEY_PREFIX: keyPrefix }));
+    const keys = await openApiKeyStore(
+      loadConfig([], { MEMORY_TYPE: "redis", MEMORY_REDIS_URL: cluster.url, MEMORY_KEY_PREFIX: keyPrefix }),
+    );
     try {
       const made = generateApiKey({ role: "write", apps: ["*"] });
       await keys.create(made.record);
@@ -311,18 +376,33 @@ describe("two servers on the cluster", () => {
   }
 
   it("an API key made on the cluster works on both servers and shares one rate budget; a key from nowhere does not; its revocation reaches both", async () => {
-    const keys = await openApiKeyStore(loadConfig([], { MEMORY_TYPE: "redis", MEMORY_REDIS_URL: cluster.url, MEMORY_KEY_PREFIX: keyPrefix }));
+    const keys = await openApiKeyStore(
+      loadConfig([], { MEMORY_TYPE: "redis", MEMORY_REDIS_URL: cluster.url, MEMORY_KEY_PREFIX: keyPrefix }),
+    );
     try {
       const made = generateApiKey({ role: "write", apps: ["keyed-app"], rateLimit: 5 });
       await keys.create(made.record);
-      const clients = [grpcJsClient(one.address, { headers: { authorization: `Bearer ${made.key}` } }), connectClient(two.baseUrl, { headers: { authorization: `Bearer ${made.key}` } })];
-      const stranger = connectClient(one.baseUrl, { headers: { authorization: `Bearer ${generateApiKey({ role: "admin", apps: ["*"] }).key}` } });
+      const clients = [
+        grpcJsClient(one.address, { headers: { authorization: `Bearer ${made.key}` } }),
+        connectClient(two.baseUrl, { headers: { authorization: `Bearer ${made.key}` } }),
+      ];
+      const stranger = connectClient(one.baseUrl, {
+        headers: { authorization: `Bearer ${generateApiKey({ role: "admin", apps: ["*"] }).key}` },
+      });
       try {
-        await clients[0].writeMemories({ memories: [{ appName: "keyed-app", memoryId: "k1", text: "written through one" }] });
-        expect((await clients[1].getMemory({ appName: "keyed-app", memoryId: "k1" })).memory?.text).toBe("written through one");
+        await clients[0].writeMemories({
+          memories: [{ appName: "keyed-app", memoryId: "k1", text: "written through one" }],
+        });
+        expect((await clients[1].getMemory({ appName: "keyed-app", memoryId: "k1" })).memory?.text).toBe(
+          "written through one",
+        );
         await sleep(1100); // a fresh one-second window
         // 12 calls at once, half to each server: 5 per second in all (counted on the cluster), not per server.
-        const outcomes = await Promise.all(Array.from({ length: 12 }, (_, i) => codeOf(clients[i % 2].getMemory({ appName: "keyed-app", memoryId: "k1" }))));
+        const outcomes = await Promise.all(
+          Array.from({ length: 12 }, (_, i) =>
+            codeOf(clients[i % 2].getMemory({ appName: "keyed-app", memoryId: "k1" })),
+          ),
+        );
         const ok = outcomes.filter((o) => o === "ok").length;
         expect(outcomes.filter((o) => o !== "ok").every((o) => o === Code.ResourceExhausted)).toBe(true);
         expect(ok).toBeGreaterThan(0);
@@ -373,7 +453,10 @@ describe("two servers on the cluster", () => {
     const ready = new Promise<void>((resolve) => (started = resolve));
     const watch = (async () => {
       try {
-        for await (const f of watcher.watchMemories({ appName }, { signal: AbortSignal.any([abort.signal, AbortSignal.timeout(60_000)]) })) {
+        for await (const f of watcher.watchMemories(
+          { appName },
+          { signal: AbortSignal.any([abort.signal, AbortSignal.timeout(60_000)]) },
+        )) {
           if (f.frame.case === "started") started();
           if (f.frame.case === "written") written.push(f.frame.value.memoryId);
           if (written.includes("after")) return;
@@ -387,10 +470,14 @@ describe("two servers on the cluster", () => {
     try {
       await cluster.waitForFailover(killed);
       // Bounded: the writer's store may take a few tries to learn the new master.
-      let code = await codeOf(writer.writeMemories({ memories: [{ appName, memoryId: "after", text: "written after the failover" }] }));
+      let code = await codeOf(
+        writer.writeMemories({ memories: [{ appName, memoryId: "after", text: "written after the failover" }] }),
+      );
       for (let i = 0; i < 30 && code !== "ok"; i++) {
         await sleep(500);
-        code = await codeOf(writer.writeMemories({ memories: [{ appName, memoryId: "after", text: "written after the failover" }] }));
+        code = await codeOf(
+          writer.writeMemories({ memories: [{ appName, memoryId: "after", text: "written after the failover" }] }),
+        );
       }
       expect(code).toBe("ok");
       await watch;

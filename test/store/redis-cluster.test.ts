@@ -11,7 +11,19 @@ import { Cluster } from "ioredis";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { RedisStore } from "../../src/store/redis.js";
 import { CLUSTER_BUCKETS, RedisKeys } from "../../src/store/redis/keys.js";
-import { appendScript, applySharedScript, createScript, deleteScript, erasedScript, loadScripts, readScript, stateCheckScript, updateScript, type Script, type ScriptContext } from "../../src/store/redis/scripts.js";
+import {
+  appendScript,
+  applySharedScript,
+  createScript,
+  deleteScript,
+  erasedScript,
+  loadScripts,
+  readScript,
+  stateCheckScript,
+  updateScript,
+  type Script,
+  type ScriptContext,
+} from "../../src/store/redis/scripts.js";
 import type { SessionNotice, StoreLimits } from "../../src/store/types.js";
 import { startRedisCluster, type RedisCluster } from "../support/redis-cluster.js";
 import { describeStoreConformance, makeSession, newEvent, rejection, waitFor } from "./conformance.js";
@@ -35,7 +47,11 @@ afterAll(async () => {
   await cluster?.stop();
 });
 
-describeStoreConformance("redis cluster", (limits) => openStore(limits), { persistent: true, shared: true, retains: true });
+describeStoreConformance("redis cluster", (limits) => openStore(limits), {
+  persistent: true,
+  shared: true,
+  retains: true,
+});
 
 describe("RedisStore on a cluster", () => {
   it("puts every key of every script call in one slot, and a session's keys in its bucket's slot", async () => {
@@ -49,18 +65,34 @@ describe("RedisStore on a cluster", () => {
       const session = { sessionId, ...tenancy, metadata: {}, now: 1 };
       calls.push(
         [createScript, { session, incarnation: "i", mode: "create" }],
-        [appendScript, { sessionId, tenancy, events: [{ ...newEvent("user_message", 1), stateDelta: delta }], now: 1, ingestBase: 5 }],
+        [
+          appendScript,
+          {
+            sessionId,
+            tenancy,
+            events: [{ ...newEvent("user_message", 1), stateDelta: delta }],
+            now: 1,
+            ingestBase: 5,
+          },
+        ],
         [updateScript, { sessionId, tenancy, update: { now: 1, stateDelta: delta } }],
         [deleteScript, { sessionId, tenancy, keepAtLeast: 3 }],
         [readScript, { sessionId, direction: "asc", limit: 1, types: [] }],
       );
     }
-    calls.push([stateCheckScript, { tenancy, changes: [["u", "k", "1"]] }], [applySharedScript, { tenancy, changes: [["a", "k", "1"]], field: "f", now: 1 }], [erasedScript, { tenancy, token: "t" }]);
+    calls.push(
+      [stateCheckScript, { tenancy, changes: [["u", "k", "1"]] }],
+      [applySharedScript, { tenancy, changes: [["a", "k", "1"]], field: "f", now: 1 }],
+      [erasedScript, { tenancy, token: "t" }],
+    );
     const counts = loadScripts();
     const buckets = new Set<string>();
     for (const [script, input] of calls) {
       const keyCount = counts.get(script.name)!.numberOfKeys!;
-      const callKeys = script.args(context, input as never).slice(0, keyCount).map(String);
+      const callKeys = script
+        .args(context, input as never)
+        .slice(0, keyCount)
+        .map(String);
       const slots = new Set(await Promise.all(callKeys.map((key) => cluster.slotOf(key))));
       expect(slots.size, `${script.name}: ${callKeys.join(" ")}`).toBe(1);
     }
@@ -104,7 +136,9 @@ describe("RedisStore on a cluster", () => {
         after = sessions[sessions.length - 1].sessionId;
       }
       expect(seen).toEqual(ids);
-      expect((await store.listSessions({ limit: 100, userId: "u3" })).map((s) => s.sessionId)).toEqual(ids.filter((id) => id.endsWith("3")));
+      expect((await store.listSessions({ limit: 100, userId: "u3" })).map((s) => s.sessionId)).toEqual(
+        ids.filter((id) => id.endsWith("3")),
+      );
       expect(await store.stats()).toEqual({ totalSessions: 37, totalEvents: 0 });
     } finally {
       await store.close();
@@ -116,7 +150,8 @@ describe("RedisStore on a cluster", () => {
     try {
       const ids = ["r1", "r2", "r3", "r4", "r5", "r6"];
       for (const id of ids) await makeSession(store, id);
-      for (let round = 0; round < 3; round++) for (const id of ids) await store.appendEvents(id, [newEvent("user_message", `${id}-${round}`)]);
+      for (let round = 0; round < 3; round++)
+        for (const id of ids) await store.appendEvents(id, [newEvent("user_message", `${id}-${round}`)]);
       const recent = await store.listRecentEvents(10);
       const expected = [1, 2].flatMap((round) => ids.map((id) => `${id}-${round}`)).slice(-10);
       expect(recent.map((e) => e.content)).toEqual(expected);
@@ -187,7 +222,9 @@ describe("RedisStore on a cluster", () => {
         expect(events.map((e) => e.seq)).toEqual(events.map((_, i) => i + 1));
         expect(new Set(events.map((e) => e.eventId)).size).toBe(events.length);
       }
-      const total = (await Promise.all(moving.map(async (id) => (await store.readEvents(id, { limit: 100 })).events.length))).reduce((a, b) => a + b, 0);
+      const total = (
+        await Promise.all(moving.map(async (id) => (await store.readEvents(id, { limit: 100 })).events.length))
+      ).reduce((a, b) => a + b, 0);
       expect(total).toBe(moving.length + round);
     } finally {
       await store.close();
@@ -199,7 +236,9 @@ describe("RedisStore on a cluster", () => {
     const store = await openStore(DEFAULT_LIMITS, prefix);
     try {
       await makeSession(store, "o1", "app", "u");
-      await store.appendEvents("o1", [{ ...newEvent("user_message", 1), stateDelta: { "user:lang": "fr", "app:plan": "pro" } }]);
+      await store.appendEvents("o1", [
+        { ...newEvent("user_message", 1), stateDelta: { "user:lang": "fr", "app:plan": "pro" } },
+      ]);
       expect(await store.sharedState("app", "u")).toEqual({ app: { plan: "pro" }, user: { lang: "fr" } });
       // A replica that died between the two steps: its entry is still in the outbox, not applied.
       const keys = new RedisKeys(prefix, CLUSTER_BUCKETS);
@@ -217,7 +256,11 @@ describe("RedisStore on a cluster", () => {
       expect((await store.sharedState("app", "u")).user).toEqual({ lang: "it" });
       expect(await admin.hlen(outbox)).toBe(0);
       // DeleteUserData drops the user's entries still waiting: none brings the erased state back.
-      await admin.hset(outbox, `${Buffer.from("o1").toString("hex")}!left!10`, JSON.stringify({ app: "app", user: "u", at: 1, changes: [["u", "lang", '"en"']] }));
+      await admin.hset(
+        outbox,
+        `${Buffer.from("o1").toString("hex")}!left!10`,
+        JSON.stringify({ app: "app", user: "u", at: 1, changes: [["u", "lang", '"en"']] }),
+      );
       await store.deleteUserData("app", "u");
       await store.applyLeftOutboxEntries();
       expect(await store.sharedState("app", "u")).toEqual({ app: { plan: "pro" }, user: {} });
@@ -229,7 +272,13 @@ describe("RedisStore on a cluster", () => {
   it("WAITs for the replica of the session's master: 1 is acknowledged, 2 is UNAVAILABLE saying 1 of 2", async () => {
     const prefix = `c${process.pid}_${++counter}`;
     const one = await RedisStore.open({ url: cluster.url, keyPrefix: prefix, limits: DEFAULT_LIMITS, waitReplicas: 1 });
-    const two = await RedisStore.open({ url: cluster.url, keyPrefix: prefix, limits: DEFAULT_LIMITS, commandTimeoutMs: 1000, waitReplicas: 2 });
+    const two = await RedisStore.open({
+      url: cluster.url,
+      keyPrefix: prefix,
+      limits: DEFAULT_LIMITS,
+      commandTimeoutMs: 1000,
+      waitReplicas: 2,
+    });
     try {
       for (const id of ["w1", "w2", "w3"]) {
         await makeSession(one, id);

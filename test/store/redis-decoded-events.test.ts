@@ -9,7 +9,16 @@ import { describe, expect, it } from "vitest";
 import { DecodedEvents, encodeEvent, type EncodedEvent } from "../../src/store/redis/codec.js";
 
 function encoded(seq: number, content: string): Buffer {
-  return Buffer.from(encodeEvent({ eventType: "user_message", eventId: `e${seq}`, content, metadata: {}, timestamp: 1_700_000_000_000 + seq, fingerprint: "" }));
+  return Buffer.from(
+    encodeEvent({
+      eventType: "user_message",
+      eventId: `e${seq}`,
+      content,
+      metadata: {},
+      timestamp: 1_700_000_000_000 + seq,
+      fingerprint: "",
+    }),
+  );
 }
 
 /** The run's events as views of one buffer, as a reply or a notice hands them over. */
@@ -26,8 +35,14 @@ function viewsOf(run: Array<{ seq: number; content: string }>): EncodedEvent[] {
 
 /** What the LRU counts against what its sessions hold. */
 function sizes(decoded: DecodedEvents): { counted: number; held: number } {
-  const sessions = (decoded as unknown as { sessions: { calculatedSize: number; entries(): IterableIterator<[string, { bySeq: Map<number, { encoded: Buffer }> }]> } })
-    .sessions;
+  const sessions = (
+    decoded as unknown as {
+      sessions: {
+        calculatedSize: number;
+        entries(): IterableIterator<[string, { bySeq: Map<number, { encoded: Buffer }> }]>;
+      };
+    }
+  ).sessions;
   let held = 0;
   for (const [sessionId, { bySeq }] of sessions.entries()) {
     held += 200 + 2 * sessionId.length;
@@ -39,9 +54,21 @@ function sizes(decoded: DecodedEvents): { counted: number; held: number } {
 describe("DecodedEvents", () => {
   it("hands out one object per event while its bytes are the same, and decodes changed bytes anew", () => {
     const decoded = new DecodedEvents();
-    const first = decoded.decodeRun("s1", viewsOf([{ seq: 1, content: "a" }, { seq: 2, content: "b" }]));
+    const first = decoded.decodeRun(
+      "s1",
+      viewsOf([
+        { seq: 1, content: "a" },
+        { seq: 2, content: "b" },
+      ]),
+    );
     expect(first.map((e) => e.content)).toEqual(["a", "b"]);
-    const again = decoded.decodeRun("s1", viewsOf([{ seq: 1, content: "a" }, { seq: 2, content: "b" }]));
+    const again = decoded.decodeRun(
+      "s1",
+      viewsOf([
+        { seq: 1, content: "a" },
+        { seq: 2, content: "b" },
+      ]),
+    );
     expect(again[0]).toBe(first[0]);
     expect(again[1]).toBe(first[1]);
     // The same session and seq with other bytes (recreated under its id): not the old object.
@@ -75,14 +102,20 @@ describe("DecodedEvents", () => {
   it("counts exactly what it holds, and stays within its bytes, for any runs", () => {
     const run = fc.record({
       session: fc.constantFrom("s1", "s2", "a-longer-session-id"),
-      events: fc.array(fc.record({ seq: fc.integer({ min: 1, max: 40 }), size: fc.constantFrom(1, 50, 1000, 300_000) }), { maxLength: 30 }),
+      events: fc.array(
+        fc.record({ seq: fc.integer({ min: 1, max: 40 }), size: fc.constantFrom(1, 50, 1000, 300_000) }),
+        { maxLength: 30 },
+      ),
     });
     fc.assert(
       fc.property(fc.array(run, { maxLength: 25 }), (runs) => {
         const decoded = new DecodedEvents();
         for (const { session, events } of runs) {
           const unique = [...new Map(events.map((e) => [e.seq, e])).values()];
-          const out = decoded.decodeRun(session, viewsOf(unique.map(({ seq, size }) => ({ seq, content: "y".repeat(size) }))));
+          const out = decoded.decodeRun(
+            session,
+            viewsOf(unique.map(({ seq, size }) => ({ seq, content: "y".repeat(size) }))),
+          );
           expect(out.map((e) => e.seq)).toEqual(unique.map((e) => e.seq));
           const { counted, held } = sizes(decoded);
           expect(counted).toBe(held);

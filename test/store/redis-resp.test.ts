@@ -8,7 +8,16 @@ import { describe, expect, it } from "vitest";
 import { Command } from "ioredis";
 import { createHash } from "node:crypto";
 import { CLUSTER_BUCKETS, RedisKeys } from "../../src/store/redis/keys.js";
-import { appendScript, loadScripts, readScript, respOf, RedisScripts, type AppendInput, type Reply, type ScriptContext } from "../../src/store/redis/scripts.js";
+import {
+  appendScript,
+  loadScripts,
+  readScript,
+  respOf,
+  RedisScripts,
+  type AppendInput,
+  type Reply,
+  type ScriptContext,
+} from "../../src/store/redis/scripts.js";
 import type { StoreLimits } from "../../src/store/types.js";
 import type { RedisClient } from "../../src/store/redis/connection.js";
 import { newEvent } from "./conformance.js";
@@ -17,7 +26,9 @@ import { newEvent } from "./conformance.js";
 function ioredisBytes(name: string, args: Array<string | number>): string {
   const { lua, numberOfKeys } = loadScripts().get(name)!;
   const sha = createHash("sha1").update(lua).digest("hex");
-  const command = new Command("evalsha", numberOfKeys === undefined ? [sha, ...args] : [sha, numberOfKeys, ...args], { replyEncoding: "utf8" });
+  const command = new Command("evalsha", numberOfKeys === undefined ? [sha, ...args] : [sha, numberOfKeys, ...args], {
+    replyEncoding: "utf8",
+  });
   return command.toWritable({}) as string;
 }
 
@@ -28,7 +39,8 @@ function fakeClient(noScriptFirst = false) {
   const client: Record<string, unknown> = {
     defineCommand(name: string) {
       // ioredis defines `<name>Buffer` too (bulk strings as Buffers).
-      client[name] = client[`${name}Buffer`] = () => Promise.reject(new Error("the defined command is not to be used on one node"));
+      client[name] = client[`${name}Buffer`] = () =>
+        Promise.reject(new Error("the defined command is not to be used on one node"));
     },
     sendCommand(command: Command) {
       sent.push(command.toWritable({}) as string);
@@ -45,7 +57,16 @@ function fakeClient(noScriptFirst = false) {
 const limitsCases: StoreLimits[] = [
   { maxSessions: 1000, maxSessionEvents: 500 },
   { maxSessions: 0, maxSessionEvents: 0, dedupeWindowMs: 0 },
-  { maxSessions: 10, maxSessionEvents: 7, dedupeWindowMs: 1234, dedupeMaxIds: 9, apps: new Map([["capped ✓", { maxSessionEvents: 3 }], ["same", { maxSessionEvents: 7 }]]) },
+  {
+    maxSessions: 10,
+    maxSessionEvents: 7,
+    dedupeWindowMs: 1234,
+    dedupeMaxIds: 9,
+    apps: new Map([
+      ["capped ✓", { maxSessionEvents: 3 }],
+      ["same", { maxSessionEvents: 7 }],
+    ]),
+  },
 ];
 
 function appendInputs(): AppendInput[] {
@@ -58,7 +79,14 @@ function appendInputs(): AppendInput[] {
     for (const tenancy of tenancies) {
       inputs.push(
         { sessionId, tenancy, events: [newEvent("user_message", "hello ✓")], now: 1_700_000_000_123 },
-        { sessionId, tenancy, events: [newEvent("t", { a: [1, "é"] }, { eventId: "mine", metadata: { k: "v" } })], expectedSeq: 0, now: 5, incarnation: "inc-1" },
+        {
+          sessionId,
+          tenancy,
+          events: [newEvent("t", { a: [1, "é"] }, { eventId: "mine", metadata: { k: "v" } })],
+          expectedSeq: 0,
+          now: 5,
+          incarnation: "inc-1",
+        },
         {
           sessionId,
           tenancy,
@@ -112,7 +140,9 @@ describe("Redis scripts in RESP", () => {
     const input = appendInputs()[1];
     await new RedisScripts(refusing.client, { keys, limits }).run(appendScript, input);
     const { lua } = loadScripts().get("append")!;
-    const expectedEval = new Command("eval", [lua, 12, ...appendScript.args({ keys, limits }, input)]).toWritable({}) as string;
+    const expectedEval = new Command("eval", [lua, 12, ...appendScript.args({ keys, limits }, input)]).toWritable(
+      {},
+    ) as string;
     expect(refusing.sent).toEqual([ioredisBytes("append", appendScript.args({ keys, limits }, input)), expectedEval]);
   });
 });

@@ -23,8 +23,14 @@ const BUILDS: Array<[string, () => Promise<RedisBuild | undefined>]> = [
 ];
 
 it("lists every script file of the sessions and of the long-term memories", () => {
-  const files = [SCRIPTS_DIR, MEMORY_SCRIPTS_DIR].flatMap((dir) => readdirSync(dir).filter((file) => file.endsWith(".lua")));
-  expect(everyScript().map((s) => s.file).sort()).toEqual(files.sort());
+  const files = [SCRIPTS_DIR, MEMORY_SCRIPTS_DIR].flatMap((dir) =>
+    readdirSync(dir).filter((file) => file.endsWith(".lua")),
+  );
+  expect(
+    everyScript()
+      .map((s) => s.file)
+      .sort(),
+  ).toEqual(files.sort());
   expect(files.length).toBeGreaterThanOrEqual(10);
   // Includes are pasted in: no script is sent with an include line left.
   for (const { file, lua } of everyScript()) expect(lua, file).not.toMatch(/^--- @include /m);

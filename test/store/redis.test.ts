@@ -43,7 +43,8 @@ async function openSearchStore(limits: StoreLimits = DEFAULT_LIMITS, prefix = `t
   const store = await RedisStore.open({ url: searchUrl, keyPrefix: prefix, limits });
   const client = new Redis(searchUrl);
   try {
-    for (const deadline = Date.now() + 60_000; !(await scanned(client, `${prefix}:memidx`)); await sleep(20)) if (Date.now() > deadline) throw new Error(`${prefix}:memidx did not finish indexing`);
+    for (const deadline = Date.now() + 60_000; !(await scanned(client, `${prefix}:memidx`)); await sleep(20))
+      if (Date.now() > deadline) throw new Error(`${prefix}:memidx did not finish indexing`);
   } finally {
     client.disconnect();
   }
@@ -83,7 +84,6 @@ async function keysOf(pattern: string, client = admin): Promise<string[]> {
   return out;
 }
 
-
 const hex = (s: string) => Buffer.from(s).toString("hex");
 
 describeStoreConformance("redis", (limits) => openStore(limits), { persistent: true, shared: true, retains: true });
@@ -95,7 +95,12 @@ describe("RedisStore specifics", () => {
     const prefix = `t${process.pid}_${++counter}`;
     const store = await openStore(DEFAULT_LIMITS, prefix);
     try {
-      for (const [id, user] of [["x1", "gone"], ["x2", "gone"], ["keep", "stays"]]) await makeSession(store, id, "app", user);
+      for (const [id, user] of [
+        ["x1", "gone"],
+        ["x2", "gone"],
+        ["keep", "stays"],
+      ])
+        await makeSession(store, id, "app", user);
       await store.appendEvents("x1", [newEvent("user_message", 1), newEvent("user_message", 2)]);
       expect(await store.resumeErasures()).toEqual({ users: 0, sessions: 0, events: 0 });
       // An erasure whose replica died before removing anything: only its record is there.
@@ -138,7 +143,9 @@ describe("RedisStore specifics", () => {
     try {
       await makeSession(store, "s1");
       await store.appendEvents("s1", [newEvent("user_message", "before")]);
-      expect((await store.readEvents("s1", { afterSeq: 0, limit: 10 })).events.map((e) => e.content)).toEqual(["before"]);
+      expect((await store.readEvents("s1", { afterSeq: 0, limit: 10 })).events.map((e) => e.content)).toEqual([
+        "before",
+      ]);
       expect(await store.deleteSession("s1")).toBe(true);
       await makeSession(store, "s1");
       await store.appendEvents("s1", [newEvent("user_message", "after")]);
@@ -157,9 +164,15 @@ describe("RedisStore specifics", () => {
       const notices: SessionNotice[] = [];
       store.subscribe("s1", (n) => notices.push(n));
       await sleep(200); // the subscription is established
-      const one = await store.appendEvents("s1", [newEvent("user_message", "a"), newEvent("tool_call", { tool: "search", q: "ü \n" })]);
+      const one = await store.appendEvents("s1", [
+        newEvent("user_message", "a"),
+        newEvent("tool_call", { tool: "search", q: "ü \n" }),
+      ]);
       // Five events into a cap of three: the notice carries the three kept.
-      const five = await store.appendEvents("s1", [1, 2, 3, 4, 5].map((i) => newEvent("user_message", i)));
+      const five = await store.appendEvents(
+        "s1",
+        [1, 2, 3, 4, 5].map((i) => newEvent("user_message", i)),
+      );
       const big = await store.appendEvents("s1", [newEvent("user_message", "x".repeat(70 * 1024))]);
       await waitFor(() => notices.some((n) => n.headSeq === 8));
       expect(notices.map((n) => n.headSeq)).toEqual([2, 7, 8]);
@@ -193,7 +206,11 @@ describe("RedisStore specifics", () => {
       // Appended faster than the streams follow: a stream a few notices behind still takes the events from them.
       await Promise.all([0, 1, 2, 3, 4].map((i) => store.appendEvents("s1", [newEvent("user_message", `live ${i}`)])));
       await waitFor(() => seen.every((s) => s.length === 5));
-      expect(seen).toEqual([[9, 10, 11, 12, 13], [9, 10, 11, 12, 13], [9, 10, 11, 12, 13]]);
+      expect(seen).toEqual([
+        [9, 10, 11, 12, 13],
+        [9, 10, 11, 12, 13],
+        [9, 10, 11, 12, 13],
+      ]);
       expect(reads - readsBefore).toBe(0);
       controller.abort();
       await Promise.allSettled(streams);
@@ -211,25 +228,54 @@ describe("RedisStore specifics", () => {
     await raw.connect();
     try {
       const id = "sé:1";
-      const session = await store.createSession({ sessionId: id, appName: "äpp", userId: "u", metadata: { k: "v" }, now: 1000 });
+      const session = await store.createSession({
+        sessionId: id,
+        appName: "äpp",
+        userId: "u",
+        metadata: { k: "v" },
+        now: 1000,
+      });
       const base = `${prefix}:s:${hex(id)}`;
-      expect(await admin.hgetall(base)).toEqual({ app: "äpp", user: "u", meta: '{"k":"v"}', created: "1000", updated: "1000", head: "0", first: "1", inc: session.incarnation });
+      expect(await admin.hgetall(base)).toEqual({
+        app: "äpp",
+        user: "u",
+        meta: '{"k":"v"}',
+        created: "1000",
+        updated: "1000",
+        head: "0",
+        first: "1",
+        inc: session.incarnation,
+      });
       const notices: string[] = [];
       raw.on("message", (_channel: string, message: string) => notices.push(message));
       await raw.subscribe(`${prefix}:notices`);
       // A generated id (fingerprint ""): the store fingerprints it all the same.
-      const event = { eventId: "ë-1", eventType: "tool_call", content: { q: "ü" }, metadata: { m: 1 }, timestamp: 1234, fingerprint: "" };
+      const event = {
+        eventId: "ë-1",
+        eventType: "tool_call",
+        content: { q: "ü" },
+        metadata: { m: 1 },
+        timestamp: 1234,
+        fingerprint: "",
+      };
       await store.appendEvents(id, [event]);
       // Type and id framed by their byte lengths ("ë-1" is 4 bytes), then JSON of the rest.
       const encoded = '9:tool_call4:ë-1[1234,{"q":"ü"},{"m":1}]';
       expect(await admin.hget(`${base}:ev`, "1")).toBe(encoded);
       expect(await admin.hget(`${base}:id`, "ë-1")).toBe(`1:${eventFingerprint("tool_call", { q: "ü" }, { m: 1 })}`);
       const member = `${hex(id)}!${"1".padStart(16, "0")}`;
-      for (const key of [`recent:all`, `recent:a:${hex("äpp")}`, `recent:u:${hex("u")}`, `recent:au:${hex("äpp")}:${hex("u")}`]) {
+      for (const key of [
+        `recent:all`,
+        `recent:a:${hex("äpp")}`,
+        `recent:u:${hex("u")}`,
+        `recent:au:${hex("äpp")}:${hex("u")}`,
+      ]) {
         expect(await admin.zrange(`${prefix}:${key}`, 0, -1, "WITHSCORES"), key).toEqual([member, "1"]);
       }
       await waitFor(() => notices.length === 1);
-      expect(notices[0]).toBe(`{"s":"sé:1","h":1,"i":"${session.incarnation}","k":1}\n${Buffer.byteLength(encoded)}:${encoded}`);
+      expect(notices[0]).toBe(
+        `{"s":"sé:1","h":1,"i":"${session.incarnation}","k":1}\n${Buffer.byteLength(encoded)}:${encoded}`,
+      );
       await store.deleteSession(id);
       await waitFor(() => notices.length === 2);
       expect(notices[1]).toBe(`{"s":"sé:1","d":1,"i":"${session.incarnation}"}`);
@@ -240,7 +286,15 @@ describe("RedisStore specifics", () => {
       await admin.hset(`${prefix}:s:${hex("by-hand")}:ev`, "1", '12:user_message3:ïd[5,"hi",{"x":[1]}]');
       await admin.hset(`${prefix}:s:${hex("by-hand")}`, "head", "1");
       expect((await store.readEvents("by-hand", { limit: 10 })).events).toEqual([
-        { sessionId: "by-hand", seq: 1, eventId: "ïd", eventType: "user_message", content: "hi", metadata: { x: [1] }, timestamp: 5 },
+        {
+          sessionId: "by-hand",
+          seq: 1,
+          eventId: "ïd",
+          eventType: "user_message",
+          content: "hi",
+          metadata: { x: [1] },
+          timestamp: 5,
+        },
       ]);
     } finally {
       raw.disconnect();
@@ -256,13 +310,27 @@ describe("RedisStore specifics", () => {
       await store.createSession({ sessionId: id, appName: "äpp", userId: "ü", metadata: {}, now: 1000 });
       const base = `${prefix}:s:${hex(id)}`;
       const stateDelta = { topic: "ü", "user:lang": "en", "app:n": 1 };
-      const event = { eventId: "e", eventType: "agent_response", content: "x", metadata: {}, timestamp: 5, fingerprint: "", stateDelta };
+      const event = {
+        eventId: "e",
+        eventType: "agent_response",
+        content: "x",
+        metadata: {},
+        timestamp: 5,
+        fingerprint: "",
+        stateDelta,
+      };
       await store.appendEvents(id, [event]);
       // The delta is the fourth element of the event's JSON (a release before state reads three).
-      expect(await admin.hget(`${base}:ev`, "1")).toBe('14:agent_response1:e[5,"x",{},{"topic":"ü","user:lang":"en","app:n":1}]');
+      expect(await admin.hget(`${base}:ev`, "1")).toBe(
+        '14:agent_response1:e[5,"x",{},{"topic":"ü","user:lang":"en","app:n":1}]',
+      );
       // Entries "st:<key>" -> value JSON, with their count and bytes (key bytes + value bytes: 5 + 4 for topic).
       expect(await admin.hgetall(base)).toMatchObject({ "st:topic": '"ü"', stn: "1", stb: "9", ver: "1" });
-      expect(await admin.hgetall(`${prefix}:st:au:${hex("äpp")}:${hex("ü")}`)).toEqual({ "st:lang": '"en"', stn: "1", stb: "8" });
+      expect(await admin.hgetall(`${prefix}:st:au:${hex("äpp")}:${hex("ü")}`)).toEqual({
+        "st:lang": '"en"',
+        stn: "1",
+        stb: "8",
+      });
       expect(await admin.hgetall(`${prefix}:st:a:${hex("äpp")}`)).toEqual({ "st:n": "1", stn: "1", stb: "2" });
       // Written by hand as another release would: read back.
       await admin.hset(`${prefix}:st:a:${hex("äpp")}`, "st:hand", '{"a":[1]}', "stn", "2", "stb", "15");
@@ -277,7 +345,16 @@ describe("RedisStore specifics", () => {
 
   it("loads every script with its includes pasted in once, and names a missing include", async () => {
     const scripts = loadScripts();
-    expect([...scripts.keys()].sort()).toEqual(["append", "create", "delete", "erased", "read", "shared", "statecheck", "update"]);
+    expect([...scripts.keys()].sort()).toEqual([
+      "append",
+      "create",
+      "delete",
+      "erased",
+      "read",
+      "shared",
+      "statecheck",
+      "update",
+    ]);
     for (const [name, { lua }] of scripts) {
       expect(lua, name).not.toMatch(/@include/);
       expect(lua.match(/local function readFrame\(/g)?.length ?? 0, name).toBeLessThanOrEqual(1);
@@ -295,9 +372,15 @@ describe("RedisStore specifics", () => {
       mkdirSync(path.join(dir, "includes"));
       writeFileSync(path.join(dir, "includes", "twice.lua"), "local twice = 2");
       writeFileSync(path.join(dir, "ok-1.lua"), '--- @include "twice"\n--- @include "twice"\nreturn twice');
-      expect(loadScripts(dir).get("ok")!.lua.match(/local twice = 2/g)).toHaveLength(1);
+      expect(
+        loadScripts(dir)
+          .get("ok")!
+          .lua.match(/local twice = 2/g),
+      ).toHaveLength(1);
       writeFileSync(path.join(dir, "broken-1.lua"), '--- @include "nowhere"\nreturn 1');
-      expect(() => loadScripts(dir)).toThrow('broken-1.lua includes "nowhere", but includes/nowhere.lua cannot be read');
+      expect(() => loadScripts(dir)).toThrow(
+        'broken-1.lua includes "nowhere", but includes/nowhere.lua cannot be read',
+      );
     } finally {
       rmSync(dir, { recursive: true, force: true });
     }
@@ -311,7 +394,8 @@ describe("RedisStore specifics", () => {
       await store.appendEvents("s1", [newEvent("user_message", "before")]);
       // What ioredis re-sends after a reconnect: the identical EVALSHA, generated ids and all.
       const batch = [newEvent("user_message", "a"), newEvent("agent_response", { b: 1 })];
-      const sendAppend = () => (store as unknown as { appendEvents: RedisStore["appendEvents"] }).appendEvents("s1", batch, 1);
+      const sendAppend = () =>
+        (store as unknown as { appendEvents: RedisStore["appendEvents"] }).appendEvents("s1", batch, 1);
       const first = await sendAppend();
       const resent = await sendAppend();
       expect(first.replayed).toBe(false);
@@ -324,18 +408,53 @@ describe("RedisStore specifics", () => {
       try {
         const { lua } = loadScripts().get("append")!;
         const base = `${prefix}:s:${hex("s1")}`;
-        const recent = [`${prefix}:recent:all`, `${prefix}:recent:a:${hex("app")}`, `${prefix}:recent:u:${hex("user")}`, `${prefix}:recent:au:${hex("app")}:${hex("user")}`];
-        const keys = [base, `${base}:ev`, `${base}:id`, `${prefix}:updated`, `${prefix}:stats`, ...recent, `${base}:tr`];
+        const recent = [
+          `${prefix}:recent:all`,
+          `${prefix}:recent:a:${hex("app")}`,
+          `${prefix}:recent:u:${hex("user")}`,
+          `${prefix}:recent:au:${hex("app")}:${hex("user")}`,
+        ];
+        const keys = [
+          base,
+          `${base}:ev`,
+          `${base}:id`,
+          `${prefix}:updated`,
+          `${prefix}:stats`,
+          ...recent,
+          `${base}:tr`,
+        ];
         const body = JSON.stringify([Date.now(), "x", {}]);
         const value = `12:user_message${"gen-direct".length}:gen-direct${body}`;
-        const args = ["s1", '"s1"', "", Date.now(), 500, 2000, `${hex("s1")}!`, `${prefix}:notices`, 1, "gen-direct", eventFingerprint("user_message", "x", {}), Date.now(), value, 65536, "app", "user", 120_000, 1000, 0];
+        const args = [
+          "s1",
+          '"s1"',
+          "",
+          Date.now(),
+          500,
+          2000,
+          `${hex("s1")}!`,
+          `${prefix}:notices`,
+          1,
+          "gen-direct",
+          eventFingerprint("user_message", "x", {}),
+          Date.now(),
+          value,
+          65536,
+          "app",
+          "user",
+          120_000,
+          1000,
+          0,
+        ];
         const once = (await direct.eval(lua, keys.length, ...keys, ...args)) as unknown[];
         const twice = (await direct.eval(lua, keys.length, ...keys, ...args)) as unknown[];
         expect(once.slice(0, 2)).toEqual(["OK", 0]);
         expect(twice.slice(0, 2)).toEqual(["OK", 1]);
         expect(twice[4]).toBe(4);
         expect((await store.getSession("s1"))!.headSeq).toBe(4);
-        expect((await store.readEvents("s1", { afterSeq: 3, limit: 10 })).events.map((e) => e.eventId)).toEqual(["gen-direct"]);
+        expect((await store.readEvents("s1", { afterSeq: 3, limit: 10 })).events.map((e) => e.eventId)).toEqual([
+          "gen-direct",
+        ]);
       } finally {
         direct.disconnect();
       }
@@ -364,7 +483,10 @@ describe("RedisStore specifics", () => {
       // Trimmed events left every recent index too.
       const recent = await keysOf(`${prefixes.at(-1)}:recent:*`);
       expect(recent).toHaveLength(4);
-      for (const key of recent) expect(await admin.zrange(key, 0, -1), key).toEqual([8, 9, 10].map((seq) => `${hex("s1")}!${String(seq).padStart(16, "0")}`));
+      for (const key of recent)
+        expect(await admin.zrange(key, 0, -1), key).toEqual(
+          [8, 9, 10].map((seq) => `${hex("s1")}!${String(seq).padStart(16, "0")}`),
+        );
     } finally {
       await store.close();
     }
@@ -404,7 +526,10 @@ describe("RedisStore specifics", () => {
         const type = await admin.type(key);
         if (type === "zset") {
           const members = await admin.zrange(key, 0, -1);
-          expect(members.filter((m) => m === id || m.startsWith(`${hex(id)}!`)), key).toEqual([]);
+          expect(
+            members.filter((m) => m === id || m.startsWith(`${hex(id)}!`)),
+            key,
+          ).toEqual([]);
         }
       }
       expect(await store.stats()).toEqual({ totalSessions: 1, totalEvents: 1 });
@@ -421,13 +546,22 @@ describe("RedisStore specifics", () => {
       await makeSession(store, "quiet", "quiet", "ann");
       await store.appendEvents("quiet", [newEvent("user_message", "mine", { timestamp: 0 })]);
       await makeSession(store, "loud", "loud", "mallory");
-      for (let b = 0; b < 5; b++) await store.appendEvents("loud", Array.from({ length: 500 }, (_, i) => newEvent("user_message", b * 500 + i)));
+      for (let b = 0; b < 5; b++)
+        await store.appendEvents(
+          "loud",
+          Array.from({ length: 500 }, (_, i) => newEvent("user_message", b * 500 + i)),
+        );
       expect(await admin.zcard(`${prefix}:recent:all`)).toBe(2000);
       expect(await admin.zcard(`${prefix}:recent:a:${hex("loud")}`)).toBe(2000);
       expect(await admin.zcard(`${prefix}:recent:au:${hex("loud")}:${hex("mallory")}`)).toBe(2000);
-      expect(await admin.zrange(`${prefix}:recent:a:${hex("quiet")}`, 0, -1, "WITHSCORES")).toEqual([`${hex("quiet")}!${"1".padStart(16, "0")}`, "1"]);
+      expect(await admin.zrange(`${prefix}:recent:a:${hex("quiet")}`, 0, -1, "WITHSCORES")).toEqual([
+        `${hex("quiet")}!${"1".padStart(16, "0")}`,
+        "1",
+      ]);
       expect(await admin.hget(`${prefix}:stats`, "ingested")).toBe("2501");
-      expect((await store.listRecentEvents(1000)).map((e) => e.content)).toEqual(Array.from({ length: 1000 }, (_, i) => 1500 + i));
+      expect((await store.listRecentEvents(1000)).map((e) => e.content)).toEqual(
+        Array.from({ length: 1000 }, (_, i) => 1500 + i),
+      );
       expect((await store.listRecentEvents(1000, { userId: "ann" })).map((e) => e.content)).toEqual(["mine"]);
     } finally {
       await store.close();
@@ -447,7 +581,9 @@ describe("RedisStore specifics", () => {
       await one.appendEvents("s", [newEvent("user_message", "y1")]);
       expect(await one.listRecentEvents(10, { appNames: ["x"] })).toEqual([]);
       expect(await one.listRecentEvents(10, { userId: "ann" })).toEqual([]);
-      expect((await one.listRecentEvents(10, { appNames: ["y"], userId: "bob" })).map((e) => e.content)).toEqual(["y1"]);
+      expect((await one.listRecentEvents(10, { appNames: ["y"], userId: "bob" })).map((e) => e.content)).toEqual([
+        "y1",
+      ]);
       expect((await one.listRecentEvents(10, { userId: "bob" })).map((e) => e.content)).toEqual(["y1"]);
       expect(await admin.exists(`${prefix}:recent:a:${hex("x")}`)).toBe(0);
       // And a session deleted behind its back answers NOT_FOUND, as ever.
@@ -463,7 +599,8 @@ describe("RedisStore specifics", () => {
     const prefix = `t${process.pid}_${++counter}`;
     const listening = await openStore(DEFAULT_LIMITS, prefix);
     const writer = await openStore(DEFAULT_LIMITS, prefix);
-    const subscribers = async () => Number(((await admin.pubsub("NUMSUB", `${prefix}:notices`)) as [string, number])[1]);
+    const subscribers = async () =>
+      Number(((await admin.pubsub("NUMSUB", `${prefix}:notices`)) as [string, number])[1]);
     try {
       // No listener on either replica: nobody receives the notices of appends.
       await makeSession(writer, "s1");
@@ -477,7 +614,13 @@ describe("RedisStore specifics", () => {
       expect(await subscribers()).toBe(1);
       await writer.appendEvents("s1", [newEvent("user_message", 2)]);
       await waitFor(() => notices.length > 0);
-      expect(notices).toEqual([expect.objectContaining({ sessionId: "s1", headSeq: 2, events: [expect.objectContaining({ seq: 2, content: 2 })] })]);
+      expect(notices).toEqual([
+        expect.objectContaining({
+          sessionId: "s1",
+          headSeq: 2,
+          events: [expect.objectContaining({ seq: 2, content: 2 })],
+        }),
+      ]);
       // A listener leaving and another coming within the idle time keep the subscription.
       unsubscribe();
       const again = listening.subscribe("s1", (n) => notices.push(n));
@@ -512,7 +655,9 @@ describe("RedisStore specifics", () => {
     // A slow SUBSCRIBE: a stream that read before it took effect would miss the append's notice (its heartbeat is a minute away).
     const subscriber = (replica as unknown as { connection: { subscriber: Redis } }).connection.subscriber;
     const subscribe = subscriber.subscribe.bind(subscriber) as (...channels: string[]) => Promise<unknown>;
-    (subscriber as unknown as { subscribe: (...channels: string[]) => Promise<unknown> }).subscribe = async (...channels) => {
+    (subscriber as unknown as { subscribe: (...channels: string[]) => Promise<unknown> }).subscribe = async (
+      ...channels
+    ) => {
       await sleep(300);
       return subscribe(...channels);
     };
@@ -563,7 +708,8 @@ describe("RedisStore specifics", () => {
       await makeSession(store, "one", "a", "b:c");
       await makeSession(store, "two", "a:b", "c");
       await makeSession(store, "three", "a:b:c", "");
-      const ids = async (appName?: string, userId?: string) => (await store.listSessions({ limit: 10, appName, userId })).map((s) => s.sessionId);
+      const ids = async (appName?: string, userId?: string) =>
+        (await store.listSessions({ limit: 10, appName, userId })).map((s) => s.sessionId);
       expect(await ids("a", "b:c")).toEqual(["one"]);
       expect(await ids("a:b", "c")).toEqual(["two"]);
       expect(await ids("a:b:c", "")).toEqual(["three"]);
@@ -594,15 +740,25 @@ describe("RedisStore specifics", () => {
       await store.close();
     }
     expect(durabilitySummary({ appendonly: "yes", appendfsync: "always" })).toContain("power failure");
-    expect(durabilitySummary({ appendonly: "no", appendfsync: "everysec", save: "3600 1" })).toMatch(/^no AOF: only RDB snapshots/);
-    expect(durabilitySummary({ appendonly: "no", appendfsync: "everysec", save: "" })).toMatch(/lost when Redis restarts/);
+    expect(durabilitySummary({ appendonly: "no", appendfsync: "everysec", save: "3600 1" })).toMatch(
+      /^no AOF: only RDB snapshots/,
+    );
+    expect(durabilitySummary({ appendonly: "no", appendfsync: "everysec", save: "" })).toMatch(
+      /lost when Redis restarts/,
+    );
   });
 
   it("with MEMORY_REDIS_WAIT_REPLICAS=1 and no replica, a write answers UNAVAILABLE saying 0 of 1 acknowledged; its retry is idempotent", async () => {
     const prefix = `t${process.pid}_${++counter}`;
     prefixes.push(prefix);
     // WAIT gets half the command timeout: 300 ms here.
-    const waiting = await RedisStore.open({ url, keyPrefix: prefix, limits: DEFAULT_LIMITS, commandTimeoutMs: 600, waitReplicas: 1 });
+    const waiting = await RedisStore.open({
+      url,
+      keyPrefix: prefix,
+      limits: DEFAULT_LIMITS,
+      commandTimeoutMs: 600,
+      waitReplicas: 1,
+    });
     const plain = await openStore(DEFAULT_LIMITS, prefix);
     try {
       const created = await rejection(makeSession(waiting, "w1"));
@@ -617,7 +773,9 @@ describe("RedisStore specifics", () => {
       const retried = await plain.appendEvents("w1", [event]);
       expect(retried).toMatchObject({ replayed: true, events: [{ seq: 1 }] });
       // Memory writes and deletions wait the same way.
-      const written = await rejection(waiting.memories.writeMemories([memory({ appName: "wait-app", memoryId: "m1", text: "waits for a replica" })]));
+      const written = await rejection(
+        waiting.memories.writeMemories([memory({ appName: "wait-app", memoryId: "m1", text: "waits for a replica" })]),
+      );
       expect(written.code).toBe("UNAVAILABLE");
       expect(written.message).toMatch(/reached 0 of the 1 replicas/);
       expect(await plain.memories.getMemory("wait-app", "m1")).toBeDefined();
@@ -633,7 +791,9 @@ describe("RedisStore specifics", () => {
     // Nothing listens on a freshly freed port.
     const closedPort = await freePort();
     const started = Date.now();
-    const err = await rejection(RedisStore.open({ url: `redis://127.0.0.1:${closedPort}`, keyPrefix: "never", limits: DEFAULT_LIMITS }));
+    const err = await rejection(
+      RedisStore.open({ url: `redis://127.0.0.1:${closedPort}`, keyPrefix: "never", limits: DEFAULT_LIMITS }),
+    );
     expect(err.code).toBe("UNAVAILABLE");
     expect(err.message).toContain(`127.0.0.1:${closedPort}`);
     expect(Date.now() - started).toBeLessThan(5000);
@@ -683,7 +843,10 @@ describe.each([
   // This server's: the tests below run on each.
   let admin: Redis;
   beforeAll(() => {
-    if (!searchUrl) throw new Error("MEMORY_TEST_REDIS_SEARCH_URL is not set: the global setup did not start Redis with the Query Engine");
+    if (!searchUrl)
+      throw new Error(
+        "MEMORY_TEST_REDIS_SEARCH_URL is not set: the global setup did not start Redis with the Query Engine",
+      );
     admin = new Redis(on().server);
   });
   afterAll(() => admin.quit());
@@ -691,7 +854,11 @@ describe.each([
   const keysOf = (pattern: string) => keysOfOn(pattern, admin);
   const appKeys = (prefix: string, app = "app") => `${prefix}:mem:${hex(app)}:*`;
   const describeChange = (c: MemoryChange) =>
-    c.kind === "deleted" ? `deleted ${c.memories.map((m) => m.memoryId).sort()}` : c.kind === "remote" ? "remote" : `${c.kind} ${c.memory.memoryId}`;
+    c.kind === "deleted"
+      ? `deleted ${c.memories.map((m) => m.memoryId).sort()}`
+      : c.kind === "remote"
+        ? "remote"
+        : `${c.kind} ${c.memory.memoryId}`;
 
   it("two replicas writing one supersession key at once leave exactly one memory of it valid, and delete none", async () => {
     const prefix = `t${process.pid}_${++counter}`;
@@ -702,7 +869,15 @@ describe.each([
       const writer = (store: RedisStore, name: string) =>
         Promise.all(
           Array.from({ length: perReplica }, (_, i) =>
-            store.memories.writeMemories([memory({ memoryId: `${name}-${i}`, userId: "u", key: "drink", text: `drink ${name} ${i}`, validFrom: 5000 })]),
+            store.memories.writeMemories([
+              memory({
+                memoryId: `${name}-${i}`,
+                userId: "u",
+                key: "drink",
+                text: `drink ${name} ${i}`,
+                validFrom: 5000,
+              }),
+            ]),
           ),
         );
       await Promise.all([writer(one, "one"), writer(two, "two")]);
@@ -713,7 +888,9 @@ describe.each([
       // Every other one was closed by a memory of the key, none deleted.
       const ids = new Set(all.map((m) => m.memoryId));
       for (const m of all) if (m !== holding[0]) expect(ids.has(m.supersededBy!)).toBe(true);
-      expect(await two.memories.listMemories({ scope: { appName: "app", userId: "u", match: "exact" }, asOf: 5000 }, 1000)).toEqual(holding);
+      expect(
+        await two.memories.listMemories({ scope: { appName: "app", userId: "u", match: "exact" }, asOf: 5000 }, 1000),
+      ).toEqual(holding);
     } finally {
       await Promise.all([one.close(), two.close()]);
     }
@@ -795,31 +972,56 @@ describe.each([
           const startOf = new Map<string, number>();
           const norm = (ms: readonly MemoryRecord[]) =>
             ms
-              .map((m) => ({ id: m.memoryId, from: m.validFrom, until: m.invalidAt, by: m.supersededBy === undefined ? undefined : startOf.get(m.supersededBy) }))
+              .map((m) => ({
+                id: m.memoryId,
+                from: m.validFrom,
+                until: m.invalidAt,
+                by: m.supersededBy === undefined ? undefined : startOf.get(m.supersededBy),
+              }))
               .sort((a, b) => (a.id < b.id ? -1 : 1));
           try {
             for (const step of ops) {
               if ("write" in step) {
                 const batch = step.write.map((w) => {
                   const id = `m${String(descending ? 999 - written.length : written.length).padStart(3, "0")}`;
-                  const m = memory({ memoryId: id, appName: app, userId: w.userId, key: w.key, text: id, validFrom: w.validFrom, invalidAt: w.span && w.validFrom + w.span }, 5000 + written.length);
+                  const m = memory(
+                    {
+                      memoryId: id,
+                      appName: app,
+                      userId: w.userId,
+                      key: w.key,
+                      text: id,
+                      validFrom: w.validFrom,
+                      invalidAt: w.span && w.validFrom + w.span,
+                    },
+                    5000 + written.length,
+                  );
                   written.push(m);
                   startOf.set(id, m.validFrom);
                   return m;
                 });
-                const [want, got] = await Promise.all([local.memories.writeMemories(batch), redis.memories.writeMemories(batch)]);
+                const [want, got] = await Promise.all([
+                  local.memories.writeMemories(batch),
+                  redis.memories.writeMemories(batch),
+                ]);
                 expect(norm(got.memories)).toEqual(norm(want.memories));
                 expect(norm(got.superseded)).toEqual(norm(want.superseded));
               } else if ("retry" in step && written.length > 0) {
                 const again = [written[step.retry % written.length]];
-                expect(norm((await redis.memories.writeMemories(again)).memories)).toEqual(norm((await local.memories.writeMemories(again)).memories));
+                expect(norm((await redis.memories.writeMemories(again)).memories)).toEqual(
+                  norm((await local.memories.writeMemories(again)).memories),
+                );
               } else if ("remove" in step && written.length > 0) {
                 const ids = [written[step.remove % written.length].memoryId];
-                expect(norm(await redis.memories.deleteMemories(app, ids))).toEqual(norm(await local.memories.deleteMemories(app, ids)));
+                expect(norm(await redis.memories.deleteMemories(app, ids))).toEqual(
+                  norm(await local.memories.deleteMemories(app, ids)),
+                );
               }
             }
             const everything = { scope: { appName: app, match: "within" as const } };
-            expect(norm(await redis.memories.listMemories(everything, 1000))).toEqual(norm(await local.memories.listMemories(everything, 1000)));
+            expect(norm(await redis.memories.listMemories(everything, 1000))).toEqual(
+              norm(await local.memories.listMemories(everything, 1000)),
+            );
           } finally {
             await local.close();
           }
@@ -839,17 +1041,29 @@ describe.each([
       replica.memories.subscribeMemories("app", (c) => changes.push(c));
       const embedding = [0.1, -0.2, 1 / 3];
       // Created a second apart, so the listing's newest-first order does not fall to the ids.
-      const old = memory({ memoryId: "old", key: "k", text: "tea at noon", validFrom: 1000, embedding }, Date.now() - 1000);
+      const old = memory(
+        { memoryId: "old", key: "k", text: "tea at noon", validFrom: 1000, embedding },
+        Date.now() - 1000,
+      );
       await store.memories.writeMemories([old]);
-      const { superseded } = await store.memories.writeMemories([memory({ memoryId: "new", key: "k", text: "coffee at noon", validFrom: 2000, embedding: [1, 0, 0] })]);
+      const { superseded } = await store.memories.writeMemories([
+        memory({ memoryId: "new", key: "k", text: "coffee at noon", validFrom: 2000, embedding: [1, 0, 0] }),
+      ]);
       expect(superseded).toEqual([{ ...old, invalidAt: 2000, supersededBy: "new" }]);
       const everything = { scope: { appName: "app", match: "within" as const } };
-      expect((await store.memories.listMemories(everything, 10)).map((m) => m.embedding)).toEqual([[1, 0, 0], embedding]);
+      expect((await store.memories.listMemories(everything, 10)).map((m) => m.embedding)).toEqual([
+        [1, 0, 0],
+        embedding,
+      ]);
       expect((await store.memories.searchMemories(everything, "tea", 10))[0].memory).toEqual(superseded[0]);
       expect((await store.memories.nearestMemories(everything, [0.1, -0.2, 0.3], 1))[0].memory).toEqual(superseded[0]);
       expect(await store.memories.deleteMemories("app", ["old"])).toEqual(superseded);
       await waitFor(() => changes.length >= 4);
-      expect(changes.map((c) => (c.kind === "deleted" ? c.memories[0].embedding : c.kind === "remote" ? undefined : c.memory.embedding))).toEqual([embedding, embedding, [1, 0, 0], embedding]);
+      expect(
+        changes.map((c) =>
+          c.kind === "deleted" ? c.memories[0].embedding : c.kind === "remote" ? undefined : c.memory.embedding,
+        ),
+      ).toEqual([embedding, embedding, [1, 0, 0], embedding]);
       expect(await keysOf(`${prefix}:mem:${hex("app")}:vec`)).toHaveLength(1);
       expect(await admin.hlen(`${prefix}:mem:${hex("app")}:vec`)).toBe(1);
     } finally {
@@ -890,7 +1104,10 @@ describe.each([
       await store.memories.deleteMemories("app", ["d"]);
       await store.memories.deleteMemoriesInScope({ appName: "app", match: "within" });
       // The change log stays: a watcher resuming from before the forgetting must hear of it.
-      expect((await keysOf(appKeys(prefix))).sort()).toEqual([`${prefix}:mem:${hex("app")}:chg`, `${prefix}:mem:${hex("app")}:meta`]);
+      expect((await keysOf(appKeys(prefix))).sort()).toEqual([
+        `${prefix}:mem:${hex("app")}:chg`,
+        `${prefix}:mem:${hex("app")}:meta`,
+      ]);
       expect(await keysOf(`${prefix}:memdoc:*`)).toEqual([]);
     } finally {
       await store.close();
@@ -901,7 +1118,9 @@ describe.each([
     const prefix = `t${process.pid}_${++counter}`;
     const store = await openStore(DEFAULT_LIMITS, prefix);
     try {
-      const all = Array.from({ length: MEMORY_CHANGES_RETAINED + 5 }, (_, i) => memory({ memoryId: `m${i}`, text: "x" }));
+      const all = Array.from({ length: MEMORY_CHANGES_RETAINED + 5 }, (_, i) =>
+        memory({ memoryId: `m${i}`, text: "x" }),
+      );
       for (let i = 0; i < all.length; i += 1000) await store.memories.writeMemories(all.slice(i, i + 1000));
       await store.memories.deleteMemories("app", ["m0"]);
       const log = `${prefix}:mem:${hex("app")}:chg`;
@@ -915,20 +1134,26 @@ describe.each([
   it("leaves the embeddings out of what it returns when the filter omits them (omitEmbeddings), and only then", async () => {
     const store = await openStore();
     try {
-      await store.memories.writeMemories([memory({ memoryId: "v", userId: "u", text: "vector memory", embedding: [0.5, 0.25], pinned: true })]);
+      await store.memories.writeMemories([
+        memory({ memoryId: "v", userId: "u", text: "vector memory", embedding: [0.5, 0.25], pinned: true }),
+      ]);
       const scope = { appName: "app", userId: "u", match: "visible" as const };
       for (const omitEmbeddings of [false, true]) {
         const expected = omitEmbeddings ? undefined : [0.5, 0.25];
-        expect((await store.memories.searchMemories({ scope, omitEmbeddings }, "vector", 5))[0].memory.embedding).toEqual(expected);
+        expect(
+          (await store.memories.searchMemories({ scope, omitEmbeddings }, "vector", 5))[0].memory.embedding,
+        ).toEqual(expected);
         expect((await store.memories.listMemories({ scope, omitEmbeddings }, 5))[0].embedding).toEqual(expected);
-        expect((await store.memories.listMemories({ scope, omitEmbeddings, pinned: true }, 5))[0].embedding).toEqual(expected);
+        expect((await store.memories.listMemories({ scope, omitEmbeddings, pinned: true }, 5))[0].embedding).toEqual(
+          expected,
+        );
       }
     } finally {
       await store.close();
     }
   });
 
-  it("a pinned listing passes over records without \"pinned\":true undecoded, and still lists exactly the pinned memories: one whose metadata or text says pinned is not", async () => {
+  it('a pinned listing passes over records without "pinned":true undecoded, and still lists exactly the pinned memories: one whose metadata or text says pinned is not', async () => {
     const prefix = `t${process.pid}_${++counter}`;
     const store = await openStore(DEFAULT_LIMITS, prefix);
     try {
@@ -940,12 +1165,14 @@ describe.each([
       ]);
       const pinned = { scope: { appName: "app", userId: "u", match: "visible" as const }, pinned: true };
       expect((await store.memories.listMemories(pinned, 10)).map((m) => m.memoryId)).toEqual(["shared", "core"]);
-      expect((await store.memories.listMemories({ ...pinned, pinned: false }, 10)).map((m) => m.memoryId)).toEqual(["text", "meta"]);
+      expect((await store.memories.listMemories({ ...pinned, pinned: false }, 10)).map((m) => m.memoryId)).toEqual([
+        "text",
+        "meta",
+      ]);
     } finally {
       await store.close();
     }
   });
-
 });
 
 describe("RedisStore long-term memories on the Redis Query Engine: documents", () => {
@@ -954,18 +1181,33 @@ describe("RedisStore long-term memories on the Redis Query Engine: documents", (
     admin = new Redis(searchUrl);
   });
   afterAll(() => admin.quit());
-  const ftSearches = async () => Number(/cmdstat_FT\.SEARCH:calls=(\d+)/i.exec(await admin.info("commandstats"))?.[1] ?? 0);
+  const ftSearches = async () =>
+    Number(/cmdstat_FT\.SEARCH:calls=(\d+)/i.exec(await admin.info("commandstats"))?.[1] ?? 0);
   /** True when the app's documents are complete (docs-5.lua): its build finished and its chain matches its stamp. */
   const complete = async (prefix: string) => {
     const meta = `${prefix}:mem:${hex("app")}:meta`;
-    const [[seq, chain, ready, build], count] = [await admin.hmget(meta, "seq", "docchain", "docready", "docbuild"), await admin.zcard(`${prefix}:mem:${hex("app")}:order`)];
+    const [[seq, chain, ready, build], count] = [
+      await admin.hmget(meta, "seq", "docchain", "docready", "docbuild"),
+      await admin.zcard(`${prefix}:mem:${hex("app")}:order`),
+    ];
     return ready !== null && ready === build && chain === `${seq ?? "0"}:${count}`;
   };
 
   it("memories stored before documents, and a change an older release made, are ranked in process until a build in the background gives them documents; then the index serves them", async () => {
     const prefix = `t${process.pid}_${++counter}`;
     const store = await openSearchStore(DEFAULT_LIMITS, prefix);
-    const base = Array.from({ length: 1_200 }, (_, i) => memory({ memoryId: `m${i}`, userId: i % 2 ? "u" : undefined, text: `note ${i} about ${i % 3 ? "tea" : "coffee"}`, embedding: [1, i / 1200], pinned: i % 100 === 0 }, 10_000 + i));
+    const base = Array.from({ length: 1_200 }, (_, i) =>
+      memory(
+        {
+          memoryId: `m${i}`,
+          userId: i % 2 ? "u" : undefined,
+          text: `note ${i} about ${i % 3 ? "tea" : "coffee"}`,
+          embedding: [1, i / 1200],
+          pinned: i % 100 === 0,
+        },
+        10_000 + i,
+      ),
+    );
     for (let i = 0; i < base.length; i += 500) await store.memories.writeMemories(base.slice(i, i + 500));
     await store.close();
     const scope = { appName: "app", userId: "u", match: "visible" as const };
@@ -983,13 +1225,33 @@ describe("RedisStore long-term memories on the Redis Query Engine: documents", (
     expect(documents).toHaveLength(1_200);
     await admin.del(...documents);
     await admin.hdel(meta, "docchain", "docready", "docbuild", "docat");
-    await admin.hset(`${prefix}:memdoc:${hex("app")}:${hex("gone")}`, "app", `h${hex("app")}`, "user", "n", "agent", "n", "session", "n", "words", "coffee", "len", "1", "dim", "0");
+    await admin.hset(
+      `${prefix}:memdoc:${hex("app")}:${hex("gone")}`,
+      "app",
+      `h${hex("app")}`,
+      "user",
+      "n",
+      "agent",
+      "n",
+      "session",
+      "n",
+      "words",
+      "coffee",
+      "len",
+      "1",
+      "dim",
+      "0",
+    );
     await admin.hincrby(meta, "seq", 1);
     const upgraded = await openSearchStore(DEFAULT_LIMITS, prefix);
     try {
       // Until the build completes, answers come from the whole scope in process, and are the same.
       expect(await answers(upgraded)).toEqual(indexed);
-      for (const deadline = Date.now() + 30_000; !(await complete(prefix)) || !(await scanned(admin, `${prefix}:memidx:v2`)); await sleep(50)) {
+      for (
+        const deadline = Date.now() + 30_000;
+        !(await complete(prefix)) || !(await scanned(admin, `${prefix}:memidx:v2`));
+        await sleep(50)
+      ) {
         if (Date.now() > deadline) throw new Error("the documents were not built in time");
       }
       expect(await keysOf(`${prefix}:memdoc:*`, admin)).toHaveLength(1_200);

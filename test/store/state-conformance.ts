@@ -12,10 +12,14 @@ import type { JsonObject, MemoryStore, SessionNotice, StoreCapabilities, StoreLi
 import { makeSession, newEvent, rejection, waitFor } from "./fixtures.js";
 
 /** Registers the state cases; `fresh` makes an empty store (closed by the caller's afterEach). */
-export function describeStateConformance(fresh: (limits?: Partial<StoreLimits>) => Promise<MemoryStore>, capabilities: StoreCapabilities): void {
+export function describeStateConformance(
+  fresh: (limits?: Partial<StoreLimits>) => Promise<MemoryStore>,
+  capabilities: StoreCapabilities,
+): void {
   describe("9. session state", () => {
     /** An append of one event carrying `delta`, with a client id so it can be retried. */
-    const withDelta = (eventId: string, stateDelta: JsonObject) => newEvent("agent_response", eventId, { eventId, stateDelta });
+    const withDelta = (eventId: string, stateDelta: JsonObject) =>
+      newEvent("agent_response", eventId, { eventId, stateDelta });
 
     it("a new session has an empty state at version 0", async () => {
       const store = await fresh();
@@ -32,7 +36,10 @@ export function describeStateConformance(fresh: (limits?: Partial<StoreLimits>) 
       const appended = await store.appendEvents("s1", [withDelta("e1", delta)]);
       expect(appended.events[0].stateDelta).toEqual(delta);
       expect(await store.getSession("s1")).toMatchObject({ state: { topic: "cats" }, version: 1, headSeq: 1 });
-      expect(await store.sharedState("app", "user")).toEqual({ app: { model: { name: "m", tries: [1, 2] } }, user: { name: "Ada" } });
+      expect(await store.sharedState("app", "user")).toEqual({
+        app: { model: { name: "m", tries: [1, 2] } },
+        user: { name: "Ada" },
+      });
       const read = await store.readEvents("s1", { limit: 10 });
       expect(read.events[0].stateDelta).toEqual(delta);
       expect((await store.readTail("s1", 1)).events[0].stateDelta).toEqual(delta);
@@ -66,7 +73,11 @@ export function describeStateConformance(fresh: (limits?: Partial<StoreLimits>) 
     it("a batch applies its deltas in order, the later change of a key winning, and bumps the version once", async () => {
       const store = await fresh();
       await makeSession(store, "s1");
-      await store.appendEvents("s1", [withDelta("e1", { n: 1, gone: true }), newEvent("user_message", "plain"), withDelta("e3", { n: 3, gone: null })]);
+      await store.appendEvents("s1", [
+        withDelta("e1", { n: 1, gone: true }),
+        newEvent("user_message", "plain"),
+        withDelta("e3", { n: 3, gone: null }),
+      ]);
       expect(await store.getSession("s1")).toMatchObject({ state: { n: 3 }, version: 1, headSeq: 3 });
     });
 
@@ -74,9 +85,13 @@ export function describeStateConformance(fresh: (limits?: Partial<StoreLimits>) 
       const store = await fresh();
       await makeSession(store, "s1");
       await store.appendEvents("s1", [withDelta("e1", { n: 1, "user:n": 1, "app:n": 1 })]);
-      const conflict = await rejection(store.appendEvents("s1", [withDelta("e2", { n: 2, "user:n": 2, "app:n": 2 })], 0));
+      const conflict = await rejection(
+        store.appendEvents("s1", [withDelta("e2", { n: 2, "user:n": 2, "app:n": 2 })], 0),
+      );
       expect(conflict.code).toBe("FAILED_PRECONDITION");
-      const reused = await rejection(store.appendEvents("s1", [withDelta("e3", { n: 3, "user:n": 3 }), withDelta("e1", { n: 9 })]));
+      const reused = await rejection(
+        store.appendEvents("s1", [withDelta("e3", { n: 3, "user:n": 3 }), withDelta("e1", { n: 9 })]),
+      );
       expect(reused.code).toBe("ALREADY_EXISTS");
       expect(await store.getSession("s1")).toMatchObject({ state: { n: 1 }, version: 1, headSeq: 1 });
       expect(await store.sharedState("app", "user")).toEqual({ app: { n: 1 }, user: { n: 1 } });
@@ -98,9 +113,19 @@ export function describeStateConformance(fresh: (limits?: Partial<StoreLimits>) 
 
     it("updateSession replaces the metadata, applies the delta and bumps the version", async () => {
       const store = await fresh();
-      await store.createSession({ sessionId: "s1", appName: "app", userId: "user", metadata: { old: true }, now: Date.now() });
+      await store.createSession({
+        sessionId: "s1",
+        appName: "app",
+        userId: "user",
+        metadata: { old: true },
+        now: Date.now(),
+      });
       const now = Date.now() + 1000;
-      const updated = await store.updateSession("s1", { metadata: { fresh: 1 }, stateDelta: { a: 1, "user:b": 2, "app:c": 3 }, now });
+      const updated = await store.updateSession("s1", {
+        metadata: { fresh: 1 },
+        stateDelta: { a: 1, "user:b": 2, "app:c": 3 },
+        now,
+      });
       expect(updated).toMatchObject({ metadata: { fresh: 1 }, state: { a: 1 }, version: 1, updatedAt: now });
       expect(await store.getSession("s1")).toEqual(updated);
       expect(await store.sharedState("app", "user")).toEqual({ app: { c: 3 }, user: { b: 2 } });
@@ -115,7 +140,14 @@ export function describeStateConformance(fresh: (limits?: Partial<StoreLimits>) 
       const store = await fresh();
       await makeSession(store, "s1");
       await store.updateSession("s1", { stateDelta: { a: 1 }, now: Date.now() });
-      const err = await rejection(store.updateSession("s1", { metadata: { lost: true }, stateDelta: { a: 2, "user:a": 2 }, expectedVersion: 0, now: Date.now() }));
+      const err = await rejection(
+        store.updateSession("s1", {
+          metadata: { lost: true },
+          stateDelta: { a: 2, "user:a": 2 },
+          expectedVersion: 0,
+          now: Date.now(),
+        }),
+      );
       expect(err.code).toBe("FAILED_PRECONDITION");
       expect(err.reason).toBe("VERSION_CONFLICT");
       expect(err.info).toMatchObject({ current_version: "1", expected_version: "0" });
@@ -125,7 +157,9 @@ export function describeStateConformance(fresh: (limits?: Partial<StoreLimits>) 
 
     it("updateSession of an unknown session answers NOT_FOUND", async () => {
       const store = await fresh();
-      expect((await rejection(store.updateSession("missing", { stateDelta: { a: 1 }, now: Date.now() }))).code).toBe("NOT_FOUND");
+      expect((await rejection(store.updateSession("missing", { stateDelta: { a: 1 }, now: Date.now() }))).code).toBe(
+        "NOT_FOUND",
+      );
     });
 
     it("user state is shared by the user's sessions of one app and by nobody else; app state by the app's users", async () => {
@@ -149,12 +183,22 @@ export function describeStateConformance(fresh: (limits?: Partial<StoreLimits>) 
       await store.appendEvents("s1", [withDelta("e1", { a: 1 })]);
       const manyKeys: JsonObject = {};
       for (let i = 0; i < MAX_STATE_KEYS; i++) manyKeys[`user:k${i}`] = i;
-      const tooMany = await rejection(store.appendEvents("s1", [withDelta("e2", { b: 2, ...manyKeys, "user:one-more": 1 })]));
+      const tooMany = await rejection(
+        store.appendEvents("s1", [withDelta("e2", { b: 2, ...manyKeys, "user:one-more": 1 })]),
+      );
       expect(tooMany).toMatchObject({ code: "INVALID_ARGUMENT", field: "state_delta" });
       expect(tooMany.message).toMatch(/user state/);
-      const tooBig = await rejection(store.appendEvents("s1", [withDelta("e3", { "app:big": "x".repeat(MAX_STATE_BYTES) })]));
+      const tooBig = await rejection(
+        store.appendEvents("s1", [withDelta("e3", { "app:big": "x".repeat(MAX_STATE_BYTES) })]),
+      );
       expect(tooBig).toMatchObject({ code: "INVALID_ARGUMENT", field: "state_delta" });
-      const viaUpdate = await rejection(store.updateSession("s1", { metadata: { no: 1 }, stateDelta: { big: "x".repeat(MAX_STATE_BYTES) }, now: Date.now() }));
+      const viaUpdate = await rejection(
+        store.updateSession("s1", {
+          metadata: { no: 1 },
+          stateDelta: { big: "x".repeat(MAX_STATE_BYTES) },
+          now: Date.now(),
+        }),
+      );
       expect(viaUpdate).toMatchObject({ code: "INVALID_ARGUMENT", field: "state_delta" });
       expect(await store.getSession("s1")).toMatchObject({ state: { a: 1 }, version: 1, headSeq: 1, metadata: {} });
       expect(await store.sharedState("app", "user")).toEqual({ app: {}, user: {} });
@@ -195,7 +239,8 @@ export function describeStateConformance(fresh: (limits?: Partial<StoreLimits>) 
         await sleep(capabilities.shared ? 200 : 0);
         await store.appendEvents("s1", [withDelta("e1", { a: 1, "app:b": 2 })]);
         await waitFor(() => notices.some((n) => n.headSeq === 1));
-        for (const n of notices.filter((x) => x.events !== undefined)) expect(n.events![0].stateDelta).toEqual({ a: 1, "app:b": 2 });
+        for (const n of notices.filter((x) => x.events !== undefined))
+          expect(n.events![0].stateDelta).toEqual({ a: 1, "app:b": 2 });
       } finally {
         unsubscribe();
       }

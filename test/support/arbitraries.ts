@@ -43,7 +43,10 @@ export function storedEvent(text: fc.Arbitrary<string>) {
 }
 
 /** A value of a flat request's scalar field, over the field's whole range; strings from `text`. */
-export function scalarValue(field: DescField & { fieldKind: "scalar" }, text: fc.Arbitrary<string>): fc.Arbitrary<unknown> {
+export function scalarValue(
+  field: DescField & { fieldKind: "scalar" },
+  text: fc.Arbitrary<string>,
+): fc.Arbitrary<unknown> {
   switch (field.scalar) {
     case ScalarType.STRING:
       return text;
@@ -67,6 +70,8 @@ export function scalarValue(field: DescField & { fieldKind: "scalar" }, text: fc
 /** Any message of a flat request type (scalars and lists of strings), each field set or not. */
 export function flatMessage(desc: DescMessage, text: fc.Arbitrary<string>): fc.Arbitrary<Record<string, unknown>> {
   const fields: Record<string, fc.Arbitrary<unknown>> = {};
-  for (const field of desc.fields) fields[field.localName] = field.fieldKind === "scalar" ? scalarValue(field, text) : fc.array(text, { maxLength: 3 });
+  for (const field of desc.fields)
+    fields[field.localName] =
+      field.fieldKind === "scalar" ? scalarValue(field, text) : fc.array(text, { maxLength: 3 });
   return fc.record(fields, { requiredKeys: [] });
 }

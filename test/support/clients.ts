@@ -34,7 +34,12 @@ function withHeaders(headers: CallHeaders = {}): Interceptor[] {
 
 /** Connect protocol over HTTP/1.1 (JSON unless binary is asked for). */
 export function connectClient(baseUrl: string, opts: { binary?: boolean; headers?: CallHeaders } = {}): MemoryClient {
-  const transport = createConnectTransport({ baseUrl, httpVersion: "1.1", useBinaryFormat: opts.binary ?? false, interceptors: withHeaders(opts.headers) });
+  const transport = createConnectTransport({
+    baseUrl,
+    httpVersion: "1.1",
+    useBinaryFormat: opts.binary ?? false,
+    interceptors: withHeaders(opts.headers),
+  });
   return Object.assign(createClient(MemoryService, transport), { close: () => {} });
 }
 
@@ -64,7 +69,10 @@ interface CallOptions {
 }
 
 /** gRPC over h2c (or TLS, given credentials) through @grpc/grpc-js. */
-export function grpcJsClient(address: string, opts: { headers?: CallHeaders; credentials?: grpc.ChannelCredentials; options?: grpc.ChannelOptions } = {}): MemoryClient {
+export function grpcJsClient(
+  address: string,
+  opts: { headers?: CallHeaders; credentials?: grpc.ChannelCredentials; options?: grpc.ChannelOptions } = {},
+): MemoryClient {
   const client = new grpc.Client(address, opts.credentials ?? grpc.credentials.createInsecure(), opts.options);
   const metadata = () => {
     const m = new grpc.Metadata();
@@ -83,15 +91,28 @@ export function grpcJsClient(address: string, opts: { headers?: CallHeaders; cre
     if (method.methodKind === "unary") {
       api[method.localName] = (req: object, o?: CallOptions) =>
         new Promise((resolve, reject) => {
-          const call = client.makeUnaryRequest(path, serialize, deserialize, req ?? {}, metadata(), callOptions(o), (err, res) =>
-            err ? reject(fromGrpcError(err)) : resolve(res),
+          const call = client.makeUnaryRequest(
+            path,
+            serialize,
+            deserialize,
+            req ?? {},
+            metadata(),
+            callOptions(o),
+            (err, res) => (err ? reject(fromGrpcError(err)) : resolve(res)),
           );
           o?.signal?.addEventListener("abort", () => call.cancel(), { once: true });
         });
     } else {
       api[method.localName] = (req: object, o?: CallOptions) =>
         (async function* () {
-          const call = client.makeServerStreamRequest(path, serialize, deserialize, req ?? {}, metadata(), callOptions(o));
+          const call = client.makeServerStreamRequest(
+            path,
+            serialize,
+            deserialize,
+            req ?? {},
+            metadata(),
+            callOptions(o),
+          );
           const onAbort = () => call.cancel();
           o?.signal?.addEventListener("abort", onAbort, { once: true });
           try {
@@ -122,7 +143,8 @@ export function rawEventStream(
   const client = new grpc.Client(address, grpc.credentials.createInsecure());
   const call = client.makeServerStreamRequest(
     "/engram.v1.MemoryService/StreamSessionEvents",
-    (m: typeof request) => Buffer.from(toBinary(StreamSessionEventsRequestSchema, create(StreamSessionEventsRequestSchema, m))),
+    (m: typeof request) =>
+      Buffer.from(toBinary(StreamSessionEventsRequestSchema, create(StreamSessionEventsRequestSchema, m))),
     (b: Buffer) => fromBinary(StreamSessionEventsResponseSchema, b),
     request,
     new grpc.Metadata(),
@@ -171,7 +193,11 @@ export interface FollowedStream {
  * Opens StreamSessionEvents on `client` and resolves once it has caught up
  * (or ended first); the stream is cancelled after `timeoutMs` at most.
  */
-export async function followStream(client: MemoryClient, sessionId: string, timeoutMs = 20_000): Promise<FollowedStream> {
+export async function followStream(
+  client: MemoryClient,
+  sessionId: string,
+  timeoutMs = 20_000,
+): Promise<FollowedStream> {
   const delivered: string[] = [];
   let caughtUp!: () => void;
   const ready = new Promise<void>((resolve) => (caughtUp = resolve));

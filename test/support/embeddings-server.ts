@@ -38,9 +38,19 @@ function embeddingsPython(): Promise<string> {
  * the model. `apiKey`: requests must carry it as a bearer token;
  * `maxInputs`: a request with more texts is refused (400), as OpenAI does past 2048.
  */
-export async function startEmbeddingsServer(opts: { apiKey?: string; maxInputs?: number } = {}): Promise<EmbeddingsServer> {
+export async function startEmbeddingsServer(
+  opts: { apiKey?: string; maxInputs?: number } = {},
+): Promise<EmbeddingsServer> {
   const python = await embeddingsPython();
-  const args = [path.join(SUPPORT, "embeddings-server.py"), "--host", "127.0.0.1", "--port", "0", "--model-name", MINILM.model];
+  const args = [
+    path.join(SUPPORT, "embeddings-server.py"),
+    "--host",
+    "127.0.0.1",
+    "--port",
+    "0",
+    "--model-name",
+    MINILM.model,
+  ];
   if (opts.apiKey !== undefined) args.push("--api-key", opts.apiKey);
   if (opts.maxInputs !== undefined) args.push("--max-inputs", String(opts.maxInputs));
   const child = spawn(python, args, { cwd: REPO_ROOT, stdio: ["ignore", "pipe", "pipe"] });
@@ -54,7 +64,10 @@ export async function startEmbeddingsServer(opts: { apiKey?: string; maxInputs?:
   const startTimeoutMs = 60_000;
   const port = await new Promise<number>((resolve, reject) => {
     let stdout = "";
-    const timer = setTimeout(() => fail(new Error(`the embedding server did not listen within ${startTimeoutMs} ms: ${stderr}`)), startTimeoutMs);
+    const timer = setTimeout(
+      () => fail(new Error(`the embedding server did not listen within ${startTimeoutMs} ms: ${stderr}`)),
+      startTimeoutMs,
+    );
     const fail = (err: Error) => {
       clearTimeout(timer);
       child.kill("SIGKILL");
@@ -69,7 +82,9 @@ export async function startEmbeddingsServer(opts: { apiKey?: string; maxInputs?:
         resolve(Number(match[1]));
       }
     });
-    void exited.then(() => fail(new Error(`the embedding server exited during start-up (code ${child.exitCode}): ${stderr}`)));
+    void exited.then(() =>
+      fail(new Error(`the embedding server exited during start-up (code ${child.exitCode}): ${stderr}`)),
+    );
   });
 
   return {

@@ -33,11 +33,17 @@ export interface TestServer {
 }
 
 /** Starts an in-process server on a free loopback port. */
-export async function startTestServer(opts: {
-  store?: MemoryStore;
-  config?: Partial<Config>;
-} = {}): Promise<TestServer> {
-  const config: Config = { ...loadConfig([], {}), host: "127.0.0.1", port: 0, heartbeatMs: 200, shutdownGraceMs: 2000, ...opts.config };
+export async function startTestServer(
+  opts: { store?: MemoryStore; config?: Partial<Config> } = {},
+): Promise<TestServer> {
+  const config: Config = {
+    ...loadConfig([], {}),
+    host: "127.0.0.1",
+    port: 0,
+    heartbeatMs: 200,
+    shutdownGraceMs: 2000,
+    ...opts.config,
+  };
   const store = opts.store ?? new LocalStore(storeLimits(config));
   const service = new MemoryService(store, {
     limits: { ...DEFAULT_SERVICE_LIMITS, maxEventBytes: config.maxEventBytes, maxBatchEvents: config.maxBatchEvents },
@@ -106,7 +112,10 @@ export async function spawnServer(
   );
   const port = await new Promise<number>((resolve, reject) => {
     const startTimeoutMs = opts.startTimeoutMs ?? 30_000;
-    const timer = setTimeout(() => reject(new Error(`server did not start in ${startTimeoutMs / 1000} s: ${stderr}${lines.join("\n")}`)), startTimeoutMs);
+    const timer = setTimeout(
+      () => reject(new Error(`server did not start in ${startTimeoutMs / 1000} s: ${stderr}${lines.join("\n")}`)),
+      startTimeoutMs,
+    );
     createInterface({ input: child.stdout! }).on("line", (line) => {
       lines.push(line);
       try {

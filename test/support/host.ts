@@ -45,12 +45,19 @@ export function onPath(program: string): string[] {
  * root, installs the Debian package `packageName` (apt-get update + install)
  * once across processes, then looks again. `hint` ends the error otherwise.
  */
-export async function debianBinary(opts: { packageName: string; candidates: readonly string[]; timeoutMs: number; hint?: string }): Promise<string> {
+export async function debianBinary(opts: {
+  packageName: string;
+  candidates: readonly string[];
+  timeoutMs: number;
+  hint?: string;
+}): Promise<string> {
   const found = firstExecutable(opts.candidates);
   if (found) return found;
   const what = path.basename(opts.candidates[0] ?? opts.packageName);
   if (process.getuid?.() !== 0) {
-    throw new Error(`${what} not found: install the Debian package \`${opts.packageName}\` (apt-get install ${opts.packageName})${opts.hint ? ` ${opts.hint}` : ""}`);
+    throw new Error(
+      `${what} not found: install the Debian package \`${opts.packageName}\` (apt-get install ${opts.packageName})${opts.hint ? ` ${opts.hint}` : ""}`,
+    );
   }
   const lock = path.join(tmpdir(), `engram-${opts.packageName}-install.lock`);
   let owner = false;
@@ -62,7 +69,11 @@ export async function debianBinary(opts: { packageName: string; candidates: read
   }
   if (owner) {
     try {
-      execFileSync("sh", ["-c", `apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y ${opts.packageName}`], { stdio: "ignore", timeout: opts.timeoutMs });
+      execFileSync(
+        "sh",
+        ["-c", `apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y ${opts.packageName}`],
+        { stdio: "ignore", timeout: opts.timeoutMs },
+      );
     } finally {
       unlinkSync(lock);
     }
@@ -71,6 +82,7 @@ export async function debianBinary(opts: { packageName: string; candidates: read
     while (existsSync(lock) && Date.now() < deadline) await sleep(500);
   }
   const installed = firstExecutable(opts.candidates);
-  if (!installed) throw new Error(`${what} still not found after installing the Debian package \`${opts.packageName}\``);
+  if (!installed)
+    throw new Error(`${what} still not found after installing the Debian package \`${opts.packageName}\``);
   return installed;
 }

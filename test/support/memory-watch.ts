@@ -16,17 +16,26 @@ export const FAY_WATCH_FRAMES = [
 ];
 
 /** Runs the scenario; resolves with the frames the watch saw (as FAY_WATCH_FRAMES spells them) once it saw as many, or after `withinMs`. */
-export async function watchFaysScope(watcher: MemoryClient, writer: MemoryClient, appName: string, withinMs = 20_000): Promise<string[]> {
+export async function watchFaysScope(
+  watcher: MemoryClient,
+  writer: MemoryClient,
+  appName: string,
+  withinMs = 20_000,
+): Promise<string[]> {
   const abort = new AbortController();
   const frames: string[] = [];
   let started!: () => void;
   const ready = new Promise<void>((resolve) => (started = resolve));
   const done = (async () => {
     try {
-      for await (const f of watcher.watchMemories({ appName, userId: "fay" }, { signal: AbortSignal.any([abort.signal, AbortSignal.timeout(withinMs)]) })) {
+      for await (const f of watcher.watchMemories(
+        { appName, userId: "fay" },
+        { signal: AbortSignal.any([abort.signal, AbortSignal.timeout(withinMs)]) },
+      )) {
         const frame = f.frame;
         if (frame.case === "started") started();
-        else if (frame.case === "written" || frame.case === "superseded") frames.push(`${frame.case} ${frame.value.memoryId} ${frame.value.text}`);
+        else if (frame.case === "written" || frame.case === "superseded")
+          frames.push(`${frame.case} ${frame.value.memoryId} ${frame.value.text}`);
         else if (frame.case === "deleted") frames.push(`deleted ${frame.value.memoryIds.join(",")}`);
         if (frames.length === FAY_WATCH_FRAMES.length) abort.abort();
       }
@@ -42,12 +51,16 @@ export async function watchFaysScope(watcher: MemoryClient, writer: MemoryClient
     while (frames.length < count && Date.now() < deadline) await new Promise((resolve) => setTimeout(resolve, 20));
   };
   await ready;
-  await writer.writeMemories({ memories: [{ memoryId: "w-1", appName, userId: "fay", key: "mood", text: "fay is calm" }] });
+  await writer.writeMemories({
+    memories: [{ memoryId: "w-1", appName, userId: "fay", key: "mood", text: "fay is calm" }],
+  });
   await seen(1);
   await writer.writeMemories({ memories: [{ memoryId: "w-other", appName, userId: "gus", text: "gus is busy" }] });
   await writer.writeMemories({ memories: [{ memoryId: "w-shared", appName, text: "the office is open" }] });
   await seen(2);
-  await writer.writeMemories({ memories: [{ memoryId: "w-2", appName, userId: "fay", key: "mood", text: "fay is excited" }] });
+  await writer.writeMemories({
+    memories: [{ memoryId: "w-2", appName, userId: "fay", key: "mood", text: "fay is excited" }],
+  });
   await seen(4);
   await writer.deleteMemories({ appName, memoryIds: ["w-1", "w-other"] });
   await done;
@@ -70,14 +83,22 @@ export const FAY_RESUMED_FRAMES = [
  * last frame it saw, and `writer` writes w-3 once it is live again. Resolves
  * with the frames after the reconnect and whether their cursors rose strictly.
  */
-export async function resumeFaysWatch(watcher: MemoryClient, writer: MemoryClient, appName: string, withinMs = 20_000): Promise<{ frames: string[]; cursorsRise: boolean }> {
+export async function resumeFaysWatch(
+  watcher: MemoryClient,
+  writer: MemoryClient,
+  appName: string,
+  withinMs = 20_000,
+): Promise<{ frames: string[]; cursorsRise: boolean }> {
   let last = 0n;
   {
     const abort = new AbortController();
     const signal = AbortSignal.any([abort.signal, AbortSignal.timeout(withinMs)]);
     try {
       for await (const f of watcher.watchMemories({ appName, userId: "fay" }, { signal })) {
-        if (f.frame.case === "started") await writer.writeMemories({ memories: [{ memoryId: "w-1", appName, userId: "fay", key: "mood", text: "fay is calm" }] });
+        if (f.frame.case === "started")
+          await writer.writeMemories({
+            memories: [{ memoryId: "w-1", appName, userId: "fay", key: "mood", text: "fay is calm" }],
+          });
         if (f.frame.case === "written") {
           last = f.cursor;
           abort.abort();
@@ -89,20 +110,27 @@ export async function resumeFaysWatch(watcher: MemoryClient, writer: MemoryClien
   }
   await writer.writeMemories({ memories: [{ memoryId: "w-other", appName, userId: "gus", text: "gus is busy" }] });
   await writer.writeMemories({ memories: [{ memoryId: "w-shared", appName, text: "the office is open" }] });
-  await writer.writeMemories({ memories: [{ memoryId: "w-2", appName, userId: "fay", key: "mood", text: "fay is excited" }] });
+  await writer.writeMemories({
+    memories: [{ memoryId: "w-2", appName, userId: "fay", key: "mood", text: "fay is excited" }],
+  });
   await writer.deleteMemories({ appName, memoryIds: ["w-1", "w-other"] });
   const abort = new AbortController();
   const frames: string[] = [];
   const cursors: bigint[] = [];
   try {
-    for await (const f of watcher.watchMemories({ appName, userId: "fay", after: last }, { signal: AbortSignal.any([abort.signal, AbortSignal.timeout(withinMs)]) })) {
+    for await (const f of watcher.watchMemories(
+      { appName, userId: "fay", after: last },
+      { signal: AbortSignal.any([abort.signal, AbortSignal.timeout(withinMs)]) },
+    )) {
       const frame = f.frame;
       if (frame.case === "started" || frame.case === "heartbeat") continue;
       cursors.push(f.cursor);
-      if (frame.case === "written" || frame.case === "superseded") frames.push(`${frame.case} ${frame.value.memoryId} ${frame.value.text}`);
+      if (frame.case === "written" || frame.case === "superseded")
+        frames.push(`${frame.case} ${frame.value.memoryId} ${frame.value.text}`);
       else if (frame.case === "deleted") frames.push(`deleted ${frame.value.memoryIds.join(",")}`);
       // Caught up: one live change follows.
-      if (frame.case === "deleted") await writer.writeMemories({ memories: [{ memoryId: "w-3", appName, userId: "fay", text: "fay is back" }] });
+      if (frame.case === "deleted")
+        await writer.writeMemories({ memories: [{ memoryId: "w-3", appName, userId: "fay", text: "fay is back" }] });
       if (frames.length >= FAY_RESUMED_FRAMES.length) abort.abort();
     }
   } catch {

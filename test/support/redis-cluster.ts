@@ -87,7 +87,11 @@ export interface RedisCluster {
    * keys moves, while the slot is half-migrated (ASK redirects, TRYAGAIN), so
    * a test can interleave reads and writes.
    */
-  migrateSlots(slots: readonly number[], to: ClusterNode, opts?: { keysPerBatch?: number; betweenBatches?: () => Promise<void> }): Promise<void>;
+  migrateSlots(
+    slots: readonly number[],
+    to: ClusterNode,
+    opts?: { keysPerBatch?: number; betweenBatches?: () => Promise<void> },
+  ): Promise<void>;
   /** `redis-cli --cluster reshard`: moves `count` slots (redis-cli picks which) from master `from` to master `to`. */
   reshard(from: ClusterNode, to: ClusterNode, count: number): Promise<void>;
   /** Waits (bounded) until every running node reports cluster_state:ok and they all agree on who serves every slot. */
@@ -109,7 +113,9 @@ async function redisCli(args: readonly string[], timeoutMs: number): Promise<str
     return stdout;
   } catch (err) {
     const { stdout, stderr } = err as { stdout?: string; stderr?: string };
-    throw new Error(`redis-cli ${args.join(" ")} failed: ${String(err)}\n${stdout ?? ""}\n${stderr ?? ""}`, { cause: err });
+    throw new Error(`redis-cli ${args.join(" ")} failed: ${String(err)}\n${stdout ?? ""}\n${stderr ?? ""}`, {
+      cause: err,
+    });
   }
 }
 
@@ -135,7 +141,13 @@ function parseClusterNodes(text: string): NodeLine[] {
         const [from, to] = slot.split("-").map(Number);
         ranges.push([from, to ?? from]);
       }
-      return { id, address: addr.split("@")[0], flags: flags.split(","), masterId: master === "-" ? undefined : master, ranges };
+      return {
+        id,
+        address: addr.split("@")[0],
+        flags: flags.split(","),
+        masterId: master === "-" ? undefined : master,
+        ranges,
+      };
     });
 }
 
@@ -153,7 +165,8 @@ async function until<T>(what: string, timeoutMs: number, check: () => Promise<T 
     } catch (err) {
       last = String(err);
     }
-    if (Date.now() > deadline) throw new Error(`cluster: ${what} not reached within ${timeoutMs} ms${last ? ` (${last})` : ""}`);
+    if (Date.now() > deadline)
+      throw new Error(`cluster: ${what} not reached within ${timeoutMs} ms${last ? ` (${last})` : ""}`);
     await sleep(100);
   }
 }
@@ -167,11 +180,16 @@ async function startNode(index: number, build: RedisBuild | undefined): Promise<
         appendonly: true,
         build,
         extraArgs: [
-          "--cluster-enabled", "yes",
-          "--cluster-config-file", "nodes.conf",
-          "--cluster-node-timeout", String(CLUSTER_NODE_TIMEOUT_MS),
-          "--cluster-replica-validity-factor", "0",
-          "--cluster-port", String(busPort),
+          "--cluster-enabled",
+          "yes",
+          "--cluster-config-file",
+          "nodes.conf",
+          "--cluster-node-timeout",
+          String(CLUSTER_NODE_TIMEOUT_MS),
+          "--cluster-replica-validity-factor",
+          "0",
+          "--cluster-port",
+          String(busPort),
         ],
       });
       return { index, port: server.port, address: `127.0.0.1:${server.port}`, id: "", server, running: true };
@@ -190,7 +208,15 @@ export async function startRedisCluster(opts: { build?: RedisBuild } = {}): Prom
     if (!client) {
       // No retries and no offline queue: a dead node answers with an error at once, not after a wait.
       // A command timeout too: a paused node must make a query fail, not hang the test.
-      client = new Redis({ host: "127.0.0.1", port: node.port, lazyConnect: false, maxRetriesPerRequest: 0, enableOfflineQueue: false, retryStrategy: () => 200, commandTimeout: 5000 });
+      client = new Redis({
+        host: "127.0.0.1",
+        port: node.port,
+        lazyConnect: false,
+        maxRetriesPerRequest: 0,
+        enableOfflineQueue: false,
+        retryStrategy: () => 200,
+        commandTimeout: 5000,
+      });
       client.on("error", () => {}); // a killed node is expected here
       admins.set(node.index, client);
     }
@@ -199,7 +225,8 @@ export async function startRedisCluster(opts: { build?: RedisBuild } = {}): Prom
   /** A connection to a running node, ready for a command (ioredis reconnects after a restart). */
   const ready = async (node: ClusterNode): Promise<Redis> => {
     const client = admin(node);
-    if (client.status !== "ready") await until(`connection to ${node.address}`, 10_000, async () => (client.status === "ready" ? true : undefined));
+    if (client.status !== "ready")
+      await until(`connection to ${node.address}`, 10_000, async () => (client.status === "ready" ? true : undefined));
     return client;
   };
   const running = () => nodes.filter((node) => node.running);
@@ -211,7 +238,8 @@ export async function startRedisCluster(opts: { build?: RedisBuild } = {}): Prom
     return node;
   };
   const byId = (id: string) => nodes.find((node) => node.id === id);
-  const viewOf = async (node: ClusterNode) => parseClusterNodes(String(await (await ready(node)).call("CLUSTER", "NODES")));
+  const viewOf = async (node: ClusterNode) =>
+    parseClusterNodes(String(await (await ready(node)).call("CLUSTER", "NODES")));
 
   const stop = async () => {
     for (const client of admins.values()) client.disconnect();
@@ -223,7 +251,10 @@ export async function startRedisCluster(opts: { build?: RedisBuild } = {}): Prom
     for (let index = 0; index < 6; index++) nodes.push(await startNode(index, opts.build));
     for (const node of nodes) node.id = String(await (await ready(node)).call("CLUSTER", "MYID"));
     // redis-cli makes the first three masters and gives each one replica (it may warn that they share a host).
-    await redisCli(["--cluster", "create", ...nodes.map((node) => node.address), "--cluster-replicas", "1", "--cluster-yes"], 60_000);
+    await redisCli(
+      ["--cluster", "create", ...nodes.map((node) => node.address), "--cluster-replicas", "1", "--cluster-yes"],
+      60_000,
+    );
   } catch (err) {
     await stop();
     throw err;
@@ -235,7 +266,9 @@ export async function startRedisCluster(opts: { build?: RedisBuild } = {}): Prom
   const masterOf = async (slotOrKey: SlotOrKey) => {
     const slot = await toSlot(slotOrKey);
     const view = await viewOf(witness());
-    const line = view.find((candidate) => candidate.flags.includes("master") && !isFailed(candidate) && serves(candidate, slot));
+    const line = view.find(
+      (candidate) => candidate.flags.includes("master") && !isFailed(candidate) && serves(candidate, slot),
+    );
     const node = line && byId(line.id);
     if (!node) throw new Error(`cluster: no live master serves slot ${slot}`);
     return node;
@@ -259,7 +292,9 @@ export async function startRedisCluster(opts: { build?: RedisBuild } = {}): Prom
       if (!info.includes("cluster_state:ok") || !info.includes("cluster_slots_assigned:16384")) return undefined;
       const view = await viewOf(node);
       // Every running node must be seen as healthy: a restarted node that others still flag "fail" is not back yet.
-      const healthy = new Set(view.filter((line) => !isFailed(line) && !line.flags.includes("handshake")).map((line) => line.id));
+      const healthy = new Set(
+        view.filter((line) => !isFailed(line) && !line.flags.includes("handshake")).map((line) => line.id),
+      );
       if (running().some((other) => !healthy.has(other.id))) return undefined;
       const owners = view
         .filter((line) => line.flags.includes("master") && line.ranges.length > 0)
@@ -296,7 +331,12 @@ export async function startRedisCluster(opts: { build?: RedisBuild } = {}): Prom
   const waitForFailover = async (failed: ClusterNode, timeoutMs = 30_000) => {
     const promoted = await until(`a replica of ${failed.address} promoted`, timeoutMs, async () => {
       const view = await viewOf(witness());
-      const line = view.find((candidate) => formerReplicas.get(failed.id)?.has(candidate.id) && candidate.flags.includes("master") && candidate.ranges.length > 0);
+      const line = view.find(
+        (candidate) =>
+          formerReplicas.get(failed.id)?.has(candidate.id) &&
+          candidate.flags.includes("master") &&
+          candidate.ranges.length > 0,
+      );
       const node = line && byId(line.id);
       return node?.running ? node : undefined;
     });
@@ -342,7 +382,11 @@ export async function startRedisCluster(opts: { build?: RedisBuild } = {}): Prom
     await recordReplicas();
   };
 
-  const migrateSlots = async (slots: readonly number[], to: ClusterNode, opts: { keysPerBatch?: number; betweenBatches?: () => Promise<void> } = {}) => {
+  const migrateSlots = async (
+    slots: readonly number[],
+    to: ClusterNode,
+    opts: { keysPerBatch?: number; betweenBatches?: () => Promise<void> } = {},
+  ) => {
     const keysPerBatch = opts.keysPerBatch ?? 100;
     let hookError: unknown;
     const target = await ready(to);
@@ -356,10 +400,14 @@ export async function startRedisCluster(opts: { build?: RedisBuild } = {}): Prom
       for (let batch = 0; ; batch++) {
         const keys = (await source.call("CLUSTER", "GETKEYSINSLOT", String(slot), String(keysPerBatch))) as string[];
         if (keys.length === 0) break;
-        if (batch >= 10_000) throw new Error(`cluster: slot ${slot} still holds keys on ${from.address} after 10000 batches`);
+        if (batch >= 10_000)
+          throw new Error(`cluster: slot ${slot} still holds keys on ${from.address} after 10000 batches`);
         await source.call("MIGRATE", "127.0.0.1", String(to.port), "", "0", "10000", "REPLACE", "KEYS", ...keys);
         // A failing hook must not leave the slot half-migrated for the next test: finish, then throw.
-        if (hookError === undefined) await opts.betweenBatches?.().catch((err: unknown) => (hookError = err ?? new Error("betweenBatches failed")));
+        if (hookError === undefined)
+          await opts
+            .betweenBatches?.()
+            .catch((err: unknown) => (hookError = err ?? new Error("betweenBatches failed")));
       }
       // Target first, then source, then everyone (what redis-cli does), so no node ever redirects in a loop.
       await target.call("CLUSTER", "SETSLOT", String(slot), "NODE", to.id);
@@ -367,7 +415,8 @@ export async function startRedisCluster(opts: { build?: RedisBuild } = {}): Prom
       for (const node of running()) {
         if (node.id === from.id || node.id === to.id) continue;
         const view = await viewOf(node);
-        if (view.find((line) => line.id === node.id)?.flags.includes("master")) await (await ready(node)).call("CLUSTER", "SETSLOT", String(slot), "NODE", to.id);
+        if (view.find((line) => line.id === node.id)?.flags.includes("master"))
+          await (await ready(node)).call("CLUSTER", "SETSLOT", String(slot), "NODE", to.id);
       }
     }
     await waitForOk();
@@ -376,7 +425,20 @@ export async function startRedisCluster(opts: { build?: RedisBuild } = {}): Prom
 
   const reshard = async (from: ClusterNode, to: ClusterNode, count: number) => {
     await redisCli(
-      ["--cluster", "reshard", to.address, "--cluster-from", from.id, "--cluster-to", to.id, "--cluster-slots", String(count), "--cluster-yes", "--cluster-pipeline", "100"],
+      [
+        "--cluster",
+        "reshard",
+        to.address,
+        "--cluster-from",
+        from.id,
+        "--cluster-to",
+        to.id,
+        "--cluster-slots",
+        String(count),
+        "--cluster-yes",
+        "--cluster-pipeline",
+        "100",
+      ],
       120_000,
     );
     await waitForOk();

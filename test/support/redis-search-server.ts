@@ -12,9 +12,14 @@ import { venvPython } from "./python-venv.js";
 import { startRedisServer, type RedisServer } from "./redis-server.js";
 
 /** Starts valkey-server with redisearch.so loaded (startRedisServer's options otherwise). */
-export async function startRedisSearchServer(opts: { appendonly?: boolean; extraArgs?: readonly string[] } = {}): Promise<RedisServer> {
+export async function startRedisSearchServer(
+  opts: { appendonly?: boolean; extraArgs?: readonly string[] } = {},
+): Promise<RedisServer> {
   const python = await venvPython("redis-search");
-  const { stdout } = await promisify(execFile)(python, ["-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"]);
+  const { stdout } = await promisify(execFile)(python, [
+    "-c",
+    "import sysconfig; print(sysconfig.get_paths()['purelib'])",
+  ]);
   const packages = stdout.trim();
   return startRedisServer({
     ...opts,

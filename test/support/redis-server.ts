@@ -33,7 +33,12 @@ export interface RedisServer {
 
 /** Finds redis-server, installing the Debian package once when running as root. */
 function redisServerBinary(): Promise<string> {
-  return debianBinary({ packageName: "redis-server", candidates: onPath("redis-server"), timeoutMs: 300_000, hint: "or set MEMORY_TEST_REDIS_URL" });
+  return debianBinary({
+    packageName: "redis-server",
+    candidates: onPath("redis-server"),
+    timeoutMs: 300_000,
+    hint: "or set MEMORY_TEST_REDIS_URL",
+  });
 }
 
 export { freePort };
@@ -61,7 +66,8 @@ function pingOnce(port: number): Promise<boolean> {
 export async function waitForRedis(port: number, timeoutMs = 15_000): Promise<void> {
   const deadline = Date.now() + timeoutMs;
   while (!(await pingOnce(port))) {
-    if (Date.now() > deadline) throw new Error(`redis-server on port ${port} did not answer PING within ${timeoutMs} ms`);
+    if (Date.now() > deadline)
+      throw new Error(`redis-server on port ${port} did not answer PING within ${timeoutMs} ms`);
     await sleep(50);
   }
 }
@@ -74,7 +80,9 @@ export async function waitForRedis(port: number, timeoutMs = 15_000): Promise<vo
  * built from Redis' source: test/support/redis-builds.ts; Valkey with the
  * Query Engine: test/support/redis-search-server.ts).
  */
-export async function startRedisServer(opts: { appendonly?: boolean; port?: number; extraArgs?: readonly string[]; build?: RedisBuild } = {}): Promise<RedisServer> {
+export async function startRedisServer(
+  opts: { appendonly?: boolean; port?: number; extraArgs?: readonly string[]; build?: RedisBuild } = {},
+): Promise<RedisServer> {
   const binary = opts.build?.binary ?? (await redisServerBinary());
   const dir = mkdtempSync(path.join(tmpdir(), "engram-redis-"));
   let port = 0;
@@ -84,19 +92,30 @@ export async function startRedisServer(opts: { appendonly?: boolean; port?: numb
 
   const launch = async () => {
     const args = [
-      "--port", String(port),
-      "--bind", "127.0.0.1",
-      "--dir", dir,
-      "--appendonly", opts.appendonly === false ? "no" : "yes",
-      "--appendfsync", "everysec",
-      "--save", "",
-      "--daemonize", "no",
-      "--protected-mode", "yes",
+      "--port",
+      String(port),
+      "--bind",
+      "127.0.0.1",
+      "--dir",
+      dir,
+      "--appendonly",
+      opts.appendonly === false ? "no" : "yes",
+      "--appendfsync",
+      "everysec",
+      "--save",
+      "",
+      "--daemonize",
+      "no",
+      "--protected-mode",
+      "yes",
       ...(opts.build?.args ?? []),
       ...(opts.extraArgs ?? []),
     ];
     log = "";
-    const proc = spawn(binary, args, { stdio: ["ignore", "pipe", "pipe"], env: { ...process.env, ...opts.build?.env } });
+    const proc = spawn(binary, args, {
+      stdio: ["ignore", "pipe", "pipe"],
+      env: { ...process.env, ...opts.build?.env },
+    });
     proc.stdout!.on("data", (d) => (log = (log + d).slice(-4000)));
     proc.stderr!.on("data", (d) => (log = (log + d).slice(-4000)));
     child = proc;

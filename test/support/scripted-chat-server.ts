@@ -24,7 +24,9 @@ export interface ScriptedChatServer {
 }
 
 /** Starts the endpoint; `script` picks the answer from the request's user message (and may take its time: a promise). */
-export async function startScriptedChatServer(script: (transcript: string) => ScriptedAnswer | Promise<ScriptedAnswer>): Promise<ScriptedChatServer> {
+export async function startScriptedChatServer(
+  script: (transcript: string) => ScriptedAnswer | Promise<ScriptedAnswer>,
+): Promise<ScriptedChatServer> {
   const transcripts: string[] = [];
   const bodies: Array<Record<string, unknown>> = [];
   const authorizations: Array<string | undefined> = [];
@@ -33,7 +35,9 @@ export async function startScriptedChatServer(script: (transcript: string) => Sc
     req.on("data", (chunk) => (raw += chunk));
     req.on("end", async () => {
       if (req.method !== "POST" || req.url !== "/v1/chat/completions") {
-        res.writeHead(404, { "content-type": "application/json" }).end(JSON.stringify({ error: { message: "no such path" } }));
+        res
+          .writeHead(404, { "content-type": "application/json" })
+          .end(JSON.stringify({ error: { message: "no such path" } }));
         return;
       }
       const body = JSON.parse(raw) as { messages?: Array<{ role: string; content: string }> };
@@ -44,7 +48,9 @@ export async function startScriptedChatServer(script: (transcript: string) => Sc
       const answer = await script(transcript);
       if (answer === "hang") return; // held open until stop()
       if ("status" in answer) {
-        res.writeHead(answer.status, { "content-type": "application/json" }).end(JSON.stringify({ error: { message: "scripted failure" } }));
+        res
+          .writeHead(answer.status, { "content-type": "application/json" })
+          .end(JSON.stringify({ error: { message: "scripted failure" } }));
         return;
       }
       res.writeHead(200, { "content-type": "application/json" }).end(

@@ -6,6 +6,7 @@ index through pip, unpacked under .venv/framework-sources (kept until the pin mo
 Run by scripts/test.sh; tests/test_framework_suites.py runs the tests it unpacks.
 `framework_sources.py DIST` prints where DIST's source is.
 """
+
 from __future__ import annotations
 
 import importlib.metadata
@@ -32,8 +33,20 @@ def source_dir(dist: str) -> Path:
     CACHE.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=CACHE) as tmp:
         subprocess.run(
-            [sys.executable, "-m", "pip", "download", "--quiet", "--disable-pip-version-check", "--no-deps",
-             "--no-binary", ":all:", f"{dist}=={version}", "-d", tmp],
+            [
+                sys.executable,
+                "-m",
+                "pip",
+                "download",
+                "--quiet",
+                "--disable-pip-version-check",
+                "--no-deps",
+                "--no-binary",
+                ":all:",
+                f"{dist}=={version}",
+                "-d",
+                tmp,
+            ],
             check=True,
         )
         (archive,) = Path(tmp).glob("*.tar.gz")

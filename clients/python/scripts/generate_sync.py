@@ -13,6 +13,7 @@ Usage: generate_sync.py [--check] [OUT_ROOT]
   naming the files, when the committed sync clients differ from what it
   would write.
 """
+
 from __future__ import annotations
 
 import sys
@@ -36,9 +37,7 @@ REPLACEMENTS = {
     "aclose": "close",
 }
 HEADER = "# Generated from engram_memory/{name} by clients/python/scripts/generate_sync.py (unasync). DO NOT EDIT.\n"
-INIT_TEXT = (
-    '"""The blocking clients, generated from the async ones: import them from engram_memory.sync."""\n'
-)
+INIT_TEXT = '"""The blocking clients, generated from the async ones: import them from engram_memory.sync."""\n'
 
 
 def generated() -> dict[str, str]:

@@ -1,4 +1,5 @@
 """Starts and stops real Engram servers (the repository's TypeScript server) for the tests."""
+
 from __future__ import annotations
 
 import json

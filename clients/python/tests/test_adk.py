@@ -26,6 +26,7 @@ of every BaseSessionService; each is covered here in our words:
 15. A padded session id reads and deletes the same session.
 Differences are listed in the client README (Integrations, Google ADK).
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -338,8 +339,6 @@ async def test_the_memory_service_remembers_sessions_and_searches_memories_and_e
     assert veg and veg[0].id
     await memory_service.delete_memory(app_name=app, user_id="alice", memory_id=veg[0].id)
     assert (await memory_service.search_memory(app_name=app, user_id="alice", query="vegetarian")).memories == []
-
-
 
 
 async def test_the_same_session_id_serves_each_user_and_app_apart(service: EngramSessionService, app: str) -> None:

@@ -1,5 +1,6 @@
 """api_key against a real server with MEMORY_AUTH=true: calls and streams carry
 it; no key is UnauthenticatedError, a key's missing role or app PermissionDeniedError."""
+
 from __future__ import annotations
 
 import json

@@ -3,6 +3,7 @@
 The sync client is generated from the async one, but its I/O (_sync_io) is
 its own, so every case runs on both.
 """
+
 from __future__ import annotations
 
 import socket

@@ -1,4 +1,5 @@
 """Every RPC of the low-level async EngramClient, and the error codes."""
+
 from __future__ import annotations
 
 import asyncio

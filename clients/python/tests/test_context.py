@@ -1,4 +1,5 @@
 """build_conversation_context's options and answer fields against a real server."""
+
 from __future__ import annotations
 
 import pytest

@@ -1,6 +1,7 @@
 """Errors carry the server's google.rpc details, read from grpc-status-details-bin
 (never parsed out of the message): the field at fault, the reason with its
 metadata, and the retry delay; on the async and the sync client alike."""
+
 from __future__ import annotations
 
 from collections.abc import Iterator

@@ -3,6 +3,7 @@
 A grpc.aio channel only works in the loop it was made in; the async client
 keeps one per running loop, so nothing is tied to the first ``asyncio.run``.
 """
+
 from __future__ import annotations
 
 import asyncio

@@ -8,6 +8,7 @@ this session's server. Failures the adapter cannot pass are listed, with why,
 in tests/frameworks/expected_failures.txt (and the README); any other failure,
 or a listed test that passes, fails the suite.
 """
+
 from __future__ import annotations
 
 import os
@@ -67,9 +68,24 @@ def test_the_frameworks_own_suite_passes_against_engram(name: str, server: Engra
         "PYTHONPATH": os.pathsep.join([str(HERE / "frameworks"), str(root)]),
     }
     proc = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-c", str(HERE / "frameworks" / "pytest.ini"),
-         "--rootdir", str(root), "-p", suite.plugin, *suite.files],
-        cwd=root, env=env, capture_output=True, text=True, timeout=280,
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-q",
+            "-c",
+            str(HERE / "frameworks" / "pytest.ini"),
+            "--rootdir",
+            str(root),
+            "-p",
+            suite.plugin,
+            *suite.files,
+        ],
+        cwd=root,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=280,
     )
     summary = [line for line in proc.stdout.splitlines() if re.search(r"\d+ (passed|failed|xfailed)", line)]
     print(f"{name}: {summary[-1] if summary else 'no summary'}")

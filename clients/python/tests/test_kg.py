@@ -1,4 +1,5 @@
 """KnowledgeGraph (async) and KnowledgeGraphSync: KGMemory-style facts on long-term memory."""
+
 from __future__ import annotations
 
 import uuid
@@ -18,8 +19,9 @@ def app() -> str:
 async def test_add_fact_stores_a_fact_in_the_graphs_scope(client: EngramClient, app: str) -> None:
     async with KnowledgeGraph(app, user_id="alice", client=client) as kg:
         since = datetime(2024, 3, 1, tzinfo=timezone.utc)
-        fact = await kg.add_fact("alice", "prefers", "green tea", role="user", valid_from=since,
-                                 importance=0.5, topics=["drinks"])
+        fact = await kg.add_fact(
+            "alice", "prefers", "green tea", role="user", valid_from=since, importance=0.5, topics=["drinks"]
+        )
     assert (fact.subject, fact.predicate, fact.object, fact.role) == ("alice", "prefers", "green tea", "user")
     assert fact.valid_from == since and fact.invalid_at is None
     stored = await client.get_memory(app, fact.memory.memory_id)

@@ -1,4 +1,5 @@
 """EngramChatMessageHistory against a real server, driven by LangChain's own fake chat model (no network)."""
+
 from __future__ import annotations
 
 from collections.abc import Iterator

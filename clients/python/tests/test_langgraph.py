@@ -1,4 +1,5 @@
 """EngramStore as LangGraph's BaseStore, against a real server, and a graph that uses it."""
+
 from __future__ import annotations
 
 import asyncio

@@ -1,4 +1,5 @@
 """Long-term memory: every memory RPC of the async EngramClient against a real server."""
+
 from __future__ import annotations
 
 import asyncio
@@ -112,11 +113,25 @@ async def test_searches_within_the_scope_the_users_and_the_shared_memories_never
 
 
 async def test_supersession_closes_the_old_fact_and_include_invalid_shows_both(client: EngramClient, app: str) -> None:
-    await client.write_memory(app, "Erin lives in Lyon", memory_id="lyon", user_id="erin",
-                              fact=("erin", "lives in", "Lyon"), valid_from=JAN_2024)
+    await client.write_memory(
+        app,
+        "Erin lives in Lyon",
+        memory_id="lyon",
+        user_id="erin",
+        fact=("erin", "lives in", "Lyon"),
+        valid_from=JAN_2024,
+    )
     write = await client.write_memories(
-        [LongTermMemory(app, "Erin lives in Porto", memory_id="porto", user_id="erin",
-                        fact=Fact("erin", "lives in", "Porto"), valid_from=JUN_2025)]
+        [
+            LongTermMemory(
+                app,
+                "Erin lives in Porto",
+                memory_id="porto",
+                user_id="erin",
+                fact=Fact("erin", "lives in", "Porto"),
+                valid_from=JUN_2025,
+            )
+        ]
     )
     assert [(m.memory_id, m.superseded_by, m.invalid_at) for m in write.superseded] == [("lyon", "porto", JUN_2025)]
 
@@ -173,9 +188,7 @@ async def test_forgets_by_ids_and_by_scope_and_delete_user_data_counts_memories(
     assert [m async for m in client.list_memories(app)] == []
 
 
-async def test_watch_sees_writes_supersessions_and_deletions_of_its_scope_only(
-    client: EngramClient, app: str
-) -> None:
+async def test_watch_sees_writes_supersessions_and_deletions_of_its_scope_only(client: EngramClient, app: str) -> None:
     watch = client.watch_memories(app, user_id="ivy")
     try:
         assert (await _next_change(watch)).kind == "started"

@@ -1,4 +1,5 @@
 """Long-term memory through the generated blocking EngramClientSync: every memory method once."""
+
 from __future__ import annotations
 
 import time

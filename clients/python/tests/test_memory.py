@@ -1,4 +1,5 @@
 """The KAOS Memory API: EngramMemory (async) and EngramMemorySync."""
+
 from __future__ import annotations
 
 import uuid
@@ -137,9 +138,7 @@ async def test_pais_write_recall_and_forget_long_term_memories(memory: EngramMem
 
     found = await memory.recall("green tea", app_name=app, user_id=user)
     assert found[0].memory.memory_id == tea.memory_id
-    assert {s.memory.memory_id for s in await memory.recall("coffee", app_name=app, user_id=user)} == {
-        coffee.memory_id
-    }
+    assert {s.memory.memory_id for s in await memory.recall("coffee", app_name=app, user_id=user)} == {coffee.memory_id}
     assert len(await memory.recall(app_name=app, user_id=user, limit=1)) == 1
 
     assert await memory.forget(tea.memory_id, app_name=app) == 1

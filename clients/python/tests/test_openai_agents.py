@@ -1,4 +1,5 @@
 """EngramSession as the OpenAI Agents SDK's Session, driven by the SDK's own ScriptedModel (no network)."""
+
 from __future__ import annotations
 
 from typing import Any

@@ -18,6 +18,7 @@ each is covered below (in our words, PAIS's turn loop re-told in ``pais_turn``):
    events and sessions ``[]``, context ``""``, delete True, zero stats and cleanup.
 8. A turn with memory disabled still answers, and lists no session.
 """
+
 from __future__ import annotations
 
 import json

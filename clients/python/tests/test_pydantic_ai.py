@@ -1,4 +1,5 @@
 """The Pydantic AI bridge, with FunctionModel/TestModel (no network)."""
+
 from __future__ import annotations
 
 from typing import Any

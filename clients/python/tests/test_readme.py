@@ -1,5 +1,6 @@
 """The README's examples run as written against a real server (their fixed
 address rewritten to the test server's port)."""
+
 from __future__ import annotations
 
 import re

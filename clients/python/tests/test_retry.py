@@ -1,4 +1,5 @@
 """An append retried after a lost response is stored once (its event_id is assigned before the first try)."""
+
 from __future__ import annotations
 
 import socket

@@ -1,4 +1,5 @@
 """StreamSessionEvents: catch-up, live events, heartbeats and resume (async and sync)."""
+
 from __future__ import annotations
 
 import asyncio

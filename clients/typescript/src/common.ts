@@ -4,7 +4,14 @@
  * Nothing here touches a platform API; the transports are the entry points' own.
  */
 export { MemoryClient } from "./client.js";
-export type { AddEventOptions, CleanupOptions, MemoryClientOptions, ReconnectOptions, StreamOptions, WatchOptions } from "./client.js";
+export type {
+  AddEventOptions,
+  CleanupOptions,
+  MemoryClientOptions,
+  ReconnectOptions,
+  StreamOptions,
+  WatchOptions,
+} from "./client.js";
 export type { ClosableTransport, Protocol, TransportFactory, TransportOptions } from "./protocol.js";
 export {
   Code,

@@ -36,7 +36,8 @@ export function toSeq(value: number | bigint, field: string): bigint {
     if (value < 0n) throw new RangeError(`${field} must be >= 0`);
     return value;
   }
-  if (!Number.isSafeInteger(value) || value < 0) throw new RangeError(`${field} must be a non-negative integer, got ${value}`);
+  if (!Number.isSafeInteger(value) || value < 0)
+    throw new RangeError(`${field} must be a non-negative integer, got ${value}`);
   return BigInt(value);
 }
 
@@ -112,7 +113,10 @@ function toContentPart(p: pb.ContentPart): ContentPart {
 }
 
 /** The request of buildConversationContext: a number is max_events (the KAOS signature). */
-export function contextRequest(sessionId: string, options: number | ContextOptions): pb.BuildConversationContextRequest {
+export function contextRequest(
+  sessionId: string,
+  options: number | ContextOptions,
+): pb.BuildConversationContextRequest {
   const o: ContextOptions = typeof options === "number" ? { maxEvents: options } : options;
   return create(pb.BuildConversationContextRequestSchema, {
     sessionId,
@@ -154,11 +158,18 @@ const SCOPE_MATCH: Record<ScopeMatch, pbm.ScopeMatch> = {
 };
 
 /** A scope as the request fields every memory RPC shares. */
-export function scopeFields(s: MemoryScope): { appName: string; userId?: string; agentId?: string; sessionId?: string; scopeMatch: pbm.ScopeMatch } {
+export function scopeFields(s: MemoryScope): {
+  appName: string;
+  userId?: string;
+  agentId?: string;
+  sessionId?: string;
+  scopeMatch: pbm.ScopeMatch;
+} {
   if (!s || typeof s.appName !== "string") throw new TypeError("appName must be a string");
   let scopeMatch = pbm.ScopeMatch.UNSPECIFIED;
   if (s.scopeMatch !== undefined) {
-    if (!Object.hasOwn(SCOPE_MATCH, s.scopeMatch)) throw new RangeError(`scopeMatch must be "visible", "within" or "exact", got ${JSON.stringify(s.scopeMatch)}`);
+    if (!Object.hasOwn(SCOPE_MATCH, s.scopeMatch))
+      throw new RangeError(`scopeMatch must be "visible", "within" or "exact", got ${JSON.stringify(s.scopeMatch)}`);
     scopeMatch = SCOPE_MATCH[s.scopeMatch];
   }
   return { appName: s.appName, userId: s.userId, agentId: s.agentId, sessionId: s.sessionId, scopeMatch };
@@ -227,7 +238,11 @@ export function toMemory(m: pbm.Memory | undefined): Memory {
   if (m.sessionId !== undefined) out.sessionId = m.sessionId;
   if (m.fact) out.fact = { subject: m.fact.subject, predicate: m.fact.predicate, object: m.fact.object };
   if (m.source) {
-    out.source = { sessionId: m.source.sessionId, fromSeq: toNumber(m.source.fromSeq, "from_seq"), toSeq: toNumber(m.source.toSeq, "to_seq") };
+    out.source = {
+      sessionId: m.source.sessionId,
+      fromSeq: toNumber(m.source.fromSeq, "from_seq"),
+      toSeq: toNumber(m.source.toSeq, "to_seq"),
+    };
   }
   return out;
 }
@@ -256,7 +271,13 @@ export function toMemoryChange(r: pbm.WatchMemoriesResponse): MemoryChange | und
 
 /** An event search hit as a plain object. */
 export function toEventHit(h: pb.EventHit): EventHit {
-  return { sessionId: h.sessionId, seq: toNumber(h.seq, "seq"), snippet: h.snippet, score: h.score, event: toEvent(h.event) };
+  return {
+    sessionId: h.sessionId,
+    seq: toNumber(h.seq, "seq"),
+    snippet: h.snippet,
+    score: h.score,
+    event: toEvent(h.event),
+  };
 }
 
 /** Recall's answer as a plain object. */

@@ -40,7 +40,9 @@ export interface ErrorDetails {
 export function errorDetailsOf(err: unknown): ErrorDetails {
   if (err === null || err === undefined) return { fieldViolations: [], metadata: {} };
   const error = ConnectError.from(err);
-  const fieldViolations = error.findDetails(BadRequestSchema).flatMap((b) => b.fieldViolations.map((v) => ({ field: v.field, description: v.description })));
+  const fieldViolations = error
+    .findDetails(BadRequestSchema)
+    .flatMap((b) => b.fieldViolations.map((v) => ({ field: v.field, description: v.description })));
   const [info] = error.findDetails(ErrorInfoSchema);
   const [retry] = error.findDetails(RetryInfoSchema);
   const delay = retry?.retryDelay;

@@ -60,7 +60,9 @@ export function createTransport(protocol: Protocol, options: TransportOptions): 
     case "grpc-web":
       return createGrpcWebTransport(options);
     case "grpc":
-      throw new TypeError('protocol "grpc" needs HTTP/2 trailers, which fetch cannot read: use "connect" or "grpc-web" in browsers and edge runtimes');
+      throw new TypeError(
+        'protocol "grpc" needs HTTP/2 trailers, which fetch cannot read: use "connect" or "grpc-web" in browsers and edge runtimes',
+      );
     default:
       throw new TypeError(`unknown protocol ${JSON.stringify(protocol)}: use "connect" or "grpc-web"`);
   }

@@ -35,7 +35,9 @@ export function createGrpcTransport(options: TransportOptions): ClosableTranspor
 }
 
 function keepAliveAgent(baseUrl: string): http.Agent {
-  return new URL(baseUrl).protocol === "https:" ? new https.Agent({ keepAlive: true }) : new http.Agent({ keepAlive: true });
+  return new URL(baseUrl).protocol === "https:"
+    ? new https.Agent({ keepAlive: true })
+    : new http.Agent({ keepAlive: true });
 }
 
 /** The Connect protocol over HTTP/1.1 (JSON by default, binary with useBinaryFormat). */

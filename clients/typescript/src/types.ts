@@ -78,7 +78,9 @@ export interface EventInput {
 }
 
 /** One part of a multi-part message, in the OpenAI chat-completions shape. */
-export type ContentPart = { type: "text"; text: string } | { type: "image_url"; image_url: { url: string; detail?: string } };
+export type ContentPart =
+  | { type: "text"; text: string }
+  | { type: "image_url"; image_url: { url: string; detail?: string } };
 
 /** A chat message in the OpenAI chat-completions shape, ready to send to an LLM API. */
 export interface ChatMessage {

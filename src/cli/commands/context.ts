@@ -28,12 +28,16 @@ export function register(program: Command): void {
       );
       if (opts.json) {
         const [{ toJson }, { pb }] = await Promise.all([import("@bufbuild/protobuf"), import("@engram-memory/client")]);
-        printJson(toJson(pb.BuildConversationContextResponseSchema, res, { useProtoFieldName: true, alwaysEmitImplicit: true }));
+        printJson(
+          toJson(pb.BuildConversationContextResponseSchema, res, { useProtoFieldName: true, alwaysEmitImplicit: true }),
+        );
         return;
       }
       process.stdout.write(res.text ? `${res.text}\n` : "");
       const tokens = res.tokenizer ? `, ${res.tokensUsed} tokens (${res.tokenizer})` : "";
-      process.stderr.write(`-- ${res.eventsIncluded} events included, ${res.eventsDropped} dropped${tokens}, ${res.messages.length} messages\n`);
+      process.stderr.write(
+        `-- ${res.eventsIncluded} events included, ${res.eventsDropped} dropped${tokens}, ${res.messages.length} messages\n`,
+      );
     } finally {
       memory.close();
     }

@@ -21,10 +21,16 @@ export function register(program: Command): void {
     try {
       const erased = await memory.deleteUserData(opts.app, opts.user);
       if (opts.json) {
-        printJson({ removed_sessions: erased.removedSessions, removed_events: erased.removedEvents, removed_memories: erased.removedMemories });
+        printJson({
+          removed_sessions: erased.removedSessions,
+          removed_events: erased.removedEvents,
+          removed_memories: erased.removedMemories,
+        });
         return;
       }
-      process.stdout.write(`erased ${erased.removedSessions} sessions, ${erased.removedEvents} events, ${erased.removedMemories} memories\n`);
+      process.stdout.write(
+        `erased ${erased.removedSessions} sessions, ${erased.removedEvents} events, ${erased.removedMemories} memories\n`,
+      );
     } finally {
       memory.close();
     }

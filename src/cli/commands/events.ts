@@ -29,7 +29,12 @@ export function register(program: Command): void {
   ).action(async (sessionId: string, opts: EventsOptions) => {
     const memory = await connect(opts);
     try {
-      const events = await memory.getSessionEvents(sessionId, { eventTypes: opts.type, afterSeq: opts.after, limit: opts.limit, tail: opts.tail });
+      const events = await memory.getSessionEvents(sessionId, {
+        eventTypes: opts.type,
+        afterSeq: opts.after,
+        limit: opts.limit,
+        tail: opts.tail,
+      });
       if (opts.json) {
         printJson(events.map(eventJson));
         return;

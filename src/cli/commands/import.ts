@@ -47,7 +47,12 @@ export function register(program: Command): void {
       .command("import")
       .description("load a JSON Lines export into the server (idempotent: event ids are kept)")
       .argument("<file>", "the export file, or - for stdin")
-      .option("--batch-size <n>", "events per AddEvents call (at most the server's MEMORY_MAX_BATCH_EVENTS)", positiveInt("--batch-size", 1), 100)
+      .option(
+        "--batch-size <n>",
+        "events per AddEvents call (at most the server's MEMORY_MAX_BATCH_EVENTS)",
+        positiveInt("--batch-size", 1),
+        100,
+      )
       .option("-q, --quiet", "no progress on stderr"),
   ).action(async (file: string, opts: ImportOptions) => {
     const memory = await connect(opts);
@@ -65,9 +70,16 @@ export function register(program: Command): void {
         try {
           const line = parseSessionLine(text, lineNo);
           sessionId = line.session_id;
-          const { created, session } = await memory.getOrCreateSession(line.session_id, line.app_name, line.user_id, line.metadata);
+          const { created, session } = await memory.getOrCreateSession(
+            line.session_id,
+            line.app_name,
+            line.user_id,
+            line.metadata,
+          );
           if (!created && (session.appName !== line.app_name || session.userId !== line.user_id)) {
-            process.stderr.write(`engram: line ${lineNo}: session ${line.session_id} exists with app ${session.appName}, user ${session.userId}; adding its events there\n`);
+            process.stderr.write(
+              `engram: line ${lineNo}: session ${line.session_id} exists with app ${session.appName}, user ${session.userId}; adding its events there\n`,
+            );
           }
           const headBefore = session.headSeq;
           let fresh = 0;
@@ -82,7 +94,8 @@ export function register(program: Command): void {
           totals.new_events += fresh;
         } catch (err) {
           totals.failed_lines++;
-          const why = err instanceof LineError ? err.message : `line ${lineNo} (session ${sessionId}): ${describe(err)}`;
+          const why =
+            err instanceof LineError ? err.message : `line ${lineNo} (session ${sessionId}): ${describe(err)}`;
           failures.push(why);
           process.stderr.write(`engram: ${why}\n`);
         }

@@ -10,7 +10,10 @@ export function register(program: Command): void {
   program
     .command("keys")
     .description("create, list and revoke API keys (MEMORY_AUTH=true), in the configured backend")
-    .argument("[args...]", "create --app APP --role read|write|admin [--user U] | list | revoke ID   (engram keys --help)")
+    .argument(
+      "[args...]",
+      "create --app APP --role read|write|admin [--user U] | list | revoke ID   (engram keys --help)",
+    )
     .helpOption(false)
     .allowUnknownOption()
     .passThroughOptions()

@@ -43,7 +43,9 @@ function isoTime(name: string): (value: string) => Date {
   return (value) => {
     const date = new Date(value);
     if (!/^\d{4}-\d{2}-\d{2}/.test(value) || Number.isNaN(date.getTime())) {
-      throw new InvalidArgumentError(`${name}: expected an ISO 8601 time such as 2024-05-01T12:00:00Z, got ${JSON.stringify(value)}`);
+      throw new InvalidArgumentError(
+        `${name}: expected an ISO 8601 time such as 2024-05-01T12:00:00Z, got ${JSON.stringify(value)}`,
+      );
     }
     return date;
   };
@@ -56,7 +58,13 @@ function withScopeOptions(cmd: Command, defaultMatch: string): Command {
     .option("--user <id>", "scope: this user_id")
     .option("--agent <id>", "scope: this agent_id")
     .option("--session <id>", "scope: this session_id")
-    .addOption(new Option("--scope-match <match>", `how the scope selects memories (default ${defaultMatch})`).choices(["visible", "within", "exact"]));
+    .addOption(
+      new Option("--scope-match <match>", `how the scope selects memories (default ${defaultMatch})`).choices([
+        "visible",
+        "within",
+        "exact",
+      ]),
+    );
 }
 
 /** Adds the filters list and search share. */
@@ -68,7 +76,13 @@ function withFilterOptions(cmd: Command): Command {
 }
 
 function scopeOf(opts: ScopeOptions): MemoryScope {
-  return { appName: opts.app, userId: opts.user, agentId: opts.agent, sessionId: opts.session, scopeMatch: opts.scopeMatch };
+  return {
+    appName: opts.app,
+    userId: opts.user,
+    agentId: opts.agent,
+    sessionId: opts.session,
+    scopeMatch: opts.scopeMatch,
+  };
 }
 
 function filterOf(opts: FilterOptions) {
@@ -78,7 +92,15 @@ function filterOf(opts: FilterOptions) {
 
 /** The scope and validity columns of a memory; "-" for unset, so every cell holds a word. */
 function memoryCells(m: Memory): string[] {
-  return [m.memoryId, m.userId ?? "-", m.agentId ?? "-", m.sessionId ?? "-", iso(m.validFrom), m.invalidAt ? iso(m.invalidAt) : "-", oneLine(m.text, 60)];
+  return [
+    m.memoryId,
+    m.userId ?? "-",
+    m.agentId ?? "-",
+    m.sessionId ?? "-",
+    iso(m.validFrom),
+    m.invalidAt ? iso(m.invalidAt) : "-",
+    oneLine(m.text, 60),
+  ];
 }
 const MEMORY_HEAD = ["MEMORY", "USER", "AGENT", "SESSION", "VALID FROM", "INVALID AT", "TEXT"];
 
@@ -87,7 +109,12 @@ export function register(program: Command): void {
   const memories = program.command("memories").description("long-term memories of a scope: list, search, forget");
 
   withConnectionOptions(
-    withFilterOptions(withScopeOptions(memories.command("list").description("one page of a scope's memories, newest first (or --all)"), "within"))
+    withFilterOptions(
+      withScopeOptions(
+        memories.command("list").description("one page of a scope's memories, newest first (or --all)"),
+        "within",
+      ),
+    )
       .option("--limit <n>", "memories per page (at most 1000)", positiveInt("--limit", 1), 50)
       .option("--page-token <token>", "continue from a previous page")
       .option("--all", "every page"),
@@ -113,14 +140,20 @@ export function register(program: Command): void {
       }
       if (found.length === 0) process.stderr.write("no memories\n");
       else process.stdout.write(`${table(MEMORY_HEAD, found.map(memoryCells))}\n`);
-      if (pageToken) process.stderr.write(`more: engram memories list --page-token ${pageToken} (with the same filters)\n`);
+      if (pageToken)
+        process.stderr.write(`more: engram memories list --page-token ${pageToken} (with the same filters)\n`);
     } finally {
       client.close();
     }
   });
 
   withConnectionOptions(
-    withFilterOptions(withScopeOptions(memories.command("search").description("a scope's memories ranked by relevance to a query, best first"), "visible"))
+    withFilterOptions(
+      withScopeOptions(
+        memories.command("search").description("a scope's memories ranked by relevance to a query, best first"),
+        "visible",
+      ),
+    )
       .option("--query <text>", "text to rank by (empty: by importance and recency)", "")
       .option("--top-k <n>", "most results, 1..100 (default 10)", positiveInt("--top-k", 1)),
   ).action(async (opts: SearchOptions) => {
@@ -130,7 +163,12 @@ export function register(program: Command): void {
       const results = await client.searchMemories({ ...filter, query: opts.query, topK: opts.topK });
       if (opts.json) {
         printJson({
-          results: results.map((r) => ({ score: r.score, lexical_score: r.lexicalScore, vector_score: r.vectorScore, memory: memoryJson(r.memory) })),
+          results: results.map((r) => ({
+            score: r.score,
+            lexical_score: r.lexicalScore,
+            vector_score: r.vectorScore,
+            memory: memoryJson(r.memory),
+          })),
         });
         return;
       }
@@ -154,17 +192,28 @@ export function register(program: Command): void {
       "within",
     ).option("--yes", "confirm forgetting by scope (every memory the scope selects)"),
   ).action(async (ids: string[], opts: ForgetOptions) => {
-    const scoped = opts.user !== undefined || opts.agent !== undefined || opts.session !== undefined || opts.scopeMatch !== undefined;
-    if (ids.length > 0 && scoped) throw new UsageError("give memory ids or a scope (--user, --agent, --session, --scope-match), not both");
+    const scoped =
+      opts.user !== undefined ||
+      opts.agent !== undefined ||
+      opts.session !== undefined ||
+      opts.scopeMatch !== undefined;
+    if (ids.length > 0 && scoped)
+      throw new UsageError("give memory ids or a scope (--user, --agent, --session, --scope-match), not both");
     if (ids.length === 0 && !scoped) {
-      throw new UsageError("name memory ids, or a scope (--user, --agent, --session; --scope-match within forgets the whole app) with --yes");
+      throw new UsageError(
+        "name memory ids, or a scope (--user, --agent, --session; --scope-match within forgets the whole app) with --yes",
+      );
     }
     if (ids.length === 0 && !opts.yes) {
-      throw new UsageError("forgetting by scope removes every memory it selects: add --yes to confirm (or list them first with `engram memories list`)");
+      throw new UsageError(
+        "forgetting by scope removes every memory it selects: add --yes to confirm (or list them first with `engram memories list`)",
+      );
     }
     const client = await connect(opts);
     try {
-      const deleted = await client.deleteMemories(ids.length > 0 ? { appName: opts.app, memoryIds: ids } : scopeOf(opts));
+      const deleted = await client.deleteMemories(
+        ids.length > 0 ? { appName: opts.app, memoryIds: ids } : scopeOf(opts),
+      );
       if (opts.json) printJson({ deleted_count: deleted });
       else process.stdout.write(`forgot ${deleted} memories\n`);
     } finally {

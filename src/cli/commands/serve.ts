@@ -8,7 +8,11 @@ import { SETTINGS } from "../../config.js";
 
 /** Registers the subcommand. */
 export function register(program: Command): void {
-  const settings = SETTINGS.map((s) => `  --${s.flag} <value>`.padEnd(34) + `${s.env}${s.default !== undefined ? ` (default ${s.default})` : ""}: ${s.doc}`);
+  const settings = SETTINGS.map(
+    (s) =>
+      `  --${s.flag} <value>`.padEnd(34) +
+      `${s.env}${s.default !== undefined ? ` (default ${s.default})` : ""}: ${s.doc}`,
+  );
   program
     .command("serve")
     .description("run the Engram server (gRPC, Connect, REST and the inspector on one port)")

@@ -30,7 +30,12 @@ export function register(program: Command): void {
       let pageToken = opts.pageToken ?? "";
       // Bounded: every page advances the cursor; the cap guards against a server that would not.
       for (let pages = 0; pages < 1_000_000; pages++) {
-        const res = await memory.rpc.listSessions({ appName: opts.app, userId: opts.user, pageSize: opts.limit, pageToken });
+        const res = await memory.rpc.listSessions({
+          appName: opts.app,
+          userId: opts.user,
+          pageSize: opts.limit,
+          pageToken,
+        });
         const { sessionFromPb } = await import("../wire.js");
         sessions.push(...res.sessions.map(sessionFromPb));
         if (!opts.all || !res.nextPageToken || res.nextPageToken === pageToken) {
@@ -55,4 +60,3 @@ export function register(program: Command): void {
     }
   });
 }
-

@@ -30,9 +30,15 @@ export function register(program: Command): void {
       .argument("<session-id>", "the session")
       .option("-n, --lines <n>", "newest events to print first", positiveInt("--lines"), 10)
       .option("--type <event-type>", "only this event type (repeatable)", collect, [])
-      .option("--retries <n>", "consecutive failed reconnections before giving up (default: never give up)", positiveInt("--retries")),
+      .option(
+        "--retries <n>",
+        "consecutive failed reconnections before giving up (default: never give up)",
+        positiveInt("--retries"),
+      ),
   ).action(async (sessionId: string, opts: TailOptions) => {
-    const memory = await connect(opts, { reconnect: { maxRetries: opts.retries ?? Number.MAX_SAFE_INTEGER, maxBackoffMs: 2000 } });
+    const memory = await connect(opts, {
+      reconnect: { maxRetries: opts.retries ?? Number.MAX_SAFE_INTEGER, maxBackoffMs: 2000 },
+    });
     const stop = new AbortController();
     const onSignal = () => stop.abort();
     process.once("SIGINT", onSignal);
@@ -41,7 +47,10 @@ export function register(program: Command): void {
       // The backlog and the head seq come from one read, so following starts exactly after it.
       let after: bigint;
       if (opts.lines > 0) {
-        const res = await memory.rpc.getSessionEvents({ sessionId, eventTypes: opts.type, tail: opts.lines }, { timeoutMs: opts.timeout });
+        const res = await memory.rpc.getSessionEvents(
+          { sessionId, eventTypes: opts.type, tail: opts.lines },
+          { timeoutMs: opts.timeout },
+        );
         const { eventFromPb } = await import("../wire.js");
         for (const e of res.events) printEvent(eventFromPb(e), opts.json);
         after = res.headSeq;
@@ -53,7 +62,9 @@ export function register(program: Command): void {
         eventTypes: opts.type,
         signal: stop.signal,
         onReconnect: (err, attempt) => {
-          process.stderr.write(`engram: connection lost (${err.rawMessage || err.message}); reconnecting (attempt ${attempt})\n`);
+          process.stderr.write(
+            `engram: connection lost (${err.rawMessage || err.message}); reconnecting (attempt ${attempt})\n`,
+          );
         },
       });
       for await (const e of events) printEvent(e, opts.json);

@@ -61,7 +61,12 @@ export function createMcpHandler(opts: { guard: CallGuard; report: InternalError
 
   async function serve(req: IncomingMessage, res: ServerResponse): Promise<void> {
     if (req.method !== "POST") {
-      sendJsonRpcError(res, 405, { allow: "POST" }, `${req.method} is not allowed on ${MCP_PATH}: this server keeps no MCP sessions (stateless streamable HTTP); POST each message`);
+      sendJsonRpcError(
+        res,
+        405,
+        { allow: "POST" },
+        `${req.method} is not allowed on ${MCP_PATH}: this server keeps no MCP sessions (stateless streamable HTTP); POST each message`,
+      );
       return;
     }
     const call = httpCallInfo(req, res, "mcp");
@@ -73,7 +78,11 @@ export function createMcpHandler(opts: { guard: CallGuard; report: InternalError
     }
     const rpc: GuardedRpc = (method, message) => handlers.get(method)!(message, call) as Promise<unknown>;
     const server = engramMcpServer(rpc, report);
-    const transport = new StreamableHTTPServerTransport({ sessionIdGenerator: undefined, enableJsonResponse: true, maxRequestBodySize: maxMessageBytes });
+    const transport = new StreamableHTTPServerTransport({
+      sessionIdGenerator: undefined,
+      enableJsonResponse: true,
+      maxRequestBodySize: maxMessageBytes,
+    });
     res.once("close", () => {
       transport.close().catch(report);
       server.close().catch(report);
@@ -85,23 +94,30 @@ export function createMcpHandler(opts: { guard: CallGuard; report: InternalError
 
 /** An McpServer with Engram's tools and resources, calling `rpc`. */
 function engramMcpServer(rpc: GuardedRpc, report: InternalErrorReporter): McpServer {
-  const server = new McpServer({ name: "engram", title: "Engram memory", version: VERSION }, { instructions: INSTRUCTIONS });
+  const server = new McpServer(
+    { name: "engram", title: "Engram memory", version: VERSION },
+    { instructions: INSTRUCTIONS },
+  );
   for (const tool of ENGRAM_TOOLS) {
-    server.registerTool(tool.name, { title: tool.title, description: tool.description, inputSchema: tool.input, annotations: tool.annotations }, async (args) => {
-      try {
-        const json = args as JsonObject;
-        let request;
+    server.registerTool(
+      tool.name,
+      { title: tool.title, description: tool.description, inputSchema: tool.input, annotations: tool.annotations },
+      async (args) => {
         try {
-          request = fromJson(tool.request, tool.toRequest ? tool.toRequest(json) : json);
+          const json = args as JsonObject;
+          let request;
+          try {
+            request = fromJson(tool.request, tool.toRequest ? tool.toRequest(json) : json);
+          } catch (err) {
+            // zod has checked every field's type; what is left is a value proto JSON cannot hold.
+            throw invalidArgument("arguments", err instanceof Error ? err.message : String(err));
+          }
+          return toolResult(tool.response, await rpc(tool.method, request), tool.fromResponse);
         } catch (err) {
-          // zod has checked every field's type; what is left is a value proto JSON cannot hold.
-          throw invalidArgument("arguments", err instanceof Error ? err.message : String(err));
+          return toolError(err, report);
         }
-        return toolResult(tool.response, await rpc(tool.method, request), tool.fromResponse);
-      } catch (err) {
-        return toolError(err, report);
-      }
-    });
+      },
+    );
   }
   registerTranscripts(server, rpc, report);
   return server;
@@ -109,7 +125,9 @@ function engramMcpServer(rpc: GuardedRpc, report: InternalErrorReporter): McpSer
 
 /** A JSON-RPC error without an id, as MCP's transport answers an HTTP-level refusal. */
 function sendJsonRpcError(res: ServerResponse, status: number, headers: Record<string, string>, message: string): void {
-  const body = Buffer.from(JSON.stringify({ jsonrpc: "2.0", error: { code: ErrorCode.InvalidRequest, message }, id: null }));
+  const body = Buffer.from(
+    JSON.stringify({ jsonrpc: "2.0", error: { code: ErrorCode.InvalidRequest, message }, id: null }),
+  );
   res.writeHead(status, { ...headers, "content-type": "application/json", "content-length": body.length });
   res.end(body);
 }

@@ -39,7 +39,10 @@ export function registerTranscripts(server: McpServer, rpc: GuardedRpc, report: 
   const template = new ResourceTemplate(TEMPLATE, {
     list: async () => {
       try {
-        const page = (await rpc("listSessions", create(ListSessionsRequestSchema, { pageSize: LISTED_TRANSCRIPTS }))) as ListSessionsResponse;
+        const page = (await rpc(
+          "listSessions",
+          create(ListSessionsRequestSchema, { pageSize: LISTED_TRANSCRIPTS }),
+        )) as ListSessionsResponse;
         return {
           resources: page.sessions.map((s) => ({
             uri: transcriptUri(s.sessionId),
@@ -64,11 +67,21 @@ export function registerTranscripts(server: McpServer, rpc: GuardedRpc, report: 
     async (uri, variables) => {
       try {
         const sessionId = decodeSessionId(variables.session_id);
-        const { session } = (await rpc("getSession", create(GetSessionRequestSchema, { sessionId }))) as GetSessionResponse;
-        const page = (await rpc("getSessionEvents", create(GetSessionEventsRequestSchema, { sessionId, tail: TRANSCRIPT_MAX_EVENTS }))) as GetSessionEventsResponse;
+        const { session } = (await rpc(
+          "getSession",
+          create(GetSessionRequestSchema, { sessionId }),
+        )) as GetSessionResponse;
+        const page = (await rpc(
+          "getSessionEvents",
+          create(GetSessionEventsRequestSchema, { sessionId, tail: TRANSCRIPT_MAX_EVENTS }),
+        )) as GetSessionEventsResponse;
         const header = `session ${sessionId} (app ${session!.appName}, user ${session!.userId}): ${session!.eventCount} events, head seq ${page.headSeq}`;
         const omitted = Number(session!.eventCount) - page.events.length;
-        const lines = [header, ...(omitted > 0 ? [`(${omitted} older events not shown)`] : []), ...page.events.map(transcriptLine)];
+        const lines = [
+          header,
+          ...(omitted > 0 ? [`(${omitted} older events not shown)`] : []),
+          ...page.events.map(transcriptLine),
+        ];
         return { contents: [{ uri: uri.href, mimeType: "text/plain", text: lines.join("\n") + "\n" }] };
       } catch (err) {
         throw resourceError(err, report);

@@ -18,7 +18,11 @@ function codeName(code: Code): string {
 }
 
 /** A tool's answer: the RPC response as proto JSON, or what `shape` makes of it. */
-export function toolResult(schema: DescMessage, response: unknown, shape?: (response: JsonObject) => JsonObject): CallToolResult {
+export function toolResult(
+  schema: DescMessage,
+  response: unknown,
+  shape?: (response: JsonObject) => JsonObject,
+): CallToolResult {
   const full = toJson(schema, response as never, JSON_WRITE_OPTIONS) as JsonObject;
   const json = shape ? shape(full) : full;
   return { content: [{ type: "text", text: JSON.stringify(json) }], structuredContent: json };
@@ -28,7 +32,11 @@ export function toolResult(schema: DescMessage, response: unknown, shape?: (resp
 export function toolError(err: unknown, report: InternalErrorReporter): CallToolResult {
   const status = statusOf(err, report);
   const error = errorJsonOf(status);
-  return { isError: true, content: [{ type: "text", text: `${codeName(status.code)}: ${status.message}` }], structuredContent: { error } };
+  return {
+    isError: true,
+    content: [{ type: "text", text: `${codeName(status.code)}: ${status.message}` }],
+    structuredContent: { error },
+  };
 }
 
 /** JSON-RPC error codes of MCP (the spec's "resource not found" is -32002). */
@@ -40,7 +48,9 @@ export function resourceError(err: unknown, report: InternalErrorReporter): McpE
   const mcpCode =
     status.code === Code.NotFound
       ? RESOURCE_NOT_FOUND
-      : status.code === Code.InvalidArgument || status.code === Code.OutOfRange || status.code === Code.FailedPrecondition
+      : status.code === Code.InvalidArgument ||
+          status.code === Code.OutOfRange ||
+          status.code === Code.FailedPrecondition
         ? ErrorCode.InvalidParams
         : ErrorCode.InternalError;
   return new McpError(mcpCode, `${codeName(status.code)}: ${status.message}`, errorJsonOf(status));

@@ -67,13 +67,17 @@ const stateDelta = () =>
     'State changes: "key" sets the session\'s state, "user:key" the user\'s (shared by their sessions), "app:key" the app\'s; "temp:key" is never stored; null deletes a key.',
   );
 const scopeMatch = () =>
-  z.enum(["visible", "within", "exact"]).describe(
-    "visible: memories a caller in that scope may recall (shared ones too); within: every memory inside the scope; exact: exactly that scope.",
-  );
+  z
+    .enum(["visible", "within", "exact"])
+    .describe(
+      "visible: memories a caller in that scope may recall (shared ones too); within: every memory inside the scope; exact: exactly that scope.",
+    );
 
 /** "within" -> "SCOPE_MATCH_WITHIN", the enum's proto JSON name. */
 function withScopeMatch(args: JsonObject): JsonObject {
-  return typeof args.scope_match === "string" ? { ...args, scope_match: `SCOPE_MATCH_${args.scope_match.toUpperCase()}` } : args;
+  return typeof args.scope_match === "string"
+    ? { ...args, scope_match: `SCOPE_MATCH_${args.scope_match.toUpperCase()}` }
+    : args;
 }
 
 const READ: ToolAnnotations = { readOnlyHint: true, openWorldHint: false };
@@ -84,9 +88,13 @@ export const ENGRAM_TOOLS: readonly EngramTool[] = [
   {
     name: "create_session",
     title: "Create a session",
-    description: "Starts a conversation session (an ordered event log) for one user of one app. Returns the session with its id.",
+    description:
+      "Starts a conversation session (an ordered event log) for one user of one app. Returns the session with its id.",
     input: z.strictObject({
-      app_name: z.string().optional().describe("The application; may be left out when the API key is bound to one app."),
+      app_name: z
+        .string()
+        .optional()
+        .describe("The application; may be left out when the API key is bound to one app."),
       user_id: z.string().optional().describe("The user; may be left out when the API key is bound to one user."),
       session_id: z.string().optional().describe("A session id of your choosing; the server makes one when left out."),
       metadata: jsonObject().optional().describe("Free-form JSON object stored with the session."),
@@ -130,7 +138,9 @@ export const ENGRAM_TOOLS: readonly EngramTool[] = [
       session_id: sessionId(),
       state_delta: stateDelta().optional(),
       metadata: jsonObject().optional().describe("Replaces the session's metadata."),
-      expected_version: seq().optional().describe("Update only if the session's version is this (optimistic concurrency)."),
+      expected_version: seq()
+        .optional()
+        .describe("Update only if the session's version is this (optimistic concurrency)."),
     }),
     method: "updateSession",
     request: UpdateSessionRequestSchema,
@@ -162,16 +172,25 @@ export const ENGRAM_TOOLS: readonly EngramTool[] = [
       events: z
         .array(
           z.strictObject({
-            event_type: z.string().describe("What the event is: user_message, agent_response, tool_call, tool_result, system, or a type of your own."),
+            event_type: z
+              .string()
+              .describe(
+                "What the event is: user_message, agent_response, tool_call, tool_result, system, or a type of your own.",
+              ),
             content: z.json().optional().describe("The event's content: any JSON value, e.g. the message text."),
             metadata: jsonObject().optional(),
-            event_id: z.string().optional().describe("An idempotency key: an event id already stored is not stored twice."),
+            event_id: z
+              .string()
+              .optional()
+              .describe("An idempotency key: an event id already stored is not stored twice."),
             state_delta: stateDelta().optional(),
           }),
         )
         .min(1)
         .describe("The events, oldest first."),
-      expected_seq: seq().optional().describe("Append only if the session's head seq is this (optimistic concurrency)."),
+      expected_seq: seq()
+        .optional()
+        .describe("Append only if the session's head seq is this (optimistic concurrency)."),
     }),
     method: "addEvents",
     request: AddEventsRequestSchema,
@@ -238,7 +257,10 @@ export const ENGRAM_TOOLS: readonly EngramTool[] = [
       session_id: z.string().optional(),
       memory_id: z.string().optional().describe("An idempotency key; the server makes one when left out."),
       fact: z.strictObject({ subject: z.string(), predicate: z.string(), object: z.string() }).optional(),
-      key: z.string().optional().describe("Supersession key: a newer memory with the same key in the same scope replaces this one."),
+      key: z
+        .string()
+        .optional()
+        .describe("Supersession key: a newer memory with the same key in the same scope replaces this one."),
       topics: z.array(z.string()).optional(),
       importance: z.number().min(0).max(1).optional().describe("0..1; raises the memory's rank."),
       pinned: z.boolean().optional().describe("Always included by recall."),

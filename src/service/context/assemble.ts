@@ -158,7 +158,11 @@ export class ContextAssembler {
     const first = window[0];
     const last = window[window.length - 1];
     const sameWindow = (c: CachedAnalysis) =>
-      c.first === first && c.last === last && c.length === window.length && c.preserveSystem === preserveSystem && c.tokenizer === counter.name;
+      c.first === first &&
+      c.last === last &&
+      c.length === window.length &&
+      c.preserveSystem === preserveSystem &&
+      c.tokenizer === counter.name;
     const cached = this.analyses.get(last.sessionId);
     const hit = cached?.find(sameWindow);
     if (hit) return hit.analysis;
@@ -180,9 +184,23 @@ export class ContextAssembler {
    * its section, position, partner and tokenizer stay the same (a window that
    * grew by one event reuses all but the new items).
    */
-  private unitOf(e: StoredEvent, p: PreparedEvent, section: string, pos: number, counter: TokenCounter, result?: { event: StoredEvent; prep: PreparedEvent; id: string }): Unit {
+  private unitOf(
+    e: StoredEvent,
+    p: PreparedEvent,
+    section: string,
+    pos: number,
+    counter: TokenCounter,
+    result?: { event: StoredEvent; prep: PreparedEvent; id: string },
+  ): Unit {
     const c = p.unit as Unit | undefined;
-    if (c && c.section === section && c.pos === pos && c.tokenizer === counter.name && (result ? c.events[1]?.event === result.event && c.pairId === result.id : c.events.length === 1)) return c;
+    if (
+      c &&
+      c.section === section &&
+      c.pos === pos &&
+      c.tokenizer === counter.name &&
+      (result ? c.events[1]?.event === result.event && c.pairId === result.id : c.events.length === 1)
+    )
+      return c;
     let unit: Unit;
     if (result) {
       const r = result.prep;
@@ -200,7 +218,15 @@ export class ContextAssembler {
         pairId: result.id,
       };
     } else {
-      unit = { events: [{ event: e, prep: p, message: p.message, pos }], section, cost: this.cost(p, counter), pos, searchText: p.searchText, tokenizer: counter.name, pairId: "" };
+      unit = {
+        events: [{ event: e, prep: p, message: p.message, pos }],
+        section,
+        cost: this.cost(p, counter),
+        pos,
+        searchText: p.searchText,
+        tokenizer: counter.name,
+        pairId: "",
+      };
     }
     p.unit = unit;
     return unit;
@@ -237,14 +263,22 @@ export class ContextAssembler {
       if (hidden[i]) continue;
       const e = window[i];
       const p = prep[i];
-      const section = p.explicitSection ?? (e.eventType === EventType.SYSTEM && preserveSystem ? ROLE_SECTION : DEFAULT_SECTION);
+      const section =
+        p.explicitSection ?? (e.eventType === EventType.SYSTEM && preserveSystem ? ROLE_SECTION : DEFAULT_SECTION);
       sections.add(section);
       if (p.kind === "unrenderable") {
         drop(section);
       } else if (p.kind === "toolCall" || p.kind === "toolResult") {
         const pair = partner[i];
         if (!pair) drop(section);
-        else if (p.kind === "toolCall") units.push(this.unitOf(e, p, section, e.seq, counter, { event: window[pair.other], prep: prep[pair.other], id: pair.id }));
+        else if (p.kind === "toolCall")
+          units.push(
+            this.unitOf(e, p, section, e.seq, counter, {
+              event: window[pair.other],
+              prep: prep[pair.other],
+              id: pair.id,
+            }),
+          );
       } else {
         const start = startOf.get(i);
         units.push(this.unitOf(e, p, section, start === undefined ? e.seq : start - 0.5, counter));
@@ -284,7 +318,13 @@ export class ContextAssembler {
     for (const name of order) {
       const candidates = analysis.bySection.get(name) ?? [];
       let left = Math.min(remaining, options.sectionBudgets.get(name) ?? Infinity);
-      const usage: SectionUsage = { name, tokensUsed: 0, eventsIncluded: 0, eventsDropped: analysis.droppedBySection.get(name) ?? 0, retrievalUsed: false };
+      const usage: SectionUsage = {
+        name,
+        tokensUsed: 0,
+        eventsIncluded: 0,
+        eventsDropped: analysis.droppedBySection.get(name) ?? 0,
+        retrievalUsed: false,
+      };
       const take = (u: Unit): boolean => {
         if (u.cost > left) return false;
         left -= u.cost;
@@ -299,7 +339,11 @@ export class ContextAssembler {
         for (const u of candidates) take(u);
       } else if (options.query !== "" && candidates.length > options.retrievalThreshold) {
         usage.retrievalUsed = retrievalUsed = true;
-        const scores = this.ranker.scores(candidates.map((u) => u.searchText), options.query, candidates);
+        const scores = this.ranker.scores(
+          candidates.map((u) => u.searchText),
+          options.query,
+          candidates,
+        );
         const ranked = candidates.map((u, i) => ({ u, score: scores[i] }));
         // Most relevant first; equal scores (and non-matching items) newest first.
         ranked.sort((a, b) => b.score - a.score || b.u.pos - a.u.pos);
@@ -326,7 +370,13 @@ export class ContextAssembler {
       const m = item.message;
       const last = messages[messages.length - 1];
       // Consecutive calls form one assistant turn (parallel tool calls).
-      if (item.prep.kind === "toolCall" && last && last.role === "assistant" && last.toolCalls.length > 0 && last.content === "") {
+      if (
+        item.prep.kind === "toolCall" &&
+        last &&
+        last.role === "assistant" &&
+        last.toolCalls.length > 0 &&
+        last.content === ""
+      ) {
         messages[messages.length - 1] = { ...last, toolCalls: [...last.toolCalls, ...m.toolCalls] };
       } else {
         messages.push(m);
@@ -357,7 +407,11 @@ interface ToolPartner {
  * result names one, otherwise with the oldest open call of the same tool.
  * Unpaired calls and results get no partner (LLM APIs reject an unanswered call).
  */
-function pairTools(prep: readonly PreparedEvent[], hidden: Uint8Array, window: readonly StoredEvent[]): (ToolPartner | undefined)[] {
+function pairTools(
+  prep: readonly PreparedEvent[],
+  hidden: Uint8Array,
+  window: readonly StoredEvent[],
+): (ToolPartner | undefined)[] {
   const partner: (ToolPartner | undefined)[] = new Array(prep.length);
   const open: { i: number; id: string; name: string }[] = [];
   for (let i = 0; i < prep.length; i++) {
@@ -368,7 +422,10 @@ function pairTools(prep: readonly PreparedEvent[], hidden: Uint8Array, window: r
     } else if (p.kind === "toolResult") {
       const id = p.toolCallId;
       const name = p.toolName;
-      const k = id !== undefined ? open.findIndex((c) => c.id === id) : open.findIndex((c) => c.name === name || name === "tool");
+      const k =
+        id !== undefined
+          ? open.findIndex((c) => c.id === id)
+          : open.findIndex((c) => c.name === name || name === "tool");
       if (k < 0) continue;
       const [call] = open.splice(k, 1);
       partner[call.i] = { other: i, id: call.id };

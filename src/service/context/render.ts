@@ -79,10 +79,15 @@ function imagePart(v: JsonValue | undefined): ContentPart | undefined {
   if (!obj) return undefined;
   // {type:"image_url", image_url:{url, detail}} | {image_url: "..."} | {url, detail}
   const nested = obj.image_url !== undefined ? obj.image_url : obj;
-  if (typeof nested === "string") return nested ? { type: "image_url", text: "", imageUrl: { url: nested, detail: str(obj.detail) ?? "" } } : undefined;
+  if (typeof nested === "string")
+    return nested
+      ? { type: "image_url", text: "", imageUrl: { url: nested, detail: str(obj.detail) ?? "" } }
+      : undefined;
   const inner = asObject(nested);
   const url = str(inner?.url);
-  return url ? { type: "image_url", text: "", imageUrl: { url, detail: str(inner?.detail) ?? str(obj.detail) ?? "" } } : undefined;
+  return url
+    ? { type: "image_url", text: "", imageUrl: { url, detail: str(inner?.detail) ?? str(obj.detail) ?? "" } }
+    : undefined;
 }
 
 /**
@@ -91,7 +96,11 @@ function imagePart(v: JsonValue | undefined): ContentPart | undefined {
  * and objects with `images` (URLs or {url, detail}) next to their text.
  */
 export function messageContent(content: JsonValue): { text: string; images: ContentPart[] } {
-  if (Array.isArray(content) && content.length > 0 && content.every((p) => asObject(p)?.type === "text" || asObject(p)?.type === "image_url")) {
+  if (
+    Array.isArray(content) &&
+    content.length > 0 &&
+    content.every((p) => asObject(p)?.type === "text" || asObject(p)?.type === "image_url")
+  ) {
     const texts: string[] = [];
     const images: ContentPart[] = [];
     for (const p of content) {
@@ -156,7 +165,14 @@ function delegation(e: StoredEvent, text: string): ContextMessage {
 }
 
 /** Every PreparedEvent has one shape (same keys, same order), so the hot loops stay monomorphic. */
-function prepared(e: StoredEvent, kind: PreparedKind, message: ContextMessage, fields: Partial<Pick<PreparedEvent, "textLine" | "tokenText" | "images" | "searchText" | "toolCallId" | "toolName" | "covers">> = {}): PreparedEvent {
+function prepared(
+  e: StoredEvent,
+  kind: PreparedKind,
+  message: ContextMessage,
+  fields: Partial<
+    Pick<PreparedEvent, "textLine" | "tokenText" | "images" | "searchText" | "toolCallId" | "toolName" | "covers">
+  > = {},
+): PreparedEvent {
   return {
     kind,
     message,
@@ -182,21 +198,37 @@ export function prepareEvent(e: StoredEvent): PreparedEvent {
       const name = toolNameOf(e);
       const argText = typeof args === "string" ? args : canonicalJson(args);
       // The id is filled per context (it may be generated from the seq).
-      const msg = message("assistant", "", { toolCalls: [{ id: "", type: "function", function: { name, arguments: argText } }] });
-      return prepared(e, "toolCall", msg, { tokenText: `${name} ${argText}`, searchText: `${name} ${argText}`, toolCallId: toolCallIdOf(e), toolName: name });
+      const msg = message("assistant", "", {
+        toolCalls: [{ id: "", type: "function", function: { name, arguments: argText } }],
+      });
+      return prepared(e, "toolCall", msg, {
+        tokenText: `${name} ${argText}`,
+        searchText: `${name} ${argText}`,
+        toolCallId: toolCallIdOf(e),
+        toolName: name,
+      });
     }
     case EventType.TOOL_RESULT: {
       const c = asObject(e.content);
       const result = c && "result" in c ? c.result : c && "output" in c ? c.output : e.content;
       const text = typeof result === "string" ? result : canonicalJson(result);
       const name = toolNameOf(e);
-      return prepared(e, "toolResult", message("tool", text, { name }), { tokenText: `${name} ${text}`, searchText: text, toolCallId: toolCallIdOf(e), toolName: name });
+      return prepared(e, "toolResult", message("tool", text, { name }), {
+        tokenText: `${name} ${text}`,
+        searchText: text,
+        toolCallId: toolCallIdOf(e),
+        toolName: name,
+      });
     }
     case EventType.SUMMARY: {
       const text = contentText(e.content);
       const covers = parseCovers(e.metadata.covers);
       const label = covers ? `[Summary of events ${covers.fromSeq}-${covers.toSeq}]` : "[Summary]";
-      return prepared(e, "summary", message("system", `${label} ${text}`), { textLine: `Summary: ${text}`, searchText: text, covers });
+      return prepared(e, "summary", message("system", `${label} ${text}`), {
+        textLine: `Summary: ${text}`,
+        searchText: text,
+        covers,
+      });
     }
     default:
       break;

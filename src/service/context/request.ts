@@ -28,21 +28,32 @@ export interface ContextRequest extends ContextOptions {
 }
 
 function sectionName(field: string, name: string): string {
-  if (!EVENT_TYPE_PATTERN.test(name)) throw invalidArgument(field, "must be a section name matching ^[A-Za-z][A-Za-z0-9_.:/-]{0,63}$");
+  if (!EVENT_TYPE_PATTERN.test(name))
+    throw invalidArgument(field, "must be a section name matching ^[A-Za-z][A-Za-z0-9_.:/-]{0,63}$");
   return name;
 }
 
 /** Validates a request; `contextLimit` is MEMORY_CONTEXT_LIMIT. */
-export function parseContextRequest(req: BuildConversationContextRequest, limits: ServiceLimits, contextLimit: number): ContextRequest {
+export function parseContextRequest(
+  req: BuildConversationContextRequest,
+  limits: ServiceLimits,
+  contextLimit: number,
+): ContextRequest {
   if (req.maxEvents > limits.maxPageSize) throw invalidArgument("max_events", `must be at most ${limits.maxPageSize}`);
   if (req.tokenBudget > MAX_TOKEN_BUDGET) throw invalidArgument("token_budget", `must be at most ${MAX_TOKEN_BUDGET}`);
-  if (req.query.length > MAX_QUERY_LENGTH) throw invalidArgument("query", `must be at most ${MAX_QUERY_LENGTH} characters`);
+  if (req.query.length > MAX_QUERY_LENGTH)
+    throw invalidArgument("query", `must be at most ${MAX_QUERY_LENGTH} characters`);
   checkText("query", req.query);
   const tokenizer = req.tokenizer === "" ? DEFAULT_TOKENIZER : req.tokenizer;
-  if (!isTokenizerName(tokenizer)) throw invalidArgument("tokenizer", `must be one of ${TOKENIZER_NAMES.join(", ")} (got ${JSON.stringify(req.tokenizer.slice(0, 64))})`);
+  if (!isTokenizerName(tokenizer))
+    throw invalidArgument(
+      "tokenizer",
+      `must be one of ${TOKENIZER_NAMES.join(", ")} (got ${JSON.stringify(req.tokenizer.slice(0, 64))})`,
+    );
 
   const budgetEntries = Object.entries(req.sectionBudgets);
-  if (budgetEntries.length > MAX_SECTIONS) throw invalidArgument("section_budgets", `must name at most ${MAX_SECTIONS} sections`);
+  if (budgetEntries.length > MAX_SECTIONS)
+    throw invalidArgument("section_budgets", `must name at most ${MAX_SECTIONS} sections`);
   const sectionBudgets = new Map<string, number>();
   for (const [name, budget] of budgetEntries) {
     const field = `section_budgets[${JSON.stringify(name.slice(0, 64))}]`;
@@ -50,13 +61,16 @@ export function parseContextRequest(req: BuildConversationContextRequest, limits
     if (budget > MAX_TOKEN_BUDGET) throw invalidArgument(field, `must be at most ${MAX_TOKEN_BUDGET}`);
     sectionBudgets.set(name, budget);
   }
-  if (req.sectionPriority.length > MAX_SECTIONS) throw invalidArgument("section_priority", `must name at most ${MAX_SECTIONS} sections`);
+  if (req.sectionPriority.length > MAX_SECTIONS)
+    throw invalidArgument("section_priority", `must name at most ${MAX_SECTIONS} sections`);
   req.sectionPriority.forEach((name, i) => {
     sectionName(`section_priority[${i}]`, name);
-    if (req.sectionPriority.indexOf(name) !== i) throw invalidArgument(`section_priority[${i}]`, `repeats ${JSON.stringify(name)}`);
+    if (req.sectionPriority.indexOf(name) !== i)
+      throw invalidArgument(`section_priority[${i}]`, `repeats ${JSON.stringify(name)}`);
   });
   const threshold = req.retrievalThreshold ?? DEFAULT_RETRIEVAL_THRESHOLD;
-  if (threshold > limits.maxPageSize) throw invalidArgument("retrieval_threshold", `must be at most ${limits.maxPageSize}`);
+  if (threshold > limits.maxPageSize)
+    throw invalidArgument("retrieval_threshold", `must be at most ${limits.maxPageSize}`);
 
   // A budget or a query asks the server to choose, so it needs the whole (capped) session to choose from.
   const choosing = req.tokenBudget > 0 || sectionBudgets.size > 0 || req.query !== "";

@@ -40,7 +40,8 @@ export class Bm25Ranker {
     }
     const scores = new Float64Array(texts.length);
     // Exact terms, any of them (OR): BM25 does the weighting.
-    for (const hit of index.search(query, { prefix: false, fuzzy: false, combineWith: "OR" })) scores[hit.id as number] = hit.score;
+    for (const hit of index.search(query, { prefix: false, fuzzy: false, combineWith: "OR" }))
+      scores[hit.id as number] = hit.score;
     return scores;
   }
 }

@@ -33,7 +33,10 @@ export function parseCovers(v: JsonValue | undefined): SeqRange | undefined {
 export function checkSummaryCovers(field: string, eventType: string, metadata: JsonObject): void {
   if (eventType !== EventType.SUMMARY || metadata.covers === undefined) return;
   if (!parseCovers(metadata.covers)) {
-    throw invalidArgument(`${field}.metadata.covers`, 'must be {"from_seq": n, "to_seq": m} with integers 1 <= from_seq <= to_seq');
+    throw invalidArgument(
+      `${field}.metadata.covers`,
+      'must be {"from_seq": n, "to_seq": m} with integers 1 <= from_seq <= to_seq',
+    );
   }
 }
 

@@ -44,7 +44,10 @@ type BpeCount = (text: string, options: { disallowedSpecial: Set<string> }) => n
 
 async function loadBpe(name: Exclude<TokenizerName, "chars4">): Promise<BpeCount> {
   // Literal specifiers, so bundlers and tsc see both modules.
-  const mod = name === "o200k_base" ? await import("gpt-tokenizer/encoding/o200k_base") : await import("gpt-tokenizer/encoding/cl100k_base");
+  const mod =
+    name === "o200k_base"
+      ? await import("gpt-tokenizer/encoding/o200k_base")
+      : await import("gpt-tokenizer/encoding/cl100k_base");
   return mod.countTokens as BpeCount;
 }
 
@@ -86,7 +89,11 @@ export class TokenizerRegistry {
       return { name: "chars4", count: countCharsDiv4 };
     }
     // Bounded by count and by the characters of the texts it keeps as keys (~64 MB at most).
-    const cache = new LRUCache<string, number>({ max: 50_000, maxSize: 32 * 1024 * 1024, sizeCalculation: (_v, k) => k.length + 1 });
+    const cache = new LRUCache<string, number>({
+      max: 50_000,
+      maxSize: 32 * 1024 * 1024,
+      sizeCalculation: (_v, k) => k.length + 1,
+    });
     return {
       name,
       additiveBeforeHeadings: true,

@@ -15,7 +15,11 @@ export const authenticate: StepFactory = (_plan, { authenticator, metrics }) => 
 };
 
 /** The key's principal; UNAUTHENTICATED, counted in engram_auth_failures_total, for a missing, unknown or revoked key. */
-export async function principalOf(authenticator: Authenticator, metrics: Metrics, authorization: string | undefined): Promise<Principal> {
+export async function principalOf(
+  authenticator: Authenticator,
+  metrics: Metrics,
+  authorization: string | undefined,
+): Promise<Principal> {
   try {
     return await authenticator.authenticate(authorization);
   } catch (err) {

@@ -21,7 +21,8 @@ export class UnaryDrain {
       : (next) => (call) => {
           this.inFlight++;
           call.whenEnded.push(this.ended);
-          if (this.draining) throw new MemoryError("UNAVAILABLE", "the server is shutting down; retry on another replica");
+          if (this.draining)
+            throw new MemoryError("UNAVAILABLE", "the server is shutting down; retry on another replica");
           return next(call);
         };
 

@@ -16,7 +16,15 @@ import { UnaryDrain } from "./drain.js";
 import { countRemovals, observeCall } from "./observe.js";
 import { holdStreamSlot, rateLimit } from "./quota.js";
 import { scope } from "./scope.js";
-import { composeSteps, type CallGuardOptions, type GuardedHandler, type MethodPlan, type Next, type StepFactory, type StepParts } from "./step.js";
+import {
+  composeSteps,
+  type CallGuardOptions,
+  type GuardedHandler,
+  type MethodPlan,
+  type Next,
+  type StepFactory,
+  type StepParts,
+} from "./step.js";
 import { whileAuthorized } from "./stream.js";
 import { traceContext } from "./trace.js";
 
@@ -69,13 +77,19 @@ export class CallGuard {
 
   /** The guarded handler of a MemoryService method (by its local name, e.g. "addEvent"). */
   handler(method: string, streaming: boolean): GuardedHandler {
-    const target = (this.service as unknown as Record<string, (req: unknown, ctx: unknown) => ReturnType<Next>>)[method];
+    const target = (this.service as unknown as Record<string, (req: unknown, ctx: unknown) => ReturnType<Next>>)[
+      method
+    ];
     if (typeof target !== "function") throw new Error(`MemoryService has no method ${method}`);
     // The call's info is the service's context: streams read its `signal`, unary methods pass its
     // `deadline` down to the store (StoreCall), and every method reads what the steps add.
     const invoke: Next = (call) => target.call(this.service, call.req, call.info);
     const plan: MethodPlan = { method, streaming };
-    return composeSteps(plan, this.steps.map((step) => step(plan, this.parts)), invoke);
+    return composeSteps(
+      plan,
+      this.steps.map((step) => step(plan, this.parts)),
+      invoke,
+    );
   }
 
   /**

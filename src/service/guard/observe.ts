@@ -5,7 +5,11 @@
  */
 import { randomUUID } from "node:crypto";
 import { performance } from "node:perf_hooks";
-import type { CleanupResponse, DeleteSessionResponse, DeleteUserDataResponse } from "@engram-memory/client/gen/engram/v1/memory_pb.js";
+import type {
+  CleanupResponse,
+  DeleteSessionResponse,
+  DeleteUserDataResponse,
+} from "@engram-memory/client/gen/engram/v1/memory_pb.js";
 import type { Logger } from "../../log.js";
 import type { Metrics } from "../metrics.js";
 import type { CallInfo, StepFactory } from "./step.js";
@@ -35,16 +39,27 @@ function logCall(log: Logger | undefined, method: string, info: CallInfo, code: 
   if (!log) return;
   const level = SERVER_SIDE.has(code) ? "warn" : "debug";
   if (!log.isLevelEnabled(level)) return;
-  log[level]({ requestId: info.requestId ?? randomUUID(), method, protocol: info.protocol, code, ms: Math.round(seconds * 1000) }, "call");
+  log[level](
+    {
+      requestId: info.requestId ?? randomUUID(),
+      method,
+      protocol: info.protocol,
+      code,
+      ms: Math.round(seconds * 1000),
+    },
+    "call",
+  );
 }
 
 /** The methods that remove sessions: how one answer counts in engram_sessions_removed_total. */
 const REMOVALS: Record<string, (metrics: Metrics, result: unknown) => void> = {
-  cleanup: (metrics, result) => metrics.sessionsRemoved.inc({ reason: "cleanup" }, Number((result as CleanupResponse).removedSessions)),
+  cleanup: (metrics, result) =>
+    metrics.sessionsRemoved.inc({ reason: "cleanup" }, Number((result as CleanupResponse).removedSessions)),
   deleteSession: (metrics, result) => {
     if ((result as DeleteSessionResponse).deleted) metrics.sessionsRemoved.inc({ reason: "delete" });
   },
-  deleteUserData: (metrics, result) => metrics.sessionsRemoved.inc({ reason: "erasure" }, Number((result as DeleteUserDataResponse).removedSessions)),
+  deleteUserData: (metrics, result) =>
+    metrics.sessionsRemoved.inc({ reason: "erasure" }, Number((result as DeleteUserDataResponse).removedSessions)),
 };
 
 /** Counts the sessions a successful removal call removed, by reason. */

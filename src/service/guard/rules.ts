@@ -10,7 +10,17 @@ import type { MemoryStore, SessionRecord, StoreCall } from "../../store/types.js
 import { requireId } from "../validation.js";
 
 /** How an RPC's request is held to the key's scope (src/service/guard/scope.ts). */
-export type ScopeKind = "session" | "sessions" | "sessionState" | "create" | "listSessions" | "listEvents" | "global" | "cleanup" | "erasure" | "memories";
+export type ScopeKind =
+  | "session"
+  | "sessions"
+  | "sessionState"
+  | "create"
+  | "listSessions"
+  | "listEvents"
+  | "global"
+  | "cleanup"
+  | "erasure"
+  | "memories";
 
 /** One RPC's rule: the least role a key needs, and its scope check. */
 export interface MethodRule {
@@ -59,12 +69,23 @@ const RULES: Readonly<Record<string, MethodRule>> = {
 /** The method's rule, once the key's role is enough for it; PERMISSION_DENIED otherwise. */
 export function allowedRule(principal: Principal, method: string): MethodRule {
   const rule = Object.hasOwn(RULES, method) ? RULES[method] : undefined;
-  if (!rule) throw new MemoryError("PERMISSION_DENIED", `${method} is not available to API keys`, {}, { reason: "METHOD_NOT_ALLOWED" });
+  if (!rule)
+    throw new MemoryError(
+      "PERMISSION_DENIED",
+      `${method} is not available to API keys`,
+      {},
+      { reason: "METHOD_NOT_ALLOWED" },
+    );
   if (ROLE_RANK[principal.role] < ROLE_RANK[rule.role]) {
-    throw new MemoryError("PERMISSION_DENIED", `this API key's role (${principal.role}) may not call ${method}; it needs ${rule.role}`, {}, {
-      reason: "ROLE_NOT_ALLOWED",
-      info: { role: principal.role, required_role: rule.role },
-    });
+    throw new MemoryError(
+      "PERMISSION_DENIED",
+      `this API key's role (${principal.role}) may not call ${method}; it needs ${rule.role}`,
+      {},
+      {
+        reason: "ROLE_NOT_ALLOWED",
+        info: { role: principal.role, required_role: rule.role },
+      },
+    );
   }
   return rule;
 }

@@ -63,17 +63,28 @@ const CHECKS: Record<ScopeKind, ScopeCheck> = {
   async sessionState(call, principal, next, store) {
     call.session = await sessionInScope(store, principal, (call.req as { sessionId: string }).sessionId, call.info);
     expectIncarnation(call, principal, call.session);
-    if (principal.userId !== undefined) refuseAppStateForUserKey(call.req as Parameters<typeof refuseAppStateForUserKey>[0]);
+    if (principal.userId !== undefined)
+      refuseAppStateForUserKey(call.req as Parameters<typeof refuseAppStateForUserKey>[0]);
     return next(call);
   },
   async create(call, principal, next) {
     const r = call.req as CreateSessionRequest | GetOrCreateSessionRequest;
     fillScope(r, principal);
     if (!principal.apps.includes(ANY_APP) && !principal.apps.includes(r.appName)) {
-      throw new MemoryError("PERMISSION_DENIED", `app_name: this API key may not use app ${JSON.stringify(r.appName)}`, {}, { field: "app_name", reason: "APP_NOT_ALLOWED" });
+      throw new MemoryError(
+        "PERMISSION_DENIED",
+        `app_name: this API key may not use app ${JSON.stringify(r.appName)}`,
+        {},
+        { field: "app_name", reason: "APP_NOT_ALLOWED" },
+      );
     }
     if (principal.userId !== undefined && r.userId !== principal.userId) {
-      throw new MemoryError("PERMISSION_DENIED", `user_id: this API key is bound to another user`, {}, { field: "user_id", reason: "USER_NOT_ALLOWED" });
+      throw new MemoryError(
+        "PERMISSION_DENIED",
+        `user_id: this API key is bound to another user`,
+        {},
+        { field: "user_id", reason: "USER_NOT_ALLOWED" },
+      );
     }
     const result = await next(call);
     const session = (result as GetOrCreateSessionResponse).session;
@@ -85,14 +96,16 @@ const CHECKS: Record<ScopeKind, ScopeCheck> = {
     const r = call.req as ListSessionsRequest;
     if (!principal.apps.includes(ANY_APP)) {
       if (r.appName === undefined) {
-        if (principal.apps.length > 1) throw invalidArgument("app_name", "is required with an API key bound to several apps");
+        if (principal.apps.length > 1)
+          throw invalidArgument("app_name", "is required with an API key bound to several apps");
         r.appName = principal.apps[0];
       } else if (!principal.apps.includes(r.appName)) {
         return Promise.resolve(create(ListSessionsResponseSchema, {}));
       }
     }
     if (principal.userId !== undefined) {
-      if (r.userId !== undefined && r.userId !== principal.userId) return Promise.resolve(create(ListSessionsResponseSchema, {}));
+      if (r.userId !== undefined && r.userId !== principal.userId)
+        return Promise.resolve(create(ListSessionsResponseSchema, {}));
       r.userId = principal.userId;
     }
     return next(call);
@@ -111,7 +124,10 @@ const CHECKS: Record<ScopeKind, ScopeCheck> = {
     }
     const everyApp = principal.apps.includes(ANY_APP);
     if (everyApp && principal.userId === undefined) return next(call);
-    const context: GuardedCall["info"] & ListEventsContext = { ...call.info, scope: { appNames: everyApp ? undefined : principal.apps, userId: principal.userId } };
+    const context: GuardedCall["info"] & ListEventsContext = {
+      ...call.info,
+      scope: { appNames: everyApp ? undefined : principal.apps, userId: principal.userId },
+    };
     call.info = context;
     return next(call);
   },
@@ -125,7 +141,10 @@ const CHECKS: Record<ScopeKind, ScopeCheck> = {
     return next(call);
   },
   memories(call, principal, next) {
-    const context: GuardedCall["info"] & MemoryCallContext = { ...call.info, tenant: { apps: principal.apps, userId: principal.userId } };
+    const context: GuardedCall["info"] & MemoryCallContext = {
+      ...call.info,
+      tenant: { apps: principal.apps, userId: principal.userId },
+    };
     call.info = context;
     return next(call);
   },
@@ -162,11 +181,28 @@ function expectIncarnation(call: GuardedCall, principal: Principal, session: Ses
  */
 function checkCleanup(r: CleanupRequest, principal: Principal): void {
   if (!principal.apps.includes(ANY_APP)) {
-    if (r.appName === undefined) throw new MemoryError("PERMISSION_DENIED", "app_name: Cleanup of every app needs an admin API key for every app (app \"*\"); name one of this key's apps", {}, { field: "app_name", reason: "ADMIN_KEY_REQUIRED" });
-    if (!principal.apps.includes(r.appName)) throw new MemoryError("PERMISSION_DENIED", `app_name: this API key may not use app ${JSON.stringify(r.appName)}`, {}, { field: "app_name", reason: "APP_NOT_ALLOWED" });
+    if (r.appName === undefined)
+      throw new MemoryError(
+        "PERMISSION_DENIED",
+        'app_name: Cleanup of every app needs an admin API key for every app (app "*"); name one of this key\'s apps',
+        {},
+        { field: "app_name", reason: "ADMIN_KEY_REQUIRED" },
+      );
+    if (!principal.apps.includes(r.appName))
+      throw new MemoryError(
+        "PERMISSION_DENIED",
+        `app_name: this API key may not use app ${JSON.stringify(r.appName)}`,
+        {},
+        { field: "app_name", reason: "APP_NOT_ALLOWED" },
+      );
   }
   if (principal.userId !== undefined && r.userId !== principal.userId) {
-    throw new MemoryError("PERMISSION_DENIED", "user_id: this API key is bound to one user; Cleanup must name that user", {}, { field: "user_id", reason: "USER_NOT_ALLOWED" });
+    throw new MemoryError(
+      "PERMISSION_DENIED",
+      "user_id: this API key is bound to one user; Cleanup must name that user",
+      {},
+      { field: "user_id", reason: "USER_NOT_ALLOWED" },
+    );
   }
 }
 
@@ -177,12 +213,28 @@ function checkCleanup(r: CleanupRequest, principal: Principal): void {
  */
 function checkErasure(r: DeleteUserDataRequest, principal: Principal): void {
   if (r.appName !== "" && !principal.apps.includes(ANY_APP) && !principal.apps.includes(r.appName)) {
-    throw new MemoryError("PERMISSION_DENIED", `app_name: this API key may not use app ${JSON.stringify(r.appName)}`, {}, { field: "app_name", reason: "APP_NOT_ALLOWED" });
+    throw new MemoryError(
+      "PERMISSION_DENIED",
+      `app_name: this API key may not use app ${JSON.stringify(r.appName)}`,
+      {},
+      { field: "app_name", reason: "APP_NOT_ALLOWED" },
+    );
   }
   if (principal.userId !== undefined) {
-    if (r.userId !== "" && r.userId !== principal.userId) throw new MemoryError("PERMISSION_DENIED", "user_id: this API key is bound to another user", {}, { field: "user_id", reason: "USER_NOT_ALLOWED" });
+    if (r.userId !== "" && r.userId !== principal.userId)
+      throw new MemoryError(
+        "PERMISSION_DENIED",
+        "user_id: this API key is bound to another user",
+        {},
+        { field: "user_id", reason: "USER_NOT_ALLOWED" },
+      );
   } else if (principal.role !== "admin") {
-    throw new MemoryError("PERMISSION_DENIED", "deleteUserData needs an admin API key or a key bound to that user", {}, { reason: "ADMIN_KEY_REQUIRED" });
+    throw new MemoryError(
+      "PERMISSION_DENIED",
+      "deleteUserData needs an admin API key or a key bound to that user",
+      {},
+      { reason: "ADMIN_KEY_REQUIRED" },
+    );
   }
 }
 

@@ -32,12 +32,23 @@ export const whileAuthorized: StepFactory = ({ method, streaming }, { authentica
   const period = Math.max(authenticator.cacheMs / 2, RECHECK_FLOOR_MS);
   return (next) => (call) => {
     if (!call.principal) return next(call);
-    return framesWhileAuthorized({ method, session: call.session, sessions: call.sessions ?? [], authenticator, metrics, period }, call, next);
+    return framesWhileAuthorized(
+      { method, session: call.session, sessions: call.sessions ?? [], authenticator, metrics, period },
+      call,
+      next,
+    );
   };
 };
 
 async function* framesWhileAuthorized(
-  stream: { method: string; session: SessionRecord | undefined; sessions: readonly SessionRecord[]; authenticator: Authenticator; metrics: Metrics; period: number },
+  stream: {
+    method: string;
+    session: SessionRecord | undefined;
+    sessions: readonly SessionRecord[];
+    authenticator: Authenticator;
+    metrics: Metrics;
+    period: number;
+  },
   call: GuardedCall,
   next: Next,
 ): AsyncGenerator<unknown> {
@@ -55,7 +66,8 @@ async function* framesWhileAuthorized(
       if (lost) refusal = sessionNotFound(lost.sessionId);
     } catch (err) {
       // A backend that cannot answer now leaves the key as trusted as a unary call's cache would.
-      if (err instanceof MemoryError && (err.code === "UNAUTHENTICATED" || err.code === "PERMISSION_DENIED")) refusal = err;
+      if (err instanceof MemoryError && (err.code === "UNAUTHENTICATED" || err.code === "PERMISSION_DENIED"))
+        refusal = err;
     }
     if (refusal) ended.abort();
   };

@@ -15,7 +15,11 @@ import type { FusedMemory } from "./ranking.js";
 /** timestampFromMs, as a literal. */
 function timestamp(ms: number): Timestamp {
   const seconds = Math.floor(ms / 1000);
-  return { $typeName: "google.protobuf.Timestamp", seconds: protoInt64.parse(seconds), nanos: (ms - seconds * 1000) * 1_000_000 };
+  return {
+    $typeName: "google.protobuf.Timestamp",
+    seconds: protoInt64.parse(seconds),
+    nanos: (ms - seconds * 1000) * 1_000_000,
+  };
 }
 
 /** Store record -> wire Memory; without its embedding unless `withEmbedding` (the reads that default to leaving it out). */
@@ -28,14 +32,26 @@ export function toWireMemory(m: MemoryRecord, withEmbedding = true): Memory {
     agentId: m.agentId,
     sessionId: m.sessionId,
     text: m.text,
-    fact: m.fact ? { $typeName: "engram.v1.MemoryFact", subject: m.fact.subject, predicate: m.fact.predicate, object: m.fact.object } : undefined,
+    fact: m.fact
+      ? {
+          $typeName: "engram.v1.MemoryFact",
+          subject: m.fact.subject,
+          predicate: m.fact.predicate,
+          object: m.fact.object,
+        }
+      : undefined,
     key: m.key,
     topics: m.topics,
     importance: m.importance,
     pinned: m.pinned,
     metadata: m.metadata,
     source: m.source
-      ? { $typeName: "engram.v1.MemorySource", sessionId: m.source.sessionId, fromSeq: protoInt64.parse(m.source.fromSeq), toSeq: protoInt64.parse(m.source.toSeq) }
+      ? {
+          $typeName: "engram.v1.MemorySource",
+          sessionId: m.source.sessionId,
+          fromSeq: protoInt64.parse(m.source.fromSeq),
+          toSeq: protoInt64.parse(m.source.toSeq),
+        }
       : undefined,
     createdAt: timestamp(m.createdAt),
     validFrom: timestamp(m.validFrom),
@@ -47,5 +63,11 @@ export function toWireMemory(m: MemoryRecord, withEmbedding = true): Memory {
 
 /** A ranked memory -> wire ScoredMemory; its memory without the embedding unless `withEmbedding`. */
 export function toWireScored(r: FusedMemory, withEmbedding: boolean): ScoredMemory {
-  return { $typeName: "engram.v1.ScoredMemory", memory: toWireMemory(r.memory, withEmbedding), score: r.score, lexicalScore: r.lexicalScore, vectorScore: r.vectorScore };
+  return {
+    $typeName: "engram.v1.ScoredMemory",
+    memory: toWireMemory(r.memory, withEmbedding),
+    score: r.score,
+    lexicalScore: r.lexicalScore,
+    vectorScore: r.vectorScore,
+  };
 }

@@ -92,7 +92,8 @@ export class EmbeddingsClient {
   private async embedBatch(texts: string[], field: string, opts: EmbedOptions): Promise<number[][]> {
     const callerSignal = opts.signal;
     const left = opts.deadline === undefined ? undefined : opts.deadline - Date.now();
-    if (left !== undefined && left <= 0) throw new MemoryError("DEADLINE_EXCEEDED", "deadline exceeded before the embeddings endpoint was called");
+    if (left !== undefined && left <= 0)
+      throw new MemoryError("DEADLINE_EXCEEDED", "deadline exceeded before the embeddings endpoint was called");
     // The library's timeout is per attempt; this one bounds the attempts and the waits between them together.
     const timeout = AbortSignal.timeout(this.settings.timeoutMs);
     const deadline = left === undefined ? undefined : AbortSignal.timeout(left);
@@ -105,9 +106,25 @@ export class EmbeddingsClient {
         { signal: AbortSignal.any(signals), timeout: Math.min(this.settings.timeoutMs, left ?? Infinity) },
       );
     } catch (err) {
-      if (callerSignal?.aborted) throw new MemoryError("CANCELLED", "the call was cancelled while waiting for the embeddings endpoint", {}, { cause: err });
-      if (deadline?.aborted) throw new MemoryError("DEADLINE_EXCEEDED", "deadline exceeded while waiting for the embeddings endpoint", {}, { cause: err });
-      if (timeout.aborted) throw unavailable(`the embeddings endpoint did not answer within ${this.settings.timeoutMs} ms (MEMORY_EMBEDDINGS_TIMEOUT_MS)`, err);
+      if (callerSignal?.aborted)
+        throw new MemoryError(
+          "CANCELLED",
+          "the call was cancelled while waiting for the embeddings endpoint",
+          {},
+          { cause: err },
+        );
+      if (deadline?.aborted)
+        throw new MemoryError(
+          "DEADLINE_EXCEEDED",
+          "deadline exceeded while waiting for the embeddings endpoint",
+          {},
+          { cause: err },
+        );
+      if (timeout.aborted)
+        throw unavailable(
+          `the embeddings endpoint did not answer within ${this.settings.timeoutMs} ms (MEMORY_EMBEDDINGS_TIMEOUT_MS)`,
+          err,
+        );
       throw endpointError(err, field, this.settings.model);
     }
     return this.readVectors(response, texts.length);
@@ -117,17 +134,28 @@ export class EmbeddingsClient {
   private readVectors(response: OpenAI.CreateEmbeddingResponse, count: number): number[][] {
     const data: unknown = (response as { data?: unknown }).data;
     if (!Array.isArray(data) || data.length !== count) {
-      throw unavailable(`the embeddings endpoint answered ${Array.isArray(data) ? data.length : "no"} vectors for ${count} inputs`);
+      throw unavailable(
+        `the embeddings endpoint answered ${Array.isArray(data) ? data.length : "no"} vectors for ${count} inputs`,
+      );
     }
     const vectors: number[][] = new Array(count);
     for (const item of data as Array<{ index?: unknown; embedding?: unknown }>) {
       const index = item?.index;
       if (!Number.isInteger(index) || (index as number) < 0 || (index as number) >= count || vectors[index as number]) {
-        throw unavailable(`the embeddings endpoint answered a vector with index ${JSON.stringify(index)} for ${count} inputs`);
+        throw unavailable(
+          `the embeddings endpoint answered a vector with index ${JSON.stringify(index)} for ${count} inputs`,
+        );
       }
       const vector = item.embedding;
-      if (!Array.isArray(vector) || vector.length === 0 || vector.length > MAX_EMBEDDING_DIMENSION || !vector.every(Number.isFinite)) {
-        throw unavailable(`the embeddings endpoint answered something other than a vector of 1-${MAX_EMBEDDING_DIMENSION} finite numbers at index ${index}`);
+      if (
+        !Array.isArray(vector) ||
+        vector.length === 0 ||
+        vector.length > MAX_EMBEDDING_DIMENSION ||
+        !vector.every(Number.isFinite)
+      ) {
+        throw unavailable(
+          `the embeddings endpoint answered something other than a vector of 1-${MAX_EMBEDDING_DIMENSION} finite numbers at index ${index}`,
+        );
       }
       this.checkDimension(vector.length);
       vectors[index as number] = vector as number[];
@@ -147,7 +175,10 @@ export class EmbeddingsClient {
       "FAILED_PRECONDITION",
       `the embeddings endpoint returned ${actual}-dimensional vectors but ${expected} are expected (${source}); check MEMORY_EMBEDDINGS_MODEL`,
       {},
-      { reason: EMBEDDING_DIMENSION_MISMATCH, info: { expected_dimension: String(expected), actual_dimension: String(actual) } },
+      {
+        reason: EMBEDDING_DIMENSION_MISMATCH,
+        info: { expected_dimension: String(expected), actual_dimension: String(actual) },
+      },
     );
   }
 }
@@ -189,13 +220,24 @@ function endpointError(err: unknown, field: string, model: string): MemoryError 
     const status = err.status;
     if (status === 400 || status === 413 || status === 422) {
       const problem = `the embeddings endpoint refused it (HTTP ${status}): ${endpointMessage(err)}`;
-      return new MemoryError("INVALID_ARGUMENT", `${field}: ${problem}`, {}, { cause: err, field, fieldProblem: problem, reason: EMBEDDING_INPUT_REFUSED });
+      return new MemoryError(
+        "INVALID_ARGUMENT",
+        `${field}: ${problem}`,
+        {},
+        { cause: err, field, fieldProblem: problem, reason: EMBEDDING_INPUT_REFUSED },
+      );
     }
     if (status === 401 || status === 403) {
-      return misconfigured(`the embeddings endpoint refused the server's credentials (HTTP ${status}); check MEMORY_EMBEDDINGS_API_KEY`, err);
+      return misconfigured(
+        `the embeddings endpoint refused the server's credentials (HTTP ${status}); check MEMORY_EMBEDDINGS_API_KEY`,
+        err,
+      );
     }
     if (status === 404) {
-      return misconfigured(`the embeddings endpoint has no model ${JSON.stringify(model)} or no /embeddings path (HTTP 404); check MEMORY_EMBEDDINGS_URL and MEMORY_EMBEDDINGS_MODEL`, err);
+      return misconfigured(
+        `the embeddings endpoint has no model ${JSON.stringify(model)} or no /embeddings path (HTTP 404); check MEMORY_EMBEDDINGS_URL and MEMORY_EMBEDDINGS_MODEL`,
+        err,
+      );
     }
     if (status === 408 || status === 409 || status === 429 || status >= 500) {
       return unavailable(`the embeddings endpoint is unavailable (HTTP ${status})`, err, retryAfter(err.headers));

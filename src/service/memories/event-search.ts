@@ -50,7 +50,13 @@ function snippet(text: string, terms: readonly string[]): string {
 export async function searchEvents(store: MemoryStore, search: EventSearch): Promise<EventSearchHit[]> {
   const terms = queryTerms(search.query);
   if (terms.length === 0) return [];
-  const query: EventTextQuery = { appName: search.appName, userId: search.userId, query: search.query, eventTypes: search.eventTypes, limit: search.topK };
+  const query: EventTextQuery = {
+    appName: search.appName,
+    userId: search.userId,
+    query: search.query,
+    eventTypes: search.eventTypes,
+    limit: search.topK,
+  };
   const found = store.searchEvents ? await store.searchEvents(query) : await searchEventsByReading(store, query);
   return found.map(({ event, score }) => ({ event, score, snippet: snippet(contentText(event.content), terms) }));
 }

@@ -26,7 +26,13 @@ import { createHash } from "node:crypto";
 import { create } from "@bufbuild/protobuf";
 import OpenAI from "openai";
 import { openAICompatibleClient } from "./openai-endpoint.js";
-import { MemoryFactSchema, MemorySchema, MemorySourceSchema, WriteMemoriesRequestSchema, type Memory } from "@engram-memory/client/gen/engram/v1/memories_pb.js";
+import {
+  MemoryFactSchema,
+  MemorySchema,
+  MemorySourceSchema,
+  WriteMemoriesRequestSchema,
+  type Memory,
+} from "@engram-memory/client/gen/engram/v1/memories_pb.js";
 import type { Config } from "../../config.js";
 import type { EventPage, MemoryStore, StoredEvent } from "../../store/types.js";
 import { contentText } from "../context/index.js";
@@ -76,7 +82,7 @@ const MAX_EVENT_CHARS = 4000;
 const SYSTEM_PROMPT = [
   "You extract durable facts about the user and the world from a conversation excerpt.",
   'Answer with one JSON object only: {"facts": [{"subject": "...", "predicate": "...", "object": "..."}]}.',
-  "Use short, lowercase, reusable predicates (e.g. \"lives in\", \"likes\", \"works at\"), so a later fact with the same subject and predicate replaces an earlier one.",
+  'Use short, lowercase, reusable predicates (e.g. "lives in", "likes", "works at"), so a later fact with the same subject and predicate replaces an earlier one.',
   'Answer {"facts": []} when there is nothing worth remembering.',
 ].join(" ");
 
@@ -97,13 +103,22 @@ interface ExtractedFact {
 
 /** The memory id of the `index`th fact extracted from a range: the same range always yields the same ids. */
 export function extractedMemoryId(sessionId: string, fromSeq: number, toSeq: number, index: number): string {
-  const digest = createHash("sha256").update(`${sessionId}\u0000${fromSeq}\u0000${toSeq}\u0000${index}`).digest("hex").slice(0, 32);
+  const digest = createHash("sha256")
+    .update(`${sessionId}\u0000${fromSeq}\u0000${toSeq}\u0000${index}`)
+    .digest("hex")
+    .slice(0, 32);
   return `fact-${digest}`;
 }
 
 /** Extracts facts from appended events in the background; one per process. */
 export class FactExtractor {
-  readonly counts: ExtractionCounts = { facts: 0, failedRequests: 0, skippedFacts: 0, droppedRanges: 0, failedWrites: 0 };
+  readonly counts: ExtractionCounts = {
+    facts: 0,
+    failedRequests: 0,
+    skippedFacts: 0,
+    droppedRanges: 0,
+    failedWrites: 0,
+  };
   private readonly openai: OpenAI;
   private readonly queue: PendingRange[] = [];
   private running = 0;
@@ -190,7 +205,11 @@ export class FactExtractor {
         fact: create(MemoryFactSchema, fact),
         topics: ["extracted"],
         importance: 0.5,
-        source: create(MemorySourceSchema, { sessionId: range.sessionId, fromSeq: BigInt(fromSeq), toSeq: BigInt(toSeq) }),
+        source: create(MemorySourceSchema, {
+          sessionId: range.sessionId,
+          fromSeq: BigInt(fromSeq),
+          toSeq: BigInt(toSeq),
+        }),
       });
       try {
         // The RPC's own validation, one fact at a time, so one bad fact does not sink the others.
@@ -206,7 +225,10 @@ export class FactExtractor {
     // arriving after it: look again, and take them back. An erasure after this point removes them itself.
     const after = await this.store.getSession(range.sessionId);
     if (!after || after.incarnation !== session.incarnation) {
-      await this.store.memories.deleteMemories(session.appName, memories.map((m) => m.memoryId));
+      await this.store.memories.deleteMemories(
+        session.appName,
+        memories.map((m) => m.memoryId),
+      );
       return;
     }
     this.counts.facts += memories.length;
@@ -234,7 +256,13 @@ export class FactExtractor {
     const stored = new Map(page.events.map((e) => [e.seq, e]));
     const same = range.events.every((e) => {
       const now = stored.get(e.seq);
-      return now !== undefined && now.eventId === e.eventId && now.eventType === e.eventType && now.timestamp === e.timestamp && JSON.stringify(now.content) === JSON.stringify(e.content);
+      return (
+        now !== undefined &&
+        now.eventId === e.eventId &&
+        now.eventType === e.eventType &&
+        now.timestamp === e.timestamp &&
+        JSON.stringify(now.content) === JSON.stringify(e.content)
+      );
     });
     return same ? page.incarnation : undefined;
   }
@@ -255,7 +283,8 @@ export class FactExtractor {
         },
         { signal: AbortSignal.timeout(this.settings.timeoutMs) },
       );
-      content = (completion as { choices?: Array<{ message?: { content?: string | null } }> }).choices?.[0]?.message?.content;
+      content = (completion as { choices?: Array<{ message?: { content?: string | null } }> }).choices?.[0]?.message
+        ?.content;
     } catch {
       this.counts.failedRequests++;
       return undefined;
@@ -291,7 +320,8 @@ function parseFacts(content: string | null | undefined): unknown[] | undefined {
 function isFact(value: unknown): value is ExtractedFact {
   const f = value as Partial<Record<keyof ExtractedFact, unknown>> | null;
   return (
-    typeof f === "object" && f !== null &&
+    typeof f === "object" &&
+    f !== null &&
     [f.subject, f.predicate, f.object].every((part) => typeof part === "string" && part.trim() !== "")
   );
 }

@@ -83,14 +83,20 @@ export function fuseRankings(rankings: Rankings, topK: number): FusedMemory[] {
     return fused;
   };
   // Equal scores share a rank: which of two equally relevant memories a store lists first must not decide.
-  const lexicalRanks = denseRanks(rankings.lexical.map((r) => r.memory), scoreOf(rankings.lexical));
+  const lexicalRanks = denseRanks(
+    rankings.lexical.map((r) => r.memory),
+    scoreOf(rankings.lexical),
+  );
   for (const r of rankings.lexical) {
     const fused = entry(r.memory);
     fused.lexicalScore = r.score;
     fused.score += LEXICAL_WEIGHT / (RRF_K + lexicalRanks.get(r.memory)!);
   }
   const vector = rankings.vector ?? [];
-  const vectorRanks = denseRanks(vector.map((r) => r.memory), scoreOf(vector));
+  const vectorRanks = denseRanks(
+    vector.map((r) => r.memory),
+    scoreOf(vector),
+  );
   for (const r of vector) {
     const fused = entry(r.memory);
     fused.vectorScore = r.score;
@@ -109,6 +115,11 @@ export function fuseRankings(rankings: Rankings, topK: number): FusedMemory[] {
     fused.score += MAX_PRIOR_BOOST * (IMPORTANCE_SHARE * importance + RECENCY_SHARE * newness);
   }
   return [...byId.values()]
-    .sort((a, b) => b.score - a.score || b.memory.validFrom - a.memory.validFrom || (a.memory.memoryId < b.memory.memoryId ? -1 : 1))
+    .sort(
+      (a, b) =>
+        b.score - a.score ||
+        b.memory.validFrom - a.memory.validFrom ||
+        (a.memory.memoryId < b.memory.memoryId ? -1 : 1),
+    )
     .slice(0, topK);
 }

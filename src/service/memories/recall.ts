@@ -40,7 +40,11 @@ export function recallTopK(budget: number): number {
 }
 
 /** The headings of the rendered block. */
-export const RECALL_HEADINGS = { pinned: "## Core memories", memories: "## Relevant memories", context: "## Conversation" } as const;
+export const RECALL_HEADINGS = {
+  pinned: "## Core memories",
+  memories: "## Relevant memories",
+  context: "## Conversation",
+} as const;
 
 /** What Recall assembled. */
 export interface RecallAssembly {
@@ -71,7 +75,13 @@ export function memoryLine(m: MemoryRecord): string {
  * a little differently than the lines alone, so the section's own count has
  * the last word: lines are dropped from the end until it fits.
  */
-function pack<T extends { memory?: MemoryRecord } | MemoryRecord>(items: readonly T[], heading: string, budget: number, counter: TokenCounter, memoryOf: (t: T) => MemoryRecord) {
+function pack<T extends { memory?: MemoryRecord } | MemoryRecord>(
+  items: readonly T[],
+  heading: string,
+  budget: number,
+  counter: TokenCounter,
+  memoryOf: (t: T) => MemoryRecord,
+) {
   const chosen: T[] = [];
   const lines: string[] = [];
   let estimate = counter.count(heading);
@@ -102,7 +112,8 @@ function pack<T extends { memory?: MemoryRecord } | MemoryRecord>(items: readonl
 function countBlock(sections: readonly string[], counter: TokenCounter): number {
   if (!counter.additiveBeforeHeadings) return counter.count(sections.join("\n\n"));
   let total = 0;
-  for (let i = 0; i < sections.length; i++) total += counter.count(i < sections.length - 1 ? `${sections[i]}\n\n` : sections[i]);
+  for (let i = 0; i < sections.length; i++)
+    total += counter.count(i < sections.length - 1 ? `${sections[i]}\n\n` : sections[i]);
   return total;
 }
 
@@ -119,7 +130,8 @@ export async function assembleRecall(opts: {
   const pinnedPart = [pinned.section].filter((s) => s !== "");
   // Two newlines join the sections: count them with the section that follows.
   const left = Math.max(0, budget - pinned.tokens - 2);
-  const packMemories = (within: number) => pack(opts.relevant, RECALL_HEADINGS.memories, within, counter, (r) => r.memory);
+  const packMemories = (within: number) =>
+    pack(opts.relevant, RECALL_HEADINGS.memories, within, counter, (r) => r.memory);
   // The memories' reserve: what they would take of their share, so the conversation may have the rest of that share.
   const reserve = Math.min(packMemories(left).tokens, Math.floor(left * MEMORY_SHARE));
   let context: BuildConversationContextResponse | undefined;

@@ -86,7 +86,12 @@ export class Reranker {
     const headers: Record<string, string> = { "content-type": "application/json", accept: "application/json" };
     if (apiKey !== undefined) headers.authorization = `Bearer ${apiKey}`;
     const timeout = AbortSignal.timeout(timeoutMs);
-    const response = await fetch(url, { method: "POST", headers, body: JSON.stringify(body), signal: signal ? AbortSignal.any([signal, timeout]) : timeout });
+    const response = await fetch(url, {
+      method: "POST",
+      headers,
+      body: JSON.stringify(body),
+      signal: signal ? AbortSignal.any([signal, timeout]) : timeout,
+    });
     if (!response.ok) {
       await response.body?.cancel();
       throw new Error(`the reranker answered HTTP ${response.status}`);
@@ -100,10 +105,23 @@ export function scoresOf(answer: unknown, count: number): Scored[] {
   const list = Array.isArray(answer) ? answer : (answer as { results?: unknown })?.results;
   if (!Array.isArray(list)) throw new Error("the reranker's answer is neither a list nor {results: [...]}");
   return list.map((item: unknown) => {
-    const { index, score, relevance_score: relevance } = (item ?? {}) as { index?: unknown; score?: unknown; relevance_score?: unknown };
+    const {
+      index,
+      score,
+      relevance_score: relevance,
+    } = (item ?? {}) as { index?: unknown; score?: unknown; relevance_score?: unknown };
     const value = score ?? relevance;
-    if (typeof index !== "number" || !Number.isInteger(index) || index < 0 || index >= count || typeof value !== "number" || !Number.isFinite(value)) {
-      throw new Error(`the reranker's answer has an entry without a valid index (0..${count - 1}) and score: ${JSON.stringify(item)?.slice(0, 200)}`);
+    if (
+      typeof index !== "number" ||
+      !Number.isInteger(index) ||
+      index < 0 ||
+      index >= count ||
+      typeof value !== "number" ||
+      !Number.isFinite(value)
+    ) {
+      throw new Error(
+        `the reranker's answer has an entry without a valid index (0..${count - 1}) and score: ${JSON.stringify(item)?.slice(0, 200)}`,
+      );
     }
     return { index, score: value };
   });
@@ -112,5 +130,14 @@ export function scoresOf(answer: unknown, count: number): Scored[] {
 /** The reranker of the MEMORY_RERANK_* settings; undefined when MEMORY_RERANK_URL is unset. */
 export function rerankerFromConfig(config: Config, logFailure?: RerankFailureLog): Reranker | undefined {
   if (config.rerankUrl === undefined) return undefined;
-  return new Reranker({ url: config.rerankUrl, model: config.rerankModel, apiKey: config.rerankApiKey, timeoutMs: config.rerankTimeoutMs, topN: config.rerankTopN }, logFailure);
+  return new Reranker(
+    {
+      url: config.rerankUrl,
+      model: config.rerankModel,
+      apiKey: config.rerankApiKey,
+      timeoutMs: config.rerankTimeoutMs,
+      topN: config.rerankTopN,
+    },
+    logFailure,
+  );
 }

@@ -31,19 +31,49 @@ import {
 } from "@engram-memory/client/gen/engram/v1/memories_pb.js";
 import { invalidArgument } from "../../errors.js";
 import { requireRetained, scopeSelects } from "../../store/memories/rules.js";
-import type { LongTermMemoryStore, MemoryChange, MemoryCursor, MemoryFilter, MemoryRecord, MemoryStore } from "../../store/types.js";
+import type {
+  LongTermMemoryStore,
+  MemoryChange,
+  MemoryCursor,
+  MemoryFilter,
+  MemoryRecord,
+  MemoryStore,
+} from "../../store/types.js";
 import type { ServiceLimits } from "../limits.js";
 import { decodePageToken, encodePageToken } from "../page-token.js";
 import { pageSize, requireEventType, requireId, requireName } from "../validation.js";
 import { toWireEvent } from "../convert.js";
-import { EventHitSchema, SearchEventsResponseSchema, type SearchEventsRequest, type SearchEventsResponse } from "@engram-memory/client/gen/engram/v1/memory_pb.js";
+import {
+  EventHitSchema,
+  SearchEventsResponseSchema,
+  type SearchEventsRequest,
+  type SearchEventsResponse,
+} from "@engram-memory/client/gen/engram/v1/memory_pb.js";
 import { searchEvents } from "./event-search.js";
 import { toWireMemory, toWireScored } from "./convert.js";
 import type { EmbeddingsClient } from "./embeddings.js";
 import { fuseRankings, type FusedMemory } from "./ranking.js";
 import type { Reranker } from "./reranker.js";
-import { appAllowed, mayForget, mayRead, memoryNotFound, ownUser, requireApp, type MemoryCallContext } from "./tenancy.js";
-import { checkQuery, MAX_BATCH_MEMORIES, MAX_DELETE_IDS, memoryFilter, newMemory, optionalName, queryEmbedding, scopeFilter, topK } from "./validation.js";
+import {
+  appAllowed,
+  mayForget,
+  mayRead,
+  memoryNotFound,
+  ownUser,
+  requireApp,
+  type MemoryCallContext,
+} from "./tenancy.js";
+import {
+  checkQuery,
+  MAX_BATCH_MEMORIES,
+  MAX_DELETE_IDS,
+  memoryFilter,
+  newMemory,
+  optionalName,
+  queryEmbedding,
+  scopeFilter,
+  topK,
+} from "./validation.js";
 
 /** Candidates each relevance ranking contributes to the fusion, per result asked for… */
 const CANDIDATES_PER_RESULT = 5;
@@ -98,7 +128,8 @@ export class LongTermMemoryService {
 
   async writeMemories(req: WriteMemoriesRequest, ctx: MemoryCallContext = {}): Promise<WriteMemoriesResponse> {
     if (req.memories.length === 0) throw invalidArgument("memories", "must hold at least one memory");
-    if (req.memories.length > MAX_BATCH_MEMORIES) throw invalidArgument("memories", `must hold at most ${MAX_BATCH_MEMORIES} memories`);
+    if (req.memories.length > MAX_BATCH_MEMORIES)
+      throw invalidArgument("memories", `must hold at most ${MAX_BATCH_MEMORIES} memories`);
     const now = Date.now();
     const seen = new Set<string>();
     const records = req.memories.map((input, i) => {
@@ -113,7 +144,10 @@ export class LongTermMemoryService {
     });
     await this.embedMemories(records, ctx);
     const result = await this.memories.writeMemories(records, ctx);
-    return create(WriteMemoriesResponseSchema, { memories: result.memories.map((m) => toWireMemory(m)), superseded: result.superseded.map((m) => toWireMemory(m)) });
+    return create(WriteMemoriesResponseSchema, {
+      memories: result.memories.map((m) => toWireMemory(m)),
+      superseded: result.superseded.map((m) => toWireMemory(m)),
+    });
   }
 
   async getMemory(req: GetMemoryRequest, ctx: MemoryCallContext = {}): Promise<GetMemoryResponse> {
@@ -127,11 +161,18 @@ export class LongTermMemoryService {
   async searchMemories(req: SearchMemoriesRequest, ctx: MemoryCallContext = {}): Promise<SearchMemoriesResponse> {
     const filter = memoryFilter(scopeFilter(req, "visible"), req, Date.now());
     filter.omitEmbeddings = !req.includeEmbeddings;
-    const query: MemoryQuery = { filter, query: checkQuery("query", req.query), topK: topK("top_k", req.topK), embedding: queryEmbedding("query_embedding", req.queryEmbedding) };
+    const query: MemoryQuery = {
+      filter,
+      query: checkQuery("query", req.query),
+      topK: topK("top_k", req.topK),
+      embedding: queryEmbedding("query_embedding", req.queryEmbedding),
+    };
     if (!this.readScope(ctx, filter)) return create(SearchMemoriesResponseSchema, {});
     const results = await this.rank(query, ctx);
     // Vectors only when asked for: 100 results of 384 dimensions took ~20 ms to encode in protobuf.
-    return create(SearchMemoriesResponseSchema, { results: results.map((r) => toWireScored(r, req.includeEmbeddings)) });
+    return create(SearchMemoriesResponseSchema, {
+      results: results.map((r) => toWireScored(r, req.includeEmbeddings)),
+    });
   }
 
   /**
@@ -152,7 +193,10 @@ export class LongTermMemoryService {
     const nearest = memories.nearestMemories?.bind(memories);
     const embeddings = this.options.embeddings;
     const embedding =
-      q.embedding ?? (hasQuery && nearest && embeddings ? await embeddings.embedOne(q.query, { field: "query", deadline: call.deadline, signal: call.signal }) : undefined);
+      q.embedding ??
+      (hasQuery && nearest && embeddings
+        ? await embeddings.embedOne(q.query, { field: "query", deadline: call.deadline, signal: call.signal })
+        : undefined);
     const [lexical, vector, unranked] = await Promise.all([
       hasQuery ? memories.searchMemories(q.filter, q.query, candidates, call) : [],
       embedding && nearest ? nearest(q.filter, embedding, candidates, call) : undefined,
@@ -162,7 +206,11 @@ export class LongTermMemoryService {
     if (!reranker || !hasQuery) return fuseRankings({ lexical, vector, unranked }, q.topK);
     const fused = fuseRankings({ lexical, vector, unranked }, Math.max(q.topK, reranker.settings.topN));
     const head = fused.slice(0, reranker.settings.topN);
-    const order = await reranker.order(q.query, head.map((f) => f.memory.text), call.signal);
+    const order = await reranker.order(
+      q.query,
+      head.map((f) => f.memory.text),
+      call.signal,
+    );
     const reranked = order ? [...order.map((i) => head[i]), ...fused.slice(head.length)] : fused;
     return reranked.slice(0, q.topK);
   }
@@ -199,22 +247,37 @@ export class LongTermMemoryService {
     if (!this.readScope(ctx, filter)) return create(ListMemoriesResponseSchema, {});
     // The token is bound to every filter field, so it cannot be replayed with another (or a widened) filter.
     // as_of defaults to now, which moves: a token carries the first page's instant, not a moving one.
-    const filters = ["memories", filter.scope, filter.topics, req.asOf ? filter.asOf : null, req.includeInvalid, filter.pinned ?? null, filter.key ?? null, filter.subject ?? null, filter.predicate ?? null];
+    const filters = [
+      "memories",
+      filter.scope,
+      filter.topics,
+      req.asOf ? filter.asOf : null,
+      req.includeInvalid,
+      filter.pinned ?? null,
+      filter.key ?? null,
+      filter.subject ?? null,
+      filter.predicate ?? null,
+    ];
     const after = req.pageToken ? decodeCursor(decodePageToken<string>(req.pageToken, "string", filters)) : undefined;
     // One extra row tells whether another page exists.
     const rows = await this.memories.listMemories(filter, limit + 1, after, ctx);
     const page = rows.slice(0, limit);
     const last = page[page.length - 1];
     const nextPageToken = rows.length > limit ? encodePageToken(`${last.createdAt}:${last.memoryId}`, filters) : "";
-    return create(ListMemoriesResponseSchema, { memories: page.map((m) => toWireMemory(m, req.includeEmbeddings)), nextPageToken });
+    return create(ListMemoriesResponseSchema, {
+      memories: page.map((m) => toWireMemory(m, req.includeEmbeddings)),
+      nextPageToken,
+    });
   }
 
   async deleteMemories(req: DeleteMemoriesRequest, ctx: MemoryCallContext = {}): Promise<DeleteMemoriesResponse> {
     const appName = requireName("app_name", req.appName);
     const hasScope = req.userId !== undefined || req.agentId !== undefined || req.sessionId !== undefined;
     if (req.memoryIds.length > 0) {
-      if (hasScope) throw invalidArgument("memory_ids", "cannot be combined with a scope (user_id, agent_id, session_id)");
-      if (req.memoryIds.length > MAX_DELETE_IDS) throw invalidArgument("memory_ids", `must hold at most ${MAX_DELETE_IDS} ids`);
+      if (hasScope)
+        throw invalidArgument("memory_ids", "cannot be combined with a scope (user_id, agent_id, session_id)");
+      if (req.memoryIds.length > MAX_DELETE_IDS)
+        throw invalidArgument("memory_ids", `must hold at most ${MAX_DELETE_IDS} ids`);
       const ids = req.memoryIds.map((id, i) => requireId(`memory_ids[${i}]`, id));
       requireApp(ctx.tenant, "app_name", appName);
       // Another tenant's memory counts as absent: it is neither removed nor reported.
@@ -223,10 +286,17 @@ export class LongTermMemoryService {
       return create(DeleteMemoriesResponseSchema, { deletedCount: BigInt(removed.length) });
     }
     if (!hasScope && req.scopeMatch === 0) {
-      throw invalidArgument("scope_match", "must be given when no memory_ids and no scope are: SCOPE_MATCH_WITHIN forgets every memory of the app, SCOPE_MATCH_EXACT only the app-wide ones");
+      throw invalidArgument(
+        "scope_match",
+        "must be given when no memory_ids and no scope are: SCOPE_MATCH_WITHIN forgets every memory of the app, SCOPE_MATCH_EXACT only the app-wide ones",
+      );
     }
     const scope = scopeFilter(req, "within");
-    if (scope.match === "visible") throw invalidArgument("scope_match", "must be SCOPE_MATCH_WITHIN or SCOPE_MATCH_EXACT: forgetting what a scope sees would forget the shared memories too");
+    if (scope.match === "visible")
+      throw invalidArgument(
+        "scope_match",
+        "must be SCOPE_MATCH_WITHIN or SCOPE_MATCH_EXACT: forgetting what a scope sees would forget the shared memories too",
+      );
     requireApp(ctx.tenant, "app_name", appName);
     const userId = ownUser(ctx.tenant, "user_id", scope.userId);
     if (userId !== undefined) scope.userId = userId;
@@ -237,7 +307,9 @@ export class LongTermMemoryService {
   /** The ids (of those given) whose memories the key may forget. */
   private async forgettable(appName: string, ids: readonly string[], ctx: MemoryCallContext): Promise<string[]> {
     const memories = await Promise.all(ids.map((id) => this.memories.getMemory(appName, id, ctx)));
-    return memories.filter((m): m is MemoryRecord => m !== undefined && mayForget(ctx.tenant, m)).map((m) => m.memoryId);
+    return memories
+      .filter((m): m is MemoryRecord => m !== undefined && mayForget(ctx.tenant, m))
+      .map((m) => m.memoryId);
   }
 
   /**
@@ -251,7 +323,10 @@ export class LongTermMemoryService {
    * nothing is missed or delivered twice. A reader behind the retained log
    * ends OUT_OF_RANGE naming `after`.
    */
-  async *watchMemories(req: WatchMemoriesRequest, ctx: MemoryCallContext & { signal?: AbortSignal } = {}): AsyncGenerator<WatchMemoriesResponse> {
+  async *watchMemories(
+    req: WatchMemoriesRequest,
+    ctx: MemoryCallContext & { signal?: AbortSignal } = {},
+  ): AsyncGenerator<WatchMemoriesResponse> {
     const scope = scopeFilter(req, "visible");
     requireApp(ctx.tenant, "app_name", scope.appName);
     if (ctx.tenant?.userId !== undefined) {
@@ -280,10 +355,18 @@ export class LongTermMemoryService {
       const cursor = BigInt(change.seq);
       if (change.kind === "deleted") {
         const ids = change.memories.filter((m) => scopeSelects(scope, m)).map((m) => m.memoryId);
-        return ids.length > 0 ? create(WatchMemoriesResponseSchema, { cursor, frame: { case: "deleted", value: create(MemoriesDeletedSchema, { memoryIds: ids }) } }) : undefined;
+        return ids.length > 0
+          ? create(WatchMemoriesResponseSchema, {
+              cursor,
+              frame: { case: "deleted", value: create(MemoriesDeletedSchema, { memoryIds: ids }) },
+            })
+          : undefined;
       }
       if (change.kind === "remote" || !scopeSelects(scope, change.memory)) return undefined;
-      return create(WatchMemoriesResponseSchema, { cursor, frame: { case: change.kind, value: toWireMemory(change.memory) } });
+      return create(WatchMemoriesResponseSchema, {
+        cursor,
+        frame: { case: change.kind, value: toWireMemory(change.memory) },
+      });
     };
     try {
       // Where notices are subscribed per app (a Redis Cluster), the window is read once others' changes reach us.
@@ -292,7 +375,9 @@ export class LongTermMemoryService {
       if (after !== undefined) requireRetained(after, window);
       let cursor = after ?? window.head;
       behind ||= cursor < window.head;
-      yield create(WatchMemoriesResponseSchema, { frame: { case: "started", value: create(WatchStartedSchema, { cursor: BigInt(cursor) }) } });
+      yield create(WatchMemoriesResponseSchema, {
+        frame: { case: "started", value: create(WatchStartedSchema, { cursor: BigInt(cursor) }) },
+      });
       while (!signal?.aborted) {
         if (behind) {
           const page = await this.memories.readMemoryChanges(scope.appName, cursor, REPLAY_PAGE);
@@ -323,7 +408,10 @@ export class LongTermMemoryService {
         });
         wake = undefined;
         clearTimeout(timer);
-        if (idle && !signal?.aborted) yield create(WatchMemoriesResponseSchema, { frame: { case: "heartbeat", value: create(WatchHeartbeatSchema, {}) } });
+        if (idle && !signal?.aborted)
+          yield create(WatchMemoriesResponseSchema, {
+            frame: { case: "heartbeat", value: create(WatchHeartbeatSchema, {}) },
+          });
       }
     } finally {
       signal?.removeEventListener("abort", onAbort);
@@ -347,7 +435,13 @@ export class LongTermMemoryService {
     const hits = await searchEvents(this.store, { appName, userId, eventTypes, query, topK: k });
     return create(SearchEventsResponseSchema, {
       hits: hits.map((h) =>
-        create(EventHitSchema, { sessionId: h.event.sessionId, seq: BigInt(h.event.seq), snippet: h.snippet, score: h.score, event: toWireEvent(h.event) }),
+        create(EventHitSchema, {
+          sessionId: h.event.sessionId,
+          seq: BigInt(h.event.seq),
+          snippet: h.snippet,
+          score: h.score,
+          event: toWireEvent(h.event),
+        }),
       ),
     });
   }
@@ -368,7 +462,8 @@ export class LongTermMemoryService {
 
 /** A watch's `after`, as a change number (the largest a change log can reach is a safe integer). */
 function resumePoint(after: bigint): number {
-  if (after > BigInt(Number.MAX_SAFE_INTEGER)) throw invalidArgument("after", `must be at most ${Number.MAX_SAFE_INTEGER}`);
+  if (after > BigInt(Number.MAX_SAFE_INTEGER))
+    throw invalidArgument("after", `must be at most ${Number.MAX_SAFE_INTEGER}`);
   return Number(after);
 }
 

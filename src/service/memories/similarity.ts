@@ -23,15 +23,21 @@ export function validateEmbedding(values: ArrayLike<number>, field: string, expe
     throw fieldError(field, `an embedding has 1-${MAX_EMBEDDING_DIMENSION} dimensions, got ${values.length}`);
   }
   for (let i = 0; i < values.length; i++) {
-    if (!Number.isFinite(values[i])) throw fieldError(field, `value ${i} is ${values[i]}; every value must be a finite number`);
+    if (!Number.isFinite(values[i]))
+      throw fieldError(field, `value ${i} is ${values[i]}; every value must be a finite number`);
   }
   if (expectedDimension !== undefined && values.length !== expectedDimension) {
-    throw new MemoryError("INVALID_ARGUMENT", `${field}: has ${values.length} dimensions but this app's embeddings have ${expectedDimension}`, {}, {
-      field,
-      fieldProblem: `has ${values.length} dimensions but this app's embeddings have ${expectedDimension}`,
-      reason: EMBEDDING_DIMENSION_MISMATCH,
-      info: { expected_dimension: String(expectedDimension), actual_dimension: String(values.length) },
-    });
+    throw new MemoryError(
+      "INVALID_ARGUMENT",
+      `${field}: has ${values.length} dimensions but this app's embeddings have ${expectedDimension}`,
+      {},
+      {
+        field,
+        fieldProblem: `has ${values.length} dimensions but this app's embeddings have ${expectedDimension}`,
+        reason: EMBEDDING_DIMENSION_MISMATCH,
+        info: { expected_dimension: String(expectedDimension), actual_dimension: String(values.length) },
+      },
+    );
   }
 }
 
@@ -40,7 +46,8 @@ export function validateEmbedding(values: ArrayLike<number>, field: string, expe
  * 0 when either is all zeros (no direction, so no similarity).
  */
 export function cosineSimilarity(a: ArrayLike<number>, b: ArrayLike<number>): number {
-  if (a.length !== b.length) throw new RangeError(`cosineSimilarity: vectors of ${a.length} and ${b.length} dimensions`);
+  if (a.length !== b.length)
+    throw new RangeError(`cosineSimilarity: vectors of ${a.length} and ${b.length} dimensions`);
   let dot = 0;
   let normA = 0;
   let normB = 0;

@@ -43,7 +43,10 @@ export function appAllowed(tenant: MemoryTenant | undefined, appName: string): b
 
 /** True when the key may read the memory: its app, and its user's or a shared one. */
 export function mayRead(tenant: MemoryTenant | undefined, m: MemoryRecord): boolean {
-  return appAllowed(tenant, m.appName) && (tenant?.userId === undefined || m.userId === undefined || m.userId === tenant.userId);
+  return (
+    appAllowed(tenant, m.appName) &&
+    (tenant?.userId === undefined || m.userId === undefined || m.userId === tenant.userId)
+  );
 }
 
 /** True when the key may forget the memory: its app, and (for a user-bound key) its own user's. */
@@ -54,7 +57,12 @@ export function mayForget(tenant: MemoryTenant | undefined, m: MemoryRecord): bo
 /** PERMISSION_DENIED unless the key may use the app. */
 export function requireApp(tenant: MemoryTenant | undefined, field: string, appName: string): void {
   if (!appAllowed(tenant, appName)) {
-    throw new MemoryError("PERMISSION_DENIED", `${field}: this API key may not use app ${JSON.stringify(appName)}`, {}, { field, reason: "APP_NOT_ALLOWED" });
+    throw new MemoryError(
+      "PERMISSION_DENIED",
+      `${field}: this API key may not use app ${JSON.stringify(appName)}`,
+      {},
+      { field, reason: "APP_NOT_ALLOWED" },
+    );
   }
 }
 
@@ -62,19 +70,33 @@ export function requireApp(tenant: MemoryTenant | undefined, field: string, appN
  * The user_id a user-bound key writes or forgets under: an omitted one becomes
  * the key's user; another is PERMISSION_DENIED. Unchanged for other keys.
  */
-export function ownUser(tenant: MemoryTenant | undefined, field: string, userId: string | undefined): string | undefined {
+export function ownUser(
+  tenant: MemoryTenant | undefined,
+  field: string,
+  userId: string | undefined,
+): string | undefined {
   if (tenant?.userId === undefined) return userId;
   if (userId !== undefined && userId !== tenant.userId) {
-    throw new MemoryError("PERMISSION_DENIED", `${field}: this API key is bound to another user`, {}, { field, reason: "USER_NOT_ALLOWED" });
+    throw new MemoryError(
+      "PERMISSION_DENIED",
+      `${field}: this API key is bound to another user`,
+      {},
+      { field, reason: "USER_NOT_ALLOWED" },
+    );
   }
   return tenant.userId;
 }
 
 /** NOT_FOUND for a memory id, the same words whether it is absent or another tenant's. */
 export function memoryNotFound(memoryId: string): MemoryError {
-  return new MemoryError("NOT_FOUND", `memory_id: memory ${JSON.stringify(memoryId)} not found`, {}, {
-    field: "memory_id",
-    fieldProblem: "memory not found",
-    reason: "MEMORY_NOT_FOUND",
-  });
+  return new MemoryError(
+    "NOT_FOUND",
+    `memory_id: memory ${JSON.stringify(memoryId)} not found`,
+    {},
+    {
+      field: "memory_id",
+      fieldProblem: "memory not found",
+      reason: "MEMORY_NOT_FOUND",
+    },
+  );
 }

@@ -30,7 +30,13 @@ export const DEFAULT_TOP_K = 10;
 export const MAX_TOP_K = 100;
 
 /** The memory as the client wrote it, ready for the store; `now` becomes createdAt (and validFrom when unset). */
-export function newMemory(field: string, input: Memory, now: number, limits: ServiceLimits, generateId: () => string): MemoryRecord {
+export function newMemory(
+  field: string,
+  input: Memory,
+  now: number,
+  limits: ServiceLimits,
+  generateId: () => string,
+): MemoryRecord {
   const memoryId = input.memoryId === "" ? generateId() : requireId(`${field}.memory_id`, input.memoryId);
   const appName = requireName(`${field}.app_name`, input.appName);
   const userId = optionalName(`${field}.user_id`, input.userId);
@@ -48,7 +54,8 @@ export function newMemory(field: string, input: Memory, now: number, limits: Ser
   }
   if (input.key !== "") requireName(`${field}.key`, input.key);
   const topics = checkTopics(`${field}.topics`, input.topics);
-  if (!(input.importance >= 0 && input.importance <= 1)) throw invalidArgument(`${field}.importance`, "must be between 0 and 1");
+  if (!(input.importance >= 0 && input.importance <= 1))
+    throw invalidArgument(`${field}.importance`, "must be between 0 and 1");
   const metadata: JsonObject = input.metadata ?? {};
   checkJson(`${field}.metadata`, metadata, limits.maxJsonDepth);
   let source: MemoryRecord["source"];
@@ -56,26 +63,56 @@ export function newMemory(field: string, input: Memory, now: number, limits: Ser
     const s = input.source;
     const fromSeq = Number(s.fromSeq);
     const toSeq = Number(s.toSeq);
-    if (s.fromSeq > BigInt(Number.MAX_SAFE_INTEGER) || s.toSeq > BigInt(Number.MAX_SAFE_INTEGER)) throw invalidArgument(`${field}.source`, "seqs are out of range");
+    if (s.fromSeq > BigInt(Number.MAX_SAFE_INTEGER) || s.toSeq > BigInt(Number.MAX_SAFE_INTEGER))
+      throw invalidArgument(`${field}.source`, "seqs are out of range");
     if (toSeq !== 0 && fromSeq > toSeq) throw invalidArgument(`${field}.source.to_seq`, "must not be below from_seq");
     source = { sessionId: requireId(`${field}.source.session_id`, s.sessionId), fromSeq, toSeq };
   }
   const clientValidFrom = input.validFrom ? timestampToMs(`${field}.valid_from`, input.validFrom) : undefined;
   const validFrom = clientValidFrom ?? now;
   const invalidAt = input.invalidAt ? timestampToMs(`${field}.invalid_at`, input.invalidAt) : undefined;
-  if (invalidAt !== undefined && invalidAt <= validFrom) throw invalidArgument(`${field}.invalid_at`, "must be after valid_from");
+  if (invalidAt !== undefined && invalidAt <= validFrom)
+    throw invalidArgument(`${field}.invalid_at`, "must be after valid_from");
   let embedding: number[] | undefined;
   if (input.embedding.length > 0) {
-    if (input.embedding.length > MAX_EMBEDDING_DIMENSIONS) throw invalidArgument(`${field}.embedding`, `must have at most ${MAX_EMBEDDING_DIMENSIONS} dimensions`);
+    if (input.embedding.length > MAX_EMBEDDING_DIMENSIONS)
+      throw invalidArgument(`${field}.embedding`, `must have at most ${MAX_EMBEDDING_DIMENSIONS} dimensions`);
     if (!input.embedding.every(Number.isFinite)) throw invalidArgument(`${field}.embedding`, "numbers must be finite");
     embedding = [...input.embedding];
   }
-  const bytes = Buffer.byteLength(input.text, "utf8") + Buffer.byteLength(JSON.stringify(metadata), "utf8") + (fact ? Buffer.byteLength(JSON.stringify(fact), "utf8") : 0);
+  const bytes =
+    Buffer.byteLength(input.text, "utf8") +
+    Buffer.byteLength(JSON.stringify(metadata), "utf8") +
+    (fact ? Buffer.byteLength(JSON.stringify(fact), "utf8") : 0);
   if (bytes > limits.maxEventBytes) {
-    throw invalidArgument(field, `text, fact and metadata take ${bytes} bytes, over the limit of ${limits.maxEventBytes}`);
+    throw invalidArgument(
+      field,
+      `text, fact and metadata take ${bytes} bytes, over the limit of ${limits.maxEventBytes}`,
+    );
   }
-  const content = { memoryId, appName, userId, agentId, sessionId, text: input.text, fact, key: input.key, topics, importance: input.importance, pinned: input.pinned, metadata, source, embedding };
-  const record: MemoryRecord = { ...content, createdAt: now, validFrom, invalidAt, fingerprint: memoryFingerprint(content, clientValidFrom) };
+  const content = {
+    memoryId,
+    appName,
+    userId,
+    agentId,
+    sessionId,
+    text: input.text,
+    fact,
+    key: input.key,
+    topics,
+    importance: input.importance,
+    pinned: input.pinned,
+    metadata,
+    source,
+    embedding,
+  };
+  const record: MemoryRecord = {
+    ...content,
+    createdAt: now,
+    validFrom,
+    invalidAt,
+    fingerprint: memoryFingerprint(content, clientValidFrom),
+  };
   // Absent fields stay absent (stores compare records, and JSON drops undefined anyway).
   for (const k of Object.keys(record) as (keyof MemoryRecord)[]) if (record[k] === undefined) delete record[k];
   return record;
@@ -84,13 +121,14 @@ export function newMemory(field: string, input: Memory, now: number, limits: Ser
 /** user_id / agent_id of a scope: absent, or a valid name (never ""). */
 export function optionalName(field: string, value: string | undefined): string | undefined {
   if (value === undefined) return undefined;
-  if (value === "") throw invalidArgument(field, "must not be empty when set (leave it unset for \"shared\" or \"any\")");
+  if (value === "") throw invalidArgument(field, 'must not be empty when set (leave it unset for "shared" or "any")');
   return requireName(field, value);
 }
 
 function factPart(field: string, value: string): string {
   if (value === "") throw invalidArgument(field, "is required when fact is set");
-  if (value.length > MAX_FACT_PART_LENGTH) throw invalidArgument(field, `must be at most ${MAX_FACT_PART_LENGTH} characters`);
+  if (value.length > MAX_FACT_PART_LENGTH)
+    throw invalidArgument(field, `must be at most ${MAX_FACT_PART_LENGTH} characters`);
   checkText(field, value);
   return value;
 }
@@ -98,7 +136,8 @@ function factPart(field: string, value: string): string {
 function checkTopics(field: string, topics: readonly string[]): string[] {
   if (topics.length > MAX_TOPICS) throw invalidArgument(field, `must hold at most ${MAX_TOPICS} topics`);
   topics.forEach((t, i) => {
-    if (t === "" || t.length > MAX_TOPIC_LENGTH) throw invalidArgument(`${field}[${i}]`, `must be 1-${MAX_TOPIC_LENGTH} characters`);
+    if (t === "" || t.length > MAX_TOPIC_LENGTH)
+      throw invalidArgument(`${field}[${i}]`, `must be 1-${MAX_TOPIC_LENGTH} characters`);
     checkText(`${field}[${i}]`, t);
   });
   return [...topics];
@@ -122,7 +161,11 @@ const MATCHES: Record<number, ScopeMatch> = {
 /** A validated scope filter; `fallback` is the RPC's default match. */
 export function scopeFilter(req: ScopeFields, fallback: ScopeMatch): MemoryScopeFilter {
   const match = req.scopeMatch === WireScopeMatch.UNSPECIFIED ? fallback : MATCHES[req.scopeMatch];
-  if (match === undefined) throw invalidArgument("scope_match", `must be SCOPE_MATCH_VISIBLE, SCOPE_MATCH_WITHIN or SCOPE_MATCH_EXACT (got ${req.scopeMatch})`);
+  if (match === undefined)
+    throw invalidArgument(
+      "scope_match",
+      `must be SCOPE_MATCH_VISIBLE, SCOPE_MATCH_WITHIN or SCOPE_MATCH_EXACT (got ${req.scopeMatch})`,
+    );
   const scope: MemoryScopeFilter = { appName: requireName("app_name", req.appName), match };
   const userId = optionalName("user_id", req.userId);
   const agentId = optionalName("agent_id", req.agentId);
@@ -166,7 +209,8 @@ export function topK(field: string, value: number): number {
 /** A query embedding: finite numbers, at most MAX_EMBEDDING_DIMENSIONS; undefined when empty. */
 export function queryEmbedding(field: string, values: readonly number[]): number[] | undefined {
   if (values.length === 0) return undefined;
-  if (values.length > MAX_EMBEDDING_DIMENSIONS) throw invalidArgument(field, `must have at most ${MAX_EMBEDDING_DIMENSIONS} dimensions`);
+  if (values.length > MAX_EMBEDDING_DIMENSIONS)
+    throw invalidArgument(field, `must have at most ${MAX_EMBEDDING_DIMENSIONS} dimensions`);
   if (!values.every(Number.isFinite)) throw invalidArgument(field, "numbers must be finite");
   return [...values];
 }

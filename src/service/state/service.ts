@@ -5,7 +5,12 @@
  * validated here and applied by the store inside its append.
  */
 import { create } from "@bufbuild/protobuf";
-import { UpdateSessionResponseSchema, type Session, type UpdateSessionRequest, type UpdateSessionResponse } from "@engram-memory/client/gen/engram/v1/memory_pb.js";
+import {
+  UpdateSessionResponseSchema,
+  type Session,
+  type UpdateSessionRequest,
+  type UpdateSessionResponse,
+} from "@engram-memory/client/gen/engram/v1/memory_pb.js";
 import { MemoryError } from "../../errors.js";
 import { mergeState } from "../../store/state.js";
 import type { JsonObject, MemoryStore, SessionRecord, SharedState, StoreCall } from "../../store/types.js";
@@ -29,8 +34,13 @@ export class SessionStateService {
     const sessionId = requireId("session_id", req.sessionId);
     if (req.metadata) checkJson("metadata", req.metadata, this.maxJsonDepth);
     const stateDelta = parseStateDelta("state_delta", req.stateDelta, this.maxJsonDepth);
-    const expectedVersion = req.expectedVersion === undefined ? undefined : seqNumber("expected_version", req.expectedVersion);
-    const record = await this.store.updateSession(sessionId, { metadata: req.metadata, stateDelta, expectedVersion, now: Date.now() }, call);
+    const expectedVersion =
+      req.expectedVersion === undefined ? undefined : seqNumber("expected_version", req.expectedVersion);
+    const record = await this.store.updateSession(
+      sessionId,
+      { metadata: req.metadata, stateDelta, expectedVersion, now: Date.now() },
+      call,
+    );
     return create(UpdateSessionResponseSchema, { session: await this.wireSession(record, call) });
   }
 
@@ -61,7 +71,11 @@ export class SessionStateService {
 export function renameStateField(err: unknown, field: string): unknown {
   if (err instanceof MemoryError && err.field === "state_delta" && err.code === "INVALID_ARGUMENT") {
     const named = `${field}.state_delta`;
-    return new MemoryError(err.code, `${named}${err.message.slice("state_delta".length)}`, err.metadata, { field: named, fieldProblem: err.fieldProblem, cause: err });
+    return new MemoryError(err.code, `${named}${err.message.slice("state_delta".length)}`, err.metadata, {
+      field: named,
+      fieldProblem: err.fieldProblem,
+      cause: err,
+    });
   }
   return err;
 }

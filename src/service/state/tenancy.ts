@@ -3,13 +3,19 @@
  * user's sessions and user state, but never the app-wide state ("app:" keys),
  * which every other user's sessions read.
  */
-import type { AddEventRequest, AddEventsRequest, UpdateSessionRequest } from "@engram-memory/client/gen/engram/v1/memory_pb.js";
+import type {
+  AddEventRequest,
+  AddEventsRequest,
+  UpdateSessionRequest,
+} from "@engram-memory/client/gen/engram/v1/memory_pb.js";
 import { MemoryError } from "../../errors.js";
 import { APP_PREFIX } from "../../store/state.js";
 import type { JsonObject } from "../../store/types.js";
 
 /** The state deltas a write request carries, with the field each one is at. */
-function deltasOf(req: AddEventRequest | AddEventsRequest | UpdateSessionRequest): Array<[string, JsonObject | undefined]> {
+function deltasOf(
+  req: AddEventRequest | AddEventsRequest | UpdateSessionRequest,
+): Array<[string, JsonObject | undefined]> {
   switch (req.$typeName) {
     case "engram.v1.AddEventRequest":
       return [["event.state_delta", req.event?.stateDelta]];
@@ -26,10 +32,15 @@ export function refuseAppStateForUserKey(req: AddEventRequest | AddEventsRequest
     if (!delta) continue;
     for (const key of Object.keys(delta)) {
       if (key.startsWith(APP_PREFIX)) {
-        throw new MemoryError("PERMISSION_DENIED", `${field}: an API key bound to one user may not change app-wide state (key ${JSON.stringify(key)})`, {}, {
-          field,
-          reason: "APP_STATE_NOT_ALLOWED",
-        });
+        throw new MemoryError(
+          "PERMISSION_DENIED",
+          `${field}: an API key bound to one user may not change app-wide state (key ${JSON.stringify(key)})`,
+          {},
+          {
+            field,
+            reason: "APP_STATE_NOT_ALLOWED",
+          },
+        );
       }
     }
   }

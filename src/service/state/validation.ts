@@ -17,22 +17,29 @@ export const MAX_STATE_KEY_BYTES = 256;
  * The delta to store: checked, without its temp: keys; undefined when
  * nothing is left to apply. A null value stays: it deletes its key.
  */
-export function parseStateDelta(field: string, delta: JsonObject | undefined, maxDepth: number): JsonObject | undefined {
+export function parseStateDelta(
+  field: string,
+  delta: JsonObject | undefined,
+  maxDepth: number,
+): JsonObject | undefined {
   if (!delta) return undefined;
   checkJson(field, delta, maxDepth);
   const bytes = Buffer.byteLength(JSON.stringify(delta), "utf8");
-  if (bytes > MAX_STATE_DELTA_BYTES) throw invalidArgument(field, `takes ${bytes} bytes of JSON, over the limit of ${MAX_STATE_DELTA_BYTES}`);
+  if (bytes > MAX_STATE_DELTA_BYTES)
+    throw invalidArgument(field, `takes ${bytes} bytes of JSON, over the limit of ${MAX_STATE_DELTA_BYTES}`);
   const kept: JsonObject = {};
   let empty = true;
   for (const [key, value] of Object.entries(delta)) {
     if (key === "") throw invalidArgument(field, "keys must not be empty");
-    if (Buffer.byteLength(key, "utf8") > MAX_STATE_KEY_BYTES) throw invalidArgument(field, `key ${JSON.stringify(key.slice(0, 32))}... is over ${MAX_STATE_KEY_BYTES} bytes`);
+    if (Buffer.byteLength(key, "utf8") > MAX_STATE_KEY_BYTES)
+      throw invalidArgument(field, `key ${JSON.stringify(key.slice(0, 32))}... is over ${MAX_STATE_KEY_BYTES} bytes`);
     for (const prefix of [APP_PREFIX, USER_PREFIX, TEMP_PREFIX]) {
       if (key === prefix) throw invalidArgument(field, `key ${JSON.stringify(key)} needs a name after the prefix`);
     }
     if (key.startsWith(TEMP_PREFIX)) continue;
     // A state is a JSON object: "__proto__" would become its prototype rather than one of its keys in JavaScript.
-    if (key.replace(/^(app|user):/, "") === "__proto__") throw invalidArgument(field, `key ${JSON.stringify(key)} is reserved`);
+    if (key.replace(/^(app|user):/, "") === "__proto__")
+      throw invalidArgument(field, `key ${JSON.stringify(key)} is reserved`);
     kept[key] = value;
     empty = false;
   }

@@ -39,7 +39,8 @@ export const ANALYZER_VERSION = 1;
 
 const segmenter = new Intl.Segmenter("en", { granularity: "word" });
 const WORD_RUN = /[\p{L}\p{M}\p{N}'\u2019]+/gu;
-const UNSPACED_SCRIPT = /[\p{Script=Han}\p{Script=Hiragana}\p{Script=Katakana}\p{Script=Hangul}\p{Script=Thai}\p{Script=Lao}\p{Script=Khmer}\p{Script=Myanmar}]/u;
+const UNSPACED_SCRIPT =
+  /[\p{Script=Han}\p{Script=Hiragana}\p{Script=Katakana}\p{Script=Hangul}\p{Script=Thai}\p{Script=Lao}\p{Script=Khmer}\p{Script=Myanmar}]/u;
 const ASCII_WORD = /^[a-z0-9]+$/;
 const TERM_RUN = /[\p{L}\p{M}\p{N}]+/gu;
 const APOSTROPHES = /['\u2019]/g;

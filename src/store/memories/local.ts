@@ -94,7 +94,12 @@ class AppMemories {
       if (group) group.push(m);
       else this.groups.set(key, [m]);
     }
-    this.index.add(m.memoryId, exactScopeKey(m), { memory: m, unit: m.embedding && unitVector(m.embedding) }, lexicalTerms(m));
+    this.index.add(
+      m.memoryId,
+      exactScopeKey(m),
+      { memory: m, unit: m.embedding && unitVector(m.embedding) },
+      lexicalTerms(m),
+    );
   }
 
   remove(m: MemoryRecord): void {
@@ -125,10 +130,14 @@ class AppMemories {
 }
 
 /** A change before the app numbers it. */
-type UnnumberedChange = { kind: "written" | "superseded"; memory: MemoryRecord } | { kind: "deleted"; memories: readonly MemoryRecord[] };
+type UnnumberedChange =
+  | { kind: "written" | "superseded"; memory: MemoryRecord }
+  | { kind: "deleted"; memories: readonly MemoryRecord[] };
 
 /** One entry of an app's change log. */
-type LoggedChange = { seq: number; kind: "written" | "superseded"; memoryId: string } | { seq: number; kind: "deleted"; stubs: MemoryRecord[] };
+type LoggedChange =
+  | { seq: number; kind: "written" | "superseded"; memoryId: string }
+  | { seq: number; kind: "deleted"; stubs: MemoryRecord[] };
 
 /** The group a memory supersedes within, or undefined when it has no supersession key. */
 function groupKey(m: MemoryRecord): string | undefined {
@@ -191,7 +200,10 @@ function allowedValues(match: MemoryScopeFilter["match"], want: string | undefin
  * when each dimension allows a value or two, else every scope of the app
  * checked against the filter.
  */
-function scopesOf(index: InvertedIndex<string, IndexedMemory>, filter: MemoryScopeFilter): Array<IndexScope<IndexedMemory>> {
+function scopesOf(
+  index: InvertedIndex<string, IndexedMemory>,
+  filter: MemoryScopeFilter,
+): Array<IndexScope<IndexedMemory>> {
   const users = allowedValues(filter.match, filter.userId);
   const agents = allowedValues(filter.match, filter.agentId);
   const sessions = allowedValues(filter.match, filter.sessionId);
@@ -237,13 +249,15 @@ export class LocalMemories implements LongTermMemoryStore {
       if (m.embedding) {
         const app = this.apps.get(m.appName);
         const dimension = dimensions.get(m.appName) ?? app?.dimension ?? m.embedding.length;
-        if (m.embedding.length !== dimension) throw embeddingDimensionMismatch(`memories[${i}].embedding`, m.embedding.length, dimension);
+        if (m.embedding.length !== dimension)
+          throw embeddingDimensionMismatch(`memories[${i}].embedding`, m.embedding.length, dimension);
         dimensions.set(m.appName, dimension);
       }
       const stored = this.apps.get(m.appName)?.byId.get(m.memoryId);
       if (stored && stored.fingerprint !== m.fingerprint) throw memoryIdTaken(`memories[${i}].memory_id`, m.memoryId);
       const earlier = memories.findIndex((o) => o.appName === m.appName && o.memoryId === m.memoryId);
-      if (earlier !== i && memories[earlier].fingerprint !== m.fingerprint) throw memoryIdTaken(`memories[${i}].memory_id`, m.memoryId);
+      if (earlier !== i && memories[earlier].fingerprint !== m.fingerprint)
+        throw memoryIdTaken(`memories[${i}].memory_id`, m.memoryId);
       return stored;
     });
     const stored: MemoryRecord[] = [];
@@ -292,7 +306,9 @@ export class LocalMemories implements LongTermMemoryStore {
     const terms = queryTerms(query);
     if (!app || terms.length === 0) return [];
     const selects = besidesScope(filter);
-    return app.index.search(scopesOf(app.index, filter.scope), terms, limit, (m) => selects(m.memory)).map(({ value, score }) => ({ memory: value.memory, score }));
+    return app.index
+      .search(scopesOf(app.index, filter.scope), terms, limit, (m) => selects(m.memory))
+      .map(({ value, score }) => ({ memory: value.memory, score }));
   }
 
   async nearestMemories(filter: MemoryFilter, embedding: readonly number[], limit: number): Promise<RankedMemory[]> {
@@ -354,7 +370,8 @@ export class LocalMemories implements LongTermMemoryStore {
     return () => {
       app.listeners.delete(listener);
       // A watch of an app with no memories (and no change log to resume from) must not leave an empty app behind.
-      if (app.listeners.size === 0 && app.byId.size === 0 && app.head === 0 && this.apps.get(appName) === app) this.apps.delete(appName);
+      if (app.listeners.size === 0 && app.byId.size === 0 && app.head === 0 && this.apps.get(appName) === app)
+        this.apps.delete(appName);
     };
   }
 

@@ -62,7 +62,16 @@ import type {
 import { log } from "../../log.js";
 import { KeyedListeners } from "../notices.js";
 import { ANALYZER_VERSION, analyzedText, queryTerms } from "./analyzer.js";
-import { MEMORY_CHANGES_RETAINED, changeWindowOf, deletedStub, embeddingDimensionMismatch, exactScopeKey, memoryIdTaken, requireRetained, supersessionKey } from "./rules.js";
+import {
+  MEMORY_CHANGES_RETAINED,
+  changeWindowOf,
+  deletedStub,
+  embeddingDimensionMismatch,
+  exactScopeKey,
+  memoryIdTaken,
+  requireRetained,
+  supersessionKey,
+} from "./rules.js";
 
 /** The largest dimension pgvector's HNSW indexes a `vector` of; an app of more dimensions is searched by exact scan. */
 const HNSW_MAX_DIMENSIONS = 2000;
@@ -102,19 +111,51 @@ export interface PostgresMemoriesAccess {
   /** The store's LISTEN/NOTIFY channel. */
   channel: string;
   /** One pooled statement, retried if its connection broke, errors as MemoryError; bounded by the call's deadline when it has one. */
-  query<R extends pg.QueryResultRow>(sql: string, params: unknown[], call?: StoreCall, shape?: StatementShape): Promise<pg.QueryResult<R>>;
+  query<R extends pg.QueryResultRow>(
+    sql: string,
+    params: unknown[],
+    call?: StoreCall,
+    shape?: StatementShape,
+  ): Promise<pg.QueryResult<R>>;
   /** `fn` in one transaction, run again if the connection broke under it, errors as MemoryError; bounded by the call's deadline when it has one. */
   transaction<T>(fn: (client: pg.PoolClient) => Promise<T>, call?: StoreCall): Promise<T>;
 }
 
 const COLUMN_NAMES = [
-  ...["app_name", "memory_id", "user_id", "agent_id", "session_id", "text", "fact_subject", "fact_predicate", "fact_object", "key", "topics", "importance", "pinned", "metadata"],
-  ...["source_session_id", "source_from_seq", "source_to_seq", "created_ms", "valid_from_ms", "invalid_at_ms", "superseded_by", "embedding", "fingerprint"],
+  ...[
+    "app_name",
+    "memory_id",
+    "user_id",
+    "agent_id",
+    "session_id",
+    "text",
+    "fact_subject",
+    "fact_predicate",
+    "fact_object",
+    "key",
+    "topics",
+    "importance",
+    "pinned",
+    "metadata",
+  ],
+  ...[
+    "source_session_id",
+    "source_from_seq",
+    "source_to_seq",
+    "created_ms",
+    "valid_from_ms",
+    "invalid_at_ms",
+    "superseded_by",
+    "embedding",
+    "fingerprint",
+  ],
 ];
 
 /** The column list, of the table named `prefix` (with its dot), the embedding as NULL when `withoutEmbedding`. */
 function columnList(prefix: string, withoutEmbedding: boolean): string {
-  return COLUMN_NAMES.map((column) => (column === "embedding" && withoutEmbedding ? "NULL::bytea AS embedding" : prefix + column)).join(", ");
+  return COLUMN_NAMES.map((column) =>
+    column === "embedding" && withoutEmbedding ? "NULL::bytea AS embedding" : prefix + column,
+  ).join(", ");
 }
 
 const COLUMNS = columnList("", false);
@@ -211,8 +252,14 @@ function toRecord(row: MemoryRow): MemoryRecord {
   if (row.user_id !== null) m.userId = row.user_id;
   if (row.agent_id !== null) m.agentId = row.agent_id;
   if (row.session_id !== null) m.sessionId = row.session_id;
-  if (row.fact_subject !== null) m.fact = { subject: row.fact_subject, predicate: row.fact_predicate ?? "", object: row.fact_object ?? "" };
-  if (row.source_session_id !== null) m.source = { sessionId: row.source_session_id, fromSeq: Number(row.source_from_seq), toSeq: Number(row.source_to_seq) };
+  if (row.fact_subject !== null)
+    m.fact = { subject: row.fact_subject, predicate: row.fact_predicate ?? "", object: row.fact_object ?? "" };
+  if (row.source_session_id !== null)
+    m.source = {
+      sessionId: row.source_session_id,
+      fromSeq: Number(row.source_from_seq),
+      toSeq: Number(row.source_to_seq),
+    };
   if (row.invalid_at_ms !== null) m.invalidAt = Number(row.invalid_at_ms);
   if (row.superseded_by !== null) m.supersededBy = row.superseded_by;
   if (row.embedding !== null) m.embedding = decodeEmbedding(row.embedding);
@@ -296,9 +343,20 @@ function filterConditions(p: Params, filter: MemoryFilter, where: string[]): str
  * walks its own index (memories_by_user_created, memories_shared_created)
  * newest first, and the two are merged: O(limit) rows whatever the app holds.
  */
-function newestSql(schema: string, p: Params, filter: MemoryFilter, columns: string, limit: number, after?: MemoryCursor, extra = ""): string {
+function newestSql(
+  schema: string,
+  p: Params,
+  filter: MemoryFilter,
+  columns: string,
+  limit: number,
+  after?: MemoryCursor,
+  extra = "",
+): string {
   const cursor = (where: string[]) => {
-    if (after) where.push(`(created_ms, memory_id) < (${p.add(after.createdAt)}::bigint, ${p.add(after.memoryId)}::text COLLATE "C")`);
+    if (after)
+      where.push(
+        `(created_ms, memory_id) < (${p.add(after.createdAt)}::bigint, ${p.add(after.memoryId)}::text COLLATE "C")`,
+      );
     if (extra) where.push(extra);
     return where;
   };
@@ -343,7 +401,9 @@ type VectorLayout = { kind: "pgvector"; schema: string } | { kind: "exact" };
 type ChangeNotice = { m: "w" | "d"; o: string; a: string; q: number };
 
 /** A change before the app's log numbers it. */
-type UnnumberedChange = { kind: "written" | "superseded"; memory: MemoryRecord } | { kind: "deleted"; memories: readonly MemoryRecord[] };
+type UnnumberedChange =
+  | { kind: "written" | "superseded"; memory: MemoryRecord }
+  | { kind: "deleted"; memories: readonly MemoryRecord[] };
 
 /** The PostgreSQL LongTermMemoryStore, living inside a PostgresStore. */
 export class PostgresMemories implements LongTermMemoryStore {
@@ -387,7 +447,10 @@ export class PostgresMemories implements LongTermMemoryStore {
     }
     // Indexes first: before the re-analysis fills search_vector of older rows they hold few, so writes wait on their build briefly.
     this.background = (async () => {
-      const { rows: dimensions } = await this.db.query<{ dimension: number }>(`SELECT DISTINCT dimension FROM ${this.s}.memory_dimensions`, []);
+      const { rows: dimensions } = await this.db.query<{ dimension: number }>(
+        `SELECT DISTINCT dimension FROM ${this.s}.memory_dimensions`,
+        [],
+      );
       for (const { dimension } of dimensions) await this.ensureVectorIndex(dimension);
       await this.reanalyze();
     })().catch((err: unknown) => {
@@ -421,7 +484,12 @@ export class PostgresMemories implements LongTermMemoryStore {
           `UPDATE ${this.s}.memories m SET terms = to_tsvector('simple'::regconfig, t.terms), analyzer = ${ANALYZER_VERSION}, search_vector = ${this.vectorParam("t.vector")}
            FROM unnest($1::text[], $2::text[], $3::text[], $4::text[]) AS t(app_name, memory_id, terms, vector)
            WHERE m.app_name = t.app_name AND m.memory_id = t.memory_id`,
-          [records.map((m) => m.appName), records.map((m) => m.memoryId), records.map(memoryTerms), records.map((m) => this.vectorText(m.embedding))],
+          [
+            records.map((m) => m.appName),
+            records.map((m) => m.memoryId),
+            records.map(memoryTerms),
+            records.map((m) => this.vectorText(m.embedding)),
+          ],
         );
         return rows.length;
       });
@@ -455,7 +523,9 @@ export class PostgresMemories implements LongTermMemoryStore {
     if (dimension <= HNSW_MAX_DIMENSIONS) {
       const v = this.layout.schema;
       await this.db.transaction(async (client) => {
-        await client.query("SELECT pg_advisory_xact_lock(hashtextextended($1, 0))", [`engram:memory-vector-index:${this.db.schemaName}:${dimension}`]);
+        await client.query("SELECT pg_advisory_xact_lock(hashtextextended($1, 0))", [
+          `engram:memory-vector-index:${this.db.schemaName}:${dimension}`,
+        ]);
         // Building over rows already stored (at start-up) may outlast a statement's usual bound, on both sides.
         await client.query("SET LOCAL statement_timeout = 0");
         await client.query({
@@ -472,7 +542,8 @@ export class PostgresMemories implements LongTermMemoryStore {
   async writeMemories(batch: readonly MemoryRecord[], call?: StoreCall): Promise<MemoryWriteResult> {
     if (batch.length === 0) return { memories: [], superseded: [] };
     const { result, changes } = await this.db.transaction((client) => this.writeBatch(client, batch), call);
-    for (const dimension of new Set(batch.flatMap((m) => (m.embedding ? [m.embedding.length] : [])))) await this.ensureVectorIndex(dimension);
+    for (const dimension of new Set(batch.flatMap((m) => (m.embedding ? [m.embedding.length] : []))))
+      await this.ensureVectorIndex(dimension);
     for (const [appName, appChanges] of changes) for (const change of appChanges) this.emit(appName, change);
     return result;
   }
@@ -486,20 +557,33 @@ export class PostgresMemories implements LongTermMemoryStore {
    * found by the insert itself (ON CONFLICT), and a conflict with other
    * content refuses the batch, which rolls back whole.
    */
-  private async writeBatch(client: pg.PoolClient, batch: readonly MemoryRecord[]): Promise<{ result: MemoryWriteResult; changes: Map<string, MemoryChange[]> }> {
+  private async writeBatch(
+    client: pg.PoolClient,
+    batch: readonly MemoryRecord[],
+  ): Promise<{ result: MemoryWriteResult; changes: Map<string, MemoryChange[]> }> {
     const writes = batch.map((memory) => ({ memory, id: idOf(memory), group: supersessionGroup(memory) }));
     const keyed = writes.filter((w) => w.group !== undefined);
-    await this.lockGroups(client, keyed.map((w) => w.group!));
+    await this.lockGroups(
+      client,
+      keyed.map((w) => w.group!),
+    );
 
     const first = new Map<string, number>();
     writes.forEach((w, i) => first.has(w.id) || first.set(w.id, i));
     const latest = new Map<string, MemoryRecord>();
     const take = (stored: MemoryRecord) => {
       const i = first.get(idOf(stored));
-      if (i !== undefined && stored.fingerprint !== batch[i].fingerprint) throw memoryIdTaken(`memories[${i}].memory_id`, stored.memoryId);
+      if (i !== undefined && stored.fingerprint !== batch[i].fingerprint)
+        throw memoryIdTaken(`memories[${i}].memory_id`, stored.memoryId);
       latest.set(idOf(stored), stored);
     };
-    if (keyed.length > 0) (await this.readByIds(client, keyed.map((w) => w.memory))).forEach(take);
+    if (keyed.length > 0)
+      (
+        await this.readByIds(
+          client,
+          keyed.map((w) => w.memory),
+        )
+      ).forEach(take);
     const dimensions = await this.appDimensions(client, batch);
 
     // First every check, then every change: a refused batch changes nothing.
@@ -510,7 +594,8 @@ export class PostgresMemories implements LongTermMemoryStore {
         throw embeddingDimensionMismatch(`memories[${i}].embedding`, m.embedding.length, dimensions.get(m.appName)!);
       }
       const earlier = first.get(w.id)!;
-      if (earlier !== i && batch[earlier].fingerprint !== m.fingerprint) throw memoryIdTaken(`memories[${i}].memory_id`, m.memoryId);
+      if (earlier !== i && batch[earlier].fingerprint !== m.fingerprint)
+        throw memoryIdTaken(`memories[${i}].memory_id`, m.memoryId);
       if (earlier === i && !latest.has(w.id)) fresh.push(w);
     });
 
@@ -558,9 +643,13 @@ export class PostgresMemories implements LongTermMemoryStore {
 
     const changes = new Map<string, MemoryChange[]>();
     // Apps in one order: two batches of the same apps lock their log heads without waiting on each other in a cycle.
-    for (const appName of [...unnumbered.keys()].sort()) changes.set(appName, await this.logChanges(client, appName, "w", unnumbered.get(appName)!));
+    for (const appName of [...unnumbered.keys()].sort())
+      changes.set(appName, await this.logChanges(client, appName, "w", unnumbered.get(appName)!));
     return {
-      result: { memories: writes.map((w) => latest.get(w.id)!), superseded: [...superseded].map((id) => latest.get(id)!) },
+      result: {
+        memories: writes.map((w) => latest.get(w.id)!),
+        superseded: [...superseded].map((id) => latest.get(id)!),
+      },
       changes,
     };
   }
@@ -588,7 +677,10 @@ export class PostgresMemories implements LongTermMemoryStore {
   private async lockGroups(client: pg.PoolClient, groups: readonly string[]): Promise<void> {
     if (groups.length === 0) return;
     const names = [...new Set(groups)].sort().map((group) => `engram:memory-key:${this.db.schemaName}:${group}`);
-    await client.query(`SELECT count(pg_advisory_xact_lock(hashtextextended(k, 0))) FROM unnest($1::text[]) WITH ORDINALITY AS t(k, i)`, [names]);
+    await client.query(
+      `SELECT count(pg_advisory_xact_lock(hashtextextended(k, 0))) FROM unnest($1::text[]) WITH ORDINALITY AS t(k, i)`,
+      [names],
+    );
   }
 
   /**
@@ -608,7 +700,12 @@ export class PostgresMemories implements LongTermMemoryStore {
     const keyed = memories.filter((_, i) => round[i].group !== undefined);
     const closed = new Map<string, MemoryRecord[]>();
     if (keyed.length > 0) {
-      const peers = [keyed.map((m) => m.appName), keyed.map(storedSupersessionKey), keyed.map(exactScopeKey), keyed.map((m) => m.validFrom)];
+      const peers = [
+        keyed.map((m) => m.appName),
+        keyed.map(storedSupersessionKey),
+        keyed.map(exactScopeKey),
+        keyed.map((m) => m.validFrom),
+      ];
       // Spelled as memories_supersession_open (0017) indexes it; "<> ''" because a join key proves nothing of its predicate.
       const { rows: closedRows } = await client.query<MemoryRow>(
         `UPDATE ${this.s}.memories m SET invalid_at_ms = i.valid_from, superseded_by = i.memory_id
@@ -635,7 +732,11 @@ export class PostgresMemories implements LongTermMemoryStore {
       for (const next of later) {
         const input = keyed[Number(next.i) - 1];
         if (input.invalidAt !== undefined && input.invalidAt <= Number(next.valid_from_ms)) continue;
-        memories[memories.indexOf(input)] = { ...input, invalidAt: Number(next.valid_from_ms), supersededBy: next.memory_id };
+        memories[memories.indexOf(input)] = {
+          ...input,
+          invalidAt: Number(next.valid_from_ms),
+          supersededBy: next.memory_id,
+        };
       }
     }
     const { rows: inserted } = await client.query<{ memory_id: string; app_name: string }>(
@@ -655,7 +756,13 @@ export class PostgresMemories implements LongTermMemoryStore {
     );
     const insertedIds = new Set(inserted.map((row) => idOf({ appName: row.app_name, memoryId: row.memory_id })));
     const written = memories.filter((m) => insertedIds.has(idOf(m)));
-    const stored = written.length < memories.length ? await this.readByIds(client, memories.filter((m) => !insertedIds.has(idOf(m)))) : [];
+    const stored =
+      written.length < memories.length
+        ? await this.readByIds(
+            client,
+            memories.filter((m) => !insertedIds.has(idOf(m))),
+          )
+        : [];
     return { written, closed, stored };
   }
 
@@ -704,7 +811,10 @@ export class PostgresMemories implements LongTermMemoryStore {
     if (first.size === 0) return first;
     const apps = [...first.keys()].sort();
     const read = async () => {
-      const { rows } = await client.query<{ app_name: string; dimension: number }>(`SELECT app_name, dimension FROM ${this.s}.memory_dimensions WHERE app_name = ANY($1::text[])`, [apps]);
+      const { rows } = await client.query<{ app_name: string; dimension: number }>(
+        `SELECT app_name, dimension FROM ${this.s}.memory_dimensions WHERE app_name = ANY($1::text[])`,
+        [apps],
+      );
       return new Map(rows.map((r) => [r.app_name, r.dimension]));
     };
     const stored = await read();
@@ -718,7 +828,11 @@ export class PostgresMemories implements LongTermMemoryStore {
   }
 
   async getMemory(appName: string, memoryId: string, call?: StoreCall): Promise<MemoryRecord | undefined> {
-    const { rows } = await this.db.query<MemoryRow>(`SELECT ${COLUMNS} FROM ${this.s}.memories WHERE app_name = $1 AND memory_id = $2`, [appName, memoryId], call);
+    const { rows } = await this.db.query<MemoryRow>(
+      `SELECT ${COLUMNS} FROM ${this.s}.memories WHERE app_name = $1 AND memory_id = $2`,
+      [appName, memoryId],
+      call,
+    );
     return rows[0] && toRecord(rows[0]);
   }
 
@@ -749,16 +863,22 @@ export class PostgresMemories implements LongTermMemoryStore {
     return rows.map((row) => ({ memory: toRecord(row), score: row.score }));
   }
 
-  async nearestMemories(filter: MemoryFilter, embedding: readonly number[], limit: number, call?: StoreCall): Promise<RankedMemory[]> {
+  async nearestMemories(
+    filter: MemoryFilter,
+    embedding: readonly number[],
+    limit: number,
+    call?: StoreCall,
+  ): Promise<RankedMemory[]> {
     if (embedding.length === 0 || limit <= 0) return [];
     if (this.layout.kind === "pgvector" && embedding.length <= HNSW_MAX_DIMENSIONS) {
       // Relaxed order: the scan may hand back neighbours slightly out of
       // order, so the k it found are sorted again; ef_search: the scan's
       // first candidate list holds at least the k asked for.
       const found = await this.db.transaction(async (client) => {
-        await client.query(`SELECT set_config('hnsw.iterative_scan', 'relaxed_order', true), set_config('hnsw.ef_search', $1, true)`, [
-          String(Math.min(1000, Math.max(EF_SEARCH_MIN, 2 * limit))),
-        ]);
+        await client.query(
+          `SELECT set_config('hnsw.iterative_scan', 'relaxed_order', true), set_config('hnsw.ef_search', $1, true)`,
+          [String(Math.min(1000, Math.max(EF_SEARCH_MIN, 2 * limit)))],
+        );
         const { sql, values } = this.nearestQuery(filter, embedding, limit, true);
         return (await client.query<MemoryRow & { distance: number }>(sql, values)).rows;
       }, call);
@@ -768,7 +888,9 @@ export class PostgresMemories implements LongTermMemoryStore {
       if (found.length >= limit) return found.sort((a, b) => a.distance - b.distance).map(byDistance);
     }
     const { sql, values } = this.nearestQuery(filter, embedding, limit, false);
-    return (await this.db.query<MemoryRow & { distance: number }>(sql, values, call, { plan: "custom" })).rows.map(byDistance);
+    return (await this.db.query<MemoryRow & { distance: number }>(sql, values, call, { plan: "custom" })).rows.map(
+      byDistance,
+    );
   }
 
   /**
@@ -779,7 +901,12 @@ export class PostgresMemories implements LongTermMemoryStore {
    * of the filter of that dimension compared. A memory of another dimension
    * never matches. Public for tests, which EXPLAIN it.
    */
-  nearestQuery(filter: MemoryFilter, embedding: readonly number[], limit: number, indexed: boolean): { sql: string; values: unknown[] } {
+  nearestQuery(
+    filter: MemoryFilter,
+    embedding: readonly number[],
+    limit: number,
+    indexed: boolean,
+  ): { sql: string; values: unknown[] } {
     const p = new Params();
     const dimension = embedding.length;
     const query = p.add(this.vectorText(embedding));
@@ -801,16 +928,30 @@ export class PostgresMemories implements LongTermMemoryStore {
     return { sql, values: p.values };
   }
 
-  async listMemories(filter: MemoryFilter, limit: number, after?: MemoryCursor, call?: StoreCall): Promise<MemoryRecord[]> {
+  async listMemories(
+    filter: MemoryFilter,
+    limit: number,
+    after?: MemoryCursor,
+    call?: StoreCall,
+  ): Promise<MemoryRecord[]> {
     const p = new Params();
-    const { rows } = await this.db.query<MemoryRow>(newestSql(this.s, p, filter, columnsFor(filter), limit, after), p.values, call);
+    const { rows } = await this.db.query<MemoryRow>(
+      newestSql(this.s, p, filter, columnsFor(filter), limit, after),
+      p.values,
+      call,
+    );
     return rows.map(toRecord);
   }
 
   async deleteMemories(appName: string, memoryIds: readonly string[], call?: StoreCall): Promise<MemoryRecord[]> {
     if (memoryIds.length === 0) return [];
     // At most MAX_DELETE_IDS ids (the service's bound): one transaction.
-    return this.deleteInBatches(appName, "app_name = $1 AND memory_id = ANY($2::text[])", [appName, [...memoryIds]], call);
+    return this.deleteInBatches(
+      appName,
+      "app_name = $1 AND memory_id = ANY($2::text[])",
+      [appName, [...memoryIds]],
+      call,
+    );
   }
 
   async deleteMemoriesInScope(scope: MemoryScopeFilter, call?: StoreCall): Promise<MemoryRecord[]> {
@@ -834,7 +975,12 @@ export class PostgresMemories implements LongTermMemoryStore {
    * its notices; tells this replica's subscribers after each. A failure
    * leaves the batches before it done: repeating the call removes the rest.
    */
-  private async deleteInBatches(appName: string, where: string, params: unknown[], call?: StoreCall): Promise<MemoryRecord[]> {
+  private async deleteInBatches(
+    appName: string,
+    where: string,
+    params: unknown[],
+    call?: StoreCall,
+  ): Promise<MemoryRecord[]> {
     const all: MemoryRecord[] = [];
     for (;;) {
       const removed = await this.db.transaction(async (client) => {
@@ -845,7 +991,10 @@ export class PostgresMemories implements LongTermMemoryStore {
           params,
         );
         const records = rows.map(toRecord);
-        const [change] = records.length > 0 ? await this.logChanges(client, appName, "d", [{ kind: "deleted", memories: records }]) : [];
+        const [change] =
+          records.length > 0
+            ? await this.logChanges(client, appName, "d", [{ kind: "deleted", memories: records }])
+            : [];
         return { records, change };
       }, call);
       if (removed.change) this.emit(appName, removed.change);
@@ -859,7 +1008,11 @@ export class PostgresMemories implements LongTermMemoryStore {
   }
 
   async memoryChangeWindow(appName: string, call?: StoreCall): Promise<MemoryChangeWindow> {
-    const { rows } = await this.db.query<{ head: string }>(`SELECT head FROM ${this.s}.memory_change_heads WHERE app_name = $1`, [appName], call);
+    const { rows } = await this.db.query<{ head: string }>(
+      `SELECT head FROM ${this.s}.memory_change_heads WHERE app_name = $1`,
+      [appName],
+      call,
+    );
     return changeWindowOf(Number(rows[0]?.head ?? 0));
   }
 
@@ -867,21 +1020,36 @@ export class PostgresMemories implements LongTermMemoryStore {
     // One snapshot for the window and the log: a trim between two reads could otherwise hide evicted changes.
     return this.db.transaction(async (client) => {
       await client.query("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ");
-      const { rows: heads } = await client.query<{ head: string }>(`SELECT head FROM ${this.s}.memory_change_heads WHERE app_name = $1`, [appName]);
+      const { rows: heads } = await client.query<{ head: string }>(
+        `SELECT head FROM ${this.s}.memory_change_heads WHERE app_name = $1`,
+        [appName],
+      );
       requireRetained(after, changeWindowOf(Number(heads[0]?.head ?? 0)));
-      const { rows } = await client.query<{ seq: string; kind: string; memory_id: string | null; deleted: Array<[string, string | null, string | null, string | null]> | null }>(
+      const { rows } = await client.query<{
+        seq: string;
+        kind: string;
+        memory_id: string | null;
+        deleted: Array<[string, string | null, string | null, string | null]> | null;
+      }>(
         `SELECT seq, kind, memory_id, deleted FROM ${this.s}.memory_changes WHERE app_name = $1 AND seq > $2 ORDER BY seq LIMIT $3`,
         [appName, after, limit],
       );
       const ids = rows.flatMap((row) => (row.memory_id === null ? [] : [row.memory_id]));
       const { rows: memoryRows } =
-        ids.length === 0 ? { rows: [] as MemoryRow[] } : await client.query<MemoryRow>(`SELECT ${COLUMNS} FROM ${this.s}.memories WHERE app_name = $1 AND memory_id = ANY($2::text[])`, [appName, ids]);
+        ids.length === 0
+          ? { rows: [] as MemoryRow[] }
+          : await client.query<MemoryRow>(
+              `SELECT ${COLUMNS} FROM ${this.s}.memories WHERE app_name = $1 AND memory_id = ANY($2::text[])`,
+              [appName, ids],
+            );
       const byId = new Map(memoryRows.map((row) => [row.memory_id, toRecord(row)]));
       const changes: MemoryChange[] = [];
       for (const row of rows) {
         const seq = Number(row.seq);
         if (row.kind === "deleted") {
-          const memories = (row.deleted ?? []).map(([memoryId, userId, agentId, sessionId]) => deletedStub(appName, memoryId, userId, agentId, sessionId));
+          const memories = (row.deleted ?? []).map(([memoryId, userId, agentId, sessionId]) =>
+            deletedStub(appName, memoryId, userId, agentId, sessionId),
+          );
           changes.push({ seq, kind: "deleted", memories });
           continue;
         }
@@ -901,7 +1069,13 @@ export class PostgresMemories implements LongTermMemoryStore {
    */
   onNotice(payload: unknown): void {
     const notice = payload as Partial<ChangeNotice>;
-    if (typeof notice.a !== "string" || notice.o === this.origin || typeof notice.q !== "number" || !this.listeners.has(notice.a)) return;
+    if (
+      typeof notice.a !== "string" ||
+      notice.o === this.origin ||
+      typeof notice.q !== "number" ||
+      !this.listeners.has(notice.a)
+    )
+      return;
     this.emit(notice.a, { seq: notice.q, kind: "remote" });
   }
 
@@ -915,7 +1089,6 @@ export class PostgresMemories implements LongTermMemoryStore {
     this.listeners.emit(appName, change);
   }
 
-
   /**
    * Numbers an app's changes inside their transaction, in one statement:
    * advances (and locks, until commit) the app's log head, appends the
@@ -923,7 +1096,12 @@ export class PostgresMemories implements LongTermMemoryStore {
    * and notifies other replicas at commit. Last in its transaction, so the
    * head is held only while the transaction commits. The changes, numbered.
    */
-  private async logChanges(client: pg.PoolClient, appName: string, kind: ChangeNotice["m"], changes: readonly UnnumberedChange[]): Promise<MemoryChange[]> {
+  private async logChanges(
+    client: pg.PoolClient,
+    appName: string,
+    kind: ChangeNotice["m"],
+    changes: readonly UnnumberedChange[],
+  ): Promise<MemoryChange[]> {
     const { rows } = await client.query<{ head: string }>(
       `WITH advanced AS (
          INSERT INTO ${this.s}.memory_change_heads AS h (app_name, head) VALUES ($1, $2)
@@ -940,7 +1118,13 @@ export class PostgresMemories implements LongTermMemoryStore {
         changes.length,
         changes.map((c) => c.kind),
         changes.map((c) => (c.kind === "deleted" ? "" : c.memory.memoryId)),
-        changes.map((c) => (c.kind === "deleted" ? JSON.stringify(c.memories.map((m) => [m.memoryId, m.userId ?? null, m.agentId ?? null, m.sessionId ?? null])) : null)),
+        changes.map((c) =>
+          c.kind === "deleted"
+            ? JSON.stringify(
+                c.memories.map((m) => [m.memoryId, m.userId ?? null, m.agentId ?? null, m.sessionId ?? null]),
+              )
+            : null,
+        ),
         this.db.channel,
         kind,
         this.origin,

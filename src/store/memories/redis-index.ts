@@ -44,23 +44,87 @@ export const created16 = (createdAt: number) => String(createdAt).padStart(16, "
 
 /** The selection fields every index declares (for the query builder's filters). */
 const SELECTION_SCHEMA = [
-  "app", "TAG", "user", "TAG", "agent", "TAG", "session", "TAG", "key", "TAG", "subject", "TAG", "predicate", "TAG",
-  "topics", "TAG", "SEPARATOR", ",", "pinned", "TAG", "valid_from", "NUMERIC", "invalid_at", "NUMERIC",
+  "app",
+  "TAG",
+  "user",
+  "TAG",
+  "agent",
+  "TAG",
+  "session",
+  "TAG",
+  "key",
+  "TAG",
+  "subject",
+  "TAG",
+  "predicate",
+  "TAG",
+  "topics",
+  "TAG",
+  "SEPARATOR",
+  ",",
+  "pinned",
+  "TAG",
+  "valid_from",
+  "NUMERIC",
+  "invalid_at",
+  "NUMERIC",
 ];
 
 /** FT.CREATE's arguments for the text index over the documents under `docPrefix`. */
 export function textIndexArgs(name: string, docPrefix: string): string[] {
   return [
-    name, "ON", "HASH", "PREFIX", "1", docPrefix, "STOPWORDS", "0", "SCHEMA", ...SELECTION_SCHEMA,
-    "created", "NUMERIC", "ord", "TAG", "SORTABLE", "words", "TEXT", "NOSTEM", "len", "NUMERIC", "SORTABLE", "rank", "TAG", "SORTABLE",
+    name,
+    "ON",
+    "HASH",
+    "PREFIX",
+    "1",
+    docPrefix,
+    "STOPWORDS",
+    "0",
+    "SCHEMA",
+    ...SELECTION_SCHEMA,
+    "created",
+    "NUMERIC",
+    "ord",
+    "TAG",
+    "SORTABLE",
+    "words",
+    "TEXT",
+    "NOSTEM",
+    "len",
+    "NUMERIC",
+    "SORTABLE",
+    "rank",
+    "TAG",
+    "SORTABLE",
   ];
 }
 
 /** FT.CREATE's arguments for the vector index of one dimension. */
 export function vectorIndexArgs(name: string, docPrefix: string, dim: number): string[] {
   return [
-    name, "ON", "HASH", "PREFIX", "1", docPrefix, "FILTER", `@dim==${dim}`, "STOPWORDS", "0", "SCHEMA", ...SELECTION_SCHEMA,
-    "vec", "VECTOR", "HNSW", "6", "TYPE", "FLOAT32", "DIM", String(dim), "DISTANCE_METRIC", "COSINE",
+    name,
+    "ON",
+    "HASH",
+    "PREFIX",
+    "1",
+    docPrefix,
+    "FILTER",
+    `@dim==${dim}`,
+    "STOPWORDS",
+    "0",
+    "SCHEMA",
+    ...SELECTION_SCHEMA,
+    "vec",
+    "VECTOR",
+    "HNSW",
+    "6",
+    "TYPE",
+    "FLOAT32",
+    "DIM",
+    String(dim),
+    "DISTANCE_METRIC",
+    "COSINE",
   ];
 }
 
@@ -103,7 +167,11 @@ export function float32Bytes(embedding: readonly number[]): Buffer {
 export function filterQuery(filter: MemoryFilter): string {
   const { scope } = filter;
   const parts = [`@app:{${tagOf(scope.appName)}}`];
-  for (const [field, want] of [["user", scope.userId], ["agent", scope.agentId], ["session", scope.sessionId]] as const) {
+  for (const [field, want] of [
+    ["user", scope.userId],
+    ["agent", scope.agentId],
+    ["session", scope.sessionId],
+  ] as const) {
     if (scope.match === "visible") parts.push(want === undefined ? `@${field}:{n}` : `@${field}:{n | ${tagOf(want)}}`);
     else if (scope.match === "exact" || want !== undefined) parts.push(`@${field}:{${tagOf(want)}}`);
   }
@@ -145,7 +213,8 @@ export class LexicalScore {
 
   constructor(stats: LexicalStats) {
     this.averageLength = stats.documents === 0 ? 1 : Math.max(stats.totalLength / stats.documents, 1e-9);
-    for (const [term, n] of stats.holding) if (n > 0) this.weights.set(term, Math.log(1 + (stats.documents - n + 0.5) / (n + 0.5)));
+    for (const [term, n] of stats.holding)
+      if (n > 0) this.weights.set(term, Math.log(1 + (stats.documents - n + 0.5) / (n + 0.5)));
   }
 
   /** The query's terms any selected document holds, with their weights. */

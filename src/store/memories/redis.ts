@@ -104,7 +104,17 @@ import { isCluster, type RedisClient } from "../redis/connection.js";
 import { loadScripts, runThenWait, type WaitForReplicas } from "../redis/scripts.js";
 import { queryTerms } from "./analyzer.js";
 import { lexicalTerms } from "./lexical.js";
-import { created16, documentFields, filterQuery, float32Bytes, LexicalScore, termQuery, textIndexArgs, tieKey, vectorIndexArgs } from "./redis-index.js";
+import {
+  created16,
+  documentFields,
+  filterQuery,
+  float32Bytes,
+  LexicalScore,
+  termQuery,
+  textIndexArgs,
+  tieKey,
+  vectorIndexArgs,
+} from "./redis-index.js";
 import {
   changeWindowOf,
   cosine,
@@ -320,15 +330,24 @@ export class RedisMemories implements LongTermMemoryStore {
     else {
       try {
         const names = (await this.redis.call("FT._LIST")) as string[];
-        if (!names.includes(this.textIndex)) await this.createIndex(textIndexArgs(this.textIndex, `${this.prefix}:memdoc:`));
+        if (!names.includes(this.textIndex))
+          await this.createIndex(textIndexArgs(this.textIndex, `${this.prefix}:memdoc:`));
         this.documents = `${this.prefix}:memdoc:`;
       } catch (err) {
         if (!/unknown command/i.test(String((err as Error).message))) throw err;
         reason = "this Redis has no Redis Query Engine (no FT.* commands)";
       }
     }
-    if (reason === undefined) log.info({ prefix: this.prefix, index: this.textIndex }, "long-term memory: searches run on the Redis Query Engine");
-    else log.warn({ prefix: this.prefix }, `long-term memory: ${reason}; searches rank each whole scope in process (exact, O(scope) per search)`);
+    if (reason === undefined)
+      log.info(
+        { prefix: this.prefix, index: this.textIndex },
+        "long-term memory: searches run on the Redis Query Engine",
+      );
+    else
+      log.warn(
+        { prefix: this.prefix },
+        `long-term memory: ${reason}; searches rank each whole scope in process (exact, O(scope) per search)`,
+      );
     if (this.documents !== undefined) void this.buildAllDocuments().catch(() => {});
   }
 
@@ -371,10 +390,9 @@ export class RedisMemories implements LongTermMemoryStore {
   private async onIndex(appName: string, index = this.textIndex): Promise<boolean> {
     if (this.documents === undefined) return false;
     const keys = this.keysOf(appName);
-    const [[seq, chain, ready, build], count] = (await this.transaction((tx) => tx.hmget(keys.meta, "seq", "docchain", "docready", "docbuild").zcard(keys.order))) as [
-      Array<string | null>,
-      number,
-    ];
+    const [[seq, chain, ready, build], count] = (await this.transaction((tx) =>
+      tx.hmget(keys.meta, "seq", "docchain", "docready", "docbuild").zcard(keys.order),
+    )) as [Array<string | null>, number];
     if (ready === null || ready !== build || chain !== stampFrom(seq, count)) {
       this.startDocumentBuild(appName);
       return false;
@@ -388,7 +406,9 @@ export class RedisMemories implements LongTermMemoryStore {
     const last = this.documentBuilds.get(appName);
     if (last !== undefined && now - last < DOCUMENT_REBUILD_INTERVAL_MS) return;
     // Entries past the interval rate-limit nothing: dropped, so many apps from an older release do not pile up.
-    if (this.documentBuilds.size >= 10_000) for (const [app, at] of this.documentBuilds) if (now - at >= DOCUMENT_REBUILD_INTERVAL_MS) this.documentBuilds.delete(app);
+    if (this.documentBuilds.size >= 10_000)
+      for (const [app, at] of this.documentBuilds)
+        if (now - at >= DOCUMENT_REBUILD_INTERVAL_MS) this.documentBuilds.delete(app);
     this.documentBuilds.set(appName, now);
     // A failed build leaves the app ranked in process; the next one starts after the interval.
     this.buildDocuments(appName).catch(() => {});
@@ -399,7 +419,9 @@ export class RedisMemories implements LongTermMemoryStore {
     let cursor = "0";
     const metaOf = new RegExp(`^${this.prefix.replace(/[^\w]/g, "\\$&")}:mem:([0-9a-f]*):meta$`);
     do {
-      const [next, keys] = (await this.call(() => (this.redis as Redis).scan(cursor, "MATCH", `${this.prefix}:mem:*:meta`, "COUNT", 1000))) as [string, string[]];
+      const [next, keys] = (await this.call(() =>
+        (this.redis as Redis).scan(cursor, "MATCH", `${this.prefix}:mem:*:meta`, "COUNT", 1000),
+      )) as [string, string[]];
       cursor = next;
       for (const key of keys) {
         const app = metaOf.exec(key)?.[1];
@@ -418,15 +440,20 @@ export class RedisMemories implements LongTermMemoryStore {
     const k = this.keysOf(appName);
     const prefix = `${this.documents!}${hex(appName)}:`;
     const token = `${this.origin}:${++this.builds}`;
-    const run = (...args: Array<string | Buffer | number>) => this.call(() => this.runDocs([k.records, k.validity, k.order, k.meta, `${this.baseOf(appName)}:pin`, ...args]));
+    const run = (...args: Array<string | Buffer | number>) =>
+      this.call(() => this.runDocs([k.records, k.validity, k.order, k.meta, `${this.baseOf(appName)}:pin`, ...args]));
     let after = (await run("begin", token, "resume"))[1] as string;
     for (;;) {
       if (this.closed) return false;
-      const [members] = (await this.transaction((tx) => tx.zrangebylex(k.order, after === "" ? "-" : `(${after}`, "+", "LIMIT", 0, DOCUMENT_BUILD_PAGE))) as [string[]];
+      const [members] = (await this.transaction((tx) =>
+        tx.zrangebylex(k.order, after === "" ? "-" : `(${after}`, "+", "LIMIT", 0, DOCUMENT_BUILD_PAGE),
+      )) as [string[]];
       const ids = members.map((m) => m.slice(m.indexOf(":") + 1));
       const args: Array<string | Buffer> = [];
       if (ids.length > 0) {
-        const [records, embeddings] = (await this.transaction((tx) => tx.hmget(k.records, ...ids).hmget(k.embeddings, ...ids))) as Array<Array<string | null>>;
+        const [records, embeddings] = (await this.transaction((tx) =>
+          tx.hmget(k.records, ...ids).hmget(k.embeddings, ...ids),
+        )) as Array<Array<string | null>>;
         for (const [i, id] of ids.entries()) {
           if (records[i] === null) continue;
           const memory = decode(records[i]!, "0::", embeddings[i]);
@@ -449,20 +476,40 @@ export class RedisMemories implements LongTermMemoryStore {
     const prefix = `${this.documents!}${hex(appName)}:`;
     let cursor = "0";
     do {
-      const [next, keys] = (await this.call(() => (this.redis as Redis).scan(cursor, "MATCH", `${prefix}*`, "COUNT", 1000))) as [string, string[]];
+      const [next, keys] = (await this.call(() =>
+        (this.redis as Redis).scan(cursor, "MATCH", `${prefix}*`, "COUNT", 1000),
+      )) as [string, string[]];
       cursor = next;
       const ids = keys.map((key) => key.slice(prefix.length)).filter((id) => /^[0-9a-f]*$/.test(id));
-      if (ids.length > 0) await this.call(() => this.runDocs([k.records, k.validity, k.order, k.meta, `${this.baseOf(appName)}:pin`, "prune", token, prefix, ids.length, ...ids]));
+      if (ids.length > 0)
+        await this.call(() =>
+          this.runDocs([
+            k.records,
+            k.validity,
+            k.order,
+            k.meta,
+            `${this.baseOf(appName)}:pin`,
+            "prune",
+            token,
+            prefix,
+            ids.length,
+            ...ids,
+          ]),
+        );
     } while (cursor !== "0" && !this.closed);
   }
 
   private runDocs(keysAndArgs: Array<string | Buffer | number>): Promise<Reply> {
-    return (this.redis as unknown as Record<string, (...args: Array<string | Buffer | number>) => Promise<Reply>>).engram_memories_docs(...keysAndArgs);
+    return (
+      this.redis as unknown as Record<string, (...args: Array<string | Buffer | number>) => Promise<Reply>>
+    ).engram_memories_docs(...keysAndArgs);
   }
 
   /** Subscribes to the changes other replicas publish and prepares the index (prepareIndex); rejects when Redis cannot be reached. */
   async listen(): Promise<void> {
-    const subscriber = this.clustered ? this.shardedSubscriber(this.redis as Cluster) : (this.redis as Redis).duplicate({ connectionName: `${this.prefix}:memories`, commandTimeout: undefined });
+    const subscriber = this.clustered
+      ? this.shardedSubscriber(this.redis as Cluster)
+      : (this.redis as Redis).duplicate({ connectionName: `${this.prefix}:memories`, commandTimeout: undefined });
     // Without a listener ioredis reports every failed reconnect as an unhandled error event.
     subscriber.on("error", () => {});
     if (this.clustered) {
@@ -523,7 +570,11 @@ export class RedisMemories implements LongTermMemoryStore {
    * slot on a cluster), refusals named by their index in `memories`; the
    * batch's records as stored, then those it closed ([] for a check).
    */
-  private async runWrite(memories: readonly MemoryRecord[], batch: readonly number[], mode: "check" | ""): Promise<MemoryRecord[]> {
+  private async runWrite(
+    memories: readonly MemoryRecord[],
+    batch: readonly number[],
+    mode: "check" | "",
+  ): Promise<MemoryRecord[]> {
     const apps = new Map<string, number>();
     const keys: string[] = [];
     for (const i of batch) {
@@ -532,8 +583,14 @@ export class RedisMemories implements LongTermMemoryStore {
       apps.set(appName, apps.size + 1);
       keys.push(...Object.values(this.keysOf(appName)));
     }
-    const args: Array<string | number | Buffer> = [this.channelOf(memories[batch[0]].appName), this.origin, batch.length];
-    if (this.documents !== undefined && mode === "") for (const dim of new Set(batch.map((i) => memories[i].embedding?.length ?? 0))) if (dim > 0) await this.call(() => this.vectorIndex(dim));
+    const args: Array<string | number | Buffer> = [
+      this.channelOf(memories[batch[0]].appName),
+      this.origin,
+      batch.length,
+    ];
+    if (this.documents !== undefined && mode === "")
+      for (const dim of new Set(batch.map((i) => memories[i].embedding?.length ?? 0)))
+        if (dim > 0) await this.call(() => this.vectorIndex(dim));
     for (const i of batch) {
       const m = memories[i];
       const documents = this.documents === undefined || mode === "check" ? "" : `${this.documents}${hex(m.appName)}:`;
@@ -558,30 +615,42 @@ export class RedisMemories implements LongTermMemoryStore {
     }
     args.push(MEMORY_CHANGES_RETAINED, this.publishCommand, mode);
     // On a cluster the key count is fixed (defineScripts): one app per call.
-    const reply = await this.call(() => this.runWriting("write", this.clustered ? [...keys, ...args] : [keys.length, ...keys, ...args]));
+    const reply = await this.call(() =>
+      this.runWriting("write", this.clustered ? [...keys, ...args] : [keys.length, ...keys, ...args]),
+    );
     if (reply[0] === "TAKEN") {
       const i = batch[reply[1] as number];
       throw memoryIdTaken(`memories[${i}].memory_id`, memories[i].memoryId);
     }
-    if (reply[0] === "DIMENSION") throw embeddingDimensionMismatch(`memories[${batch[reply[1] as number]}].embedding`, reply[2] as number, reply[3] as number);
+    if (reply[0] === "DIMENSION")
+      throw embeddingDimensionMismatch(
+        `memories[${batch[reply[1] as number]}].embedding`,
+        reply[2] as number,
+        reply[3] as number,
+      );
     if (mode === "check") return [];
     if (reply[1] !== "") this.deliver(reply[1] as string, true);
     const records: MemoryRecord[] = [];
-    for (let i = 2; i < reply.length; i += 3) records.push(decode(reply[i] as string, reply[i + 1] as string, reply[i + 2] as string));
+    for (let i = 2; i < reply.length; i += 3)
+      records.push(decode(reply[i] as string, reply[i + 1] as string, reply[i + 2] as string));
     return records;
   }
 
   async getMemory(appName: string, memoryId: string): Promise<MemoryRecord | undefined> {
     const keys = this.keysOf(appName);
     const id = hex(memoryId);
-    const [record, validity, embedding] = (await this.transaction((tx) => tx.hget(keys.records, id).hget(keys.validity, id).hget(keys.embeddings, id))) as Array<string | null>;
+    const [record, validity, embedding] = (await this.transaction((tx) =>
+      tx.hget(keys.records, id).hget(keys.validity, id).hget(keys.embeddings, id),
+    )) as Array<string | null>;
     return record === null || validity === null ? undefined : decode(record, validity, embedding);
   }
 
   async searchMemories(filter: MemoryFilter, query: string, limit: number): Promise<RankedMemory[]> {
     const terms = queryTerms(query);
     if (terms.length === 0 || limit <= 0) return [];
-    const hits = (await this.onIndex(filter.scope.appName)) ? await this.searchIndex(filter, terms, limit) : await this.searchScope(filter, terms, limit);
+    const hits = (await this.onIndex(filter.scope.appName))
+      ? await this.searchIndex(filter, terms, limit)
+      : await this.searchScope(filter, terms, limit);
     return this.rankedMemories(filter, hits);
   }
 
@@ -594,8 +663,36 @@ export class RedisMemories implements LongTermMemoryStore {
   private async searchIndex(filter: MemoryFilter, terms: string[], limit: number): Promise<Hit[]> {
     const selected = filterQuery(filter);
     const [totals, ...holding] = await this.ftPipeline([
-      ["FT.AGGREGATE", this.textIndex, selected, "GROUPBY", "0", "REDUCE", "COUNT", "0", "AS", "n", "REDUCE", "SUM", "1", "@len", "AS", "total", "DIALECT", "2"],
-      ...terms.map((term) => ["FT.SEARCH", this.textIndex, `${selected} ${termQuery(term)}`, "LIMIT", "0", "0", "DIALECT", "2"]),
+      [
+        "FT.AGGREGATE",
+        this.textIndex,
+        selected,
+        "GROUPBY",
+        "0",
+        "REDUCE",
+        "COUNT",
+        "0",
+        "AS",
+        "n",
+        "REDUCE",
+        "SUM",
+        "1",
+        "@len",
+        "AS",
+        "total",
+        "DIALECT",
+        "2",
+      ],
+      ...terms.map((term) => [
+        "FT.SEARCH",
+        this.textIndex,
+        `${selected} ${termQuery(term)}`,
+        "LIMIT",
+        "0",
+        "0",
+        "DIALECT",
+        "2",
+      ]),
     ]);
     // One group (GROUPBY 0): [1, [name, value, ...]], or no row when nothing is selected.
     const row = searchRows([0, "totals", (totals as unknown[])[1] ?? []])[0][1];
@@ -604,13 +701,36 @@ export class RedisMemories implements LongTermMemoryStore {
       totalLength: Number(row.get("total") ?? 0),
       holding: new Map(terms.map((term, i) => [term, Number((holding[i] as unknown[])[0])])),
     });
-    const lists = [...score.terms].map(([term, weight]) => ({ term, weight, read: 0, shortest: 0, last: "", done: false }));
+    const lists = [...score.terms].map(([term, weight]) => ({
+      term,
+      weight,
+      read: 0,
+      shortest: 0,
+      last: "",
+      done: false,
+    }));
     const seen = new Map<string, Hit>();
     for (let page = Math.max(limit, 64); ; page *= 2) {
       const reading = lists.filter((l) => !l.done);
       if (reading.length === 0) break;
       const replies = await this.ftPipeline(
-        reading.map((l) => ["FT.SEARCH", this.textIndex, `${selected} ${termQuery(l.term)}`, "SORTBY", "rank", "ASC", "LIMIT", String(l.read), String(page), "RETURN", "2", "words", "rank", "DIALECT", "2"]),
+        reading.map((l) => [
+          "FT.SEARCH",
+          this.textIndex,
+          `${selected} ${termQuery(l.term)}`,
+          "SORTBY",
+          "rank",
+          "ASC",
+          "LIMIT",
+          String(l.read),
+          String(page),
+          "RETURN",
+          "2",
+          "words",
+          "rank",
+          "DIALECT",
+          "2",
+        ]),
       );
       reading.forEach((l, i) => {
         const rows = searchRows(replies[i] as unknown[]);
@@ -635,7 +755,11 @@ export class RedisMemories implements LongTermMemoryStore {
         if (l.last > lastRead) lastRead = l.last;
       }
       const kth = [...seen.values()].sort(byScore)[limit - 1];
-      if (kth && (kth.score > bound * (1 + SAME_SCORE) || (kth.score >= bound * (1 - SAME_SCORE) && kth.tie <= lastRead))) break;
+      if (
+        kth &&
+        (kth.score > bound * (1 + SAME_SCORE) || (kth.score >= bound * (1 - SAME_SCORE) && kth.tie <= lastRead))
+      )
+        break;
     }
     return [...seen.values()].sort(byScore).slice(0, limit);
   }
@@ -643,7 +767,8 @@ export class RedisMemories implements LongTermMemoryStore {
   /** The best `limit` by LexicalScore over the whole filtered scope, read and ranked in this process. */
   private async searchScope(filter: MemoryFilter, terms: string[], limit: number): Promise<Hit[]> {
     const documents: Array<{ memory: MemoryRecord; terms: string[] }> = [];
-    for await (const memory of this.newestFirst(filter.scope, SCAN_PAGE)) if (filterSelects(filter, memory)) documents.push({ memory, terms: lexicalTerms(memory) });
+    for await (const memory of this.newestFirst(filter.scope, SCAN_PAGE))
+      if (filterSelects(filter, memory)) documents.push({ memory, terms: lexicalTerms(memory) });
     const holding = new Map(terms.map((term) => [term, 0]));
     let totalLength = 0;
     for (const d of documents) {
@@ -654,7 +779,8 @@ export class RedisMemories implements LongTermMemoryStore {
     const hits: Hit[] = [];
     for (const d of documents) {
       const s = score.score(d.terms);
-      if (s > 0) hits.push({ id: hex(d.memory.memoryId), tie: tieKey(d.memory.createdAt, hex(d.memory.memoryId)), score: s });
+      if (s > 0)
+        hits.push({ id: hex(d.memory.memoryId), tie: tieKey(d.memory.createdAt, hex(d.memory.memoryId)), score: s });
     }
     return hits.sort(byScore).slice(0, limit);
   }
@@ -671,23 +797,43 @@ export class RedisMemories implements LongTermMemoryStore {
     if (await this.onIndex(filter.scope.appName, index)) {
       const [reply] = await this.ftPipeline([
         [
-          "FT.SEARCH", index, `(${filterQuery(filter)})=>[KNN ${limit} @vec $vector AS distance]`,
-          "PARAMS", "2", "vector", float32Bytes(embedding), "SORTBY", "distance", "ASC", "LIMIT", "0", String(limit), "RETURN", "1", "ord", "DIALECT", "2",
+          "FT.SEARCH",
+          index,
+          `(${filterQuery(filter)})=>[KNN ${limit} @vec $vector AS distance]`,
+          "PARAMS",
+          "2",
+          "vector",
+          float32Bytes(embedding),
+          "SORTBY",
+          "distance",
+          "ASC",
+          "LIMIT",
+          "0",
+          String(limit),
+          "RETURN",
+          "1",
+          "ord",
+          "DIALECT",
+          "2",
         ],
       ]);
       ids = searchRows(reply as unknown[]).map(([, fields]) => fields.get("ord")!.slice(17));
     } else {
       ids = [];
-      for await (const memory of this.newestFirst(filter.scope, SCAN_PAGE)) if (filterSelects(filter, memory)) ids.push(hex(memory.memoryId));
+      for await (const memory of this.newestFirst(filter.scope, SCAN_PAGE))
+        if (filterSelects(filter, memory)) ids.push(hex(memory.memoryId));
     }
     const scored: Hit[] = [];
     // The exact cosine of the stored float64 vectors, a page of them per read.
     for (let at = 0; at < ids.length; at += SCAN_PAGE) {
       const page = ids.slice(at, at + SCAN_PAGE);
-      const [vectors] = (await this.transaction((tx) => tx.hmgetBuffer(keys.vectors, ...page))) as [Array<Buffer | null>];
+      const [vectors] = (await this.transaction((tx) => tx.hmgetBuffer(keys.vectors, ...page))) as [
+        Array<Buffer | null>,
+      ];
       page.forEach((id, i) => {
         const bytes = vectors[i];
-        if (bytes && bytes.length === 8 * embedding.length) scored.push({ id, tie: "", score: cosine(embedding, vectorOf(bytes)) });
+        if (bytes && bytes.length === 8 * embedding.length)
+          scored.push({ id, tie: "", score: cosine(embedding, vectorOf(bytes)) });
       });
     }
     return this.rankedMemories(filter, scored.sort(byScore).slice(0, limit));
@@ -698,12 +844,18 @@ export class RedisMemories implements LongTermMemoryStore {
     if (hits.length === 0) return [];
     const keys = this.keysOf(filter.scope.appName);
     const ids = hits.map((h) => h.id);
-    const [records, validities] = (await this.transaction((tx) => tx.hmget(keys.records, ...ids).hmget(keys.validity, ...ids))) as Array<Array<string | null>>;
+    const [records, validities] = (await this.transaction((tx) =>
+      tx.hmget(keys.records, ...ids).hmget(keys.validity, ...ids),
+    )) as Array<Array<string | null>>;
     const found: RankedMemory[] = [];
     hits.forEach((hit, i) => {
-      if (records[i] !== null && validities[i] !== null) found.push({ memory: decode(records[i]!, validities[i]!), score: hit.score });
+      if (records[i] !== null && validities[i] !== null)
+        found.push({ memory: decode(records[i]!, validities[i]!), score: hit.score });
     });
-    const memories = await this.withEmbeddings(filter, found.map((f) => f.memory));
+    const memories = await this.withEmbeddings(
+      filter,
+      found.map((f) => f.memory),
+    );
     return found.map((f, i) => ({ memory: memories[i], score: f.score }));
   }
 
@@ -722,7 +874,10 @@ export class RedisMemories implements LongTermMemoryStore {
   async listMemories(filter: MemoryFilter, limit: number, after?: MemoryCursor): Promise<MemoryRecord[]> {
     if (limit <= 0) return [];
     const indexed = filter.pinned === true && (await this.onIndex(filter.scope.appName));
-    return this.withEmbeddings(filter, indexed ? await this.listIndexed(filter, limit, after) : await this.listFrom(filter, limit, after));
+    return this.withEmbeddings(
+      filter,
+      indexed ? await this.listIndexed(filter, limit, after) : await this.listFrom(filter, limit, after),
+    );
   }
 
   /** The first `limit` memories the filter selects after the cursor, from the scope's indexes. */
@@ -730,7 +885,12 @@ export class RedisMemories implements LongTermMemoryStore {
     const out: MemoryRecord[] = [];
     // A pinned memory's stored JSON holds `"pinned":true` (encode): a record without it is passed over undecoded.
     const mayBeSelected = filter.pinned === true ? (record: string) => record.includes('"pinned":true') : undefined;
-    for await (const memory of this.newestFirst(filter.scope, Math.min(Math.max(limit, LIST_PAGE), 1000), after, mayBeSelected)) {
+    for await (const memory of this.newestFirst(
+      filter.scope,
+      Math.min(Math.max(limit, LIST_PAGE), 1000),
+      after,
+      mayBeSelected,
+    )) {
       if (!filterSelects(filter, memory)) continue;
       out.push(memory);
       if (out.length === limit) break;
@@ -747,13 +907,32 @@ export class RedisMemories implements LongTermMemoryStore {
     const page = Math.min(Math.max(limit, LIST_PAGE), 1000);
     const out: MemoryRecord[] = [];
     for (let offset = 0; out.length < limit; offset += page) {
-      const [reply] = await this.ftPipeline([["FT.SEARCH", this.textIndex, query, "SORTBY", "ord", "DESC", "LIMIT", String(offset), String(page), "RETURN", "1", "ord", "DIALECT", "2"]]);
+      const [reply] = await this.ftPipeline([
+        [
+          "FT.SEARCH",
+          this.textIndex,
+          query,
+          "SORTBY",
+          "ord",
+          "DESC",
+          "LIMIT",
+          String(offset),
+          String(page),
+          "RETURN",
+          "1",
+          "ord",
+          "DIALECT",
+          "2",
+        ],
+      ]);
       const ids = searchRows(reply as unknown[])
         .map(([, fields]) => fields.get("ord")!)
         .filter((ord) => cursor === undefined || ord < cursor)
         .map((ord) => ord.slice(17));
       if (ids.length > 0) {
-        const [records, validities] = (await this.transaction((tx) => tx.hmget(keys.records, ...ids).hmget(keys.validity, ...ids))) as Array<Array<string | null>>;
+        const [records, validities] = (await this.transaction((tx) =>
+          tx.hmget(keys.records, ...ids).hmget(keys.validity, ...ids),
+        )) as Array<Array<string | null>>;
         for (const [i] of ids.entries()) {
           // A memory deleted since the query is passed over.
           if (records[i] === null || validities[i] === null) continue;
@@ -768,7 +947,10 @@ export class RedisMemories implements LongTermMemoryStore {
 
   async deleteMemories(appName: string, memoryIds: readonly string[]): Promise<MemoryRecord[]> {
     if (memoryIds.length === 0) return [];
-    return this.remove(appName, memoryIds.map((id) => [hex(id), ""]));
+    return this.remove(
+      appName,
+      memoryIds.map((id) => [hex(id), ""]),
+    );
   }
 
   async deleteMemoriesInScope(scope: MemoryScopeFilter): Promise<MemoryRecord[]> {
@@ -813,7 +995,9 @@ export class RedisMemories implements LongTermMemoryStore {
   async readMemoryChanges(appName: string, after: number, limit: number): Promise<MemoryChangePage> {
     const keys = this.keysOf(appName);
     // One transaction: the head and the log it trimmed agree.
-    const [head, entries] = (await this.transaction((tx) => tx.hget(keys.meta, "seq").zrangebyscore(keys.changes, `(${after}`, "+inf", "LIMIT", 0, limit))) as [string | null, string[]];
+    const [head, entries] = (await this.transaction((tx) =>
+      tx.hget(keys.meta, "seq").zrangebyscore(keys.changes, `(${after}`, "+inf", "LIMIT", 0, limit),
+    )) as [string | null, string[]];
     requireRetained(after, changeWindowOf(Number(head ?? 0)));
     const parsed = entries.map((entry) => {
       const [, seq, kind, rest] = /^(\d+):([wsd]):(.*)$/s.exec(entry)!;
@@ -822,19 +1006,29 @@ export class RedisMemories implements LongTermMemoryStore {
     const ids = parsed.filter((e) => e.kind !== "d").map((e) => e.rest);
     const current = new Map<string, MemoryRecord>();
     if (ids.length > 0) {
-      const [records, validities, embeddings] = (await this.transaction((tx) => tx.hmget(keys.records, ...ids).hmget(keys.validity, ...ids).hmget(keys.embeddings, ...ids))) as Array<
-        Array<string | null>
-      >;
+      const [records, validities, embeddings] = (await this.transaction((tx) =>
+        tx
+          .hmget(keys.records, ...ids)
+          .hmget(keys.validity, ...ids)
+          .hmget(keys.embeddings, ...ids),
+      )) as Array<Array<string | null>>;
       ids.forEach((id, i) => {
         // Deleted since (or between the reads): its deletion follows.
-        if (records[i] !== null && validities[i] !== null) current.set(id, decode(records[i]!, validities[i]!, embeddings[i]));
+        if (records[i] !== null && validities[i] !== null)
+          current.set(id, decode(records[i]!, validities[i]!, embeddings[i]));
       });
     }
     const changes: MemoryChange[] = [];
     for (const { seq, kind, rest } of parsed) {
       if (kind === "d") {
         const stubs = JSON.parse(rest) as Array<[string, string | null, string | null, string | null]>;
-        changes.push({ seq, kind: "deleted", memories: stubs.map(([memoryId, userId, agentId, sessionId]) => deletedStub(appName, memoryId, userId, agentId, sessionId)) });
+        changes.push({
+          seq,
+          kind: "deleted",
+          memories: stubs.map(([memoryId, userId, agentId, sessionId]) =>
+            deletedStub(appName, memoryId, userId, agentId, sessionId),
+          ),
+        });
         continue;
       }
       const memory = current.get(rest);
@@ -855,7 +1049,9 @@ export class RedisMemories implements LongTermMemoryStore {
   /** The memories of a scan (read without embeddings), each with its embedding when it has one, unless the filter omits them. */
   private async withEmbeddings(filter: MemoryFilter, memories: MemoryRecord[]): Promise<MemoryRecord[]> {
     if (memories.length === 0 || filter.omitEmbeddings) return memories;
-    const [embeddings] = (await this.transaction((tx) => tx.hmget(this.keysOf(filter.scope.appName).embeddings, ...memories.map((m) => hex(m.memoryId))))) as [Array<string | null>];
+    const [embeddings] = (await this.transaction((tx) =>
+      tx.hmget(this.keysOf(filter.scope.appName).embeddings, ...memories.map((m) => hex(m.memoryId))),
+    )) as [Array<string | null>];
     return memories.map((m, i) => (embeddings[i] ? { ...m, embedding: JSON.parse(embeddings[i]!) as number[] } : m));
   }
 
@@ -919,19 +1115,27 @@ export class RedisMemories implements LongTermMemoryStore {
         walks
           .filter((w) => w.buffer.length === 0 && !w.done)
           .map(async (w) => {
-            const upper = w.cursor !== undefined ? `(${w.prefix}${w.cursor}` : w.prefix === "" ? "+" : `(${w.prefix.slice(0, -1)};`;
+            const upper =
+              w.cursor !== undefined ? `(${w.prefix}${w.cursor}` : w.prefix === "" ? "+" : `(${w.prefix.slice(0, -1)};`;
             const lower = w.prefix === "" ? "-" : `[${w.prefix}`;
-            const [members] = (await this.transaction((tx) => tx.zrevrangebylex(w.key, upper, lower, "LIMIT", 0, pageSize))) as [string[]];
+            const [members] = (await this.transaction((tx) =>
+              tx.zrevrangebylex(w.key, upper, lower, "LIMIT", 0, pageSize),
+            )) as [string[]];
             if (members.length < pageSize) w.done = true;
             if (members.length === 0) return;
             const suffixes = members.map((m) => m.slice(w.prefix.length));
             w.cursor = suffixes[suffixes.length - 1];
             const ids = suffixes.map((s) => s.slice(s.indexOf(":") + 1));
-            const [records, validities] = (await this.transaction((tx) => tx.hmget(keys.records, ...ids).hmget(keys.validity, ...ids))) as Array<Array<string | null>>;
+            const [records, validities] = (await this.transaction((tx) =>
+              tx.hmget(keys.records, ...ids).hmget(keys.validity, ...ids),
+            )) as Array<Array<string | null>>;
             // A memory deleted between the two reads is skipped.
             w.buffer = suffixes.map((suffix, i) => ({
               suffix,
-              memory: records[i] === null || validities[i] === null || mayBeSelected?.(records[i]!) === false ? undefined : decode(records[i]!, validities[i]!),
+              memory:
+                records[i] === null || validities[i] === null || mayBeSelected?.(records[i]!) === false
+                  ? undefined
+                  : decode(records[i]!, validities[i]!),
             }));
           }),
       );
@@ -959,7 +1163,12 @@ export class RedisMemories implements LongTermMemoryStore {
 
   /** Decodes a notice of the scripts and hands its changes to this replica's listeners; the records it removed. */
   private deliver(notice: string, own: boolean): MemoryRecord[] {
-    let parsed: { o: string; q?: number; c?: Array<[string, object, string, number[] | null, number]>; d?: Array<[object, string, number[] | null]> };
+    let parsed: {
+      o: string;
+      q?: number;
+      c?: Array<[string, object, string, number[] | null, number]>;
+      d?: Array<[object, string, number[] | null]>;
+    };
     try {
       parsed = JSON.parse(notice);
     } catch {
@@ -972,7 +1181,8 @@ export class RedisMemories implements LongTermMemoryStore {
       if (emit) this.emit(memory.appName, { seq, kind: kind === "s" ? "superseded" : "written", memory });
     }
     const removed = (parsed.d ?? []).map(([record, validity, embedding]) => decode(record, validity, embedding));
-    if (emit && removed.length > 0) this.emit(removed[0].appName, { seq: parsed.q ?? 0, kind: "deleted", memories: removed });
+    if (emit && removed.length > 0)
+      this.emit(removed[0].appName, { seq: parsed.q ?? 0, kind: "deleted", memories: removed });
     return removed;
   }
 
@@ -1045,7 +1255,11 @@ export class RedisMemories implements LongTermMemoryStore {
    * follows the slots as they move.
    */
   private shardedSubscriber(cluster: Cluster): Cluster {
-    const redisOptions = { ...cluster.options.redisOptions, connectionName: `${this.prefix}:memories`, commandTimeout: undefined };
+    const redisOptions = {
+      ...cluster.options.redisOptions,
+      connectionName: `${this.prefix}:memories`,
+      commandTimeout: undefined,
+    };
     return cluster.duplicate(undefined, { shardedSubscribers: true, lazyConnect: true, redisOptions });
   }
 

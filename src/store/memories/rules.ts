@@ -20,7 +20,8 @@ const DIMENSIONS = ["userId", "agentId", "sessionId"] as const;
  */
 export function supersessionKey(m: Pick<MemoryRecord, "key" | "fact">): string {
   if (m.key !== "") return `k\u0000${m.key}`;
-  if (m.fact && m.fact.subject !== "" && m.fact.predicate !== "") return `f\u0000${m.fact.subject}\u0000${m.fact.predicate}`;
+  if (m.fact && m.fact.subject !== "" && m.fact.predicate !== "")
+    return `f\u0000${m.fact.subject}\u0000${m.fact.predicate}`;
   return "";
 }
 
@@ -75,7 +76,10 @@ export function filterSelects(filter: MemoryFilter, m: MemoryRecord): boolean {
  * change, are left out; a retry that leaves validFrom to the server again is
  * still the same memory, so validFrom counts only when the client set it.
  */
-export function memoryFingerprint(m: Omit<MemoryRecord, "createdAt" | "supersededBy" | "fingerprint" | "invalidAt" | "validFrom">, clientValidFrom?: number): string {
+export function memoryFingerprint(
+  m: Omit<MemoryRecord, "createdAt" | "supersededBy" | "fingerprint" | "invalidAt" | "validFrom">,
+  clientValidFrom?: number,
+): string {
   const canonical = stableStringify([
     m.appName,
     m.userId ?? null,
@@ -97,17 +101,27 @@ export function memoryFingerprint(m: Omit<MemoryRecord, "createdAt" | "supersede
 
 /** ALREADY_EXISTS for a memory_id stored with other content. */
 export function memoryIdTaken(field: string, memoryId: string): MemoryError {
-  return new MemoryError("ALREADY_EXISTS", `${field}: memory ${JSON.stringify(memoryId)} already exists with other content; write a new memory_id (with the same key to supersede it)`, {}, {
-    field,
-    fieldProblem: "already exists with other content",
-    reason: "MEMORY_ID_TAKEN",
-  });
+  return new MemoryError(
+    "ALREADY_EXISTS",
+    `${field}: memory ${JSON.stringify(memoryId)} already exists with other content; write a new memory_id (with the same key to supersede it)`,
+    {},
+    {
+      field,
+      fieldProblem: "already exists with other content",
+      reason: "MEMORY_ID_TAKEN",
+    },
+  );
 }
 
 /** INVALID_ARGUMENT for an embedding whose dimension is not the app's (the first embedding of an app sets it). */
 export function embeddingDimensionMismatch(field: string, got: number, want: number): MemoryError {
   const problem = `has ${got} dimensions, but this app's embeddings have ${want}`;
-  return new MemoryError("INVALID_ARGUMENT", `${field}: ${problem}`, {}, { field, fieldProblem: problem, reason: "EMBEDDING_DIMENSION_MISMATCH" });
+  return new MemoryError(
+    "INVALID_ARGUMENT",
+    `${field}: ${problem}`,
+    {},
+    { field, fieldProblem: problem, reason: "EMBEDDING_DIMENSION_MISMATCH" },
+  );
 }
 
 /** Cosine similarity of two vectors of the same length; 0 when either is all zeros. */
@@ -140,12 +154,17 @@ export function changeCursorOutOfRange(after: number, window: MemoryChangeWindow
     after > window.head
       ? `change ${after} is beyond the app's newest change (${window.head})`
       : `changes after ${after} are no longer retained (the oldest retained is ${window.floor + 1}); list or search, then watch from the cursor of started`;
-  return new MemoryError("OUT_OF_RANGE", `after: ${problem}`, {}, {
-    field: "after",
-    fieldProblem: problem,
-    reason: "CHANGES_EVICTED",
-    info: { head: String(window.head), floor: String(window.floor) },
-  });
+  return new MemoryError(
+    "OUT_OF_RANGE",
+    `after: ${problem}`,
+    {},
+    {
+      field: "after",
+      fieldProblem: problem,
+      reason: "CHANGES_EVICTED",
+      info: { head: String(window.head), floor: String(window.floor) },
+    },
+  );
 }
 
 /** The window check readMemoryChanges makes before reading. */
@@ -154,8 +173,26 @@ export function requireRetained(after: number, window: MemoryChangeWindow): void
 }
 
 /** A deleted memory as a change log keeps it: its id and scope (what a watch filters and reports), nothing else. */
-export function deletedStub(appName: string, memoryId: string, userId?: string | null, agentId?: string | null, sessionId?: string | null): MemoryRecord {
-  const m: MemoryRecord = { memoryId, appName, text: "", key: "", topics: [], importance: 0, pinned: false, metadata: {}, createdAt: 0, validFrom: 0, fingerprint: "" };
+export function deletedStub(
+  appName: string,
+  memoryId: string,
+  userId?: string | null,
+  agentId?: string | null,
+  sessionId?: string | null,
+): MemoryRecord {
+  const m: MemoryRecord = {
+    memoryId,
+    appName,
+    text: "",
+    key: "",
+    topics: [],
+    importance: 0,
+    pinned: false,
+    metadata: {},
+    createdAt: 0,
+    validFrom: 0,
+    fingerprint: "",
+  };
   if (userId !== null && userId !== undefined) m.userId = userId;
   if (agentId !== null && agentId !== undefined) m.agentId = agentId;
   if (sessionId !== null && sessionId !== undefined) m.sessionId = sessionId;

@@ -46,7 +46,12 @@ export function decodeEvent(sessionId: string, seq: number, encoded: string | Bu
   const type = readFrame(bytes, 0);
   const id = type && readFrame(bytes, type.end);
   if (!id) throw new SyntaxError(`malformed stored event ${seq} of session ${JSON.stringify(sessionId)}`);
-  const [timestamp, content, metadata, stateDelta] = JSON.parse(bytes.toString("utf8", id.end)) as [number, JsonValue, JsonObject, JsonObject?];
+  const [timestamp, content, metadata, stateDelta] = JSON.parse(bytes.toString("utf8", id.end)) as [
+    number,
+    JsonValue,
+    JsonObject,
+    JsonObject?,
+  ];
   const event: StoredEvent = { sessionId, seq, eventId: id.text, eventType: type.text, content, metadata, timestamp };
   if (stateDelta) event.stateDelta = stateDelta;
   return event;
@@ -125,7 +130,11 @@ export class DecodedEvents {
       // every entry deleted there since its last rehash, so evicting one event per
       // new one (a session streamed past its cap) cost ~3 µs an event.
       for (const [seq, entry] of bySeq) {
-        if (bySeq.size <= EVICTED_DOWN_TO * DECODED_SESSION_EVENTS_MAX && bytes <= EVICTED_DOWN_TO * DECODED_SESSION_BYTES_MAX) break;
+        if (
+          bySeq.size <= EVICTED_DOWN_TO * DECODED_SESSION_EVENTS_MAX &&
+          bytes <= EVICTED_DOWN_TO * DECODED_SESSION_BYTES_MAX
+        )
+          break;
         bySeq.delete(seq);
         bytes -= entrySize(entry.encoded);
       }

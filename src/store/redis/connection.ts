@@ -112,8 +112,10 @@ export function storeError(err: unknown): MemoryError {
   if (err instanceof MemoryError) return err;
   const e = err instanceof Error ? err : new Error(String(err));
   if (e.name === "ReplyError") {
-    if (TRANSIENT_REPLY.test(e.message)) return new MemoryError("UNAVAILABLE", `redis unavailable: ${e.message}`, {}, { cause: e });
-    if (e.message.startsWith("OOM")) return new MemoryError("RESOURCE_EXHAUSTED", `redis is out of memory: ${e.message}`, {}, { cause: e });
+    if (TRANSIENT_REPLY.test(e.message))
+      return new MemoryError("UNAVAILABLE", `redis unavailable: ${e.message}`, {}, { cause: e });
+    if (e.message.startsWith("OOM"))
+      return new MemoryError("RESOURCE_EXHAUSTED", `redis is out of memory: ${e.message}`, {}, { cause: e });
     return new MemoryError("INTERNAL", "internal error", {}, { cause: e });
   }
   if (e instanceof TypeError || e instanceof RangeError || e instanceof SyntaxError) {
@@ -136,7 +138,13 @@ export class RedisConnection {
   /** The command connection's last error: connect() only says "Connection is closed.", this has the reason. */
   private lastError: Error | undefined;
   /** One node: the notice channels, their handler, whether they are subscribed (or being), the pending unsubscription. */
-  private notices?: { channels: string[]; handler: NoticeHandler; subscribed: boolean; ready: Promise<void>; idle?: NodeJS.Timeout };
+  private notices?: {
+    channels: string[];
+    handler: NoticeHandler;
+    subscribed: boolean;
+    ready: Promise<void>;
+    idle?: NodeJS.Timeout;
+  };
 
   constructor(private readonly options: ConnectionOptions) {
     const common: RedisOptions = {
@@ -238,7 +246,12 @@ export class RedisConnection {
     this.commands.disconnect();
     this.subscriber.disconnect();
     const cause = this.lastError?.message ?? (err instanceof Error ? err.message : String(err));
-    return new MemoryError("UNAVAILABLE", `cannot connect to Redis at ${maskUrl(this.options.url)}: ${cause}`, {}, { cause: err });
+    return new MemoryError(
+      "UNAVAILABLE",
+      `cannot connect to Redis at ${maskUrl(this.options.url)}: ${cause}`,
+      {},
+      { cause: err },
+    );
   }
 
   /**
@@ -258,7 +271,8 @@ export class RedisConnection {
     try {
       if (!this.cluster) return await run(this.commands);
       // Not connected to the cluster at all (every node down, or not yet reached): fail now, as one node's client does.
-      if (this.commands.status !== "ready") throw new MemoryError("UNAVAILABLE", `redis cluster unavailable: the client is ${this.commands.status}`);
+      if (this.commands.status !== "ready")
+        throw new MemoryError("UNAVAILABLE", `redis cluster unavailable: the client is ${this.commands.status}`);
       return await this.givenUpInTime(run(this.commands));
     } catch (err) {
       throw storeError(err);
@@ -270,7 +284,16 @@ export class RedisConnection {
     const ms = this.options.commandTimeoutMs ?? DEFAULT_COMMAND_TIMEOUT_MS;
     let giveUp!: (err: MemoryError) => void;
     const givenUp = new Promise<never>((_, reject) => (giveUp = reject));
-    const timer = setTimeout(() => giveUp(new MemoryError("UNAVAILABLE", `redis cluster unavailable: no answer within ${ms} ms (MEMORY_STORE_TIMEOUT_MS)`)), ms);
+    const timer = setTimeout(
+      () =>
+        giveUp(
+          new MemoryError(
+            "UNAVAILABLE",
+            `redis cluster unavailable: no answer within ${ms} ms (MEMORY_STORE_TIMEOUT_MS)`,
+          ),
+        ),
+      ms,
+    );
     this.inFlight.add(giveUp);
     try {
       return await Promise.race([work, givenUp]);
@@ -284,7 +307,8 @@ export class RedisConnection {
   async ping(): Promise<void> {
     await this.call((redis) => redis.ping());
     // Without the notice connection live streams fall back to heartbeat re-reads: report it.
-    if (this.subscriber.status !== "ready") throw new MemoryError("UNAVAILABLE", `redis unavailable: notice connection is ${this.subscriber.status}`);
+    if (this.subscriber.status !== "ready")
+      throw new MemoryError("UNAVAILABLE", `redis unavailable: notice connection is ${this.subscriber.status}`);
   }
 
   /** What the server's AOF and RDB settings mean for an acknowledged append (on a cluster: the node that answers CONFIG GET). */
@@ -303,7 +327,8 @@ export class RedisConnection {
       if (mapped.code === "UNAVAILABLE") throw mapped;
       // CONFIG is often disabled or renamed on managed Redis.
       return {
-        summary: "unknown: CONFIG GET is not allowed on this Redis; ask its operator whether appendonly (AOF) is on and how often it fsyncs",
+        summary:
+          "unknown: CONFIG GET is not allowed on this Redis; ask its operator whether appendonly (AOF) is on and how often it fsyncs",
         settings: { appendonly: "unknown", appendfsync: "unknown" },
       };
     }

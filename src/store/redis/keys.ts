@@ -167,7 +167,11 @@ export class RedisKeys {
 
   /** The user's state in one app (session state's "user:" keys). */
   userState(tenancy: Tenancy): string {
-    return this.key(this.clustered ? `{st:${hex(tenancy.appName)}}:au:${hex(tenancy.userId)}` : `st:au:${hex(tenancy.appName)}:${hex(tenancy.userId)}`);
+    return this.key(
+      this.clustered
+        ? `{st:${hex(tenancy.appName)}}:au:${hex(tenancy.userId)}`
+        : `st:au:${hex(tenancy.appName)}:${hex(tenancy.userId)}`,
+    );
   }
 
   /** Cluster: the outbox entries already applied to an app's (and its users') state. */
@@ -182,7 +186,12 @@ export class RedisKeys {
 
   /** The four index keys a session belongs to: all, app, user, app + user. */
   indexesOf(tenancy: Tenancy, bucket: Bucket): [string, string, string, string] {
-    return scopesOfSession(tenancy.appName, tenancy.userId).map((scope) => this.index(scope, bucket)) as [string, string, string, string];
+    return scopesOfSession(tenancy.appName, tenancy.userId).map((scope) => this.index(scope, bucket)) as [
+      string,
+      string,
+      string,
+      string,
+    ];
   }
 
   /** A bucket's recent-events index of one scope (src/store/rules.ts RecentScope). */
@@ -192,7 +201,12 @@ export class RedisKeys {
 
   /** The four recent-events indexes a session's events go into: all, app, user, app + user. */
   recentOf(tenancy: Tenancy, bucket: Bucket): [string, string, string, string] {
-    return scopesOfSession(tenancy.appName, tenancy.userId).map((scope) => this.recent(scope, bucket)) as [string, string, string, string];
+    return scopesOfSession(tenancy.appName, tenancy.userId).map((scope) => this.recent(scope, bucket)) as [
+      string,
+      string,
+      string,
+      string,
+    ];
   }
 
   private key(name: string): string {

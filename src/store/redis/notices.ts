@@ -48,12 +48,18 @@ export class RedisNotices implements NoticeHandler {
     const ids = this.listeners.sessionIds();
     if (ids.length === 0) return;
     // One read per session (on a cluster they live in different slots); the heartbeat re-reads of the streams catch up on any that fails.
-    const results = await Promise.allSettled(ids.map((id) => this.connection.commands.hmget(this.keys.session(id), "head", "inc")));
+    const results = await Promise.allSettled(
+      ids.map((id) => this.connection.commands.hmget(this.keys.session(id), "head", "inc")),
+    );
     for (const [i, id] of ids.entries()) {
       const result = results[i];
       if (result.status === "rejected") continue;
       const [head, incarnation] = result.value;
-      this.listeners.notify(head === null ? { sessionId: id, deleted: true } : { sessionId: id, headSeq: Number(head), incarnation: incarnation ?? "" });
+      this.listeners.notify(
+        head === null
+          ? { sessionId: id, deleted: true }
+          : { sessionId: id, headSeq: Number(head), incarnation: incarnation ?? "" },
+      );
     }
   }
 }
@@ -64,7 +70,11 @@ export class RedisNotices implements NoticeHandler {
  * says someone here listens to the session. Undefined for a notice of an
  * unwanted session, and for anything malformed (it cannot come from our scripts).
  */
-export function parseNotice(message: Buffer, wanted: (sessionId: string) => boolean, decoded: DecodedEvents): SessionNotice | undefined {
+export function parseNotice(
+  message: Buffer,
+  wanted: (sessionId: string) => boolean,
+  decoded: DecodedEvents,
+): SessionNotice | undefined {
   const newline = message.indexOf(0x0a);
   let header: { s: string; h?: number; d?: number; k?: number; i?: string };
   try {

@@ -33,7 +33,8 @@ export async function checkScripts(redis: RedisClient): Promise<void> {
         } catch (err) {
           // A transient answer (LOADING, BUSY...) or an outage passes by retrying; any other error reply is Redis refusing this script.
           const mapped = storeError(err);
-          if (mapped.code === "INTERNAL" && err instanceof Error && err.name === "ReplyError") throw new StoreScriptRefusedError("redis", file, err.message);
+          if (mapped.code === "INTERNAL" && err instanceof Error && err.name === "ReplyError")
+            throw new StoreScriptRefusedError("redis", file, err.message);
           throw mapped;
         }
       }

@@ -100,12 +100,22 @@ export interface CreateInput {
 }
 
 /** Creates a session, or finds the one there (getOrCreate). */
-export const createScript: Script<CreateInput, { outcome: "EXISTS" } | { outcome: "FOUND"; fields: Record<string, string> } | { outcome: "CREATED"; totalSessions: number }> = {
+export const createScript: Script<
+  CreateInput,
+  | { outcome: "EXISTS" }
+  | { outcome: "FOUND"; fields: Record<string, string> }
+  | { outcome: "CREATED"; totalSessions: number }
+> = {
   name: "create",
   args({ keys }, { session, incarnation, mode }) {
     const { sessionId, appName, userId } = session;
     const bucket = keys.bucketOf(sessionId);
-    const head = [keys.session(sessionId), keys.updated(bucket), keys.stats(bucket), ...keys.indexesOf({ appName, userId }, bucket)];
+    const head = [
+      keys.session(sessionId),
+      keys.updated(bucket),
+      keys.stats(bucket),
+      ...keys.indexesOf({ appName, userId }, bucket),
+    ];
     return [...head, sessionId, appName, userId, JSON.stringify(session.metadata), session.now, mode, incarnation];
   },
   decode(reply) {
@@ -140,7 +150,13 @@ export type AppendOutcome =
   | { outcome: "DUPLICATE"; eventId: string }
   | { outcome: "CONFLICT"; headSeq: number }
   | StateTooLarge
-  | { outcome: "OK"; replayed: boolean; events: Array<{ seq: number; original?: string }>; trimmed: number; outbox?: OutboxEntry };
+  | {
+      outcome: "OK";
+      replayed: boolean;
+      events: Array<{ seq: number; original?: string }>;
+      trimmed: number;
+      outbox?: OutboxEntry;
+    };
 
 /** Cluster: user and app state changes written to a bucket's outbox, to apply in the app's slot (shared-3.lua). */
 export interface OutboxEntry {
@@ -176,14 +192,23 @@ export const appendScript: Script<AppendInput, AppendOutcome> = {
     args.push(NOTICE_EVENTS_MAX_BYTES, tenancy.appName, tenancy.userId, windowMs, maxIds, caps.length, ...caps.flat());
     args.push(MAX_STATE_KEYS, MAX_STATE_BYTES);
     for (const e of events) args.push(...encodeStateChanges(e.stateDelta));
-    args.push(keys.clustered ? recentMemberPrefix(sessionId) : "", ingestBase === undefined ? "" : ingestBase, publishCommand(keys));
+    args.push(
+      keys.clustered ? recentMemberPrefix(sessionId) : "",
+      ingestBase === undefined ? "" : ingestBase,
+      publishCommand(keys),
+    );
     if (incarnation !== undefined) args.push(incarnation);
     return args;
   },
   resp(context, { sessionId, tenancy, events, expectedSeq, now, ingestBase, incarnation }) {
     const runs = appendRunsOf(context, sessionId, tenancy);
     let count = runs.session.count + 2 + runs.limits.count + 1 + 4 * events.length + runs.tenancy.count + 3;
-    let text = runs.session.text + bulk(expectedSeq === undefined ? "" : expectedSeq) + bulk(now) + runs.limits.text + bulk(events.length);
+    let text =
+      runs.session.text +
+      bulk(expectedSeq === undefined ? "" : expectedSeq) +
+      bulk(now) +
+      runs.limits.text +
+      bulk(events.length);
     for (const e of events) {
       const fingerprint = e.fingerprint || eventFingerprint(e.eventType, e.content, e.metadata, e.stateDelta);
       text += bulk(e.eventId) + bulk(fingerprint) + bulk(e.timestamp) + bulk(encodeEvent(e));
@@ -222,7 +247,10 @@ export const appendScript: Script<AppendInput, AppendOutcome> = {
     const stored = events.map((_, i) => {
       // "": appended now; null: a retry of an event trimmed inside the dedupe window. Both: as submitted.
       const original = reply[5 + 2 * i];
-      return { seq: reply[4 + 2 * i] as number, original: typeof original === "string" && original !== "" ? original : undefined };
+      return {
+        seq: reply[4 + 2 * i] as number,
+        original: typeof original === "string" && original !== "" ? original : undefined,
+      };
     });
     // A replay (every event known) has no trimmed count.
     const trimmed = (reply[4 + 2 * events.length] as number | undefined) ?? 0;
@@ -270,7 +298,17 @@ function appendRunsOf(context: ScriptContext, sessionId: string, tenancy: Tenanc
     userId: tenancy.userId,
     session: respOf(appendSessionArgs(keys, sessionId, tenancy)),
     limits: respOf([limits.maxSessionEvents, RECENT_CAP, recentMemberPrefix(sessionId), keys.channel(bucket)]),
-    tenancy: respOf([NOTICE_EVENTS_MAX_BYTES, tenancy.appName, tenancy.userId, windowMs, maxIds, caps.length, ...caps.flat(), MAX_STATE_KEYS, MAX_STATE_BYTES]),
+    tenancy: respOf([
+      NOTICE_EVENTS_MAX_BYTES,
+      tenancy.appName,
+      tenancy.userId,
+      windowMs,
+      maxIds,
+      caps.length,
+      ...caps.flat(),
+      MAX_STATE_KEYS,
+      MAX_STATE_BYTES,
+    ]),
     tail: bulk(keys.clustered ? recentMemberPrefix(sessionId) : ""),
     publish: bulk(publishCommand(keys)),
   };
@@ -393,7 +431,9 @@ export interface DeleteInput {
 }
 
 /** What the driver's deletions pass on to the script: conditions and a scope the driver checks itself. */
-export type DeleteConditions = Pick<DeleteInput, "updatedBelow" | "keepAtLeast" | "incarnation"> & { scope?: CleanupScope };
+export type DeleteConditions = Pick<DeleteInput, "updatedBelow" | "keepAtLeast" | "incarnation"> & {
+  scope?: CleanupScope;
+};
 
 /** A deletion's outcome; `events`: what a DELETED session held. */
 export interface DeleteOutcome {
@@ -446,7 +486,13 @@ export interface ReadInput {
 
 /** A run of one session's events with its bounds; `lastSeq`: the last seq looked at. Undefined: no such session. */
 export type ReadOutcome =
-  | { headSeq: number; firstSeq: number; lastSeq: number; incarnation: string; events: Array<{ seq: number; encoded: Buffer }> }
+  | {
+      headSeq: number;
+      firstSeq: number;
+      lastSeq: number;
+      incarnation: string;
+      events: Array<{ seq: number; encoded: Buffer }>;
+    }
   | undefined;
 
 /** Reads a run of consecutive seqs of one session together with its bounds. */
@@ -464,7 +510,13 @@ export const readScript: Script<ReadInput, ReadOutcome> = {
     if ((reply[0] as Buffer).length !== 2) return undefined;
     const events: Array<{ seq: number; encoded: Buffer }> = [];
     for (let i = 5; i < reply.length; i += 2) events.push({ seq: reply[i] as number, encoded: reply[i + 1] as Buffer });
-    return { headSeq: reply[1] as number, firstSeq: reply[2] as number, lastSeq: reply[3] as number, incarnation: (reply[4] as Buffer).toString(), events };
+    return {
+      headSeq: reply[1] as number,
+      firstSeq: reply[2] as number,
+      lastSeq: reply[3] as number,
+      incarnation: (reply[4] as Buffer).toString(),
+      events,
+    };
   },
 };
 
@@ -480,7 +532,14 @@ export const stateCheckScript: Script<SharedStateInput, StateTooLarge | undefine
   name: "statecheck",
   readOnly: true,
   args({ keys }, { tenancy, changes }) {
-    return [keys.userState(tenancy), keys.appState(tenancy.appName), MAX_STATE_KEYS, MAX_STATE_BYTES, changes.length, ...changes.flat()];
+    return [
+      keys.userState(tenancy),
+      keys.appState(tenancy.appName),
+      MAX_STATE_KEYS,
+      MAX_STATE_BYTES,
+      changes.length,
+      ...changes.flat(),
+    ];
   },
   decode(reply) {
     return reply[0] === "TOO_LARGE" ? stateTooLargeOf(reply) : undefined;
@@ -500,7 +559,16 @@ export interface ApplySharedInput extends SharedStateInput {
 export const applySharedScript: Script<ApplySharedInput, boolean> = {
   name: "shared",
   args({ keys }, { tenancy, changes, field, now }) {
-    return [keys.userState(tenancy), keys.appState(tenancy.appName), keys.stateApplied(tenancy.appName), field, now, APPLIED_KEPT_MS, changes.length, ...changes.flat()];
+    return [
+      keys.userState(tenancy),
+      keys.appState(tenancy.appName),
+      keys.stateApplied(tenancy.appName),
+      field,
+      now,
+      APPLIED_KEPT_MS,
+      changes.length,
+      ...changes.flat(),
+    ];
   },
   decode(reply) {
     return (reply as unknown as number) === 1;
@@ -593,7 +661,10 @@ export class RedisScripts {
       // defineCommand runs EVALSHA and falls back to EVAL (loading it) when Redis does not know the script yet.
       redis.defineCommand(`engram_${name}`, numberOfKeys === undefined ? { lua } : { numberOfKeys, lua });
       for (const variant of [`engram_${name}`, `engram_${name}Buffer`]) {
-        this.commands.set(variant, (redis as unknown as Record<string, (...keysAndArgs: Arg[]) => Promise<Reply>>)[variant].bind(redis));
+        this.commands.set(
+          variant,
+          (redis as unknown as Record<string, (...keysAndArgs: Arg[]) => Promise<Reply>>)[variant].bind(redis),
+        );
       }
       if (!isCluster(redis) && wait.replicas === 0) {
         const sha = createHash("sha1").update(lua).digest("hex");
@@ -634,14 +705,22 @@ export class RedisScripts {
    * still goes through the client: its queue, timeout, reconnect and
    * re-sending of unanswered commands are unchanged.
    */
-  private async runRaw(raw: { evalsha: string; evalHead: string; keyCount: string; keyArgs: number }, args: Resp, buffers: boolean): Promise<Reply> {
+  private async runRaw(
+    raw: { evalsha: string; evalHead: string; keyCount: string; keyArgs: number },
+    args: Resp,
+    buffers: boolean,
+  ): Promise<Reply> {
     const count = `*${args.count + raw.keyArgs + 2}\r\n`;
     const client = this.redis as Redis;
     try {
-      return (await client.sendCommand(new RespCommand(count + raw.evalsha + raw.keyCount + args.text, buffers))) as Reply;
+      return (await client.sendCommand(
+        new RespCommand(count + raw.evalsha + raw.keyCount + args.text, buffers),
+      )) as Reply;
     } catch (err) {
       if (!(err instanceof Error) || !err.message.startsWith("NOSCRIPT")) throw err;
-      return (await client.sendCommand(new RespCommand(count + raw.evalHead + raw.keyCount + args.text, buffers))) as Reply;
+      return (await client.sendCommand(
+        new RespCommand(count + raw.evalHead + raw.keyCount + args.text, buffers),
+      )) as Reply;
     }
   }
 }
@@ -669,8 +748,14 @@ class RespCommand extends Command {
  * and a retry with the same ids is idempotent. Every writing script of the
  * store (sessions and memories) goes through here.
  */
-export async function runThenWait(redis: RedisClient, command: string, keysAndArgs: Array<Arg | Buffer>, wait: WaitForReplicas): Promise<Reply> {
-  const runner = (target: object) => (target as Record<string, (...a: Array<Arg | Buffer>) => unknown>)[command].bind(target);
+export async function runThenWait(
+  redis: RedisClient,
+  command: string,
+  keysAndArgs: Array<Arg | Buffer>,
+  wait: WaitForReplicas,
+): Promise<Reply> {
+  const runner = (target: object) =>
+    (target as Record<string, (...a: Array<Arg | Buffer>) => unknown>)[command].bind(target);
   if (wait.replicas === 0) return (await runner(redis)(...keysAndArgs)) as Reply;
   for (let attempt = 1; ; attempt++) {
     const pipeline = redis.pipeline();

@@ -8,7 +8,13 @@
 /** What MEMORY_REDIS_URL names: one server (its URL as ioredis takes it), or a cluster's seed nodes. */
 export type RedisTarget =
   | { kind: "node"; url: string }
-  | { kind: "cluster"; seeds: Array<{ host: string; port: number }>; username?: string; password?: string; tls: boolean };
+  | {
+      kind: "cluster";
+      seeds: Array<{ host: string; port: number }>;
+      username?: string;
+      password?: string;
+      tls: boolean;
+    };
 
 /**
  * MEMORY_REDIS_URL read: redis:// or rediss:// (one server), or
@@ -30,14 +36,17 @@ export function parseRedisUrl(url: string): RedisTarget {
     return { kind: "node", url };
   }
   if (scheme !== "redis+cluster" && scheme !== "rediss+cluster") {
-    throw new Error(`expected redis://host:port, rediss://host:port or redis+cluster://host1:port1,host2:port2, got ${JSON.stringify(maskUrl(url))}`);
+    throw new Error(
+      `expected redis://host:port, rediss://host:port or redis+cluster://host1:port1,host2:port2, got ${JSON.stringify(maskUrl(url))}`,
+    );
   }
   let rest = url.slice(scheme.length + 3);
   const slash = rest.indexOf("/");
   if (slash >= 0) {
     const path = rest.slice(slash);
     // A cluster has only database 0.
-    if (path !== "/" && path !== "/0") throw new Error(`a cluster has only database 0, got the path ${JSON.stringify(path)}`);
+    if (path !== "/" && path !== "/0")
+      throw new Error(`a cluster has only database 0, got the path ${JSON.stringify(path)}`);
     rest = rest.slice(0, slash);
   }
   let username: string | undefined;
@@ -53,7 +62,8 @@ export function parseRedisUrl(url: string): RedisTarget {
   const seeds = rest.split(",").map((node) => {
     const match = /^(\[[0-9a-f:.]+\]|[A-Za-z0-9.-]+):(\d{1,5})$/i.exec(node.trim());
     const port = Number(match?.[2]);
-    if (!match || port < 1 || port > 65535) throw new Error(`each cluster seed node must be host:port, got ${JSON.stringify(node)}`);
+    if (!match || port < 1 || port > 65535)
+      throw new Error(`each cluster seed node must be host:port, got ${JSON.stringify(node)}`);
     return { host: match[1].replace(/^\[(.*)\]$/, "$1"), port };
   });
   return { kind: "cluster", seeds, username, password, tls: scheme === "rediss+cluster" };

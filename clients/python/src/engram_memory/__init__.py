@@ -3,6 +3,7 @@
 >>> from engram_memory import EngramMemory
 >>> async with EngramMemory("127.0.0.1:8000") as memory: ...
 """
+
 from __future__ import annotations
 
 from ._retry import StreamRetry

@@ -5,6 +5,7 @@ client.py and memory.py are written against these names only. The sync clients
 (unasync), which swaps this module for :mod:`engram_memory._sync_io`: the same
 names over blocking grpc and :func:`time.sleep`.
 """
+
 from __future__ import annotations
 
 import asyncio

@@ -1,4 +1,5 @@
 """Conversions between the generated protobuf messages and the client's types."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -303,7 +304,8 @@ def context_request(
     retrieval_threshold: int | None = None,
 ) -> pb.BuildConversationContextRequest:
     """The request of build_conversation_context; unset options take the server's defaults."""
-    req = message(pb.BuildConversationContextRequest,
+    req = message(
+        pb.BuildConversationContextRequest,
         session_id=session_id,
         max_events=max_events,
         token_budget=token_budget,
@@ -446,8 +448,13 @@ def get_session_events_request(
     page_token: str,
     tail: int,
 ) -> pb.GetSessionEventsRequest:
-    req = message(pb.GetSessionEventsRequest,
-        session_id=session_id, event_types=list(event_types or ()), limit=limit, page_token=page_token, tail=tail
+    req = message(
+        pb.GetSessionEventsRequest,
+        session_id=session_id,
+        event_types=list(event_types or ()),
+        limit=limit,
+        page_token=page_token,
+        tail=tail,
     )
     if after_seq is not None:
         set_field(req, "after_seq", after_seq)
@@ -623,7 +630,8 @@ def search_memories_request(
     include_embeddings: bool = False,
 ) -> mpb.SearchMemoriesRequest:
     # Unset (None) filters stay absent on the wire: an empty string would be a filter the server refuses.
-    req = message(mpb.SearchMemoriesRequest,
+    req = message(
+        mpb.SearchMemoriesRequest,
         app_name=app_name,
         user_id=user_id,
         agent_id=agent_id,
@@ -660,7 +668,8 @@ def list_memories_request(
     page_token: str,
     include_embeddings: bool = False,
 ) -> mpb.ListMemoriesRequest:
-    req = message(mpb.ListMemoriesRequest,
+    req = message(
+        mpb.ListMemoriesRequest,
         app_name=app_name,
         user_id=user_id,
         agent_id=agent_id,
@@ -690,7 +699,8 @@ def delete_memories_request(
     session_id: str | None,
     scope: ScopeMatch | None,
 ) -> mpb.DeleteMemoriesRequest:
-    return message(mpb.DeleteMemoriesRequest,
+    return message(
+        mpb.DeleteMemoriesRequest,
         app_name=app_name,
         memory_ids=list(memory_ids or ()),
         user_id=user_id,
@@ -709,7 +719,8 @@ def watch_memories_request(
     scope: ScopeMatch | None,
     after: int | None = None,
 ) -> mpb.WatchMemoriesRequest:
-    return message(mpb.WatchMemoriesRequest,
+    return message(
+        mpb.WatchMemoriesRequest,
         app_name=app_name,
         user_id=user_id,
         agent_id=agent_id,
@@ -737,8 +748,13 @@ def change_from_pb(r: mpb.WatchMemoriesResponse) -> MemoryChange | None:
 def search_events_request(
     app_name: str, query: str, *, user_id: str | None, top_k: int, event_types: Iterable[str] | None
 ) -> pb.SearchEventsRequest:
-    return message(pb.SearchEventsRequest,
-        app_name=app_name, user_id=user_id, query=query, top_k=top_k, event_types=list(event_types or ())
+    return message(
+        pb.SearchEventsRequest,
+        app_name=app_name,
+        user_id=user_id,
+        query=query,
+        top_k=top_k,
+        event_types=list(event_types or ()),
     )
 
 
@@ -757,7 +773,8 @@ def recall_request(
     query_embedding: Iterable[float] | None,
     include_embeddings: bool = False,
 ) -> pb.RecallRequest:
-    return message(pb.RecallRequest,
+    return message(
+        pb.RecallRequest,
         session_id=session_id,
         query=query,
         token_budget=token_budget,

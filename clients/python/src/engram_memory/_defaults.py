@@ -1,4 +1,5 @@
 """Defaults and limits shared by the async and sync clients (no I/O)."""
+
 from __future__ import annotations
 
 import json

@@ -1,4 +1,5 @@
 """The retry policy shared by the Engram clients (Go, TypeScript, Python: same defaults)."""
+
 from __future__ import annotations
 
 import random

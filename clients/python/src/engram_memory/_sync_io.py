@@ -3,6 +3,7 @@
 The generated sync clients (engram_memory._gen.sync) call these where the async
 ones await theirs; everything else is one source (client.py, memory.py).
 """
+
 from __future__ import annotations
 
 import threading

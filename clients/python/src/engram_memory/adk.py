@@ -17,6 +17,7 @@ session twice stores it once), ``add_memory`` writes entries as they are, and
 ``search_memory`` ranks the user's memories (SearchMemories) together with the
 events of the user's sessions (SearchEvents).
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -201,9 +202,7 @@ class EngramSessionService(BaseSessionService):
         """Stores the event and its state delta in one atomic append, then adds both to ``session``."""
         if event.partial:
             return event
-        delta = {
-            k: v for k, v in (event.actions.state_delta or {}).items() if not k.startswith(State.TEMP_PREFIX)
-        }
+        delta = {k: v for k, v in (event.actions.state_delta or {}).items() if not k.startswith(State.TEMP_PREFIX)}
         stored = event.model_copy(deep=True)
         stored.actions.state_delta = delta
         msg = cv.event_input(

@@ -7,6 +7,7 @@ unasync (``async``/``await`` dropped, :mod:`engram_memory._async_io` swapped for
 regenerate after a change. Imports of shared modules are absolute because the
 generated copy lives in another package.
 """
+
 from __future__ import annotations
 
 from collections.abc import AsyncGenerator, AsyncIterator, Iterable, Mapping, Sequence

@@ -7,6 +7,7 @@ grpcio-status into :attr:`EngramError.field_violations`, :attr:`~EngramError.rea
 :attr:`~EngramError.metadata` and :attr:`~EngramError.retry_delay`, so nothing
 is parsed out of the message.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass

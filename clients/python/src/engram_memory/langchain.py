@@ -6,6 +6,7 @@ event type says who spoke, for the server's context assembly and other
 readers: ``human`` is ``user_message``, ``ai`` ``agent_response``, ``system``
 ``system``, ``tool`` ``tool_result``, others ``chat_message``.
 """
+
 from __future__ import annotations
 
 from collections.abc import Sequence

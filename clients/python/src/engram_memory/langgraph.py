@@ -28,6 +28,7 @@ returned (the best 100 matches), so a filtered search may return fewer than
 ``limit`` items. Items keep no separate creation time: ``created_at`` is the time of
 the version read (``updated_at``).
 """
+
 from __future__ import annotations
 
 import asyncio

@@ -1,4 +1,5 @@
 """Plain Python types of the Engram client (no protobuf in sight)."""
+
 from __future__ import annotations
 
 import uuid

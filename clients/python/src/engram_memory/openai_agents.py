@@ -13,6 +13,7 @@ concurrency: a pop that races another write is retried on the new head);
 :meth:`EngramSession.clear_session` deletes the session; the next
 :meth:`EngramSession.add_items` creates it again.
 """
+
 from __future__ import annotations
 
 import json

@@ -25,6 +25,7 @@ answer itself and replays only those, and records tool calls and returns as
 ``{"tool", "arguments"}`` / ``{"tool", "result"}`` events (``delegation_*``
 for its ``delegate_to_*`` tools).
 """
+
 from __future__ import annotations
 
 import json

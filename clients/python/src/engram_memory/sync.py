@@ -7,6 +7,7 @@ low-level one (``engram_memory.EngramClientSync``);
 All are generated from the async sources (client.py, memory.py, kg.py) by scripts/generate_sync.py into
 engram_memory._gen.sync: change the async source, then regenerate.
 """
+
 from __future__ import annotations
 
 from ._gen.sync.client import EngramClientSync

@@ -7,6 +7,7 @@ the real server (``ENGRAM_TARGET``) and marks the failures listed for the suite
 (``ENGRAM_SUITE``) in expected_failures.txt as strict xfails: a new failure, or
 a listed one that now passes, fails the run.
 """
+
 from __future__ import annotations
 
 import os

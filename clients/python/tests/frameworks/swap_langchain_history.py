@@ -7,6 +7,7 @@ session of its own, seeded with ``messages``, with both clients (the blocking
 server). Two histories are equal when their messages are, as LangChain's
 in-memory ones (pydantic models holding a list) compare.
 """
+
 from __future__ import annotations
 
 from collections.abc import Sequence

@@ -4,6 +4,7 @@ Every ``InMemoryStore(...)`` the tests make is an EngramStore over an app of its
 own (so it starts empty), taking the same ``index`` config; the tests call
 both its async API and its blocking one.
 """
+
 from __future__ import annotations
 
 from typing import Any

@@ -5,6 +5,7 @@ EngramSession; the tests' databases become Engram namespaces: the sessions of
 one ``db_path`` share one (so two instances over one file see the same
 items), ``":memory:"`` (the default) is a namespace per instance.
 """
+
 from __future__ import annotations
 
 from pathlib import Path

@@ -8,6 +8,7 @@ unasync (``async``/``await`` dropped, :mod:`engram_memory._async_io` swapped for
 regenerate after a change. Imports of shared modules are absolute because the
 generated copy lives in another package.
 """
+
 from __future__ import annotations
 
 from collections.abc import Generator, Iterator, Iterable, Mapping, Sequence
