@@ -6,7 +6,7 @@
 import type { DescMethod } from "@bufbuild/protobuf";
 import type { ConnectRouter, HandlerContext } from "@connectrpc/connect";
 import { MemoryService as MemoryServiceDesc } from "@engram-memory/client/gen/engram/v1/memory_pb.js";
-import type { CallGuard, CallInfo } from "../service/guard/index.js";
+import { rpcName, type CallGuard, type CallInfo } from "../service/guard/index.js";
 import { isFastUnaryContext, requestHeaderValue } from "./connect-unary.js";
 import { toConnectError, type InternalErrorReporter } from "./status.js";
 
@@ -29,7 +29,7 @@ export function connectMemoryRoutes(guard: CallGuard, report: InternalErrorRepor
   const impl: Record<string, unknown> = {};
   for (const method of MemoryServiceDesc.methods as DescMethod[]) {
     const streaming = method.methodKind === "server_streaming";
-    const handler = guard.handler(method.localName, streaming);
+    const handler = guard.handler(rpcName(method.localName));
     impl[method.localName] = streaming
       ? async function* (req: unknown, ctx: HandlerContext) {
           try {

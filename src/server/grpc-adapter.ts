@@ -14,7 +14,7 @@ import {
   MemoryService as MemoryServiceDesc,
   type Event,
 } from "@engram-memory/client/gen/engram/v1/memory_pb.js";
-import type { CallGuard } from "../service/guard/index.js";
+import { rpcName, type CallGuard } from "../service/guard/index.js";
 import { encodeEvent } from "./event-encoding.js";
 import { parseRequest } from "./parse-request.js";
 import { toGrpcStatus, type InternalErrorReporter } from "./status.js";
@@ -191,7 +191,7 @@ export function grpcMemoryService(
   const implementation: grpc.UntypedServiceImplementation = {};
   for (const method of MemoryServiceDesc.methods as DescMethod[]) {
     const streaming = method.methodKind === "server_streaming";
-    const handler = guard.handler(method.localName, streaming);
+    const handler = guard.handler(rpcName(method.localName));
     definition[method.name] = {
       path: `/${MemoryServiceDesc.typeName}/${method.name}`,
       requestStream: false,

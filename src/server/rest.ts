@@ -104,8 +104,8 @@ export function createRestHandler(opts: {
 }) {
   const { guard, health, agentName, report, metrics } = opts;
   const service = guard.service;
-  const listEvents = guard.handler("listEvents", false);
-  const listSessions = guard.handler("listSessions", false);
+  const listEvents = guard.handler("listEvents");
+  const listSessions = guard.handler("listSessions");
   const routes = new Set([
     "/healthz",
     "/readyz",

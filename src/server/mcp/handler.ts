@@ -20,7 +20,7 @@ import { McpServer } from "@modelcontextprotocol/sdk/server/mcp.js";
 import { StreamableHTTPServerTransport } from "@modelcontextprotocol/sdk/server/streamableHttp.js";
 import { ErrorCode } from "@modelcontextprotocol/sdk/types.js";
 import { invalidArgument } from "../../errors.js";
-import type { CallGuard, GuardedHandler } from "../../service/guard/index.js";
+import type { CallGuard, GuardedHandler, RpcName } from "../../service/guard/index.js";
 import { VERSION } from "../../version.js";
 import { sendJsonError, type InternalErrorReporter } from "../status.js";
 import { registerTranscripts, type GuardedRpc } from "./resources.js";
@@ -33,7 +33,9 @@ import { requestTarget } from "../request-target.js";
 export const MCP_PATH = "/mcp";
 
 /** The MemoryService methods MCP calls: the tools' and the transcript's. */
-const METHODS = [...new Set([...ENGRAM_TOOLS.map((t) => t.method), "listSessions", "getSession", "getSessionEvents"])];
+const METHODS = [
+  ...new Set<RpcName>([...ENGRAM_TOOLS.map((t) => t.method), "listSessions", "getSession", "getSessionEvents"]),
+];
 
 const INSTRUCTIONS =
   "Engram is a memory server. Sessions are ordered event logs of one user's conversation with one app: " +
@@ -47,7 +49,7 @@ const INSTRUCTIONS =
  */
 export function createMcpHandler(opts: { guard: CallGuard; report: InternalErrorReporter; maxMessageBytes: number }) {
   const { guard, report, maxMessageBytes } = opts;
-  const handlers = new Map<string, GuardedHandler>(METHODS.map((m) => [m, guard.handler(m, false)]));
+  const handlers = new Map<string, GuardedHandler>(METHODS.map((m) => [m, guard.handler(m)]));
   return (req: IncomingMessage, res: ServerResponse): boolean => {
     // Asked of every HTTP/1.1 request: read without a URL when the target is plain, and a target URL cannot parse is not ours.
     if (requestTarget(req.url)?.pathname !== MCP_PATH) return false;

@@ -37,6 +37,7 @@ import {
   WriteMemoriesRequestSchema,
   WriteMemoriesResponseSchema,
 } from "@engram-memory/client/gen/engram/v1/memories_pb.js";
+import type { RpcName } from "../../service/guard/index.js";
 
 /** One MCP tool over one MemoryService method. */
 export interface EngramTool {
@@ -48,7 +49,7 @@ export interface EngramTool {
   /** The arguments' shape; unknown keys are refused. */
   input: z.ZodObject;
   /** The guarded MemoryService method (its local name). */
-  method: string;
+  method: RpcName;
   request: DescMessage;
   response: DescMessage;
   /** The request's proto JSON from the checked arguments; the arguments themselves when absent. */

@@ -15,6 +15,7 @@ import { authenticate, principalOf } from "./auth.js";
 import { UnaryDrain } from "./drain.js";
 import { countRemovals, observeCall } from "./observe.js";
 import { holdStreamSlot, rateLimit } from "./quota.js";
+import { isStreaming, type RpcName } from "./rules.js";
 import { scope } from "./scope.js";
 import {
   composeSteps,
@@ -29,6 +30,7 @@ import { whileAuthorized } from "./stream.js";
 import { traceContext } from "./trace.js";
 
 export type { CallInfo, CallGuardOptions, GuardedHandler } from "./step.js";
+export { rpcName, type RpcName } from "./rules.js";
 
 /** Wraps MemoryService methods in the guard's steps. */
 export class CallGuard {
@@ -76,15 +78,15 @@ export class CallGuard {
   }
 
   /** The guarded handler of a MemoryService method (by its local name, e.g. "addEvent"). */
-  handler(method: string, streaming: boolean): GuardedHandler {
-    const target = (this.service as unknown as Record<string, (req: unknown, ctx: unknown) => ReturnType<Next>>)[
+  handler(method: RpcName): GuardedHandler {
+    const target = (this.service as unknown as Record<RpcName, (req: unknown, ctx: unknown) => ReturnType<Next>>)[
       method
     ];
-    if (typeof target !== "function") throw new Error(`MemoryService has no method ${method}`);
+    if (typeof target !== "function") throw new Error(`MemoryService implements no method ${method}`);
     // The call's info is the service's context: streams read its `signal`, unary methods pass its
     // `deadline` down to the store (StoreCall), and every method reads what the steps add.
     const invoke: Next = (call) => target.call(this.service, call.req, call.info);
-    const plan: MethodPlan = { method, streaming };
+    const plan: MethodPlan = { method, streaming: isStreaming(method) };
     return composeSteps(
       plan,
       this.steps.map((step) => step(plan, this.parts)),

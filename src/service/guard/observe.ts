@@ -12,6 +12,7 @@ import type {
 } from "@engram-memory/client/gen/engram/v1/memory_pb.js";
 import type { Logger } from "../../log.js";
 import type { Metrics } from "../metrics.js";
+import type { RpcName } from "./rules.js";
 import type { CallInfo, StepFactory } from "./step.js";
 
 /** Codes that say the server (or its backend) failed, not the client. */
@@ -52,7 +53,7 @@ function logCall(log: Logger | undefined, method: string, info: CallInfo, code: 
 }
 
 /** The methods that remove sessions: how one answer counts in engram_sessions_removed_total. */
-const REMOVALS: Record<string, (metrics: Metrics, result: unknown) => void> = {
+const REMOVALS: Partial<Record<RpcName, (metrics: Metrics, result: unknown) => void>> = {
   cleanup: (metrics, result) =>
     metrics.sessionsRemoved.inc({ reason: "cleanup" }, Number((result as CleanupResponse).removedSessions)),
   deleteSession: (metrics, result) => {
@@ -64,7 +65,7 @@ const REMOVALS: Record<string, (metrics: Metrics, result: unknown) => void> = {
 
 /** Counts the sessions a successful removal call removed, by reason. */
 export const countRemovals: StepFactory = ({ method }, { metrics }) => {
-  const count = Object.hasOwn(REMOVALS, method) ? REMOVALS[method] : undefined;
+  const count = REMOVALS[method];
   if (!count) return undefined;
   return (next) => async (call) => {
     const result = await next(call);

@@ -4,6 +4,7 @@
  * user; a session outside the key's scope answers NOT_FOUND exactly as an
  * absent one would.
  */
+import { MemoryService } from "@engram-memory/client/gen/engram/v1/memory_pb.js";
 import { ANY_APP, type ApiKeyRole, type Principal } from "../../auth/api-keys.js";
 import { MemoryError, sessionNotFound } from "../../errors.js";
 import type { MemoryStore, SessionRecord, StoreCall } from "../../store/types.js";
@@ -22,6 +23,20 @@ export type ScopeKind =
   | "erasure"
   | "memories";
 
+/** A MemoryService RPC by its local name ("addEvent"), as the contract declares it. */
+export type RpcName = keyof typeof MemoryService.method;
+
+/** The RPC the contract declares under this local name (an edge's descriptor walk or tool table). */
+export function rpcName(name: string): RpcName {
+  if (!Object.hasOwn(MemoryService.method, name)) throw new Error(`MemoryService has no method ${name}`);
+  return name as RpcName;
+}
+
+/** True for the RPCs that answer with a server stream. */
+export function isStreaming(method: RpcName): boolean {
+  return MemoryService.method[method].methodKind === "server_streaming";
+}
+
 /** One RPC's rule: the least role a key needs, and its scope check. */
 export interface MethodRule {
   role: ApiKeyRole;
@@ -30,8 +45,12 @@ export interface MethodRule {
 
 const ROLE_RANK: Record<ApiKeyRole, number> = { read: 0, write: 1, admin: 2 };
 
-/** How each RPC is scoped; an RPC missing here is refused when auth is on. */
-const RULES: Readonly<Record<string, MethodRule>> = {
+/**
+ * How each RPC is scoped. The table must name every RPC of the contract and
+ * nothing else (`satisfies`), so an RPC added to the proto without a rule
+ * fails the type check rather than being refused at run time.
+ */
+const RULES = {
   createSession: { role: "write", scope: "create" },
   getOrCreateSession: { role: "write", scope: "create" },
   getSession: { role: "read", scope: "session" },
@@ -64,18 +83,11 @@ const RULES: Readonly<Record<string, MethodRule>> = {
   // Each watched session is checked as any session RPC; one outside the key's scope ends alone, NOT_FOUND, as an absent one.
   watchSessions: { role: "read", scope: "sessions" },
   countEventTokens: { role: "read", scope: "session" },
-};
+} as const satisfies Readonly<Record<RpcName, MethodRule>>;
 
 /** The method's rule, once the key's role is enough for it; PERMISSION_DENIED otherwise. */
-export function allowedRule(principal: Principal, method: string): MethodRule {
-  const rule = Object.hasOwn(RULES, method) ? RULES[method] : undefined;
-  if (!rule)
-    throw new MemoryError(
-      "PERMISSION_DENIED",
-      `${method} is not available to API keys`,
-      {},
-      { reason: "METHOD_NOT_ALLOWED" },
-    );
+export function allowedRule(principal: Principal, method: RpcName): MethodRule {
+  const rule: MethodRule = RULES[method];
   if (ROLE_RANK[principal.role] < ROLE_RANK[rule.role]) {
     throw new MemoryError(
       "PERMISSION_DENIED",

@@ -15,6 +15,7 @@ import type { Logger } from "../../log.js";
 import type { MemoryStore, SessionRecord } from "../../store/types.js";
 import type { Metrics } from "../metrics.js";
 import type { Quotas } from "../quotas.js";
+import type { RpcName } from "./rules.js";
 
 /** What the edge knows of a call, whatever the protocol. */
 export interface CallInfo {
@@ -43,7 +44,7 @@ export type GuardedHandler = (req: unknown, call: CallInfo) => Promise<unknown> 
 /** A call on its way through the steps: what the edge said, and what the steps have found out so far. */
 export interface GuardedCall {
   /** The MemoryService method's local name, e.g. "addEvent". */
-  readonly method: string;
+  readonly method: RpcName;
   /** The parsed request; the scope step may fill in the key's app and user. */
   readonly req: unknown;
   /** The service method's context: the edge's CallInfo, or a copy a step widened (a listing's scope, a stream's signal). */
@@ -67,7 +68,7 @@ export type Step = (next: Next) => Next;
 /** What a step factory is told about the method it guards. */
 export interface MethodPlan {
   /** The MemoryService method's local name. */
-  readonly method: string;
+  readonly method: RpcName;
   /** True for a server stream. */
   readonly streaming: boolean;
 }
@@ -103,7 +104,7 @@ export function composeSteps(plan: MethodPlan, steps: ReadonlyArray<Step | undef
 
 // The one place unary calls and streams differ in the guard: when a call has ended (its answer settled, or its
 // last frame sent, its failure thrown or the consumer gone), which is when the `whenEnded` hooks run.
-function unaryHandler(method: string, chain: Next): GuardedHandler {
+function unaryHandler(method: RpcName, chain: Next): GuardedHandler {
   return async (req, info) => {
     const call = startCall(method, req, info);
     let code = "OK";
@@ -127,7 +128,7 @@ function unaryHandler(method: string, chain: Next): GuardedHandler {
  */
 const ABANDONED_STREAM_GRACE_MS = 1000;
 
-function streamHandler(method: string, chain: Next): GuardedHandler {
+function streamHandler(method: RpcName, chain: Next): GuardedHandler {
   return async function* (req, info) {
     const call = startCall(method, req, info);
     let ended = false;
@@ -157,7 +158,7 @@ function streamHandler(method: string, chain: Next): GuardedHandler {
   };
 }
 
-function startCall(method: string, req: unknown, info: CallInfo): GuardedCall {
+function startCall(method: RpcName, req: unknown, info: CallInfo): GuardedCall {
   return { method, req, info, principal: undefined, session: undefined, whenEnded: [] };
 }
 

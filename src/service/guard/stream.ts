@@ -9,7 +9,7 @@ import type { SessionRecord } from "../../store/types.js";
 import type { StreamContext } from "../memory-service.js";
 import type { Authenticator } from "../../auth/index.js";
 import type { Metrics } from "../metrics.js";
-import { allowedRule, inScope } from "./rules.js";
+import { allowedRule, inScope, type RpcName } from "./rules.js";
 import type { CallInfo, GuardedCall, Next, StepFactory } from "./step.js";
 
 /** Shortest interval between a stream's key re-checks, whatever MEMORY_AUTH_CACHE_MS says. */
@@ -42,7 +42,7 @@ export const whileAuthorized: StepFactory = ({ method, streaming }, { authentica
 
 async function* framesWhileAuthorized(
   stream: {
-    method: string;
+    method: RpcName;
     session: SessionRecord | undefined;
     sessions: readonly SessionRecord[];
     authenticator: Authenticator;

@@ -6,19 +6,20 @@
  */
 import type { AddEventRequest, AddEventsRequest } from "@engram-memory/client/gen/engram/v1/memory_pb.js";
 import type { JsonObject } from "../../store/types.js";
+import type { RpcName } from "./rules.js";
 import type { StepFactory } from "./step.js";
 
 const TRACEPARENT = /^[0-9a-f]{2}-([0-9a-f]{32})-([0-9a-f]{16})-[0-9a-f]{2}$/;
 
 /** The events of each append method; other methods carry no trace context. */
-const EVENTS_OF: Record<string, (req: unknown) => AddEventRequest["event"][]> = {
+const EVENTS_OF: Partial<Record<RpcName, (req: unknown) => AddEventRequest["event"][]>> = {
   addEvent: (req) => [(req as AddEventRequest).event],
   addEvents: (req) => (req as AddEventsRequest).events,
 };
 
 /** Fills trace_id/span_id of the appended events from `traceparent`; absent for every method but the appends. */
 export const traceContext: StepFactory = ({ method }) => {
-  const eventsOf = Object.hasOwn(EVENTS_OF, method) ? EVENTS_OF[method] : undefined;
+  const eventsOf = EVENTS_OF[method];
   if (!eventsOf) return undefined;
   return (next) => (call) => {
     if (call.info.traceparent) addTraceContext(eventsOf(call.req), call.info.traceparent);
