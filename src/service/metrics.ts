@@ -11,7 +11,7 @@ import { collectDefaultMetrics, Counter, Gauge, Registry, type Metric } from "pr
 import type { MemoryErrorCode } from "../errors.js";
 import { ConnectingStore } from "../store/connecting.js";
 import { StoreScriptRefusedError } from "../store/incompatible.js";
-import type { MemoryStore } from "../store/types.js";
+import type { LongTermMemoryStore, MemoryStore } from "../store/types.js";
 import type { ExtractionCounts } from "./memories/extraction.js";
 import type { RerankCounts } from "./memories/reranker.js";
 import { VERSION } from "../version.js";
@@ -384,40 +384,37 @@ export class Metrics {
     };
   }
 
-  /** Wraps a store so every operation's latency and failures are recorded. */
+  /** Wraps a store so every operation's latency and failures are recorded, long-term memory operations included. */
   instrument(store: MemoryStore): MemoryStore {
-    const timed = [
-      "createSession",
-      "getOrCreateSession",
-      "getSession",
-      "listSessions",
-      "deleteSession",
-      "appendEvents",
-      "readEvents",
-      "readTail",
-      "listRecentEvents",
-      "stats",
-      "cleanup",
-      "deleteUserData",
-    ];
+    const memories = this.timed(store.memories, MEMORY_OPERATIONS, store.backend);
+    return this.timed(store, SESSION_OPERATIONS, store.backend, { memories });
+  }
+
+  /** A proxy of `target` whose listed operations record their latency and backend failures. */
+  private timed<T extends object>(
+    target: T,
+    operations: Readonly<Record<string, boolean>>,
+    backend: string,
+    replaced: Readonly<Record<string, unknown>> = {},
+  ): T {
     // Each timed method's wrapper is made once, with its series resolved: nothing per call but the clock.
-    const wrappers = new Map<string | symbol, unknown>();
-    for (const operation of timed) {
-      const method = (store as unknown as Record<string, unknown>)[operation];
-      if (typeof method !== "function") continue;
-      const latency = this.storeSeconds.labels({ operation, backend: store.backend });
+    const wrappers = new Map<string | symbol, unknown>(Object.entries(replaced));
+    for (const [operation, isTimed] of Object.entries(operations)) {
+      const method = (target as Record<string, unknown>)[operation];
+      if (!isTimed || typeof method !== "function") continue;
+      const latency = this.storeSeconds.labels({ operation, backend });
       const failed = (start: number, err: unknown) => {
         latency.observe((performance.now() - start) / 1000);
         const code = (err as { code?: unknown } | null)?.code;
         if (typeof code === "string" && CLIENT_OUTCOMES.has(code)) return;
-        this.storeErrors.inc({ operation, backend: store.backend, code: typeof code === "string" ? code : "UNKNOWN" });
+        this.storeErrors.inc({ operation, backend, code: typeof code === "string" ? code : "UNKNOWN" });
       };
-      // Four parameters cover every store method (three at most); no rest array per call.
+      // Four parameters cover every store method (four at most); no rest array per call.
       wrappers.set(operation, (a?: unknown, b?: unknown, c?: unknown, d?: unknown) => {
         const start = performance.now();
         let result: Promise<unknown>;
         try {
-          result = (method as (...a: unknown[]) => Promise<unknown>).call(store, a, b, c, d);
+          result = (method as (...a: unknown[]) => Promise<unknown>).call(target, a, b, c, d);
         } catch (err) {
           // As from an async method: the caller sees a rejection, never a synchronous throw.
           failed(start, err);
@@ -435,16 +432,64 @@ export class Metrics {
         );
       });
     }
-    return new Proxy(store, {
-      get: (target, prop, receiver) => {
+    return new Proxy(target, {
+      get: (object, prop, receiver) => {
         const wrapper = wrappers.get(prop);
         if (wrapper) return wrapper;
-        const value = Reflect.get(target, prop, receiver);
-        return typeof value === "function" ? value.bind(target) : value;
+        const value = Reflect.get(object, prop, receiver);
+        return typeof value === "function" ? value.bind(object) : value;
       },
     });
   }
 }
+
+/** The methods of T that answer with a promise: the operations a store metric can time. */
+type AsyncMethodOf<T> = {
+  [K in keyof T]-?: NonNullable<T[K]> extends (...args: never[]) => Promise<unknown> ? K : never;
+}[keyof T] &
+  string;
+
+/**
+ * Whether each session operation is timed. Every asynchronous store method
+ * must be named here (a new one fails the type check until it is); only
+ * housekeeping that no RPC waits on is left untimed.
+ */
+const SESSION_OPERATIONS: Readonly<Record<AsyncMethodOf<MemoryStore>, boolean>> = {
+  createSession: true,
+  getOrCreateSession: true,
+  getSession: true,
+  listSessions: true,
+  updateSession: true,
+  sharedState: true,
+  deleteSession: true,
+  appendEvents: true,
+  readEvents: true,
+  readTail: true,
+  listRecentEvents: true,
+  searchEvents: true,
+  stats: true,
+  cleanup: true,
+  deleteUserData: true,
+  resumeErasures: false,
+  noticesFlowing: false,
+  ping: false,
+  describeDurability: false,
+  close: false,
+};
+
+/** Whether each long-term memory operation is timed, held to the store interface as SESSION_OPERATIONS is. */
+const MEMORY_OPERATIONS: Readonly<Record<AsyncMethodOf<LongTermMemoryStore>, boolean>> = {
+  writeMemories: true,
+  getMemory: true,
+  searchMemories: true,
+  nearestMemories: true,
+  listMemories: true,
+  deleteMemories: true,
+  deleteMemoriesInScope: true,
+  memoryChangeWindow: true,
+  readMemoryChanges: true,
+  listening: false,
+};
 
 /** What one RPC method over one protocol records: its latency and its count by status code. */
 export interface RpcSeries {

@@ -4,6 +4,7 @@
  * own Histogram and Counter show for the same observations.
  */
 import { readFileSync } from "node:fs";
+import { memory } from "../store/memories-conformance.js";
 import { Counter, Histogram, Registry } from "prom-client";
 import { describe, expect, it } from "vitest";
 import { BoundCounter, BoundHistogram, Metrics } from "../../src/service/metrics.js";
@@ -92,6 +93,24 @@ describe("Metrics.instrument", () => {
       /engram_store_operation_duration_seconds_count\{operation="appendEvents",backend="local"\} 1\n/,
     );
     expect(text).not.toMatch(/^engram_store_errors_total\{/m);
+    await store.close();
+  });
+
+  it("times long-term memory operations and session updates like every other store operation", async () => {
+    const store = new LocalStore({ maxSessions: 10, maxSessionEvents: 10 } as never);
+    const metrics = new Metrics(store);
+    const timed = metrics.instrument(store);
+    await timed.createSession({ sessionId: "s1", appName: "app", userId: "u", metadata: {} } as never);
+    await timed.updateSession("s1", { metadata: { topic: "t" } } as never);
+    await timed.memories.writeMemories([memory({ memoryId: "m1", text: "aisle seats on long flights" })]);
+    const scope = { appName: "app", match: "visible" as const };
+    await expect(timed.memories.searchMemories({ scope, asOf: Date.now() }, "seat", 5)).resolves.toHaveLength(1);
+    await expect(timed.memories.deleteMemories("app", ["m1", "absent"])).resolves.toHaveLength(1);
+    const text = await metrics.registry.metrics();
+    for (const operation of ["updateSession", "writeMemories", "searchMemories", "deleteMemories"])
+      expect(text).toMatch(
+        new RegExp(`engram_store_operation_duration_seconds_count\\{operation="${operation}",backend="local"\\} 1\n`),
+      );
     await store.close();
   });
 
