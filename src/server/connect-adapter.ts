@@ -7,7 +7,7 @@ import type { DescMethod } from "@bufbuild/protobuf";
 import type { ConnectRouter, HandlerContext } from "@connectrpc/connect";
 import { MemoryService as MemoryServiceDesc } from "@engram-memory/client/gen/engram/v1/memory_pb.js";
 import { rpcName, type CallGuard, type CallInfo } from "../service/guard/index.js";
-import { isFastUnaryContext, requestHeaderValue } from "./connect-unary.js";
+import { isFastUnaryContext, requestHeaderValue } from "./fastpath/unary-context.js";
 import { toConnectError, type InternalErrorReporter } from "./status.js";
 
 /** The call's headers as the guard needs them. */

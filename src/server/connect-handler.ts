@@ -1,6 +1,6 @@
 /**
  * The HTTP/1.1 RPC handler. Unary Connect POST calls go to the fast path
- * (src/server/connect-unary.ts), which keeps connect-node's semantics at a
+ * (src/server/fastpath/connect-unary.ts), which keeps connect-node's semantics at a
  * fraction of its per-request cost; everything else (GET, streams, gRPC-Web,
  * unusual requests) to connect-node's router behind a guard for request
  * bodies. connect-es reports a binary
@@ -41,9 +41,9 @@ import {
 import { setTrailerStatus } from "@connectrpc/connect/protocol-grpc";
 import { parseContentType as parseGrpcWebContentType } from "@connectrpc/connect/protocol-grpc-web";
 import { invalidArgument, MemoryError, messageTooLarge } from "../errors.js";
-import { ConnectUnaryFastPath } from "./connect-unary.js";
-import { jsonResponseEncoder } from "./event-json.js";
-import { binaryResponseSerializer } from "./grpc-adapter.js";
+import { ConnectUnaryFastPath } from "./fastpath/connect-unary.js";
+import { jsonResponseEncoder } from "./fastpath/event-json.js";
+import { binaryResponseSerializer } from "./fastpath/response-encoding.js";
 import { JSON_READ_OPTIONS, parseJsonRequest, parseRequest, PROTO_RECURSION_LIMIT } from "./parse-request.js";
 import { JSON_WRITE_OPTIONS, toConnectError } from "./status.js";
 import { decodeUtf8, invalidUtf8Offset, notUtf8, rawQueryParams } from "./utf8.js";

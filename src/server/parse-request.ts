@@ -15,9 +15,9 @@ import {
 } from "@bufbuild/protobuf";
 import { invalidArgument, type MemoryError } from "../errors.js";
 import { DEFAULT_SERVICE_LIMITS } from "../service/limits.js";
-import { fastJsonDecoder } from "./json-request-decoding.js";
+import { fastJsonDecoder } from "./fastpath/json-request-decoding.js";
 import { tooDeepField } from "./nesting.js";
-import { fastBinaryDecoder } from "./request-decoding.js";
+import { fastBinaryDecoder } from "./fastpath/request-decoding.js";
 import { decodeUtf8, invalidUtf8Field, notUtf8 } from "./utf8.js";
 
 /**

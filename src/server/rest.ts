@@ -32,7 +32,7 @@ import { requireUtf8Query } from "./utf8.js";
 import { valueToJson } from "../service/convert.js";
 import { httpCallHeaders } from "./http-call-info.js";
 import { requestTarget } from "./request-target.js";
-import { joinUtf8, type Utf8Piece } from "./body-buffer.js";
+import { joinUtf8, type Utf8Piece } from "./fastpath/body-buffer.js";
 
 /** KAOS caps listing limits at 1000 rather than refusing them. */
 const MAX_LIMIT = 1000;

@@ -1,6 +1,6 @@
 /**
  * Unary Connect POST calls are answered by the edge's fast path
- * (src/server/connect-unary.ts) instead of connect-node. connect-node still
+ * (src/server/fastpath/connect-unary.ts) instead of connect-node. connect-node still
  * serves a POST with a query string, so each request here is sent both ways
  * and the two answers must be the same: status, headers (but the date) and
  * body, successes and errors alike, compressed or not.

@@ -1,11 +1,11 @@
 /**
- * joinUtf8 (src/server/body-buffer.ts): the bytes Buffer.from gives for the
+ * joinUtf8 (src/server/fastpath/body-buffer.ts): the bytes Buffer.from gives for the
  * joined text, whatever the pieces, and no body overwritten by a later one
  * cut from the same slab.
  */
 import fc from "fast-check";
 import { describe, expect, it } from "vitest";
-import { joinUtf8, type Utf8Piece } from "../../src/server/body-buffer.js";
+import { joinUtf8, type Utf8Piece } from "../../src/server/fastpath/body-buffer.js";
 
 const text = fc.oneof(
   fc.string({ maxLength: 60 }),

@@ -8,7 +8,7 @@ import { timestampFromMs, ValueSchema } from "@bufbuild/protobuf/wkt";
 import fc from "fast-check";
 import { describe, expect, it } from "vitest";
 import { EventSchema } from "@engram-memory/client/gen/engram/v1/memory_pb.js";
-import { encodeEvent } from "../../src/server/event-encoding.js";
+import { encodeEvent } from "../../src/server/fastpath/event-encoding.js";
 import { toWireEvent } from "../../src/service/convert.js";
 import { storedEvent as storedEventArbitrary } from "../support/arbitraries.js";
 

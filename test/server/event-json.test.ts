@@ -14,7 +14,7 @@ import {
   GetSessionResponseSchema,
   ListEventsResponseSchema,
 } from "@engram-memory/client/gen/engram/v1/memory_pb.js";
-import { eventJson, jsonResponseEncoder } from "../../src/server/event-json.js";
+import { eventJson, jsonResponseEncoder } from "../../src/server/fastpath/event-json.js";
 import { JSON_WRITE_OPTIONS } from "../../src/server/status.js";
 import { toWireEvent } from "../../src/service/convert.js";
 import { storedEvent as storedEventArbitrary } from "../support/arbitraries.js";

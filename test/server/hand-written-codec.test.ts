@@ -1,6 +1,6 @@
 /**
  * The gRPC path decodes the append requests and encodes events by hand
- * (src/server/request-decoding.ts, src/server/event-encoding.ts), and the
+ * (src/server/fastpath/request-decoding.ts, src/server/fastpath/event-encoding.ts), and the
  * Redis store keeps events in a format of its own (src/store/redis/codec.ts).
  * A field added to the proto would be dropped there silently. These tests
  * fill every field the descriptors list, so a new field is filled too, and
@@ -30,12 +30,12 @@ import {
   file_engram_v1_memory,
   type Event,
 } from "@engram-memory/client/gen/engram/v1/memory_pb.js";
-import { encodeEvent } from "../../src/server/event-encoding.js";
-import { eventJson, jsonResponseEncoder } from "../../src/server/event-json.js";
+import { encodeEvent } from "../../src/server/fastpath/event-encoding.js";
+import { eventJson, jsonResponseEncoder } from "../../src/server/fastpath/event-json.js";
 import { JSON_WRITE_OPTIONS } from "../../src/server/status.js";
 import { JSON_READ_OPTIONS } from "../../src/server/parse-request.js";
-import { FAST_REQUEST_DECODERS } from "../../src/server/request-decoding.js";
-import { FAST_JSON_REQUEST_DECODERS } from "../../src/server/json-request-decoding.js";
+import { FAST_REQUEST_DECODERS } from "../../src/server/fastpath/request-decoding.js";
+import { FAST_JSON_REQUEST_DECODERS } from "../../src/server/fastpath/json-request-decoding.js";
 import { RedisStore } from "../../src/store/redis.js";
 import { LocalStore } from "../../src/store/local.js";
 import { storeLimits } from "../../src/store/index.js";
@@ -174,7 +174,7 @@ const handDecoded = Object.keys(FAST_REQUEST_DECODERS).map((typeName) => {
   return desc;
 });
 
-/** Every message with an Event field: the Connect JSON encoder writes those fields by hand (src/server/event-json.ts). */
+/** Every message with an Event field: the Connect JSON encoder writes those fields by hand (src/server/fastpath/event-json.ts). */
 const carriesEvents = file_engram_v1_memory.messages.filter((m) =>
   m.fields.some((f) => f.message?.typeName === EventSchema.typeName),
 );

@@ -29,7 +29,7 @@ import {
   decodeAddEventsRequestJson,
   FAST_JSON_REQUEST_DECODERS,
   fastJsonDecoder,
-} from "../../src/server/json-request-decoding.js";
+} from "../../src/server/fastpath/json-request-decoding.js";
 import { JSON_READ_OPTIONS, parseJsonRequest } from "../../src/server/parse-request.js";
 import { flatMessage, jsonValue } from "../support/arbitraries.js";
 

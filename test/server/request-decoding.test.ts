@@ -21,7 +21,7 @@ import {
   decodeAddEventsRequest,
   FAST_REQUEST_DECODERS,
   fastBinaryDecoder,
-} from "../../src/server/request-decoding.js";
+} from "../../src/server/fastpath/request-decoding.js";
 import { parseRequest, PROTO_RECURSION_LIMIT } from "../../src/server/parse-request.js";
 import { flatMessage, jsonValue } from "../support/arbitraries.js";
 

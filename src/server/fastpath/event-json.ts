@@ -24,7 +24,7 @@ import {
 } from "@bufbuild/protobuf";
 import { FeatureSet_FieldPresence, type Timestamp, type Value } from "@bufbuild/protobuf/wkt";
 import { EventSchema, type Event } from "@engram-memory/client/gen/engram/v1/memory_pb.js";
-import { JSON_WRITE_OPTIONS } from "./status.js";
+import { JSON_WRITE_OPTIONS } from "../status.js";
 import { joinUtf8, type Utf8Piece } from "./body-buffer.js";
 
 /** Thrown inside the writer for a value it leaves to toJsonString. */

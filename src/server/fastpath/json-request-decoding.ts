@@ -21,7 +21,7 @@
  */
 import { create, ScalarType, type DescMessage, type JsonObject, type JsonValue } from "@bufbuild/protobuf";
 import type { AddEventRequest, AddEventsRequest, EventInput } from "@engram-memory/client/gen/engram/v1/memory_pb.js";
-import { jsonToValue } from "../service/convert.js";
+import { jsonToValue } from "../../service/convert.js";
 import { perMessageType } from "./request-decoding.js";
 
 /** Nesting this deep (inside content, metadata, state_delta) leaves the fast path; the reflective one enforces the limit. */
