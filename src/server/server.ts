@@ -89,7 +89,7 @@ export async function startServer(
 ): Promise<RunningServer> {
   const report = (err: unknown) => log.error({ err }, "internal error");
   const health = new HealthMonitor(service.store, log);
-  // Settings not given take their documented defaults (SETTINGS in src/config.ts), not a second copy of them.
+  // Settings not given take their documented defaults (SETTINGS in src/settings.ts), not a second copy of them.
   const security = { ...loadConfig([], {}), ...options };
   // Keys in Redis or PostgreSQL open like the memory store: a backend down at start-up leaves calls UNAVAILABLE until it answers.
   const networkKeys = security.memoryEnabled && security.memoryType !== "local";

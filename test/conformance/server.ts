@@ -54,7 +54,7 @@ async function main(): Promise<void> {
   // (the runner does not show its servers' stderr).
   const log = pino({ level: "warn" }, pino.destination(process.env.ENGRAM_CONFORMANCE_LOG ?? 2));
   const report = (err: unknown) => log.error({ err }, "internal error");
-  // Engram's defaults for every limit (SETTINGS in src/config.ts), with the suite's message limit when it sets one.
+  // Engram's defaults for every limit (SETTINGS in src/settings.ts), with the suite's message limit when it sets one.
   const settings = loadConfig([], {});
   const maxMessageBytes = request.messageReceiveLimit || settings.maxMessageBytes;
 

@@ -11,7 +11,8 @@ import * as protoLoader from "@grpc/proto-loader";
 import { Code } from "@connectrpc/connect";
 import { describe, expect, it } from "vitest";
 import { ErrorInfoSchema } from "@engram-memory/client/gen/google/rpc/error_details_pb.js";
-import { ConfigError, loadConfig, SETTINGS } from "../../src/config.js";
+import { ConfigError, loadConfig } from "../../src/config.js";
+import { SETTINGS, type Setting } from "../../src/settings.js";
 import { parseRedisUrl } from "../../src/store/redis/url.js";
 import { REPO_ROOT, spawnServer } from "../support/engram.js";
 import { connectClient, errorOf, grpcJsClient } from "../support/clients.js";
@@ -230,7 +231,7 @@ describe("configuration", () => {
     const rows = readFileSync(path.join(REPO_ROOT, "README.md"), "utf8")
       .split("\n")
       .filter((line) => line.startsWith("| `"));
-    for (const setting of SETTINGS) {
+    for (const setting of SETTINGS as readonly Setting[]) {
       const row = rows.find((line) => line.split("|")[1].includes(`\`${setting.env}\``));
       expect(row, setting.env).toBeDefined();
       expect(row, setting.env).toContain(`\`--${setting.flag}\``);
