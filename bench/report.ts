@@ -287,7 +287,7 @@ export function renderMarkdown(results: BenchResults): string {
   lines.push(
     `Run ${m.startedAt} on ${m.cpus} × ${m.cpuModel}, Node ${m.node}; ${m.durationMs} ms per point after ${m.warmupMs} ms warm-up; load average ${(m.loadAverageAtStart as number[]).join(" ")} at start, ${(m.loadAverageAtEnd as number[] | undefined)?.join(" ") ?? "?"} at end (the machine is shared: compare ratios within this run, not absolute numbers across runs).`,
     `Client: ${m.client}. CPU columns are CPU microseconds per call of each process, read from /proc around the measured window.`,
-    "How this is measured, the peers' set-up, and what profiling found and changed (before/after): [bench/README.md](../README.md).",
+    "How this is measured and the peers' set-up: [bench/README.md](../README.md); superseded runs and what profiling found and changed (before/after): [bench/HISTORY.md](../HISTORY.md).",
     "",
   );
   const checks = checkTargets(results);

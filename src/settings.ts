@@ -22,7 +22,7 @@ export interface Setting {
 /** The local store's caps when none are set: it lives in memory (the KAOS defaults). */
 export const LOCAL_DEFAULTS = { maxSessions: 1000, maxSessionEvents: 500 } as const;
 
-/** Every setting, its env name, flag, default and meaning (the README's table mirrors this). */
+/** Every setting, its env name, flag, default and meaning (docs/configuration.md's table mirrors this). */
 export const SETTINGS = [
   {
     env: "HOST",

@@ -11,7 +11,7 @@ export interface ServiceLimits {
   maxPageSize: number;
 }
 
-/** The defaults, as documented in the README. */
+/** The defaults, as documented in docs/configuration.md. */
 export const DEFAULT_SERVICE_LIMITS: ServiceLimits = {
   maxEventBytes: 256 * 1024,
   maxBatchEvents: 500,

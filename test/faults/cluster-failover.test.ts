@@ -20,7 +20,7 @@
  * ids, reads every session and every memory app back and asserts: seqs are
  * 1..n with no hole, no event id twice, and with WAIT 1 no acknowledged
  * append or memory is missing (or, for an append, moved to another seq). It
- * counts, for the README's durability table, acknowledged appends and
+ * counts, for the durability table of docs/storage.md, acknowledged appends and
  * memories lost with each setting. With WAIT 1 it also probes the promoted
  * master before its replica rejoins: a call whose deadline outlasts the
  * store's bound gets UNAVAILABLE. Every loop is bounded in count and time.
@@ -157,7 +157,7 @@ async function readAll(client: MemoryClient, sessionId: string): Promise<Array<{
 /**
  * On a shard whose master has no replica (WAIT 1), an append whose deadline
  * outlasts the store's bound answers UNAVAILABLE, not DEADLINE_EXCEEDED (the
- * README's Durability table). It may have been applied: its event id is the
+ * durability table of docs/storage.md). It may have been applied: its event id is the
  * probe's, never checked as acknowledged.
  */
 async function expectUnavailableWithoutReplica(

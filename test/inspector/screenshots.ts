@@ -1,5 +1,5 @@
 /**
- * Makes the README's inspector screenshots (inspector/screenshots/*.png):
+ * Makes the inspector screenshots of docs/inspector-and-cli.md (inspector/screenshots/*.png):
  * starts a server on 127.0.0.1 with the test suite's helper, writes a small
  * multi-agent run (with session state) into it through the TypeScript
  * client, with a turn stored as the ADK adapter stores it, and photographs

@@ -471,7 +471,7 @@ describe("MCP bad input", () => {
     expect((await ok(client, "get_session", { session_id: id })).session.head_seq).toBe("1");
   });
 
-  it("sends the error texts the README's MCP section quotes, as quoted", async () => {
+  it("sends the error texts docs/mcp-and-integrations.md quotes, as quoted", async () => {
     const client = await mcpClient("app");
     const id = sid("quoted");
     await ok(client, "create_session", { app_name: APP, user_id: "gina", session_id: id });
@@ -487,8 +487,8 @@ describe("MCP bad input", () => {
         ] as const
       ).map(([tool, args]) => toolErrorText(client, tool, args)),
     );
-    const readme = readFileSync(path.join(REPO_ROOT, "README.md"), "utf8");
-    const section = readme.slice(readme.indexOf("## MCP (Model Context Protocol)"));
+    const page = readFileSync(path.join(REPO_ROOT, "docs/mcp-and-integrations.md"), "utf8");
+    const section = page.slice(page.indexOf("## MCP (Model Context Protocol)"));
     const errors = section.slice(section.indexOf("**Errors.**"), section.indexOf("**Auth, tenancy and limits.**"));
     const quoted = [...errors.matchAll(/`((?:[a-z_]+|MCP error -\d+): [^`]+)`/g)].map((m) => m[1]);
     expect(quoted).toHaveLength(texts.length);

@@ -1,5 +1,5 @@
 /**
- * `npx engram` in a fresh checkout, as the README's CLI section tells a
+ * `npx engram` in a fresh checkout, as docs/inspector-and-cli.md tells a
  * newcomer to run it: a copy of the files a clone has, `npm ci`, then
  * `npx engram --help`. npm runs a project's own bin by linking the project
  * into its npx cache, and that link runs the project's `prepare`; this holds

@@ -6,7 +6,7 @@
  * The reranker here is a local HTTP server whose scores are SCRIPTED, not a
  * model: it ranks texts by whether they contain a marker word. No
  * cross-encoder shipped in a registry package was found, so the stage is
- * untested against a real model (README, "Reranking").
+ * untested against a real model (docs/memories.md, "Reranking").
  */
 import http from "node:http";
 import type { AddressInfo } from "node:net";

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Prints the path of a Go command built once by `go install` (the Go module
-# proxy, a pinned version) into .tmp/gobin and reused: grpcurl for the README
+# proxy, a pinned version) into .tmp/gobin and reused: grpcurl for the documentation
 # examples test, connectconformance for the Connect conformance suite.
 # Several test files at once wait for one another on a lock the kernel drops
 # should the installer die.

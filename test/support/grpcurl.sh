@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Prints the path of a grpcurl binary for the README examples test: the one
+# Prints the path of a grpcurl binary for the documentation examples test: the one
 # on PATH, or one built once from a pinned version (go-install.sh).
 set -euo pipefail
 if command -v grpcurl >/dev/null 2>&1; then

@@ -45,7 +45,7 @@ export async function watchFaysScope(
   })();
   // Each change is made once the watch saw the one before: a watcher on another replica reads the
   // changes from the store when told of them, and a memory deleted by then is reported by its
-  // deletion alone (the README's "as it is by then"), which would drop "superseded w-1" under load.
+  // deletion alone (docs/memories.md's "as it is by then"), which would drop "superseded w-1" under load.
   const deadline = Date.now() + withinMs;
   const seen = async (count: number) => {
     while (frames.length < count && Date.now() < deadline) await new Promise((resolve) => setTimeout(resolve, 20));

@@ -1,5 +1,6 @@
-"""The README's examples run as written against a real server (their fixed
-address rewritten to the test server's port)."""
+"""The examples of this client's README and of the repository's docs/ pages
+run as written against a real server (their fixed address rewritten to the
+test server's port)."""
 
 from __future__ import annotations
 
@@ -13,6 +14,12 @@ import pytest
 from engram_server import EngramServer
 
 README = Path(__file__).resolve().parents[1] / "README.md"
+#: The repository's docs/ pages that hold runnable Python examples.
+DOCS_WITH_PYTHON = sorted(
+    page
+    for page in (README.parents[2] / "docs").glob("*.md")
+    if any("asyncio.run(main())" in b for b in re.findall(r"```python\n(.*?)```", page.read_text(), flags=re.S))
+)
 ADDRESS = '"127.0.0.1:8000"'
 
 
@@ -45,7 +52,7 @@ def test_readme_long_term_memory_example_runs(server: EngramServer, tmp_path: Pa
     assert ever[1].startswith("ever: Lyon until 20") and len(ever) == 2
 
 
-#: Each Integrations snippet (in this README and the repository's) and a line it prints.
+#: Each Integrations snippet (in this README and in docs/mcp-and-integrations.md) and a line it prints.
 INTEGRATIONS = {
     "engram_memory.adk": "adk state: [('topic', 'billing'), ('user:tier', 'gold')] 1 helpdesk",
     "engram_memory.openai_agents": "openai popped: Hi!",
@@ -55,7 +62,14 @@ INTEGRATIONS = {
 }
 
 
-@pytest.mark.parametrize("readme", [README, README.parents[2] / "README.md"], ids=["client", "repository"])
+def test_docs_hold_the_repository_examples() -> None:
+    # The repository's Python examples live on these pages; none may go missing.
+    assert [page.name for page in DOCS_WITH_PYTHON] == ["mcp-and-integrations.md"]
+
+
+@pytest.mark.parametrize(
+    "readme", [README, *DOCS_WITH_PYTHON], ids=["client", *(f"docs/{page.name}" for page in DOCS_WITH_PYTHON)]
+)
 @pytest.mark.parametrize("module", sorted(INTEGRATIONS))
 def test_readme_integration_snippets_run(readme: Path, module: str, server: EngramServer, tmp_path: Path) -> None:
     blocks = re.findall(r"```python\n(.*?)```", readme.read_text(), flags=re.S)

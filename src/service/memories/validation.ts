@@ -1,7 +1,7 @@
 /**
  * Validation of the long-term memory requests: every field is checked and a
  * bad one answers INVALID_ARGUMENT naming its path ("memories[2].fact.subject").
- * The limits are documented in the README's "Long-term memory" section.
+ * The limits are documented in docs/memories.md (Limits).
  */
 import type { Timestamp } from "@bufbuild/protobuf/wkt";
 import { ScopeMatch as WireScopeMatch, type Memory } from "@engram-memory/client/gen/engram/v1/memories_pb.js";

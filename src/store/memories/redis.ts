@@ -53,7 +53,7 @@
  * Without the engine (a Redis without the module, or a Redis Cluster, where
  * RediSearch has no coordinator) nothing is dropped: searches rank the whole
  * filtered scope in this process (exact, same scores, but O(scope) per
- * search: README, Long-term memory), and so does an app whose documents are
+ * search: docs/memories.md), and so does an app whose documents are
  * not complete yet (memories from before documents, or changed by an older
  * release: docs-5.lua builds them in the background, a page per call).
  * Start-up logs which path the store takes.
