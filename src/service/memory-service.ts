@@ -11,18 +11,11 @@ import { randomUUID } from "node:crypto";
 import { create } from "@bufbuild/protobuf";
 import {
   AddEventsResponseSchema,
-  BuildConversationContextRequestSchema,
-  BuildConversationContextResponseSchema,
-  RecallResponseSchema,
   type SearchEventsRequest,
   type SearchEventsResponse,
   type RecallRequest,
   type RecallResponse,
   CaughtUpSchema,
-  ChatMessageSchema,
-  ContentPartSchema,
-  ContextSectionSchema,
-  type ChatMessage,
   CleanupResponseSchema,
   CreateSessionResponseSchema,
   DeleteSessionResponseSchema,
@@ -71,31 +64,11 @@ import {
   type WatchSessionsResponse,
   type CountEventTokensRequest,
   type CountEventTokensResponse,
-  CountEventTokensResponseSchema,
-  EventTokensSchema,
 } from "@engram-memory/client/gen/engram/v1/memory_pb.js";
 import { invalidArgument, sessionNotFound } from "../errors.js";
 import { eventFingerprint } from "../store/fingerprint.js";
-import type {
-  JsonObject,
-  MemoryScopeFilter,
-  MemoryStore,
-  NewEvent,
-  RecentEventsFilter,
-  StoreCall,
-  StoredEvent,
-} from "../store/types.js";
-import {
-  checkSummaryCovers,
-  ContextAssembler,
-  DEFAULT_TOKENIZER,
-  MAX_TOKEN_BUDGET,
-  parseContextRequest,
-  TOKENIZER_NAMES,
-  TokenizerRegistry,
-  type ContextMessage,
-} from "./context/index.js";
-import { isTokenizerName } from "./context/tokenizer.js";
+import type { JsonObject, MemoryStore, NewEvent, RecentEventsFilter, StoreCall, StoredEvent } from "../store/types.js";
+import { checkSummaryCovers } from "./context/index.js";
 import { timestampToMs, toWireEvent, valueToJson } from "./convert.js";
 import { renameStateField, SessionStateService } from "./state/service.js";
 import type {
@@ -116,9 +89,8 @@ import type { EmbeddingsClient } from "./memories/embeddings.js";
 import type { Reranker } from "./memories/reranker.js";
 import { FactExtractor, type ExtractionSettings } from "./memories/extraction.js";
 import { LongTermMemoryService } from "./memories/service.js";
-import { toWireMemory, toWireScored } from "./memories/convert.js";
-import { assembleRecall, DEFAULT_RECALL_BUDGET, MAX_RECALL_PINNED, recallTopK } from "./memories/recall.js";
-import { checkQuery, optionalName, queryEmbedding, topK } from "./memories/validation.js";
+import { RecallService } from "./memories/recall.js";
+import { ConversationContexts } from "./context/conversation.js";
 import type { MemoryCallContext } from "./memories/tenancy.js";
 import { newEventId } from "./event-id.js";
 import type { ServiceLimits } from "./limits.js";
@@ -209,12 +181,10 @@ export class MemoryService {
     RECENT_WIRE_BYTES,
     eventBytes,
   );
-  /** Context assembly, with per-event renderings and token counts kept across calls. */
-  private readonly contexts = new ContextAssembler();
-  /** Tokenizers, loaded on first use. */
-  private readonly tokenizers = new TokenizerRegistry();
-  /** Wire form of shared context messages (plain messages are rendered once per stored event). */
-  private readonly wireMessages = new WeakMap<ContextMessage, ChatMessage>();
+  /** BuildConversationContext and CountEventTokens (src/service/context/conversation.ts). */
+  readonly conversations: ConversationContexts;
+  /** Recall (src/service/memories/recall.ts). */
+  private readonly recalls: RecallService;
 
   /** Long-term memories (src/service/memories/). */
   readonly longTerm: LongTermMemoryService;
@@ -237,6 +207,8 @@ export class MemoryService {
     });
     if (options.extraction)
       this.extractor = new FactExtractor(store, this.longTerm, options.limits, options.extraction);
+    this.conversations = new ConversationContexts(store, options.limits, options.contextLimit);
+    this.recalls = new RecallService(store, this.longTerm, this.conversations);
   }
 
   async createSession(req: CreateSessionRequest, call?: StoreCall): Promise<CreateSessionResponse> {
@@ -420,43 +392,14 @@ export class MemoryService {
 
   /** Each event's tokens in a context, by the same tokenizer and rendering as BuildConversationContext. */
   async countEventTokens(req: CountEventTokensRequest, call?: StoreCall): Promise<CountEventTokensResponse> {
-    const sessionId = requireId("session_id", req.sessionId);
-    const limit = pageSize("limit", req.limit, this.options.limits);
-    const afterSeq = req.afterSeq === undefined ? undefined : seqNumber("after_seq", req.afterSeq);
-    const tokenizer = req.tokenizer === "" ? DEFAULT_TOKENIZER : req.tokenizer;
-    if (!isTokenizerName(tokenizer)) throw invalidArgument("tokenizer", `must be one of ${TOKENIZER_NAMES.join(", ")}`);
-    const [page, counter] = await Promise.all([
-      this.store.readEvents(sessionId, { afterSeq, limit }, call),
-      this.tokenizers.get(tokenizer),
-    ]);
-    return create(CountEventTokensResponseSchema, {
-      events: page.events.map((e) =>
-        create(EventTokensSchema, { seq: BigInt(e.seq), tokens: this.contexts.eventTokens(e, counter) }),
-      ),
-      tokenizer: counter.name,
-    });
+    return this.conversations.countEventTokens(req, call);
   }
 
   async buildConversationContext(
     req: BuildConversationContextRequest,
     call?: StoreCall,
   ): Promise<BuildConversationContextResponse> {
-    const sessionId = requireId("session_id", req.sessionId);
-    const request = parseContextRequest(req, this.options.limits, this.options.contextLimit);
-    const counter = await this.tokenizers.get(request.tokenizer);
-    const page = await this.store.readTail(sessionId, request.window, undefined, call);
-    const context = this.contexts.assemble(page.events, request, counter);
-    return create(BuildConversationContextResponseSchema, {
-      text: context.text,
-      messages: context.messages.map((m) => this.wireMessage(m)),
-      eventsIncluded: context.eventsIncluded,
-      eventsDropped: context.eventsDropped,
-      tokensUsed: context.tokensUsed,
-      retrievalUsed: context.retrievalUsed,
-      tokenizer: context.tokenizer,
-      eventsSummarized: context.eventsSummarized,
-      sections: context.sections.map((s) => create(ContextSectionSchema, s)),
-    });
+    return this.conversations.build(req, call);
   }
 
   async getStats(_req: GetStatsRequest, call?: StoreCall): Promise<GetStatsResponse> {
@@ -536,67 +479,7 @@ export class MemoryService {
 
   /** Pinned memories, relevant memories and the session's context within one token budget (src/service/memories/recall.ts). */
   async recall(req: RecallRequest, call: MemoryCallContext = {}): Promise<RecallResponse> {
-    const sessionId = requireId("session_id", req.sessionId);
-    if (req.tokenBudget > MAX_TOKEN_BUDGET)
-      throw invalidArgument("token_budget", `must be at most ${MAX_TOKEN_BUDGET}`);
-    const budget = req.tokenBudget === 0 ? DEFAULT_RECALL_BUDGET : req.tokenBudget;
-    const query = checkQuery("query", req.query);
-    const agentId = optionalName("agent_id", req.agentId);
-    const tokenizer = req.tokenizer === "" ? DEFAULT_TOKENIZER : req.tokenizer;
-    if (!isTokenizerName(tokenizer)) throw invalidArgument("tokenizer", `must be one of ${TOKENIZER_NAMES.join(", ")}`);
-    // No top_k: as many memories as the budget could hold; the packing keeps those that fit.
-    const k = req.topK === 0 ? recallTopK(budget) : topK("top_k", req.topK);
-    const embedding = queryEmbedding("query_embedding", req.queryEmbedding);
-    // The session and the tokenizer do not depend on each other: fetch them together.
-    const [session, counter] = await Promise.all([
-      this.store.getSession(sessionId, call),
-      this.tokenizers.get(tokenizer),
-    ]);
-    if (!session) throw sessionNotFound(sessionId);
-    // What a caller in this session may recall: its user's, its agent's (when named), the session's and the shared memories.
-    const scope: MemoryScopeFilter = { appName: session.appName, userId: session.userId, sessionId, match: "visible" };
-    if (agentId !== undefined) scope.agentId = agentId;
-    const now = Date.now();
-    // Vectors only when asked for: encoding 110 of 384 dimensions took ~21 ms (binary) or ~7 ms (JSON) of a call,
-    // and a store that ships them per row (PostgreSQL) need not read them at all.
-    const omitEmbeddings = !req.includeEmbeddings;
-    // Pinned and relevant memories are independent reads: one store round trip's wait, not two.
-    const [pinned, relevant] = await Promise.all([
-      this.store.memories.listMemories(
-        { scope, asOf: now, pinned: true, omitEmbeddings },
-        MAX_RECALL_PINNED,
-        undefined,
-        call,
-      ),
-      this.longTerm.rank(
-        { filter: { scope, asOf: now, pinned: false, omitEmbeddings }, query, topK: k, embedding },
-        call,
-      ),
-    ]);
-    pinned.sort((a, b) => b.importance - a.importance || b.validFrom - a.validFrom);
-    const recall = await assembleRecall({
-      pinned,
-      relevant,
-      budget,
-      counter,
-      buildContext: (tokenBudget) =>
-        this.buildConversationContext(
-          create(BuildConversationContextRequestSchema, { sessionId, tokenBudget, query, tokenizer }),
-          call,
-        ),
-    });
-    const withEmbeddings = !omitEmbeddings;
-    return create(RecallResponseSchema, {
-      text: recall.text,
-      pinned: recall.pinned.map((m) => toWireMemory(m, withEmbeddings)),
-      memories: recall.memories.map((r) => toWireScored(r, withEmbeddings)),
-      context: recall.context,
-      pinnedTokens: recall.pinnedTokens,
-      memoryTokens: recall.memoryTokens,
-      contextTokens: recall.contextTokens,
-      tokensUsed: recall.tokensUsed,
-      tokenizer: counter.name,
-    });
+    return this.recalls.recall(req, call);
   }
 
   private metadata(field: string, value: JsonObject | undefined): JsonObject {
@@ -625,22 +508,6 @@ export class MemoryService {
     };
     if (stateDelta) event.stateDelta = stateDelta;
     return event;
-  }
-
-  private wireMessage(m: ContextMessage): ChatMessage {
-    let wire = this.wireMessages.get(m);
-    if (!wire) {
-      wire = create(ChatMessageSchema, {
-        role: m.role,
-        content: m.content,
-        name: m.name,
-        toolCalls: m.toolCalls,
-        toolCallId: m.toolCallId,
-        contentParts: m.contentParts.map((p) => create(ContentPartSchema, p)),
-      });
-      this.wireMessages.set(m, wire);
-    }
-    return wire;
   }
 
   private wire(e: StoredEvent): Event {
