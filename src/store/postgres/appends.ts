@@ -1,6 +1,6 @@
 /**
  * Appends of the PostgreSQL driver: group-committed (group-commit.ts) into
- * one append_many_checked statement per batch (migration 0015: the sessions'
+ * one append_many_checked statement per batch (functions.sql: the sessions'
  * row locks, each append's expected incarnation checked as its lock is
  * taken, then the retry lookups, writes, trims, heads and counters for the
  * whole batch, and the notices; one transaction, each append answered on its

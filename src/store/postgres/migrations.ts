@@ -1,8 +1,9 @@
 /**
  * The PostgreSQL schema: numbered migrations (migrations/NNNN_*.sql, each
  * applied once, in order, recorded in schema_migrations; a released one is
- * never edited), in one transaction under the schema's advisory lock
- * (graphile-worker style).
+ * never edited), then the functions the running code calls (functions.sql,
+ * replaced whole at every start), all in one transaction under the schema's
+ * advisory lock (graphile-worker style).
  */
 import { readdirSync, readFileSync } from "node:fs";
 import path from "node:path";
@@ -14,6 +15,8 @@ import { PostgresDatabase } from "./database.js";
 const here = path.dirname(fileURLToPath(import.meta.url));
 /** Where the numbered migrations live, next to this file. */
 export const MIGRATIONS_DIR = path.join(here, "migrations");
+/** The live definitions of the functions this release calls, applied after the migrations at every start. */
+export const FUNCTIONS_FILE = path.join(here, "functions.sql");
 
 /** The version of a migration file: its four leading digits. */
 function migrationVersion(file: string): number {
@@ -58,7 +61,7 @@ export function schemaVersionProblem(
 }
 
 /**
- * Applies pending migrations inside the caller's
+ * Applies pending migrations, then the live functions, inside the caller's
  * transaction, under the schema's advisory lock; StoreIncompatibleError
  * (before anything is applied) on a schema this release must not use.
  */
@@ -85,6 +88,8 @@ export async function applyMigrations(client: pg.ClientBase, schemaName: string)
     await client.query(readFileSync(path.join(MIGRATIONS_DIR, file), "utf8"));
     await client.query("INSERT INTO schema_migrations (version, name) VALUES ($1, $2)", [version, file]);
   }
+  // Idempotent (CREATE OR REPLACE), so the live definitions are this file's whatever the migrations left.
+  await client.query(readFileSync(FUNCTIONS_FILE, "utf8"));
 }
 
 /** Migrates a schema on a pool of its own, for a caller without a store (the API keys). */

@@ -169,7 +169,7 @@ export function sessionStatements(s: string, batches: { cleanup: number; eraseSe
     updateSessionState: `UPDATE ${s}.sessions SET state = $2, version = version + 1 WHERE session_id = $1`,
     setStateDeltas: `UPDATE ${s}.events e SET state_delta = d.delta::jsonb
       FROM unnest($2::bigint[], $3::text[]) AS d(seq, delta) WHERE e.session_id = $1 AND e.seq = d.seq`,
-    /** append_many_checked (migration 0015). */
+    /** append_many_checked (functions.sql). */
     appendBatch: `SELECT * FROM ${s}.append_many_checked($1::text[], $2::bigint[], $3::int[], $4::text[], $5::text[], $6::text[], $7::text[], $8::timestamptz[], $9::text[], $10, $11::text[], $12::bigint[], $13, $14, $15, $16, $17, $18, $19, $20::timestamptz, $21::text[])`,
     startErasure: `INSERT INTO ${s}.erasures (app_name, user_id, token) VALUES ($1, $2, $3)
       ON CONFLICT (app_name, user_id) DO UPDATE SET token = excluded.token, started_at = now()`,
