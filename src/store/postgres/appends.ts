@@ -13,7 +13,7 @@ import type { AppendResult, JsonObject, JsonValue, NewEvent, StoreCall, StoredEv
 import { type PostgresDatabase, timeLeft } from "./database.js";
 import { isUnavailable } from "./error-mapping.js";
 import { GroupCommit, type Pending } from "./group-commit.js";
-import { type EventRow, fingerprintOf, iso, retried, type SessionRow, toSession } from "./rows.js";
+import { type EventRow, fingerprintOf, iso, retried, type SessionRow, storedAs, toSession } from "./rows.js";
 import { writeState } from "./state-writes.js";
 import { counterSlot, MAX_NOTIFY_BYTES, type SessionStatements } from "./statements.js";
 
@@ -285,17 +285,6 @@ function planAppend(
   let head = headSeq;
   return events.map((e) => {
     const original = originals.get(e.eventId);
-    if (original) return retried(sessionId, e, original);
-    const event: StoredEvent = {
-      sessionId,
-      seq: ++head,
-      eventId: e.eventId,
-      eventType: e.eventType,
-      content: e.content,
-      metadata: e.metadata,
-      timestamp: e.timestamp,
-    };
-    if (e.stateDelta) event.stateDelta = e.stateDelta;
-    return event;
+    return original ? retried(sessionId, e, original) : storedAs(sessionId, ++head, e);
   });
 }

@@ -16,7 +16,7 @@ const here = path.dirname(fileURLToPath(import.meta.url));
 /** Where the numbered migrations live, next to this file. */
 export const MIGRATIONS_DIR = path.join(here, "migrations");
 /** The live definitions of the functions this release calls, applied after the migrations at every start. */
-export const FUNCTIONS_FILE = path.join(here, "functions.sql");
+const FUNCTIONS_FILE = path.join(here, "functions.sql");
 
 /** The version of a migration file: its four leading digits. */
 function migrationVersion(file: string): number {

@@ -65,19 +65,22 @@ export function toEvent(sessionId: string, row: EventRow): StoredEvent {
   return event;
 }
 
+/** A submitted event as stored at `seq`. */
+export function storedAs(sessionId: string, seq: number, submitted: NewEvent): StoredEvent {
+  const { eventId, eventType, content, metadata, timestamp, stateDelta } = submitted;
+  const event: StoredEvent = { sessionId, seq, eventId, eventType, content, metadata, timestamp };
+  if (stateDelta) event.stateDelta = stateDelta;
+  return event;
+}
+
 /**
  * The answer to a retried event: its stored original, or for an event trimmed
  * inside the dedupe window (no content left: event_type is NULL) its seq with
  * the event as submitted.
  */
 export function retried(sessionId: string, submitted: NewEvent, original: EventRow): StoredEvent {
-  let event: StoredEvent;
-  if (original.event_type !== null) {
-    event = toEvent(sessionId, original);
-  } else {
-    const { eventId, eventType, content, metadata, timestamp } = submitted;
-    event = { sessionId, seq: Number(original.seq), eventId, eventType, content, metadata, timestamp };
-  }
+  if (original.event_type === null) return storedAs(sessionId, Number(original.seq), submitted);
+  const event = toEvent(sessionId, original);
   if (submitted.stateDelta) event.stateDelta = submitted.stateDelta;
   return event;
 }
