@@ -1,6 +1,6 @@
 // Compiles the server and CLI (src/) to JavaScript in dist/ with tsc
 // (tsconfig.build.json) and copies next to it the files the compiled code
-// reads at run time: the Redis Lua scripts and the PostgreSQL migrations.
+// reads at run time: the Redis Lua scripts, the PostgreSQL migrations and functions.sql.
 // First it builds the TypeScript client's dist/ (clients/typescript), whose
 // generated contract code (@engram-memory/client/gen/...) the server imports.
 // Run by `npm run build`, by the root `prepare` script on `npm ci` (with
@@ -20,7 +20,12 @@ const root = ROOT;
 const dist = path.join(root, "dist");
 const stamp = BUILD_STAMP;
 /** Run-time files that are not TypeScript, as paths under src/ (copied to the same paths under dist/). */
-const ASSETS = ["store/redis/scripts", "store/memories/redis-scripts", "store/postgres/migrations"];
+const ASSETS = [
+  "store/redis/scripts",
+  "store/memories/redis-scripts",
+  "store/postgres/migrations",
+  "store/postgres/functions.sql",
+];
 
 if (process.argv.includes("--if-stale") && !buildIsStale()) process.exit(0);
 

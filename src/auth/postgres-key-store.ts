@@ -4,9 +4,10 @@
  * migrations, so the key CLI works before any server has started.
  */
 import pg from "pg";
+import { openPostgresPool } from "../backends/postgres.js";
 import { MemoryError } from "../errors.js";
 import { StoreIncompatibleError } from "../store/incompatible.js";
-import { PostgresStore } from "../store/postgres.js";
+import { migrateSchema } from "../store/postgres/migrations.js";
 import type { ApiKeyRecord, ApiKeyRole, ApiKeyStore } from "./api-keys.js";
 
 interface KeyRow {
@@ -52,24 +53,18 @@ export class PostgresKeyStore implements ApiKeyStore {
 
   /** Applies migrations and opens a small pool; rejects UNAVAILABLE when unreachable, StoreIncompatibleError on a schema of a newer release. */
   static async open(url: string, schema: string): Promise<PostgresKeyStore> {
-    const migrator = new PostgresStore({ url, schema, limits: { maxSessions: 1, maxSessionEvents: 1 } });
     try {
-      await migrator.migrate();
+      await migrateSchema(url, schema);
     } catch (err) {
       // A schema of a newer release is no outage: passed on as it is, so it is not retried.
       if (err instanceof StoreIncompatibleError) throw err;
       throw new MemoryError("UNAVAILABLE", `PostgreSQL is unavailable for API keys: ${(err as Error).message}`);
-    } finally {
-      await migrator.close();
     }
-    const pool = new pg.Pool({
-      connectionString: url,
-      max: 2,
-      connectionTimeoutMillis: 4000,
-      statement_timeout: 4000,
-      application_name: `engram:${schema}:keys`.slice(0, 63),
-    });
-    pool.on("error", () => {}); // an idle connection that dies is dropped by the pool
+    const pool = openPostgresPool(
+      { connectionString: url, max: 2, connectionTimeoutMillis: 4000, statement_timeout: 4000 },
+      schema,
+      "keys",
+    );
     return new PostgresKeyStore(pool, schema);
   }
 

@@ -4,7 +4,7 @@
  * per key) and live streams per key and per replica (counted in-process:
  * a stream holds resources of the replica that serves it).
  */
-import pg from "pg";
+import { openPostgresPool } from "../backends/postgres.js";
 import {
   RateLimiterMemory,
   RateLimiterPostgres,
@@ -73,13 +73,11 @@ export class Quotas {
       );
     }
     if (config.memoryEnabled && config.memoryType === "postgres") {
-      const pool = new pg.Pool({
-        connectionString: config.postgresUrl,
-        max: 2,
-        connectionTimeoutMillis: 1000,
-        statement_timeout: 1000,
-      });
-      pool.on("error", () => {});
+      const pool = openPostgresPool(
+        { connectionString: config.postgresUrl, max: 2, connectionTimeoutMillis: 1000, statement_timeout: 1000 },
+        config.keyPrefix,
+        "quotas",
+      );
       return new Quotas(
         config,
         (points) =>

@@ -11,13 +11,9 @@ import { setTimeout as sleep } from "node:timers/promises";
 import pg from "pg";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { PostgresKeyStore } from "../../src/auth/postgres-key-store.js";
-import {
-  MIGRATIONS_DIR,
-  PostgresStore,
-  recentEventsQuery,
-  schemaVersionProblem,
-  type PostgresStoreOptions,
-} from "../../src/store/postgres.js";
+import { PostgresStore, type PostgresStoreOptions } from "../../src/store/postgres.js";
+import { MIGRATIONS_DIR, schemaVersionProblem } from "../../src/store/postgres/migrations.js";
+import { recentEventsQuery } from "../../src/store/postgres/statements.js";
 import { StoreIncompatibleError } from "../../src/store/incompatible.js";
 import type { PostgresMemories } from "../../src/store/memories/postgres.js";
 import { ConnectingStore } from "../../src/store/connecting.js";

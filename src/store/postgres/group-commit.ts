@@ -1,7 +1,7 @@
 /**
  * Group commit for the PostgreSQL driver: appends that arrive while earlier
  * ones are being written wait, then go to the database together as one
- * statement and one transaction (append_many_checked, migrations 0006 and 0015). An append
+ * statement and one transaction (append_many_checked, functions.sql). An append
  * that finds a free slot goes at once, alone, so a lone caller waits for no
  * timer; under load a batch grows to whatever arrived during one write.
  *
