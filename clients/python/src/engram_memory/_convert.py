@@ -508,7 +508,7 @@ _SCOPE_MATCHES: dict[str, mpb.ScopeMatch.ValueType] = {
 }
 
 
-def scope_match(value: ScopeMatch | None) -> mpb.ScopeMatch.ValueType:
+def scope_match_pb(value: ScopeMatch | None) -> mpb.ScopeMatch.ValueType:
     if value is None:
         return mpb.SCOPE_MATCH_UNSPECIFIED
     try:
@@ -636,7 +636,7 @@ def search_memories_request(
         user_id=user_id,
         agent_id=agent_id,
         session_id=session_id,
-        scope_match=scope_match(scope),
+        scope_match=scope_match_pb(scope),
         query=query,
         top_k=top_k,
         topics=list(topics or ()),
@@ -653,19 +653,19 @@ def search_memories_request(
 def list_memories_request(
     app_name: str,
     *,
-    user_id: str | None,
-    agent_id: str | None,
-    session_id: str | None,
-    scope: ScopeMatch | None,
-    topics: Iterable[str] | None,
-    as_of: datetime | str | None,
-    include_invalid: bool,
-    pinned: bool | None,
-    key: str | None,
-    subject: str | None,
-    predicate: str | None,
     page_size: int,
     page_token: str,
+    user_id: str | None = None,
+    agent_id: str | None = None,
+    session_id: str | None = None,
+    scope_match: ScopeMatch | None = None,
+    topics: Iterable[str] | None = None,
+    as_of: datetime | str | None = None,
+    include_invalid: bool = False,
+    pinned: bool | None = None,
+    key: str | None = None,
+    subject: str | None = None,
+    predicate: str | None = None,
     include_embeddings: bool = False,
 ) -> mpb.ListMemoriesRequest:
     req = message(
@@ -674,7 +674,7 @@ def list_memories_request(
         user_id=user_id,
         agent_id=agent_id,
         session_id=session_id,
-        scope_match=scope_match(scope),
+        scope_match=scope_match_pb(scope_match),
         topics=list(topics or ()),
         include_invalid=include_invalid,
         pinned=pinned,
@@ -706,7 +706,7 @@ def delete_memories_request(
         user_id=user_id,
         agent_id=agent_id,
         session_id=session_id,
-        scope_match=scope_match(scope),
+        scope_match=scope_match_pb(scope),
     )
 
 
@@ -725,7 +725,7 @@ def watch_memories_request(
         user_id=user_id,
         agent_id=agent_id,
         session_id=session_id,
-        scope_match=scope_match(scope),
+        scope_match=scope_match_pb(scope),
         after=after,
     )
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Generator, Iterator, Iterable, Mapping, Sequence
 from datetime import datetime, timedelta
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypedDict, TypeVar
 
 import grpc
 
@@ -46,7 +46,29 @@ from engram_memory.models import (
     parse_timestamp,
 )
 
-__all__ = ["DEFAULT_TARGET", "EngramClientSync"]
+if TYPE_CHECKING:
+    # Only in annotations (postponed by `from __future__ import annotations`): no runtime dependency.
+    from typing_extensions import Unpack
+
+__all__ = ["DEFAULT_TARGET", "EngramClientSync", "MemoryListFilters"]
+
+
+class MemoryListFilters(TypedDict, total=False):
+    """What a memory listing selects besides its app (:meth:`EngramClient.list_memories_page`)."""
+
+    user_id: str | None
+    agent_id: str | None
+    session_id: str | None
+    scope_match: ScopeMatch | None
+    topics: Iterable[str] | None
+    as_of: datetime | str | None
+    include_invalid: bool
+    pinned: bool | None
+    key: str | None
+    subject: str | None
+    predicate: str | None
+    include_embeddings: bool
+
 
 _Request = TypeVar("_Request")
 _Response = TypeVar("_Response")
@@ -564,20 +586,9 @@ class EngramClientSync:
         self,
         app_name: str,
         *,
-        user_id: str | None = None,
-        agent_id: str | None = None,
-        session_id: str | None = None,
-        scope_match: ScopeMatch | None = None,
-        topics: Iterable[str] | None = None,
-        as_of: datetime | str | None = None,
-        include_invalid: bool = False,
-        pinned: bool | None = None,
-        key: str | None = None,
-        subject: str | None = None,
-        predicate: str | None = None,
         page_size: int = 0,
         page_token: str = "",
-        include_embeddings: bool = False,
+        **filters: Unpack[MemoryListFilters],
     ) -> tuple[list[LongTermMemory], str]:
         """One page of memories, newest first, and the next page token ("" on the last).
 
@@ -588,65 +599,21 @@ class EngramClientSync:
         The memories come without their embeddings unless ``include_embeddings``
         is set (an export, a re-index).
         """
-        req = cv.list_memories_request(
-            app_name,
-            user_id=user_id,
-            agent_id=agent_id,
-            session_id=session_id,
-            scope=scope_match,
-            topics=topics,
-            as_of=as_of,
-            include_invalid=include_invalid,
-            pinned=pinned,
-            key=key,
-            subject=subject,
-            predicate=predicate,
-            page_size=page_size,
-            page_token=page_token,
-            include_embeddings=include_embeddings,
-        )
+        req = cv.list_memories_request(app_name, page_size=page_size, page_token=page_token, **filters)
         resp: mpb.ListMemoriesResponse = self._call(self.stub.ListMemories, req)
         return [cv.memory_from_pb(m) for m in resp.memories], resp.next_page_token
 
     def list_memories(
-        self,
-        app_name: str,
-        *,
-        user_id: str | None = None,
-        agent_id: str | None = None,
-        session_id: str | None = None,
-        scope_match: ScopeMatch | None = None,
-        topics: Iterable[str] | None = None,
-        as_of: datetime | str | None = None,
-        include_invalid: bool = False,
-        pinned: bool | None = None,
-        key: str | None = None,
-        subject: str | None = None,
-        predicate: str | None = None,
-        page_size: int = MAX_PAGE_SIZE,
-        include_embeddings: bool = False,
+        self, app_name: str, *, page_size: int = MAX_PAGE_SIZE, **filters: Unpack[MemoryListFilters]
     ) -> Iterator[LongTermMemory]:
         """Every matching memory, newest first, paging through the server's pages
         (filters as in :meth:`list_memories_page`)."""
+        # The topics may be an iterator, read once: every page asks with the same list.
+        filters["topics"] = list(filters.get("topics") or ())
         token = ""
-        topic_list = list(topics or ())
         while True:
             memories, token = self.list_memories_page(
-                app_name,
-                user_id=user_id,
-                agent_id=agent_id,
-                session_id=session_id,
-                scope_match=scope_match,
-                topics=topic_list,
-                as_of=as_of,
-                include_invalid=include_invalid,
-                pinned=pinned,
-                key=key,
-                subject=subject,
-                predicate=predicate,
-                page_size=page_size,
-                page_token=token,
-                include_embeddings=include_embeddings,
+                app_name, page_size=page_size, page_token=token, **filters
             )
             for m in memories:
                 yield m
