@@ -8,7 +8,7 @@ import math
 import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import date, datetime, timedelta, timezone
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from google.protobuf import duration_pb2, struct_pb2, timestamp_pb2
 from google.protobuf.descriptor import FieldDescriptor
@@ -27,6 +27,7 @@ from .models import (
     LongTermMemory,
     MemoryChange,
     MemoryEvent,
+    MemoryListFilters,
     MemorySource,
     MemoryStats,
     MemoryWrite,
@@ -39,6 +40,10 @@ from .models import (
     UserDataErased,
     parse_timestamp,
 )
+
+if TYPE_CHECKING:
+    # Only in annotations (postponed by `from __future__ import annotations`): no runtime dependency.
+    from typing_extensions import Unpack
 
 _MAX_SAFE_INT = 2**53
 
@@ -651,40 +656,13 @@ def search_memories_request(
 
 
 def list_memories_request(
-    app_name: str,
-    *,
-    page_size: int,
-    page_token: str,
-    user_id: str | None = None,
-    agent_id: str | None = None,
-    session_id: str | None = None,
-    scope_match: ScopeMatch | None = None,
-    topics: Iterable[str] | None = None,
-    as_of: datetime | str | None = None,
-    include_invalid: bool = False,
-    pinned: bool | None = None,
-    key: str | None = None,
-    subject: str | None = None,
-    predicate: str | None = None,
-    include_embeddings: bool = False,
+    app_name: str, *, page_size: int, page_token: str, **filters: Unpack[MemoryListFilters]
 ) -> mpb.ListMemoriesRequest:
-    req = message(
-        mpb.ListMemoriesRequest,
-        app_name=app_name,
-        user_id=user_id,
-        agent_id=agent_id,
-        session_id=session_id,
-        scope_match=scope_match_pb(scope_match),
-        topics=list(topics or ()),
-        include_invalid=include_invalid,
-        pinned=pinned,
-        key=key,
-        subject=subject,
-        predicate=predicate,
-        page_size=page_size,
-        page_token=page_token,
-        include_embeddings=include_embeddings,
-    )
+    fields: dict[str, Any] = dict(filters)
+    as_of = fields.pop("as_of", None)
+    fields["scope_match"] = scope_match_pb(fields.get("scope_match"))
+    fields["topics"] = list(fields.get("topics") or ())
+    req = message(mpb.ListMemoriesRequest, app_name=app_name, page_size=page_size, page_token=page_token, **fields)
     if as_of is not None:
         req.as_of.CopyFrom(to_timestamp(as_of))
     return req

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import uuid
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
-from typing import Any, Literal, TypeAlias
+from typing import Any, Literal, TypeAlias, TypedDict
 
 __all__ = [
     "ChatMessage",
@@ -464,3 +465,20 @@ class KGFact:
             "role": self.role or "system",
             "content": f"Fact ({self.role or 'system'}): {self.subject} {self.predicate} {self.object}.",
         }
+
+
+class MemoryListFilters(TypedDict, total=False):
+    """What a memory listing selects besides its app (:meth:`EngramClient.list_memories_page`)."""
+
+    user_id: str | None
+    agent_id: str | None
+    session_id: str | None
+    scope_match: ScopeMatch | None
+    topics: Iterable[str] | None
+    as_of: datetime | str | None
+    include_invalid: bool
+    pinned: bool | None
+    key: str | None
+    subject: str | None
+    predicate: str | None
+    include_embeddings: bool

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Generator, Iterator, Iterable, Mapping, Sequence
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Any, TypedDict, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import grpc
 
@@ -34,6 +34,7 @@ from engram_memory.models import (
     LongTermMemory,
     MemoryChange,
     MemoryEvent,
+    MemoryListFilters,
     MemorySource,
     MemoryStats,
     MemoryWrite,
@@ -50,24 +51,7 @@ if TYPE_CHECKING:
     # Only in annotations (postponed by `from __future__ import annotations`): no runtime dependency.
     from typing_extensions import Unpack
 
-__all__ = ["DEFAULT_TARGET", "EngramClientSync", "MemoryListFilters"]
-
-
-class MemoryListFilters(TypedDict, total=False):
-    """What a memory listing selects besides its app (:meth:`EngramClient.list_memories_page`)."""
-
-    user_id: str | None
-    agent_id: str | None
-    session_id: str | None
-    scope_match: ScopeMatch | None
-    topics: Iterable[str] | None
-    as_of: datetime | str | None
-    include_invalid: bool
-    pinned: bool | None
-    key: str | None
-    subject: str | None
-    predicate: str | None
-    include_embeddings: bool
+__all__ = ["DEFAULT_TARGET", "EngramClientSync"]
 
 
 _Request = TypeVar("_Request")
@@ -612,9 +596,7 @@ class EngramClientSync:
         filters["topics"] = list(filters.get("topics") or ())
         token = ""
         while True:
-            memories, token = self.list_memories_page(
-                app_name, page_size=page_size, page_token=token, **filters
-            )
+            memories, token = self.list_memories_page(app_name, page_size=page_size, page_token=token, **filters)
             for m in memories:
                 yield m
             if not token or not memories:
