@@ -233,8 +233,9 @@ describe("PostgresStore specifics", () => {
         "SELECT p.proname FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace WHERE n.nspname = $1 ORDER BY p.proname",
         [schema],
       );
-      // append_many_checked (0015, live in functions.sql): every append (src/store/postgres/appends.ts); append_many_retained (0006): the previous
-      // release's appends during a rolling upgrade; events_copy_tenancy: the insert trigger of 0007.
+      // append_many_checked (0015, live in functions.sql): every append (src/store/postgres/appends.ts);
+      // append_many_retained (0006): the previous release's appends during a rolling upgrade;
+      // events_copy_tenancy: the insert trigger of 0007.
       expect(rows.map((r) => r.proname)).toEqual([
         "append_many_checked",
         "append_many_retained",
