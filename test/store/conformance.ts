@@ -660,15 +660,17 @@ export function describeStoreConformance(name: string, factory: StoreFactory, ca
         const notices: SessionNotice[] = [];
         const unsubscribers = ["e1", "e2", "other-user"].map((id) => store.subscribe(id, (n) => notices.push(n)));
         try {
-          await sleep(capabilities.shared ? 200 : 0);
+          await store.noticesFlowing?.();
           await store.deleteUserData("app", "erased");
           await waitFor(
             () =>
               notices.some((n) => n.sessionId === "e1" && n.deleted) &&
               notices.some((n) => n.sessionId === "e2" && n.deleted),
           );
-          await sleep(capabilities.shared ? 100 : 0);
           // Notices of the appends made before subscribing may still arrive late; none may say "deleted".
+          // A notice of an append made after the erasure comes after any notice the erasure sent.
+          const headSeq = (await store.appendEvents("other-user", [newEvent("user_message", "after")])).events[0].seq;
+          await waitFor(() => notices.some((n) => n.sessionId === "other-user" && n.headSeq === headSeq));
           expect(notices.filter((n) => n.sessionId === "other-user" && n.deleted)).toEqual([]);
         } finally {
           for (const unsubscribe of unsubscribers) unsubscribe();
@@ -715,7 +717,7 @@ export function describeStoreConformance(name: string, factory: StoreFactory, ca
         await makeSession(store, "s1");
         const notices: SessionNotice[] = [];
         const unsubscribe = store.subscribe("s1", (n) => notices.push(n));
-        await sleep(capabilities.shared ? 200 : 0); // a network subscription needs a moment to be established
+        await store.noticesFlowing?.();
         await store.appendEvents("s1", [newEvent("user_message", 1)]);
         await store.appendEvents("s1", [newEvent("user_message", 2), newEvent("user_message", 3)]);
         await waitFor(() => notices.some((n) => n.headSeq === 3));
@@ -730,9 +732,17 @@ export function describeStoreConformance(name: string, factory: StoreFactory, ca
         await waitFor(() => notices.some((n) => n.deleted));
         unsubscribe();
         const count = notices.length;
-        await makeSession(store, "s1");
-        await store.appendEvents("s1", [newEvent("user_message", 4)]);
-        await sleep(capabilities.shared ? 200 : 10);
+        // A listener still subscribed hears the next append; by then the one gone would have too.
+        const witness: SessionNotice[] = [];
+        const unsubscribeWitness = store.subscribe("s1", (n) => witness.push(n));
+        try {
+          await store.noticesFlowing?.();
+          await makeSession(store, "s1");
+          await store.appendEvents("s1", [newEvent("user_message", 4)]);
+          await waitFor(() => witness.some((n) => n.headSeq === 1 && !n.deleted));
+        } finally {
+          unsubscribeWitness();
+        }
         expect(notices.length).toBe(count);
       });
     });
@@ -747,7 +757,7 @@ export function describeStoreConformance(name: string, factory: StoreFactory, ca
         });
         const unsubscribe = store.subscribe("s1", (n) => heard.push(n));
         try {
-          await sleep(capabilities.shared ? 200 : 0);
+          await store.noticesFlowing?.();
           const appended = await store.appendEvents("s1", [newEvent("user_message", 1)]);
           expect(appended.events.map((e) => e.seq)).toEqual([1]);
           expect(await store.deleteSession("s1")).toBe(true);
@@ -773,7 +783,7 @@ export function describeStoreConformance(name: string, factory: StoreFactory, ca
         const notices: SessionNotice[] = [];
         const unsubscribe = store.subscribe("s1", (n) => notices.push(n));
         try {
-          await sleep(capabilities.shared ? 200 : 0);
+          await store.noticesFlowing?.();
           await store.deleteSession("s1");
           const second = (
             await store.getOrCreateSession({
@@ -1122,7 +1132,7 @@ export function describeStoreConformance(name: string, factory: StoreFactory, ca
       });
     });
 
-    describeStateConformance(fresh, capabilities);
+    describeStateConformance(fresh);
 
     describe("9. event search (SearchEvents)", () => {
       const search = (
