@@ -492,6 +492,7 @@ export function describeStoreConformance(name: string, factory: StoreFactory, ca
         const store = await fresh();
         await makeSession(store, "old");
         await makeSession(store, "touched");
+        // Clock time apart on purpose: the cutoff must fall strictly between the old updates and the new.
         await sleep(20);
         const cutoff = Date.now();
         await sleep(5);
@@ -505,6 +506,7 @@ export function describeStoreConformance(name: string, factory: StoreFactory, ca
 
       it("past maxSessions evicts the least recently updated 10%", async () => {
         const store = await fresh({ maxSessions: 10 });
+        // 2 ms apart below: update order is by update time, which must differ from one session to the next.
         for (let i = 0; i < 10; i++) {
           await makeSession(store, `s${i}`);
           await sleep(2);
@@ -524,6 +526,7 @@ export function describeStoreConformance(name: string, factory: StoreFactory, ca
 
       it("keeps update order through appends to the middle, deletions and repeated evictions", async () => {
         const store = await fresh({ maxSessions: 10 });
+        // 2 ms apart below: update order is by update time, which must differ from one session to the next.
         for (let i = 0; i < 10; i++) {
           await makeSession(store, `s${i}`);
           await sleep(2);
@@ -689,6 +692,7 @@ export function describeStoreConformance(name: string, factory: StoreFactory, ca
           await makeSession(store, id, app, user);
           await makeSession(store, `${id}-fresh`, app, user);
         }
+        // Clock time apart on purpose: the cutoff must fall strictly between the old updates and the new.
         await sleep(20);
         const cutoff = Date.now();
         await sleep(5);
@@ -1103,6 +1107,7 @@ export function describeStoreConformance(name: string, factory: StoreFactory, ca
         await makeSession(store, "s1");
         for (let i = 1; i <= 3; i++) await store.appendEvents("s1", [retry(`e${i}`, i)]);
         expect((await store.appendEvents("s1", [retry("e1", 1)])).replayed).toBe(true);
+        // Past the 300 ms dedupe window: the window's end is what is checked.
         await sleep(700);
         const later = await store.appendEvents("s1", [retry("e1", 1)]);
         expect(later.replayed).toBe(false);
