@@ -8,7 +8,7 @@
  * every node can end the call in time. A fresh cluster, dedicated to this
  * file: the kill leaves nothing to restart.
  */
-import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { afterAll, beforeAll, describe, expect, it, vi } from "vitest";
 import { MemoryError } from "../../src/errors.js";
 import { RedisConnection } from "../../src/store/redis/connection.js";
 import { startRedisCluster, type RedisCluster } from "../support/redis-cluster.js";
@@ -52,8 +52,14 @@ describe("a Redis Cluster lost while a call waits for its answer", () => {
           () => "answered",
           (err: unknown) => err,
         );
-      await new Promise((resolve) => setTimeout(resolve, 500));
-      expect(conn.commands.status).toBe("ready"); // the read went out on a live connection
+      // The read went out on a live connection: a node's connection holds it, waiting for the answer.
+      const commands = conn.commands;
+      const nodeClients = () => ("nodes" in commands ? commands.nodes() : [commands]);
+      await vi.waitFor(() => expect(nodeClients().some((node) => node.commandQueue.length > 0)).toBe(true), {
+        timeout: 10_000,
+        interval: 10,
+      });
+      expect(commands.status).toBe("ready");
 
       // SIGKILL works on stopped processes: every connection closes under the waiting read.
       await Promise.all(nodes.map((node) => node.server.kill()));

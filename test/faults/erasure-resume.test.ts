@@ -106,7 +106,17 @@ afterAll(async () => {
  * erasure has removed something, with every Redis write held meanwhile so it
  * cannot finish first; resolves with how many of the user's sessions are left.
  */
+/** Ids of the Redis clients named for PREFIX: this file's own store's, and any server's it starts. */
+async function prefixClients(): Promise<string[]> {
+  const list = (await observer.call("CLIENT", "LIST")) as string;
+  return list
+    .split("\n")
+    .filter((line) => line.includes(` name=${PREFIX}:`))
+    .map((line) => /^id=(\d+)/.exec(line)![1]);
+}
+
 async function eraseUntilKilled(userId: string): Promise<number> {
+  const before = new Set(await prefixClients());
   const server = await spawnServer(ENV());
   const client = grpcJsClient(server.address);
   try {
@@ -122,8 +132,12 @@ async function eraseUntilKilled(userId: string): Promise<number> {
     await killHard(server);
     await observer.call("CLIENT", "UNPAUSE");
     await interrupted; // rejects unless the call failed (the server died under it)
-    // The killed server's connection is gone; give Redis a moment to drop it before counting.
-    await sleep(300);
+    // Count once Redis has dropped the killed server's connections: nothing of it can still write.
+    const droppedBy = Date.now() + 10_000;
+    while ((await prefixClients()).some((id) => !before.has(id))) {
+      if (Date.now() > droppedBy) throw new Error("Redis still lists the killed server's connections after 10 s");
+      await sleep(20);
+    }
     const left = await observer.zcard(userIndex(userId));
     expect(left, "the crash must come midway for this test to mean anything").toBeGreaterThan(0);
     expect(left).toBeLessThan(ERASED_SESSIONS);

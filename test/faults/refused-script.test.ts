@@ -97,7 +97,14 @@ describe("a replica whose script Redis refuses to compile", () => {
       expect(err.code).toBe(Code.Unavailable);
 
       // It keeps retrying, and stays unready: the script does not compile on a later try either.
-      await sleep(1500);
+      expect(
+        await until(
+          async () => server.lines.some((l) => /"attempt":[2-9]/.test(l) && l.includes("append-12.lua")),
+          (retried) => retried,
+          20_000,
+        ),
+        "a second retry refused the script",
+      ).toBe(true);
       expect(server.child.exitCode).toBeNull();
       expect((await readyz(server)).status).toBe(503);
     } finally {

@@ -73,11 +73,16 @@ describe("a slow stream consumer", () => {
   it("does not grow the server's memory with what it has not read, and then gets everything in order", async () => {
     const { client: raw, call } = rawEventStream(server.address, { sessionId: SESSION, afterSeq: 0n });
     const seqs: number[] = [];
+    let caughtUp = false;
     call.on("data", (frame: { frame: { case: string; value: { seq: bigint } } }) => {
       if (frame.frame.case === "event") seqs.push(Number(frame.frame.value.seq));
+      if (frame.frame.case === "caughtUp") caughtUp = true;
     });
     try {
-      await sleep(300); // subscribed and caught up (empty session)
+      // Subscribed and caught up (empty session) before anything is appended.
+      const caughtUpBy = Date.now() + 10_000;
+      while (!caughtUp && Date.now() < caughtUpBy) await sleep(10);
+      expect(caughtUp, "the stream's caught-up frame").toBe(true);
       call.pause();
       const before = await heapUsed();
       const filler = "x".repeat(CONTENT_BYTES);
@@ -90,7 +95,8 @@ describe("a slow stream consumer", () => {
           })),
         });
       }
-      await sleep(1000); // let the server try to push
+      // Time for the server to try to push to the paused reader: what it does meanwhile is what is measured.
+      await sleep(1000);
       const during = await heapUsed();
       const appendedMb = (EVENTS * CONTENT_BYTES) / 2 ** 20;
       const grewMb = (during - before) / 2 ** 20;

@@ -14,7 +14,8 @@ import path from "node:path";
 import { Client } from "@modelcontextprotocol/sdk/client/index.js";
 import { StreamableHTTPClientTransport } from "@modelcontextprotocol/sdk/client/streamableHttp.js";
 import type { CallToolResult } from "@modelcontextprotocol/sdk/types.js";
-import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { pino } from "pino";
+import { afterAll, beforeAll, describe, expect, it, vi } from "vitest";
 import { generateApiKey, type ApiKeyRecord } from "../../src/auth/api-keys.js";
 import { FileKeyStore } from "../../src/auth/file-key-store.js";
 import { REPO_ROOT, startTestServer, type TestServer } from "../support/engram.js";
@@ -28,6 +29,8 @@ const APP = `mcp-app-${run}`;
 const OTHER_APP = `mcp-other-${run}`;
 const LISTED_ORIGIN = "http://localhost:5173";
 const clients: Client[] = [];
+/** What the server logged as an internal error (a bug, never a client's doing). */
+const internalErrors: string[] = [];
 
 beforeAll(async () => {
   dir = mkdtempSync(path.join(tmpdir(), "engram-mcp-"));
@@ -45,6 +48,7 @@ beforeAll(async () => {
   await makeKey("limited", { role: "write", apps: [APP], rateLimit: 1 });
   server = await startTestServer({
     config: { auth: true, authKeysFile: keyFile.path, authCacheMs: 0, corsOrigins: [LISTED_ORIGIN] },
+    log: pino({ level: "error" }, { write: (line: string) => void internalErrors.push(line) }),
   });
 });
 
@@ -102,6 +106,14 @@ function raw(
     req.on("error", reject);
     req.end(body);
   });
+}
+
+/** The server's engram_connections_open gauge (this scrape's own connection included). */
+async function connectionsOpen(): Promise<number> {
+  const metrics = (await raw("GET", "/metrics", {})).text;
+  const line = metrics.split("\n").find((l) => l.startsWith("engram_connections_open "));
+  expect(line, "engram_connections_open in /metrics").toBeDefined();
+  return Number(line!.split(" ")[1]);
 }
 
 const INITIALIZE = JSON.stringify({
@@ -528,6 +540,12 @@ describe("MCP hang-ups", () => {
       method: "tools/call",
       params: { name: "build_context", arguments: { session_id: id, token_budget: 100 } },
     });
+    await ok(client, "append_events", {
+      session_id: id,
+      events: [{ event_type: "user_message", content: "Hang-ups leave Porto in the context." }],
+    });
+    const openBefore = await connectionsOpen();
+    const errorsBefore = internalErrors.length;
     for (let i = 0; i < 20; i++) {
       await new Promise<void>((resolve) => {
         const req = http.request(`${server.baseUrl}/mcp`, {
@@ -540,7 +558,22 @@ describe("MCP hang-ups", () => {
         req.end(call, () => setImmediate(() => req.destroy()));
       });
     }
-    expect((await ok(client, "get_session", { session_id: id })).session.session_id).toBe(id);
+    // The server closes each hung-up connection and reports no internal error for any of them.
+    await vi.waitFor(async () => expect(await connectionsOpen()).toBeLessThanOrEqual(openBefore), {
+      timeout: 20_000,
+      interval: 50,
+    });
+    expect(internalErrors.slice(errorsBefore)).toEqual([]);
+    // The same call, not hung up, answers the session's context; the session is as it was.
+    const answered = await raw("POST", "/mcp", { authorization: `Bearer ${keys.app}`, ...MCP_HEADERS }, call);
+    expect(answered.status).toBe(200);
+    const context = JSON.parse(answered.text).result.structuredContent;
+    expect(context.text).toContain("Porto");
+    expect(context.messages.map((m: { role: string }) => m.role)).toEqual(["user"]);
+    expect((await ok(client, "get_session", { session_id: id })).session).toMatchObject({
+      session_id: id,
+      head_seq: "1",
+    });
   });
 });
 

@@ -237,6 +237,7 @@ describe("extraction never holds up an append", () => {
       // Every append answered although the first request is still open: nothing waited on the endpoint.
       let idle = false;
       void server.service.extractor!.idle().then(() => (idle = true));
+      // Still busy 50 ms on: the absence of idleness while the endpoint hangs is what is checked.
       await new Promise((r) => setTimeout(r, 50));
       expect(idle).toBe(false);
       // One in flight, two queued, two dropped.

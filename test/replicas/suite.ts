@@ -335,6 +335,7 @@ export function describeReplicaSuite(
         for (let i = 0; i < total; i++) {
           await appendAcknowledged(() => (i % 2 === 0 ? one!.grpc : two!.connect), id, `e-${i}`, deadline);
           written++;
+          // Paced on purpose: the outage below must fall in the middle of the writes, not after them.
           await sleep(20);
         }
       })();

@@ -251,6 +251,7 @@ describe("the unary fast path answers as connect-node does", () => {
       const piece = Math.min(left, Math.ceil(length / 8));
       await new Promise<void>((resolve) => c.socket.write("x".repeat(piece), () => resolve()));
       left -= piece;
+      // Spread in time on purpose: a piece written after the server had closed would meet a reset.
       await new Promise((resolve) => setTimeout(resolve, 25));
     }
     c.socket.end();

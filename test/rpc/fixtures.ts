@@ -32,3 +32,27 @@ export async function collect(
 /** Seqs of the event frames. */
 export const seqsOf = (frames: StreamSessionEventsResponse[]) =>
   frames.flatMap((f) => (f.frame.case === "event" ? [Number(f.frame.value.seq)] : []));
+
+/**
+ * collect(), plus `caughtUp`: resolves once the stream has sent its caught-up
+ * frame (or ended), so that a test appends live events only after the server
+ * has subscribed the stream and replayed the log.
+ */
+export function collectLive(
+  stream: AsyncIterable<StreamSessionEventsResponse>,
+  until: (frames: StreamSessionEventsResponse[]) => boolean,
+  controller: AbortController,
+): { frames: Promise<StreamSessionEventsResponse[]>; caughtUp: Promise<void> } {
+  let reached!: () => void;
+  const caughtUp = new Promise<void>((resolve) => (reached = resolve));
+  const frames = collect(
+    stream,
+    (f) => {
+      if (f.at(-1)?.frame.case === "caughtUp") reached();
+      return until(f);
+    },
+    controller,
+  );
+  frames.then(reached, reached);
+  return { frames, caughtUp };
+}

@@ -130,7 +130,11 @@ describe("SIGTERM with unary calls in flight", () => {
       );
       const killedAt = Date.now();
       const exit = proc.kill("SIGTERM");
-      await new Promise((r) => setTimeout(r, 100)); // the server has begun shutting down
+      await until(
+        () => proc.lines.some((l) => l.includes('"msg":"shutting down"')),
+        10_000,
+        () => "the server did not log that it is shutting down",
+      );
 
       // New calls, on the open gRPC connection and on a new one, are refused.
       const fresh = grpcJsClient(proc.address);

@@ -102,6 +102,7 @@ describe("postgres: the client's deadline bounds its call's work in the database
       // Control: an append without a deadline does wait for the row, as long as the holder holds it.
       const patient = clients[0][1].addEvent(event("patient"));
       expect(await within(10_000, async () => (await serverLocks("waiting")) === 1)).toBe(true);
+      // Still waiting well past the deadline the others had: the absence of giving up is what is checked.
       await sleep(DEADLINE_MS * 2);
       expect(await serverLocks("waiting")).toBe(1);
 
@@ -198,6 +199,7 @@ describe("postgres: the client's deadline bounds its call's work in the database
       const patient = client
         .searchMemories({ appName: "app", userId: "ann", query: "tea", topK: 5 })
         .finally(() => (settled = true));
+      // Still unanswered well past the deadline the others had: the absence of an answer is what is checked.
       await sleep(DEADLINE_MS * 3);
       expect(settled).toBe(false);
 

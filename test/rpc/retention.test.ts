@@ -139,6 +139,7 @@ describe("removals are counted by reason and logged as counts", () => {
       expect(await metric(proc, "engram_events_trimmed_total")).toBe(3);
       expect(await metric(proc, 'engram_sessions_removed_total{reason="evicted"}')).toBe(1);
       expect(await metric(proc, 'engram_sessions_removed_total{reason="delete"}')).toBe(1);
+      // No second line within 2.5 s: the absence of an early log line is what is checked.
       await sleep(2500);
       expect(logged(proc, "retention: data removed")).toHaveLength(1);
       for (const secret of [idle, ...ids, "secret-app", "secret-user"]) {

@@ -10,7 +10,7 @@ import type { StoreLimits, MemoryStore } from "../../src/store/types.js";
 import { startTestServer, type TestServer } from "../support/engram.js";
 import { codeOf, errorOf, PROTOCOLS, type MemoryClient } from "../support/clients.js";
 import { describeStateRpc } from "./state-suite.js";
-import { collect, seqsOf, sid } from "./fixtures.js";
+import { collect, collectLive, seqsOf, sid } from "./fixtures.js";
 
 /** Makes a fresh store for one server. */
 export type RpcStoreFactory = (limits: StoreLimits) => Promise<MemoryStore>;
@@ -334,10 +334,10 @@ export function describeRpcSuite(storeName: string, storeFactory?: RpcStoreFacto
         });
         const controller = new AbortController();
         const stream = client.streamSessionEvents({ sessionId: id }, { signal: controller.signal });
-        const done = collect(stream, (f) => seqsOf(f).length >= 5, controller);
-        await sleep(100);
+        const live = collectLive(stream, (f) => seqsOf(f).length >= 5, controller);
+        await live.caughtUp;
         for (let i = 0; i < 3; i++) await client.addEvent({ sessionId: id, event: { eventType: "user_message" } });
-        const frames = await done;
+        const frames = await live.frames;
         controller.abort();
         expect(seqsOf(frames)).toEqual([1, 2, 3, 4, 5]);
         const caughtUp = frames.findIndex((f) => f.frame.case === "caughtUp");
@@ -365,13 +365,13 @@ export function describeRpcSuite(storeName: string, storeFactory?: RpcStoreFacto
         });
         const c2 = new AbortController();
         const stream = client.streamSessionEvents({ sessionId: id, afterSeq: BigInt(last) }, { signal: c2.signal });
-        const done = collect(stream, (f) => seqsOf(f).length >= 6, c2);
-        await sleep(100);
+        const live = collectLive(stream, (f) => seqsOf(f).length >= 6, c2);
+        await live.caughtUp;
         await client.addEvents({
           sessionId: id,
           events: Array.from({ length: 2 }, () => ({ eventType: "user_message" })),
         });
-        const second = await done;
+        const second = await live.frames;
         c2.abort();
         expect([...seqsOf(first), ...seqsOf(second)]).toEqual([1, 2, 3, 4, 5, 6, 7, 8, 9]);
       });
@@ -425,8 +425,9 @@ export function describeRpcSuite(storeName: string, storeFactory?: RpcStoreFacto
         const id = await newSession();
         const controller = new AbortController();
         const stream = client.streamSessionEvents({ sessionId: id }, { signal: controller.signal });
-        const outcome = errorOf(collect(stream, () => false, controller));
-        await sleep(150);
+        const live = collectLive(stream, () => false, controller);
+        const outcome = errorOf(live.frames);
+        await live.caughtUp;
         await client.deleteSession({ sessionId: id });
         const err = await outcome;
         expect(err.code).toBe(Code.NotFound);
@@ -450,10 +451,11 @@ export function describeRpcSuite(storeName: string, storeFactory?: RpcStoreFacto
         );
         await Promise.all(streams);
         // Keep them open: wait for the caught-up frames, then cancel.
-        const open = controllers.map((c) =>
-          collect(client.streamSessionEvents({ sessionId: id }, { signal: c.signal }), () => false, c).catch(() => []),
+        const live = controllers.map((c) =>
+          collectLive(client.streamSessionEvents({ sessionId: id }, { signal: c.signal }), () => false, c),
         );
-        await sleep(200);
+        const open = live.map((l) => l.frames.catch(() => []));
+        await Promise.all(live.map((l) => l.caughtUp));
         expect(server.service.hub.activeSessions).toBe(before + 1);
         for (const c of controllers) c.abort();
         await Promise.all(open);
@@ -509,7 +511,7 @@ export function describeRpcSuite(storeName: string, storeFactory?: RpcStoreFacto
       });
 
       it("Cleanup removes sessions idle longer than max_age and requires max_age", async () => {
-        // Margins of a second each way: a loaded machine may take hundreds of ms between calls.
+        // Idle time is what Cleanup measures. Margins of a second each way: a loaded machine may take hundreds of ms between calls.
         const id = await newSession();
         await sleep(2000);
         const fresh = await newSession();
@@ -586,6 +588,7 @@ export function describeRpcSuite(storeName: string, storeFactory?: RpcStoreFacto
         await client.createSession({ appName: app, userId: "u", sessionId: mine });
         await client.createSession({ appName: app, userId: "v", sessionId: otherUser });
         await client.createSession({ appName: `${app}-2`, userId: "u", sessionId: otherApp });
+        // Idle time is what Cleanup measures: past max_age (1 s) with a second's margin for a loaded machine.
         await sleep(2000);
         const res = await client.cleanup({ maxAge: { seconds: 1n }, appName: app, userId: "u" });
         expect(res.removedSessions).toBe(1n);

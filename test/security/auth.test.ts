@@ -199,6 +199,7 @@ describe.each(PROTOCOLS)("auth over %s", (_name, clientWith) => {
     expect(sessions.body.sessions).toContain(sessionB);
     expect(sessions.body.sessions).not.toContain(sessionA);
     const restEvents = await rest("/memory/events", "b");
+    expect(restEvents.body.events!.length).toBeGreaterThan(0);
     expect(restEvents.body.events!.every((e) => e.session_id.startsWith("auth-b-"))).toBe(true);
     // Another tenant's session reads as an unknown one: KAOS's 200 with no events.
     const theirs = await rest(`/memory/events?session_id=${sessionA}`, "b");
@@ -227,6 +228,7 @@ describe.each(PROTOCOLS)("auth over %s", (_name, clientWith) => {
       expect((await alice.getSession({ sessionId: sessionA })).session?.userId).toBe("alice");
       expect((await errorOf(alice.getSession({ sessionId: sessionBob }))).code).toBe(Code.NotFound);
       const listed = await alice.listSessions({});
+      expect(listed.sessions.map((s) => s.sessionId)).toContain(sessionA);
       expect(listed.sessions.every((s) => s.userId === "alice")).toBe(true);
       expect((await alice.listSessions({ userId: "bob" })).sessions).toEqual([]);
       expect((await errorOf(alice.createSession({ appName: APP_A, userId: "bob" }))).code).toBe(Code.PermissionDenied);

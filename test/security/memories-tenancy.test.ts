@@ -101,6 +101,7 @@ describe.each(PROTOCOLS)("memories under scoped keys over %s", (protocol, client
     expect(found.results.map((r) => r.memory?.memoryId).sort()).toEqual([`alice-${p}`, `shared-${p}`]);
     expect((await aliceRead.searchMemories({ appName: APP, userId: "bob", query: "secret" })).results).toEqual([]);
     const everything = await aliceRead.listMemories({ appName: APP, scopeMatch: ScopeMatch.WITHIN });
+    expect(everything.memories.map((m) => m.memoryId)).toContain(`alice-${p}`);
     expect(everything.memories.every((m) => m.userId === "alice")).toBe(true);
     expect((await aliceRead.listMemories({ appName: APP, userId: "bob" })).memories).toEqual([]);
     // The app key sees them all.

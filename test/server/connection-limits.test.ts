@@ -9,7 +9,7 @@ import { execFileSync } from "node:child_process";
 import http2 from "node:http2";
 import net from "node:net";
 import { setTimeout as sleep } from "node:timers/promises";
-import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
+import { afterAll, afterEach, beforeAll, describe, expect, it, vi } from "vitest";
 import type { StreamSessionEventsResponse } from "@engram-memory/client/gen/engram/v1/memory_pb.js";
 import { connectClient, grpcJsClient, type MemoryClient } from "../support/clients.js";
 import { spawnServer, startTestServer, type TestServer } from "../support/engram.js";
@@ -227,10 +227,17 @@ describe("connection caps", () => {
   afterAll(() => server.stop());
 
   it("holds one address to its cap by closing its oldest idle connections first", async () => {
+    const openBefore = await metric(server.baseUrl, "engram_connections_open");
     const first = await Promise.all(Array.from({ length: 10 }, () => hold(server.port, "127.0.0.2")));
-    await sleep(100);
+    // The server has accepted all ten (this scrape's own connection aside) before the newer ones come.
+    await vi.waitFor(
+      async () =>
+        expect(await metric(server.baseUrl, "engram_connections_open")).toBeGreaterThanOrEqual(openBefore + 10),
+      { timeout: 10_000, interval: 20 },
+    );
     const more = await Promise.all(Array.from({ length: 5 }, () => hold(server.port, "127.0.0.2")));
     expect(await closedWithin(first.slice(0, 5), 5_000)).toBe(5);
+    // No further closes within 200 ms: the absence of more evictions is what is checked.
     await sleep(200);
     expect(first.slice(5).filter((c) => c.isClosed())).toHaveLength(0);
     expect(more.filter((c) => c.isClosed())).toHaveLength(0);
@@ -244,6 +251,7 @@ describe("connection caps", () => {
         hold(server.port, "127.0.0.3", "POST /engram.v1.MemoryService/GetStats HTTP/1.1\r\nHost: engram\r\n"),
       ),
     );
+    // No signal says the server has read each request head; 100 ms is ample for ten on loopback.
     await sleep(100);
     const refused = await hold(server.port, "127.0.0.3");
     expect(await closedWithin([refused], 5_000)).toBe(1);
@@ -256,8 +264,10 @@ describe("connection caps", () => {
 
   it("keeps the replica under its cap across many addresses, making room for legitimate calls", async () => {
     const flood = await Promise.all(Array.from({ length: 60 }, (_, i) => hold(server.port, `127.0.0.${10 + (i % 6)}`)));
-    await sleep(200);
-    expect(flood.filter((c) => !c.isClosed()).length).toBeLessThanOrEqual(40);
+    await vi.waitFor(() => expect(flood.filter((c) => !c.isClosed()).length).toBeLessThanOrEqual(40), {
+      timeout: 10_000,
+      interval: 20,
+    });
     for (let i = 0; i < 3; i++) await legitimateCalls(server);
     expect(await metric(server.baseUrl, "engram_connections_open")).toBeLessThanOrEqual(40);
   });
@@ -270,6 +280,7 @@ describe("a low open-file limit", () => {
     try {
       const idle: HeldConnection[] = [];
       for (let i = 0; i < 300; i++) idle.push(await hold(server.port, "127.0.0.2"));
+      // Time for the server to accept and refuse the flood while it runs short of descriptors: that is the fault.
       await sleep(200);
       for (let i = 0; i < 5; i++) await legitimateCalls(server);
       expect(server.child.exitCode).toBeNull();

@@ -510,8 +510,14 @@ export function describeMemoriesConformance(name: string, factory: MemoriesStore
         for (let i = 0; i < 100 && changes.length < 4; i++) await new Promise((r) => setTimeout(r, 20));
         expect(seen()).toEqual(["written a", "superseded a", "written b", "deleted a"]);
         unsubscribe();
+        // A listener still subscribed hears the next write; by then the one gone would have too.
+        const witnessed: MemoryChange[] = [];
+        const unsubscribeWitness = memories.subscribeMemories("app", (c) => witnessed.push(c));
+        await memories.listening?.("app");
         await memories.writeMemories([memory({ memoryId: "c", text: "three" })]);
-        await new Promise((r) => setTimeout(r, 50));
+        for (let i = 0; i < 250 && witnessed.length === 0; i++) await new Promise((r) => setTimeout(r, 20));
+        unsubscribeWitness();
+        expect(witnessed.length, "the witness heard the write").toBeGreaterThan(0);
         expect(changes).toHaveLength(4);
         expect(others).toEqual([]);
       });

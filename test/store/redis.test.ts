@@ -124,7 +124,7 @@ describe("RedisStore specifics", () => {
       await makeSession(writer, "s2");
       const notices: SessionNotice[] = [];
       replica.subscribe("s1", (n) => notices.push(n));
-      await sleep(200); // the subscription is established
+      await replica.noticesFlowing();
       await writer.appendEvents("s2", [newEvent("user_message", "nobody streams this")]);
       await writer.appendEvents("s1", [newEvent("user_message", "streamed")]);
       // Redis delivers one connection's messages in order: s2's notice came (and went) first.
@@ -163,7 +163,7 @@ describe("RedisStore specifics", () => {
       await makeSession(store, "s1");
       const notices: SessionNotice[] = [];
       store.subscribe("s1", (n) => notices.push(n));
-      await sleep(200); // the subscription is established
+      await store.noticesFlowing();
       const one = await store.appendEvents("s1", [
         newEvent("user_message", "a"),
         newEvent("tool_call", { tool: "search", q: "ü \n" }),
@@ -625,6 +625,7 @@ describe("RedisStore specifics", () => {
       unsubscribe();
       const again = listening.subscribe("s1", (n) => notices.push(n));
       await listening.noticesFlowing();
+      // Still subscribed 1.5 s on: the absence of an unsubscribe is what is checked.
       await sleep(1500);
       expect(await subscribers()).toBe(1);
       // The last listener gone: unsubscribed after the idle time.
@@ -633,8 +634,17 @@ describe("RedisStore specifics", () => {
         if (Date.now() > deadline) throw new Error("still subscribed 5 s after the last listener left");
       }
       const count = notices.length;
-      await writer.appendEvents("s1", [newEvent("user_message", 3)]);
-      await sleep(200);
+      // A witness on the channel hears the next append's notice; by then a listener still subscribed would have too.
+      const witness = admin.duplicate();
+      try {
+        let heard = false;
+        witness.on("message", () => (heard = true));
+        await witness.subscribe(`${prefix}:notices`);
+        await writer.appendEvents("s1", [newEvent("user_message", 3)]);
+        await waitFor(() => heard);
+      } finally {
+        witness.disconnect();
+      }
       expect(notices.length).toBe(count);
       // Subscribed again for a new listener.
       const last = listening.subscribe("s1", (n) => notices.push(n));

@@ -5,17 +5,13 @@
  * null, refuses states past the caps of src/store/state.ts without changing
  * anything, and erases a user's state with the user.
  */
-import { setTimeout as sleep } from "node:timers/promises";
 import { describe, expect, it } from "vitest";
 import { MAX_STATE_BYTES, MAX_STATE_KEYS } from "../../src/store/state.js";
-import type { JsonObject, MemoryStore, SessionNotice, StoreCapabilities, StoreLimits } from "../../src/store/types.js";
+import type { JsonObject, MemoryStore, SessionNotice, StoreLimits } from "../../src/store/types.js";
 import { makeSession, newEvent, rejection, waitFor } from "./fixtures.js";
 
 /** Registers the state cases; `fresh` makes an empty store (closed by the caller's afterEach). */
-export function describeStateConformance(
-  fresh: (limits?: Partial<StoreLimits>) => Promise<MemoryStore>,
-  capabilities: StoreCapabilities,
-): void {
+export function describeStateConformance(fresh: (limits?: Partial<StoreLimits>) => Promise<MemoryStore>): void {
   describe("9. session state", () => {
     /** An append of one event carrying `delta`, with a client id so it can be retried. */
     const withDelta = (eventId: string, stateDelta: JsonObject) =>
@@ -236,7 +232,7 @@ export function describeStateConformance(
       const notices: SessionNotice[] = [];
       const unsubscribe = store.subscribe("s1", (n) => notices.push(n));
       try {
-        await sleep(capabilities.shared ? 200 : 0);
+        await store.noticesFlowing?.();
         await store.appendEvents("s1", [withDelta("e1", { a: 1, "app:b": 2 })]);
         await waitFor(() => notices.some((n) => n.headSeq === 1));
         for (const n of notices.filter((x) => x.events !== undefined))

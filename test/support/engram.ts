@@ -6,7 +6,7 @@ import { spawn, type ChildProcess } from "node:child_process";
 import { createInterface } from "node:readline";
 import path from "node:path";
 import { fileURLToPath } from "node:url";
-import { pino } from "pino";
+import { pino, type Logger } from "pino";
 import { loadConfig, type Config } from "../../src/config.js";
 import { MemoryService } from "../../src/service/memory-service.js";
 import { rerankerFromConfig } from "../../src/service/memories/reranker.js";
@@ -34,7 +34,7 @@ export interface TestServer {
 
 /** Starts an in-process server on a free loopback port. */
 export async function startTestServer(
-  opts: { store?: MemoryStore; config?: Partial<Config> } = {},
+  opts: { store?: MemoryStore; config?: Partial<Config>; log?: Logger } = {},
 ): Promise<TestServer> {
   const config: Config = {
     ...loadConfig([], {}),
@@ -53,7 +53,7 @@ export async function startTestServer(
     reranker: rerankerFromConfig(config),
     extraction: extractionSettingsFromConfig(config),
   });
-  const server = await startServer(service, config, pino({ level: "silent" }));
+  const server = await startServer(service, config, opts.log ?? pino({ level: "silent" }));
   return {
     port: server.port,
     address: `127.0.0.1:${server.port}`,
