@@ -8,7 +8,9 @@
  *
  *   keys.ts        the key layout (the data format every replica shares)
  *   codec.ts       stored values: frames, encoded events, session hashes, the decode cache
- *   scripts.ts     the Lua scripts, typed: args builder + reply decoder each; the loader
+ *   scripts.ts     the Lua scripts, typed: one args builder + reply decoder each
+ *   script-args.ts argument writers (array or RESP) and ARGV layouts by name
+ *   script-runner.ts  the loader, the runner (RESP fast path on one node), WAIT
  *   scripts/       the scripts, one per file; scripts/includes/ the Lua they share
  *   connection.ts  the command and notice connections: open (one node or a cluster), errors, close
  *   notices.ts     pub/sub notices to this replica's listeners
@@ -86,12 +88,11 @@ import {
   createScript,
   erasedScript,
   readScript,
-  RedisScripts,
   updateScript,
   type AppendOutcome,
   type UpdateOutcome,
-  type WaitForReplicas,
 } from "./redis/scripts.js";
+import { RedisScripts, type WaitForReplicas } from "./redis/script-runner.js";
 
 export { durabilitySummary } from "./redis/connection.js";
 

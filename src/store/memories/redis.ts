@@ -38,7 +38,7 @@ import type {
   RankedMemory,
 } from "../types.js";
 import { isCluster, type RedisClient } from "../redis/connection.js";
-import { loadScripts, runThenWait, type WaitForReplicas } from "../redis/scripts.js";
+import { loadScripts, runThenWait, type WaitForReplicas } from "../redis/script-runner.js";
 import { queryTerms } from "./analyzer.js";
 import { lexicalTerms } from "./lexical.js";
 import { created16, documentFields, float32Bytes, LexicalScore, tieKey } from "./redis-index.js";

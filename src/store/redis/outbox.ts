@@ -19,7 +19,8 @@ import type { NewEvent } from "../types.js";
 import { encodeStateChanges } from "./codec.js";
 import type { RedisConnection } from "./connection.js";
 import type { Bucket, RedisKeys, Tenancy } from "./keys.js";
-import { applySharedScript, stateCheckScript, type OutboxEntry, type RedisScripts } from "./scripts.js";
+import type { RedisScripts } from "./script-runner.js";
+import { applySharedScript, stateCheckScript, type OutboxEntry } from "./scripts.js";
 
 /** How often each replica applies outbox entries left behind, and how old an entry must be to count as left. */
 const OUTBOX_SWEEP_MS = 10_000;

@@ -9,7 +9,8 @@ import { appSessionCap, evictionCount, type RecentScope } from "../rules.js";
 import type { StoreLimits } from "../types.js";
 import type { RedisClient, RedisConnection } from "./connection.js";
 import type { Bucket, RedisKeys, Tenancy } from "./keys.js";
-import { deleteScript, type DeleteConditions, type DeleteOutcome, type RedisScripts } from "./scripts.js";
+import type { RedisScripts } from "./script-runner.js";
+import { deleteScript, type DeleteConditions, type DeleteOutcome } from "./scripts.js";
 
 /** Session ids read from a tenancy index at a time (erasure, filtered cleanup); their removals run concurrently. */
 const INDEX_BATCH = 100;
