@@ -87,16 +87,64 @@ export class RespText implements ArgWriter, Resp {
 /** One section of a script's ARGV: its fields' names, in order. */
 export type ArgvSection = readonly string[];
 
-/** A section's values by field name: encoded once or made now; undefined only for a trailing optional field (left out). */
-export type SectionValues<S extends ArgvSection> = { [K in S[number]]: Arg | EncodedArgs | undefined };
+/** A section's values by field name; undefined only for a trailing optional field (left out). */
+export type SectionValues<S extends ArgvSection> = { [K in S[number]]: Arg | undefined };
 
 /** Writes one section's values in the order its declaration names them; stops at the first undefined (trailing optional fields). */
 export function writeSection<S extends ArgvSection>(out: ArgWriter, section: S, values: SectionValues<S>): void {
   for (let i = 0; i < section.length; i++) {
     const value = values[section[i] as S[number]];
     if (value === undefined) return;
-    if (typeof value === "object") out.encoded(value);
-    else out.arg(value);
+    out.arg(value);
+  }
+}
+
+/**
+ * A section with its `Fixed` fields (the same for many calls) encoded once,
+ * consecutive ones merged into one run, the others named to be given per
+ * call (writeTemplate).
+ */
+export interface SectionTemplate<S extends ArgvSection, Fixed extends S[number]> {
+  parts: ReadonlyArray<EncodedArgs | Exclude<S[number], Fixed>>;
+}
+
+/** `section` with the `fixed` values encoded, after `before` (arguments written just ahead of the section, such as KEYS). */
+export function sectionTemplate<S extends ArgvSection, Fixed extends S[number]>(
+  section: S,
+  fixed: Record<Fixed, Arg>,
+  before: readonly Arg[] = [],
+): SectionTemplate<S, Fixed> {
+  const parts: Array<EncodedArgs | Exclude<S[number], Fixed>> = [];
+  let run: Arg[] = [...before];
+  for (const name of section as readonly S[number][]) {
+    if (name in fixed) {
+      run.push(fixed[name as Fixed]);
+      continue;
+    }
+    if (run.length > 0) parts.push(encodedArgs(run));
+    run = [];
+    parts.push(name as Exclude<S[number], Fixed>);
+  }
+  if (run.length > 0) parts.push(encodedArgs(run));
+  return { parts };
+}
+
+/** Writes a template's section with the per-call `values`; stops at the first undefined (trailing optional fields). */
+export function writeTemplate<S extends ArgvSection, Fixed extends S[number]>(
+  out: ArgWriter,
+  template: SectionTemplate<S, Fixed>,
+  values: { [K in Exclude<S[number], Fixed>]: Arg | undefined },
+): void {
+  const { parts } = template;
+  for (let i = 0; i < parts.length; i++) {
+    const part = parts[i];
+    if (typeof part === "object") {
+      out.encoded(part);
+      continue;
+    }
+    const value = values[part];
+    if (value === undefined) return;
+    out.arg(value);
   }
 }
 

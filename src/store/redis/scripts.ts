@@ -16,10 +16,11 @@ import {
   ArgList,
   encodedArgs,
   RespText,
+  sectionTemplate,
   writeSection,
+  writeTemplate,
   type Arg,
   type ArgWriter,
-  type EncodedArgs,
   type Resp,
 } from "./script-args.js";
 import { erasureField, recentMemberPrefix, type RedisKeys, type Tenancy } from "./keys.js";
@@ -180,28 +181,6 @@ export const appendScript: Script<AppendInput, AppendOutcome> = {
   },
 };
 
-/**
- * The arguments of append-12.lua that stay the same for every append to one
- * session (of one tenancy), encoded once per session instead of hex-encoding
- * the id into eight key names per append.
- */
-interface AppendRuns {
-  appName: string;
-  userId: string;
-  /** KEYS[1..12]: the session's keys (the script header lists them). */
-  keys: EncodedArgs;
-  sessionId: EncodedArgs;
-  sessionIdJson: EncodedArgs;
-  maxSessionEvents: EncodedArgs;
-  recentCap: EncodedArgs;
-  memberPrefix: EncodedArgs;
-  channel: EncodedArgs;
-  /** The sections `tenancy`, `cap` (each) and `stateLimits`. */
-  afterEvents: EncodedArgs;
-  outboxPrefix: EncodedArgs;
-  publish: EncodedArgs;
-}
-
 /** Sessions whose AppendRuns a store keeps; past it they are all dropped (and remade as needed). */
 const APPEND_RUNS_KEPT = 10_000;
 /** Each store's AppendRuns by session id (a store has one ScriptContext). */
@@ -211,18 +190,7 @@ const appendRunsByContext = new WeakMap<ScriptContext, Map<string, AppendRuns>>(
 function writeAppendArgs(out: ArgWriter, context: ScriptContext, input: AppendInput): void {
   const { sessionId, tenancy, events, expectedSeq, now, ingestBase, incarnation } = input;
   const runs = appendRunsOf(context, sessionId, tenancy);
-  out.encoded(runs.keys);
-  writeSection(out, APPEND_ARGV.head, {
-    sessionId: runs.sessionId,
-    sessionIdJson: runs.sessionIdJson,
-    expectedSeq: expectedSeq ?? "",
-    now,
-    maxSessionEvents: runs.maxSessionEvents,
-    recentCap: runs.recentCap,
-    memberPrefix: runs.memberPrefix,
-    channel: runs.channel,
-    eventCount: events.length,
-  });
+  writeTemplate(out, runs.head, { expectedSeq: expectedSeq ?? "", now, eventCount: events.length });
   for (const e of events) {
     writeSection(out, APPEND_ARGV.event, {
       eventId: e.eventId,
@@ -238,20 +206,30 @@ function writeAppendArgs(out: ArgWriter, context: ScriptContext, input: AppendIn
     if (!e.stateDelta) out.arg(0);
     else for (const change of encodeStateChanges(e.stateDelta)) out.arg(change);
   }
-  writeSection(out, APPEND_ARGV.tail, {
-    outboxPrefix: runs.outboxPrefix,
-    ingestBase: ingestBase ?? "",
-    publish: runs.publish,
-    incarnation,
-  });
+  writeTemplate(out, runs.tail, { ingestBase: ingestBase ?? "", incarnation });
 }
+
+/**
+ * The arguments of append-12.lua that stay the same for every append to one
+ * session (of one tenancy), encoded once per session instead of hex-encoding
+ * the id into eight key names per append: its KEYS with the fixed fields of
+ * `head`, the sections between the events and their state changes, and the
+ * fixed fields of `tail`.
+ */
+type AppendRuns = ReturnType<typeof newAppendRuns>;
 
 function appendRunsOf(context: ScriptContext, sessionId: string, tenancy: Tenancy): AppendRuns {
   let cache = appendRunsByContext.get(context);
   if (!cache) appendRunsByContext.set(context, (cache = new Map()));
   const cached = cache.get(sessionId);
   if (cached && cached.appName === tenancy.appName && cached.userId === tenancy.userId) return cached;
-  const { keys, limits } = context;
+  const runs = newAppendRuns(context, sessionId, tenancy);
+  if (cache.size >= APPEND_RUNS_KEPT) cache.clear();
+  cache.set(sessionId, runs);
+  return runs;
+}
+
+function newAppendRuns({ keys, limits }: ScriptContext, sessionId: string, tenancy: Tenancy) {
   const bucket = keys.bucketOf(sessionId);
   const { windowMs, maxIds } = dedupeWindow(limits);
   const caps = appEventCaps(limits);
@@ -266,30 +244,30 @@ function appendRunsOf(context: ScriptContext, sessionId: string, tenancy: Tenanc
   });
   for (const [app, maxEvents] of caps) writeSection(afterEvents, APPEND_ARGV.cap, { app, maxEvents });
   writeSection(afterEvents, APPEND_ARGV.stateLimits, { maxStateKeys: MAX_STATE_KEYS, maxStateBytes: MAX_STATE_BYTES });
-  const runs: AppendRuns = {
+  const sessionKeys = [
+    ...keys.sessionKeys(sessionId),
+    keys.updated(bucket),
+    keys.stats(bucket),
+    ...keys.recentOf(tenancy, bucket),
+    keys.trimmedIds(sessionId),
+    ...sharedStateKeys(keys, sessionId, tenancy),
+  ];
+  const head = {
+    sessionId,
+    sessionIdJson: JSON.stringify(sessionId),
+    maxSessionEvents: limits.maxSessionEvents,
+    recentCap: RECENT_CAP,
+    memberPrefix: recentMemberPrefix(sessionId),
+    channel: keys.channel(bucket),
+  };
+  const tail = { outboxPrefix: keys.clustered ? recentMemberPrefix(sessionId) : "", publish: publishCommand(keys) };
+  return {
     appName: tenancy.appName,
     userId: tenancy.userId,
-    keys: encodedArgs([
-      ...keys.sessionKeys(sessionId),
-      keys.updated(bucket),
-      keys.stats(bucket),
-      ...keys.recentOf(tenancy, bucket),
-      keys.trimmedIds(sessionId),
-      ...sharedStateKeys(keys, sessionId, tenancy),
-    ]),
-    sessionId: encodedArgs([sessionId]),
-    sessionIdJson: encodedArgs([JSON.stringify(sessionId)]),
-    maxSessionEvents: encodedArgs([limits.maxSessionEvents]),
-    recentCap: encodedArgs([RECENT_CAP]),
-    memberPrefix: encodedArgs([recentMemberPrefix(sessionId)]),
-    channel: encodedArgs([keys.channel(bucket)]),
+    head: sectionTemplate(APPEND_ARGV.head, head, sessionKeys),
     afterEvents: encodedArgs(afterEvents.args),
-    outboxPrefix: encodedArgs([keys.clustered ? recentMemberPrefix(sessionId) : ""]),
-    publish: encodedArgs([publishCommand(keys)]),
+    tail: sectionTemplate(APPEND_ARGV.tail, tail),
   };
-  if (cache.size >= APPEND_RUNS_KEPT) cache.clear();
-  cache.set(sessionId, runs);
-  return runs;
 }
 
 /**

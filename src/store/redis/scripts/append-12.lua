@@ -26,21 +26,19 @@
   KEYS[11] the user's state   KEYS[12] the app's state (hashes, includes/state.lua);
            on a cluster both are the bucket's outbox (see the last ARGVs)
 
-  ARGV, by the names APPEND_ARGV (src/store/redis/script-args.ts) declares
-  and the tables HEAD, EVENT, TENANCY, CAP, STATE_LIMITS and TAIL hold (each
-  field's position in its section; the "--- @argv" line below stands for them):
+  ARGV by the names of APPEND_ARGV (src/store/redis/script-args.ts; each
+  section's field positions in the tables "--- @argv" below stands for):
   HEAD: session id, session id as JSON (for the notice), expected seq ("" for
   none), now (epoch ms), max events per session (0: no cap), max entries of
   the recent index, recent member prefix, notice channel, number of events n;
-  then EVENT per event: event id, fingerprint, timestamp (unused here), encoded event;
+  then EVENT per event: event id, fingerprint, timestamp (unused), encoding;
   TENANCY: largest notice that may carry the appended events (bytes); app
   name and user id: the tenancy KEYS[7..9] were named from, checked against
   the session's ({"MOVED"}: re-read, retry); dedupe window (ms; 0: trimmed
   ids are forgotten at once); most trimmed ids kept per session; number of
   apps with their own events cap, then CAP per such app: app name, cap;
-  STATE_LIMITS: most entries of a state, most bytes of a state; then per
-  event its state changes (a count, then 3 per change: includes/state.lua);
-  then TAIL:
+  STATE_LIMITS: most entries, most bytes of a state; then per event its
+  state changes (a count, then 3 per change: includes/state.lua); TAIL:
   the outbox entry prefix ("<hex id>!"; "" on one node: user and app changes
   go to KEYS[11..12] with the rest. On a cluster they are in another slot:
   they go to the outbox, KEYS[11], as field "<prefix><incarnation>!<version>"
