@@ -45,6 +45,7 @@ import { exactScopeKey, supersessionKey } from "./rules.js";
 
 /** Hex of a string's UTF-8: how ids, users and groups appear in keys and members. */
 export const hex = (s: string) => Buffer.from(s, "utf8").toString("hex");
+/** The string a hex of its UTF-8 stands for. */
 export const unhex = (s: string) => Buffer.from(s, "hex").toString("utf8");
 
 /** Runs a Redis call, mapping what it throws to a MemoryError (the store's own mapping). */
