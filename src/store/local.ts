@@ -5,17 +5,13 @@
  * paging) and in a doubly linked list kept in update order (least recently
  * updated first) for eviction and cleanup. Ids of trimmed events stay in a
  * small per-session queue for the dedupe window (StoreLimits.dedupeWindowMs).
- * Recent events are listed in ingest order (a store-wide counter stamped on
- * each stored event), per scope: every session with events sits in four
- * lists by its last append (all, its app, its user, its app and user), and a
- * listing merges the tails of the newest sessions of its scope,
- * O(limit log limit).
+ * Recent events are listed in ingest order from per-scope lists of sessions
+ * by last append (local-recent.ts).
  * Nothing survives a restart.
  */
 import Denque from "denque";
 import { createRequire } from "node:module";
 import type SortedBTree from "sorted-btree";
-import TinyQueue from "tinyqueue";
 import { seqConflict, sessionNotFound, versionConflict } from "../errors.js";
 import { eventFingerprint } from "./fingerprint.js";
 import {
@@ -29,11 +25,8 @@ import {
   isExpectedIncarnation,
   newIncarnation,
   newSessionRecord,
-  recentScopes,
-  scopesOfSession,
   sessionEventCap,
   sessionExists,
-  type RecentScope,
 } from "./rules.js";
 import type {
   AppendResult,
@@ -60,6 +53,7 @@ import type {
   StoreDurability,
 } from "./types.js";
 import { LocalEventSearch } from "./event-search.js";
+import { RecentEventLists, type RecentSession } from "./local-recent.js";
 import { NoticeListeners } from "./notices.js";
 import { addChanges, applyChanges, checkStateCaps, noChanges, splitStateDelta, type ScopedChanges } from "./state.js";
 import { LocalMemories } from "./memories/local.js";
@@ -68,7 +62,7 @@ import { LocalMemories } from "./memories/local.js";
 // default import of it yields, so take the class from require() explicitly.
 const BTree: typeof SortedBTree.default = createRequire(import.meta.url)("sorted-btree").default;
 
-interface LocalSession {
+interface LocalSession extends RecentSession {
   record: SessionRecord;
   events: Denque<StoredEvent>;
   /**
@@ -83,10 +77,6 @@ interface LocalSession {
   trimmed?: Denque<TrimmedId>;
   /** The same, by event_id. */
   trimmedById?: Map<string, TrimmedId>;
-  /** Ingest position of each retained event (parallel to `events`): when this store stored it, store-wide. */
-  ingests: Denque<number>;
-  /** Its place in the by-last-append list of each recent scope it belongs to; empty until its first append. */
-  appendLinks: AppendLink[];
   /** Neighbours in update order (the recency list): the previous one was updated earlier. */
   older?: LocalSession;
   newer?: LocalSession;
@@ -123,59 +113,8 @@ function internEventType(type: string): string {
   return type;
 }
 
-/** A session's place in one recent scope's list of sessions by last append. */
-interface AppendLink {
-  session: LocalSession;
-  order: AppendOrder;
-  /** Appended to less recently; undefined at the list's oldest end. */
-  older?: AppendLink;
-  newer?: AppendLink;
-}
-
-/** The sessions of one recent scope that hold events, by their last append (newest at the head). */
-class AppendOrder {
-  newest?: AppendLink;
-  oldest?: AppendLink;
-
-  /** `key`: its key in the store's map of lists (scopeKey). */
-  constructor(readonly key: string) {}
-
-  /** Makes `link` (linked here or not yet) the most recently appended. */
-  moveToNewest(link: AppendLink): void {
-    if (this.newest === link) return;
-    this.unlink(link);
-    link.older = this.newest;
-    if (this.newest) this.newest.newer = link;
-    else this.oldest = link;
-    this.newest = link;
-  }
-
-  unlink(link: AppendLink): void {
-    if (link.older) link.older.newer = link.newer;
-    else if (this.oldest === link) this.oldest = link.newer;
-    if (link.newer) link.newer.older = link.older;
-    else if (this.newest === link) this.newest = link.older;
-    link.older = link.newer = undefined;
-  }
-}
-
-/** Key of a recent scope in the map of lists. */
-const scopeKey = (scope: RecentScope) => JSON.stringify([scope.appName ?? null, scope.userId ?? null]);
-
-/** One session's events not yet taken by a recent listing, newest first. */
-interface TailCursor {
-  session: LocalSession;
-  /** Position in `events` of the next event to take. */
-  index: number;
-  /** Its ingest position. */
-  ingest: number;
-}
-
 /** Key of a user's state in LocalStore.userStates. */
 const userStateKey = (appName: string, userId: string) => JSON.stringify([appName, userId]);
-
-/** Ingest position of a session's newest event; -1 when it holds none. */
-const lastIngest = (s: LocalSession) => s.ingests.peekBack() ?? -1;
 
 /** The in-process MemoryStore. */
 export class LocalStore implements MemoryStore {
@@ -206,8 +145,8 @@ export class LocalStore implements MemoryStore {
   private readonly dedupe: { windowMs: number; maxIds: number };
   /** Events stored so far: the next one's ingest position. */
   private ingested = 0;
-  /** Each recent scope's sessions by last append, by scopeKey; a list goes when its last session does. */
-  private readonly appendOrders = new Map<string, AppendOrder>();
+  /** Each recent scope's sessions by last append (ListRecentEvents). */
+  private readonly recent = new RecentEventLists();
   /** App-wide state by app_name. States are replaced on change, never mutated: records handed out keep theirs. */
   private readonly appStates = new Map<string, JsonObject>();
   /** Users' state by JSON [app_name, user_id]. */
@@ -346,7 +285,7 @@ export class LocalStore implements MemoryStore {
     );
     record.updatedAt = now;
     this.touch(s);
-    this.markAppended(s);
+    this.recent.markAppended(s);
     this.listeners.notify({ sessionId, headSeq: record.headSeq, incarnation: record.incarnation });
     return { events: stored, replayed: false };
   }
@@ -384,36 +323,7 @@ export class LocalStore implements MemoryStore {
 
   async listRecentEvents(limit: number, filter: RecentEventsFilter = {}, call?: StoreCall): Promise<StoredEvent[]> {
     if (filter.sessionId !== undefined) return (await this.readTail(filter.sessionId, limit, undefined, call)).events;
-    // A k-way merge of session tails, newest first. Sessions join the merge
-    // in last-append order, each only once its newest event could be next:
-    // every session not yet joined holds nothing newer than the next one of
-    // its list, so the heap's top is always the newest event left.
-    const lists = recentScopes(filter).map((scope) => this.appendOrders.get(scopeKey(scope))?.newest);
-    const heap = new TinyQueue<TailCursor>([], (a, b) => b.ingest - a.ingest);
-    const out: StoredEvent[] = [];
-    while (out.length < limit) {
-      for (let i = 0; i < lists.length; i++) {
-        for (
-          let link = lists[i];
-          link && (heap.length === 0 || lastIngest(link.session) > heap.peek()!.ingest);
-          link = lists[i]
-        ) {
-          const index = link.session.events.length - 1;
-          if (index >= 0) heap.push({ session: link.session, index, ingest: link.session.ingests.peekAt(index)! });
-          lists[i] = link.older;
-        }
-      }
-      const next = heap.pop();
-      if (!next) break;
-      out.push(next.session.events.peekAt(next.index)!);
-      if (next.index > 0)
-        heap.push({
-          session: next.session,
-          index: next.index - 1,
-          ingest: next.session.ingests.peekAt(next.index - 1)!,
-        });
-    }
-    return out.reverse();
+    return this.recent.newest(limit, filter);
   }
 
   async searchEvents(query: EventTextQuery): Promise<ScoredEvent[]> {
@@ -554,10 +464,7 @@ export class LocalStore implements MemoryStore {
       if (this.eventSearch.indexes(s.record.appName))
         for (let i = 0; i < s.events.length; i++) this.eventSearch.dropped(s.record.appName, s.events.peekAt(i)!);
     }
-    for (const link of s.appendLinks) {
-      link.order.unlink(link);
-      if (!link.order.newest) this.appendOrders.delete(link.order.key);
-    }
+    this.recent.remove(s);
     this.totalEvents -= s.events.length;
     this.listeners.notify({ sessionId: id, deleted: true, incarnation: s.record.incarnation });
   }
@@ -611,19 +518,6 @@ export class LocalStore implements MemoryStore {
     if (s.newer) s.newer.older = s.older;
     else this.mostRecent = s.older;
     s.older = s.newer = undefined;
-  }
-
-  /** Makes `s` the most recently appended session of each of its recent scopes (joining them at its first append). */
-  private markAppended(s: LocalSession): void {
-    if (s.appendLinks.length === 0) {
-      for (const scope of scopesOfSession(s.record.appName, s.record.userId)) {
-        const key = scopeKey(scope);
-        let order = this.appendOrders.get(key);
-        if (!order) this.appendOrders.set(key, (order = new AppendOrder(key)));
-        s.appendLinks.push({ session: s, order });
-      }
-    }
-    for (const link of s.appendLinks) link.order.moveToNewest(link);
   }
 
   /** Moves `s` to the most recently updated end. */

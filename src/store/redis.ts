@@ -8,26 +8,20 @@
  *
  *   keys.ts        the key layout (the data format every replica shares)
  *   codec.ts       stored values: frames, encoded events, session hashes, the decode cache
- *   scripts.ts     the Lua scripts, typed: args builder + reply decoder each; the loader
+ *   scripts.ts     the Lua scripts, typed: one args builder + reply decoder each
+ *   script-args.ts argument writers (array or RESP) and ARGV layouts by name
+ *   script-runner.ts  the loader, the runner (RESP fast path on one node), WAIT
  *   scripts/       the scripts, one per file; scripts/includes/ the Lua they share
  *   connection.ts  the command and notice connections: open (one node or a cluster), errors, close
  *   notices.ts     pub/sub notices to this replica's listeners
+ *   removal.ts     removing sessions: delete-14.lua, index walks, eviction past the caps
+ *   outbox.ts      cluster: user and app state changes applied in the app's slot
  *
  * On a Redis Cluster (keys.ts: sessions in buckets, one slot each) every
  * script still touches one slot; listings, stats, cleanup, eviction and
  * erasure read every bucket and merge. Session state's app: and user: keys
- * live in the app's slot, so a write that changes them is two steps there:
- * the write script checks nothing about them but files them in its bucket's
- * outbox (after statecheck-2.lua checked the caps), then shared-3.lua applies
- * the entry in the app's slot, once (an applied id is remembered), and the
- * entry is removed. An entry left by a replica that died between the two
- * steps is applied by any replica's outbox sweep (OUTBOX_SWEEP_MS). The
- * guarantee is weaker than one node's single atomic script: the shared
- * states change just after the events are stored, not with them (a
- * sharedState read in between sees the old value); a re-driven entry may
- * land after a later change of the same key; two writes racing under a cap
- * may together exceed it. Events, seqs, idempotency and session state keep
- * the one-node guarantees.
+ * live in the app's slot: a write that changes them applies them there in a
+ * second step (redis/outbox.ts).
  *
  * Long-term memories (src/store/memories/redis.ts) live under
  * <prefix>:mem:<hex app>:*, with their own change channel <prefix>:memories;
@@ -41,18 +35,16 @@ import { stateTooLarge } from "./state.js";
 import { RedisMemories } from "./memories/redis.js";
 import { NoticeListeners } from "./notices.js";
 import {
-  appSessionCap,
   checkCursor,
   checkIncarnation,
   duplicateEventId,
-  evictionCount,
   isExpectedIncarnation,
   newIncarnation,
   newSessionRecord,
+  inRecentScope,
   recentScopes,
   resumeEach,
   sessionExists,
-  type RecentScope,
 } from "./rules.js";
 import type {
   AppendResult,
@@ -76,37 +68,31 @@ import type {
   StoreStats,
   StoredEvent,
 } from "./types.js";
-import { MemoryError } from "../errors.js";
-import { decodeEvent, decodeSession, DecodedEvents, encodeStateChanges, stateOf } from "./redis/codec.js";
+import { appendedEvents, decodeEvent, decodeSession, DecodedEvents, stateOf } from "./redis/codec.js";
 import { DEFAULT_COMMAND_TIMEOUT_MS, RedisConnection, storeError, type RedisClient } from "./redis/connection.js";
 import {
-  CLUSTER_BUCKETS,
+  byteOrder,
   erasureField,
   erasureTenancy,
   recentMemberRef,
+  recordedBuckets,
   RedisKeys,
-  type Bucket,
   type Tenancy,
 } from "./redis/keys.js";
 import { RedisNotices } from "./redis/notices.js";
+import { SharedStateOutbox } from "./redis/outbox.js";
+import { MOVED_TRIES, SessionRemoval } from "./redis/removal.js";
 import { checkScripts } from "./redis/script-check.js";
 import {
   appendScript,
-  applySharedScript,
   createScript,
-  deleteScript,
   erasedScript,
   readScript,
-  RedisScripts,
-  stateCheckScript,
   updateScript,
   type AppendOutcome,
-  type DeleteConditions,
-  type DeleteOutcome,
-  type OutboxEntry,
   type UpdateOutcome,
-  type WaitForReplicas,
 } from "./redis/scripts.js";
+import { RedisScripts, type WaitForReplicas } from "./redis/script-runner.js";
 
 export { durabilitySummary } from "./redis/connection.js";
 
@@ -127,17 +113,9 @@ export interface RedisStoreOptions {
 const TENANCY_CACHE = 10_000;
 /** Sessions looked at per cleanup batch. */
 const CLEANUP_BATCH = 100;
-/** Session ids read from a tenancy index at a time (erasure, filtered cleanup); their removals run concurrently. */
-const INDEX_BATCH = 100;
-/** Tries of a script that answers MOVED (the session id was re-created for another tenancy meanwhile). */
-const MOVED_TRIES = 3;
-/** Cluster: how often each replica applies outbox entries left behind, and how old an entry must be to count as left. */
-const OUTBOX_SWEEP_MS = 10_000;
 
 /** The Redis-backed MemoryStore; open it with RedisStore.open(). */
 export class RedisStore implements MemoryStore {
-  /** Sessions this process evicted past maxSessions. */
-  sessionsEvicted = 0;
   /** Events this process trimmed past maxSessionEvents. */
   eventsTrimmed = 0;
   readonly backend = "redis";
@@ -160,8 +138,9 @@ export class RedisStore implements MemoryStore {
   private readonly decoded = new DecodedEvents();
   /** Cluster: the last ingest position this replica handed out (nextIngestBase). */
   private lastIngest = 0;
-  /** Cluster: the outbox sweep's timer. */
-  private outboxSweep?: NodeJS.Timeout;
+  /** Cluster: user and app state changes, applied in the app's slot (outbox.ts). */
+  private readonly outbox: SharedStateOutbox;
+  private readonly removal: SessionRemoval;
 
   private constructor(
     private readonly connection: RedisConnection,
@@ -174,6 +153,25 @@ export class RedisStore implements MemoryStore {
     this.scripts = new RedisScripts(connection.commands, { keys: this.keys, limits }, wait);
     this.notices = new RedisNotices(connection, this.keys, this.listeners, this.decoded);
     this.memories = new RedisMemories(connection.commands, keyPrefix, (run) => this.call(run), wait);
+    this.outbox = new SharedStateOutbox(connection, this.keys, this.scripts);
+    this.removal = new SessionRemoval(
+      connection,
+      this.keys,
+      this.scripts,
+      limits,
+      this.tenancies,
+      async () => (await this.stats()).totalSessions,
+    );
+  }
+
+  /** Sessions this process evicted past maxSessions. */
+  get sessionsEvicted(): number {
+    return this.removal.evicted;
+  }
+
+  /** Cluster: applies every outbox entry written before `before` (epoch ms) now, as the sweep would; how many. */
+  applyLeftOutboxEntries(before?: number): Promise<number> {
+    return this.outbox.applyLeft(before);
   }
 
   /**
@@ -210,7 +208,7 @@ export class RedisStore implements MemoryStore {
       await connection.close();
       throw storeError(err);
     }
-    if (store.keys.clustered) store.startOutboxSweep();
+    if (store.keys.clustered) store.outbox.startSweep();
     return store;
   }
 
@@ -221,7 +219,7 @@ export class RedisStore implements MemoryStore {
     );
     if (created.outcome !== "CREATED") throw sessionExists(input.sessionId);
     this.tenancies.set(input.sessionId, { appName: input.appName, userId: input.userId });
-    await this.evictAfterCreate(created.totalSessions, input.appName);
+    await this.removal.evictAfterCreate(created.totalSessions, input.appName);
     return newSessionRecord(input, incarnation);
   }
 
@@ -234,7 +232,7 @@ export class RedisStore implements MemoryStore {
       return { session, created: false };
     }
     this.tenancies.set(input.sessionId, { appName: input.appName, userId: input.userId });
-    if (found.outcome === "CREATED") await this.evictAfterCreate(found.totalSessions, input.appName);
+    if (found.outcome === "CREATED") await this.removal.evictAfterCreate(found.totalSessions, input.appName);
     return { session: newSessionRecord(input, incarnation), created: true };
   }
 
@@ -283,7 +281,7 @@ export class RedisStore implements MemoryStore {
     for (let attempt = 0; attempt < MOVED_TRIES; attempt++) {
       const tenancy = await this.tenancyOf(sessionId, attempt > 0);
       if (!tenancy) break;
-      await this.checkSharedState(tenancy, [update.stateDelta]);
+      await this.outbox.check(tenancy, [update.stateDelta]);
       updated = await this.call(() =>
         this.scripts.run(updateScript, { sessionId, tenancy, update, incarnation: call?.expectedIncarnation }),
       );
@@ -300,7 +298,7 @@ export class RedisStore implements MemoryStore {
       case "TOO_LARGE":
         throw stateTooLarge("state_delta", updated.scope, updated.entries, updated.bytes);
     }
-    if (updated.outbox) await this.applyOutboxEntry(this.keys.bucketOf(sessionId), updated.outbox);
+    if (updated.outbox) await this.outbox.apply(this.keys.bucketOf(sessionId), updated.outbox);
     return decodeSession(sessionId, updated.fields)!;
   }
 
@@ -318,7 +316,7 @@ export class RedisStore implements MemoryStore {
 
   async deleteSession(sessionId: string, call?: StoreCall): Promise<boolean> {
     const incarnation = call?.expectedIncarnation;
-    const deleted = (await this.deleteOne(sessionId, { incarnation })).outcome === "DELETED";
+    const deleted = (await this.removal.deleteOne(sessionId, { incarnation })).outcome === "DELETED";
     if (!deleted && incarnation !== undefined) throw sessionNotFound(sessionId);
     return deleted;
   }
@@ -335,7 +333,7 @@ export class RedisStore implements MemoryStore {
     for (let attempt = 0; attempt < MOVED_TRIES; attempt++) {
       const tenancy = await this.tenancyOf(sessionId, attempt > 0);
       if (!tenancy) break;
-      await this.checkSharedState(
+      await this.outbox.check(
         tenancy,
         events.map((e) => e.stateDelta),
       );
@@ -367,24 +365,8 @@ export class RedisStore implements MemoryStore {
         throw stateTooLarge("state_delta", appended.scope, appended.entries, appended.bytes);
     }
     this.eventsTrimmed += appended.trimmed;
-    if (appended.outbox) await this.applyOutboxEntry(this.keys.bucketOf(sessionId), appended.outbox);
-    const stored: StoredEvent[] = events.map((e, i) => {
-      const { seq, original } = appended.events[i];
-      if (original) return decodeEvent(sessionId, seq, original);
-      // A new event, or the retry of one trimmed inside the dedupe window: as submitted.
-      const event: StoredEvent = {
-        sessionId,
-        seq,
-        eventId: e.eventId,
-        eventType: e.eventType,
-        content: e.content,
-        metadata: e.metadata,
-        timestamp: e.timestamp,
-      };
-      if (e.stateDelta) event.stateDelta = e.stateDelta;
-      return event;
-    });
-    return { events: stored, replayed: appended.replayed };
+    if (appended.outbox) await this.outbox.apply(this.keys.bucketOf(sessionId), appended.outbox);
+    return { events: appendedEvents(sessionId, events, appended.events), replayed: appended.replayed };
   }
 
   async readEvents(sessionId: string, query: EventQuery, call?: StoreCall): Promise<EventPage> {
@@ -490,8 +472,8 @@ export class RedisStore implements MemoryStore {
     let removed = 0;
     if (scope.userId !== undefined) {
       // Only one user's sessions: walk their index instead of every stale session of every tenant.
-      await this.forEachIndexed(scope, async (id) => {
-        if ((await this.deleteOne(id, { updatedBelow: cutoff, scope })).outcome === "DELETED") removed++;
+      await this.removal.forEachIndexed(scope, async (id) => {
+        if ((await this.removal.deleteOne(id, { updatedBelow: cutoff, scope })).outcome === "DELETED") removed++;
       });
       return removed;
     }
@@ -503,7 +485,7 @@ export class RedisStore implements MemoryStore {
           redis.zrangebyscore(this.keys.updated(bucket), "-inf", `(${cutoff}`, "LIMIT", skipped, CLEANUP_BATCH),
         );
         for (const id of ids) {
-          if ((await this.deleteOne(id, { updatedBelow: cutoff, scope })).outcome === "DELETED") removed++;
+          if ((await this.removal.deleteOne(id, { updatedBelow: cutoff, scope })).outcome === "DELETED") removed++;
           else skipped++;
         }
         if (ids.length < CLEANUP_BATCH) break;
@@ -519,15 +501,15 @@ export class RedisStore implements MemoryStore {
     await this.call((redis) => redis.hset(this.keys.erasures, erasureField(tenancy), token));
     const erased: ErasureResult = { sessions: 0, events: 0, memories: 0 };
     // Each session goes through the same script as DeleteSession: counters, indexes and notices stay right.
-    await this.forEachIndexed(tenancy, async (id) => {
-      const { outcome, events } = await this.deleteOne(id, { scope: tenancy });
+    await this.removal.forEachIndexed(tenancy, async (id) => {
+      const { outcome, events } = await this.removal.deleteOne(id, { scope: tenancy });
       if (outcome !== "DELETED") return;
       erased.sessions++;
       erased.events += events;
     });
     erased.memories = await this.memories.eraseUser(appName, userId);
     // Cluster: user state changes still in an outbox would bring the state back once applied.
-    if (this.keys.clustered) await this.dropOutboxEntries(tenancy);
+    await this.outbox.drop(tenancy);
     await this.call((redis) => redis.del(this.keys.userState(tenancy)));
     await this.call(() => this.scripts.run(erasedScript, { tenancy, token }));
     return erased;
@@ -560,202 +542,10 @@ export class RedisStore implements MemoryStore {
   }
 
   async close(): Promise<void> {
-    clearInterval(this.outboxSweep);
+    this.outbox.stopSweep();
     this.listeners.clear();
     this.memories.close();
     await this.connection.close();
-  }
-
-  /**
-   * Past the app's session cap, evicts the app's least recently updated 10%
-   * (at least one); past the global cap, the store's, as LocalStore does.
-   * 0: no cap.
-   */
-  private async evictAfterCreate(totalSessions: number, appName: string): Promise<void> {
-    const appCap = appSessionCap(this.limits, appName);
-    if (appCap > 0) await this.evictAppOverLimit(appName, appCap);
-    const { maxSessions } = this.limits;
-    if (maxSessions === 0) return;
-    // A cluster's create script counts its bucket only: the store's count is the sum.
-    const total = this.keys.clustered ? (await this.stats()).totalSessions : totalSessions;
-    if (total <= maxSessions) return;
-    const count = evictionCount(maxSessions);
-    const perBucket = await Promise.all(
-      this.keys.buckets.map((bucket) =>
-        this.call((redis) => redis.zrange(this.keys.updated(bucket), 0, count - 1, "WITHSCORES")),
-      ),
-    );
-    const oldest = perBucket
-      .flatMap((flat) => pairsOf(flat))
-      .sort((a, b) => a.score - b.score)
-      .slice(0, count);
-    for (const { member, score } of oldest) {
-      // Re-checked in the script: a session updated since is kept, and
-      // concurrent evictions (other replicas) stop at the same floor (one node; keys.ts).
-      const { outcome } = await this.deleteOne(member, {
-        updatedBelow: score + 1,
-        keepAtLeast: maxSessions + 1 - count,
-      });
-      if (outcome === "DELETED") this.sessionsEvicted++;
-    }
-  }
-
-  /**
-   * Evicts the oldest 10% of one app's sessions once it holds more than its
-   * cap. Its sessions are read from the app's index and ordered by their
-   * update times (ZMSCORE): O(sessions of the app), once per tenth of the cap
-   * of creations. Replicas creating at once may each evict a tenth.
-   */
-  private async evictAppOverLimit(appName: string, cap: number): Promise<void> {
-    const appIndex = (bucket: Bucket) => this.keys.index({ appName }, bucket);
-    const sizes = await Promise.all(
-      this.keys.buckets.map((bucket) => this.call((redis) => redis.zcard(appIndex(bucket)))),
-    );
-    if (sizes.reduce((a, b) => a + b, 0) <= cap) return;
-    const perBucket = await Promise.all(
-      this.keys.buckets.map(async (bucket) => {
-        const ids = await this.call((redis) => redis.zrange(appIndex(bucket), 0, -1));
-        if (ids.length === 0) return [];
-        const scores = await this.call((redis) => redis.zmscore(this.keys.updated(bucket), ...ids));
-        return ids.map((id, i) => ({ id, updated: scores[i] === null ? Number.NaN : Number(scores[i]) }));
-      }),
-    );
-    const oldest = perBucket
-      .flat()
-      .filter((s) => !Number.isNaN(s.updated))
-      .sort((a, b) => a.updated - b.updated)
-      .slice(0, evictionCount(cap));
-    for (const { id, updated } of oldest) {
-      if ((await this.deleteOne(id, { updatedBelow: updated + 1 })).outcome === "DELETED") this.sessionsEvicted++;
-    }
-  }
-
-  /**
-   * Runs delete-14.lua for one session, re-reading its tenancy when it moved.
-   * With `scope`, only a session of that app and/or user (and of no excepted
-   * app) is removed: one out of scope, or re-created meanwhile under the same
-   * id for someone else, is "KEPT". With `incarnation`, a session of another
-   * one is "REPLACED". `events`: what a "DELETED" session held.
-   */
-  private async deleteOne(sessionId: string, cond: DeleteConditions): Promise<DeleteOutcome> {
-    const { scope, updatedBelow, keepAtLeast, incarnation } = cond;
-    for (let attempt = 0; attempt < MOVED_TRIES; attempt++) {
-      const [appName, userId, updated, current] = await this.call((redis) =>
-        redis.hmget(this.keys.session(sessionId), "app", "user", "updated", "inc"),
-      );
-      if (appName === null || userId === null) return { outcome: "GONE", events: 0 };
-      if (incarnation !== undefined && incarnation !== (current ?? "")) return { outcome: "REPLACED", events: 0 };
-      // The script checks the tenancy it is given, so a session moved to another app or user meanwhile is MOVED, never removed out of scope.
-      if (scope?.appName !== undefined && appName !== scope.appName) return { outcome: "KEPT", events: 0 };
-      if (scope?.userId !== undefined && userId !== scope.userId) return { outcome: "KEPT", events: 0 };
-      if (scope?.exceptAppNames?.includes(appName)) return { outcome: "KEPT", events: 0 };
-      // Not stale now: no script call (the script re-checks anyway, atomically).
-      if (updatedBelow !== undefined && Number(updated) >= updatedBelow) return { outcome: "KEPT", events: 0 };
-      const deleted = await this.call(() =>
-        this.scripts.run(deleteScript, {
-          sessionId,
-          tenancy: { appName, userId },
-          updatedBelow,
-          keepAtLeast,
-          incarnation,
-        }),
-      );
-      if (deleted.outcome === "DELETED" || deleted.outcome === "GONE") this.tenancies.delete(sessionId);
-      if (deleted.outcome !== "MOVED") return deleted;
-    }
-    return { outcome: "GONE", events: 0 };
-  }
-
-  /**
-   * Runs `remove` on every session id of a tenancy's index, bucket by
-   * bucket, a page at a time (the page's sessions concurrently), in id order
-   * from the start: ids already passed are never revisited, so a stale entry
-   * cannot loop it.
-   */
-  private async forEachIndexed(scope: RecentScope, remove: (sessionId: string) => Promise<void>): Promise<void> {
-    for (const bucket of this.keys.buckets) {
-      const index = this.keys.index(scope, bucket);
-      let after: string | undefined;
-      for (;;) {
-        const ids = await this.call((redis) =>
-          redis.zrangebylex(index, after === undefined ? "-" : `(${after}`, "+", "LIMIT", 0, INDEX_BATCH),
-        );
-        await Promise.all(ids.map(remove));
-        if (ids.length < INDEX_BATCH) break;
-        after = ids[ids.length - 1];
-      }
-    }
-  }
-
-  /**
-   * Cluster: refuses (INVALID_ARGUMENT, as one node's script would) user and
-   * app state changes past a cap before the write that carries them runs
-   * (statecheck-2.lua). On one node the write script checks them itself.
-   */
-  private async checkSharedState(tenancy: Tenancy, deltas: ReadonlyArray<NewEvent["stateDelta"]>): Promise<void> {
-    if (!this.keys.clustered) return;
-    const changes = sharedChangesOf(deltas);
-    if (changes.length === 0) return;
-    const refused = await this.call(() => this.scripts.run(stateCheckScript, { tenancy, changes }));
-    if (refused) throw stateTooLarge("state_delta", refused.scope, refused.entries, refused.bytes);
-  }
-
-  /** Cluster: applies one outbox entry in the app's slot (once: shared-3.lua), then removes it from its bucket's outbox. */
-  private async applyOutboxEntry(bucket: Bucket, entry: OutboxEntry): Promise<void> {
-    const { app, user, changes } = JSON.parse(entry.value) as {
-      app: string;
-      user: string;
-      changes: Array<[string, string, string]>;
-    };
-    await this.call(() =>
-      this.scripts.run(applySharedScript, {
-        tenancy: { appName: app, userId: user },
-        changes,
-        field: entry.field,
-        now: Date.now(),
-      }),
-    );
-    await this.call((redis) => redis.hdel(this.keys.outbox(bucket), entry.field));
-  }
-
-  /** Cluster: every OUTBOX_SWEEP_MS, applies the entries a replica left behind (it died, or Redis failed, between the two steps). */
-  private startOutboxSweep(): void {
-    const sweep = () => {
-      this.applyLeftOutboxEntries(Date.now() - OUTBOX_SWEEP_MS).catch(() => {
-        // Redis unreachable: the next sweep tries again.
-      });
-    };
-    this.outboxSweep = setInterval(sweep, OUTBOX_SWEEP_MS);
-    this.outboxSweep.unref();
-    sweep();
-  }
-
-  /** Cluster: applies every outbox entry written before `before` (epoch ms); how many it applied or found applied. */
-  async applyLeftOutboxEntries(before = Number.POSITIVE_INFINITY): Promise<number> {
-    let applied = 0;
-    for (const bucket of this.keys.buckets) {
-      const entries = await this.call((redis) => redis.hgetall(this.keys.outbox(bucket)));
-      for (const [field, value] of Object.entries(entries)) {
-        if ((JSON.parse(value) as { at: number }).at >= before) continue;
-        await this.applyOutboxEntry(bucket, { field, value });
-        applied++;
-      }
-    }
-    return applied;
-  }
-
-  /** Cluster: drops every outbox entry of one user (DeleteUserData). */
-  private async dropOutboxEntries(tenancy: Tenancy): Promise<void> {
-    for (const bucket of this.keys.buckets) {
-      const entries = await this.call((redis) => redis.hgetall(this.keys.outbox(bucket)));
-      const fields = Object.entries(entries)
-        .filter(([, value]) => {
-          const { app, user } = JSON.parse(value) as { app: string; user: string };
-          return app === tenancy.appName && user === tenancy.userId;
-        })
-        .map(([field]) => field);
-      if (fields.length > 0) await this.call((redis) => redis.hdel(this.keys.outbox(bucket), ...fields));
-    }
   }
 
   /**
@@ -803,53 +593,4 @@ export class RedisStore implements MemoryStore {
   private call<T>(run: (redis: RedisClient) => Promise<T>): Promise<T> {
     return this.connection.call(run);
   }
-}
-
-/**
- * Cluster: the bucket count recorded under `<prefix>:buckets`, written
- * (CLUSTER_BUCKETS) by the first store to open: every later one, of any
- * release, reads the same count, so a session's bucket never changes.
- */
-async function recordedBuckets(connection: RedisConnection, keyPrefix: string): Promise<number> {
-  const key = new RedisKeys(keyPrefix, CLUSTER_BUCKETS).bucketCount;
-  await connection.call((redis) => redis.set(key, CLUSTER_BUCKETS, "NX"));
-  const recorded = Number(await connection.call((redis) => redis.get(key)));
-  if (!Number.isInteger(recorded) || recorded < 1)
-    throw new MemoryError(
-      "FAILED_PRECONDITION",
-      `${key} holds ${recorded}, not a bucket count: this key prefix holds something else`,
-    );
-  return recorded;
-}
-
-/** Byte order of UTF-8 strings: how a zset with equal scores sorts its members. */
-function byteOrder(a: string, b: string): number {
-  return Buffer.compare(Buffer.from(a, "utf8"), Buffer.from(b, "utf8"));
-}
-
-/** A flat [member, score, ...] reply as pairs. */
-function pairsOf(flat: readonly string[]): Array<{ member: string; score: number }> {
-  const pairs: Array<{ member: string; score: number }> = [];
-  for (let i = 0; i < flat.length; i += 2) pairs.push({ member: flat[i], score: Number(flat[i + 1]) });
-  return pairs;
-}
-
-/** The user ("u") and app ("a") state changes of some deltas, in order, as [scope, key, value] (encodeStateChanges). */
-function sharedChangesOf(deltas: ReadonlyArray<NewEvent["stateDelta"]>): Array<[string, string, string]> {
-  const out: Array<[string, string, string]> = [];
-  for (const delta of deltas) {
-    const flat = encodeStateChanges(delta);
-    for (let i = 1; i < flat.length; i += 3) {
-      if (flat[i] === "u" || flat[i] === "a") out.push([String(flat[i]), String(flat[i + 1]), String(flat[i + 2])]);
-    }
-  }
-  return out;
-}
-
-/** True when a session of (appName, userId) belongs in the recent scope. */
-function inRecentScope(scope: RecentScope, appName: string, userId: string): boolean {
-  return (
-    (scope.appName === undefined || scope.appName === appName) &&
-    (scope.userId === undefined || scope.userId === userId)
-  );
 }

@@ -55,6 +55,14 @@ export function recentScopes(filter: RecentEventsFilter = {}): RecentScope[] {
   return [...new Set(appNames)].map((appName) => (userId === undefined ? { appName } : { appName, userId }));
 }
 
+/** True when a session of (appName, userId) belongs in the recent scope. */
+export function inRecentScope(scope: RecentScope, appName: string, userId: string): boolean {
+  return (
+    (scope.appName === undefined || scope.appName === appName) &&
+    (scope.userId === undefined || scope.userId === userId)
+  );
+}
+
 /** ALREADY_EXISTS for an event_id retained with a different payload. */
 export function duplicateEventId(eventId: string): MemoryError {
   const problem = `event ${JSON.stringify(eventId)} already exists in this session with different content`;

@@ -17,13 +17,13 @@ import {
   createScript,
   deleteScript,
   erasedScript,
-  loadScripts,
   readScript,
   stateCheckScript,
   updateScript,
   type Script,
   type ScriptContext,
 } from "../../src/store/redis/scripts.js";
+import { loadScripts } from "../../src/store/redis/script-runner.js";
 import type { SessionNotice, StoreLimits } from "../../src/store/types.js";
 import { startRedisCluster, type RedisCluster } from "../support/redis-cluster.js";
 import { describeStoreConformance, makeSession, newEvent, rejection, waitFor } from "./conformance.js";

@@ -8,12 +8,11 @@ import { describe, expect, it } from "vitest";
 import { Command } from "ioredis";
 import { createHash } from "node:crypto";
 import { CLUSTER_BUCKETS, RedisKeys } from "../../src/store/redis/keys.js";
+import { respOf } from "../../src/store/redis/script-args.js";
+import { loadScripts, RedisScripts } from "../../src/store/redis/script-runner.js";
 import {
   appendScript,
-  loadScripts,
   readScript,
-  respOf,
-  RedisScripts,
   type AppendInput,
   type Reply,
   type ScriptContext,

@@ -12,7 +12,7 @@ import { Redis } from "ioredis";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { SCRIPTS_DIR as MEMORY_SCRIPTS_DIR } from "../../src/store/memories/redis.js";
 import { everyScript } from "../../src/store/redis/script-check.js";
-import { SCRIPTS_DIR } from "../../src/store/redis/scripts.js";
+import { SCRIPTS_DIR } from "../../src/store/redis/script-runner.js";
 import { redis62, redisStack74, type RedisBuild } from "../support/redis-builds.js";
 import { startRedisServer, type RedisServer } from "../support/redis-server.js";
 

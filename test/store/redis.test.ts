@@ -11,7 +11,7 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { eventFingerprint } from "../../src/store/fingerprint.js";
 import { durabilitySummary, RedisStore } from "../../src/store/redis.js";
 import type { DecodedEvents } from "../../src/store/redis/codec.js";
-import { loadScripts } from "../../src/store/redis/scripts.js";
+import { loadScripts } from "../../src/store/redis/script-runner.js";
 import { StreamHub } from "../../src/service/stream-hub.js";
 import type { MemoryChange, MemoryRecord, SessionNotice, StoreLimits } from "../../src/store/types.js";
 import { LocalStore } from "../../src/store/local.js";

@@ -202,3 +202,30 @@ export function fieldsOf(flat: readonly string[]): Record<string, string> {
   for (let i = 0; i < flat.length; i += 2) fields[flat[i]] = flat[i + 1];
   return fields;
 }
+
+/**
+ * An append's events as stored: each one's stored encoding when the append
+ * script answered one (a retry of a retained event), else as submitted with
+ * the seq it got (a new event, or the retry of one trimmed inside the dedupe window).
+ */
+export function appendedEvents(
+  sessionId: string,
+  events: readonly NewEvent[],
+  outcomes: ReadonlyArray<{ seq: number; original?: string }>,
+): StoredEvent[] {
+  return events.map((e, i) => {
+    const { seq, original } = outcomes[i];
+    if (original) return decodeEvent(sessionId, seq, original);
+    const event: StoredEvent = {
+      sessionId,
+      seq,
+      eventId: e.eventId,
+      eventType: e.eventType,
+      content: e.content,
+      metadata: e.metadata,
+      timestamp: e.timestamp,
+    };
+    if (e.stateDelta) event.stateDelta = e.stateDelta;
+    return event;
+  });
+}

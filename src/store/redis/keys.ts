@@ -57,7 +57,9 @@
  *   buckets              cluster only: the bucket count, written once
  */
 import { createHash } from "node:crypto";
+import { MemoryError } from "../../errors.js";
 import { scopesOfSession, type RecentScope } from "../rules.js";
+import type { RedisConnection } from "./connection.js";
 
 /**
  * Session buckets on a cluster. A bucket is one slot, so the buckets bound
@@ -242,4 +244,26 @@ export function erasureField(tenancy: Tenancy): string {
 export function erasureTenancy(field: string): Tenancy {
   const [appName, userId] = field.split(":").map(unhex);
   return { appName, userId };
+}
+
+/**
+ * Cluster: the bucket count recorded under `<prefix>:buckets`, written
+ * (CLUSTER_BUCKETS) by the first store to open: every later one, of any
+ * release, reads the same count, so a session's bucket never changes.
+ */
+export async function recordedBuckets(connection: RedisConnection, keyPrefix: string): Promise<number> {
+  const key = new RedisKeys(keyPrefix, CLUSTER_BUCKETS).bucketCount;
+  await connection.call((redis) => redis.set(key, CLUSTER_BUCKETS, "NX"));
+  const recorded = Number(await connection.call((redis) => redis.get(key)));
+  if (!Number.isInteger(recorded) || recorded < 1)
+    throw new MemoryError(
+      "FAILED_PRECONDITION",
+      `${key} holds ${recorded}, not a bucket count: this key prefix holds something else`,
+    );
+  return recorded;
+}
+
+/** Byte order of UTF-8 strings: how a zset with equal scores sorts its members. */
+export function byteOrder(a: string, b: string): number {
+  return Buffer.compare(Buffer.from(a, "utf8"), Buffer.from(b, "utf8"));
 }

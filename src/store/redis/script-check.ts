@@ -10,7 +10,7 @@
 import { SCRIPTS_DIR as MEMORY_SCRIPTS_DIR } from "../memories/redis.js";
 import { StoreScriptRefusedError } from "../incompatible.js";
 import { isCluster, storeError, type RedisClient } from "./connection.js";
-import { loadScripts, type ScriptText } from "./scripts.js";
+import { loadScripts, type ScriptText } from "./script-runner.js";
 
 /** Every script the Redis store sends, as it sends them: the sessions' (scripts/) then the long-term memories' (memories/redis-scripts/). */
 export function everyScript(): ScriptText[] {

@@ -1,31 +1,29 @@
 /**
  * The Redis store's Lua scripts, typed (as bullmq's src/classes/scripts.ts):
- * each script has an args builder (typed input -> KEYS and ARGV, in the order
- * its header documents) and a reply decoder (raw reply -> typed result), so
- * the driver never builds an argument array or indexes a reply itself.
- *
- * A script is src/store/redis/scripts/<name>-<key count>.lua. A line
- * `--- @include "<name>"` stands for includes/<name>.lua, pasted in once
- * per script when the scripts are loaded (bullmq does the same), so a piece
- * of Lua that several scripts need (the frame reader) is written once.
+ * each script has one args builder (typed input -> KEYS and ARGV, in the
+ * order its header documents; append-12.lua's by the names script-args.ts
+ * declares) and a reply decoder (raw reply -> typed result), so the driver
+ * never builds an argument array or indexes a reply itself. Loading and
+ * running them: script-runner.ts.
  */
-import { createHash } from "node:crypto";
-import { readdirSync, readFileSync } from "node:fs";
-import path from "node:path";
-import { fileURLToPath } from "node:url";
-import { setTimeout as sleep } from "node:timers/promises";
-import { Command, type Redis } from "ioredis";
-import { MemoryError } from "../../errors.js";
 import { eventFingerprint } from "../fingerprint.js";
 import { appEventCaps, dedupeWindow } from "../rules.js";
 import { MAX_STATE_BYTES, MAX_STATE_KEYS } from "../state.js";
 import type { CleanupScope, NewEvent, NewSession, SessionUpdate, StoreLimits } from "../types.js";
 import { encodeEvent, encodeStateChanges, fieldsOf } from "./codec.js";
-import { isCluster, type RedisClient } from "./connection.js";
+import {
+  APPEND_ARGV,
+  ArgList,
+  encodedArgs,
+  RespText,
+  sectionTemplate,
+  writeSection,
+  writeTemplate,
+  type Arg,
+  type ArgWriter,
+  type Resp,
+} from "./script-args.js";
 import { erasureField, recentMemberPrefix, type RedisKeys, type Tenancy } from "./keys.js";
-
-/** Where the script files are (copied next to the compiled code by scripts/build.mjs). */
-export const SCRIPTS_DIR = path.join(path.dirname(fileURLToPath(import.meta.url)), "scripts");
 
 /** Entries kept in each recent-events index: twice the ListEvents cap of 1000, as slack for removals. */
 export const RECENT_CAP = 2000;
@@ -38,7 +36,6 @@ const NOTICE_EVENTS_MAX_BYTES = 64 * 1024;
 /** Seqs a filtered read looks at per script call (bounds the script's run time). */
 const FILTER_SCAN = 500;
 
-type Arg = string | number;
 /** What a script returns, as ioredis hands it over (bulk strings as Buffers for a script with `buffers`). */
 export type Reply = Array<string | number | null | Buffer | Reply>;
 
@@ -46,30 +43,6 @@ export type Reply = Array<string | number | null | Buffer | Reply>;
 export interface ScriptContext {
   keys: RedisKeys;
   limits: StoreLimits;
-  /** The append's per-session arguments, encoded (appendScript.resp); made when absent. */
-  appendRuns?: Map<string, AppendRuns>;
-}
-
-/**
- * A run of arguments already in RESP (the Redis protocol): `count`
- * arguments, each "$<byte length>\r\n<bytes>\r\n", as ioredis writes them.
- */
-export interface Resp {
-  count: number;
-  text: string;
-}
-
-/** One argument in RESP; numbers as ioredis sends them (String(n)). */
-function bulk(arg: Arg): string {
-  const text = typeof arg === "string" ? arg : String(arg);
-  return `$${Buffer.byteLength(text, "utf8")}\r\n${text}\r\n`;
-}
-
-/** Arguments in RESP. */
-export function respOf(args: readonly Arg[]): Resp {
-  let text = "";
-  for (const arg of args) text += bulk(arg);
-  return { count: args.length, text };
 }
 
 /** One script: its file's name, how to call it and how to read its reply. */
@@ -87,7 +60,7 @@ export interface Script<Input, Result> {
   args(context: ScriptContext, input: Input): Arg[];
   /** The reply as a typed result (some replies are only read knowing the input, such as the number of events). */
   decode(reply: Reply, input: Input): Result;
-  /** args() in RESP, made faster than respOf(args()) (equal to it: a test compares them); one node only. */
+  /** args() in RESP from the same builder, reusing encoded per-session runs (respOf(args()) otherwise); one node only. */
   resp?(context: ScriptContext, input: Input): Resp;
 }
 
@@ -169,67 +142,15 @@ export interface OutboxEntry {
 /** Appends a batch of events to one session. */
 export const appendScript: Script<AppendInput, AppendOutcome> = {
   name: "append",
-  args({ keys, limits }, { sessionId, tenancy, events, expectedSeq, now, ingestBase, incarnation }) {
-    const bucket = keys.bucketOf(sessionId);
-    const args: Arg[] = [
-      ...appendSessionArgs(keys, sessionId, tenancy),
-      expectedSeq === undefined ? "" : expectedSeq,
-      now,
-      limits.maxSessionEvents,
-      RECENT_CAP,
-      recentMemberPrefix(sessionId),
-      keys.channel(bucket),
-      events.length,
-    ];
-    for (const e of events) {
-      // Generated ids come with fingerprint "": fingerprint them anyway, so a
-      // retry naming such an id (or a re-sent command) is recognised as the same event.
-      const fingerprint = e.fingerprint || eventFingerprint(e.eventType, e.content, e.metadata, e.stateDelta);
-      args.push(e.eventId, fingerprint, e.timestamp, encodeEvent(e));
-    }
-    const { windowMs, maxIds } = dedupeWindow(limits);
-    const caps = appEventCaps(limits);
-    args.push(NOTICE_EVENTS_MAX_BYTES, tenancy.appName, tenancy.userId, windowMs, maxIds, caps.length, ...caps.flat());
-    args.push(MAX_STATE_KEYS, MAX_STATE_BYTES);
-    for (const e of events) args.push(...encodeStateChanges(e.stateDelta));
-    args.push(
-      keys.clustered ? recentMemberPrefix(sessionId) : "",
-      ingestBase === undefined ? "" : ingestBase,
-      publishCommand(keys),
-    );
-    if (incarnation !== undefined) args.push(incarnation);
-    return args;
+  args(context, input) {
+    const out = new ArgList();
+    writeAppendArgs(out, context, input);
+    return out.args;
   },
-  resp(context, { sessionId, tenancy, events, expectedSeq, now, ingestBase, incarnation }) {
-    const runs = appendRunsOf(context, sessionId, tenancy);
-    let count = runs.session.count + 2 + runs.limits.count + 1 + 4 * events.length + runs.tenancy.count + 3;
-    let text =
-      runs.session.text +
-      bulk(expectedSeq === undefined ? "" : expectedSeq) +
-      bulk(now) +
-      runs.limits.text +
-      bulk(events.length);
-    for (const e of events) {
-      const fingerprint = e.fingerprint || eventFingerprint(e.eventType, e.content, e.metadata, e.stateDelta);
-      text += bulk(e.eventId) + bulk(fingerprint) + bulk(e.timestamp) + bulk(encodeEvent(e));
-    }
-    text += runs.tenancy.text;
-    for (const e of events) {
-      if (!e.stateDelta) {
-        count++;
-        text += "$1\r\n0\r\n";
-        continue;
-      }
-      const changes = encodeStateChanges(e.stateDelta);
-      count += changes.length;
-      for (const change of changes) text += bulk(change);
-    }
-    text += runs.tail + bulk(ingestBase === undefined ? "" : ingestBase) + runs.publish;
-    if (incarnation !== undefined) {
-      count++;
-      text += bulk(incarnation);
-    }
-    return { count, text };
+  resp(context, input) {
+    const out = new RespText();
+    writeAppendArgs(out, context, input);
+    return out;
   },
   decode(reply, { events }) {
     switch (reply[0]) {
@@ -260,76 +181,93 @@ export const appendScript: Script<AppendInput, AppendOutcome> = {
   },
 };
 
-/**
- * The arguments of append-12.lua that stay the same for every append to one
- * session (of one tenancy), in RESP: its 12 keys, id and id as JSON; the
- * limits, member prefix and channel; the tenancy, dedupe window, caps and
- * state limits; the outbox prefix and the publish command. Made once per
- * session instead of hex-encoding the id into eight key names per append.
- */
-export interface AppendRuns {
-  appName: string;
-  userId: string;
-  /** KEYS[1..12], ARGV[1..2]. */
-  session: Resp;
-  /** ARGV[5..8]. */
-  limits: Resp;
-  /** ARGV[10 + 4n] to the state limits. */
-  tenancy: Resp;
-  /** The outbox prefix (one argument). */
-  tail: string;
-  /** The publish command (one argument). */
-  publish: string;
-}
-
 /** Sessions whose AppendRuns a store keeps; past it they are all dropped (and remade as needed). */
 const APPEND_RUNS_KEPT = 10_000;
+/** Each store's AppendRuns by session id (a store has one ScriptContext). */
+const appendRunsByContext = new WeakMap<ScriptContext, Map<string, AppendRuns>>();
+
+/** Writes append-12.lua's KEYS and ARGV (APPEND_ARGV) for `input`. */
+function writeAppendArgs(out: ArgWriter, context: ScriptContext, input: AppendInput): void {
+  const { sessionId, tenancy, events, expectedSeq, now, ingestBase, incarnation } = input;
+  const runs = appendRunsOf(context, sessionId, tenancy);
+  writeTemplate(out, runs.head, { expectedSeq: expectedSeq ?? "", now, eventCount: events.length });
+  for (const e of events) {
+    writeSection(out, APPEND_ARGV.event, {
+      eventId: e.eventId,
+      // Generated ids come with fingerprint "": fingerprint them anyway, so a
+      // retry naming such an id (or a re-sent command) is recognised as the same event.
+      fingerprint: e.fingerprint || eventFingerprint(e.eventType, e.content, e.metadata, e.stateDelta),
+      timestamp: e.timestamp,
+      encoded: encodeEvent(e),
+    });
+  }
+  out.encoded(runs.afterEvents);
+  for (const e of events) {
+    if (!e.stateDelta) out.arg(0);
+    else for (const change of encodeStateChanges(e.stateDelta)) out.arg(change);
+  }
+  writeTemplate(out, runs.tail, { ingestBase: ingestBase ?? "", incarnation });
+}
+
+/**
+ * The arguments of append-12.lua that stay the same for every append to one
+ * session (of one tenancy), encoded once per session instead of hex-encoding
+ * the id into eight key names per append: its KEYS with the fixed fields of
+ * `head`, the sections between the events and their state changes, and the
+ * fixed fields of `tail`.
+ */
+type AppendRuns = ReturnType<typeof newAppendRuns>;
 
 function appendRunsOf(context: ScriptContext, sessionId: string, tenancy: Tenancy): AppendRuns {
-  const cache = (context.appendRuns ??= new Map());
+  let cache = appendRunsByContext.get(context);
+  if (!cache) appendRunsByContext.set(context, (cache = new Map()));
   const cached = cache.get(sessionId);
   if (cached && cached.appName === tenancy.appName && cached.userId === tenancy.userId) return cached;
-  const { keys, limits } = context;
-  const bucket = keys.bucketOf(sessionId);
-  const { windowMs, maxIds } = dedupeWindow(limits);
-  const caps = appEventCaps(limits);
-  const runs: AppendRuns = {
-    appName: tenancy.appName,
-    userId: tenancy.userId,
-    session: respOf(appendSessionArgs(keys, sessionId, tenancy)),
-    limits: respOf([limits.maxSessionEvents, RECENT_CAP, recentMemberPrefix(sessionId), keys.channel(bucket)]),
-    tenancy: respOf([
-      NOTICE_EVENTS_MAX_BYTES,
-      tenancy.appName,
-      tenancy.userId,
-      windowMs,
-      maxIds,
-      caps.length,
-      ...caps.flat(),
-      MAX_STATE_KEYS,
-      MAX_STATE_BYTES,
-    ]),
-    tail: bulk(keys.clustered ? recentMemberPrefix(sessionId) : ""),
-    publish: bulk(publishCommand(keys)),
-  };
+  const runs = newAppendRuns(context, sessionId, tenancy);
   if (cache.size >= APPEND_RUNS_KEPT) cache.clear();
   cache.set(sessionId, runs);
   return runs;
 }
 
-/** KEYS[1..12] and ARGV[1..2] of append-12.lua: the session's keys, its id and its id as JSON. */
-function appendSessionArgs(keys: RedisKeys, sessionId: string, tenancy: Tenancy): Arg[] {
+function newAppendRuns({ keys, limits }: ScriptContext, sessionId: string, tenancy: Tenancy) {
   const bucket = keys.bucketOf(sessionId);
-  return [
+  const { windowMs, maxIds } = dedupeWindow(limits);
+  const caps = appEventCaps(limits);
+  const afterEvents = new ArgList();
+  writeSection(afterEvents, APPEND_ARGV.tenancy, {
+    noticeMaxBytes: NOTICE_EVENTS_MAX_BYTES,
+    appName: tenancy.appName,
+    userId: tenancy.userId,
+    dedupeWindowMs: windowMs,
+    dedupeMaxIds: maxIds,
+    capCount: caps.length,
+  });
+  for (const [app, maxEvents] of caps) writeSection(afterEvents, APPEND_ARGV.cap, { app, maxEvents });
+  writeSection(afterEvents, APPEND_ARGV.stateLimits, { maxStateKeys: MAX_STATE_KEYS, maxStateBytes: MAX_STATE_BYTES });
+  const sessionKeys = [
     ...keys.sessionKeys(sessionId),
     keys.updated(bucket),
     keys.stats(bucket),
     ...keys.recentOf(tenancy, bucket),
     keys.trimmedIds(sessionId),
     ...sharedStateKeys(keys, sessionId, tenancy),
-    sessionId,
-    JSON.stringify(sessionId),
   ];
+  const head = {
+    sessionId,
+    sessionIdJson: JSON.stringify(sessionId),
+    maxSessionEvents: limits.maxSessionEvents,
+    recentCap: RECENT_CAP,
+    memberPrefix: recentMemberPrefix(sessionId),
+    channel: keys.channel(bucket),
+  };
+  const tail = { outboxPrefix: keys.clustered ? recentMemberPrefix(sessionId) : "", publish: publishCommand(keys) };
+  return {
+    appName: tenancy.appName,
+    userId: tenancy.userId,
+    head: sectionTemplate(APPEND_ARGV.head, head, sessionKeys),
+    afterEvents: encodedArgs(afterEvents.args),
+    tail: sectionTemplate(APPEND_ARGV.tail, tail),
+  };
 }
 
 /**
@@ -591,191 +529,3 @@ export const erasedScript: Script<ErasedInput, boolean> = {
     return (reply as unknown as number) === 1;
   },
 };
-
-/** One script as the store sends it: its text with includes resolved, its file's name and its key count. */
-export interface ScriptText {
-  file: string;
-  lua: string;
-  /** Undefined for <name>-n.lua, whose caller passes the key count first. */
-  numberOfKeys: number | undefined;
-}
-
-/**
- * Every script in `dir` (<name>-<key count>.lua) by name, includes resolved:
- * the text the store sends, byte for byte.
- *
- * Its comments must not hold "[[" inside a --[[ ... ]] block: Redis' own
- * build of Lua (LUA_COMPAT_LSTR 1), that of the official images and Redis
- * Stack, refuses the whole script for it, while Debian's Lua accepts it
- * (test/store/redis-scripts.test.ts loads each on both).
- */
-export function loadScripts(dir = SCRIPTS_DIR): Map<string, ScriptText> {
-  const scripts = new Map<string, ScriptText>();
-  for (const file of readdirSync(dir)) {
-    const match = /^([a-z]+)-(\d+|n)\.lua$/.exec(file);
-    if (!match) continue;
-    const lua = resolveIncludes(readFileSync(path.join(dir, file), "utf8"), dir, file);
-    scripts.set(match[1], { file, lua, numberOfKeys: match[2] === "n" ? undefined : Number(match[2]) });
-  }
-  return scripts;
-}
-
-/** The script with every `--- @include "<name>"` line replaced by includes/<name>.lua (each at most once, nested ones too). */
-function resolveIncludes(lua: string, dir: string, file: string, included = new Set<string>()): string {
-  return lua.replace(/^--- @include "([a-z-]+)"[ \t]*$/gm, (_line, name: string) => {
-    if (included.has(name)) return `-- (includes/${name}.lua: already included)`;
-    included.add(name);
-    let text: string;
-    try {
-      text = readFileSync(path.join(dir, "includes", `${name}.lua`), "utf8");
-    } catch (err) {
-      throw new Error(`${file} includes "${name}", but includes/${name}.lua cannot be read`, { cause: err });
-    }
-    return resolveIncludes(text.trimEnd(), dir, `includes/${name}.lua`, included);
-  });
-}
-
-/** MEMORY_REDIS_WAIT_REPLICAS: replicas that must have each write script's effects before it counts as done. */
-export interface WaitForReplicas {
-  /** 0: no WAIT. */
-  replicas: number;
-  /** WAIT's own timeout; shorter than the command timeout, so the shortfall is what answers. */
-  timeoutMs: number;
-}
-
-/** Tries of a script + WAIT pipeline refused by a cluster whose slots are moving (MOVED, ASK, TRYAGAIN: the script did not run). */
-const REDIRECTED_TRIES = 5;
-
-/** The scripts defined on one connection, run through their typed wrappers. */
-export class RedisScripts {
-  private readonly commands = new Map<string, (...keysAndArgs: Arg[]) => Promise<Reply>>();
-  /** One node without WAIT: each script's text, SHA1 and key count in RESP, for commands written here (runRaw). */
-  private readonly raw = new Map<string, { evalsha: string; evalHead: string; keyCount: string; keyArgs: number }>();
-
-  constructor(
-    private readonly redis: RedisClient,
-    private readonly context: ScriptContext,
-    private readonly wait: WaitForReplicas = { replicas: 0, timeoutMs: 0 },
-  ) {
-    for (const [name, { lua, numberOfKeys }] of loadScripts()) {
-      // defineCommand runs EVALSHA and falls back to EVAL (loading it) when Redis does not know the script yet.
-      redis.defineCommand(`engram_${name}`, numberOfKeys === undefined ? { lua } : { numberOfKeys, lua });
-      for (const variant of [`engram_${name}`, `engram_${name}Buffer`]) {
-        this.commands.set(
-          variant,
-          (redis as unknown as Record<string, (...keysAndArgs: Arg[]) => Promise<Reply>>)[variant].bind(redis),
-        );
-      }
-      if (!isCluster(redis) && wait.replicas === 0) {
-        const sha = createHash("sha1").update(lua).digest("hex");
-        this.raw.set(name, {
-          evalsha: `$7\r\nevalsha\r\n${bulk(sha)}`,
-          evalHead: `$4\r\neval\r\n${bulk(lua)}`,
-          keyCount: numberOfKeys === undefined ? "" : bulk(numberOfKeys),
-          keyArgs: numberOfKeys === undefined ? 0 : 1,
-        });
-      }
-    }
-  }
-
-  /**
-   * Runs `script` with `input`; its decoded reply. With WAIT configured, a
-   * writing script is followed by WAIT (runThenWait).
-   */
-  async run<Input, Result>(script: Script<Input, Result>, input: Input): Promise<Result> {
-    const raw = this.raw.get(script.name);
-    if (raw) {
-      const args = script.resp ? script.resp(this.context, input) : respOf(script.args(this.context, input));
-      return script.decode(await this.runRaw(raw, args, script.buffers === true), input);
-    }
-    // defineCommand also made `<name>Buffer`, whose reply keeps bulk strings as Buffers.
-    const name = `engram_${script.name}${script.buffers ? "Buffer" : ""}`;
-    const command = this.commands.get(name);
-    if (!command) throw new Error(`no script file for ${script.name} in ${SCRIPTS_DIR}`);
-    const args = script.args(this.context, input);
-    if (script.readOnly || this.wait.replicas === 0) return script.decode(await command(...args), input);
-    return script.decode(await runThenWait(this.redis, name, args, this.wait), input);
-  }
-
-  /**
-   * One node: EVALSHA written here in RESP, the bytes ioredis' defined
-   * command writes, without its per-argument work (flattening, converting
-   * and framing each argument again, a second promise for the fallback);
-   * EVAL (which loads the script) when Redis does not know it. The command
-   * still goes through the client: its queue, timeout, reconnect and
-   * re-sending of unanswered commands are unchanged.
-   */
-  private async runRaw(
-    raw: { evalsha: string; evalHead: string; keyCount: string; keyArgs: number },
-    args: Resp,
-    buffers: boolean,
-  ): Promise<Reply> {
-    const count = `*${args.count + raw.keyArgs + 2}\r\n`;
-    const client = this.redis as Redis;
-    try {
-      return (await client.sendCommand(
-        new RespCommand(count + raw.evalsha + raw.keyCount + args.text, buffers),
-      )) as Reply;
-    } catch (err) {
-      if (!(err instanceof Error) || !err.message.startsWith("NOSCRIPT")) throw err;
-      return (await client.sendCommand(
-        new RespCommand(count + raw.evalHead + raw.keyCount + args.text, buffers),
-      )) as Reply;
-    }
-  }
-}
-
-/** A command whose bytes are already RESP (RedisScripts.runRaw); its reply as strings, as a defined command's, or as Buffers (`<name>Buffer`'s). */
-class RespCommand extends Command {
-  constructor(
-    private readonly resp: string,
-    buffers: boolean,
-  ) {
-    super("evalsha", [], { replyEncoding: buffers ? null : "utf8" });
-  }
-
-  override toWritable(): string {
-    return this.resp;
-  }
-}
-
-/**
- * Runs the command `command` (a script defineCommand made) with `keysAndArgs`
- * and, when `wait.replicas` > 0, WAIT in the same pipeline, so on a cluster
- * it reaches the node that ran the script; a cluster's refusal before the
- * script ran (slots moving) is tried again. UNAVAILABLE naming how many
- * replicas acknowledged when fewer than asked: the write may have happened,
- * and a retry with the same ids is idempotent. Every writing script of the
- * store (sessions and memories) goes through here.
- */
-export async function runThenWait(
-  redis: RedisClient,
-  command: string,
-  keysAndArgs: Array<Arg | Buffer>,
-  wait: WaitForReplicas,
-): Promise<Reply> {
-  const runner = (target: object) =>
-    (target as Record<string, (...a: Array<Arg | Buffer>) => unknown>)[command].bind(target);
-  if (wait.replicas === 0) return (await runner(redis)(...keysAndArgs)) as Reply;
-  for (let attempt = 1; ; attempt++) {
-    const pipeline = redis.pipeline();
-    runner(pipeline)(...keysAndArgs);
-    pipeline.wait(wait.replicas, wait.timeoutMs);
-    const [[scriptError, reply], [waitError, acknowledged]] = (await pipeline.exec()) as Array<[Error | null, unknown]>;
-    if (scriptError) {
-      const redirected = /^(MOVED|ASK|TRYAGAIN|CLUSTERDOWN) /.test(scriptError.message);
-      if (!redirected || !isCluster(redis) || attempt >= REDIRECTED_TRIES) throw scriptError;
-      redis.refreshSlotsCache();
-      await sleep(100 * attempt);
-      continue;
-    }
-    if (waitError) throw waitError;
-    if (Number(acknowledged) < wait.replicas) {
-      throw new MemoryError(
-        "UNAVAILABLE",
-        `redis unavailable: the write reached ${Number(acknowledged)} of the ${wait.replicas} replicas MEMORY_REDIS_WAIT_REPLICAS asks for within ${wait.timeoutMs} ms; it may have been applied (retrying with the same ids is safe)`,
-      );
-    }
-    return reply as Reply;
-  }
-}

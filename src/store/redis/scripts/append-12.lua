@@ -26,19 +26,19 @@
   KEYS[11] the user's state   KEYS[12] the app's state (hashes, includes/state.lua);
            on a cluster both are the bucket's outbox (see the last ARGVs)
 
-  ARGV[1] session id                  ARGV[2] session id as JSON (for the notice)
-  ARGV[3] expected seq, "" for none   ARGV[4] now (epoch ms)
-  ARGV[5] max events per session (0: no cap)   ARGV[6] max entries of the recent index
-  ARGV[7] recent member prefix        ARGV[8] notice channel
-  ARGV[9] number of events, then 4 per event: event id, fingerprint, timestamp (unused here), encoded event
-  ARGV[10 + 4n] largest notice that may carry the appended events (bytes)
-  ARGV[11 + 4n] app name, ARGV[12 + 4n] user id: the tenancy KEYS[7..9] were
-  named from, checked against the session's ({"MOVED"}: re-read, retry)
-  ARGV[13 + 4n] dedupe window (ms; 0: trimmed ids are forgotten at once)
-  ARGV[14 + 4n] most trimmed ids kept per session
-  ARGV[15 + 4n] number of apps with their own events cap, then per app: app name, cap
-  then: most entries of a state, most bytes of a state, and per event its
-  state changes (a count, then 3 per change: includes/state.lua), then:
+  ARGV by the names of APPEND_ARGV (src/store/redis/script-args.ts; each
+  section's field positions in the tables "--- @argv" below stands for):
+  HEAD: session id, session id as JSON (for the notice), expected seq ("" for
+  none), now (epoch ms), max events per session (0: no cap), max entries of
+  the recent index, recent member prefix, notice channel, number of events n;
+  then EVENT per event: event id, fingerprint, timestamp (unused), encoding;
+  TENANCY: largest notice that may carry the appended events (bytes); app
+  name and user id: the tenancy KEYS[7..9] were named from, checked against
+  the session's ({"MOVED"}: re-read, retry); dedupe window (ms; 0: trimmed
+  ids are forgotten at once); most trimmed ids kept per session; number of
+  apps with their own events cap, then CAP per such app: app name, cap;
+  STATE_LIMITS: most entries, most bytes of a state; then per event its
+  state changes (a count, then 3 per change: includes/state.lua); TAIL:
   the outbox entry prefix ("<hex id>!"; "" on one node: user and app changes
   go to KEYS[11..12] with the rest. On a cluster they are in another slot:
   they go to the outbox, KEYS[11], as field "<prefix><incarnation>!<version>"
@@ -72,6 +72,7 @@
 --- @include "frames"
 --- @include "recent"
 --- @include "state"
+--- @argv "append"
 
 -- An ids hash entry "seq:fingerprint": its seq (the stored text) and its fingerprint.
 local function splitIndexed(indexed)
@@ -83,24 +84,29 @@ local session = redis.call("HMGET", KEYS[1], "head", "first", "inc", "app", "use
 if not session[1] then
   return {"NOT_FOUND"}
 end
-local n = tonumber(ARGV[9])
-local stateArgs = 16 + 4 * n + 2 * (tonumber(ARGV[15 + 4 * n]) or 0)
+local n = tonumber(ARGV[HEAD.eventCount])
+-- The sections after the events, and after the caps, start where those end.
+local afterEvents = HEAD.size + EVENT.size * n
+local capCount = tonumber(ARGV[afterEvents + TENANCY.capCount]) or 0
+local afterCaps = afterEvents + TENANCY.size + CAP.size * capCount
+local stateArgs = afterCaps + STATE_LIMITS.maxStateKeys
 -- The expected incarnation comes last, after every event's state changes: skip them (reading nothing) to find it.
-local expectedAt = stateArgs + 2
+local expectedAt = afterCaps + STATE_LIMITS.size + 1
 for _ = 1, n do
   expectedAt = readStateChanges(expectedAt, nil, false)
 end
-local expected = ARGV[expectedAt + 3]
+local expected = ARGV[expectedAt - 1 + TAIL.incarnation]
 if expected and expected ~= (session[3] or "") then
   return {"REPLACED"}
 end
-if session[4] ~= ARGV[11 + 4 * n] or session[5] ~= ARGV[12 + 4 * n] then
+if session[4] ~= ARGV[afterEvents + TENANCY.appName] or session[5] ~= ARGV[afterEvents + TENANCY.userId] then
   return {"MOVED"}
 end
 local head, first = tonumber(session[1]), tonumber(session[2])
 
-local now = tonumber(ARGV[4])
-local window, maxIds = tonumber(ARGV[13 + 4 * n]) or 0, tonumber(ARGV[14 + 4 * n]) or 0
+local now = tonumber(ARGV[HEAD.now])
+local window = tonumber(ARGV[afterEvents + TENANCY.dedupeWindowMs]) or 0
+local maxIds = tonumber(ARGV[afterEvents + TENANCY.dedupeMaxIds]) or 0
 local remember = window > 0 and maxIds > 0
 
 -- Drops trimmed ids from the ids hash (only while they still name a trimmed seq).
@@ -121,12 +127,12 @@ end
 local known = {}
 local fresh = 0
 for i = 1, n do
-  local base = 9 + (i - 1) * 4
-  local stored = redis.call("HGET", KEYS[3], ARGV[base + 1])
+  local base = HEAD.size + (i - 1) * EVENT.size
+  local stored = redis.call("HGET", KEYS[3], ARGV[base + EVENT.eventId])
   if stored then
     local seq, fingerprint = splitIndexed(stored)
-    if fingerprint ~= ARGV[base + 2] then
-      return {"DUPLICATE", ARGV[base + 1]}
+    if fingerprint ~= ARGV[base + EVENT.fingerprint] then
+      return {"DUPLICATE", ARGV[base + EVENT.eventId]}
     end
     known[i] = tonumber(seq)
   else
@@ -144,25 +150,29 @@ if fresh == 0 then
   return reply
 end
 
-if ARGV[3] ~= "" and tonumber(ARGV[3]) ~= head then
+local expectedSeq = ARGV[HEAD.expectedSeq]
+if expectedSeq ~= "" and tonumber(expectedSeq) ~= head then
   return {"CONFLICT", head}
 end
 
 -- The new events' state changes, checked and written before any event is: a refused state appends nothing.
 local pending = {}
-local stateAt = stateArgs + 2
+local stateAt = afterCaps + STATE_LIMITS.size + 1
 for i = 1, n do
   stateAt = readStateChanges(stateAt, pending, not known[i])
 end
 -- Absent (a caller of the one-node layout that predates them): one node's behaviour.
-local outboxPrefix, ingestBase, publish = ARGV[stateAt] or "", ARGV[stateAt + 1] or "", ARGV[stateAt + 2] or "PUBLISH"
+local tail = stateAt - 1
+local outboxPrefix = ARGV[tail + TAIL.outboxPrefix] or ""
+local ingestBase = ARGV[tail + TAIL.ingestBase] or ""
+local publish = ARGV[tail + TAIL.publish] or "PUBLISH"
 local outboxField, outboxValue
 if hasStateChanges(pending) then
   local shared = nil
   if outboxPrefix ~= "" then
     shared = takeSharedChanges(pending)
   end
-  local refused = applyStateChanges(pending, {s = KEYS[1], u = KEYS[11], a = KEYS[12]}, tonumber(ARGV[stateArgs]), tonumber(ARGV[stateArgs + 1]))
+  local refused = applyStateChanges(pending, {s = KEYS[1], u = KEYS[11], a = KEYS[12]}, tonumber(ARGV[stateArgs]), tonumber(ARGV[afterCaps + STATE_LIMITS.maxStateBytes]))
   if refused then
     return refused
   end
@@ -185,18 +195,18 @@ else
 end
 
 for i = 1, n do
-  local base = 9 + (i - 1) * 4
+  local base = HEAD.size + (i - 1) * EVENT.size
   if known[i] then
     reply[#reply + 1] = known[i]
     reply[#reply + 1] = redis.call("HGET", KEYS[2], known[i])
   else
     head = head + 1
-    appended[#appended + 1] = ARGV[base + 4]
-    redis.call("HSET", KEYS[2], head, ARGV[base + 4])
-    redis.call("HSET", KEYS[3], ARGV[base + 1], head .. ":" .. ARGV[base + 2])
+    appended[#appended + 1] = ARGV[base + EVENT.encoded]
+    redis.call("HSET", KEYS[2], head, ARGV[base + EVENT.encoded])
+    redis.call("HSET", KEYS[3], ARGV[base + EVENT.eventId], head .. ":" .. ARGV[base + EVENT.fingerprint])
     ingest = ingest + 1
     for k = 6, 9 do
-      redis.call("ZADD", KEYS[k], ingest, recentMember(ARGV[7], head))
+      redis.call("ZADD", KEYS[k], ingest, recentMember(ARGV[HEAD.memberPrefix], head))
     end
     reply[#reply + 1] = head
     reply[#reply + 1] = ""
@@ -205,10 +215,11 @@ end
 
 -- Ring buffer: drop the oldest events and their recent entries; their ids are
 -- remembered for the dedupe window, or dropped.
-local max = tonumber(ARGV[5])
-for i = 1, tonumber(ARGV[15 + 4 * n]) or 0 do
-  if ARGV[14 + 4 * n + 2 * i] == session[4] then
-    max = tonumber(ARGV[15 + 4 * n + 2 * i])
+local max = tonumber(ARGV[HEAD.maxSessionEvents])
+for i = 1, capCount do
+  local cap = afterEvents + TENANCY.size + (i - 1) * CAP.size
+  if ARGV[cap + CAP.app] == session[4] then
+    max = tonumber(ARGV[cap + CAP.maxEvents])
   end
 end
 local trimmed = 0
@@ -230,7 +241,7 @@ while max > 0 and head - first + 1 > max do
     trimmed = trimmed + 1
   end
   for k = 6, 9 do
-    redis.call("ZREM", KEYS[k], recentMember(ARGV[7], first))
+    redis.call("ZREM", KEYS[k], recentMember(ARGV[HEAD.memberPrefix], first))
   end
   first = first + 1
 end
@@ -241,12 +252,12 @@ if surplus > 0 then
   redis.call("ZREMRANGEBYRANK", KEYS[10], 0, surplus - 1)
 end
 
-redis.call("HSET", KEYS[1], "head", head, "first", first, "updated", ARGV[4])
-redis.call("ZADD", KEYS[4], ARGV[4], ARGV[1])
+redis.call("HSET", KEYS[1], "head", head, "first", first, "updated", ARGV[HEAD.now])
+redis.call("ZADD", KEYS[4], ARGV[HEAD.now], ARGV[HEAD.sessionId])
 redis.call("HINCRBY", KEYS[5], "events", fresh - trimmed)
 
 -- Each recent index keeps its newest `cap` entries.
-local cap = tonumber(ARGV[6])
+local cap = tonumber(ARGV[HEAD.recentCap])
 for k = 6, 9 do
   if redis.call("ZCARD", KEYS[k]) > cap then
     redis.call("ZREMRANGEBYRANK", KEYS[k], 0, -(cap + 1))
@@ -256,19 +267,19 @@ end
 -- The new events still retained (a batch longer than the cap keeps only its newest).
 local kept = math.min(#appended, head - first + 1)
 -- The incarnation is base64url (or "" for sessions stored before incarnations): no JSON escaping needed.
-local notice = '{"s":' .. ARGV[2] .. ',"h":' .. string.format("%d", head) .. ',"i":"' .. (session[3] or "") .. '"'
+local notice = '{"s":' .. ARGV[HEAD.sessionIdJson] .. ',"h":' .. string.format("%d", head) .. ',"i":"' .. (session[3] or "") .. '"'
 local parts, size = {}, #notice
 for i = #appended - kept + 1, #appended do
   local encoded = appended[i]
   parts[#parts + 1] = frame(encoded)
   size = size + #parts[#parts]
 end
-if kept > 0 and size <= (tonumber(ARGV[10 + 4 * n]) or 0) then
+if kept > 0 and size <= (tonumber(ARGV[afterEvents + TENANCY.noticeMaxBytes]) or 0) then
   notice = notice .. ',"k":' .. kept .. '}\n' .. table.concat(parts)
 else
   notice = notice .. '}'
 end
-redis.call(publish, ARGV[8], notice)
+redis.call(publish, ARGV[HEAD.channel], notice)
 reply[3] = head
 reply[4] = first
 reply[#reply + 1] = trimmed
