@@ -6,7 +6,7 @@
 import type { DescMethod } from "@bufbuild/protobuf";
 import type { ConnectRouter, HandlerContext } from "@connectrpc/connect";
 import { MemoryService as MemoryServiceDesc } from "@engram-memory/client/gen/engram/v1/memory_pb.js";
-import { rpcName, type CallGuard, type CallInfo } from "../service/guard/index.js";
+import { isStreaming, rpcName, type CallGuard, type CallInfo } from "../service/guard/index.js";
 import { isFastUnaryContext, requestHeaderValue } from "./fastpath/unary-context.js";
 import { toConnectError, type InternalErrorReporter } from "./status.js";
 
@@ -28,8 +28,9 @@ function callInfo(ctx: HandlerContext): CallInfo {
 export function connectMemoryRoutes(guard: CallGuard, report: InternalErrorReporter) {
   const impl: Record<string, unknown> = {};
   for (const method of MemoryServiceDesc.methods as DescMethod[]) {
-    const streaming = method.methodKind === "server_streaming";
-    const handler = guard.handler(rpcName(method.localName));
+    const rpc = rpcName(method.localName);
+    const streaming = isStreaming(rpc);
+    const handler = guard.handler(rpc);
     impl[method.localName] = streaming
       ? async function* (req: unknown, ctx: HandlerContext) {
           try {

@@ -8,7 +8,7 @@ import { once } from "node:events";
 import type * as grpc from "@grpc/grpc-js";
 import { toBinary, type DescMessage, type DescMethod } from "@bufbuild/protobuf";
 import { MemoryService as MemoryServiceDesc } from "@engram-memory/client/gen/engram/v1/memory_pb.js";
-import { rpcName, type CallGuard } from "../service/guard/index.js";
+import { isStreaming, rpcName, type CallGuard } from "../service/guard/index.js";
 import { parseRequest } from "./parse-request.js";
 import { toGrpcStatus, type InternalErrorReporter } from "./status.js";
 import { binaryResponseSerializer } from "./fastpath/response-encoding.js";
@@ -62,8 +62,9 @@ export function grpcMemoryService(
   const definition: Record<string, grpc.MethodDefinition<Buffer, unknown>> = {};
   const implementation: grpc.UntypedServiceImplementation = {};
   for (const method of MemoryServiceDesc.methods as DescMethod[]) {
-    const streaming = method.methodKind === "server_streaming";
-    const handler = guard.handler(rpcName(method.localName));
+    const rpc = rpcName(method.localName);
+    const streaming = isStreaming(rpc);
+    const handler = guard.handler(rpc);
     definition[method.name] = {
       path: `/${MemoryServiceDesc.typeName}/${method.name}`,
       requestStream: false,

@@ -182,7 +182,7 @@ export class MemoryService {
     eventBytes,
   );
   /** BuildConversationContext and CountEventTokens (src/service/context/conversation.ts). */
-  readonly conversations: ConversationContexts;
+  private readonly conversations: ConversationContexts;
   /** Recall (src/service/memories/recall.ts). */
   private readonly recalls: RecallService;
 

@@ -30,7 +30,7 @@ import { whileAuthorized } from "./stream.js";
 import { traceContext } from "./trace.js";
 
 export type { CallInfo, CallGuardOptions, GuardedHandler } from "./step.js";
-export { rpcName, type RpcName } from "./rules.js";
+export { isStreaming, rpcName, type RpcName } from "./rules.js";
 
 /** Wraps MemoryService methods in the guard's steps. */
 export class CallGuard {
