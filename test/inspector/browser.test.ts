@@ -27,7 +27,8 @@ describe("memory inspector in a browser", () => {
 
   beforeAll(async () => {
     mkdirSync(SHOTS, { recursive: true });
-    inspector = await openInspector();
+    // A wait that never ends fails naming its selector, before the test's own timeout says only "timed out".
+    inspector = await openInspector({ pageTimeoutMs: 20_000 });
     ({ server, browser, page, memory } = inspector);
   }, 600_000);
 
