@@ -12,6 +12,7 @@ import { isStreaming, rpcName, type CallGuard } from "../service/guard/index.js"
 import { parseRequest } from "./parse-request.js";
 import { toGrpcStatus, type InternalErrorReporter } from "./status.js";
 import { binaryResponseSerializer } from "./fastpath/response-encoding.js";
+import type { CallsInFlight } from "./calls-in-flight.js";
 
 /**
  * A stream's serializer: the service hands every subscriber of a session the
@@ -54,10 +55,15 @@ function deadlineOf(
   return Number.isFinite(ms) ? ms : undefined;
 }
 
-/** Builds the grpc-js service definition and implementation for MemoryService. */
+/**
+ * Builds the grpc-js service definition and implementation for MemoryService;
+ * `calls` counts each call until grpc-js has sent its status (it then emits
+ * "cancelled", as it does when the client cancels).
+ */
 export function grpcMemoryService(
   guard: CallGuard,
   report: InternalErrorReporter,
+  calls: CallsInFlight,
 ): { definition: grpc.ServiceDefinition; implementation: grpc.UntypedServiceImplementation } {
   const definition: Record<string, grpc.MethodDefinition<Buffer, unknown>> = {};
   const implementation: grpc.UntypedServiceImplementation = {};
@@ -78,6 +84,8 @@ export function grpcMemoryService(
     implementation[method.name] = streaming
       ? async (call: grpc.ServerWritableStream<Buffer, unknown>) => {
           const controller = callSignal(call);
+          calls.started();
+          call.on("cancelled", calls.ended);
           try {
             const req = parseRequest(method.input, call.request);
             const info = {
@@ -103,6 +111,8 @@ export function grpcMemoryService(
         }
       : (call: grpc.ServerUnaryCall<Buffer, unknown>, callback: grpc.sendUnaryData<unknown>) => {
           let answer: Promise<unknown>;
+          calls.started();
+          call.on("cancelled", calls.ended);
           try {
             // No abort signal: unary handlers never read one (see CallInfo.signal).
             answer = handler(parseRequest(method.input, call.request), {

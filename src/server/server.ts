@@ -18,6 +18,7 @@ import { createConnectHandler } from "./connect-handler.js";
 import type { ConnectionSettings } from "./connection-limits.js";
 import { createHostPolicy } from "./allowed-hosts.js";
 import { createCrossSitePolicy } from "./cross-site.js";
+import { CallsInFlight } from "./calls-in-flight.js";
 import { grpcMemoryService } from "./grpc-adapter.js";
 import { HealthMonitor } from "./health.js";
 import { addReflection } from "./reflection.js";
@@ -112,7 +113,8 @@ export async function startServer(
   // gRPC over h2c.
   const gate = createConnectionGate(security, metrics, log);
   const grpcServer = createGrpcServer(options.maxMessageBytes, security, gate);
-  const { definition, implementation } = grpcMemoryService(guard, report);
+  const grpcCalls = new CallsInFlight();
+  const { definition, implementation } = grpcMemoryService(guard, report, grpcCalls);
   grpcServer.addService(definition, implementation);
   health.grpc.addToServer(grpcServer);
   addReflection(grpcServer);
@@ -162,7 +164,7 @@ export async function startServer(
   };
 
   await health.start();
-  const { port, listener, httpServer, injector, sockets } = await listenOnSharedPort({
+  const { port, listener, httpServer, injector, sockets, http1Calls } = await listenOnSharedPort({
     host: options.host,
     port: options.port,
     grpcServer,
@@ -188,13 +190,18 @@ export async function startServer(
         const graceOver = new Promise<"timeout">((resolve) => {
           timer = setTimeout(() => resolve("timeout"), options.shutdownGraceMs);
         });
-        await Promise.race([Promise.all([service.hub.whenIdle(), unaryIdle]), graceOver]);
-        await new Promise((resolve) => setTimeout(resolve, 50)); // let the final statuses reach the sockets
+        // Their handlers have returned; gRPC connections close once every call's status has been sent (a
+        // connection closed first drops a stream without its status and last seq), which under load can be long
+        // after its handler returned.
+        await Promise.race([Promise.all([service.hub.whenIdle(), unaryIdle, grpcCalls.idle()]), graceOver]);
+        // A time, not a condition: node:http2 tells when a stream's status was queued, not when the frames reached
+        // the socket, and closing the connection (GOAWAY) right after still drops the status under load.
+        await new Promise((resolve) => setTimeout(resolve, 50));
         injector.drain(options.shutdownGraceMs);
         httpServer.closeIdleConnections();
         const grpcDone = new Promise<void>((resolve) => grpcServer.tryShutdown(() => resolve()));
-        const httpDone = new Promise<void>((resolve) => httpServer.close(() => resolve()));
-        const outcome = await Promise.race([Promise.all([grpcDone, httpDone]), graceOver]);
+        // node:http's close() waits for nothing (this server never listens): wait for each response to be written.
+        const outcome = await Promise.race([Promise.all([grpcDone, http1Calls.idle()]), graceOver]);
         clearTimeout(timer);
         if (outcome === "timeout") log.warn("shutdown grace period over; closing remaining connections");
         grpcServer.forceShutdown();

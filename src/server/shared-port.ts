@@ -25,6 +25,7 @@ import {
   sniffProtocol,
   type ConnectionSettings,
 } from "./connection-limits.js";
+import { CallsInFlight } from "./calls-in-flight.js";
 
 /** What the port needs to know: connection limits, TLS files and the gRPC connection age. */
 export type SharedPortSettings = ConnectionSettings &
@@ -157,6 +158,8 @@ export interface SharedPort {
   /** Every open connection, whichever side it went to. */
   readonly sockets: ReadonlySet<net.Socket>;
   readonly gate: ConnectionGate;
+  /** HTTP/1.1 responses begun and not yet written out (or their connection closed). */
+  readonly http1Calls: CallsInFlight;
 }
 
 /** Where to listen, what to serve on each side, and under which limits. */
@@ -182,9 +185,15 @@ export async function listenOnSharedPort(options: SharedPortOptions): Promise<Sh
 
   enforceHttp1Deadlines(httpServer);
   // A keep-alive connection between requests may be closed to make room at a cap; one with a request in flight may not.
+  // node:http's close() waits for nothing here (this server never listens), so shutdown waits on this count.
+  const http1Calls = new CallsInFlight();
   httpServer.on("request", (req: http.IncomingMessage, res: http.ServerResponse) => {
     gate.callStarted(req.socket);
-    res.once("close", () => gate.callEnded(req.socket));
+    http1Calls.started();
+    res.once("close", () => {
+      gate.callEnded(req.socket);
+      http1Calls.ended();
+    });
   });
 
   const sockets = new Set<net.Socket>();
@@ -244,5 +253,5 @@ export async function listenOnSharedPort(options: SharedPortOptions): Promise<Sh
   // Past listening, an accept that fails (EMFILE: out of descriptors) costs that one connection, not the process.
   listener.on("error", () => gate.rejected("accept_failed"));
   const port = (listener.address() as net.AddressInfo).port;
-  return { port, listener, httpServer, injector, sockets, gate };
+  return { port, listener, httpServer, injector, sockets, gate, http1Calls };
 }

@@ -15,11 +15,12 @@ import {
   type Event,
 } from "@engram-memory/client/gen/engram/v1/memory_pb.js";
 import { scalarValue } from "../support/arbitraries.js";
+import { CallsInFlight } from "../../src/server/calls-in-flight.js";
 import { grpcMemoryService } from "../../src/server/grpc-adapter.js";
 import type { CallGuard } from "../../src/service/guard/index.js";
 
 const guard = { handler: () => () => Promise.resolve(undefined) } as unknown as CallGuard;
-const { definition } = grpcMemoryService(guard, () => {});
+const { definition } = grpcMemoryService(guard, () => {}, new CallsInFlight());
 const serialize = (method: string, message: unknown) =>
   Buffer.from(definition[method].responseSerialize(message as never)).toString("hex");
 
