@@ -62,6 +62,7 @@ describe("the packages, installed outside the checkout", () => {
     });
   }, 900_000);
 
+  // Removing node_modules, the venvs and a Go module cache takes more than the default hook time on a busy machine.
   afterAll(async () => {
     await server?.kill();
     if (work) {
@@ -78,7 +79,7 @@ describe("the packages, installed outside the checkout", () => {
       if (existsSync(path.join(work, "gomodcache"))) writable(path.join(work, "gomodcache"));
       rmSync(work, { recursive: true, force: true });
     }
-  });
+  }, 300_000);
 
   it("the server runs from the npm tarball: `engram serve` listens and serves its inspector page", async () => {
     expect(server.child.spawnargs.join(" ")).toContain("node_modules/.bin/engram serve");
