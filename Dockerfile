@@ -15,11 +15,13 @@ WORKDIR /app
 ENV NODE_ENV=production
 COPY package.json package-lock.json ./
 COPY clients/typescript/package.json clients/typescript/package.json
+# The workspace whose bin is `engram` (node_modules/.bin/engram, for npx engram in the container).
+COPY packages/cli/package.json packages/cli/bin.mjs packages/cli/
 RUN npm ci --omit=dev --ignore-scripts
 COPY --from=build /app/clients/typescript/dist clients/typescript/dist
 COPY --from=build /app/inspector/dist inspector/dist
 COPY --from=build /app/dist dist
-# The `engram` CLI's entry (it runs dist/cli when current, which it always is here).
+# The `engram` CLI's code (it runs dist/cli when current, which it always is here).
 COPY --from=build /app/src/cli/bin.mjs /app/src/cli/build-state.mjs src/cli/
 ENV HOST=0.0.0.0 PORT=8000
 EXPOSE 8000

@@ -31,7 +31,8 @@ const old = `${scratch}inspector-old-${process.pid}`;
 try {
   // configLoader "runner": the default loader bundles vite.config.ts into node_modules/.vite-temp, which
   // leaves node_modules newer than npm's record of it (node_modules/.package-lock.json), so every later
-  // npm command, `npx engram` among them, reads the whole tree again instead of that record.
+  // npm command that loads the tree (npm ls, npm install, npx of a package not installed) reads the whole tree
+  // again instead of that record.
   await vite.build({
     root,
     configFile: fileURLToPath(new URL("../vite.config.ts", import.meta.url)),

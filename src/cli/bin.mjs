@@ -1,5 +1,5 @@
 #!/usr/bin/env node
-// The `engram` command (package.json "bin"): runs the compiled CLI (dist/, built
+// The `engram` command (the bin of packages/cli runs it): runs the compiled CLI (dist/, built
 // by `npm ci`, `npm run build` or `npm start`) when it is current, which starts
 // in a fraction of the time; otherwise the TypeScript sources through tsx, so
 // the command never runs code older than the checkout.

@@ -1,5 +1,5 @@
 /**
- * Runs the real `engram` binary (src/cli/bin.mjs, the package.json "bin") as a
+ * Runs the real `engram` binary (src/cli/bin.mjs, which the bin of packages/cli runs) as a
  * child process, the way a person or a script would.
  */
 import { spawn, type ChildProcess } from "node:child_process";
@@ -7,7 +7,7 @@ import path from "node:path";
 import { createInterface } from "node:readline";
 import { REPO_ROOT } from "../support/engram.js";
 
-/** The bin entry of package.json. */
+/** The CLI's entry, as the `engram` bin of packages/cli runs it. */
 export const ENGRAM_BIN = path.join(REPO_ROOT, "src/cli/bin.mjs");
 
 /** What a finished run printed and its exit status. */

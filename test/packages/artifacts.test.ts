@@ -8,7 +8,17 @@
  * server started from the installed npm package's `engram` bin. A file left
  * out of a package, a wrong entry point or an undeclared dependency fails here.
  */
-import { chmodSync, existsSync, lstatSync, mkdirSync, mkdtempSync, readdirSync, rmSync, writeFileSync } from "node:fs";
+import {
+  chmodSync,
+  existsSync,
+  lstatSync,
+  mkdirSync,
+  mkdtempSync,
+  readdirSync,
+  realpathSync,
+  rmSync,
+  writeFileSync,
+} from "node:fs";
 import { tmpdir } from "node:os";
 import path from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
@@ -45,13 +55,14 @@ describe("the packages, installed outside the checkout", () => {
     python = built;
     interpreters = await pythonInterpreters();
     npmApp = path.join(work, "npm-app");
-    await npmProject(npmApp, [tarballs.client, tarballs.server]);
+    await npmProject(npmApp, [tarballs.client, tarballs.cli, tarballs.server]);
     server = await spawnServer({}, [], {
       entry: [path.join(npmApp, "node_modules/.bin/engram"), "serve"],
       cwd: npmApp,
     });
   }, 900_000);
 
+  // Removing node_modules, the venvs and a Go module cache takes more than the default hook time on a busy machine.
   afterAll(async () => {
     await server?.kill();
     if (work) {
@@ -68,7 +79,7 @@ describe("the packages, installed outside the checkout", () => {
       if (existsSync(path.join(work, "gomodcache"))) writable(path.join(work, "gomodcache"));
       rmSync(work, { recursive: true, force: true });
     }
-  });
+  }, 300_000);
 
   it("the server runs from the npm tarball: `engram serve` listens and serves its inspector page", async () => {
     expect(server.child.spawnargs.join(" ")).toContain("node_modules/.bin/engram serve");
@@ -84,6 +95,24 @@ describe("the packages, installed outside the checkout", () => {
     expect((await sh(bin, ["--version"], { cwd: npmApp })).trim()).toBe(version);
     expect(await sh(bin, ["stats", "--url", server.baseUrl], { cwd: npmApp })).toMatch(/sessions/i);
   });
+
+  it("`npx engram --help` in the project runs node_modules/.bin/engram, the CLI package's, with nothing in the npx cache", async () => {
+    expect(realpathSync(path.join(npmApp, "node_modules/.bin/engram"))).toBe(
+      realpathSync(path.join(npmApp, "node_modules/@engram-memory/cli/bin.mjs")),
+    );
+    // An empty npm cache and --offline: npx can only run what the project has installed.
+    const npmCache = path.join(work, "empty-npm-cache");
+    const env = {
+      ...process.env,
+      npm_config_cache: npmCache,
+      npm_config_offline: "true",
+      npm_config_update_notifier: "false",
+    };
+    for (const call of ["first", "warm"]) {
+      expect(await sh("npx", ["engram", "--help"], { cwd: npmApp, env }), call).toContain("Usage: engram");
+      expect(existsSync(path.join(npmCache, "_npx")), call).toBe(false);
+    }
+  }, 120_000);
 
   it("the TypeScript client README's quickstart runs in a fresh npm project with the tarball installed", async () => {
     const script = path.join(npmApp, "quickstart.mjs");

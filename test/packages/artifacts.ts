@@ -75,8 +75,12 @@ const npmFlags = [
   "--loglevel=error",
 ];
 
-/** `npm pack` of the TypeScript client (its prepack builds dist/) and of the server (dist/ built first, as `npm ci` does); returns the tarballs. */
-export async function packNpm(out: string): Promise<{ client: string; server: string }> {
+/**
+ * `npm pack` of the TypeScript client (its prepack builds dist/), of the CLI
+ * package (the `engram` bin) and of the server (dist/ built first, as `npm ci`
+ * does); returns the tarballs.
+ */
+export async function packNpm(out: string): Promise<{ client: string; cli: string; server: string }> {
   await sh(process.execPath, ["scripts/build.mjs", "--if-stale"]);
   if (!existsSync(path.join(REPO_ROOT, "inspector/dist/index.html")))
     await sh(process.execPath, ["inspector/scripts/build.mjs"]);
@@ -88,6 +92,7 @@ export async function packNpm(out: string): Promise<{ client: string; server: st
     );
   return {
     client: await pack(path.join(REPO_ROOT, "clients/typescript"), []),
+    cli: await pack(path.join(REPO_ROOT, "packages/cli"), []),
     // The server's own prepare builds the inspector and dist/, done just above.
     server: await pack(REPO_ROOT, ["--ignore-scripts"]),
   };
