@@ -104,7 +104,7 @@ export function grpcMemoryService(
       : (call: grpc.ServerUnaryCall<Buffer, unknown>, callback: grpc.sendUnaryData<unknown>) => {
           let answer: Promise<unknown>;
           try {
-            // No abort signal: unary handlers never read one (see CallInfo.signal).
+            // No abort signal: unary handlers never read one (see CallContext.signal).
             answer = handler(parseRequest(method.input, call.request), {
               authorization: header(call, "authorization"),
               traceparent: header(call, "traceparent"),

@@ -22,7 +22,7 @@ export const traceContext: StepFactory = ({ method }) => {
   const eventsOf = EVENTS_OF[method];
   if (!eventsOf) return undefined;
   return (next) => (call) => {
-    if (call.info.traceparent) addTraceContext(eventsOf(call.req), call.info.traceparent);
+    if (call.context.traceparent) addTraceContext(eventsOf(call.req), call.context.traceparent);
     return next(call);
   };
 };
