@@ -1,6 +1,6 @@
 /**
  * The guard never changes a caller's request: an app or user a scoped key
- * fills in travels in a request of its own. An edge that makes several calls
+ * fills in, or trace ids from traceparent, travel in a request of its own. An edge that makes several calls
  * from one decoded message (MCP) or keeps its request for a retry must find
  * it as it sent it. Each request here is deep-frozen, so a write into it
  * throws, and compared with a copy taken before the call.
@@ -14,9 +14,11 @@ import {
   type WriteMemoriesResponse,
 } from "@engram-memory/client/gen/engram/v1/memories_pb.js";
 import {
+  AddEventRequestSchema,
   CreateSessionRequestSchema,
   GetOrCreateSessionRequestSchema,
   ListSessionsRequestSchema,
+  type AddEventResponse,
   type CreateSessionResponse,
   type GetOrCreateSessionResponse,
   type ListSessionsResponse,
@@ -76,10 +78,12 @@ async function callUnchanged<Desc extends DescMessage>(
   method: RpcName,
   schema: Desc,
   request: MessageShape<Desc>,
+  traceparent?: string,
 ): Promise<unknown> {
   const before = clone(schema, request);
   deepFreeze(request);
-  const answer = await (guard.handler(method)(request, { authorization, protocol: "test" }) as Promise<unknown>);
+  const context = { authorization, traceparent, protocol: "test" };
+  const answer = await (guard.handler(method)(request, context) as Promise<unknown>);
   expect(request).toStrictEqual(before);
   return answer;
 }
@@ -128,5 +132,26 @@ describe("the guard and a user-bound key's defaults", () => {
     )) as WriteMemoriesResponse;
     expect(memories[0]?.userId).toBe("alice");
     expect(request.memories[0].userId).toBeUndefined();
+  });
+
+  it("appends an event traced from traceparent without writing the trace ids into the request", async () => {
+    const sessionId = `traced-${process.pid}`;
+    await callUnchanged("createSession", CreateSessionRequestSchema, create(CreateSessionRequestSchema, { sessionId }));
+    const request = create(AddEventRequestSchema, {
+      sessionId,
+      event: { eventType: "message" },
+    });
+    const traceparent = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+    const { event } = (await callUnchanged(
+      "addEvent",
+      AddEventRequestSchema,
+      request,
+      traceparent,
+    )) as AddEventResponse;
+    expect(event?.metadata).toMatchObject({
+      trace_id: "4bf92f3577b34da6a3ce929d0e0e4736",
+      span_id: "00f067aa0ba902b7",
+    });
+    expect(request.event?.metadata).toBeUndefined();
   });
 });
