@@ -38,7 +38,7 @@ import { ANY_APP, type Principal } from "../auth/api-keys.js";
 import { invalidArgument, MemoryError, sessionNotFound } from "../errors.js";
 import { sessionExists } from "../store/rules.js";
 import { APP_PREFIX } from "../store/state.js";
-import type { MemoryRecord, MemoryStore, RecentEventsFilter, SessionRecord, StoreCall } from "../store/types.js";
+import type { MemoryRecord, MemoryStore, RecentEventsFilter, SessionRecord } from "../store/types.js";
 import type { CallContext, Tenant } from "./call-context.js";
 import { requireId } from "./validation.js";
 import { watchedCursors } from "./watch-sessions.js";
@@ -168,14 +168,6 @@ export function inScope(tenant: Tenant, session: Pick<SessionRecord, "appName" |
   return appAllowed(tenant, session.appName) && (tenant.userId === undefined || tenant.userId === session.userId);
 }
 
-/** The session; NOT_FOUND, as for an absent one, unless it exists and is in the key's scope. */
-async function sessionInScope(store: MemoryStore, tenant: Tenant, sessionId: string, call: StoreCall) {
-  const id = requireId("session_id", sessionId);
-  const session = await store.getSession(id, call);
-  if (!session || !inScope(tenant, session)) throw sessionNotFound(id);
-  return session;
-}
-
 /**
  * Holds a call on one session to the key's scope, and the rest of the call
  * to the session incarnation it was checked on (StoreCall.expectedIncarnation):
@@ -186,7 +178,10 @@ async function sessionInScope(store: MemoryStore, tenant: Tenant, sessionId: str
  * passes nothing, and its calls cost what they did.
  */
 async function holdToSession(call: ScopedCall, principal: Principal, sessionId: string, store: MemoryStore) {
-  const session = await sessionInScope(store, principal, sessionId, call.context);
+  const id = requireId("session_id", sessionId);
+  const session = await store.getSession(id, call.context);
+  // Absent or another tenant's: the same words.
+  if (!session || !inScope(principal, session)) throw sessionNotFound(id);
   call.session = session;
   if (!principal.apps.includes(ANY_APP) || principal.userId !== undefined)
     call.context = { ...call.context, expectedIncarnation: session.incarnation };
