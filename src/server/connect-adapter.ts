@@ -6,15 +6,15 @@
 import type { DescMethod } from "@bufbuild/protobuf";
 import type { ConnectRouter, HandlerContext } from "@connectrpc/connect";
 import { MemoryService as MemoryServiceDesc } from "@engram-memory/client/gen/engram/v1/memory_pb.js";
-import { isStreaming, rpcName, type CallGuard, type CallInfo } from "../service/guard/index.js";
+import { isStreaming, rpcName, type CallGuard, type CallContext } from "../service/guard/index.js";
 import { isFastUnaryContext, requestHeaderValue } from "./fastpath/unary-context.js";
 import { toConnectError, type InternalErrorReporter } from "./status.js";
 
 /** The call's headers as the guard needs them. */
-function callInfo(ctx: HandlerContext): CallInfo {
+function callInfo(ctx: HandlerContext): CallContext {
   const timeout = ctx.timeoutMs();
   return {
-    // Unary handlers never read the signal (CallInfo.signal); on the fast path reading it would make one.
+    // Unary handlers never read the signal (CallContext.signal); on the fast path reading it would make one.
     signal: isFastUnaryContext(ctx) ? undefined : ctx.signal,
     authorization: requestHeaderValue(ctx, "authorization"),
     traceparent: requestHeaderValue(ctx, "traceparent"),

@@ -114,7 +114,7 @@ export function grpcMemoryService(
           calls.started();
           call.on("cancelled", calls.ended);
           try {
-            // No abort signal: unary handlers never read one (see CallInfo.signal).
+            // No abort signal: unary handlers never read one (see CallContext.signal).
             answer = handler(parseRequest(method.input, call.request), {
               authorization: header(call, "authorization"),
               traceparent: header(call, "traceparent"),

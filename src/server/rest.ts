@@ -30,7 +30,7 @@ import type { HealthMonitor } from "./health.js";
 import { sendJsonError, type InternalErrorReporter } from "./status.js";
 import { requireUtf8Query } from "./utf8.js";
 import { valueToJson } from "../service/convert.js";
-import { httpCallHeaders } from "./http-call-info.js";
+import { httpCallHeaders } from "./http-call-context.js";
 import { requestTarget } from "./request-target.js";
 import { joinUtf8, type Utf8Piece } from "./fastpath/body-buffer.js";
 
@@ -117,7 +117,7 @@ export function createRestHandler(opts: {
   const eventsPrefix = `{"agent":${JSON.stringify(agentName)},"events":[`;
   /** Answers a REST route; what it throws past its own error answers is the handler's to report. */
   async function serve(route: string, search: string, req: IncomingMessage, res: ServerResponse): Promise<void> {
-    // Unary methods only, which never read a signal (CallInfo.signal).
+    // Unary methods only, which never read a signal (CallContext.signal).
     const call = httpCallHeaders(req, "rest");
     try {
       // URLSearchParams reads a bad percent-encoded byte as U+FFFD: refuse it rather than look it up or store it.

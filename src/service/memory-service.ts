@@ -3,9 +3,9 @@
  * once against the generated protobuf-es types and free of any protocol. The
  * gRPC (grpc-js) and Connect (connect-node) adapters in src/server both call
  * these methods, so both protocols behave identically. A unary method takes
- * the call (its deadline, as StoreCall) after the request and hands it to
- * every store method it calls: that is how the client's deadline reaches the
- * backend.
+ * the call's context (src/service/call-context.ts) after the request and
+ * hands it to every store method it calls, as their StoreCall: that is how
+ * the client's deadline reaches the backend.
  */
 import { randomUUID } from "node:crypto";
 import { create } from "@bufbuild/protobuf";
@@ -67,7 +67,8 @@ import {
 } from "@engram-memory/client/gen/engram/v1/memory_pb.js";
 import { invalidArgument, sessionNotFound } from "../errors.js";
 import { eventFingerprint } from "../store/fingerprint.js";
-import type { JsonObject, MemoryStore, NewEvent, RecentEventsFilter, StoreCall, StoredEvent } from "../store/types.js";
+import type { JsonObject, MemoryStore, NewEvent, StoredEvent } from "../store/types.js";
+import type { CallContext } from "./call-context.js";
 import { checkSummaryCovers } from "./context/index.js";
 import { timestampToMs, toWireEvent, valueToJson } from "./convert.js";
 import { renameStateField, SessionStateService } from "./state/service.js";
@@ -91,13 +92,13 @@ import { FactExtractor, type ExtractionSettings } from "./memories/extraction.js
 import { LongTermMemoryService } from "./memories/service.js";
 import { RecallService } from "./memories/recall.js";
 import { ConversationContexts } from "./context/conversation.js";
-import type { MemoryCallContext } from "./memories/tenancy.js";
 import { newEventId } from "./event-id.js";
 import type { ServiceLimits } from "./limits.js";
 import { decodePageToken, encodePageToken } from "./page-token.js";
 import { jsonBytes, RecentCache } from "./recent-cache.js";
 import { StreamHub } from "./stream-hub.js";
-import { watchedCursors, watchSessions, type WatchSessionsContext } from "./watch-sessions.js";
+import { recentEventsScope } from "./tenancy.js";
+import { watchedCursors, watchSessions } from "./watch-sessions.js";
 import {
   checkEventSize,
   checkJson,
@@ -122,28 +123,6 @@ const eventBytes = (e: StoredEvent) => 200 + jsonBytes(e.content) + jsonBytes(e.
  * at most MEMORY_MAX_EVENT_BYTES each, not the 1,000 of a GetSessionEvents page.
  */
 const STREAM_PAGE_EVENTS = 64;
-
-/** What a handler knows of its call, whatever the protocol. */
-export interface CallContext {
-  /** Aborted when the client cancels, the deadline passes or the server stops. */
-  signal: AbortSignal;
-}
-
-/** What a stream handler may be told beyond its call. */
-export interface StreamContext {
-  /** The session incarnation the caller's scope was checked on: the stream follows that session only. */
-  incarnation?: string;
-}
-
-/** What ListEvents may be told beyond its request. */
-export interface ListEventsContext {
-  /**
-   * The sessions a listing without a session_id covers (the caller's tenancy,
-   * set by the call guard): the store reads that scope's recent events
-   * directly. Every session when absent.
-   */
-  scope?: Pick<RecentEventsFilter, "appNames" | "userId">;
-}
 
 /** An optional app_name / user_id filter: absent means "any"; present, it must be a valid name (never ""). */
 function optionalFilter(field: string, value: string | undefined): string | undefined {
@@ -211,7 +190,7 @@ export class MemoryService {
     this.recalls = new RecallService(store, this.longTerm, this.conversations);
   }
 
-  async createSession(req: CreateSessionRequest, call?: StoreCall): Promise<CreateSessionResponse> {
+  async createSession(req: CreateSessionRequest, call?: CallContext): Promise<CreateSessionResponse> {
     const sessionId =
       req.sessionId === undefined
         ? (this.store.newSessionId?.() ?? randomUUID())
@@ -229,7 +208,7 @@ export class MemoryService {
     return create(CreateSessionResponseSchema, { session: await this.state.wireSession(session, call) });
   }
 
-  async getOrCreateSession(req: GetOrCreateSessionRequest, call?: StoreCall): Promise<GetOrCreateSessionResponse> {
+  async getOrCreateSession(req: GetOrCreateSessionRequest, call?: CallContext): Promise<GetOrCreateSessionResponse> {
     const result = await this.store.getOrCreateSession(
       {
         sessionId: requireId("session_id", req.sessionId),
@@ -246,14 +225,14 @@ export class MemoryService {
     });
   }
 
-  async getSession(req: GetSessionRequest, call?: StoreCall): Promise<GetSessionResponse> {
+  async getSession(req: GetSessionRequest, call?: CallContext): Promise<GetSessionResponse> {
     const sessionId = requireId("session_id", req.sessionId);
     const session = await this.store.getSession(sessionId, call);
     if (!session) throw sessionNotFound(sessionId);
     return create(GetSessionResponseSchema, { session: await this.state.wireSession(session, call) });
   }
 
-  async listSessions(req: ListSessionsRequest, call?: StoreCall): Promise<ListSessionsResponse> {
+  async listSessions(req: ListSessionsRequest, call?: CallContext): Promise<ListSessionsResponse> {
     const appName = req.appName === undefined ? undefined : requireName("app_name", req.appName);
     const userId = req.userId === undefined ? undefined : requireName("user_id", req.userId);
     const limit = pageSize("page_size", req.pageSize, this.options.limits);
@@ -267,16 +246,16 @@ export class MemoryService {
   }
 
   /** Metadata and state under an optional expected version (src/service/state/). */
-  async updateSession(req: UpdateSessionRequest, call?: StoreCall): Promise<UpdateSessionResponse> {
+  async updateSession(req: UpdateSessionRequest, call?: CallContext): Promise<UpdateSessionResponse> {
     return this.state.updateSession(req, call);
   }
 
-  async deleteSession(req: DeleteSessionRequest, call?: StoreCall): Promise<DeleteSessionResponse> {
+  async deleteSession(req: DeleteSessionRequest, call?: CallContext): Promise<DeleteSessionResponse> {
     const deleted = await this.store.deleteSession(requireId("session_id", req.sessionId), call);
     return create(DeleteSessionResponseSchema, { deleted });
   }
 
-  async addEvent(req: AddEventRequest, call?: StoreCall): Promise<AddEventResponse> {
+  async addEvent(req: AddEventRequest, call?: CallContext): Promise<AddEventResponse> {
     const sessionId = requireId("session_id", req.sessionId);
     if (!req.event) throw invalidArgument("event", "is required");
     const event = this.newEvent("event", req.event);
@@ -290,7 +269,7 @@ export class MemoryService {
     return { $typeName: "engram.v1.AddEventResponse", event: this.wire(result.events[0]) };
   }
 
-  async addEvents(req: AddEventsRequest, call?: StoreCall): Promise<AddEventsResponse> {
+  async addEvents(req: AddEventsRequest, call?: CallContext): Promise<AddEventsResponse> {
     const sessionId = requireId("session_id", req.sessionId);
     const { maxBatchEvents } = this.options.limits;
     if (req.events.length === 0) throw invalidArgument("events", "must hold at least one event");
@@ -310,7 +289,7 @@ export class MemoryService {
     return create(AddEventsResponseSchema, { events: result.events.map((e) => this.wire(e)) });
   }
 
-  async getSessionEvents(req: GetSessionEventsRequest, call?: StoreCall): Promise<GetSessionEventsResponse> {
+  async getSessionEvents(req: GetSessionEventsRequest, call?: CallContext): Promise<GetSessionEventsResponse> {
     const sessionId = requireId("session_id", req.sessionId);
     const eventTypes = req.eventTypes.map((t, i) => requireEventType(`event_types[${i}]`, t));
     const limit = pageSize("limit", req.limit, this.options.limits);
@@ -342,12 +321,12 @@ export class MemoryService {
     });
   }
 
-  async listEvents(req: ListEventsRequest, ctx: ListEventsContext & StoreCall = {}): Promise<ListEventsResponse> {
+  async listEvents(req: ListEventsRequest, ctx?: CallContext): Promise<ListEventsResponse> {
     const sessionId = req.sessionId === undefined ? undefined : requireId("session_id", req.sessionId);
     const limit = pageSize("limit", req.limit, this.options.limits);
     const events = await this.store.listRecentEvents(
       limit,
-      sessionId !== undefined ? { sessionId } : { ...ctx.scope },
+      sessionId !== undefined ? { sessionId } : recentEventsScope(ctx?.tenant),
       ctx,
     );
     return create(ListEventsResponseSchema, { events: events.map((e) => this.wire(e)) });
@@ -356,12 +335,18 @@ export class MemoryService {
   /** Passes no deadline to the store: the hub's reads serve every subscriber of the session, not one caller. */
   async *streamSessionEvents(
     req: StreamSessionEventsRequest,
-    ctx: CallContext & StreamContext,
+    ctx: CallContext & { signal: AbortSignal },
   ): AsyncGenerator<StreamSessionEventsResponse> {
     const sessionId = requireId("session_id", req.sessionId);
     const eventTypes = req.eventTypes.map((t, i) => requireEventType(`event_types[${i}]`, t));
     const afterSeq = req.afterSeq === undefined ? undefined : seqNumber("after_seq", req.afterSeq);
-    for await (const frame of this.hub.subscribe(sessionId, afterSeq, eventTypes, ctx.signal, ctx.incarnation)) {
+    for await (const frame of this.hub.subscribe(
+      sessionId,
+      afterSeq,
+      eventTypes,
+      ctx.signal,
+      ctx.expectedIncarnation,
+    )) {
       switch (frame.kind) {
         case "event":
           yield this.eventFrames.get(frame.event, (e) =>
@@ -385,24 +370,24 @@ export class MemoryService {
   /** Several sessions on one stream (src/service/watch-sessions.ts); like a single stream, it passes no deadline to the store. */
   async *watchSessions(
     req: WatchSessionsRequest,
-    ctx: CallContext & WatchSessionsContext,
+    ctx: CallContext & { signal: AbortSignal },
   ): AsyncGenerator<WatchSessionsResponse> {
-    yield* watchSessions(this.hub, (e) => this.wire(e), watchedCursors(req), ctx.signal, ctx);
+    yield* watchSessions(this.hub, (e) => this.wire(e), watchedCursors(req), ctx.signal, ctx.watched);
   }
 
   /** Each event's tokens in a context, by the same tokenizer and rendering as BuildConversationContext. */
-  async countEventTokens(req: CountEventTokensRequest, call?: StoreCall): Promise<CountEventTokensResponse> {
+  async countEventTokens(req: CountEventTokensRequest, call?: CallContext): Promise<CountEventTokensResponse> {
     return this.conversations.countEventTokens(req, call);
   }
 
   async buildConversationContext(
     req: BuildConversationContextRequest,
-    call?: StoreCall,
+    call?: CallContext,
   ): Promise<BuildConversationContextResponse> {
     return this.conversations.build(req, call);
   }
 
-  async getStats(_req: GetStatsRequest, call?: StoreCall): Promise<GetStatsResponse> {
+  async getStats(_req: GetStatsRequest, call?: CallContext): Promise<GetStatsResponse> {
     const stats = await this.store.stats(call);
     return create(GetStatsResponseSchema, {
       totalSessions: BigInt(stats.totalSessions),
@@ -412,7 +397,7 @@ export class MemoryService {
     });
   }
 
-  async cleanup(req: CleanupRequest, call?: StoreCall): Promise<CleanupResponse> {
+  async cleanup(req: CleanupRequest, call?: CallContext): Promise<CleanupResponse> {
     const maxAge = req.maxAge;
     if (!maxAge) throw invalidArgument("max_age", "is required");
     // google.protobuf.Duration's range, which Connect JSON enforces while decoding and binary protobuf does not.
@@ -434,7 +419,7 @@ export class MemoryService {
     return create(CleanupResponseSchema, { removedSessions: BigInt(removed) });
   }
 
-  async deleteUserData(req: DeleteUserDataRequest, call?: StoreCall): Promise<DeleteUserDataResponse> {
+  async deleteUserData(req: DeleteUserDataRequest, call?: CallContext): Promise<DeleteUserDataResponse> {
     const appName = requireName("app_name", req.appName);
     const userId = requireName("user_id", req.userId);
     const erased = await this.store.deleteUserData(appName, userId, call);
@@ -446,39 +431,36 @@ export class MemoryService {
   }
 
   // Long-term memory (proto/engram/v1/memories.proto), served by src/service/memories/.
-  async writeMemories(req: WriteMemoriesRequest, ctx?: MemoryCallContext): Promise<WriteMemoriesResponse> {
+  async writeMemories(req: WriteMemoriesRequest, ctx?: CallContext): Promise<WriteMemoriesResponse> {
     return this.longTerm.writeMemories(req, ctx);
   }
 
-  async getMemory(req: GetMemoryRequest, ctx?: MemoryCallContext): Promise<GetMemoryResponse> {
+  async getMemory(req: GetMemoryRequest, ctx?: CallContext): Promise<GetMemoryResponse> {
     return this.longTerm.getMemory(req, ctx);
   }
 
-  async searchMemories(req: SearchMemoriesRequest, ctx?: MemoryCallContext): Promise<SearchMemoriesResponse> {
+  async searchMemories(req: SearchMemoriesRequest, ctx?: CallContext): Promise<SearchMemoriesResponse> {
     return this.longTerm.searchMemories(req, ctx);
   }
 
-  async listMemories(req: ListMemoriesRequest, ctx?: MemoryCallContext): Promise<ListMemoriesResponse> {
+  async listMemories(req: ListMemoriesRequest, ctx?: CallContext): Promise<ListMemoriesResponse> {
     return this.longTerm.listMemories(req, ctx);
   }
 
-  async deleteMemories(req: DeleteMemoriesRequest, ctx?: MemoryCallContext): Promise<DeleteMemoriesResponse> {
+  async deleteMemories(req: DeleteMemoriesRequest, ctx?: CallContext): Promise<DeleteMemoriesResponse> {
     return this.longTerm.deleteMemories(req, ctx);
   }
 
-  watchMemories(
-    req: WatchMemoriesRequest,
-    ctx?: MemoryCallContext & CallContext,
-  ): AsyncGenerator<WatchMemoriesResponse> {
+  watchMemories(req: WatchMemoriesRequest, ctx?: CallContext): AsyncGenerator<WatchMemoriesResponse> {
     return this.longTerm.watchMemories(req, ctx);
   }
 
-  async searchEvents(req: SearchEventsRequest, ctx?: MemoryCallContext): Promise<SearchEventsResponse> {
+  async searchEvents(req: SearchEventsRequest, ctx?: CallContext): Promise<SearchEventsResponse> {
     return this.longTerm.searchEvents(req, ctx);
   }
 
   /** Pinned memories, relevant memories and the session's context within one token budget (src/service/memories/recall.ts). */
-  async recall(req: RecallRequest, call: MemoryCallContext = {}): Promise<RecallResponse> {
+  async recall(req: RecallRequest, call?: CallContext): Promise<RecallResponse> {
     return this.recalls.recall(req, call);
   }
 

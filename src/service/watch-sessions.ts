@@ -24,16 +24,6 @@ import { requireId, seqNumber } from "./validation.js";
 /** Most sessions one WatchSessions call may follow. */
 export const MAX_WATCHED_SESSIONS = 100;
 
-/** What a WatchSessions handler may be told beyond its call: the key's verdict on each session. */
-export interface WatchSessionsContext {
-  /**
-   * Per session id, the incarnation the caller's scope was checked on, or
-   * null when the session is absent or outside the key's scope (it ends at
-   * once with NOT_FOUND, exactly as an absent one). Undefined while auth is off.
-   */
-  scoped?: ReadonlyMap<string, string | null>;
-}
-
 /** One followed session as the request names it. */
 export interface WatchedCursor {
   sessionId: string;
@@ -74,7 +64,8 @@ export async function* watchSessions(
   wire: (e: StoredEvent) => Event,
   cursors: readonly WatchedCursor[],
   signal: AbortSignal,
-  context: WatchSessionsContext = {},
+  /** CallContext.watched: the key's verdict on each session; undefined while auth is off. */
+  watched?: ReadonlyMap<string, string | null>,
 ): AsyncGenerator<WatchSessionsResponse> {
   const stop = new AbortController();
   const subscriptionSignal = AbortSignal.any([signal, stop.signal]);
@@ -93,7 +84,7 @@ export async function* watchSessions(
   const pump = async ({ sessionId, afterSeq }: WatchedCursor) => {
     const tagged = (frame: WatchSessionsResponse["frame"]) => create(WatchSessionsResponseSchema, { sessionId, frame });
     try {
-      const incarnation = context.scoped?.get(sessionId);
+      const incarnation = watched?.get(sessionId);
       if (incarnation === null) throw sessionNotFound(sessionId);
       for await (const f of hub.subscribe(sessionId, afterSeq, [], subscriptionSignal, incarnation)) {
         if (f.kind === "event") await deliver(tagged({ case: "event", value: wire(f.event) }));

@@ -123,7 +123,7 @@ export function requestHeaderValue(ctx: HandlerContext, name: string): string | 
   return ctx.requestHeader.get(name) ?? undefined;
 }
 
-/** Whether the fast path gave this context (whose unary handlers need no signal, see CallInfo.signal). */
+/** Whether the fast path gave this context (whose unary handlers need no signal, see CallContext.signal). */
 export function isFastUnaryContext(ctx: HandlerContext): boolean {
   return ctx instanceof UnaryContext;
 }

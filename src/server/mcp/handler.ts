@@ -26,7 +26,7 @@ import { sendJsonError, type InternalErrorReporter } from "../status.js";
 import { registerTranscripts, type GuardedRpc } from "./resources.js";
 import { toolError, toolResult } from "./results.js";
 import { ENGRAM_TOOLS } from "./tools.js";
-import { httpCallInfo } from "../http-call-info.js";
+import { httpCallContext } from "../http-call-context.js";
 import { requestTarget } from "../request-target.js";
 
 /** Where MCP is served. */
@@ -71,7 +71,7 @@ export function createMcpHandler(opts: { guard: CallGuard; report: InternalError
       );
       return;
     }
-    const call = httpCallInfo(req, res, "mcp");
+    const call = httpCallContext(req, res, "mcp");
     try {
       await guard.authenticate(call.authorization);
     } catch (err) {

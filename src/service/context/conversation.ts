@@ -19,7 +19,8 @@ import {
   type CountEventTokensResponse,
 } from "@engram-memory/client/gen/engram/v1/memory_pb.js";
 import { invalidArgument } from "../../errors.js";
-import type { MemoryStore, StoreCall } from "../../store/types.js";
+import type { MemoryStore } from "../../store/types.js";
+import type { CallContext } from "../call-context.js";
 import type { ServiceLimits } from "../limits.js";
 import { pageSize, requireId, seqNumber } from "../validation.js";
 import { ContextAssembler } from "./assemble.js";
@@ -62,7 +63,7 @@ export class ConversationContexts {
     return this.tokenizers.get(name);
   }
 
-  async build(req: BuildConversationContextRequest, call?: StoreCall): Promise<BuildConversationContextResponse> {
+  async build(req: BuildConversationContextRequest, call?: CallContext): Promise<BuildConversationContextResponse> {
     const sessionId = requireId("session_id", req.sessionId);
     const request = parseContextRequest(req, this.limits, this.contextLimit);
     const counter = await this.tokenizers.get(request.tokenizer);
@@ -82,7 +83,7 @@ export class ConversationContexts {
   }
 
   /** Each event's tokens in a context, by the same tokenizer and rendering as build(). */
-  async countEventTokens(req: CountEventTokensRequest, call?: StoreCall): Promise<CountEventTokensResponse> {
+  async countEventTokens(req: CountEventTokensRequest, call?: CallContext): Promise<CountEventTokensResponse> {
     const sessionId = requireId("session_id", req.sessionId);
     const limit = pageSize("limit", req.limit, this.limits);
     const afterSeq = req.afterSeq === undefined ? undefined : seqNumber("after_seq", req.afterSeq);

@@ -9,7 +9,7 @@ import type { StepFactory } from "./step.js";
 export const authenticate: StepFactory = (_plan, { authenticator, metrics }) => {
   if (!authenticator) return undefined;
   return (next) => async (call) => {
-    call.principal = await principalOf(authenticator, metrics, call.info.authorization);
+    call.principal = await principalOf(authenticator, metrics, call.context.authorization);
     return next(call);
   };
 };

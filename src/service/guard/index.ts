@@ -29,7 +29,8 @@ import {
 import { whileAuthorized } from "./stream.js";
 import { traceContext } from "./trace.js";
 
-export type { CallInfo, CallGuardOptions, GuardedHandler } from "./step.js";
+export type { CallContext } from "../call-context.js";
+export type { CallGuardOptions, GuardedHandler } from "./step.js";
 export { isStreaming, rpcName, type RpcName } from "./rules.js";
 
 /** Wraps MemoryService methods in the guard's steps. */
@@ -83,9 +84,9 @@ export class CallGuard {
       method
     ];
     if (typeof target !== "function") throw new Error(`MemoryService implements no method ${method}`);
-    // The call's info is the service's context: streams read its `signal`, unary methods pass its
-    // `deadline` down to the store (StoreCall), and every method reads what the steps add.
-    const invoke: Next = (call) => target.call(this.service, call.req, call.info);
+    // Streams read the context's `signal`, unary methods pass its `deadline` down to the store
+    // (StoreCall), and every method reads what the steps add.
+    const invoke: Next = (call) => target.call(this.service, call.req, call.context);
     const plan: MethodPlan = { method, streaming: isStreaming(method) };
     return composeSteps(
       plan,

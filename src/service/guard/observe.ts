@@ -13,7 +13,8 @@ import type {
 import type { Logger } from "../../log.js";
 import type { Metrics } from "../metrics.js";
 import type { RpcName } from "./rules.js";
-import type { CallInfo, StepFactory } from "./step.js";
+import type { CallContext } from "../call-context.js";
+import type { StepFactory } from "./step.js";
 
 /** Codes that say the server (or its backend) failed, not the client. */
 const SERVER_SIDE = new Set(["INTERNAL", "UNAVAILABLE", "DEADLINE_EXCEEDED", "UNKNOWN"]);
@@ -23,28 +24,28 @@ export const observeCall: StepFactory = ({ method }, { metrics, log }) => {
   const seriesOf = metrics.rpcSeries(method);
   return (next) => (call) => {
     const start = performance.now();
-    const { info } = call;
-    const series = seriesOf(info.protocol);
+    const { context } = call;
+    const series = seriesOf(context.protocol);
     call.whenEnded.push((code) => {
       const seconds = (performance.now() - start) / 1000;
       series.latency.observe(seconds);
       series.count(code);
-      logCall(log, method, info, code, seconds);
+      logCall(log, method, context, code, seconds);
     });
     return next(call);
   };
 };
 
 /** One structured line per call: warn when the server side failed, debug otherwise. */
-function logCall(log: Logger | undefined, method: string, info: CallInfo, code: string, seconds: number): void {
+function logCall(log: Logger | undefined, method: string, context: CallContext, code: string, seconds: number): void {
   if (!log) return;
   const level = SERVER_SIDE.has(code) ? "warn" : "debug";
   if (!log.isLevelEnabled(level)) return;
   log[level](
     {
-      requestId: info.requestId ?? randomUUID(),
+      requestId: context.requestId ?? randomUUID(),
       method,
-      protocol: info.protocol,
+      protocol: context.protocol,
       code,
       ms: Math.round(seconds * 1000),
     },

@@ -5,23 +5,9 @@
  * absent one would.
  */
 import { MemoryService } from "@engram-memory/client/gen/engram/v1/memory_pb.js";
-import { ANY_APP, type ApiKeyRole, type Principal } from "../../auth/api-keys.js";
-import { MemoryError, sessionNotFound } from "../../errors.js";
-import type { MemoryStore, SessionRecord, StoreCall } from "../../store/types.js";
-import { requireId } from "../validation.js";
-
-/** How an RPC's request is held to the key's scope (src/service/guard/scope.ts). */
-export type ScopeKind =
-  | "session"
-  | "sessions"
-  | "sessionState"
-  | "create"
-  | "listSessions"
-  | "listEvents"
-  | "global"
-  | "cleanup"
-  | "erasure"
-  | "memories";
+import type { ApiKeyRole, Principal } from "../../auth/api-keys.js";
+import { MemoryError } from "../../errors.js";
+import type { ScopeKind } from "../tenancy.js";
 
 /** A MemoryService RPC by its local name ("addEvent"), as the contract declares it. */
 export type RpcName = keyof typeof MemoryService.method;
@@ -70,7 +56,7 @@ const RULES = {
   cleanup: { role: "admin", scope: "cleanup" },
   // Erases one user: admin keys over that app, or keys bound to that user (write at least).
   deleteUserData: { role: "write", scope: "erasure" },
-  // Long-term memories: the service holds each memory to the key's scope itself (src/service/memories/tenancy.ts).
+  // Long-term memories: the service holds each memory to the key's scope itself (src/service/tenancy.ts).
   writeMemories: { role: "write", scope: "memories" },
   getMemory: { role: "read", scope: "memories" },
   searchMemories: { role: "read", scope: "memories" },
@@ -100,23 +86,4 @@ export function allowedRule(principal: Principal, method: RpcName): MethodRule {
     );
   }
   return rule;
-}
-
-/** True when the key may see the session. */
-export function inScope(principal: Principal, session: Pick<SessionRecord, "appName" | "userId">): boolean {
-  const appOk = principal.apps.includes(ANY_APP) || principal.apps.includes(session.appName);
-  return appOk && (principal.userId === undefined || principal.userId === session.userId);
-}
-
-/** The session; NOT_FOUND, as for an absent one, unless it exists and is in the key's scope. */
-export async function sessionInScope(
-  store: MemoryStore,
-  principal: Principal,
-  sessionId: string,
-  call?: StoreCall,
-): Promise<SessionRecord> {
-  const id = requireId("session_id", sessionId);
-  const session = await store.getSession(id, call);
-  if (!session || !inScope(principal, session)) throw sessionNotFound(id);
-  return session;
 }

@@ -13,42 +13,22 @@ import type { Authenticator } from "../../auth/index.js";
 import { MemoryError } from "../../errors.js";
 import type { Logger } from "../../log.js";
 import type { MemoryStore, SessionRecord } from "../../store/types.js";
+import type { CallContext } from "../call-context.js";
 import type { Metrics } from "../metrics.js";
 import type { Quotas } from "../quotas.js";
 import type { RpcName } from "./rules.js";
 
-/** What the edge knows of a call, whatever the protocol. */
-export interface CallInfo {
-  /**
-   * Streams: aborted when the client cancels, the deadline passes or the
-   * server stops. Unary handlers never read it (a unary call's bound is its
-   * deadline), so the gRPC edge gives them none: an AbortController and a
-   * listener per call showed in every call's profile (bench/README.md).
-   */
-  signal?: AbortSignal;
-  /** The `authorization` header / metadata value. */
-  authorization?: string;
-  /** The W3C `traceparent` header, if any. */
-  traceparent?: string;
-  /** grpc, connect, grpc-web or rest (a metrics label). */
-  protocol: string;
-  /** Epoch ms by which the client wants its answer (gRPC deadline / Connect timeout), if any. */
-  deadline?: number;
-  /** The client's `x-request-id`, if it sent one; otherwise one is made for the logs. */
-  requestId?: string;
-}
-
 /** A guarded RPC handler: unary ones return a promise, streaming ones an async iterable. */
-export type GuardedHandler = (req: unknown, call: CallInfo) => Promise<unknown> | AsyncIterable<unknown>;
+export type GuardedHandler = (req: unknown, context: CallContext) => Promise<unknown> | AsyncIterable<unknown>;
 
 /** A call on its way through the steps: what the edge said, and what the steps have found out so far. */
 export interface GuardedCall {
   /** The MemoryService method's local name, e.g. "addEvent". */
   readonly method: RpcName;
-  /** The parsed request; the scope step may fill in the key's app and user. */
-  readonly req: unknown;
-  /** The service method's context: the edge's CallInfo, or a copy a step widened (a listing's scope, a stream's signal). */
-  info: CallInfo;
+  /** The parsed request, never written into: the scope step may pass on a new one naming the key's app and user. */
+  req: unknown;
+  /** The service method's context: the edge's, or a copy a step added to (the key's scope, a stream's signal). */
+  context: CallContext;
   /** The caller's key once the auth step admitted it; undefined while auth is off. */
   principal: Principal | undefined;
   /** The session the scope step found in the key's scope, for a method on one session. */
@@ -105,8 +85,8 @@ export function composeSteps(plan: MethodPlan, steps: ReadonlyArray<Step | undef
 // The one place unary calls and streams differ in the guard: when a call has ended (its answer settled, or its
 // last frame sent, its failure thrown or the consumer gone), which is when the `whenEnded` hooks run.
 function unaryHandler(method: RpcName, chain: Next): GuardedHandler {
-  return async (req, info) => {
-    const call = startCall(method, req, info);
+  return async (req, context) => {
+    const call = startCall(method, req, context);
     let code = "OK";
     try {
       return await chain(call);
@@ -129,22 +109,22 @@ function unaryHandler(method: RpcName, chain: Next): GuardedHandler {
 const ABANDONED_STREAM_GRACE_MS = 1000;
 
 function streamHandler(method: RpcName, chain: Next): GuardedHandler {
-  return async function* (req, info) {
-    const call = startCall(method, req, info);
+  return async function* (req, context) {
+    const call = startCall(method, req, context);
     let ended = false;
     let abandoned: ReturnType<typeof setTimeout> | undefined;
     const end = (code: string) => {
       if (ended) return;
       ended = true;
       clearTimeout(abandoned);
-      info.signal?.removeEventListener("abort", onAbort);
+      context.signal?.removeEventListener("abort", onAbort);
       endCall(call, code);
     };
     const onAbort = () => {
       abandoned = setTimeout(() => end("CANCELLED"), ABANDONED_STREAM_GRACE_MS);
       abandoned.unref?.();
     };
-    info.signal?.addEventListener("abort", onAbort, { once: true });
+    context.signal?.addEventListener("abort", onAbort, { once: true });
     let code = "OK";
     try {
       // The steps admit the stream before its first frame; its frames then flow straight from the service.
@@ -158,8 +138,8 @@ function streamHandler(method: RpcName, chain: Next): GuardedHandler {
   };
 }
 
-function startCall(method: RpcName, req: unknown, info: CallInfo): GuardedCall {
-  return { method, req, info, principal: undefined, session: undefined, whenEnded: [] };
+function startCall(method: RpcName, req: unknown, context: CallContext): GuardedCall {
+  return { method, req, context, principal: undefined, session: undefined, whenEnded: [] };
 }
 
 function endCall(call: GuardedCall, code: string): void {

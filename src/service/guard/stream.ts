@@ -6,11 +6,11 @@
  */
 import { MemoryError, sessionNotFound } from "../../errors.js";
 import type { SessionRecord } from "../../store/types.js";
-import type { StreamContext } from "../memory-service.js";
 import type { Authenticator } from "../../auth/index.js";
 import type { Metrics } from "../metrics.js";
-import { allowedRule, inScope, type RpcName } from "./rules.js";
-import type { CallInfo, GuardedCall, Next, StepFactory } from "./step.js";
+import { inScope } from "../tenancy.js";
+import { allowedRule, type RpcName } from "./rules.js";
+import type { GuardedCall, Next, StepFactory } from "./step.js";
 
 /** Shortest interval between a stream's key re-checks, whatever MEMORY_AUTH_CACHE_MS says. */
 const RECHECK_FLOOR_MS = 100;
@@ -53,7 +53,7 @@ async function* framesWhileAuthorized(
   next: Next,
 ): AsyncGenerator<unknown> {
   const { method, session, sessions, authenticator, metrics, period } = stream;
-  const { authorization } = call.info;
+  const { authorization } = call.context;
   const ended = new AbortController();
   let refusal: MemoryError | undefined;
   const recheck = async () => {
@@ -73,9 +73,9 @@ async function* framesWhileAuthorized(
   };
   const timer = setInterval(() => void recheck(), period);
   try {
-    const signal = call.info.signal ? AbortSignal.any([call.info.signal, ended.signal]) : ended.signal;
-    const context: CallInfo & StreamContext = { ...call.info, signal, incarnation: session?.incarnation };
-    call.info = context;
+    const signal = call.context.signal ? AbortSignal.any([call.context.signal, ended.signal]) : ended.signal;
+    // The stream follows the session incarnation its scope was checked on, whatever the key's reach.
+    call.context = { ...call.context, signal, expectedIncarnation: session?.incarnation };
     for await (const frame of (await next(call)) as AsyncIterable<unknown>) {
       if (refusal) break;
       yield frame;

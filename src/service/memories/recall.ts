@@ -31,7 +31,7 @@ import { requireId } from "../validation.js";
 import { toWireMemory, toWireScored } from "./convert.js";
 import type { FusedMemory } from "./ranking.js";
 import type { LongTermMemoryService } from "./service.js";
-import type { MemoryCallContext } from "./tenancy.js";
+import type { CallContext } from "../call-context.js";
 import { checkQuery, optionalName, queryEmbedding, topK } from "./validation.js";
 
 /** Default token_budget of Recall. */
@@ -200,7 +200,7 @@ export class RecallService {
     private readonly conversations: ConversationContexts,
   ) {}
 
-  async recall(req: RecallRequest, call: MemoryCallContext = {}): Promise<RecallResponse> {
+  async recall(req: RecallRequest, call?: CallContext): Promise<RecallResponse> {
     const sessionId = requireId("session_id", req.sessionId);
     if (req.tokenBudget > MAX_TOKEN_BUDGET)
       throw invalidArgument("token_budget", `must be at most ${MAX_TOKEN_BUDGET}`);

@@ -54,15 +54,8 @@ import { toWireMemory, toWireScored } from "./convert.js";
 import type { EmbeddingsClient } from "./embeddings.js";
 import { fuseRankings, type FusedMemory } from "./ranking.js";
 import type { Reranker } from "./reranker.js";
-import {
-  appAllowed,
-  mayForget,
-  mayRead,
-  memoryNotFound,
-  ownUser,
-  requireApp,
-  type MemoryCallContext,
-} from "./tenancy.js";
+import type { CallContext } from "../call-context.js";
+import { appAllowed, mayForget, mayRead, memoryNotFound, ownUser, readableUser, requireApp } from "../tenancy.js";
 import {
   checkQuery,
   MAX_BATCH_MEMORIES,
@@ -126,7 +119,7 @@ export class LongTermMemoryService {
     return this.store.memories;
   }
 
-  async writeMemories(req: WriteMemoriesRequest, ctx: MemoryCallContext = {}): Promise<WriteMemoriesResponse> {
+  async writeMemories(req: WriteMemoriesRequest, ctx?: CallContext): Promise<WriteMemoriesResponse> {
     if (req.memories.length === 0) throw invalidArgument("memories", "must hold at least one memory");
     if (req.memories.length > MAX_BATCH_MEMORIES)
       throw invalidArgument("memories", `must hold at most ${MAX_BATCH_MEMORIES} memories`);
@@ -134,9 +127,9 @@ export class LongTermMemoryService {
     const seen = new Set<string>();
     const records = req.memories.map((input, i) => {
       const field = `memories[${i}]`;
-      requireApp(ctx.tenant, `${field}.app_name`, requireName(`${field}.app_name`, input.appName));
-      input.userId = ownUser(ctx.tenant, `${field}.user_id`, optionalName(`${field}.user_id`, input.userId));
-      const record = newMemory(field, input, now, this.options.limits, randomUUID);
+      requireApp(ctx?.tenant, `${field}.app_name`, requireName(`${field}.app_name`, input.appName));
+      const userId = ownUser(ctx?.tenant, `${field}.user_id`, optionalName(`${field}.user_id`, input.userId));
+      const record = newMemory(field, { ...input, userId }, now, this.options.limits, randomUUID);
       const id = `${record.appName}\u0000${record.memoryId}`;
       if (seen.has(id)) throw invalidArgument(`${field}.memory_id`, "repeats a memory_id of the same batch");
       seen.add(id);
@@ -150,15 +143,15 @@ export class LongTermMemoryService {
     });
   }
 
-  async getMemory(req: GetMemoryRequest, ctx: MemoryCallContext = {}): Promise<GetMemoryResponse> {
+  async getMemory(req: GetMemoryRequest, ctx?: CallContext): Promise<GetMemoryResponse> {
     const appName = requireName("app_name", req.appName);
     const memoryId = requireId("memory_id", req.memoryId);
     const memory = await this.memories.getMemory(appName, memoryId, ctx);
-    if (!memory || !mayRead(ctx.tenant, memory)) throw memoryNotFound(memoryId);
+    if (!memory || !mayRead(ctx?.tenant, memory)) throw memoryNotFound(memoryId);
     return create(GetMemoryResponseSchema, { memory: toWireMemory(memory) });
   }
 
-  async searchMemories(req: SearchMemoriesRequest, ctx: MemoryCallContext = {}): Promise<SearchMemoriesResponse> {
+  async searchMemories(req: SearchMemoriesRequest, ctx?: CallContext): Promise<SearchMemoriesResponse> {
     const filter = memoryFilter(scopeFilter(req, "visible"), req, Date.now());
     filter.omitEmbeddings = !req.includeEmbeddings;
     const query: MemoryQuery = {
@@ -186,7 +179,7 @@ export class LongTermMemoryService {
    * are reordered by it (their scores stay the fused ones); when it fails
    * they keep the fused order.
    */
-  async rank(q: MemoryQuery, call: MemoryCallContext = {}): Promise<FusedMemory[]> {
+  async rank(q: MemoryQuery, call?: CallContext): Promise<FusedMemory[]> {
     const memories = this.memories;
     const candidates = Math.min(MAX_CANDIDATES, Math.max(MIN_CANDIDATES, q.topK * CANDIDATES_PER_RESULT));
     const hasQuery = q.query.trim() !== "";
@@ -195,7 +188,7 @@ export class LongTermMemoryService {
     const embedding =
       q.embedding ??
       (hasQuery && nearest && embeddings
-        ? await embeddings.embedOne(q.query, { field: "query", deadline: call.deadline, signal: call.signal })
+        ? await embeddings.embedOne(q.query, { field: "query", deadline: call?.deadline, signal: call?.signal })
         : undefined);
     const [lexical, vector, unranked] = await Promise.all([
       hasQuery ? memories.searchMemories(q.filter, q.query, candidates, call) : [],
@@ -209,7 +202,7 @@ export class LongTermMemoryService {
     const order = await reranker.order(
       q.query,
       head.map((f) => f.memory.text),
-      call.signal,
+      call?.signal,
     );
     const reranked = order ? [...order.map((i) => head[i]), ...fused.slice(head.length)] : fused;
     return reranked.slice(0, q.topK);
@@ -222,7 +215,7 @@ export class LongTermMemoryService {
    * stored without a vector would stay invisible to vector search forever,
    * with nothing to tell the client to write it again.
    */
-  private async embedMemories(records: MemoryRecord[], call: MemoryCallContext): Promise<void> {
+  private async embedMemories(records: MemoryRecord[], call?: CallContext): Promise<void> {
     const embeddings = this.options.embeddings;
     if (!embeddings) return;
     const missing = records.flatMap((record, i) => (record.embedding ? [] : [{ record, i }]));
@@ -231,12 +224,12 @@ export class LongTermMemoryService {
     const field = missing.length === 1 ? `memories[${missing[0]!.i}].text` : "memories[].text";
     const vectors = await embeddings.embed(
       missing.map((m) => m.record.text),
-      { field, deadline: call.deadline, signal: call.signal },
+      { field, deadline: call?.deadline, signal: call?.signal },
     );
     missing.forEach((m, j) => (m.record.embedding = vectors[j]));
   }
 
-  async listMemories(req: ListMemoriesRequest, ctx: MemoryCallContext = {}): Promise<ListMemoriesResponse> {
+  async listMemories(req: ListMemoriesRequest, ctx?: CallContext): Promise<ListMemoriesResponse> {
     const filter = memoryFilter(scopeFilter(req, "within"), req, Date.now());
     const key = optionalName("key", req.key);
     if (key !== undefined) filter.key = key;
@@ -270,7 +263,7 @@ export class LongTermMemoryService {
     });
   }
 
-  async deleteMemories(req: DeleteMemoriesRequest, ctx: MemoryCallContext = {}): Promise<DeleteMemoriesResponse> {
+  async deleteMemories(req: DeleteMemoriesRequest, ctx?: CallContext): Promise<DeleteMemoriesResponse> {
     const appName = requireName("app_name", req.appName);
     const hasScope = req.userId !== undefined || req.agentId !== undefined || req.sessionId !== undefined;
     if (req.memoryIds.length > 0) {
@@ -279,9 +272,9 @@ export class LongTermMemoryService {
       if (req.memoryIds.length > MAX_DELETE_IDS)
         throw invalidArgument("memory_ids", `must hold at most ${MAX_DELETE_IDS} ids`);
       const ids = req.memoryIds.map((id, i) => requireId(`memory_ids[${i}]`, id));
-      requireApp(ctx.tenant, "app_name", appName);
+      requireApp(ctx?.tenant, "app_name", appName);
       // Another tenant's memory counts as absent: it is neither removed nor reported.
-      const forgettable = ctx.tenant?.userId === undefined ? ids : await this.forgettable(appName, ids, ctx);
+      const forgettable = ctx?.tenant?.userId === undefined ? ids : await this.forgettable(appName, ids, ctx);
       const removed = await this.memories.deleteMemories(appName, forgettable, ctx);
       return create(DeleteMemoriesResponseSchema, { deletedCount: BigInt(removed.length) });
     }
@@ -297,18 +290,18 @@ export class LongTermMemoryService {
         "scope_match",
         "must be SCOPE_MATCH_WITHIN or SCOPE_MATCH_EXACT: forgetting what a scope sees would forget the shared memories too",
       );
-    requireApp(ctx.tenant, "app_name", appName);
-    const userId = ownUser(ctx.tenant, "user_id", scope.userId);
+    requireApp(ctx?.tenant, "app_name", appName);
+    const userId = ownUser(ctx?.tenant, "user_id", scope.userId);
     if (userId !== undefined) scope.userId = userId;
     const removed = await this.memories.deleteMemoriesInScope(scope, ctx);
     return create(DeleteMemoriesResponseSchema, { deletedCount: BigInt(removed.length) });
   }
 
   /** The ids (of those given) whose memories the key may forget. */
-  private async forgettable(appName: string, ids: readonly string[], ctx: MemoryCallContext): Promise<string[]> {
+  private async forgettable(appName: string, ids: readonly string[], ctx?: CallContext): Promise<string[]> {
     const memories = await Promise.all(ids.map((id) => this.memories.getMemory(appName, id, ctx)));
     return memories
-      .filter((m): m is MemoryRecord => m !== undefined && mayForget(ctx.tenant, m))
+      .filter((m): m is MemoryRecord => m !== undefined && mayForget(ctx?.tenant, m))
       .map((m) => m.memoryId);
   }
 
@@ -323,17 +316,11 @@ export class LongTermMemoryService {
    * nothing is missed or delivered twice. A reader behind the retained log
    * ends OUT_OF_RANGE naming `after`.
    */
-  async *watchMemories(
-    req: WatchMemoriesRequest,
-    ctx: MemoryCallContext & { signal?: AbortSignal } = {},
-  ): AsyncGenerator<WatchMemoriesResponse> {
+  async *watchMemories(req: WatchMemoriesRequest, ctx?: CallContext): AsyncGenerator<WatchMemoriesResponse> {
     const scope = scopeFilter(req, "visible");
-    requireApp(ctx.tenant, "app_name", scope.appName);
-    if (ctx.tenant?.userId !== undefined) {
-      // Another user's scope would show nothing of theirs; say so rather than watch in silence.
-      const userId = ownUser(ctx.tenant, "user_id", scope.userId);
-      scope.userId = userId;
-    }
+    requireApp(ctx?.tenant, "app_name", scope.appName);
+    // Another user's scope would show nothing of theirs; say so rather than watch in silence.
+    if (ctx?.tenant?.userId !== undefined) scope.userId = ownUser(ctx.tenant, "user_id", scope.userId);
     const after = req.after === undefined ? undefined : resumePoint(req.after);
     const live: MemoryChange[] = [];
     let wake: (() => void) | undefined;
@@ -348,7 +335,7 @@ export class LongTermMemoryService {
     };
     // Subscribed before the window is read: a change committed in between is in both, and the cursor drops the copy.
     const unsubscribe = this.memories.subscribeMemories(scope.appName, onChange);
-    const signal = ctx.signal;
+    const signal = ctx?.signal;
     const onAbort = () => wake?.();
     signal?.addEventListener("abort", onAbort);
     const framesOf = (change: MemoryChange): WatchMemoriesResponse | undefined => {
@@ -420,18 +407,15 @@ export class LongTermMemoryService {
   }
 
   /** Episodic recall: the events of an app's (or a user's) sessions that best match a query. */
-  async searchEvents(req: SearchEventsRequest, ctx: MemoryCallContext = {}): Promise<SearchEventsResponse> {
+  async searchEvents(req: SearchEventsRequest, ctx?: CallContext): Promise<SearchEventsResponse> {
     const appName = requireName("app_name", req.appName);
-    let userId = optionalName("user_id", req.userId);
+    const requestedUser = optionalName("user_id", req.userId);
     const query = checkQuery("query", req.query);
     if (query.trim() === "") throw invalidArgument("query", "is required (the text to search for)");
     const k = topK("top_k", req.topK);
     const eventTypes = req.eventTypes.map((t, i) => requireEventType(`event_types[${i}]`, t));
-    if (!appAllowed(ctx.tenant, appName)) return create(SearchEventsResponseSchema, {});
-    if (ctx.tenant?.userId !== undefined) {
-      if (userId !== undefined && userId !== ctx.tenant.userId) return create(SearchEventsResponseSchema, {});
-      userId = ctx.tenant.userId;
-    }
+    const userId = readableUser(ctx?.tenant, requestedUser);
+    if (!appAllowed(ctx?.tenant, appName) || userId === null) return create(SearchEventsResponseSchema, {});
     const hits = await searchEvents(this.store, { appName, userId, eventTypes, query, topK: k });
     return create(SearchEventsResponseSchema, {
       hits: hits.map((h) =>
@@ -450,12 +434,10 @@ export class LongTermMemoryService {
    * Narrows a read filter to the key's scope: false when the key may see
    * nothing of it (another app, another user), so the caller answers empty.
    */
-  private readScope(ctx: MemoryCallContext, filter: MemoryFilter): boolean {
-    const tenant = ctx.tenant;
-    if (!appAllowed(tenant, filter.scope.appName)) return false;
-    if (tenant?.userId === undefined) return true;
-    if (filter.scope.userId !== undefined && filter.scope.userId !== tenant.userId) return false;
-    filter.scope.userId = tenant.userId;
+  private readScope(ctx: CallContext | undefined, filter: MemoryFilter): boolean {
+    const userId = readableUser(ctx?.tenant, filter.scope.userId);
+    if (!appAllowed(ctx?.tenant, filter.scope.appName) || userId === null) return false;
+    if (userId !== undefined) filter.scope.userId = userId;
     return true;
   }
 }

@@ -14,6 +14,7 @@ import {
 import { MemoryError } from "../../errors.js";
 import { mergeState } from "../../store/state.js";
 import type { JsonObject, MemoryStore, SessionRecord, SharedState, StoreCall } from "../../store/types.js";
+import type { CallContext } from "../call-context.js";
 import { toWireSession } from "../convert.js";
 import { checkJson, requireId, seqNumber } from "../validation.js";
 import { parseStateDelta } from "./validation.js";
@@ -30,7 +31,7 @@ export class SessionStateService {
     return parseStateDelta(`${field}.state_delta`, delta, this.maxJsonDepth);
   }
 
-  async updateSession(req: UpdateSessionRequest, call?: StoreCall): Promise<UpdateSessionResponse> {
+  async updateSession(req: UpdateSessionRequest, call?: CallContext): Promise<UpdateSessionResponse> {
     const sessionId = requireId("session_id", req.sessionId);
     if (req.metadata) checkJson("metadata", req.metadata, this.maxJsonDepth);
     const stateDelta = parseStateDelta("state_delta", req.stateDelta, this.maxJsonDepth);

@@ -1,13 +1,13 @@
 /**
- * The CallInfo of a plain HTTP/1.1 request that the edge answers itself
+ * The CallContext of a plain HTTP/1.1 request that the edge answers itself
  * (the KAOS REST routes and MCP), read from the request's headers the same
  * way for both so that auth, tracing and request ids never differ by path.
  */
 import type { IncomingMessage, ServerResponse } from "node:http";
-import type { CallInfo } from "../service/guard/index.js";
+import type { CallContext } from "../service/guard/index.js";
 
 /** The call's headers, with a signal aborted when the client goes away. */
-export function httpCallInfo(req: IncomingMessage, res: ServerResponse, protocol: "rest" | "mcp"): CallInfo {
+export function httpCallContext(req: IncomingMessage, res: ServerResponse, protocol: "rest" | "mcp"): CallContext {
   const abort = new AbortController();
   res.once("close", () => abort.abort());
   return { ...httpCallHeaders(req, protocol), signal: abort.signal };
@@ -15,10 +15,10 @@ export function httpCallInfo(req: IncomingMessage, res: ServerResponse, protocol
 
 /**
  * The call's headers alone, for a call that runs unary methods only: they
- * never read a signal (CallInfo.signal), and making one cost a REST read an
+ * never read a signal (CallContext.signal), and making one cost a REST read an
  * AbortController and a DOMException at every response's close.
  */
-export function httpCallHeaders(req: IncomingMessage, protocol: "rest" | "mcp"): CallInfo {
+export function httpCallHeaders(req: IncomingMessage, protocol: "rest" | "mcp"): CallContext {
   return {
     authorization: req.headers.authorization,
     traceparent: typeof req.headers.traceparent === "string" ? req.headers.traceparent : undefined,
