@@ -95,7 +95,13 @@ const EVENT_INPUT_KEYS = new Set([
 function eventInput(json: JsonValue): EventInput {
   if (!isObject(json)) throw NOT_FAST;
   onlyKnownKeys(json, EVENT_INPUT_KEYS);
-  const event: EventInput = { $typeName: "engram.v1.EventInput", eventId: "", eventType: "" };
+  const event: EventInput = {
+    $typeName: "engram.v1.EventInput",
+    eventId: "",
+    eventType: "",
+    stateRemovals: [],
+    stateNullsAreValues: false,
+  };
   const eventId = field(json, "event_id", "eventId");
   if (eventId !== undefined) event.eventId = text(eventId);
   const eventType = field(json, "event_type", "eventType");

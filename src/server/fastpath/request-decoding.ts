@@ -192,7 +192,13 @@ function valueToLocal(v: Value): JsonValue {
 
 function eventInput(reader: BinaryReader): EventInput {
   const end = reader.uint32() + reader.pos;
-  const event: EventInput = { $typeName: "engram.v1.EventInput", eventId: "", eventType: "" };
+  const event: EventInput = {
+    $typeName: "engram.v1.EventInput",
+    eventId: "",
+    eventType: "",
+    stateRemovals: [],
+    stateNullsAreValues: false,
+  };
   let seen = 0;
   while (reader.pos < end) {
     const t = tag(reader);

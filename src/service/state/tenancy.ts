@@ -12,25 +12,29 @@ import { MemoryError } from "../../errors.js";
 import { APP_PREFIX } from "../../store/state.js";
 import type { JsonObject } from "../../store/types.js";
 
-/** The state deltas a write request carries, with the field each one is at. */
-function deltasOf(
-  req: AddEventRequest | AddEventsRequest | UpdateSessionRequest,
-): Array<[string, JsonObject | undefined]> {
+/** The state keys a write request changes (its deltas' and its removals'), with the field each list is at. */
+function changedKeysOf(req: AddEventRequest | AddEventsRequest | UpdateSessionRequest): Array<[string, string[]]> {
+  const of = (prefix: string, change: { stateDelta?: JsonObject; stateRemovals: string[] } | undefined) =>
+    change
+      ? [
+          [`${prefix}state_delta`, Object.keys(change.stateDelta ?? {})] as [string, string[]],
+          [`${prefix}state_removals`, change.stateRemovals] as [string, string[]],
+        ]
+      : [];
   switch (req.$typeName) {
     case "engram.v1.AddEventRequest":
-      return [["event.state_delta", req.event?.stateDelta]];
+      return of("event.", req.event);
     case "engram.v1.AddEventsRequest":
-      return req.events.map((e, i) => [`events[${i}].state_delta`, e.stateDelta]);
+      return req.events.flatMap((e, i) => of(`events[${i}].`, e));
     case "engram.v1.UpdateSessionRequest":
-      return [["state_delta", req.stateDelta]];
+      return of("", req);
   }
 }
 
-/** PERMISSION_DENIED when a key bound to a user would change app-wide state. */
+/** PERMISSION_DENIED when a key bound to a user would change (or remove) app-wide state. */
 export function refuseAppStateForUserKey(req: AddEventRequest | AddEventsRequest | UpdateSessionRequest): void {
-  for (const [field, delta] of deltasOf(req)) {
-    if (!delta) continue;
-    for (const key of Object.keys(delta)) {
+  for (const [field, keys] of changedKeysOf(req)) {
+    for (const key of keys) {
       if (key.startsWith(APP_PREFIX)) {
         throw new MemoryError(
           "PERMISSION_DENIED",
