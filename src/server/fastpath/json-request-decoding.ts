@@ -90,6 +90,10 @@ const EVENT_INPUT_KEYS = new Set([
   "metadata",
   "state_delta",
   "stateDelta",
+  "state_removals",
+  "stateRemovals",
+  "state_nulls_are_values",
+  "stateNullsAreValues",
 ]);
 
 function eventInput(json: JsonValue): EventInput {
@@ -115,6 +119,16 @@ function eventInput(json: JsonValue): EventInput {
   if (metadata !== undefined) event.metadata = struct(metadata);
   const stateDelta = field(json, "state_delta", "stateDelta");
   if (stateDelta !== undefined) event.stateDelta = struct(stateDelta);
+  const stateRemovals = field(json, "state_removals", "stateRemovals");
+  if (stateRemovals !== undefined) {
+    if (!Array.isArray(stateRemovals)) throw NOT_FAST;
+    event.stateRemovals = stateRemovals.map(text);
+  }
+  const nullsAreValues = field(json, "state_nulls_are_values", "stateNullsAreValues");
+  if (nullsAreValues !== undefined) {
+    if (typeof nullsAreValues !== "boolean") throw NOT_FAST;
+    event.stateNullsAreValues = nullsAreValues;
+  }
   return event;
 }
 
