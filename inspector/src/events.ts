@@ -222,13 +222,21 @@ function elideImages(v: JsonValue): JsonValue {
   return v;
 }
 
+/** Stands for a null stored as a value, apart from the null that deletes a key. */
+const NULL_VALUE = Symbol("null value");
+
 /**
- * The state changes an event carried (its state_delta), key by key: a set key
- * with its new value, a deleted one (null) marked as deleted. Absent when the
- * event changed no state.
+ * The state changes an event carried (its state_delta and state_removals), key
+ * by key: a set key with its new value, a deleted one (removed, or null unless
+ * the event stored nulls as values) marked as deleted. Absent when the event
+ * changed no state.
  */
 export function stateDeltaView(event: MemoryEvent): HTMLElement | null {
-  const delta = event.stateDelta ?? {};
+  const delta: Record<string, unknown> = {};
+  // A removal is shown as a legacy null is: deleted. A stored null is a value, shown as "= null".
+  for (const key of event.stateRemovals ?? []) delta[key] = null;
+  for (const [key, value] of Object.entries(event.stateDelta ?? {}))
+    delta[key] = value === null && event.stateNullsAreValues ? NULL_VALUE : value;
   const keys = Object.keys(delta).sort();
   if (keys.length === 0) return null;
   return h(
@@ -239,7 +247,7 @@ export function stateDeltaView(event: MemoryEvent): HTMLElement | null {
       "ul",
       {},
       ...keys.map((key) => {
-        const value = delta[key]!;
+        const value = delta[key];
         return value === null
           ? h(
               "li",
@@ -253,7 +261,7 @@ export function stateDeltaView(event: MemoryEvent): HTMLElement | null {
               { class: "set", "data-key": key },
               h("code", { class: "state-key" }, key),
               " = ",
-              h("span", { class: "state-value" }, preview(value, 80)),
+              h("span", { class: "state-value" }, value === NULL_VALUE ? "null" : preview(value as JsonValue, 80)),
             );
       }),
     ),

@@ -35,5 +35,7 @@ export function eventFromPb(e: pb.Event): MemoryEvent {
     seq: Number(e.seq),
     sessionId: e.sessionId,
     ...(e.stateDelta && { stateDelta: e.stateDelta }),
+    ...(e.stateRemovals.length > 0 && { stateRemovals: e.stateRemovals }),
+    ...(e.stateNullsAreValues && { stateNullsAreValues: true }),
   };
 }

@@ -119,5 +119,7 @@ export function toWireEvent(e: StoredEvent): Event {
     seq: BigInt(e.seq),
     sessionId: e.sessionId,
     stateDelta: e.stateDelta,
+    stateRemovals: e.stateRemovals ?? [],
+    stateNullsAreValues: e.stateNullsAreValues ?? false,
   };
 }

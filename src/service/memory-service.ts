@@ -67,6 +67,7 @@ import {
 } from "@engram-memory/client/gen/engram/v1/memory_pb.js";
 import { invalidArgument, sessionNotFound } from "../errors.js";
 import { eventFingerprint } from "../store/fingerprint.js";
+import { copyStateChange } from "../store/state.js";
 import type { JsonObject, MemoryStore, NewEvent, StoredEvent } from "../store/types.js";
 import type { CallContext } from "./call-context.js";
 import { checkSummaryCovers } from "./context/index.js";
@@ -478,7 +479,7 @@ export class MemoryService {
     const metadata = this.metadata(`${field}.metadata`, input.metadata);
     checkEventSize(field, content, metadata, this.options.limits);
     checkSummaryCovers(field, eventType, metadata);
-    const stateDelta = this.state.eventDelta(field, input.stateDelta);
+    const state = this.state.eventChange(field, input);
     const event: NewEvent = {
       eventId,
       eventType,
@@ -486,10 +487,9 @@ export class MemoryService {
       metadata,
       timestamp: input.timestamp ? timestampToMs(`${field}.timestamp`, input.timestamp) : Date.now(),
       // Only a client-chosen id can be retried; a generated one never collides.
-      fingerprint: clientId ? eventFingerprint(eventType, content, metadata, stateDelta) : "",
+      fingerprint: clientId ? eventFingerprint(eventType, content, metadata, state) : "",
     };
-    if (stateDelta) event.stateDelta = stateDelta;
-    return event;
+    return copyStateChange(event, state);
   }
 
   private wire(e: StoredEvent): Event {

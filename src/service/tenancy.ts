@@ -197,21 +197,28 @@ export function recentEventsScope(tenant: Tenant | undefined): Pick<RecentEvents
 
 /** PERMISSION_DENIED when a key bound to a user would change app-wide state. */
 function refuseAppState(req: AddEventRequest | AddEventsRequest | UpdateSessionRequest): void {
-  const deltas: Array<[string, Record<string, unknown> | undefined]> =
+  type Change = { stateDelta?: Record<string, unknown>; stateRemovals: string[] } | undefined;
+  const changes: Array<[string, Change]> =
     req.$typeName === "engram.v1.AddEventRequest"
-      ? [["event.state_delta", req.event?.stateDelta]]
+      ? [["event.", req.event]]
       : req.$typeName === "engram.v1.AddEventsRequest"
-        ? req.events.map((e, i) => [`events[${i}].state_delta`, e.stateDelta])
-        : [["state_delta", req.stateDelta]];
-  for (const [field, delta] of deltas) {
-    const key = Object.keys(delta ?? {}).find((k) => k.startsWith(APP_PREFIX));
-    if (key !== undefined)
-      throw new MemoryError(
-        "PERMISSION_DENIED",
-        `${field}: an API key bound to one user may not change app-wide state (key ${JSON.stringify(key)})`,
-        {},
-        { field, reason: "APP_STATE_NOT_ALLOWED" },
-      );
+        ? req.events.map((e, i) => [`events[${i}].`, e])
+        : [["", req]];
+  for (const [prefix, change] of changes) {
+    const keyLists: Array<[string, string[]]> = [
+      [`${prefix}state_delta`, Object.keys(change?.stateDelta ?? {})],
+      [`${prefix}state_removals`, change?.stateRemovals ?? []],
+    ];
+    for (const [field, keys] of keyLists) {
+      const key = keys.find((k) => k.startsWith(APP_PREFIX));
+      if (key !== undefined)
+        throw new MemoryError(
+          "PERMISSION_DENIED",
+          `${field}: an API key bound to one user may not change app-wide state (key ${JSON.stringify(key)})`,
+          {},
+          { field, reason: "APP_STATE_NOT_ALLOWED" },
+        );
+    }
   }
 }
 

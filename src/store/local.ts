@@ -55,7 +55,16 @@ import type {
 import { LocalEventSearch } from "./event-search.js";
 import { RecentEventLists, type RecentSession } from "./local-recent.js";
 import { NoticeListeners } from "./notices.js";
-import { addChanges, applyChanges, checkStateCaps, noChanges, splitStateDelta, type ScopedChanges } from "./state.js";
+import {
+  addChanges,
+  applyChanges,
+  checkStateCaps,
+  copyStateChange,
+  hasStateChange,
+  noChanges,
+  splitStateChange,
+  type ScopedChanges,
+} from "./state.js";
 import { LocalMemories } from "./memories/local.js";
 
 // sorted-btree is CommonJS with `exports.default`; loaders disagree on what an ESM
@@ -196,7 +205,7 @@ export class LocalStore implements MemoryStore {
     if (update.expectedVersion !== undefined && update.expectedVersion !== s.record.version) {
       throw versionConflict(update.expectedVersion, s.record.version);
     }
-    this.applyState(s.record, splitStateDelta(update.stateDelta));
+    this.applyState(s.record, splitStateChange(update));
     if (update.metadata) s.record.metadata = update.metadata;
     s.record.updatedAt = update.now;
     this.touch(s);
@@ -230,9 +239,9 @@ export class LocalStore implements MemoryStore {
     }
     const record = s.record;
     // Checked and applied before any event is stored: a refused state leaves the log as it was.
-    const changes = splitStateDelta(undefined);
+    const changes = splitStateChange(undefined);
     events.forEach((e, i) => {
-      if (!originals[i] && e.stateDelta) addChanges(changes, splitStateDelta(e.stateDelta));
+      if (!originals[i] && hasStateChange(e)) addChanges(changes, splitStateChange(e));
     });
     if (!noChanges(changes)) this.applyState(record, changes);
     const stored: StoredEvent[] = [];
@@ -254,7 +263,7 @@ export class LocalStore implements MemoryStore {
         metadata: isEmptyObject(e.metadata) ? EMPTY_METADATA : e.metadata,
         timestamp: e.timestamp,
       };
-      if (e.stateDelta) event.stateDelta = e.stateDelta;
+      copyStateChange(event, e);
       s.events.push(event);
       s.fingerprints.push(e.fingerprint);
       s.ingests.push(++this.ingested);
@@ -540,24 +549,18 @@ export class LocalStore implements MemoryStore {
       let original = e.fingerprint === "" ? undefined : s.byEventId.get(e.eventId);
       if (
         original &&
-        eventFingerprint(original.eventType, original.content, original.metadata, original.stateDelta) !== e.fingerprint
+        eventFingerprint(original.eventType, original.content, original.metadata, original) !== e.fingerprint
       ) {
         throw duplicateEventId(e.eventId);
       }
       const trimmed = original || e.fingerprint === "" ? undefined : s.trimmedById?.get(e.eventId);
       if (trimmed) {
         if (trimmed.fingerprint !== e.fingerprint) throw duplicateEventId(e.eventId);
-        const { eventId, eventType, content, metadata, timestamp, stateDelta } = e;
-        original = {
-          sessionId: s.record.sessionId,
-          seq: trimmed.seq,
-          eventId,
-          eventType,
-          content,
-          metadata,
-          timestamp,
-        };
-        if (stateDelta) original.stateDelta = stateDelta;
+        const { eventId, eventType, content, metadata, timestamp } = e;
+        original = copyStateChange<StoredEvent>(
+          { sessionId: s.record.sessionId, seq: trimmed.seq, eventId, eventType, content, metadata, timestamp },
+          e,
+        );
       }
       if (!original) freshCount++;
       originals.push(original);

@@ -29,6 +29,7 @@ import type {
 } from "./types.js";
 import { requireRetained } from "./memories/rules.js";
 import { checkIncarnation } from "./rules.js";
+import { copyStateChange } from "./state.js";
 
 function emptySession(sessionId: string, now = Date.now()): SessionRecord {
   return {
@@ -105,16 +106,20 @@ export class NullStore implements MemoryStore {
     call?: StoreCall,
   ): Promise<AppendResult> {
     checkIncarnation(sessionId, "", call);
-    const stored: StoredEvent[] = events.map((e, i) => ({
-      sessionId,
-      seq: i + 1,
-      eventId: e.eventId,
-      eventType: e.eventType,
-      content: e.content,
-      metadata: e.metadata,
-      timestamp: e.timestamp,
-      ...(e.stateDelta && { stateDelta: e.stateDelta }),
-    }));
+    const stored: StoredEvent[] = events.map((e, i) =>
+      copyStateChange<StoredEvent>(
+        {
+          sessionId,
+          seq: i + 1,
+          eventId: e.eventId,
+          eventType: e.eventType,
+          content: e.content,
+          metadata: e.metadata,
+          timestamp: e.timestamp,
+        },
+        e,
+      ),
+    );
     return { events: stored, replayed: false };
   }
 

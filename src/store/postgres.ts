@@ -40,7 +40,7 @@ import {
   resumeEach,
   sessionExists,
 } from "./rules.js";
-import { splitStateDelta } from "./state.js";
+import { splitStateChange } from "./state.js";
 import type {
   AppendResult,
   CleanupScope,
@@ -193,7 +193,7 @@ export class PostgresStore implements MemoryStore {
       checkIncarnation(sessionId, session.incarnation, call);
       if (update.expectedVersion !== undefined && update.expectedVersion !== session.version)
         throw versionConflict(update.expectedVersion, session.version);
-      await writeState(client, this.sql, session, splitStateDelta(update.stateDelta));
+      await writeState(client, this.sql, session, splitStateChange(update));
       const updated = await client.query<SessionRow>(this.sql.updateSession, [
         sessionId,
         update.metadata ? JSON.stringify(update.metadata) : null,

@@ -281,7 +281,7 @@ export class RedisStore implements MemoryStore {
     for (let attempt = 0; attempt < MOVED_TRIES; attempt++) {
       const tenancy = await this.tenancyOf(sessionId, attempt > 0);
       if (!tenancy) break;
-      await this.outbox.check(tenancy, [update.stateDelta]);
+      await this.outbox.check(tenancy, [update]);
       updated = await this.call(() =>
         this.scripts.run(updateScript, { sessionId, tenancy, update, incarnation: call?.expectedIncarnation }),
       );
@@ -333,10 +333,7 @@ export class RedisStore implements MemoryStore {
     for (let attempt = 0; attempt < MOVED_TRIES; attempt++) {
       const tenancy = await this.tenancyOf(sessionId, attempt > 0);
       if (!tenancy) break;
-      await this.outbox.check(
-        tenancy,
-        events.map((e) => e.stateDelta),
-      );
+      await this.outbox.check(tenancy, events);
       const ingestBase = this.keys.clustered ? this.nextIngestBase(events.length) : undefined;
       appended = await this.call(() =>
         this.scripts.run(appendScript, {

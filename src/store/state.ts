@@ -5,7 +5,7 @@
  * inside their append (or update) step, so a refused step changes no state.
  */
 import { invalidArgument, type MemoryError } from "../errors.js";
-import type { JsonObject, JsonValue, SharedState } from "./types.js";
+import type { JsonObject, JsonValue, SharedState, StateChange } from "./types.js";
 
 /** Prefix of keys that go to the app-wide state. */
 export const APP_PREFIX = "app:";
@@ -23,8 +23,8 @@ export const MAX_STATE_KEYS = 1000;
  */
 export const MAX_STATE_BYTES = 1024 * 1024;
 
-/** Changes to one state: key (without prefix) to its new value, or null to delete it. */
-export type StateChanges = Map<string, JsonValue>;
+/** Changes to one state: key (without prefix) to its new value (null among them), or undefined to delete it. */
+export type StateChanges = Map<string, JsonValue | undefined>;
 
 /** A state delta split by the state it changes. */
 export interface ScopedChanges {
@@ -33,16 +33,40 @@ export interface ScopedChanges {
   app: StateChanges;
 }
 
-/** Splits a stored delta (no temp: keys) by prefix; the user and app keys lose their prefix. */
-export function splitStateDelta(delta: JsonObject | undefined): ScopedChanges {
+/** Sets one change of a prefixed key in the scope its prefix names (temp: keys go nowhere). */
+function setScoped(changes: ScopedChanges, key: string, value: JsonValue | undefined): void {
+  if (key.startsWith(APP_PREFIX)) changes.app.set(key.slice(APP_PREFIX.length), value);
+  else if (key.startsWith(USER_PREFIX)) changes.user.set(key.slice(USER_PREFIX.length), value);
+  else if (!key.startsWith(TEMP_PREFIX)) changes.session.set(key, value);
+}
+
+/**
+ * Splits a stored change (no temp: keys) by prefix; the user and app keys
+ * lose their prefix. Removals come first, so the delta's change of a key
+ * wins; a null in the delta deletes its key unless stateNullsAreValues.
+ */
+export function splitStateChange(change: StateChange | undefined): ScopedChanges {
   const changes: ScopedChanges = { session: new Map(), user: new Map(), app: new Map() };
-  if (!delta) return changes;
-  for (const [key, value] of Object.entries(delta)) {
-    if (key.startsWith(APP_PREFIX)) changes.app.set(key.slice(APP_PREFIX.length), value);
-    else if (key.startsWith(USER_PREFIX)) changes.user.set(key.slice(USER_PREFIX.length), value);
-    else if (!key.startsWith(TEMP_PREFIX)) changes.session.set(key, value);
+  if (!change) return changes;
+  for (const key of change.stateRemovals ?? []) setScoped(changes, key, undefined);
+  const nullDeletes = !change.stateNullsAreValues;
+  for (const [key, value] of Object.entries(change.stateDelta ?? {})) {
+    setScoped(changes, key, value === null && nullDeletes ? undefined : value);
   }
   return changes;
+}
+
+/** True when an event or an update carries a state change (a delta or removals). */
+export function hasStateChange(change: StateChange): boolean {
+  return change.stateDelta !== undefined || change.stateRemovals !== undefined;
+}
+
+/** Copies the state change fields that are set from `from` onto `to` (an event as stored); returns `to`. */
+export function copyStateChange<T extends StateChange>(to: T, from: StateChange): T {
+  if (from.stateDelta) to.stateDelta = from.stateDelta;
+  if (from.stateRemovals) to.stateRemovals = from.stateRemovals;
+  if (from.stateNullsAreValues) to.stateNullsAreValues = true;
+  return to;
 }
 
 /** Adds `next`'s changes after `into`'s (a later change of a key wins), for the deltas of a batch applied in order. */
@@ -74,7 +98,7 @@ export function stateBytes(state: JsonObject): number {
 export function applyChanges(state: JsonObject, changes: StateChanges): JsonObject {
   const next: JsonObject = { ...state };
   for (const [key, value] of changes) {
-    if (value === null) delete next[key];
+    if (value === undefined) delete next[key];
     else next[key] = value;
   }
   return next;

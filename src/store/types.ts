@@ -38,8 +38,24 @@ export interface SessionRecord {
   version: number;
 }
 
+/**
+ * The state changes an event or an update carries (src/store/state.ts
+ * splitStateChange reads them): keys removed first, then the delta applied.
+ */
+export interface StateChange {
+  /**
+   * State changes (temp: keys already dropped); absent when none. A null
+   * value deletes its key, unless stateNullsAreValues.
+   */
+  stateDelta?: JsonObject;
+  /** Keys deleted before stateDelta applies (temp: keys already dropped); absent when none. */
+  stateRemovals?: string[];
+  /** True when stateDelta's nulls are stored as values (ADK's contract); set only when it holds one. */
+  stateNullsAreValues?: boolean;
+}
+
 /** An event as a client submits it, validated and with ids and time filled in. */
-export interface NewEvent {
+export interface NewEvent extends StateChange {
   eventId: string;
   eventType: string;
   content: JsonValue;
@@ -53,15 +69,10 @@ export interface NewEvent {
    * and its id is a flat string (src/service/event-id.ts).
    */
   fingerprint: string;
-  /**
-   * State changes applied with the append (temp: keys already dropped; a
-   * null value deletes the key); absent when none. Stored with the event.
-   */
-  stateDelta?: JsonObject;
 }
 
-/** An event as stored, with its position in the session. */
-export interface StoredEvent {
+/** An event as stored, with its position in the session, and the state changes it carried. */
+export interface StoredEvent extends StateChange {
   sessionId: string;
   seq: number;
   eventId: string;
@@ -70,16 +81,12 @@ export interface StoredEvent {
   metadata: JsonObject;
   /** Epoch milliseconds. */
   timestamp: number;
-  /** The state changes the event carried; absent when none. */
-  stateDelta?: JsonObject;
 }
 
-/** What updateSession changes; absent fields stay as they are. */
-export interface SessionUpdate {
+/** What updateSession changes; absent fields stay as they are (state changes as an event's). */
+export interface SessionUpdate extends StateChange {
   /** Replaces the metadata. */
   metadata?: JsonObject;
-  /** State changes, as NewEvent.stateDelta. */
-  stateDelta?: JsonObject;
   /** Only when the session's version equals it; otherwise FAILED_PRECONDITION (versionConflict). */
   expectedVersion?: number;
   /** Epoch ms: becomes updatedAt. */

@@ -395,6 +395,17 @@ describe("the inspector as a debugger", () => {
     expect(await page.textContent('#ev-5 .state-delta li.deleted[data-key="trains"]')).toContain("deleted");
     await panel.locator('dd[data-key="booking"]').waitFor();
     await panel.locator('[data-key="trains"]').waitFor({ state: "detached" });
+    // ADK's meaning: a null kept as a value shows as set to null; a removal as deleted.
+    await memory.addEvent("state-1", {
+      eventType: "agent_response",
+      content: "Booked.",
+      stateDelta: { draft_note: null },
+      stateNullsAreValues: true,
+      stateRemovals: ["booking"],
+    });
+    await page.locator('#ev-6 .state-delta li.set[data-key="draft_note"]').waitFor();
+    expect(await page.textContent('#ev-6 .state-delta li.set[data-key="draft_note"]')).toContain("null");
+    expect(await page.textContent('#ev-6 .state-delta li.deleted[data-key="booking"]')).toContain("deleted");
     await page.screenshot({ path: path.join(SHOTS, "session-state.png"), fullPage: true });
   });
 

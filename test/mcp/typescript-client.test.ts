@@ -254,6 +254,20 @@ describe("MCP tools", () => {
     );
     await ok(client, "update_session", { session_id: id, state_delta: { step: null, "app:greeting": null } });
     expect((await ok(client, "get_state", { session_id: id })).state).toEqual({ "user:units": "metric" });
+    // ADK's meaning: null kept as a value, keys deleted by name.
+    const kept = await ok(client, "append_events", {
+      session_id: id,
+      events: [
+        {
+          event_type: "agent_response",
+          state_delta: { draft: null },
+          state_nulls_are_values: true,
+          state_removals: ["user:units"],
+        },
+      ],
+    });
+    expect(kept.events[0]).toMatchObject({ state_removals: ["user:units"], state_nulls_are_values: true });
+    expect((await ok(client, "get_state", { session_id: id })).state).toEqual({ draft: null });
   });
 
   it("remembers, recalls, searches and forgets long-term memories", async () => {

@@ -56,6 +56,53 @@ export function describeStateRpc(client: () => MemoryClient): void {
       expect(events[2].stateDelta).toEqual({ a: null, "user:c": null });
     });
 
+    it("with state_nulls_are_values a null is stored as a value; state_removals deletes keys; both read and stream back", async () => {
+      const { sessionId } = await newSession();
+      const { event } = await client().addEvent({
+        sessionId,
+        event: {
+          eventId: "e1",
+          eventType: "agent_response",
+          stateDelta: { a: null, b: 1, "user:c": null },
+          stateNullsAreValues: true,
+        },
+      });
+      expect(event).toMatchObject({ stateDelta: { a: null, b: 1, "user:c": null }, stateNullsAreValues: true });
+      expect((await client().getSession({ sessionId })).session!.state).toEqual({ a: null, b: 1, "user:c": null });
+      await client().addEvent({
+        sessionId,
+        event: { eventId: "e2", eventType: "agent_response", stateRemovals: ["b", "user:c", "temp:x"] },
+      });
+      const { session } = await client().getSession({ sessionId });
+      expect(session).toMatchObject({ state: { a: null }, version: 2n });
+      const { events } = await client().getSessionEvents({ sessionId });
+      expect(events[0]).toMatchObject({ stateNullsAreValues: true, stateRemovals: [] });
+      expect(events[1]).toMatchObject({ stateRemovals: ["b", "user:c"], stateNullsAreValues: false });
+      expect(events[1].stateDelta).toBeUndefined();
+      const controller = new AbortController();
+      const streamed = await collect(
+        client().streamSessionEvents({ sessionId }, { signal: controller.signal }),
+        (frames) => frames.some((f) => f.frame.case === "caughtUp"),
+        controller,
+      );
+      expect(streamed.filter((r) => r.frame.case === "event").map((r) => r.frame.value)).toMatchObject([
+        { stateNullsAreValues: true },
+        { stateRemovals: ["b", "user:c"] },
+      ]);
+      // The same event_id with other removals is another event.
+      const reused = await errorOf(
+        client().addEvent({ sessionId, event: { eventId: "e2", eventType: "agent_response", stateRemovals: ["a"] } }),
+      );
+      expect(reused.code).toBe(Code.AlreadyExists);
+      const updated = await client().updateSession({
+        sessionId,
+        stateRemovals: ["a"],
+        stateDelta: { d: null },
+        stateNullsAreValues: true,
+      });
+      expect(updated.session!.state).toEqual({ d: null });
+    });
+
     it("UpdateSession replaces the metadata and applies the delta; a stale expected_version is FAILED_PRECONDITION with the current version", async () => {
       const { sessionId } = await newSession();
       const first = await client().updateSession({
@@ -191,6 +238,30 @@ export function describeStateRpc(client: () => MemoryClient): void {
           "events[1].state_delta",
         ],
         [() => client().updateSession({ sessionId, stateDelta: { "temp:": 1 } }), "state_delta"],
+        [
+          () => client().addEvent({ sessionId, event: { eventType: "x", stateRemovals: ["a", ""] } }),
+          "event.state_removals[1]",
+        ],
+        [
+          () =>
+            client().addEvents({
+              sessionId,
+              events: [{ eventType: "x" }, { eventType: "x", stateRemovals: ["a", "a"] }],
+            }),
+          "events[1].state_removals[1]",
+        ],
+        [
+          () => client().updateSession({ sessionId, stateDelta: { "user:a": 1 }, stateRemovals: ["user:a"] }),
+          "state_removals[0]",
+        ],
+        [
+          () =>
+            client().updateSession({
+              sessionId,
+              stateRemovals: Array.from({ length: MAX_STATE_KEYS + 1 }, (_, i) => `k${i}`),
+            }),
+          "state_removals",
+        ],
       ];
       for (const [call, field] of cases) {
         const err = await errorOf(call());

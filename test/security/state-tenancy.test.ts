@@ -117,6 +117,11 @@ describe.each(PROTOCOLS)("session state under scoped keys over %s", (protocol, c
     );
     expect(batch.code).toBe(Code.PermissionDenied);
     expect(batch.rawMessage).toMatch(/^events\[1\]\.state_delta: /);
+    const removal = await errorOf(
+      alice.addEvent({ sessionId: aliceSession, event: { eventType: "x", stateRemovals: ["mine", "app:motd"] } }),
+    );
+    expect(removal.code).toBe(Code.PermissionDenied);
+    expect(removal.rawMessage).toMatch(/^event\.state_removals: an API key bound to one user may not change app-wide/);
     const { session } = await app.getSession({ sessionId: bobSession });
     expect(session!.state).toMatchObject({ "app:motd": "hello" });
     expect((await app.getSession({ sessionId: aliceSession })).session!.state).not.toHaveProperty("ok");

@@ -28,6 +28,8 @@ describe("toWireEvent", () => {
           seq: BigInt(stored.seq),
           sessionId: stored.sessionId,
           stateDelta: stored.stateDelta,
+          stateRemovals: stored.stateRemovals,
+          stateNullsAreValues: stored.stateNullsAreValues,
         });
         expect(toWireEvent(stored)).toEqual(reference);
       }),

@@ -252,7 +252,8 @@ describe("the hand-written codec, against the proto's descriptors", () => {
 });
 
 /** An EventInput with every field set, with the values the service accepts where it validates. */
-const eventInput = (eventId: string) => messageFiller(EventInputSchema, { eventId, eventType: "user_message" });
+const eventInput = (eventId: string) =>
+  messageFiller(EventInputSchema, { eventId, eventType: "user_message", stateRemovals: ["gone", "user:gone"] });
 
 /** Each field an EventInput and an Event share must come back as it was sent. */
 function expectCarried(event: Event, input: Record<string, unknown>, sessionId: string): void {

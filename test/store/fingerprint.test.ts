@@ -15,4 +15,21 @@ describe("eventFingerprint", () => {
     expect(a).toBe(eventFingerprint("user_message", { r: 2, q: 1 }, { k: "v" }));
     expect(a).not.toBe(eventFingerprint("user_message", { r: 2, q: 1 }, { k: "w" }));
   });
+
+  it("hashes an event with a state delta alone as before removals existed; removals and the nulls flag change it", () => {
+    // Computed by the release before removals, for the same event.
+    const deltaOnly = eventFingerprint("agent_response", "ok", {}, { stateDelta: { a: null, b: 1 } });
+    expect(deltaOnly).toBe("wE8cq53BL_IUSGUa3BAuYj5TSiI2zdOx1zftxGLC1v0");
+    const stored = eventFingerprint(
+      "agent_response",
+      "ok",
+      {},
+      { stateDelta: { a: null, b: 1 }, stateNullsAreValues: true },
+    );
+    const removing = eventFingerprint("agent_response", "ok", {}, { stateDelta: { b: 1 }, stateRemovals: ["a"] });
+    expect(new Set([deltaOnly, stored, removing]).size).toBe(3);
+    expect(eventFingerprint("agent_response", "ok", {}, { stateRemovals: ["a"] })).not.toBe(
+      eventFingerprint("agent_response", "ok", {}, { stateRemovals: ["b"] }),
+    );
+  });
 });

@@ -7,7 +7,8 @@ import { setTimeout as sleep } from "node:timers/promises";
 import { expect } from "vitest";
 import { MemoryError } from "../../src/errors.js";
 import { eventFingerprint } from "../../src/store/fingerprint.js";
-import type { JsonObject, JsonValue, MemoryStore, NewEvent } from "../../src/store/types.js";
+import { copyStateChange } from "../../src/store/state.js";
+import type { JsonObject, JsonValue, MemoryStore, NewEvent, StateChange } from "../../src/store/types.js";
 
 let counter = 0;
 
@@ -15,19 +16,19 @@ let counter = 0;
 export function newEvent(
   eventType: string,
   content: JsonValue,
-  opts: { eventId?: string; metadata?: JsonObject; timestamp?: number; stateDelta?: JsonObject } = {},
+  opts: { eventId?: string; metadata?: JsonObject; timestamp?: number } & StateChange = {},
 ): NewEvent {
   const metadata = opts.metadata ?? {};
+  const state = copyStateChange({}, opts);
   const event: NewEvent = {
     eventId: opts.eventId ?? `gen-${process.pid}-${++counter}-${Math.random().toString(36).slice(2)}`,
     eventType,
     content,
     metadata,
     timestamp: opts.timestamp ?? Date.now(),
-    fingerprint: opts.eventId ? eventFingerprint(eventType, content, metadata, opts.stateDelta) : "",
+    fingerprint: opts.eventId ? eventFingerprint(eventType, content, metadata, state) : "",
   };
-  if (opts.stateDelta) event.stateDelta = opts.stateDelta;
-  return event;
+  return copyStateChange(event, state);
 }
 
 /** Creates a session with defaults. */

@@ -7,16 +7,16 @@
  */
 import { describe, expect, it } from "vitest";
 import { MAX_STATE_BYTES, MAX_STATE_KEYS } from "../../src/store/state.js";
-import type { JsonObject, MemoryStore, SessionNotice, StoreLimits } from "../../src/store/types.js";
+import type { JsonObject, MemoryStore, SessionNotice, StateChange, StoreLimits } from "../../src/store/types.js";
 import { makeSession, newEvent, rejection, waitFor } from "./fixtures.js";
 
 /** Registers the state cases; `fresh` makes an empty store (closed by the caller's afterEach). */
 export function describeStateConformance(fresh: (limits?: Partial<StoreLimits>) => Promise<MemoryStore>): void {
-  describe("9. session state", () => {
-    /** An append of one event carrying `delta`, with a client id so it can be retried. */
-    const withDelta = (eventId: string, stateDelta: JsonObject) =>
-      newEvent("agent_response", eventId, { eventId, stateDelta });
+  /** An append of one event carrying `delta`, with a client id so it can be retried. */
+  const withDelta = (eventId: string, stateDelta: JsonObject) =>
+    newEvent("agent_response", eventId, { eventId, stateDelta });
 
+  describe("9. session state", () => {
     it("a new session has an empty state at version 0", async () => {
       const store = await fresh();
       const created = await makeSession(store, "s1");
@@ -237,6 +237,114 @@ export function describeStateConformance(fresh: (limits?: Partial<StoreLimits>) 
         await waitFor(() => notices.some((n) => n.headSeq === 1));
         for (const n of notices.filter((x) => x.events !== undefined))
           expect(n.events![0].stateDelta).toEqual({ a: 1, "app:b": 2 });
+      } finally {
+        unsubscribe();
+      }
+    });
+  });
+
+  describe("9b. state removals and stored nulls", () => {
+    /** An event with a client id carrying a state change. */
+    const withChange = (eventId: string, change: StateChange) =>
+      newEvent("agent_response", eventId, { eventId, ...change });
+
+    it("removals delete keys in each state before the delta applies, and are stored with the event", async () => {
+      const store = await fresh();
+      await makeSession(store, "s1");
+      await store.appendEvents("s1", [withDelta("e1", { a: 1, b: 2, "user:u": 1, "app:x": 1, "app:y": 2 })]);
+      const removals = ["a", "user:u", "app:x", "missing"];
+      const appended = await store.appendEvents("s1", [
+        withChange("e2", { stateRemovals: removals, stateDelta: { c: 3 } }),
+      ]);
+      expect(appended.events[0]).toMatchObject({ stateRemovals: removals, stateDelta: { c: 3 } });
+      expect(appended.events[0].stateNullsAreValues).toBeUndefined();
+      expect(await store.getSession("s1")).toMatchObject({ state: { b: 2, c: 3 }, version: 2 });
+      expect(await store.sharedState("app", "user")).toEqual({ app: { y: 2 }, user: {} });
+      const read = (await store.readEvents("s1", { limit: 10 })).events;
+      expect(read[0].stateRemovals).toBeUndefined();
+      expect(read[1]).toMatchObject({ stateRemovals: removals, stateDelta: { c: 3 } });
+      expect((await store.readTail("s1", 1)).events[0].stateRemovals).toEqual(removals);
+    });
+
+    it("with stateNullsAreValues a null is stored as the key's value in each state; without, it still deletes", async () => {
+      const store = await fresh();
+      await makeSession(store, "s1");
+      const delta = { a: null, keep: 1, "user:u": null, "app:x": null };
+      const appended = await store.appendEvents("s1", [
+        withChange("e1", { stateDelta: delta, stateNullsAreValues: true }),
+      ]);
+      expect(appended.events[0]).toMatchObject({ stateDelta: delta, stateNullsAreValues: true });
+      expect(await store.getSession("s1")).toMatchObject({ state: { a: null, keep: 1 }, version: 1 });
+      expect(await store.sharedState("app", "user")).toEqual({ app: { x: null }, user: { u: null } });
+      expect((await store.readEvents("s1", { limit: 10 })).events[0]).toMatchObject({
+        stateDelta: delta,
+        stateNullsAreValues: true,
+      });
+      await store.appendEvents("s1", [withDelta("e2", { a: null, "user:u": null })]);
+      expect((await store.getSession("s1"))!.state).toEqual({ keep: 1 });
+      expect(await store.sharedState("app", "user")).toEqual({ app: { x: null }, user: {} });
+    });
+
+    it("an append of removals alone bumps the version; a batch applies removals and deltas in event order", async () => {
+      const store = await fresh();
+      await makeSession(store, "s1");
+      await store.appendEvents("s1", [withDelta("e1", { gone: 1 })]);
+      await store.appendEvents("s1", [withChange("e2", { stateRemovals: ["gone"] })]);
+      expect(await store.getSession("s1")).toMatchObject({ state: {}, version: 2 });
+      await store.appendEvents("s1", [
+        withDelta("e3", { n: 1, m: 1 }),
+        withChange("e4", { stateRemovals: ["n", "m"] }),
+        withChange("e5", { stateDelta: { m: null }, stateNullsAreValues: true }),
+      ]);
+      expect(await store.getSession("s1")).toMatchObject({ state: { m: null }, version: 3, headSeq: 5 });
+    });
+
+    it("removals and the nulls flag are part of an event's identity: a retry replays, another change is ALREADY_EXISTS", async () => {
+      const store = await fresh();
+      await makeSession(store, "s1");
+      await store.appendEvents("s1", [withDelta("e0", { a: 1, b: 1 })]);
+      await store.appendEvents("s1", [withChange("e1", { stateRemovals: ["a"] })]);
+      await store.appendEvents("s1", [withChange("e2", { stateDelta: { n: null }, stateNullsAreValues: true })]);
+      await store.appendEvents("s1", [withDelta("e3", { a: 2 })]);
+      const retry = await store.appendEvents("s1", [withChange("e1", { stateRemovals: ["a"] })]);
+      expect(retry.replayed).toBe(true);
+      expect(retry.events[0]).toMatchObject({ seq: 2, stateRemovals: ["a"] });
+      const nullRetry = await store.appendEvents("s1", [
+        withChange("e2", { stateDelta: { n: null }, stateNullsAreValues: true }),
+      ]);
+      expect(nullRetry.events[0]).toMatchObject({ seq: 3, stateNullsAreValues: true });
+      expect((await rejection(store.appendEvents("s1", [withChange("e1", { stateRemovals: ["b"] })]))).code).toBe(
+        "ALREADY_EXISTS",
+      );
+      expect((await rejection(store.appendEvents("s1", [withDelta("e2", { n: null })]))).code).toBe("ALREADY_EXISTS");
+      expect(await store.getSession("s1")).toMatchObject({ state: { a: 2, b: 1, n: null }, version: 4, headSeq: 4 });
+    });
+
+    it("updateSession applies removals, then the delta, storing nulls when asked", async () => {
+      const store = await fresh();
+      await makeSession(store, "s1");
+      await store.updateSession("s1", { stateDelta: { a: 1, "user:b": 2, "app:c": 3 }, now: Date.now() });
+      const updated = await store.updateSession("s1", {
+        stateRemovals: ["a", "user:b", "app:c"],
+        stateDelta: { d: null, "user:e": null },
+        stateNullsAreValues: true,
+        now: Date.now(),
+      });
+      expect(updated).toMatchObject({ state: { d: null }, version: 2 });
+      expect(await store.sharedState("app", "user")).toEqual({ app: {}, user: { e: null } });
+    });
+
+    it("notices that carry events carry their removals and nulls flag", async () => {
+      const store = await fresh();
+      await makeSession(store, "s1");
+      const notices: SessionNotice[] = [];
+      const unsubscribe = store.subscribe("s1", (n) => notices.push(n));
+      try {
+        await store.noticesFlowing?.();
+        const change = { stateDelta: { a: null }, stateRemovals: ["b"], stateNullsAreValues: true };
+        await store.appendEvents("s1", [withChange("e1", change)]);
+        await waitFor(() => notices.some((n) => n.headSeq === 1));
+        for (const n of notices.filter((x) => x.events !== undefined)) expect(n.events![0]).toMatchObject(change);
       } finally {
         unsubscribe();
       }

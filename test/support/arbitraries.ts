@@ -39,6 +39,8 @@ export function storedEvent(text: fc.Arbitrary<string>) {
     // Years 1..9999, before and after 1970, with and without milliseconds.
     timestamp: fc.integer({ min: -62135596800000, max: 253402300799999 }),
     stateDelta: fc.option(jsonObject, { nil: undefined }),
+    stateRemovals: fc.option(fc.array(text, { minLength: 1, maxLength: 3 }), { nil: undefined }),
+    stateNullsAreValues: fc.option(fc.constant(true), { nil: undefined }),
   });
 }
 

@@ -289,6 +289,10 @@ func (c *Client) DeleteSession(ctx context.Context, sessionID string) (deleted b
 type UpdateSessionParams struct {
 	Metadata   map[string]any // replaces the metadata when non-nil
 	StateDelta map[string]any // state changes, as EventInput.StateDelta
+	// StateRemovals are state keys deleted before StateDelta applies.
+	StateRemovals []string
+	// StateNullsAreValues stores StateDelta's nil values as values.
+	StateNullsAreValues bool
 	// ExpectedVersion makes the update succeed only at this session version;
 	// otherwise FAILED_PRECONDITION and CurrentVersion(err) tells the current.
 	ExpectedVersion *uint64
@@ -298,7 +302,12 @@ type UpdateSessionParams struct {
 // and returns the session with its merged state. Not retried on a lost
 // connection: the update may have been applied.
 func (c *Client) UpdateSession(ctx context.Context, sessionID string, p UpdateSessionParams) (*Session, error) {
-	req := &engramv1.UpdateSessionRequest{SessionId: sessionID, ExpectedVersion: p.ExpectedVersion}
+	req := &engramv1.UpdateSessionRequest{
+		SessionId:           sessionID,
+		ExpectedVersion:     p.ExpectedVersion,
+		StateRemovals:       p.StateRemovals,
+		StateNullsAreValues: p.StateNullsAreValues,
+	}
 	var err error
 	if p.Metadata != nil {
 		if req.Metadata, err = toStruct(p.Metadata); err != nil {

@@ -43,6 +43,12 @@ type Event struct {
 	// StateDelta is the state change the event carried (without "temp:"
 	// keys); nil when none.
 	StateDelta map[string]any `json:"state_delta,omitempty"`
+	// StateRemovals are the state keys the event deleted before its delta
+	// applied; nil when none.
+	StateRemovals []string `json:"state_removals,omitempty"`
+	// StateNullsAreValues is true when the delta's nils were stored as
+	// values rather than deleting their keys.
+	StateNullsAreValues bool `json:"state_nulls_are_values,omitempty"`
 }
 
 // EventInput is an event as a client submits it.
@@ -63,8 +69,14 @@ type EventInput struct {
 	// StateDelta is optional: state changes applied atomically with the
 	// append. "app:<key>" goes to the app-wide state, "user:<key>" to the
 	// user's, "temp:<key>" is never stored, other keys to the session's; a
-	// nil value deletes the key.
+	// nil value deletes the key, unless StateNullsAreValues.
 	StateDelta map[string]any
+	// StateRemovals is optional: state keys deleted with the append, before
+	// StateDelta applies.
+	StateRemovals []string
+	// StateNullsAreValues stores StateDelta's nil values as values (ADK's
+	// meaning) instead of deleting their keys.
+	StateNullsAreValues bool
 }
 
 // toValue converts any JSON-encodable Go value to a protobuf Value.
@@ -145,10 +157,12 @@ func toEventInput(in EventInput) (*engramv1.EventInput, error) {
 		id = uuid.NewString()
 	}
 	out := &engramv1.EventInput{
-		EventId:   id,
-		EventType: in.EventType,
-		Content:   content,
-		Metadata:  md,
+		EventId:             id,
+		EventType:           in.EventType,
+		Content:             content,
+		Metadata:            md,
+		StateRemovals:       in.StateRemovals,
+		StateNullsAreValues: in.StateNullsAreValues,
 	}
 	if !in.Timestamp.IsZero() {
 		out.Timestamp = timestamppb.New(in.Timestamp)
@@ -163,14 +177,16 @@ func toEventInput(in EventInput) (*engramv1.EventInput, error) {
 
 func fromEvent(e *engramv1.Event) Event {
 	return Event{
-		Seq:        e.GetSeq(),
-		EventID:    e.GetEventId(),
-		EventType:  e.GetEventType(),
-		Content:    fromValue(e.GetContent()),
-		Metadata:   fromStruct(e.GetMetadata()),
-		Timestamp:  fromTimestamp(e.GetTimestamp()),
-		SessionID:  e.GetSessionId(),
-		StateDelta: stateDeltaOf(e.GetStateDelta()),
+		Seq:                 e.GetSeq(),
+		EventID:             e.GetEventId(),
+		EventType:           e.GetEventType(),
+		Content:             fromValue(e.GetContent()),
+		Metadata:            fromStruct(e.GetMetadata()),
+		Timestamp:           fromTimestamp(e.GetTimestamp()),
+		SessionID:           e.GetSessionId(),
+		StateDelta:          stateDeltaOf(e.GetStateDelta()),
+		StateRemovals:       e.GetStateRemovals(),
+		StateNullsAreValues: e.GetStateNullsAreValues(),
 	}
 }
 

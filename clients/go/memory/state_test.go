@@ -47,3 +47,29 @@ func TestSessionState(t *testing.T) {
 		t.Fatalf("CurrentVersion: %d, %v", current, ok)
 	}
 }
+
+func TestStateRemovalsAndNullValues(t *testing.T) {
+	ctx := testCtx(t)
+	c := memory.New(mainServer.URL)
+	id := uniq(t, "s")
+	must[*memory.Session](t)(c.CreateSession(ctx, memory.CreateSessionParams{SessionID: id, AppName: uniq(t, "app"), UserID: "ada"}))
+
+	ev := must[memory.Event](t)(c.AddEvent(ctx, id, memory.EventInput{
+		EventType:           "agent_response",
+		StateDelta:          map[string]any{"kept": nil, "gone": 1},
+		StateNullsAreValues: true,
+	}))
+	if !ev.StateNullsAreValues {
+		t.Fatalf("the event lost StateNullsAreValues: %+v", ev)
+	}
+	ev = must[memory.Event](t)(c.AddEvent(ctx, id, memory.EventInput{EventType: "agent_response", StateRemovals: []string{"gone"}}))
+	if !reflect.DeepEqual(ev.StateRemovals, []string{"gone"}) {
+		t.Fatalf("event removals: %v", ev.StateRemovals)
+	}
+	s := must[*memory.Session](t)(c.UpdateSession(ctx, id, memory.UpdateSessionParams{
+		StateDelta: map[string]any{"also": nil}, StateNullsAreValues: true,
+	}))
+	if want := map[string]any{"kept": nil, "also": nil}; !reflect.DeepEqual(s.State, want) {
+		t.Fatalf("state: %v, want %v", s.State, want)
+	}
+}

@@ -375,13 +375,19 @@ async def test_a_session_stored_under_its_adk_id_before_namespacing_is_still_use
     assert await service.get_session(app_name=app, user_id="u", session_id=legacy_id) is None
 
 
-async def test_a_none_in_a_state_delta_deletes_the_key(service: EngramSessionService, app: str) -> None:
-    # ADK stores None; Engram's state delta (a protobuf Struct) spends null on deletion, and
-    # this bridge cannot say "set to null" through it (see the README).
-    session = await service.create_session(app_name=app, user_id="u", state={"k": 1})
-    await service.append_event(session, _event(actions=EventActions(state_delta={"k": None})))
+async def test_a_none_in_a_state_delta_is_stored_as_none(
+    service: EngramSessionService, app: str, client: EngramClient
+) -> None:
+    session = await service.create_session(app_name=app, user_id="u", state={"k": 1, "made": None})
+    delta = {"k": None, "user:u": None, "app:a": None}
+    await service.append_event(session, _event(actions=EventActions(state_delta=delta)))
+    assert session.state == {"k": None, "made": None, "user:u": None, "app:a": None}
     got = await service.get_session(app_name=app, user_id="u", session_id=session.id)
-    assert got is not None and "k" not in got.state
+    assert got is not None and got.state == {"k": None, "made": None, "user:u": None, "app:a": None}
+    assert got.events[-1].actions.state_delta == delta
+    # Other clients read the event with its nulls and the flag saying they are values.
+    stored = (await client.get_session_events(engram_session_id(app, "u", session.id))).events[-1]
+    assert stored.state_delta == delta and stored.state_nulls_are_values
 
 
 async def test_re_adding_an_event_with_edited_text_updates_its_memory(

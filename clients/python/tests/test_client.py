@@ -149,6 +149,27 @@ async def test_session_state(client: EngramClient, sid: str) -> None:
     ]
 
 
+async def test_state_removals_and_none_as_a_value(client: EngramClient, sid: str) -> None:
+    await client.create_session(f"state-{sid}", "ada", sid)
+    e = await client.add_event(
+        sid, "agent_response", "ok", state_delta={"kept": None, "gone": 1}, state_nulls_are_values=True
+    )
+    assert e.state_delta == {"kept": None, "gone": 1} and e.state_nulls_are_values and e.state_removals is None
+    [removed] = await client.add_events(sid, [{"event_type": "agent_response", "state_removals": ["gone"]}])
+    assert removed.state_removals == ["gone"] and not removed.state_nulls_are_values
+    s = await client.update_session(sid, state_delta={"also": None}, state_nulls_are_values=True)
+    assert s.state == {"kept": None, "also": None}
+    s = await client.update_session(sid, state_removals=("kept",))
+    assert s.state == {"also": None}
+    events = (await client.get_session_events(sid)).events
+    assert [(ev.state_removals, ev.state_nulls_are_values) for ev in events] == [(None, True), (["gone"], False)]
+    with pytest.raises(InvalidArgumentError) as twice:
+        await client.update_session(sid, state_removals=["a", "a"])
+    assert twice.value.field == "state_removals[1]"
+    with pytest.raises(TypeError, match=r"state_removals\[0\]: expected str"):
+        await client.update_session(sid, state_removals=[1])  # type: ignore[list-item]
+
+
 async def test_error_codes(client: EngramClient, sid: str) -> None:
     await client.create_session("app", "user", sid)
     with pytest.raises(AlreadyExistsError) as exists:

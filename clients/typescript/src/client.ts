@@ -95,6 +95,10 @@ export interface AddEventOptions extends CallOptions {
   timestamp?: Date;
   /** State changes applied with the append (see EventInput.stateDelta). */
   stateDelta?: JsonObject;
+  /** State keys deleted with the append (see EventInput.stateRemovals). */
+  stateRemovals?: string[];
+  /** Store stateDelta's nulls as values (see EventInput.stateNullsAreValues). */
+  stateNullsAreValues?: boolean;
 }
 
 /** Options of cleanupOldSessions. */
@@ -297,7 +301,14 @@ export class MemoryClient {
     const expectedVersion =
       update.expectedVersion === undefined ? undefined : toSeq(update.expectedVersion, "expectedVersion");
     const res = await this.rpc.updateSession(
-      { sessionId, metadata: update.metadata, stateDelta: update.stateDelta, expectedVersion },
+      {
+        sessionId,
+        metadata: update.metadata,
+        stateDelta: update.stateDelta,
+        stateRemovals: update.stateRemovals,
+        stateNullsAreValues: update.stateNullsAreValues,
+        expectedVersion,
+      },
       opts,
     );
     return toSession(res.session);
@@ -342,6 +353,8 @@ export class MemoryClient {
     if (opts.eventId !== undefined) input.eventId = opts.eventId;
     if (opts.timestamp !== undefined) input.timestamp = opts.timestamp;
     if (opts.stateDelta !== undefined) input.stateDelta = opts.stateDelta;
+    if (opts.stateRemovals !== undefined) input.stateRemovals = opts.stateRemovals;
+    if (opts.stateNullsAreValues !== undefined) input.stateNullsAreValues = opts.stateNullsAreValues;
     const event = fromEventInput(input); // assigns an event_id, so a retry is idempotent
     const expectedSeq = opts.expectedSeq === undefined ? undefined : toSeq(opts.expectedSeq, "expectedSeq");
     const call = () => this.rpc.addEvent({ sessionId, event, expectedSeq }, opts);

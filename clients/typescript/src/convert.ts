@@ -73,6 +73,8 @@ export function toEvent(e: pb.Event | undefined): MemoryEvent {
     seq: toNumber(e.seq, "seq"),
     sessionId: e.sessionId,
     ...(e.stateDelta && { stateDelta: e.stateDelta }),
+    ...(e.stateRemovals.length > 0 && { stateRemovals: e.stateRemovals }),
+    ...(e.stateNullsAreValues && { stateNullsAreValues: true }),
   };
 }
 
@@ -85,6 +87,8 @@ export function fromEventInput(e: EventInput): pb.EventInput {
     metadata: e.metadata as JsonObject | undefined,
     timestamp: e.timestamp ? timestampFromDate(e.timestamp) : undefined,
     stateDelta: e.stateDelta,
+    stateRemovals: e.stateRemovals,
+    stateNullsAreValues: e.stateNullsAreValues,
   });
 }
 

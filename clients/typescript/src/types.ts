@@ -35,8 +35,12 @@ export interface Session {
 export interface SessionUpdate {
   /** Replaces the metadata. */
   metadata?: JsonObject;
-  /** State changes ("app:" / "user:" / "temp:" keys as for an event's stateDelta; null deletes a key). */
+  /** State changes ("app:" / "user:" / "temp:" keys as for an event's stateDelta; null deletes a key unless stateNullsAreValues). */
   stateDelta?: JsonObject;
+  /** Keys to delete before stateDelta applies (named as stateDelta's keys). */
+  stateRemovals?: string[];
+  /** Store stateDelta's nulls as values (ADK's contract) instead of deleting their keys. */
+  stateNullsAreValues?: boolean;
   /** Only when the session's version equals this; otherwise FAILED_PRECONDITION. */
   expectedVersion?: number | bigint;
 }
@@ -54,6 +58,10 @@ export interface MemoryEvent {
   sessionId: string;
   /** The state changes the event carried (without "temp:" keys); absent when none. */
   stateDelta?: JsonObject;
+  /** The state keys the event deleted (without "temp:" keys); absent when none. */
+  stateRemovals?: string[];
+  /** True when stateDelta's nulls were stored as values; absent otherwise. */
+  stateNullsAreValues?: boolean;
 }
 
 /** An event to append. */
@@ -72,9 +80,14 @@ export interface EventInput {
   /**
    * State changes applied atomically with the append: "app:<key>" to the
    * app-wide state, "user:<key>" to the user's, "temp:<key>" never stored,
-   * other keys to the session's; a null value deletes the key.
+   * other keys to the session's; a null value deletes the key, unless
+   * stateNullsAreValues.
    */
   stateDelta?: JsonObject;
+  /** Keys to delete with the append, before stateDelta applies (named as stateDelta's keys). */
+  stateRemovals?: string[];
+  /** Store stateDelta's nulls as values (ADK's contract) instead of deleting their keys. */
+  stateNullsAreValues?: boolean;
 }
 
 /** One part of a multi-part message, in the OpenAI chat-completions shape. */

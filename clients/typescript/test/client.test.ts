@@ -45,6 +45,20 @@ describe.each<[Protocol]>([["grpc"], ["connect"]])("MemoryClient over %s", (prot
     expect(currentVersionOf(stale)).toBe(3);
   });
 
+  it("stores null as a value when asked, and removes keys by stateRemovals", async () => {
+    const sessionId = await client.createSession(id("nulls-app"), "ada");
+    const kept = await client.addEvent(sessionId, "agent_response", "ok", undefined, {
+      stateDelta: { kept: null, gone: 1 },
+      stateNullsAreValues: true,
+    });
+    expect(kept).toMatchObject({ stateDelta: { kept: null, gone: 1 }, stateNullsAreValues: true });
+    const [removed] = await client.addEvents(sessionId, [{ eventType: "agent_response", stateRemovals: ["gone"] }]);
+    expect(removed.stateRemovals).toEqual(["gone"]);
+    expect(removed.stateNullsAreValues).toBeUndefined();
+    const updated = await client.updateSession(sessionId, { stateDelta: { also: null }, stateNullsAreValues: true });
+    expect(updated.state).toEqual({ kept: null, also: null });
+  });
+
   it("creates, gets, lists and deletes sessions", async () => {
     const generated = await client.createSession("app-x", "alice");
     expect(generated).toMatch(/^[!-~]{1,128}$/);

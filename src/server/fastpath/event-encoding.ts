@@ -25,6 +25,8 @@ const TIMESTAMP = (5 << 3) | 2;
 const SEQ = (6 << 3) | 0;
 const SESSION_ID = (7 << 3) | 2;
 const STATE_DELTA = (8 << 3) | 2;
+const STATE_REMOVALS = (9 << 3) | 2;
+const STATE_NULLS_ARE_VALUES = (10 << 3) | 0;
 const VALUE_NULL = (1 << 3) | 0;
 const VALUE_NUMBER = (2 << 3) | 1;
 const VALUE_STRING = (3 << 3) | 2;
@@ -328,6 +330,8 @@ export function encodeEvent(event: Event): Buffer {
   if (seq !== 0) n += 1 + varintSize(seq);
   if (event.sessionId !== "") n += 1 + delimited(sizes.text(event.sessionId));
   if (event.stateDelta !== undefined) n += 1 + delimited(sizes.jsonStruct(event.stateDelta));
+  for (const key of event.stateRemovals) n += 1 + delimited(sizes.text(key));
+  if (event.stateNullsAreValues) n += 2;
 
   const w = new Writer(Buffer.allocUnsafe(n), sizes.lengths);
   if (event.eventId !== "") {
@@ -361,6 +365,14 @@ export function encodeEvent(event: Event): Buffer {
   if (event.stateDelta !== undefined) {
     w.byte(STATE_DELTA);
     w.jsonStruct(event.stateDelta);
+  }
+  for (const key of event.stateRemovals) {
+    w.byte(STATE_REMOVALS);
+    w.text(key);
+  }
+  if (event.stateNullsAreValues) {
+    w.byte(STATE_NULLS_ARE_VALUES);
+    w.byte(1);
   }
   if (w.pos !== n) throw new Error(`event encoding wrote ${w.pos} of ${n} bytes`);
   return w.buf;

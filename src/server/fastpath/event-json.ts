@@ -138,6 +138,7 @@ function eventJsonUncached(e: Event): string {
   if (e.timestamp !== undefined) out += `,"timestamp":${timestampJson(e.timestamp)}`;
   out += `,"seq":"${e.seq}","session_id":${quote(e.sessionId)}`;
   if (e.stateDelta !== undefined) out += `,"state_delta":${plainJson(e.stateDelta)}`;
+  out += `,"state_removals":[${e.stateRemovals.map((key) => quote(key)).join(",")}],"state_nulls_are_values":${e.stateNullsAreValues}`;
   return out + "}";
 }
 

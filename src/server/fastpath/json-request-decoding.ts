@@ -90,12 +90,22 @@ const EVENT_INPUT_KEYS = new Set([
   "metadata",
   "state_delta",
   "stateDelta",
+  "state_removals",
+  "stateRemovals",
+  "state_nulls_are_values",
+  "stateNullsAreValues",
 ]);
 
 function eventInput(json: JsonValue): EventInput {
   if (!isObject(json)) throw NOT_FAST;
   onlyKnownKeys(json, EVENT_INPUT_KEYS);
-  const event: EventInput = { $typeName: "engram.v1.EventInput", eventId: "", eventType: "" };
+  const event: EventInput = {
+    $typeName: "engram.v1.EventInput",
+    eventId: "",
+    eventType: "",
+    stateRemovals: [],
+    stateNullsAreValues: false,
+  };
   const eventId = field(json, "event_id", "eventId");
   if (eventId !== undefined) event.eventId = text(eventId);
   const eventType = field(json, "event_type", "eventType");
@@ -109,6 +119,16 @@ function eventInput(json: JsonValue): EventInput {
   if (metadata !== undefined) event.metadata = struct(metadata);
   const stateDelta = field(json, "state_delta", "stateDelta");
   if (stateDelta !== undefined) event.stateDelta = struct(stateDelta);
+  const stateRemovals = field(json, "state_removals", "stateRemovals");
+  if (stateRemovals !== undefined) {
+    if (!Array.isArray(stateRemovals)) throw NOT_FAST;
+    event.stateRemovals = stateRemovals.map(text);
+  }
+  const nullsAreValues = field(json, "state_nulls_are_values", "stateNullsAreValues");
+  if (nullsAreValues !== undefined) {
+    if (typeof nullsAreValues !== "boolean") throw NOT_FAST;
+    event.stateNullsAreValues = nullsAreValues;
+  }
   return event;
 }
 

@@ -192,13 +192,20 @@ function valueToLocal(v: Value): JsonValue {
 
 function eventInput(reader: BinaryReader): EventInput {
   const end = reader.uint32() + reader.pos;
-  const event: EventInput = { $typeName: "engram.v1.EventInput", eventId: "", eventType: "" };
+  const event: EventInput = {
+    $typeName: "engram.v1.EventInput",
+    eventId: "",
+    eventType: "",
+    stateRemovals: [],
+    stateNullsAreValues: false,
+  };
   let seen = 0;
   while (reader.pos < end) {
     const t = tag(reader);
     const no = t >>> 3;
     const wireType = t & 7;
-    seen = once(seen, no);
+    // state_removals (7) is repeated: each key comes as a field of its own.
+    if (no !== 7) seen = once(seen, no);
     switch (no) {
       case 1:
         event.eventId = text(reader, wireType);
@@ -221,6 +228,13 @@ function eventInput(reader: BinaryReader): EventInput {
       case 6:
         expect(wireType, WireType.LengthDelimited);
         event.stateDelta = structFields(reader, 1, jsonValue) as JsonObject;
+        break;
+      case 7:
+        event.stateRemovals.push(text(reader, wireType));
+        break;
+      case 8:
+        expect(wireType, WireType.Varint);
+        event.stateNullsAreValues = reader.bool();
         break;
       default:
         throw NOT_FAST;

@@ -65,8 +65,14 @@ const sessionId = () => z.string().describe("The session's id.");
 const jsonObject = () => z.record(z.string(), z.json());
 const stateDelta = () =>
   jsonObject().describe(
-    'State changes: "key" sets the session\'s state, "user:key" the user\'s (shared by their sessions), "app:key" the app\'s; "temp:key" is never stored; null deletes a key.',
+    'State changes: "key" sets the session\'s state, "user:key" the user\'s (shared by their sessions), "app:key" the app\'s; "temp:key" is never stored; null deletes a key, unless state_nulls_are_values.',
   );
+const stateRemovals = () =>
+  z
+    .array(z.string())
+    .describe('State keys to delete before state_delta applies, prefixed as in state_delta ("user:key", "app:key").');
+const stateNullsAreValues = () =>
+  z.boolean().describe("When true, a null in state_delta is stored as the key's value instead of deleting the key.");
 const scopeMatch = () =>
   z
     .enum(["visible", "within", "exact"])
@@ -138,6 +144,8 @@ export const ENGRAM_TOOLS: readonly EngramTool[] = [
     input: z.strictObject({
       session_id: sessionId(),
       state_delta: stateDelta().optional(),
+      state_removals: stateRemovals().optional(),
+      state_nulls_are_values: stateNullsAreValues().optional(),
       metadata: jsonObject().optional().describe("Replaces the session's metadata."),
       expected_version: seq()
         .optional()
@@ -185,6 +193,8 @@ export const ENGRAM_TOOLS: readonly EngramTool[] = [
               .optional()
               .describe("An idempotency key: an event id already stored is not stored twice."),
             state_delta: stateDelta().optional(),
+            state_removals: stateRemovals().optional(),
+            state_nulls_are_values: stateNullsAreValues().optional(),
           }),
         )
         .min(1)

@@ -13,11 +13,11 @@ import {
 } from "@engram-memory/client/gen/engram/v1/memory_pb.js";
 import { MemoryError } from "../../errors.js";
 import { mergeState } from "../../store/state.js";
-import type { JsonObject, MemoryStore, SessionRecord, SharedState, StoreCall } from "../../store/types.js";
+import type { MemoryStore, SessionRecord, SharedState, StateChange, StoreCall } from "../../store/types.js";
 import type { CallContext } from "../call-context.js";
 import { toWireSession } from "../convert.js";
 import { checkJson, requireId, seqNumber } from "../validation.js";
-import { parseStateDelta } from "./validation.js";
+import { parseStateChange, type WireStateChange } from "./validation.js";
 
 /** Serves session state for the memory service. */
 export class SessionStateService {
@@ -26,20 +26,20 @@ export class SessionStateService {
     private readonly maxJsonDepth: number,
   ) {}
 
-  /** The delta an event input carries, ready for the store (see parseStateDelta). */
-  eventDelta(field: string, delta: JsonObject | undefined): JsonObject | undefined {
-    return parseStateDelta(`${field}.state_delta`, delta, this.maxJsonDepth);
+  /** The state change an event input carries, ready for the store (see parseStateChange). */
+  eventChange(field: string, input: WireStateChange): StateChange {
+    return parseStateChange(`${field}.`, input, this.maxJsonDepth);
   }
 
   async updateSession(req: UpdateSessionRequest, call?: CallContext): Promise<UpdateSessionResponse> {
     const sessionId = requireId("session_id", req.sessionId);
     if (req.metadata) checkJson("metadata", req.metadata, this.maxJsonDepth);
-    const stateDelta = parseStateDelta("state_delta", req.stateDelta, this.maxJsonDepth);
+    const change = parseStateChange("", req, this.maxJsonDepth);
     const expectedVersion =
       req.expectedVersion === undefined ? undefined : seqNumber("expected_version", req.expectedVersion);
     const record = await this.store.updateSession(
       sessionId,
-      { metadata: req.metadata, stateDelta, expectedVersion, now: Date.now() },
+      { metadata: req.metadata, ...change, expectedVersion, now: Date.now() },
       call,
     );
     return create(UpdateSessionResponseSchema, { session: await this.wireSession(record, call) });

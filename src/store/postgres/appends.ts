@@ -8,7 +8,7 @@
  */
 import { seqConflict, sessionNotFound } from "../../errors.js";
 import { appEventCaps, dedupeWindow, duplicateEventId } from "../rules.js";
-import { addChanges, noChanges, splitStateDelta } from "../state.js";
+import { addChanges, hasStateChange, noChanges, splitStateChange } from "../state.js";
 import type { AppendResult, JsonObject, JsonValue, NewEvent, StoreCall, StoredEvent, StoreLimits } from "../types.js";
 import { type PostgresDatabase, timeLeft } from "./database.js";
 import { isUnavailable } from "./error-mapping.js";
@@ -115,7 +115,7 @@ export class Appends {
       expectedSeq,
       incarnation: call?.expectedIncarnation,
     };
-    if (events.some((e) => e.stateDelta)) return this.appendWithState(request, call);
+    if (events.some(hasStateChange)) return this.appendWithState(request, call);
     // Keyed by session: append_many_checked takes each session at most once per batch.
     return this.batches.submit(request, bytes, call?.deadline, sessionId);
   }
@@ -173,22 +173,27 @@ export class Appends {
         .rows;
       const result = this.appendOutcome(request, rows, false);
       if (result.replayed) return result;
-      const changes = splitStateDelta(undefined);
+      const changes = splitStateChange(undefined);
       const seqs: number[] = [];
-      const deltas: string[] = [];
+      const deltas: Array<string | null> = [];
+      const removals: Array<string | null> = [];
+      const nullsAreValues: boolean[] = [];
       request.events.forEach((e, i) => {
         const stored = result.events[i];
         // A retry in the batch answers its original, whose id is the same but which was stored before.
-        if (!e.stateDelta || rows.some((row) => row.status === null && row.event_id === e.eventId)) return;
-        addChanges(changes, splitStateDelta(e.stateDelta));
+        if (!hasStateChange(e) || rows.some((row) => row.status === null && row.event_id === e.eventId)) return;
+        addChanges(changes, splitStateChange(e));
         seqs.push(stored.seq);
-        deltas.push(JSON.stringify(e.stateDelta));
+        deltas.push(e.stateDelta ? JSON.stringify(e.stateDelta) : null);
+        removals.push(e.stateRemovals ? JSON.stringify(e.stateRemovals) : null);
+        nullsAreValues.push(!!e.stateNullsAreValues);
       });
       if (!noChanges(changes)) {
         const { rows: sessions } = await client.query<SessionRow>(sql.selectSession, [request.sessionId]);
         await writeState(client, sql, toSession(sessions[0]), changes);
       }
-      if (seqs.length > 0) await client.query(sql.setStateDeltas, [request.sessionId, seqs, deltas]);
+      if (seqs.length > 0)
+        await client.query(sql.setStateDeltas, [request.sessionId, seqs, deltas, removals, nullsAreValues]);
       // Counted here, not in appendOutcome: a state refused above rolls the trim back with the append.
       this.eventsTrimmed += Number(rows[rows.length - 1].trimmed ?? 0);
       return result;

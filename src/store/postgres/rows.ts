@@ -1,13 +1,13 @@
 /** The sessions driver's rows as PostgreSQL returns them, and as records. */
 import { eventFingerprint } from "../fingerprint.js";
+import { copyStateChange } from "../state.js";
 import type { JsonObject, JsonValue, NewEvent, SessionRecord, StoredEvent } from "../types.js";
 
 /** ISO 8601 in UTC: PostgreSQL parses it exactly, whatever the session's TimeZone. */
 export const iso = (epochMs: number) => new Date(epochMs).toISOString();
 
 /** Payload identity of a submitted event; generated ids carry none, so compute it. */
-export const fingerprintOf = (e: NewEvent) =>
-  e.fingerprint || eventFingerprint(e.eventType, e.content, e.metadata, e.stateDelta);
+export const fingerprintOf = (e: NewEvent) => e.fingerprint || eventFingerprint(e.eventType, e.content, e.metadata, e);
 
 export interface SessionRow {
   session_id: string;
@@ -33,6 +33,9 @@ export interface EventRow {
   fingerprint?: string;
   /** Absent from append_many_retained's rows (the retry's own delta stands in: same fingerprint, same delta). */
   state_delta?: JsonObject | null;
+  /** As state_delta: absent from append_many_retained's rows. */
+  state_removals?: string[] | null;
+  state_nulls_are_values?: boolean | null;
 }
 
 export function toSession(row: SessionRow): SessionRecord {
@@ -62,15 +65,15 @@ export function toEvent(sessionId: string, row: EventRow): StoredEvent {
     timestamp: Number(row.ts_ms),
   };
   if (row.state_delta) event.stateDelta = row.state_delta;
+  if (row.state_removals) event.stateRemovals = row.state_removals;
+  if (row.state_nulls_are_values) event.stateNullsAreValues = true;
   return event;
 }
 
 /** A submitted event as stored at `seq`. */
 export function storedAs(sessionId: string, seq: number, submitted: NewEvent): StoredEvent {
-  const { eventId, eventType, content, metadata, timestamp, stateDelta } = submitted;
-  const event: StoredEvent = { sessionId, seq, eventId, eventType, content, metadata, timestamp };
-  if (stateDelta) event.stateDelta = stateDelta;
-  return event;
+  const { eventId, eventType, content, metadata, timestamp } = submitted;
+  return copyStateChange<StoredEvent>({ sessionId, seq, eventId, eventType, content, metadata, timestamp }, submitted);
 }
 
 /**
@@ -80,7 +83,5 @@ export function storedAs(sessionId: string, seq: number, submitted: NewEvent): S
  */
 export function retried(sessionId: string, submitted: NewEvent, original: EventRow): StoredEvent {
   if (original.event_type === null) return storedAs(sessionId, Number(original.seq), submitted);
-  const event = toEvent(sessionId, original);
-  if (submitted.stateDelta) event.stateDelta = submitted.stateDelta;
-  return event;
+  return copyStateChange(toEvent(sessionId, original), submitted);
 }

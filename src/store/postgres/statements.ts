@@ -22,7 +22,7 @@ export const ADVISORY_LOCK = "SELECT pg_advisory_xact_lock(hashtextextended($1, 
 /** Epoch milliseconds of a timestamptz column, exact (extract returns numeric). */
 const ms = (column: string) => `(extract(epoch from ${column}) * 1000)::bigint`;
 const SESSION_COLUMNS = `session_id, app_name, user_id, metadata, ${ms("created_at")} AS created_ms, ${ms("updated_at")} AS updated_ms, head_seq, first_seq, incarnation, state, version`;
-const EVENT_COLUMNS = `seq, event_id, event_type, content, metadata, ${ms('"timestamp"')} AS ts_ms, state_delta`;
+const EVENT_COLUMNS = `seq, event_id, event_type, content, metadata, ${ms('"timestamp"')} AS ts_ms, state_delta, state_removals, state_nulls_are_values`;
 
 /**
  * One statement deleting the chosen sessions (events go by cascade),
@@ -167,8 +167,10 @@ export function sessionStatements(s: string, batches: { cleanup: number; eraseSe
     lockAppState: `SELECT state FROM ${s}.app_state WHERE app_name = $1 FOR UPDATE`,
     updateAppState: `UPDATE ${s}.app_state SET state = $2 WHERE app_name = $1`,
     updateSessionState: `UPDATE ${s}.sessions SET state = $2, version = version + 1 WHERE session_id = $1`,
-    setStateDeltas: `UPDATE ${s}.events e SET state_delta = d.delta::jsonb
-      FROM unnest($2::bigint[], $3::text[]) AS d(seq, delta) WHERE e.session_id = $1 AND e.seq = d.seq`,
+    setStateDeltas: `UPDATE ${s}.events e SET state_delta = d.delta::jsonb, state_removals = d.removals::jsonb,
+      state_nulls_are_values = d.nulls_are_values
+      FROM unnest($2::bigint[], $3::text[], $4::text[], $5::boolean[]) AS d(seq, delta, removals, nulls_are_values)
+      WHERE e.session_id = $1 AND e.seq = d.seq`,
     /** append_many_checked (functions.sql). */
     appendBatch: `SELECT * FROM ${s}.append_many_checked($1::text[], $2::bigint[], $3::int[], $4::text[], $5::text[], $6::text[], $7::text[], $8::timestamptz[], $9::text[], $10, $11::text[], $12::bigint[], $13, $14, $15, $16, $17, $18, $19, $20::timestamptz, $21::text[])`,
     startErasure: `INSERT INTO ${s}.erasures (app_name, user_id, token) VALUES ($1, $2, $3)

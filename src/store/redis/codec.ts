@@ -7,12 +7,15 @@
  *   frame           "<byte length>:<bytes>"
  *   encoded event   frame(event type) frame(event id) JSON [timestamp, content, metadata]
  *                   or [timestamp, content, metadata, state delta] for an event carrying one
- *                   (a release before session state reads the first three and ignores it)
+ *                   (a release before session state reads the first three and ignores it),
+ *                   or [timestamp, content, metadata, state delta or null, removals,
+ *                   nulls are values] for an event carrying removals or storing nulls
+ *                   (a release before removals reads the first four and ignores them)
  *   state entry     hash field "st:<key>" -> value JSON (scripts/includes/state.lua)
  */
 import { LRUCache } from "lru-cache";
-import { splitStateDelta } from "../state.js";
-import type { JsonObject, JsonValue, NewEvent, SessionRecord, StoredEvent } from "../types.js";
+import { copyStateChange, splitStateChange } from "../state.js";
+import type { JsonObject, JsonValue, NewEvent, SessionRecord, StateChange, StoredEvent } from "../types.js";
 
 /** "<byte length>:<text>", so Lua can cut fields out of a value without a JSON decoder. */
 export function frame(text: string): string {
@@ -36,7 +39,9 @@ function readFrame(bytes: Buffer, pos: number): { text: string; end: number } | 
 /** Encodes an event for the events hash: type and id framed, then JSON of the rest. */
 export function encodeEvent(e: NewEvent): string {
   const fields: JsonValue[] = [e.timestamp, e.content, e.metadata];
-  if (e.stateDelta) fields.push(e.stateDelta);
+  if (e.stateRemovals || e.stateNullsAreValues)
+    fields.push(e.stateDelta ?? null, e.stateRemovals ?? [], !!e.stateNullsAreValues);
+  else if (e.stateDelta) fields.push(e.stateDelta);
   return frame(e.eventType) + frame(e.eventId) + JSON.stringify(fields);
 }
 
@@ -46,15 +51,14 @@ export function decodeEvent(sessionId: string, seq: number, encoded: string | Bu
   const type = readFrame(bytes, 0);
   const id = type && readFrame(bytes, type.end);
   if (!id) throw new SyntaxError(`malformed stored event ${seq} of session ${JSON.stringify(sessionId)}`);
-  const [timestamp, content, metadata, stateDelta] = JSON.parse(bytes.toString("utf8", id.end)) as [
-    number,
-    JsonValue,
-    JsonObject,
-    JsonObject?,
-  ];
+  const [timestamp, content, metadata, stateDelta, stateRemovals, stateNullsAreValues] = JSON.parse(
+    bytes.toString("utf8", id.end),
+  ) as [number, JsonValue, JsonObject, (JsonObject | null)?, string[]?, boolean?];
   const event: StoredEvent = { sessionId, seq, eventId: id.text, eventType: type.text, content, metadata, timestamp };
-  if (stateDelta) event.stateDelta = stateDelta;
-  return event;
+  const state: StateChange = { stateNullsAreValues };
+  if (stateDelta) state.stateDelta = stateDelta;
+  if (stateRemovals && stateRemovals.length > 0) state.stateRemovals = stateRemovals;
+  return copyStateChange(event, state);
 }
 
 /** Bytes of decoded events DecodedEvents keeps, in all sessions: each event counted as 200 plus twice its stored bytes (what its text took as a UTF-16 string, when the cache held text). */
@@ -185,12 +189,11 @@ export function stateOf(fields: Record<string, string>): JsonObject {
   return state;
 }
 
-/** A state delta as the scripts take it (includes/state.lua): a count, then scope, key and value JSON ("" deletes) per change. */
-export function encodeStateChanges(delta: JsonObject | undefined): Array<string | number> {
+/** A state change as the scripts take it (includes/state.lua): a count, then scope, key and value JSON ("" deletes) per change. */
+export function encodeStateChanges(change: StateChange): Array<string | number> {
   const out: Array<string | number> = [0];
-  if (!delta) return out;
-  for (const [scope, changes] of Object.entries(splitStateDelta(delta))) {
-    for (const [key, value] of changes) out.push(scope[0], key, value === null ? "" : JSON.stringify(value));
+  for (const [scope, changes] of Object.entries(splitStateChange(change))) {
+    for (const [key, value] of changes) out.push(scope[0], key, value === undefined ? "" : JSON.stringify(value));
   }
   out[0] = (out.length - 1) / 3;
   return out;
@@ -225,7 +228,6 @@ export function appendedEvents(
       metadata: e.metadata,
       timestamp: e.timestamp,
     };
-    if (e.stateDelta) event.stateDelta = e.stateDelta;
-    return event;
+    return copyStateChange(event, e);
   });
 }

@@ -15,7 +15,7 @@
  * the one-node guarantees. On one node every method here does nothing.
  */
 import { stateTooLarge } from "../state.js";
-import type { NewEvent } from "../types.js";
+import type { StateChange } from "../types.js";
 import { encodeStateChanges } from "./codec.js";
 import type { RedisConnection } from "./connection.js";
 import type { Bucket, RedisKeys, Tenancy } from "./keys.js";
@@ -41,7 +41,7 @@ export class SharedStateOutbox {
    * changes past a cap before the write that carries them runs
    * (statecheck-2.lua). On one node the write script checks them itself.
    */
-  async check(tenancy: Tenancy, deltas: ReadonlyArray<NewEvent["stateDelta"]>): Promise<void> {
+  async check(tenancy: Tenancy, deltas: readonly StateChange[]): Promise<void> {
     if (!this.keys.clustered) return;
     const changes = sharedChangesOf(deltas);
     if (changes.length === 0) return;
@@ -113,8 +113,8 @@ export class SharedStateOutbox {
   }
 }
 
-/** The user ("u") and app ("a") state changes of some deltas, in order, as [scope, key, value] (encodeStateChanges). */
-function sharedChangesOf(deltas: ReadonlyArray<NewEvent["stateDelta"]>): Array<[string, string, string]> {
+/** The user ("u") and app ("a") state changes of some events or an update, in order, as [scope, key, value] (encodeStateChanges). */
+function sharedChangesOf(deltas: readonly StateChange[]): Array<[string, string, string]> {
   const out: Array<[string, string, string]> = [];
   for (const delta of deltas) {
     const flat = encodeStateChanges(delta);

@@ -8,7 +8,7 @@
  */
 import { eventFingerprint } from "../fingerprint.js";
 import { appEventCaps, dedupeWindow } from "../rules.js";
-import { MAX_STATE_BYTES, MAX_STATE_KEYS } from "../state.js";
+import { hasStateChange, MAX_STATE_BYTES, MAX_STATE_KEYS } from "../state.js";
 import type { CleanupScope, NewEvent, NewSession, SessionUpdate, StoreLimits } from "../types.js";
 import { encodeEvent, encodeStateChanges, fieldsOf } from "./codec.js";
 import {
@@ -196,15 +196,15 @@ function writeAppendArgs(out: ArgWriter, context: ScriptContext, input: AppendIn
       eventId: e.eventId,
       // Generated ids come with fingerprint "": fingerprint them anyway, so a
       // retry naming such an id (or a re-sent command) is recognised as the same event.
-      fingerprint: e.fingerprint || eventFingerprint(e.eventType, e.content, e.metadata, e.stateDelta),
+      fingerprint: e.fingerprint || eventFingerprint(e.eventType, e.content, e.metadata, e),
       timestamp: e.timestamp,
       encoded: encodeEvent(e),
     });
   }
   out.encoded(runs.afterEvents);
   for (const e of events) {
-    if (!e.stateDelta) out.arg(0);
-    else for (const change of encodeStateChanges(e.stateDelta)) out.arg(change);
+    if (!hasStateChange(e)) out.arg(0);
+    else for (const change of encodeStateChanges(e)) out.arg(change);
   }
   writeTemplate(out, runs.tail, { ingestBase: ingestBase ?? "", incarnation });
 }
@@ -331,7 +331,7 @@ export const updateScript: Script<UpdateInput, UpdateOutcome> = {
       update.metadata ? JSON.stringify(update.metadata) : "",
       MAX_STATE_KEYS,
       MAX_STATE_BYTES,
-      ...encodeStateChanges(update.stateDelta),
+      ...encodeStateChanges(update),
       keys.clustered ? recentMemberPrefix(sessionId) : "",
     ];
     if (incarnation !== undefined) args.push(incarnation);

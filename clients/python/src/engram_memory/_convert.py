@@ -220,6 +220,8 @@ def event_from_pb(e: pb.Event) -> MemoryEvent:
         seq=e.seq,
         session_id=e.session_id,
         state_delta=from_struct(e.state_delta) if e.HasField("state_delta") else None,
+        state_removals=list(e.state_removals) or None,
+        state_nulls_are_values=e.state_nulls_are_values,
     )
 
 
@@ -250,6 +252,8 @@ def event_input(
     event_id: str | None = None,
     timestamp: datetime | str | None = None,
     state_delta: Mapping[str, Any] | None = None,
+    state_removals: Iterable[str] | None = None,
+    state_nulls_are_values: bool = False,
 ) -> pb.EventInput:
     # An id assigned here, once, before the first try, is the idempotency key
     # every retry of the append carries: a retry after a lost response then
@@ -266,13 +270,38 @@ def event_input(
         delta = to_struct(state_delta, "state_delta")
         assert delta is not None
         msg.state_delta.CopyFrom(delta)
+    set_state_options(msg, state_removals, state_nulls_are_values)
     return msg
+
+
+def set_state_options(
+    msg: pb.EventInput | pb.UpdateSessionRequest, removals: Iterable[str] | None, nulls_are_values: bool
+) -> None:
+    """Sets state_removals (each key a str, else TypeError naming it) and state_nulls_are_values."""
+    if removals is not None:
+        if isinstance(removals, (str, bytes)):
+            raise TypeError("state_removals: expected an iterable of str, got a single string")
+        keys = list(removals)
+        for i, key in enumerate(keys):
+            if not isinstance(key, str):
+                raise TypeError(f"state_removals[{i}]: expected str, got {type(key).__name__}")
+        msg.state_removals.extend(keys)
+    if not isinstance(nulls_are_values, bool):
+        raise TypeError(f"state_nulls_are_values: expected bool, got {type(nulls_are_values).__name__}")
+    msg.state_nulls_are_values = nulls_are_values
 
 
 def event_input_of(event: EventLike) -> pb.EventInput:
     if isinstance(event, MemoryEvent):
         return event_input(
-            event.event_type, event.content, event.metadata, event.event_id, event.timestamp, event.state_delta
+            event.event_type,
+            event.content,
+            event.metadata,
+            event.event_id,
+            event.timestamp,
+            event.state_delta,
+            event.state_removals,
+            event.state_nulls_are_values,
         )
     if isinstance(event, Mapping):
         if "event_type" not in event:
@@ -284,6 +313,8 @@ def event_input_of(event: EventLike) -> pb.EventInput:
             event.get("event_id"),
             event.get("timestamp"),
             event.get("state_delta"),
+            event.get("state_removals"),
+            bool(event.get("state_nulls_are_values", False)),
         )
     raise TypeError(f"event: expected a MemoryEvent or a mapping, got {type(event).__name__}")
 
@@ -423,6 +454,8 @@ def update_session_request(
     metadata: Mapping[str, Any] | None,
     state_delta: Mapping[str, Any] | None,
     expected_version: int | None,
+    state_removals: Iterable[str] | None = None,
+    state_nulls_are_values: bool = False,
 ) -> pb.UpdateSessionRequest:
     req = message(pb.UpdateSessionRequest, session_id=session_id)
     if metadata is not None:
@@ -433,6 +466,7 @@ def update_session_request(
         delta = to_struct(state_delta, "state_delta")
         assert delta is not None
         req.state_delta.CopyFrom(delta)
+    set_state_options(req, state_removals, state_nulls_are_values)
     if expected_version is not None:
         set_field(req, "expected_version", expected_version)
     return req

@@ -8,7 +8,8 @@ so every field round-trips) and whose event type says who wrote it
 context assembly, streams and other clients see the conversation. State is
 the server's (ADK's model): an event's ``state_delta`` is applied atomically
 with its append, ``app:`` keys are shared by the app, ``user:`` keys by the
-user's sessions, ``temp:`` keys are never stored.
+user's sessions, ``temp:`` keys are never stored, and a ``None`` value is
+stored as ``None`` (every delta is sent with ``state_nulls_are_values``).
 
 :class:`EngramMemoryService` is ADK's long-term memory over Engram's:
 ``add_session_to_memory`` and ``add_events_to_memory`` write each text event
@@ -135,7 +136,9 @@ class EngramSessionService(BaseSessionService):
         if delta:
             updated: pb.UpdateSessionResponse = await self.client._call(
                 self.client.stub.UpdateSession,
-                pb.UpdateSessionRequest(session_id=engram_id, state_delta=cv.to_struct(delta)),
+                pb.UpdateSessionRequest(
+                    session_id=engram_id, state_delta=cv.to_struct(delta), state_nulls_are_values=True
+                ),
             )
             session = updated.session
         return _session_of(session)
@@ -215,6 +218,8 @@ class EngramSessionService(BaseSessionService):
         struct = cv.to_struct(delta) if delta else None
         if struct is not None:
             msg.state_delta.CopyFrom(struct)
+            # ADK stores None as a value; without the flag the server would delete the key.
+            msg.state_nulls_are_values = True
         engram_id = engram_session_id(session.app_name, session.user_id, session.id)
         try:
             await self.client._call(self.client.stub.AddEvent, cv.add_event_request(engram_id, msg, None), retry=True)

@@ -216,14 +216,21 @@ class EngramClient:
         metadata: Mapping[str, Any] | None = None,
         state_delta: Mapping[str, Any] | None = None,
         expected_version: int | None = None,
+        state_removals: Iterable[str] | None = None,
+        state_nulls_are_values: bool = False,
     ) -> SessionInfo:
         """Replaces the metadata and/or applies a state delta; returns the session with its merged state.
 
-        With ``expected_version`` only at that version, else
+        ``state_removals`` deletes keys before the delta applies; with
+        ``state_nulls_are_values`` a None in the delta is stored as the key's
+        value instead of deleting it (ADK's meaning). With
+        ``expected_version`` only at that version, else
         FailedPreconditionError (read the session and try again). Not
         retried on a lost connection: the update may have been applied.
         """
-        req = cv.update_session_request(session_id, metadata, state_delta, expected_version)
+        req = cv.update_session_request(
+            session_id, metadata, state_delta, expected_version, state_removals, state_nulls_are_values
+        )
         resp: pb.UpdateSessionResponse = await self._call(self.stub.UpdateSession, req, retry=False)
         return cv.session_from_pb(resp.session)
 
@@ -247,6 +254,8 @@ class EngramClient:
         timestamp: datetime | str | None = None,
         expected_seq: int | None = None,
         state_delta: Mapping[str, Any] | None = None,
+        state_removals: Iterable[str] | None = None,
+        state_nulls_are_values: bool = False,
     ) -> MemoryEvent:
         """Appends one event and returns it as stored (with its seq).
 
@@ -255,9 +264,13 @@ class EngramClient:
         only succeeds when the session's head seq equals it, else
         FailedPreconditionError with ``current_seq``. ``state_delta`` is
         applied atomically with the append ("app:" keys to the app's state,
-        "user:" keys to the user's, "temp:" keys never stored, None deletes).
+        "user:" keys to the user's, "temp:" keys never stored, None deletes
+        unless ``state_nulls_are_values``, which stores it as the value);
+        ``state_removals`` lists keys deleted before the delta applies.
         """
-        msg = cv.event_input(event_type, content, metadata, event_id, timestamp, state_delta)
+        msg = cv.event_input(
+            event_type, content, metadata, event_id, timestamp, state_delta, state_removals, state_nulls_are_values
+        )
         resp: pb.AddEventResponse = await self._call(
             self.stub.AddEvent, cv.add_event_request(session_id, msg, expected_seq), retry=expected_seq is None
         )

@@ -68,8 +68,12 @@ class MemoryEvent:
     seq: int = 0
     session_id: str = ""
     #: State changes the event carried (ADK's model: "app:", "user:", "temp:"
-    #: prefixes; None deletes a key); None when it carried none.
+    #: prefixes; None deletes a key unless state_nulls_are_values); None when it carried none.
     state_delta: dict[str, Any] | None = None
+    #: State keys the event deleted, before its delta applied; None when none.
+    state_removals: list[str] | None = None
+    #: True when the delta's None values are stored as values (ADK's contract).
+    state_nulls_are_values: bool = False
 
     def __post_init__(self) -> None:
         if isinstance(self.timestamp, str):
@@ -109,6 +113,10 @@ class MemoryEvent:
             out["session_id"] = self.session_id
         if self.state_delta is not None:
             out["state_delta"] = dict(self.state_delta)
+        if self.state_removals is not None:
+            out["state_removals"] = list(self.state_removals)
+        if self.state_nulls_are_values:
+            out["state_nulls_are_values"] = True
         return out
 
     @classmethod
@@ -123,6 +131,8 @@ class MemoryEvent:
             seq=int(data.get("seq") or 0),
             session_id=str(data.get("session_id") or ""),
             state_delta=dict(data["state_delta"]) if data.get("state_delta") is not None else None,
+            state_removals=list(data["state_removals"]) if data.get("state_removals") is not None else None,
+            state_nulls_are_values=bool(data.get("state_nulls_are_values", False)),
         )
 
 

@@ -26,12 +26,27 @@
 //                         "user:<key>" the user's state (shared by every
 //                         session of that app_name and user_id), "temp:<key>"
 //                         is dropped (never stored), any other key the
-//                         session's own state. A null value deletes the key.
+//                         session's own state. A null value deletes the key,
+//                         unless state_nulls_are_values is set.
 //                         At most 64 KiB once serialised, nested at most 64
 //                         levels deep; a state (session, user or app) holds
 //                         at most 1000 keys and 1 MiB, and a change that would
 //                         pass a limit is refused with INVALID_ARGUMENT
 //                         naming the field, changing nothing.
+//   state_removals:       keys to delete, beside state_delta: at most 1000,
+//                         each named as a state_delta key (same prefixes,
+//                         "temp:" keys dropped), none twice, none also in
+//                         state_delta. Removed before state_delta applies.
+//   state_nulls_are_values: opt-in for clients whose framework stores null as
+//                         a value (ADK): when true, a null in state_delta is
+//                         stored as the key's value, and keys are deleted
+//                         only through state_removals. When false (the
+//                         default, and every client written before it) a
+//                         null deletes its key. Kept only when state_delta
+//                         holds a null, the one case where it changes
+//                         anything.
+//   An event's state_delta, state_removals and state_nulls_are_values are all
+//   part of its identity for idempotent retries.
 
 package engramv1
 
@@ -79,7 +94,7 @@ type Session struct {
 	// prefixed "user:". Changed by events' state_delta and UpdateSession.
 	State *structpb.Struct `protobuf:"bytes,10,opt,name=state,proto3" json:"state,omitempty"`
 	// Increases by one with each UpdateSession and each append whose events
-	// carry a non-empty state_delta; 0 until then. UpdateSession's
+	// carry a non-empty state_delta or state_removals; 0 until then. UpdateSession's
 	// expected_version is checked against it.
 	Version       uint64 `protobuf:"varint,11,opt,name=version,proto3" json:"version,omitempty"`
 	unknownFields protoimpl.UnknownFields
@@ -212,9 +227,15 @@ type Event struct {
 	SessionId string `protobuf:"bytes,7,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
 	// The state changes the event carried, without "temp:" keys; absent when
 	// none. Streams and reads return it with the event.
-	StateDelta    *structpb.Struct `protobuf:"bytes,8,opt,name=state_delta,json=stateDelta,proto3" json:"state_delta,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	StateDelta *structpb.Struct `protobuf:"bytes,8,opt,name=state_delta,json=stateDelta,proto3" json:"state_delta,omitempty"`
+	// The state keys the event deleted, without "temp:" keys (see the top of
+	// this file); applied before state_delta.
+	StateRemovals []string `protobuf:"bytes,9,rep,name=state_removals,json=stateRemovals,proto3" json:"state_removals,omitempty"`
+	// True when the nulls of state_delta were stored as values rather than
+	// deleting their keys (see the top of this file).
+	StateNullsAreValues bool `protobuf:"varint,10,opt,name=state_nulls_are_values,json=stateNullsAreValues,proto3" json:"state_nulls_are_values,omitempty"`
+	unknownFields       protoimpl.UnknownFields
+	sizeCache           protoimpl.SizeCache
 }
 
 func (x *Event) Reset() {
@@ -301,6 +322,20 @@ func (x *Event) GetStateDelta() *structpb.Struct {
 		return x.StateDelta
 	}
 	return nil
+}
+
+func (x *Event) GetStateRemovals() []string {
+	if x != nil {
+		return x.StateRemovals
+	}
+	return nil
+}
+
+func (x *Event) GetStateNullsAreValues() bool {
+	if x != nil {
+		return x.StateNullsAreValues
+	}
+	return false
 }
 
 // CreateSessionRequest names the owner of a new session.
@@ -777,15 +812,22 @@ type UpdateSessionRequest struct {
 	SessionId string `protobuf:"bytes,1,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
 	// When set, replaces the session's metadata.
 	Metadata *structpb.Struct `protobuf:"bytes,2,opt,name=metadata,proto3" json:"metadata,omitempty"`
-	// When set, applied as an event's state_delta is (null deletes a key;
-	// "app:", "user:" and "temp:" keys as described at the top of this file).
+	// When set, applied as an event's state_delta is (null deletes a key
+	// unless state_nulls_are_values; "app:", "user:" and "temp:" keys as
+	// described at the top of this file).
 	StateDelta *structpb.Struct `protobuf:"bytes,3,opt,name=state_delta,json=stateDelta,proto3" json:"state_delta,omitempty"`
 	// When set, the update succeeds only if the session's version equals it;
 	// otherwise FAILED_PRECONDITION with the current version in the
 	// "engram-current-version" trailer (and an ErrorInfo VERSION_CONFLICT).
 	ExpectedVersion *uint64 `protobuf:"varint,4,opt,name=expected_version,json=expectedVersion,proto3,oneof" json:"expected_version,omitempty"`
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	// State keys to delete, as an event's state_removals (see the top of this
+	// file); applied before state_delta.
+	StateRemovals []string `protobuf:"bytes,5,rep,name=state_removals,json=stateRemovals,proto3" json:"state_removals,omitempty"`
+	// When true, a null in state_delta is stored as the key's value instead of
+	// deleting the key (see the top of this file).
+	StateNullsAreValues bool `protobuf:"varint,6,opt,name=state_nulls_are_values,json=stateNullsAreValues,proto3" json:"state_nulls_are_values,omitempty"`
+	unknownFields       protoimpl.UnknownFields
+	sizeCache           protoimpl.SizeCache
 }
 
 func (x *UpdateSessionRequest) Reset() {
@@ -844,6 +886,20 @@ func (x *UpdateSessionRequest) GetExpectedVersion() uint64 {
 		return *x.ExpectedVersion
 	}
 	return 0
+}
+
+func (x *UpdateSessionRequest) GetStateRemovals() []string {
+	if x != nil {
+		return x.StateRemovals
+	}
+	return nil
+}
+
+func (x *UpdateSessionRequest) GetStateNullsAreValues() bool {
+	if x != nil {
+		return x.StateNullsAreValues
+	}
+	return false
 }
 
 // UpdateSessionResponse holds the updated session.
@@ -1000,9 +1056,16 @@ type EventInput struct {
 	// Optional state changes applied atomically with the append (see the
 	// state_delta rules at the top of this file; a null value deletes a key).
 	// Part of the event's identity for idempotent retries.
-	StateDelta    *structpb.Struct `protobuf:"bytes,6,opt,name=state_delta,json=stateDelta,proto3" json:"state_delta,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	StateDelta *structpb.Struct `protobuf:"bytes,6,opt,name=state_delta,json=stateDelta,proto3" json:"state_delta,omitempty"`
+	// Optional state keys to delete with the append, before state_delta
+	// applies (see the top of this file). Part of the event's identity.
+	StateRemovals []string `protobuf:"bytes,7,rep,name=state_removals,json=stateRemovals,proto3" json:"state_removals,omitempty"`
+	// When true, a null in state_delta is stored as the key's value instead of
+	// deleting the key (see the top of this file). Part of the event's
+	// identity.
+	StateNullsAreValues bool `protobuf:"varint,8,opt,name=state_nulls_are_values,json=stateNullsAreValues,proto3" json:"state_nulls_are_values,omitempty"`
+	unknownFields       protoimpl.UnknownFields
+	sizeCache           protoimpl.SizeCache
 }
 
 func (x *EventInput) Reset() {
@@ -1075,6 +1138,20 @@ func (x *EventInput) GetStateDelta() *structpb.Struct {
 		return x.StateDelta
 	}
 	return nil
+}
+
+func (x *EventInput) GetStateRemovals() []string {
+	if x != nil {
+		return x.StateRemovals
+	}
+	return nil
+}
+
+func (x *EventInput) GetStateNullsAreValues() bool {
+	if x != nil {
+		return x.StateNullsAreValues
+	}
+	return false
 }
 
 // AddEventRequest appends one event.
@@ -3754,7 +3831,7 @@ const file_engram_v1_memory_proto_rawDesc = "" +
 	"eventCount\x12-\n" +
 	"\x05state\x18\n" +
 	" \x01(\v2\x17.google.protobuf.StructR\x05state\x12\x18\n" +
-	"\aversion\x18\v \x01(\x04R\aversion\"\xcd\x02\n" +
+	"\aversion\x18\v \x01(\x04R\aversion\"\xa9\x03\n" +
 	"\x05Event\x12\x19\n" +
 	"\bevent_id\x18\x01 \x01(\tR\aeventId\x12\x1d\n" +
 	"\n" +
@@ -3766,7 +3843,10 @@ const file_engram_v1_memory_proto_rawDesc = "" +
 	"\n" +
 	"session_id\x18\a \x01(\tR\tsessionId\x128\n" +
 	"\vstate_delta\x18\b \x01(\v2\x17.google.protobuf.StructR\n" +
-	"stateDelta\"\xb2\x01\n" +
+	"stateDelta\x12%\n" +
+	"\x0estate_removals\x18\t \x03(\tR\rstateRemovals\x123\n" +
+	"\x16state_nulls_are_values\x18\n" +
+	" \x01(\bR\x13stateNullsAreValues\"\xb2\x01\n" +
 	"\x14CreateSessionRequest\x12\x19\n" +
 	"\bapp_name\x18\x01 \x01(\tR\aappName\x12\x17\n" +
 	"\auser_id\x18\x02 \x01(\tR\x06userId\x12\"\n" +
@@ -3801,14 +3881,16 @@ const file_engram_v1_memory_proto_rawDesc = "" +
 	"\b_user_id\"n\n" +
 	"\x14ListSessionsResponse\x12.\n" +
 	"\bsessions\x18\x01 \x03(\v2\x12.engram.v1.SessionR\bsessions\x12&\n" +
-	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"\xe9\x01\n" +
+	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"\xc5\x02\n" +
 	"\x14UpdateSessionRequest\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x01 \x01(\tR\tsessionId\x123\n" +
 	"\bmetadata\x18\x02 \x01(\v2\x17.google.protobuf.StructR\bmetadata\x128\n" +
 	"\vstate_delta\x18\x03 \x01(\v2\x17.google.protobuf.StructR\n" +
 	"stateDelta\x12.\n" +
-	"\x10expected_version\x18\x04 \x01(\x04H\x00R\x0fexpectedVersion\x88\x01\x01B\x13\n" +
+	"\x10expected_version\x18\x04 \x01(\x04H\x00R\x0fexpectedVersion\x88\x01\x01\x12%\n" +
+	"\x0estate_removals\x18\x05 \x03(\tR\rstateRemovals\x123\n" +
+	"\x16state_nulls_are_values\x18\x06 \x01(\bR\x13stateNullsAreValuesB\x13\n" +
 	"\x11_expected_version\"E\n" +
 	"\x15UpdateSessionResponse\x12,\n" +
 	"\asession\x18\x01 \x01(\v2\x12.engram.v1.SessionR\asession\"5\n" +
@@ -3816,7 +3898,7 @@ const file_engram_v1_memory_proto_rawDesc = "" +
 	"\n" +
 	"session_id\x18\x01 \x01(\tR\tsessionId\"1\n" +
 	"\x15DeleteSessionResponse\x12\x18\n" +
-	"\adeleted\x18\x01 \x01(\bR\adeleted\"\xa1\x02\n" +
+	"\adeleted\x18\x01 \x01(\bR\adeleted\"\xfd\x02\n" +
 	"\n" +
 	"EventInput\x12\x19\n" +
 	"\bevent_id\x18\x01 \x01(\tR\aeventId\x12\x1d\n" +
@@ -3826,7 +3908,9 @@ const file_engram_v1_memory_proto_rawDesc = "" +
 	"\bmetadata\x18\x04 \x01(\v2\x17.google.protobuf.StructR\bmetadata\x128\n" +
 	"\ttimestamp\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\ttimestamp\x128\n" +
 	"\vstate_delta\x18\x06 \x01(\v2\x17.google.protobuf.StructR\n" +
-	"stateDelta\"\x96\x01\n" +
+	"stateDelta\x12%\n" +
+	"\x0estate_removals\x18\a \x03(\tR\rstateRemovals\x123\n" +
+	"\x16state_nulls_are_values\x18\b \x01(\bR\x13stateNullsAreValues\"\x96\x01\n" +
 	"\x0fAddEventRequest\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x01 \x01(\tR\tsessionId\x12+\n" +

@@ -25,12 +25,27 @@
 //	                      "user:<key>" the user's state (shared by every
 //	                      session of that app_name and user_id), "temp:<key>"
 //	                      is dropped (never stored), any other key the
-//	                      session's own state. A null value deletes the key.
+//	                      session's own state. A null value deletes the key,
+//	                      unless state_nulls_are_values is set.
 //	                      At most 64 KiB once serialised, nested at most 64
 //	                      levels deep; a state (session, user or app) holds
 //	                      at most 1000 keys and 1 MiB, and a change that would
 //	                      pass a limit is refused with INVALID_ARGUMENT
 //	                      naming the field, changing nothing.
+//	state_removals:       keys to delete, beside state_delta: at most 1000,
+//	                      each named as a state_delta key (same prefixes,
+//	                      "temp:" keys dropped), none twice, none also in
+//	                      state_delta. Removed before state_delta applies.
+//	state_nulls_are_values: opt-in for clients whose framework stores null as
+//	                      a value (ADK): when true, a null in state_delta is
+//	                      stored as the key's value, and keys are deleted
+//	                      only through state_removals. When false (the
+//	                      default, and every client written before it) a
+//	                      null deletes its key. Kept only when state_delta
+//	                      holds a null, the one case where it changes
+//	                      anything.
+//	An event's state_delta, state_removals and state_nulls_are_values are all
+//	part of its identity for idempotent retries.
 package engramv1connect
 
 import (

@@ -23,12 +23,27 @@ Identifier rules (violations answer INVALID_ARGUMENT naming the field):
                         "user:<key>" the user's state (shared by every
                         session of that app_name and user_id), "temp:<key>"
                         is dropped (never stored), any other key the
-                        session's own state. A null value deletes the key.
+                        session's own state. A null value deletes the key,
+                        unless state_nulls_are_values is set.
                         At most 64 KiB once serialised, nested at most 64
                         levels deep; a state (session, user or app) holds
                         at most 1000 keys and 1 MiB, and a change that would
                         pass a limit is refused with INVALID_ARGUMENT
                         naming the field, changing nothing.
+  state_removals:       keys to delete, beside state_delta: at most 1000,
+                        each named as a state_delta key (same prefixes,
+                        "temp:" keys dropped), none twice, none also in
+                        state_delta. Removed before state_delta applies.
+  state_nulls_are_values: opt-in for clients whose framework stores null as
+                        a value (ADK): when true, a null in state_delta is
+                        stored as the key's value, and keys are deleted
+                        only through state_removals. When false (the
+                        default, and every client written before it) a
+                        null deletes its key. Kept only when state_delta
+                        holds a null, the one case where it changes
+                        anything.
+  An event's state_delta, state_removals and state_nulls_are_values are all
+  part of its identity for idempotent retries.
 """
 
 from collections import abc as _abc
@@ -81,7 +96,7 @@ class Session(_message.Message):
     """Number of events currently retained."""
     version: _builtins.int
     """Increases by one with each UpdateSession and each append whose events
-    carry a non-empty state_delta; 0 until then. UpdateSession's
+    carry a non-empty state_delta or state_removals; 0 until then. UpdateSession's
     expected_version is checked against it.
     """
     @_builtins.property
@@ -140,6 +155,8 @@ class Event(_message.Message):
     SEQ_FIELD_NUMBER: _builtins.int
     SESSION_ID_FIELD_NUMBER: _builtins.int
     STATE_DELTA_FIELD_NUMBER: _builtins.int
+    STATE_REMOVALS_FIELD_NUMBER: _builtins.int
+    STATE_NULLS_ARE_VALUES_FIELD_NUMBER: _builtins.int
     event_id: _builtins.str
     """Client-supplied idempotency key, or a server-generated UUID."""
     event_type: _builtins.str
@@ -148,6 +165,10 @@ class Event(_message.Message):
     """Position in the session: 1, 2, 3, ... without gaps. Set by the server."""
     session_id: _builtins.str
     """The session holding the event. Set by the server."""
+    state_nulls_are_values: _builtins.bool
+    """True when the nulls of state_delta were stored as values rather than
+    deleting their keys (see the top of this file).
+    """
     @_builtins.property
     def content(self) -> _struct_pb2.Value:
         """Any JSON value."""
@@ -166,6 +187,12 @@ class Event(_message.Message):
         none. Streams and reads return it with the event.
         """
 
+    @_builtins.property
+    def state_removals(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """The state keys the event deleted, without "temp:" keys (see the top of
+        this file); applied before state_delta.
+        """
+
     def __init__(
         self,
         *,
@@ -177,10 +204,12 @@ class Event(_message.Message):
         seq: _builtins.int = ...,
         session_id: _builtins.str = ...,
         state_delta: _struct_pb2.Struct | None = ...,
+        state_removals: _abc.Iterable[_builtins.str] | None = ...,
+        state_nulls_are_values: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["content", b"content", "metadata", b"metadata", "state_delta", b"state_delta", "timestamp", b"timestamp"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["content", b"content", "event_id", b"event_id", "event_type", b"event_type", "metadata", b"metadata", "seq", b"seq", "session_id", b"session_id", "state_delta", b"state_delta", "timestamp", b"timestamp"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["content", b"content", "event_id", b"event_id", "event_type", b"event_type", "metadata", b"metadata", "seq", b"seq", "session_id", b"session_id", "state_delta", b"state_delta", "state_nulls_are_values", b"state_nulls_are_values", "state_removals", b"state_removals", "timestamp", b"timestamp"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -437,6 +466,8 @@ class UpdateSessionRequest(_message.Message):
     METADATA_FIELD_NUMBER: _builtins.int
     STATE_DELTA_FIELD_NUMBER: _builtins.int
     EXPECTED_VERSION_FIELD_NUMBER: _builtins.int
+    STATE_REMOVALS_FIELD_NUMBER: _builtins.int
+    STATE_NULLS_ARE_VALUES_FIELD_NUMBER: _builtins.int
     session_id: _builtins.str
     """Required."""
     expected_version: _builtins.int
@@ -444,14 +475,25 @@ class UpdateSessionRequest(_message.Message):
     otherwise FAILED_PRECONDITION with the current version in the
     "engram-current-version" trailer (and an ErrorInfo VERSION_CONFLICT).
     """
+    state_nulls_are_values: _builtins.bool
+    """When true, a null in state_delta is stored as the key's value instead of
+    deleting the key (see the top of this file).
+    """
     @_builtins.property
     def metadata(self) -> _struct_pb2.Struct:
         """When set, replaces the session's metadata."""
 
     @_builtins.property
     def state_delta(self) -> _struct_pb2.Struct:
-        """When set, applied as an event's state_delta is (null deletes a key;
-        "app:", "user:" and "temp:" keys as described at the top of this file).
+        """When set, applied as an event's state_delta is (null deletes a key
+        unless state_nulls_are_values; "app:", "user:" and "temp:" keys as
+        described at the top of this file).
+        """
+
+    @_builtins.property
+    def state_removals(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """State keys to delete, as an event's state_removals (see the top of this
+        file); applied before state_delta.
         """
 
     def __init__(
@@ -461,10 +503,12 @@ class UpdateSessionRequest(_message.Message):
         metadata: _struct_pb2.Struct | None = ...,
         state_delta: _struct_pb2.Struct | None = ...,
         expected_version: _builtins.int | None = ...,
+        state_removals: _abc.Iterable[_builtins.str] | None = ...,
+        state_nulls_are_values: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["_expected_version", b"_expected_version", "expected_version", b"expected_version", "metadata", b"metadata", "state_delta", b"state_delta"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_expected_version", b"_expected_version", "expected_version", b"expected_version", "metadata", b"metadata", "session_id", b"session_id", "state_delta", b"state_delta"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_expected_version", b"_expected_version", "expected_version", b"expected_version", "metadata", b"metadata", "session_id", b"session_id", "state_delta", b"state_delta", "state_nulls_are_values", b"state_nulls_are_values", "state_removals", b"state_removals"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType__expected_version: _TypeAlias = _typing.Literal["expected_version"]  # noqa: Y015
     _WhichOneofArgType__expected_version: _TypeAlias = _typing.Literal["_expected_version", b"_expected_version"]  # noqa: Y015
@@ -552,10 +596,17 @@ class EventInput(_message.Message):
     METADATA_FIELD_NUMBER: _builtins.int
     TIMESTAMP_FIELD_NUMBER: _builtins.int
     STATE_DELTA_FIELD_NUMBER: _builtins.int
+    STATE_REMOVALS_FIELD_NUMBER: _builtins.int
+    STATE_NULLS_ARE_VALUES_FIELD_NUMBER: _builtins.int
     event_id: _builtins.str
     """Optional idempotency key; a UUID is generated when omitted."""
     event_type: _builtins.str
     """Required."""
+    state_nulls_are_values: _builtins.bool
+    """When true, a null in state_delta is stored as the key's value instead of
+    deleting the key (see the top of this file). Part of the event's
+    identity.
+    """
     @_builtins.property
     def content(self) -> _struct_pb2.Value:
         """Any JSON value; null when omitted."""
@@ -575,6 +626,12 @@ class EventInput(_message.Message):
         Part of the event's identity for idempotent retries.
         """
 
+    @_builtins.property
+    def state_removals(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """Optional state keys to delete with the append, before state_delta
+        applies (see the top of this file). Part of the event's identity.
+        """
+
     def __init__(
         self,
         *,
@@ -584,10 +641,12 @@ class EventInput(_message.Message):
         metadata: _struct_pb2.Struct | None = ...,
         timestamp: _timestamp_pb2.Timestamp | None = ...,
         state_delta: _struct_pb2.Struct | None = ...,
+        state_removals: _abc.Iterable[_builtins.str] | None = ...,
+        state_nulls_are_values: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["content", b"content", "metadata", b"metadata", "state_delta", b"state_delta", "timestamp", b"timestamp"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["content", b"content", "event_id", b"event_id", "event_type", b"event_type", "metadata", b"metadata", "state_delta", b"state_delta", "timestamp", b"timestamp"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["content", b"content", "event_id", b"event_id", "event_type", b"event_type", "metadata", b"metadata", "state_delta", b"state_delta", "state_nulls_are_values", b"state_nulls_are_values", "state_removals", b"state_removals", "timestamp", b"timestamp"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
