@@ -5,7 +5,7 @@
  */
 import { parseArgs } from "node:util";
 import type { AppRetention } from "./store/types.js";
-import { parseRedisUrl } from "./store/redis/url.js";
+import { maskUrl, parseRedisUrl } from "./backends/redis-url.js";
 import { LOCAL_DEFAULTS, SETTINGS, type Setting } from "./settings.js";
 
 /** The storage engines. */
@@ -423,7 +423,7 @@ function checkExtraction(config: Config): void {
 
 /** The configuration as printed at start, with credentials in URLs and the embeddings and extraction keys masked. */
 export function describeConfig(config: Config): Record<string, unknown> {
-  const mask = (url?: string) => url?.replace(/\/\/([^:@/]*):[^@/]*@/, "//$1:***@");
+  const mask = (url?: string) => url && maskUrl(url);
   return {
     ...config,
     redisUrl: mask(config.redisUrl),

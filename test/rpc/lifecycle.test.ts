@@ -13,7 +13,7 @@ import { describe, expect, it } from "vitest";
 import { ErrorInfoSchema } from "@engram-memory/client/gen/google/rpc/error_details_pb.js";
 import { ConfigError, loadConfig } from "../../src/config.js";
 import { SETTINGS, type Setting } from "../../src/settings.js";
-import { parseRedisUrl } from "../../src/store/redis/url.js";
+import { parseRedisUrl } from "../../src/backends/redis-url.js";
 import { REPO_ROOT, spawnServer } from "../support/engram.js";
 import { connectClient, errorOf, grpcJsClient } from "../support/clients.js";
 import { startChaosProxy } from "../support/chaos-proxy.js";
