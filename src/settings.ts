@@ -22,7 +22,11 @@ export interface Setting {
 /** The local store's caps when none are set: it lives in memory (the KAOS defaults). */
 export const LOCAL_DEFAULTS = { maxSessions: 1000, maxSessionEvents: 500 } as const;
 
-/** Every setting, its env name, flag, default and meaning (docs/configuration.md's table mirrors this). */
+/**
+ * Every setting, its env name, flag, default and meaning (docs/configuration.md's
+ * table mirrors this). Declared `as const` so that src/config.ts can hold each
+ * key to a field of Config; read them all alike through settingsList().
+ */
 export const SETTINGS = [
   {
     env: "HOST",
@@ -557,3 +561,8 @@ export const SETTINGS = [
     doc: "Comma-separated event types whose text is sent for extraction; other events (tool calls and results, say) are left out.",
   },
 ] as const satisfies readonly Setting[];
+
+/** Every setting as a plain Setting, for code that treats them all alike (the CLI's help, the docs' table test). */
+export function settingsList(): readonly Setting[] {
+  return SETTINGS;
+}

@@ -12,7 +12,7 @@ import { Code } from "@connectrpc/connect";
 import { describe, expect, it } from "vitest";
 import { ErrorInfoSchema } from "@engram-memory/client/gen/google/rpc/error_details_pb.js";
 import { ConfigError, loadConfig } from "../../src/config.js";
-import { SETTINGS, type Setting } from "../../src/settings.js";
+import { settingsList } from "../../src/settings.js";
 import { parseRedisUrl } from "../../src/backends/redis-url.js";
 import { REPO_ROOT, spawnServer } from "../support/engram.js";
 import { connectClient, errorOf, grpcJsClient } from "../support/clients.js";
@@ -236,7 +236,7 @@ describe("configuration", () => {
     const rows = readFileSync(path.join(REPO_ROOT, "docs/configuration.md"), "utf8")
       .split("\n")
       .filter((line) => line.startsWith("| `"));
-    for (const setting of SETTINGS as readonly Setting[]) {
+    for (const setting of settingsList()) {
       const row = rows.find((line) => line.split("|")[1].includes(`\`${setting.env}\``));
       expect(row, setting.env).toBeDefined();
       expect(row, setting.env).toContain(`\`--${setting.flag}\``);
