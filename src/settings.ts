@@ -22,11 +22,7 @@ export interface Setting {
 /** The local store's caps when none are set: it lives in memory (the KAOS defaults). */
 export const LOCAL_DEFAULTS = { maxSessions: 1000, maxSessionEvents: 500 } as const;
 
-/**
- * Every setting, its env name, flag, default and meaning (docs/configuration.md's
- * table mirrors this). Declared `as const` so that src/config.ts can hold each
- * key to a field of Config; read them all alike through settingsList().
- */
+/** Every setting, its env name, flag, default and meaning (docs/configuration.md's table mirrors this). */
 export const SETTINGS = [
   {
     env: "HOST",
@@ -562,7 +558,7 @@ export const SETTINGS = [
   },
 ] as const satisfies readonly Setting[];
 
-/** Every setting as a plain Setting, for code that treats them all alike (the CLI's help, the docs' table test). */
+/** SETTINGS as plain Settings (SETTINGS is `as const` so that src/config.ts can hold each key to a field of Config). */
 export function settingsList(): readonly Setting[] {
   return SETTINGS;
 }

@@ -1,14 +1,11 @@
 /**
- * Opening Redis: the one place Engram makes a client of it, one server or a
- * cluster, for the store's command and notice connections, the API keys and
- * the quotas alike.
- *
- * MEMORY_REDIS_URL names one server (redis://, rediss://: a `Redis`) or a
- * cluster by its seed nodes (redis+cluster://[user:pass@]h1:p1,h2:p2,...,
- * rediss+cluster:// with TLS: an ioredis `Cluster`, which learns the other
- * nodes and follows MOVED/ASK redirections, failovers and resharding).
- * Parsing the URL lives apart (redis-url.ts) so that reading the
- * configuration does not load ioredis.
+ * Opening Redis: the one place Engram makes a client of it, for the store,
+ * the API keys and the quotas alike. MEMORY_REDIS_URL names one server
+ * (redis://, rediss://: a `Redis`) or a cluster by its seed nodes
+ * (redis+cluster://[user:pass@]h1:p1,h2:p2,..., rediss+cluster:// with TLS:
+ * an ioredis `Cluster`, which learns the other nodes and follows MOVED/ASK
+ * redirections, failovers and resharding); redis-url.ts parses it without
+ * loading ioredis.
  */
 import { Cluster, Redis, type ClusterOptions, type RedisOptions } from "ioredis";
 import { parseRedisUrl } from "./redis-url.js";
@@ -17,55 +14,39 @@ import { parseRedisUrl } from "./redis-url.js";
 export type RedisClient = Redis | Cluster;
 
 /** openRedisClient's options: ioredis' own (per node on a cluster), and sharded pub/sub for a cluster's subscriber. */
-export type RedisClientOptions = Omit<RedisOptions, "connectionName"> & {
+export type RedisClientOptions = Omit<RedisOptions, "connectionName" | "retryStrategy" | "enableOfflineQueue"> & {
   /** Cluster only: one subscriber connection per master, for SSUBSCRIBE. */
   shardedSubscribers?: boolean;
 };
 
-/** How a connection is named in CLIENT LIST: the key prefix it serves and its role (commands, notices, keys, quotas). */
+/** How a connection is named in CLIENT LIST: the key prefix it serves and its role (commands, keys, quotas...). */
 export function redisConnectionName(keyPrefix: string, role: string): string {
   return `${keyPrefix}:${role}`;
 }
 
 /** Reconnecting: 100 ms, doubling, at most a second apart, for as long as it takes. */
-function reconnectDelay(attempt: number): number {
-  return Math.min(50 * 2 ** attempt, 1000);
-}
+const reconnectDelay = (attempt: number) => Math.min(50 * 2 ** attempt, 1000);
 
 /**
  * A `Redis` for a redis:// or rediss:// URL, a `Cluster` for a
- * redis+cluster:// one (parseRedisUrl), whose connections carry
- * redisConnectionName(keyPrefix, role). Unless `options` say otherwise it
- * has no offline queue (one node), so a call during an outage fails at once
- * instead of hanging, and reconnects with reconnectDelay. On a cluster,
- * `options` apply to every node's connection except the ones a cluster
- * keeps for itself: `retryStrategy` becomes the cluster's, `lazyConnect` and
- * the offline queue the cluster's (the offline queue is kept: it holds
- * commands while the client re-learns the slots; a queued command has no
- * timeout of its own, so RedisConnection.call bounds each call). Reads go
- * to masters, so a read sees every write acknowledged before it. Errors
- * need a listener or ioredis reports every failed reconnect as unhandled:
- * one that ignores them is attached; calls fail meanwhile.
+ * redis+cluster:// one, whose connections carry redisConnectionName(keyPrefix,
+ * role) and reconnect with reconnectDelay. One node has no offline queue, so
+ * a call during an outage fails at once instead of hanging. On a cluster,
+ * `options` apply to every node's connection; `lazyConnect` and the offline
+ * queue are the cluster's (kept: it holds commands while the client re-learns
+ * the slots; a queued command has no timeout of its own, so
+ * RedisConnection.call bounds each call). Reads go to masters, so a read sees
+ * every write acknowledged before it. Errors get a listener that ignores them
+ * (calls fail meanwhile): without one ioredis reports each failed reconnect as
+ * unhandled.
  */
-export function openRedisClient(
-  url: string,
-  keyPrefix: string,
-  role: string,
-  options: RedisClientOptions = {},
-): RedisClient {
+export function openRedisClient(url: string, keyPrefix: string, role: string, options: RedisClientOptions = {}) {
   const target = parseRedisUrl(url);
-  const {
-    shardedSubscribers,
-    retryStrategy: givenRetryStrategy,
-    lazyConnect,
-    enableOfflineQueue = false,
-    ...perNode
-  } = options;
-  const connectionName = redisConnectionName(keyPrefix, role);
-  const retryStrategy = givenRetryStrategy ?? reconnectDelay;
+  const { shardedSubscribers, lazyConnect, ...rest } = options;
+  const perNode = { ...rest, connectionName: redisConnectionName(keyPrefix, role) };
   let client: RedisClient;
   if (target.kind === "node") {
-    client = new Redis(url, { ...perNode, connectionName, retryStrategy, lazyConnect, enableOfflineQueue });
+    client = new Redis(url, { ...perNode, lazyConnect, enableOfflineQueue: false, retryStrategy: reconnectDelay });
   } else {
     const clusterOptions: ClusterOptions = {
       lazyConnect,
@@ -80,10 +61,9 @@ export function openRedisClient(
       retryDelayOnMoved: 0,
       maxRedirections: 16,
       slotsRefreshTimeout: 2000,
-      clusterRetryStrategy: (times) => retryStrategy(times) ?? null,
+      clusterRetryStrategy: reconnectDelay,
       redisOptions: {
         ...perNode,
-        connectionName,
         username: target.username,
         password: target.password,
         tls: target.tls ? {} : undefined,

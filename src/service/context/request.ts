@@ -27,11 +27,7 @@ export interface ContextRequest extends ContextOptions {
   tokenizer: TokenizerName;
 }
 
-/**
- * The `tokenizer` field of BuildConversationContext, Recall and
- * CountEventTokens: the default when empty, INVALID_ARGUMENT naming the
- * field and the value when unknown.
- */
+/** The tokenizer of BuildConversationContext, Recall and CountEventTokens: the default when empty, else a known one. */
 export function tokenizerName(value: string): TokenizerName {
   const name = value === "" ? DEFAULT_TOKENIZER : value;
   if (!isTokenizerName(name))
