@@ -5,7 +5,7 @@
  */
 import { parseArgs } from "node:util";
 import type { AppRetention } from "./store/types.js";
-import { parseRedisUrl } from "./store/redis/url.js";
+import { maskUrl, parseRedisUrl } from "./backends/redis-url.js";
 import { LOCAL_DEFAULTS, SETTINGS, type Setting } from "./settings.js";
 
 /** The storage engines. */
@@ -235,9 +235,7 @@ export function loadConfig(argv: string[] = process.argv.slice(2), env: NodeJS.P
       `MEMORY_HEADERS_TIMEOUT_MS (${result.headersTimeoutMs}) must not exceed MEMORY_REQUEST_TIMEOUT_MS (${result.requestTimeoutMs}): headers are part of the request`,
     );
   }
-  checkEmbeddings(result);
-  checkRerank(result);
-  checkExtraction(result);
+  checkEndpoints(result);
   return result;
 }
 
@@ -339,91 +337,80 @@ function checkCorsOrigins(config: Config): void {
   }
 }
 
+/** An outside endpoint's settings, for checkEndpoint. */
+interface EndpointSettings {
+  /** The URL's setting and value. */
+  url: [env: string, value: string | undefined];
+  /** What the URL names, e.g. "the rerank endpoint to call". */
+  names: string;
+  /** What a URL must look like, e.g. "an http(s) base URL such as https://api.openai.com/v1". */
+  expected: string;
+  /** The settings that mean nothing without the URL, and their values. */
+  needingUrl: Array<[env: string, value: unknown]>;
+  /** The model setting the URL needs, its value and examples; absent when the model is optional. */
+  model?: [env: string, value: string | undefined, examples: string];
+}
+
 /**
- * The embeddings settings go together: a URL the server can call (http or
- * https) and the model to ask it for; a model, key or dimension without a
- * URL is a typo to report, not a setting to ignore.
+ * An endpoint's settings go together: a URL the server can call (http or
+ * https) and, where one is needed, the model to ask it for; a model, key or
+ * dimension without a URL is a typo to report, not a setting to ignore.
  */
-function checkEmbeddings(config: Config): void {
-  if (config.embeddingsUrl === undefined) {
-    const orphan = [
+function checkEndpoint({ url: [urlEnv, url], names, expected, needingUrl, model }: EndpointSettings): void {
+  if (url === undefined) {
+    const orphan = needingUrl.find(([, value]) => value !== undefined);
+    if (orphan) throw new ConfigError(`${orphan[0]} needs ${urlEnv} (${names})`);
+    return;
+  }
+  let protocol: string | undefined;
+  try {
+    protocol = new URL(url).protocol;
+  } catch {
+    // reported below
+  }
+  if (protocol !== "http:" && protocol !== "https:")
+    throw new ConfigError(`${urlEnv}: expected ${expected}, got ${JSON.stringify(url)}`);
+  if (model && !model[1]) throw new ConfigError(`${urlEnv} needs ${model[0]} (${model[2]})`);
+}
+
+/** The embeddings, rerank and extraction endpoints' settings, each checked by checkEndpoint. */
+function checkEndpoints(config: Config): void {
+  const openAiBaseUrl = "an http(s) base URL such as https://api.openai.com/v1";
+  checkEndpoint({
+    url: ["MEMORY_EMBEDDINGS_URL", config.embeddingsUrl],
+    names: "the OpenAI-compatible API to call",
+    expected: openAiBaseUrl,
+    needingUrl: [
       ["MEMORY_EMBEDDINGS_MODEL", config.embeddingsModel],
       ["MEMORY_EMBEDDINGS_API_KEY", config.embeddingsApiKey],
       ["MEMORY_EMBEDDINGS_DIMENSIONS", config.embeddingsDimensions],
-    ].find(([, value]) => value !== undefined);
-    if (orphan) throw new ConfigError(`${orphan[0]} needs MEMORY_EMBEDDINGS_URL (the OpenAI-compatible API to call)`);
-    return;
-  }
-  let url: URL | undefined;
-  try {
-    url = new URL(config.embeddingsUrl);
-  } catch {
-    // reported below
-  }
-  if (!url || (url.protocol !== "http:" && url.protocol !== "https:")) {
-    throw new ConfigError(
-      `MEMORY_EMBEDDINGS_URL: expected an http(s) base URL such as https://api.openai.com/v1, got ${JSON.stringify(config.embeddingsUrl)}`,
-    );
-  }
-  if (!config.embeddingsModel) {
-    throw new ConfigError(
-      "MEMORY_EMBEDDINGS_URL needs MEMORY_EMBEDDINGS_MODEL (e.g. text-embedding-3-small, nomic-embed-text)",
-    );
-  }
-}
-
-/** Like the embeddings settings: a model or key without MEMORY_RERANK_URL is a typo to report, the URL must be http(s). */
-function checkRerank(config: Config): void {
-  if (config.rerankUrl === undefined) {
-    const orphan = [
+    ],
+    model: ["MEMORY_EMBEDDINGS_MODEL", config.embeddingsModel, "e.g. text-embedding-3-small, nomic-embed-text"],
+  });
+  checkEndpoint({
+    url: ["MEMORY_RERANK_URL", config.rerankUrl],
+    names: "the rerank endpoint to call",
+    expected: "an http(s) URL of a rerank endpoint such as http://127.0.0.1:8080/rerank",
+    needingUrl: [
       ["MEMORY_RERANK_MODEL", config.rerankModel],
       ["MEMORY_RERANK_API_KEY", config.rerankApiKey],
-    ].find(([, value]) => value !== undefined);
-    if (orphan) throw new ConfigError(`${orphan[0]} needs MEMORY_RERANK_URL (the rerank endpoint to call)`);
-    return;
-  }
-  let url: URL | undefined;
-  try {
-    url = new URL(config.rerankUrl);
-  } catch {
-    // reported below
-  }
-  if (!url || (url.protocol !== "http:" && url.protocol !== "https:")) {
-    throw new ConfigError(
-      `MEMORY_RERANK_URL: expected an http(s) URL of a rerank endpoint such as http://127.0.0.1:8080/rerank, got ${JSON.stringify(config.rerankUrl)}`,
-    );
-  }
-}
-
-/** Like the embeddings settings: a model or key without MEMORY_EXTRACTION_URL is a typo to report. */
-function checkExtraction(config: Config): void {
-  if (config.extractionUrl === undefined) {
-    const orphan = [
+    ],
+  });
+  checkEndpoint({
+    url: ["MEMORY_EXTRACTION_URL", config.extractionUrl],
+    names: "the OpenAI-compatible chat API to call",
+    expected: openAiBaseUrl,
+    needingUrl: [
       ["MEMORY_EXTRACTION_MODEL", config.extractionModel],
       ["MEMORY_EXTRACTION_API_KEY", config.extractionApiKey],
-    ].find(([, value]) => value !== undefined);
-    if (orphan)
-      throw new ConfigError(`${orphan[0]} needs MEMORY_EXTRACTION_URL (the OpenAI-compatible chat API to call)`);
-    return;
-  }
-  let url: URL | undefined;
-  try {
-    url = new URL(config.extractionUrl);
-  } catch {
-    // reported below
-  }
-  if (!url || (url.protocol !== "http:" && url.protocol !== "https:")) {
-    throw new ConfigError(
-      `MEMORY_EXTRACTION_URL: expected an http(s) base URL such as https://api.openai.com/v1, got ${JSON.stringify(config.extractionUrl)}`,
-    );
-  }
-  if (!config.extractionModel)
-    throw new ConfigError("MEMORY_EXTRACTION_URL needs MEMORY_EXTRACTION_MODEL (e.g. gpt-4o-mini, llama3.1)");
+    ],
+    model: ["MEMORY_EXTRACTION_MODEL", config.extractionModel, "e.g. gpt-4o-mini, llama3.1"],
+  });
 }
 
 /** The configuration as printed at start, with credentials in URLs and the embeddings and extraction keys masked. */
 export function describeConfig(config: Config): Record<string, unknown> {
-  const mask = (url?: string) => url?.replace(/\/\/([^:@/]*):[^@/]*@/, "//$1:***@");
+  const mask = (url?: string) => url && maskUrl(url);
   return {
     ...config,
     redisUrl: mask(config.redisUrl),

@@ -557,3 +557,8 @@ export const SETTINGS = [
     doc: "Comma-separated event types whose text is sent for extraction; other events (tool calls and results, say) are left out.",
   },
 ] as const satisfies readonly Setting[];
+
+/** SETTINGS as plain Settings (SETTINGS is `as const` so that src/config.ts can hold each key to a field of Config). */
+export function settingsList(): readonly Setting[] {
+  return SETTINGS;
+}

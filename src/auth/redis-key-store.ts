@@ -9,7 +9,7 @@
  * shard serving them all is not a bottleneck.
  */
 import { MemoryError } from "../errors.js";
-import { openRedisClient, type RedisClient } from "../store/redis/connection.js";
+import { openRedisClient, type RedisClient } from "../backends/redis.js";
 import type { ApiKeyRecord, ApiKeyStore } from "./api-keys.js";
 
 /** Keys kept in the configured Redis. */
@@ -25,15 +25,12 @@ export class RedisKeyStore implements ApiKeyStore {
 
   /** Connects; rejects UNAVAILABLE when Redis cannot be reached. */
   static async open(url: string, keyPrefix: string): Promise<RedisKeyStore> {
-    // Like the memory store's connection: no offline queue, so an outage fails fast instead of hanging.
-    const redis = openRedisClient(url, {
+    const redis = openRedisClient(url, keyPrefix, "keys", {
       lazyConnect: true,
-      enableOfflineQueue: false,
       commandTimeout: 4000,
       maxRetriesPerRequest: 1,
       connectTimeout: 4000,
     });
-    redis.on("error", () => {}); // reconnects by itself; calls fail UNAVAILABLE meanwhile
     try {
       await redis.connect();
     } catch (err) {

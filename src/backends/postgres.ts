@@ -20,3 +20,8 @@ export function openPostgresPool(config: pg.PoolConfig, schema: string, role?: s
   pool.on("error", () => {});
   return pool;
 }
+
+/** One connection of its own (LISTEN's), not pooled and not yet connected, named connectionName(schema, role). */
+export function openPostgresClient(config: pg.ClientConfig, schema: string, role: string): pg.Client {
+  return new pg.Client({ ...config, application_name: connectionName(schema, role) });
+}

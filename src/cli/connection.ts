@@ -65,6 +65,24 @@ export async function connect(
   });
 }
 
+/**
+ * A listing's pages from `pageToken` on: that one only, or with `all` each
+ * next one until there is none. Bounded: every page advances the cursor; the
+ * cap guards against a server that would not.
+ */
+export async function* pagesFrom<Page extends { nextPageToken: string }>(
+  pageToken: string,
+  all: boolean,
+  fetchPage: (pageToken: string) => Promise<Page>,
+): AsyncGenerator<Page> {
+  for (let pages = 0; pages < 1_000_000; pages++) {
+    const page = await fetchPage(pageToken);
+    yield page;
+    if (!all || !page.nextPageToken || page.nextPageToken === pageToken) return;
+    pageToken = page.nextPageToken;
+  }
+}
+
 /** A mistake in how the command was called (exit status 2). */
 export class UsageError extends Error {
   override readonly name = "UsageError";

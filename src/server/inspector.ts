@@ -9,10 +9,9 @@ import { existsSync, readdirSync, readFileSync, statSync } from "node:fs";
 import type { IncomingMessage, ServerResponse } from "node:http";
 import path from "node:path";
 import { fileURLToPath } from "node:url";
-import { Code, ConnectError } from "@connectrpc/connect";
 import type { Logger } from "../log.js";
 import { requestTarget } from "./request-target.js";
-import { sendJsonError } from "./status.js";
+import { refusedUnlessRead } from "./status.js";
 
 /** Where the committed build of inspector/ lives. */
 export const INSPECTOR_DIST_DIR = fileURLToPath(new URL("../../inspector/dist/", import.meta.url));
@@ -112,14 +111,7 @@ export function createInspectorHandler(
       "referrer-policy": "no-referrer",
       "cross-origin-opener-policy": "same-origin",
     };
-    if (req.method !== "GET" && req.method !== "HEAD") {
-      res.setHeader("allow", "GET, HEAD");
-      sendJsonError(res, new ConnectError(`${req.method} is not allowed on ${pathname}`, Code.Unimplemented), {
-        kaos: true,
-        httpStatus: 405,
-      });
-      return true;
-    }
+    if (refusedUnlessRead(req, res, pathname)) return true;
     if (req.headers["if-none-match"] === file.etag) {
       res.writeHead(304, headers);
       res.end();

@@ -14,7 +14,6 @@
  */
 import type { IncomingMessage, ServerResponse } from "node:http";
 import { create } from "@bufbuild/protobuf";
-import { Code, ConnectError } from "@connectrpc/connect";
 import { timestampMs } from "@bufbuild/protobuf/wkt";
 import {
   ListEventsRequestSchema,
@@ -27,7 +26,7 @@ import { invalidArgument, MemoryError } from "../errors.js";
 import type { CallGuard } from "../service/guard/index.js";
 import type { Metrics } from "../service/metrics.js";
 import type { HealthMonitor } from "./health.js";
-import { sendJsonError, type InternalErrorReporter } from "./status.js";
+import { refusedUnlessRead, sendJsonError, type InternalErrorReporter } from "./status.js";
 import { requireUtf8Query } from "./utf8.js";
 import { valueToJson } from "../service/convert.js";
 import { httpCallHeaders } from "./http-call-context.js";
@@ -193,14 +192,7 @@ export function createRestHandler(opts: {
     const target = requestTarget(req.url);
     if (target === undefined || !routes.has(target.pathname)) return false;
     const route = target.pathname;
-    if (req.method !== "GET" && req.method !== "HEAD") {
-      res.setHeader("allow", "GET, HEAD");
-      sendJsonError(res, new ConnectError(`${req.method} is not allowed on ${route}`, Code.Unimplemented), {
-        kaos: true,
-        httpStatus: 405,
-      });
-      return true;
-    }
+    if (refusedUnlessRead(req, res, route)) return true;
     serve(route, target.search, req, res).catch((err: unknown) => {
       report(err);
       if (!res.headersSent) res.writeHead(500);

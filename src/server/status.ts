@@ -15,7 +15,7 @@
  * The older trailers (engram-current-seq, engram-last-seq, retry-after-ms)
  * are still sent, for clients that predate the details.
  */
-import type { ServerResponse } from "node:http";
+import type { IncomingMessage, ServerResponse } from "node:http";
 import { Metadata, type StatusObject } from "@grpc/grpc-js";
 import { create, toBinary, type DescMessage, type JsonValue, type MessageInitShape } from "@bufbuild/protobuf";
 import { anyPack } from "@bufbuild/protobuf/wkt";
@@ -169,4 +169,13 @@ export function sendJsonError(
     "content-length": bytes.length,
   });
   res.end(bytes);
+}
+
+/** Answers 405 (Allow: GET, HEAD) unless the request is a GET or HEAD (KAOS' read-only paths); true when it did. */
+export function refusedUnlessRead(req: IncomingMessage, res: ServerResponse, path: string): boolean {
+  if (req.method === "GET" || req.method === "HEAD") return false;
+  res.setHeader("allow", "GET, HEAD");
+  const err = new ConnectError(`${req.method} is not allowed on ${path}`, Code.Unimplemented);
+  sendJsonError(res, err, { kaos: true, httpStatus: 405 });
+  return true;
 }

@@ -5,6 +5,7 @@
  * a stream holds resources of the replica that serves it).
  */
 import { openPostgresPool } from "../backends/postgres.js";
+import { openRedisClient } from "../backends/redis.js";
 import {
   RateLimiterMemory,
   RateLimiterPostgres,
@@ -14,7 +15,6 @@ import {
 } from "rate-limiter-flexible";
 import type { Config } from "../config.js";
 import { MemoryError } from "../errors.js";
-import { openRedisClient } from "../store/redis/connection.js";
 
 /** Trailer / error metadata telling the client how long to wait before retrying. */
 export const RETRY_AFTER_TRAILER = "retry-after-ms";
@@ -53,12 +53,10 @@ export class Quotas {
     // Without a URL (a test's store handed in ready-made) there is no shared Redis to count in.
     if (config.memoryEnabled && config.memoryType === "redis" && config.redisUrl !== undefined) {
       // One counter key per API key (`<prefix>:rl:<key id>`): on a cluster the keys spread over the shards by id.
-      const redis = openRedisClient(config.redisUrl, {
-        enableOfflineQueue: false,
+      const redis = openRedisClient(config.redisUrl, config.keyPrefix, "quotas", {
         commandTimeout: 1000,
         maxRetriesPerRequest: 1,
       });
-      redis.on("error", () => {});
       return new Quotas(
         config,
         (points) =>

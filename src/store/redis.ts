@@ -12,7 +12,7 @@
  *   script-args.ts argument writers (array or RESP) and ARGV layouts by name
  *   script-runner.ts  the loader, the runner (RESP fast path on one node), WAIT
  *   scripts/       the scripts, one per file; scripts/includes/ the Lua they share
- *   connection.ts  the command and notice connections: open (one node or a cluster), errors, close
+ *   connection.ts  the command and notice connections (opened by src/backends/redis.ts), errors, close
  *   notices.ts     pub/sub notices to this replica's listeners
  *   removal.ts     removing sessions: delete-14.lua, index walks, eviction past the caps
  *   outbox.ts      cluster: user and app state changes applied in the app's slot
@@ -69,7 +69,8 @@ import type {
   StoredEvent,
 } from "./types.js";
 import { appendedEvents, decodeEvent, decodeSession, DecodedEvents, stateOf } from "./redis/codec.js";
-import { DEFAULT_COMMAND_TIMEOUT_MS, RedisConnection, storeError, type RedisClient } from "./redis/connection.js";
+import type { RedisClient } from "../backends/redis.js";
+import { DEFAULT_COMMAND_TIMEOUT_MS, RedisConnection, storeError } from "./redis/connection.js";
 import {
   byteOrder,
   erasureField,

@@ -2,7 +2,8 @@
  * CountEventTokens against a real server on 127.0.0.1: each event's tokens,
  * counted as BuildConversationContext charges them, so that the counts of a
  * session whose events all fit add up to the context's tokens_used; a bad
- * tokenizer or id names its field.
+ * tokenizer or id names its field, an unknown tokenizer in the same words as
+ * BuildConversationContext and Recall.
  */
 import { Code } from "@connectrpc/connect";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
@@ -53,5 +54,15 @@ describe("CountEventTokens", () => {
     expect([badId.code, badId.rawMessage.split(":")[0]]).toEqual([Code.InvalidArgument, "session_id"]);
     const absent = await errorOf(client.countEventTokens({ sessionId: "no-such-session" }));
     expect(absent.code).toBe(Code.NotFound);
+  });
+
+  it("words an unknown tokenizer alike in CountEventTokens, BuildConversationContext and Recall, naming the value", async () => {
+    const answers = await Promise.all([
+      errorOf(client.countEventTokens({ sessionId: "tok-1", tokenizer: "gpt2" })),
+      errorOf(client.buildConversationContext({ sessionId: "tok-1", tokenizer: "gpt2" })),
+      errorOf(client.recall({ sessionId: "tok-1", tokenizer: "gpt2" })),
+    ]);
+    const expected = [Code.InvalidArgument, 'tokenizer: must be one of o200k_base, cl100k_base, chars4 (got "gpt2")'];
+    expect(answers.map((err) => [err.code, err.rawMessage])).toEqual([expected, expected, expected]);
   });
 });

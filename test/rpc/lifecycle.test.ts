@@ -12,8 +12,8 @@ import { Code } from "@connectrpc/connect";
 import { describe, expect, it } from "vitest";
 import { ErrorInfoSchema } from "@engram-memory/client/gen/google/rpc/error_details_pb.js";
 import { ConfigError, loadConfig } from "../../src/config.js";
-import { SETTINGS, type Setting } from "../../src/settings.js";
-import { parseRedisUrl } from "../../src/store/redis/url.js";
+import { settingsList } from "../../src/settings.js";
+import { parseRedisUrl } from "../../src/backends/redis-url.js";
 import { REPO_ROOT, spawnServer } from "../support/engram.js";
 import { connectClient, errorOf, grpcJsClient } from "../support/clients.js";
 import { startChaosProxy } from "../support/chaos-proxy.js";
@@ -227,6 +227,28 @@ describe("configuration", () => {
       { MEMORY_HEADERS_TIMEOUT_MS: "20000", MEMORY_REQUEST_TIMEOUT_MS: "10000" },
       /MEMORY_HEADERS_TIMEOUT_MS \(20000\) must not exceed MEMORY_REQUEST_TIMEOUT_MS/,
     ],
+    [
+      { MEMORY_EMBEDDINGS_DIMENSIONS: "8" },
+      /^MEMORY_EMBEDDINGS_DIMENSIONS needs MEMORY_EMBEDDINGS_URL \(the OpenAI-compatible API to call\)$/,
+    ],
+    [{ MEMORY_RERANK_MODEL: "m" }, /^MEMORY_RERANK_MODEL needs MEMORY_RERANK_URL \(the rerank endpoint to call\)$/],
+    [{ MEMORY_RERANK_API_KEY: "k" }, /^MEMORY_RERANK_API_KEY needs MEMORY_RERANK_URL \(the rerank endpoint to call\)$/],
+    [
+      { MEMORY_RERANK_URL: "ftp://x" },
+      /^MEMORY_RERANK_URL: expected an http\(s\) URL of a rerank endpoint such as http:\/\/127\.0\.0\.1:8080\/rerank, got "ftp:\/\/x"$/,
+    ],
+    [
+      { MEMORY_EXTRACTION_API_KEY: "k" },
+      /^MEMORY_EXTRACTION_API_KEY needs MEMORY_EXTRACTION_URL \(the OpenAI-compatible chat API to call\)$/,
+    ],
+    [
+      { MEMORY_EXTRACTION_URL: "http://127.0.0.1:1/v1" },
+      /^MEMORY_EXTRACTION_URL needs MEMORY_EXTRACTION_MODEL \(e\.g\. gpt-4o-mini, llama3\.1\)$/,
+    ],
+    [
+      { MEMORY_EXTRACTION_URL: "not a url", MEMORY_EXTRACTION_MODEL: "m" },
+      /^MEMORY_EXTRACTION_URL: expected an http\(s\) base URL such as https:\/\/api\.openai\.com\/v1, got "not a url"$/,
+    ],
   ])("refuses %o", (env, message) => {
     expect(() => loadConfig([], env)).toThrow(ConfigError);
     expect(() => loadConfig([], env)).toThrow(message);
@@ -236,7 +258,7 @@ describe("configuration", () => {
     const rows = readFileSync(path.join(REPO_ROOT, "docs/configuration.md"), "utf8")
       .split("\n")
       .filter((line) => line.startsWith("| `"));
-    for (const setting of SETTINGS as readonly Setting[]) {
+    for (const setting of settingsList()) {
       const row = rows.find((line) => line.split("|")[1].includes(`\`${setting.env}\``));
       expect(row, setting.env).toBeDefined();
       expect(row, setting.env).toContain(`\`--${setting.flag}\``);

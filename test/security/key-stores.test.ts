@@ -10,10 +10,13 @@ import { tmpdir } from "node:os";
 import path from "node:path";
 import { promisify } from "node:util";
 import { Code, ConnectError } from "@connectrpc/connect";
-import { afterAll, describe, expect, it } from "vitest";
+import { Redis } from "ioredis";
+import pg from "pg";
+import { afterAll, describe, expect, it, vi } from "vitest";
 import { generateApiKey, keyMatches } from "../../src/auth/api-keys.js";
 import { openApiKeyStore } from "../../src/auth/index.js";
 import { loadConfig, type Config } from "../../src/config.js";
+import { Quotas } from "../../src/service/quotas.js";
 import { connectClient, errorOf, followStream, grpcJsClient } from "../support/clients.js";
 import { REPO_ROOT, spawnServer } from "../support/engram.js";
 
@@ -67,6 +70,51 @@ describe.each(BACKENDS)("API key store: %s", (_name, env) => {
       expect(await keys.get("000000000000")).toBeUndefined();
     } finally {
       await keys.close();
+    }
+  });
+});
+
+/** The names of the backend's client connections: CLIENT LIST on Redis, application_name on PostgreSQL. */
+async function connectionNames(backend: string): Promise<string[]> {
+  if (backend === "redis") {
+    const admin = new Redis(process.env.MEMORY_TEST_REDIS_URL!);
+    try {
+      const list = (await admin.call("CLIENT", "LIST")) as string;
+      return [...list.matchAll(/ name=(\S*) /g)].map((m) => m[1]);
+    } finally {
+      admin.disconnect();
+    }
+  }
+  const admin = new pg.Client(process.env.MEMORY_TEST_POSTGRES_URL!);
+  await admin.connect();
+  try {
+    const { rows } = await admin.query<{ name: string }>("SELECT application_name AS name FROM pg_stat_activity");
+    return rows.map((row) => row.name);
+  } finally {
+    await admin.end();
+  }
+}
+
+describe.each(BACKENDS.slice(1))("connections of the key store and the quotas on %s", (name, env) => {
+  it("are named after the key prefix and their role, as the store's are", async () => {
+    const prefix = `named${process.pid}${name.length}`;
+    const config = configOf({ ...env(), MEMORY_KEY_PREFIX: prefix, MEMORY_RATE_LIMIT: "100" });
+    const keys = await openApiKeyStore(config);
+    const quotas = await Quotas.open(config);
+    try {
+      await keys.list();
+      await quotas.consume("some-key");
+      const expected =
+        name === "redis"
+          ? [`${prefix}:keys`, `${prefix}:quotas`]
+          : [`engram:${prefix}:keys`, `engram:${prefix}:quotas`];
+      await vi.waitFor(async () => expect(await connectionNames(name)).toEqual(expect.arrayContaining(expected)), {
+        timeout: 10_000,
+        interval: 100,
+      });
+    } finally {
+      await keys.close();
+      await quotas.close();
     }
   });
 });

@@ -18,7 +18,7 @@ import {
   type ScriptContext,
 } from "../../src/store/redis/scripts.js";
 import type { StoreLimits } from "../../src/store/types.js";
-import type { RedisClient } from "../../src/store/redis/connection.js";
+import type { RedisClient } from "../../src/backends/redis.js";
 import { newEvent } from "./conformance.js";
 
 /** What ioredis' defined command (Script.execute) writes for these keys and args. */

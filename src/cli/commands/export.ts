@@ -7,7 +7,7 @@ import { once } from "node:events";
 import type { Writable } from "node:stream";
 import { Command } from "commander";
 import type { MemoryClient, MemoryEvent, Session } from "@engram-memory/client";
-import { connect, withConnectionOptions, type ConnectionOptions } from "../connection.js";
+import { connect, pagesFrom, withConnectionOptions, type ConnectionOptions } from "../connection.js";
 import { toSessionLine } from "../jsonl.js";
 import { Progress, printJson } from "../output.js";
 import { collect } from "./events.js";
@@ -28,13 +28,10 @@ async function* sessionsToExport(memory: MemoryClient, opts: ExportOptions): Asy
     for (const id of opts.session) yield await memory.getSession(id);
     return;
   }
-  let pageToken = "";
-  for (let pages = 0; pages < 1_000_000; pages++) {
-    const res = await memory.rpc.listSessions({ appName: opts.app, userId: opts.user, pageSize: PAGE_SIZE, pageToken });
-    const { sessionFromPb } = await import("../wire.js");
-    for (const s of res.sessions) yield sessionFromPb(s);
-    if (!res.nextPageToken || res.nextPageToken === pageToken) return;
-    pageToken = res.nextPageToken;
+  const { sessionFromPb } = await import("../wire.js");
+  const filter = { appName: opts.app, userId: opts.user, pageSize: PAGE_SIZE };
+  for await (const page of pagesFrom("", true, (pageToken) => memory.rpc.listSessions({ ...filter, pageToken }))) {
+    for (const s of page.sessions) yield sessionFromPb(s);
   }
 }
 

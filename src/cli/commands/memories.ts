@@ -5,7 +5,7 @@
  */
 import { Command, InvalidArgumentError, Option } from "commander";
 import type { Memory, MemoryScope, ScopeMatch } from "@engram-memory/client";
-import { connect, UsageError, withConnectionOptions, type ConnectionOptions } from "../connection.js";
+import { connect, pagesFrom, UsageError, withConnectionOptions, type ConnectionOptions } from "../connection.js";
 import { iso, memoryJson, oneLine, positiveInt, printJson, table } from "../output.js";
 import { collect } from "./events.js";
 
@@ -123,16 +123,12 @@ export function register(program: Command): void {
     const client = await connect(opts);
     try {
       const found: Memory[] = [];
-      let pageToken = opts.pageToken ?? "";
-      // Bounded: every page advances the cursor; the cap guards against a server that would not.
-      for (let pages = 0; pages < 1_000_000; pages++) {
-        const page = await client.listMemoriesPage({ ...filter, pageSize: opts.limit, pageToken });
+      let pageToken = "";
+      for await (const page of pagesFrom(opts.pageToken ?? "", opts.all === true, (pageToken) =>
+        client.listMemoriesPage({ ...filter, pageSize: opts.limit, pageToken }),
+      )) {
         found.push(...page.memories);
-        if (!opts.all || !page.nextPageToken || page.nextPageToken === pageToken) {
-          pageToken = opts.all ? "" : page.nextPageToken;
-          break;
-        }
-        pageToken = page.nextPageToken;
+        pageToken = opts.all ? "" : page.nextPageToken;
       }
       if (opts.json) {
         printJson({ memories: found.map(memoryJson), next_page_token: pageToken });

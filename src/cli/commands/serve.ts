@@ -4,11 +4,11 @@
  * configuration applies (`engram serve --help` lists them).
  */
 import { Command } from "commander";
-import { SETTINGS, type Setting } from "../../settings.js";
+import { settingsList } from "../../settings.js";
 
 /** Registers the subcommand. */
 export function register(program: Command): void {
-  const settings = (SETTINGS as readonly Setting[]).map(
+  const settings = settingsList().map(
     (s) =>
       `  --${s.flag} <value>`.padEnd(34) +
       `${s.env}${s.default !== undefined ? ` (default ${s.default})` : ""}: ${s.doc}`,

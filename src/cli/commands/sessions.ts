@@ -1,7 +1,7 @@
 /** `engram sessions`: one page of sessions (or --all), filtered by app and user. */
 import { Command } from "commander";
 import type { Session } from "@engram-memory/client";
-import { connect, withConnectionOptions, type ConnectionOptions } from "../connection.js";
+import { connect, pagesFrom, withConnectionOptions, type ConnectionOptions } from "../connection.js";
 import { iso, positiveInt, printJson, sessionJson, table } from "../output.js";
 
 interface SessionsOptions extends ConnectionOptions {
@@ -26,23 +26,15 @@ export function register(program: Command): void {
   ).action(async (opts: SessionsOptions) => {
     const memory = await connect(opts);
     try {
+      const { sessionFromPb } = await import("../wire.js");
       const sessions: Session[] = [];
-      let pageToken = opts.pageToken ?? "";
-      // Bounded: every page advances the cursor; the cap guards against a server that would not.
-      for (let pages = 0; pages < 1_000_000; pages++) {
-        const res = await memory.rpc.listSessions({
-          appName: opts.app,
-          userId: opts.user,
-          pageSize: opts.limit,
-          pageToken,
-        });
-        const { sessionFromPb } = await import("../wire.js");
-        sessions.push(...res.sessions.map(sessionFromPb));
-        if (!opts.all || !res.nextPageToken || res.nextPageToken === pageToken) {
-          pageToken = opts.all ? "" : res.nextPageToken;
-          break;
-        }
-        pageToken = res.nextPageToken;
+      let pageToken = "";
+      const filter = { appName: opts.app, userId: opts.user, pageSize: opts.limit };
+      for await (const page of pagesFrom(opts.pageToken ?? "", opts.all === true, (pageToken) =>
+        memory.rpc.listSessions({ ...filter, pageToken }),
+      )) {
+        sessions.push(...page.sessions.map(sessionFromPb));
+        pageToken = opts.all ? "" : page.nextPageToken;
       }
       if (opts.json) {
         printJson({ sessions: sessions.map(sessionJson), next_page_token: pageToken });

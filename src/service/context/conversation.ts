@@ -18,29 +18,14 @@ import {
   type CountEventTokensRequest,
   type CountEventTokensResponse,
 } from "@engram-memory/client/gen/engram/v1/memory_pb.js";
-import { invalidArgument } from "../../errors.js";
 import type { MemoryStore } from "../../store/types.js";
 import type { CallContext } from "../call-context.js";
 import type { ServiceLimits } from "../limits.js";
 import { pageSize, requireId, seqNumber } from "../validation.js";
 import { ContextAssembler } from "./assemble.js";
 import type { ContextMessage } from "./render.js";
-import { parseContextRequest } from "./request.js";
-import {
-  DEFAULT_TOKENIZER,
-  isTokenizerName,
-  TOKENIZER_NAMES,
-  TokenizerRegistry,
-  type TokenCounter,
-  type TokenizerName,
-} from "./tokenizer.js";
-
-/** A request's tokenizer name: the default when empty, INVALID_ARGUMENT naming `field` when unknown. */
-export function tokenizerName(field: string, value: string): TokenizerName {
-  const name = value === "" ? DEFAULT_TOKENIZER : value;
-  if (!isTokenizerName(name)) throw invalidArgument(field, `must be one of ${TOKENIZER_NAMES.join(", ")}`);
-  return name;
-}
+import { parseContextRequest, tokenizerName } from "./request.js";
+import { TokenizerRegistry, type TokenCounter, type TokenizerName } from "./tokenizer.js";
 
 /** Conversation contexts of sessions; one per service. */
 export class ConversationContexts {
@@ -87,7 +72,7 @@ export class ConversationContexts {
     const sessionId = requireId("session_id", req.sessionId);
     const limit = pageSize("limit", req.limit, this.limits);
     const afterSeq = req.afterSeq === undefined ? undefined : seqNumber("after_seq", req.afterSeq);
-    const tokenizer = tokenizerName("tokenizer", req.tokenizer);
+    const tokenizer = tokenizerName(req.tokenizer);
     const [page, counter] = await Promise.all([
       this.store.readEvents(sessionId, { afterSeq, limit }, call),
       this.tokenizers.get(tokenizer),

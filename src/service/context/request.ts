@@ -27,6 +27,17 @@ export interface ContextRequest extends ContextOptions {
   tokenizer: TokenizerName;
 }
 
+/** The tokenizer of BuildConversationContext, Recall and CountEventTokens: the default when empty, else a known one. */
+export function tokenizerName(value: string): TokenizerName {
+  const name = value === "" ? DEFAULT_TOKENIZER : value;
+  if (!isTokenizerName(name))
+    throw invalidArgument(
+      "tokenizer",
+      `must be one of ${TOKENIZER_NAMES.join(", ")} (got ${JSON.stringify(value.slice(0, 64))})`,
+    );
+  return name;
+}
+
 function sectionName(field: string, name: string): string {
   if (!EVENT_TYPE_PATTERN.test(name))
     throw invalidArgument(field, "must be a section name matching ^[A-Za-z][A-Za-z0-9_.:/-]{0,63}$");
@@ -44,12 +55,7 @@ export function parseContextRequest(
   if (req.query.length > MAX_QUERY_LENGTH)
     throw invalidArgument("query", `must be at most ${MAX_QUERY_LENGTH} characters`);
   checkText("query", req.query);
-  const tokenizer = req.tokenizer === "" ? DEFAULT_TOKENIZER : req.tokenizer;
-  if (!isTokenizerName(tokenizer))
-    throw invalidArgument(
-      "tokenizer",
-      `must be one of ${TOKENIZER_NAMES.join(", ")} (got ${JSON.stringify(req.tokenizer.slice(0, 64))})`,
-    );
+  const tokenizer = tokenizerName(req.tokenizer);
 
   const budgetEntries = Object.entries(req.sectionBudgets);
   if (budgetEntries.length > MAX_SECTIONS)

@@ -24,9 +24,9 @@ import {
 } from "@engram-memory/client/gen/engram/v1/memory_pb.js";
 import { invalidArgument, sessionNotFound } from "../../errors.js";
 import type { MemoryRecord, MemoryScopeFilter, MemoryStore } from "../../store/types.js";
-import { tokenizerName, type ConversationContexts } from "../context/conversation.js";
+import type { ConversationContexts } from "../context/conversation.js";
 import type { TokenCounter } from "../context/index.js";
-import { MAX_TOKEN_BUDGET } from "../context/request.js";
+import { MAX_TOKEN_BUDGET, tokenizerName } from "../context/request.js";
 import { requireId } from "../validation.js";
 import { toWireMemory, toWireScored } from "./convert.js";
 import type { FusedMemory } from "./ranking.js";
@@ -207,7 +207,7 @@ export class RecallService {
     const budget = req.tokenBudget === 0 ? DEFAULT_RECALL_BUDGET : req.tokenBudget;
     const query = checkQuery("query", req.query);
     const agentId = optionalName("agent_id", req.agentId);
-    const tokenizer = tokenizerName("tokenizer", req.tokenizer);
+    const tokenizer = tokenizerName(req.tokenizer);
     // No top_k: as many memories as the budget could hold; the packing keeps those that fit.
     const k = req.topK === 0 ? recallTopK(budget) : topK("top_k", req.topK);
     const embedding = queryEmbedding("query_embedding", req.queryEmbedding);

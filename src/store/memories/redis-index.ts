@@ -70,8 +70,8 @@ const SELECTION_SCHEMA = [
   "NUMERIC",
 ];
 
-/** FT.CREATE's arguments for the text index over the documents under `docPrefix`. */
-export function textIndexArgs(name: string, docPrefix: string): string[] {
+/** FT.CREATE's arguments: an index of the documents under `docPrefix` that `filter` admits, by selection + `fields`. */
+function indexArgs(name: string, docPrefix: string, filter: string[], fields: string[]): string[] {
   return [
     name,
     "ON",
@@ -79,53 +79,48 @@ export function textIndexArgs(name: string, docPrefix: string): string[] {
     "PREFIX",
     "1",
     docPrefix,
+    ...filter,
     "STOPWORDS",
     "0",
     "SCHEMA",
     ...SELECTION_SCHEMA,
-    "created",
-    "NUMERIC",
-    "ord",
-    "TAG",
-    "SORTABLE",
-    "words",
-    "TEXT",
-    "NOSTEM",
-    "len",
-    "NUMERIC",
-    "SORTABLE",
-    "rank",
-    "TAG",
-    "SORTABLE",
+    ...fields,
   ];
+}
+
+/** FT.CREATE's arguments for the text index over the documents under `docPrefix`. */
+export function textIndexArgs(name: string, docPrefix: string): string[] {
+  return indexArgs(
+    name,
+    docPrefix,
+    [],
+    [
+      "created",
+      "NUMERIC",
+      "ord",
+      "TAG",
+      "SORTABLE",
+      "words",
+      "TEXT",
+      "NOSTEM",
+      "len",
+      "NUMERIC",
+      "SORTABLE",
+      "rank",
+      "TAG",
+      "SORTABLE",
+    ],
+  );
 }
 
 /** FT.CREATE's arguments for the vector index of one dimension. */
 export function vectorIndexArgs(name: string, docPrefix: string, dim: number): string[] {
-  return [
+  return indexArgs(
     name,
-    "ON",
-    "HASH",
-    "PREFIX",
-    "1",
     docPrefix,
-    "FILTER",
-    `@dim==${dim}`,
-    "STOPWORDS",
-    "0",
-    "SCHEMA",
-    ...SELECTION_SCHEMA,
-    "vec",
-    "VECTOR",
-    "HNSW",
-    "6",
-    "TYPE",
-    "FLOAT32",
-    "DIM",
-    String(dim),
-    "DISTANCE_METRIC",
-    "COSINE",
-  ];
+    ["FILTER", `@dim==${dim}`],
+    ["vec", "VECTOR", "HNSW", "6", "TYPE", "FLOAT32", "DIM", String(dim), "DISTANCE_METRIC", "COSINE"],
+  );
 }
 
 /** Equal scores rank newest first, then by hex id: the order of this key (ascending). */

@@ -39,7 +39,7 @@
  */
 import type { ChainableCommander } from "ioredis";
 import type { MemoryCursor, MemoryRecord } from "../types.js";
-import { isCluster, type RedisClient } from "../redis/connection.js";
+import { isCluster, type RedisClient } from "../../backends/redis.js";
 import { created16 } from "./redis-index.js";
 import { exactScopeKey, supersessionKey } from "./rules.js";
 

@@ -13,9 +13,9 @@
  * tells those watchers to catch up from the change log, so nothing committed
  * before it counts is missed.
  */
-import type { Cluster, Redis } from "ioredis";
+import type { Cluster } from "ioredis";
 import { KeyedListeners } from "../notices.js";
-import type { RedisClient } from "../redis/connection.js";
+import { openRedisSubscriber, type RedisClient } from "../../backends/redis.js";
 import type { MemoryChange, MemoryChangeListener, MemoryRecord } from "../types.js";
 import { decode, type MemoryRedis } from "./redis-layout.js";
 
@@ -37,11 +37,7 @@ export class MemoryNotices {
 
   /** Subscribes to the changes other replicas publish; rejects when Redis cannot be reached. */
   async listen(): Promise<void> {
-    const subscriber = this.db.clustered
-      ? this.shardedSubscriber(this.db.redis as Cluster)
-      : (this.db.redis as Redis).duplicate({ connectionName: `${this.db.prefix}:memories`, commandTimeout: undefined });
-    // Without a listener ioredis reports every failed reconnect as an unhandled error event.
-    subscriber.on("error", () => {});
+    const subscriber = openRedisSubscriber(this.db.redis, this.db.prefix, "memories");
     if (this.db.clustered) {
       subscriber.on("smessage", (channel: string, message: string) => {
         if (channel.startsWith(`${this.db.prefix}:memories:{`) && this.listeners.size > 0) this.deliver(message, false);
@@ -153,19 +149,5 @@ export class MemoryNotices {
       const head = await this.head(appName).catch(() => 0);
       if (head > 0) this.emit(appName, { seq: head, kind: "remote" });
     }
-  }
-
-  /**
-   * The sharded subscriber of a cluster: a Cluster of its own with one
-   * subscriber connection per master (ioredis' shardedSubscribers), which
-   * follows the slots as they move.
-   */
-  private shardedSubscriber(cluster: Cluster): Cluster {
-    const redisOptions = {
-      ...cluster.options.redisOptions,
-      connectionName: `${this.db.prefix}:memories`,
-      commandTimeout: undefined,
-    };
-    return cluster.duplicate(undefined, { shardedSubscribers: true, lazyConnect: true, redisOptions });
   }
 }

@@ -37,7 +37,7 @@ import type {
   MemoryWriteResult,
   RankedMemory,
 } from "../types.js";
-import { isCluster, type RedisClient } from "../redis/connection.js";
+import { isCluster, type RedisClient } from "../../backends/redis.js";
 import { loadScripts, runThenWait, type WaitForReplicas } from "../redis/script-runner.js";
 import { queryTerms } from "./analyzer.js";
 import { lexicalTerms } from "./lexical.js";

@@ -5,7 +5,7 @@
  */
 import { createHash } from "node:crypto";
 import pg from "pg";
-import { connectionName } from "../../backends/postgres.js";
+import { openPostgresClient } from "../../backends/postgres.js";
 import type { SessionNotice } from "../types.js";
 import { toMemoryError } from "./error-mapping.js";
 
@@ -44,12 +44,15 @@ export class NoticeChannel {
 
   /** Opens the LISTEN connection; notices from every replica arrive on it. */
   async listen(): Promise<void> {
-    const client = new pg.Client({
-      connectionString: this.options.url,
-      connectionTimeoutMillis: this.options.connectTimeoutMs ?? 5000,
-      keepAlive: true,
-      application_name: connectionName(this.options.schema, "listen"),
-    });
+    const client = openPostgresClient(
+      {
+        connectionString: this.options.url,
+        connectionTimeoutMillis: this.options.connectTimeoutMs ?? 5000,
+        keepAlive: true,
+      },
+      this.options.schema,
+      "listen",
+    );
     client.on("error", () => this.listenerLost(client));
     client.on("end", () => this.listenerLost(client));
     client.on("notification", (msg) => this.onNotification(msg.payload));

@@ -1,14 +1,8 @@
 /**
- * Connections to Redis, one server or a cluster, and the Redis store's two
- * connections and their lifecycle: one for commands, one subscribed to the
- * notice channels (a subscribed connection can run no other command),
- * opened, watched and closed together.
- *
- * MEMORY_REDIS_URL names one server (redis://, rediss://: a `Redis`) or a
- * cluster by its seed nodes (redis+cluster://[user:pass@]h1:p1,h2:p2,...,
- * rediss+cluster:// with TLS: an ioredis `Cluster`, which learns the other
- * nodes and follows MOVED/ASK redirections, failovers and resharding).
- * Everything that talks to Redis opens its client with openRedisClient().
+ * The Redis store's two connections and their lifecycle: one for commands,
+ * one subscribed to the notice channels (a subscribed connection can run no
+ * other command), opened (src/backends/redis.ts), watched and closed
+ * together.
  *
  * Outages: the command connection has no offline queue (one node) and a
  * command timeout, so calls fail UNAVAILABLE quickly instead of hanging.
@@ -16,10 +10,10 @@
  * reconnecting; an append is harmless to re-send because every event id
  * (generated ones too) goes through the idempotency index.
  */
-import { Cluster, Redis, type ClusterOptions, type RedisOptions } from "ioredis";
+import { isCluster, openRedisClient, type RedisClient, type RedisClientOptions } from "../../backends/redis.js";
+import { maskUrl } from "../../backends/redis-url.js";
 import { MemoryError } from "../../errors.js";
 import type { StoreDurability } from "../types.js";
-import { maskUrl, parseRedisUrl } from "./url.js";
 
 /** Redis errors that mean "try again later" rather than "bug". */
 const TRANSIENT_REPLY = /^(LOADING|BUSY|MASTERDOWN|READONLY|TRYAGAIN|CLUSTERDOWN|NOREPLICAS|NOSCRIPT|MOVED|ASK)/;
@@ -36,58 +30,6 @@ export const NOTICES_IDLE_MS = 1000;
 
 /** A command not answered within this many ms fails UNAVAILABLE, unless MEMORY_STORE_TIMEOUT_MS says otherwise. */
 export const DEFAULT_COMMAND_TIMEOUT_MS = 4000;
-
-/** A client of one Redis server or of a Redis Cluster: the commands both run alike. */
-export type RedisClient = Redis | Cluster;
-
-/** openRedisClient's options: ioredis' own (per node on a cluster), and sharded pub/sub for a cluster's subscriber. */
-export type RedisClientOptions = RedisOptions & {
-  /** Cluster only: one subscriber connection per master, for SSUBSCRIBE. */
-  shardedSubscribers?: boolean;
-};
-
-/**
- * A `Redis` for a redis:// or rediss:// URL, a `Cluster` for a
- * redis+cluster:// one (parseRedisUrl). On a cluster, `options` apply to
- * every node's connection except the ones a cluster keeps for itself:
- * `retryStrategy` becomes the cluster's, `lazyConnect` and
- * `enableOfflineQueue` the cluster's (the offline queue is kept: it holds
- * commands while the client re-learns the slots; a queued command has no
- * timeout of its own, so RedisConnection.call bounds each call). Reads
- * go to masters, so a read sees every write acknowledged before it.
- */
-export function openRedisClient(url: string, options: RedisClientOptions = {}): RedisClient {
-  const target = parseRedisUrl(url);
-  const { shardedSubscribers, retryStrategy, lazyConnect, enableOfflineQueue, ...perNode } = options;
-  if (target.kind === "node") return new Redis(url, { ...perNode, retryStrategy, lazyConnect, enableOfflineQueue });
-  const clusterOptions: ClusterOptions = {
-    lazyConnect,
-    scaleReads: "master",
-    shardedSubscribers,
-    // No auto-pipelining: a pipeline in which one command is redirected (ASK while a slot migrates) fails
-    // every command in it that is not read-only; commands sent one by one are each redirected by ioredis.
-    // A failover takes about cluster-node-timeout (seconds): retry redirected and refused commands until then.
-    retryDelayOnFailover: 200,
-    retryDelayOnClusterDown: 300,
-    retryDelayOnTryAgain: 100,
-    retryDelayOnMoved: 0,
-    maxRedirections: 16,
-    slotsRefreshTimeout: 2000,
-    clusterRetryStrategy: retryStrategy ? (times) => retryStrategy(times) ?? null : undefined,
-    redisOptions: {
-      ...perNode,
-      username: target.username,
-      password: target.password,
-      tls: target.tls ? {} : undefined,
-    },
-  };
-  return new Cluster(target.seeds, clusterOptions);
-}
-
-/** True for a cluster client. */
-export function isCluster(client: RedisClient): client is Cluster {
-  return client instanceof Cluster;
-}
 
 /** How to reach Redis. */
 export interface ConnectionOptions {
@@ -147,25 +89,20 @@ export class RedisConnection {
   };
 
   constructor(private readonly options: ConnectionOptions) {
-    const common: RedisOptions = {
+    const common: RedisClientOptions = {
       lazyConnect: true,
-      // Fail fast while disconnected instead of queueing: callers see UNAVAILABLE, not a hang.
-      enableOfflineQueue: false,
       maxRetriesPerRequest: 2,
       commandTimeout: options.commandTimeoutMs ?? DEFAULT_COMMAND_TIMEOUT_MS,
       connectTimeout: 3000,
-      retryStrategy: (attempt) => Math.min(50 * 2 ** attempt, 1000),
     };
-    this.commands = openRedisClient(options.url, { ...common, connectionName: `${options.keyPrefix}:commands` });
+    this.commands = openRedisClient(options.url, options.keyPrefix, "commands", common);
     this.cluster = isCluster(this.commands);
     // The subscriber's only commands are (re)subscriptions; no command timeout needed beyond connecting.
-    this.subscriber = openRedisClient(options.url, {
+    this.subscriber = openRedisClient(options.url, options.keyPrefix, "notices", {
       ...common,
       commandTimeout: undefined,
-      connectionName: `${options.keyPrefix}:notices`,
       shardedSubscribers: this.cluster,
     });
-    // Without listeners ioredis reports every failed reconnect as an unhandled error event.
     this.commands.on("error", (err: Error) => (this.lastError = err));
     // A cluster client that lost every node: the calls waiting on it answer now (call()).
     if (this.cluster) {
@@ -174,7 +111,6 @@ export class RedisConnection {
         for (const giveUp of this.inFlight) giveUp(lost);
       });
     }
-    this.subscriber.on("error", () => {});
   }
 
   /** Connects both; UNAVAILABLE naming the URL (password masked) and the reason when Redis cannot be reached. */

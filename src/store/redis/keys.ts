@@ -88,6 +88,9 @@ export interface Tenancy {
 /** A bucket, by the tag its keys carry after the prefix: "" (one node) or "{b<n>}:" (cluster). */
 export type Bucket = string;
 
+/** A session's four keys of one kind, one per scope it is listed in: all, app, user, app + user. */
+type ScopeKeys = [string, string, string, string];
+
 /** The key names of one store (one MEMORY_KEY_PREFIX). */
 export class RedisKeys {
   /** Every bucket: [""] on one node. */
@@ -187,13 +190,8 @@ export class RedisKeys {
   }
 
   /** The four index keys a session belongs to: all, app, user, app + user. */
-  indexesOf(tenancy: Tenancy, bucket: Bucket): [string, string, string, string] {
-    return scopesOfSession(tenancy.appName, tenancy.userId).map((scope) => this.index(scope, bucket)) as [
-      string,
-      string,
-      string,
-      string,
-    ];
+  indexesOf(tenancy: Tenancy, bucket: Bucket): ScopeKeys {
+    return scopesOfSession(tenancy.appName, tenancy.userId).map((scope) => this.index(scope, bucket)) as ScopeKeys;
   }
 
   /** A bucket's recent-events index of one scope (src/store/rules.ts RecentScope). */
@@ -202,13 +200,8 @@ export class RedisKeys {
   }
 
   /** The four recent-events indexes a session's events go into: all, app, user, app + user. */
-  recentOf(tenancy: Tenancy, bucket: Bucket): [string, string, string, string] {
-    return scopesOfSession(tenancy.appName, tenancy.userId).map((scope) => this.recent(scope, bucket)) as [
-      string,
-      string,
-      string,
-      string,
-    ];
+  recentOf(tenancy: Tenancy, bucket: Bucket): ScopeKeys {
+    return scopesOfSession(tenancy.appName, tenancy.userId).map((scope) => this.recent(scope, bucket)) as ScopeKeys;
   }
 
   private key(name: string): string {

@@ -7,7 +7,8 @@
 import type { LRUCache } from "lru-cache";
 import { appSessionCap, evictionCount, type RecentScope } from "../rules.js";
 import type { StoreLimits } from "../types.js";
-import type { RedisClient, RedisConnection } from "./connection.js";
+import type { RedisClient } from "../../backends/redis.js";
+import type { RedisConnection } from "./connection.js";
 import type { Bucket, RedisKeys, Tenancy } from "./keys.js";
 import type { RedisScripts } from "./script-runner.js";
 import { deleteScript, type DeleteConditions, type DeleteOutcome } from "./scripts.js";

@@ -9,7 +9,8 @@
  */
 import { SCRIPTS_DIR as MEMORY_SCRIPTS_DIR } from "../memories/redis.js";
 import { StoreScriptRefusedError } from "../incompatible.js";
-import { isCluster, storeError, type RedisClient } from "./connection.js";
+import { isCluster, type RedisClient } from "../../backends/redis.js";
+import { storeError } from "./connection.js";
 import { loadScripts, type ScriptText } from "./script-runner.js";
 
 /** Every script the Redis store sends, as it sends them: the sessions' (scripts/) then the long-term memories' (memories/redis-scripts/). */

@@ -14,7 +14,7 @@ import { fileURLToPath } from "node:url";
 import { setTimeout as sleep } from "node:timers/promises";
 import { Command, type Redis } from "ioredis";
 import { MemoryError } from "../../errors.js";
-import { isCluster, type RedisClient } from "./connection.js";
+import { isCluster, type RedisClient } from "../../backends/redis.js";
 import { ARGV_LAYOUTS, bulk, luaArgv, respOf, type Arg, type Resp } from "./script-args.js";
 import type { Reply, Script, ScriptContext } from "./scripts.js";
 

@@ -1,8 +1,8 @@
 /**
- * MEMORY_REDIS_URL as text: which server or cluster it names, and the URL
- * with its password masked for messages. Apart from the client
- * (connection.ts) so that reading the configuration, which every command of
- * the CLI does at start-up, does not load ioredis.
+ * MEMORY_REDIS_URL as text: which server or cluster it names, and a URL
+ * with its password masked for messages (any URL the configuration prints).
+ * Apart from the client (redis.ts) so that reading the configuration, which
+ * every command of the CLI does at start-up, does not load ioredis.
  */
 
 /** What MEMORY_REDIS_URL names: one server (its URL as ioredis takes it), or a cluster's seed nodes. */
@@ -69,7 +69,7 @@ export function parseRedisUrl(url: string): RedisTarget {
   return { kind: "cluster", seeds, username, password, tls: scheme === "rediss+cluster" };
 }
 
-/** The URL with its password masked, for messages. */
+/** `url` with its password masked, for messages and the configuration printed at start. */
 export function maskUrl(url: string): string {
   return url.replace(/\/\/([^:@/]*):[^@/]*@/, "//$1:***@");
 }
