@@ -426,7 +426,7 @@ describe("the inspector as a debugger", () => {
         await narrow.goto(`${server.baseUrl}/${fragment}`);
         await narrow.locator("main > *").first().waitFor();
         if (name === "run") await narrow.locator("#ev-7").waitFor();
-        if (name === "state") await narrow.locator('.panel.state dd[data-key="booking"]').waitFor();
+        if (name === "state") await narrow.locator('.panel.state dd[data-key="draft_note"]').waitFor();
         if (name === "search") await narrow.locator(".hit").first().waitFor();
         if (name === "sessions") await narrow.locator("tr[data-session]").first().waitFor();
         if (name === "context") {
