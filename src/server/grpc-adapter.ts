@@ -55,6 +55,16 @@ function deadlineOf(
   return Number.isFinite(ms) ? ms : undefined;
 }
 
+/** Counts the call in `calls` until grpc-js has sent its status or the client went away (both emit "cancelled"). */
+function countUntilEnded(
+  call: grpc.ServerUnaryCall<unknown, unknown> | grpc.ServerWritableStream<unknown, unknown>,
+  calls: CallsInFlight,
+): void {
+  if (call.cancelled) return; // gone before its handler ran: nothing will be sent, and nothing emitted again
+  calls.started();
+  call.on("cancelled", calls.ended);
+}
+
 /**
  * Builds the grpc-js service definition and implementation for MemoryService;
  * `calls` counts each call until grpc-js has sent its status (it then emits
@@ -84,8 +94,7 @@ export function grpcMemoryService(
     implementation[method.name] = streaming
       ? async (call: grpc.ServerWritableStream<Buffer, unknown>) => {
           const controller = callSignal(call);
-          calls.started();
-          call.on("cancelled", calls.ended);
+          countUntilEnded(call, calls);
           try {
             const req = parseRequest(method.input, call.request);
             const info = {
@@ -111,8 +120,7 @@ export function grpcMemoryService(
         }
       : (call: grpc.ServerUnaryCall<Buffer, unknown>, callback: grpc.sendUnaryData<unknown>) => {
           let answer: Promise<unknown>;
-          calls.started();
-          call.on("cancelled", calls.ended);
+          countUntilEnded(call, calls);
           try {
             // No abort signal: unary handlers never read one (see CallContext.signal).
             answer = handler(parseRequest(method.input, call.request), {
