@@ -12,7 +12,7 @@ import { isStreaming, rpcName, type CallGuard } from "../service/guard/index.js"
 import { parseRequest } from "./parse-request.js";
 import { toGrpcStatus, type InternalErrorReporter } from "./status.js";
 import { binaryResponseSerializer } from "./fastpath/response-encoding.js";
-import type { CallsInFlight } from "./calls-in-flight.js";
+import type { CallsInFlight } from "../service/calls-in-flight.js";
 
 /**
  * A stream's serializer: the service hands every subscriber of a session the

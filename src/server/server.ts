@@ -18,7 +18,7 @@ import { createConnectHandler } from "./connect-handler.js";
 import type { ConnectionSettings } from "./connection-limits.js";
 import { createHostPolicy } from "./allowed-hosts.js";
 import { createCrossSitePolicy } from "./cross-site.js";
-import { CallsInFlight } from "./calls-in-flight.js";
+import { CallsInFlight } from "../service/calls-in-flight.js";
 import { grpcMemoryService } from "./grpc-adapter.js";
 import { HealthMonitor } from "./health.js";
 import { addReflection } from "./reflection.js";

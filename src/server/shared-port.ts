@@ -25,7 +25,7 @@ import {
   sniffProtocol,
   type ConnectionSettings,
 } from "./connection-limits.js";
-import { CallsInFlight } from "./calls-in-flight.js";
+import { CallsInFlight } from "../service/calls-in-flight.js";
 
 /** What the port needs to know: connection limits, TLS files and the gRPC connection age. */
 export type SharedPortSettings = ConnectionSettings &

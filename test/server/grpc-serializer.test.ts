@@ -15,7 +15,7 @@ import {
   type Event,
 } from "@engram-memory/client/gen/engram/v1/memory_pb.js";
 import { scalarValue } from "../support/arbitraries.js";
-import { CallsInFlight } from "../../src/server/calls-in-flight.js";
+import { CallsInFlight } from "../../src/service/calls-in-flight.js";
 import { grpcMemoryService } from "../../src/server/grpc-adapter.js";
 import type { CallGuard } from "../../src/service/guard/index.js";
 

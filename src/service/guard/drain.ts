@@ -5,22 +5,23 @@
  * returned its answer. Streams are not counted: the server ends them itself.
  */
 import { MemoryError } from "../../errors.js";
+import { CallsInFlight } from "../calls-in-flight.js";
 import type { StepFactory } from "./step.js";
 
 /** Counts the unary calls running and refuses new ones once shutdown begins. */
 export class UnaryDrain {
   /** Unary calls running now. */
-  private inFlight = 0;
-  /** Set once shutdown begins: `settle` runs when the last running call returns. */
-  private draining?: { idle: Promise<void>; settle: () => void };
+  private readonly running = new CallsInFlight();
+  /** Set once shutdown begins. */
+  private draining = false;
 
   /** The step of every unary method; none for streams. */
   readonly step: StepFactory = ({ streaming }) =>
     streaming
       ? undefined
       : (next) => (call) => {
-          this.inFlight++;
-          call.whenEnded.push(this.ended);
+          this.running.started();
+          call.whenEnded.push(this.running.ended);
           if (this.draining)
             throw new MemoryError("UNAVAILABLE", "the server is shutting down; retry on another replica");
           return next(call);
@@ -28,17 +29,7 @@ export class UnaryDrain {
 
   /** Refuses new unary calls from now on; resolves once every one already running has returned. */
   drain(): Promise<void> {
-    if (!this.draining) {
-      let settle!: () => void;
-      const idle = new Promise<void>((resolve) => (settle = resolve));
-      this.draining = { idle, settle };
-      if (this.inFlight === 0) settle();
-    }
-    return this.draining.idle;
+    this.draining = true;
+    return this.running.idle();
   }
-
-  /** One hook for every call (no closure per call). */
-  private readonly ended = (): void => {
-    if (--this.inFlight === 0) this.draining?.settle();
-  };
 }

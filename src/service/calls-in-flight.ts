@@ -1,8 +1,8 @@
 /**
- * A count of calls an edge is still answering, for graceful shutdown: a
- * handler that has returned may not yet have handed its last bytes (a
- * stream's final status, a unary answer) to the transport, and closing the
- * connection first would lose them.
+ * A count of calls still running, for graceful shutdown: the guard counts
+ * unary handlers until they return; the edges count calls until their last
+ * bytes (a stream's final status, a unary answer) are handed to the
+ * transport, since closing the connection first would lose them.
  */
 export class CallsInFlight {
   private count = 0;
